@@ -1,0 +1,175 @@
+# meshrun - one Makefile for the whole tree.
+#
+#   make            build every binary into build/
+#   make run        build, then run the embedded default job (meshrun local)
+#   make test       lint + unit/integration tests, then the same tests under
+#                   ASan+UBSan, then bounded fuzzing
+#   make asan       the sanitizer build only (build/asan)
+#   make lint       cppcheck, shellcheck, yamllint
+#   make bench      every benchmark (bench-rdzv, ...)
+#   make clean
+#
+# Sources are found by wildcard: a new .c file in common/, controller/,
+# agent/, runtime/ or cli/ is built without touching this file; a new
+# tests/<part>/test_<module>.c becomes its own Criterion binary.
+# CUDA (nvcc, cuBLAS, NCCL) is detected under $(CUDA_HOME) and reported.
+
+BUILD      ?= build
+SAN        ?=
+CC         ?= cc
+ifeq ($(origin CC),default)
+CC         := cc
+endif
+
+CPPFLAGS   += -D_GNU_SOURCE -Icommon -Icontroller -Iagent -Iruntime -Icli \
+              -I/usr/include/x86_64-linux-gnu/openblas-pthread
+CFLAGS     ?= -O2 -g
+CFLAGS     += -std=c11 -Wall -Wextra -Werror -pthread -MMD -MP
+LDLIBS     += -lmicrohttpd -lcurl -ljansson -lopenblas -lm -lpthread
+
+ifeq ($(SAN),1)
+CC         := clang
+CFLAGS     := -O1 -g -std=c11 -Wall -Wextra -Werror -pthread -MMD -MP \
+              -fsanitize=address,undefined -fno-omit-frame-pointer \
+              -fno-sanitize-recover=undefined
+LDFLAGS    += -fsanitize=address,undefined
+endif
+ifeq ($(FUZZ),1)
+CC         := clang
+CFLAGS     := -O1 -g -std=c11 -Wall -Wextra -Werror -pthread -MMD -MP \
+              -fsanitize=address,undefined,fuzzer-no-link -fno-omit-frame-pointer
+SAN        := 1
+endif
+
+# ---- CUDA detection -------------------------------------------------------
+CUDA_HOME  ?= /usr/local/cuda
+NVCC       := $(wildcard $(CUDA_HOME)/bin/nvcc)
+HAVE_NCCL  := $(wildcard $(CUDA_HOME)/include/nccl.h)
+ifneq ($(NVCC),)
+ifneq ($(SAN),1)
+CUDA_ON    := 1
+endif
+endif
+
+# ---- sources -----------------------------------------------------------------
+common_src     := $(wildcard common/*.c)
+controller_src := $(filter-out controller/main.c,$(wildcard controller/*.c))
+agent_src      := $(filter-out agent/main.c,$(wildcard agent/*.c))
+runtime_src    := $(shell find runtime -name '*.c' 2>/dev/null | sort)
+cli_src        := $(filter-out cli/main.c,$(wildcard cli/*.c))
+
+obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+
+LIBS := $(BUILD)/libmrcli.a $(BUILD)/libmragent.a $(BUILD)/libmrcontroller.a \
+        $(BUILD)/libmeshrun.a $(BUILD)/libmrcommon.a
+
+BINS := $(BUILD)/meshrun-controller
+ifneq ($(wildcard agent/main.c),)
+BINS += $(BUILD)/meshrun-agent
+endif
+ifneq ($(wildcard cli/main.c),)
+BINS += $(BUILD)/meshrun
+endif
+
+test_src  := $(sort $(wildcard tests/*/test_*.c))
+test_bins := $(patsubst tests/%.c,$(BUILD)/tests/%,$(test_src))
+test_helpers := $(wildcard tests/support/*.c)
+fuzz_src  := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+fuzz_bins := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzzers/%,$(fuzz_src))
+bench_src := $(wildcard bench/*.c)
+bench_bins := $(patsubst bench/%.c,$(BUILD)/bench/%,$(bench_src))
+
+.PHONY: all deps run test test-unit asan lint fuzz fuzzers bench bench-rdzv clean tests cuda-info
+.DEFAULT_GOAL := all
+
+all: deps cuda-info $(BINS)
+
+deps:
+	@scripts/deps.sh
+
+cuda-info:
+ifeq ($(CUDA_ON),1)
+	@echo "build: CUDA found: $(NVCC)$(if $(HAVE_NCCL), + NCCL,) - GPU backends compiled"
+else
+	@echo "build: CUDA not found under $(CUDA_HOME) (or sanitizer build) - GPU backends skipped"
+endif
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/libmrcommon.a: $(call obj,$(common_src))
+$(BUILD)/libmrcontroller.a: $(call obj,$(controller_src))
+$(BUILD)/libmragent.a: $(call obj,$(agent_src))
+$(BUILD)/libmeshrun.a: $(call obj,$(runtime_src))
+$(BUILD)/libmrcli.a: $(call obj,$(cli_src))
+$(BUILD)/%.a:
+	@mkdir -p $(dir $@)
+	@rm -f $@
+	$(AR) rcs $@ $^
+
+$(BUILD)/meshrun-controller: $(call obj,controller/main.c) $(LIBS)
+	$(CC) $(LDFLAGS) $(CFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/meshrun-agent: $(call obj,agent/main.c) $(LIBS)
+	$(CC) $(LDFLAGS) $(CFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/meshrun: $(call obj,cli/main.c) $(LIBS)
+	$(CC) $(LDFLAGS) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/tests/%: tests/%.c $(call obj,$(test_helpers)) $(LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -Itests/support $(CFLAGS) $(LDFLAGS) -o $@ $< \
+		$(call obj,$(test_helpers)) $(LIBS) -lcriterion $(LDLIBS)
+
+$(BUILD)/bench/%: bench/%.c $(LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
+
+tests: $(BINS) $(test_bins)
+
+$(BUILD)/fuzzers/%: tests/fuzz/%.c $(LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -fsanitize=fuzzer -o $@ $< $(LIBS) $(LDLIBS)
+
+fuzzers: $(fuzz_bins)
+
+# ---- the two commands ------------------------------------------------------
+run: all
+	scripts/run.sh $(BUILD)
+
+test: deps lint
+	$(MAKE) --no-print-directory tests
+	scripts/test.sh $(BUILD)
+	$(MAKE) --no-print-directory asan
+	scripts/test.sh $(BUILD)/asan
+	$(MAKE) --no-print-directory fuzz
+
+test-unit: tests
+	scripts/test.sh $(BUILD)
+
+asan:
+	$(MAKE) --no-print-directory BUILD=$(BUILD)/asan SAN=1 tests
+
+# ---- quality -----------------------------------------------------------------
+lint: deps
+	cppcheck --quiet --error-exitcode=1 --std=c11 --inline-suppr \
+		--enable=warning,portability --suppress=missingIncludeSystem \
+		-Icommon -Icontroller -Iagent -Iruntime -Icli \
+		common controller agent runtime cli bench tests
+	shellcheck scripts/*.sh .ci/run
+	@if ls deploy charts >/dev/null 2>&1; then yamllint -s deploy; fi
+
+fuzz: deps
+	$(MAKE) --no-print-directory BUILD=$(BUILD)/fuzz FUZZ=1 fuzzers
+	scripts/fuzz.sh $(BUILD)/fuzz
+
+# ---- benchmarks ----------------------------------------------------------------
+bench: bench-rdzv
+
+bench-rdzv: all $(BUILD)/bench/rdzv
+	scripts/deps.sh bench
+	scripts/bench-rdzv.sh $(BUILD)
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

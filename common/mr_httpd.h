@@ -1,0 +1,111 @@
+/*
+ * mr_httpd.h - HTTP server wrapper on libmicrohttpd.
+ *
+ * One loop thread per server runs libmicrohttpd in epoll mode together with
+ * a wake eventfd and a periodic tick. Every callback (handler, tick, posted
+ * work) runs on that loop thread, so state owned by the server's user needs
+ * no locks as long as only those callbacks touch it (the controller works
+ * like this, Redis-style).
+ *
+ * A handler is called once per request, after the whole body has arrived
+ * (bounded by max_body: larger bodies are answered 413 without calling the
+ * handler). The handler either replies before returning, or calls
+ * mr_http_suspend() and replies later from the loop thread (long-poll,
+ * group commit). A suspended request costs no thread, only its connection.
+ *
+ * Limits: max_connections (503 past it / refused), per-IP connections,
+ * body size, header memory per connection (431/413 from libmicrohttpd), and
+ * an idle timeout per connection (slow clients are dropped).
+ *
+ * Non-goals: TLS (terminate it in front), HTTP/2, chunked uploads beyond
+ * max_body, routing tables (the user matches paths).
+ */
+#ifndef MR_HTTPD_H
+#define MR_HTTPD_H
+
+#include <stddef.h>
+#include <jansson.h>
+
+#include "mr_err.h"
+
+struct mr_httpd;
+struct mr_http_req;
+
+enum mr_http_method {
+	MR_HTTP_GET,
+	MR_HTTP_HEAD,
+	MR_HTTP_POST,
+	MR_HTTP_PUT,
+	MR_HTTP_DELETE,
+	MR_HTTP_OTHER,
+};
+
+/* Must reply or suspend before returning. Runs on the loop thread. */
+typedef void (*mr_http_handler)(struct mr_http_req *req, void *user);
+/* Called after each loop iteration, and at least every tick_ms. */
+typedef void (*mr_http_tick)(void *user);
+
+struct mr_httpd_opts {
+	const char *bind_addr;       /* "127.0.0.1", "0.0.0.0"; NULL = any */
+	int port;                    /* 0 = ephemeral, see mr_httpd_port() */
+	unsigned max_connections;    /* 0 = 1024 */
+	unsigned per_ip_connections; /* 0 = unlimited */
+	size_t max_body;             /* 0 = 1 MiB */
+	unsigned idle_timeout_s;     /* 0 = 30; suspended requests are exempt */
+	size_t conn_memory;          /* header pool per connection, 0 = 8 KiB */
+	unsigned tick_ms;            /* 0 = 100 */
+	mr_http_handler handler;
+	mr_http_tick tick;           /* may be NULL */
+	void *user;
+};
+
+/* Binds, listens and starts the loop thread. *out is freed by
+ * mr_httpd_stop(). */
+int mr_httpd_start(struct mr_httpd **out, const struct mr_httpd_opts *opts,
+		   struct mr_errbuf *eb);
+/* The bound port (useful with port 0). */
+int mr_httpd_port(const struct mr_httpd *srv);
+/* Stops the loop thread, answers every still-suspended request 503, closes
+ * all connections and frees srv. NULL is a no-op. Not from the loop thread. */
+void mr_httpd_stop(struct mr_httpd *srv);
+/* Runs fn(arg) on the loop thread soon. Thread-safe; the only way other
+ * threads should touch loop-owned state. */
+int mr_httpd_post(struct mr_httpd *srv, void (*fn)(void *arg), void *arg);
+
+/* ---- request accessors: loop thread only, valid until the reply ---- */
+enum mr_http_method mr_http_req_method(const struct mr_http_req *req);
+const char *mr_http_req_method_str(const struct mr_http_req *req);
+/* Percent-decoded path without the query string, e.g. "/v1/jobs/ns/a". */
+const char *mr_http_req_path(const struct mr_http_req *req);
+/* Decoded query argument, NULL if absent ("" if present without value). */
+const char *mr_http_req_query(const struct mr_http_req *req, const char *key);
+/* Request header (case-insensitive name), NULL if absent. */
+const char *mr_http_req_header(const struct mr_http_req *req, const char *name);
+/* The body, NUL-terminated for convenience (len excludes the NUL). */
+const char *mr_http_req_body(const struct mr_http_req *req, size_t *len);
+/* Peer IP as text. */
+const char *mr_http_req_peer(const struct mr_http_req *req);
+/* One pointer of user data per request (e.g. a waiter record). */
+void mr_http_req_set_user(struct mr_http_req *req, void *user);
+void *mr_http_req_user(const struct mr_http_req *req);
+
+/* ---- replies: exactly one per request; loop thread only ---- */
+/* Adds a response header to the coming reply (e.g. "ETag"). Copied. */
+void mr_http_add_header(struct mr_http_req *req, const char *name, const char *value);
+/* Body is copied. content_type NULL = "text/plain; charset=utf-8". */
+void mr_http_reply(struct mr_http_req *req, int status, const char *content_type,
+		   const void *body, size_t len);
+/* Steals the reference to obj; compact JSON, application/json. */
+void mr_http_reply_json(struct mr_http_req *req, int status, json_t *obj);
+/* {"error":{"code":code,"message":...,"field":field}}; field may be NULL.
+ * extra (may be NULL) is merged into the top-level object and stolen
+ * (e.g. {"generation":7} on a 409). */
+void mr_http_reply_error(struct mr_http_req *req, int status, const char *code,
+			 const char *field, json_t *extra, const char *fmt, ...)
+	__attribute__((format(printf, 6, 7)));
+
+/* Keep the request open after the handler returns; reply later from the
+ * loop thread (from tick, posted work or another request's handler). */
+void mr_http_suspend(struct mr_http_req *req);
+
+#endif

@@ -1,0 +1,84 @@
+/*
+ * mr_worker.h - the interface between the agent and an in-process workload.
+ *
+ * The agent runs one thread per local rank; each thread creates one worker
+ * through a struct mr_worker_ops table, calls step() until it reports done
+ * or fails, and reads its stats after every step for metrics and progress.
+ * abort() may be called from any other thread (the agent's supervisor, on a
+ * generation change or SIGTERM): every pending and future operation of that
+ * worker, communication included, must then return MR_EABORTED promptly so
+ * the thread can unwind and the agent can rejoin.
+ *
+ * Ownership: env and everything it points to stay valid until destroy();
+ * the worker copies what it keeps longer. Stats are written by the worker
+ * thread into the caller's struct.
+ *
+ * Non-goals: process management (exec mode lives in the agent), restarts
+ * (the agent restarts by destroy + create at a new generation).
+ */
+#ifndef MR_WORKER_H
+#define MR_WORKER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <jansson.h>
+
+#include "mr_err.h"
+#include "mr_kv.h"
+
+/* Where a rank sits. Mesh sizes follow BRIEF §4 (tp fastest, then cp, dp,
+ * pp; world = tp*cp*dp*pp, ep carved from dp*cp). */
+struct mr_worker_env {
+	const char *job;          /* "namespace/name" */
+	const char *run_id;       /* stable across restarts of one job */
+	int generation;           /* rendezvous generation */
+	int restart_count;        /* restarts so far (0 on the first run) */
+	int rank, world_size;
+	int local_rank, local_world_size;
+	int node_rank, num_nodes;
+	int tp, pp, cp, ep, dp;   /* mesh sizes */
+	const char *host;         /* this agent's reachable address */
+	const char *host_id;      /* boot id + ipc namespace: who can share memory */
+	const struct mr_kv *kv;   /* bootstrap store of this job and generation */
+	const json_t *config;     /* workload config (borrowed), may be NULL */
+	const char *checkpoint_dir; /* may be NULL */
+};
+
+/* Memory held per rank, by category, from the allocator itself. */
+enum mr_mem_kind {
+	MR_MEM_PARAMS,
+	MR_MEM_GRADS,
+	MR_MEM_OPTIM,
+	MR_MEM_ACTS,
+	MR_MEM_WORKSPACE,
+	MR_MEM_KINDS,
+};
+
+struct mr_worker_stats {
+	int64_t step;            /* steps completed */
+	int64_t total_steps;     /* planned, 0 if unknown */
+	double loss, aux_loss, val_loss; /* val_loss NaN when not evaluated */
+	double grad_norm, lr;
+	double tokens_per_s, step_seconds, mfu;
+	int64_t tokens;          /* processed so far */
+	size_t mem_bytes[MR_MEM_KINDS];
+};
+
+enum mr_worker_status {
+	MR_WORKER_MORE = 0, /* step() done, call again */
+	MR_WORKER_DONE = 1, /* training finished */
+};
+
+struct mr_worker_ops {
+	const char *name;
+	/* Builds the workload for this rank (communicators included). */
+	int (*create)(void **state, const struct mr_worker_env *env, struct mr_errbuf *eb);
+	/* One optimizer step: MR_WORKER_MORE, MR_WORKER_DONE or an MR_E* code. */
+	int (*step)(void *state, struct mr_worker_stats *stats, struct mr_errbuf *eb);
+	/* Thread-safe; makes step() return MR_EABORTED promptly. */
+	void (*abort)(void *state);
+	/* NULL is a no-op. */
+	void (*destroy)(void *state);
+};
+
+#endif

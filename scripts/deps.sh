@@ -1,0 +1,42 @@
+#!/bin/sh
+# deps.sh - install the Debian packages meshrun needs to build, test and bench.
+#
+# Idempotent: packages already installed are skipped. As root it runs
+# apt-get; otherwise it prints the exact command to run and exits 1.
+#
+#   scripts/deps.sh            build + test dependencies
+#   scripts/deps.sh bench      also the benchmark anchors (wrk, nginx, ...)
+#
+# Non-goals: CUDA. nvcc/cuBLAS/NCCL are found under /usr/local/cuda when the
+# machine has them; the build detects and reports them, never installs them.
+set -eu
+
+BUILD="build-essential pkg-config libcurl4-openssl-dev libjansson-dev \
+libmicrohttpd-dev libcriterion-dev libopenblas-dev"
+TEST="clang libclang-rt-14-dev cppcheck shellcheck yamllint valgrind \
+prometheus python3-torch curl openmpi-bin libopenmpi-dev"
+BENCH="wrk hyperfine nginx-light"
+
+want="$BUILD $TEST"
+[ "${1:-}" = bench ] && want="$want $BENCH"
+
+missing=""
+for p in $want; do
+	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed"; then
+		missing="$missing $p"
+	fi
+done
+[ -z "$missing" ] && exit 0
+
+if [ "$(id -u)" -ne 0 ]; then
+	echo "deps: missing packages:$missing" >&2
+	echo "deps: run: sudo apt-get update && sudo apt-get install -y --no-install-recommends$missing" >&2
+	exit 1
+fi
+
+echo "deps: installing$missing" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+# shellcheck disable=SC2086
+apt-get install -y -qq --no-install-recommends $missing >/dev/null
+echo "deps: done" >&2
