@@ -1,0 +1,774 @@
+/*
+ * httpd.c - HTTP server wrapper on libmicrohttpd (see mr_httpd.h).
+ *
+ * libmicrohttpd runs in "external epoll" mode: it owns an epoll fd with the
+ * listen socket, its connections and its inter-thread channel, and does no
+ * waiting of its own. Our loop thread waits on a second epoll set holding
+ * {that epoll fd, a wake eventfd} with timeout min(MHD_get_timeout, tick),
+ * then runs MHD_run(), the tick callback and the posted work. Everything
+ * touching libmicrohttpd or a request happens on this one thread.
+ *
+ * Per request we keep one small struct (struct mr_http_req) and the body.
+ * Suspended requests sit in an intrusive list so stop can answer them;
+ * suspend, reply and resume are O(1) here (libmicrohttpd itself walks its
+ * suspended list once per loop pass that has resumes, not per request).
+ *
+ * Non-goals: TLS, HTTP/2, routing; see mr_httpd.h.
+ */
+#include "mr_httpd.h"
+#include "mr_json.h"
+#include "mr_log.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#define STOP_DRAIN_MS 2000 /* how long stop waits for 503s to go out */
+
+struct hdr {
+	struct hdr *next;
+	char *value; /* points into name[] after its NUL */
+	char name[];
+};
+
+struct mr_http_req {
+	struct mr_httpd *srv;
+	struct MHD_Connection *conn;
+	const char *url;    /* libmicrohttpd's, valid for the request */
+	const char *method; /* likewise */
+	char *body;
+	size_t body_len, body_cap;
+	size_t expect; /* Content-Length when sent: size of the first alloc */
+	void *user;
+	struct hdr *hdrs;
+	struct mr_http_req *prev, *next; /* suspended list */
+	unsigned char meth;
+	unsigned char in_handler, replied, suspend_req, suspended, resumed;
+	unsigned char too_large, queue_failed;
+	char peer[INET6_ADDRSTRLEN];
+};
+
+struct post_item {
+	struct post_item *next;
+	void (*fn)(void *arg);
+	void *arg;
+};
+
+struct mr_httpd {
+	struct MHD_Daemon *mhd;
+	mr_http_handler handler;
+	mr_http_tick tick;
+	void *user;
+	size_t max_body;
+	unsigned tick_ms;
+	int port;
+	int epfd, wakefd;
+	pthread_t thread;
+	int thread_started;
+
+	pthread_mutex_t lock; /* guards the post queue and closed */
+	struct post_item *post_head, *post_tail;
+	int closed;
+	atomic_int stop_req;
+
+	/* loop thread only */
+	int stopping;
+	struct mr_http_req *susp_head;
+	size_t n_suspended, n_resumed;
+	int resumed_since_run; /* MHD_run must run again without waiting */
+	char last_log[256];
+};
+
+/* ---- small helpers ------------------------------------------------------ */
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void wake(struct mr_httpd *srv)
+{
+	uint64_t one = 1;
+
+	/* EAGAIN means the counter is already non-zero: awake anyway. */
+	if (write(srv->wakefd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		mr_log_warn("httpd_wake_failed", "errno=%d", errno);
+}
+
+static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+	struct mr_httpd *srv = cls;
+	size_t n;
+
+	vsnprintf(srv->last_log, sizeof(srv->last_log), fmt, ap);
+	n = strlen(srv->last_log);
+	while (n && (srv->last_log[n - 1] == '\n' || srv->last_log[n - 1] == '.'))
+		srv->last_log[--n] = '\0';
+	/* Per-connection noise (resets, limits) under load: debug only. */
+	mr_log_debug("httpd_mhd", "msg=%s", mr_log_q(srv->last_log));
+}
+
+static void susp_unlink(struct mr_httpd *srv, struct mr_http_req *req)
+{
+	if (req->prev)
+		req->prev->next = req->next;
+	else
+		srv->susp_head = req->next;
+	if (req->next)
+		req->next->prev = req->prev;
+	req->prev = req->next = NULL;
+	req->suspended = 0;
+	srv->n_suspended--;
+}
+
+static void free_hdrs(struct mr_http_req *req)
+{
+	while (req->hdrs) {
+		struct hdr *h = req->hdrs;
+
+		req->hdrs = h->next;
+		free(h);
+	}
+}
+
+/* ---- replies ------------------------------------------------------------- */
+
+/* Queues resp (consumed) as the one reply to req; resumes it if suspended. */
+static void reply_resp(struct mr_http_req *req, int status, struct MHD_Response *resp)
+{
+	struct mr_httpd *srv = req->srv;
+	struct hdr *h;
+
+	if (req->replied) {
+		mr_log_error("httpd_double_reply", "path=%s status=%d", mr_log_q(req->url),
+			     status);
+		MHD_destroy_response(resp);
+		return;
+	}
+	req->replied = 1;
+	for (h = req->hdrs; h; h = h->next)
+		MHD_add_response_header(resp, h->name, h->value);
+	free_hdrs(req);
+	if (srv->stopping)
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+	if (MHD_queue_response(req->conn, (unsigned)status, resp) != MHD_YES)
+		req->queue_failed = 1;
+	MHD_destroy_response(resp);
+	if (req->suspended) {
+		susp_unlink(srv, req);
+		req->resumed = 1;
+		srv->n_resumed++;
+		MHD_resume_connection(req->conn);
+		/* In external-poll mode libmicrohttpd does not wake its epoll
+		 * fd on resume: the loop must call MHD_run() again at once. */
+		srv->resumed_since_run = 1;
+	}
+}
+
+void mr_http_add_header(struct mr_http_req *req, const char *name, const char *value)
+{
+	size_t nl = strlen(name), vl = strlen(value);
+	struct hdr *h;
+
+	if (req->replied)
+		return;
+	h = malloc(sizeof(*h) + nl + vl + 2);
+	if (!h)
+		return;
+	memcpy(h->name, name, nl + 1);
+	h->value = h->name + nl + 1;
+	memcpy(h->value, value, vl + 1);
+	h->next = req->hdrs;
+	req->hdrs = h;
+}
+
+void mr_http_reply(struct mr_http_req *req, int status, const char *content_type,
+		   const void *body, size_t len)
+{
+	struct MHD_Response *resp;
+
+	resp = MHD_create_response_from_buffer(len, (void *)(body ? body : ""),
+					       MHD_RESPMEM_MUST_COPY);
+	if (!resp) {
+		/* Out of memory: an empty response needs no allocation of ours;
+		 * if even that fails the connection is dropped at resume. */
+		resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+		status = 500;
+		if (!resp) {
+			req->replied = 1;
+			req->queue_failed = 1;
+			return;
+		}
+	}
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+				content_type ? content_type : "text/plain; charset=utf-8");
+	reply_resp(req, status, resp);
+}
+
+void mr_http_reply_json(struct mr_http_req *req, int status, json_t *obj)
+{
+	struct MHD_Response *resp = NULL;
+	size_t len = 0;
+	char *s = obj ? mr_json_dump(obj, &len) : NULL;
+
+	json_decref(obj);
+	if (s)
+		resp = MHD_create_response_from_buffer(len, s, MHD_RESPMEM_MUST_FREE);
+	if (!resp) {
+		static const char oom[] = "{\"error\":{\"code\":\"internal\","
+					  "\"message\":\"out of memory\",\"field\":null}}";
+
+		free(s);
+		mr_http_reply(req, 500, "application/json", oom, sizeof(oom) - 1);
+		return;
+	}
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+	reply_resp(req, status, resp);
+}
+
+void mr_http_reply_error(struct mr_http_req *req, int status, const char *code,
+			 const char *field, json_t *extra, const char *fmt, ...)
+{
+	char msg[MR_ERRBUF_SIZE];
+	json_t *o, *err;
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	o = json_object();
+	err = json_pack("{s:s,s:s,s:s?}", "code", code ? code : "error", "message", msg,
+			"field", (field && field[0]) ? field : NULL);
+	if (o && err && extra && json_is_object(extra))
+		json_object_update(o, extra);
+	json_decref(extra);
+	if (!o || !err) {
+		json_decref(err);
+		json_decref(o);
+		o = NULL;
+	} else {
+		json_object_set_new(o, "error", err);
+	}
+	mr_http_reply_json(req, status, o);
+}
+
+void mr_http_suspend(struct mr_http_req *req)
+{
+	if (!req->replied)
+		req->suspend_req = 1;
+}
+
+size_t mr_httpd_suspended(const struct mr_httpd *srv)
+{
+	return srv->n_suspended;
+}
+
+/* ---- accessors ----------------------------------------------------------- */
+
+enum mr_http_method mr_http_req_method(const struct mr_http_req *req)
+{
+	return (enum mr_http_method)req->meth;
+}
+
+const char *mr_http_req_method_str(const struct mr_http_req *req)
+{
+	return req->method;
+}
+
+const char *mr_http_req_path(const struct mr_http_req *req)
+{
+	return req->url;
+}
+
+const char *mr_http_req_query(const struct mr_http_req *req, const char *key)
+{
+	const char *v = NULL;
+	size_t vl = 0;
+
+	if (MHD_lookup_connection_value_n(req->conn, MHD_GET_ARGUMENT_KIND, key, strlen(key),
+					  &v, &vl) != MHD_YES)
+		return NULL;
+	return v ? v : "";
+}
+
+const char *mr_http_req_header(const struct mr_http_req *req, const char *name)
+{
+	return MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, name);
+}
+
+const char *mr_http_req_body(const struct mr_http_req *req, size_t *len)
+{
+	if (len)
+		*len = req->body_len;
+	return req->body ? req->body : "";
+}
+
+int mr_http_req_json(struct mr_http_req *req, json_t **out, struct mr_errbuf *eb)
+{
+	return mr_json_parse_object(req->body, req->body_len, out, eb);
+}
+
+const char *mr_http_req_peer(const struct mr_http_req *req)
+{
+	return req->peer;
+}
+
+void mr_http_req_set_user(struct mr_http_req *req, void *user)
+{
+	req->user = user;
+}
+
+void *mr_http_req_user(const struct mr_http_req *req)
+{
+	return req->user;
+}
+
+/* ---- libmicrohttpd callbacks ---------------------------------------------- */
+
+static unsigned char parse_method(const char *m)
+{
+	if (strcmp(m, "GET") == 0)
+		return MR_HTTP_GET;
+	if (strcmp(m, "HEAD") == 0)
+		return MR_HTTP_HEAD;
+	if (strcmp(m, "POST") == 0)
+		return MR_HTTP_POST;
+	if (strcmp(m, "PUT") == 0)
+		return MR_HTTP_PUT;
+	if (strcmp(m, "DELETE") == 0)
+		return MR_HTTP_DELETE;
+	return MR_HTTP_OTHER;
+}
+
+static void fill_peer(struct mr_http_req *req)
+{
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+
+	req->peer[0] = '\0';
+	if (sa && sa->sa_family == AF_INET)
+		inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, req->peer,
+			  sizeof(req->peer));
+	else if (sa && sa->sa_family == AF_INET6)
+		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, req->peer,
+			  sizeof(req->peer));
+}
+
+static struct mr_http_req *req_new(struct mr_httpd *srv, struct MHD_Connection *conn,
+				   const char *url, const char *method)
+{
+	struct mr_http_req *req = calloc(1, sizeof(*req));
+
+	if (!req)
+		return NULL;
+	req->srv = srv;
+	req->conn = conn;
+	req->url = url;
+	req->method = method;
+	req->meth = parse_method(method);
+	fill_peer(req);
+	return req;
+}
+
+/* Appends upload data; past max_body the rest is discarded and 413 sent. */
+static void req_append(struct mr_http_req *req, const char *data, size_t n)
+{
+	size_t max = req->srv->max_body, need, cap;
+	char *nb;
+
+	if (req->too_large)
+		return;
+	if (n > max - req->body_len) {
+		req->too_large = 1;
+		return;
+	}
+	need = req->body_len + n + 1;
+	if (need > req->body_cap) {
+		cap = req->body_cap ? req->body_cap : req->expect ? req->expect + 1 : 256;
+		while (cap < need)
+			cap *= 2;
+		if (cap > max + 1)
+			cap = max + 1;
+		nb = realloc(req->body, cap);
+		if (!nb) {
+			req->too_large = 1; /* answered as 413; nothing better to say */
+			return;
+		}
+		req->body = nb;
+		req->body_cap = cap;
+	}
+	memcpy(req->body + req->body_len, data, n);
+	req->body_len += n;
+	req->body[req->body_len] = '\0';
+}
+
+static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const char *url,
+				 const char *method, const char *version,
+				 const char *upload_data, size_t *upload_data_size,
+				 void **con_cls)
+{
+	struct mr_httpd *srv = cls;
+	struct mr_http_req *req = *con_cls;
+
+	(void)version;
+	if (!req) {
+		const char *cl;
+
+		req = req_new(srv, conn, url, method);
+		if (!req)
+			return MHD_NO;
+		*con_cls = req;
+		cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+						 MHD_HTTP_HEADER_CONTENT_LENGTH);
+		if (cl) {
+			unsigned long long n = strtoull(cl, NULL, 10);
+
+			if (n > srv->max_body) {
+				req->too_large = 1;
+				mr_http_reply_error(req, 413, "body_too_large", NULL, NULL,
+						    "request body exceeds %zu bytes",
+						    srv->max_body);
+				return req->queue_failed ? MHD_NO : MHD_YES;
+			}
+			req->expect = (size_t)n;
+		}
+		return MHD_YES;
+	}
+	if (req->replied) { /* 413 already queued: swallow the rest */
+		*upload_data_size = 0;
+		return MHD_YES;
+	}
+	if (*upload_data_size) {
+		req_append(req, upload_data, *upload_data_size);
+		*upload_data_size = 0;
+		return MHD_YES;
+	}
+	if (req->too_large) {
+		mr_http_reply_error(req, 413, "body_too_large", NULL, NULL,
+				    "request body exceeds %zu bytes", srv->max_body);
+	} else if (srv->stopping) {
+		mr_http_reply_error(req, 503, "shutting_down", NULL, NULL,
+				    "server is shutting down");
+	} else {
+		req->in_handler = 1;
+		srv->handler(req, srv->user);
+		req->in_handler = 0;
+		if (!req->replied && req->suspend_req && !srv->stopping) {
+			MHD_suspend_connection(conn);
+			req->suspended = 1;
+			req->next = srv->susp_head;
+			if (req->next)
+				req->next->prev = req;
+			srv->susp_head = req;
+			srv->n_suspended++;
+		} else if (!req->replied) {
+			mr_log_error("httpd_no_reply", "method=%s path=%s", req->method,
+				     mr_log_q(req->url));
+			mr_http_reply_error(req, 500, "internal", NULL, NULL,
+					    "handler did not reply");
+		}
+	}
+	return req->queue_failed ? MHD_NO : MHD_YES;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+			 enum MHD_RequestTerminationCode toe)
+{
+	struct mr_httpd *srv = cls;
+	struct mr_http_req *req = *con_cls;
+
+	(void)conn;
+	(void)toe;
+	if (!req)
+		return;
+	*con_cls = NULL;
+	if (req->suspended) /* only possible if MHD tears down a suspended one */
+		susp_unlink(srv, req);
+	if (req->resumed)
+		srv->n_resumed--;
+	free_hdrs(req);
+	free(req->body);
+	free(req);
+}
+
+/* ---- the loop ------------------------------------------------------------- */
+
+static void run_posts(struct mr_httpd *srv, int close_after)
+{
+	struct post_item *it;
+
+	pthread_mutex_lock(&srv->lock);
+	it = srv->post_head;
+	srv->post_head = srv->post_tail = NULL;
+	if (close_after)
+		srv->closed = 1;
+	pthread_mutex_unlock(&srv->lock);
+	while (it) {
+		struct post_item *next = it->next;
+
+		it->fn(it->arg);
+		free(it);
+		it = next;
+	}
+}
+
+static void begin_stop(struct mr_httpd *srv)
+{
+	size_t n = srv->n_suspended;
+
+	run_posts(srv, 1);
+	srv->stopping = 1;
+	while (srv->susp_head)
+		mr_http_reply_error(srv->susp_head, 503, "shutting_down", NULL, NULL,
+				    "server is shutting down");
+	if (n)
+		mr_log_info("httpd_stopping", "suspended_answered=%zu", n);
+}
+
+static void *loop_main(void *arg)
+{
+	struct mr_httpd *srv = arg;
+	struct epoll_event ev[4];
+	uint64_t stop_deadline = 0;
+
+	for (;;) {
+		MHD_UNSIGNED_LONG_LONG mto;
+		int timeout = (int)srv->tick_ms, n, i;
+
+		if (MHD_get_timeout(srv->mhd, &mto) == MHD_YES && mto < (unsigned)timeout)
+			timeout = (int)mto;
+		if (srv->stopping && timeout > 10)
+			timeout = 10;
+		if (srv->resumed_since_run)
+			timeout = 0;
+		n = epoll_wait(srv->epfd, ev, 4, timeout);
+		for (i = 0; i < n; i++) {
+			if (ev[i].data.fd == srv->wakefd) {
+				uint64_t v;
+
+				if (read(srv->wakefd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+					mr_log_warn("httpd_wake_read_failed", "errno=%d", errno);
+			}
+		}
+		srv->resumed_since_run = 0;
+		if (MHD_run(srv->mhd) != MHD_YES)
+			mr_log_warn("httpd_run_failed", "msg=%s", mr_log_q(srv->last_log));
+		if (srv->stopping) {
+			if (srv->n_resumed == 0 || now_ms() >= stop_deadline)
+				break;
+			continue;
+		}
+		if (srv->tick)
+			srv->tick(srv->user);
+		run_posts(srv, 0);
+		if (atomic_load(&srv->stop_req)) {
+			begin_stop(srv);
+			stop_deadline = now_ms() + STOP_DRAIN_MS;
+		}
+	}
+	return NULL;
+}
+
+/* ---- start / stop / post ------------------------------------------------- */
+
+static int parse_bind(const char *addr, int port, struct sockaddr_storage *ss,
+		      unsigned *flags, struct mr_errbuf *eb)
+{
+	struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
+	struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
+
+	memset(ss, 0, sizeof(*ss));
+	if (inet_pton(AF_INET, addr, &s4->sin_addr) == 1) {
+		s4->sin_family = AF_INET;
+		s4->sin_port = htons((uint16_t)port);
+		return 0;
+	}
+	if (inet_pton(AF_INET6, addr, &s6->sin6_addr) == 1) {
+		s6->sin6_family = AF_INET6;
+		s6->sin6_port = htons((uint16_t)port);
+		*flags |= MHD_USE_IPv6;
+		return 0;
+	}
+	return mr_errf_field(eb, MR_EINVAL, "bind_addr",
+			     "invalid bind address '%s': expected an ip address", addr);
+}
+
+static void srv_free(struct mr_httpd *srv)
+{
+	if (srv->mhd)
+		MHD_stop_daemon(srv->mhd);
+	if (srv->epfd >= 0)
+		close(srv->epfd);
+	if (srv->wakefd >= 0)
+		close(srv->wakefd);
+	run_posts(srv, 1); /* nothing should be left; never leak an item */
+	pthread_mutex_destroy(&srv->lock);
+	free(srv);
+}
+
+int mr_httpd_start(struct mr_httpd **out, const struct mr_httpd_opts *o,
+		   struct mr_errbuf *eb)
+{
+	struct mr_httpd *srv;
+	struct sockaddr_storage ss;
+	struct MHD_OptionItem opts[16];
+	struct epoll_event ev;
+	const union MHD_DaemonInfo *di;
+	unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+	size_t mem = o->conn_memory ? o->conn_memory : 8192;
+	size_t incr = mem / 4 < 1024 ? mem / 4 : 1024;
+	int k = 0, rc;
+
+	*out = NULL;
+	if (!o->handler)
+		return mr_errf_field(eb, MR_EINVAL, "handler", "httpd: 'handler' is required");
+	if (o->port < 0 || o->port > 65535)
+		return mr_errf_field(eb, MR_ERANGE, "port", "port %d is out of range [0, 65535]",
+				     o->port);
+	if (mem < 1024)
+		return mr_errf_field(eb, MR_ERANGE, "conn_memory",
+				     "conn_memory %zu is below the minimum 1024", mem);
+	srv = calloc(1, sizeof(*srv));
+	if (!srv)
+		return mr_errf(eb, MR_ENOMEM, "httpd: out of memory");
+	srv->epfd = srv->wakefd = -1;
+	pthread_mutex_init(&srv->lock, NULL);
+	srv->handler = o->handler;
+	srv->tick = o->tick;
+	srv->user = o->user;
+	srv->max_body = o->max_body ? o->max_body : (size_t)1 << 20;
+	srv->tick_ms = o->tick_ms ? o->tick_ms : 100;
+
+	if (o->bind_addr) {
+		rc = parse_bind(o->bind_addr, o->port, &ss, &flags, eb);
+		if (rc)
+			goto fail;
+		opts[k++] = (struct MHD_OptionItem){MHD_OPTION_SOCK_ADDR, 0, &ss};
+	}
+	opts[k++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_LIMIT,
+					    o->max_connections ? o->max_connections : 1024,
+					    NULL};
+	if (o->per_ip_connections)
+		opts[k++] = (struct MHD_OptionItem){MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+						    o->per_ip_connections, NULL};
+	opts[k++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_TIMEOUT,
+					    o->idle_timeout_s ? o->idle_timeout_s : 30, NULL};
+	opts[k++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+					    (intptr_t)mem, NULL};
+	opts[k++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_MEMORY_INCREMENT,
+					    (intptr_t)incr, NULL};
+	opts[k++] = (struct MHD_OptionItem){MHD_OPTION_LISTEN_BACKLOG_SIZE, 4096, NULL};
+	opts[k++] = (struct MHD_OptionItem){MHD_OPTION_NOTIFY_COMPLETED,
+					    (intptr_t)on_completed, srv};
+	opts[k++] = (struct MHD_OptionItem){MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)on_mhd_log,
+					    srv};
+	opts[k++] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
+
+	srv->mhd = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_access, srv,
+				    MHD_OPTION_ARRAY, opts, MHD_OPTION_END);
+	if (!srv->mhd) {
+		rc = mr_errf(eb, MR_EIO, "unable to listen on '%s:%d': %s",
+			     o->bind_addr ? o->bind_addr : "*", o->port,
+			     srv->last_log[0] ? srv->last_log : "libmicrohttpd failed");
+		goto fail;
+	}
+	di = MHD_get_daemon_info(srv->mhd, MHD_DAEMON_INFO_BIND_PORT);
+	srv->port = di ? di->port : o->port;
+	di = MHD_get_daemon_info(srv->mhd, MHD_DAEMON_INFO_EPOLL_FD);
+	srv->epfd = epoll_create1(EPOLL_CLOEXEC);
+	srv->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (!di || srv->epfd < 0 || srv->wakefd < 0) {
+		rc = mr_errf(eb, MR_ESYS, "httpd: unable to set up the event loop: %s",
+			     strerror(errno));
+		goto fail;
+	}
+	ev = (struct epoll_event){.events = EPOLLIN, .data.fd = di->epoll_fd};
+	if (epoll_ctl(srv->epfd, EPOLL_CTL_ADD, di->epoll_fd, &ev) != 0) {
+		rc = mr_errf(eb, MR_ESYS, "httpd: epoll_ctl failed: %s", strerror(errno));
+		goto fail;
+	}
+	ev = (struct epoll_event){.events = EPOLLIN, .data.fd = srv->wakefd};
+	if (epoll_ctl(srv->epfd, EPOLL_CTL_ADD, srv->wakefd, &ev) != 0) {
+		rc = mr_errf(eb, MR_ESYS, "httpd: epoll_ctl failed: %s", strerror(errno));
+		goto fail;
+	}
+	rc = pthread_create(&srv->thread, NULL, loop_main, srv);
+	if (rc != 0) {
+		rc = mr_errf(eb, MR_ESYS, "httpd: unable to start the loop thread: %s",
+			     strerror(rc));
+		goto fail;
+	}
+	srv->thread_started = 1;
+	mr_log_debug("httpd_started", "port=%d", srv->port);
+	*out = srv;
+	return 0;
+fail:
+	srv_free(srv);
+	return rc;
+}
+
+int mr_httpd_port(const struct mr_httpd *srv)
+{
+	return srv->port;
+}
+
+int mr_httpd_post(struct mr_httpd *srv, void (*fn)(void *arg), void *arg)
+{
+	struct post_item *it = malloc(sizeof(*it));
+	int was_empty;
+
+	if (!it)
+		return MR_ENOMEM;
+	it->next = NULL;
+	it->fn = fn;
+	it->arg = arg;
+	pthread_mutex_lock(&srv->lock);
+	if (srv->closed) {
+		pthread_mutex_unlock(&srv->lock);
+		free(it);
+		return MR_ECLOSED;
+	}
+	was_empty = srv->post_head == NULL;
+	if (srv->post_tail)
+		srv->post_tail->next = it;
+	else
+		srv->post_head = it;
+	srv->post_tail = it;
+	pthread_mutex_unlock(&srv->lock);
+	if (was_empty)
+		wake(srv);
+	return 0;
+}
+
+void mr_httpd_stop(struct mr_httpd *srv)
+{
+	if (!srv)
+		return;
+	if (srv->thread_started && pthread_equal(srv->thread, pthread_self())) {
+		mr_log_error("httpd_stop_misuse", "msg=%s",
+			     mr_log_q("mr_httpd_stop called from the loop thread"));
+		return;
+	}
+	if (srv->thread_started) {
+		atomic_store(&srv->stop_req, 1);
+		wake(srv);
+		pthread_join(srv->thread, NULL);
+	}
+	srv_free(srv);
+}
