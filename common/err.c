@@ -34,6 +34,7 @@ int mr_errf(struct mr_errbuf *eb, int err, const char *fmt, ...)
 
 	if (!eb || eb->msg[0])
 		return err;
+	eb->field[0] = '\0'; /* msg and field always describe the same error */
 	va_start(ap, fmt);
 	vsnprintf(eb->msg, sizeof(eb->msg), fmt, ap);
 	va_end(ap);

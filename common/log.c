@@ -13,7 +13,7 @@
 
 int mr__log_level = MR_LOG_INFO;
 static char log_comp[32] = "meshrun";
-static char log_job[256];
+static char log_job[256]; /* logfmt-quoted if needed */
 static _Thread_local int log_rank = -1;
 
 static const char *const level_names[] = {"debug", "info", "warn", "error", "off"};
@@ -31,7 +31,9 @@ void mr_log_set_level(enum mr_log_level level)
 
 void mr_log_set_job(const char *job)
 {
-	snprintf(log_job, sizeof(log_job), "%s", job ? job : "");
+	/* stored already quoted for logfmt: quoting at log time would use up
+	 * one of the caller's mr_log_q() slots */
+	snprintf(log_job, sizeof(log_job), "%s", job && *job ? mr_log_q(job) : "");
 }
 
 void mr_log_set_rank(int rank)
@@ -56,14 +58,14 @@ const char *mr_log_q(const char *value)
 
 	if (!value)
 		value = "";
-	if (*value && !strpbrk(value, " \"=\t\n\\"))
+	if (*value && !strpbrk(value, " \"=\t\r\n\\"))
 		return value;
 	out[n++] = '"';
 	for (const char *p = value; *p && n < LOG_QUOTE_MAX - 3; p++) {
 		if (*p == '"' || *p == '\\') {
 			out[n++] = '\\';
 			out[n++] = *p;
-		} else if (*p == '\n' || *p == '\t') {
+		} else if (*p == '\n' || *p == '\r' || *p == '\t') {
 			out[n++] = ' ';
 		} else {
 			out[n++] = *p;
@@ -87,7 +89,7 @@ void mr__log(enum mr_log_level lvl, const char *event, const char *fmt, ...)
 	gmtime_r(&ts.tv_sec, &tm);
 	n = strftime(line, sizeof(line), "ts=%Y-%m-%dT%H:%M:%S", &tm);
 	k = snprintf(line + n, sizeof(line) - n, ".%03ldZ lvl=%s comp=%s", ts.tv_nsec / 1000000,
-		     level_names[lvl < MR_LOG_OFF ? lvl : MR_LOG_ERROR], log_comp);
+		     level_names[(unsigned)lvl < MR_LOG_OFF ? lvl : MR_LOG_ERROR], log_comp);
 	n += (size_t)k;
 	if (log_job[0] && n < sizeof(line))
 		n += (size_t)snprintf(line + n, sizeof(line) - n, " job=%s", log_job);
@@ -102,6 +104,8 @@ void mr__log(enum mr_log_level lvl, const char *event, const char *fmt, ...)
 		va_end(ap);
 		if (k > 0)
 			n += (size_t)k;
+		else
+			n--; /* no pairs ("%s", ""): no trailing space */
 	}
 	if (n > sizeof(line) - 2)
 		n = sizeof(line) - 2;
