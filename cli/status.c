@@ -1,0 +1,231 @@
+/*
+ * status.c - `meshrun status [JOB]`: jobs, generations and members from a
+ * controller, as aligned human tables.
+ *
+ *   meshrun status                      every job, one line each
+ *   meshrun status team-a/gpt-small     the job, then its members by rank
+ *
+ * Options: --controller URL (MESHRUN_CONTROLLER, default
+ * http://127.0.0.1:29400), --token / MESHRUN_TOKEN, --token-file.
+ *
+ * Non-goals: watching (run it under `watch`), changing anything.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mr_cli.h"
+#include "mr_config.h"
+#include "mr_httpc.h"
+#include "mr_json.h"
+
+struct status_opts {
+	char controller[512];
+	char token[256];
+	char token_file[1024];
+};
+
+#define O struct status_opts
+static const struct mr_config_opt status_config[] = {
+	MR_CONFIG_STRING("controller", O, controller, "http://127.0.0.1:29400",
+			 "Controller base URL."),
+	MR_CONFIG_STRING("token", O, token, "", "Bearer token (read or write)."),
+	MR_CONFIG_STRING("token_file", O, token_file, "", "File holding the bearer token."),
+};
+#undef O
+
+static long long geti(const json_t *o, const char *k)
+{
+	return json_integer_value(json_object_get(o, k));
+}
+
+static const char *gets_(const json_t *o, const char *k)
+{
+	const char *s = json_string_value(json_object_get(o, k));
+
+	return s ? s : "-";
+}
+
+static int get(struct mr_httpc *c, const char *path, json_t **out)
+{
+	struct mr_errbuf eb = { { 0 }, { 0 } };
+	long status = 0;
+
+	if (mr_httpc_json(c, "GET", path, NULL, 10000, &status, out, &eb)) {
+		fprintf(stderr, "meshrun status: %s\n", eb.msg);
+		return 1;
+	}
+	if (status != 200) {
+		json_t *e = json_object_get(*out, "error");
+
+		fprintf(stderr, "meshrun status: %s: HTTP %ld: %s\n", path, status,
+			e ? gets_(e, "message") : "unexpected reply");
+		json_decref(*out);
+		*out = NULL;
+		return 1;
+	}
+	return 0;
+}
+
+static void print_job_line(const json_t *j)
+{
+	const json_t *m = json_object_get(j, "members");
+	const json_t *kv = json_object_get(j, "kv");
+
+	printf("%-40s %-8s %6lld %6lld %6lld %8lld %8lld %8lld %8lld %8lld\n", gets_(j, "name"),
+	       gets_(j, "state"), geti(j, "generation"), geti(j, "num_nodes"),
+	       geti(j, "world_size"), geti(j, "restarts"), geti(m, "waiting"),
+	       geti(m, "running"), geti(m, "standby"), geti(kv, "keys"));
+}
+
+static int list_jobs(struct mr_httpc *c)
+{
+	long long off = 0;
+
+	printf("%-40s %-8s %6s %6s %6s %8s %8s %8s %8s %8s\n", "JOB", "STATE", "GEN", "NODES",
+	       "WORLD", "RESTARTS", "WAITING", "RUNNING", "STANDBY", "KV_KEYS");
+	for (;;) {
+		char path[128];
+		json_t *o = NULL, *jobs;
+		size_t i;
+
+		snprintf(path, sizeof(path), "/v1/jobs?offset=%lld&limit=1000", off);
+		if (get(c, path, &o))
+			return 1;
+		jobs = json_object_get(o, "jobs");
+		for (i = 0; i < json_array_size(jobs); i++)
+			print_job_line(json_array_get(jobs, i));
+		if (!json_is_integer(json_object_get(o, "next"))) {
+			json_decref(o);
+			return 0;
+		}
+		off = geti(o, "next");
+		json_decref(o);
+	}
+}
+
+static int show_job(struct mr_httpc *c, const char *job)
+{
+	long long off = 0;
+	int first = 1;
+
+	for (;;) {
+		char path[512];
+		json_t *o = NULL, *ms, *m;
+		size_t i;
+
+		snprintf(path, sizeof(path), "/v1/jobs/%s?members=1&offset=%lld&limit=1000", job,
+			 off);
+		if (get(c, path, &o))
+			return 1;
+		if (first) {
+			const json_t *sp = json_object_get(o, "spec");
+			const json_t *mesh = json_object_get(sp, "mesh");
+
+			printf("job:         %s\n", gets_(o, "name"));
+			printf("state:       %s\n", gets_(o, "state"));
+			printf("generation:  %lld (restarts %lld of %lld, rounds %lld)\n",
+			       geti(o, "generation"), geti(o, "restarts"),
+			       geti(sp, "max_restarts"), geti(o, "rounds"));
+			printf("nodes:       %lld (min %lld, max %lld) x %lld proc = world %lld\n",
+			       geti(o, "num_nodes"), geti(sp, "min_nodes"), geti(sp, "max_nodes"),
+			       geti(sp, "nproc_per_node"), geti(o, "world_size"));
+			printf("mesh:        tp=%lld pp=%lld cp=%lld ep=%lld dp=%lld\n",
+			       geti(mesh, "tp"), geti(mesh, "pp"), geti(mesh, "cp"),
+			       geti(mesh, "ep"), geti(o, "dp") ? geti(o, "dp") : geti(mesh, "dp"));
+			printf("kv:          %lld keys, %lld bytes\n\n",
+			       geti(json_object_get(o, "kv"), "keys"),
+			       geti(json_object_get(o, "kv"), "bytes"));
+			printf("%-9s %-40s %-8s %-20s %6s %10s\n", "NODE_RANK", "NODE_ID", "STATE",
+			       "HOST", "POD", "LAST_SEEN");
+			first = 0;
+		}
+		ms = json_object_get(o, "member_list");
+		for (i = 0; i < json_array_size(ms); i++) {
+			char rank[16], pod[16], seen[24];
+
+			m = json_array_get(ms, i);
+			snprintf(rank, sizeof(rank), "%lld", geti(m, "node_rank"));
+			snprintf(pod, sizeof(pod), "%lld", geti(m, "pod_index"));
+			snprintf(seen, sizeof(seen), "%.1fs", (double)geti(m, "last_seen_ms_ago") / 1e3);
+			printf("%-9s %-40s %-8s %-20s %6s %10s\n",
+			       json_object_get(m, "node_rank") ? rank : "-", gets_(m, "node_id"),
+			       gets_(m, "state"), gets_(m, "host"),
+			       json_object_get(m, "pod_index") ? pod : "-", seen);
+		}
+		if (!json_is_integer(json_object_get(o, "next"))) {
+			json_decref(o);
+			return 0;
+		}
+		off = geti(o, "next");
+		json_decref(o);
+	}
+}
+
+static int read_token_file(const char *path, char *out, size_t cap)
+{
+	FILE *f = fopen(path, "r");
+	size_t n;
+
+	if (!f) {
+		fprintf(stderr, "meshrun status: unable to read '%s'\n", path);
+		return 2;
+	}
+	n = fread(out, 1, cap - 1, f);
+	fclose(f);
+	out[n] = 0;
+	while (n && (out[n - 1] == '\n' || out[n - 1] == '\r' || out[n - 1] == ' '))
+		out[--n] = 0;
+	return 0;
+}
+
+int mr_cli_status(int argc, char **argv)
+{
+	struct mr_errbuf eb = { { 0 }, { 0 } };
+	struct status_opts o;
+	struct mr_httpc_opts ho;
+	struct mr_httpc c;
+	struct mr_config cfg;
+	const char *job = NULL;
+	int rc;
+
+	memset(&o, 0, sizeof(o));
+	rc = mr_config_init(&cfg, status_config, sizeof(status_config) / sizeof(status_config[0]),
+			    &o, &eb);
+	if (!rc) {
+		cfg.prog = "meshrun status";
+		cfg.usage = "[options] [NAMESPACE/JOB]";
+		cfg.summary = "Jobs, generations and members known to a meshrun controller.";
+		cfg.allow_positional = 1;
+		cfg.config_file = 0;
+		rc = mr_config_parse(&cfg, argc, argv, &eb);
+	}
+	if (rc == MR_CONFIG_HELP) {
+		mr_config_release(&cfg);
+		return 0;
+	}
+	if (rc || cfg.nargs > 1) {
+		fprintf(stderr, "meshrun status: %s\n", rc ? eb.msg : "at most one job name");
+		mr_config_release(&cfg);
+		return 2;
+	}
+	if (cfg.nargs == 1)
+		job = cfg.args[0];
+	if (o.token_file[0] && read_token_file(o.token_file, o.token, sizeof(o.token))) {
+		mr_config_release(&cfg);
+		return 2;
+	}
+	memset(&ho, 0, sizeof(ho));
+	ho.base_url = o.controller;
+	ho.token = o.token[0] ? o.token : NULL;
+	ho.max_retries = 2;
+	if (mr_httpc_init(&c, &ho, &eb)) {
+		fprintf(stderr, "meshrun status: %s\n", eb.msg);
+		mr_config_release(&cfg);
+		return 2;
+	}
+	rc = job ? show_job(&c, job) : list_jobs(&c);
+	mr_httpc_release(&c);
+	mr_config_release(&cfg);
+	return rc;
+}

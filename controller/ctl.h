@@ -1,0 +1,286 @@
+/*
+ * ctl.h - the controller core: jobs, members, rounds, generations, the
+ * per-job KV store, suspended waiters and the journal hooks.
+ *
+ * Everything here runs on one thread (the mr_httpd loop thread), Redis
+ * style, so nothing is locked. The core knows nothing about HTTP: an
+ * operation fills a struct ctl_res (status, error code/field/message or a
+ * JSON body or raw bytes) and, for long-polls, registers a struct
+ * ctl_waiter holding an opaque request pointer; when a waiter is woken
+ * later the core calls ctl->wake(ctl, req, res) and the API layer replies.
+ *
+ * Every mutation is applied in memory and appended to the journal batch
+ * (journal.c); the server writes and fsyncs the batch once per loop
+ * iteration before any reply leaves (group commit). Replay calls the same
+ * apply functions with ctl->replaying set, so live and replayed state
+ * transitions cannot drift apart.
+ *
+ * Ownership: struct ctl owns every job; a job owns its members, KV
+ * entries and waiter records; a waiter does not own its request.
+ *
+ * Non-goals: sockets, parsing HTTP, authentication (api.c), metrics
+ * rendering (server.c).
+ */
+#ifndef MR_CTL_H
+#define MR_CTL_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mr_dict.h"
+#include "mr_err.h"
+
+#define CTL_MAX_KEY 256
+#define CTL_MAX_NODE_ID 253
+#define CTL_MAX_HOST 253
+#define CTL_MAX_PORTS_JSON 1024
+#define CTL_MAX_WAIT_MS 300000
+
+enum ctl_job_state { CTL_JOB_FORMING, CTL_JOB_RUNNING, CTL_JOB_FAILED };
+enum ctl_member_state {
+	CTL_M_WAITING, /* joined the forming round */
+	CTL_M_RUNNING, /* in the closed round: has a node rank */
+	CTL_M_STANDBY, /* joined a full running job: enters the next round */
+	CTL_M_STALE,   /* member of an older generation that has not rejoined */
+	CTL_M_NSTATES
+};
+enum ctl_waiter_kind { CTL_W_ROUND, CTL_W_KV };
+
+struct ctl_spec {
+	int32_t min_nodes, max_nodes, nproc_per_node;
+	int32_t tp, pp, cp, ep, dp; /* dp 0 = derived */
+	int32_t last_call_ms, heartbeat_timeout_ms, max_restarts;
+};
+
+struct ctl_job;
+struct ctl_member;
+
+struct ctl_waiter {
+	void *req;                 /* opaque, owned by the API layer */
+	struct ctl_job *job;
+	struct ctl_member *member; /* CTL_W_ROUND */
+	char *key;                 /* CTL_W_KV: owned copy */
+	int64_t deadline_ms;
+	size_t heap_idx;
+	uint8_t kind;
+	struct ctl_waiter *prev, *next;   /* all waiters of the job */
+	struct ctl_waiter *kprev, *knext; /* waiters of one key */
+};
+
+struct ctl_member {
+	char *node_id; /* owned; the members dict borrows it */
+	char *host, *host_id, *ports; /* owned, may be NULL; ports is JSON */
+	int32_t pod_index;            /* -1 = none */
+	int32_t node_rank;            /* -1 until the round closes */
+	uint8_t state;                /* enum ctl_member_state */
+	uint8_t confirmed;            /* running, and told so (wait/heartbeat) */
+	int64_t last_seen_ms;
+	struct ctl_member *lru_prev, *lru_next; /* ordered by last_seen */
+	struct ctl_waiter *waiter;              /* suspended wait, or NULL */
+};
+
+struct ctl_kv {
+	char *key; /* points into this allocation; the kv dict borrows it */
+	uint64_t version;
+	uint32_t len;
+	unsigned char data[]; /* len bytes, then the key's bytes + NUL */
+};
+
+struct ctl_waitq { /* value of job->kvwait */
+	struct ctl_waiter *head;
+	char key[];
+};
+
+struct ctl_job {
+	char *name; /* "ns/name", owned; the jobs dict borrows it */
+	struct ctl_spec spec;
+	uint64_t generation;
+	uint8_t state; /* enum ctl_job_state */
+	int32_t restarts;
+	uint64_t rounds;
+	struct mr_dict members;
+	struct ctl_member *lru_head, *lru_tail;
+	uint32_t count[CTL_M_NSTATES];
+	int64_t min_reached_ms; /* 0 = fewer than min_nodes waiting */
+	int32_t num_nodes, world_size, dp; /* of the closed round */
+	struct mr_dict kv;
+	uint64_t kv_seq;
+	size_t kv_bytes;
+	struct mr_dict kvwait; /* key -> struct ctl_waitq */
+	struct ctl_waiter *waiters;
+};
+
+struct ctl_limits {
+	size_t max_value;        /* bytes per KV value */
+	uint32_t max_keys;       /* KV keys per job */
+	uint32_t max_members;    /* members per job */
+	uint32_t max_jobs;
+	struct ctl_spec defaults; /* last_call/heartbeat/max_restarts defaults */
+};
+
+struct ctl_res {
+	int status;           /* HTTP status */
+	const char *code;     /* error code, NULL on success */
+	const char *field;    /* offending field (points at fieldbuf), may be NULL */
+	char fieldbuf[128];
+	char msg[256];
+	json_t *body;         /* success body, or extra top-level error fields; owned */
+	const void *raw;      /* raw success body (KV value), borrowed */
+	size_t raw_len;
+	uint64_t etag;        /* 0 = none */
+	int suspended;        /* the request was parked as a waiter */
+};
+
+struct ctl_stats {
+	uint64_t joins, rounds, dead, bumps;
+};
+
+struct ctl_journal;
+
+struct ctl {
+	struct ctl_limits lim;
+	struct mr_dict jobs;
+	struct ctl_waiter **heap; /* min-heap by deadline */
+	size_t heap_len, heap_cap;
+	struct ctl_journal *jr; /* NULL = no journal (tests, fuzzing) */
+	int replaying;
+	int64_t now_ms;
+	int64_t last_scan_ms;
+	int64_t skew_ms; /* added to the clock by tick (tests and fuzzing only) */
+	size_t kv_bytes; /* over all jobs */
+	struct ctl_stats stats;
+	/* replies to a woken waiter; res->body is stolen */
+	void (*wake)(struct ctl *ctl, void *req, struct ctl_res *res);
+	void *user;
+};
+
+/* ---- lifecycle (job.c; tick and touch_all in round.c) ---- */
+void mr__ctl_init(struct ctl *ctl, const struct ctl_limits *lim);
+/* Frees every job; waiters are dropped without wake. */
+void mr__ctl_release(struct ctl *ctl);
+int64_t mr__ctl_now_ms(void);
+/* Timers: last-call, heartbeat expiry, waiter deadlines. */
+void mr__ctl_tick(struct ctl *ctl);
+/* Gives every member a full heartbeat timeout (after restart), and
+ * restarts the last-call window of forming rounds that reached min. */
+void mr__ctl_touch_all(struct ctl *ctl);
+
+/* ---- results ---- */
+void mr__res_err(struct ctl_res *res, int status, const char *code, const char *field,
+		 const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+void mr__res_ok(struct ctl_res *res, json_t *body);
+void mr__res_release(struct ctl_res *res);
+/* 409 stale_generation with the job's current generation. */
+void mr__res_stale(struct ctl_res *res, const struct ctl_job *job);
+
+/* ---- spec and names (parse.c) ---- */
+int mr__ctl_valid_job_part(const char *s);
+int mr__ctl_valid_node_id(const char *s);
+int mr__ctl_valid_key(const char *s, size_t len);
+/* Fills spec from a JSON object (defaults from lim); 0 or error in res
+ * (400 with the field). name gets the "ns/name" (borrowed from obj). */
+int mr__ctl_parse_spec(const json_t *obj, const struct ctl_limits *lim,
+		       struct ctl_spec *spec, const char **name, struct ctl_res *res);
+/* 1 if the mesh fits n nodes. */
+int mr__ctl_mesh_fits(const struct ctl_spec *s, int32_t n, int32_t *dp);
+json_t *mr__ctl_spec_json(const struct ctl_spec *s);
+
+/* ---- jobs (job.c) and rounds (round.c) ---- */
+struct ctl_join {
+	const char *node_id, *host, *host_id, *ports; /* ports: JSON text or NULL */
+	int32_t pod_index;
+	const struct ctl_spec *spec; /* optional: create the job */
+};
+
+struct ctl_job *mr__ctl_job(struct ctl *ctl, const char *name);
+void mr__ctl_job_create(struct ctl *ctl, const char *name, const struct ctl_spec *spec,
+			struct ctl_res *res);
+void mr__ctl_job_delete(struct ctl *ctl, const char *name, struct ctl_res *res);
+json_t *mr__ctl_job_json(const struct ctl_job *job);
+void mr__ctl_join(struct ctl *ctl, const char *name, const struct ctl_join *j,
+		  struct ctl_res *res);
+/* timeout_ms 0 = answer at once. */
+void mr__ctl_wait(struct ctl *ctl, const char *name, const char *node_id, int64_t gen,
+		  int64_t timeout_ms, void *req, struct ctl_res *res);
+void mr__ctl_heartbeat(struct ctl *ctl, const char *name, const char *node_id, int64_t gen,
+		       struct ctl_res *res);
+/* failure: 1 = "fail" (counts a restart, member stays), 0 = "leave". */
+void mr__ctl_leave(struct ctl *ctl, const char *name, const char *node_id, int64_t gen,
+		   int failure, struct ctl_res *res);
+json_t *mr__ctl_member_json(const struct ctl_member *m);
+/* Moves m to state st, keeping the job's counters and min_reached. */
+void mr__ctl_set_state(struct ctl *ctl, struct ctl_job *job, struct ctl_member *m, int st);
+/* Starts/stops the last-call window from the number of waiting members. */
+void mr__ctl_update_min(struct ctl *ctl, struct ctl_job *job);
+/* last_seen = now, moved to the tail of the job's expiry list. */
+void mr__ctl_member_touch(struct ctl *ctl, struct ctl_job *job, struct ctl_member *m);
+const char *mr__ctl_member_state_name(int st);
+const char *mr__ctl_job_state_name(int st);
+/* Resolves the job for a per-generation call: 404/410/409 in res. gen < 0
+ * means "not given". */
+struct ctl_job *mr__ctl_job_for(struct ctl *ctl, const char *name, int64_t gen,
+				struct ctl_res *res);
+
+/* apply functions shared by live paths and replay */
+struct ctl_job *mr__ctl_apply_job(struct ctl *ctl, const char *name, const struct ctl_spec *spec,
+				  uint64_t gen, int state, int32_t restarts, uint64_t rounds,
+				  uint64_t kv_seq, int32_t num_nodes);
+void mr__ctl_apply_job_delete(struct ctl *ctl, struct ctl_job *job);
+struct ctl_member *mr__ctl_apply_member(struct ctl *ctl, struct ctl_job *job,
+					const char *node_id, const char *host,
+					const char *host_id, const char *ports, int32_t pod_index,
+					int state, int32_t node_rank);
+void mr__ctl_apply_member_delete(struct ctl *ctl, struct ctl_job *job, struct ctl_member *m);
+void mr__ctl_apply_close(struct ctl *ctl, struct ctl_job *job, int32_t n);
+void mr__ctl_apply_bump(struct ctl *ctl, struct ctl_job *job, uint64_t gen, int32_t restarts,
+			int failed);
+
+/* ---- KV (kv.c) ---- */
+struct ctl_put {
+	const void *val;
+	size_t len;
+	int64_t if_match;  /* -1 = none */
+	int if_none_match; /* 1 = only if absent */
+};
+void mr__ctl_kv_put(struct ctl *ctl, struct ctl_job *job, const char *key,
+		    const struct ctl_put *p, struct ctl_res *res);
+void mr__ctl_kv_get(struct ctl *ctl, struct ctl_job *job, const char *key, int64_t wait_ms,
+		    void *req, struct ctl_res *res);
+void mr__ctl_kv_add(struct ctl *ctl, struct ctl_job *job, const char *key, int64_t delta,
+		    struct ctl_res *res);
+void mr__ctl_kv_delete(struct ctl *ctl, struct ctl_job *job, const char *key,
+		       struct ctl_res *res);
+void mr__ctl_kv_list(struct ctl *ctl, struct ctl_job *job, const char *prefix, size_t offset,
+		     size_t limit, struct ctl_res *res);
+/* apply functions (also replay) */
+int mr__ctl_apply_kv_put(struct ctl *ctl, struct ctl_job *job, const char *key,
+			 const void *val, size_t len, uint64_t version);
+void mr__ctl_apply_kv_del(struct ctl *ctl, struct ctl_job *job, const char *key);
+void mr__ctl_kv_clear(struct ctl *ctl, struct ctl_job *job);
+
+/* ---- waiters (waiter.c) ---- */
+/* New waiter parked on job (and member/key); NULL on OOM. */
+struct ctl_waiter *mr__ctl_waiter_add(struct ctl *ctl, struct ctl_job *job, void *req,
+				      int kind, int64_t timeout_ms);
+/* Unlinks and frees w after calling ctl->wake with res (res->body is
+ * stolen). */
+void mr__ctl_waiter_finish(struct ctl *ctl, struct ctl_waiter *w, struct ctl_res *res);
+/* Answers every waiter of job with a copy of the given error. */
+void mr__ctl_waiters_fail(struct ctl *ctl, struct ctl_job *job, int status, const char *code,
+			  const char *field, json_t *extra, const char *msg);
+void mr__ctl_waiters_expire(struct ctl *ctl);
+/* Wakes waiters of job/key with the KV entry. */
+void mr__ctl_waiters_kv(struct ctl *ctl, struct ctl_job *job, const struct ctl_kv *e);
+
+/* ---- journal hooks (journal.c); no-ops when ctl->jr is NULL or replaying ---- */
+void mr__jr_job(struct ctl *ctl, const struct ctl_job *job);
+void mr__jr_job_delete(struct ctl *ctl, const char *name);
+void mr__jr_member(struct ctl *ctl, const struct ctl_job *job, const struct ctl_member *m);
+void mr__jr_member_delete(struct ctl *ctl, const struct ctl_job *job, const char *node_id);
+void mr__jr_close(struct ctl *ctl, const struct ctl_job *job, int32_t n);
+void mr__jr_bump(struct ctl *ctl, const struct ctl_job *job);
+void mr__jr_kv_put(struct ctl *ctl, const struct ctl_job *job, const struct ctl_kv *e);
+void mr__jr_kv_del(struct ctl *ctl, const struct ctl_job *job, const char *key);
+
+#endif

@@ -1,0 +1,65 @@
+/*
+ * main.c - meshrun-controller: parse the config table, start the
+ * controller, run until SIGINT/SIGTERM, stop.
+ *
+ * Non-goals: anything else (see controller/server.c).
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "mr_controller.h"
+#include "mr_log.h"
+
+static volatile sig_atomic_t stop;
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	stop = 1;
+}
+
+int main(int argc, char **argv)
+{
+	struct mr_errbuf eb = { { 0 }, { 0 } };
+	struct mr_controller_opts o;
+	struct mr_controller *c = NULL;
+	struct mr_config cfg;
+	struct sigaction sa;
+	int rc;
+
+	memset(&o, 0, sizeof(o));
+	mr_log_init("controller", MR_LOG_INFO);
+	rc = mr_config_init(&cfg, mr_controller_config, mr_controller_config_len, &o, &eb);
+	if (!rc) {
+		cfg.prog = "meshrun-controller";
+		cfg.usage = "[options]";
+		cfg.summary = "Rendezvous, per-job KV store, heartbeats and journal for meshrun "
+			      "agents (HTTP API: docs/API.md).";
+		rc = mr_config_parse(&cfg, argc, argv, &eb);
+	}
+	mr_config_release(&cfg);
+	if (rc == MR_CONFIG_HELP)
+		return 0;
+	if (rc) {
+		fprintf(stderr, "meshrun-controller: %s\n", eb.msg);
+		return MR_CONFIG_EXIT_USAGE;
+	}
+	mr_log_set_level((enum mr_log_level)o.log_level);
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal;
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	if (mr_controller_start(&c, &o, &eb)) {
+		mr_log_error("start_failed", "err=%s", mr_log_q(eb.msg));
+		fprintf(stderr, "meshrun-controller: %s\n", eb.msg);
+		return 1;
+	}
+	while (!stop)
+		pause();
+	mr_log_info("stopping", "signal=1");
+	mr_controller_stop(c);
+	return 0;
+}

@@ -1,0 +1,64 @@
+/*
+ * mr_controller.h - the meshrun controller as a library: rendezvous, per-job
+ * KV store, heartbeats, journal, metrics, served over HTTP (docs/API.md).
+ *
+ * mr_controller_start() replays and compacts the journal in opts.data_dir,
+ * then serves on opts.listen:opts.port from one loop thread (mr_httpd); all
+ * controller state lives on that thread. meshrun-controller (main.c) and
+ * `meshrun local` embed it the same way.
+ *
+ * Ownership: opts is copied; the controller reads its token files once at
+ * start. mr_controller_stop() answers suspended requests 503 and frees it.
+ *
+ * Non-goals: TLS, multiple controllers (no replication), running as a
+ * Kubernetes operator.
+ */
+#ifndef MR_CONTROLLER_H
+#define MR_CONTROLLER_H
+
+#include <stdint.h>
+
+#include "mr_config.h"
+#include "mr_err.h"
+
+struct mr_controller_opts {
+	char listen[256];
+	int port;
+	char port_file[1024];
+	char data_dir[1024];
+	char token_file[1024];
+	char read_token_file[1024];
+	char token[256]; /* MESHRUN_TOKEN; the file wins when both are set */
+	int fsync;
+	int64_t max_body;
+	int64_t max_value;
+	int max_keys;
+	int max_members;
+	int max_jobs;
+	int max_connections;
+	int per_ip_connections;
+	int64_t idle_timeout_ms;
+	int conn_memory;
+	int64_t last_call_ms;      /* defaults for jobs whose spec omits them */
+	int64_t heartbeat_timeout_ms;
+	int max_restarts;
+	int log_level; /* index into mr_controller_log_levels */
+};
+
+extern const char *const mr_controller_log_levels[];
+
+/* The config table of the controller; main() and `meshrun local` use it. */
+extern const struct mr_config_opt mr_controller_config[];
+extern const size_t mr_controller_config_len;
+/* Defaults as if parsed from an empty command line. */
+int mr_controller_opts_default(struct mr_controller_opts *o, struct mr_errbuf *eb);
+
+struct mr_controller;
+
+int mr_controller_start(struct mr_controller **out, const struct mr_controller_opts *opts,
+			struct mr_errbuf *eb);
+int mr_controller_port(const struct mr_controller *c);
+/* NULL is a no-op. Not from the loop thread. */
+void mr_controller_stop(struct mr_controller *c);
+
+#endif

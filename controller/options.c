@@ -1,0 +1,73 @@
+/*
+ * options.c - the configuration table of meshrun-controller (flags,
+ * MESHRUN_* env vars, JSON config file; see mr_config.h).
+ *
+ * Defaults are sized for one controller serving 100,000 agents: connection
+ * and member limits above that, 3 KiB of header memory per connection.
+ *
+ * Non-goals: validating combinations beyond bounds (start does that).
+ */
+#include <stddef.h>
+
+#include "mr_controller.h"
+
+const char *const mr_controller_log_levels[] = { "debug", "info", "warn", "error", "off",
+						 NULL };
+
+#define O struct mr_controller_opts
+const struct mr_config_opt mr_controller_config[] = {
+	MR_CONFIG_STRING("listen", O, listen, "0.0.0.0", "Address to listen on."),
+	MR_CONFIG_INT("port", O, port, "29400", 0, 65535,
+		      "TCP port; 0 picks a free one (see --port-file)."),
+	MR_CONFIG_STRING("port_file", O, port_file, "",
+			 "Write the bound port to this file once listening."),
+	MR_CONFIG_STRING("data_dir", O, data_dir, "./meshrun-data",
+			 "Directory of the journal (created if missing). In Kubernetes mount "
+			 "a volume at /var/lib/meshrun and set this to it."),
+	MR_CONFIG_STRING("token_file", O, token_file, "",
+			 "File holding the bearer token for every call (write and read)."),
+	MR_CONFIG_STRING("read_token_file", O, read_token_file, "",
+			 "File holding an extra token that may only read (GET)."),
+	MR_CONFIG_STRING("token", O, token, "",
+			 "Bearer token (prefer MESHRUN_TOKEN or --token-file)."),
+	MR_CONFIG_BOOL("fsync", O, fsync, "true",
+		       "fdatasync the journal before replying to a mutation (turn off only "
+		       "for benchmarks)."),
+	MR_CONFIG_INT("max_body", O, max_body, "1048576", 1024, 1 << 30,
+		      "Largest request body in bytes (413 above)."),
+	MR_CONFIG_INT("max_value", O, max_value, "65536", 1, 1 << 30,
+		      "Largest KV value in bytes (413 above)."),
+	MR_CONFIG_INT("max_keys", O, max_keys, "1048576", 1, 1 << 30, "KV keys per job."),
+	MR_CONFIG_INT("max_members", O, max_members, "200000", 1, 1000000, "Members per job."),
+	MR_CONFIG_INT("max_jobs", O, max_jobs, "10000", 1, 1000000, "Jobs per controller."),
+	MR_CONFIG_INT("max_connections", O, max_connections, "120000", 1, 10000000,
+		      "Concurrent HTTP connections."),
+	MR_CONFIG_INT("per_ip_connections", O, per_ip_connections, "0", 0, 10000000,
+		      "Concurrent connections per client address (0 = unlimited)."),
+	MR_CONFIG_DURATION("idle_timeout", O, idle_timeout_ms, "30s", 1000, 3600000,
+			   "Idle connections (slow clients) are closed after this; parked "
+			   "long-polls are exempt. Whole seconds."),
+	MR_CONFIG_INT("conn_memory", O, conn_memory, "3072", 1024, 1 << 20,
+		      "Header memory per connection in bytes."),
+	MR_CONFIG_DURATION("last_call", O, last_call_ms, "3s", 0, 3600000,
+			   "Default last-call window of a job spec."),
+	MR_CONFIG_DURATION("heartbeat_timeout", O, heartbeat_timeout_ms, "30s", 100, 3600000,
+			   "Default heartbeat timeout of a job spec."),
+	MR_CONFIG_INT("max_restarts", O, max_restarts, "3", 0, 1000000,
+		      "Default max_restarts of a job spec."),
+	MR_CONFIG_ENUM("log_level", O, log_level, "info", mr_controller_log_levels,
+		       "Log level."),
+};
+#undef O
+
+const size_t mr_controller_config_len = sizeof(mr_controller_config) /
+					sizeof(mr_controller_config[0]);
+
+int mr_controller_opts_default(struct mr_controller_opts *o, struct mr_errbuf *eb)
+{
+	struct mr_config cfg;
+	int err = mr_config_init(&cfg, mr_controller_config, mr_controller_config_len, o, eb);
+
+	mr_config_release(&cfg);
+	return err;
+}

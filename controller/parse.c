@@ -1,0 +1,201 @@
+/*
+ * parse.c - validation of names, keys and job specs for the controller.
+ *
+ * Job names are "ns/name", each part a Kubernetes DNS label
+ * ([a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?). Node ids are 1..253 printable
+ * ASCII bytes without spaces. KV keys are 1..256 bytes of [A-Za-z0-9._/-].
+ * Every failure is a 400 in the ctl_res naming the field.
+ *
+ * Non-goals: parsing HTTP (api.c), applying specs (job.c).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "ctl.h"
+#include "mr_json.h"
+
+int mr__ctl_valid_job_part(const char *s)
+{
+	size_t n = strlen(s);
+
+	if (n < 1 || n > 63)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		char c = s[i];
+		int alnum = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+
+		if (!alnum && !((c == '-' || c == '.') && i > 0 && i + 1 < n))
+			return 0;
+	}
+	return 1;
+}
+
+int mr__ctl_valid_node_id(const char *s)
+{
+	size_t n = strlen(s);
+
+	if (n < 1 || n > CTL_MAX_NODE_ID)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		if ((unsigned char)s[i] <= 0x20 || (unsigned char)s[i] >= 0x7f)
+			return 0;
+	}
+	return 1;
+}
+
+int mr__ctl_valid_key(const char *s, size_t len)
+{
+	if (len < 1 || len > CTL_MAX_KEY)
+		return 0;
+	for (size_t i = 0; i < len; i++) {
+		char c = s[i];
+
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '.' || c == '_' || c == '/' || c == '-'))
+			return 0;
+	}
+	return 1;
+}
+
+int mr__ctl_mesh_fits(const struct ctl_spec *s, int32_t n, int32_t *dp)
+{
+	int64_t world = (int64_t)n * s->nproc_per_node;
+	int64_t tpc = (int64_t)s->tp * s->pp * s->cp;
+	int64_t d;
+
+	if (n < 1 || world % tpc)
+		return 0;
+	d = world / tpc;
+	if (s->dp && d != s->dp)
+		return 0;
+	if ((d * s->cp) % s->ep)
+		return 0;
+	if (dp)
+		*dp = (int32_t)d;
+	return 1;
+}
+
+static int get_i32(const json_t *o, const char *field, const char *path, int64_t lo,
+		   int64_t hi, int32_t *out, struct ctl_res *res)
+{
+	struct mr_errbuf eb = { { 0 }, { 0 } };
+	int64_t v = *out;
+
+	if (mr_json_get_int(o, field, 0, lo, hi, &v, &eb)) {
+		mr__res_err(res, 400, "invalid_field", path, "%s", eb.msg);
+		return MR_EINVAL;
+	}
+	*out = (int32_t)v;
+	return 0;
+}
+
+int mr__ctl_parse_spec(const json_t *obj, const struct ctl_limits *lim, struct ctl_spec *spec,
+		       const char **name, struct ctl_res *res)
+{
+	static const char *const keys[] = { "name", "min_nodes", "max_nodes", "nproc_per_node",
+					    "mesh", "last_call_ms", "heartbeat_timeout_ms",
+					    "max_restarts", NULL };
+	static const char *const mesh_keys[] = { "tp", "pp", "cp", "ep", "dp", NULL };
+	struct mr_errbuf eb = { { 0 }, { 0 } };
+	const char *nm = NULL, *slash;
+	json_t *mesh = NULL;
+	char part[64];
+	int64_t v = 0;
+
+	*spec = lim->defaults;
+	spec->min_nodes = 0;
+	spec->max_nodes = 0;
+	spec->nproc_per_node = 1;
+	spec->tp = spec->pp = spec->cp = spec->ep = 1;
+	spec->dp = 0;
+	if (!json_is_object(obj)) {
+		mr__res_err(res, 400, "invalid_field", "spec", "'spec' must be an object");
+		return MR_EINVAL;
+	}
+	if (mr_json_check_keys(obj, keys, &eb) ||
+	    mr_json_get_str(obj, "name", 1, 127, &nm, &eb)) {
+		mr__res_err(res, 400, "invalid_field", eb.field[0] ? eb.field : "name", "%s",
+			    eb.msg);
+		return MR_EINVAL;
+	}
+	slash = strchr(nm, '/');
+	if (!slash || (size_t)(slash - nm) >= sizeof(part)) {
+		mr__res_err(res, 400, "invalid_field", "name",
+			    "'name' must be 'namespace/name', got '%.127s'", nm);
+		return MR_EINVAL;
+	}
+	memcpy(part, nm, (size_t)(slash - nm));
+	part[slash - nm] = 0;
+	if (!mr__ctl_valid_job_part(part) || !mr__ctl_valid_job_part(slash + 1)) {
+		mr__res_err(res, 400, "invalid_field", "name",
+			    "'name': '%.127s' is not two DNS labels joined by '/'", nm);
+		return MR_EINVAL;
+	}
+	if (mr_json_get_int(obj, "min_nodes", 1, 1, 1000000, &v, &eb)) {
+		mr__res_err(res, 400, "invalid_field", "min_nodes", "%s", eb.msg);
+		return MR_EINVAL;
+	}
+	spec->min_nodes = (int32_t)v;
+	spec->max_nodes = spec->min_nodes;
+	if (get_i32(obj, "max_nodes", "max_nodes", 1, 1000000, &spec->max_nodes, res) ||
+	    get_i32(obj, "nproc_per_node", "nproc_per_node", 1, 1024, &spec->nproc_per_node,
+		    res) ||
+	    get_i32(obj, "last_call_ms", "last_call_ms", 0, 3600000, &spec->last_call_ms, res) ||
+	    get_i32(obj, "heartbeat_timeout_ms", "heartbeat_timeout_ms", 100, 3600000,
+		    &spec->heartbeat_timeout_ms, res) ||
+	    get_i32(obj, "max_restarts", "max_restarts", 0, 1000000, &spec->max_restarts, res))
+		return MR_EINVAL;
+	if (spec->max_nodes < spec->min_nodes) {
+		mr__res_err(res, 400, "invalid_field", "max_nodes",
+			    "'max_nodes' (%d) is below 'min_nodes' (%d)", spec->max_nodes,
+			    spec->min_nodes);
+		return MR_EINVAL;
+	}
+	if (spec->max_nodes > (int32_t)lim->max_members) {
+		mr__res_err(res, 400, "invalid_field", "max_nodes",
+			    "'max_nodes' (%d) is above the member limit %u", spec->max_nodes,
+			    lim->max_members);
+		return MR_EINVAL;
+	}
+	if (mr_json_get_obj(obj, "mesh", 0, &mesh, &eb)) {
+		mr__res_err(res, 400, "invalid_field", "mesh", "%s", eb.msg);
+		return MR_EINVAL;
+	}
+	if (mesh) {
+		if (mr_json_check_keys(mesh, mesh_keys, &eb)) {
+			mr__res_err(res, 400, "invalid_field", "mesh", "mesh: %s", eb.msg);
+			return MR_EINVAL;
+		}
+		if (get_i32(mesh, "tp", "mesh.tp", 1, 65536, &spec->tp, res) ||
+		    get_i32(mesh, "pp", "mesh.pp", 1, 65536, &spec->pp, res) ||
+		    get_i32(mesh, "cp", "mesh.cp", 1, 65536, &spec->cp, res) ||
+		    get_i32(mesh, "ep", "mesh.ep", 1, 65536, &spec->ep, res) ||
+		    get_i32(mesh, "dp", "mesh.dp", 0, 1 << 24, &spec->dp, res))
+			return MR_EINVAL;
+	}
+	{
+		int fits = 0;
+
+		for (int32_t n = spec->max_nodes; n >= spec->min_nodes && !fits; n--)
+			fits = mr__ctl_mesh_fits(spec, n, NULL);
+		if (!fits) {
+			mr__res_err(res, 400, "invalid_field", "mesh",
+				    "no node count in [%d, %d] x nproc_per_node %d fits the mesh "
+				    "tp=%d pp=%d cp=%d ep=%d dp=%d",
+				    spec->min_nodes, spec->max_nodes, spec->nproc_per_node, spec->tp,
+				    spec->pp, spec->cp, spec->ep, spec->dp);
+			return MR_EINVAL;
+		}
+	}
+	*name = nm;
+	return 0;
+}
+
+json_t *mr__ctl_spec_json(const struct ctl_spec *s)
+{
+	return json_pack("{si si si s{si si si si si} si si si}", "min_nodes", s->min_nodes,
+			 "max_nodes", s->max_nodes, "nproc_per_node", s->nproc_per_node, "mesh",
+			 "tp", s->tp, "pp", s->pp, "cp", s->cp, "ep", s->ep, "dp", s->dp,
+			 "last_call_ms", s->last_call_ms, "heartbeat_timeout_ms",
+			 s->heartbeat_timeout_ms, "max_restarts", s->max_restarts);
+}

@@ -1,0 +1,396 @@
+/*
+ * round.c - rounds, generations, member operations and timers of the
+ * controller core.
+ *
+ * A job's current round is the set of members in state waiting (forming)
+ * or running (closed). The round closes when max_nodes are waiting, or
+ * min_nodes are and last_call_ms has passed since the min-th join; ranks
+ * are then assigned by pod index (when every member has one) or node id.
+ * Every membership change of a running job (death, leave, failure, a
+ * restarted pod, an elastic join) bumps the generation: every member
+ * becomes stale and must join again, the KV store is cleared and every
+ * parked long-poll is answered 409 at once.
+ *
+ * Heartbeat expiry is O(1) amortised per member: a job keeps its members in
+ * a list ordered by last_seen (touch = move to tail) and the tick expires
+ * from the head. A member parked in a long-poll counts as alive.
+ *
+ * Non-goals: job/member storage (job.c), KV (kv.c), waiters (waiter.c).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctl.h"
+#include "mr_log.h"
+
+#define SCAN_EVERY_MS 10
+
+/* ---- rounds ----------------------------------------------------------------- */
+
+static int cmp_pod(const void *a, const void *b)
+{
+	const struct ctl_member *x = *(struct ctl_member *const *)a;
+	const struct ctl_member *y = *(struct ctl_member *const *)b;
+
+	if (x->pod_index != y->pod_index)
+		return x->pod_index < y->pod_index ? -1 : 1;
+	return strcmp(x->node_id, y->node_id);
+}
+
+static int cmp_id(const void *a, const void *b)
+{
+	const struct ctl_member *x = *(struct ctl_member *const *)a;
+	const struct ctl_member *y = *(struct ctl_member *const *)b;
+
+	return strcmp(x->node_id, y->node_id);
+}
+
+static json_t *running_json(const struct ctl_job *job, const struct ctl_member *m)
+{
+	const struct ctl_spec *s = &job->spec;
+
+	return json_pack("{ss sI si si si si si s{si si si si si}}", "state", "running",
+			 "generation", (json_int_t)job->generation, "num_nodes", job->num_nodes,
+			 "node_rank", m->node_rank, "nproc_per_node", s->nproc_per_node,
+			 "world_size", job->world_size, "rank_base",
+			 m->node_rank * s->nproc_per_node, "mesh", "tp", s->tp, "pp", s->pp,
+			 "cp", s->cp, "ep", s->ep, "dp", job->dp);
+}
+
+void mr__ctl_apply_close(struct ctl *ctl, struct ctl_job *job, int32_t n)
+{
+	size_t nw = job->count[CTL_M_WAITING], k = 0;
+	struct ctl_member **arr = NULL, *m, *next;
+	int all_pod = 1;
+
+	if (nw)
+		arr = malloc(nw * sizeof(*arr));
+	if (nw && !arr) {
+		mr_log_error("round_close_oom", "job=%s", mr_log_q(job->name));
+		return;
+	}
+	for (m = job->lru_head; m; m = next) {
+		next = m->lru_next;
+		if (m->state == CTL_M_WAITING && k < nw) {
+			arr[k++] = m;
+			all_pod &= m->pod_index >= 0;
+		} else if (m->state == CTL_M_STALE) {
+			mr__ctl_apply_member_delete(ctl, job, m);
+		}
+	}
+	if (n > (int32_t)k)
+		n = (int32_t)k;
+	if (k)
+		qsort(arr, k, sizeof(*arr), all_pod ? cmp_pod : cmp_id);
+	job->state = CTL_JOB_RUNNING;
+	for (size_t i = 0; i < k; i++) {
+		mr__ctl_set_state(ctl, job, arr[i], (int32_t)i < n ? CTL_M_RUNNING : CTL_M_STANDBY);
+		arr[i]->confirmed = 0;
+		arr[i]->node_rank = (int32_t)i < n ? (int32_t)i : -1;
+	}
+	job->num_nodes = n;
+	job->world_size = n * job->spec.nproc_per_node;
+	job->dp = 0;
+	mr__ctl_mesh_fits(&job->spec, n, &job->dp);
+	job->rounds++;
+	job->min_reached_ms = 0;
+	ctl->stats.rounds++;
+	mr__jr_close(ctl, job, n);
+	if (!ctl->replaying)
+		mr_log_info("round_closed", "job=%s gen=%llu nodes=%d world=%d",
+			    mr_log_q(job->name), (unsigned long long)job->generation, n,
+			    job->world_size);
+	for (int32_t i = 0; i < n; i++) {
+		struct ctl_res res;
+
+		if (!arr[i]->waiter)
+			continue;
+		memset(&res, 0, sizeof(res));
+		mr__res_ok(&res, running_json(job, arr[i]));
+		arr[i]->confirmed = 1;
+		mr__ctl_waiter_finish(ctl, arr[i]->waiter, &res);
+	}
+	free(arr);
+}
+
+void mr__ctl_apply_bump(struct ctl *ctl, struct ctl_job *job, uint64_t gen, int32_t restarts,
+			int failed)
+{
+	job->generation = gen;
+	job->restarts = restarts;
+	job->state = failed ? CTL_JOB_FAILED : CTL_JOB_FORMING;
+	job->num_nodes = job->world_size = job->dp = 0;
+	job->min_reached_ms = 0;
+	/* everybody joins the new round again, standby members included: each
+	 * learns of it through a 409, so nobody is put in a round it has not
+	 * asked for (a rejoin would otherwise look like a restart) */
+	for (struct ctl_member *m = job->lru_head; m; m = m->lru_next) {
+		if (m->state != CTL_M_STALE)
+			mr__ctl_set_state(ctl, job, m, CTL_M_STALE);
+	}
+	mr__ctl_kv_clear(ctl, job);
+	mr__jr_bump(ctl, job);
+	if (failed) {
+		mr__ctl_waiters_fail(ctl, job, 410, "job_failed", "job",
+				     json_pack("{sI}", "generation", (json_int_t)gen),
+				     "the job failed: max_restarts exceeded");
+	} else {
+		mr__ctl_waiters_fail(ctl, job, 409, "stale_generation", "generation",
+				     json_pack("{sI}", "generation", (json_int_t)gen),
+				     "the generation moved on");
+	}
+}
+
+static void bump(struct ctl *ctl, struct ctl_job *job, int failure, const char *why,
+		 const char *node_id)
+{
+	int32_t restarts = job->restarts + (failure ? 1 : 0);
+	int failed = restarts > job->spec.max_restarts;
+
+	ctl->stats.bumps++;
+	mr__ctl_apply_bump(ctl, job, job->generation + 1, restarts, failed);
+	mr_log(failed ? MR_LOG_WARN : MR_LOG_INFO, failed ? "job_failed" : "generation_bumped",
+	       "job=%s gen=%llu reason=%s node=%s restarts=%d", mr_log_q(job->name),
+	       (unsigned long long)job->generation, why, mr_log_q(node_id), restarts);
+}
+
+/* Closes the forming round if it may close now. */
+static void maybe_close(struct ctl *ctl, struct ctl_job *job)
+{
+	int32_t w = (int32_t)job->count[CTL_M_WAITING];
+	int32_t top;
+
+	if (job->state != CTL_JOB_FORMING || w < job->spec.min_nodes)
+		return;
+	if (w < job->spec.max_nodes &&
+	    !(job->min_reached_ms && ctl->now_ms >= job->min_reached_ms + job->spec.last_call_ms))
+		return;
+	top = w < job->spec.max_nodes ? w : job->spec.max_nodes;
+	for (int32_t n = top; n >= job->spec.min_nodes; n--) {
+		if (mr__ctl_mesh_fits(&job->spec, n, NULL)) {
+			mr__ctl_apply_close(ctl, job, n);
+			return;
+		}
+	}
+}
+
+/* ---- operations ------------------------------------------------------------- */
+
+void mr__ctl_join(struct ctl *ctl, const char *name, const struct ctl_join *j,
+		  struct ctl_res *res)
+{
+	struct ctl_job *job = mr__ctl_job(ctl, name);
+	struct ctl_member *m;
+	int st = CTL_M_WAITING;
+
+	if (!job && j->spec) {
+		mr__ctl_job_create(ctl, name, j->spec, res);
+		mr__res_release(res);
+		if (res->code)
+			return;
+		job = mr__ctl_job(ctl, name);
+	}
+	if (!job || job->state == CTL_JOB_FAILED) {
+		mr__ctl_job_for(ctl, name, -1, res);
+		return;
+	}
+	m = mr_dict_get(&job->members, j->node_id);
+	if (!m && mr_dict_len(&job->members) >= ctl->lim.max_members) {
+		mr__res_err(res, 429, "too_many_members", "node_id", "job '%s' has %u members",
+			    name, ctl->lim.max_members);
+		return;
+	}
+	if (job->state == CTL_JOB_RUNNING) {
+		if (m && m->state == CTL_M_RUNNING && !m->confirmed) {
+			/* a retried join (its reply was lost) before the member ever
+			 * learned its rank: nothing ran yet, so nothing to restart */
+			mr__ctl_member_touch(ctl, job, m);
+			mr__res_ok(res, json_pack("{sI ss si}", "generation",
+						  (json_int_t)job->generation, "state", "running",
+						  "node_rank", m->node_rank));
+			return;
+		} else if (m && m->state == CTL_M_RUNNING) {
+			bump(ctl, job, 1, "rejoin", j->node_id); /* the pod restarted */
+		} else if (m && m->state == CTL_M_STANDBY) {
+			st = CTL_M_STANDBY;
+		} else if (job->count[CTL_M_RUNNING] < (uint32_t)job->spec.max_nodes) {
+			bump(ctl, job, 0, "scale_up", j->node_id);
+		} else {
+			st = CTL_M_STANDBY;
+		}
+		if (job->state == CTL_JOB_FAILED) {
+			mr__ctl_job_for(ctl, name, -1, res);
+			return;
+		}
+	}
+	m = mr__ctl_apply_member(ctl, job, j->node_id, j->host, j->host_id, j->ports,
+				 j->pod_index, st, -1);
+	if (!m) {
+		mr__res_err(res, 503, "out_of_memory", NULL, "out of memory");
+		return;
+	}
+	ctl->stats.joins++;
+	maybe_close(ctl, job);
+	mr__res_ok(res, json_pack("{sI ss}", "generation", (json_int_t)job->generation, "state",
+				  mr__ctl_member_state_name(m->state)));
+	if (m->state == CTL_M_RUNNING)
+		json_object_set_new(res->body, "node_rank", json_integer(m->node_rank));
+}
+
+static struct ctl_member *member_for(struct ctl_job *job, const char *node_id,
+				     struct ctl_res *res)
+{
+	struct ctl_member *m = mr_dict_get(&job->members, node_id);
+
+	if (!m) {
+		mr__res_err(res, 404, "not_member", "node_id",
+			    "node '%.253s' is not a member of job '%s'", node_id, job->name);
+		return NULL;
+	}
+	if (m->state == CTL_M_STALE) {
+		mr__res_stale(res, job);
+		return NULL;
+	}
+	return m;
+}
+
+void mr__ctl_wait(struct ctl *ctl, const char *name, const char *node_id, int64_t gen,
+		  int64_t timeout_ms, void *req, struct ctl_res *res)
+{
+	struct ctl_job *job = mr__ctl_job_for(ctl, name, gen, res);
+	struct ctl_member *m = job ? member_for(job, node_id, res) : NULL;
+	struct ctl_waiter *w;
+
+	if (!m)
+		return;
+	mr__ctl_member_touch(ctl, job, m);
+	if (m->state == CTL_M_RUNNING) {
+		m->confirmed = 1;
+		mr__res_ok(res, running_json(job, m));
+		return;
+	}
+	if (timeout_ms <= 0 || !req) {
+		mr__res_ok(res, json_pack("{sI ss}", "generation", (json_int_t)job->generation,
+					  "state", mr__ctl_member_state_name(m->state)));
+		return;
+	}
+	if (m->waiter) { /* a newer wait of the same member supersedes the older */
+		struct ctl_res old;
+
+		memset(&old, 0, sizeof(old));
+		mr__res_err(&old, 409, "superseded", "node_id",
+			    "a newer wait of node '%.253s' replaced this one", node_id);
+		mr__ctl_waiter_finish(ctl, m->waiter, &old);
+	}
+	w = mr__ctl_waiter_add(ctl, job, req, CTL_W_ROUND, timeout_ms);
+	if (!w) {
+		mr__res_err(res, 503, "out_of_memory", NULL, "out of memory");
+		return;
+	}
+	w->member = m;
+	m->waiter = w;
+	res->suspended = 1;
+}
+
+void mr__ctl_heartbeat(struct ctl *ctl, const char *name, const char *node_id, int64_t gen,
+		       struct ctl_res *res)
+{
+	struct ctl_job *job = mr__ctl_job_for(ctl, name, gen, res);
+	struct ctl_member *m = job ? member_for(job, node_id, res) : NULL;
+
+	if (!m)
+		return;
+	mr__ctl_member_touch(ctl, job, m);
+	if (m->state == CTL_M_RUNNING)
+		m->confirmed = 1;
+	mr__res_ok(res, json_pack("{sI ss}", "generation", (json_int_t)job->generation, "state",
+				  mr__ctl_member_state_name(m->state)));
+}
+
+void mr__ctl_leave(struct ctl *ctl, const char *name, const char *node_id, int64_t gen,
+		   int failure, struct ctl_res *res)
+{
+	struct ctl_job *job = mr__ctl_job_for(ctl, name, gen, res);
+	struct ctl_member *m = job ? member_for(job, node_id, res) : NULL;
+
+	if (!m)
+		return;
+	if (m->state == CTL_M_RUNNING && job->state == CTL_JOB_RUNNING) {
+		if (!failure)
+			mr__ctl_apply_member_delete(ctl, job, m);
+		bump(ctl, job, failure, failure ? "fail" : "leave", node_id);
+	} else {
+		mr__ctl_apply_member_delete(ctl, job, m);
+	}
+	mr__res_ok(res, json_pack("{sI ss}", "generation", (json_int_t)job->generation, "state",
+				  mr__ctl_job_state_name(job->state)));
+}
+
+/* ---- timers --------------------------------------------------------------------- */
+
+static void expire_members(struct ctl *ctl, struct ctl_job *job)
+{
+	int64_t hb = job->spec.heartbeat_timeout_ms;
+
+	while (job->lru_head && job->lru_head->last_seen_ms + hb <= ctl->now_ms) {
+		struct ctl_member *m = job->lru_head;
+
+		if (m->waiter) {
+			mr__ctl_member_touch(ctl, job, m);
+			continue;
+		}
+		if (m->state == CTL_M_RUNNING && job->state == CTL_JOB_RUNNING) {
+			char id[CTL_MAX_NODE_ID + 1];
+
+			snprintf(id, sizeof(id), "%s", m->node_id);
+			ctl->stats.dead++;
+			mr__ctl_apply_member_delete(ctl, job, m);
+			bump(ctl, job, 1, "heartbeat_timeout", id);
+		} else {
+			mr_log_info("member_expired", "job=%s node=%s state=%s",
+				    mr_log_q(job->name), mr_log_q(m->node_id),
+				    mr__ctl_member_state_name(m->state));
+			mr__ctl_apply_member_delete(ctl, job, m);
+		}
+	}
+}
+
+void mr__ctl_tick(struct ctl *ctl)
+{
+	size_t cur = 0;
+	void *v;
+
+	ctl->now_ms = mr__ctl_now_ms() + ctl->skew_ms;
+	mr__ctl_waiters_expire(ctl);
+	if (ctl->now_ms - ctl->last_scan_ms < SCAN_EVERY_MS)
+		return;
+	ctl->last_scan_ms = ctl->now_ms;
+	while (mr_dict_next(&ctl->jobs, &cur, NULL, &v)) {
+		struct ctl_job *job = v;
+
+		if (job->state == CTL_JOB_FORMING && job->min_reached_ms)
+			maybe_close(ctl, job);
+		expire_members(ctl, job);
+	}
+}
+
+void mr__ctl_touch_all(struct ctl *ctl)
+{
+	size_t cur = 0;
+	void *v;
+
+	ctl->now_ms = mr__ctl_now_ms();
+	while (mr_dict_next(&ctl->jobs, &cur, NULL, &v)) {
+		struct ctl_job *job = v;
+
+		/* after a restart nobody knows what members were told: treat
+		 * every running member as confirmed, so a rejoin means a restart */
+		for (struct ctl_member *m = job->lru_head; m; m = m->lru_next) {
+			m->last_seen_ms = ctl->now_ms;
+			m->confirmed = m->state == CTL_M_RUNNING;
+		}
+		job->min_reached_ms = 0;
+		mr__ctl_update_min(ctl, job);
+	}
+}

@@ -1,0 +1,409 @@
+/*
+ * server.c - the controller process core: start (token files, journal
+ * replay and compaction, metrics, HTTP server), the loop tick (timers, then
+ * group commit: one write + fdatasync for every mutation of the iteration,
+ * then the replies that waited for it), and stop.
+ *
+ * Non-goals: routes (api.c), state machine (job.c, kv.c), flags (options.c).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "journal.h"
+#include "mr_json.h"
+#include "mr_log.h"
+#include "server.h"
+
+const char *const mr__ctl_route_names[RT_COUNT] = {
+	"/healthz", "/readyz", "/metrics", "/v1/jobs", "/v1/jobs/{job}",
+	"/v1/jobs/{job}/join", "/v1/jobs/{job}/wait", "/v1/jobs/{job}/heartbeat",
+	"/v1/jobs/{job}/leave", "/v1/jobs/{job}/fail", "/v1/jobs/{job}/kv",
+	"/v1/jobs/{job}/kv/{key}", "/v1/jobs/{job}/kv/{key}/add", "other",
+};
+
+static const int statuses[CTL_NSTATUS] = { 200, 201, 400, 401, 403, 404, 405, 409,
+					   410, 412, 413, 429, 500, 503, 0, 0 };
+
+int64_t mr__now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+void mr__ctl_observe(struct mr_controller *c, int route, int status, int64_t t0_us)
+{
+	int si = CTL_NSTATUS - 1;
+	char st[16];
+
+	for (int i = 0; i < CTL_NSTATUS - 2; i++) {
+		if (statuses[i] == status) {
+			si = i;
+			break;
+		}
+	}
+	if (!c->c_req[route][si]) {
+		snprintf(st, sizeof(st), "%d", si == CTL_NSTATUS - 1 ? status : statuses[si]);
+		c->c_req[route][si] = mr_metric_counter_child(c->f_requests,
+							      mr__ctl_route_names[route], st);
+	}
+	mr_counter_inc(c->c_req[route][si]);
+	if (!c->h_dur[route])
+		c->h_dur[route] = mr_metric_histogram_child(c->f_duration,
+							    mr__ctl_route_names[route]);
+	mr_histogram_observe(c->h_dur[route], (double)(mr__now_us() - t0_us) / 1e6);
+}
+
+/* Builds the body of res: error JSON, raw bytes or the JSON body. */
+static char *res_body(struct ctl_res *res, size_t *len, int *json)
+{
+	char *out = NULL;
+
+	*json = 1;
+	if (res->code) {
+		json_t *o = json_pack("{s{ss ss so}}", "error", "code", res->code, "message",
+				      res->msg, "field",
+				      res->field ? json_string(res->field) : json_null());
+
+		if (o && res->body)
+			json_object_update(o, res->body);
+		out = o ? mr_json_dump(o, len) : NULL;
+		json_decref(o);
+	} else if (res->raw || !res->body) {
+		*json = 0;
+		out = malloc(res->raw_len ? res->raw_len : 1);
+		if (out && res->raw_len)
+			memcpy(out, res->raw, res->raw_len);
+		*len = res->raw_len;
+	} else {
+		out = mr_json_dump(res->body, len);
+	}
+	return out;
+}
+
+static void reply_now(struct mr_controller *c, struct mr_http_req *req, int route, int status,
+		      int json, const char *body, size_t len, uint64_t etag, int64_t t0)
+{
+	if (etag) {
+		char tag[32];
+
+		snprintf(tag, sizeof(tag), "\"%llu\"", (unsigned long long)etag);
+		mr_http_add_header(req, "ETag", tag);
+	}
+	mr_http_reply(req, status, json ? "application/json" : "application/octet-stream",
+		      body, len);
+	mr__ctl_observe(c, route, status, t0);
+}
+
+void mr__ctl_send(struct mr_controller *c, struct mr_http_req *req, int route, int64_t t0_us,
+		  struct ctl_res *res)
+{
+	size_t len = 0;
+	int json;
+	char *body = res_body(res, &len, &json);
+	int status = res->status ? res->status : 200;
+
+	if (!body) {
+		mr__res_release(res);
+		mr_http_reply_error(req, 503, "out_of_memory", NULL, NULL, "out of memory");
+		mr__ctl_observe(c, route, 503, t0_us);
+		return;
+	}
+	if (mr__jr_pending(&c->ctl)) {
+		struct ctl_pending *p = malloc(sizeof(*p) + len);
+
+		if (p) {
+			p->req = req;
+			p->next = NULL;
+			p->status = status;
+			p->route = (uint8_t)route;
+			p->json = (uint8_t)json;
+			p->t0_us = t0_us;
+			p->etag = res->etag;
+			p->len = len;
+			memcpy(p->body, body, len);
+			if (c->pend_tail)
+				c->pend_tail->next = p;
+			else
+				c->pend_head = p;
+			c->pend_tail = p;
+			c->pending++;
+			if (!mr_http_req_user(req)) {
+				mr_http_suspend(req);
+				mr_http_req_set_user(req, mr__ctl_reqtag(t0_us, route));
+			}
+			free(body);
+			mr__res_release(res);
+			return;
+		}
+		/* no memory to wait: reply now, durability of this one is best effort */
+	}
+	reply_now(c, req, route, status, json, body, len, res->etag, t0_us);
+	free(body);
+	mr__res_release(res);
+}
+
+/* ctl->wake: a parked request is answered (from any core path). */
+static void on_wake(struct ctl *ctl, void *reqp, struct ctl_res *res)
+{
+	struct mr_controller *c = ctl->user;
+	struct mr_http_req *req = reqp;
+	int64_t t0;
+	int route;
+
+	/* the tag stays set, so send() knows the request is already suspended */
+	mr__ctl_reqtag_get(mr_http_req_user(req), &t0, &route);
+	mr__ctl_send(c, req, route, t0, res);
+}
+
+static void flush_pending(struct mr_controller *c, int err)
+{
+	struct ctl_pending *p = c->pend_head;
+
+	c->pend_head = c->pend_tail = NULL;
+	c->pending = 0;
+	while (p) {
+		struct ctl_pending *next = p->next;
+
+		if (err) {
+			mr_http_reply_error(p->req, 503, "journal_unavailable", NULL, NULL,
+					    "the journal could not be written: %s",
+					    mr_strerror(err));
+			mr__ctl_observe(c, p->route, 503, p->t0_us);
+		} else {
+			reply_now(c, p->req, p->route, p->status, p->json, p->body, p->len,
+				  p->etag, p->t0_us);
+		}
+		free(p);
+		p = next;
+	}
+}
+
+static void on_tick(void *user)
+{
+	struct mr_controller *c = user;
+	int err;
+
+	mr__ctl_tick(&c->ctl);
+	err = mr__jr_commit(&c->ctl);
+	if (c->pend_head)
+		flush_pending(c, err);
+}
+
+/* ---- metrics ---- */
+
+static void collect(struct mr_metrics *reg, void *user)
+{
+	struct mr_controller *c = user;
+	struct ctl *ctl = &c->ctl;
+	uint64_t by_state[CTL_M_NSTATES] = { 0 };
+	size_t cur = 0;
+	void *v;
+
+	(void)reg;
+	while (mr_dict_next(&ctl->jobs, &cur, NULL, &v)) {
+		struct ctl_job *job = v;
+
+		for (int s = 0; s < CTL_M_NSTATES; s++)
+			by_state[s] += job->count[s];
+		mr_gauge_set(mr_metric_gauge_child(c->f_generation, job->name),
+			     (double)job->generation);
+	}
+	for (int s = 0; s < CTL_M_NSTATES; s++)
+		mr_gauge_set(mr_metric_gauge_child(c->f_members, mr__ctl_member_state_name(s)),
+			     (double)by_state[s]);
+	mr_gauge_set(c->g_jobs, (double)mr_dict_len(&ctl->jobs));
+	mr_gauge_set(c->g_kv_bytes, (double)ctl->kv_bytes);
+	mr_gauge_set(c->g_waiters, (double)ctl->heap_len);
+	mr_gauge_set(c->g_journal, (double)mr__jr_size(ctl));
+	mr_counter_add(c->c_rounds, (double)(ctl->stats.rounds - c->reported.rounds));
+	mr_counter_add(c->c_joins, (double)(ctl->stats.joins - c->reported.joins));
+	mr_counter_add(c->c_dead, (double)(ctl->stats.dead - c->reported.dead));
+	mr_counter_add(c->c_bumps, (double)(ctl->stats.bumps - c->reported.bumps));
+	c->reported = ctl->stats;
+}
+
+static int setup_metrics(struct mr_controller *c)
+{
+	struct mr_metrics *r = mr_metrics_new();
+
+	if (!r)
+		return MR_ENOMEM;
+	c->reg = r;
+	c->f_requests = mr_metrics_counter(r, "meshrun_controller_http_requests_total",
+					   "HTTP requests answered, by route template and status.",
+					   "route,status");
+	c->f_duration = mr_metrics_histogram(r, "meshrun_controller_http_request_duration_seconds",
+					     "Time from request to reply (long-polls included).",
+					     "route", NULL, 0);
+	c->f_members = mr_metrics_gauge(r, "meshrun_controller_members",
+					"Members of all jobs by state.", "state");
+	c->f_generation = mr_metrics_gauge(r, "meshrun_controller_generation",
+					   "Current generation of each job.", "job");
+	c->c_rounds = mr_metric_counter_child(mr_metrics_counter(r,
+		"meshrun_controller_rounds_total", "Rendezvous rounds closed.", NULL));
+	c->c_joins = mr_metric_counter_child(mr_metrics_counter(r,
+		"meshrun_controller_joins_total", "Join calls accepted.", NULL));
+	c->c_dead = mr_metric_counter_child(mr_metrics_counter(r,
+		"meshrun_controller_dead_members_total",
+		"Members declared dead by heartbeat timeout.", NULL));
+	c->c_bumps = mr_metric_counter_child(mr_metrics_counter(r,
+		"meshrun_controller_generation_bumps_total",
+		"Generation bumps (deaths, leaves, failures, elastic joins).", NULL));
+	c->g_jobs = mr_metric_gauge_child(mr_metrics_gauge(r, "meshrun_controller_jobs",
+							   "Jobs known to the controller.", NULL));
+	c->g_kv_bytes = mr_metric_gauge_child(mr_metrics_gauge(r, "meshrun_controller_kv_bytes",
+		"Bytes of keys and values in all KV stores.", NULL));
+	c->g_waiters = mr_metric_gauge_child(mr_metrics_gauge(r, "meshrun_controller_waiters",
+		"Long-polls currently parked.", NULL));
+	c->g_journal = mr_metric_gauge_child(mr_metrics_gauge(r,
+		"meshrun_controller_journal_bytes", "Size of the journal file.", NULL));
+	return mr_metrics_on_collect(r, collect, c);
+}
+
+/* ---- start / stop ---- */
+
+static int read_token(const char *path, char *out, size_t cap, const char *field,
+		      struct mr_errbuf *eb)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+	size_t len;
+
+	if (fd < 0)
+		return mr_errf_field(eb, MR_EIO, field, "unable to read token file '%s': %s", path,
+				     strerror(errno));
+	n = read(fd, out, cap - 1);
+	close(fd);
+	if (n < 0)
+		return mr_errf_field(eb, MR_EIO, field, "unable to read token file '%s': %s",
+				     path, strerror(errno));
+	out[n] = 0;
+	len = (size_t)n;
+	while (len && (out[len - 1] == '\n' || out[len - 1] == '\r' || out[len - 1] == ' ' ||
+		       out[len - 1] == '\t'))
+		out[--len] = 0;
+	if (!len)
+		return mr_errf_field(eb, MR_EINVAL, field, "token file '%s' is empty", path);
+	return 0;
+}
+
+static int write_port_file(const char *path, int port, struct mr_errbuf *eb)
+{
+	char tmp[1100], buf[16];
+	int fd, n = snprintf(buf, sizeof(buf), "%d\n", port);
+
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0 || write(fd, buf, (size_t)n) != n || close(fd) || rename(tmp, path)) {
+		if (fd >= 0)
+			close(fd);
+		return mr_errf_field(eb, MR_EIO, "port_file", "unable to write '%s': %s", path,
+				     strerror(errno));
+	}
+	return 0;
+}
+
+int mr_controller_start(struct mr_controller **out, const struct mr_controller_opts *o,
+			struct mr_errbuf *eb)
+{
+	struct mr_controller *c = calloc(1, sizeof(*c));
+	struct ctl_limits lim;
+	struct ctl_journal_info ji;
+	struct mr_httpd_opts ho;
+	int err;
+
+	*out = NULL;
+	if (!c)
+		return mr_errf(eb, MR_ENOMEM, "out of memory");
+	c->opts = *o;
+	memset(&lim, 0, sizeof(lim));
+	lim.max_value = (size_t)o->max_value;
+	lim.max_keys = (uint32_t)o->max_keys;
+	lim.max_members = (uint32_t)o->max_members;
+	lim.max_jobs = (uint32_t)o->max_jobs;
+	lim.defaults.last_call_ms = (int32_t)o->last_call_ms;
+	lim.defaults.heartbeat_timeout_ms = (int32_t)o->heartbeat_timeout_ms;
+	lim.defaults.max_restarts = o->max_restarts;
+	mr__ctl_init(&c->ctl, &lim);
+	c->ctl.wake = on_wake;
+	c->ctl.user = c;
+	if (o->token[0])
+		snprintf(c->token, sizeof(c->token), "%s", o->token);
+	if ((o->token_file[0] &&
+	     (err = read_token(o->token_file, c->token, sizeof(c->token), "token_file", eb))) ||
+	    (o->read_token_file[0] && (err = read_token(o->read_token_file, c->read_token,
+							sizeof(c->read_token), "read_token_file",
+							eb))))
+		goto fail;
+	err = setup_metrics(c);
+	if (err) {
+		mr_errf(eb, err, "unable to set up metrics");
+		goto fail;
+	}
+	err = mr__jr_open(&c->ctl, o->data_dir, o->fsync, &ji, eb);
+	if (err)
+		goto fail;
+	mr__ctl_touch_all(&c->ctl);
+	mr_log_info("journal_replayed", "dir=%s records=%llu bytes=%llu dropped=%llu jobs=%zu",
+		    mr_log_q(o->data_dir), (unsigned long long)ji.records,
+		    (unsigned long long)ji.bytes, (unsigned long long)ji.dropped,
+		    mr_dict_len(&c->ctl.jobs));
+	memset(&ho, 0, sizeof(ho));
+	ho.bind_addr = o->listen[0] ? o->listen : NULL;
+	ho.port = o->port;
+	ho.max_connections = (unsigned)o->max_connections;
+	ho.per_ip_connections = (unsigned)o->per_ip_connections;
+	ho.max_body = (size_t)o->max_body;
+	ho.idle_timeout_s = (unsigned)((o->idle_timeout_ms + 999) / 1000);
+	ho.conn_memory = (size_t)o->conn_memory;
+	ho.tick_ms = 10;
+	ho.handler = mr__ctl_handle;
+	ho.tick = on_tick;
+	ho.user = c;
+	err = mr_httpd_start(&c->srv, &ho, eb);
+	if (err)
+		goto fail;
+	mr_log_info("listening", "addr=%s port=%d data_dir=%s auth=%s", mr_log_q(o->listen),
+		    mr_httpd_port(c->srv), mr_log_q(o->data_dir), c->token[0] ? "on" : "off");
+	if (o->port_file[0]) {
+		err = write_port_file(o->port_file, mr_httpd_port(c->srv), eb);
+		if (err)
+			goto fail;
+	}
+	*out = c;
+	return 0;
+fail:
+	mr_controller_stop(c);
+	return err;
+}
+
+int mr_controller_port(const struct mr_controller *c)
+{
+	return c && c->srv ? mr_httpd_port(c->srv) : -1;
+}
+
+void mr_controller_stop(struct mr_controller *c)
+{
+	if (!c)
+		return;
+	mr_httpd_stop(c->srv); /* answers parked requests 503 */
+	while (c->pend_head) {
+		struct ctl_pending *p = c->pend_head;
+
+		c->pend_head = p->next;
+		free(p);
+	}
+	mr__jr_commit(&c->ctl);
+	c->ctl.wake = NULL;
+	mr__ctl_release(&c->ctl);
+	mr__jr_free(&c->ctl);
+	mr_metrics_free(c->reg);
+	free(c);
+}

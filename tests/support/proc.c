@@ -1,0 +1,248 @@
+/*
+ * proc.c - spawn, wait-for-port, signal and reap for integration tests
+ * (see proc.h).
+ */
+#include "proc.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+long long mr_test_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+const char *mr_proc_build_dir(void)
+{
+	const char *b = getenv("MESHRUN_BUILD");
+
+	return b && *b ? b : "build";
+}
+
+int mr_proc_spawn(struct mr_proc *p, const char *bin, const char *const *args,
+		  const char *const *env, const char *log_path)
+{
+	char path[1024];
+	const char *argv[64];
+	int n = 0;
+	pid_t pid;
+
+	memset(p, 0, sizeof(*p));
+	snprintf(path, sizeof(path), "%s/%s", mr_proc_build_dir(), bin);
+	argv[n++] = path;
+	for (int i = 0; args && args[i] && n < 63; i++)
+		argv[n++] = args[i];
+	argv[n] = NULL;
+	if (log_path)
+		snprintf(p->log, sizeof(p->log), "%s", log_path);
+	pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		/* dies with the test process, even when an assertion aborts it */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() == 1)
+			_exit(127);
+		if (log_path) {
+			int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+
+			if (fd >= 0) {
+				dup2(fd, 1);
+				dup2(fd, 2);
+				close(fd);
+			}
+		}
+		for (int i = 0; env && env[i]; i++)
+			putenv((char *)env[i]);
+		execv(path, (char *const *)argv);
+		_exit(127);
+	}
+	p->pid = pid;
+	return 0;
+}
+
+int mr_proc_alive(struct mr_proc *p)
+{
+	int st;
+	pid_t r;
+
+	if (p->pid <= 0)
+		return 0;
+	r = waitpid(p->pid, &st, WNOHANG);
+	if (r == p->pid) {
+		p->status = st;
+		p->pid = 0;
+		return 0;
+	}
+	return 1;
+}
+
+int mr_proc_wait_port(struct mr_proc *p, const char *path, int timeout_ms)
+{
+	long long end = mr_test_now_ms() + timeout_ms;
+
+	while (mr_test_now_ms() < end) {
+		FILE *f = fopen(path, "r");
+		int port = -1;
+
+		if (f) {
+			if (fscanf(f, "%d", &port) != 1)
+				port = -1;
+			fclose(f);
+		}
+		if (port > 0)
+			return port;
+		if (!mr_proc_alive(p))
+			return -1;
+		usleep(10000);
+	}
+	return -1;
+}
+
+int mr_proc_kill(struct mr_proc *p, int sig)
+{
+	if (p->pid <= 0)
+		return -1;
+	return kill(p->pid, sig);
+}
+
+int mr_proc_reap(struct mr_proc *p, int timeout_ms)
+{
+	long long end = mr_test_now_ms() + timeout_ms;
+
+	if (p->pid <= 0)
+		return -1;
+	while (mr_test_now_ms() < end) {
+		if (!mr_proc_alive(p))
+			return 0;
+		usleep(5000);
+	}
+	kill(p->pid, SIGKILL);
+	waitpid(p->pid, &p->status, 0);
+	p->pid = 0;
+	return 1;
+}
+
+void mr_proc_stop(struct mr_proc *p)
+{
+	if (p->pid <= 0)
+		return;
+	mr_proc_kill(p, SIGTERM);
+	mr_proc_reap(p, 5000);
+}
+
+int mr_test_tmpdir(char *buf, size_t cap, const char *prefix)
+{
+	if (snprintf(buf, cap, "/tmp/%s-XXXXXX", prefix) >= (int)cap)
+		return -1;
+	return mkdtemp(buf) ? 0 : -1;
+}
+
+void mr_test_rmdir(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	char path[1024];
+
+	if (!d)
+		return;
+	while ((e = readdir(d))) {
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		unlink(path);
+	}
+	closedir(d);
+	rmdir(dir);
+}
+
+/* ---- test HTTP client ---- */
+
+#include <curl/curl.h>
+#include <pthread.h>
+
+static void curl_init_once(void)
+{
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+static size_t on_body(char *p, size_t sz, size_t n, void *u)
+{
+	struct mr_test_resp *r = u;
+	size_t len = sz * n, room = sizeof(r->body) - 1 - r->len;
+	size_t take = len < room ? len : room;
+
+	memcpy(r->body + r->len, p, take);
+	r->len += take;
+	r->body[r->len] = 0;
+	return len;
+}
+
+static size_t on_header(char *p, size_t sz, size_t n, void *u)
+{
+	struct mr_test_resp *r = u;
+	size_t len = sz * n;
+
+	if (len > 6 && strncasecmp(p, "ETag:", 5) == 0) {
+		size_t i = 5, j = 0;
+
+		while (i < len && p[i] == ' ')
+			i++;
+		while (i < len && p[i] != '\r' && p[i] != '\n' && j + 1 < sizeof(r->etag))
+			r->etag[j++] = p[i++];
+		r->etag[j] = 0;
+	}
+	return len;
+}
+
+long mr_test_http(struct mr_test_resp *r, const char *method, const char *url,
+		  const void *body, size_t len, const char *const *hdrs, long timeout_ms)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	struct curl_slist *sl = NULL;
+	CURL *c;
+
+	pthread_once(&once, curl_init_once);
+	memset(r, 0, sizeof(*r));
+	c = curl_easy_init();
+	if (!c)
+		return 0;
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
+	curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+	curl_easy_setopt(c, CURLOPT_HEADERDATA, r);
+	if (!strcmp(method, "HEAD"))
+		curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+	if (body || !strcmp(method, "POST") || !strcmp(method, "PUT")) {
+		curl_easy_setopt(c, CURLOPT_POSTFIELDS, body ? body : "");
+		curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+	}
+	sl = curl_slist_append(sl, "Expect:");
+	for (int i = 0; hdrs && hdrs[i]; i++)
+		sl = curl_slist_append(sl, hdrs[i]);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, sl);
+	if (curl_easy_perform(c) == CURLE_OK)
+		curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
+	curl_slist_free_all(sl);
+	curl_easy_cleanup(c);
+	return r->status;
+}
