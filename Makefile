@@ -5,8 +5,9 @@
 #   make test       lint + unit/integration tests, then the same tests under
 #                   ASan+UBSan, then bounded fuzzing
 #   make asan       the sanitizer build only (build/asan)
+#   make test-gpu   CUDA kernels vs their CPU twins (skipped without a GPU)
 #   make lint       cppcheck, shellcheck, yamllint
-#   make bench      every benchmark (bench-rdzv, ...)
+#   make bench      every benchmark (bench-rdzv, bench-healthz, ...)
 #   make clean
 #
 # Sources are found by wildcard: a new .c file in common/, controller/,
@@ -56,6 +57,14 @@ common_src     := $(wildcard common/*.c)
 controller_src := $(filter-out controller/main.c,$(wildcard controller/*.c))
 agent_src      := $(filter-out agent/main.c,$(wildcard agent/*.c))
 runtime_src    := $(shell find runtime -name '*.c' 2>/dev/null | sort)
+# NCCL comm backend: only with CUDA + nccl.h (runtime/comm/nccl.c)
+ifeq ($(CUDA_ON)$(if $(HAVE_NCCL),1,),11)
+CPPFLAGS       += -DMR_HAVE_NCCL
+LDLIBS         += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcudart
+$(BUILD)/obj/runtime/comm/nccl.o: CPPFLAGS += -I$(CUDA_HOME)/include
+else
+runtime_src    := $(filter-out runtime/comm/nccl.c,$(runtime_src))
+endif
 cli_src        := $(filter-out cli/main.c,$(wildcard cli/*.c))
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
@@ -71,16 +80,56 @@ ifneq ($(wildcard cli/main.c),)
 BINS += $(BUILD)/meshrun
 endif
 
-test_src  := $(sort $(wildcard tests/*/test_*.c))
+test_src  := $(sort $(filter-out tests/gpu/%,$(wildcard tests/*/test_*.c)))
 test_bins := $(patsubst tests/%.c,$(BUILD)/tests/%,$(test_src))
 test_helpers := $(wildcard tests/support/*.c)
 fuzz_src  := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 fuzz_bins := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzzers/%,$(fuzz_src))
-bench_src := $(wildcard bench/*.c)
+bench_src := $(filter-out bench/comm_mpi.c,$(wildcard bench/*.c))
 bench_bins := $(patsubst bench/%.c,$(BUILD)/bench/%,$(bench_src))
 
-.PHONY: all deps run test test-unit asan lint fuzz fuzzers bench bench-rdzv clean tests cuda-info
+# ---- CUDA backend: runtime/cuda/*.cu and tests/gpu (only when CUDA_ON) -------
+# runtime/cuda/*.cu -> $(BUILD)/libmeshrun_cuda.a (nvcc, sm_80 + sm_90);
+# tests/gpu/test_*.c link it with cudart + cuBLAS(Lt) and are part of
+# `make tests` (they skip at run time without a device). `make test-gpu`
+# builds and runs only them. Without CUDA (or SAN=1) none of this exists.
+NVCCFLAGS  ?= -O3
+NVCC_ARCH  := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
+cuda_src   := $(sort $(wildcard runtime/cuda/*.cu))
+CUDA_LIB   := $(BUILD)/libmeshrun_cuda.a
+CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
+               -lcublasLt -lcublas -lcudart -lstdc++
+gpu_test_bins := $(patsubst tests/%.c,$(BUILD)/tests/%,$(sort $(wildcard tests/gpu/test_*.c)))
+ifeq ($(CUDA_ON),1)
+test_bins  += $(gpu_test_bins)
+endif
+
+$(BUILD)/obj/%.cu.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_ARCH) $(NVCCFLAGS) -std=c++17 -Icommon -Iruntime \
+		-Xcompiler -Wall,-Wextra -Werror all-warnings -MMD -MP -c -o $@ $<
+
+$(CUDA_LIB): $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(cuda_src))
+
+$(BUILD)/tests/gpu/%: tests/gpu/%.c $(CUDA_LIB) $(call obj,$(test_helpers)) $(LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -Itests/support $(CFLAGS) $(LDFLAGS) -o $@ $< \
+		$(call obj,$(test_helpers)) $(CUDA_LIB) $(LIBS) -lcriterion $(LDLIBS) $(CUDA_LDLIBS)
+
+.PHONY: test-gpu
+ifeq ($(CUDA_ON),1)
+test-gpu: $(gpu_test_bins)
+	@for t in $(gpu_test_bins); do echo "test-gpu: $$t"; $$t --jobs 1 --verbose || exit 1; done
+	@echo "test-gpu: ok (tests marked SKIP need a CUDA device)"
+else
+test-gpu:
+	@echo "test-gpu: CUDA not found under $(CUDA_HOME) (or sanitizer build) - skipped"
+endif
+
+.PHONY: all deps run test test-unit asan lint fuzz fuzzers bench bench-rdzv bench-healthz bench-comm tsan-comm clean tests cuda-info
 .DEFAULT_GOAL := all
+# keep object files of test helpers (otherwise deleted as intermediates)
+.SECONDARY:
 
 all: deps cuda-info $(BINS)
 
@@ -163,11 +212,37 @@ fuzz: deps
 	scripts/fuzz.sh $(BUILD)/fuzz
 
 # ---- benchmarks ----------------------------------------------------------------
-bench: bench-rdzv
+bench: bench-rdzv bench-healthz bench-comm
 
 bench-rdzv: all $(BUILD)/bench/rdzv
 	scripts/deps.sh bench
 	scripts/bench-rdzv.sh $(BUILD)
+
+bench-healthz: all
+	scripts/deps.sh bench
+	scripts/bench-healthz.sh $(BUILD)
+
+# comm: meshrun host backend vs OpenMPI (bench/comm_mpi.c needs mpicc)
+bench-comm: $(BUILD)/bench/comm
+	scripts/bench-comm.sh $(BUILD)
+
+# ThreadSanitizer run of the host comm backend (clang -fsanitize=thread)
+tsan-comm:
+	scripts/tsan-comm.sh $(BUILD)
+
+# ---- runtime training throughput vs PyTorch (bench/train.sh) ----------------
+.PHONY: bench-train
+bench-train: $(BUILD)/bench/train
+	bench/train.sh $(BUILD)
+
+# ---- PyTorch reference for the runtime (tests/reference/gen_reference.py) ----
+.PHONY: reference
+reference: $(LIBS)
+	@mkdir -p $(BUILD)/reference
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $(BUILD)/reference/mkweights \
+		tests/reference/mkweights.c $(LIBS) $(LDLIBS)
+	/usr/bin/python3 tests/reference/gen_reference.py $(BUILD)/reference/mkweights \
+		tests/reference
 
 clean:
 	rm -rf $(BUILD)

@@ -19,6 +19,9 @@ struct subcommand {
 };
 
 static const struct subcommand subcommands[] = {
+	{"local", mr_cli_local, "run a whole job (controller + agents) on this machine"},
+	{"status", mr_cli_status, "jobs, members and generations from a controller"},
+	{"mesh", mr_cli_mesh, "print the rank <-> mesh coordinates table"},
 	{NULL, NULL, NULL},
 };
 

@@ -72,7 +72,7 @@ static void print_job_line(const json_t *j)
 	const json_t *m = json_object_get(j, "members");
 	const json_t *kv = json_object_get(j, "kv");
 
-	printf("%-40s %-8s %6lld %6lld %6lld %8lld %8lld %8lld %8lld %8lld\n", gets_(j, "name"),
+	printf("%-40s %-9s %6lld %6lld %6lld %8lld %8lld %8lld %8lld %8lld\n", gets_(j, "name"),
 	       gets_(j, "state"), geti(j, "generation"), geti(j, "num_nodes"),
 	       geti(j, "world_size"), geti(j, "restarts"), geti(m, "waiting"),
 	       geti(m, "running"), geti(m, "standby"), geti(kv, "keys"));
@@ -82,7 +82,7 @@ static int list_jobs(struct mr_httpc *c)
 {
 	long long off = 0;
 
-	printf("%-40s %-8s %6s %6s %6s %8s %8s %8s %8s %8s\n", "JOB", "STATE", "GEN", "NODES",
+	printf("%-40s %-9s %6s %6s %6s %8s %8s %8s %8s %8s\n", "JOB", "STATE", "GEN", "NODES",
 	       "WORLD", "RESTARTS", "WAITING", "RUNNING", "STANDBY", "KV_KEYS");
 	for (;;) {
 		char path[128];
@@ -124,6 +124,8 @@ static int show_job(struct mr_httpc *c, const char *job)
 
 			printf("job:         %s\n", gets_(o, "name"));
 			printf("state:       %s\n", gets_(o, "state"));
+			if (json_is_string(json_object_get(o, "reason")))
+				printf("reason:      %s\n", gets_(o, "reason"));
 			printf("generation:  %lld (restarts %lld of %lld, rounds %lld)\n",
 			       geti(o, "generation"), geti(o, "restarts"),
 			       geti(sp, "max_restarts"), geti(o, "rounds"));

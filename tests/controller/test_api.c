@@ -337,3 +337,111 @@ Test(api, meshrun_status_prints_jobs_and_members)
 		  "%s", text);
 	ctlp_stop(&c, 1);
 }
+
+struct parkarg {
+	struct ctlp *c;
+	const char *path;
+	long status;
+	long long ms;
+	char code[64];
+};
+
+static void *park(void *arg)
+{
+	struct parkarg *p = arg;
+	struct mr_test_resp *r = malloc(sizeof(*r));
+	long long t0 = mr_test_now_ms();
+
+	p->status = ctl_call(p->c, r, "GET", NULL, NULL, "%s", p->path);
+	p->ms = mr_test_now_ms() - t0;
+	jerr(r, "code", p->code, sizeof(p->code));
+	free(r);
+	return NULL;
+}
+
+static void two_running(struct ctlp *c, const char *job, const char *a, const char *b)
+{
+	struct mr_test_resp r;
+	char body[256];
+
+	snprintf(body, sizeof(body), "{\"name\":\"%s\",\"min_nodes\":2}", job);
+	ctl_call(c, &r, "POST", body, NULL, "/v1/jobs");
+	cr_assert_eq(r.status, 201, "%s", r.body);
+	snprintf(body, sizeof(body), "{\"node_id\":\"%s\"}", a);
+	ctl_call(c, &r, "POST", body, NULL, "/v1/jobs/%s/join", job);
+	cr_assert_eq(r.status, 200, "%s", r.body);
+	snprintf(body, sizeof(body), "{\"node_id\":\"%s\"}", b);
+	ctl_call(c, &r, "POST", body, NULL, "/v1/jobs/%s/join", job);
+	cr_assert_eq(r.status, 200, "%s", r.body);
+	cr_assert(strstr(r.body, "\"running\""), "%s", r.body);
+}
+
+static void job_state_is(struct ctlp *c, const char *job, const char *state, const char *reason)
+{
+	struct mr_test_resp r;
+
+	ctl_call(c, &r, "GET", NULL, NULL, "/v1/jobs/%s", job);
+	cr_assert_eq(r.status, 200, "%s", r.body);
+	cr_assert(strstr(r.body, state), "%s", r.body);
+	cr_assert(strstr(r.body, reason), "%s", r.body);
+	cr_assert_eq(jint(&r, "generation"), 1, "%s", r.body);
+}
+
+Test(api, permanent_fail_and_completion_end_the_job)
+{
+	struct ctlp c = { 0 };
+	struct mr_test_resp r;
+	struct parkarg kv = { .c = &c, .path = "/v1/jobs/a/end/kv/never?wait_ms=20000" };
+	pthread_t th;
+	char code[64];
+
+	ctlp_start(&c, 0, NULL);
+	two_running(&c, "a/end", "n0", "n1");
+	pthread_create(&th, NULL, park, &kv);
+	usleep(200000);
+	ctl_call(&c, &r, "POST", "{\"node_id\":\"n0\",\"permanent\":\"yes\"}", NULL,
+		 "/v1/jobs/a/end/fail");
+	cr_assert_eq(r.status, 400);
+	cr_assert_str_eq(jerr(&r, "field", code, sizeof(code)), "permanent");
+	ctl_call(&c, &r, "POST", "{\"node_id\":\"n0\",\"permanent\":true,\"reason\":\"exit 2\"}",
+		 NULL, "/v1/jobs/a/end/fail");
+	cr_assert_eq(r.status, 200, "%s", r.body);
+	cr_assert(strstr(r.body, "\"failed\""), "%s", r.body);
+	pthread_join(th, NULL);
+	cr_assert_eq(kv.status, 410, "parked KV wait: %ld", kv.status);
+	cr_assert_str_eq(kv.code, "job_failed");
+	cr_assert_lt(kv.ms, 2000, "answered after %lld ms", kv.ms);
+	ctl_call(&c, &r, "POST", "{\"node_id\":\"n1\"}", NULL, "/v1/jobs/a/end/heartbeat");
+	cr_assert_eq(r.status, 410);
+	cr_assert_str_eq(jerr(&r, "code", code, sizeof(code)), "job_failed");
+	cr_assert(strstr(r.body, "node 'n0' failed permanently: exit 2"), "%s", r.body);
+	ctl_call(&c, &r, "GET", NULL, NULL, "/v1/jobs/a/end/wait?node_id=n1&timeout_ms=0");
+	cr_assert_eq(r.status, 410);
+	ctl_call(&c, &r, "PUT", "x", NULL, "/v1/jobs/a/end/kv/k");
+	cr_assert_eq(r.status, 410);
+	job_state_is(&c, "a/end", "\"state\":\"failed\"", "failed permanently: exit 2");
+
+	/* success: complete from every member, no bump */
+	two_running(&c, "a/ok", "m0", "m1");
+	ctl_call(&c, &r, "GET", NULL, NULL, "/v1/jobs/a/ok/complete");
+	cr_assert_eq(r.status, 405);
+	ctl_call(&c, &r, "POST", "{\"node_id\":\"m0\",\"generation\":1}", NULL,
+		 "/v1/jobs/a/ok/complete");
+	cr_assert_eq(r.status, 200, "%s", r.body);
+	cr_assert(strstr(r.body, "\"running\""), "%s", r.body);
+	ctl_call(&c, &r, "POST", "{\"node_id\":\"m1\",\"generation\":1}", NULL,
+		 "/v1/jobs/a/ok/complete");
+	cr_assert_eq(r.status, 200, "%s", r.body);
+	cr_assert(strstr(r.body, "\"succeeded\""), "%s", r.body);
+	ctl_call(&c, &r, "POST", "{\"node_id\":\"m0\"}", NULL, "/v1/jobs/a/ok/heartbeat");
+	cr_assert_eq(r.status, 410);
+	cr_assert_str_eq(jerr(&r, "code", code, sizeof(code)), "job_succeeded");
+	job_state_is(&c, "a/ok", "\"state\":\"succeeded\"", "\"done\":2");
+
+	/* both verdicts survive a restart */
+	ctlp_stop(&c, 0);
+	ctlp_start(&c, 0, NULL);
+	job_state_is(&c, "a/end", "\"state\":\"failed\"", "failed permanently: exit 2");
+	job_state_is(&c, "a/ok", "\"state\":\"succeeded\"", "all 2 nodes of generation 1");
+	ctlp_stop(&c, 1);
+}

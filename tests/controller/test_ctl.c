@@ -332,6 +332,7 @@ Test(ctl, failures_past_max_restarts_fail_the_job)
 	mr__ctl_heartbeat(&ctl, "ns/job", "a", 3, &res);
 	cr_assert_eq(res.status, 410);
 	cr_assert_str_eq(res.code, "job_failed");
+	cr_assert(strstr(res.msg, "max_restarts (1) exceeded: fail of node 'b'"), "%s", res.msg);
 	mr__res_release(&res);
 	mr__ctl_release(&ctl);
 }
@@ -359,5 +360,187 @@ Test(ctl, retried_join_before_the_rank_was_seen_is_idempotent)
 	join(&ctl, "a", -1, &sp); /* a knew its rank: this is a restarted pod */
 	cr_assert_eq(job->generation, 2);
 	cr_assert_eq(job->restarts, 1);
+	mr__ctl_release(&ctl);
+}
+
+/* Reopens the journal of dir into b (after a's state was committed). */
+static void reopen(struct ctl *b, struct woke *w, const char *dir)
+{
+	struct ctl_journal_info ji;
+	struct mr_errbuf eb = { { 0 }, { 0 } };
+
+	setup(b, w);
+	cr_assert_eq(mr__jr_open(b, dir, 0, &ji, &eb), 0, "%s", eb.msg);
+	cr_assert_eq(ji.dropped, 0);
+}
+
+static void expect_over(struct ctl *ctl, const char *id, const char *code, const char *reason)
+{
+	struct ctl_res res;
+	const char *r;
+
+	memset(&res, 0, sizeof(res));
+	mr__ctl_heartbeat(ctl, "ns/job", id, -1, &res);
+	cr_assert_eq(res.status, 410, "heartbeat: %d %s", res.status, res.msg);
+	cr_assert_str_eq(res.code, code);
+	r = json_string_value(json_object_get(res.body, "reason"));
+	cr_assert(r && strstr(r, reason), "reason '%s' lacks '%s'", r ? r : "", reason);
+	cr_assert(strstr(res.msg, reason), "message '%s' lacks '%s'", res.msg, reason);
+	mr__res_release(&res);
+}
+
+Test(ctl, permanent_fail_ends_the_job_and_survives_restart)
+{
+	char dir[] = "/tmp/mr-ctl-test-XXXXXX";
+	struct ctl_journal_info ji;
+	struct mr_errbuf eb = { { 0 }, { 0 } };
+	struct ctl ctl, b;
+	struct woke w, wb;
+	struct ctl_spec sp = spec(2, 2);
+	struct ctl_res res;
+	struct ctl_job *job;
+	struct ctl_join j = { .node_id = "late", .pod_index = -1 };
+	int tag1, tag2;
+
+	cr_assert(mkdtemp(dir));
+	setup(&ctl, &w);
+	cr_assert_eq(mr__jr_open(&ctl, dir, 0, &ji, &eb), 0, "%s", eb.msg);
+	join(&ctl, "a", -1, &sp);
+	join(&ctl, "b", -1, &sp);
+	job = mr__ctl_job(&ctl, "ns/job");
+	cr_assert_eq(job->state, CTL_JOB_RUNNING);
+	/* parked: a KV wait of b and the wait of a standby member */
+	memset(&res, 0, sizeof(res));
+	mr__ctl_kv_get(&ctl, job, "never", 60000, &tag1, &res);
+	cr_assert(res.suspended);
+	join(&ctl, "c", -1, &sp);
+	memset(&res, 0, sizeof(res));
+	mr__ctl_wait(&ctl, "ns/job", "c", 1, 60000, &tag2, &res);
+	cr_assert(res.suspended);
+	cr_assert_eq(w.n, 0);
+
+	memset(&res, 0, sizeof(res));
+	mr__ctl_fail_job(&ctl, "ns/job", "a", "rank 0 exited with code 2", &res);
+	cr_assert_eq(res.status, 200, "%d %s", res.status, res.msg);
+	cr_assert_str_eq(json_string_value(json_object_get(res.body, "state")), "failed");
+	mr__res_release(&res);
+	cr_assert_eq(job->state, CTL_JOB_FAILED);
+	cr_assert_eq(job->generation, 1, "a permanent failure does not bump");
+	cr_assert_eq(w.n, 2, "both parked calls are answered at once");
+	cr_assert_eq(w.status[0], 410);
+	cr_assert_eq(w.status[1], 410);
+	expect_over(&ctl, "b", "job_failed", "node 'a' failed permanently: rank 0 exited");
+	memset(&res, 0, sizeof(res));
+	mr__ctl_join(&ctl, "ns/job", &j, &res);
+	cr_assert_eq(res.status, 410);
+	cr_assert_str_eq(res.code, "job_failed");
+	mr__res_release(&res);
+	memset(&res, 0, sizeof(res));
+	cr_assert_null(mr__ctl_job_for(&ctl, "ns/job", 1, &res)); /* every KV call */
+	cr_assert_eq(res.status, 410);
+	mr__res_release(&res);
+	cr_assert_eq(mr__jr_commit(&ctl), 0);
+	mr__jr_free(&ctl);
+	mr__ctl_release(&ctl);
+
+	/* replayed (and compacted), then replayed again from the snapshot */
+	for (int round = 0; round < 2; round++) {
+		reopen(&b, &wb, dir);
+		job = mr__ctl_job(&b, "ns/job");
+		cr_assert_not_null(job);
+		cr_assert_eq(job->state, CTL_JOB_FAILED, "round %d", round);
+		cr_assert_eq(job->generation, 1);
+		expect_over(&b, "b", "job_failed", "node 'a' failed permanently");
+		mr__jr_free(&b);
+		mr__ctl_release(&b);
+	}
+	{
+		char path[256];
+
+		snprintf(path, sizeof(path), "%s/journal", dir);
+		unlink(path);
+		rmdir(dir);
+	}
+}
+
+Test(ctl, completion_of_every_member_succeeds_without_a_bump)
+{
+	char dir[] = "/tmp/mr-ctl-test-XXXXXX";
+	struct ctl_journal_info ji;
+	struct mr_errbuf eb = { { 0 }, { 0 } };
+	struct ctl ctl, b;
+	struct woke w, wb;
+	struct ctl_spec sp = spec(2, 2);
+	struct ctl_res res;
+	struct ctl_job *job;
+	int tag;
+
+	cr_assert(mkdtemp(dir));
+	setup(&ctl, &w);
+	cr_assert_eq(mr__jr_open(&ctl, dir, 0, &ji, &eb), 0, "%s", eb.msg);
+	join(&ctl, "a", -1, &sp);
+	join(&ctl, "b", -1, &sp);
+	job = mr__ctl_job(&ctl, "ns/job");
+	memset(&res, 0, sizeof(res));
+	mr__ctl_complete(&ctl, "ns/job", "a", 1, &res);
+	cr_assert_eq(res.status, 200, "%d %s", res.status, res.msg);
+	cr_assert_str_eq(json_string_value(json_object_get(res.body, "state")), "running");
+	mr__res_release(&res);
+	cr_assert_eq(job->count[CTL_M_DONE], 1);
+	cr_assert_eq(job->generation, 1);
+	/* a completed member going away is not a failure */
+	memset(&res, 0, sizeof(res));
+	mr__ctl_complete(&ctl, "ns/job", "a", 1, &res); /* retried: idempotent */
+	cr_assert_eq(res.status, 200);
+	mr__res_release(&res);
+	memset(&res, 0, sizeof(res));
+	mr__ctl_kv_get(&ctl, job, "exit", 60000, &tag, &res);
+	cr_assert(res.suspended);
+	memset(&res, 0, sizeof(res));
+	mr__ctl_complete(&ctl, "ns/job", "b", 1, &res);
+	cr_assert_eq(res.status, 200);
+	cr_assert_str_eq(json_string_value(json_object_get(res.body, "state")), "succeeded");
+	mr__res_release(&res);
+	cr_assert_eq(job->state, CTL_JOB_SUCCEEDED);
+	cr_assert_eq(job->generation, 1, "completion never bumps");
+	cr_assert_eq(job->restarts, 0);
+	cr_assert_eq(w.n, 1);
+	cr_assert_eq(w.status[0], 410);
+	expect_over(&ctl, "a", "job_succeeded", "all 2 nodes of generation 1 completed");
+	cr_assert_eq(mr__jr_commit(&ctl), 0);
+	mr__jr_free(&ctl);
+	mr__ctl_release(&ctl);
+
+	reopen(&b, &wb, dir);
+	job = mr__ctl_job(&b, "ns/job");
+	cr_assert_eq(job->state, CTL_JOB_SUCCEEDED);
+	cr_assert_eq(job->generation, 1);
+	expect_over(&b, "b", "job_succeeded", "completed");
+	mr__jr_free(&b);
+	mr__ctl_release(&b);
+	{
+		char path[256];
+
+		snprintf(path, sizeof(path), "%s/journal", dir);
+		unlink(path);
+		rmdir(dir);
+	}
+}
+
+Test(ctl, complete_needs_a_running_member)
+{
+	struct ctl ctl;
+	struct woke w;
+	struct ctl_spec sp = spec(2, 2);
+	struct ctl_res res;
+
+	setup(&ctl, &w);
+	join(&ctl, "a", -1, &sp); /* round still forming */
+	memset(&res, 0, sizeof(res));
+	mr__ctl_complete(&ctl, "ns/job", "a", 1, &res);
+	cr_assert_eq(res.status, 409);
+	cr_assert_str_eq(res.code, "not_running");
+	mr__res_release(&res);
+	cr_assert_eq(mr__ctl_job(&ctl, "ns/job")->state, CTL_JOB_FORMING);
 	mr__ctl_release(&ctl);
 }

@@ -1,0 +1,128 @@
+/*
+ * agent_metrics.c - registration and updates of the agent's metrics; see
+ * agent_metrics.h.
+ */
+#include "agent_metrics.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "mr_mesh.h"
+#include "mr_worker.h"
+
+/* Heartbeat round trips: 1 ms .. 10 s. */
+static const double hb_buckets[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+				    0.25,  0.5,    1,     2.5,  5,     10};
+
+int mr_agent_metrics_init(struct mr_agent_metrics *m, const char *const *state_names)
+{
+	struct mr_metric_family *f;
+
+	memset(m, 0, sizeof(*m));
+	m->reg = mr_metrics_new();
+	if (!m->reg)
+		return MR_ENOMEM;
+	f = mr_metrics_gauge(m->reg, "meshrun_agent_state",
+			     "Lifecycle state of the agent: 1 for the current state.", "state");
+	for (int i = 0; i < MR_AGENT_NSTATES; i++)
+		m->state[i] = mr_metric_gauge_child(f, state_names[i]);
+	m->generation = mr_metric_gauge_child(
+		mr_metrics_gauge(m->reg, "meshrun_agent_generation",
+				 "Rendezvous generation of the current round.", NULL));
+	m->restarts = mr_metric_counter_child(
+		mr_metrics_counter(m->reg, "meshrun_agent_restarts_total",
+				   "Restarts of the local workers.", NULL));
+	m->hb_latency = mr_metric_histogram_child(mr_metrics_histogram(
+		m->reg, "meshrun_agent_heartbeat_latency_seconds",
+		"Round trip of heartbeats to the controller.", NULL, hb_buckets,
+		sizeof(hb_buckets) / sizeof(hb_buckets[0])));
+	m->hb_failures = mr_metric_counter_child(
+		mr_metrics_counter(m->reg, "meshrun_agent_heartbeat_failures_total",
+				   "Heartbeats that did not reach the controller.", NULL));
+	m->world_size = mr_metric_gauge_child(mr_metrics_gauge(
+		m->reg, "meshrun_agent_world_size", "World size of the current round.", NULL));
+	m->node_rank = mr_metric_gauge_child(mr_metrics_gauge(
+		m->reg, "meshrun_agent_node_rank", "Node rank of this agent.", NULL));
+	m->running = mr_metric_gauge_child(mr_metrics_gauge(
+		m->reg, "meshrun_agent_workers_running", "Local workers alive.", NULL));
+	m->exit_code = mr_metrics_gauge(m->reg, "meshrun_agent_worker_exit_code",
+					"Last exit code of each local worker (-1 while running; "
+					"128+N when killed by signal N).",
+					"local_rank");
+	m->rank_info = mr_metrics_gauge(m->reg, "meshrun_rank_info",
+					"Placement of each local rank in the mesh (always 1).",
+					"rank,node_rank,tp,pp,dp,cp,ep");
+	m->w_step = mr_metrics_gauge(m->reg, "meshrun_worker_step",
+				     "Optimizer steps completed by an in-process worker.", "rank");
+	m->w_loss = mr_metrics_gauge(m->reg, "meshrun_worker_loss",
+				     "Training loss of the last step of an in-process worker.",
+				     "rank");
+	m->w_tps = mr_metrics_gauge(m->reg, "meshrun_worker_tokens_per_second",
+				    "Training throughput of an in-process worker.", "rank");
+	mr_gauge_set(m->node_rank, -1);
+	return 0;
+}
+
+void mr_agent_metrics_release(struct mr_agent_metrics *m)
+{
+	mr_metrics_free(m->reg);
+	memset(m, 0, sizeof(*m));
+}
+
+void mr_agent_metrics_state(struct mr_agent_metrics *m, int state)
+{
+	for (int i = 0; i < MR_AGENT_NSTATES; i++)
+		mr_gauge_set(m->state[i], i == state ? 1 : 0);
+}
+
+void mr_agent_metrics_ranks(struct mr_agent_metrics *m, const int *ranks, int n, int node_rank,
+			    int tp, int pp, int cp, int ep, int dp)
+{
+	struct mr_mesh mesh;
+	int world = tp * pp * cp * dp;
+
+	for (int i = 0; i < m->ninfo; i++)
+		mr_gauge_set(m->info[i], 0);
+	m->ninfo = 0;
+	if (mr_mesh_init(&mesh, world, tp, pp, cp, ep, dp, NULL))
+		return;
+	for (int i = 0; i < n && i < (int)(sizeof(m->info) / sizeof(m->info[0])); i++) {
+		struct mr_mesh_coord c;
+		char v[7][16];
+		const char *vals[7];
+
+		if (mr_mesh_coord(&mesh, ranks[i], &c))
+			continue;
+		snprintf(v[0], 16, "%d", ranks[i]);
+		snprintf(v[1], 16, "%d", node_rank);
+		snprintf(v[2], 16, "%d", c.tp);
+		snprintf(v[3], 16, "%d", c.pp);
+		snprintf(v[4], 16, "%d", c.dp);
+		snprintf(v[5], 16, "%d", c.cp);
+		snprintf(v[6], 16, "%d", c.ep);
+		for (int k = 0; k < 7; k++)
+			vals[k] = v[k];
+		m->info[m->ninfo] = mr_metric_gauge_childv(m->rank_info, vals);
+		mr_gauge_set(m->info[m->ninfo], 1);
+		m->ninfo++;
+	}
+}
+
+void mr_agent_metrics_exit_code(struct mr_agent_metrics *m, int local_rank, int code)
+{
+	char lr[16];
+
+	snprintf(lr, sizeof(lr), "%d", local_rank);
+	mr_gauge_set(mr_metric_gauge_child(m->exit_code, lr), code);
+}
+
+void mr_agent_metrics_worker(struct mr_agent_metrics *m, int rank,
+			     const struct mr_worker_stats *st)
+{
+	char r[16];
+
+	snprintf(r, sizeof(r), "%d", rank);
+	mr_gauge_set(mr_metric_gauge_child(m->w_step, r), (double)st->step);
+	mr_gauge_set(mr_metric_gauge_child(m->w_loss, r), st->loss);
+	mr_gauge_set(mr_metric_gauge_child(m->w_tps, r), st->tokens_per_s);
+}

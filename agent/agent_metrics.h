@@ -1,0 +1,56 @@
+/*
+ * agent_metrics.h - the agent's Prometheus metrics: lifecycle state,
+ * generation, restarts, heartbeat latency and failures, rank placement and
+ * worker exit codes. The supervisor updates them; http.c renders them.
+ *
+ *   meshrun_agent_state{state}                     1 for the current state
+ *   meshrun_agent_generation                       rendezvous generation
+ *   meshrun_agent_restarts_total                   worker restarts
+ *   meshrun_agent_heartbeat_latency_seconds        histogram of beats
+ *   meshrun_agent_heartbeat_failures_total         beats that got no answer
+ *   meshrun_agent_world_size, meshrun_agent_node_rank
+ *   meshrun_agent_workers_running                  local workers alive
+ *   meshrun_agent_worker_exit_code{local_rank}     last exit code (-1 running)
+ *   meshrun_rank_info{rank,node_rank,tp,pp,dp,cp,ep} 1 for each local rank
+ *                                                  of the current round
+ *
+ *   meshrun_worker_step{rank}, meshrun_worker_loss{rank},
+ *   meshrun_worker_tokens_per_second{rank}   in-process workers' stats
+ *
+ * Thread safety: every update is an atomic store (mr_metrics).
+ * Ownership: the struct owns the registry; release frees it.
+ * Non-goals: per-layer or per-collective runtime metrics.
+ */
+#ifndef MR_AGENT_METRICS_H
+#define MR_AGENT_METRICS_H
+
+#include "mr_metrics.h"
+
+#define MR_AGENT_NSTATES 7
+
+struct mr_agent_metrics {
+	struct mr_metrics *reg;
+	struct mr_gauge *state[MR_AGENT_NSTATES];
+	struct mr_gauge *generation, *world_size, *node_rank, *running;
+	struct mr_counter *restarts, *hb_failures;
+	struct mr_histogram *hb_latency;
+	struct mr_metric_family *exit_code, *rank_info;
+	struct mr_metric_family *w_step, *w_loss, *w_tps;
+	struct mr_gauge *info[256]; /* rank_info children of the current round */
+	int ninfo;
+};
+
+/* state_names: MR_AGENT_NSTATES names, label values of meshrun_agent_state. */
+int mr_agent_metrics_init(struct mr_agent_metrics *m, const char *const *state_names);
+void mr_agent_metrics_release(struct mr_agent_metrics *m);
+void mr_agent_metrics_state(struct mr_agent_metrics *m, int state);
+/* Replaces the rank_info children (old ones drop to 0). */
+void mr_agent_metrics_ranks(struct mr_agent_metrics *m, const int *ranks, int n, int node_rank,
+			    int tp, int pp, int cp, int ep, int dp);
+void mr_agent_metrics_exit_code(struct mr_agent_metrics *m, int local_rank, int code);
+struct mr_worker_stats;
+/* Copies an in-process worker's stats into the meshrun_worker_* gauges. */
+void mr_agent_metrics_worker(struct mr_agent_metrics *m, int rank,
+			     const struct mr_worker_stats *st);
+
+#endif

@@ -1,0 +1,430 @@
+/*
+ * config.c - meshrun-agent's option table, scheduler environment and
+ * validation; see config.h.
+ *
+ * Non-goals: parsing mechanics (common mr_config), mesh maths (mr_mesh).
+ */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "mr_log.h"
+#include "mr_mesh.h"
+
+extern char **environ;
+
+#define C struct mr_agent_config
+static const char *const mode_names[] = {"auto", "exec", "inproc", NULL};
+static const char *const level_names[] = {"debug", "info", "warn", "error", "off", NULL};
+
+static const struct mr_config_opt agent_opts[] = {
+	MR_CONFIG_STRING("controller", C, controller, "http://127.0.0.1:29400",
+			 "Base URL of the meshrun controller."),
+	MR_CONFIG_STRING("job", C, job, "default/job",
+			 "Job name as namespace/name; every agent of a job uses the same."),
+	MR_CONFIG_STRING("node_id", C, node_id, NULL,
+			 "Stable id of this agent in the job (default: the hostname, which "
+			 "survives a restart of the same pod)."),
+	MR_CONFIG_STRING("host", C, host, NULL,
+			 "Address other nodes reach this one at; MASTER_ADDR when this node "
+			 "has node rank 0 (default: POD_IP, else 127.0.0.1)."),
+	MR_CONFIG_STRING("host_id", C, host_id, NULL,
+			 "Who can share memory with whom (default: boot id + IPC namespace)."),
+	MR_CONFIG_INT("pod_index", C, pod_index, "-1", -1, 1000000,
+		      "Index of this pod; orders node ranks (-1: from the scheduler env, "
+		      "else none)."),
+	MR_CONFIG_STRING("nnodes", C, nnodes, "1",
+			 "Number of nodes (agents): N, or MIN:MAX for an elastic job."),
+	MR_CONFIG_INT("nproc_per_node", C, nproc_per_node, "1", 1, 256,
+		      "Worker processes (or threads) per node."),
+	MR_CONFIG_INT("tp", C, tp, "1", 1, 1 << 20, "Tensor parallel size."),
+	MR_CONFIG_INT("pp", C, pp, "1", 1, 1 << 20, "Pipeline parallel size."),
+	MR_CONFIG_INT("cp", C, cp, "1", 1, 1 << 20, "Context parallel size."),
+	MR_CONFIG_INT("ep", C, ep, "1", 1, 1 << 20, "Expert parallel size."),
+	MR_CONFIG_INT("dp", C, dp, "0", 0, 1 << 20,
+		      "Data parallel size; 0 derives it from the world size."),
+	MR_CONFIG_INT("max_restarts", C, max_restarts, "3", 0, 1000000,
+		      "Restarts of the workers (failure or membership change) before the "
+		      "agent gives up."),
+	MR_CONFIG_DURATION("heartbeat_timeout", C, heartbeat_timeout_ms, "10s", 200,
+			   3600 * 1000,
+			   "A member silent this long is declared dead (sent in the job spec)."),
+	MR_CONFIG_DURATION("heartbeat_interval", C, heartbeat_interval_ms, "0", 0, 3600 * 1000,
+			   "Time between heartbeats; 0 = heartbeat_timeout / 4."),
+	MR_CONFIG_DURATION("last_call", C, last_call_ms, "3s", 0, 3600 * 1000,
+			   "How long a round with min nodes stays open for more (job spec)."),
+	MR_CONFIG_DURATION("join_timeout", C, join_timeout_ms, "600s", 100, 24 * 3600 * 1000,
+			   "Give up when a round does not close within this time."),
+	MR_CONFIG_DURATION("grace_period", C, grace_period_ms, "5s", 0, 3600 * 1000,
+			   "Time between SIGTERM and SIGKILL when stopping workers."),
+	MR_CONFIG_DURATION("exit_barrier_timeout", C, exit_barrier_timeout_ms, "300s", 0,
+			   24 * 3600 * 1000,
+			   "After local success, how long to wait for the other nodes to finish."),
+	MR_CONFIG_STRING("health_addr", C, health_addr, "0.0.0.0",
+			 "Bind address of the health and metrics server."),
+	MR_CONFIG_INT("health_port", C, health_port, "29401", -1, 65535,
+		      "Port of /healthz, /readyz, /metrics; 0 = ephemeral, -1 = off."),
+	MR_CONFIG_STRING("token_file", C, token_file, NULL,
+			 "File holding the bearer token for the controller."),
+	MR_CONFIG_STRING("token", C, token, NULL,
+			 "Bearer token for the controller (prefer token_file)."),
+	MR_CONFIG_STRING("role", C, role, "default", "ROLE_NAME given to workers."),
+	MR_CONFIG_STRING("run_id", C, run_id, NULL,
+			 "TORCHELASTIC_RUN_ID given to workers (default: the job name)."),
+	MR_CONFIG_ENUM("mode", C, mode, "auto", mode_names,
+		       "Workers: exec (the command after --), inproc (the built-in runtime), "
+		       "auto (exec when a command is given)."),
+	MR_CONFIG_STRING("permanent_exit_codes", C, permanent_exit_codes, "2,126,127",
+			 "Worker exit codes that fail the job at once (comma list); every "
+			 "other non-zero code is retried."),
+	MR_CONFIG_ENUM("log_level", C, log_level, "info", level_names, "Log level."),
+	MR_CONFIG_STRING("workload", C, workload, "gpt",
+			 "In-process workload (inproc mode): gpt."),
+	MR_CONFIG_STRING("workload_config", C, workload_config, NULL,
+			 "JSON object given to the in-process workload, e.g. "
+			 "'{\"steps\": 20, \"d_model\": 64}'."),
+};
+#undef C
+
+const struct mr_config_opt *mr_agent_config_table(size_t *n)
+{
+	*n = sizeof(agent_opts) / sizeof(agent_opts[0]);
+	return agent_opts;
+}
+
+int mr_agent_host_id(char *buf, size_t size)
+{
+	char boot[64] = "", ipc[64] = "";
+	FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+	ssize_t n;
+
+	if (f) {
+		if (!fgets(boot, sizeof(boot), f))
+			boot[0] = '\0';
+		fclose(f);
+	}
+	boot[strcspn(boot, "\n")] = '\0';
+	n = readlink("/proc/self/ns/ipc", ipc, sizeof(ipc) - 1);
+	ipc[n > 0 ? n : 0] = '\0';
+	if (!boot[0] && !ipc[0])
+		return MR_ENOTFOUND;
+	snprintf(buf, size, "%s/%s", boot[0] ? boot : "noboot", ipc[0] ? ipc : "noipc");
+	return 0;
+}
+
+/* Sets name from a scheduler variable unless meshrun's own inputs did. */
+static int from_env(struct mr_config *mc, const char *name, const char *var,
+		    struct mr_errbuf *eb)
+{
+	const char *v = getenv(var);
+
+	if (!v || !v[0] || mr_config_is_set(mc, name))
+		return 0;
+	return mr_config_set(mc, name, v, MR_CONFIG_SRC_ENV, var, eb);
+}
+
+/* The single Volcano task of this pod: VC_<TASK>_NUM / VC_<TASK>_HOSTS. */
+static int volcano_nodes(struct mr_config *mc, struct mr_errbuf *eb)
+{
+	char var[256] = "", val[32];
+	int tasks = 0, count = 0;
+
+	if (mr_config_is_set(mc, "nnodes"))
+		return 0;
+	for (char **e = environ; *e; e++) {
+		const char *eq = strchr(*e, '=');
+		size_t kl = eq ? (size_t)(eq - *e) : 0;
+
+		if (kl < 8 || strncmp(*e, "VC_", 3) || kl >= sizeof(var))
+			continue;
+		if (kl > 7 && !strncmp(*e + kl - 4, "_NUM", 4)) {
+			tasks++;
+			snprintf(var, sizeof(var), "%.*s", (int)kl, *e);
+		} else if (kl > 9 && !strncmp(*e + kl - 6, "_HOSTS", 6) && !var[0]) {
+			const char *p = eq + 1;
+
+			count = *p ? 1 : 0;
+			for (; *p; p++)
+				count += *p == ',';
+		}
+	}
+	if (tasks == 1)
+		return mr_config_set(mc, "nnodes", getenv(var), MR_CONFIG_SRC_ENV, var, eb);
+	if (tasks == 0 && count > 0) {
+		snprintf(val, sizeof(val), "%d", count);
+		return mr_config_set(mc, "nnodes", val, MR_CONFIG_SRC_ENV, "VC_<TASK>_HOSTS", eb);
+	}
+	return 0;
+}
+
+/* StatefulSet pods are named <set>-<ordinal>. */
+static int hostname_ordinal(struct mr_config *mc, struct mr_errbuf *eb)
+{
+	const char *h = getenv("HOSTNAME");
+	const char *dash;
+
+	if (mr_config_is_set(mc, "pod_index") || !h || !(dash = strrchr(h, '-')) || !dash[1])
+		return 0;
+	for (const char *p = dash + 1; *p; p++)
+		if (!isdigit((unsigned char)*p))
+			return 0;
+	return mr_config_set(mc, "pod_index", dash + 1, MR_CONFIG_SRC_ENV, "HOSTNAME", eb);
+}
+
+static int parse_int(const char *s, int lo, int hi, int *out)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno || end == s || *end || v < lo || v > hi)
+		return MR_EPARSE;
+	*out = (int)v;
+	return 0;
+}
+
+static const char *source_of(struct mr_config *mc, const char *name, const char *flag)
+{
+	switch (mr_config_source(mc, name)) {
+	case MR_CONFIG_SRC_FLAG:
+		return flag;
+	case MR_CONFIG_SRC_ENV:
+		return "environment";
+	case MR_CONFIG_SRC_FILE:
+		return mc->config_path;
+	default:
+		return "default";
+	}
+}
+
+static int parse_nnodes(struct mr_agent_config *cfg, struct mr_config *mc, struct mr_errbuf *eb)
+{
+	char a[32] = "", *colon;
+
+	snprintf(a, sizeof(a), "%s", cfg->nnodes);
+	colon = strchr(a, ':');
+	if (colon)
+		*colon = '\0';
+	if (parse_int(a, 1, 100000, &cfg->min_nodes) ||
+	    parse_int(colon ? colon + 1 : a, 1, 100000, &cfg->max_nodes) ||
+	    cfg->min_nodes > cfg->max_nodes)
+		return mr_errf_field(eb, MR_EINVAL, "nnodes",
+				     "nnodes (%s): '%s' is not N or MIN:MAX with 1 <= MIN <= MAX "
+				     "<= 100000",
+				     source_of(mc, "nnodes", "--nnodes"), cfg->nnodes);
+	return 0;
+}
+
+static int parse_permanent(struct mr_agent_config *cfg, struct mr_errbuf *eb)
+{
+	const char *p = cfg->permanent_exit_codes;
+
+	cfg->npermanent = 0;
+	while (*p) {
+		char item[16];
+		size_t l = strcspn(p, ",");
+		int code;
+
+		snprintf(item, sizeof(item), "%.*s", (int)(l < 15 ? l : 15), p);
+		if (l >= 15 || parse_int(item, 1, 255, &code) ||
+		    cfg->npermanent == MR_AGENT_MAX_PERMANENT)
+			return mr_errf_field(eb, MR_EINVAL, "permanent_exit_codes",
+					     "permanent_exit_codes: '%s' is not a comma list of "
+					     "at most %d codes in [1, 255]",
+					     cfg->permanent_exit_codes, MR_AGENT_MAX_PERMANENT);
+		cfg->permanent[cfg->npermanent++] = code;
+		p += l;
+		if (*p == ',')
+			p++;
+	}
+	return 0;
+}
+
+int mr_agent_config_permanent(const struct mr_agent_config *cfg, int code)
+{
+	for (int i = 0; i < cfg->npermanent; i++)
+		if (cfg->permanent[i] == code)
+			return 1;
+	return 0;
+}
+
+/* The mesh must divide every world size the job may have. */
+static int check_mesh(const struct mr_agent_config *cfg, struct mr_errbuf *eb)
+{
+	int ends[2] = {cfg->min_nodes, cfg->max_nodes};
+
+	if (cfg->dp && cfg->min_nodes != cfg->max_nodes)
+		return mr_errf_field(eb, MR_EINVAL, "dp",
+				     "dp: %d is fixed but nnodes '%s' is elastic; use dp 0 "
+				     "(derived)",
+				     cfg->dp, cfg->nnodes);
+	for (int i = 0; i < 2; i++) {
+		struct mr_errbuf me = {0};
+		struct mr_mesh m;
+		int world = ends[i] * cfg->nproc_per_node;
+
+		if (mr_mesh_init(&m, world, cfg->tp, cfg->pp, cfg->cp, cfg->ep, cfg->dp, &me))
+			return mr_errf_field(eb, MR_EINVAL, me.field,
+					     "mesh: %s (nnodes %d x nproc_per_node %d; tp=%d "
+					     "pp=%d cp=%d ep=%d dp=%d)",
+					     me.msg, ends[i], cfg->nproc_per_node, cfg->tp,
+					     cfg->pp, cfg->cp, cfg->ep, cfg->dp);
+	}
+	return 0;
+}
+
+static int check_job(const char *job, struct mr_errbuf *eb)
+{
+	const char *slash = strchr(job, '/');
+
+	if (!slash || slash == job || !slash[1] || strchr(slash + 1, '/'))
+		return mr_errf_field(eb, MR_EINVAL, "job",
+				     "job: '%s' is not namespace/name", job);
+	for (const char *p = job; *p; p++)
+		if (!(islower((unsigned char)*p) || isdigit((unsigned char)*p) || *p == '-' ||
+		      *p == '.' || *p == '/'))
+			return mr_errf_field(eb, MR_EINVAL, "job",
+					     "job: '%s' has a character outside [a-z0-9.-]", job);
+	return 0;
+}
+
+static int parse_workload(struct mr_agent_config *cfg, struct mr_errbuf *eb)
+{
+	json_error_t je;
+
+	if (strcmp(cfg->workload, "gpt"))
+		return mr_errf_field(eb, MR_EINVAL, "workload",
+				     "workload: '%s' is not known (known: gpt)", cfg->workload);
+	if (!cfg->workload_config[0])
+		return 0;
+	cfg->workload_json = json_loads(cfg->workload_config, 0, &je);
+	if (!json_is_object(cfg->workload_json)) {
+		json_decref(cfg->workload_json);
+		cfg->workload_json = NULL;
+		return mr_errf_field(eb, MR_EINVAL, "workload_config",
+				     "workload_config: '%.200s' is not a JSON object: %s",
+				     cfg->workload_config, je.text);
+	}
+	return 0;
+}
+
+static int fill_defaults(struct mr_agent_config *cfg)
+{
+	if (!cfg->node_id[0]) {
+		const char *h = getenv("HOSTNAME");
+		char name[256] = "";
+
+		if (h && h[0])
+			snprintf(name, sizeof(name), "%s", h);
+		else if (gethostname(name, sizeof(name) - 1) != 0)
+			snprintf(name, sizeof(name), "node");
+		snprintf(cfg->node_id, sizeof(cfg->node_id), "%s", name);
+	}
+	if (!cfg->host[0]) {
+		const char *ip = getenv("POD_IP");
+
+		snprintf(cfg->host, sizeof(cfg->host), "%s", ip && ip[0] ? ip : "127.0.0.1");
+	}
+	if (!cfg->host_id[0] && mr_agent_host_id(cfg->host_id, sizeof(cfg->host_id)))
+		snprintf(cfg->host_id, sizeof(cfg->host_id), "%s", cfg->node_id);
+	if (!cfg->run_id[0])
+		snprintf(cfg->run_id, sizeof(cfg->run_id), "%s", cfg->job);
+	if (cfg->heartbeat_interval_ms == 0)
+		cfg->heartbeat_interval_ms = cfg->heartbeat_timeout_ms / 4;
+	if (cfg->heartbeat_interval_ms < 50)
+		cfg->heartbeat_interval_ms = 50;
+	return 0;
+}
+
+int mr_agent_config_load(struct mr_agent_config *cfg, const char *prog, int argc,
+			 char **argv, struct mr_errbuf *eb)
+{
+	struct mr_config mc;
+	int err;
+
+	memset(cfg, 0, sizeof(*cfg));
+	memset(&mc, 0, sizeof(mc));
+	err = mr_config_init(&mc, agent_opts, sizeof(agent_opts) / sizeof(agent_opts[0]), cfg,
+			     eb);
+	if (err)
+		goto out;
+	mc.prog = prog;
+	mc.usage = "[options] [-- CMD ARGS...]";
+	mc.summary = "Joins a meshrun job through the controller, derives its ranks and mesh "
+		     "coordinates, runs nproc_per_node workers (the command after `--` with "
+		     "torchrun's environment, or the in-process runtime), heartbeats, and "
+		     "restarts the workers when a member fails.";
+	err = mr_config_parse(&mc, argc, argv, eb);
+	if (err)
+		goto out;
+	/* scheduler variables fill only what meshrun's own inputs left unset */
+	err = from_env(&mc, "pod_index", "VC_TASK_INDEX", eb);
+	if (!err)
+		err = from_env(&mc, "pod_index", "JOB_COMPLETION_INDEX", eb);
+	if (!err)
+		err = from_env(&mc, "pod_index", "PET_NODE_RANK", eb);
+	if (!err)
+		err = hostname_ordinal(&mc, eb);
+	if (!err)
+		err = from_env(&mc, "nnodes", "PET_NNODES", eb);
+	if (!err)
+		err = volcano_nodes(&mc, eb);
+	if (!err)
+		err = from_env(&mc, "nproc_per_node", "PET_NPROC_PER_NODE", eb);
+	if (!err)
+		err = from_env(&mc, "max_restarts", "PET_MAX_RESTARTS", eb);
+	if (!err)
+		err = parse_nnodes(cfg, &mc, eb);
+	if (!err)
+		err = parse_permanent(cfg, eb);
+	if (!err)
+		err = check_job(cfg->job, eb);
+	if (!err)
+		err = check_mesh(cfg, eb);
+	if (!err)
+		err = parse_workload(cfg, eb);
+	if (err)
+		goto out;
+	if (mc.nargs > 0 && mc.dashdash < 0) {
+		err = mr_errf_field(eb, MR_EINVAL, mc.args[0],
+				    "%s: unexpected argument (put the worker command after --)",
+				    mc.args[0]);
+		goto out;
+	}
+	if (mc.nargs > 0) {
+		cfg->ncmd = mc.nargs - mc.dashdash;
+		cfg->cmd = calloc((size_t)cfg->ncmd + 1, sizeof(*cfg->cmd));
+		if (!cfg->cmd) {
+			err = MR_ENOMEM;
+			goto out;
+		}
+		for (int i = 0; i < cfg->ncmd; i++)
+			cfg->cmd[i] = mc.args[mc.dashdash + i];
+	}
+	if (cfg->mode == MR_AGENT_MODE_AUTO)
+		cfg->mode = cfg->ncmd > 0 ? MR_AGENT_MODE_EXEC : MR_AGENT_MODE_INPROC;
+	if (cfg->mode == MR_AGENT_MODE_EXEC && cfg->ncmd == 0) {
+		err = mr_errf_field(eb, MR_EINVAL, "mode",
+				    "mode: 'exec' needs a worker command after --");
+		goto out;
+	}
+	fill_defaults(cfg);
+out:
+	mr_config_release(&mc);
+	return err;
+}
+
+void mr_agent_config_release(struct mr_agent_config *cfg)
+{
+	free(cfg->cmd);
+	cfg->cmd = NULL;
+	json_decref(cfg->workload_json);
+	cfg->workload_json = NULL;
+	cfg->ncmd = 0;
+}

@@ -1,0 +1,67 @@
+/*
+ * inproc.h - in-process workers: one thread per local rank driving a
+ * struct mr_worker_ops (runtime/mr_worker.h) - create, step until done,
+ * destroy - with a KV of the round for communicator bootstrap.
+ *
+ * Exit codes per local rank mirror exec mode so the supervisor's policy is
+ * the same: 0 when the workload finished, 1 when create or a step failed,
+ * 128+SIGTERM when it was aborted (mr_inproc_abort).
+ *
+ * Threading: start/poll/abort/stop from the supervisor thread; abort is
+ * also safe from any other thread. Stats are copied under a per-rank lock.
+ * Ownership: envs are copied (their strings must outlive the workers:
+ * they point into the agent's config); the config JSON is borrowed.
+ * Non-goals: restarts (the supervisor stops and starts again).
+ */
+#ifndef MR_INPROC_H
+#define MR_INPROC_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "exec.h"
+#include "kv_http.h"
+#include "mr_worker.h"
+
+struct mr_inproc;
+
+struct mr_inproc_rank {
+	struct mr_inproc *owner;
+	pthread_t thread;
+	int started;
+	atomic_int done;
+	int code;
+	pthread_mutex_t lock; /* state and stats */
+	void *state;
+	struct mr_worker_env env;
+	struct mr_worker_stats stats;
+	struct mr_kv_http kvh;
+	struct mr_kv kv;
+	char err[MR_ERRBUF_SIZE];
+};
+
+struct mr_inproc {
+	const struct mr_worker_ops *ops;
+	struct mr_rdzv_opts kvopts;
+	int n;
+	struct mr_inproc_rank *rank;
+	atomic_int aborting;
+};
+
+/* Starts n threads; envs[i] describes local rank i (kv is filled here). */
+int mr_inproc_start(struct mr_inproc *ip, const struct mr_worker_ops *ops,
+		    const struct mr_worker_env *envs, int n, const struct mr_rdzv_opts *kvopts,
+		    struct mr_errbuf *eb);
+/* Same summary as exec mode. */
+void mr_inproc_poll(struct mr_inproc *ip, struct mr_exec_status *st);
+/* Makes every step return MR_EABORTED promptly. */
+void mr_inproc_abort(struct mr_inproc *ip);
+/* Aborts (if running) and joins every thread; codes and stats stay
+ * readable until mr_inproc_stop(). */
+void mr_inproc_join(struct mr_inproc *ip);
+/* Joins and frees. Zeroed or stopped: no-op. Call before a new start. */
+void mr_inproc_stop(struct mr_inproc *ip);
+/* Copy of local rank i's latest stats; 0 or MR_ERANGE. */
+int mr_inproc_stats(struct mr_inproc *ip, int i, struct mr_worker_stats *out);
+
+#endif

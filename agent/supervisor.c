@@ -1,0 +1,760 @@
+/*
+ * supervisor.c - the agent's lifecycle state machine; see supervisor.h.
+ *
+ * One thread (the caller's) drives everything: rendezvous calls, forking
+ * workers, polling them every POLL_MS, reacting to the heartbeat thread's
+ * findings and to the stop flag set by signal handlers.
+ *
+ * Non-goals: HTTP details (rdzv.c), process mechanics (exec.c).
+ */
+#include "supervisor.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mr_gpt_worker.h"
+#include "mr_log.h"
+#include "workenv.h"
+
+extern char **environ;
+
+#define POLL_MS 20
+#define SLICE_MS 1000     /* long-poll slice: stop requests are seen this fast */
+#define BACKOFF_MAX_MS 2000
+#define KEY_MASTER_ADDR "master_addr"
+#define KEY_MASTER_PORT "master_port"
+#define KEY_EXIT_COUNT "meshrun/exit_barrier"
+#define KEY_EXIT_DONE "meshrun/exit_done"
+
+static const char *const state_names[MR_AGENT_NSTATES] = {
+	"init", "joining", "waiting", "running", "restarting", "succeeded", "failed",
+};
+
+enum outcome {
+	OUT_DONE,    /* every local worker exited 0 */
+	OUT_FAILED,  /* a worker exited non-zero */
+	OUT_STALE,   /* the generation moved on */
+	OUT_STOP,    /* SIGTERM/SIGINT on the agent */
+	OUT_ENDED,   /* the controller says the job is over (410) */
+};
+
+const char *mr_agent_state_name(int state)
+{
+	return state >= 0 && state < MR_AGENT_NSTATES ? state_names[state] : "unknown";
+}
+
+static long long now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void set_state(struct mr_supervisor *sv, int st)
+{
+	if (atomic_exchange(&sv->state, st) == st)
+		return;
+	mr_agent_metrics_state(&sv->metrics, st);
+	mr_log_info("state", "state=%s gen=%d restarts=%d", state_names[st],
+		    atomic_load(&sv->generation), atomic_load(&sv->restarts));
+}
+
+static int fail_with(struct mr_supervisor *sv, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+static int fail_with(struct mr_supervisor *sv, const char *fmt, ...)
+{
+	char msg[sizeof(sv->reason)];
+	va_list ap;
+
+	va_start(ap, fmt); /* may format sv->reason itself: via a copy */
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	memcpy(sv->reason, msg, sizeof(msg));
+	atomic_store(&sv->ready, 0);
+	set_state(sv, MR_AGENT_FAILED);
+	mr_log_error("failed", "reason=%s", mr_log_q(sv->reason));
+	return MR_AGENT_EXIT_FAILED;
+}
+
+/* Tells the controller that the job cannot succeed (a permanent error or
+ * exhausted restarts here), so every other agent stops at once. */
+static void fail_job(struct mr_supervisor *sv, const char *why)
+{
+	struct mr_errbuf eb = {0};
+	int err = mr_rdzv_fail_job(sv->rdzv, why, &eb);
+
+	if (err && err != MR_ECLOSED)
+		mr_log_warn("fail_report_failed", "err=%s msg=%s", mr_err_name(err),
+			    mr_log_q(eb.msg));
+}
+
+/* Sleeps ms, waking early on a stop request; 1 if stopping. */
+static int nap(struct mr_supervisor *sv, long ms)
+{
+	long long end = now_ms() + ms;
+
+	while (!sv->stop_sig && now_ms() < end)
+		usleep(POLL_MS * 1000);
+	return sv->stop_sig != 0;
+}
+
+static void on_latency(void *user, double seconds)
+{
+	struct mr_supervisor *sv = user;
+
+	mr_histogram_observe(sv->metrics.hb_latency, seconds);
+}
+
+static json_t *job_spec(const struct mr_agent_config *cfg)
+{
+	return json_pack("{s:s, s:i, s:i, s:i, s:{s:i, s:i, s:i, s:i, s:i}, s:i, s:i, s:i}",
+			 "name", cfg->job, "min_nodes", cfg->min_nodes, "max_nodes",
+			 cfg->max_nodes, "nproc_per_node", cfg->nproc_per_node, "mesh", "tp",
+			 cfg->tp, "pp", cfg->pp, "cp", cfg->cp, "ep", cfg->ep, "dp", cfg->dp,
+			 "last_call_ms", cfg->last_call_ms, "heartbeat_timeout_ms",
+			 cfg->heartbeat_timeout_ms, "max_restarts", cfg->max_restarts);
+}
+
+int mr_supervisor_init(struct mr_supervisor *sv, const struct mr_agent_config *cfg,
+		       struct mr_errbuf *eb)
+{
+	struct mr_rdzv_opts o = {0};
+	json_t *spec;
+	int err;
+
+	memset(sv, 0, sizeof(*sv));
+	sv->cfg = cfg;
+	err = mr_agent_metrics_init(&sv->metrics, state_names);
+	if (err)
+		return mr_errf(eb, err, "unable to create the metrics registry");
+	mr_agent_metrics_state(&sv->metrics, MR_AGENT_INIT);
+	spec = job_spec(cfg);
+	if (!spec)
+		return mr_errf(eb, MR_ENOMEM, "unable to build the job spec");
+	o.controller = cfg->controller;
+	o.job = cfg->job;
+	o.node_id = cfg->node_id;
+	o.host = cfg->host;
+	o.host_id = cfg->host_id;
+	o.pod_index = cfg->pod_index;
+	o.agent_port = cfg->health_port;
+	o.token = cfg->token;
+	o.spec = spec;
+	sv->ropts = o;
+	sv->ropts.spec = NULL;
+	err = mr_rdzv_new(&sv->rdzv, &o, eb);
+	json_decref(spec);
+	return err;
+}
+
+void mr_supervisor_release(struct mr_supervisor *sv)
+{
+	mr_exec_stop(&sv->exec, 0);
+	mr_inproc_stop(&sv->inproc);
+	mr_rdzv_free(sv->rdzv);
+	sv->rdzv = NULL;
+	mr_agent_metrics_release(&sv->metrics);
+}
+
+void mr_supervisor_stop(struct mr_supervisor *sv, int sig)
+{
+	sv->stop_sig = sig;
+	if (sv->rdzv)
+		mr_rdzv_abort(sv->rdzv);
+}
+
+/* JOINING + WAITING until the round closes: 0, MR_EABORTED (stop),
+ * MR_ETIMEDOUT (join_timeout) or a permanent error (reason set). */
+static int rendezvous(struct mr_supervisor *sv, int *joined)
+{
+	const struct mr_agent_config *cfg = sv->cfg;
+	long long deadline = now_ms() + cfg->join_timeout_ms;
+	long backoff = 100;
+
+	*joined = 0;
+	for (;;) {
+		struct mr_errbuf eb = {0};
+		int gen = 0, standby = 0, err;
+
+		if (sv->stop_sig)
+			return MR_EABORTED;
+		if (now_ms() >= deadline)
+			return MR_ETIMEDOUT;
+		set_state(sv, MR_AGENT_JOINING);
+		err = mr_rdzv_join(sv->rdzv, &gen, &standby, &eb);
+		if (err == MR_ECONN) {
+			mr_log_warn("join_retry", "err=%s msg=%s backoff_ms=%ld", mr_err_name(err),
+				    mr_log_q(eb.msg), backoff);
+			if (nap(sv, backoff))
+				return MR_EABORTED;
+			backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
+			continue;
+		}
+		if (err == MR_EABORTED || err == MR_ECLOSED)
+			return err;
+		if (err) {
+			snprintf(sv->reason, sizeof(sv->reason), "join failed: %s",
+				 eb.msg[0] ? eb.msg : mr_strerror(err));
+			return err;
+		}
+		*joined = 1;
+		atomic_store(&sv->generation, gen);
+		mr_gauge_set(sv->metrics.generation, gen);
+		set_state(sv, MR_AGENT_WAITING);
+		mr_log_info("joined", "gen=%d standby=%d", gen, standby);
+		for (;;) {
+			long left = (long)(deadline - now_ms());
+			int newgen = 0;
+
+			mr_errbuf_clear(&eb);
+			if (sv->stop_sig)
+				return MR_EABORTED;
+			if (left <= 0)
+				return MR_ETIMEDOUT;
+			err = mr_rdzv_wait(sv->rdzv, gen, left < SLICE_MS ? left : SLICE_MS,
+					   &sv->round, &newgen, &eb);
+			if (err == 0)
+				return 0;
+			if (err == MR_ETIMEDOUT)
+				continue;
+			if (err == MR_ESTALE || err == MR_ENOTFOUND)
+				break; /* join the newer round */
+			if (err == MR_ECONN) {
+				if (nap(sv, backoff))
+					return MR_EABORTED;
+				backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS
+								       : backoff * 2;
+				continue;
+			}
+			if (err == MR_EABORTED || err == MR_ECLOSED)
+				return err;
+			snprintf(sv->reason, sizeof(sv->reason), "wait failed: %s",
+				 eb.msg[0] ? eb.msg : mr_strerror(err));
+			return err;
+		}
+	}
+}
+
+static int free_port(void)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET};
+	socklen_t len = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int port = -1;
+
+	if (fd < 0)
+		return -1;
+	a.sin_addr.s_addr = htonl(INADDR_ANY);
+	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+	    getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+		port = ntohs(a.sin_port);
+	close(fd);
+	return port;
+}
+
+/* Reads key of the round, long-polling in slices; 0, MR_ESTALE, MR_EABORTED,
+ * MR_ETIMEDOUT or another error. */
+static int kv_wait(struct mr_supervisor *sv, const char *key, char *buf, size_t cap,
+		   long timeout_ms)
+{
+	long long deadline = now_ms() + timeout_ms;
+	int gen = sv->round.generation;
+
+	for (;;) {
+		struct mr_errbuf eb = {0};
+		long left = (long)(deadline - now_ms());
+		size_t len = 0;
+		int err;
+
+		if (sv->stop_sig)
+			return MR_EABORTED;
+		if (mr_rdzv_ended(sv->rdzv, NULL, 0))
+			return MR_ECLOSED;
+		if (mr_rdzv_hb_stale(sv->rdzv))
+			return MR_ESTALE;
+		if (left <= 0)
+			return MR_ETIMEDOUT;
+		err = mr_rdzv_kv_get(sv->rdzv, gen, key, buf, cap - 1, &len,
+				     left < SLICE_MS ? left : SLICE_MS, &eb);
+		if (err == 0) {
+			buf[len < cap - 1 ? len : cap - 1] = '\0';
+			return 0;
+		}
+		if (err == MR_ETIMEDOUT || err == MR_ENOTFOUND)
+			continue;
+		if (err == MR_ECONN) {
+			if (nap(sv, 200))
+				return MR_EABORTED;
+			continue;
+		}
+		return err;
+	}
+}
+
+/* MASTER_ADDR/MASTER_PORT: chosen by node rank 0, read by the others. */
+static int master_endpoint(struct mr_supervisor *sv, char *addr, size_t cap, int *port)
+{
+	const struct mr_agent_config *cfg = sv->cfg;
+	int gen = sv->round.generation;
+	char text[32];
+	int err;
+
+	if (sv->round.node_rank == 0) {
+		struct mr_errbuf eb = {0};
+
+		*port = free_port();
+		if (*port <= 0)
+			return MR_ESYS;
+		snprintf(addr, cap, "%s", cfg->host);
+		snprintf(text, sizeof(text), "%d", *port);
+		err = mr_rdzv_kv_put(sv->rdzv, gen, KEY_MASTER_ADDR, addr, strlen(addr), &eb);
+		if (!err)
+			err = mr_rdzv_kv_put(sv->rdzv, gen, KEY_MASTER_PORT, text, strlen(text),
+					     &eb);
+		if (err)
+			mr_log_warn("master_publish_failed", "err=%s msg=%s", mr_err_name(err),
+				    mr_log_q(eb.msg));
+		return err;
+	}
+	err = kv_wait(sv, KEY_MASTER_ADDR, addr, cap, cfg->join_timeout_ms);
+	if (!err)
+		err = kv_wait(sv, KEY_MASTER_PORT, text, sizeof(text), cfg->join_timeout_ms);
+	if (!err)
+		*port = atoi(text);
+	return err;
+}
+
+/* ---- workers of either mode ---- */
+
+static int inproc_mode(const struct mr_supervisor *sv)
+{
+	return sv->cfg->mode == MR_AGENT_MODE_INPROC;
+}
+
+static void workers_poll(struct mr_supervisor *sv, struct mr_exec_status *st)
+{
+	if (inproc_mode(sv))
+		mr_inproc_poll(&sv->inproc, st);
+	else
+		mr_exec_poll(&sv->exec, st);
+}
+
+static void workers_signal(struct mr_supervisor *sv, int sig)
+{
+	if (inproc_mode(sv))
+		mr_inproc_abort(&sv->inproc);
+	else
+		mr_exec_signal(&sv->exec, sig);
+}
+
+static int workers_count(const struct mr_supervisor *sv)
+{
+	return inproc_mode(sv) ? sv->inproc.n : sv->exec.n;
+}
+
+/* Exit code of local rank i, -1 while it runs. */
+static int worker_code(const struct mr_supervisor *sv, int i)
+{
+	if (inproc_mode(sv))
+		return atomic_load(&sv->inproc.rank[i].done) ? sv->inproc.rank[i].code : -1;
+	return sv->exec.child[i].running ? -1 : sv->exec.child[i].code;
+}
+
+static void record_codes(struct mr_supervisor *sv)
+{
+	for (int i = 0; i < workers_count(sv); i++)
+		if (worker_code(sv, i) >= 0)
+			mr_agent_metrics_exit_code(&sv->metrics, i, worker_code(sv, i));
+}
+
+/* Stops the workers (grace for exec mode) and records their codes; the
+ * in-process state stays readable until the next start. */
+static void workers_stop(struct mr_supervisor *sv, int grace_ms)
+{
+	if (inproc_mode(sv)) {
+		mr_inproc_join(&sv->inproc);
+	} else {
+		mr_exec_stop(&sv->exec, grace_ms);
+	}
+	record_codes(sv);
+}
+
+static int start_workers(struct mr_supervisor *sv, const char *maddr, int mport,
+			 struct mr_errbuf *eb)
+{
+	const struct mr_agent_config *cfg = sv->cfg;
+	const struct mr_rdzv_round *rd = &sv->round;
+	int n = rd->nproc_per_node;
+	struct mr_workenv *envs = calloc((size_t)n, sizeof(*envs));
+	char ***ev = calloc((size_t)n, sizeof(*ev));
+	int *ranks = calloc((size_t)n, sizeof(*ranks));
+	struct mr_worker_env *wenv = calloc((size_t)n, sizeof(*wenv));
+	struct mr_workenv_extra x = {.role = cfg->role, .max_restarts = cfg->max_restarts,
+				     .master_addr = maddr, .master_port = mport};
+	int err = 0;
+
+	if (!envs || !ev || !ranks || !wenv || n < 1 || n > MR_EXEC_MAX_LOCAL) {
+		err = mr_errf(eb, MR_ENOMEM, "unable to prepare %d workers", n);
+		goto out;
+	}
+	for (int i = 0; i < n; i++) {
+		struct mr_worker_env w = {
+			.job = cfg->job, .run_id = cfg->run_id, .generation = rd->generation,
+			.restart_count = atomic_load(&sv->restarts), .rank = rd->rank_base + i,
+			.world_size = rd->world_size, .local_rank = i, .local_world_size = n,
+			.node_rank = rd->node_rank, .num_nodes = rd->num_nodes, .tp = rd->tp,
+			.pp = rd->pp, .cp = rd->cp, .ep = rd->ep, .dp = rd->dp,
+			.host = cfg->host, .host_id = cfg->host_id};
+
+		ranks[i] = w.rank;
+		w.config = cfg->workload_json;
+		wenv[i] = w;
+		if (inproc_mode(sv))
+			continue;
+		err = mr_workenv_init(&envs[i], environ);
+		if (!err)
+			err = mr_workenv_torchrun(&envs[i], &w, &x);
+		if (err) {
+			mr_errf(eb, err, "unable to build the environment of rank %d: %s", w.rank,
+				mr_strerror(err));
+			goto out;
+		}
+		ev[i] = envs[i].v;
+	}
+	if (inproc_mode(sv)) {
+		mr_inproc_stop(&sv->inproc); /* the previous run's threads and state */
+		err = mr_inproc_start(&sv->inproc, &mr_gpt_worker, wenv, n, &sv->ropts, eb);
+	} else {
+		err = mr_exec_start(&sv->exec, cfg->cmd, n, ev, ranks, NULL, -1, -1, eb);
+	}
+	if (!err) {
+		mr_agent_metrics_ranks(&sv->metrics, ranks, n, rd->node_rank, rd->tp, rd->pp,
+				       rd->cp, rd->ep, rd->dp);
+		for (int i = 0; i < n; i++)
+			mr_agent_metrics_exit_code(&sv->metrics, i, -1);
+	}
+out:
+	for (int i = 0; envs && i < n; i++)
+		if (envs[i].v)
+			mr_workenv_release(&envs[i]);
+	free(envs);
+	free(ev);
+	free(ranks);
+	free(wenv);
+	return err;
+}
+
+/* In-process stats into metrics; a progress line per second (rank 0 of
+ * this node), so `meshrun local` shows training. */
+static void report_stats(struct mr_supervisor *sv, long long *last, int final)
+{
+	int print = last && now_ms() - *last >= 1000;
+
+	for (int i = 0; i < sv->inproc.n; i++) {
+		struct mr_worker_stats ws;
+
+		if (mr_inproc_stats(&sv->inproc, i, &ws))
+			continue;
+		mr_agent_metrics_worker(&sv->metrics, sv->inproc.rank[i].env.rank, &ws);
+		if (final)
+			mr_log_info("worker_done", "rank=%d step=%lld/%lld loss=%.4f tokens=%lld",
+				    sv->inproc.rank[i].env.rank, (long long)ws.step,
+				    (long long)ws.total_steps, ws.loss, (long long)ws.tokens);
+		else if (print && i == 0 && ws.step > 0)
+			mr_log_info("progress",
+				    "rank=%d step=%lld/%lld loss=%.4f tokens_per_s=%.0f mfu=%.3f",
+				    sv->inproc.rank[i].env.rank, (long long)ws.step,
+				    (long long)ws.total_steps, ws.loss, ws.tokens_per_s, ws.mfu);
+	}
+	if (print && last)
+		*last = now_ms();
+}
+
+/* RUNNING: watches workers, heartbeats and the stop flag. */
+static enum outcome monitor(struct mr_supervisor *sv, struct mr_exec_status *st)
+{
+	long long last_report = now_ms();
+	int seen_failures = 0;
+
+	for (;;) {
+		int f;
+
+		if (sv->stop_sig)
+			return OUT_STOP;
+		workers_poll(sv, st);
+		mr_gauge_set(sv->metrics.running, st->running);
+		if (inproc_mode(sv))
+			report_stats(sv, &last_report, 0);
+		f = mr_rdzv_hb_failures(sv->rdzv);
+		if (f > seen_failures)
+			mr_counter_add(sv->metrics.hb_failures, f - seen_failures);
+		seen_failures = f;
+		if (st->failed)
+			return OUT_FAILED;
+		if (mr_rdzv_ended(sv->rdzv, NULL, 0))
+			return OUT_ENDED;
+		if (mr_rdzv_hb_stale(sv->rdzv))
+			return OUT_STALE;
+		if (st->running == 0)
+			return OUT_DONE;
+		usleep(POLL_MS * 1000);
+	}
+}
+
+/* After local success: wait for every node (KV counter + done key). 0 when
+ * all arrived (or on timeout, logged), MR_ESTALE, MR_EABORTED. */
+static int exit_barrier(struct mr_supervisor *sv)
+{
+	const struct mr_agent_config *cfg = sv->cfg;
+	int gen = sv->round.generation;
+	long long deadline = now_ms() + cfg->exit_barrier_timeout_ms;
+	long long count = 0;
+	char buf[16];
+	int err;
+
+	for (;;) {
+		struct mr_errbuf eb = {0};
+
+		err = mr_rdzv_kv_add(sv->rdzv, gen, KEY_EXIT_COUNT, 1, &count, &eb);
+		if (err != MR_ECONN || now_ms() >= deadline)
+			break;
+		if (nap(sv, 200))
+			return MR_EABORTED;
+	}
+	if (err == MR_ESTALE || err == MR_EABORTED || err == MR_ECLOSED)
+		return err;
+	if (err) {
+		mr_log_warn("exit_barrier_skipped", "err=%s", mr_err_name(err));
+		return 0;
+	}
+	if (count >= sv->round.num_nodes) {
+		struct mr_errbuf eb = {0};
+
+		mr_rdzv_kv_put(sv->rdzv, gen, KEY_EXIT_DONE, "1", 1, &eb);
+		return 0;
+	}
+	err = kv_wait(sv, KEY_EXIT_DONE, buf, sizeof(buf), (long)(deadline - now_ms()));
+	if (err == MR_ETIMEDOUT) {
+		mr_log_warn("exit_barrier_timeout", "arrived=%lld nodes=%d", count,
+			    sv->round.num_nodes);
+		return 0;
+	}
+	return err;
+}
+
+/* The controller answered 410 (job failed, succeeded or deleted): stop the
+ * workers (workers: 1 if this round's were started) and exit with the
+ * job's verdict and the controller's reason. */
+static int job_ended(struct mr_supervisor *sv, int workers)
+{
+	char why[768] = "";
+	int end = mr_rdzv_ended(sv->rdzv, why, sizeof(why));
+
+	atomic_store(&sv->ready, 0);
+	if (workers) {
+		workers_signal(sv, SIGTERM);
+		workers_stop(sv, sv->cfg->grace_period_ms);
+	}
+	mr_rdzv_hb_stop(sv->rdzv);
+	if (end == MR_RDZV_SUCCEEDED) {
+		mr_log_info("job_succeeded", "reason=%s", mr_log_q(why));
+		snprintf(sv->reason, sizeof(sv->reason), "%s", "");
+		set_state(sv, MR_AGENT_SUCCEEDED);
+		return MR_AGENT_EXIT_OK;
+	}
+	return fail_with(sv, "job %s (controller): %s",
+			 end == MR_RDZV_DELETED ? "deleted" : "failed", why);
+}
+
+/* Stops workers and heartbeats; counts the restart. 0 = go again. */
+static int restart(struct mr_supervisor *sv, const char *why, int report)
+{
+	const struct mr_agent_config *cfg = sv->cfg;
+	int gen = atomic_load(&sv->generation);
+	int n;
+
+	atomic_store(&sv->ready, 0);
+	snprintf(sv->reason, sizeof(sv->reason), "%s", why);
+	set_state(sv, MR_AGENT_RESTARTING);
+	mr_log_warn("restarting", "gen=%d why=%s", gen, mr_log_q(why));
+	workers_stop(sv, cfg->grace_period_ms);
+	mr_gauge_set(sv->metrics.running, 0);
+	mr_rdzv_hb_stop(sv->rdzv);
+	if (report) {
+		struct mr_errbuf eb = {0};
+
+		mr_rdzv_fail(sv->rdzv, gen, why, &eb); /* 409: someone was faster */
+	}
+	n = atomic_load(&sv->restarts);
+	if (n >= cfg->max_restarts) {
+		char msg[sizeof(sv->reason)];
+
+		snprintf(msg, sizeof(msg), "restarts exhausted (max_restarts %d); last: %s",
+			 cfg->max_restarts, why);
+		fail_job(sv, msg);
+		return fail_with(sv, "%s", msg);
+	}
+	if (mr_rdzv_ended(sv->rdzv, NULL, 0))
+		return job_ended(sv, 0);
+	atomic_store(&sv->restarts, n + 1);
+	mr_counter_inc(sv->metrics.restarts);
+	return 0;
+}
+
+/* SIGTERM path: forward, wait grace, leave. workers: 1 when this round's
+ * workers were started (their codes decide the exit code). */
+static int stop_gracefully(struct mr_supervisor *sv, int joined, int workers)
+{
+	const struct mr_agent_config *cfg = sv->cfg;
+	int sig = sv->stop_sig ? sv->stop_sig : SIGTERM;
+	int ok = 1, by_sig = 1;
+	struct mr_errbuf eb = {0};
+
+	atomic_store(&sv->ready, 0);
+	mr_log_info("stopping", "signal=%d", sig);
+	if (workers) {
+		workers_signal(sv, sig);
+		workers_stop(sv, cfg->grace_period_ms);
+	}
+	for (int i = 0; workers && i < workers_count(sv); i++) {
+		int code = worker_code(sv, i);
+
+		ok &= code == 0;
+		by_sig &= code == 0 || code == 128 + sig;
+	}
+	mr_rdzv_hb_stop(sv->rdzv);
+	mr_rdzv_resume(sv->rdzv);
+	if (joined)
+		mr_rdzv_leave(sv->rdzv, atomic_load(&sv->generation), "agent stopped", &eb);
+	if (ok) {
+		set_state(sv, MR_AGENT_SUCCEEDED);
+		return MR_AGENT_EXIT_OK;
+	}
+	fail_with(sv, "stopped by signal %d", sig);
+	return by_sig ? 128 + sig : MR_AGENT_EXIT_FAILED;
+}
+
+int mr_supervisor_run(struct mr_supervisor *sv)
+{
+	const struct mr_agent_config *cfg = sv->cfg;
+
+	for (;;) {
+		struct mr_exec_status st;
+		struct mr_errbuf eb = {0};
+		char maddr[256] = "", why[512];
+		int joined = 0, mport = 0, err, rc;
+		enum outcome out;
+
+		err = rendezvous(sv, &joined);
+		if (err == MR_EABORTED)
+			return stop_gracefully(sv, joined, 0);
+		if (err == MR_ECLOSED)
+			return job_ended(sv, 0);
+		if (err == MR_ETIMEDOUT)
+			return fail_with(sv, "rendezvous did not complete within join_timeout "
+					     "%d ms",
+					 cfg->join_timeout_ms);
+		if (err)
+			return fail_with(sv, "%s", sv->reason);
+		atomic_store(&sv->generation, sv->round.generation);
+		mr_gauge_set(sv->metrics.generation, sv->round.generation);
+		mr_gauge_set(sv->metrics.world_size, sv->round.world_size);
+		mr_gauge_set(sv->metrics.node_rank, sv->round.node_rank);
+		mr_log_info("round", "gen=%d node_rank=%d nodes=%d world=%d rank_base=%d",
+			    sv->round.generation, sv->round.node_rank, sv->round.num_nodes,
+			    sv->round.world_size, sv->round.rank_base);
+		if (mr_rdzv_hb_start(sv->rdzv, sv->round.generation, cfg->heartbeat_interval_ms,
+				     on_latency, sv))
+			return fail_with(sv, "unable to start the heartbeat thread");
+		err = master_endpoint(sv, maddr, sizeof(maddr), &mport);
+		if (err == MR_EABORTED)
+			return stop_gracefully(sv, 1, 0);
+		if (err == MR_ECLOSED)
+			return job_ended(sv, 0);
+		if (err) {
+			/* the round ended before anything ran: not a restart */
+			mr_log_warn("master_endpoint", "err=%s", mr_err_name(err));
+			mr_rdzv_hb_stop(sv->rdzv);
+			if (err != MR_ESTALE && nap(sv, 200))
+				return stop_gracefully(sv, 1, 0);
+			continue;
+		}
+		if (start_workers(sv, maddr, mport, &eb)) {
+			mr_rdzv_hb_stop(sv->rdzv);
+			fail_job(sv, eb.msg);
+			return fail_with(sv, "%s", eb.msg);
+		}
+		atomic_store(&sv->ready, 1);
+		set_state(sv, MR_AGENT_RUNNING);
+		mr_log_info("workers_started", "gen=%d n=%d master=%s:%d", sv->round.generation,
+			    workers_count(sv), maddr, mport);
+		out = monitor(sv, &st);
+		record_codes(sv);
+		switch (out) {
+		case OUT_STOP:
+			return stop_gracefully(sv, 1, 1);
+		case OUT_ENDED:
+			return job_ended(sv, 1);
+		case OUT_DONE:
+			if (inproc_mode(sv))
+				report_stats(sv, NULL, 1);
+			err = exit_barrier(sv);
+			if (err == MR_EABORTED)
+				return stop_gracefully(sv, 1, 1);
+			if (err == MR_ECLOSED)
+				return job_ended(sv, 1);
+			if (err == MR_ESTALE) {
+				rc = restart(sv, "generation changed during the exit barrier", 0);
+				if (rc)
+					return rc;
+				continue;
+			}
+			mr_rdzv_hb_stop(sv->rdzv);
+			workers_stop(sv, 0);
+			atomic_store(&sv->ready, 0);
+			/* completion does not bump the generation: the job succeeds
+			 * when every node of the round completed */
+			err = mr_rdzv_complete(sv->rdzv, sv->round.generation, &eb);
+			if (err == MR_ECLOSED &&
+			    mr_rdzv_ended(sv->rdzv, NULL, 0) != MR_RDZV_SUCCEEDED)
+				return job_ended(sv, 0);
+			if (err && err != MR_ECLOSED)
+				mr_log_warn("complete_report_failed", "err=%s msg=%s",
+					    mr_err_name(err), mr_log_q(eb.msg));
+			sv->reason[0] = '\0';
+			set_state(sv, MR_AGENT_SUCCEEDED);
+			return MR_AGENT_EXIT_OK;
+		case OUT_STALE:
+			snprintf(why, sizeof(why), "generation %d ended (now %d): a member was "
+						   "lost or added",
+				 sv->round.generation, mr_rdzv_hb_stale(sv->rdzv));
+			rc = restart(sv, why, 0);
+			break;
+		case OUT_FAILED:
+		default:
+			snprintf(why, sizeof(why), "rank %d exited with code %d",
+				 st.first_failed_rank, st.first_failed_code);
+			if (mr_agent_config_permanent(cfg, st.first_failed_code)) {
+				char msg[sizeof(sv->reason)];
+
+				workers_stop(sv, cfg->grace_period_ms);
+				mr_rdzv_hb_stop(sv->rdzv);
+				snprintf(msg, sizeof(msg), "%s (permanent: not retried)", why);
+				fail_job(sv, msg);
+				return fail_with(sv, "%s", msg);
+			}
+			rc = restart(sv, why, 1);
+			break;
+		}
+		if (rc)
+			return rc;
+	}
+}

@@ -1,0 +1,91 @@
+/*
+ * supervisor.h - the agent's lifecycle state machine:
+ *
+ *   INIT -> JOINING -> WAITING -> RUNNING -> SUCCEEDED
+ *                 ^                  |  \-> FAILED
+ *                 +--- RESTARTING <--+
+ *
+ * JOINING/WAITING: join the controller's forming round and long-poll until
+ * it closes (join_timeout bounds both; an unreachable controller is
+ * retried with backoff). RUNNING: node rank 0 picks MASTER_PORT and
+ * publishes master_addr/master_port in the round's KV, the workers start
+ * (exec mode: the command after `--`), heartbeats run on their own thread.
+ * RESTARTING: a worker failed with a retryable code, or the controller
+ * answered 409 (the generation moved on: a member was lost or added);
+ * local workers get SIGTERM, SIGKILL after grace_period, the agent reports
+ * the failure and joins again - at most max_restarts times, then FAILED
+ * with the reason.
+ *
+ * Exit-code policy (docs/internals/agent.md): all workers exit 0 ->
+ * SUCCEEDED after an exit barrier with the other nodes; a code in
+ * permanent_exit_codes (default 2, 126, 127: usage error, not executable,
+ * not found) -> FAILED at once; any other non-zero code or death by signal
+ * -> retryable.
+ *
+ * SIGTERM/SIGINT on the agent (mr_supervisor_stop): workers get the signal
+ * (in-process workers are aborted), SIGKILL after grace_period; the agent
+ * leaves the rendezvous and exits 0 if every worker exited 0, 128+sig if
+ * they died of that signal, 1 otherwise.
+ *
+ * Threading: mr_supervisor_run() on the main thread (it forks the
+ * workers); mr_supervisor_stop() is async-signal-safe; the state, ready
+ * flag and metrics are readable from any thread (health server).
+ *
+ * Non-goals: configuration parsing (config.c), HTTP (rdzv.c, http.c).
+ */
+#ifndef MR_SUPERVISOR_H
+#define MR_SUPERVISOR_H
+
+#include <signal.h>
+#include <stdatomic.h>
+
+#include "agent_metrics.h"
+#include "config.h"
+#include "exec.h"
+#include "inproc.h"
+#include "rdzv.h"
+
+enum mr_agent_state {
+	MR_AGENT_INIT = 0,
+	MR_AGENT_JOINING,
+	MR_AGENT_WAITING,
+	MR_AGENT_RUNNING,
+	MR_AGENT_RESTARTING,
+	MR_AGENT_SUCCEEDED,
+	MR_AGENT_FAILED,
+};
+
+/* Process exit codes of meshrun-agent. */
+#define MR_AGENT_EXIT_OK 0
+#define MR_AGENT_EXIT_FAILED 1
+#define MR_AGENT_EXIT_USAGE 2
+
+struct mr_supervisor {
+	const struct mr_agent_config *cfg;
+	struct mr_rdzv *rdzv;
+	struct mr_exec exec;     /* exec mode workers */
+	struct mr_inproc inproc; /* inproc mode workers */
+	struct mr_rdzv_opts ropts; /* for per-rank KV clients (inproc) */
+	struct mr_agent_metrics metrics;
+	struct mr_rdzv_round round;
+	atomic_int state;       /* enum mr_agent_state */
+	atomic_int ready;       /* round closed and workers running */
+	atomic_int generation;
+	atomic_int restarts;
+	volatile sig_atomic_t stop_sig; /* signal to forward, 0 = none */
+	int health_port;        /* advertised in join; set before run */
+	char reason[1024];       /* why FAILED (or what the last restart was for) */
+};
+
+const char *mr_agent_state_name(int state);
+
+/* cfg must outlive the supervisor. */
+int mr_supervisor_init(struct mr_supervisor *sv, const struct mr_agent_config *cfg,
+		       struct mr_errbuf *eb);
+void mr_supervisor_release(struct mr_supervisor *sv);
+/* Runs the lifecycle to the end; returns the process exit code. */
+int mr_supervisor_run(struct mr_supervisor *sv);
+/* Async-signal-safe: asks the running supervisor to stop with sig. */
+void mr_supervisor_stop(struct mr_supervisor *sv, int sig);
+
+#endif

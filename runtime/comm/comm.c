@@ -1,0 +1,382 @@
+/*
+ * comm.c - communicator front end: argument checks, backend dispatch,
+ * blocking wrappers and the host id.
+ *
+ * Non-goals: moving bytes (host_*.c, nccl.c do that).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "comm_int.h"
+
+long long mr__now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+uint64_t mr__hash(const void *p, size_t n, uint64_t h)
+{
+	const unsigned char *b = p;
+
+	if (!h)
+		h = 1469598103934665603ULL;
+	for (size_t i = 0; i < n; i++) {
+		h ^= b[i];
+		h *= 1099511628211ULL;
+	}
+	return h;
+}
+
+size_t mr_comm_dtype_size(int dtype)
+{
+	switch (dtype) {
+	case MR_COMM_F32: return 4;
+	case MR_COMM_BF16: return 2;
+	case MR_COMM_I32: return 4;
+	case MR_COMM_I64: return 8;
+	default: return 0;
+	}
+}
+
+static int read_line(const char *path, char *buf, size_t cap)
+{
+	FILE *f = fopen(path, "r");
+	int rc = MR_EIO;
+
+	if (!f)
+		return MR_EIO;
+	if (fgets(buf, (int)cap, f)) {
+		buf[strcspn(buf, "\n")] = 0;
+		rc = 0;
+	}
+	fclose(f);
+	return rc;
+}
+
+int mr_comm_host_id(char *buf, size_t cap)
+{
+	char boot[64], ns[64];
+	ssize_t n;
+	int w;
+
+	if (read_line("/proc/sys/kernel/random/boot_id", boot, sizeof(boot)) < 0)
+		return MR_EIO;
+	n = readlink("/proc/self/ns/ipc", ns, sizeof(ns) - 1);
+	if (n < 0)
+		return MR_EIO;
+	ns[n] = 0;
+	w = snprintf(buf, cap, "%s/%s", boot, ns);
+	return (w < 0 || (size_t)w >= cap) ? MR_ERANGE : 0;
+}
+
+int mr_comm_init(struct mr_comm **out, const struct mr_comm_config *cfg,
+		 struct mr_errbuf *eb)
+{
+	const char *be = cfg->backend ? cfg->backend : "host";
+
+	*out = NULL;
+	if (cfg->world_size < 1 || cfg->rank < 0 || cfg->rank >= cfg->world_size)
+		return mr_errf_field(eb, MR_EINVAL, "rank", "rank %d out of world %d",
+				     cfg->rank, cfg->world_size);
+	if (!cfg->id || !*cfg->id || strlen(cfg->id) > 64)
+		return mr_errf_field(eb, MR_EINVAL, "id", "communicator id missing or too long");
+	if (!cfg->kv && cfg->world_size > 1)
+		return mr_errf_field(eb, MR_EINVAL, "kv", "bootstrap kv missing");
+	if (!strcmp(be, "host"))
+		return mr__host_init(out, cfg, cfg->kv, eb);
+	if (!strcmp(be, "nccl"))
+		return mr__nccl_init(out, cfg, cfg->kv, eb);
+	return mr_errf_field(eb, MR_EINVAL, "backend", "unknown backend '%s'", be);
+}
+
+int mr_comm_split(struct mr_comm *c, const int *ranks, int n, const char *name,
+		  struct mr_comm **out, struct mr_errbuf *eb)
+{
+	int me = -1;
+
+	*out = NULL;
+	if (n < 1 || n > c->size)
+		return mr_errf(eb, MR_EINVAL, "group size %d out of range", n);
+	for (int i = 0; i < n; i++) {
+		if (ranks[i] < 0 || ranks[i] >= c->size)
+			return mr_errf(eb, MR_EINVAL, "group rank %d out of range", ranks[i]);
+		for (int j = 0; j < i; j++)
+			if (ranks[j] == ranks[i])
+				return mr_errf(eb, MR_EINVAL, "group rank %d repeated", ranks[i]);
+		if (ranks[i] == c->rank)
+			me = i;
+	}
+	if (me < 0)
+		return mr_errf(eb, MR_EINVAL, "rank %d is not in the group", c->rank);
+	if (name && strlen(name) > 24)
+		return mr_errf(eb, MR_EINVAL, "group name '%s' too long", name);
+	return c->ops->split(c, ranks, n, name, out, eb);
+}
+
+int mr_comm_rank(const struct mr_comm *c) { return c->rank; }
+int mr_comm_size(const struct mr_comm *c) { return c->size; }
+const char *mr_comm_backend(const struct mr_comm *c) { return c->ops->name; }
+void mr_comm_set_timeout(struct mr_comm *c, long ms) { c->timeout_ms = ms > 0 ? ms : 60000; }
+void mr_comm_abort(struct mr_comm *c) { if (c) c->ops->abort(c); }
+
+void mr_comm_free(struct mr_comm *c)
+{
+	if (c)
+		c->ops->free(c);
+}
+
+void mr__op_free(struct mr__comm_op *op)
+{
+	if (!op)
+		return;
+	free(op->scounts);
+	free(op->sdispls);
+	free(op->rcounts);
+	free(op->rdispls);
+	free(op);
+}
+
+static size_t *dup_arr(const size_t *a, int n, int *err)
+{
+	size_t *p;
+
+	if (!a)
+		return NULL;
+	p = malloc(sizeof(*p) * (size_t)n);
+	if (!p) {
+		*err = MR_ENOMEM;
+		return NULL;
+	}
+	memcpy(p, a, sizeof(*p) * (size_t)n);
+	return p;
+}
+
+static int start(struct mr_comm *c, int kind, const void *sbuf, void *rbuf, size_t count,
+		 int dtype, int redop, int peer, int tag, const size_t *sc, const size_t *sd,
+		 const size_t *rc, const size_t *rd, struct mr_comm_req **req)
+{
+	struct mr__comm_op *op;
+	int err = 0;
+
+	if (req)
+		*req = NULL;
+	if (!mr_comm_dtype_size(dtype) || redop < MR_COMM_SUM || redop > MR_COMM_MAX)
+		return MR_EINVAL;
+	if ((kind == MR__OP_SEND || kind == MR__OP_RECV || kind == MR__OP_BROADCAST) &&
+	    (peer < 0 || peer >= c->size))
+		return MR_EINVAL;
+	if ((kind == MR__OP_SEND || kind == MR__OP_RECV) && (tag < 0 || peer == c->rank))
+		return MR_EINVAL;
+	op = calloc(1, sizeof(*op));
+	if (!op)
+		return MR_ENOMEM;
+	*op = (struct mr__comm_op){ .kind = kind, .sbuf = sbuf, .rbuf = rbuf, .count = count,
+				    .dtype = dtype, .redop = redop, .peer = peer, .tag = tag };
+	op->scounts = dup_arr(sc, c->size, &err);
+	op->sdispls = dup_arr(sd, c->size, &err);
+	op->rcounts = dup_arr(rc, c->size, &err);
+	op->rdispls = dup_arr(rd, c->size, &err);
+	if (err) {
+		mr__op_free(op);
+		return err;
+	}
+	if (!req) {
+		/* blocking: run in this thread when the queue is idle */
+		struct mr_comm_req *r;
+		int rc;
+
+		if (c->ops->run_now && kind != MR__OP_SEND && kind != MR__OP_RECV) {
+			rc = c->ops->run_now(c, op);
+			if (rc != 1)
+				return rc;
+		}
+		rc = c->ops->start(c, op, &r);
+		return rc < 0 ? rc : mr_comm_wait(r);
+	}
+	return c->ops->start(c, op, req);
+}
+
+int mr_comm_iallreduce(struct mr_comm *c, const void *sbuf, void *rbuf, size_t count,
+		       int dtype, int op, struct mr_comm_req **req)
+{
+	return start(c, MR__OP_ALLREDUCE, sbuf, rbuf, count, dtype, op, 0, 0,
+		     NULL, NULL, NULL, NULL, req);
+}
+
+int mr_comm_ireduce_scatter(struct mr_comm *c, const void *sbuf, void *rbuf, size_t count,
+			    int dtype, int op, struct mr_comm_req **req)
+{
+	return start(c, MR__OP_REDUCE_SCATTER, sbuf, rbuf, count, dtype, op, 0, 0,
+		     NULL, NULL, NULL, NULL, req);
+}
+
+int mr_comm_iallgatherv(struct mr_comm *c, const void *sbuf, void *rbuf,
+			const size_t *rcounts, const size_t *rdispls, int dtype,
+			struct mr_comm_req **req)
+{
+	if (!rcounts || !rdispls)
+		return MR_EINVAL;
+	return start(c, MR__OP_ALLGATHERV, sbuf, rbuf, 0, dtype, 0, 0, 0,
+		     NULL, NULL, rcounts, rdispls, req);
+}
+
+int mr_comm_iallgather(struct mr_comm *c, const void *sbuf, void *rbuf, size_t count,
+		       int dtype, struct mr_comm_req **req)
+{
+	size_t *cnt = malloc(sizeof(size_t) * (size_t)c->size * 2);
+	int rc;
+
+	if (!cnt)
+		return MR_ENOMEM;
+	for (int i = 0; i < c->size; i++) {
+		cnt[i] = count;
+		cnt[c->size + i] = count * (size_t)i;
+	}
+	rc = mr_comm_iallgatherv(c, sbuf, rbuf, cnt, cnt + c->size, dtype, req);
+	free(cnt);
+	return rc;
+}
+
+int mr_comm_ialltoallv(struct mr_comm *c, const void *sbuf, const size_t *scounts,
+		       const size_t *sdispls, void *rbuf, const size_t *rcounts,
+		       const size_t *rdispls, int dtype, struct mr_comm_req **req)
+{
+	if (!scounts || !sdispls || !rcounts || !rdispls)
+		return MR_EINVAL;
+	return start(c, MR__OP_ALLTOALLV, sbuf, rbuf, 0, dtype, 0, 0, 0,
+		     scounts, sdispls, rcounts, rdispls, req);
+}
+
+int mr_comm_ialltoall(struct mr_comm *c, const void *sbuf, void *rbuf, size_t count,
+		      int dtype, struct mr_comm_req **req)
+{
+	size_t *cnt = malloc(sizeof(size_t) * (size_t)c->size * 2);
+	int rc;
+
+	if (!cnt)
+		return MR_ENOMEM;
+	for (int i = 0; i < c->size; i++) {
+		cnt[i] = count;
+		cnt[c->size + i] = count * (size_t)i;
+	}
+	rc = mr_comm_ialltoallv(c, sbuf, cnt, cnt + c->size, rbuf, cnt, cnt + c->size,
+				dtype, req);
+	free(cnt);
+	return rc;
+}
+
+int mr_comm_ibroadcast(struct mr_comm *c, void *buf, size_t count, int dtype, int root,
+		       struct mr_comm_req **req)
+{
+	return start(c, MR__OP_BROADCAST, buf, buf, count, dtype, 0, root, 0,
+		     NULL, NULL, NULL, NULL, req);
+}
+
+int mr_comm_isend(struct mr_comm *c, const void *buf, size_t count, int dtype, int peer,
+		  int tag, struct mr_comm_req **req)
+{
+	return start(c, MR__OP_SEND, buf, NULL, count, dtype, 0, peer, tag,
+		     NULL, NULL, NULL, NULL, req);
+}
+
+int mr_comm_irecv(struct mr_comm *c, void *buf, size_t count, int dtype, int peer,
+		  int tag, struct mr_comm_req **req)
+{
+	return start(c, MR__OP_RECV, NULL, buf, count, dtype, 0, peer, tag,
+		     NULL, NULL, NULL, NULL, req);
+}
+
+int mr_comm_ibarrier(struct mr_comm *c, struct mr_comm_req **req)
+{
+	return start(c, MR__OP_BARRIER, NULL, NULL, 0, MR_COMM_I32, 0, 0, 0,
+		     NULL, NULL, NULL, NULL, req);
+}
+
+int mr_comm_test(struct mr_comm_req *req, int *done)
+{
+	return req->comm->ops->test(req, done);
+}
+
+int mr_comm_wait(struct mr_comm_req *req)
+{
+	return req->comm->ops->wait(req);
+}
+
+/* A NULL request pointer means "blocking" inside this file. */
+#define BLOCKING(call) return (call)
+
+int mr_comm_allreduce(struct mr_comm *c, const void *sbuf, void *rbuf, size_t count,
+		      int dtype, int op)
+{
+	BLOCKING(mr_comm_iallreduce(c, sbuf, rbuf, count, dtype, op, NULL));
+}
+
+int mr_comm_reduce_scatter(struct mr_comm *c, const void *sbuf, void *rbuf, size_t count,
+			   int dtype, int op)
+{
+	BLOCKING(mr_comm_ireduce_scatter(c, sbuf, rbuf, count, dtype, op, NULL));
+}
+
+int mr_comm_allgather(struct mr_comm *c, const void *sbuf, void *rbuf, size_t count,
+		      int dtype)
+{
+	BLOCKING(mr_comm_iallgather(c, sbuf, rbuf, count, dtype, NULL));
+}
+
+int mr_comm_allgatherv(struct mr_comm *c, const void *sbuf, void *rbuf,
+		       const size_t *rcounts, const size_t *rdispls, int dtype)
+{
+	BLOCKING(mr_comm_iallgatherv(c, sbuf, rbuf, rcounts, rdispls, dtype, NULL));
+}
+
+int mr_comm_alltoall(struct mr_comm *c, const void *sbuf, void *rbuf, size_t count,
+		     int dtype)
+{
+	BLOCKING(mr_comm_ialltoall(c, sbuf, rbuf, count, dtype, NULL));
+}
+
+int mr_comm_alltoallv(struct mr_comm *c, const void *sbuf, const size_t *scounts,
+		      const size_t *sdispls, void *rbuf, const size_t *rcounts,
+		      const size_t *rdispls, int dtype)
+{
+	BLOCKING(mr_comm_ialltoallv(c, sbuf, scounts, sdispls, rbuf, rcounts, rdispls,
+				    dtype, NULL));
+}
+
+int mr_comm_broadcast(struct mr_comm *c, void *buf, size_t count, int dtype, int root)
+{
+	BLOCKING(mr_comm_ibroadcast(c, buf, count, dtype, root, NULL));
+}
+
+int mr_comm_send(struct mr_comm *c, const void *buf, size_t count, int dtype, int peer,
+		 int tag)
+{
+	BLOCKING(mr_comm_isend(c, buf, count, dtype, peer, tag, NULL));
+}
+
+int mr_comm_recv(struct mr_comm *c, void *buf, size_t count, int dtype, int peer, int tag)
+{
+	BLOCKING(mr_comm_irecv(c, buf, count, dtype, peer, tag, NULL));
+}
+
+int mr_comm_barrier(struct mr_comm *c)
+{
+	BLOCKING(mr_comm_ibarrier(c, NULL));
+}
+
+#ifndef MR_HAVE_NCCL
+int mr__nccl_init(struct mr_comm **out, const struct mr_comm_config *cfg,
+		  const struct mr_kv *kv, struct mr_errbuf *eb)
+{
+	(void)cfg;
+	(void)kv;
+	*out = NULL;
+	return mr_errf_field(eb, MR_ENOTSUP, "backend", "backend 'nccl' not built in");
+}
+#endif

@@ -1,0 +1,90 @@
+/*
+ * comm_int.h - internals shared by the communicator front end (comm.c) and
+ * its backends (host_*.c, nccl.c). Not part of the public API.
+ *
+ * A backend fills a struct mr__comm_ops and embeds struct mr_comm as the
+ * first member of its own communicator; its requests start with struct
+ * mr_comm_req. The front end validates arguments, builds a struct
+ * mr__comm_op (copying v-variant arrays) and hands it to start().
+ */
+#ifndef MR_COMM_INT_H
+#define MR_COMM_INT_H
+
+#include <stdint.h>
+
+#include "mr_comm.h"
+
+enum mr__op_kind {
+	MR__OP_ALLREDUCE,
+	MR__OP_REDUCE_SCATTER,
+	MR__OP_ALLGATHERV,
+	MR__OP_ALLTOALLV,
+	MR__OP_BROADCAST,
+	MR__OP_SEND,
+	MR__OP_RECV,
+	MR__OP_BARRIER,
+};
+
+/* One operation; the v arrays (n entries each) are owned by the op. */
+struct mr__comm_op {
+	int kind;
+	const void *sbuf;
+	void *rbuf;
+	size_t count; /* allreduce/bcast/send/recv: total; reduce_scatter: per rank */
+	int dtype, redop;
+	int peer;     /* send/recv peer, broadcast root */
+	int tag;
+	size_t *scounts, *sdispls, *rcounts, *rdispls;
+};
+
+struct mr__comm_ops {
+	const char *name;
+	int (*split)(struct mr_comm *c, const int *ranks, int n, const char *name,
+		     struct mr_comm **out, struct mr_errbuf *eb);
+	/* Takes ownership of op (and its arrays) on success and failure. */
+	int (*start)(struct mr_comm *c, struct mr__comm_op *op, struct mr_comm_req **req);
+	/* Optional: runs a blocking collective in the caller's thread when
+	 * nothing is queued; MR_EAGAIN-like 1 means "not now, use start". */
+	int (*run_now)(struct mr_comm *c, struct mr__comm_op *op);
+	int (*test)(struct mr_comm_req *req, int *done);
+	int (*wait)(struct mr_comm_req *req);
+	void (*abort)(struct mr_comm *c);
+	void (*free)(struct mr_comm *c);
+};
+
+struct mr_comm {
+	const struct mr__comm_ops *ops;
+	int rank, size;
+	long timeout_ms;
+	char id[MR_COMM_ID_MAX];
+	char host_id[MR_COMM_HOST_ID_MAX];
+	char addr[64];
+	int transport, device;
+	unsigned nsplit; /* counter for unnamed splits */
+	const _Atomic int *cancel; /* bootstrap cancel flag, may be NULL */
+};
+
+struct mr_comm_req {
+	struct mr_comm *comm;
+};
+
+void mr__op_free(struct mr__comm_op *op);
+
+int mr__host_init(struct mr_comm **out, const struct mr_comm_config *cfg,
+		  const struct mr_kv *kv, struct mr_errbuf *eb);
+int mr__nccl_init(struct mr_comm **out, const struct mr_comm_config *cfg,
+		  const struct mr_kv *kv, struct mr_errbuf *eb);
+
+/* Reductions (reduce.c): dst[i] = dst[i] op src[i]; dtype never bf16 here
+ * (bf16 travels as fp32 inside the host backend). */
+void mr__reduce(void *dst, const void *src, size_t n, int dtype, int redop);
+/* dst[i] = a[i] op b[i]. */
+void mr__reduce3(void *dst, const void *a, const void *b, size_t n, int dtype, int redop);
+/* dst[i] /= div (avg finish). */
+void mr__scale_div(void *buf, size_t n, int dtype, int div);
+void mr__bf16_to_f32(float *dst, const uint16_t *src, size_t n);
+void mr__f32_to_bf16(uint16_t *dst, const float *src, size_t n);
+uint64_t mr__hash(const void *p, size_t n, uint64_t h);
+long long mr__now_ms(void);
+
+#endif

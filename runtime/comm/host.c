@@ -1,0 +1,749 @@
+/*
+ * host.c - the host communicator backend: bootstrap (KV, TCP mesh, shared
+ * memory inboxes), the per-communicator progress thread and its queue.
+ *
+ * Bootstrap of a group of n: each rank listens on an ephemeral TCP port,
+ * creates its shared-memory inbox (unless TCP only), publishes
+ * "<addr> <port> <host id> <shm name>" under comm/<id>/addr/<rank> and
+ * reads the n-1 peers' entries (O(group size)). Rank j connects to every
+ * i < j and accepts from every i > j; peers with the same host id map each
+ * other's inboxes and keep the socket only for liveness. After a one-byte
+ * "ready" exchange on every socket the inbox name is unlinked, so a crash
+ * leaves nothing in /dev/shm.
+ *
+ * Progress: one thread per communicator pops requests in issue order and
+ * runs them (host_algo.c); a run of consecutive send/recv requests, also
+ * ones enqueued while it runs, is progressed as one batch. After a failure
+ * the communicator is broken and later requests fail with the same code.
+ *
+ * Non-goals: lazy connection setup (the mesh is complete per group),
+ * reusing the parent's connections in a split.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <arpa/inet.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "host_int.h"
+#include "mr_log.h"
+
+#define HELLO_MAGIC 0x6d72636du
+#define DEFAULT_RING ((size_t)1 << 20)
+
+struct hello {
+	uint32_t magic;
+	int32_t rank;
+	uint64_t idhash;
+};
+
+static const struct mr__comm_ops host_ops;
+
+static size_t ring_cap(void)
+{
+	const char *e = getenv("MR_COMM_SHM_RING");
+	size_t v = e ? strtoull(e, NULL, 0) : DEFAULT_RING;
+
+	if (v < 4096 || v > ((size_t)1 << 28) || (v & (v - 1)))
+		v = DEFAULT_RING;
+	return v;
+}
+
+static int set_sock_opts(int fd)
+{
+	int one = 1, buf = 4 << 20;
+
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
+	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
+	return fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+/* The bootstrap running in this thread gives up when this turns non-zero. */
+static _Thread_local const _Atomic int *boot_cancel;
+
+static int cancelled(void)
+{
+	return boot_cancel && atomic_load(boot_cancel);
+}
+
+static int wait_fd(int fd, short ev, long long deadline)
+{
+	for (;;) {
+		long long left = deadline - mr__now_ms();
+		struct pollfd pf = { .fd = fd, .events = ev };
+		int r;
+
+		if (cancelled())
+			return MR_EABORTED;
+		if (left <= 0)
+			return MR_ETIMEDOUT;
+		r = poll(&pf, 1, left > 100 ? 100 : (int)left);
+		if (r > 0)
+			return 0;
+		if (r < 0 && errno != EINTR)
+			return MR_ESYS;
+	}
+}
+
+static int io_full(int fd, void *p, size_t n, int wr, long long deadline)
+{
+	size_t done = 0;
+
+	while (done < n) {
+		ssize_t r = wr ? send(fd, (char *)p + done, n - done, MSG_NOSIGNAL)
+			       : recv(fd, (char *)p + done, n - done, 0);
+
+		if (r > 0) {
+			done += (size_t)r;
+			continue;
+		}
+		if (r == 0)
+			return MR_EPEER;
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
+			return MR_EPEER;
+		r = wait_fd(fd, wr ? POLLOUT : POLLIN, deadline);
+		if (r < 0)
+			return (int)r;
+	}
+	return 0;
+}
+
+static int tcp_listen(const char *addr, int n, int *port)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	socklen_t sl = sizeof(sa);
+	int fd;
+
+	if (inet_pton(AF_INET, addr, &sa.sin_addr) != 1)
+		return MR_EINVAL;
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return MR_ESYS;
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, n + 8) < 0 ||
+	    getsockname(fd, (struct sockaddr *)&sa, &sl) < 0) {
+		close(fd);
+		return MR_ESYS;
+	}
+	*port = ntohs(sa.sin_port);
+	return fd;
+}
+
+static int tcp_connect(const char *addr, int port, long long deadline)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	int fd, err = 0;
+	socklen_t el = sizeof(err);
+
+	if (inet_pton(AF_INET, addr, &sa.sin_addr) != 1)
+		return MR_EINVAL;
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return MR_ESYS;
+	set_sock_opts(fd);
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		if (errno != EINPROGRESS || wait_fd(fd, POLLOUT, deadline) < 0 ||
+		    getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) < 0 || err) {
+			close(fd);
+			return MR_ECONN;
+		}
+	}
+	return fd;
+}
+
+static void *map_inbox(const char *name, size_t size, int create)
+{
+	int fd = shm_open(name, create ? (O_RDWR | O_CREAT | O_EXCL) : O_RDWR, 0600);
+	void *p;
+
+	if (fd < 0)
+		return NULL;
+	/* reserve the pages now: a full /dev/shm (64 MiB in a default Docker
+	 * container) must mean "use TCP", not SIGBUS on first touch */
+	if (create && (ftruncate(fd, (off_t)size) < 0 || posix_fallocate(fd, 0, (off_t)size))) {
+		close(fd);
+		shm_unlink(name);
+		return NULL;
+	}
+	p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	return p == MAP_FAILED ? NULL : p;
+}
+
+static struct mr__ring *inbox_ring(struct mr__hcomm *h, void *map, int slot)
+{
+	return (struct mr__ring *)((char *)map + sizeof(struct mr__inbox_hdr) +
+				   (size_t)slot * (sizeof(struct mr__ring) + h->ring_cap));
+}
+
+static void *progress_main(void *arg);
+
+static void host_free(struct mr_comm *c)
+{
+	struct mr__hcomm *h = (struct mr__hcomm *)c;
+
+	if (h->thr_started) {
+		pthread_mutex_lock(&h->mu);
+		h->stop = 1;
+		pthread_cond_broadcast(&h->cv);
+		pthread_mutex_unlock(&h->mu);
+		pthread_join(h->thr, NULL);
+	}
+	for (int i = 0; h->ch && i < h->n; i++)
+		mr__chan_release(&h->ch[i]);
+	for (int i = 0; h->maps && i < h->n; i++)
+		if (h->maps[i])
+			munmap(h->maps[i], h->map_size);
+	if (h->shm_name[0])
+		shm_unlink(h->shm_name);
+	/* requests still queued are failed and left to their waiters */
+	while (h->qhead) {
+		struct mr__hreq *r = h->qhead;
+
+		h->qhead = r->next;
+		mr__op_free(r->op);
+		r->op = NULL;
+		r->rc = MR_EABORTED;
+		r->done = 1;
+	}
+	pthread_mutex_destroy(&h->mu);
+	pthread_cond_destroy(&h->cv);
+	free(h->ch);
+	free(h->maps);
+	free(h->scratch);
+	free(h);
+}
+
+static int parse_entry(char *v, char *addr, int *port, char *hid, char *shm)
+{
+	return sscanf(v, "%63s %d %127s %63s", addr, port, hid, shm) == 4 ? 0 : MR_EPROTO;
+}
+
+/* Builds a communicator of n ranks where this process is group rank me. */
+static int host_create(struct mr__hcomm **out, const struct mr_comm *tmpl, const char *id,
+		       int me, int n, const struct mr_kv *kv, struct mr_errbuf *eb)
+{
+	struct mr__hcomm *h = calloc(1, sizeof(*h));
+	long long deadline = mr__now_ms() + tmpl->timeout_ms;
+	uint64_t idh = mr__hash(id, strlen(id), 0);
+	char key[160], val[320], paddr[64], phid[128], pshm[64];
+	int lfd = -1, port = 0, rc = 0, peer_is_shm;
+	size_t len;
+
+	*out = NULL;
+	if (!h)
+		return MR_ENOMEM;
+	boot_cancel = tmpl->cancel;
+	h->base = *tmpl;
+	h->base.ops = &host_ops;
+	h->base.rank = me;
+	h->base.size = n;
+	h->base.nsplit = 0;
+	snprintf(h->base.id, sizeof(h->base.id), "%s", id);
+	h->kv = kv;
+	h->n = n;
+	h->me = me;
+	h->ring_cap = ring_cap();
+	h->map_size = sizeof(struct mr__inbox_hdr) +
+		      (size_t)n * (sizeof(struct mr__ring) + h->ring_cap);
+	pthread_mutex_init(&h->mu, NULL);
+	pthread_cond_init(&h->cv, NULL);
+	h->ch = calloc((size_t)n, sizeof(*h->ch));
+	h->maps = calloc((size_t)n, sizeof(*h->maps));
+	if (!h->ch || !h->maps) {
+		rc = MR_ENOMEM;
+		goto out;
+	}
+	for (int i = 0; i < n; i++) {
+		h->ch[i].fd = -1;
+		h->ch[i].stash_tail = &h->ch[i].stash;
+	}
+	if (n == 1)
+		goto start;
+	if (strchr(tmpl->host_id, ' ') || !tmpl->host_id[0]) {
+		rc = mr_errf(eb, MR_EINVAL, "host id '%s' is empty or has spaces", tmpl->host_id);
+		goto out;
+	}
+	lfd = tcp_listen(tmpl->addr, n, &port);
+	if (lfd < 0) {
+		rc = mr_errf(eb, lfd, "unable to listen on '%s'", tmpl->addr);
+		goto out;
+	}
+	if (tmpl->transport == MR_COMM_AUTO) {
+		static _Atomic unsigned seq;
+
+		snprintf(h->shm_name, sizeof(h->shm_name), "/mr.%d.%u.%08x", (int)getpid(),
+			 atomic_fetch_add(&seq, 1), (unsigned)(idh ^ (uint64_t)me));
+		h->maps[me] = map_inbox(h->shm_name, h->map_size, 1);
+		if (!h->maps[me]) {
+			mr_log_warn("comm_shm_unavailable", "comm=%s size=%zu", id, h->map_size);
+			h->shm_name[0] = 0; /* fall back to TCP for everyone */
+		} else {
+			h->inbox = h->maps[me];
+		}
+	}
+	snprintf(val, sizeof(val), "%s %d %s %s", tmpl->addr, port, tmpl->host_id,
+		 h->shm_name[0] ? h->shm_name : "-");
+	snprintf(key, sizeof(key), "comm/%s/addr/%d", id, me);
+	rc = mr_kv_put(kv, key, val, strlen(val) + 1);
+	if (rc < 0) {
+		mr_errf(eb, rc, "unable to publish '%s'", key);
+		goto out;
+	}
+	for (int p = 0; p < n; p++) {
+		long long left = deadline - mr__now_ms();
+
+		if (p == me)
+			continue;
+		snprintf(key, sizeof(key), "comm/%s/addr/%d", id, p);
+		/* in slices, so a cancel is seen while a peer is missing */
+		do {
+			left = deadline - mr__now_ms();
+			rc = mr_kv_get(kv, key, val, sizeof(val) - 1, &len,
+				       left > 100 ? 100 : left > 1 ? left : 1);
+			if (rc == MR_ETIMEDOUT && cancelled())
+				rc = MR_EABORTED;
+		} while (rc == MR_ETIMEDOUT && mr__now_ms() < deadline);
+		if (rc < 0) {
+			mr_errf(eb, rc, "unable to get peer address '%s'", key);
+			goto out;
+		}
+		val[len < sizeof(val) ? len : sizeof(val) - 1] = 0;
+		if (parse_entry(val, paddr, &port, phid, pshm) < 0) {
+			rc = mr_errf(eb, MR_EPROTO, "malformed peer address '%s'", val);
+			goto out;
+		}
+		peer_is_shm = h->inbox && strcmp(pshm, "-") && !strcmp(phid, tmpl->host_id);
+		if (peer_is_shm) {
+			h->maps[p] = map_inbox(pshm, h->map_size, 0);
+			if (!h->maps[p]) {
+				rc = mr_errf(eb, MR_ESYS, "unable to map '%s'", pshm);
+				goto out;
+			}
+			h->ch[p].shm = 1;
+			h->ch[p].tx = inbox_ring(h, h->maps[p], me);
+			h->ch[p].rx = inbox_ring(h, h->maps[me], p);
+			h->ch[p].peer_inbox = h->maps[p];
+			h->has_shm = 1;
+		} else {
+			h->has_tcp = 1;
+		}
+		if (p < me) {
+			struct hello hi = { HELLO_MAGIC, me, idh };
+
+			h->ch[p].fd = tcp_connect(paddr, port, deadline);
+			if (h->ch[p].fd < 0) {
+				rc = mr_errf(eb, h->ch[p].fd, "unable to connect to rank %d at '%s:%d'",
+					     p, paddr, port);
+				h->ch[p].fd = -1;
+				goto out;
+			}
+			rc = io_full(h->ch[p].fd, &hi, sizeof(hi), 1, deadline);
+			if (rc < 0) {
+				mr_errf(eb, rc, "unable to greet rank %d", p);
+				goto out;
+			}
+		}
+	}
+	for (int k = me + 1; k < n; k++) {
+		struct hello hi;
+		int fd;
+
+		rc = wait_fd(lfd, POLLIN, deadline);
+		if (rc < 0) {
+			mr_errf(eb, rc, "waiting for %d peers to connect", n - k);
+			goto out;
+		}
+		fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		if (fd < 0) {
+			k--;
+			continue;
+		}
+		set_sock_opts(fd);
+		rc = io_full(fd, &hi, sizeof(hi), 0, deadline);
+		if (rc < 0 || hi.magic != HELLO_MAGIC || hi.idhash != idh || hi.rank <= me ||
+		    hi.rank >= n || h->ch[hi.rank].fd >= 0) {
+			close(fd);
+			k--;
+			continue;
+		}
+		h->ch[hi.rank].fd = fd;
+	}
+	for (int p = 0; p < n; p++) {
+		char b = 'k';
+
+		if (p != me && (rc = io_full(h->ch[p].fd, &b, 1, 1, deadline)) < 0)
+			goto ready_fail;
+	}
+	for (int p = 0; p < n; p++) {
+		char b = 0;
+
+		if (p != me && (rc = io_full(h->ch[p].fd, &b, 1, 0, deadline)) < 0)
+			goto ready_fail;
+	}
+	if (h->shm_name[0]) {
+		shm_unlink(h->shm_name);
+		h->shm_name[0] = 0;
+	}
+	{
+		long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+		int local = 1;
+
+		for (int p = 0; p < n; p++)
+			local += h->ch[p].shm;
+		h->oversubscribed = ncpu > 0 && local > ncpu;
+	}
+start:
+	h->deadline = mr__now_ms() + h->base.timeout_ms;
+	if (pthread_create(&h->thr, NULL, progress_main, h) != 0) {
+		rc = MR_ESYS;
+		goto out;
+	}
+	h->thr_started = 1;
+	rc = 0;
+	goto out;
+ready_fail:
+	mr_errf(eb, rc, "peers of communicator '%s' not ready", id);
+out:
+	boot_cancel = NULL;
+	if (lfd >= 0)
+		close(lfd);
+	if (rc < 0) {
+		host_free(&h->base);
+		return rc;
+	}
+	*out = h;
+	return 0;
+}
+
+int mr__host_init(struct mr_comm **out, const struct mr_comm_config *cfg,
+		  const struct mr_kv *kv, struct mr_errbuf *eb)
+{
+	struct mr_comm t = { 0 };
+	struct mr__hcomm *h;
+	int rc;
+
+	t.timeout_ms = cfg->timeout_ms > 0 ? cfg->timeout_ms : 60000;
+	t.transport = cfg->transport;
+	t.device = cfg->device;
+	t.cancel = cfg->cancel;
+	snprintf(t.addr, sizeof(t.addr), "%s", cfg->addr ? cfg->addr : "127.0.0.1");
+	if (cfg->host_id)
+		snprintf(t.host_id, sizeof(t.host_id), "%s", cfg->host_id);
+	else if ((rc = mr_comm_host_id(t.host_id, sizeof(t.host_id))) < 0)
+		return mr_errf(eb, rc, "unable to read the host id");
+	rc = host_create(&h, &t, cfg->id, cfg->rank, cfg->world_size, kv, eb);
+	if (rc < 0)
+		return rc;
+	*out = &h->base;
+	return 0;
+}
+
+static int host_split(struct mr_comm *c, const int *ranks, int n, const char *name,
+		      struct mr_comm **out, struct mr_errbuf *eb)
+{
+	struct mr__hcomm *h = (struct mr__hcomm *)c, *s;
+	uint64_t lh = mr__hash(ranks, sizeof(int) * (size_t)n, 0), full;
+	unsigned k = 0;
+	char id[MR_COMM_ID_MAX];
+	int me = 0, rc;
+
+	for (int i = 0; i < n; i++)
+		if (ranks[i] == c->rank)
+			me = i;
+	if (!name) {
+		for (unsigned i = 0; i < h->seen_n && i < 32; i++)
+			k += h->seen[i] == lh;
+		if (h->seen_n < 32)
+			h->seen[h->seen_n++] = lh;
+	}
+	full = mr__hash(c->id, strlen(c->id), lh);
+	full = mr__hash(&k, sizeof(k), full);
+	if (name)
+		full = mr__hash(name, strlen(name), full);
+	snprintf(id, sizeof(id), "%.40s.%016llx", name ? name : "g", (unsigned long long)full);
+	{
+		/* a split gives up when the caller cancels or the parent is aborted */
+		struct mr_comm t = *c;
+
+		t.cancel = c->cancel ? c->cancel : &h->aborted;
+		rc = host_create(&s, &t, id, me, n, h->kv, eb);
+	}
+	if (rc < 0)
+		return rc;
+	*out = &s->base;
+	return 0;
+}
+
+/* ---- progress thread ---- */
+
+static int is_p2p(const struct mr__hreq *r)
+{
+	return r && (r->op->kind == MR__OP_SEND || r->op->kind == MR__OP_RECV);
+}
+
+/* Called with mu held by the executor. */
+static void mark_broken(struct mr__hcomm *h, int rc)
+{
+	if (rc < 0 && !h->broken) {
+		/* the streams are out of step: tell the peers now, not at their timeout */
+		h->broken = rc;
+		for (int i = 0; i < h->n; i++)
+			if (h->ch[i].fd >= 0)
+				shutdown(h->ch[i].fd, SHUT_RDWR);
+	}
+}
+
+static void finish(struct mr__hcomm *h, struct mr__hreq *r, int rc)
+{
+	mr__op_free(r->op);
+	r->op = NULL;
+	r->rc = rc;
+	r->done = 1;
+	mark_broken(h, rc);
+}
+
+/* Appends p2p requests waiting at the head of the queue to the batch. */
+static int take_p2p(struct mr__hcomm *h, struct mr__xfer **xs, int nx, int *cap)
+{
+	pthread_mutex_lock(&h->mu);
+	while (is_p2p(h->qhead)) {
+		struct mr__hreq *r = h->qhead;
+		const struct mr__comm_op *op = r->op;
+		size_t esz = mr_comm_dtype_size(op->dtype);
+
+		if (nx == *cap) {
+			int nc = *cap * 2;
+			struct mr__xfer *g = realloc(*xs, sizeof(**xs) * (size_t)nc);
+
+			if (!g)
+				break;
+			*xs = g;
+			*cap = nc;
+		}
+		h->qhead = r->next;
+		if (!h->qhead)
+			h->qtail = NULL;
+		(*xs)[nx++] = (struct mr__xfer){ .peer = op->peer, .send = op->kind == MR__OP_SEND,
+						 .tag = op->tag,
+						 .buf = op->kind == MR__OP_SEND ? (char *)op->sbuf
+										: op->rbuf,
+						 .len = op->count * esz, .red_dtype = -1, .user = r };
+	}
+	pthread_mutex_unlock(&h->mu);
+	return nx;
+}
+
+/* Completes finished transfers' requests as soon as they are done. */
+static int p2p_refill(struct mr__hcomm *h, struct mr__xfer **xs, int nx, int *cap)
+{
+	int n2;
+
+	pthread_mutex_lock(&h->mu);
+	for (int i = 0; i < nx; i++) {
+		struct mr__hreq *r = (*xs)[i].user;
+
+		if ((*xs)[i].done && r) {
+			/* the waiter may free r at once: forget it here */
+			(*xs)[i].user = NULL;
+			finish(h, r, 0);
+			pthread_cond_broadcast(&h->cv);
+		}
+	}
+	pthread_mutex_unlock(&h->mu);
+	n2 = take_p2p(h, xs, nx, cap);
+	return n2;
+}
+
+static void run_p2p(struct mr__hcomm *h)
+{
+	int cap = 8, nx = 0, rc;
+	struct mr__xfer *xs = malloc(sizeof(*xs) * (size_t)cap);
+
+	if (!xs)
+		return;
+	nx = take_p2p(h, &xs, 0, &cap);
+	h->deadline = mr__now_ms() + h->base.timeout_ms;
+	rc = h->broken ? h->broken : mr__hx_run(h, &xs, &nx, &cap, p2p_refill);
+	pthread_mutex_lock(&h->mu);
+	for (int i = 0; i < nx; i++) {
+		struct mr__hreq *r = xs[i].user;
+
+		if (r)
+			finish(h, r, xs[i].done ? 0 : rc);
+	}
+	pthread_cond_broadcast(&h->cv);
+	pthread_mutex_unlock(&h->mu);
+	free(xs);
+}
+
+/*
+ * Runs the operation at the head of the queue (a whole p2p batch if it is
+ * a send/recv). Called with mu held, a non-empty queue and !busy, by the
+ * progress thread or by a thread waiting for a request (which saves the
+ * hand-off); returns with mu held.
+ */
+static void exec_head(struct mr__hcomm *h)
+{
+	struct mr__hreq *r;
+	int rc;
+
+	h->busy = 1;
+	if (is_p2p(h->qhead)) {
+		pthread_mutex_unlock(&h->mu);
+		run_p2p(h);
+		pthread_mutex_lock(&h->mu);
+	} else {
+		r = h->qhead;
+		h->qhead = r->next;
+		if (!h->qhead)
+			h->qtail = NULL;
+		pthread_mutex_unlock(&h->mu);
+		h->deadline = mr__now_ms() + h->base.timeout_ms;
+		if (atomic_load(&h->aborted))
+			rc = MR_EABORTED;
+		else
+			rc = h->broken ? h->broken : mr__host_exec(h, r->op);
+		pthread_mutex_lock(&h->mu);
+		finish(h, r, rc);
+	}
+	h->busy = 0;
+	pthread_cond_broadcast(&h->cv);
+}
+
+static void *progress_main(void *arg)
+{
+	struct mr__hcomm *h = arg;
+
+	pthread_mutex_lock(&h->mu);
+	for (;;) {
+		while (!h->stop && (!h->qhead || h->busy))
+			pthread_cond_wait(&h->cv, &h->mu);
+		if (h->stop)
+			break;
+		exec_head(h);
+	}
+	pthread_mutex_unlock(&h->mu);
+	return NULL;
+}
+
+static int host_start(struct mr_comm *c, struct mr__comm_op *op, struct mr_comm_req **req)
+{
+	struct mr__hcomm *h = (struct mr__hcomm *)c;
+	struct mr__hreq *r = calloc(1, sizeof(*r));
+
+	if (!r) {
+		mr__op_free(op);
+		return MR_ENOMEM;
+	}
+	r->base.comm = c;
+	r->op = op;
+	pthread_mutex_lock(&h->mu);
+	if (h->qtail)
+		h->qtail->next = r;
+	else
+		h->qhead = r;
+	h->qtail = r;
+	pthread_cond_broadcast(&h->cv);
+	pthread_mutex_unlock(&h->mu);
+	mr__wake_self(h);
+	*req = &r->base;
+	return 0;
+}
+
+/* Blocking collective in the caller's thread: only when nothing is queued
+ * or executing, so issue order holds; 1 = not now. */
+static int host_run_now(struct mr_comm *c, struct mr__comm_op *op)
+{
+	struct mr__hcomm *h = (struct mr__hcomm *)c;
+	int rc;
+
+	pthread_mutex_lock(&h->mu);
+	if (h->qhead || h->busy || h->stop) {
+		pthread_mutex_unlock(&h->mu);
+		return 1;
+	}
+	h->busy = 1;
+	rc = h->broken;
+	pthread_mutex_unlock(&h->mu);
+	h->deadline = mr__now_ms() + h->base.timeout_ms;
+	if (atomic_load(&h->aborted))
+		rc = MR_EABORTED;
+	else if (!rc)
+		rc = mr__host_exec(h, op);
+	mr__op_free(op);
+	pthread_mutex_lock(&h->mu);
+	mark_broken(h, rc);
+	h->busy = 0;
+	pthread_cond_broadcast(&h->cv);
+	pthread_mutex_unlock(&h->mu);
+	return rc;
+}
+
+static int host_test(struct mr_comm_req *req, int *done)
+{
+	struct mr__hcomm *h = (struct mr__hcomm *)req->comm;
+	struct mr__hreq *r = (struct mr__hreq *)req;
+
+	pthread_mutex_lock(&h->mu);
+	*done = r->done;
+	pthread_mutex_unlock(&h->mu);
+	return *done ? r->rc : 0;
+}
+
+static int host_wait(struct mr_comm_req *req)
+{
+	struct mr__hcomm *h = (struct mr__hcomm *)req->comm;
+	struct mr__hreq *r = (struct mr__hreq *)req;
+	int rc;
+
+	pthread_mutex_lock(&h->mu);
+	while (!r->done) {
+		/* help instead of sleeping: run queued work (in order) ourselves */
+		if (h->qhead && !h->busy && !h->stop)
+			exec_head(h);
+		else
+			pthread_cond_wait(&h->cv, &h->mu);
+	}
+	rc = r->rc;
+	pthread_mutex_unlock(&h->mu);
+	free(r);
+	return rc;
+}
+
+static void host_abort(struct mr_comm *c)
+{
+	struct mr__hcomm *h = (struct mr__hcomm *)c;
+
+	if (atomic_exchange(&h->aborted, 1))
+		return;
+	/* peers learn at once: their reads see EOF / reset */
+	for (int i = 0; i < h->n; i++)
+		if (h->ch[i].fd >= 0)
+			shutdown(h->ch[i].fd, SHUT_RDWR);
+	mr__wake_self(h);
+	pthread_mutex_lock(&h->mu);
+	pthread_cond_broadcast(&h->cv);
+	pthread_mutex_unlock(&h->mu);
+}
+
+static const struct mr__comm_ops host_ops = {
+	.name = "host",
+	.split = host_split,
+	.start = host_start,
+	.run_now = host_run_now,
+	.test = host_test,
+	.wait = host_wait,
+	.abort = host_abort,
+	.free = host_free,
+};

@@ -1,0 +1,388 @@
+/*
+ * host_algo.c - collective algorithms of the host backend, built on the
+ * transfer engine (mr__hx_sendrecv / mr__hx_run).
+ *
+ * Choices (n = group size, B = message bytes):
+ *   allreduce       B <= 64 KiB or count < n: recursive doubling (log2 n
+ *                   steps; non-powers of two fold the first 2*(n-p) ranks
+ *                   in pairs first). Larger: ring reduce-scatter + ring
+ *                   all-gather (2(n-1) steps of B/n, bandwidth-optimal).
+ *                   Every rank ends with bit-identical results (pairwise
+ *                   sums are commutative; the ring distributes one copy).
+ *   reduce_scatter  ring (n-1 steps of B/n), received data is reduced as
+ *                   it streams in (64 KiB bounce), no temporary of size B.
+ *   allgather(v)    ring (n-1 steps), received blocks land in place.
+ *   alltoall(v)     pairwise exchange: step s sends to me+s and receives
+ *                   from me-s, both at once.
+ *   broadcast       B <= 256 KiB or n <= 2: binomial tree; larger: scatter
+ *                   from the root + ring all-gather (~2B per rank).
+ *   barrier         dissemination, ceil(log2 n) rounds of empty messages.
+ * Large transfers are pipelined by the transports themselves: a shm ring
+ * (1 MiB, MR_COMM_SHM_RING) or a TCP socket streams while the other side
+ * drains, and reduction happens per 64 KiB piece as it arrives.
+ * bf16 is widened to fp32 for the whole algorithm (wire bytes doubled,
+ * one rounding at the end).
+ *
+ * Non-goals: topology awareness (hierarchical shm+TCP algorithms).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "host_int.h"
+
+#define RD_MAX_BYTES (64 << 10)
+#define BCAST_TREE_MAX (256 << 10)
+
+static size_t seg_count(size_t count, int n, int i)
+{
+	return count / (size_t)n + ((size_t)i < count % (size_t)n);
+}
+
+static size_t seg_off(size_t count, int n, int i)
+{
+	size_t q = count / (size_t)n, r = count % (size_t)n;
+
+	return q * (size_t)i + ((size_t)i < r ? (size_t)i : r);
+}
+
+static int mod(int a, int n)
+{
+	return ((a % n) + n) % n;
+}
+
+/* Ring reduce-scatter over segments given by counts/offsets (elements);
+ * at the end rank me holds the full reduction of segment me in work. With
+ * src (not NULL, not work) the input is read from src and work need not
+ * hold a copy of it: each received piece becomes work = src op incoming. */
+static int ring_rs(struct mr__hcomm *h, char *work, const char *src, const size_t *cnt,
+		   const size_t *off, int dt, int redop)
+{
+	int n = h->n, me = h->me, right = mod(me + 1, n), left = mod(me - 1, n);
+	size_t esz = mr_comm_dtype_size(dt);
+
+	for (int s = 0; s < n - 1; s++) {
+		int si = mod(me - s - 1, n), ri = mod(me - s - 2, n);
+		const char *sb = (s == 0 && src ? src : work) + off[si] * esz;
+		int rc = mr__hx_sendrecv3(h, right, sb, cnt[si] * esz, left, work + off[ri] * esz,
+					  cnt[ri] * esz, dt, redop,
+					  src ? src + off[ri] * esz : NULL);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+/* Ring all-gather: rank me owns block me, everyone ends with all blocks. */
+static int ring_ag(struct mr__hcomm *h, char *buf, const size_t *cnt, const size_t *off,
+		   size_t esz)
+{
+	int n = h->n, me = h->me, right = mod(me + 1, n), left = mod(me - 1, n);
+
+	for (int s = 0; s < n - 1; s++) {
+		int si = mod(me - s, n), ri = mod(me - s - 1, n);
+		int rc = mr__hx_sendrecv(h, right, buf + off[si] * esz, cnt[si] * esz, left,
+					 buf + off[ri] * esz, cnt[ri] * esz, -1, 0);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+static int real_rank(int nr, int rem)
+{
+	return nr < rem ? nr * 2 + 1 : nr + rem;
+}
+
+static int recursive_doubling(struct mr__hcomm *h, char *work, size_t count, int dt,
+			      int redop)
+{
+	int n = h->n, me = h->me, p = 1, rem, nr, rc = 0;
+	size_t bytes = count * mr_comm_dtype_size(dt);
+	char *tmp = malloc(bytes ? bytes : 1);
+
+	if (!tmp)
+		return MR_ENOMEM;
+	while (p * 2 <= n)
+		p *= 2;
+	rem = n - p;
+	if (me < 2 * rem) {
+		if (me % 2 == 0) {
+			rc = mr__hx_sendrecv(h, me + 1, work, bytes, -1, NULL, 0, -1, 0);
+			nr = -1;
+		} else {
+			rc = mr__hx_sendrecv(h, -1, NULL, 0, me - 1, work, bytes, dt, redop);
+			nr = me / 2;
+		}
+	} else {
+		nr = me - rem;
+	}
+	for (int mask = 1; rc == 0 && nr >= 0 && mask < p; mask <<= 1) {
+		int partner = real_rank(nr ^ mask, rem);
+
+		rc = mr__hx_sendrecv(h, partner, work, bytes, partner, tmp, bytes, -1, 0);
+		if (rc == 0)
+			mr__reduce(work, tmp, count, dt, redop);
+	}
+	if (rc == 0 && me < 2 * rem) {
+		if (me % 2 == 0)
+			rc = mr__hx_sendrecv(h, -1, NULL, 0, me + 1, work, bytes, -1, 0);
+		else
+			rc = mr__hx_sendrecv(h, me - 1, work, bytes, -1, NULL, 0, -1, 0);
+	}
+	free(tmp);
+	return rc;
+}
+
+static int ring_allreduce(struct mr__hcomm *h, char *work, const char *src, size_t count, int dt,
+			  int redop)
+{
+	int n = h->n, rc = MR_ENOMEM;
+	size_t *cnt = malloc(sizeof(size_t) * (size_t)n * 2), *off;
+
+	if (!cnt)
+		return rc;
+	off = cnt + n;
+	for (int i = 0; i < n; i++) {
+		cnt[i] = seg_count(count, n, i);
+		off[i] = seg_off(count, n, i);
+	}
+	rc = ring_rs(h, work, src, cnt, off, dt, redop);
+	if (rc == 0)
+		rc = ring_ag(h, work, cnt, off, mr_comm_dtype_size(dt));
+	free(cnt);
+	return rc;
+}
+
+/* The communicator's grow-only scratch buffer (no page faults per call). */
+static char *scratch(struct mr__hcomm *h, size_t need)
+{
+	if (!need)
+		need = 1;
+	if (need > h->scratch_cap) {
+		free(h->scratch);
+		h->scratch = malloc(need);
+		h->scratch_cap = h->scratch ? need : 0;
+	}
+	return h->scratch;
+}
+
+/* A working copy of src in the reduction dtype (fp32 for bf16). */
+static char *widen(struct mr__hcomm *h, const void *src, size_t count, int dtype, int *wdt,
+		   int *rc)
+{
+	size_t esz = mr_comm_dtype_size(dtype == MR_COMM_BF16 ? MR_COMM_F32 : dtype);
+	char *w = scratch(h, count * esz);
+
+	*wdt = dtype == MR_COMM_BF16 ? MR_COMM_F32 : dtype;
+	if (!w) {
+		*rc = MR_ENOMEM;
+		return NULL;
+	}
+	if (dtype == MR_COMM_BF16)
+		mr__bf16_to_f32((void *)w, src, count);
+	else
+		memcpy(w, src, count * esz);
+	return w;
+}
+
+static int allreduce(struct mr__hcomm *h, const struct mr__comm_op *op)
+{
+	size_t count = op->count, esz = mr_comm_dtype_size(op->dtype);
+	int wdt = op->dtype, rc = 0, redop = op->redop == MR_COMM_MAX ? MR_COMM_MAX : MR_COMM_SUM;
+	char *work = op->rbuf, *own = NULL;
+
+	if (!count)
+		return 0;
+	if (op->dtype == MR_COMM_BF16) {
+		own = work = widen(h, op->sbuf, count, op->dtype, &wdt, &rc);
+		if (!own)
+			return rc;
+	}
+	if (h->n > 1 && count * mr_comm_dtype_size(wdt) > RD_MAX_BYTES && count >= (size_t)h->n) {
+		/* the ring reads sbuf directly: no copy of the input */
+		rc = ring_allreduce(h, work, own || op->sbuf == op->rbuf ? NULL : op->sbuf, count,
+				    wdt, redop);
+	} else {
+		if (!own && op->sbuf != op->rbuf)
+			memcpy(work, op->sbuf, count * esz);
+		if (h->n > 1)
+			rc = recursive_doubling(h, work, count, wdt, redop);
+	}
+	if (rc == 0 && op->redop == MR_COMM_AVG)
+		mr__scale_div(work, count, wdt, h->n);
+	if (rc == 0 && own)
+		mr__f32_to_bf16(op->rbuf, (void *)own, count);
+	return rc;
+}
+
+static int reduce_scatter(struct mr__hcomm *h, const struct mr__comm_op *op)
+{
+	int n = h->n, wdt, rc = 0, redop = op->redop == MR_COMM_MAX ? MR_COMM_MAX : MR_COMM_SUM;
+	size_t rc_ = op->count, wesz;
+	size_t *cnt;
+	const char *src = NULL;
+	char *work;
+
+	if (!rc_)
+		return 0;
+	if (op->dtype == MR_COMM_BF16 || n == 1) {
+		work = widen(h, op->sbuf, rc_ * (size_t)n, op->dtype, &wdt, &rc);
+	} else {
+		/* no copy of the input: the ring reads sbuf directly */
+		wdt = op->dtype;
+		work = scratch(h, rc_ * (size_t)n * mr_comm_dtype_size(wdt));
+		src = op->sbuf;
+		rc = MR_ENOMEM;
+	}
+	if (!work)
+		return rc;
+	wesz = mr_comm_dtype_size(wdt);
+	cnt = malloc(sizeof(size_t) * (size_t)n * 2);
+	if (!cnt)
+		return MR_ENOMEM;
+	for (int i = 0; i < n; i++) {
+		cnt[i] = rc_;
+		cnt[n + i] = rc_ * (size_t)i;
+	}
+	rc = ring_rs(h, work, src, cnt, cnt + n, wdt, redop);
+	if (rc == 0) {
+		char *mine = work + rc_ * (size_t)h->me * wesz;
+
+		if (op->redop == MR_COMM_AVG)
+			mr__scale_div(mine, rc_, wdt, n);
+		if (op->dtype == MR_COMM_BF16)
+			mr__f32_to_bf16(op->rbuf, (void *)mine, rc_);
+		else
+			memcpy(op->rbuf, mine, rc_ * wesz);
+	}
+	free(cnt);
+	return rc;
+}
+
+static int allgatherv(struct mr__hcomm *h, const struct mr__comm_op *op)
+{
+	size_t esz = mr_comm_dtype_size(op->dtype);
+	char *dst = (char *)op->rbuf + op->rdispls[h->me] * esz;
+
+	if (op->sbuf != dst && op->rcounts[h->me])
+		memmove(dst, op->sbuf, op->rcounts[h->me] * esz);
+	return ring_ag(h, op->rbuf, op->rcounts, op->rdispls, esz);
+}
+
+static int alltoallv(struct mr__hcomm *h, const struct mr__comm_op *op)
+{
+	size_t esz = mr_comm_dtype_size(op->dtype);
+	int n = h->n, me = h->me;
+
+	if (op->rcounts[me])
+		memmove((char *)op->rbuf + op->rdispls[me] * esz,
+			(const char *)op->sbuf + op->sdispls[me] * esz, op->rcounts[me] * esz);
+	for (int s = 1; s < n; s++) {
+		int to = mod(me + s, n), from = mod(me - s, n);
+		int rc = mr__hx_sendrecv(h, to, (const char *)op->sbuf + op->sdispls[to] * esz,
+					 op->scounts[to] * esz, from,
+					 (char *)op->rbuf + op->rdispls[from] * esz,
+					 op->rcounts[from] * esz, -1, 0);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+static int bcast_tree(struct mr__hcomm *h, char *buf, size_t bytes, int root)
+{
+	int n = h->n, vr = mod(h->me - root, n), mask = 1, rc;
+
+	while (mask < n) {
+		if (vr & mask) {
+			rc = mr__hx_sendrecv(h, -1, NULL, 0, mod(vr - mask + root, n), buf, bytes,
+					     -1, 0);
+			if (rc < 0)
+				return rc;
+			break;
+		}
+		mask <<= 1;
+	}
+	for (mask >>= 1; mask > 0; mask >>= 1) {
+		if (vr + mask < n) {
+			rc = mr__hx_sendrecv(h, mod(vr + mask + root, n), buf, bytes, -1, NULL, 0,
+					     -1, 0);
+			if (rc < 0)
+				return rc;
+		}
+	}
+	return 0;
+}
+
+static int bcast_scatter_ag(struct mr__hcomm *h, char *buf, size_t count, size_t esz,
+			    int root)
+{
+	int n = h->n, rc;
+	size_t *cnt = malloc(sizeof(size_t) * (size_t)n * 2);
+	struct mr__xfer *xs = calloc((size_t)n, sizeof(*xs));
+	int nx = 0, cap = n;
+
+	if (!cnt || !xs) {
+		free(cnt);
+		free(xs);
+		return MR_ENOMEM;
+	}
+	for (int i = 0; i < n; i++) {
+		cnt[i] = seg_count(count, n, i);
+		cnt[n + i] = seg_off(count, n, i);
+	}
+	for (int i = 0; i < n; i++) {
+		if (h->me == root && i != root)
+			xs[nx++] = (struct mr__xfer){ .peer = i, .send = 1, .tag = MR__TAG_COLL,
+						      .buf = buf + cnt[n + i] * esz,
+						      .len = cnt[i] * esz, .red_dtype = -1 };
+		else if (h->me != root && i == h->me)
+			xs[nx++] = (struct mr__xfer){ .peer = root, .send = 0,
+						      .tag = MR__TAG_COLL,
+						      .buf = buf + cnt[n + i] * esz,
+						      .len = cnt[i] * esz, .red_dtype = -1 };
+	}
+	rc = mr__hx_run(h, &xs, &nx, &cap, NULL);
+	if (rc == 0)
+		rc = ring_ag(h, buf, cnt, cnt + n, esz);
+	free(cnt);
+	free(xs);
+	return rc;
+}
+
+static int barrier(struct mr__hcomm *h)
+{
+	for (int k = 1; k < h->n; k <<= 1) {
+		int rc = mr__hx_sendrecv(h, mod(h->me + k, h->n), NULL, 0, mod(h->me - k, h->n),
+					 NULL, 0, -1, 0);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+int mr__host_exec(struct mr__hcomm *h, const struct mr__comm_op *op)
+{
+	size_t esz = mr_comm_dtype_size(op->dtype);
+
+	switch (op->kind) {
+	case MR__OP_ALLREDUCE:
+		return allreduce(h, op);
+	case MR__OP_REDUCE_SCATTER:
+		return reduce_scatter(h, op);
+	case MR__OP_ALLGATHERV:
+		return allgatherv(h, op);
+	case MR__OP_ALLTOALLV:
+		return alltoallv(h, op);
+	case MR__OP_BROADCAST:
+		if (h->n == 1 || !op->count)
+			return 0;
+		if (op->count * esz <= BCAST_TREE_MAX || h->n <= 2)
+			return bcast_tree(h, op->rbuf, op->count * esz, op->peer);
+		return bcast_scatter_ag(h, op->rbuf, op->count, esz, op->peer);
+	case MR__OP_BARRIER:
+		return barrier(h);
+	default:
+		return MR_EINVAL;
+	}
+}

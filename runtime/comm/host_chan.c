@@ -1,0 +1,536 @@
+/*
+ * host_chan.c - byte channels (shared-memory ring or TCP socket) and the
+ * transfer engine of the host backend.
+ *
+ * mr__hx_run() takes a set of transfers (send or receive, one peer each)
+ * and progresses all of them at once without blocking on any single one:
+ * sends to one peer go out in list order, received messages are matched
+ * to pending receives by (peer, tag) in order or stashed. When nothing
+ * moves it spins briefly (sched_yield), then sleeps on the doorbell futex
+ * (shared memory only) or in poll() (TCP involved) for at most a few
+ * milliseconds, checking abort, the deadline and peer liveness each time.
+ *
+ * Non-goals: zero-copy; wildcard receives.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "host_int.h"
+
+/* Idle passes spent busy-polling (small-message latency), then yielding,
+ * then sleeping on the doorbell / poll(). MR_COMM_SPIN overrides the first. */
+#define SPIN_HOT 1000
+#define SPIN_YIELD 200
+
+static int spin_hot(void)
+{
+	static _Atomic int v = -1;
+	int x = atomic_load(&v);
+
+	if (x < 0) {
+		const char *e = getenv("MR_COMM_SPIN");
+
+		x = e ? atoi(e) : SPIN_HOT;
+		if (x < 0 || x > 1000000)
+			x = SPIN_HOT;
+		atomic_store(&v, x);
+	}
+	return x;
+}
+#define MAX_STASH ((size_t)1 << 32)
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield");
+#endif
+}
+
+static void futex_wake(_Atomic uint32_t *w)
+{
+	syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+static void futex_wait(_Atomic uint32_t *w, uint32_t val, long ms)
+{
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+
+	syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, val, &ts, NULL, 0);
+}
+
+static void ring_bell(struct mr__inbox_hdr *ib)
+{
+	atomic_fetch_add(&ib->bell, 1);
+	if (atomic_load(&ib->sleeping))
+		futex_wake(&ib->bell);
+}
+
+void mr__wake_self(struct mr__hcomm *h)
+{
+	if (h->inbox)
+		ring_bell(h->inbox);
+}
+
+static char *ring_data(struct mr__ring *r)
+{
+	return (char *)(r + 1);
+}
+
+/* >= 0 bytes written, or MR_EPEER. */
+static long chan_write(struct mr__hcomm *h, struct mr__chan *ch, const void *p, size_t n)
+{
+	if (ch->shm) {
+		struct mr__ring *r = ch->tx;
+		uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
+		uint64_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
+		size_t space = h->ring_cap - (size_t)(head - tail), off, first;
+
+		if (n > space)
+			n = space;
+		if (!n)
+			return 0;
+		off = (size_t)(head & (h->ring_cap - 1));
+		first = h->ring_cap - off < n ? h->ring_cap - off : n;
+		memcpy(ring_data(r) + off, p, first);
+		memcpy(ring_data(r), (const char *)p + first, n - first);
+		atomic_store_explicit(&r->head, head + n, memory_order_release);
+		ring_bell(ch->peer_inbox);
+		return (long)n;
+	}
+	for (;;) {
+		ssize_t w = send(ch->fd, p, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+
+		if (w >= 0)
+			return (long)w;
+		if (errno == EINTR)
+			continue;
+		if (errno == EAGAIN || errno == EWOULDBLOCK)
+			return 0;
+		return MR_EPEER;
+	}
+}
+
+/* >= 0 bytes read, or MR_EPEER. */
+static long chan_read(struct mr__hcomm *h, struct mr__chan *ch, void *p, size_t n)
+{
+	if (ch->shm) {
+		struct mr__ring *r = ch->rx;
+		uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
+		uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
+		size_t avail = (size_t)(head - tail), off, first;
+
+		if (n > avail)
+			n = avail;
+		if (!n)
+			return 0;
+		off = (size_t)(tail & (h->ring_cap - 1));
+		first = h->ring_cap - off < n ? h->ring_cap - off : n;
+		memcpy(p, ring_data(r) + off, first);
+		memcpy((char *)p + first, ring_data(r), n - first);
+		atomic_store_explicit(&r->tail, tail + n, memory_order_release);
+		ring_bell(ch->peer_inbox);
+		return (long)n;
+	}
+	if (!n)
+		return 0;
+	for (;;) {
+		ssize_t got = recv(ch->fd, p, n, MSG_DONTWAIT);
+
+		if (got > 0)
+			return (long)got;
+		if (got == 0)
+			return MR_EPEER;
+		if (errno == EINTR)
+			continue;
+		if (errno == EAGAIN || errno == EWOULDBLOCK)
+			return 0;
+		return MR_EPEER;
+	}
+}
+
+void mr__chan_release(struct mr__chan *ch)
+{
+	struct mr__stash *s = ch->stash;
+
+	while (s) {
+		struct mr__stash *nx = s->next;
+
+		free(s->data);
+		free(s);
+		s = nx;
+	}
+	ch->stash = NULL;
+	free(ch->cur_stash ? ch->cur_stash->data : NULL);
+	free(ch->cur_stash);
+	ch->cur_stash = NULL;
+	free(ch->bounce);
+	ch->bounce = NULL;
+	if (ch->fd >= 0)
+		close(ch->fd);
+	ch->fd = -1;
+}
+
+static void deliver(struct mr__xfer *x, const char *src, size_t n)
+{
+	if (x->red_dtype >= 0 && x->red_src)
+		mr__reduce3(x->buf, x->red_src, src, n / mr_comm_dtype_size(x->red_dtype),
+			    x->red_dtype, x->redop);
+	else if (x->red_dtype >= 0)
+		mr__reduce(x->buf, src, n / mr_comm_dtype_size(x->red_dtype), x->red_dtype,
+			   x->redop);
+	else
+		memcpy(x->buf, src, n);
+}
+
+/* Matches pending receives against already stashed messages. */
+static int match_stash(struct mr__chan *ch, struct mr__xfer *x)
+{
+	struct mr__stash **pp = &ch->stash;
+
+	for (; *pp; pp = &(*pp)->next) {
+		struct mr__stash *s = *pp;
+
+		if (s->tag != x->tag)
+			continue;
+		if (s->len != x->len)
+			return MR_EPROTO;
+		deliver(x, s->data, s->len);
+		x->pos = x->len;
+		x->done = 1;
+		*pp = s->next;
+		if (!*pp)
+			ch->stash_tail = pp;
+		free(s->data);
+		free(s);
+		return 1;
+	}
+	return 0;
+}
+
+/* Reads payload into a reduce-mode receive through the bounce buffer. */
+static long read_reduce(struct mr__hcomm *h, struct mr__chan *ch, struct mr__xfer *x)
+{
+	size_t esz = mr_comm_dtype_size(x->red_dtype);
+	size_t want = x->len - x->pos - ch->bounce_fill, room = MR__BOUNCE - ch->bounce_fill;
+	long got;
+	size_t whole;
+
+	if (!ch->bounce && !(ch->bounce = malloc(MR__BOUNCE)))
+		return MR_ENOMEM;
+	got = chan_read(h, ch, ch->bounce + ch->bounce_fill, want < room ? want : room);
+	if (got <= 0)
+		return got;
+	ch->bounce_fill += (size_t)got;
+	whole = ch->bounce_fill / esz * esz;
+	if (x->red_src)
+		mr__reduce3(x->buf + x->pos, x->red_src + x->pos, ch->bounce, whole / esz,
+			    x->red_dtype, x->redop);
+	else
+		mr__reduce(x->buf + x->pos, ch->bounce, whole / esz, x->red_dtype, x->redop);
+	x->pos += whole;
+	memmove(ch->bounce, ch->bounce + whole, ch->bounce_fill - whole);
+	ch->bounce_fill -= whole;
+	return got;
+}
+
+static int has_pending_recv(struct mr__xfer *xs, int nx, int peer)
+{
+	for (int i = 0; i < nx; i++)
+		if (!xs[i].done && !xs[i].send && xs[i].peer == peer)
+			return 1;
+	return 0;
+}
+
+/* Progresses the receive side of one channel; returns bytes moved or error. */
+static long rx_progress(struct mr__hcomm *h, int peer, struct mr__xfer *xs, int nx)
+{
+	struct mr__chan *ch = &h->ch[peer];
+	long moved = 0, got;
+
+	for (;;) {
+		if (!ch->cur && !ch->cur_stash) {
+			if (!has_pending_recv(xs, nx, peer))
+				return moved;
+			got = chan_read(h, ch, (char *)&ch->hdr + ch->hdr_got,
+					sizeof(ch->hdr) - ch->hdr_got);
+			if (got < 0)
+				return got;
+			ch->hdr_got += (size_t)got;
+			moved += got;
+			if (ch->hdr_got < sizeof(ch->hdr))
+				return moved;
+			for (int i = 0; i < nx; i++) {
+				struct mr__xfer *x = &xs[i];
+
+				if (x->done || x->send || x->peer != peer || x->tag != ch->hdr.tag)
+					continue;
+				if (x->len != ch->hdr.len)
+					return MR_EPROTO;
+				ch->cur = x;
+				break;
+			}
+			if (!ch->cur) {
+				struct mr__stash *s;
+
+				if (ch->hdr.len > MAX_STASH)
+					return MR_EPROTO;
+				s = calloc(1, sizeof(*s));
+				if (!s || !(s->data = malloc(ch->hdr.len ? ch->hdr.len : 1))) {
+					free(s);
+					return MR_ENOMEM;
+				}
+				s->tag = ch->hdr.tag;
+				s->len = ch->hdr.len;
+				ch->cur_stash = s;
+				ch->stash_got = 0;
+			}
+		}
+		if (ch->cur) {
+			struct mr__xfer *x = ch->cur;
+
+			if (x->red_dtype >= 0 && x->pos < x->len)
+				got = read_reduce(h, ch, x);
+			else
+				got = chan_read(h, ch, x->buf + x->pos, x->len - x->pos);
+			if (got < 0)
+				return got;
+			if (x->red_dtype < 0)
+				x->pos += (size_t)got;
+			moved += got;
+			if (x->pos < x->len)
+				return moved;
+			x->done = 1;
+			ch->cur = NULL;
+		} else {
+			struct mr__stash *s = ch->cur_stash;
+
+			got = chan_read(h, ch, s->data + ch->stash_got, s->len - ch->stash_got);
+			if (got < 0)
+				return got;
+			ch->stash_got += (size_t)got;
+			moved += got;
+			if (ch->stash_got < s->len)
+				return moved;
+			s->next = NULL;
+			*ch->stash_tail = s;
+			ch->stash_tail = &s->next;
+			ch->cur_stash = NULL;
+		}
+		ch->hdr_got = 0;
+	}
+}
+
+static long tx_progress(struct mr__hcomm *h, struct mr__xfer *x)
+{
+	struct mr__chan *ch = &h->ch[x->peer];
+	struct mr__wire_hdr hdr = { .tag = x->tag, .zero = 0, .len = x->len };
+	long moved = 0, w;
+
+	if (x->pos < sizeof(hdr)) {
+		w = chan_write(h, ch, (char *)&hdr + x->pos, sizeof(hdr) - x->pos);
+		if (w < 0)
+			return w;
+		x->pos += (size_t)w;
+		moved += w;
+		if (x->pos < sizeof(hdr))
+			return moved;
+	}
+	w = chan_write(h, ch, x->buf + (x->pos - sizeof(hdr)), x->len + sizeof(hdr) - x->pos);
+	if (w < 0)
+		return w;
+	x->pos += (size_t)w;
+	moved += w;
+	if (x->pos == x->len + sizeof(hdr))
+		x->done = 1;
+	return moved;
+}
+
+/* Sleeps until something may have changed; checks liveness of shm peers. */
+static int wait_some(struct mr__hcomm *h, struct mr__xfer *xs, int nx, uint32_t bell)
+{
+	struct pollfd live[64], tcp[64];
+	int nl = 0, nt = 0;
+
+	for (int i = 0; i < nx; i++) {
+		struct mr__chan *ch = &h->ch[xs[i].peer];
+
+		if (xs[i].done)
+			continue;
+		if (ch->shm && nl < 64)
+			live[nl++] = (struct pollfd){ .fd = ch->fd, .events = POLLIN };
+		else if (!ch->shm && nt < 64)
+			tcp[nt++] = (struct pollfd){ .fd = ch->fd,
+						     .events = xs[i].send ? POLLOUT : POLLIN };
+	}
+	if (nl && poll(live, (nfds_t)nl, 0) > 0) {
+		/* an shm peer's socket only turns readable or hung up when it dies */
+		for (int i = 0; i < nl; i++) {
+			char b;
+
+			if (live[i].revents & (POLLHUP | POLLERR | POLLNVAL))
+				return MR_EPEER;
+			if (live[i].revents & POLLIN) {
+				ssize_t r = recv(live[i].fd, &b, 1, MSG_DONTWAIT | MSG_PEEK);
+
+				if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
+					return MR_EPEER;
+			}
+		}
+	}
+	if (!nt && !h->inbox) {
+		poll(NULL, 0, 1);
+		return 0;
+	}
+	if (!nt) {
+		atomic_store(&h->inbox->sleeping, 1);
+		futex_wait(&h->inbox->bell, bell, 5);
+		atomic_store(&h->inbox->sleeping, 0);
+		return 0;
+	}
+	poll(tcp, (nfds_t)nt, nl ? 1 : 10);
+	return 0;
+}
+
+static int any_tcp(struct mr__hcomm *h, const struct mr__xfer *xs, int nx)
+{
+	for (int i = 0; i < nx; i++)
+		if (!xs[i].done && !h->ch[xs[i].peer].shm)
+			return 1;
+	return 0;
+}
+
+int mr__hx_run(struct mr__hcomm *h, struct mr__xfer **xsp, int *nxp, int *cap,
+	       mr__refill_fn refill)
+{
+	static char zbuf[16];
+	int idle = 0, hot = h->oversubscribed ? 0 : spin_hot();
+
+	for (;;) {
+		struct mr__xfer *xs = *xsp;
+		int nx = *nxp, left = 0, rc;
+		uint32_t bell = h->inbox ? atomic_load(&h->inbox->bell) : 0;
+		long moved = 0, m;
+
+		if (atomic_load(&h->aborted))
+			return MR_EABORTED;
+		for (int i = 0; i < nx; i++)
+			if (!xs[i].buf)
+				xs[i].buf = zbuf; /* zero-length transfers */
+		for (int i = 0; i < nx; i++) {
+			struct mr__xfer *x = &xs[i];
+			int first = 1;
+
+			if (x->done)
+				continue;
+			if (x->send) {
+				for (int j = 0; j < i && first; j++)
+					if (xs[j].send && !xs[j].done && xs[j].peer == x->peer)
+						first = 0;
+				if (!first)
+					continue;
+				m = tx_progress(h, x);
+			} else {
+				struct mr__chan *ch = &h->ch[x->peer];
+
+				if (ch->cur == x)
+					continue;
+				m = match_stash(ch, x);
+				if (m == 0 && !ch->cur)
+					m = rx_progress(h, x->peer, xs, nx);
+			}
+			if (m < 0)
+				return (int)m;
+			moved += m;
+		}
+		/* receives already being filled */
+		for (int i = 0; i < nx; i++) {
+			struct mr__chan *ch = &h->ch[xs[i].peer];
+
+			if (!xs[i].done && !xs[i].send && ch->cur == &xs[i]) {
+				m = rx_progress(h, xs[i].peer, xs, nx);
+				if (m < 0)
+					return (int)m;
+				moved += m;
+			}
+		}
+		for (int i = 0; i < nx; i++)
+			left += !xs[i].done;
+		if (!left && !refill)
+			return 0;
+		if (moved) {
+			idle = 0;
+			/* a p2p batch may live long: it times out only without progress */
+			if (refill)
+				h->deadline = mr__now_ms() + h->base.timeout_ms;
+			continue;
+		}
+		if (refill) {
+			int n2;
+
+			/* refill may move the array: keep in-progress receives by index */
+			for (int i = 0; i < h->n; i++)
+				h->ch[i].cur_idx = h->ch[i].cur ? (long)(h->ch[i].cur - xs) : -1;
+			n2 = refill(h, xsp, nx, cap);
+			for (int i = 0; i < h->n; i++)
+				h->ch[i].cur = h->ch[i].cur_idx >= 0 ? *xsp + h->ch[i].cur_idx : NULL;
+			if (n2 < 0)
+				return n2;
+			*nxp = n2;
+			if (n2 != nx)
+				continue;
+			if (!left)
+				return 0;
+			xs = *xsp;
+		}
+		if (mr__now_ms() > h->deadline)
+			return MR_ETIMEDOUT;
+		/* with a TCP peer involved poll() wakes on data: spinning on
+		 * recv() syscalls would only burn the CPU the peer needs */
+		if (idle == 0 && h->has_tcp && any_tcp(h, xs, nx))
+			idle = hot;
+		if (++idle < hot) {
+			cpu_relax();
+			continue;
+		}
+		if (idle < hot + SPIN_YIELD) {
+			sched_yield();
+			continue;
+		}
+		rc = wait_some(h, xs, nx, bell);
+		if (rc < 0)
+			return rc;
+	}
+}
+
+int mr__hx_sendrecv(struct mr__hcomm *h, int to, const void *sbuf, size_t slen, int from,
+		    void *rbuf, size_t rlen, int red_dtype, int redop)
+{
+	return mr__hx_sendrecv3(h, to, sbuf, slen, from, rbuf, rlen, red_dtype, redop, NULL);
+}
+
+int mr__hx_sendrecv3(struct mr__hcomm *h, int to, const void *sbuf, size_t slen, int from,
+		     void *rbuf, size_t rlen, int red_dtype, int redop, const void *red_src)
+{
+	struct mr__xfer x[2], *xs = x;
+	int n = 0, cap = 2;
+
+	if (to >= 0)
+		x[n++] = (struct mr__xfer){ .peer = to, .send = 1, .tag = MR__TAG_COLL,
+					    .buf = (char *)sbuf, .len = slen, .red_dtype = -1 };
+	if (from >= 0)
+		x[n++] = (struct mr__xfer){ .peer = from, .send = 0, .tag = MR__TAG_COLL,
+					    .buf = rbuf, .len = rlen, .red_dtype = red_dtype,
+					    .redop = redop, .red_src = red_src };
+	return mr__hx_run(h, &xs, &n, &cap, NULL);
+}

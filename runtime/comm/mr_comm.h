@@ -1,0 +1,168 @@
+/*
+ * mr_comm.h - communicators: collectives and point-to-point between ranks.
+ *
+ * One interface, several backends behind a vtable: "host" (shared memory
+ * between ranks with the same host id, TCP otherwise) and "nccl" (when
+ * built with CUDA + NCCL). A world communicator is created from the rank,
+ * world size, host id, reachable address and a bootstrap KV (mr_kv.h);
+ * sub-communicators for any list of world ranks come from mr_comm_split.
+ *
+ * Every operation is asynchronous: mr_comm_i<op>() enqueues it and returns
+ * a request; mr_comm_test() polls and mr_comm_wait() finishes and frees it.
+ * The blocking forms are start + wait. Operations on one communicator
+ * execute in issue order; operations on different communicators run
+ * concurrently. Consecutive send/recv operations on one communicator are
+ * progressed together (like an NCCL group), so "isend then irecv" to the
+ * same peer on both sides cannot deadlock.
+ *
+ * Failure: every operation has a timeout (mr_comm_config.timeout_ms,
+ * counted from when the operation starts executing; for a batch of
+ * send/recv, from its last progress) and fails with MR_ETIMEDOUT; a dead peer (socket closed/reset, shared-memory peer
+ * process gone) fails with MR_EPEER; mr_comm_abort() from any thread makes
+ * every pending and future operation fail with MR_EABORTED within a few
+ * milliseconds. After any failure the communicator is broken: every later
+ * operation fails with the same code (the byte streams are out of step);
+ * free it and create a new one.
+ *
+ * Buffers: counts and displacements are in elements of dtype. Send and
+ * receive buffers must stay valid until the request completes. In-place
+ * is allowed where noted (sbuf == rbuf). The v-variant count/displacement
+ * arrays are copied at start. bf16 is reduced in fp32 (converted once on
+ * entry, rounded to nearest-even once on exit).
+ *
+ * Ownership: mr_comm_init/split allocate the communicator; mr_comm_free()
+ * releases it (NULL is a no-op) and must not race with operations still in
+ * flight except through abort. The KV in the config is borrowed and only
+ * used inside init and split.
+ *
+ * Non-goals: reductions other than sum/avg/max, MPI-style wildcards
+ * (any-source/any-tag), message-size negotiation (recv count must match).
+ */
+#ifndef MR_COMM_H
+#define MR_COMM_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mr_err.h"
+#include "mr_kv.h"
+
+enum mr_comm_dtype {
+	MR_COMM_F32 = 0,
+	MR_COMM_BF16 = 1,
+	MR_COMM_I32 = 2,
+	MR_COMM_I64 = 3,
+};
+
+enum mr_comm_redop {
+	MR_COMM_SUM = 0,
+	MR_COMM_AVG = 1,
+	MR_COMM_MAX = 2,
+};
+
+enum mr_comm_transport {
+	MR_COMM_AUTO = 0,     /* shm for same host id, TCP otherwise */
+	MR_COMM_TCP_ONLY = 1, /* never shared memory (tests, benchmarks) */
+};
+
+#define MR_COMM_ID_MAX 96
+#define MR_COMM_HOST_ID_MAX 128
+
+struct mr_comm_config {
+	const char *backend;      /* "host" (default when NULL) or "nccl" */
+	const char *id;           /* KV namespace, e.g. "g3"; <= 64 chars */
+	int rank, world_size;
+	const char *host_id;      /* NULL: mr_comm_host_id() of this process */
+	const char *addr;         /* reachable address; NULL: 127.0.0.1 */
+	const struct mr_kv *kv;   /* bootstrap store (borrowed) */
+	long timeout_ms;          /* per operation and for bootstrap; 0: 60000 */
+	int transport;            /* enum mr_comm_transport */
+	int device;               /* CUDA device (nccl backend) */
+	/* Optional: bootstrap (init, and split of this communicator) gives up
+	 * with MR_EABORTED within ~100 ms once *cancel != 0 (the worker's
+	 * abort flag: a peer that never shows up must not pin create()). */
+	const _Atomic int *cancel;
+};
+
+struct mr_comm;
+struct mr_comm_req;
+
+/* "<boot id>/<ipc namespace>": equal strings can share memory. */
+int mr_comm_host_id(char *buf, size_t cap);
+
+size_t mr_comm_dtype_size(int dtype);
+
+int mr_comm_init(struct mr_comm **out, const struct mr_comm_config *cfg,
+		 struct mr_errbuf *eb);
+/*
+ * Collective over the n members of ranks[] (ranks of c, any order; the
+ * new communicator's rank i is ranks[i]); every member calls it with the
+ * same list and name (name may be NULL: a counter per list is used). Not a
+ * collective over c: non-members simply do not call it.
+ */
+int mr_comm_split(struct mr_comm *c, const int *ranks, int n, const char *name,
+		  struct mr_comm **out, struct mr_errbuf *eb);
+int mr_comm_rank(const struct mr_comm *c);
+int mr_comm_size(const struct mr_comm *c);
+const char *mr_comm_backend(const struct mr_comm *c);
+void mr_comm_set_timeout(struct mr_comm *c, long timeout_ms);
+/* Thread-safe, idempotent, async-signal-unsafe. */
+void mr_comm_abort(struct mr_comm *c);
+void mr_comm_free(struct mr_comm *c);
+
+/* ---- asynchronous operations ---- */
+/* In-place allowed (sbuf == rbuf). */
+int mr_comm_iallreduce(struct mr_comm *c, const void *sbuf, void *rbuf, size_t count,
+		       int dtype, int op, struct mr_comm_req **req);
+/* sbuf holds size*count elements; rbuf gets this rank's count. */
+int mr_comm_ireduce_scatter(struct mr_comm *c, const void *sbuf, void *rbuf, size_t count,
+			    int dtype, int op, struct mr_comm_req **req);
+/* rbuf gets size*count elements, rank i's at i*count. */
+int mr_comm_iallgather(struct mr_comm *c, const void *sbuf, void *rbuf, size_t count,
+		       int dtype, struct mr_comm_req **req);
+/* sbuf has rcounts[rank] elements; rank i's land at rbuf + rdispls[i]. */
+int mr_comm_iallgatherv(struct mr_comm *c, const void *sbuf, void *rbuf,
+			const size_t *rcounts, const size_t *rdispls, int dtype,
+			struct mr_comm_req **req);
+/* count elements to and from every rank, blocks in rank order. */
+int mr_comm_ialltoall(struct mr_comm *c, const void *sbuf, void *rbuf, size_t count,
+		      int dtype, struct mr_comm_req **req);
+int mr_comm_ialltoallv(struct mr_comm *c, const void *sbuf, const size_t *scounts,
+		       const size_t *sdispls, void *rbuf, const size_t *rcounts,
+		       const size_t *rdispls, int dtype, struct mr_comm_req **req);
+int mr_comm_ibroadcast(struct mr_comm *c, void *buf, size_t count, int dtype, int root,
+		       struct mr_comm_req **req);
+/* tag >= 0; a recv matches the oldest unmatched message (peer, tag). */
+int mr_comm_isend(struct mr_comm *c, const void *buf, size_t count, int dtype, int peer,
+		  int tag, struct mr_comm_req **req);
+int mr_comm_irecv(struct mr_comm *c, void *buf, size_t count, int dtype, int peer,
+		  int tag, struct mr_comm_req **req);
+int mr_comm_ibarrier(struct mr_comm *c, struct mr_comm_req **req);
+
+/* *done = 1 when finished (then call wait to get the result and free). */
+int mr_comm_test(struct mr_comm_req *req, int *done);
+/* Blocks until finished; returns its result and frees req. */
+int mr_comm_wait(struct mr_comm_req *req);
+
+/* ---- blocking forms ---- */
+int mr_comm_allreduce(struct mr_comm *c, const void *sbuf, void *rbuf, size_t count,
+		      int dtype, int op);
+int mr_comm_reduce_scatter(struct mr_comm *c, const void *sbuf, void *rbuf, size_t count,
+			   int dtype, int op);
+int mr_comm_allgather(struct mr_comm *c, const void *sbuf, void *rbuf, size_t count,
+		      int dtype);
+int mr_comm_allgatherv(struct mr_comm *c, const void *sbuf, void *rbuf,
+		       const size_t *rcounts, const size_t *rdispls, int dtype);
+int mr_comm_alltoall(struct mr_comm *c, const void *sbuf, void *rbuf, size_t count,
+		     int dtype);
+int mr_comm_alltoallv(struct mr_comm *c, const void *sbuf, const size_t *scounts,
+		      const size_t *sdispls, void *rbuf, const size_t *rcounts,
+		      const size_t *rdispls, int dtype);
+int mr_comm_broadcast(struct mr_comm *c, void *buf, size_t count, int dtype, int root);
+int mr_comm_send(struct mr_comm *c, const void *buf, size_t count, int dtype, int peer,
+		 int tag);
+int mr_comm_recv(struct mr_comm *c, void *buf, size_t count, int dtype, int peer, int tag);
+int mr_comm_barrier(struct mr_comm *c);
+
+#endif

@@ -1,0 +1,384 @@
+/*
+ * nccl.c - the NCCL communicator backend (built only when CUDA and nccl.h
+ * are found; see the Makefile's MR_HAVE_NCCL).
+ *
+ * One ncclComm per communicator, created with ncclCommInitRankConfig in
+ * non-blocking mode: group rank 0 makes the unique id and puts it under
+ * comm/<id>/nccl in the bootstrap KV, the others wait for it. Splits make
+ * a fresh communicator the same way (no ncclCommSplit, so any list of
+ * ranks works without the parent's participation). Operations run on
+ * the communicator's own CUDA stream; a request is a CUDA event recorded
+ * after the operation. test/wait poll the event and
+ * ncclCommGetAsyncError; on timeout or abort the communicator is
+ * ncclCommAbort-ed by the thread that notices and every later operation
+ * fails with the same code.
+ *
+ * Buffers are device pointers. Tags of send/recv are ignored (NCCL has
+ * none): messages between a pair match in issue order. allgatherv with
+ * unequal counts is a group of broadcasts; all-to-all(v) and send/recv are
+ * ncclGroupStart/End of ncclSend/ncclRecv.
+ *
+ * Non-goals: CUDA graphs, user streams (callers sync through wait).
+ */
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm_int.h"
+
+struct ncomm {
+	struct mr_comm base;
+	ncclComm_t nc;
+	cudaStream_t stream;
+	const struct mr_kv *kv;
+	_Atomic int aborted;
+	int broken;
+	int dead;                 /* ncclCommAbort done */
+	void *one;                /* device int for barrier */
+	unsigned seen_n;
+	uint64_t seen[32];
+};
+
+struct nreq {
+	struct mr_comm_req base;
+	cudaEvent_t ev;
+	long long deadline;
+};
+
+static const struct mr__comm_ops nccl_ops;
+
+static ncclDataType_t ndt(int dt)
+{
+	switch (dt) {
+	case MR_COMM_BF16: return ncclBfloat16;
+	case MR_COMM_I32: return ncclInt32;
+	case MR_COMM_I64: return ncclInt64;
+	default: return ncclFloat32;
+	}
+}
+
+static ncclRedOp_t nop(int op)
+{
+	return op == MR_COMM_MAX ? ncclMax : op == MR_COMM_AVG ? ncclAvg : ncclSum;
+}
+
+static void sleep_us(long us)
+{
+	struct timespec ts = { 0, us * 1000 };
+
+	nanosleep(&ts, NULL);
+}
+
+static void kill_comm(struct ncomm *n, int rc)
+{
+	if (!n->broken)
+		n->broken = rc;
+	if (!n->dead && n->nc) {
+		ncclCommAbort(n->nc);
+		n->dead = 1;
+	}
+}
+
+/* Waits for a non-blocking NCCL call on the communicator to settle. */
+static int settle(struct ncomm *n, ncclResult_t r, long long deadline)
+{
+	ncclResult_t st = r;
+
+	while (st == ncclInProgress) {
+		if (atomic_load(&n->aborted))
+			return MR_EABORTED;
+		if (mr__now_ms() > deadline)
+			return MR_ETIMEDOUT;
+		sleep_us(200);
+		if (ncclCommGetAsyncError(n->nc, &st) != ncclSuccess)
+			return MR_EPEER;
+	}
+	return st == ncclSuccess ? 0 : MR_EPEER;
+}
+
+static int nccl_create(struct ncomm **out, const struct mr_comm *tmpl, const char *id, int me,
+		       int size, const struct mr_kv *kv, struct mr_errbuf *eb)
+{
+	struct ncomm *n = calloc(1, sizeof(*n));
+	ncclConfig_t conf = NCCL_CONFIG_INITIALIZER;
+	ncclUniqueId uid;
+	long long deadline = mr__now_ms() + tmpl->timeout_ms;
+	char key[160];
+	size_t len = 0;
+	int rc = 0, ndev = 0;
+
+	*out = NULL;
+	if (!n)
+		return MR_ENOMEM;
+	n->base = *tmpl;
+	n->base.ops = &nccl_ops;
+	n->base.rank = me;
+	n->base.size = size;
+	snprintf(n->base.id, sizeof(n->base.id), "%s", id);
+	n->kv = kv;
+	if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
+		rc = mr_errf(eb, MR_ENOTSUP, "no cuda device for backend 'nccl'");
+		goto fail;
+	}
+	if (cudaSetDevice(tmpl->device) != cudaSuccess ||
+	    cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking) != cudaSuccess ||
+	    cudaMalloc(&n->one, sizeof(int)) != cudaSuccess) {
+		rc = mr_errf(eb, MR_ESYS, "unable to set up cuda device %d", tmpl->device);
+		goto fail;
+	}
+	snprintf(key, sizeof(key), "comm/%s/nccl", id);
+	if (me == 0) {
+		if (ncclGetUniqueId(&uid) != ncclSuccess) {
+			rc = mr_errf(eb, MR_ESYS, "ncclGetUniqueId failed");
+			goto fail;
+		}
+		rc = mr_kv_put(kv, key, &uid, sizeof(uid));
+	} else {
+		rc = mr_kv_get(kv, key, &uid, sizeof(uid), &len, tmpl->timeout_ms);
+		if (rc == 0 && len != sizeof(uid))
+			rc = MR_EPROTO;
+	}
+	if (rc < 0) {
+		mr_errf(eb, rc, "unable to exchange nccl id '%s'", key);
+		goto fail;
+	}
+	conf.blocking = 0;
+	rc = settle(n, ncclCommInitRankConfig(&n->nc, size, uid, me, &conf), deadline);
+	if (rc < 0) {
+		mr_errf(eb, rc, "ncclCommInitRank of '%s' failed", id);
+		goto fail;
+	}
+	*out = n;
+	return 0;
+fail:
+	kill_comm(n, rc);
+	if (n->stream)
+		cudaStreamDestroy(n->stream);
+	if (n->one)
+		cudaFree(n->one);
+	free(n);
+	return rc;
+}
+
+int mr__nccl_init(struct mr_comm **out, const struct mr_comm_config *cfg,
+		  const struct mr_kv *kv, struct mr_errbuf *eb)
+{
+	struct mr_comm t = { 0 };
+	struct ncomm *n;
+	int rc;
+
+	t.timeout_ms = cfg->timeout_ms > 0 ? cfg->timeout_ms : 60000;
+	t.device = cfg->device;
+	rc = nccl_create(&n, &t, cfg->id, cfg->rank, cfg->world_size, kv, eb);
+	if (rc < 0)
+		return rc;
+	*out = &n->base;
+	return 0;
+}
+
+static int nccl_split(struct mr_comm *c, const int *ranks, int size, const char *name,
+		      struct mr_comm **out, struct mr_errbuf *eb)
+{
+	struct ncomm *n = (struct ncomm *)c, *s;
+	uint64_t lh = mr__hash(ranks, sizeof(int) * (size_t)size, 0), full;
+	unsigned k = 0;
+	char id[MR_COMM_ID_MAX];
+	int me = 0, rc;
+
+	for (int i = 0; i < size; i++)
+		if (ranks[i] == c->rank)
+			me = i;
+	if (!name) {
+		for (unsigned i = 0; i < n->seen_n; i++)
+			k += n->seen[i] == lh;
+		if (n->seen_n < 32)
+			n->seen[n->seen_n++] = lh;
+	}
+	full = mr__hash(c->id, strlen(c->id), lh);
+	full = mr__hash(&k, sizeof(k), full);
+	if (name)
+		full = mr__hash(name, strlen(name), full);
+	snprintf(id, sizeof(id), "%.40s.%016llx", name ? name : "g", (unsigned long long)full);
+	rc = nccl_create(&s, c, id, me, size, n->kv, eb);
+	if (rc < 0)
+		return rc;
+	*out = &s->base;
+	return 0;
+}
+
+static ncclResult_t enqueue(struct ncomm *n, const struct mr__comm_op *op)
+{
+	size_t esz = mr_comm_dtype_size(op->dtype);
+	ncclDataType_t dt = ndt(op->dtype);
+	int size = n->base.size, equal = 1;
+	ncclResult_t r = ncclSuccess;
+
+	switch (op->kind) {
+	case MR__OP_ALLREDUCE:
+		return ncclAllReduce(op->sbuf, op->rbuf, op->count, dt, nop(op->redop), n->nc,
+				     n->stream);
+	case MR__OP_REDUCE_SCATTER:
+		return ncclReduceScatter(op->sbuf, op->rbuf, op->count, dt, nop(op->redop), n->nc,
+					 n->stream);
+	case MR__OP_ALLGATHERV:
+		for (int i = 0; i < size; i++)
+			equal &= op->rcounts[i] == op->rcounts[0] &&
+				 op->rdispls[i] == op->rcounts[0] * (size_t)i;
+		if (equal)
+			return ncclAllGather(op->sbuf, op->rbuf, op->rcounts[0], dt, n->nc, n->stream);
+		ncclGroupStart();
+		for (int i = 0; i < size && r == ncclSuccess; i++)
+			r = ncclBroadcast(i == n->base.rank ? op->sbuf
+							   : (char *)op->rbuf + op->rdispls[i] * esz,
+					  (char *)op->rbuf + op->rdispls[i] * esz, op->rcounts[i], dt,
+					  i, n->nc, n->stream);
+		ncclGroupEnd();
+		return r;
+	case MR__OP_ALLTOALLV:
+		ncclGroupStart();
+		for (int i = 0; i < size && r == ncclSuccess; i++) {
+			r = ncclSend((const char *)op->sbuf + op->sdispls[i] * esz, op->scounts[i], dt,
+				     i, n->nc, n->stream);
+			if (r == ncclSuccess)
+				r = ncclRecv((char *)op->rbuf + op->rdispls[i] * esz, op->rcounts[i], dt,
+					     i, n->nc, n->stream);
+		}
+		ncclGroupEnd();
+		return r;
+	case MR__OP_BROADCAST:
+		return ncclBroadcast(op->rbuf, op->rbuf, op->count, dt, op->peer, n->nc, n->stream);
+	case MR__OP_SEND:
+		return ncclSend(op->sbuf, op->count, dt, op->peer, n->nc, n->stream);
+	case MR__OP_RECV:
+		return ncclRecv(op->rbuf, op->count, dt, op->peer, n->nc, n->stream);
+	case MR__OP_BARRIER:
+		return ncclAllReduce(n->one, n->one, 1, ncclInt32, ncclSum, n->nc, n->stream);
+	default:
+		return ncclInvalidArgument;
+	}
+}
+
+static int nccl_start(struct mr_comm *c, struct mr__comm_op *op, struct mr_comm_req **req)
+{
+	struct ncomm *n = (struct ncomm *)c;
+	struct nreq *r = calloc(1, sizeof(*r));
+	ncclResult_t nr;
+	int rc = 0;
+
+	if (!r) {
+		rc = MR_ENOMEM;
+		goto out;
+	}
+	r->base.comm = c;
+	r->deadline = mr__now_ms() + c->timeout_ms;
+	if (atomic_load(&n->aborted))
+		kill_comm(n, MR_EABORTED);
+	if (n->broken) {
+		rc = n->broken;
+		goto out;
+	}
+	nr = enqueue(n, op);
+	if (nr != ncclSuccess && nr != ncclInProgress) {
+		kill_comm(n, MR_EPEER);
+		rc = MR_EPEER;
+		goto out;
+	}
+	if (cudaEventCreateWithFlags(&r->ev, cudaEventDisableTiming) != cudaSuccess ||
+	    cudaEventRecord(r->ev, n->stream) != cudaSuccess) {
+		rc = MR_ESYS;
+		goto out;
+	}
+	*req = &r->base;
+	r = NULL;
+out:
+	mr__op_free(op);
+	if (r) {
+		if (r->ev)
+			cudaEventDestroy(r->ev);
+		free(r);
+	}
+	return rc;
+}
+
+static int nccl_test(struct mr_comm_req *req, int *done)
+{
+	struct ncomm *n = (struct ncomm *)req->comm;
+	struct nreq *r = (struct nreq *)req;
+	ncclResult_t st = ncclSuccess;
+	cudaError_t e;
+
+	*done = 1;
+	if (n->broken)
+		return n->broken;
+	if (atomic_load(&n->aborted)) {
+		kill_comm(n, MR_EABORTED);
+		return MR_EABORTED;
+	}
+	e = cudaEventQuery(r->ev);
+	if (e == cudaSuccess)
+		return 0;
+	if (e != cudaErrorNotReady) {
+		kill_comm(n, MR_ESYS);
+		return MR_ESYS;
+	}
+	if (ncclCommGetAsyncError(n->nc, &st) != ncclSuccess ||
+	    (st != ncclSuccess && st != ncclInProgress)) {
+		kill_comm(n, MR_EPEER);
+		return MR_EPEER;
+	}
+	if (mr__now_ms() > r->deadline) {
+		kill_comm(n, MR_ETIMEDOUT);
+		return MR_ETIMEDOUT;
+	}
+	*done = 0;
+	return 0;
+}
+
+static int nccl_wait(struct mr_comm_req *req)
+{
+	struct nreq *r = (struct nreq *)req;
+	int done = 0, rc;
+
+	while (!(rc = nccl_test(req, &done), done))
+		sleep_us(50);
+	cudaEventDestroy(r->ev);
+	free(r);
+	return rc;
+}
+
+static void nccl_abort(struct mr_comm *c)
+{
+	/* the thread that next touches the communicator calls ncclCommAbort */
+	atomic_store(&((struct ncomm *)c)->aborted, 1);
+}
+
+static void nccl_free(struct mr_comm *c)
+{
+	struct ncomm *n = (struct ncomm *)c;
+
+	if (!n->dead && n->nc) {
+		if (n->broken || atomic_load(&n->aborted))
+			ncclCommAbort(n->nc);
+		else
+			ncclCommDestroy(n->nc);
+	}
+	if (n->stream)
+		cudaStreamDestroy(n->stream);
+	if (n->one)
+		cudaFree(n->one);
+	free(n);
+}
+
+static const struct mr__comm_ops nccl_ops = {
+	.name = "nccl",
+	.split = nccl_split,
+	.start = nccl_start,
+	.test = nccl_test,
+	.wait = nccl_wait,
+	.abort = nccl_abort,
+	.free = nccl_free,
+};

@@ -1,0 +1,122 @@
+/*
+ * adamw.cu - AdamW update on fp32 master weights (writing the bf16 copy the
+ * GEMMs read), global gradient sum of squares, gradient scaling (see
+ * mr_cuda.h; CPU twin in optim/mr_adamw.h).
+ *
+ * The update is the CPU twin's formula line for line; the bias-correction
+ * terms are computed on the host in double exactly as the twin does. The
+ * sum of squares is two passes with a FIXED grid (512 blocks, so the
+ * partition does not depend on the device), fp32 within a block, the 512
+ * partials added by one thread in double: deterministic.
+ *
+ * Non-goals: fused multi-tensor launches, ZeRO sharding (a shard is just a
+ * sub-range passed to these calls), stochastic rounding of the bf16 copy.
+ */
+#include <math.h>
+
+#include "cuda_int.cuh"
+
+#define NORM_BLOCKS 512
+
+__global__ void adamw_kernel(float *p, __nv_bfloat16 *pb, const float *g, float *m, float *v,
+			     size_t n, float step_size, float bc2_sqrt, float decay, float b1,
+			     float b2, float eps, float gscale)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		float gi = g[i] * gscale, pi = p[i] * decay, mi, vi, denom;
+
+		mi = m[i] * b1 + gi * (1.0f - b1);
+		vi = v[i] * b2 + gi * gi * (1.0f - b2);
+		denom = sqrtf(vi) / bc2_sqrt + eps;
+		pi -= step_size * (mi / denom);
+		m[i] = mi;
+		v[i] = vi;
+		p[i] = pi;
+		if (pb)
+			pb[i] = __float2bfloat16_rn(pi);
+	}
+}
+
+extern "C" int mr_cuda_adamw_step(struct mr_cuda *cu, float *p, mr_bf16 *p_bf16, const float *g,
+				  float *m, float *v, size_t n, const struct mr_cuda_adamw *o)
+{
+	double bc1, bc2;
+
+	if (o->t < 1)
+		return mr__cuda_inval(cu, "adamw_step");
+	if (!n)
+		return 0;
+	bc1 = 1.0 - pow((double)o->beta1, (double)o->t);
+	bc2 = 1.0 - pow((double)o->beta2, (double)o->t);
+	adamw_kernel<<<mr__cu_blocks(n, MR__CU_THREADS), MR__CU_THREADS, 0, cu->stream>>>(
+		p, MR__BF(p_bf16), g, m, v, n, (float)((double)o->lr / bc1), (float)sqrt(bc2),
+		1.0f - o->lr * o->weight_decay, o->beta1, o->beta2, o->eps, o->grad_scale);
+	return mr__cuda_launched(cu, "adamw_step");
+}
+
+__global__ void sumsq_partial_kernel(float *part, const float *g, size_t n)
+{
+	__shared__ float sh[32];
+	float s = 0.0f;
+
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x)
+		s += g[i] * g[i];
+	s = mr__block_sum(s, sh);
+	if (threadIdx.x == 0)
+		part[blockIdx.x] = s;
+}
+
+__global__ void sumsq_final_kernel(double *out, const float *part, int np)
+{
+	double s = 0.0;
+
+	for (int i = 0; i < np; i++)
+		s += (double)part[i];
+	*out = s;
+}
+
+extern "C" int mr_cuda_grad_sumsq(struct mr_cuda *cu, const float *g, size_t n,
+				  double *sumsq_host)
+{
+	float *part;
+	int rc;
+
+	*sumsq_host = 0.0;
+	if (!n)
+		return 0;
+	/* NORM_BLOCKS partials, then one double (8-byte aligned after them) */
+	rc = mr__cuda_scratch(cu, NORM_BLOCKS * sizeof(float) + 2 * sizeof(double), &part);
+	if (rc)
+		return rc;
+	sumsq_partial_kernel<<<NORM_BLOCKS, MR__CU_THREADS, 0, cu->stream>>>(part, g, n);
+	sumsq_final_kernel<<<1, 1, 0, cu->stream>>>((double *)(part + NORM_BLOCKS), part,
+						     NORM_BLOCKS);
+	rc = mr__cuda_launched(cu, "grad_sumsq");
+	if (rc)
+		return rc;
+	rc = mr__cuda_check(cu, cudaMemcpyAsync(cu->sum_host, part + NORM_BLOCKS, sizeof(double),
+						cudaMemcpyDeviceToHost, cu->stream),
+			    "grad_sumsq copy");
+	if (rc || (rc = mr_cuda_sync(cu)))
+		return rc;
+	*sumsq_host = *cu->sum_host;
+	return 0;
+}
+
+__global__ void scale_kernel(float *g, size_t n, float f)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x)
+		g[i] *= f;
+}
+
+extern "C" int mr_cuda_scale(struct mr_cuda *cu, float *g, size_t n, float scale)
+{
+	if (!n)
+		return 0;
+	scale_kernel<<<mr__cu_blocks(n, MR__CU_THREADS), MR__CU_THREADS, 0, cu->stream>>>(g, n,
+											    scale);
+	return mr__cuda_launched(cu, "scale");
+}

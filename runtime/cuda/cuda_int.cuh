@@ -1,0 +1,125 @@
+/*
+ * cuda_int.cuh - internals shared by the runtime/cuda .cu files: the
+ * context struct, error plumbing, bf16 load/store and warp/block
+ * reductions.
+ *
+ * Non-goals: anything callable from C (that is mr_cuda.h).
+ */
+#ifndef MR_CUDA_INT_CUH
+#define MR_CUDA_INT_CUH
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "cuda/mr_cuda.h"
+
+struct mr_cuda {
+	int device;
+	cudaStream_t stream;
+	cublasHandle_t blas;
+	cublasLtHandle_t lt;
+	int use_lt;
+	void *gemm_ws;           /* cuBLASLt workspace */
+	size_t gemm_ws_bytes;
+	float *scratch;          /* partial sums; grown stream-ordered */
+	size_t scratch_bytes;
+	int *bucket_dev;         /* encoder backward token buckets */
+	size_t bucket_dev_n;
+	int *bucket_host;
+	size_t bucket_host_n;
+	int *count_host;         /* (V+1) counting-sort histogram */
+	size_t count_host_n;
+	double *sum_host;        /* pinned result of the grad norm */
+	char err[256];
+};
+
+/* Records "what: cuda message" and returns MR_ESYS; 0 for cudaSuccess. */
+int mr__cuda_check(struct mr_cuda *cu, cudaError_t e, const char *what);
+/* After a launch: checks cudaGetLastError. */
+int mr__cuda_launched(struct mr_cuda *cu, const char *what);
+/* Records a shape error and returns MR_EINVAL. */
+int mr__cuda_inval(struct mr_cuda *cu, const char *what);
+/* Scratch of at least bytes, valid for work queued on cu->stream. */
+int mr__cuda_scratch(struct mr_cuda *cu, size_t bytes, float **out);
+
+#define MR__CU_THREADS 256
+/* LayerNorm epsilon; the same value as MR_LN_EPS of the CPU kernels. */
+#define MR_LN_EPS_CU 1e-5f
+
+static inline unsigned int mr__cu_blocks(size_t n, unsigned int per)
+{
+	size_t b = (n + per - 1) / per;
+
+	return (unsigned int)(b > 65535u * 32u ? 65535u * 32u : (b ? b : 1));
+}
+
+__device__ __forceinline__ float mr__ld(const __nv_bfloat16 *p)
+{
+	return __bfloat162float(*p);
+}
+
+__device__ __forceinline__ float mr__ld(const float *p)
+{
+	return *p;
+}
+
+__device__ __forceinline__ void mr__st(__nv_bfloat16 *p, float x)
+{
+	*p = __float2bfloat16_rn(x);
+}
+
+__device__ __forceinline__ void mr__st(float *p, float x)
+{
+	*p = x;
+}
+
+__device__ __forceinline__ float mr__warp_sum(float x)
+{
+	for (int o = 16; o > 0; o >>= 1)
+		x += __shfl_xor_sync(0xffffffffu, x, o);
+	return x;
+}
+
+__device__ __forceinline__ float mr__warp_max(float x)
+{
+	for (int o = 16; o > 0; o >>= 1)
+		x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+	return x;
+}
+
+/* Block-wide sum (blockDim.x a multiple of 32, <= 1024); every thread gets
+ * the result. sh: 32 floats of shared memory. Fixed order: deterministic. */
+__device__ __forceinline__ float mr__block_sum(float x, float *sh)
+{
+	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	int nw = blockDim.x >> 5;
+
+	x = mr__warp_sum(x);
+	__syncthreads();
+	if (lane == 0)
+		sh[warp] = x;
+	__syncthreads();
+	x = lane < nw ? sh[lane] : 0.0f;
+	return mr__warp_sum(x);
+}
+
+__device__ __forceinline__ float mr__block_max(float x, float *sh)
+{
+	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	int nw = blockDim.x >> 5;
+
+	x = mr__warp_max(x);
+	__syncthreads();
+	if (lane == 0)
+		sh[warp] = x;
+	__syncthreads();
+	x = lane < nw ? sh[lane] : -INFINITY;
+	return mr__warp_max(x);
+}
+
+#define MR__BF(p) (reinterpret_cast<__nv_bfloat16 *>(p))
+#define MR__CBF(p) (reinterpret_cast<const __nv_bfloat16 *>(p))
+
+#endif

@@ -1,0 +1,228 @@
+/*
+ * device.cu - the CUDA context (stream, cuBLAS/cuBLASLt handles, GEMM
+ * workspace, scratch), device memory helpers and bf16 conversions.
+ *
+ * Non-goals: a caching allocator (the runtime allocates its few big
+ * buffers once), peer access, multiple streams.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cuda_int.cuh"
+
+#define GEMM_WS_BYTES (32u << 20)
+
+int mr__cuda_check(struct mr_cuda *cu, cudaError_t e, const char *what)
+{
+	if (e == cudaSuccess)
+		return 0;
+	if (cu)
+		snprintf(cu->err, sizeof(cu->err), "%s: %s", what, cudaGetErrorString(e));
+	return MR_ESYS;
+}
+
+int mr__cuda_launched(struct mr_cuda *cu, const char *what)
+{
+	return mr__cuda_check(cu, cudaGetLastError(), what);
+}
+
+int mr__cuda_inval(struct mr_cuda *cu, const char *what)
+{
+	snprintf(cu->err, sizeof(cu->err), "unsupported shape for '%s'", what);
+	return MR_EINVAL;
+}
+
+int mr__cuda_scratch(struct mr_cuda *cu, size_t bytes, float **out)
+{
+	void *p = NULL;
+	int rc;
+
+	if (bytes <= cu->scratch_bytes) {
+		*out = cu->scratch;
+		return 0;
+	}
+	/* Stream-ordered: the old buffer is released after queued work. */
+	if (cu->scratch)
+		cudaFreeAsync(cu->scratch, cu->stream);
+	cu->scratch = NULL;
+	cu->scratch_bytes = 0;
+	rc = mr__cuda_check(cu, cudaMallocAsync(&p, bytes, cu->stream), "scratch");
+	if (rc)
+		return rc;
+	cu->scratch = (float *)p;
+	cu->scratch_bytes = bytes;
+	*out = cu->scratch;
+	return 0;
+}
+
+extern "C" int mr_cuda_device_count(struct mr_errbuf *eb)
+{
+	int n = 0;
+	cudaError_t e = cudaGetDeviceCount(&n);
+
+	if (e != cudaSuccess) {
+		mr_errf(eb, MR_ENOTSUP, "no cuda device: %s", cudaGetErrorString(e));
+		cudaGetLastError(); /* clear the sticky-free error */
+		return 0;
+	}
+	if (n <= 0) {
+		mr_errf(eb, MR_ENOTSUP, "no cuda device: driver reports 0 devices");
+		return 0;
+	}
+	return n;
+}
+
+extern "C" int mr_cuda_create(struct mr_cuda **out, int device, struct mr_errbuf *eb)
+{
+	struct mr_cuda *cu;
+	const char *env = getenv("MESHRUN_CUBLASLT");
+	struct mr_errbuf why = { { 0 }, { 0 } };
+	int n = mr_cuda_device_count(&why), rc = MR_ESYS;
+
+	*out = NULL;
+	if (device < 0 || device >= n)
+		return mr_errf(eb, MR_ENOTSUP, "cuda device '%d' not available (%d found%s%s)",
+			       device, n, why.msg[0] ? "; " : "", why.msg);
+	cu = (struct mr_cuda *)calloc(1, sizeof(*cu));
+	if (!cu)
+		return mr_errf(eb, MR_ENOMEM, "unable to allocate the cuda context");
+	cu->device = device;
+	cu->use_lt = !(env && env[0] == '0');
+	if (mr__cuda_check(cu, cudaSetDevice(device), "cudaSetDevice") ||
+	    mr__cuda_check(cu, cudaStreamCreateWithFlags(&cu->stream, cudaStreamNonBlocking),
+			   "cudaStreamCreate") ||
+	    mr__cuda_check(cu, cudaMalloc(&cu->gemm_ws, GEMM_WS_BYTES), "gemm workspace") ||
+	    mr__cuda_check(cu, cudaMallocHost((void **)&cu->sum_host, sizeof(double)),
+			   "pinned result"))
+		goto fail;
+	cu->gemm_ws_bytes = GEMM_WS_BYTES;
+	if (cublasCreate(&cu->blas) != CUBLAS_STATUS_SUCCESS) {
+		snprintf(cu->err, sizeof(cu->err), "cublasCreate failed");
+		goto fail;
+	}
+	cublasSetStream(cu->blas, cu->stream);
+	/* Exact fp32 for the fp32 GEMMs: no TF32. */
+	cublasSetMathMode(cu->blas, CUBLAS_DEFAULT_MATH);
+	cublasSetWorkspace(cu->blas, cu->gemm_ws, cu->gemm_ws_bytes);
+	if (cublasLtCreate(&cu->lt) != CUBLAS_STATUS_SUCCESS) {
+		cu->lt = NULL;
+		cu->use_lt = 0; /* the cuBLAS fallback still works */
+	}
+	*out = cu;
+	return 0;
+fail:
+	mr_errf(eb, rc, "unable to set up cuda device '%d': %s", device, cu->err);
+	mr_cuda_free(cu);
+	return rc;
+}
+
+extern "C" void mr_cuda_free(struct mr_cuda *cu)
+{
+	if (!cu)
+		return;
+	if (cu->stream)
+		cudaStreamSynchronize(cu->stream);
+	if (cu->lt)
+		cublasLtDestroy(cu->lt);
+	if (cu->blas)
+		cublasDestroy(cu->blas);
+	cudaFree(cu->gemm_ws);
+	cudaFree(cu->scratch);
+	cudaFree(cu->bucket_dev);
+	cudaFreeHost(cu->sum_host);
+	if (cu->stream)
+		cudaStreamDestroy(cu->stream);
+	free(cu->bucket_host);
+	free(cu->count_host);
+	free(cu);
+}
+
+extern "C" const char *mr_cuda_errmsg(const struct mr_cuda *cu)
+{
+	return cu ? cu->err : "no cuda context";
+}
+
+extern "C" int mr_cuda_sync(struct mr_cuda *cu)
+{
+	return mr__cuda_check(cu, cudaStreamSynchronize(cu->stream), "cuda stream");
+}
+
+extern "C" int mr_cuda_using_lt(const struct mr_cuda *cu)
+{
+	return cu->use_lt;
+}
+
+extern "C" void mr_cuda_disable_lt(struct mr_cuda *cu)
+{
+	cu->use_lt = 0;
+}
+
+extern "C" int mr_cuda_alloc(struct mr_cuda *cu, void **p, size_t bytes)
+{
+	*p = NULL;
+	return mr__cuda_check(cu, cudaMalloc(p, bytes ? bytes : 1), "cudaMalloc");
+}
+
+extern "C" void mr_cuda_dfree(struct mr_cuda *cu, void *p)
+{
+	if (!p)
+		return;
+	cudaStreamSynchronize(cu->stream);
+	cudaFree(p);
+}
+
+extern "C" int mr_cuda_memset0(struct mr_cuda *cu, void *p, size_t bytes)
+{
+	return mr__cuda_check(cu, cudaMemsetAsync(p, 0, bytes, cu->stream), "cudaMemset");
+}
+
+extern "C" int mr_cuda_upload(struct mr_cuda *cu, void *dst, const void *src_host, size_t bytes)
+{
+	int rc = mr__cuda_check(cu, cudaMemcpyAsync(dst, src_host, bytes, cudaMemcpyHostToDevice,
+						    cu->stream),
+				"upload");
+
+	return rc ? rc : mr_cuda_sync(cu);
+}
+
+extern "C" int mr_cuda_download(struct mr_cuda *cu, void *dst_host, const void *src,
+				size_t bytes)
+{
+	int rc = mr__cuda_check(cu, cudaMemcpyAsync(dst_host, src, bytes, cudaMemcpyDeviceToHost,
+						    cu->stream),
+				"download");
+
+	return rc ? rc : mr_cuda_sync(cu);
+}
+
+__global__ void f32_to_bf16_kernel(__nv_bfloat16 *dst, const float *src, size_t n)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x)
+		dst[i] = __float2bfloat16_rn(src[i]);
+}
+
+__global__ void bf16_to_f32_kernel(float *dst, const __nv_bfloat16 *src, size_t n)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x)
+		dst[i] = __bfloat162float(src[i]);
+}
+
+extern "C" int mr_cuda_f32_to_bf16(struct mr_cuda *cu, mr_bf16 *dst, const float *src, size_t n)
+{
+	if (!n)
+		return 0;
+	f32_to_bf16_kernel<<<mr__cu_blocks(n, MR__CU_THREADS), MR__CU_THREADS, 0, cu->stream>>>(
+		MR__BF(dst), src, n);
+	return mr__cuda_launched(cu, "f32_to_bf16");
+}
+
+extern "C" int mr_cuda_bf16_to_f32(struct mr_cuda *cu, float *dst, const mr_bf16 *src, size_t n)
+{
+	if (!n)
+		return 0;
+	bf16_to_f32_kernel<<<mr__cu_blocks(n, MR__CU_THREADS), MR__CU_THREADS, 0, cu->stream>>>(
+		dst, MR__CBF(src), n);
+	return mr__cuda_launched(cu, "bf16_to_f32");
+}

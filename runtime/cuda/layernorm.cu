@@ -1,0 +1,156 @@
+/*
+ * layernorm.cu - LayerNorm forward/backward over the last dimension (see
+ * mr_cuda.h).
+ *
+ * One warp per row: statistics and the row terms of the backward are warp
+ * shuffles in fp32 (two passes for the variance, as the CPU twin does).
+ * dw/db are column sums: one thread per column sums a chunk of rows into a
+ * partial, a second kernel adds the partials in chunk order - no atomics,
+ * deterministic.
+ *
+ * Non-goals: RMSNorm, fusing the residual add.
+ */
+#include "cuda_int.cuh"
+
+#define LN_ROWS_PER_BLOCK (MR__CU_THREADS / 32)
+#define LN_ROWS_PER_CHUNK 64
+
+__global__ void layernorm_fwd_kernel(__nv_bfloat16 *out, float *mean, float *rstd,
+				     const __nv_bfloat16 *inp, const __nv_bfloat16 *w,
+				     const __nv_bfloat16 *b, int N, int C)
+{
+	int lane = threadIdx.x & 31;
+	int row = blockIdx.x * LN_ROWS_PER_BLOCK + (threadIdx.x >> 5);
+	const __nv_bfloat16 *x;
+	__nv_bfloat16 *o;
+	float m = 0.0f, v = 0.0f, s;
+
+	if (row >= N)
+		return;
+	x = inp + (size_t)row * C;
+	o = out + (size_t)row * C;
+	for (int c = lane; c < C; c += 32)
+		m += __bfloat162float(x[c]);
+	m = mr__warp_sum(m) / (float)C;
+	for (int c = lane; c < C; c += 32) {
+		float d = __bfloat162float(x[c]) - m;
+		v += d * d;
+	}
+	v = mr__warp_sum(v) / (float)C;
+	s = 1.0f / sqrtf(v + MR_LN_EPS_CU);
+	for (int c = lane; c < C; c += 32) {
+		float n = (__bfloat162float(x[c]) - m) * s;
+		o[c] = __float2bfloat16_rn(n * __bfloat162float(w[c]) + __bfloat162float(b[c]));
+	}
+	if (lane == 0) {
+		mean[row] = m;
+		rstd[row] = s;
+	}
+}
+
+__global__ void layernorm_dinp_kernel(__nv_bfloat16 *dinp, const __nv_bfloat16 *dout,
+				      const __nv_bfloat16 *inp, const __nv_bfloat16 *w,
+				      const float *mean, const float *rstd, int N, int C)
+{
+	int lane = threadIdx.x & 31;
+	int row = blockIdx.x * LN_ROWS_PER_BLOCK + (threadIdx.x >> 5);
+	const __nv_bfloat16 *x, *dy;
+	__nv_bfloat16 *dx;
+	float m, s, dnm = 0.0f, dnn = 0.0f;
+
+	if (row >= N)
+		return;
+	x = inp + (size_t)row * C;
+	dy = dout + (size_t)row * C;
+	dx = dinp + (size_t)row * C;
+	m = mean[row];
+	s = rstd[row];
+	for (int c = lane; c < C; c += 32) {
+		float n = (__bfloat162float(x[c]) - m) * s;
+		float dn = __bfloat162float(w[c]) * __bfloat162float(dy[c]);
+		dnm += dn;
+		dnn += dn * n;
+	}
+	dnm = mr__warp_sum(dnm) / (float)C;
+	dnn = mr__warp_sum(dnn) / (float)C;
+	for (int c = lane; c < C; c += 32) {
+		float n = (__bfloat162float(x[c]) - m) * s;
+		float dn = __bfloat162float(w[c]) * __bfloat162float(dy[c]);
+		float g = __bfloat162float(dx[c]) + s * (dn - dnm - n * dnn);
+		dx[c] = __float2bfloat16_rn(g);
+	}
+}
+
+/* part (2, nchunks, C): [dw | db] partial sums over LN_ROWS_PER_CHUNK rows. */
+__global__ void layernorm_dwdb_partial_kernel(float *part, const __nv_bfloat16 *dout,
+					      const __nv_bfloat16 *inp, const float *mean,
+					      const float *rstd, int N, int C)
+{
+	int c = blockIdx.x * blockDim.x + threadIdx.x;
+	int r0 = blockIdx.y * LN_ROWS_PER_CHUNK, r1 = min(r0 + LN_ROWS_PER_CHUNK, N);
+	float sw = 0.0f, sb = 0.0f;
+
+	if (c >= C)
+		return;
+	for (int r = r0; r < r1; r++) {
+		float dy = __bfloat162float(dout[(size_t)r * C + c]);
+		float n = (__bfloat162float(inp[(size_t)r * C + c]) - mean[r]) * rstd[r];
+		sw += n * dy;
+		sb += dy;
+	}
+	part[(size_t)blockIdx.y * C + c] = sw;
+	part[((size_t)gridDim.y + blockIdx.y) * C + c] = sb;
+}
+
+__global__ void layernorm_dwdb_final_kernel(float *dw, float *db, const float *part,
+					    int nchunks, int C)
+{
+	int c = blockIdx.x * blockDim.x + threadIdx.x;
+	float sw = 0.0f, sb = 0.0f;
+
+	if (c >= C)
+		return;
+	for (int k = 0; k < nchunks; k++) {
+		sw += part[(size_t)k * C + c];
+		sb += part[((size_t)nchunks + k) * C + c];
+	}
+	dw[c] += sw;
+	db[c] += sb;
+}
+
+extern "C" int mr_cuda_layernorm_fwd(struct mr_cuda *cu, mr_bf16 *out, float *mean, float *rstd,
+				     const mr_bf16 *inp, const mr_bf16 *w, const mr_bf16 *b,
+				     int N, int C)
+{
+	unsigned int nb = (unsigned int)((N + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK);
+
+	if (N <= 0 || C <= 0)
+		return mr__cuda_inval(cu, "layernorm_fwd");
+	layernorm_fwd_kernel<<<nb, MR__CU_THREADS, 0, cu->stream>>>(
+		MR__BF(out), mean, rstd, MR__CBF(inp), MR__CBF(w), MR__CBF(b), N, C);
+	return mr__cuda_launched(cu, "layernorm_fwd");
+}
+
+extern "C" int mr_cuda_layernorm_bwd(struct mr_cuda *cu, mr_bf16 *dinp, float *dw, float *db,
+				     const mr_bf16 *dout, const mr_bf16 *inp, const mr_bf16 *w,
+				     const float *mean, const float *rstd, int N, int C)
+{
+	unsigned int nb = (unsigned int)((N + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK);
+	unsigned int gx = (unsigned int)((C + MR__CU_THREADS - 1) / MR__CU_THREADS);
+	int nchunks = (N + LN_ROWS_PER_CHUNK - 1) / LN_ROWS_PER_CHUNK, rc;
+	float *part;
+
+	if (N <= 0 || C <= 0)
+		return mr__cuda_inval(cu, "layernorm_bwd");
+	rc = mr__cuda_scratch(cu, 2 * (size_t)nchunks * C * sizeof(float), &part);
+	if (rc)
+		return rc;
+	layernorm_dinp_kernel<<<nb, MR__CU_THREADS, 0, cu->stream>>>(
+		MR__BF(dinp), MR__CBF(dout), MR__CBF(inp), MR__CBF(w), mean, rstd, N, C);
+	layernorm_dwdb_partial_kernel<<<dim3(gx, (unsigned int)nchunks), MR__CU_THREADS, 0,
+					cu->stream>>>(part, MR__CBF(dout), MR__CBF(inp), mean,
+						      rstd, N, C);
+	layernorm_dwdb_final_kernel<<<gx, MR__CU_THREADS, 0, cu->stream>>>(dw, db, part, nchunks,
+									   C);
+	return mr__cuda_launched(cu, "layernorm_bwd");
+}

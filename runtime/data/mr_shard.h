@@ -1,0 +1,55 @@
+/*
+ * mr_shard.h - llm.c token shards: reading, validation, deterministic
+ * shuffled batches, and writing.
+ *
+ * Format (llm.c / nanoGPT data prep): a header of 256 little-endian int32
+ * ([0] magic 20240520, [1] version 1, [2] token count, rest 0), then
+ * `count` uint16 tokens. Opening checks the magic, the version, that the
+ * file size is exactly 1024 + 2*count bytes, and that every token is below
+ * the model's vocabulary; every message names the file.
+ *
+ * Batches: the shard is cut into windows of T+1 tokens at stride T (inputs
+ * are the first T, targets the last T). Epoch e visits every window once in
+ * an order shuffled by (seed, e) (Fisher-Yates over mr_rng), so the batch
+ * sequence is a pure function of (file, seed, T) - resumable and identical
+ * on every rank. A data-parallel rank takes rows [rank*B, (rank+1)*B) of a
+ * global batch (first_row argument).
+ *
+ * Ownership: struct mr_shard owns the token array and the permutation;
+ * mr_shard_close releases them. Non-goals: streaming shards larger than
+ * memory, multi-shard datasets (a list of struct mr_shard), tokenizers.
+ */
+#ifndef MR_SHARD_H
+#define MR_SHARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mr_err.h"
+
+#define MR_SHARD_MAGIC 20240520
+#define MR_SHARD_VERSION 1
+
+struct mr_shard {
+	char path[256];
+	uint16_t *tok;
+	size_t count;      /* tokens */
+	int T;             /* window length - 1 */
+	size_t nwin;       /* windows per epoch */
+	uint64_t seed;
+	long epoch;        /* epoch the permutation belongs to, -1 none */
+	size_t *perm;      /* (nwin) window order of that epoch */
+};
+
+/* Opens and validates path for sequence length T and vocabulary vocab. */
+int mr_shard_open(struct mr_shard *s, const char *path, int vocab, int T, uint64_t seed,
+		  struct mr_errbuf *eb);
+void mr_shard_close(struct mr_shard *s);
+/* Rows first_row .. first_row+B-1 of the global row sequence (row r is
+ * window perm_e[r % nwin] of epoch e = r / nwin) into inputs/targets (B,T). */
+int mr_shard_batch(struct mr_shard *s, uint64_t first_row, int B, int *inputs, int *targets,
+		   struct mr_errbuf *eb);
+/* Writes n tokens (each < 65536) as a shard. */
+int mr_shard_write(const char *path, const uint16_t *tok, size_t n, struct mr_errbuf *eb);
+
+#endif

@@ -1,0 +1,355 @@
+/*
+ * gpt_worker.c - struct mr_worker_ops for GPT training on one rank (see
+ * mr_gpt_worker.h): config parsing and validation, the step loop, stats
+ * (tokens/s, MFU, memory by category), abort.
+ */
+#include <cblas.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cpu/mr_pool.h"
+#include "data/mr_shard.h"
+#include "data/mr_synth.h"
+#include "kernels/mr_kernels.h"
+#include "mr_gpt_worker.h"
+#include "mr_json.h"
+#include "mr_log.h"
+#include "mr_trainer.h"
+
+struct gw {
+	struct mr_gpt model;
+	struct mr_adamw opt;
+	struct mr_pool *pool;
+	int have_model, have_opt;
+	int steps, accum, eval_every, eval_batches, threads;
+	uint64_t seed;
+	double peak_flops;
+	int *inputs, *targets;  /* accum x (B,T) */
+	struct mr_shard train, val; /* llm.c shards, when configured */
+	int have_train, have_val;
+	int64_t tokens;
+	atomic_int aborted;
+};
+
+static const char *const keys[] = {
+	"vocab_size", "max_seq", "n_layer", "d_model", "n_head", "moe_every", "n_experts",
+	"top_k", "capacity_factor", "aux_coef", "batch_size", "seq_len", "steps",
+	"grad_accum", "lr", "min_lr_frac", "warmup_steps", "beta1", "beta2", "eps",
+	"weight_decay", "grad_clip", "seed", "threads", "peak_flops", "eval_every",
+	"eval_batches", "train_data", "val_data", NULL,
+};
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int geti(const json_t *c, const char *k, int64_t lo, int64_t hi, int def, int *out,
+		struct mr_errbuf *eb)
+{
+	int64_t v = def;
+	int rc = c ? mr_json_get_int(c, k, 0, lo, hi, &v, eb) : 0;
+
+	*out = (int)v;
+	return rc;
+}
+
+static int getf(const json_t *c, const char *k, double lo, double hi, double def, float *out,
+		struct mr_errbuf *eb)
+{
+	double v = def;
+	int rc = c ? mr_json_get_double(c, k, 0, lo, hi, &v, eb) : 0;
+
+	*out = (float)v;
+	return rc;
+}
+
+/* Sustained sgemm FLOP/s of this rank's threads (split like the model's
+ * GEMMs): the MFU denominator when no peak_flops is configured. */
+static double measure_peak(struct mr_pool *pool)
+{
+	const int n = 512, reps = 3;
+	float *a = calloc((size_t)n * n * 3, sizeof(float));
+	double t0, best = 0.0;
+	int r;
+
+	if (!a)
+		return 0.0;
+	for (r = 0; r < n * n * 2; r++)
+		a[r] = 0.001f * (float)(r % 97);
+	mr_matmul_fwd(pool, a + 2 * n * n, a, a + n * n, NULL, n, n, n);
+	for (r = 0; r < reps; r++) {
+		double dt;
+		t0 = now_s();
+		mr_matmul_fwd(pool, a + 2 * n * n, a, a + n * n, NULL, n, n, n);
+		dt = now_s() - t0;
+		if (dt > 0 && 2.0 * n * n * n / dt > best)
+			best = 2.0 * n * n * n / dt;
+	}
+	free(a);
+	return best;
+}
+
+static int parse(const json_t *c, struct mr_gpt_config *mc, struct mr_adamw_config *oc,
+		 struct gw *w, int *B, int *T, struct mr_errbuf *eb)
+{
+	int rc = 0, seed = 1337;
+	float peak = 0.0f;
+
+	if (c && (rc = mr_json_check_keys(c, keys, eb)) < 0)
+		return rc;
+	memset(mc, 0, sizeof(*mc));
+	memset(oc, 0, sizeof(*oc));
+	if ((rc = geti(c, "vocab_size", 2, 1 << 20, 256, &mc->vocab, eb)) < 0 ||
+	    (rc = geti(c, "seq_len", 1, 1 << 16, 64, T, eb)) < 0 ||
+	    (rc = geti(c, "max_seq", 1, 1 << 16, *T, &mc->max_seq, eb)) < 0 ||
+	    (rc = geti(c, "n_layer", 1, 1024, 2, &mc->n_layer, eb)) < 0 ||
+	    (rc = geti(c, "d_model", 1, 65536, 128, &mc->d_model, eb)) < 0 ||
+	    (rc = geti(c, "n_head", 1, 65536, 4, &mc->n_head, eb)) < 0 ||
+	    (rc = geti(c, "moe_every", 0, 1024, 0, &mc->moe_every, eb)) < 0 ||
+	    (rc = geti(c, "n_experts", 1, 1024, 4, &mc->n_experts, eb)) < 0 ||
+	    (rc = geti(c, "top_k", 1, 2, 1, &mc->top_k, eb)) < 0 ||
+	    (rc = getf(c, "capacity_factor", -1e9, 1e9, 1.25, &mc->capacity_factor, eb)) < 0 ||
+	    (rc = getf(c, "aux_coef", 0, 1e3, 0.01, &mc->aux_coef, eb)) < 0 ||
+	    (rc = geti(c, "batch_size", 1, 1 << 16, 8, B, eb)) < 0 ||
+	    (rc = geti(c, "steps", 1, 1 << 30, 100, &w->steps, eb)) < 0 ||
+	    (rc = geti(c, "grad_accum", 1, 1 << 16, 1, &w->accum, eb)) < 0 ||
+	    (rc = getf(c, "lr", 0, 10, 1e-3, &oc->lr, eb)) < 0 ||
+	    (rc = getf(c, "min_lr_frac", 0, 1, 0.1, &oc->min_lr_frac, eb)) < 0 ||
+	    (rc = geti(c, "warmup_steps", 0, 1 << 30, 10, &oc->warmup_steps, eb)) < 0 ||
+	    (rc = getf(c, "beta1", 0, 0.999999, 0.9, &oc->beta1, eb)) < 0 ||
+	    (rc = getf(c, "beta2", 0, 0.999999, 0.95, &oc->beta2, eb)) < 0 ||
+	    (rc = getf(c, "eps", 1e-30, 1, 1e-8, &oc->eps, eb)) < 0 ||
+	    (rc = getf(c, "weight_decay", 0, 10, 0.1, &oc->weight_decay, eb)) < 0 ||
+	    (rc = getf(c, "grad_clip", 0, 1e9, 1.0, &oc->grad_clip, eb)) < 0 ||
+	    (rc = geti(c, "seed", 0, 0x7fffffff, 1337, &seed, eb)) < 0 ||
+	    (rc = geti(c, "threads", 0, 1024, 0, &w->threads, eb)) < 0 ||
+	    (rc = getf(c, "peak_flops", 0, 1e20, 0, &peak, eb)) < 0 ||
+	    (rc = geti(c, "eval_every", 0, 1 << 30, 0, &w->eval_every, eb)) < 0 ||
+	    (rc = geti(c, "eval_batches", 1, 1 << 16, 4, &w->eval_batches, eb)) < 0)
+		return rc;
+	oc->total_steps = w->steps;
+	w->seed = (uint64_t)seed;
+	w->peak_flops = peak;
+	if (mc->moe_every == 0) {
+		mc->n_experts = 0;
+		mc->top_k = 0;
+		mc->capacity_factor = 0.0f;
+		mc->aux_coef = 0.0f;
+	}
+	return 0;
+}
+
+static void gw_destroy(void *state)
+{
+	struct gw *w = state;
+
+	if (!w)
+		return;
+	if (w->have_opt)
+		mr_adamw_release(&w->opt, &w->model.mem);
+	if (w->have_model)
+		mr_gpt_release(&w->model);
+	mr_pool_free(w->pool);
+	if (w->have_train)
+		mr_shard_close(&w->train);
+	if (w->have_val)
+		mr_shard_close(&w->val);
+	free(w->inputs);
+	free(w->targets);
+	free(w);
+}
+
+/* Opens train_data / val_data when the config names them. */
+static int open_data(struct gw *w, const json_t *c, struct mr_errbuf *eb)
+{
+	const char *tp = NULL, *vp = NULL;
+	int rc;
+
+	if (!c)
+		return 0;
+	if ((rc = mr_json_get_str(c, "train_data", 0, 255, &tp, eb)) < 0 ||
+	    (rc = mr_json_get_str(c, "val_data", 0, 255, &vp, eb)) < 0)
+		return rc;
+	if (tp) {
+		rc = mr_shard_open(&w->train, tp, w->model.cfg.vocab, w->model.T, w->seed, eb);
+		if (rc < 0)
+			return rc;
+		w->have_train = 1;
+	}
+	if (vp) {
+		rc = mr_shard_open(&w->val, vp, w->model.cfg.vocab, w->model.T, w->seed, eb);
+		if (rc < 0)
+			return rc;
+		w->have_val = 1;
+	}
+	return 0;
+}
+
+static int gw_create(void **state, const struct mr_worker_env *env, struct mr_errbuf *eb)
+{
+	struct gw *w = calloc(1, sizeof(*w));
+	struct mr_gpt_config mc;
+	struct mr_adamw_config oc;
+	int B = 8, T = 64, rc;
+	size_t n;
+
+	*state = NULL;
+	if (!w)
+		return mr_errf(eb, MR_ENOMEM, "unable to allocate the gpt worker");
+	atomic_init(&w->aborted, 0);
+	rc = parse(env ? env->config : NULL, &mc, &oc, w, &B, &T, eb);
+	if (rc < 0)
+		goto fail;
+	if (w->threads == 0) {
+		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+		int local = env && env->local_world_size > 0 ? env->local_world_size : 1;
+		w->threads = cpus > local ? (int)(cpus / local) : 1;
+	}
+	rc = mr_pool_create(&w->pool, w->threads);
+	if (rc < 0) {
+		rc = mr_errf(eb, rc, "unable to start %d runtime threads", w->threads);
+		goto fail;
+	}
+	/* The pool splits every GEMM into single-threaded sgemm calls
+	 * (kernels/matmul.c), so OpenBLAS itself runs one thread. */
+	openblas_set_num_threads(1);
+	rc = mr_gpt_create(&w->model, &mc, B, T, w->pool, eb);
+	if (rc < 0)
+		goto fail;
+	w->have_model = 1;
+	mr_gpt_init_params(&w->model, w->seed);
+	rc = mr_adamw_init(&w->opt, &oc, w->model.nparams, &w->model.mem);
+	if (rc < 0) {
+		rc = mr_errf(eb, rc, "unable to allocate the optimizer state");
+		goto fail;
+	}
+	w->have_opt = 1;
+	n = (size_t)B * T * (size_t)w->accum;
+	w->inputs = malloc(n * sizeof(int));
+	w->targets = malloc(n * sizeof(int));
+	if (!w->inputs || !w->targets) {
+		rc = mr_errf(eb, MR_ENOMEM, "unable to allocate the batch buffers");
+		goto fail;
+	}
+	rc = open_data(w, env ? env->config : NULL, eb);
+	if (rc < 0)
+		goto fail;
+	if (w->peak_flops <= 0.0)
+		w->peak_flops = measure_peak(w->pool);
+	mr_log_info("gpt_worker_ready",
+		    "params=%zu layers=%d d_model=%d heads=%d moe_every=%d batch=%d seq=%d "
+		    "accum=%d threads=%d peak_gflops=%.1f",
+		    w->model.nparams, mc.n_layer, mc.d_model, mc.n_head, mc.moe_every, B, T,
+		    w->accum, w->threads, w->peak_flops * 1e-9);
+	*state = w;
+	return 0;
+fail:
+	gw_destroy(w);
+	return rc;
+}
+
+static double eval_loss(struct gw *w, struct mr_errbuf *eb, int *rc)
+{
+	struct mr_gpt *m = &w->model;
+	double sum = 0.0;
+	int i;
+
+	*rc = 0;
+	for (i = 0; i < w->eval_batches; i++) {
+		if (w->have_val)
+			*rc = mr_shard_batch(&w->val, (uint64_t)i * m->B, m->B, w->inputs,
+					     w->targets, eb);
+		else
+			mr_synth_batch(w->seed, 1, (uint64_t)i * m->B, m->cfg.vocab, m->B, m->T,
+				       w->inputs, w->targets);
+		if (*rc < 0)
+			return NAN;
+		*rc = mr_gpt_forward(m, w->inputs, w->targets, eb);
+		if (*rc < 0)
+			return NAN;
+		sum += m->loss;
+	}
+	return sum / w->eval_batches;
+}
+
+static int gw_step(void *state, struct mr_worker_stats *st, struct mr_errbuf *eb)
+{
+	struct gw *w = state;
+	struct mr_gpt *m = &w->model;
+	struct mr_step_result r;
+	size_t N = (size_t)m->B * m->T;
+	long step = w->opt.t;
+	double t0, dt;
+	int a, rc, k;
+
+	if (atomic_load(&w->aborted))
+		return mr_errf(eb, MR_EABORTED, "gpt worker aborted at step %ld", step);
+	if (step >= w->steps)
+		return MR_WORKER_DONE;
+	t0 = now_s();
+	for (a = 0; a < w->accum; a++) {
+		uint64_t row = ((uint64_t)step * w->accum + a) * (uint64_t)m->B;
+		if (w->have_train) {
+			rc = mr_shard_batch(&w->train, row, m->B, w->inputs + a * N,
+					    w->targets + a * N, eb);
+			if (rc < 0)
+				return rc;
+		} else {
+			mr_synth_batch(w->seed, 0, row, m->cfg.vocab, m->B, m->T,
+				       w->inputs + a * N, w->targets + a * N);
+		}
+	}
+	rc = mr_trainer_step(m, &w->opt, w->inputs, w->targets, w->accum, &r, eb);
+	if (rc < 0)
+		return rc;
+	dt = now_s() - t0;
+	w->tokens += (int64_t)(N * w->accum);
+	memset(st, 0, sizeof(*st));
+	st->step = w->opt.t;
+	st->total_steps = w->steps;
+	st->loss = r.loss;
+	st->aux_loss = r.aux_loss;
+	st->grad_norm = r.grad_norm;
+	st->lr = r.lr;
+	st->val_loss = NAN;
+	st->step_seconds = dt;
+	st->tokens = w->tokens;
+	st->tokens_per_s = dt > 0 ? (double)(N * w->accum) / dt : 0.0;
+	st->mfu = w->peak_flops > 0
+			  ? (double)mr_gpt_flops_per_token(m) * st->tokens_per_s / w->peak_flops
+			  : 0.0;
+	for (k = 0; k < MR_MEM_KINDS; k++)
+		st->mem_bytes[k] = m->mem.bytes[k];
+	if (w->eval_every > 0 && (st->step % w->eval_every == 0 || st->step == w->steps)) {
+		st->val_loss = eval_loss(w, eb, &rc);
+		if (rc < 0)
+			return rc;
+	}
+	if (atomic_load(&w->aborted))
+		return mr_errf(eb, MR_EABORTED, "gpt worker aborted at step %ld", step);
+	return st->step >= w->steps ? MR_WORKER_DONE : MR_WORKER_MORE;
+}
+
+static void gw_abort(void *state)
+{
+	struct gw *w = state;
+
+	if (w)
+		atomic_store(&w->aborted, 1);
+}
+
+const struct mr_worker_ops mr_gpt_worker = {
+	.name = "gpt",
+	.create = gw_create,
+	.step = gw_step,
+	.abort = gw_abort,
+	.destroy = gw_destroy,
+};

@@ -1,0 +1,301 @@
+/*
+ * attention.c - block-wise causal attention with online softmax (see
+ * mr_attention.h).
+ *
+ * Forward, per query block: running max m, running sum l and an unnormalised
+ * accumulator per row; each key block rescales them by exp(m_old - m_new).
+ * Backward (FlashAttention-2): for each key block and each query block,
+ * P = exp(S - lse), dV += P^T dO, dP = dO V^T, dS = P * (dP - delta),
+ * dQ += scale dS K, dK += scale dS^T Q. Blocks entirely in the causal
+ * future are skipped; the diagonal blocks are computed whole and masked.
+ *
+ * Every tile product (S = Q K^T, P V, dO V^T, P^T dO, dS^T Q, dS K) is one
+ * cblas_sgemm on the strided rows in place (64x64 tiles); the softmax rows
+ * between them are own code. The layer entry points run heads on the pool,
+ * so these sgemm calls must be single-threaded (the worker sets OpenBLAS to
+ * one thread; see kernels/matmul.c).
+ *
+ * Non-goals: SIMD intrinsics.
+ */
+#if defined(__GNUC__) && !defined(__clang__)
+/* The softmax row loops are plain; O3 (+ no-trapping-math to if-convert
+ * the masks and clamps) lets GCC vectorise them. */
+#pragma GCC optimize("O3", "no-trapping-math")
+#endif
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+#include "cpu/mr_simd.h"
+#include "mr_fastmath.h"
+#include "mr_attention.h"
+
+#define ATTN_BQ 64
+#define ATTN_BK 64
+
+size_t mr_attn_head_ws_floats(int bq, int bk, int hs)
+{
+	/* acc (bq*hs) + m, l (bq) + S/P and dP/dS (bq*bk each) */
+	return (size_t)bq * (size_t)hs + 2 * (size_t)bq + 2 * (size_t)bq * (size_t)bk;
+}
+
+static float dot(const float *a, const float *b, int n)
+{
+	float s = 0.0f;
+	int i;
+
+	for (i = 0; i < n; i++)
+		s += a[i] * b[i];
+	return s;
+}
+
+/* Last key index (exclusive) of [k0, k1) visible to query position qpos. */
+static int visible_end(const struct mr_attn_head *h, int qpos, int k0, int k1)
+{
+	int lim;
+
+	if (!h->causal)
+		return k1;
+	lim = qpos - h->k_pos0 + 1;
+	if (lim < k0)
+		return k0;
+	return lim < k1 ? lim : k1;
+}
+
+MR_HOT void mr_attn_head_fwd(const struct mr_attn_head *h, float *out, size_t out_stride,
+			     float *lse, float *ws)
+{
+	int hs = h->hs, q0, k0, i, j;
+	float *acc = ws, *m = acc + (size_t)h->bq * hs, *l = m + h->bq, *s = l + h->bq;
+
+	for (q0 = 0; q0 < h->tq; q0 += h->bq) {
+		int q1 = q0 + h->bq < h->tq ? q0 + h->bq : h->tq;
+		int nq = q1 - q0;
+		int kmax = visible_end(h, h->q_pos0 + q1 - 1, 0, h->tk);
+		const float *q = h->q + (size_t)q0 * h->q_stride;
+
+		memset(acc, 0, sizeof(float) * (size_t)nq * hs);
+		for (i = 0; i < nq; i++) {
+			m[i] = -INFINITY;
+			l[i] = 0.0f;
+		}
+		for (k0 = 0; k0 < kmax; k0 += h->bk) {
+			int k1 = k0 + h->bk < kmax ? k0 + h->bk : kmax, nk = k1 - k0;
+
+			/* S (nq,nk) = scale * Q K^T */
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, hs, h->scale, q,
+				    (int)h->q_stride, h->k + (size_t)k0 * h->kv_stride,
+				    (int)h->kv_stride, 0.0f, s, nk);
+			/* online softmax: P = exp(S - m_new), rescale the old rows */
+			for (i = 0; i < nq; i++) {
+				int ke = visible_end(h, h->q_pos0 + q0 + i, k0, k1) - k0;
+				float *si = s + (size_t)i * nk, mx = m[i], corr, sum = 0.0f;
+				float *ai = acc + (size_t)i * hs;
+
+				for (j = 0; j < ke; j++)
+					if (si[j] > mx)
+						mx = si[j];
+				for (j = 0; j < nk; j++) {
+					si[j] = j < ke ? mr_fast_expf(si[j] - mx) : 0.0f;
+					sum += si[j];
+				}
+				if (ke <= 0)
+					continue;
+				corr = expf(m[i] - mx); /* 0 when m[i] == -inf */
+				if (corr != 1.0f)
+					for (j = 0; j < hs; j++)
+						ai[j] *= corr;
+				l[i] = l[i] * corr + sum;
+				m[i] = mx;
+			}
+			/* acc (nq,hs) += P V */
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, hs, nk, 1.0f, s, nk,
+				    h->v + (size_t)k0 * h->kv_stride, (int)h->kv_stride, 1.0f, acc,
+				    hs);
+		}
+		for (i = 0; i < nq; i++) {
+			float *o = out + (size_t)(q0 + i) * out_stride;
+			if (l[i] > 0.0f) {
+				float inv = 1.0f / l[i];
+				for (j = 0; j < hs; j++)
+					o[j] = acc[(size_t)i * hs + j] * inv;
+				lse[q0 + i] = m[i] + logf(l[i]);
+			} else {
+				memset(o, 0, sizeof(float) * (size_t)hs);
+				lse[q0 + i] = -INFINITY;
+			}
+		}
+	}
+}
+
+void mr_attn_merge(float *out_a, size_t sa, float *lse_a, const float *out_b, size_t sb,
+		   const float *lse_b, int tq, int hs)
+{
+	int i, j;
+
+	for (i = 0; i < tq; i++) {
+		float la = lse_a[i], lb = lse_b[i], mx = la > lb ? la : lb, wa, wb, inv;
+		float *oa = out_a + (size_t)i * sa;
+		const float *ob = out_b + (size_t)i * sb;
+
+		if (mx == -INFINITY)
+			continue; /* both empty: a already holds 0, -inf */
+		wa = expf(la - mx);
+		wb = expf(lb - mx);
+		inv = 1.0f / (wa + wb);
+		for (j = 0; j < hs; j++)
+			oa[j] = (wa * oa[j] + wb * ob[j]) * inv;
+		lse_a[i] = mx + logf(wa + wb);
+	}
+}
+
+MR_HOT void mr_attn_head_bwd(const struct mr_attn_head *h, const float *dout,
+			     size_t dout_stride, const float *lse, const float *delta, float *dq,
+			     size_t dq_stride, float *dk, float *dv, size_t dkv_stride, float *ws)
+{
+	int hs = h->hs, q0, k0, i, j;
+	float *p = ws + (size_t)h->bq * hs + 2 * (size_t)h->bq;
+	float *ds = p + (size_t)h->bq * h->bk;
+
+	for (k0 = 0; k0 < h->tk; k0 += h->bk) {
+		int k1 = k0 + h->bk < h->tk ? k0 + h->bk : h->tk, nk = k1 - k0;
+		const float *k = h->k + (size_t)k0 * h->kv_stride;
+		const float *v = h->v + (size_t)k0 * h->kv_stride;
+
+		for (q0 = 0; q0 < h->tq; q0 += h->bq) {
+			int q1 = q0 + h->bq < h->tq ? q0 + h->bq : h->tq, nq = q1 - q0;
+			const float *q = h->q + (size_t)q0 * h->q_stride;
+			const float *d_o = dout + (size_t)q0 * dout_stride;
+
+			if (visible_end(h, h->q_pos0 + q1 - 1, k0, k1) <= k0)
+				continue; /* whole block in the causal future */
+			/* S = scale Q K^T -> P = exp(S - lse) (0 where masked) */
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, hs, h->scale, q,
+				    (int)h->q_stride, k, (int)h->kv_stride, 0.0f, p, nk);
+			/* dP = dO V^T */
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, hs, 1.0f, d_o,
+				    (int)dout_stride, v, (int)h->kv_stride, 0.0f, ds, nk);
+			for (i = 0; i < nq; i++) {
+				int ke = visible_end(h, h->q_pos0 + q0 + i, k0, k1) - k0;
+				float *pi = p + (size_t)i * nk, *dsi = ds + (size_t)i * nk;
+				float li = lse[q0 + i], di = delta[q0 + i];
+
+				if (li == -INFINITY)
+					ke = 0;
+				for (j = 0; j < nk; j++) {
+					pi[j] = j < ke ? mr_fast_expf(pi[j] - li) : 0.0f;
+					/* dS = P (dP - delta) scale */
+					dsi[j] = pi[j] * (dsi[j] - di) * h->scale;
+				}
+			}
+			/* dV += P^T dO, dK += dS^T Q, dQ += dS K */
+			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hs, nq, 1.0f, p, nk,
+				    d_o, (int)dout_stride, 1.0f, dv + (size_t)k0 * dkv_stride,
+				    (int)dkv_stride);
+			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hs, nq, 1.0f, ds, nk,
+				    q, (int)h->q_stride, 1.0f, dk + (size_t)k0 * dkv_stride,
+				    (int)dkv_stride);
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, hs, nk, 1.0f, ds, nk,
+				    k, (int)h->kv_stride, 1.0f, dq + (size_t)q0 * dq_stride,
+				    (int)dq_stride);
+		}
+	}
+}
+
+/* ---- whole layer ------------------------------------------------------------ */
+
+struct layer_args {
+	float *out, *dqkv, *ws;
+	const float *qkv, *dout, *cout, *lse;
+	float *wlse;
+	int B, T, C, NH;
+	size_t ws_per_thread;
+};
+
+size_t mr_attn_layer_ws_floats(const struct mr_pool *p, int T, int hs)
+{
+	return (size_t)mr_pool_threads(p) *
+	       (mr_attn_head_ws_floats(ATTN_BQ, ATTN_BK, hs) + (size_t)T);
+}
+
+static void head_of(const struct layer_args *a, size_t bh, struct mr_attn_head *h)
+{
+	int b = (int)(bh / (size_t)a->NH), hh = (int)(bh % (size_t)a->NH);
+	int hs = a->C / a->NH;
+	const float *base = a->qkv + (size_t)b * a->T * 3 * a->C + (size_t)hh * hs;
+
+	h->q = base;
+	h->k = base + a->C;
+	h->v = base + 2 * a->C;
+	h->q_stride = h->kv_stride = 3 * (size_t)a->C;
+	h->tq = h->tk = a->T;
+	h->q_pos0 = h->k_pos0 = 0;
+	h->hs = hs;
+	h->causal = 1;
+	h->scale = 1.0f / sqrtf((float)hs);
+	h->bq = ATTN_BQ;
+	h->bk = ATTN_BK;
+}
+
+static void layer_fwd_heads(void *ctxp, size_t i0, size_t i1, int tid)
+{
+	const struct layer_args *a = ctxp;
+	float *ws = a->ws + (size_t)tid * a->ws_per_thread;
+	size_t bh;
+
+	for (bh = i0; bh < i1; bh++) {
+		struct mr_attn_head h;
+		size_t b = bh / (size_t)a->NH, hh = bh % (size_t)a->NH;
+		int hs = a->C / a->NH;
+
+		head_of(a, bh, &h);
+		mr_attn_head_fwd(&h, a->out + b * a->T * a->C + hh * hs, (size_t)a->C,
+				 a->wlse + bh * a->T, ws);
+	}
+}
+
+void mr_attn_layer_fwd(struct mr_pool *p, float *out, float *lse, const float *qkv,
+		       int B, int T, int C, int NH, float *ws)
+{
+	struct layer_args a = { out, NULL, ws, qkv, NULL, NULL, NULL, lse, B, T, C, NH, 0 };
+
+	a.ws_per_thread = mr_attn_head_ws_floats(ATTN_BQ, ATTN_BK, C / NH) + (size_t)T;
+	mr_pool_run(p, (size_t)B * NH, 1, layer_fwd_heads, &a);
+}
+
+static void layer_bwd_heads(void *ctxp, size_t i0, size_t i1, int tid)
+{
+	const struct layer_args *a = ctxp;
+	float *ws = a->ws + (size_t)tid * a->ws_per_thread;
+	float *delta = ws + mr_attn_head_ws_floats(ATTN_BQ, ATTN_BK, a->C / a->NH);
+	size_t bh;
+
+	for (bh = i0; bh < i1; bh++) {
+		struct mr_attn_head h;
+		size_t b = bh / (size_t)a->NH, hh = bh % (size_t)a->NH;
+		int hs = a->C / a->NH, t;
+		size_t off = b * a->T * a->C + hh * hs;
+		float *dbase = a->dqkv + b * a->T * 3 * a->C + hh * hs;
+
+		head_of(a, bh, &h);
+		for (t = 0; t < a->T; t++) {
+			const float *o = a->cout + off + (size_t)t * a->C;
+			const float *d = a->dout + off + (size_t)t * a->C;
+			delta[t] = dot(o, d, hs);
+		}
+		mr_attn_head_bwd(&h, a->dout + off, (size_t)a->C, a->lse + bh * a->T, delta,
+				 dbase, 3 * (size_t)a->C, dbase + a->C, dbase + 2 * a->C,
+				 3 * (size_t)a->C, ws);
+	}
+}
+
+void mr_attn_layer_bwd(struct mr_pool *p, float *dqkv, const float *dout,
+		       const float *qkv, const float *out, const float *lse, int B, int T,
+		       int C, int NH, float *ws)
+{
+	struct layer_args a = { NULL, dqkv, ws, qkv, dout, out, lse, NULL, B, T, C, NH, 0 };
+
+	a.ws_per_thread = mr_attn_head_ws_floats(ATTN_BQ, ATTN_BK, C / NH) + (size_t)T;
+	memset(dqkv, 0, sizeof(float) * (size_t)B * T * 3 * C);
+	mr_pool_run(p, (size_t)B * NH, 1, layer_bwd_heads, &a);
+}

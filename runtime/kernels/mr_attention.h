@@ -1,0 +1,74 @@
+/*
+ * mr_attention.h - causal multi-head attention, block-wise with an online
+ * softmax (FlashAttention-2 style) in forward and backward, fp32.
+ *
+ * The core works on ONE head and on any slice of queries against any block
+ * of keys/values, each located by its absolute sequence position:
+ *
+ *   mr_attn_head_fwd   -> normalised partial out (Tq,hs) and its per-row
+ *                         logsumexp lse (Tq); rows that see no key get
+ *                         out = 0 and lse = -inf
+ *   mr_attn_merge      -> combines two partials of the same queries over
+ *                         disjoint key sets (exactly the softmax over the
+ *                         union)
+ *   mr_attn_head_bwd   -> given the FINAL (merged) lse and
+ *                         delta = rowsum(dout * out), adds this key block's
+ *                         contribution to dq, dk, dv
+ *
+ * so context parallelism (ring attention) calls fwd per arriving K/V block,
+ * merges, and in backward calls bwd per block with the global lse/delta.
+ * Memory is O(T) per head: only lse (and the output) are kept for backward;
+ * scores are recomputed block by block.
+ *
+ * The layer entry points run every (batch, head) of a packed qkv (B,T,3C)
+ * buffer (q | k | v along channels, head h at channels [h*hs, (h+1)*hs)) on
+ * the pool. Tile products are single-threaded cblas_sgemm calls on the
+ * strided rows (OpenBLAS must run one thread when the pool has several).
+ *
+ * Non-goals: dropout, attention bias, sliding windows.
+ */
+#ifndef MR_ATTENTION_H
+#define MR_ATTENTION_H
+
+#include <stddef.h>
+
+#include "cpu/mr_pool.h"
+
+struct mr_attn_head {
+	const float *q;       /* (tq, hs) rows with stride q_stride */
+	const float *k, *v;   /* (tk, hs) rows with stride kv_stride */
+	size_t q_stride, kv_stride;
+	int tq, q_pos0;       /* query count and absolute position of row 0 */
+	int tk, k_pos0;       /* key count and absolute position of row 0 */
+	int hs;               /* head size */
+	int causal;           /* key j visible to query i iff kpos <= qpos */
+	float scale;          /* usually 1/sqrt(hs) */
+	int bq, bk;           /* block sizes (>= 1) */
+};
+
+/* Workspace floats for one call of fwd or bwd with these block sizes. */
+size_t mr_attn_head_ws_floats(int bq, int bk, int hs);
+
+/* out rows with stride out_stride (written); lse (tq) written. */
+void mr_attn_head_fwd(const struct mr_attn_head *h, float *out, size_t out_stride,
+		      float *lse, float *ws);
+
+/* out_a/lse_a := merge(a, b); rows of hs floats with the given strides. */
+void mr_attn_merge(float *out_a, size_t sa, float *lse_a, const float *out_b, size_t sb,
+		   const float *lse_b, int tq, int hs);
+
+/* dq (tq rows, stride dq_stride), dk/dv (tk rows, stride dkv_stride): +=. */
+void mr_attn_head_bwd(const struct mr_attn_head *h, const float *dout, size_t dout_stride,
+		      const float *lse, const float *delta, float *dq, size_t dq_stride,
+		      float *dk, float *dv, size_t dkv_stride, float *ws);
+
+/* ---- whole layer: qkv (B,T,3C) -> out (B,T,C), lse (B,NH,T) ---------------- */
+size_t mr_attn_layer_ws_floats(const struct mr_pool *p, int T, int hs);
+void mr_attn_layer_fwd(struct mr_pool *p, float *out, float *lse, const float *qkv,
+		       int B, int T, int C, int NH, float *ws);
+/* dqkv (B,T,3C) written (=); out/lse from the forward. */
+void mr_attn_layer_bwd(struct mr_pool *p, float *dqkv, const float *dout,
+		       const float *qkv, const float *out, const float *lse, int B, int T,
+		       int C, int NH, float *ws);
+
+#endif

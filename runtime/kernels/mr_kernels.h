@@ -1,0 +1,76 @@
+/*
+ * mr_kernels.h - the CPU kernels of the GPT runtime (fp32).
+ *
+ * Shapes use llm.c's notation: B batch, T time, C channels, OC/IC output
+ * and input channels, V vocabulary, N = B*T rows. Every tensor is row-major
+ * and contiguous unless a stride is given. Backward kernels ACCUMULATE into
+ * parameter gradients (+=) so micro-batches add up; for activation
+ * gradients each function says whether it writes (=) or adds (+=).
+ *
+ * Every matmul goes through OpenBLAS (mr_matmul_*); everything else is own
+ * C code run on a struct mr_pool (may be NULL = calling thread only).
+ * `ws` arguments are caller-owned workspace of the size the matching
+ * *_ws_floats() function returns.
+ *
+ * Non-goals: fp16/bf16 (the CUDA backend), shapes that are not row-major.
+ */
+#ifndef MR_KERNELS_H
+#define MR_KERNELS_H
+
+#include <stddef.h>
+
+#include "cpu/mr_pool.h"
+
+#define MR_LN_EPS 1e-5f
+
+/* ---- matmul (OpenBLAS; split across the pool, see matmul.c) --------------- */
+/* out (N,OC) = inp (N,IC) @ w^T (w is (OC,IC)) + bias (OC, may be NULL). */
+void mr_matmul_fwd(struct mr_pool *p, float *out, const float *inp, const float *w, const float *bias,
+		   int N, int IC, int OC);
+/* dinp (N,IC) = or += dout @ w; dw (OC,IC) += dout^T @ inp; dbias += colsum(dout).
+ * dinp may be NULL (not needed); accumulate_dinp selects += over =.
+ * ones is a workspace of N floats equal to 1 (for the bias gemv). */
+void mr_matmul_bwd(struct mr_pool *p, float *dinp, float *dw, float *dbias, const float *dout,
+		   const float *inp, const float *w, int N, int IC, int OC,
+		   int accumulate_dinp, const float *ones);
+
+/* ---- embedding -------------------------------------------------------------- */
+/* out (B,T,C) = wte[tok] + wpe[t]. */
+void mr_encoder_fwd(struct mr_pool *p, float *out, const int *tok, const float *wte,
+		    const float *wpe, int B, int T, int C);
+/* dwte (V,C) += ..., dwpe (T,C) += ... from dout (B,T,C). */
+void mr_encoder_bwd(struct mr_pool *p, float *dwte, float *dwpe, const float *dout,
+		    const int *tok, int B, int T, int C);
+
+/* ---- layernorm -------------------------------------------------------------- */
+/* out (N,C); mean, rstd (N) saved for backward. */
+void mr_layernorm_fwd(struct mr_pool *p, float *out, float *mean, float *rstd,
+		      const float *inp, const float *w, const float *b, int N, int C);
+/* dinp (N,C) += ...; dw, db (C) += .... ws: mr_layernorm_ws_floats(). */
+void mr_layernorm_bwd(struct mr_pool *p, float *dinp, float *dw, float *db,
+		      const float *dout, const float *inp, const float *w,
+		      const float *mean, const float *rstd, int N, int C, float *ws);
+size_t mr_layernorm_ws_floats(const struct mr_pool *p, int C);
+
+/* ---- elementwise ------------------------------------------------------------ */
+/* GELU, tanh approximation (GPT-2): out = 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))). */
+void mr_gelu_fwd(struct mr_pool *p, float *out, const float *inp, size_t n);
+/* dinp = dout * gelu'(inp) (writes, may alias dout). */
+void mr_gelu_bwd(struct mr_pool *p, float *dinp, const float *inp, const float *dout,
+		 size_t n);
+/* out = a + b (out may alias a or b). */
+void mr_residual_fwd(struct mr_pool *p, float *out, const float *a, const float *b,
+		     size_t n);
+/* y += x. */
+void mr_add_inplace(struct mr_pool *p, float *y, const float *x, size_t n);
+
+/* ---- softmax + cross-entropy (fused) ---------------------------------------- */
+/* logits (N,V): losses[i] = logsumexp(row) - row[target]; lse[i] saved.
+ * Targets must be in [0, V). */
+void mr_crossentropy_fwd(struct mr_pool *p, float *losses, float *lse,
+			 const float *logits, const int *targets, int N, int V);
+/* In place: logits becomes dlogits = (softmax(row) - onehot) * dscale. */
+void mr_crossentropy_bwd_inplace(struct mr_pool *p, float *logits, const float *lse,
+				 const int *targets, int N, int V, float dscale);
+
+#endif

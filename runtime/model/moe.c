@@ -1,0 +1,277 @@
+/*
+ * moe.c - mixture-of-experts MLP forward/backward (see mr_moe.h for every
+ * routing choice). Non-goals: see the header.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/mr_kernels.h"
+#include "mr_err.h"
+#include "mr_moe.h"
+
+static size_t up16(size_t n)
+{
+	return (n + 15) & ~(size_t)15;
+}
+
+int mr_moe_capacity(int N, int E, int k, float capacity_factor)
+{
+	double c = ceil((double)capacity_factor * (double)N * (double)k / (double)E);
+
+	if (c < 1.0)
+		c = 1.0;
+	if (c > (double)N)
+		c = (double)N;
+	return (int)c;
+}
+
+size_t mr_moe_act_floats(const struct mr_moe_shape *s)
+{
+	size_t ec = (size_t)s->E * (size_t)s->cap;
+
+	return up16((size_t)s->N * s->E) + up16((size_t)s->N * s->k) +
+	       up16(ec * s->C) * 2 + up16(ec * 4 * s->C) * 2;
+}
+
+size_t mr_moe_act_ints(const struct mr_moe_shape *s)
+{
+	return up16((size_t)s->N * s->k) * 2 + up16((size_t)s->E) * 2;
+}
+
+void mr_moe_acts_bind(struct mr_moe_acts *a, const struct mr_moe_shape *s, float *f, int *ip)
+{
+	size_t ec = (size_t)s->E * (size_t)s->cap;
+
+	a->probs = f;
+	f += up16((size_t)s->N * s->E);
+	a->gate = f;
+	f += up16((size_t)s->N * s->k);
+	a->xin = f;
+	f += up16(ec * s->C);
+	a->yo = f;
+	f += up16(ec * s->C);
+	a->h = f;
+	f += up16(ec * 4 * s->C);
+	a->hg = f;
+	a->topi = ip;
+	ip += up16((size_t)s->N * s->k);
+	a->slot = ip;
+	ip += up16((size_t)s->N * s->k);
+	a->count = ip;
+	ip += up16((size_t)s->E);
+	a->routed = ip;
+	a->aux = 0.0f;
+	a->dropped = 0;
+}
+
+size_t mr_moe_ws_floats(const struct mr_moe_shape *s)
+{
+	size_t ec = (size_t)s->E * (size_t)s->cap;
+
+	return up16((size_t)s->N * s->E) + up16(ec * s->C) * 2 + up16(ec * 4 * s->C);
+}
+
+static int xchg(const struct mr_moe_xchg *xg, enum mr_moe_phase ph, float *buf,
+		const int *counts, const struct mr_moe_shape *s, size_t row)
+{
+	if (!xg || !xg->fn)
+		return 0;
+	return xg->fn(xg->ctx, ph, buf, counts, s->E, s->cap, row);
+}
+
+/* Router softmax, top-k, gates, slots and the aux loss. */
+static void route(const struct mr_moe_shape *s, struct mr_moe_acts *a)
+{
+	int N = s->N, E = s->E, k = s->k, n, e, j;
+	double aux = 0.0;
+
+	for (e = 0; e < E; e++)
+		a->count[e] = a->routed[e] = 0;
+	a->dropped = 0;
+	for (n = 0; n < N; n++) {
+		float *p = a->probs + (size_t)n * E, mx = p[0], sum = 0.0f, gs = 0.0f;
+		int *ti = a->topi + (size_t)n * k;
+		for (e = 1; e < E; e++)
+			if (p[e] > mx)
+				mx = p[e];
+		for (e = 0; e < E; e++) {
+			p[e] = expf(p[e] - mx);
+			sum += p[e];
+		}
+		for (e = 0; e < E; e++)
+			p[e] /= sum;
+		for (j = 0; j < k; j++) {
+			int best = -1;
+			for (e = 0; e < E; e++) {
+				if (j == 1 && e == ti[0])
+					continue;
+				if (best < 0 || p[e] > p[best])
+					best = e;
+			}
+			ti[j] = best;
+			gs += p[best];
+		}
+		for (j = 0; j < k; j++) {
+			int ex = ti[j];
+			a->gate[(size_t)n * k + j] = k == 1 ? p[ex] : p[ex] / gs;
+			a->routed[ex]++;
+			if (a->count[ex] < s->cap) {
+				a->slot[(size_t)n * k + j] = a->count[ex]++;
+			} else {
+				a->slot[(size_t)n * k + j] = -1;
+				a->dropped++;
+			}
+		}
+	}
+	for (e = 0; e < E; e++) {
+		double P = 0.0;
+		for (n = 0; n < N; n++)
+			P += a->probs[(size_t)n * E + e];
+		aux += ((double)a->routed[e] / ((double)N * k)) * (P / N);
+	}
+	a->aux = (float)(aux * E);
+}
+
+int mr_moe_fwd(struct mr_pool *p, const struct mr_moe_shape *s, struct mr_moe_acts *a,
+	       const struct mr_moe_xchg *xg, float *y, const float *x, const float *routerw,
+	       const float *fcw, const float *fcb, const float *fcprojw,
+	       const float *fcprojb)
+{
+	int N = s->N, C = s->C, E = s->E, k = s->k, n, j, e, c, rc;
+	size_t ecap = (size_t)s->cap;
+
+	mr_matmul_fwd(p, a->probs, x, routerw, NULL, N, C, E);
+	route(s, a);
+	for (n = 0; n < N; n++)
+		for (j = 0; j < k; j++) {
+			int sl = a->slot[(size_t)n * k + j], ex = a->topi[(size_t)n * k + j];
+			if (sl >= 0)
+				memcpy(a->xin + ((size_t)ex * ecap + sl) * C, x + (size_t)n * C,
+				       sizeof(float) * (size_t)C);
+		}
+	rc = xchg(xg, MR_MOE_DISPATCH, a->xin, a->count, s, (size_t)C);
+	if (rc < 0)
+		return rc;
+	for (e = 0; e < E; e++) {
+		int m = a->count[e];
+		size_t r0 = (size_t)e * ecap;
+		if (m == 0)
+			continue;
+		mr_matmul_fwd(p, a->h + r0 * 4 * C, a->xin + r0 * C, fcw + (size_t)e * 4 * C * C,
+			      fcb + (size_t)e * 4 * C, m, C, 4 * C);
+		mr_gelu_fwd(p, a->hg + r0 * 4 * C, a->h + r0 * 4 * C, (size_t)m * 4 * C);
+		mr_matmul_fwd(p, a->yo + r0 * C, a->hg + r0 * 4 * C, fcprojw + (size_t)e * C * 4 * C,
+			      fcprojb + (size_t)e * C, m, 4 * C, C);
+	}
+	rc = xchg(xg, MR_MOE_COMBINE, a->yo, a->count, s, (size_t)C);
+	if (rc < 0)
+		return rc;
+	memset(y, 0, sizeof(float) * (size_t)N * C);
+	for (n = 0; n < N; n++)
+		for (j = 0; j < k; j++) {
+			int sl = a->slot[(size_t)n * k + j], ex = a->topi[(size_t)n * k + j];
+			float g = a->gate[(size_t)n * k + j];
+			const float *yo;
+			if (sl < 0)
+				continue;
+			yo = a->yo + ((size_t)ex * ecap + sl) * C;
+			for (c = 0; c < C; c++)
+				y[(size_t)n * C + c] += g * yo[c];
+		}
+	return 0;
+}
+
+int mr_moe_bwd(struct mr_pool *p, const struct mr_moe_shape *s, const struct mr_moe_acts *a,
+	       const struct mr_moe_xchg *xg, float *dx, const float *dy, const float *x,
+	       const float *routerw, const float *fcw, const float *fcprojw, float *drouterw,
+	       float *dfcw, float *dfcb, float *dfcprojw, float *dfcprojb, float aux_scale,
+	       float *ws, const float *ones)
+{
+	int N = s->N, C = s->C, E = s->E, k = s->k, n, j, e, c, rc;
+	size_t ecap = (size_t)s->cap, ec = (size_t)E * ecap;
+	float *dprobs = ws;
+	float *dyo = dprobs + up16((size_t)N * E);
+	float *dxin = dyo + up16(ec * C);
+	float *dh = dxin + up16(ec * C);
+
+	memset(dprobs, 0, sizeof(float) * (size_t)N * E);
+	/* combine backward: dyo = g * dy, dg = <dy, yo> -> dprobs */
+	for (n = 0; n < N; n++) {
+		const float *dyn = dy + (size_t)n * C;
+		const float *pn = a->probs + (size_t)n * E;
+		float dg[2] = { 0.0f, 0.0f }, gs = 0.0f, gdot = 0.0f;
+		for (j = 0; j < k; j++) {
+			int sl = a->slot[(size_t)n * k + j], ex = a->topi[(size_t)n * k + j];
+			float g = a->gate[(size_t)n * k + j];
+			float *d;
+			const float *yo;
+			gs += pn[ex];
+			if (sl < 0)
+				continue;
+			d = dyo + ((size_t)ex * ecap + sl) * C;
+			yo = a->yo + ((size_t)ex * ecap + sl) * C;
+			for (c = 0; c < C; c++) {
+				d[c] = g * dyn[c];
+				dg[j] += dyn[c] * yo[c];
+			}
+		}
+		if (k == 1) {
+			dprobs[(size_t)n * E + a->topi[n]] += dg[0];
+		} else {
+			for (j = 0; j < k; j++)
+				gdot += dg[j] * a->gate[(size_t)n * k + j];
+			for (j = 0; j < k; j++)
+				dprobs[(size_t)n * E + a->topi[(size_t)n * k + j]] +=
+					(dg[j] - gdot) / gs;
+		}
+	}
+	rc = xchg(xg, MR_MOE_DISPATCH_GRAD, dyo, a->count, s, (size_t)C);
+	if (rc < 0)
+		return rc;
+	for (e = 0; e < E; e++) {
+		int m = a->count[e];
+		size_t r0 = (size_t)e * ecap;
+		if (m == 0)
+			continue;
+		mr_matmul_bwd(p, dh + r0 * 4 * C, dfcprojw + (size_t)e * C * 4 * C,
+			      dfcprojb + (size_t)e * C, dyo + r0 * C, a->hg + r0 * 4 * C,
+			      fcprojw + (size_t)e * C * 4 * C, m, 4 * C, C, 0, ones);
+		mr_gelu_bwd(p, dh + r0 * 4 * C, a->h + r0 * 4 * C, dh + r0 * 4 * C,
+			    (size_t)m * 4 * C);
+		mr_matmul_bwd(p, dxin + r0 * C, dfcw + (size_t)e * 4 * C * C,
+			      dfcb + (size_t)e * 4 * C, dh + r0 * 4 * C, a->xin + r0 * C,
+			      fcw + (size_t)e * 4 * C * C, m, C, 4 * C, 0, ones);
+	}
+	rc = xchg(xg, MR_MOE_COMBINE_GRAD, dxin, a->count, s, (size_t)C);
+	if (rc < 0)
+		return rc;
+	memset(dx, 0, sizeof(float) * (size_t)N * C);
+	for (n = 0; n < N; n++)
+		for (j = 0; j < k; j++) {
+			int sl = a->slot[(size_t)n * k + j], ex = a->topi[(size_t)n * k + j];
+			const float *d;
+			if (sl < 0)
+				continue;
+			d = dxin + ((size_t)ex * ecap + sl) * C;
+			for (c = 0; c < C; c++)
+				dx[(size_t)n * C + c] += d[c];
+		}
+	/* aux loss: d/dp[n][e] of aux_scale * E * sum_e f_e * mean_n p = ... */
+	for (e = 0; e < E; e++) {
+		float w = aux_scale * (float)E * ((float)a->routed[e] / ((float)N * k)) /
+			  (float)N;
+		for (n = 0; n < N; n++)
+			dprobs[(size_t)n * E + e] += w;
+	}
+	/* softmax backward, in place: dlogits = p * (dp - <p, dp>) */
+	for (n = 0; n < N; n++) {
+		const float *pn = a->probs + (size_t)n * E;
+		float *dp = dprobs + (size_t)n * E, dot = 0.0f;
+		for (e = 0; e < E; e++)
+			dot += pn[e] * dp[e];
+		for (e = 0; e < E; e++)
+			dp[e] = pn[e] * (dp[e] - dot);
+	}
+	mr_matmul_bwd(p, dx, drouterw, NULL, dprobs, x, routerw, N, C, E, 1, ones);
+	return 0;
+}

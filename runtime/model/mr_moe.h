@@ -1,0 +1,97 @@
+/*
+ * mr_moe.h - mixture-of-experts MLP: router, top-k gating, capacity,
+ * dispatch/exchange/combine, load-balancing loss; forward and backward.
+ *
+ * Choices (documented here, mirrored by tests/reference/gen_reference.py):
+ *  - router: logits = x @ Wr^T, Wr (E,C), fp32, no bias; probs = softmax.
+ *  - top-k (k = 1 or 2): the k largest probabilities, ties to the lower
+ *    expert index. Gates: k = 1 uses g = p (Switch Transformer; a
+ *    renormalised single gate would be 1 and the router would get no
+ *    gradient); k = 2 renormalises g_j = p_j / (p_a + p_b) over the chosen
+ *    pair (GShard/Mixtral), also when one of the pair is dropped.
+ *  - capacity per expert: cap = ceil(capacity_factor * N * k / E), clamped
+ *    to [1, N], N = tokens of the micro-batch on this rank.
+ *  - dropping by position: assignments are taken in token order (flattened
+ *    b*T + t), and within a token in choice order (best first); an expert
+ *    accepts the first cap of them. A dropped assignment contributes zero;
+ *    the residual stream carries the token through unchanged.
+ *  - aux loss (Switch / Megatron form): aux = E * sum_e f_e * P_e with
+ *    f_e = (assignments routed to e before dropping) / (N * k) and
+ *    P_e = mean over tokens of probs[:, e]; f is a constant for autograd.
+ *    The model adds aux_coef * aux to the loss.
+ *  - experts run as one GEMM per expert over their packed rows (E, cap, C).
+ *
+ * Dispatch and combine go through ONE exchange function (struct
+ * mr_moe_xchg): the identity on one rank; expert parallel replaces it with
+ * an all-to-all.
+ *
+ * Non-goals: expert choice routing, shared experts, router z-loss, noise.
+ */
+#ifndef MR_MOE_H
+#define MR_MOE_H
+
+#include <stddef.h>
+
+#include "cpu/mr_pool.h"
+
+enum mr_moe_phase {
+	MR_MOE_DISPATCH,      /* tokens -> experts (forward) */
+	MR_MOE_COMBINE,       /* expert outputs -> tokens (forward) */
+	MR_MOE_DISPATCH_GRAD, /* grads of expert outputs -> experts (backward) */
+	MR_MOE_COMBINE_GRAD,  /* grads of expert inputs -> tokens (backward) */
+};
+
+/* Moves expert-major rows (E, cap, row) between ranks. counts[e] rows of
+ * expert e are valid. fn NULL = identity (one rank, in place). */
+struct mr_moe_xchg {
+	int (*fn)(void *ctx, enum mr_moe_phase phase, float *buf, const int *counts,
+		  int E, int cap, size_t row);
+	void *ctx;
+};
+
+struct mr_moe_shape {
+	int N, C, E, k, cap;
+};
+
+struct mr_moe_acts {
+	float *probs;      /* (N,E) router softmax */
+	int *topi;         /* (N,k) chosen experts */
+	float *gate;       /* (N,k) gates */
+	int *slot;         /* (N,k) row in the expert buffer, -1 if dropped */
+	int *count;        /* (E) kept rows per expert */
+	int *routed;       /* (E) assignments before dropping */
+	float *xin;        /* (E,cap,C) dispatched inputs */
+	float *h, *hg;     /* (E,cap,4C) expert hidden, after GELU */
+	float *yo;         /* (E,cap,C) expert outputs */
+	float aux;         /* E * sum f_e P_e of the last forward */
+	int dropped;       /* assignments dropped in the last forward */
+};
+
+/* Capacity for a shape (see above). */
+int mr_moe_capacity(int N, int E, int k, float capacity_factor);
+/* Floats of activations (probs, gate, xin, h, hg, yo) and ints (topi, slot,
+ * count, routed) one MoE layer needs. */
+size_t mr_moe_act_floats(const struct mr_moe_shape *s);
+size_t mr_moe_act_ints(const struct mr_moe_shape *s);
+/* Carves the acts out of fbuf/ibuf (sizes as above). */
+void mr_moe_acts_bind(struct mr_moe_acts *a, const struct mr_moe_shape *s, float *fbuf,
+		      int *ibuf);
+/* Scratch floats the backward needs: dprobs (N,E) + dyo (E,cap,C) +
+ * dh (E,cap,4C) + dxin (E,cap,C). */
+size_t mr_moe_ws_floats(const struct mr_moe_shape *s);
+
+/* y (N,C) = MoE(x (N,C)); weights as in struct mr_gpt_layer_w. */
+int mr_moe_fwd(struct mr_pool *p, const struct mr_moe_shape *s, struct mr_moe_acts *a,
+	       const struct mr_moe_xchg *xg, float *y, const float *x, const float *routerw,
+	       const float *fcw, const float *fcb, const float *fcprojw,
+	       const float *fcprojb);
+/* dx (N,C) written (=); parameter grads +=; aux_scale = aux_coef * dscale
+ * is the weight of this layer's aux loss in the total loss. ws as above;
+ * ones has N floats equal to 1. */
+int mr_moe_bwd(struct mr_pool *p, const struct mr_moe_shape *s, const struct mr_moe_acts *a,
+	       const struct mr_moe_xchg *xg, float *dx, const float *dy, const float *x,
+	       const float *routerw, const float *fcw, const float *fcprojw, float *drouterw,
+	       float *dfcw, float *dfcb, float *dfcprojw, float *dfcprojb, float aux_scale,
+	       float *ws, const float *ones);
+
+#endif

@@ -1,0 +1,77 @@
+/*
+ * trainer.c - one optimizer step (see mr_trainer.h).
+ */
+#include <math.h>
+
+#include "mr_trainer.h"
+
+const char *mr_trainer_first_nonfinite(const struct mr_gpt *m, const float *buf)
+{
+	int i;
+	size_t j;
+
+	for (i = 0; i < m->ntensors; i++) {
+		const struct mr_gpt_tensor *t = &m->tensors[i];
+		for (j = 0; j < t->n; j++)
+			if (!isfinite(buf[t->off + j]))
+				return t->name;
+	}
+	return NULL;
+}
+
+static int nonfinite_loss(const struct mr_gpt *m, long step, float loss,
+			  struct mr_errbuf *eb)
+{
+	const char *p = mr_trainer_first_nonfinite(m, m->params);
+	size_t i, n = (size_t)m->B * m->T * m->cfg.vocab;
+
+	if (p)
+		return mr_errf(eb, MR_ENONFINITE,
+			       "loss is %g at step %ld: first non-finite tensor 'params.%s'",
+			       (double)loss, step, p);
+	for (i = 0; i < n; i++)
+		if (!isfinite(m->logits[i]))
+			return mr_errf(eb, MR_ENONFINITE,
+				       "loss is %g at step %ld: first non-finite tensor 'logits'",
+				       (double)loss, step);
+	return mr_errf(eb, MR_ENONFINITE,
+		       "loss is %g at step %ld: no non-finite parameter or logit", (double)loss,
+		       step);
+}
+
+int mr_trainer_step(struct mr_gpt *m, struct mr_adamw *o, const int *inputs,
+		    const int *targets, int accum, struct mr_step_result *r,
+		    struct mr_errbuf *eb)
+{
+	size_t N = (size_t)m->B * m->T;
+	double loss = 0.0, aux = 0.0, norm;
+	long step = o->t;
+	int i, rc;
+
+	mr_gpt_zero_grad(m);
+	for (i = 0; i < accum; i++) {
+		rc = mr_gpt_forward(m, inputs + i * N, targets + i * N, eb);
+		if (rc < 0)
+			return rc;
+		if (!isfinite(m->loss) || !isfinite(m->aux_loss))
+			return nonfinite_loss(m, step, !isfinite(m->loss) ? m->loss : m->aux_loss,
+					      eb);
+		loss += m->loss;
+		aux += m->aux_loss;
+		mr_gpt_backward(m, 1.0f / (float)accum);
+	}
+	norm = sqrt(mr_grad_sumsq(m->grads, m->nparams));
+	if (!isfinite(norm)) {
+		const char *g = mr_trainer_first_nonfinite(m, m->grads);
+		return mr_errf(eb, MR_ENONFINITE,
+			       "gradient norm is %g at step %ld: first non-finite tensor 'grads.%s'",
+			       norm, step, g ? g : "?");
+	}
+	mr_grad_clip(m->grads, m->nparams, norm, o->cfg.grad_clip);
+	r->loss = (float)(loss / accum);
+	r->aux_loss = (float)(aux / accum);
+	r->grad_norm = (float)norm;
+	r->lr = mr_lr_at(&o->cfg, step);
+	mr_adamw_step(o, m, r->lr);
+	return 0;
+}

@@ -1,0 +1,306 @@
+/*
+ * harness.h - helpers for the agent's integration tests: start the real
+ * meshrun-controller / meshrun-agent / meshrun from $MESHRUN_BUILD on
+ * loopback, with output captured to files, wait for log lines and exits.
+ *
+ * Header-only (static functions) so each test binary stays one file;
+ * tests/support/ belongs to the controller's tests.
+ * Non-goals: generic process management (agent/exec.c does that).
+ */
+#ifndef MR_TEST_AGENT_HARNESS_H
+#define MR_TEST_AGENT_HARNESS_H
+
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define H_MAX_ARGS 64
+
+static inline long long h_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static inline const char *h_build(void)
+{
+	const char *b = getenv("MESHRUN_BUILD");
+
+	return b && b[0] ? b : "build";
+}
+
+static char h__dir[64];
+
+static inline int h__rm(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	remove(path);
+	return 0;
+}
+
+static inline void h__cleanup(void)
+{
+	if (h__dir[0] && !getenv("MESHRUN_TEST_KEEP"))
+		nftw(h__dir, h__rm, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* A scratch directory for this test process, removed at exit unless
+ * MESHRUN_TEST_KEEP is set. */
+static inline const char *h_tmpdir(void)
+{
+	if (!h__dir[0]) {
+		snprintf(h__dir, sizeof(h__dir), "/tmp/mr-agent-test-XXXXXX");
+		cr_assert_not_null(mkdtemp(h__dir));
+		atexit(h__cleanup);
+	}
+	return h__dir;
+}
+
+/*
+ * Starts argv (NULL-terminated; argv[0] relative to the build dir when it
+ * has no '/') in its own process group with stdout+stderr appended to log.
+ * env: extra "K=V" entries (NULL-terminated, may be NULL).
+ */
+static inline pid_t h_spawn(char *const *argv, char *const *env, const char *log)
+{
+	char bin[1024];
+	pid_t parent = getpid();
+	pid_t pid;
+
+	if (strchr(argv[0], '/'))
+		snprintf(bin, sizeof(bin), "%s", argv[0]);
+	else
+		snprintf(bin, sizeof(bin), "%s/%s", h_build(), argv[0]);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (pid == 0) {
+		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+
+		setpgid(0, 0);
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(99);
+		if (fd >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+		}
+		for (int i = 0; env && env[i]; i++)
+			putenv(env[i]);
+		execv(bin, argv);
+		_exit(127);
+	}
+	setpgid(pid, pid);
+	return pid;
+}
+
+/* Waits for pid; returns its exit code (128+sig), or -1 on timeout. */
+static inline int h_wait(pid_t pid, int timeout_ms)
+{
+	long long end = h_now_ms() + timeout_ms;
+	int ws;
+
+	for (;;) {
+		pid_t r = waitpid(pid, &ws, WNOHANG);
+
+		if (r == pid)
+			return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+		if (r < 0)
+			return -2;
+		if (h_now_ms() >= end)
+			return -1;
+		usleep(10 * 1000);
+	}
+}
+
+/* Kills the process group of pid and reaps pid. */
+static inline void h_kill(pid_t pid)
+{
+	if (pid <= 0)
+		return;
+	kill(-pid, SIGKILL);
+	h_wait(pid, 5000);
+}
+
+/* Whole file as a malloc'd string ("" if absent). */
+static inline char *h_read(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char *buf;
+	long n;
+
+	if (!f)
+		return strdup("");
+	fseek(f, 0, SEEK_END);
+	n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	buf = calloc(1, (size_t)n + 1);
+	if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n)
+		buf[0] = '\0';
+	fclose(f);
+	return buf;
+}
+
+/* Number of occurrences of needle in file. */
+static inline int h_count(const char *path, const char *needle)
+{
+	char *s = h_read(path), *p = s;
+	int n = 0;
+
+	while ((p = strstr(p, needle))) {
+		n++;
+		p += strlen(needle);
+	}
+	free(s);
+	return n;
+}
+
+/* Waits until file holds needle at least times times; 0 or -1. */
+static inline int h_wait_log(const char *path, const char *needle, int times, int timeout_ms)
+{
+	long long end = h_now_ms() + timeout_ms;
+
+	while (h_count(path, needle) < times) {
+		if (h_now_ms() >= end)
+			return -1;
+		usleep(20 * 1000);
+	}
+	return 0;
+}
+
+static inline void h_path(char *buf, size_t size, const char *name)
+{
+	snprintf(buf, size, "%s/%s", h_tmpdir(), name);
+}
+
+struct h_ctl {
+	pid_t pid;
+	int port;
+	char url[64];
+	char log[256];
+	char data[256];
+};
+
+/* Starts a controller (data dir kept across restarts of the same h_ctl;
+ * port 0 = ephemeral). hb_timeout: its default heartbeat timeout. */
+static inline void h_ctl_start(struct h_ctl *c, int port)
+{
+	char portfile[300], ports[16];
+	FILE *f;
+
+	if (!c->log[0]) {
+		h_path(c->log, sizeof(c->log), "controller.log");
+		h_path(c->data, sizeof(c->data), "ctl-data");
+	}
+	snprintf(portfile, sizeof(portfile), "%s.port", c->data);
+	unlink(portfile);
+	snprintf(ports, sizeof(ports), "%d", port);
+	{
+		char *argv[] = {"meshrun-controller", "--listen", "127.0.0.1", "--port", ports,
+				"--port-file", portfile, "--data-dir", c->data, "--no-fsync",
+				NULL};
+
+		c->pid = h_spawn(argv, NULL, c->log);
+	}
+	c->port = 0;
+	for (int i = 0; i < 500 && c->port <= 0; i++) {
+		f = fopen(portfile, "r");
+		if (f) {
+			if (fscanf(f, "%d", &c->port) != 1)
+				c->port = 0;
+			fclose(f);
+		}
+		if (c->port <= 0)
+			usleep(10 * 1000);
+	}
+	cr_assert_gt(c->port, 0, "controller did not write its port");
+	snprintf(c->url, sizeof(c->url), "http://127.0.0.1:%d", c->port);
+}
+
+/* A free TCP port on loopback (bound then released). */
+static inline int h_free_port(void);
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+static inline int h_free_port(void)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET};
+	socklen_t len = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM, 0), port;
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+	port = ntohs(a.sin_port);
+	close(fd);
+	return port;
+}
+
+/*
+ * Starts an agent: fixed flags (controller, job, node id, pod index,
+ * loopback host, --health-port -1 unless extra has one) + extra
+ * (NULL-terminated) + "--" + cmd (NULL-terminated).
+ */
+static inline pid_t h_agent(const struct h_ctl *c, const char *job, int idx, char *const *extra,
+			    char *const *cmd, char *const *env, const char *log)
+{
+	char *argv[H_MAX_ARGS];
+	char node[32], pidx[16];
+	int n = 0;
+
+	snprintf(node, sizeof(node), "node-%d", idx);
+	snprintf(pidx, sizeof(pidx), "%d", idx);
+	argv[n++] = "meshrun-agent";
+	argv[n++] = "--controller";
+	argv[n++] = (char *)c->url;
+	argv[n++] = "--job";
+	argv[n++] = (char *)job;
+	argv[n++] = "--node-id";
+	argv[n++] = node;
+	argv[n++] = "--pod-index";
+	argv[n++] = pidx;
+	argv[n++] = "--host";
+	argv[n++] = "127.0.0.1";
+	{
+		int has_health = 0;
+
+		for (int i = 0; extra && extra[i]; i++)
+			has_health |= !strncmp(extra[i], "--health-port", 13);
+		if (!has_health) {
+			argv[n++] = "--health-port";
+			argv[n++] = "-1";
+		}
+	}
+	for (int i = 0; extra && extra[i] && n < H_MAX_ARGS - 20; i++)
+		argv[n++] = extra[i];
+	argv[n++] = "--";
+	for (int i = 0; cmd && cmd[i] && n < H_MAX_ARGS - 1; i++)
+		argv[n++] = cmd[i];
+	argv[n] = NULL;
+	return h_spawn(argv, env, log);
+}
+
+/* Dumps a log to stderr (for failing tests). */
+static inline void h_dump(const char *path)
+{
+	char *s = h_read(path);
+
+	fprintf(stderr, "---- %s ----\n%s\n", path, s);
+	free(s);
+}
+
+#endif

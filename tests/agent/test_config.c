@@ -1,0 +1,208 @@
+/*
+ * test_config.c - meshrun-agent's configuration: every input source
+ * (flag, MESHRUN_* env, JSON file, scheduler env) read correctly, and bad
+ * input of each source stopping the real binary with exit 2 and a message
+ * naming the input, the value and the reason.
+ */
+#include "harness.h"
+
+#include "config.h"
+
+/* Runs meshrun-agent with argv/env; returns its exit code, *out its output. */
+static int run_agent(char *const *args, char *const *env, char **out)
+{
+	char log[300], *argv[H_MAX_ARGS];
+	static int seq;
+	int n = 0, code;
+	pid_t pid;
+
+	snprintf(log, sizeof(log), "%s/cfg-%d-%d.log", h_tmpdir(), (int)getpid(), seq++);
+	argv[n++] = "meshrun-agent";
+	for (int i = 0; args[i]; i++)
+		argv[n++] = args[i];
+	argv[n] = NULL;
+	pid = h_spawn(argv, env, log);
+	code = h_wait(pid, 5000);
+	*out = h_read(log);
+	return code;
+}
+
+static void expect_usage_error(char *const *args, char *const *env, const char *needle1,
+			       const char *needle2)
+{
+	char *out = NULL;
+	int code = run_agent(args, env, &out);
+
+	cr_expect_eq(code, 2, "exit %d, output: %s", code, out);
+	cr_expect(strstr(out, needle1) != NULL, "'%s' not in: %s", needle1, out);
+	if (needle2)
+		cr_expect(strstr(out, needle2) != NULL, "'%s' not in: %s", needle2, out);
+	free(out);
+}
+
+Test(agent_config, bad_flag_value_exits_2)
+{
+	char *args[] = {"--nproc-per-node", "abc", "--", "true", NULL};
+
+	expect_usage_error(args, NULL, "--nproc-per-node", "abc");
+}
+
+Test(agent_config, unknown_flag_exits_2)
+{
+	char *args[] = {"--bogus", "1", "--", "true", NULL};
+
+	expect_usage_error(args, NULL, "--bogus", NULL);
+}
+
+Test(agent_config, bad_env_value_exits_2)
+{
+	char *args[] = {"--", "true", NULL};
+	char *env[] = {"MESHRUN_TP=x2", NULL};
+
+	expect_usage_error(args, env, "MESHRUN_TP", "x2");
+}
+
+Test(agent_config, unknown_file_key_exits_2)
+{
+	char path[300];
+	FILE *f;
+
+	h_path(path, sizeof(path), "agent.json");
+	f = fopen(path, "w");
+	cr_assert_not_null(f);
+	fprintf(f, "{\"nnodes\": \"2\", \"max_restrats\": 3}\n");
+	fclose(f);
+	{
+		char *args[] = {"--config", path, "--", "true", NULL};
+
+		expect_usage_error(args, NULL, "max_restrats", NULL);
+	}
+}
+
+Test(agent_config, scheduler_env_errors_name_the_variable)
+{
+	char *args[] = {"--", "true", NULL};
+	char *env1[] = {"VC_TASK_INDEX=first", NULL};
+	char *env2[] = {"PET_NNODES=4:2", NULL};
+	char *env3[] = {"PET_NPROC_PER_NODE=gpu", NULL};
+
+	expect_usage_error(args, env1, "VC_TASK_INDEX", "first");
+	expect_usage_error(args, env2, "nnodes", "4:2");
+	expect_usage_error(args, env3, "PET_NPROC_PER_NODE", "gpu");
+}
+
+Test(agent_config, mesh_not_dividing_world_exits_2)
+{
+	char *args[] = {"--nnodes", "3", "--nproc-per-node", "1", "--tp", "2", "--", "true", NULL};
+
+	expect_usage_error(args, NULL, "divisible", "tp=2");
+}
+
+Test(agent_config, exec_mode_without_command_exits_2)
+{
+	char *args[] = {"--mode", "exec", NULL};
+
+	expect_usage_error(args, NULL, "exec", "--");
+}
+
+Test(agent_config, help_exits_0)
+{
+	char *args[] = {"--help", NULL};
+	char *out = NULL;
+
+	cr_assert_eq(run_agent(args, NULL, &out), 0);
+	cr_expect(strstr(out, "--max-restarts") && strstr(out, "MESHRUN_MAX_RESTARTS"), "%s",
+		  out);
+	free(out);
+}
+
+/* ---- in-process: precedence and scheduler variables ---- */
+
+static int load(struct mr_agent_config *cfg, char **args, struct mr_errbuf *eb)
+{
+	int n = 0;
+
+	while (args[n])
+		n++;
+	return mr_agent_config_load(cfg, "meshrun-agent", n, args, eb);
+}
+
+Test(agent_config, scheduler_env_fills_unset_values)
+{
+	struct mr_agent_config cfg;
+	struct mr_errbuf eb = {0};
+	char *args[] = {"meshrun-agent", "--", "true", NULL};
+
+	setenv("JOB_COMPLETION_INDEX", "5", 1);
+	setenv("PET_NNODES", "2:8", 1);
+	setenv("PET_NPROC_PER_NODE", "2", 1);
+	setenv("PET_MAX_RESTARTS", "7", 1);
+	cr_assert_eq(load(&cfg, args, &eb), 0, "%s", eb.msg);
+	cr_expect_eq(cfg.pod_index, 5);
+	cr_expect_eq(cfg.min_nodes, 2);
+	cr_expect_eq(cfg.max_nodes, 8);
+	cr_expect_eq(cfg.nproc_per_node, 2);
+	cr_expect_eq(cfg.max_restarts, 7);
+	cr_expect_eq(cfg.mode, MR_AGENT_MODE_EXEC);
+	cr_expect_eq(cfg.ncmd, 1);
+	cr_expect_str_eq(cfg.cmd[0], "true");
+	mr_agent_config_release(&cfg);
+}
+
+Test(agent_config, meshrun_inputs_win_over_scheduler_env)
+{
+	struct mr_agent_config cfg;
+	struct mr_errbuf eb = {0};
+	char *args[] = {"meshrun-agent", "--pod-index", "1", "--", "true", NULL};
+
+	setenv("VC_TASK_INDEX", "3", 1);
+	setenv("MESHRUN_MAX_RESTARTS", "9", 1);
+	setenv("PET_MAX_RESTARTS", "1", 1);
+	cr_assert_eq(load(&cfg, args, &eb), 0, "%s", eb.msg);
+	cr_expect_eq(cfg.pod_index, 1);
+	cr_expect_eq(cfg.max_restarts, 9);
+	mr_agent_config_release(&cfg);
+}
+
+Test(agent_config, volcano_and_statefulset)
+{
+	struct mr_agent_config cfg;
+	struct mr_errbuf eb = {0};
+	char *args[] = {"meshrun-agent", "--", "true", NULL};
+
+	setenv("HOSTNAME", "gpt-small-worker-12", 1);
+	setenv("VC_WORKER_NUM", "16", 1);
+	setenv("VC_WORKER_HOSTS", "a,b", 1);
+	cr_assert_eq(load(&cfg, args, &eb), 0, "%s", eb.msg);
+	cr_expect_eq(cfg.pod_index, 12);
+	cr_expect_eq(cfg.min_nodes, 16);
+	cr_expect_eq(cfg.max_nodes, 16);
+	cr_expect_str_eq(cfg.node_id, "gpt-small-worker-12");
+	/* host id: boot id + IPC namespace */
+	cr_expect(strstr(cfg.host_id, "ipc:[") != NULL, "%s", cfg.host_id);
+	mr_agent_config_release(&cfg);
+}
+
+Test(agent_config, mesh_and_permanent_codes)
+{
+	struct mr_agent_config cfg;
+	struct mr_errbuf eb = {0};
+	char *ok[] = {"meshrun-agent", "--nnodes", "2", "--nproc-per-node", "4", "--tp", "2",
+		      "--pp", "2", "--permanent-exit-codes", "3,127", "--", "true", NULL};
+	char *elastic_dp[] = {"meshrun-agent", "--nnodes", "1:2", "--dp", "2", "--", "true", NULL};
+	char *bad_codes[] = {"meshrun-agent", "--permanent-exit-codes", "3,x", "--", "true", NULL};
+
+	cr_assert_eq(load(&cfg, ok, &eb), 0, "%s", eb.msg);
+	cr_expect(mr_agent_config_permanent(&cfg, 127));
+	cr_expect(mr_agent_config_permanent(&cfg, 3));
+	cr_expect(!mr_agent_config_permanent(&cfg, 1));
+	cr_expect_eq(cfg.heartbeat_interval_ms, cfg.heartbeat_timeout_ms / 4);
+	mr_agent_config_release(&cfg);
+	cr_expect_eq(load(&cfg, elastic_dp, &eb), MR_EINVAL);
+	cr_expect(strstr(eb.msg, "elastic") != NULL, "%s", eb.msg);
+	mr_agent_config_release(&cfg);
+	mr_errbuf_clear(&eb);
+	cr_expect_eq(load(&cfg, bad_codes, &eb), MR_EINVAL);
+	cr_expect(strstr(eb.msg, "3,x") != NULL, "%s", eb.msg);
+	mr_agent_config_release(&cfg);
+}

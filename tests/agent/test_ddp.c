@@ -1,0 +1,117 @@
+/*
+ * test_ddp.c - the PyTorch exec test: Debian's python3-torch running a
+ * gloo DDP script (ddp_gloo.py) under 2 agents x 2 processes on loopback.
+ * Checks the all-reduced values, that the loss falls on every rank, and
+ * that a worker killed with SIGKILL restarts the whole job at a new
+ * generation which then finishes. Skipped when /usr/bin/python3 has no
+ * torch.
+ */
+#include "harness.h"
+
+#include <limits.h>
+
+static const char *script(void)
+{
+	static char path[PATH_MAX + 64];
+	char dir[PATH_MAX];
+
+	if (!realpath(h_build(), dir))
+		snprintf(dir, sizeof(dir), ".");
+	for (;;) {
+		char *slash;
+
+		snprintf(path, sizeof(path), "%s/tests/agent/ddp_gloo.py", dir);
+		if (access(path, R_OK) == 0)
+			return path;
+		slash = strrchr(dir, '/');
+		if (!slash || slash == dir)
+			break;
+		*slash = '\0';
+	}
+	snprintf(path, sizeof(path), "tests/agent/ddp_gloo.py");
+	return path;
+}
+
+static int have_torch(void)
+{
+	return system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0;
+}
+
+/* loss of rank at step from the log, or -1. */
+static double loss_at(const char *log, int rank, int step)
+{
+	char *s = h_read(log), needle[64], *p;
+	double v = -1;
+
+	snprintf(needle, sizeof(needle), "LOSS rank=%d step=%d loss=", rank, step);
+	p = s;
+	/* the last occurrence: after a restart, the final run */
+	for (char *q; (q = strstr(p, needle)); p = q + 1)
+		v = atof(q + strlen(needle));
+	free(s);
+	return v;
+}
+
+static void run_job(const char *name, char *const *env, int want_restart)
+{
+	struct h_ctl c = {0};
+	char la[300], lb[300], n[64], job[64];
+	char *extra[] = {"--nnodes", "2", "--nproc-per-node", "2", "--max-restarts", "2",
+			 "--grace-period", "2s", NULL};
+	char *cmd[] = {"/usr/bin/python3", (char *)script(), NULL};
+	const char *logs[2] = {la, lb};
+	pid_t a, b;
+	int ca, cb;
+
+	snprintf(n, sizeof(n), "%s-a.log", name);
+	h_path(la, sizeof(la), n);
+	snprintf(n, sizeof(n), "%s-b.log", name);
+	h_path(lb, sizeof(lb), n);
+	snprintf(job, sizeof(job), "t/%s", name);
+	h_ctl_start(&c, 0);
+	a = h_agent(&c, job, 0, extra, cmd, env, la);
+	b = h_agent(&c, job, 1, extra, cmd, env, lb);
+	ca = h_wait(a, 120000);
+	cb = h_wait(b, 120000);
+	if (ca || cb) {
+		h_dump(la);
+		h_dump(lb);
+		h_kill(a);
+		h_kill(b);
+	}
+	cr_assert_eq(ca, 0);
+	cr_assert_eq(cb, 0);
+	for (int r = 0; r < 4; r++) {
+		const char *log = logs[r / 2];
+		char needle[96];
+		double l0 = loss_at(log, r, 0), l7 = loss_at(log, r, 7);
+
+		snprintf(needle, sizeof(needle), "[rank %d] ALLREDUCE rank=%d value=10 expected=10",
+			 r, r);
+		/* every generation all-reduced correctly */
+		cr_expect_eq(h_count(log, needle), want_restart + 1,
+			     "missing all-reduce lines for rank %d", r);
+		snprintf(needle, sizeof(needle), "[rank %d] DONE rank=%d restart=%d", r, r,
+			 want_restart);
+		cr_expect_eq(h_count(log, needle), 1, "rank %d did not finish run %d", r,
+			     want_restart);
+		cr_expect_gt(l0, 0);
+		cr_expect_lt(l7, l0 * 0.8, "rank %d loss %g -> %g does not fall", r, l0, l7);
+	}
+	h_kill(c.pid);
+}
+
+/*
+ * One run covers both: the first generation all-reduces and trains until
+ * rank 3 kills itself with SIGKILL at step 2; every node restarts at a new
+ * generation, which all-reduces, trains to the end (loss falling) and
+ * finishes. (Each run costs ~10 s of torch start-up on 2 cores.)
+ */
+Test(ddp, gloo_two_agents_two_procs_survive_sigkill)
+{
+	char *env[] = {"MESHRUN_TEST_CRASH_RANK=3", "MESHRUN_TEST_CRASH_RESTART=0", NULL};
+
+	if (!have_torch())
+		cr_skip_test("/usr/bin/python3 has no torch");
+	run_job("ddp-crash", env, 1);
+}

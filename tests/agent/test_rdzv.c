@@ -1,0 +1,116 @@
+/*
+ * test_rdzv.c - the agent's rendezvous client (agent/rdzv.c) and its KV
+ * (agent/kv_http.c) against a real meshrun-controller: a round of two
+ * members, KV put/get/add and wait semantics, 409 -> MR_ESTALE with the
+ * new generation, and the heartbeat thread noticing a bump.
+ */
+#include "harness.h"
+
+#include "kv_http.h"
+#include "rdzv.h"
+
+static struct mr_rdzv *member(const struct h_ctl *c, const char *node, int pod, int nnodes)
+{
+	json_t *spec = json_pack("{s:s, s:i, s:i, s:i, s:i}", "name", "t/rdzv", "min_nodes", nnodes,
+				 "max_nodes", nnodes, "nproc_per_node", 2, "heartbeat_timeout_ms",
+				 1000);
+	struct mr_rdzv_opts o = {.controller = c->url, .job = "t/rdzv", .node_id = node,
+				 .host = "127.0.0.1", .host_id = "h", .pod_index = pod,
+				 .spec = spec};
+	struct mr_errbuf eb = {0};
+	struct mr_rdzv *r = NULL;
+
+	cr_assert_eq(mr_rdzv_new(&r, &o, &eb), 0, "%s", eb.msg);
+	json_decref(spec);
+	return r;
+}
+
+Test(rdzv, round_kv_and_stale_generation)
+{
+	struct h_ctl c = {0};
+	struct mr_rdzv *a, *b;
+	struct mr_rdzv_round ra, rb;
+	struct mr_errbuf eb = {0};
+	int ga = 0, gb = 0, sb = 0, newgen = 0;
+	char buf[64];
+	size_t len = 0;
+	long long v = 0, t0;
+
+	h_ctl_start(&c, 0);
+	a = member(&c, "node-a", 1, 2);
+	b = member(&c, "node-b", 0, 2);
+	cr_assert_eq(mr_rdzv_join(a, &ga, &sb, &eb), 0, "%s", eb.msg);
+	/* round still open: the long-poll times out */
+	cr_assert_eq(mr_rdzv_wait(a, ga, 100, &ra, &newgen, &eb), MR_ETIMEDOUT, "%s", eb.msg);
+	cr_assert_eq(mr_rdzv_join(b, &gb, &sb, &eb), 0, "%s", eb.msg);
+	cr_assert_eq(ga, gb);
+	cr_assert_eq(mr_rdzv_wait(a, ga, 2000, &ra, &newgen, &eb), 0, "%s", eb.msg);
+	cr_assert_eq(mr_rdzv_wait(b, gb, 2000, &rb, &newgen, &eb), 0, "%s", eb.msg);
+	/* ranks ordered by pod index */
+	cr_expect_eq(rb.node_rank, 0);
+	cr_expect_eq(ra.node_rank, 1);
+	cr_expect_eq(ra.rank_base, 2);
+	cr_expect_eq(ra.world_size, 4);
+	cr_expect_eq(ra.dp, 4);
+
+	/* KV through the struct mr_kv of in-process mode */
+	{
+		struct mr_rdzv_opts o = {.controller = c.url, .job = "t/rdzv", .node_id = "kv",
+					 .host = "127.0.0.1", .host_id = "h", .pod_index = -1};
+		struct mr_kv_http kh;
+		struct mr_kv kv;
+
+		cr_assert_eq(mr_kv_http_open(&kh, &kv, &o, ra.generation, &eb), 0, "%s", eb.msg);
+		cr_expect_eq(mr_kv_get(&kv, "peer/0", buf, sizeof(buf), &len, 0), MR_ENOTFOUND);
+		t0 = h_now_ms();
+		cr_expect_eq(mr_kv_get(&kv, "peer/0", buf, sizeof(buf), &len, 150), MR_ETIMEDOUT);
+		cr_expect_geq(h_now_ms() - t0, 140);
+		cr_expect_eq(mr_kv_put(&kv, "peer/0", "10.0.0.1:5", 10), 0);
+		cr_expect_eq(mr_rdzv_kv_get(a, ra.generation, "peer/0", buf, sizeof(buf), &len, 0,
+					    &eb),
+			     0);
+		cr_expect_eq(len, 10);
+		cr_expect_eq(memcmp(buf, "10.0.0.1:5", 10), 0);
+		cr_expect_eq(mr_kv_add(&kv, "count", 5, &v), 0);
+		cr_expect_eq(mr_kv_add(&kv, "count", 2, &v), 0);
+		cr_expect_eq(v, 7);
+		mr_kv_http_close(&kh);
+	}
+
+	/* a's heartbeats run; b reports a failure: a's thread sees the bump */
+	cr_assert_eq(mr_rdzv_hb_start(a, ra.generation, 50, NULL, NULL), 0);
+	usleep(100 * 1000);
+	cr_expect_eq(mr_rdzv_hb_stale(a), 0);
+	t0 = h_now_ms();
+	cr_assert_eq(mr_rdzv_fail(b, rb.generation, "test", &eb), 0, "%s", eb.msg);
+	while (!mr_rdzv_hb_stale(a) && h_now_ms() - t0 < 2000)
+		usleep(5000);
+	cr_expect_gt(mr_rdzv_hb_stale(a), ra.generation);
+	cr_expect_lt(h_now_ms() - t0, 500);
+	mr_rdzv_hb_stop(a);
+	/* every call with the old generation: 409 -> MR_ESTALE + the new one */
+	newgen = 0;
+	cr_expect_eq(mr_rdzv_heartbeat(a, ra.generation, &newgen, &eb), MR_ESTALE);
+	cr_expect_gt(newgen, ra.generation);
+	cr_expect_eq(mr_rdzv_kv_put(a, ra.generation, "x", "1", 1, &eb), MR_ESTALE);
+	mr_rdzv_free(a);
+	mr_rdzv_free(b);
+	h_kill(c.pid);
+}
+
+Test(rdzv, unreachable_controller_is_econn)
+{
+	char url[64];
+	struct mr_rdzv_opts o = {.controller = url, .job = "t/x", .node_id = "n",
+				 .host = "127.0.0.1", .host_id = "h", .pod_index = -1};
+	struct mr_errbuf eb = {0};
+	struct mr_rdzv *r = NULL;
+	int gen = 0;
+
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d", h_free_port());
+	cr_assert_eq(mr_rdzv_new(&r, &o, &eb), 0);
+	cr_expect_eq(mr_rdzv_heartbeat(r, 1, &gen, &eb), MR_ECONN, "%s", eb.msg);
+	mr_rdzv_abort(r);
+	cr_expect_eq(mr_rdzv_heartbeat(r, 1, &gen, &eb), MR_EABORTED);
+	mr_rdzv_free(r);
+}

@@ -1,0 +1,95 @@
+/*
+ * tsan_comm.c - ThreadSanitizer driver for the host backend (built and run
+ * by scripts/tsan-comm.sh). Criterion's shared arena cannot live under
+ * TSan, so this plain main() runs the threaded scenarios of test_comm.c:
+ * every operation over shm, TCP and both, mesh groups (three
+ * communicators in flight at once), many async operations, abort.
+ *
+ * Non-goals: forked-process scenarios (no threads to race across).
+ */
+#include "checks.h"
+
+static int all_ops(struct mr_comm *c, void *arg)
+{
+	(void)arg;
+	return check_everything(c);
+}
+
+static int groups(struct mr_comm *w, void *arg)
+{
+	int me = mr_comm_rank(w), tp = me & 1, rc = 0;
+	int g[2][2] = { { me - tp, me - tp + 1 }, { tp, tp + 2 } };
+	struct mr_comm *c[2] = { 0 };
+	struct mr_comm_req *req[4];
+	float a[2][5000], b[2][3000];
+	struct mr_errbuf eb = { { 0 }, { 0 } };
+
+	(void)arg;
+	if (me >= 4)
+		return 0;
+	for (int k = 0; k < 2 && !rc; k++)
+		rc = mr_comm_split(w, g[k], 2, k ? "dp" : "tp", &c[k], &eb);
+	for (int k = 0; k < 2 && !rc; k++) {
+		for (int i = 0; i < 5000; i++)
+			a[k][i] = (float)(me + i);
+		for (int i = 0; i < 3000; i++)
+			b[k][i] = (float)me;
+		rc = mr_comm_iallreduce(c[k], a[k], a[k], 5000, MR_COMM_F32, MR_COMM_SUM, &req[2 * k]);
+		if (!rc)
+			rc = mr_comm_iallreduce(c[k], b[k], b[k], 3000, MR_COMM_F32, MR_COMM_MAX,
+						&req[2 * k + 1]);
+	}
+	for (int k = 0; k < 4 && !rc; k++)
+		rc = mr_comm_wait(req[k]);
+	for (int k = 0; !rc && k < 2; k++)
+		if (a[k][10] != (float)(g[k][0] + g[k][1] + 20) || b[k][7] != (float)g[k][1])
+			rc = -1;
+	for (int k = 0; k < 2; k++)
+		mr_comm_free(c[k]);
+	return rc;
+}
+
+static void *abort_later(void *p)
+{
+	usleep(100000);
+	mr_comm_abort(p);
+	return NULL;
+}
+
+static int aborts(struct mr_comm *c, void *arg)
+{
+	int x, rc;
+	pthread_t t;
+
+	(void)arg;
+	if (mr_comm_rank(c) == 0) {
+		pthread_create(&t, NULL, abort_later, c);
+		rc = mr_comm_recv(c, &x, 1, MR_COMM_I32, 1, 1);
+		pthread_join(t, NULL);
+		return rc == MR_EABORTED ? 0 : -1;
+	}
+	rc = mr_comm_recv(c, &x, 1, MR_COMM_I32, 0, 1);
+	return rc == MR_EPEER ? 0 : -1;
+}
+
+int main(void)
+{
+	struct { const char *name; int n, hosts; rank_fn fn; } cases[] = {
+		{ "ops shm 4", 4, HOSTS_SAME, all_ops },
+		{ "ops tcp 3", 3, HOSTS_DISTINCT, all_ops },
+		{ "ops mixed 4", 4, HOSTS_HALF, all_ops },
+		{ "groups shm 4", 4, HOSTS_SAME, groups },
+		{ "groups mixed 4", 4, HOSTS_HALF, groups },
+		{ "abort shm 2", 2, HOSTS_SAME, aborts },
+		{ "abort tcp 2", 2, HOSTS_DISTINCT, aborts },
+	};
+	int bad = 0;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		int rc = run_threads(cases[i].n, cases[i].hosts, cases[i].fn, NULL);
+
+		printf("tsan-comm: %-16s %s\n", cases[i].name, rc ? "FAIL" : "ok");
+		bad += rc != 0;
+	}
+	return bad ? 1 : 0;
+}
