@@ -1,0 +1,1044 @@
+/*
+ * rdzv.c - rendezvous benchmark: N simulated agents against one controller.
+ *
+ * One thread, one epoll set, non-blocking keep-alive sockets and a minimal
+ * hand-written HTTP/1.1 client (request writer, response parser with
+ * Content-Length). Each agent runs the sequence an agent runs at start-up:
+ *
+ *   POST join -> GET wait (long-poll) -> PUT kv peer/<rank>
+ *   -> GET kv peer/<(rank+1)%world>?wait_ms -> POST heartbeat -> close
+ *
+ * after the job was created with min_nodes = max_nodes = N (the round closes
+ * exactly when the last agent joins). Every reply is checked: distinct ranks
+ * in [0,N) ordered by pod index, world_size == N, one generation, and each
+ * KV get returns exactly the value the neighbour put. Any failure makes the
+ * exit status non-zero.
+ *
+ * Normally every agent has its own connection. When the fd limit is below N
+ * (a container without CAP_SYS_RESOURCE keeps the hard limit), agents share
+ * connections: each connection runs its agents phase by phase (all joins,
+ * then all waits, ...), which keeps the per-agent requests and the
+ * controller's per-member work identical and cannot deadlock; the output
+ * says how many agents rode on one connection.
+ *
+ * With --controller-bin the bench starts the controller itself (fresh data
+ * dir and token in a temp dir, port 0 + --port-file) and reports its CPU
+ * seconds and its RSS: the high-water mark when every agent has its
+ * rendezvous reply, and the resident size once they are "running".
+ *
+ * The last line is `rdzv N=<n> seconds=<s>` (seconds from the first connect
+ * to the last rendezvous reply). Output lines are key=value for scripts.
+ *
+ * Non-goals: being an agent (no retries through controller restarts, no
+ * elastic rounds), chunked transfer encoding, TLS, IPv6.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define WBUF 768          /* one request */
+#define RBUF 2048         /* one response */
+#define MAX_FAIL_PRINT 8  /* failures printed in full */
+#define MAX_RETRIES 8     /* reconnects per connection */
+#define BASE_KIB (50 * 1024)
+
+enum phase { PH_JOIN, PH_WAIT, PH_PUT, PH_GET, PH_HB, PH_DONE };
+#define NPHASES PH_DONE
+static const char *const phase_name[NPHASES] = {"join", "wait", "kv_put", "kv_get",
+						"heartbeat"};
+
+enum cstate { C_IDLE, C_CONNECTING, C_OPEN, C_DONE, C_DEAD };
+
+struct opts {
+	char host[64];
+	int port;
+	const char *controller_bin;
+	char **ctl_extra; /* after "--": extra controller flags */
+	int n_extra;
+	int n;
+	char job[128];
+	char token[256];
+	int sources;
+	int concurrency;
+	int conns; /* 0 = min(n, fd budget) */
+	double timeout_s;
+	int keep_tmp;
+};
+
+struct conn {
+	int fd;
+	int lo, cnt, idx; /* agents lo .. lo+cnt-1, the current one lo+idx */
+	uint8_t state, phase;
+	uint16_t retries;
+	uint32_t wlen, woff, rlen;
+	int64_t t_step; /* start of the current agent's phase step, ns */
+	char *buf;      /* WBUF + RBUF + 1 while connected */
+};
+
+struct bench {
+	struct opts o;
+	int epfd;
+	struct sockaddr_in dst;
+	char auth[300];
+	char jobpath[160];
+	struct conn *conns;
+	int nconns;
+	int next_conn, connecting, finished;
+	int32_t *rank;           /* agent -> rank, -1 */
+	int32_t *rank_agent;     /* rank -> agent, -1 */
+	int64_t gen;
+	uint32_t *lat[NPHASES];  /* microseconds */
+	int nlat[NPHASES];
+	int waits_done;
+	int64_t t0, t_rdzv, t_end;
+	long wait_again, get_again, reconnects;
+	int failures;
+	/* controller child */
+	pid_t pid;
+	char tmpdir[128];
+	long hwm_wait_kib, rss_wait_kib, rss_idle_kib;
+	double cpu_wait_s;
+	double load_start; /* 1-minute load average: the machine may be shared */
+};
+
+/* ---- small helpers ---- */
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static double secs(int64_t ns)
+{
+	return (double)ns / 1e9;
+}
+
+static void fail(struct bench *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void fail(struct bench *b, const char *fmt, ...)
+{
+	va_list ap;
+	if (b->failures++ >= MAX_FAIL_PRINT)
+		return;
+	fputs("rdzv: FAIL ", stderr);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+/* Finds "key" : <value> in a flat JSON text; returns a pointer to the value. */
+static const char *json_at(const char *body, const char *key)
+{
+	char pat[64];
+	const char *p;
+	int n = snprintf(pat, sizeof pat, "\"%s\"", key);
+	if (n < 0 || (size_t)n >= sizeof pat || !(p = strstr(body, pat)))
+		return NULL;
+	p += n;
+	while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')
+		p++;
+	if (*p++ != ':')
+		return NULL;
+	while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')
+		p++;
+	return p;
+}
+
+static int json_long(const char *body, const char *key, long *out)
+{
+	const char *p = json_at(body, key);
+	char *end;
+	if (!p)
+		return -1;
+	*out = strtol(p, &end, 10);
+	return end == p ? -1 : 0;
+}
+
+/* 1 if the string value of key equals want. */
+static int json_str_is(const char *body, const char *key, const char *want)
+{
+	const char *p = json_at(body, key);
+	size_t n = strlen(want);
+	return p && *p == '"' && strncmp(p + 1, want, n) == 0 && p[1 + n] == '"';
+}
+
+/* Reads "Key:   123 kB" from /proc/<pid>/status; -1 if unknown. */
+static long proc_status_kib(pid_t pid, const char *key)
+{
+	char path[64], line[256];
+	long v = -1;
+	size_t kl = strlen(key);
+	FILE *f;
+	snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+	if (!(f = fopen(path, "r")))
+		return -1;
+	while (fgets(line, sizeof line, f))
+		if (strncmp(line, key, kl) == 0 && line[kl] == ':') {
+			v = strtol(line + kl + 1, NULL, 10);
+			break;
+		}
+	fclose(f);
+	return v;
+}
+
+/* utime + stime of pid in seconds from /proc/<pid>/stat; -1 if unknown. */
+static double proc_cpu_s(pid_t pid)
+{
+	char path[64], buf[1024];
+	unsigned long ut, st;
+	const char *p;
+	FILE *f;
+	size_t n;
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+	if (!(f = fopen(path, "r")))
+		return -1;
+	n = fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	/* fields after the ")" of comm: state(3) ... utime(14) stime(15) */
+	if (!(p = strrchr(buf, ')')) ||
+	    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+		return -1;
+	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* ---- requests ---- */
+
+static void agent_value(char *out, size_t cap, int agent)
+{
+	snprintf(out, cap, "agent-%d@127.0.0.1:%d", agent, 29500 + agent % 30000);
+}
+
+/* Writes the request of the connection's current (phase, agent) to c->buf. */
+static void build_request(struct bench *b, struct conn *c)
+{
+	int a = c->lo + c->idx;
+	char path[400], body[256];
+	const char *method = "GET", *ctype = NULL;
+	int blen = 0, n;
+	long wait_ms = (long)(b->o.timeout_s * 1000) + 60000;
+	if (wait_ms > 300000)
+		wait_ms = 300000;
+	switch (c->phase) {
+	case PH_JOIN:
+		method = "POST";
+		ctype = "application/json";
+		snprintf(path, sizeof path, "%s/join", b->jobpath);
+		blen = snprintf(body, sizeof body,
+				"{\"node_id\":\"agent-%d\",\"host\":\"127.0.0.1\","
+				"\"ports\":{\"agent\":29400,\"comm\":%d},\"pod_index\":%d}",
+				a, 29500 + a % 30000, a);
+		break;
+	case PH_WAIT:
+		snprintf(path, sizeof path, "%s/wait?node_id=agent-%d&generation=%lld&timeout_ms=%ld",
+			 b->jobpath, a, (long long)b->gen, wait_ms);
+		break;
+	case PH_PUT:
+		method = "PUT";
+		ctype = "application/octet-stream";
+		snprintf(path, sizeof path, "%s/kv/peer/%d?generation=%lld", b->jobpath,
+			 (int)b->rank[a], (long long)b->gen);
+		agent_value(body, sizeof body, a);
+		blen = (int)strlen(body);
+		break;
+	case PH_GET:
+		snprintf(path, sizeof path, "%s/kv/peer/%d?generation=%lld&wait_ms=%ld",
+			 b->jobpath, (int)((b->rank[a] + 1) % b->o.n), (long long)b->gen, wait_ms);
+		break;
+	default:
+		method = "POST";
+		ctype = "application/json";
+		snprintf(path, sizeof path, "%s/heartbeat", b->jobpath);
+		blen = snprintf(body, sizeof body, "{\"node_id\":\"agent-%d\",\"generation\":%lld}",
+				a, (long long)b->gen);
+		break;
+	}
+	if (ctype)
+		n = snprintf(c->buf, WBUF,
+			     "%s %s HTTP/1.1\r\nHost: %s:%d\r\n%sContent-Type: %s\r\n"
+			     "Content-Length: %d\r\n\r\n%s",
+			     method, path, b->o.host, b->o.port, b->auth, ctype, blen, body);
+	else
+		n = snprintf(c->buf, WBUF, "%s %s HTTP/1.1\r\nHost: %s:%d\r\n%s\r\n", method, path,
+			     b->o.host, b->o.port, b->auth);
+	c->wlen = (uint32_t)(n < WBUF ? n : WBUF - 1);
+	c->woff = 0;
+}
+
+/* ---- responses ---- */
+
+struct resp {
+	int status, close;
+	char *body;
+	size_t body_len;
+};
+
+/* >0: bytes of one whole response; 0: need more; -1: malformed. */
+static long parse_response(char *buf, size_t len, struct resp *r)
+{
+	char *end = memmem(buf, len, "\r\n\r\n", 4), *line, *eol;
+	long clen = -1;
+	size_t hlen;
+	if (!end)
+		return len >= RBUF ? -1 : 0;
+	if (len < 12 || memcmp(buf, "HTTP/1.", 7) != 0)
+		return -1;
+	r->status = atoi(buf + 9);
+	r->close = 0;
+	for (line = (char *)memchr(buf, '\n', (size_t)(end - buf)) + 1; line < end; line = eol + 2) {
+		eol = (char *)memmem(line, (size_t)(end + 2 - line), "\r\n", 2);
+		if (strncasecmp(line, "content-length:", 15) == 0)
+			clen = strtol(line + 15, NULL, 10);
+		else if (strncasecmp(line, "connection:", 11) == 0 &&
+			 memmem(line, (size_t)(eol - line), "close", 5))
+			r->close = 1;
+	}
+	hlen = (size_t)(end + 4 - buf);
+	if (clen < 0)
+		clen = (r->status == 204 || r->status == 304) ? 0 : -1;
+	if (clen < 0 || hlen + (size_t)clen > RBUF)
+		return -1;
+	if (hlen + (size_t)clen > len)
+		return 0;
+	r->body = buf + hlen;
+	r->body_len = (size_t)clen;
+	return (long)(hlen + (size_t)clen);
+}
+
+static void sample_waiting(struct bench *b)
+{
+	b->t_rdzv = now_ns();
+	if (b->pid > 0) {
+		b->hwm_wait_kib = proc_status_kib(b->pid, "VmHWM");
+		b->rss_wait_kib = proc_status_kib(b->pid, "VmRSS");
+		b->cpu_wait_s = proc_cpu_s(b->pid);
+	}
+}
+
+/* Checks one reply; 1 = step done, 0 = repeat the request, -1 = failure. */
+static int handle_reply(struct bench *b, struct conn *c, const struct resp *r)
+{
+	int a = c->lo + c->idx;
+	const char *body = r->body;
+	long gen, rank, world, node_rank;
+	char want[256];
+	switch (c->phase) {
+	case PH_JOIN:
+		if (r->status != 200 || json_long(body, "generation", &gen) < 0)
+			goto bad;
+		if (b->gen < 0)
+			b->gen = gen;
+		if (gen != b->gen) {
+			fail(b, "agent-%d join: generation %ld, others got %lld", a, gen,
+			     (long long)b->gen);
+			return -1;
+		}
+		return 1;
+	case PH_WAIT:
+		if (r->status == 200 && json_str_is(body, "state", "waiting")) {
+			b->wait_again++;
+			return 0;
+		}
+		if (r->status != 200 || !json_str_is(body, "state", "running") ||
+		    json_long(body, "rank_base", &rank) < 0 ||
+		    json_long(body, "world_size", &world) < 0 ||
+		    json_long(body, "node_rank", &node_rank) < 0 ||
+		    json_long(body, "generation", &gen) < 0)
+			goto bad;
+		if (world != b->o.n || gen != b->gen || rank < 0 || rank >= b->o.n ||
+		    node_rank != rank) {
+			fail(b, "agent-%d wait: rank %ld node_rank %ld world %ld generation %ld "
+				"(want world %d generation %lld)",
+			     a, rank, node_rank, world, gen, b->o.n, (long long)b->gen);
+			return -1;
+		}
+		if (b->rank_agent[rank] >= 0) {
+			fail(b, "agent-%d wait: rank %ld already given to agent-%d", a, rank,
+			     (int)b->rank_agent[rank]);
+			return -1;
+		}
+		if (rank != a) {
+			fail(b, "agent-%d wait: rank %ld is not ordered by pod_index %d", a, rank, a);
+			return -1;
+		}
+		b->rank[a] = (int32_t)rank;
+		b->rank_agent[rank] = a;
+		if (++b->waits_done == b->o.n)
+			sample_waiting(b);
+		return 1;
+	case PH_PUT:
+		return r->status == 200 ? 1 : -2;
+	case PH_GET:
+		if (r->status == 404 && json_str_is(body, "code", "wait_timeout")) {
+			b->get_again++;
+			return 0;
+		}
+		if (r->status != 200)
+			goto bad;
+		rank = (b->rank[a] + 1) % b->o.n;
+		if (b->rank_agent[rank] < 0) {
+			fail(b, "agent-%d kv_get: peer/%ld has a value before its owner had a rank",
+			     a, rank);
+			return -1;
+		}
+		agent_value(want, sizeof want, b->rank_agent[rank]);
+		if (r->body_len != strlen(want) || memcmp(body, want, r->body_len) != 0) {
+			fail(b, "agent-%d kv_get: peer/%ld is '%.*s', want '%s'", a, rank,
+			     (int)(r->body_len > 100 ? 100 : r->body_len), body, want);
+			return -1;
+		}
+		return 1;
+	default:
+		return r->status == 200 ? 1 : -2;
+	}
+bad:
+	fail(b, "agent-%d %s: status %d body '%.*s'", a, phase_name[c->phase], r->status,
+	     (int)(r->body_len > 200 ? 200 : r->body_len), body);
+	return -1;
+}
+
+/* ---- connections ---- */
+
+static void conn_close(struct bench *b, struct conn *c, int state)
+{
+	if (c->fd >= 0) {
+		epoll_ctl(b->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+		close(c->fd);
+		c->fd = -1;
+	}
+	if (c->state == C_CONNECTING)
+		b->connecting--;
+	c->state = (uint8_t)state;
+	if (state == C_DONE || state == C_DEAD) {
+		free(c->buf);
+		c->buf = NULL;
+		b->finished++;
+	}
+}
+
+static int conn_open(struct bench *b, struct conn *c)
+{
+	struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET};
+	int one = 1, fd;
+	long ci = c - b->conns;
+	if (!c->buf && !(c->buf = malloc(WBUF + RBUF + 1)))
+		return -ENOMEM;
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+	if (b->o.sources > 1) {
+		struct sockaddr_in src = {.sin_family = AF_INET};
+		src.sin_addr.s_addr = htonl(0x7f000001u + (uint32_t)(ci % b->o.sources));
+		setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one);
+		if (bind(fd, (struct sockaddr *)&src, sizeof src) < 0)
+			goto err;
+	}
+	if (connect(fd, (struct sockaddr *)&b->dst, sizeof b->dst) < 0 && errno != EINPROGRESS)
+		goto err;
+	ev.data.u32 = (uint32_t)ci;
+	if (epoll_ctl(b->epfd, EPOLL_CTL_ADD, fd, &ev) < 0)
+		goto err;
+	if (!b->t0)
+		b->t0 = now_ns();
+	c->fd = fd;
+	c->state = C_CONNECTING;
+	c->rlen = 0;
+	b->connecting++;
+	if (!c->t_step)
+		c->t_step = now_ns();
+	build_request(b, c); /* the current step, again after a reconnect */
+	return 0;
+err:
+	one = -errno;
+	close(fd);
+	return one;
+}
+
+/* The connection broke: reconnect and resend, or give up. */
+static void conn_retry(struct bench *b, struct conn *c, const char *why, int err)
+{
+	conn_close(b, c, C_IDLE);
+	b->reconnects++;
+	if (++c->retries > MAX_RETRIES || conn_open(b, c) < 0) {
+		fail(b, "connection %ld (agents %d..%d) %s: %s", (long)(c - b->conns), c->lo,
+		     c->lo + c->cnt - 1, why, strerror(err));
+		conn_close(b, c, C_DEAD);
+	}
+}
+
+static int conn_flush(struct bench *b, struct conn *c)
+{
+	(void)b;
+	while (c->woff < c->wlen) {
+		ssize_t n = send(c->fd, c->buf + c->woff, c->wlen - c->woff, MSG_NOSIGNAL);
+		if (n < 0)
+			return errno == EAGAIN ? 0 : -errno;
+		c->woff += (uint32_t)n;
+	}
+	return 0;
+}
+
+/* Records the finished step and moves to the next agent or phase. */
+static void conn_advance(struct bench *b, struct conn *c)
+{
+	int64_t t = now_ns();
+	int ph = c->phase;
+	b->lat[ph][b->nlat[ph]++] = (uint32_t)((t - c->t_step) / 1000);
+	if (++c->idx == c->cnt) {
+		c->idx = 0;
+		c->phase++;
+	}
+	c->t_step = t;
+}
+
+static void conn_readable(struct bench *b, struct conn *c)
+{
+	char *rb = c->buf + WBUF;
+	for (;;) {
+		struct resp r;
+		long used;
+		int rc;
+		ssize_t n = recv(c->fd, rb + c->rlen, RBUF - c->rlen, 0);
+		if (n < 0) {
+			if (errno != EAGAIN)
+				conn_retry(b, c, "recv", errno);
+			return;
+		}
+		if (n == 0) {
+			conn_retry(b, c, "closed by the controller", ECONNRESET);
+			return;
+		}
+		c->rlen += (uint32_t)n;
+		used = parse_response(rb, c->rlen, &r);
+		if (used == 0)
+			continue;
+		if (used < 0 || (size_t)used != c->rlen || c->woff < c->wlen) {
+			fail(b, "connection %ld: malformed or unexpected response '%.*s'",
+			     (long)(c - b->conns), (int)(c->rlen > 200 ? 200 : c->rlen), rb);
+			conn_close(b, c, C_DEAD);
+			return;
+		}
+		rb[c->rlen] = 0;
+		c->rlen = 0;
+		rc = handle_reply(b, c, &r);
+		if (rc == -2)
+			fail(b, "agent-%d %s: status %d body '%.*s'", c->lo + c->idx,
+			     phase_name[c->phase], r.status,
+			     (int)(r.body_len > 200 ? 200 : r.body_len), r.body);
+		if (rc < 0) {
+			conn_close(b, c, C_DEAD);
+			return;
+		}
+		if (rc > 0)
+			conn_advance(b, c);
+		if (c->phase == PH_DONE) {
+			conn_close(b, c, C_DONE);
+			return;
+		}
+		if (r.close) {
+			conn_close(b, c, C_IDLE);
+			if (conn_open(b, c) < 0)
+				conn_retry(b, c, "reconnect", errno);
+			return;
+		}
+		build_request(b, c);
+		if ((rc = conn_flush(b, c)) < 0) {
+			conn_retry(b, c, "send", -rc);
+			return;
+		}
+	}
+}
+
+static void conn_event(struct bench *b, struct conn *c, uint32_t ev)
+{
+	int err = 0, rc;
+	socklen_t len = sizeof err;
+	if (c->state == C_CONNECTING) {
+		if (!(ev & (EPOLLOUT | EPOLLERR | EPOLLHUP)))
+			return;
+		getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len);
+		if (err) {
+			conn_retry(b, c, "connect", err);
+			return;
+		}
+		b->connecting--;
+		c->state = C_OPEN;
+	}
+	if (c->state != C_OPEN)
+		return;
+	if ((rc = conn_flush(b, c)) < 0) {
+		conn_retry(b, c, "send", -rc);
+		return;
+	}
+	if (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+		conn_readable(b, c);
+}
+
+/* Runs every connection to the end or the deadline; 0 when all finished. */
+static int run_agents(struct bench *b)
+{
+	struct epoll_event evs[1024];
+	int64_t deadline = now_ns() + (int64_t)(b->o.timeout_s * 1e9);
+	while (b->finished < b->nconns) {
+		int n, i;
+		while (b->next_conn < b->nconns && b->connecting < b->o.concurrency) {
+			struct conn *c = &b->conns[b->next_conn++];
+			int rc = conn_open(b, c);
+			if (rc < 0) {
+				fail(b, "connection %ld: %s", (long)(c - b->conns), strerror(-rc));
+				conn_close(b, c, C_DEAD);
+			}
+		}
+		if (now_ns() > deadline) {
+			fail(b, "timed out after %.0f s with %d of %d connections unfinished",
+			     b->o.timeout_s, b->nconns - b->finished, b->nconns);
+			return -1;
+		}
+		n = epoll_wait(b->epfd, evs, 1024, 100);
+		if (n < 0 && errno != EINTR)
+			return -1;
+		for (i = 0; i < n; i++)
+			conn_event(b, &b->conns[evs[i].data.u32], evs[i].events);
+	}
+	b->t_end = now_ns();
+	return 0;
+}
+
+/* ---- blocking one-shot request (job creation, readiness) ---- */
+
+static int simple_request(struct bench *b, const char *method, const char *path,
+			  const char *body, char *out, size_t cap)
+{
+	struct timeval tv = {.tv_sec = 10};
+	char req[1024];
+	struct resp r;
+	size_t got = 0;
+	long used = 0;
+	int n, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), status = -1;
+	if (fd < 0)
+		return -1;
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+	if (connect(fd, (struct sockaddr *)&b->dst, sizeof b->dst) < 0)
+		goto out;
+	n = snprintf(req, sizeof req,
+		     "%s %s HTTP/1.1\r\nHost: %s:%d\r\n%sContent-Type: application/json\r\n"
+		     "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
+		     method, path, b->o.host, b->o.port, b->auth, body ? strlen(body) : 0,
+		     body ? body : "");
+	if (n < 0 || (size_t)n >= sizeof req || send(fd, req, (size_t)n, MSG_NOSIGNAL) != n)
+		goto out;
+	while (got < cap - 1 && used == 0) {
+		ssize_t k = recv(fd, out + got, cap - 1 - got, 0);
+		if (k <= 0)
+			goto out;
+		got += (size_t)k;
+		used = parse_response(out, got, &r);
+	}
+	if (used > 0) {
+		out[got] = 0;
+		status = r.status;
+	}
+out:
+	close(fd);
+	return status;
+}
+
+/* ---- controller child ---- */
+
+static int read_port_file(const char *path)
+{
+	char buf[32] = {0};
+	int fd = open(path, O_RDONLY | O_CLOEXEC), port = 0;
+	if (fd >= 0) {
+		if (read(fd, buf, sizeof buf - 1) > 0)
+			port = atoi(buf);
+		close(fd);
+	}
+	return port;
+}
+
+static int start_controller(struct bench *b)
+{
+	char dir[192], port_file[192], token_file[192], log_file[192], maxc[32], maxm[32];
+	char *argv[64];
+	int argc = 0, i, fd;
+	int64_t deadline;
+	snprintf(b->tmpdir, sizeof b->tmpdir, "/tmp/meshrun-bench-rdzv.XXXXXX");
+	if (!mkdtemp(b->tmpdir))
+		return -1;
+	snprintf(dir, sizeof dir, "%s/data", b->tmpdir);
+	snprintf(port_file, sizeof port_file, "%s/port", b->tmpdir);
+	snprintf(token_file, sizeof token_file, "%s/token", b->tmpdir);
+	snprintf(log_file, sizeof log_file, "%s/controller.log", b->tmpdir);
+	mkdir(dir, 0700);
+	if (!b->o.token[0])
+		snprintf(b->o.token, sizeof b->o.token, "bench-%ld", (long)getpid());
+	fd = open(token_file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0 || write(fd, b->o.token, strlen(b->o.token)) < 0) {
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	close(fd);
+	snprintf(maxc, sizeof maxc, "%d", b->nconns + 64);
+	snprintf(maxm, sizeof maxm, "%d", b->o.n > 100000 ? b->o.n : 100000);
+	argv[argc++] = (char *)b->o.controller_bin;
+	argv[argc++] = "--listen";
+	argv[argc++] = "127.0.0.1";
+	argv[argc++] = "--port";
+	argv[argc++] = "0";
+	argv[argc++] = "--port-file";
+	argv[argc++] = port_file;
+	argv[argc++] = "--data-dir";
+	argv[argc++] = dir;
+	argv[argc++] = "--token-file";
+	argv[argc++] = token_file;
+	argv[argc++] = "--max-connections";
+	argv[argc++] = maxc;
+	argv[argc++] = "--max-members";
+	argv[argc++] = maxm;
+	argv[argc++] = "--max-keys";
+	argv[argc++] = maxm;
+	for (i = 0; i < b->o.n_extra && argc < 63; i++)
+		argv[argc++] = b->o.ctl_extra[i];
+	argv[argc] = NULL;
+	b->pid = fork();
+	if (b->pid < 0)
+		return -1;
+	if (b->pid == 0) {
+		fd = open(log_file, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		if (fd >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+		}
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	deadline = now_ns() + 10000000000LL;
+	while (now_ns() < deadline) {
+		int st;
+		char resp[512];
+		if (waitpid(b->pid, &st, WNOHANG) == b->pid) {
+			fprintf(stderr, "rdzv: controller exited at start (status %d), log: %s\n",
+				st, log_file);
+			b->pid = -1;
+			return -1;
+		}
+		if (!b->o.port)
+			b->o.port = read_port_file(port_file);
+		if (b->o.port) {
+			b->dst.sin_port = htons((uint16_t)b->o.port);
+			if (simple_request(b, "GET", "/healthz", NULL, resp, sizeof resp) == 200)
+				return 0;
+		}
+		usleep(20000);
+	}
+	fprintf(stderr, "rdzv: controller not ready after 10 s, log: %s\n", log_file);
+	return -1;
+}
+
+/* SIGTERM, reap; prints the whole-life rusage of the child. */
+static void stop_controller(struct bench *b)
+{
+	struct rusage ru;
+	int st;
+	char cmd[256];
+	if (b->pid > 0) {
+		kill(b->pid, SIGTERM);
+		if (wait4(b->pid, &st, 0, &ru) == b->pid)
+			printf("controller_life_cpu_seconds=%.3f controller_life_maxrss_kib=%ld "
+			       "exit_status=%d\n",
+			       (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
+				       (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6,
+			       ru.ru_maxrss, WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+		b->pid = -1;
+	}
+	if (b->tmpdir[0] && !b->o.keep_tmp) {
+		snprintf(cmd, sizeof cmd, "rm -rf '%s'", b->tmpdir);
+		if (system(cmd) != 0)
+			fprintf(stderr, "rdzv: could not remove %s\n", b->tmpdir);
+	} else if (b->tmpdir[0]) {
+		fprintf(stderr, "rdzv: kept %s\n", b->tmpdir);
+	}
+}
+
+/* ---- report ---- */
+
+static int cmp_u32(const void *x, const void *y)
+{
+	uint32_t a = *(const uint32_t *)x, b = *(const uint32_t *)y;
+	return (a > b) - (a < b);
+}
+
+static double pct_ms(const uint32_t *v, int n, double p)
+{
+	int i = (int)(p * (n - 1) + 0.5);
+	return n ? v[i] / 1000.0 : 0;
+}
+
+static void report(struct bench *b)
+{
+	int ph;
+	double bench_cpu;
+	struct rusage ru;
+	printf("N=%d connections=%d agents_per_connection=%.2f sources=%d concurrency=%d "
+	       "loadavg_at_start=%.2f\n",
+	       b->o.n, b->nconns, (double)b->o.n / b->nconns, b->o.sources, b->o.concurrency,
+	       b->load_start);
+	printf("rendezvous_seconds=%.3f\n", secs(b->t_rdzv - b->t0));
+	printf("total_seconds=%.3f\n", secs(b->t_end - b->t0));
+	for (ph = 0; ph < NPHASES; ph++) {
+		qsort(b->lat[ph], (size_t)b->nlat[ph], sizeof(uint32_t), cmp_u32);
+		printf("latency_ms type=%s count=%d p50=%.2f p99=%.2f max=%.2f\n", phase_name[ph],
+		       b->nlat[ph], pct_ms(b->lat[ph], b->nlat[ph], 0.5),
+		       pct_ms(b->lat[ph], b->nlat[ph], 0.99), pct_ms(b->lat[ph], b->nlat[ph], 1.0));
+	}
+	printf("repeats wait=%ld kv_get=%ld reconnects=%ld\n", b->wait_again, b->get_again,
+	       b->reconnects);
+	getrusage(RUSAGE_SELF, &ru);
+	bench_cpu = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
+		    (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
+	printf("bench_cpu_seconds=%.3f\n", bench_cpu);
+	if (b->pid > 0) {
+		long rss_run, hwm_end;
+		usleep(300000); /* let the controller drop the closed connections */
+		rss_run = proc_status_kib(b->pid, "VmRSS");
+		hwm_end = proc_status_kib(b->pid, "VmHWM");
+		printf("controller_cpu_seconds=%.3f\n", proc_cpu_s(b->pid));
+		printf("controller_cpu_seconds_at_rendezvous=%.3f\n", b->cpu_wait_s);
+		printf("controller_rss_idle_kib=%ld\n", b->rss_idle_kib);
+		printf("controller_hwm_waiting_kib=%ld per_member_over_50mib_bytes=%.0f "
+		       "per_member_over_idle_bytes=%.0f\n",
+		       b->hwm_wait_kib, (b->hwm_wait_kib - BASE_KIB) * 1024.0 / b->o.n,
+		       (b->hwm_wait_kib - b->rss_idle_kib) * 1024.0 / b->o.n);
+		printf("controller_rss_running_kib=%ld per_member_over_50mib_bytes=%.0f "
+		       "per_member_over_idle_bytes=%.0f\n",
+		       rss_run, (rss_run - BASE_KIB) * 1024.0 / b->o.n,
+		       (rss_run - b->rss_idle_kib) * 1024.0 / b->o.n);
+		printf("controller_hwm_end_kib=%ld\n", hwm_end);
+	}
+}
+
+/* ---- main ---- */
+
+static void usage(FILE *f)
+{
+	fputs("usage: rdzv [--controller HOST:PORT | --controller-bin PATH] [--n N]\n"
+	      "            [--job NS/NAME] [--token T] [--sources K] [--concurrency C]\n"
+	      "            [--conns M] [--timeout S] [--keep-tmp] [-- CONTROLLER FLAGS...]\n"
+	      "  --controller      a running controller (default 127.0.0.1:8080)\n"
+	      "  --controller-bin  start this controller (temp data dir, port 0, token)\n"
+	      "  --n               simulated agents (default 1000)\n"
+	      "  --sources         127.0.0.x source addresses to spread sockets over (4)\n"
+	      "  --concurrency     connects in flight at most (1000)\n"
+	      "  --conns           connections (default min(N, fd limit - 256))\n"
+	      "  --timeout         give up after S seconds (120)\n",
+	      f);
+}
+
+static int parse_opts(struct opts *o, int argc, char **argv)
+{
+	int i;
+	for (i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		if (!strcmp(a, "--")) {
+			o->ctl_extra = argv + i + 1;
+			o->n_extra = argc - i - 1;
+			return 0;
+		} else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+			usage(stdout);
+			exit(0);
+		} else if (!strcmp(a, "--keep-tmp")) {
+			o->keep_tmp = 1;
+			continue;
+		} else if (!v) {
+			fprintf(stderr, "rdzv: '%s' needs a value\n", a);
+			return -1;
+		} else if (!strcmp(a, "--controller")) {
+			const char *colon = strrchr(v, ':');
+			if (!colon || (size_t)(colon - v) >= sizeof o->host) {
+				fprintf(stderr, "rdzv: --controller: '%s' is not host:port\n", v);
+				return -1;
+			}
+			snprintf(o->host, sizeof o->host, "%.*s", (int)(colon - v), v);
+			o->port = atoi(colon + 1);
+		} else if (!strcmp(a, "--controller-bin")) {
+			o->controller_bin = v;
+		} else if (!strcmp(a, "--n")) {
+			o->n = atoi(v);
+		} else if (!strcmp(a, "--job")) {
+			snprintf(o->job, sizeof o->job, "%s", v);
+		} else if (!strcmp(a, "--token")) {
+			snprintf(o->token, sizeof o->token, "%s", v);
+		} else if (!strcmp(a, "--sources")) {
+			o->sources = atoi(v);
+		} else if (!strcmp(a, "--concurrency")) {
+			o->concurrency = atoi(v);
+		} else if (!strcmp(a, "--conns")) {
+			o->conns = atoi(v);
+		} else if (!strcmp(a, "--timeout")) {
+			o->timeout_s = atof(v);
+		} else {
+			fprintf(stderr, "rdzv: '%s': unknown option\n", a);
+			usage(stderr);
+			return -1;
+		}
+		i++;
+	}
+	return 0;
+}
+
+/* Raises the fd limit as far as allowed; returns the soft limit. */
+static long raise_nofile(long want)
+{
+	struct rlimit rl;
+	getrlimit(RLIMIT_NOFILE, &rl);
+	if ((rlim_t)want > rl.rlim_max) {
+		struct rlimit up = {(rlim_t)want, (rlim_t)want};
+		if (setrlimit(RLIMIT_NOFILE, &up) == 0)
+			return want;
+	}
+	rl.rlim_cur = rl.rlim_max;
+	setrlimit(RLIMIT_NOFILE, &rl);
+	getrlimit(RLIMIT_NOFILE, &rl);
+	return (long)rl.rlim_cur;
+}
+
+static int setup(struct bench *b)
+{
+	long nofile = raise_nofile(b->o.n + 1024L);
+	int i, ph;
+	const char *slash = strchr(b->o.job, '/');
+	if (b->o.n < 2 || b->o.sources < 1 || b->o.sources > 250 || b->o.concurrency < 1 ||
+	    !slash || strchr(slash + 1, '/')) {
+		fprintf(stderr, "rdzv: need --n >= 2, --sources 1..250, --concurrency >= 1, "
+				"--job ns/name\n");
+		return -1;
+	}
+	b->nconns = b->o.conns > 0 ? b->o.conns : b->o.n;
+	if (b->nconns > nofile - 256)
+		b->nconns = (int)(nofile - 256);
+	if (b->nconns > b->o.n)
+		b->nconns = b->o.n;
+	if (b->nconns < 1)
+		return -1;
+	if (b->nconns < b->o.n)
+		fprintf(stderr, "rdzv: fd limit %ld < N: %d agents share %d connections "
+				"(%.2f per connection)\n",
+			nofile, b->o.n, b->nconns, (double)b->o.n / b->nconns);
+	b->conns = calloc((size_t)b->nconns, sizeof *b->conns);
+	b->rank = malloc(sizeof(int32_t) * (size_t)b->o.n);
+	b->rank_agent = malloc(sizeof(int32_t) * (size_t)b->o.n);
+	for (ph = 0; ph < NPHASES; ph++)
+		if (!(b->lat[ph] = malloc(sizeof(uint32_t) * (size_t)b->o.n)))
+			return -1;
+	if (!b->conns || !b->rank || !b->rank_agent)
+		return -1;
+	for (i = 0; i < b->o.n; i++)
+		b->rank[i] = b->rank_agent[i] = -1;
+	for (i = 0; i < b->nconns; i++) {
+		struct conn *c = &b->conns[i];
+		c->fd = -1;
+		c->lo = (int)((long long)b->o.n * i / b->nconns);
+		c->cnt = (int)((long long)b->o.n * (i + 1) / b->nconns) - c->lo;
+	}
+	snprintf(b->jobpath, sizeof b->jobpath, "/v1/jobs/%s", b->o.job);
+	b->dst.sin_family = AF_INET;
+	if (inet_pton(AF_INET, b->o.host, &b->dst.sin_addr) != 1) {
+		fprintf(stderr, "rdzv: '%s' is not an IPv4 address\n", b->o.host);
+		return -1;
+	}
+	b->dst.sin_port = htons((uint16_t)b->o.port);
+	b->gen = -1;
+	b->pid = -1;
+	b->epfd = epoll_create1(EPOLL_CLOEXEC);
+	return b->epfd < 0 ? -1 : 0;
+}
+
+static void set_auth(struct bench *b)
+{
+	if (b->o.token[0])
+		snprintf(b->auth, sizeof b->auth, "Authorization: Bearer %s\r\n", b->o.token);
+}
+
+int main(int argc, char **argv)
+{
+	static struct bench bench;
+	struct bench *b = &bench;
+	char body[1024], resp[2048];
+	int status, rc = 1;
+	snprintf(b->o.host, sizeof b->o.host, "127.0.0.1");
+	b->o.port = 8080;
+	b->o.n = 1000;
+	snprintf(b->o.job, sizeof b->o.job, "bench/rdzv-%ld", (long)getpid());
+	b->o.sources = 4;
+	b->o.concurrency = 1000;
+	b->o.timeout_s = 120;
+	signal(SIGPIPE, SIG_IGN);
+	if (parse_opts(&b->o, argc, argv) < 0)
+		return 2;
+	if (b->o.controller_bin)
+		b->o.port = 0;
+	if (getloadavg(&b->load_start, 1) != 1)
+		b->load_start = -1;
+	if (setup(b) < 0) {
+		fprintf(stderr, "rdzv: setup failed\n");
+		return 2;
+	}
+	set_auth(b);
+	if (b->o.controller_bin) {
+		if (start_controller(b) < 0)
+			goto out;
+		set_auth(b);
+		b->rss_idle_kib = proc_status_kib(b->pid, "VmRSS");
+		fprintf(stderr, "rdzv: started %s pid %d on 127.0.0.1:%d\n", b->o.controller_bin,
+			(int)b->pid, b->o.port);
+	}
+	snprintf(body, sizeof body,
+		 "{\"name\":\"%.127s\",\"min_nodes\":%d,\"max_nodes\":%d,\"nproc_per_node\":1,"
+		 "\"heartbeat_timeout_ms\":%ld,\"last_call_ms\":1000}",
+		 b->o.job, b->o.n, b->o.n, (long)(b->o.timeout_s * 1000) + 600000);
+	status = simple_request(b, "POST", "/v1/jobs", body, resp, sizeof resp);
+	if (status != 200 && status != 201) {
+		fprintf(stderr, "rdzv: creating job '%s' failed: status %d: %.300s\n", b->o.job,
+			status, status > 0 ? resp : "no response");
+		goto out;
+	}
+	if (run_agents(b) == 0 && b->failures == 0) {
+		report(b);
+		rc = 0;
+	} else if (!b->t_end) {
+		int ph;
+		for (ph = 0; ph < NPHASES; ph++)
+			fprintf(stderr, "rdzv: %s completed by %d of %d agents\n", phase_name[ph],
+				b->nlat[ph], b->o.n);
+	}
+out:
+	stop_controller(b);
+	if (b->failures)
+		fprintf(stderr, "rdzv: %d failure(s)\n", b->failures);
+	if (rc == 0)
+		printf("rdzv N=%d seconds=%.3f\n", b->o.n, secs(b->t_rdzv - b->t0));
+	fflush(stdout);
+	return rc;
+}
