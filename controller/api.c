@@ -308,27 +308,38 @@ out:
 static void h_member_call(struct call *k)
 {
 	static const char *const keys[] = { "node_id", "generation", "reason", NULL };
+	static const char *const fkeys[] = { "node_id", "generation", "reason", "permanent",
+					     NULL };
 	struct mr_errbuf eb = { { 0 }, { 0 } };
-	json_t *o = body_obj(k);
+	json_t *o = body_obj(k), *perm;
 	const char *id = NULL, *reason = NULL;
 	int64_t gen = -1;
+	int permanent = 0;
 
 	if (!o)
 		return;
-	if (mr_json_check_keys(o, keys, &eb) ||
+	perm = json_object_get(o, "permanent");
+	if (mr_json_check_keys(o, k->route == RT_FAIL ? fkeys : keys, &eb) ||
 	    mr_json_get_str(o, "node_id", 1, CTL_MAX_NODE_ID, &id, &eb) ||
 	    mr_json_get_int(o, "generation", 0, 0, INT64_MAX, &gen, &eb) ||
 	    mr_json_get_str(o, "reason", 0, 1024, &reason, &eb)) {
 		bad_field(k, &eb);
+	} else if (perm && !json_is_boolean(perm)) {
+		fail(k, 400, "invalid_field", "permanent", "%s", "'permanent' must be a boolean");
 	} else if (node_id_ok(k, id)) {
+		permanent = json_is_true(perm);
 		if (k->route == RT_HEARTBEAT)
 			mr__ctl_heartbeat(&k->c->ctl, k->job, id, gen, &k->res);
+		else if (k->route == RT_COMPLETE)
+			mr__ctl_complete(&k->c->ctl, k->job, id, gen, &k->res);
+		else if (permanent)
+			mr__ctl_fail_job(&k->c->ctl, k->job, id, reason, &k->res);
 		else
 			mr__ctl_leave(&k->c->ctl, k->job, id, gen, k->route == RT_FAIL, &k->res);
-		if (k->route != RT_HEARTBEAT && !k->res.code)
+		if ((k->route == RT_LEAVE || k->route == RT_FAIL) && !k->res.code)
 			mr_log_info(k->route == RT_FAIL ? "member_failed" : "member_left",
-				    "job=%s node=%s reason=%s", mr_log_q(k->job), mr_log_q(id),
-				    mr_log_q(reason ? reason : ""));
+				    "job=%s node=%s permanent=%d reason=%s", mr_log_q(k->job),
+				    mr_log_q(id), permanent, mr_log_q(reason ? reason : ""));
 	}
 	json_decref(o);
 }
@@ -468,6 +479,8 @@ static int route(struct call *k, const char **allow)
 		return *allow = "POST", RT_LEAVE;
 	if (!strcmp(rest, "fail"))
 		return *allow = "POST", RT_FAIL;
+	if (!strcmp(rest, "complete"))
+		return *allow = "POST", RT_COMPLETE;
 	if (!strcmp(rest, "kv") || !strcmp(rest, "kv/"))
 		return *allow = "GET", RT_KV_LIST;
 	if (!strncmp(rest, "kv/", 3)) {
@@ -495,7 +508,8 @@ static int method_ok(int rt, enum mr_http_method m)
 		return get || m == MR_HTTP_POST;
 	case RT_JOB:
 		return get || m == MR_HTTP_DELETE;
-	case RT_JOIN: case RT_HEARTBEAT: case RT_LEAVE: case RT_FAIL: case RT_KV_ADD:
+	case RT_JOIN: case RT_HEARTBEAT: case RT_LEAVE: case RT_FAIL: case RT_COMPLETE:
+	case RT_KV_ADD:
 		return m == MR_HTTP_POST;
 	case RT_KV:
 		return get || m == MR_HTTP_PUT || m == MR_HTTP_DELETE;
@@ -573,7 +587,7 @@ void mr__ctl_handle(struct mr_http_req *req, void *user)
 		case RT_WAIT:
 			h_wait(k);
 			break;
-		case RT_HEARTBEAT: case RT_LEAVE: case RT_FAIL:
+		case RT_HEARTBEAT: case RT_LEAVE: case RT_FAIL: case RT_COMPLETE:
 			h_member_call(k);
 			break;
 		default:

@@ -36,13 +36,16 @@
 #define CTL_MAX_HOST 253
 #define CTL_MAX_PORTS_JSON 1024
 #define CTL_MAX_WAIT_MS 300000
+#define CTL_MAX_REASON 1024 /* bytes of a terminal job's reason, NUL included */
 
-enum ctl_job_state { CTL_JOB_FORMING, CTL_JOB_RUNNING, CTL_JOB_FAILED };
+/* FAILED and SUCCEEDED are terminal: only GET and DELETE of the job work. */
+enum ctl_job_state { CTL_JOB_FORMING, CTL_JOB_RUNNING, CTL_JOB_FAILED, CTL_JOB_SUCCEEDED };
 enum ctl_member_state {
 	CTL_M_WAITING, /* joined the forming round */
 	CTL_M_RUNNING, /* in the closed round: has a node rank */
 	CTL_M_STANDBY, /* joined a full running job: enters the next round */
 	CTL_M_STALE,   /* member of an older generation that has not rejoined */
+	CTL_M_DONE,    /* was running, reported completion (no bump) */
 	CTL_M_NSTATES
 };
 enum ctl_waiter_kind { CTL_W_ROUND, CTL_W_KV };
@@ -97,6 +100,7 @@ struct ctl_job {
 	struct ctl_spec spec;
 	uint64_t generation;
 	uint8_t state; /* enum ctl_job_state */
+	char *reason;  /* why the job is failed/succeeded, owned; NULL otherwise */
 	int32_t restarts;
 	uint64_t rounds;
 	struct mr_dict members;
@@ -208,6 +212,16 @@ void mr__ctl_heartbeat(struct ctl *ctl, const char *name, const char *node_id, i
 /* failure: 1 = "fail" (counts a restart, member stays), 0 = "leave". */
 void mr__ctl_leave(struct ctl *ctl, const char *name, const char *node_id, int64_t gen,
 		   int failure, struct ctl_res *res);
+/* "fail" with permanent: the job becomes failed at once (any member state,
+ * any generation); reason may be NULL. */
+void mr__ctl_fail_job(struct ctl *ctl, const char *name, const char *node_id,
+		      const char *reason, struct ctl_res *res);
+/* A running member finished: it becomes done (no bump); when no member of
+ * the round is still running, the job becomes succeeded. */
+void mr__ctl_complete(struct ctl *ctl, const char *name, const char *node_id, int64_t gen,
+		      struct ctl_res *res);
+/* 1 if the job is failed or succeeded. */
+int mr__ctl_job_over(const struct ctl_job *job);
 json_t *mr__ctl_member_json(const struct ctl_member *m);
 /* Moves m to state st, keeping the job's counters and min_reached. */
 void mr__ctl_set_state(struct ctl *ctl, struct ctl_job *job, struct ctl_member *m, int st);
@@ -233,8 +247,17 @@ struct ctl_member *mr__ctl_apply_member(struct ctl *ctl, struct ctl_job *job,
 					int state, int32_t node_rank);
 void mr__ctl_apply_member_delete(struct ctl *ctl, struct ctl_job *job, struct ctl_member *m);
 void mr__ctl_apply_close(struct ctl *ctl, struct ctl_job *job, int32_t n);
+/* failed: the bump exceeded max_restarts; reason (may be NULL) says why. */
 void mr__ctl_apply_bump(struct ctl *ctl, struct ctl_job *job, uint64_t gen, int32_t restarts,
-			int failed);
+			int failed, const char *reason);
+/* Makes the job terminal (CTL_JOB_FAILED or CTL_JOB_SUCCEEDED) with a
+ * reason (copied, truncated to CTL_MAX_REASON) and answers every parked
+ * call of the job 410 job_failed / job_succeeded. */
+void mr__ctl_apply_end(struct ctl *ctl, struct ctl_job *job, int state, const char *reason);
+/* Sets job->reason (copy, truncated); NULL clears it. */
+void mr__ctl_set_reason(struct ctl_job *job, const char *reason);
+/* The 410 answer for a terminal job. */
+void mr__res_over(struct ctl_res *res, const struct ctl_job *job);
 
 /* ---- KV (kv.c) ---- */
 struct ctl_put {
@@ -280,6 +303,7 @@ void mr__jr_member(struct ctl *ctl, const struct ctl_job *job, const struct ctl_
 void mr__jr_member_delete(struct ctl *ctl, const struct ctl_job *job, const char *node_id);
 void mr__jr_close(struct ctl *ctl, const struct ctl_job *job, int32_t n);
 void mr__jr_bump(struct ctl *ctl, const struct ctl_job *job);
+void mr__jr_end(struct ctl *ctl, const struct ctl_job *job);
 void mr__jr_kv_put(struct ctl *ctl, const struct ctl_job *job, const struct ctl_kv *e);
 void mr__jr_kv_del(struct ctl *ctl, const struct ctl_job *job, const char *key);
 

@@ -69,16 +69,46 @@ void mr__res_stale(struct ctl_res *res, const struct ctl_job *job)
 
 const char *mr__ctl_member_state_name(int st)
 {
-	static const char *const names[] = { "waiting", "running", "standby", "stale" };
+	static const char *const names[] = { "waiting", "running", "standby", "stale", "done" };
 
 	return st >= 0 && st < CTL_M_NSTATES ? names[st] : "unknown";
 }
 
 const char *mr__ctl_job_state_name(int st)
 {
-	static const char *const names[] = { "forming", "running", "failed" };
+	static const char *const names[] = { "forming", "running", "failed", "succeeded" };
 
-	return st >= 0 && st <= CTL_JOB_FAILED ? names[st] : "unknown";
+	return st >= 0 && st <= CTL_JOB_SUCCEEDED ? names[st] : "unknown";
+}
+
+int mr__ctl_job_over(const struct ctl_job *job)
+{
+	return job->state == CTL_JOB_FAILED || job->state == CTL_JOB_SUCCEEDED;
+}
+
+void mr__ctl_set_reason(struct ctl_job *job, const char *reason)
+{
+	size_t n = reason ? strlen(reason) : 0;
+
+	if (n > CTL_MAX_REASON - 1) { /* cut on a UTF-8 character boundary */
+		n = CTL_MAX_REASON - 1;
+		while (n > 0 && ((unsigned char)reason[n] & 0xc0) == 0x80)
+			n--;
+	}
+	free(job->reason);
+	job->reason = reason ? strndup(reason, n) : NULL;
+}
+
+void mr__res_over(struct ctl_res *res, const struct ctl_job *job)
+{
+	int ok = job->state == CTL_JOB_SUCCEEDED;
+	const char *why = job->reason ? job->reason : "";
+
+	mr__res_err(res, 410, ok ? "job_succeeded" : "job_failed", "job", "job '%s' %s: %s",
+		    job->name, ok ? "succeeded" : "failed", why);
+	json_decref(res->body);
+	res->body = json_pack("{sI ss ss}", "generation", (json_int_t)job->generation, "state",
+			      mr__ctl_job_state_name(job->state), "reason", why);
 }
 
 /* ---- lifecycle ---------------------------------------------------------- */
@@ -126,6 +156,7 @@ static void job_free(struct ctl *ctl, struct ctl_job *job)
 	mr__ctl_kv_clear(ctl, job);
 	mr_dict_release(&job->kv, NULL);
 	mr_dict_release(&job->kvwait, free);
+	free(job->reason);
 	free(job->name);
 	free(job);
 }
@@ -345,16 +376,19 @@ json_t *mr__ctl_job_json(const struct ctl_job *job)
 		return NULL;
 	json_object_set_new(o, "spec", mr__ctl_spec_json(&job->spec));
 	json_object_set_new(o, "members",
-			    json_pack("{sI sI sI sI sI}", "total",
+			    json_pack("{sI sI sI sI sI sI}", "total",
 				      (json_int_t)mr_dict_len(&job->members), "waiting",
 				      (json_int_t)job->count[CTL_M_WAITING], "running",
 				      (json_int_t)job->count[CTL_M_RUNNING], "standby",
 				      (json_int_t)job->count[CTL_M_STANDBY], "stale",
-				      (json_int_t)job->count[CTL_M_STALE]));
+				      (json_int_t)job->count[CTL_M_STALE], "done",
+				      (json_int_t)job->count[CTL_M_DONE]));
 	json_object_set_new(o, "kv", json_pack("{sI sI}", "keys", (json_int_t)mr_dict_len(&job->kv),
 					       "bytes", (json_int_t)job->kv_bytes));
 	if (job->dp)
 		json_object_set_new(o, "dp", json_integer(job->dp));
+	if (job->reason)
+		json_object_set_new(o, "reason", json_string(job->reason));
 	return o;
 }
 
@@ -410,11 +444,8 @@ struct ctl_job *mr__ctl_job_for(struct ctl *ctl, const char *name, int64_t gen,
 		mr__res_err(res, 404, "job_not_found", "job", "job '%s' does not exist", name);
 		return NULL;
 	}
-	if (job->state == CTL_JOB_FAILED) {
-		mr__res_err(res, 410, "job_failed", "job",
-			    "job '%s' failed after %d restarts", name, job->restarts);
-		json_decref(res->body);
-		res->body = json_pack("{sI}", "generation", (json_int_t)job->generation);
+	if (mr__ctl_job_over(job)) {
+		mr__res_over(res, job);
 		return NULL;
 	}
 	if (gen >= 0 && (uint64_t)gen != job->generation) {

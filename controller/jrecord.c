@@ -28,6 +28,7 @@ enum {
 	R_BUMP = 6,
 	R_KV_PUT = 7,
 	R_KV_DEL = 8,
+	R_END = 9, /* a job became failed/succeeded (permanent fail, completion) */
 };
 
 /* ---- CRC-32 (IEEE 802.3, reflected) --------------------------------------- */
@@ -178,6 +179,7 @@ void mr__jr_job(struct ctl *ctl, const struct ctl_job *job)
 	put_uv(jr, job->rounds);
 	put_uv(jr, job->kv_seq);
 	put_uv(jr, (uint32_t)job->num_nodes);
+	put_str(jr, job->reason); /* optional: absent in older journals */
 	rec_end(jr);
 }
 
@@ -235,6 +237,19 @@ void mr__jr_bump(struct ctl *ctl, const struct ctl_job *job)
 	put_uv(jr, job->generation);
 	put_uv(jr, (uint32_t)job->restarts);
 	put_uv(jr, job->state == CTL_JOB_FAILED);
+	if (job->state == CTL_JOB_FAILED)
+		put_str(jr, job->reason); /* optional: absent in older journals */
+	rec_end(jr);
+}
+
+void mr__jr_end(struct ctl *ctl, const struct ctl_job *job)
+{
+	struct ctl_journal *jr = rec_begin(ctl, R_END, job->name);
+
+	if (!jr)
+		return;
+	put_uv(jr, job->state);
+	put_str(jr, job->reason);
 	rec_end(jr);
 }
 
@@ -352,7 +367,7 @@ static int apply_record(struct ctl *ctl, const unsigned char *p, size_t len)
 {
 	struct dec d = { p, len, 1, 0 };
 	char name[256], node[CTL_MAX_NODE_ID + 1], host[CTL_MAX_HOST + 1], hid[CTL_MAX_HOST + 1];
-	char ports[CTL_MAX_PORTS_JSON + 1], key[CTL_MAX_KEY + 1];
+	char ports[CTL_MAX_PORTS_JSON + 1], key[CTL_MAX_KEY + 1], why[CTL_MAX_REASON];
 	const char *nm, *s;
 	struct ctl_job *job;
 	struct ctl_spec spec;
@@ -373,15 +388,18 @@ static int apply_record(struct ctl *ctl, const unsigned char *p, size_t len)
 		if (!get_spec(&d, &spec))
 			return MR_ECORRUPT;
 		gen = get_uv(&d);
-		state = get_i32(&d, 0, CTL_JOB_FAILED);
+		state = get_i32(&d, 0, CTL_JOB_SUCCEEDED);
 		restarts = get_i32(&d, 0, INT32_MAX);
 		rounds = get_uv(&d);
 		kv_seq = get_uv(&d);
 		nn = get_i32(&d, 0, spec.max_nodes);
+		s = d.off < len ? get_str(&d, why, sizeof(why)) : NULL;
 		if (d.bad || d.off != len || !mr__ctl_valid_key(nm, strlen(nm)))
 			return MR_ECORRUPT;
-		if (!mr__ctl_apply_job(ctl, nm, &spec, gen, state, restarts, rounds, kv_seq, nn))
+		job = mr__ctl_apply_job(ctl, nm, &spec, gen, state, restarts, rounds, kv_seq, nn);
+		if (!job)
 			return MR_ENOMEM;
+		mr__ctl_set_reason(job, s);
 		return 0;
 	}
 	case R_JOB_DEL:
@@ -431,9 +449,19 @@ static int apply_record(struct ctl *ctl, const unsigned char *p, size_t len)
 		int32_t restarts = get_i32(&d, 0, INT32_MAX);
 		int32_t failed = get_i32(&d, 0, 1);
 
-		if (d.bad || d.off != len || gen != job->generation + 1)
+		s = failed && d.off < len ? get_str(&d, why, sizeof(why)) : NULL;
+		if (d.bad || d.off != len || gen != job->generation + 1 || mr__ctl_job_over(job))
 			return MR_ECORRUPT;
-		mr__ctl_apply_bump(ctl, job, gen, restarts, failed);
+		mr__ctl_apply_bump(ctl, job, gen, restarts, failed, s);
+		return 0;
+	}
+	case R_END: {
+		int32_t state = get_i32(&d, CTL_JOB_FAILED, CTL_JOB_SUCCEEDED);
+
+		s = get_str(&d, why, sizeof(why));
+		if (d.bad || d.off != len || mr__ctl_job_over(job))
+			return MR_ECORRUPT;
+		mr__ctl_apply_end(ctl, job, state, s);
 		return 0;
 	}
 	case R_KV_PUT: {

@@ -115,11 +115,12 @@ void mr__ctl_apply_close(struct ctl *ctl, struct ctl_job *job, int32_t n)
 }
 
 void mr__ctl_apply_bump(struct ctl *ctl, struct ctl_job *job, uint64_t gen, int32_t restarts,
-			int failed)
+			int failed, const char *reason)
 {
 	job->generation = gen;
 	job->restarts = restarts;
 	job->state = failed ? CTL_JOB_FAILED : CTL_JOB_FORMING;
+	mr__ctl_set_reason(job, failed ? (reason ? reason : "max_restarts exceeded") : NULL);
 	job->num_nodes = job->world_size = job->dp = 0;
 	job->min_reached_ms = 0;
 	/* everybody joins the new round again, standby members included: each
@@ -132,9 +133,11 @@ void mr__ctl_apply_bump(struct ctl *ctl, struct ctl_job *job, uint64_t gen, int3
 	mr__ctl_kv_clear(ctl, job);
 	mr__jr_bump(ctl, job);
 	if (failed) {
-		mr__ctl_waiters_fail(ctl, job, 410, "job_failed", "job",
-				     json_pack("{sI}", "generation", (json_int_t)gen),
-				     "the job failed: max_restarts exceeded");
+		struct ctl_res r;
+
+		memset(&r, 0, sizeof(r));
+		mr__res_over(&r, job);
+		mr__ctl_waiters_fail(ctl, job, r.status, r.code, "job", r.body, r.msg);
 	} else {
 		mr__ctl_waiters_fail(ctl, job, 409, "stale_generation", "generation",
 				     json_pack("{sI}", "generation", (json_int_t)gen),
@@ -142,14 +145,37 @@ void mr__ctl_apply_bump(struct ctl *ctl, struct ctl_job *job, uint64_t gen, int3
 	}
 }
 
+void mr__ctl_apply_end(struct ctl *ctl, struct ctl_job *job, int state, const char *reason)
+{
+	struct ctl_res r;
+
+	job->state = (uint8_t)state;
+	job->min_reached_ms = 0;
+	mr__ctl_set_reason(job, reason);
+	mr__jr_end(ctl, job);
+	memset(&r, 0, sizeof(r));
+	mr__res_over(&r, job);
+	mr__ctl_waiters_fail(ctl, job, r.status, r.code, "job", r.body, r.msg);
+	if (!ctl->replaying)
+		mr_log(state == CTL_JOB_FAILED ? MR_LOG_WARN : MR_LOG_INFO,
+		       state == CTL_JOB_FAILED ? "job_failed" : "job_succeeded",
+		       "job=%s gen=%llu reason=%s", mr_log_q(job->name),
+		       (unsigned long long)job->generation, mr_log_q(job->reason ? job->reason : ""));
+}
+
+/* why: what ended the generation (also the reason if the job fails). */
 static void bump(struct ctl *ctl, struct ctl_job *job, int failure, const char *why,
 		 const char *node_id)
 {
 	int32_t restarts = job->restarts + (failure ? 1 : 0);
 	int failed = restarts > job->spec.max_restarts;
+	char reason[CTL_MAX_REASON];
 
+	snprintf(reason, sizeof(reason), "max_restarts (%d) exceeded: %s of node '%s'",
+		 job->spec.max_restarts, why, node_id);
 	ctl->stats.bumps++;
-	mr__ctl_apply_bump(ctl, job, job->generation + 1, restarts, failed);
+	mr__ctl_apply_bump(ctl, job, job->generation + 1, restarts, failed,
+			   failed ? reason : NULL);
 	mr_log(failed ? MR_LOG_WARN : MR_LOG_INFO, failed ? "job_failed" : "generation_bumped",
 	       "job=%s gen=%llu reason=%s node=%s restarts=%d", mr_log_q(job->name),
 	       (unsigned long long)job->generation, why, mr_log_q(node_id), restarts);
@@ -191,7 +217,7 @@ void mr__ctl_join(struct ctl *ctl, const char *name, const struct ctl_join *j,
 			return;
 		job = mr__ctl_job(ctl, name);
 	}
-	if (!job || job->state == CTL_JOB_FAILED) {
+	if (!job || mr__ctl_job_over(job)) {
 		mr__ctl_job_for(ctl, name, -1, res);
 		return;
 	}
@@ -322,6 +348,60 @@ void mr__ctl_leave(struct ctl *ctl, const char *name, const char *node_id, int64
 		bump(ctl, job, failure, failure ? "fail" : "leave", node_id);
 	} else {
 		mr__ctl_apply_member_delete(ctl, job, m);
+	}
+	mr__res_ok(res, json_pack("{sI ss}", "generation", (json_int_t)job->generation, "state",
+				  mr__ctl_job_state_name(job->state)));
+}
+
+void mr__ctl_fail_job(struct ctl *ctl, const char *name, const char *node_id,
+		      const char *reason, struct ctl_res *res)
+{
+	struct ctl_job *job = mr__ctl_job_for(ctl, name, -1, res);
+	struct ctl_member *m = job ? mr_dict_get(&job->members, node_id) : NULL;
+	char why[CTL_MAX_REASON];
+
+	if (!job)
+		return;
+	if (!m) {
+		mr__res_err(res, 404, "not_member", "node_id",
+			    "node '%.253s' is not a member of job '%s'", node_id, job->name);
+		return;
+	}
+	snprintf(why, sizeof(why), "node '%s' failed permanently%s%s", node_id,
+		 reason && *reason ? ": " : "", reason ? reason : "");
+	mr__ctl_apply_end(ctl, job, CTL_JOB_FAILED, why);
+	mr__res_ok(res, json_pack("{sI ss ss}", "generation", (json_int_t)job->generation, "state",
+				  mr__ctl_job_state_name(job->state), "reason", job->reason));
+}
+
+void mr__ctl_complete(struct ctl *ctl, const char *name, const char *node_id, int64_t gen,
+		      struct ctl_res *res)
+{
+	struct ctl_job *job = mr__ctl_job_for(ctl, name, gen, res);
+	struct ctl_member *m = job ? member_for(job, node_id, res) : NULL;
+
+	if (!m)
+		return;
+	if (m->state != CTL_M_DONE && (m->state != CTL_M_RUNNING || job->state != CTL_JOB_RUNNING)) {
+		mr__res_err(res, 409, "not_running", "node_id",
+			    "node '%.253s' is %s, not running", node_id,
+			    mr__ctl_member_state_name(m->state));
+		return;
+	}
+	mr__ctl_member_touch(ctl, job, m);
+	if (m->state == CTL_M_RUNNING) {
+		mr__ctl_set_state(ctl, job, m, CTL_M_DONE);
+		mr__jr_member(ctl, job, m);
+		if (!ctl->replaying)
+			mr_log_info("member_done", "job=%s node=%s running=%u", mr_log_q(job->name),
+				    mr_log_q(node_id), job->count[CTL_M_RUNNING]);
+	}
+	if (job->count[CTL_M_RUNNING] == 0) {
+		char why[128];
+
+		snprintf(why, sizeof(why), "all %d nodes of generation %llu completed",
+			 job->num_nodes, (unsigned long long)job->generation);
+		mr__ctl_apply_end(ctl, job, CTL_JOB_SUCCEEDED, why);
 	}
 	mr__res_ok(res, json_pack("{sI ss}", "generation", (json_int_t)job->generation, "state",
 				  mr__ctl_job_state_name(job->state)));

@@ -22,7 +22,8 @@
 const char *const mr__ctl_route_names[RT_COUNT] = {
 	"/healthz", "/readyz", "/metrics", "/v1/jobs", "/v1/jobs/{job}",
 	"/v1/jobs/{job}/join", "/v1/jobs/{job}/wait", "/v1/jobs/{job}/heartbeat",
-	"/v1/jobs/{job}/leave", "/v1/jobs/{job}/fail", "/v1/jobs/{job}/kv",
+	"/v1/jobs/{job}/leave", "/v1/jobs/{job}/fail", "/v1/jobs/{job}/complete",
+	"/v1/jobs/{job}/kv",
 	"/v1/jobs/{job}/kv/{key}", "/v1/jobs/{job}/kv/{key}/add", "other",
 };
 

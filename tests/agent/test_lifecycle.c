@@ -2,8 +2,11 @@
  * test_lifecycle.c - meshrun-agent's lifecycle against a real controller:
  * torchrun's env contract, restart on a worker failure, restart on a
  * generation change (a lost pod, detected within heartbeat timeout + 1 s),
- * exhausted restarts, permanent exit codes, SIGTERM, and a controller
- * outage while workers run. Real processes and signals on loopback.
+ * exhausted restarts, permanent exit codes, SIGTERM, a controller outage
+ * while workers run, and the job's end: a permanent failure or exhausted
+ * restarts on one node stop every other agent within seconds (the verdict
+ * survives kill -9 of the controller), and success ends the job without a
+ * bump. Real processes and signals on loopback.
  */
 #include "harness.h"
 

@@ -3,8 +3,9 @@
  * timeout and wake-up, compare-and-set, add, list by prefix with paging,
  * job isolation, bearer tokens (401/403, read token), body and value
  * limits (413), malformed JSON and wrong types (400 naming the field),
- * 404/405, metrics, and a slowloris client dropped after the idle timeout
- * while normal clients are served.
+ * 404/405, metrics, a slowloris client dropped after the idle timeout
+ * while normal clients are served, and the job's end (permanent fail,
+ * complete) answering parked and later calls 410 across a restart.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -1,7 +1,8 @@
 /*
  * test_ctl.c - unit tests of the controller core without HTTP: rank
  * ordering, round close at max and after last-call, generation bumps,
- * KV semantics, and journal encode/replay (including a torn tail).
+ * KV semantics, journal encode/replay (including a torn tail), and the
+ * terminal states (permanent fail, completion) with their replay.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
