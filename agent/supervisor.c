@@ -465,14 +465,21 @@ static void report_stats(struct mr_supervisor *sv, long long *last, int final)
 			continue;
 		mr_agent_metrics_worker(&sv->metrics, sv->inproc.rank[i].env.rank, &ws);
 		if (final)
-			mr_log_info("worker_done", "rank=%d step=%lld/%lld loss=%.4f tokens=%lld",
+			mr_log_info("worker_done",
+				    "rank=%d step=%lld/%lld loss=%.4f val_loss=%.4f tokens=%lld "
+				    "tokens_per_s=%.0f mfu=%.3f",
 				    sv->inproc.rank[i].env.rank, (long long)ws.step,
-				    (long long)ws.total_steps, ws.loss, (long long)ws.tokens);
+				    (long long)ws.total_steps, ws.loss, ws.val_loss,
+				    (long long)ws.tokens, ws.tokens_per_s, ws.mfu);
 		else if (print && i == 0 && ws.step > 0)
 			mr_log_info("progress",
-				    "rank=%d step=%lld/%lld loss=%.4f tokens_per_s=%.0f mfu=%.3f",
+				    "rank=%d step=%lld/%lld loss=%.4f tokens_per_s=%.0f mfu=%.3f "
+				    "eta_s=%.0f",
 				    sv->inproc.rank[i].env.rank, (long long)ws.step,
-				    (long long)ws.total_steps, ws.loss, ws.tokens_per_s, ws.mfu);
+				    (long long)ws.total_steps, ws.loss, ws.tokens_per_s, ws.mfu,
+				    ws.total_steps > ws.step
+					    ? (double)(ws.total_steps - ws.step) * ws.step_seconds
+					    : 0.0);
 	}
 	if (print && last)
 		*last = now_ms();

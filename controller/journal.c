@@ -109,6 +109,8 @@ int mr__jr_open(struct ctl *ctl, const char *dir, int do_fsync, struct ctl_journ
 		return mr_errf(eb, MR_ENOMEM, "out of memory");
 	jr->fd = -1;
 	jr->do_fsync = do_fsync;
+	pthread_mutex_init(&jr->mu, NULL);
+	pthread_cond_init(&jr->cv, NULL);
 	if (snprintf(jr->dir, sizeof(jr->dir), "%s", dir) >= (int)sizeof(jr->dir) ||
 	    snprintf(jr->path, sizeof(jr->path), "%s/journal", dir) >= (int)sizeof(jr->path)) {
 		err = mr_errf_field(eb, MR_EINVAL, "data_dir", "data dir '%.200s' is too long", dir);
@@ -174,33 +176,136 @@ uint64_t mr__jr_size(const struct ctl *ctl)
 	return ctl->jr ? ctl->jr->size : 0;
 }
 
-int mr__jr_commit(struct ctl *ctl)
+/* After a batch was written: account for it and give back a burst's buffer. */
+static void batch_written(struct ctl_journal *jr, int err, size_t len, unsigned char **buf,
+			  size_t *cap)
 {
-	struct ctl_journal *jr = ctl->jr;
-	int err = 0;
-
-	if (!jr || (!jr->len && !jr->failed))
-		return 0;
-	if (jr->failed) {
-		err = MR_ENOMEM;
-	} else {
-		err = write_all(jr->fd, jr->buf, jr->len);
-		if (!err && jr->do_fsync && fdatasync(jr->fd))
-			err = MR_EIO;
-	}
 	if (err)
 		mr_log_error("journal_write_failed", "path=%s err=%s", mr_log_q(jr->path),
 			     mr_err_name(err));
 	else
-		jr->size += jr->len;
+		jr->size += len;
+	if (*cap > (1u << 20)) {
+		free(*buf);
+		*buf = NULL;
+		*cap = 0;
+	}
+}
+
+static int write_batch(struct ctl_journal *jr, const unsigned char *buf, size_t len)
+{
+	int err = write_all(jr->fd, buf, len);
+
+	if (!err && jr->do_fsync && fdatasync(jr->fd))
+		err = MR_EIO;
+	return err;
+}
+
+int mr__jr_commit(struct ctl *ctl)
+{
+	struct ctl_journal *jr = ctl->jr;
+	int err;
+
+	if (!jr || (!jr->len && !jr->failed))
+		return 0;
+	err = jr->failed ? MR_ENOMEM : write_batch(jr, jr->buf, jr->len);
+	batch_written(jr, err, jr->len, &jr->buf, &jr->cap);
 	jr->len = 0;
 	jr->failed = 0;
-	if (jr->cap > (1u << 20)) { /* give back a burst's buffer */
-		free(jr->buf);
-		jr->buf = NULL;
-		jr->cap = 0;
-	}
 	return err;
+}
+
+static void *writer_main(void *arg)
+{
+	struct ctl_journal *jr = arg;
+	int err;
+
+	pthread_mutex_lock(&jr->mu);
+	for (;;) {
+		while (!jr->job && !jr->stop)
+			pthread_cond_wait(&jr->cv, &jr->mu);
+		if (!jr->job)
+			break;
+		pthread_mutex_unlock(&jr->mu);
+		err = write_batch(jr, jr->wbuf, jr->wlen);
+		pthread_mutex_lock(&jr->mu);
+		jr->werr = err;
+		jr->job = 0; /* before done(): the loop may hand off the next at once */
+		pthread_mutex_unlock(&jr->mu);
+		jr->done(jr->done_arg);
+		pthread_mutex_lock(&jr->mu);
+	}
+	pthread_mutex_unlock(&jr->mu);
+	return NULL;
+}
+
+int mr__jr_commit_start(struct ctl *ctl, void (*done)(void *arg), void *arg)
+{
+	struct ctl_journal *jr = ctl->jr;
+	unsigned char *b;
+	size_t c;
+
+	if (!jr || jr->inflight || (!jr->len && !jr->failed))
+		return 0;
+	if (jr->failed)
+		return mr__jr_commit(ctl); /* drops the incomplete batch, MR_ENOMEM */
+	if (!jr->writer_started) {
+		if (pthread_create(&jr->writer, NULL, writer_main, jr))
+			return mr__jr_commit(ctl) ? MR_EIO : 0;
+		jr->writer_started = 1;
+	}
+	/* swap: the batch goes to the writer, its old buffer collects the next */
+	b = jr->wbuf;
+	c = jr->wcap;
+	jr->wbuf = jr->buf;
+	jr->wcap = jr->cap;
+	jr->wlen = jr->len;
+	jr->buf = b;
+	jr->cap = c;
+	jr->len = 0;
+	jr->done = done;
+	jr->done_arg = arg;
+	jr->inflight = 1;
+	pthread_mutex_lock(&jr->mu);
+	jr->job = 1;
+	pthread_cond_signal(&jr->cv);
+	pthread_mutex_unlock(&jr->mu);
+	return 1;
+}
+
+int mr__jr_commit_finish(struct ctl *ctl)
+{
+	struct ctl_journal *jr = ctl->jr;
+	int err;
+
+	if (!jr || !jr->inflight)
+		return 0;
+	pthread_mutex_lock(&jr->mu); /* werr was set under it */
+	err = jr->werr;
+	pthread_mutex_unlock(&jr->mu);
+	batch_written(jr, err, jr->wlen, &jr->wbuf, &jr->wcap);
+	jr->wlen = 0;
+	jr->inflight = 0;
+	return err;
+}
+
+int mr__jr_inflight(const struct ctl *ctl)
+{
+	return ctl->jr && ctl->jr->inflight;
+}
+
+void mr__jr_free_writer(struct ctl *ctl)
+{
+	struct ctl_journal *jr = ctl->jr;
+
+	if (!jr || !jr->writer_started)
+		return;
+	pthread_mutex_lock(&jr->mu);
+	jr->stop = 1;
+	pthread_cond_signal(&jr->cv);
+	pthread_mutex_unlock(&jr->mu);
+	pthread_join(jr->writer, NULL); /* a batch handed off is written first */
+	jr->writer_started = 0;
 }
 
 void mr__jr_free(struct ctl *ctl)
@@ -209,9 +314,13 @@ void mr__jr_free(struct ctl *ctl)
 
 	if (!jr)
 		return;
+	mr__jr_free_writer(ctl);
+	pthread_mutex_destroy(&jr->mu);
+	pthread_cond_destroy(&jr->cv);
 	if (jr->fd >= 0)
 		close(jr->fd);
 	free(jr->buf);
+	free(jr->wbuf);
 	free(jr);
 	ctl->jr = NULL;
 }

@@ -1,8 +1,14 @@
 /*
  * server.c - the controller process core: start (token files, journal
  * replay and compaction, metrics, HTTP server), the loop tick (timers, then
- * group commit: one write + fdatasync for every mutation of the iteration,
- * then the replies that waited for it), and stop.
+ * group commit), and stop.
+ *
+ * Group commit is pipelined: the tick hands the mutations collected so far
+ * to the journal's writer thread (one write + fdatasync for all of them)
+ * and the loop keeps serving while the disk syncs, collecting the next
+ * batch. A reply showing state of a batch is queued with that batch and
+ * leaves when the writer reports it durable, so nothing is acknowledged
+ * before it would survive kill -9, and a slow fsync never stalls the loop.
  *
  * Non-goals: routes (api.c), state machine (job.c, kv.c), flags (options.c).
  */
@@ -116,12 +122,11 @@ void mr__ctl_send(struct mr_controller *c, struct mr_http_req *req, int route, i
 		mr__ctl_observe(c, route, 503, t0_us);
 		return;
 	}
-	if (mr__jr_pending(&c->ctl)) {
+	if (mr__jr_pending(&c->ctl) || mr__jr_inflight(&c->ctl)) {
 		struct ctl_pending *p = malloc(sizeof(*p) + len);
 
 		if (p) {
 			p->req = req;
-			p->next = NULL;
 			p->status = status;
 			p->route = (uint8_t)route;
 			p->json = (uint8_t)json;
@@ -129,11 +134,17 @@ void mr__ctl_send(struct mr_controller *c, struct mr_http_req *req, int route, i
 			p->etag = res->etag;
 			p->len = len;
 			memcpy(p->body, body, len);
-			if (c->pend_tail)
-				c->pend_tail->next = p;
-			else
-				c->pend_head = p;
-			c->pend_tail = p;
+			if (mr__jr_pending(&c->ctl)) { /* its state is in the next batch */
+				p->next = NULL;
+				if (c->pend_tail)
+					c->pend_tail->next = p;
+				else
+					c->pend_head = p;
+				c->pend_tail = p;
+			} else { /* it shows state of the batch being synced */
+				p->next = c->infl_head;
+				c->infl_head = p;
+			}
 			c->pending++;
 			if (!mr_http_req_user(req)) {
 				mr_http_suspend(req);
@@ -163,12 +174,10 @@ static void on_wake(struct ctl *ctl, void *reqp, struct ctl_res *res)
 	mr__ctl_send(c, req, route, t0, res);
 }
 
-static void flush_pending(struct mr_controller *c, int err)
+/* Answers a list of queued replies (the journal batch they waited for is
+ * durable, or failed: then 503) and frees it. */
+static void flush_list(struct mr_controller *c, struct ctl_pending *p, int err)
 {
-	struct ctl_pending *p = c->pend_head;
-
-	c->pend_head = c->pend_tail = NULL;
-	c->pending = 0;
 	while (p) {
 		struct ctl_pending *next = p->next;
 
@@ -181,20 +190,75 @@ static void flush_pending(struct mr_controller *c, int err)
 			reply_now(c, p->req, p->route, p->status, p->json, p->body, p->len,
 				  p->etag, p->t0_us);
 		}
+		c->pending--;
 		free(p);
 		p = next;
 	}
 }
 
+static void free_list(struct ctl_pending *p)
+{
+	while (p) {
+		struct ctl_pending *next = p->next;
+
+		free(p);
+		p = next;
+	}
+}
+
+static void commit_done(void *arg);
+
+/* Hands the collected batch to the journal writer, with the replies that
+ * wait for it, unless a batch is still in flight. */
+static void start_commit(struct mr_controller *c)
+{
+	struct ctl_pending *p;
+	int rc;
+
+	if (mr__jr_inflight(&c->ctl))
+		return;
+	p = c->pend_head;
+	rc = mr__jr_commit_start(&c->ctl, commit_done, c);
+	if (rc == 0 && !p)
+		return;
+	c->pend_head = c->pend_tail = NULL;
+	if (rc == 1) {
+		c->infl_head = p; /* order within a batch does not matter */
+		return;
+	}
+	flush_list(c, p, rc < 0 ? rc : 0);
+}
+
+/* On the loop thread, posted by the writer: the batch in flight is durable. */
+static void commit_finished(void *arg)
+{
+	struct mr_controller *c = arg;
+	int err = mr__jr_commit_finish(&c->ctl);
+	struct ctl_pending *p = c->infl_head;
+
+	c->infl_head = NULL;
+	flush_list(c, p, err);
+	start_commit(c);
+}
+
+/* On the writer thread. */
+static void commit_done(void *arg)
+{
+	struct mr_controller *c = arg;
+
+	/* once the server stops, its stop answers what waited (503) */
+	pthread_mutex_lock(&c->post_mu);
+	if (c->srv_live)
+		(void)mr_httpd_post(c->srv, commit_finished, c);
+	pthread_mutex_unlock(&c->post_mu);
+}
+
 static void on_tick(void *user)
 {
 	struct mr_controller *c = user;
-	int err;
 
 	mr__ctl_tick(&c->ctl);
-	err = mr__jr_commit(&c->ctl);
-	if (c->pend_head)
-		flush_pending(c, err);
+	start_commit(c);
 }
 
 /* ---- metrics ---- */
@@ -324,6 +388,7 @@ int mr_controller_start(struct mr_controller **out, const struct mr_controller_o
 	if (!c)
 		return mr_errf(eb, MR_ENOMEM, "out of memory");
 	c->opts = *o;
+	pthread_mutex_init(&c->post_mu, NULL);
 	memset(&lim, 0, sizeof(lim));
 	lim.max_value = (size_t)o->max_value;
 	lim.max_keys = (uint32_t)o->max_keys;
@@ -371,6 +436,9 @@ int mr_controller_start(struct mr_controller **out, const struct mr_controller_o
 	err = mr_httpd_start(&c->srv, &ho, eb);
 	if (err)
 		goto fail;
+	pthread_mutex_lock(&c->post_mu);
+	c->srv_live = 1;
+	pthread_mutex_unlock(&c->post_mu);
 	mr_log_info("listening", "addr=%s port=%d data_dir=%s auth=%s", mr_log_q(o->listen),
 		    mr_httpd_port(c->srv), mr_log_q(o->data_dir), c->token[0] ? "on" : "off");
 	if (o->port_file[0]) {
@@ -394,17 +462,22 @@ void mr_controller_stop(struct mr_controller *c)
 {
 	if (!c)
 		return;
-	mr_httpd_stop(c->srv); /* answers parked requests 503 */
-	while (c->pend_head) {
-		struct ctl_pending *p = c->pend_head;
-
-		c->pend_head = p->next;
-		free(p);
-	}
+	pthread_mutex_lock(&c->post_mu);
+	c->srv_live = 0;
+	pthread_mutex_unlock(&c->post_mu);
+	mr_httpd_stop(c->srv); /* answers parked and queued requests 503 */
+	c->srv = NULL;
+	/* their requests were answered 503 by the stop */
+	free_list(c->pend_head);
+	free_list(c->infl_head);
+	c->pend_head = c->pend_tail = c->infl_head = NULL;
+	mr__jr_free_writer(&c->ctl); /* a batch in flight finishes first */
+	mr__jr_commit_finish(&c->ctl);
 	mr__jr_commit(&c->ctl);
 	c->ctl.wake = NULL;
 	mr__ctl_release(&c->ctl);
 	mr__jr_free(&c->ctl);
 	mr_metrics_free(c->reg);
+	pthread_mutex_destroy(&c->post_mu);
 	free(c);
 }

@@ -7,6 +7,7 @@
 #ifndef MR_CTL_SERVER_H
 #define MR_CTL_SERVER_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include "ctl.h"
@@ -54,8 +55,14 @@ struct mr_controller {
 	struct mr_httpd *srv;
 	char token[256];
 	char read_token[256];
+	/* replies waiting for the batch being collected (next) and for the
+	 * batch the journal writer is syncing (inflight) */
 	struct ctl_pending *pend_head, *pend_tail;
+	struct ctl_pending *infl_head;
 	size_t pending;
+	/* the journal writer posts to srv only while srv_live (under post_mu) */
+	pthread_mutex_t post_mu;
+	int srv_live;
 	/* metrics */
 	struct mr_metrics *reg;
 	struct mr_metric_family *f_requests, *f_duration, *f_members, *f_generation;
@@ -71,8 +78,8 @@ extern const char *const mr__ctl_route_names[RT_COUNT];
 int64_t mr__now_us(void);
 /* The loop-thread request handler (api.c). */
 void mr__ctl_handle(struct mr_http_req *req, void *user);
-/* Sends res for req now, or after the next journal commit when records are
- * pending. res->body is released. */
+/* Sends res for req now, or once the journal batch holding the state it
+ * shows is durable. res->body is released. */
 void mr__ctl_send(struct mr_controller *c, struct mr_http_req *req, int route, int64_t t0_us,
 		  struct ctl_res *res);
 /* Counts a finished request in the metrics. */
