@@ -4,7 +4,7 @@
  * ephemeral loopback port with a temporary data dir, then N meshrun-agent
  * processes joined to it, merges their output with "[node i] " /
  * "[controller] " prefixes, prints a line whenever the job's generation or
- * state changes (on a TTY also a status line every 5 s), and exits with the
+ * state changes, and exits with the
  * job's status: 0 when every agent succeeded, else the code of the agent
  * that failed first (2 for a bad config).
  * When one agent fails, the controller fails the job and the other agents
@@ -19,6 +19,11 @@
  * anything starts). Without `-- CMD` the agents run the in-process GPT
  * runtime (tune it with --workload-config JSON); `--demo` runs a shell
  * command printing each rank's placement instead.
+ *
+ * On a terminal the agents' output goes through pview.c, which folds the
+ * training progress lines into one status line redrawn in place; the
+ * status messages of this file go through the same pipe so they do not
+ * land in the middle of it.
  *
  * Non-goals: remote nodes, containers, keeping the controller's data.
  */
@@ -37,6 +42,7 @@
 #include "exec.h"
 #include "mr_cli.h"
 #include "mr_httpc.h"
+#include "pview.h"
 #include "workenv.h"
 
 extern char **environ;
@@ -120,10 +126,9 @@ static int read_port(const char *path, int timeout_ms)
 	return -1;
 }
 
-/* Prints a line when the job's generation or state changes; on a TTY also
- * a heartbeat line every 5 s (elapsed time, generation, agents alive). */
+/* Prints a line to fd when the job's generation or state changes. */
 static void progress(struct mr_httpc *c, const char *job, long long *gen, char *state,
-		     size_t cap, int tty, int tick, int alive)
+		     size_t cap, int fd)
 {
 	char path[512];
 	struct mr_errbuf eb = {0};
@@ -140,13 +145,8 @@ static void progress(struct mr_httpc *c, const char *job, long long *gen, char *
 	}
 	g = json_integer_value(json_object_get(reply, "generation"));
 	st = json_string_value(json_object_get(reply, "state"));
-	if (tty && tick > 0 && tick % 50 == 0)
-		fprintf(stderr, "meshrun local: %ds, job %s generation %lld %s, %d agent(s) "
-				"running\n",
-			tick / 10, job, g, st ? st : "?", alive);
 	if (g != *gen || (st && strcmp(st, state))) {
-		fprintf(stderr, "meshrun local: job %s generation %lld %s\n", job, g,
-			st ? st : "?");
+		dprintf(fd, "meshrun local: job %s generation %lld %s\n", job, g, st ? st : "?");
 		*gen = g;
 		snprintf(state, cap, "%s", st ? st : "");
 	}
@@ -170,7 +170,9 @@ int mr_cli_local(int argc, char **argv)
 	struct sigaction sa;
 	long long gen = -1;
 	char state[32] = "";
-	int hc_on = 0, tmp_made = 0, demo = 0, first_rc = 0, tty = isatty(2), err;
+	int hc_on = 0, tmp_made = 0, demo = 0, first_rc = 0, err;
+	struct mr_pview view = {.rfd = -1, .wfd = -1};
+	int msg_fd = STDERR_FILENO; /* the view's pipe on a terminal */
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--")) {
@@ -312,7 +314,9 @@ int mr_cli_local(int argc, char **argv)
 		ids[i] = i;
 	}
 	fprintf(stderr, "meshrun local: controller on %s, %d node(s), job %s\n", url, nodes, job);
-	err = mr_exec_start(&agents, av, nodes, ev, ids, "node", -1, -1, &eb);
+	if (isatty(STDERR_FILENO) && mr_pview_open(&view) == 0)
+		msg_fd = view.wfd;
+	err = mr_exec_start(&agents, av, nodes, ev, ids, "node", -1, view.wfd, &eb);
 	if (err) {
 		fprintf(stderr, "meshrun local: unable to start '%s': %s\n", agent_bin, eb.msg);
 		goto out;
@@ -330,23 +334,25 @@ int mr_cli_local(int argc, char **argv)
 		/* a failed agent fails the job through the controller and the
 		 * others stop by themselves; only stragglers get SIGTERM */
 		if (st.failed && failed_tick < 0) {
-			fprintf(stderr, "meshrun local: node %d failed (exit %d)\n",
+			dprintf(msg_fd, "meshrun local: node %d failed (exit %d)\n",
 				st.first_failed_rank, st.first_failed_code);
 			failed_tick = tick;
 			first_rc = st.first_failed_code;
 		}
 		if (failed_tick >= 0 && !stopped_rest &&
 		    (tick - failed_tick) * 100 >= LOCAL_STOP_AFTER_MS) {
-			fprintf(stderr, "meshrun local: %d node(s) still running %d ms after the "
+			dprintf(msg_fd, "meshrun local: %d node(s) still running %d ms after the "
 					"failure; stopping them\n",
 				st.running, LOCAL_STOP_AFTER_MS);
 			mr_exec_signal(&agents, SIGTERM);
 			stopped_rest = 1;
 		}
 		if (hc_on && tick % 10 == 0)
-			progress(&hc, job, &gen, state, sizeof(state), tty, tick, st.running);
+			progress(&hc, job, &gen, state, sizeof(state), msg_fd);
+		mr_pview_pump(&view);
 		usleep(100 * 1000);
 	}
+	mr_pview_close(&view);
 	rc = first_rc;
 	for (int i = 0; i < nodes && rc == 0; i++)
 		rc = agents.child[i].code;
@@ -358,6 +364,7 @@ int mr_cli_local(int argc, char **argv)
 	}
 out:
 	mr_exec_stop(&agents, 5000);
+	mr_pview_close(&view);
 	mr_exec_stop(&ctl, 2000);
 	if (hc_on)
 		mr_httpc_release(&hc);

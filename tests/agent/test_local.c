@@ -57,6 +57,36 @@ Test(local, default_inprocess_runtime_trains)
 	free(out);
 }
 
+/* On a terminal (script(1) provides a pseudo-terminal) the progress lines
+ * are folded into one status line redrawn in place; other lines pass. */
+Test(local, terminal_shows_one_redrawn_progress_line)
+{
+	char cmd[2048], log[300], *out;
+	char *argv[] = {"/usr/bin/script", "-qfec", cmd, "/dev/null", NULL};
+	pid_t pid;
+	int code;
+
+	if (access("/usr/bin/script", X_OK))
+		cr_skip_test("script(1) is not installed");
+	snprintf(cmd, sizeof(cmd),
+		 "%s/meshrun local --nodes 2 --health-port 0 --workload-config "
+		 "'{\"steps\": 4000, \"d_model\": 32, \"n_layer\": 1, \"seq_len\": 16, "
+		 "\"batch_size\": 4, \"threads\": 1, \"peak_flops\": 1e9}'",
+		 h_build());
+	snprintf(log, sizeof(log), "%s/tty.log", h_tmpdir());
+	pid = h_spawn(argv, NULL, log);
+	code = h_wait(pid, 60000);
+	if (code < 0)
+		h_kill(pid);
+	out = h_read(log);
+	cr_assert_eq(code, 0, "exit %d:\n%s", code, out);
+	cr_expect(strstr(out, "\r\033[Knode 0: step="), "no redrawn status line:\n%s", out);
+	cr_expect(!strstr(out, "event=progress"), "progress lines were not folded:\n%s", out);
+	cr_expect(strstr(out, "event=worker_done rank=1 step=4000/4000"), "%s", out);
+	cr_expect(strstr(out, "succeeded"), "%s", out);
+	free(out);
+}
+
 Test(local, user_command_failure_is_the_exit_status)
 {
 	char *args[] = {"--nodes", "1", "--max-restarts", "1", "--", "sh", "-c",
