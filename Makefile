@@ -212,7 +212,7 @@ fuzz: deps
 	scripts/fuzz.sh $(BUILD)/fuzz
 
 # ---- benchmarks ----------------------------------------------------------------
-bench: bench-rdzv bench-healthz bench-comm
+bench: bench-rdzv bench-healthz bench-comm bench-train
 
 bench-rdzv: all $(BUILD)/bench/rdzv
 	scripts/deps.sh bench

@@ -290,4 +290,5 @@ Test(kernels, fast_expf_is_within_a_few_ulp)
 	cr_expect(mr_fast_expf(-1000.0f) >= 0.0f && mr_fast_expf(-1000.0f) < 1e-37f);
 	cr_expect(isfinite(mr_fast_expf(1000.0f)));
 	cr_expect_eq(mr_fast_expf(0.0f), 1.0f);
+	cr_expect(isnan(mr_fast_expf(NAN)), "NaN propagates");
 }

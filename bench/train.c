@@ -1,0 +1,96 @@
+/*
+ * train.c - training throughput of the meshrun runtime on one rank.
+ *
+ *   build/bench/train L D H [T B V STEPS THREADS]
+ *
+ * Trains a GPT (L layers, width D, H heads; defaults T 256, B 8, vocab 256)
+ * on the synthetic task through the worker interface, skips 2 warm-up
+ * steps, and prints one line:
+ *   train meshrun L=2 D=128 H=4 T=256 B=8 tokens_per_s=... mfu=... loss=...
+ * (mfu against the sgemm peak the worker measures at start on its threads)
+ * bench/train_torch.py does the same in PyTorch; bench/train.sh compares.
+ *
+ * Non-goals: a benchmark harness (hyperfine does not fit per-step timing).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "mr_gpt_worker.h"
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int main(int argc, char **argv)
+{
+	int L, D, H, T = 256, B = 8, V = 256, steps = 10, threads = 0, i, rc = 0;
+	char js[512];
+	json_t *cfg;
+	json_error_t jerr;
+	struct mr_worker_env env = { 0 };
+	struct mr_errbuf eb = { "", "" };
+	struct mr_worker_stats st = { 0 };
+	void *w;
+	double t0 = 0.0;
+	long tokens = 0;
+
+	if (argc < 4) {
+		fprintf(stderr, "usage: train L D H [T B V STEPS THREADS]\n");
+		return 2;
+	}
+	L = atoi(argv[1]);
+	D = atoi(argv[2]);
+	H = atoi(argv[3]);
+	if (argc > 4)
+		T = atoi(argv[4]);
+	if (argc > 5)
+		B = atoi(argv[5]);
+	if (argc > 6)
+		V = atoi(argv[6]);
+	if (argc > 7)
+		steps = atoi(argv[7]);
+	if (argc > 8)
+		threads = atoi(argv[8]);
+	snprintf(js, sizeof(js),
+		 "{\"n_layer\":%d,\"d_model\":%d,\"n_head\":%d,\"seq_len\":%d,"
+		 "\"batch_size\":%d,\"vocab_size\":%d,\"steps\":%d,\"threads\":%d}",
+		 L, D, H, T, B, V, steps + 2, threads);
+	cfg = json_loads(js, 0, &jerr);
+	if (!cfg)
+		return 1;
+	env.world_size = env.local_world_size = 1;
+	env.tp = env.pp = env.cp = env.ep = env.dp = 1;
+	env.config = cfg;
+	if (mr_gpt_worker.create(&w, &env, &eb) < 0) {
+		fprintf(stderr, "train: %s\n", eb.msg);
+		json_decref(cfg);
+		return 1;
+	}
+	for (i = 0; i < steps + 2; i++) {
+		if (i == 2)
+			t0 = now_s();
+		rc = mr_gpt_worker.step(w, &st, &eb);
+		if (rc < 0) {
+			fprintf(stderr, "train: %s\n", eb.msg);
+			break;
+		}
+		if (i >= 2)
+			tokens += (long)B * T;
+	}
+	if (rc >= 0) {
+		double dt = now_s() - t0, tps = tokens / dt;
+		/* the worker's MFU is per step; rescale it to the timed average */
+		printf("train meshrun L=%d D=%d H=%d T=%d B=%d tokens_per_s=%.1f mfu=%.3f "
+		       "loss=%.4f\n", L, D, H, T, B, tps, st.mfu * tps / st.tokens_per_s,
+		       st.loss);
+	}
+	mr_gpt_worker.destroy(w);
+	json_decref(cfg);
+	return rc < 0;
+}
