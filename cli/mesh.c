@@ -39,13 +39,13 @@ int mr_cli_mesh(int argc, char **argv)
 	char line[256];
 	int rc;
 
+	rc = mr_config_init(&cfg, mesh_table, sizeof(mesh_table) / sizeof(mesh_table[0]), &o,
+			    &eb);
 	cfg.prog = "meshrun mesh";
 	cfg.usage = "[--world N] [--tp N] [--pp N] [--cp N] [--ep N] [--dp N]";
 	cfg.summary = "Print every rank's mesh coordinates (tp fastest, then cp, dp, pp; "
 		      "ep carved from dp*cp as Megatron-Core does) and its group ids.";
 	cfg.config_file = 0;
-	rc = mr_config_init(&cfg, mesh_table, sizeof(mesh_table) / sizeof(mesh_table[0]), &o,
-			    &eb);
 	if (rc == 0)
 		rc = mr_config_parse(&cfg, argc, argv, &eb);
 	mr_config_release(&cfg);
