@@ -6,7 +6,8 @@
  * Forks RANKS processes (bootstrap through a temporary directory KV),
  * then for allreduce, allgather, reduce_scatter, alltoall and sendrecv
  * (ring: send to rank+1, receive from rank-1) and sizes MINBYTES..MAXBYTES
- * (x8 steps, plus 1 MiB and 16 MiB) prints one line per measurement:
+ * (x8 steps, plus 1 MiB and 16 MiB) prints one line per measurement
+ * (COMM_OPS="allreduce,allgather" in the environment limits the ops):
  *
  *   comm meshrun <shm|tcp> <op> <ranks> <bytes> <time_us> <algbw> <busbw>
  *
@@ -16,8 +17,14 @@
  * the nccl-tests factor (allreduce 2(n-1)/n, allgather, reduce_scatter and
  * alltoall (n-1)/n, sendrecv 1). fp32 data.
  *
+ * Ranks are pinned to CPU rank (sched_setaffinity) when RANKS <= CPUs, as
+ * mpirun binds them by default (--bind-to core for np <= 2, nothing when
+ * oversubscribed): same placement on both sides of the comparison.
+ * COMM_BIND=0 leaves placement to the kernel.
+ *
  * Non-goals: validation (tests/comm does that).
  */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,6 +89,10 @@ static int bench_rank(int me, int n, int tcp, size_t minb, size_t maxb, const st
 	memset(a, 1, maxb + 64);
 	memset(b, 0, maxb + 64);
 	for (int op = 0; op < 5; op++) {
+		const char *only = getenv("COMM_OPS");
+
+		if (only && !strstr(only, ops[op]))
+			continue;
 		for (size_t bytes = minb; bytes <= maxb;) {
 			size_t per = bytes / 4 / (size_t)n;
 			int iters = bytes <= (64 << 10) ? 200 : bytes <= (1 << 20) ? 40 :
@@ -160,8 +171,24 @@ int main(int argc, char **argv)
 		return 1;
 	for (int i = 0; i < n; i++) {
 		pid[i] = fork();
-		if (pid[i] == 0)
+		if (pid[i] == 0) {
+			const char *bind = getenv("COMM_BIND");
+			cpu_set_t all, one;
+
+			/* rank i on the i-th CPU this process may use */
+			if (!(bind && !strcmp(bind, "0")) &&
+			    !sched_getaffinity(0, sizeof(all), &all) && n <= CPU_COUNT(&all)) {
+				for (int cpu = 0, k = 0; cpu < CPU_SETSIZE; cpu++) {
+					if (!CPU_ISSET(cpu, &all) || k++ != i)
+						continue;
+					CPU_ZERO(&one);
+					CPU_SET(cpu, &one);
+					sched_setaffinity(0, sizeof(one), &one);
+					break;
+				}
+			}
 			_exit(bench_rank(i, n, tcp, minb, maxb, &kv));
+		}
 	}
 	for (int i = 0; i < n; i++) {
 		int st;

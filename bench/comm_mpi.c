@@ -45,6 +45,10 @@ int main(int argc, char **argv)
 	memset(a, 1, maxb + 64);
 	memset(b, 0, maxb + 64);
 	for (int op = 0; op < 5; op++) {
+		const char *only = getenv("COMM_OPS"); /* e.g. "allreduce,allgather" */
+
+		if (only && !strstr(only, ops[op]))
+			continue;
 		for (size_t bytes = minb; bytes <= maxb;) {
 			size_t per = bytes / 4 / (size_t)n;
 			size_t eff = op == 0 || op == 4 ? bytes / 4 * 4 : per * 4 * (size_t)n;

@@ -685,7 +685,11 @@ static int host_run_now(struct mr_comm *c, struct mr__comm_op *op)
 	pthread_mutex_lock(&h->mu);
 	mark_broken(h, rc);
 	h->busy = 0;
-	pthread_cond_broadcast(&h->cv);
+	/* only queued work waits for !busy (the progress thread, host_wait
+	 * helpers): waking the idle progress thread after every blocking
+	 * collective costs a context switch per call (small-message latency) */
+	if (h->qhead)
+		pthread_cond_broadcast(&h->cv);
 	pthread_mutex_unlock(&h->mu);
 	return rc;
 }
