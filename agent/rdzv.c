@@ -84,6 +84,19 @@ static int init_client(struct mr_httpc *c, const struct mr_rdzv_opts *o, long ti
 	return mr_httpc_init(c, &ho, eb);
 }
 
+/* Frees what mr_rdzv_new() allocated besides the HTTP clients, and r. */
+static void free_fields(struct mr_rdzv *r)
+{
+	free(r->node_id);
+	free(r->host);
+	free(r->host_id);
+	json_decref(r->spec);
+	pthread_mutex_destroy(&r->hb_lock);
+	pthread_cond_destroy(&r->hb_cond);
+	pthread_mutex_destroy(&r->end_lock);
+	free(r);
+}
+
 int mr_rdzv_new(struct mr_rdzv **out, const struct mr_rdzv_opts *o, struct mr_errbuf *eb)
 {
 	struct mr_rdzv *r = calloc(1, sizeof(*r));
@@ -119,14 +132,7 @@ int mr_rdzv_new(struct mr_rdzv **out, const struct mr_rdzv_opts *o, struct mr_er
 	*out = r;
 	return 0;
 fail:
-	free(r->node_id);
-	free(r->host);
-	free(r->host_id);
-	json_decref(r->spec);
-	pthread_mutex_destroy(&r->hb_lock);
-	pthread_cond_destroy(&r->hb_cond);
-	pthread_mutex_destroy(&r->end_lock);
-	free(r);
+	free_fields(r);
 	return err;
 }
 
@@ -137,14 +143,7 @@ void mr_rdzv_free(struct mr_rdzv *r)
 	mr_rdzv_hb_stop(r);
 	mr_httpc_release(&r->c);
 	mr_httpc_release(&r->hbc);
-	free(r->node_id);
-	free(r->host);
-	free(r->host_id);
-	json_decref(r->spec);
-	pthread_mutex_destroy(&r->hb_lock);
-	pthread_cond_destroy(&r->hb_cond);
-	pthread_mutex_destroy(&r->end_lock);
-	free(r);
+	free_fields(r);
 }
 
 void mr_rdzv_set_agent_port(struct mr_rdzv *r, int port)

@@ -226,18 +226,27 @@ int mr_comm_iallgatherv(struct mr_comm *c, const void *sbuf, void *rbuf,
 		     NULL, NULL, rcounts, rdispls, req);
 }
 
+/* counts (size) then displacements (size) of `count` elements per rank,
+ * for the equal-count forms built on the v-variants; malloc'd. */
+static size_t *equal_counts(const struct mr_comm *c, size_t count)
+{
+	size_t *cnt = malloc(sizeof(size_t) * (size_t)c->size * 2);
+
+	for (int i = 0; cnt && i < c->size; i++) {
+		cnt[i] = count;
+		cnt[c->size + i] = count * (size_t)i;
+	}
+	return cnt;
+}
+
 int mr_comm_iallgather(struct mr_comm *c, const void *sbuf, void *rbuf, size_t count,
 		       int dtype, struct mr_comm_req **req)
 {
-	size_t *cnt = malloc(sizeof(size_t) * (size_t)c->size * 2);
+	size_t *cnt = equal_counts(c, count);
 	int rc;
 
 	if (!cnt)
 		return MR_ENOMEM;
-	for (int i = 0; i < c->size; i++) {
-		cnt[i] = count;
-		cnt[c->size + i] = count * (size_t)i;
-	}
 	rc = mr_comm_iallgatherv(c, sbuf, rbuf, cnt, cnt + c->size, dtype, req);
 	free(cnt);
 	return rc;
@@ -256,15 +265,11 @@ int mr_comm_ialltoallv(struct mr_comm *c, const void *sbuf, const size_t *scount
 int mr_comm_ialltoall(struct mr_comm *c, const void *sbuf, void *rbuf, size_t count,
 		      int dtype, struct mr_comm_req **req)
 {
-	size_t *cnt = malloc(sizeof(size_t) * (size_t)c->size * 2);
+	size_t *cnt = equal_counts(c, count);
 	int rc;
 
 	if (!cnt)
 		return MR_ENOMEM;
-	for (int i = 0; i < c->size; i++) {
-		cnt[i] = count;
-		cnt[c->size + i] = count * (size_t)i;
-	}
 	rc = mr_comm_ialltoallv(c, sbuf, cnt, cnt + c->size, rbuf, cnt, cnt + c->size,
 				dtype, req);
 	free(cnt);
