@@ -10,8 +10,8 @@ machine-readable line per fact:
     DONE rank=R restart=C
 
 MESHRUN_TEST_CRASH_RANK=R (with MESHRUN_TEST_CRASH_RESTART=C, default 0)
-makes rank R kill itself with SIGKILL at step 2 on restart C, to test
-recovery. Run with Debian's /usr/bin/python3 (python3-torch).
+makes rank R kill itself with SIGKILL at step 2 on restart C (C = -1: on
+every restart), to test recovery and exhausted restarts. Run with Debian's /usr/bin/python3 (python3-torch).
 """
 import os
 import signal
@@ -53,7 +53,8 @@ def main():
         loss.backward()
         opt.step()
         print(f"LOSS rank={rank} step={step} loss={loss.item():.6f}", flush=True)
-        if rank == crash_rank and restart == crash_restart and step == 2:
+        if (rank == crash_rank and crash_restart in (restart, -1)
+                and step == 2):
             time.sleep(0.2)
             os.kill(os.getpid(), signal.SIGKILL)
     dist.barrier()

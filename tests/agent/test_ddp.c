@@ -3,8 +3,9 @@
  * gloo DDP script (ddp_gloo.py) under 2 agents x 2 processes on loopback.
  * Checks the all-reduced values, that the loss falls on every rank, and
  * that a worker killed with SIGKILL restarts the whole job at a new
- * generation which then finishes. Skipped when /usr/bin/python3 has no
- * torch.
+ * generation which then finishes; and that a worker killed on every run
+ * exhausts max_restarts and fails the job with a clear reason. Skipped
+ * when /usr/bin/python3 has no torch.
  */
 #include "harness.h"
 
@@ -114,4 +115,44 @@ Test(ddp, gloo_two_agents_two_procs_survive_sigkill)
 	if (!have_torch())
 		cr_skip_test("/usr/bin/python3 has no torch");
 	run_job("ddp-crash", env, 1);
+}
+
+/* Rank 3 dies on every run: with --max-restarts 1 the first death restarts
+ * the job, the second fails it; both agents exit non-zero and the log says
+ * why (restarts exhausted, naming the rank and its exit). */
+Test(ddp, gloo_worker_dying_every_run_exhausts_restarts)
+{
+	char *env[] = {"MESHRUN_TEST_CRASH_RANK=3", "MESHRUN_TEST_CRASH_RESTART=-1", NULL};
+	char *extra[] = {"--nnodes", "2", "--nproc-per-node", "2", "--max-restarts", "1",
+			 "--grace-period", "2s", NULL};
+	char *cmd[] = {"/usr/bin/python3", (char *)script(), NULL};
+	struct h_ctl c = {0};
+	char la[300], lb[300];
+	pid_t a, b;
+	int ca, cb;
+
+	if (!have_torch())
+		cr_skip_test("/usr/bin/python3 has no torch");
+	h_path(la, sizeof(la), "ddp-exhaust-a.log");
+	h_path(lb, sizeof(lb), "ddp-exhaust-b.log");
+	h_ctl_start(&c, 0);
+	a = h_agent(&c, "t/ddp-exhaust", 0, extra, cmd, env, la);
+	b = h_agent(&c, "t/ddp-exhaust", 1, extra, cmd, env, lb);
+	ca = h_wait(a, 120000);
+	cb = h_wait(b, 120000);
+	h_kill(a);
+	h_kill(b);
+	h_kill(c.pid);
+	cr_assert_gt(ca, 0, "agent a exit %d", ca);
+	cr_assert_gt(cb, 0, "agent b exit %d", cb);
+	/* node 1 holds rank 3: it saw the deaths and names them; node 0
+	 * learns the job failed from the controller, with its reason */
+	cr_expect_geq(h_count(lb, "reason=\"restarts exhausted (max_restarts 1); last: rank 3 "
+				  "exited with code 137\""), 1,
+		      "no clear reason in the log of the failing node");
+	cr_expect_geq(h_count(la, "reason=\"job failed (controller): max_restarts (1) exceeded"),
+		      1, "node 0 does not say why the job failed");
+	/* the first death restarted the job once: both runs all-reduced */
+	cr_expect_eq(h_count(la, "[rank 0] ALLREDUCE rank=0 value=10 expected=10"), 2);
+	cr_expect_eq(h_count(la, "DONE rank=0"), 0, "the job must not finish");
 }
