@@ -31,6 +31,13 @@ static void rmtmp(void)
 	(void)!system(cmd);
 }
 
+/* Each test runs in a fresh scratch directory, removed at exit. */
+static void scratch(void)
+{
+	mktmp();
+	atexit(rmtmp); /* Criterion runs each test in its own process */
+}
+
 /* Runs `meshrun ARGS` (a shell fragment) in tmp; returns the exit code and
  * the combined output in *out (malloc'd). */
 static int meshrun(char **out, const char *args)
@@ -56,11 +63,13 @@ static int meshrun(char **out, const char *args)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-Test(cli, mesh_table_matches_the_mesh_function, .init = mktmp, .fini = rmtmp)
+Test(cli, mesh_table_matches_the_mesh_function)
 {
 	struct mr_mesh m;
 	struct mr_mesh_coord c;
 	char *out, want[128];
+
+	scratch();
 
 	cr_assert_eq(meshrun(&out, "mesh --tp 2 --pp 2 --dp 2 --ep 2"), 0, "%s", out);
 	cr_assert_eq(mr_mesh_init(&m, 0, 2, 2, 1, 2, 2, NULL), 0);
@@ -77,12 +86,14 @@ Test(cli, mesh_table_matches_the_mesh_function, .init = mktmp, .fini = rmtmp)
 	free(out);
 }
 
-Test(cli, data_synth_writes_the_runtime_task, .init = mktmp, .fini = rmtmp)
+Test(cli, data_synth_writes_the_runtime_task)
 {
 	struct mr_shard s;
 	struct mr_errbuf eb = {0};
 	char *out, path[128];
 	int row[257];
+
+	scratch();
 
 	cr_assert_eq(meshrun(&out, "data synth --out-dir d --tokens 5000 --vocab 64 --seed 7"), 0,
 		     "%s", out);
@@ -103,13 +114,15 @@ Test(cli, data_synth_writes_the_runtime_task, .init = mktmp, .fini = rmtmp)
 	mr_shard_close(&s);
 }
 
-Test(cli, data_prepare_is_byte_level_and_splits, .init = mktmp, .fini = rmtmp)
+Test(cli, data_prepare_is_byte_level_and_splits)
 {
 	static const char text[] = "hello meshrun, a byte-level corpus\n";
 	struct mr_shard tr, va;
 	struct mr_errbuf eb = {0};
 	char *out, path[128];
 	FILE *f;
+
+	scratch();
 
 	snprintf(path, sizeof(path), "%s/in.txt", tmp);
 	f = fopen(path, "w");
@@ -132,10 +145,12 @@ Test(cli, data_prepare_is_byte_level_and_splits, .init = mktmp, .fini = rmtmp)
 	mr_shard_close(&va);
 }
 
-Test(cli, data_rejects_bad_input_naming_it, .init = mktmp, .fini = rmtmp)
+Test(cli, data_rejects_bad_input_naming_it)
 {
 	char *out, path[128];
 	FILE *f;
+
+	scratch();
 
 	snprintf(path, sizeof(path), "%s/in.txt", tmp);
 	f = fopen(path, "w");
