@@ -232,7 +232,7 @@ tsan-comm:
 
 # ---- runtime training throughput vs PyTorch (bench/train.sh) ----------------
 .PHONY: bench-train
-bench-train: $(BUILD)/bench/train
+bench-train: $(BUILD)/bench/train $(BUILD)/bench/sgemm_peak
 	bench/train.sh $(BUILD)
 
 # ---- PyTorch reference for the runtime (tests/reference/gen_reference.py) ----

@@ -7,6 +7,10 @@
 # runs build/bench/train (meshrun, its best of 3) and bench/train_torch.py
 # (PyTorch 1.13 float32; torch 1 thread + OpenBLAS 2 threads, and torch 2
 # threads + OpenBLAS 1 thread; best of 2 each), prints both and the ratio.
+# Also measures this machine's sgemm peak (build/bench/sgemm_peak, OpenBLAS,
+# 2 threads) at the start and the end, and prints each config's training
+# FLOP/s (6N + 6LCT per token, N without the position table, as the
+# runtime's MFU counts) as a fraction of the better peak.
 # Last line: train ratio_vs_pytorch min=<x>
 # Runs are interleaved so background load hits both sides alike; on a busy
 # machine the numbers still swing - rerun when it is idle.
@@ -17,6 +21,11 @@ bin="$build/bench/train"
 py=/usr/bin/python3
 dir=$(dirname "$0")
 min=""
+peak_bin="$build/bench/sgemm_peak"
+peak() { "$peak_bin" 2 | sed -n 's/.*gflops=\([0-9.]*\).*/\1/p'; }
+peak0=$(peak)
+echo "train sgemm_peak_gflops=$peak0 (2 threads, before)"
+fracs=""
 
 best() { # command... -> best tokens_per_s of its output lines
 	sed -n 's/.*tokens_per_s=\([0-9.]*\).*/\1/p' | sort -g | tail -1
@@ -40,9 +49,22 @@ for cfg in "2 128 4 10" "4 256 4 5" "6 512 8 3"; do
 	grep -h "mfu=" "$out" | tail -1
 	r=$(awk -v m="${m:-0}" -v p="${p:-0}" 'BEGIN { if (p > 0) printf "%.2f", m / p; else print "0" }')
 	echo "train L=$L D=$D H=$H meshrun_tokens_per_s=${m:-0} pytorch_tokens_per_s=${p:-0} ratio=$r"
+	fracs="$fracs $L:$D:${m:-0}"
 	if [ -z "$min" ] || awk -v a="$r" -v b="$min" 'BEGIN { exit !(a < b) }'; then
 		min=$r
 	fi
 	rm -f "$out" "$out.pt"
+done
+peak1=$(peak)
+echo "train sgemm_peak_gflops=$peak1 (2 threads, after)"
+for f in $fracs; do
+	echo "$f" | awk -F: -v p0="$peak0" -v p1="$peak1" '{
+		L = $1; C = $2; tps = $3; V = 256; T = 256
+		n = V * C + L * (12 * C * C + 13 * C) + 2 * C
+		gf = tps * (6 * n + 6 * L * C * T) * 1e-9
+		pk = (p0 > p1) ? p0 : p1
+		fr = (pk > 0) ? gf / pk : 0
+		printf "train L=%d D=%d training_gflops=%.1f sgemm_peak_gflops=%.1f fraction_of_peak=%.2f\n", L, C, gf, pk, fr
+	}'
 done
 echo "train ratio_vs_pytorch min=$min"
