@@ -28,27 +28,31 @@ static void mkjob(struct ctlp *c, const char *name)
 	cr_assert_eq(r.status, 201, "%s", r.body);
 }
 
-struct waitarg {
+/* A long-poll GET run on its own thread: its status, duration, body and
+ * error code. */
+struct parkarg {
 	struct ctlp *c;
+	const char *path;
 	long status;
 	long long ms;
 	char body[64];
+	char code[64];
 };
 
-static void *kv_get_wait(void *arg)
+static void *park(void *arg)
 {
-	struct waitarg *w = arg;
+	struct parkarg *p = arg;
 	struct mr_test_resp *r = malloc(sizeof(*r));
 	long long t0 = mr_test_now_ms();
+	size_t n;
 
-	w->status = ctl_call(w->c, r, "GET", NULL, NULL, "/v1/jobs/a/kv/kv/late?wait_ms=10000");
-	w->ms = mr_test_now_ms() - t0;
-	{
-		size_t n = r->len < sizeof(w->body) - 1 ? r->len : sizeof(w->body) - 1;
-
-		memcpy(w->body, r->body, n);
-		w->body[n] = 0;
-	}
+	p->status = ctl_call(p->c, r, "GET", NULL, NULL, "%s", p->path);
+	p->ms = mr_test_now_ms() - t0;
+	n = r->len < sizeof(p->body) - 1 ? r->len : sizeof(p->body) - 1;
+	memcpy(p->body, r->body, n);
+	p->body[n] = 0;
+	if (p->status >= 400)
+		jerr(r, "code", p->code, sizeof(p->code));
 	free(r);
 	return NULL;
 }
@@ -57,7 +61,7 @@ Test(api, kv_wait_timeout_wake_cas_add_list)
 {
 	struct ctlp c = { 0 };
 	struct mr_test_resp r;
-	struct waitarg w = { .c = &c };
+	struct parkarg w = { .c = &c, .path = "/v1/jobs/a/kv/kv/late?wait_ms=10000" };
 	pthread_t th;
 	long long t0;
 	char code[64];
@@ -74,7 +78,7 @@ Test(api, kv_wait_timeout_wake_cas_add_list)
 	cr_assert_str_eq(jerr(&r, "code", code, sizeof(code)), "wait_timeout");
 	cr_assert_geq(mr_test_now_ms() - t0, 250);
 	/* a parked wait wakes on put */
-	pthread_create(&th, NULL, kv_get_wait, &w);
+	pthread_create(&th, NULL, park, &w);
 	usleep(300000);
 	ctl_call(&c, &r, "PUT", "hello", NULL, "/v1/jobs/a/kv/kv/late");
 	cr_assert_eq(r.status, 200);
@@ -337,27 +341,6 @@ Test(api, meshrun_status_prints_jobs_and_members)
 	cr_assert(strstr(text, "NODE_RANK") && strstr(text, "gpt-0") && strstr(text, "10.0.0.1"),
 		  "%s", text);
 	ctlp_stop(&c, 1);
-}
-
-struct parkarg {
-	struct ctlp *c;
-	const char *path;
-	long status;
-	long long ms;
-	char code[64];
-};
-
-static void *park(void *arg)
-{
-	struct parkarg *p = arg;
-	struct mr_test_resp *r = malloc(sizeof(*r));
-	long long t0 = mr_test_now_ms();
-
-	p->status = ctl_call(p->c, r, "GET", NULL, NULL, "%s", p->path);
-	p->ms = mr_test_now_ms() - t0;
-	jerr(r, "code", p->code, sizeof(p->code));
-	free(r);
-	return NULL;
 }
 
 static void two_running(struct ctlp *c, const char *job, const char *a, const char *b)

@@ -364,6 +364,16 @@ Test(ctl, retried_join_before_the_rank_was_seen_is_idempotent)
 	mr__ctl_release(&ctl);
 }
 
+/* Removes dir and the journal in it. */
+static void remove_journal_dir(const char *dir)
+{
+	char path[256];
+
+	snprintf(path, sizeof(path), "%s/journal", dir);
+	unlink(path);
+	rmdir(dir);
+}
+
 /* Reopens the journal of dir into b (after a's state was committed). */
 static void reopen(struct ctl *b, struct woke *w, const char *dir)
 {
@@ -455,13 +465,7 @@ Test(ctl, permanent_fail_ends_the_job_and_survives_restart)
 		mr__jr_free(&b);
 		mr__ctl_release(&b);
 	}
-	{
-		char path[256];
-
-		snprintf(path, sizeof(path), "%s/journal", dir);
-		unlink(path);
-		rmdir(dir);
-	}
+	remove_journal_dir(dir);
 }
 
 Test(ctl, completion_of_every_member_succeeds_without_a_bump)
@@ -519,13 +523,7 @@ Test(ctl, completion_of_every_member_succeeds_without_a_bump)
 	expect_over(&b, "b", "job_succeeded", "completed");
 	mr__jr_free(&b);
 	mr__ctl_release(&b);
-	{
-		char path[256];
-
-		snprintf(path, sizeof(path), "%s/journal", dir);
-		unlink(path);
-		rmdir(dir);
-	}
+	remove_journal_dir(dir);
 }
 
 Test(ctl, complete_needs_a_running_member)
