@@ -58,7 +58,10 @@ int mr_trainer_step(struct mr_gpt *m, struct mr_adamw *o, const int *inputs,
 					      eb);
 		loss += m->loss;
 		aux += m->aux_loss;
-		mr_gpt_backward(m, 1.0f / (float)accum);
+		rc = mr_gpt_backward(m, 1.0f / (float)accum);
+		if (rc < 0)
+			return mr_errf(eb, rc, "backward pass failed at step %ld: %s", step,
+				       mr_strerror(rc));
 	}
 	norm = sqrt(mr_grad_sumsq(m->grads, m->nparams));
 	if (!isfinite(norm)) {

@@ -4,8 +4,10 @@
  * The forward keeps only the per-row logsumexp; the backward turns the
  * logits buffer into dlogits in place, so full probabilities are never
  * stored. Sums are in double for a stable loss; exponentials use the
- * vectorisable mr_fast_expf (~2 ulp). Non-goals: label smoothing,
- * ignore_index.
+ * vectorisable mr_fast_expf (~2 ulp). The vocab-parallel pieces (row max,
+ * then sum of exponentials and target logit over this rank's vocabulary
+ * slice) let tensor parallelism combine rows across ranks without ever
+ * gathering full logits. Non-goals: label smoothing, ignore_index.
  */
 #if defined(__GNUC__) && !defined(__clang__)
 /* -O2 only vectorises loops without an epilogue; these need O3 (and
@@ -69,7 +71,8 @@ static void ce_bwd_rows(void *ctxp, size_t i0, size_t i1, int tid)
 		float l = a->lse[i];
 		for (v = 0; v < a->V; v++)
 			row[v] = mr_fast_expf(row[v] - l) * a->dscale;
-		row[a->targets[i]] -= a->dscale;
+		if (a->targets[i] >= 0)
+			row[a->targets[i]] -= a->dscale;
 	}
 }
 
@@ -79,4 +82,60 @@ void mr_crossentropy_bwd_inplace(struct mr_pool *p, float *logits, const float *
 	struct ce a = { NULL, (float *)lse, logits, NULL, targets, V, dscale };
 
 	mr_pool_run(p, (size_t)N, 8, ce_bwd_rows, &a);
+}
+
+struct cevp {
+	float *mx, *sum, *tlogit;
+	const float *logits;
+	const int *targets;
+	int V;
+};
+
+static void ce_max_rows(void *ctxp, size_t i0, size_t i1, int tid)
+{
+	const struct cevp *a = ctxp;
+	size_t i;
+	int v;
+
+	(void)tid;
+	for (i = i0; i < i1; i++) {
+		const float *row = a->logits + i * (size_t)a->V;
+		float mx = row[0];
+		for (v = 1; v < a->V; v++)
+			if (row[v] > mx)
+				mx = row[v];
+		a->mx[i] = mx;
+	}
+}
+
+void mr_crossentropy_rowmax(struct mr_pool *p, float *mx, const float *logits, int N, int V)
+{
+	struct cevp a = { mx, NULL, NULL, logits, NULL, V };
+
+	mr_pool_run(p, (size_t)N, 8, ce_max_rows, &a);
+}
+
+static void ce_sumexp_rows(void *ctxp, size_t i0, size_t i1, int tid)
+{
+	const struct cevp *a = ctxp;
+	size_t i;
+	int v;
+
+	(void)tid;
+	for (i = i0; i < i1; i++) {
+		const float *row = a->logits + i * (size_t)a->V;
+		double s = 0.0;
+		for (v = 0; v < a->V; v++)
+			s += (double)mr_fast_expf(row[v] - a->mx[i]);
+		a->sum[i] = (float)s;
+		a->tlogit[i] = a->targets[i] >= 0 ? row[a->targets[i]] : 0.0f;
+	}
+}
+
+void mr_crossentropy_sumexp(struct mr_pool *p, float *sum, float *tlogit, const float *logits,
+			    const float *mx, const int *targets, int N, int V)
+{
+	struct cevp a = { (float *)mx, sum, tlogit, logits, targets, V };
+
+	mr_pool_run(p, (size_t)N, 8, ce_sumexp_rows, &a);
 }

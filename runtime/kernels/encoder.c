@@ -3,7 +3,9 @@
  *
  * The backward splits the channels across threads (every thread walks all
  * tokens for its channel range), so repeated token ids never race and the
- * sum order is fixed. Non-goals: sparse embedding gradients.
+ * sum order is fixed. A negative token id selects no wte row (its rows
+ * live on another tensor-parallel rank: zeros forward, no gradient), and a
+ * NULL wpe / dwte / dwpe skips that part. Non-goals: sparse gradients.
  */
 #include "mr_kernels.h"
 
@@ -22,12 +24,19 @@ static void enc_fwd_rows(void *ctxp, size_t i0, size_t i1, int tid)
 
 	(void)tid;
 	for (i = i0; i < i1; i++) {
-		int t = (int)(i % (size_t)e->T);
-		const float *a = e->wte + (size_t)e->tok[i] * (size_t)e->C;
-		const float *b = e->wpe + (size_t)t * (size_t)e->C;
+		int t = (int)(i % (size_t)e->T), tok = e->tok[i];
+		const float *a = e->wte + (size_t)(tok < 0 ? 0 : tok) * (size_t)e->C;
+		const float *b = e->wpe ? e->wpe + (size_t)t * (size_t)e->C : NULL;
 		float *o = e->out + i * (size_t)e->C;
-		for (c = 0; c < e->C; c++)
-			o[c] = a[c] + b[c];
+		if (tok < 0)
+			for (c = 0; c < e->C; c++)
+				o[c] = 0.0f;
+		else if (!b)
+			for (c = 0; c < e->C; c++)
+				o[c] = a[c];
+		else
+			for (c = 0; c < e->C; c++)
+				o[c] = a[c] + b[c];
 	}
 }
 
@@ -46,13 +55,17 @@ static void enc_bwd_cols(void *ctxp, size_t c0, size_t c1, int tid)
 
 	(void)tid;
 	for (i = 0; i < n; i++) {
-		int t = (int)(i % (size_t)e->T);
+		int t = (int)(i % (size_t)e->T), tok = e->tok[i];
 		const float *d = e->dout + i * (size_t)e->C;
-		float *a = e->dwte + (size_t)e->tok[i] * (size_t)e->C;
-		float *b = e->dwpe + (size_t)t * (size_t)e->C;
-		for (c = c0; c < c1; c++) {
-			a[c] += d[c];
-			b[c] += d[c];
+		if (tok >= 0 && e->dwte) {
+			float *a = e->dwte + (size_t)tok * (size_t)e->C;
+			for (c = c0; c < c1; c++)
+				a[c] += d[c];
+		}
+		if (e->dwpe) {
+			float *b = e->dwpe + (size_t)t * (size_t)e->C;
+			for (c = c0; c < c1; c++)
+				b[c] += d[c];
 		}
 	}
 }

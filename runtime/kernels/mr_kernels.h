@@ -35,10 +35,12 @@ void mr_matmul_bwd(struct mr_pool *p, float *dinp, float *dw, float *dbias, cons
 		   int accumulate_dinp, const float *ones);
 
 /* ---- embedding -------------------------------------------------------------- */
-/* out (B,T,C) = wte[tok] + wpe[t]. */
+/* out (B,T,C) = wte[tok] + wpe[t]; tok < 0 gives a zero wte part, wpe NULL
+ * no position part (tensor parallel, see encoder.c). */
 void mr_encoder_fwd(struct mr_pool *p, float *out, const int *tok, const float *wte,
 		    const float *wpe, int B, int T, int C);
-/* dwte (V,C) += ..., dwpe (T,C) += ... from dout (B,T,C). */
+/* dwte (V,C) += ..., dwpe (T,C) += ... from dout (B,T,C); tok < 0 rows
+ * skip dwte; dwte or dwpe may be NULL. */
 void mr_encoder_bwd(struct mr_pool *p, float *dwte, float *dwpe, const float *dout,
 		    const int *tok, int B, int T, int C);
 
@@ -69,8 +71,15 @@ void mr_add_inplace(struct mr_pool *p, float *y, const float *x, size_t n);
  * Targets must be in [0, V). */
 void mr_crossentropy_fwd(struct mr_pool *p, float *losses, float *lse,
 			 const float *logits, const int *targets, int N, int V);
-/* In place: logits becomes dlogits = (softmax(row) - onehot) * dscale. */
+/* In place: logits becomes dlogits = (softmax(row) - onehot) * dscale;
+ * a negative target subtracts no one-hot (vocab-parallel rows). */
 void mr_crossentropy_bwd_inplace(struct mr_pool *p, float *logits, const float *lse,
 				 const int *targets, int N, int V, float dscale);
+/* Vocab-parallel pieces over a (N,V) slice: mx (N) = row max; then
+ * sum (N) = sum exp(row - mx) and tlogit (N) = row[target] (0 when the
+ * target is negative, i.e. on another rank). */
+void mr_crossentropy_rowmax(struct mr_pool *p, float *mx, const float *logits, int N, int V);
+void mr_crossentropy_sumexp(struct mr_pool *p, float *sum, float *tlogit, const float *logits,
+			    const float *mx, const int *targets, int N, int V);
 
 #endif

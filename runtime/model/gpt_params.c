@@ -8,7 +8,7 @@
  * from its own stream mr_rng_seed(seed, i), so the values do not depend on
  * which rank creates which tensor.
  *
- * Non-goals: loading checkpoints (weights.c), sharding.
+ * Non-goals: loading checkpoints (weights.c).
  */
 #include <math.h>
 #include <stdio.h>
@@ -17,7 +17,7 @@
 
 #include "kernels/mr_attention.h"
 #include "kernels/mr_kernels.h"
-#include "mr_gpt.h"
+#include "gpt_int.h"
 #include "mr_rng.h"
 
 #define MAX_DIM (1 << 20)
@@ -81,32 +81,55 @@ struct table {
 	struct mr_gpt_tensor *t;
 	int n, cap;
 	size_t off;
+	int tp;            /* tensor parallel degree: local = full / tp on split_dim */
+	int *unit_first;   /* (units + 1), filled when t is */
+	int unit;
 };
 
-static void add(struct table *tb, const char *name, int d0, int d1, int d2,
-		enum mr_gpt_init init, float std)
+/* Starts unit tb->unit at the next tensor. */
+static void unit_begin(struct table *tb)
 {
-	struct mr_gpt_tensor *t;
+	if (tb->t)
+		tb->unit_first[tb->unit] = tb->n;
+	tb->unit++;
+}
 
+/* Adds a tensor of full shape (d0, d1, d2) (0 = absent dim), split along
+ * dim split (-1: replicated) viewed as parts blocks. */
+static void add(struct table *tb, const char *name, int d0, int d1, int d2,
+		enum mr_gpt_init init, float std, int split, int parts)
+{
+	int full[3] = { d0, d1, d2 }, shape[3] = { d0, d1, d2 }, k;
+	size_t n = 1;
+
+	if (split >= 0)
+		shape[split] /= tb->tp;
+	for (k = 0; k < 3; k++)
+		n *= (size_t)(shape[k] ? shape[k] : 1);
 	if (tb->t && tb->n < tb->cap) {
-		t = &tb->t[tb->n];
+		struct mr_gpt_tensor *t = &tb->t[tb->n];
 		memset(t, 0, sizeof(*t));
 		snprintf(t->name, sizeof(t->name), "%s", name);
-		t->shape[0] = d0;
-		t->shape[1] = d1;
-		t->shape[2] = d2;
+		memcpy(t->shape, shape, sizeof(shape));
+		memcpy(t->full, full, sizeof(full));
 		t->ndim = d2 ? 3 : d1 ? 2 : 1;
-		t->n = (size_t)d0 * (size_t)(d1 ? d1 : 1) * (size_t)(d2 ? d2 : 1);
+		t->split_dim = tb->tp > 1 ? split : -1;
+		t->split_parts = parts;
+		t->n = n;
 		t->off = tb->off;
 		t->init = init;
 		t->std = std;
 		t->decay = init == MR_INIT_NORMAL;
 	}
-	tb->off += (size_t)d0 * (size_t)(d1 ? d1 : 1) * (size_t)(d2 ? d2 : 1);
+	tb->off += n;
 	tb->n++;
 }
 
-/* Fills the table (or only counts when tb->t is NULL). */
+/* Fills the table (or only counts when tb->t is NULL). Splits follow
+ * Megatron-LM: column-parallel (dim 0 of a (out, in) matrix) for QKV - as
+ * three blocks, so each rank gets whole heads of q, k and v - and MLP fc;
+ * row-parallel (the input dim) for the attention and MLP projections,
+ * whose biases stay replicated; vocab-parallel rows of wte. */
 static void build_table(const struct mr_gpt_config *c, struct table *tb)
 {
 	int C = c->d_model, E = c->n_experts, l;
@@ -114,45 +137,107 @@ static void build_table(const struct mr_gpt_config *c, struct table *tb)
 	char nm[32];
 
 #define NAME(fmt) (snprintf(nm, sizeof(nm), "h.%d." fmt, l), nm)
-	add(tb, "wte", c->vocab, C, 0, MR_INIT_NORMAL, sd);
-	add(tb, "wpe", c->max_seq, C, 0, MR_INIT_NORMAL, sd);
+	tb->unit = 0;
+	unit_begin(tb);
+	add(tb, "wte", c->vocab, C, 0, MR_INIT_NORMAL, sd, 0, 1);
+	add(tb, "wpe", c->max_seq, C, 0, MR_INIT_NORMAL, sd, -1, 1);
 	for (l = 0; l < c->n_layer; l++) {
-		add(tb, NAME("ln1.w"), C, 0, 0, MR_INIT_ONE, 0);
-		add(tb, NAME("ln1.b"), C, 0, 0, MR_INIT_ZERO, 0);
-		add(tb, NAME("attn.qkv.w"), 3 * C, C, 0, MR_INIT_NORMAL, sd);
-		add(tb, NAME("attn.qkv.b"), 3 * C, 0, 0, MR_INIT_ZERO, 0);
-		add(tb, NAME("attn.proj.w"), C, C, 0, MR_INIT_NORMAL, rsd);
-		add(tb, NAME("attn.proj.b"), C, 0, 0, MR_INIT_ZERO, 0);
-		add(tb, NAME("ln2.w"), C, 0, 0, MR_INIT_ONE, 0);
-		add(tb, NAME("ln2.b"), C, 0, 0, MR_INIT_ZERO, 0);
+		unit_begin(tb);
+		add(tb, NAME("ln1.w"), C, 0, 0, MR_INIT_ONE, 0, -1, 1);
+		add(tb, NAME("ln1.b"), C, 0, 0, MR_INIT_ZERO, 0, -1, 1);
+		add(tb, NAME("attn.qkv.w"), 3 * C, C, 0, MR_INIT_NORMAL, sd, 0, 3);
+		add(tb, NAME("attn.qkv.b"), 3 * C, 0, 0, MR_INIT_ZERO, 0, 0, 3);
+		add(tb, NAME("attn.proj.w"), C, C, 0, MR_INIT_NORMAL, rsd, 1, 1);
+		add(tb, NAME("attn.proj.b"), C, 0, 0, MR_INIT_ZERO, 0, -1, 1);
+		add(tb, NAME("ln2.w"), C, 0, 0, MR_INIT_ONE, 0, -1, 1);
+		add(tb, NAME("ln2.b"), C, 0, 0, MR_INIT_ZERO, 0, -1, 1);
 		if (mr_gpt_layer_is_moe(c, l)) {
-			add(tb, NAME("moe.router.w"), E, C, 0, MR_INIT_NORMAL, sd);
-			add(tb, NAME("moe.fc.w"), E, 4 * C, C, MR_INIT_NORMAL, sd);
-			add(tb, NAME("moe.fc.b"), E, 4 * C, 0, MR_INIT_ZERO, 0);
-			add(tb, NAME("moe.proj.w"), E, C, 4 * C, MR_INIT_NORMAL, rsd);
-			add(tb, NAME("moe.proj.b"), E, C, 0, MR_INIT_ZERO, 0);
+			add(tb, NAME("moe.router.w"), E, C, 0, MR_INIT_NORMAL, sd, -1, 1);
+			add(tb, NAME("moe.fc.w"), E, 4 * C, C, MR_INIT_NORMAL, sd, 1, 1);
+			add(tb, NAME("moe.fc.b"), E, 4 * C, 0, MR_INIT_ZERO, 0, 1, 1);
+			add(tb, NAME("moe.proj.w"), E, C, 4 * C, MR_INIT_NORMAL, rsd, 2, 1);
+			add(tb, NAME("moe.proj.b"), E, C, 0, MR_INIT_ZERO, 0, -1, 1);
 		} else {
-			add(tb, NAME("mlp.fc.w"), 4 * C, C, 0, MR_INIT_NORMAL, sd);
-			add(tb, NAME("mlp.fc.b"), 4 * C, 0, 0, MR_INIT_ZERO, 0);
-			add(tb, NAME("mlp.proj.w"), C, 4 * C, 0, MR_INIT_NORMAL, rsd);
-			add(tb, NAME("mlp.proj.b"), C, 0, 0, MR_INIT_ZERO, 0);
+			add(tb, NAME("mlp.fc.w"), 4 * C, C, 0, MR_INIT_NORMAL, sd, 0, 1);
+			add(tb, NAME("mlp.fc.b"), 4 * C, 0, 0, MR_INIT_ZERO, 0, 0, 1);
+			add(tb, NAME("mlp.proj.w"), C, 4 * C, 0, MR_INIT_NORMAL, rsd, 1, 1);
+			add(tb, NAME("mlp.proj.b"), C, 0, 0, MR_INIT_ZERO, 0, -1, 1);
 		}
 	}
 #undef NAME
-	add(tb, "lnf.w", C, 0, 0, MR_INIT_ONE, 0);
-	add(tb, "lnf.b", C, 0, 0, MR_INIT_ZERO, 0);
+	unit_begin(tb);
+	add(tb, "lnf.w", C, 0, 0, MR_INIT_ONE, 0, -1, 1);
+	add(tb, "lnf.b", C, 0, 0, MR_INIT_ZERO, 0, -1, 1);
+	if (tb->t)
+		tb->unit_first[tb->unit] = tb->n;
 }
 
-/* Points the views of one buffer (params or grads) at the table. */
-static void bind_views(struct mr_gpt *m, float *base, struct mr_gpt_weights *w)
+size_t mr_gpt_tensor_full_n(const struct mr_gpt_tensor *t)
 {
-	int i = 0, l;
-	const struct mr_gpt_tensor *t = m->tensors;
+	size_t n = 1;
+	int k;
 
-#define NEXT (base + t[i++].off)
-	w->wte = NEXT;
-	w->wpe = NEXT;
-	for (l = 0; l < m->cfg.n_layer; l++) {
+	for (k = 0; k < t->ndim; k++)
+		n *= (size_t)t->full[k];
+	return n;
+}
+
+void mr_gpt_tensor_slice(const struct mr_gpt_tensor *t, int tp, int tp_rank, float *full,
+			 float *local, int to_full)
+{
+	size_t outer = 1, inner = 1, D, pd, ld, o, q;
+	int k, s = t->split_dim;
+
+	if (s < 0 || tp <= 1) {
+		if (to_full)
+			memcpy(full, local, sizeof(float) * t->n);
+		else
+			memcpy(local, full, sizeof(float) * t->n);
+		return;
+	}
+	for (k = 0; k < s; k++)
+		outer *= (size_t)t->full[k];
+	for (k = s + 1; k < t->ndim; k++)
+		inner *= (size_t)t->full[k];
+	D = (size_t)t->full[s];
+	pd = D / (size_t)t->split_parts; /* one block of the split dim */
+	ld = pd / (size_t)tp;            /* this rank's rows of a block */
+	for (o = 0; o < outer; o++)
+		for (q = 0; q < (size_t)t->split_parts; q++) {
+			float *f = full + ((o * D) + q * pd + (size_t)tp_rank * ld) * inner;
+			float *l = local + ((o * (D / (size_t)tp)) + q * ld) * inner;
+			if (to_full)
+				memcpy(f, l, sizeof(float) * ld * inner);
+			else
+				memcpy(l, f, sizeof(float) * ld * inner);
+		}
+}
+
+void mr_gpt_unit_range(const struct mr_gpt *m, int u, size_t *off, size_t *n)
+{
+	const struct mr_gpt_tensor *a = &m->tensors[m->unit_first[u]];
+	const struct mr_gpt_tensor *z = &m->tensors[m->unit_first[u + 1] - 1];
+
+	*off = a->off;
+	*n = z->off + z->n - a->off;
+}
+
+/* Points unit u's views of one buffer (params or grads) at base, where
+ * base[0] is the unit's first element. */
+static void bind_unit_views(struct mr_gpt *m, int u, float *base, struct mr_gpt_weights *w)
+{
+	int i = m->unit_first[u], l = u - 1;
+	const struct mr_gpt_tensor *t = m->tensors;
+	size_t off0 = t[i].off;
+
+#define NEXT (base + (t[i++].off - off0))
+	if (u == 0) {
+		w->wte = NEXT;
+		w->wpe = NEXT;
+	} else if (u == m->cfg.n_layer + 1) {
+		w->lnfw = NEXT;
+		w->lnfb = NEXT;
+	} else {
 		struct mr_gpt_layer_w *lw = &w->layer[l];
 		memset(lw, 0, sizeof(*lw));
 		lw->ln1w = NEXT;
@@ -170,9 +255,15 @@ static void bind_views(struct mr_gpt *m, float *base, struct mr_gpt_weights *w)
 		lw->fcprojw = NEXT;
 		lw->fcprojb = NEXT;
 	}
-	w->lnfw = NEXT;
-	w->lnfb = NEXT;
 #undef NEXT
+}
+
+void mr_gpt_bind_unit(struct mr_gpt *m, int u, float *pbase, float *gbase)
+{
+	if (pbase)
+		bind_unit_views(m, u, pbase, &m->w);
+	if (gbase)
+		bind_unit_views(m, u, gbase, &m->g);
 }
 
 /* ---- activations -------------------------------------------------------------- */
@@ -190,44 +281,37 @@ static float *take(struct carve *cv, size_t n)
 	return p;
 }
 
-static struct mr_moe_shape moe_shape(const struct mr_gpt *m)
-{
-	struct mr_moe_shape s;
-	int N = m->B * m->T;
-
-	s.N = N;
-	s.C = m->cfg.d_model;
-	s.E = m->cfg.n_experts;
-	s.k = m->cfg.top_k;
-	s.cap = mr_moe_capacity(N, s.E, s.k, m->cfg.capacity_factor);
-	return s;
-}
-
-/* Carves activations (cv) and workspace (wv); sizes only when bases are NULL. */
+/* Carves activations (cv) and workspace (wv); sizes only when bases are
+ * NULL. With tp, the head-, hidden- and vocab-sized buffers are this
+ * rank's slice; with sp, the residual stream holds this rank's rows only
+ * (N/tp) while the LayerNorm outputs feeding GEMMs are kept gathered. */
 static void carve_all(struct mr_gpt *m, struct carve *cv, struct carve *wv)
 {
 	const struct mr_gpt_config *c = &m->cfg;
-	size_t N = (size_t)m->B * m->T, C = (size_t)c->d_model, V = (size_t)c->vocab;
+	int tp = m->par.tp;
+	size_t N = (size_t)m->B * m->T, C = (size_t)c->d_model;
+	size_t Nl = m->par.sp ? N / (size_t)tp : N, Cl = C / (size_t)tp;
+	size_t Hl = 4 * Cl, Vl = (size_t)c->vocab / (size_t)tp;
 	int l, any_moe = 0;
-	struct mr_moe_shape ms = { 0, 0, 0, 0, 0 };
+	struct mr_moe_shape ms = { 0, 0, 0, 0, 0, 0 };
 	size_t kws, mws = 0;
 
 	if (c->moe_every > 0)
-		ms = moe_shape(m);
-	m->encoded = take(cv, N * C);
+		ms = mr_gpt_moe_shape(m);
+	m->encoded = take(cv, Nl * C);
 	for (l = 0; l < c->n_layer; l++) {
 		struct mr_gpt_layer_acts *a = &m->la[l];
 		memset(a, 0, sizeof(*a));
 		a->ln1 = take(cv, N * C);
-		a->ln1_mean = take(cv, N);
-		a->ln1_rstd = take(cv, N);
-		a->qkv = take(cv, N * 3 * C);
-		a->atty = take(cv, N * C);
-		a->att_lse = take(cv, N * (size_t)c->n_head);
-		a->res2 = take(cv, N * C);
+		a->ln1_mean = take(cv, Nl);
+		a->ln1_rstd = take(cv, Nl);
+		a->qkv = take(cv, N * 3 * Cl);
+		a->atty = take(cv, N * Cl);
+		a->att_lse = take(cv, N * (size_t)(c->n_head / tp));
+		a->res2 = take(cv, Nl * C);
 		a->ln2 = take(cv, N * C);
-		a->ln2_mean = take(cv, N);
-		a->ln2_rstd = take(cv, N);
+		a->ln2_mean = take(cv, Nl);
+		a->ln2_rstd = take(cv, Nl);
 		if (mr_gpt_layer_is_moe(c, l)) {
 			float *f = take(cv, mr_moe_act_floats(&ms));
 			/* ints share the float arena (same size, 4 bytes) */
@@ -236,27 +320,31 @@ static void carve_all(struct mr_gpt *m, struct carve *cv, struct carve *wv)
 				mr_moe_acts_bind(&a->moe, &ms, f, (int *)(void *)iv);
 			any_moe = 1;
 		} else {
-			a->fch = take(cv, N * 4 * C);
-			a->fch_gelu = take(cv, N * 4 * C);
+			a->fch = take(cv, N * Hl);
+			a->fch_gelu = take(cv, N * Hl);
 		}
-		a->res3 = take(cv, N * C);
+		a->res3 = take(cv, Nl * C);
 	}
 	m->lnf = take(cv, N * C);
-	m->lnf_mean = take(cv, N);
-	m->lnf_rstd = take(cv, N);
-	m->logits = take(cv, N * V);
+	m->lnf_mean = take(cv, Nl);
+	m->lnf_rstd = take(cv, Nl);
+	m->logits = take(cv, N * Vl);
 	m->ce_lse = take(cv, N);
 	m->losses = take(cv, N);
 	m->inputs = (int *)(void *)take(cv, N);
 	m->targets = (int *)(void *)take(cv, N);
+	m->tok_tp = tp > 1 ? (int *)(void *)take(cv, N) : NULL;
+	m->tgt_tp = tp > 1 ? (int *)(void *)take(cv, N) : NULL;
 
 	m->ones = take(wv, N);
-	m->dres = take(wv, N * C);
+	m->dres = take(wv, Nl * C);
 	m->dln = take(wv, N * C);
-	m->datty = take(wv, N * C);
-	m->dqkv = take(wv, N * 3 * C);
-	m->dfch = take(wv, N * 4 * C);
+	m->datty = take(wv, N * Cl);
+	m->dqkv = take(wv, N * 3 * Cl);
+	m->dfch = take(wv, N * Hl);
 	m->dtmp = take(wv, N * C);
+	m->sp_full = m->par.sp ? take(wv, N * C) : NULL;
+	m->sp_tmp = tp > 1 ? take(wv, N * (C > 3 ? C : 3)) : NULL;
 	kws = mr_attn_layer_ws_floats(m->pool, m->T, c->d_model / c->n_head);
 	if (mr_layernorm_ws_floats(m->pool, c->d_model) > kws)
 		kws = mr_layernorm_ws_floats(m->pool, c->d_model);
@@ -265,13 +353,67 @@ static void carve_all(struct mr_gpt *m, struct carve *cv, struct carve *wv)
 	m->k_ws = take(wv, kws > mws ? kws : mws);
 }
 
+struct mr_moe_shape mr_gpt_moe_shape(const struct mr_gpt *m)
+{
+	struct mr_moe_shape s;
+	int N = m->B * m->T;
+
+	s.N = N;
+	s.C = m->cfg.d_model;
+	s.H = 4 * m->cfg.d_model / m->par.tp;
+	s.E = m->cfg.n_experts;
+	s.k = m->cfg.top_k;
+	s.cap = mr_moe_capacity(N, s.E, s.k, m->cfg.capacity_factor);
+	return s;
+}
+
+/* Tensor-parallel placement checks; the message names the field. */
+static int check_par(const struct mr_gpt_config *c, int T, const struct mr_gpt_par *par,
+		     struct mr_errbuf *eb)
+{
+	int tp = par->tp;
+
+	if (tp < 1 || tp > 1024)
+		return mr_errf_field(eb, MR_EINVAL, "tp", "'tp' must be in [1, 1024], got %d", tp);
+	if (par->tp_rank < 0 || par->tp_rank >= tp)
+		return mr_errf_field(eb, MR_EINVAL, "tp", "tp rank %d is outside [0, %d)",
+				     par->tp_rank, tp);
+	if (c->n_head % tp != 0)
+		return mr_errf_field(eb, MR_EINVAL, "n_head",
+				     "'n_head' (%d) is not divisible by tp (%d)", c->n_head, tp);
+	if (c->d_model % tp != 0)
+		return mr_errf_field(eb, MR_EINVAL, "d_model",
+				     "'d_model' (%d) is not divisible by tp (%d)", c->d_model, tp);
+	if (c->vocab % tp != 0)
+		return mr_errf_field(eb, MR_EINVAL, "vocab_size",
+				     "'vocab_size' (%d) is not divisible by tp (%d); pad the "
+				     "vocabulary to a multiple of tp", c->vocab, tp);
+	if (par->sp && tp == 1)
+		return mr_errf_field(eb, MR_EINVAL, "sequence_parallel",
+				     "'sequence_parallel' needs tp > 1");
+	if (par->sp && T % tp != 0)
+		return mr_errf_field(eb, MR_EINVAL, "seq_len",
+				     "'seq_len' (%d) is not divisible by tp (%d), as sequence "
+				     "parallel needs", T, tp);
+	if (tp > 1 && !par->tp_comm)
+		return mr_errf_field(eb, MR_EINVAL, "tp", "tp %d without a tp communicator", tp);
+	return 0;
+}
+
 int mr_gpt_create(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, int T,
 		  struct mr_pool *pool, struct mr_errbuf *eb)
 {
-	struct table tb = { NULL, 0, 0, 0 };
+	return mr_gpt_create_par(m, cfg, B, T, pool, NULL, eb);
+}
+
+int mr_gpt_create_par(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, int T,
+		      struct mr_pool *pool, const struct mr_gpt_par *par,
+		      struct mr_errbuf *eb)
+{
+	struct table tb = { NULL, 0, 0, 0, 1, NULL, 0 };
 	struct carve cv = { NULL, 0 }, wv = { NULL, 0 };
 	size_t i;
-	int rc;
+	int rc, u;
 
 	memset(m, 0, sizeof(*m));
 	rc = mr_gpt_config_check(cfg, eb);
@@ -283,30 +425,51 @@ int mr_gpt_create(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, int 
 	if (T < 1 || T > cfg->max_seq)
 		return mr_errf_field(eb, MR_EINVAL, "seq_len",
 				     "'seq_len' must be in [1, max_seq=%d], got %d", cfg->max_seq, T);
+	if (par)
+		m->par = *par;
+	if (m->par.tp < 1)
+		m->par.tp = 1;
+	rc = check_par(cfg, T, &m->par, eb);
+	if (rc < 0)
+		return rc;
 	m->cfg = *cfg;
 	m->B = B;
 	m->T = T;
 	m->pool = pool;
+	tb.tp = m->par.tp;
 	build_table(cfg, &tb);
+	m->nunits = tb.unit;
 	m->tensors = calloc((size_t)tb.n, sizeof(*m->tensors));
+	m->unit_first = calloc((size_t)m->nunits + 1, sizeof(int));
 	m->w.layer = calloc((size_t)cfg->n_layer, sizeof(*m->w.layer));
 	m->g.layer = calloc((size_t)cfg->n_layer, sizeof(*m->g.layer));
 	m->la = calloc((size_t)cfg->n_layer, sizeof(*m->la));
-	if (!m->tensors || !m->w.layer || !m->g.layer || !m->la)
+	if (!m->tensors || !m->unit_first || !m->w.layer || !m->g.layer || !m->la)
 		goto nomem;
 	tb.t = m->tensors;
 	tb.cap = tb.n;
 	tb.n = 0;
 	tb.off = 0;
+	tb.unit_first = m->unit_first;
 	build_table(cfg, &tb);
 	m->ntensors = tb.n;
 	m->nparams = tb.off;
-	m->params = mr_mem_alloc(&m->mem, MR_MEM_PARAMS, m->nparams * sizeof(float));
-	m->grads = mr_mem_alloc(&m->mem, MR_MEM_GRADS, m->nparams * sizeof(float));
-	if (!m->params || !m->grads)
-		goto nomem;
-	bind_views(m, m->params, &m->w);
-	bind_views(m, m->grads, &m->g);
+	if (!m->par.ext_params) {
+		m->params = mr_mem_alloc(&m->mem, MR_MEM_PARAMS, m->nparams * sizeof(float));
+		if (!m->params)
+			goto nomem;
+	}
+	if (!m->par.ext_grads) {
+		m->grads = mr_mem_alloc(&m->mem, MR_MEM_GRADS, m->nparams * sizeof(float));
+		if (!m->grads)
+			goto nomem;
+	}
+	for (u = 0; u < m->nunits; u++) {
+		size_t off, n;
+		mr_gpt_unit_range(m, u, &off, &n);
+		mr_gpt_bind_unit(m, u, m->params ? m->params + off : NULL,
+				 m->grads ? m->grads + off : NULL);
+	}
 
 	carve_all(m, &cv, &wv);
 	m->nacts = cv.used;
@@ -322,6 +485,11 @@ int mr_gpt_create(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, int 
 	carve_all(m, &cv, &wv);
 	for (i = 0; i < (size_t)B * T; i++)
 		m->ones[i] = 1.0f;
+	if (m->par.tp > 1) {
+		m->xchg.reduce = mr__gpt_moe_reduce;
+		m->xchg.ctx = m;
+		m->xchg.router_dx_off = m->par.tp_rank != 0;
+	}
 	return 0;
 nomem:
 	rc = mr_errf(eb, MR_ENOMEM, "unable to allocate the model (%zu parameters)",
@@ -337,30 +505,44 @@ void mr_gpt_release(struct mr_gpt *m)
 	mr_mem_free(&m->mem, MR_MEM_ACTS, m->acts, m->nacts * sizeof(float));
 	mr_mem_free(&m->mem, MR_MEM_WORKSPACE, m->ws, m->nws * sizeof(float));
 	free(m->tensors);
+	free(m->unit_first);
 	free(m->w.layer);
 	free(m->g.layer);
 	free(m->la);
 	memset(m, 0, sizeof(*m));
 }
 
-void mr_gpt_init_params(struct mr_gpt *m, uint64_t seed)
+int mr_gpt_init_tensor(const struct mr_gpt *m, uint64_t seed, int i, float *dst)
 {
-	int i;
-	size_t j;
+	const struct mr_gpt_tensor *t = &m->tensors[i];
+	size_t j, n = mr_gpt_tensor_full_n(t);
+	float *full = t->split_dim >= 0 ? malloc(n * sizeof(float)) : dst;
+	struct mr_rng r;
 
-	for (i = 0; i < m->ntensors; i++) {
-		const struct mr_gpt_tensor *t = &m->tensors[i];
-		float *p = m->params + t->off;
-		struct mr_rng r;
-
-		mr_rng_seed(&r, seed, (uint64_t)i);
-		for (j = 0; j < t->n; j++) {
-			if (t->init == MR_INIT_NORMAL)
-				p[j] = (float)(mr_rng_normal(&r) * t->std);
-			else
-				p[j] = t->init == MR_INIT_ONE ? 1.0f : 0.0f;
-		}
+	if (!full)
+		return MR_ENOMEM;
+	mr_rng_seed(&r, seed, (uint64_t)i);
+	for (j = 0; j < n; j++) {
+		if (t->init == MR_INIT_NORMAL)
+			full[j] = (float)(mr_rng_normal(&r) * t->std);
+		else
+			full[j] = t->init == MR_INIT_ONE ? 1.0f : 0.0f;
 	}
+	if (full != dst) {
+		mr_gpt_tensor_slice(t, m->par.tp, m->par.tp_rank, full, dst, 0);
+		free(full);
+	}
+	return 0;
+}
+
+int mr_gpt_init_params(struct mr_gpt *m, uint64_t seed)
+{
+	int i, rc;
+
+	for (i = 0; i < m->ntensors; i++)
+		if ((rc = mr_gpt_init_tensor(m, seed, i, m->params + m->tensors[i].off)) < 0)
+			return rc;
+	return 0;
 }
 
 const struct mr_gpt_tensor *mr_gpt_find(const struct mr_gpt *m, const char *name)
@@ -375,14 +557,21 @@ const struct mr_gpt_tensor *mr_gpt_find(const struct mr_gpt *m, const char *name
 
 size_t mr_gpt_flops_per_token(const struct mr_gpt *m)
 {
-	/* 6N + 6 L C T (llm.c / torchtitan); N counts parameters touched per
-	 * token: for MoE layers only top_k experts, and wpe is a lookup. */
+	/* 6N + 6 L C T (llm.c / torchtitan), for this rank's slice: N counts
+	 * the local parameters touched per token - for MoE experts only top_k
+	 * of E, and not wpe (a lookup) - and C is this rank's channels. */
 	const struct mr_gpt_config *c = &m->cfg;
-	size_t n = m->nparams - (size_t)c->max_seq * c->d_model, C = (size_t)c->d_model;
-	int l;
+	size_t n = 0, C = (size_t)c->d_model / (size_t)m->par.tp;
+	int i;
 
-	for (l = 0; l < c->n_layer; l++)
-		if (mr_gpt_layer_is_moe(c, l))
-			n -= (size_t)(c->n_experts - c->top_k) * (8 * C * C + 5 * C);
+	for (i = 0; i < m->ntensors; i++) {
+		const struct mr_gpt_tensor *t = &m->tensors[i];
+		if (strcmp(t->name, "wpe") == 0)
+			continue;
+		if (strstr(t->name, ".moe.") && !strstr(t->name, ".router."))
+			n += t->n / (size_t)c->n_experts * (size_t)c->top_k;
+		else
+			n += t->n;
+	}
 	return 6 * n + 6 * (size_t)c->n_layer * C * (size_t)m->T;
 }

@@ -30,7 +30,7 @@ size_t mr_moe_act_floats(const struct mr_moe_shape *s)
 	size_t ec = (size_t)s->E * (size_t)s->cap;
 
 	return up16((size_t)s->N * s->E) + up16((size_t)s->N * s->k) +
-	       up16(ec * s->C) * 2 + up16(ec * 4 * s->C) * 2;
+	       up16(ec * s->C) * 2 + up16(ec * s->H) * 2;
 }
 
 size_t mr_moe_act_ints(const struct mr_moe_shape *s)
@@ -51,7 +51,7 @@ void mr_moe_acts_bind(struct mr_moe_acts *a, const struct mr_moe_shape *s, float
 	a->yo = f;
 	f += up16(ec * s->C);
 	a->h = f;
-	f += up16(ec * 4 * s->C);
+	f += up16(ec * s->H);
 	a->hg = f;
 	a->topi = ip;
 	ip += up16((size_t)s->N * s->k);
@@ -68,7 +68,8 @@ size_t mr_moe_ws_floats(const struct mr_moe_shape *s)
 {
 	size_t ec = (size_t)s->E * (size_t)s->cap;
 
-	return up16((size_t)s->N * s->E) + up16(ec * s->C) * 2 + up16(ec * 4 * s->C);
+	return up16((size_t)s->N * s->E) + up16(ec * s->C) * 2 + up16(ec * s->H) +
+	       up16((size_t)s->N * s->k);
 }
 
 static int xchg(const struct mr_moe_xchg *xg, enum mr_moe_phase ph, float *buf,
@@ -137,7 +138,7 @@ int mr_moe_fwd(struct mr_pool *p, const struct mr_moe_shape *s, struct mr_moe_ac
 	       const float *fcw, const float *fcb, const float *fcprojw,
 	       const float *fcprojb)
 {
-	int N = s->N, C = s->C, E = s->E, k = s->k, n, j, e, c, rc;
+	int N = s->N, C = s->C, H = s->H, E = s->E, k = s->k, n, j, e, c, rc;
 	size_t ecap = (size_t)s->cap;
 
 	mr_matmul_fwd(p, a->probs, x, routerw, NULL, N, C, E);
@@ -157,11 +158,11 @@ int mr_moe_fwd(struct mr_pool *p, const struct mr_moe_shape *s, struct mr_moe_ac
 		size_t r0 = (size_t)e * ecap;
 		if (m == 0)
 			continue;
-		mr_matmul_fwd(p, a->h + r0 * 4 * C, a->xin + r0 * C, fcw + (size_t)e * 4 * C * C,
-			      fcb + (size_t)e * 4 * C, m, C, 4 * C);
-		mr_gelu_fwd(p, a->hg + r0 * 4 * C, a->h + r0 * 4 * C, (size_t)m * 4 * C);
-		mr_matmul_fwd(p, a->yo + r0 * C, a->hg + r0 * 4 * C, fcprojw + (size_t)e * C * 4 * C,
-			      fcprojb + (size_t)e * C, m, 4 * C, C);
+		mr_matmul_fwd(p, a->h + r0 * H, a->xin + r0 * C, fcw + (size_t)e * H * C,
+			      fcb + (size_t)e * H, m, C, H);
+		mr_gelu_fwd(p, a->hg + r0 * H, a->h + r0 * H, (size_t)m * H);
+		mr_matmul_fwd(p, a->yo + r0 * C, a->hg + r0 * H, fcprojw + (size_t)e * C * H,
+			      fcprojb ? fcprojb + (size_t)e * C : NULL, m, H, C);
 	}
 	rc = xchg(xg, MR_MOE_COMBINE, a->yo, a->count, s, (size_t)C);
 	if (rc < 0)
@@ -187,43 +188,51 @@ int mr_moe_bwd(struct mr_pool *p, const struct mr_moe_shape *s, const struct mr_
 	       float *dfcw, float *dfcb, float *dfcprojw, float *dfcprojb, float aux_scale,
 	       float *ws, const float *ones)
 {
-	int N = s->N, C = s->C, E = s->E, k = s->k, n, j, e, c, rc;
+	int N = s->N, C = s->C, H = s->H, E = s->E, k = s->k, n, j, e, c, rc;
 	size_t ecap = (size_t)s->cap, ec = (size_t)E * ecap;
 	float *dprobs = ws;
 	float *dyo = dprobs + up16((size_t)N * E);
 	float *dxin = dyo + up16(ec * C);
 	float *dh = dxin + up16(ec * C);
+	float *dgate = dh + up16(ec * H);
 
 	memset(dprobs, 0, sizeof(float) * (size_t)N * E);
-	/* combine backward: dyo = g * dy, dg = <dy, yo> -> dprobs */
+	/* combine backward: dyo = g * dy, dgate = <dy, yo> (partial under tp) */
 	for (n = 0; n < N; n++) {
 		const float *dyn = dy + (size_t)n * C;
-		const float *pn = a->probs + (size_t)n * E;
-		float dg[2] = { 0.0f, 0.0f }, gs = 0.0f, gdot = 0.0f;
 		for (j = 0; j < k; j++) {
 			int sl = a->slot[(size_t)n * k + j], ex = a->topi[(size_t)n * k + j];
-			float g = a->gate[(size_t)n * k + j];
+			float g = a->gate[(size_t)n * k + j], dg = 0.0f;
 			float *d;
 			const float *yo;
-			gs += pn[ex];
-			if (sl < 0)
-				continue;
-			d = dyo + ((size_t)ex * ecap + sl) * C;
-			yo = a->yo + ((size_t)ex * ecap + sl) * C;
-			for (c = 0; c < C; c++) {
-				d[c] = g * dyn[c];
-				dg[j] += dyn[c] * yo[c];
+			if (sl >= 0) {
+				d = dyo + ((size_t)ex * ecap + sl) * C;
+				yo = a->yo + ((size_t)ex * ecap + sl) * C;
+				for (c = 0; c < C; c++) {
+					d[c] = g * dyn[c];
+					dg += dyn[c] * yo[c];
+				}
 			}
+			dgate[(size_t)n * k + j] = dg;
 		}
+	}
+	if (xg && xg->reduce && (rc = xg->reduce(xg->ctx, dgate, (size_t)N * k)) < 0)
+		return rc;
+	/* gates backward into dprobs (k = 1: g = p; k = 2: g = p / (p_a + p_b)) */
+	for (n = 0; n < N; n++) {
+		const float *pn = a->probs + (size_t)n * E, *dg = dgate + (size_t)n * k;
+		const int *ti = a->topi + (size_t)n * k;
+		float gs = 0.0f, gdot = 0.0f;
 		if (k == 1) {
-			dprobs[(size_t)n * E + a->topi[n]] += dg[0];
-		} else {
-			for (j = 0; j < k; j++)
-				gdot += dg[j] * a->gate[(size_t)n * k + j];
-			for (j = 0; j < k; j++)
-				dprobs[(size_t)n * E + a->topi[(size_t)n * k + j]] +=
-					(dg[j] - gdot) / gs;
+			dprobs[(size_t)n * E + ti[0]] += dg[0];
+			continue;
 		}
+		for (j = 0; j < k; j++) {
+			gs += pn[ti[j]];
+			gdot += dg[j] * a->gate[(size_t)n * k + j];
+		}
+		for (j = 0; j < k; j++)
+			dprobs[(size_t)n * E + ti[j]] += (dg[j] - gdot) / gs;
 	}
 	rc = xchg(xg, MR_MOE_DISPATCH_GRAD, dyo, a->count, s, (size_t)C);
 	if (rc < 0)
@@ -233,14 +242,13 @@ int mr_moe_bwd(struct mr_pool *p, const struct mr_moe_shape *s, const struct mr_
 		size_t r0 = (size_t)e * ecap;
 		if (m == 0)
 			continue;
-		mr_matmul_bwd(p, dh + r0 * 4 * C, dfcprojw + (size_t)e * C * 4 * C,
-			      dfcprojb + (size_t)e * C, dyo + r0 * C, a->hg + r0 * 4 * C,
-			      fcprojw + (size_t)e * C * 4 * C, m, 4 * C, C, 0, ones);
-		mr_gelu_bwd(p, dh + r0 * 4 * C, a->h + r0 * 4 * C, dh + r0 * 4 * C,
-			    (size_t)m * 4 * C);
-		mr_matmul_bwd(p, dxin + r0 * C, dfcw + (size_t)e * 4 * C * C,
-			      dfcb + (size_t)e * 4 * C, dh + r0 * 4 * C, a->xin + r0 * C,
-			      fcw + (size_t)e * 4 * C * C, m, C, 4 * C, 0, ones);
+		mr_matmul_bwd(p, dh + r0 * H, dfcprojw + (size_t)e * C * H,
+			      dfcprojb + (size_t)e * C, dyo + r0 * C, a->hg + r0 * H,
+			      fcprojw + (size_t)e * C * H, m, H, C, 0, ones);
+		mr_gelu_bwd(p, dh + r0 * H, a->h + r0 * H, dh + r0 * H, (size_t)m * H);
+		mr_matmul_bwd(p, dxin + r0 * C, dfcw + (size_t)e * H * C, dfcb + (size_t)e * H,
+			      dh + r0 * H, a->xin + r0 * C, fcw + (size_t)e * H * C, m, C, H, 0,
+			      ones);
 	}
 	rc = xchg(xg, MR_MOE_COMBINE_GRAD, dxin, a->count, s, (size_t)C);
 	if (rc < 0)
@@ -272,6 +280,7 @@ int mr_moe_bwd(struct mr_pool *p, const struct mr_moe_shape *s, const struct mr_
 		for (e = 0; e < E; e++)
 			dp[e] = pn[e] * (dp[e] - dot);
 	}
-	mr_matmul_bwd(p, dx, drouterw, NULL, dprobs, x, routerw, N, C, E, 1, ones);
+	mr_matmul_bwd(p, xg && xg->router_dx_off ? NULL : dx, drouterw, NULL, dprobs, x, routerw,
+		      N, C, E, 1, ones);
 	return 0;
 }

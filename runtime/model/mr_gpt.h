@@ -20,8 +20,26 @@
  * Ownership: the caller owns struct mr_gpt (mr_gpt_create / mr_gpt_release)
  * and the pool it passes (borrowed until release).
  *
- * Non-goals: dropout, generation/sampling, tensor parallel splits (they
- * slot in by giving mr_gpt_create a shard spec; not done here).
+ * Tensor parallel (Megatron-LM): with par.tp > 1 every rank holds its
+ * slice of the split tensors (struct mr_gpt_tensor.split_dim): QKV and MLP
+ * fc column-parallel (heads split), attention and MLP projections
+ * row-parallel, the token embedding / LM head vocab-parallel; everything
+ * else replicated. Forward and backward then run the conjugate collectives
+ * on par.tp_comm (see gpt.c); with par.sp the residual stream is sharded
+ * along the sequence (all-gather before a column-parallel GEMM,
+ * reduce-scatter after a row-parallel one).
+ *
+ * Units and hooks (data parallel, ZeRO): the parameter table is cut into
+ * units - unit 0 the embeddings (wte, wpe), unit 1+l layer l, unit L+1 the
+ * final LayerNorm - each a contiguous range [off, off+n) of the table.
+ * Forward and backward call struct mr_gpt_hooks at unit boundaries, so a
+ * data-parallel wrapper can reduce a unit's gradients as soon as backward
+ * has produced them and ZeRO-3 can gather a unit's parameters just before
+ * use. With par.ext_params / par.ext_grads the model does not allocate
+ * that buffer: the caller points each unit's views at its own storage with
+ * mr_gpt_bind_unit (in a hook, before the unit is used).
+ *
+ * Non-goals: dropout, generation/sampling.
  */
 #ifndef MR_GPT_H
 #define MR_GPT_H
@@ -56,7 +74,11 @@ enum mr_gpt_init { MR_INIT_ZERO, MR_INIT_ONE, MR_INIT_NORMAL };
 
 struct mr_gpt_tensor {
 	char name[32];     /* "h.0.attn.qkv.w" */
-	int ndim, shape[3];
+	int ndim, shape[3]; /* this rank's (local) shape */
+	int full[3];       /* shape of the whole tensor (== shape when tp = 1) */
+	int split_dim;     /* -1: replicated across tp; else the dim split */
+	int split_parts;   /* split_dim viewed as this many blocks, each split
+			    * (3 for QKV: q, k and v rows; 1 otherwise) */
 	size_t off, n;     /* offset into params/grads, element count */
 	int decay;         /* 1: weight decay applies (matrices, embeddings) */
 	enum mr_gpt_init init;
@@ -93,22 +115,54 @@ struct mr_gpt_layer_acts {
 	float *res3;            /* (N,C) residual after the MLP */
 };
 
+struct mr_comm;
+
+/* How this rank's model is placed; zero = one rank, everything local. */
+struct mr_gpt_par {
+	int tp, tp_rank;         /* tensor parallel degree (0 = 1), index */
+	int sp;                  /* sequence parallel (needs tp > 1) */
+	struct mr_comm *tp_comm; /* borrowed; required when tp > 1 */
+	int ext_params;          /* params not allocated: caller binds units */
+	int ext_grads;           /* grads not allocated: caller binds units */
+};
+
+/*
+ * Called at unit boundaries (NULL members are skipped). Use of unit u by
+ * forward starts at pre_fwd(u); unit 0 (wte, also the LM head) and unit
+ * L+1 stay in use until the end of backward. Backward calls pre_bwd(u)
+ * before it reads u's parameters or adds to u's gradients and post_bwd(u)
+ * when u's gradients for this micro-batch are complete, in the order
+ * L+1 (LM head and final LN; also adds to unit 0's wte gradient), L, ...,
+ * 1, 0 (embeddings). A non-zero return aborts the pass with that code.
+ */
+struct mr_gpt_hooks {
+	void *ctx;
+	int (*pre_fwd)(void *ctx, int unit);
+	int (*pre_bwd)(void *ctx, int unit);
+	int (*post_bwd)(void *ctx, int unit);
+};
+
 struct mr_gpt {
 	struct mr_gpt_config cfg;
+	struct mr_gpt_par par;  /* tp >= 1 after create */
+	const struct mr_gpt_hooks *hooks; /* may be NULL; set by the caller */
 	int B, T;               /* micro-batch shape the activations hold */
 	struct mr_pool *pool;   /* borrowed */
 	struct mr_mem mem;      /* accounting of everything below */
 
 	int ntensors;
 	struct mr_gpt_tensor *tensors;
-	size_t nparams;
-	float *params, *grads;
+	size_t nparams;         /* this rank's (local) parameter count */
+	float *params, *grads;  /* NULL when ext_params / ext_grads */
+	int nunits;             /* L + 2 */
+	int *unit_first;        /* (nunits + 1) first tensor of each unit */
 	struct mr_gpt_weights w, g;
 
 	size_t nacts, nws;
 	float *acts, *ws;
 	struct mr_gpt_layer_acts *la;
 	int *inputs, *targets;  /* (N) copies of the current batch */
+	int *tok_tp, *tgt_tp;   /* (N) ids in this rank's vocab slice (tp > 1) */
 	float *encoded;         /* (N,C) */
 	float *lnf, *lnf_mean, *lnf_rstd;
 	float *logits;          /* (N,V); dlogits in place after backward */
@@ -116,6 +170,7 @@ struct mr_gpt {
 	/* workspace */
 	float *ones;            /* (N) all 1, for bias gradients */
 	float *dres, *dln, *datty, *dqkv, *dfch, *dtmp; /* backward scratch */
+	float *sp_full, *sp_tmp; /* (N,C) each: sequence-parallel gather / scatter */
 	float *k_ws;            /* kernel workspace (attention, layernorm) */
 
 	float loss;             /* mean cross-entropy of the last forward */
@@ -125,12 +180,37 @@ struct mr_gpt {
 
 int mr_gpt_create(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, int T,
 		  struct mr_pool *pool, struct mr_errbuf *eb);
+/* As mr_gpt_create, placed by par (may be NULL). Checks that tp divides
+ * the heads, d_model and the vocabulary and that sp has T divisible by tp;
+ * the message names the field. */
+int mr_gpt_create_par(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, int T,
+		      struct mr_pool *pool, const struct mr_gpt_par *par,
+		      struct mr_errbuf *eb);
 void mr_gpt_release(struct mr_gpt *m);
-/* GPT-2 init from (seed, tensor index) streams; see gpt_params.c. */
-void mr_gpt_init_params(struct mr_gpt *m, uint64_t seed);
+/* GPT-2 init from (seed, tensor index) streams; see gpt_params.c. The
+ * values are those of the single-rank model, sliced for this tp rank. */
+int mr_gpt_init_params(struct mr_gpt *m, uint64_t seed);
+/* Initialises tensor i (local slice) into dst (t->n floats); 0 or
+ * MR_ENOMEM (a split tensor is generated whole, then sliced). */
+int mr_gpt_init_tensor(const struct mr_gpt *m, uint64_t seed, int i, float *dst);
+
+/* Unit u's range of the (local) table: first element and element count. */
+void mr_gpt_unit_range(const struct mr_gpt *m, int u, size_t *off, size_t *n);
+/* Points unit u's parameter views at pbase and gradient views at gbase
+ * (element 0 = the unit's first element; NULL leaves that side alone). */
+void mr_gpt_bind_unit(struct mr_gpt *m, int u, float *pbase, float *gbase);
+
+/* Copies between a tensor's whole (full-shape) values and this rank's
+ * slice: to_full = 0 extracts local from full, 1 writes local into full. */
+void mr_gpt_tensor_slice(const struct mr_gpt_tensor *t, int tp, int tp_rank, float *full,
+			 float *local, int to_full);
+/* Elements of the whole tensor (product of full[]). */
+size_t mr_gpt_tensor_full_n(const struct mr_gpt_tensor *t);
+/* The MoE layer shape of this model (N = B*T rows, H = 4C/tp). */
+struct mr_moe_shape mr_gpt_moe_shape(const struct mr_gpt *m);
 /* Finds a tensor by name; NULL if absent. */
 const struct mr_gpt_tensor *mr_gpt_find(const struct mr_gpt *m, const char *name);
-/* Weight-tensor count without the embeddings' duplicates: N in 6N. */
+/* Training FLOPs per token on this rank: 6N + 6LCT over the local slice. */
 size_t mr_gpt_flops_per_token(const struct mr_gpt *m);
 
 /* inputs/targets (B,T) token ids, checked to be in [0, V): MR_ERANGE names
@@ -139,7 +219,8 @@ int mr_gpt_forward(struct mr_gpt *m, const int *inputs, const int *targets,
 		   struct mr_errbuf *eb);
 void mr_gpt_zero_grad(struct mr_gpt *m);
 /* Adds d(loss * dscale)/dparams into grads; after a forward with targets.
- * Use dscale = 1/micro_batches for gradient accumulation. */
-void mr_gpt_backward(struct mr_gpt *m, float dscale);
+ * Use dscale = 1/micro_batches for gradient accumulation. Fails only when
+ * a hook or a tensor-parallel collective fails. */
+int mr_gpt_backward(struct mr_gpt *m, float dscale);
 
 #endif

@@ -42,15 +42,24 @@ enum mr_moe_phase {
 };
 
 /* Moves expert-major rows (E, cap, row) between ranks. counts[e] rows of
- * expert e are valid. fn NULL = identity (one rank, in place). */
+ * expert e are valid. fn NULL = identity (one rank, in place).
+ * Under tensor parallelism each rank holds a slice of every expert's
+ * hidden units, so expert outputs are partial sums: reduce (NULL = none)
+ * sums the (N,k) partial gate gradients <dy, yo> across the tp ranks, and
+ * ranks with router_dx_off set leave the router's (replicated, complete)
+ * share out of their partial dx, so the tp sum counts it once. */
 struct mr_moe_xchg {
 	int (*fn)(void *ctx, enum mr_moe_phase phase, float *buf, const int *counts,
 		  int E, int cap, size_t row);
+	int (*reduce)(void *ctx, float *buf, size_t n);
 	void *ctx;
+	int router_dx_off;
 };
 
+/* N tokens, C channels, H hidden units per expert on this rank (4C / tp),
+ * E experts, top-k, capacity per expert. */
 struct mr_moe_shape {
-	int N, C, E, k, cap;
+	int N, C, H, E, k, cap;
 };
 
 struct mr_moe_acts {
@@ -77,10 +86,12 @@ size_t mr_moe_act_ints(const struct mr_moe_shape *s);
 void mr_moe_acts_bind(struct mr_moe_acts *a, const struct mr_moe_shape *s, float *fbuf,
 		      int *ibuf);
 /* Scratch floats the backward needs: dprobs (N,E) + dyo (E,cap,C) +
- * dh (E,cap,4C) + dxin (E,cap,C). */
+ * dh (E,cap,H) + dxin (E,cap,C) + dgate (N,k). */
 size_t mr_moe_ws_floats(const struct mr_moe_shape *s);
 
-/* y (N,C) = MoE(x (N,C)); weights as in struct mr_gpt_layer_w. */
+/* y (N,C) = MoE(x (N,C)); weights as in struct mr_gpt_layer_w. fcprojb
+ * may be NULL (tp ranks other than 0 add no output bias: their y is a
+ * partial sum). */
 int mr_moe_fwd(struct mr_pool *p, const struct mr_moe_shape *s, struct mr_moe_acts *a,
 	       const struct mr_moe_xchg *xg, float *y, const float *x, const float *routerw,
 	       const float *fcw, const float *fcb, const float *fcprojw,

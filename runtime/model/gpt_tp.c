@@ -1,0 +1,121 @@
+/*
+ * gpt_tp.c - the collectives of tensor and sequence parallelism (see
+ * gpt_int.h): row reductions and gathers with the sequence permutation,
+ * vocabulary-local token ids and the vocab-parallel cross-entropy.
+ *
+ * Sequence order: an all-gather of the ranks' local rows arrives as
+ * [rank][b][t_local]; the model works in [b][t], so gathers permute after
+ * the collective and reduce-scatters permute before it (one strided copy).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "comm/mr_comm.h"
+#include "gpt_int.h"
+#include "kernels/mr_kernels.h"
+
+int mr__gpt_local_rows(const struct mr_gpt *m)
+{
+	return m->par.sp ? m->B * m->T / m->par.tp : m->B * m->T;
+}
+
+int mr__gpt_local_pos(const struct mr_gpt *m, int i)
+{
+	int Tl;
+
+	if (!m->par.sp)
+		return i % m->T;
+	Tl = m->T / m->par.tp;
+	return m->par.tp_rank * Tl + i % Tl;
+}
+
+int mr__gpt_tp_allreduce(struct mr_gpt *m, float *buf, size_t n, int max)
+{
+	if (m->par.tp == 1 || n == 0)
+		return 0;
+	return mr_comm_allreduce(m->par.tp_comm, buf, buf, n, MR_COMM_F32,
+				 max ? MR_COMM_MAX : MR_COMM_SUM);
+}
+
+/* [b][t] <-> [rank][b][t_local] row blocks of C floats. */
+static void permute(const struct mr_gpt *m, float *dst, const float *src, int to_ranks)
+{
+	int tp = m->par.tp, Tl = m->T / tp, r, b;
+	size_t C = (size_t)m->cfg.d_model, blk = (size_t)Tl * C;
+
+	for (r = 0; r < tp; r++)
+		for (b = 0; b < m->B; b++) {
+			size_t full = ((size_t)b * m->T + (size_t)r * Tl) * C;
+			size_t rk = ((size_t)r * m->B + b) * blk;
+			if (to_ranks)
+				memcpy(dst + rk, src + full, blk * sizeof(float));
+			else
+				memcpy(dst + full, src + rk, blk * sizeof(float));
+		}
+}
+
+int mr__gpt_reduce_rows(struct mr_gpt *m, float *out, float *partial)
+{
+	size_t N = (size_t)m->B * m->T, C = (size_t)m->cfg.d_model;
+
+	if (m->par.tp == 1) {
+		if (out != partial)
+			memcpy(out, partial, N * C * sizeof(float));
+		return 0;
+	}
+	if (!m->par.sp)
+		return mr_comm_allreduce(m->par.tp_comm, partial, out, N * C, MR_COMM_F32,
+					 MR_COMM_SUM);
+	permute(m, m->sp_tmp, partial, 1);
+	return mr_comm_reduce_scatter(m->par.tp_comm, m->sp_tmp, out, N * C / (size_t)m->par.tp,
+				      MR_COMM_F32, MR_COMM_SUM);
+}
+
+int mr__gpt_gather_rows(struct mr_gpt *m, float *full, const float *local)
+{
+	size_t N = (size_t)m->B * m->T, C = (size_t)m->cfg.d_model;
+	int rc;
+
+	if (!m->par.sp) {
+		if (full != local)
+			memcpy(full, local, N * C * sizeof(float));
+		return 0;
+	}
+	rc = mr_comm_allgather(m->par.tp_comm, local, m->sp_tmp, N * C / (size_t)m->par.tp,
+			       MR_COMM_F32);
+	if (rc == 0)
+		permute(m, full, m->sp_tmp, 0);
+	return rc;
+}
+
+void mr__gpt_vocab_local(const struct mr_gpt *m, int *out, const int *tok, int n)
+{
+	int Vl = m->cfg.vocab / m->par.tp, lo = m->par.tp_rank * Vl, i;
+
+	for (i = 0; i < n; i++)
+		out[i] = tok[i] >= lo && tok[i] < lo + Vl ? tok[i] - lo : -1;
+}
+
+int mr__gpt_ce_fwd_vp(struct mr_gpt *m)
+{
+	int N = m->B * m->T, Vl = m->cfg.vocab / m->par.tp, i, rc;
+	float *mx = m->sp_tmp, *sum = mx + N, *tl = sum + N;
+
+	mr_crossentropy_rowmax(m->pool, mx, m->logits, N, Vl);
+	if ((rc = mr__gpt_tp_allreduce(m, mx, (size_t)N, 1)) < 0)
+		return rc;
+	mr_crossentropy_sumexp(m->pool, sum, tl, m->logits, mx, m->tgt_tp, N, Vl);
+	/* sums and target logits travel together: one all-reduce of 2N */
+	if ((rc = mr__gpt_tp_allreduce(m, sum, 2 * (size_t)N, 0)) < 0)
+		return rc;
+	for (i = 0; i < N; i++) {
+		m->ce_lse[i] = mx[i] + logf(sum[i] > 0.0f ? sum[i] : 1.0f);
+		m->losses[i] = m->ce_lse[i] - tl[i];
+	}
+	return 0;
+}
+
+int mr__gpt_moe_reduce(void *ctx, float *buf, size_t n)
+{
+	return mr__gpt_tp_allreduce(ctx, buf, n, 0);
+}
