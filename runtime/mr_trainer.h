@@ -6,8 +6,9 @@
  * first non-finite tensor.
  *
  * Used by the worker (gpt_worker.c) and by the reference test, so the test
- * checks exactly the path training runs. Non-goals: data loading, parallel
- * reductions (a parallel trainer all-reduces between backward and clip).
+ * checks exactly the path training runs. With tensor parallelism (and
+ * nothing else) the gradient norm is summed over the tp group. Non-goals:
+ * data loading, data-parallel reductions (runtime/parallel).
  */
 #ifndef MR_TRAINER_H
 #define MR_TRAINER_H
@@ -26,6 +27,9 @@ struct mr_step_result {
 int mr_trainer_step(struct mr_gpt *m, struct mr_adamw *o, const int *inputs,
 		    const int *targets, int accum, struct mr_step_result *r,
 		    struct mr_errbuf *eb);
+/* Sum of squares of g (params layout) counting tensors replicated across
+ * tp only on tp rank 0, so a sum over the tp group counts each once. */
+double mr_trainer_grad_sumsq(const struct mr_gpt *m, const float *g);
 /* Name of the first tensor of buf (params or grads layout) holding a NaN or
  * Inf, or NULL. */
 const char *mr_trainer_first_nonfinite(const struct mr_gpt *m, const float *buf);

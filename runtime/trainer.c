@@ -3,7 +3,35 @@
  */
 #include <math.h>
 
+#include "comm/mr_comm.h"
 #include "mr_trainer.h"
+
+double mr_trainer_grad_sumsq(const struct mr_gpt *m, const float *g)
+{
+	double s = 0.0;
+	int i;
+
+	for (i = 0; i < m->ntensors; i++) {
+		const struct mr_gpt_tensor *t = &m->tensors[i];
+		if (t->split_dim < 0 && m->par.tp_rank != 0)
+			continue; /* replicated across tp: counted by tp rank 0 */
+		s += mr_grad_sumsq(g + t->off, t->n);
+	}
+	return s;
+}
+
+/* The global gradient norm over the tp group (one rank: local). */
+static int grad_norm(const struct mr_gpt *m, double *norm)
+{
+	float s = (float)mr_trainer_grad_sumsq(m, m->grads);
+	int rc;
+
+	if (m->par.tp > 1 &&
+	    (rc = mr_comm_allreduce(m->par.tp_comm, &s, &s, 1, MR_COMM_F32, MR_COMM_SUM)) < 0)
+		return rc;
+	*norm = m->par.tp > 1 ? sqrt((double)s) : sqrt(mr_trainer_grad_sumsq(m, m->grads));
+	return 0;
+}
 
 const char *mr_trainer_first_nonfinite(const struct mr_gpt *m, const float *buf)
 {
@@ -63,7 +91,9 @@ int mr_trainer_step(struct mr_gpt *m, struct mr_adamw *o, const int *inputs,
 			return mr_errf(eb, rc, "backward pass failed at step %ld: %s", step,
 				       mr_strerror(rc));
 	}
-	norm = sqrt(mr_grad_sumsq(m->grads, m->nparams));
+	if ((rc = grad_norm(m, &norm)) < 0)
+		return mr_errf(eb, rc, "gradient norm all-reduce failed at step %ld: %s", step,
+			       mr_strerror(rc));
 	if (!isfinite(norm)) {
 		const char *g = mr_trainer_first_nonfinite(m, m->grads);
 		return mr_errf(eb, MR_ENONFINITE,

@@ -1,0 +1,234 @@
+/*
+ * test_tp.c - Megatron tensor parallelism (with and without sequence
+ * parallelism, dense and MoE) against the single-rank model.
+ *
+ * Ranks are threads with real host communicators (shared memory). Each
+ * tp rank trains its slices for 10 AdamW steps on the same synthetic
+ * batches as one unsharded rank; the slices are then gathered into the full
+ * layout and compared tensor by tensor.
+ *
+ * Tolerances: tensor parallelism changes only the order of float sums (a
+ * row-parallel GEMM's partial products are added across ranks; the
+ * softmax denominator of the vocab-parallel loss likewise), which moves a
+ * loss by ~1e-7 relative per step: loss rel 1e-5 at every step. AdamW
+ * normalises each element's update by its own gradient scale, so an
+ * element whose gradient is near zero moves by up to ~lr per step in a
+ * direction set by rounding; weights are therefore compared per tensor by
+ * relative L2 error ||a-b|| / ||b|| <= 1e-4, which such elements cannot
+ * dominate. The key bias is the extreme case: its gradient is exactly zero
+ * in exact arithmetic (softmax is invariant to a shift along the keys), so
+ * both runs only random-walk it by rounding; it is checked to stay below
+ * 1e-4 in magnitude in both instead.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../comm/harness.h"
+#include "cpu/mr_pool.h"
+#include "data/mr_synth.h"
+#include "mr_trainer.h"
+
+#define STEPS 10
+#define SEED 7
+
+struct run {
+	struct mr_gpt_config cfg;
+	int B, T, tp, sp;
+	float loss[STEPS];
+	float *params;   /* full layout (single-rank table order) */
+	size_t nparams;
+	int fails;
+};
+
+static const struct mr_adamw_config ocfg = { 3e-3f, 0.1f, 2, STEPS, 0.9f, 0.95f, 1e-8f,
+					     0.1f, 1.0f };
+
+static void batch(const struct run *r, int step, int *in, int *tg)
+{
+	mr_synth_batch(SEED, 0, (uint64_t)step * r->B, r->cfg.vocab, r->B, r->T, in, tg);
+}
+
+/* Trains STEPS steps; the tp ranks write the gathered weights when rank 0. */
+static int train(struct run *r, struct mr_comm *tpc)
+{
+	struct mr_gpt_par par = { 0 };
+	struct mr_errbuf eb = { "", "" };
+	struct mr_pool *pool = NULL;
+	struct mr_gpt m;
+	struct mr_adamw o;
+	struct mr_step_result res;
+	int *in = malloc(sizeof(int) * r->B * r->T), *tg = malloc(sizeof(int) * r->B * r->T);
+	int s, i, rc, rank = tpc ? mr_comm_rank(tpc) : 0;
+	float *gath = NULL;
+
+	par.tp = r->tp;
+	par.tp_rank = rank;
+	par.sp = r->sp;
+	par.tp_comm = tpc;
+	if ((rc = mr_pool_create(&pool, 1)) < 0)
+		return rc;
+	rc = mr_gpt_create_par(&m, &r->cfg, r->B, r->T, pool, &par, &eb);
+	if (rc < 0) {
+		fprintf(stderr, "create: %s\n", eb.msg);
+		return rc;
+	}
+	mr_gpt_init_params(&m, SEED);
+	if ((rc = mr_adamw_init(&o, &ocfg, m.nparams, &m.mem)) < 0)
+		return rc;
+	for (s = 0; s < STEPS; s++) {
+		batch(r, s, in, tg);
+		rc = mr_trainer_step(&m, &o, in, tg, 1, &res, &eb);
+		if (rc < 0) {
+			fprintf(stderr, "rank %d step %d: %s\n", rank, s, eb.msg);
+			return rc;
+		}
+		if (rank == 0)
+			r->loss[s] = res.loss;
+	}
+	/* gather every tensor's slices, place them in the full layout */
+	if (rank == 0) {
+		r->nparams = 0;
+		for (i = 0; i < m.ntensors; i++)
+			r->nparams += mr_gpt_tensor_full_n(&m.tensors[i]);
+		r->params = calloc(r->nparams, sizeof(float));
+	}
+	{
+		size_t full_off = 0;
+		for (i = 0; i < m.ntensors && rc == 0; i++) {
+			const struct mr_gpt_tensor *t = &m.tensors[i];
+			int q;
+			gath = realloc(gath, sizeof(float) * t->n * r->tp);
+			if (tpc)
+				rc = mr_comm_allgather(tpc, m.params + t->off, gath, t->n, MR_COMM_F32);
+			else
+				memcpy(gath, m.params + t->off, sizeof(float) * t->n);
+			if (rank == 0)
+				for (q = 0; q < r->tp; q++)
+					mr_gpt_tensor_slice(t, r->tp, q, r->params + full_off,
+							    gath + (size_t)q * t->n, 1);
+			full_off += mr_gpt_tensor_full_n(t);
+		}
+	}
+	free(gath);
+	mr_adamw_release(&o, &m.mem);
+	mr_gpt_release(&m);
+	mr_pool_free(pool);
+	free(in);
+	free(tg);
+	return rc;
+}
+
+static int tp_rank_fn(struct mr_comm *world, void *arg)
+{
+	return train(arg, world);
+}
+
+/* ||a-b|| / ||b|| over n elements (absolute when b is all zero). */
+static double rel_l2(const float *a, const float *b, size_t n)
+{
+	double nb = 0.0, d = 0.0;
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		nb += (double)b[i] * b[i];
+		d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+	}
+	return nb > 0 ? sqrt(d / nb) : sqrt(d);
+}
+
+static double max_abs(const float *a, size_t n)
+{
+	double m = 0.0;
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		if (fabs(a[i]) > m)
+			m = fabs(a[i]);
+	return m;
+}
+
+/* Compares tensor t (single-rank layout) of a against reference b; the
+ * key bias (middle third of attn.qkv.b) is checked for staying ~zero. */
+static void expect_tensor_close(const struct mr_gpt_tensor *t, const float *a, const float *b,
+				const char *what)
+{
+	size_t C = t->n / 3;
+	double e;
+
+	if (!strstr(t->name, "attn.qkv.b")) {
+		e = rel_l2(a, b, t->n);
+		cr_expect(e <= 1e-4, "%s: tensor %s differs by %.3g (rel L2)", what, t->name, e);
+		return;
+	}
+	e = rel_l2(a, b, C) + rel_l2(a + 2 * C, b + 2 * C, C);
+	cr_expect(e <= 1e-4, "%s: q/v biases of %s differ by %.3g (rel L2)", what, t->name, e);
+	cr_expect(max_abs(a + C, C) <= 1e-4 && max_abs(b + C, C) <= 1e-4,
+		  "%s: key bias of %s moved (%.3g, reference %.3g)", what, t->name,
+		  max_abs(a + C, C), max_abs(b + C, C));
+}
+
+static void check_parity(const struct mr_gpt_config *cfg, int tp, int sp)
+{
+	struct run ref = { *cfg, 2, 16, 1, 0, { 0 }, NULL, 0, 0 };
+	struct run par = ref;
+	struct mr_gpt shape;
+	struct mr_errbuf eb = { "", "" };
+	char what[32];
+	int s, i;
+
+	par.tp = tp;
+	par.sp = sp;
+	cr_assert_eq(train(&ref, NULL), 0);
+	cr_assert_eq(run_threads(tp, HOSTS_SAME, tp_rank_fn, &par), 0);
+	cr_assert_eq(ref.nparams, par.nparams);
+	for (s = 0; s < STEPS; s++)
+		cr_expect(fabsf(par.loss[s] - ref.loss[s]) <= 1e-5f * fabsf(ref.loss[s]),
+			  "tp%d sp%d step %d: loss %.8f vs single rank %.8f", tp, sp, s,
+			  (double)par.loss[s], (double)ref.loss[s]);
+	cr_expect(ref.loss[STEPS - 1] < ref.loss[0], "the reference run must learn");
+	/* tensor by tensor, in the single-rank table */
+	cr_assert_eq(mr_gpt_create(&shape, cfg, 1, 1, NULL, &eb), 0, "%s", eb.msg);
+	snprintf(what, sizeof(what), "tp%d sp%d", tp, sp);
+	for (i = 0; i < shape.ntensors; i++) {
+		const struct mr_gpt_tensor *t = &shape.tensors[i];
+		expect_tensor_close(t, par.params + t->off, ref.params + t->off, what);
+	}
+	mr_gpt_release(&shape);
+	free(ref.params);
+	free(par.params);
+}
+
+static const struct mr_gpt_config dense = { 64, 16, 2, 32, 4, 0, 0, 0, 0.0f, 0.0f };
+/* MoE every layer 2, 4 experts, top-2, capacity low enough to drop */
+static const struct mr_gpt_config moe = { 64, 16, 2, 32, 4, 2, 4, 2, 0.75f, 0.01f };
+
+Test(tp, dense_tp2) { check_parity(&dense, 2, 0); }
+Test(tp, dense_tp4) { check_parity(&dense, 4, 0); }
+Test(tp, dense_tp2_sp) { check_parity(&dense, 2, 1); }
+Test(tp, dense_tp4_sp) { check_parity(&dense, 4, 1); }
+Test(tp, moe_tp2) { check_parity(&moe, 2, 0); }
+Test(tp, moe_tp2_sp) { check_parity(&moe, 2, 1); }
+
+Test(tp, bad_placement_names_the_field)
+{
+	struct mr_gpt_config c = dense;
+	struct mr_gpt_par par = { 3, 0, 0, (struct mr_comm *)1, 0, 0 };
+	struct mr_errbuf eb = { "", "" };
+	struct mr_gpt m;
+
+	cr_expect_eq(mr_gpt_create_par(&m, &c, 2, 16, NULL, &par, &eb), MR_EINVAL);
+	cr_expect_str_eq(eb.field, "n_head", "%s", eb.msg);
+	c.n_head = 2;
+	c.vocab = 65;
+	par.tp = 2;
+	mr_errbuf_clear(&eb);
+	cr_expect_eq(mr_gpt_create_par(&m, &c, 2, 16, NULL, &par, &eb), MR_EINVAL);
+	cr_expect_str_eq(eb.field, "vocab_size", "%s", eb.msg);
+	c.vocab = 64;
+	par.sp = 1;
+	mr_errbuf_clear(&eb);
+	cr_expect_eq(mr_gpt_create_par(&m, &c, 2, 15, NULL, &par, &eb), MR_EINVAL);
+	cr_expect_str_eq(eb.field, "seq_len", "%s", eb.msg);
+}
