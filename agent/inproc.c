@@ -18,7 +18,7 @@ static void *rank_main(void *arg)
 	struct mr_worker_stats st;
 	struct mr_errbuf eb = {0};
 	void *state = NULL;
-	int rc;
+	int rc, created = 0;
 
 	mr_log_set_rank(r->env.rank);
 	memset(&st, 0, sizeof(st));
@@ -28,6 +28,7 @@ static void *rank_main(void *arg)
 		rc = ops->create(&state, &r->env, &eb);
 	}
 	if (!rc) {
+		created = 1;
 		pthread_mutex_lock(&r->lock);
 		r->state = state;
 		pthread_mutex_unlock(&r->lock);
@@ -49,6 +50,10 @@ static void *rank_main(void *arg)
 		r->code = 0;
 	} else {
 		r->code = rc == MR_EABORTED ? 128 + SIGTERM : 1;
+		/* a workload that rejects its config at create fails the same way
+		 * on every run: exit 2, permanent under the exit-code policy */
+		if (!created && (rc == MR_EINVAL || rc == MR_ERANGE || rc == MR_ECORRUPT))
+			r->code = 2;
 		snprintf(r->err, sizeof(r->err), "%s", eb.msg[0] ? eb.msg : mr_strerror(rc));
 		if (rc != MR_EABORTED)
 			mr_log_error("worker_failed", "err=%s msg=%s", mr_err_name(rc),

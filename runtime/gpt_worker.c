@@ -16,6 +16,8 @@
 #include "data/mr_synth.h"
 #include "kernels/mr_kernels.h"
 #include "mr_gpt_worker.h"
+#include "model/mr_weights.h"
+#include "mr_groups.h"
 #include "mr_json.h"
 #include "mr_log.h"
 #include "mr_trainer.h"
@@ -26,6 +28,13 @@ struct gw {
 	struct mr_pool *pool;
 	int have_model, have_opt;
 	int steps, accum, eval_every, eval_batches, threads;
+	/* placement: mesh communicators, this rank's data-parallel slice */
+	struct mr_groups groups;
+	atomic_int groups_ready;
+	int rank, dp_rank, dp_size;
+	int sp, zero, hsdp_shard;
+	long comm_timeout_ms;
+	const char *loss_log, *save_weights; /* borrowed from env->config */
 	uint64_t seed;
 	double peak_flops;
 	int *inputs, *targets;  /* accum x (B,T) */
@@ -40,7 +49,8 @@ static const char *const keys[] = {
 	"top_k", "capacity_factor", "aux_coef", "batch_size", "seq_len", "steps",
 	"grad_accum", "lr", "min_lr_frac", "warmup_steps", "beta1", "beta2", "eps",
 	"weight_decay", "grad_clip", "seed", "threads", "peak_flops", "eval_every",
-	"eval_batches", "train_data", "val_data", NULL,
+	"eval_batches", "train_data", "val_data", "sequence_parallel", "zero", "hsdp_shard",
+	"comm_timeout_ms", "loss_log", "save_weights", NULL,
 };
 
 static double now_s(void)
@@ -100,7 +110,7 @@ static double measure_peak(struct mr_pool *pool)
 static int parse(const json_t *c, struct mr_gpt_config *mc, struct mr_adamw_config *oc,
 		 struct gw *w, int *B, int *T, struct mr_errbuf *eb)
 {
-	int rc = 0, seed = 1337;
+	int rc = 0, seed = 1337, tmo = 60000;
 	float peak = 0.0f;
 
 	if (c && (rc = mr_json_check_keys(c, keys, eb)) < 0)
@@ -133,7 +143,16 @@ static int parse(const json_t *c, struct mr_gpt_config *mc, struct mr_adamw_conf
 	    (rc = geti(c, "threads", 0, 1024, 0, &w->threads, eb)) < 0 ||
 	    (rc = getf(c, "peak_flops", 0, 1e20, 0, &peak, eb)) < 0 ||
 	    (rc = geti(c, "eval_every", 0, 1 << 30, 0, &w->eval_every, eb)) < 0 ||
-	    (rc = geti(c, "eval_batches", 1, 1 << 16, 4, &w->eval_batches, eb)) < 0)
+	    (rc = geti(c, "eval_batches", 1, 1 << 16, 4, &w->eval_batches, eb)) < 0 ||
+	    (rc = geti(c, "zero", 0, 3, 0, &w->zero, eb)) < 0 ||
+	    (rc = geti(c, "hsdp_shard", 0, 1 << 20, 0, &w->hsdp_shard, eb)) < 0 ||
+	    (rc = geti(c, "comm_timeout_ms", 100, 1 << 30, 60000, &tmo, eb)) < 0)
+		return rc;
+	w->comm_timeout_ms = tmo;
+	w->sp = 0;
+	if (c && ((rc = mr_json_get_bool(c, "sequence_parallel", 0, &w->sp, eb)) < 0 ||
+		  (rc = mr_json_get_str(c, "loss_log", 0, 4095, &w->loss_log, eb)) < 0 ||
+		  (rc = mr_json_get_str(c, "save_weights", 0, 4095, &w->save_weights, eb)) < 0))
 		return rc;
 	oc->total_steps = w->steps;
 	w->seed = (uint64_t)seed;
@@ -157,6 +176,7 @@ static void gw_destroy(void *state)
 		mr_adamw_release(&w->opt, &w->model.mem);
 	if (w->have_model)
 		mr_gpt_release(&w->model);
+	mr_groups_release(&w->groups);
 	mr_pool_free(w->pool);
 	if (w->have_train)
 		mr_shard_close(&w->train);
@@ -193,11 +213,51 @@ static int open_data(struct gw *w, const json_t *c, struct mr_errbuf *eb)
 	return 0;
 }
 
+/*
+ * Where this rank sits: checks the model against the mesh (before any
+ * communication, so bad input fails on every rank at once), then builds
+ * the mesh communicators. A single rank needs none.
+ */
+static int place(struct gw *w, const struct mr_worker_env *env, const struct mr_gpt_config *mc,
+		 int T, struct mr_errbuf *eb)
+{
+	struct mr_worker_env one = { 0 };
+	struct mr_gpt_par par = { 0 };
+	int rc;
+
+	if (env)
+		one = *env;
+	if (one.world_size < 1)
+		one.world_size = 1;
+	env = &one;
+	par.tp = env->tp > 0 ? env->tp : 1;
+	par.sp = w->sp;
+	if ((rc = mr_groups_check(env, w->hsdp_shard, eb)) < 0 ||
+	    (rc = mr_gpt_check_placement(mc, T, &par, eb)) < 0)
+		return rc;
+	if (env->world_size / par.tp > 1 || w->zero > 0)
+		return mr_errf_field(eb, MR_EINVAL, "dp",
+				     "data parallelism (dp %d, zero %d) is not wired into the "
+				     "gpt worker yet", env->world_size / par.tp, w->zero);
+	rc = mr_groups_create(&w->groups, env, w->hsdp_shard, w->comm_timeout_ms, &w->aborted,
+			      eb);
+	if (rc < 0)
+		return rc;
+	atomic_store(&w->groups_ready, 1);
+	if (atomic_load(&w->aborted))
+		mr_groups_abort(&w->groups);
+	w->rank = env->rank;
+	w->dp_rank = w->groups.me.dp;
+	w->dp_size = w->groups.mesh.dp;
+	return 0;
+}
+
 static int gw_create(void **state, const struct mr_worker_env *env, struct mr_errbuf *eb)
 {
 	struct gw *w = calloc(1, sizeof(*w));
 	struct mr_gpt_config mc;
 	struct mr_adamw_config oc;
+	struct mr_gpt_par par = { 0 };
 	int B = 8, T = 64, rc;
 	size_t n;
 
@@ -221,11 +281,21 @@ static int gw_create(void **state, const struct mr_worker_env *env, struct mr_er
 	/* The pool splits every GEMM into single-threaded sgemm calls
 	 * (kernels/matmul.c), so OpenBLAS itself runs one thread. */
 	openblas_set_num_threads(1);
-	rc = mr_gpt_create(&w->model, &mc, B, T, w->pool, eb);
+	rc = place(w, env, &mc, T, eb);
+	if (rc < 0)
+		goto fail;
+	par.tp = w->groups.mesh.tp;
+	par.tp_rank = w->groups.me.tp;
+	par.sp = w->sp;
+	par.tp_comm = w->groups.tp;
+	rc = mr_gpt_create_par(&w->model, &mc, B, T, w->pool, &par, eb);
 	if (rc < 0)
 		goto fail;
 	w->have_model = 1;
-	mr_gpt_init_params(&w->model, w->seed);
+	if ((rc = mr_gpt_init_params(&w->model, w->seed)) < 0) {
+		rc = mr_errf(eb, rc, "unable to initialise the parameters");
+		goto fail;
+	}
 	rc = mr_adamw_init(&w->opt, &oc, w->model.nparams, &w->model.mem);
 	if (rc < 0) {
 		rc = mr_errf(eb, rc, "unable to allocate the optimizer state");
@@ -280,6 +350,41 @@ static double eval_loss(struct gw *w, struct mr_errbuf *eb, int *rc)
 	return sum / w->eval_batches;
 }
 
+/* Appends "step loss aux_loss grad_norm lr" (full precision) to loss_log:
+ * what the parity tests compare against the single-rank run. */
+static int log_loss(struct gw *w, const struct mr_worker_stats *st, struct mr_errbuf *eb)
+{
+	FILE *f = fopen(w->loss_log, st->step == 1 ? "w" : "a");
+
+	if (!f)
+		return mr_errf_field(eb, MR_EIO, "loss_log", "unable to open '%s'", w->loss_log);
+	fprintf(f, "%lld %.9g %.9g %.9g %.9g\n", (long long)st->step, st->loss, st->aux_loss,
+		st->grad_norm, st->lr);
+	if (fclose(f) != 0)
+		return mr_errf_field(eb, MR_EIO, "loss_log", "unable to write '%s'", w->loss_log);
+	return 0;
+}
+
+/* Gathers the whole model (tp slices of data-parallel replica 0) and
+ * writes it on rank 0 as a weights file (model/mr_weights.h). */
+static int save_weights(struct gw *w, struct mr_errbuf *eb)
+{
+	struct mr_gpt *m = &w->model;
+	float *full = NULL;
+	int rc;
+
+	if (w->dp_rank != 0)
+		return 0;
+	rc = mr_gpt_gather_full(m, m->params, &full);
+	if (rc < 0)
+		return mr_errf(eb, rc, "unable to gather the weights: %s", mr_strerror(rc));
+	if (full)
+		rc = mr_weights_write_buf(&m->cfg, m->ntensors, full, mr_gpt_full_nparams(m),
+					  w->save_weights, eb);
+	free(full);
+	return rc;
+}
+
 static int gw_step(void *state, struct mr_worker_stats *st, struct mr_errbuf *eb)
 {
 	struct gw *w = state;
@@ -296,7 +401,9 @@ static int gw_step(void *state, struct mr_worker_stats *st, struct mr_errbuf *eb
 		return MR_WORKER_DONE;
 	t0 = now_s();
 	for (a = 0; a < w->accum; a++) {
-		uint64_t row = ((uint64_t)step * w->accum + a) * (uint64_t)m->B;
+		/* micro-batch j = dp_rank * accum + a of the step's dp * accum */
+		uint64_t j = ((uint64_t)step * w->dp_size + w->dp_rank) * w->accum + a;
+		uint64_t row = j * (uint64_t)m->B;
 		if (w->have_train) {
 			rc = mr_shard_batch(&w->train, row, m->B, w->inputs + a * N,
 					    w->targets + a * N, eb);
@@ -333,6 +440,10 @@ static int gw_step(void *state, struct mr_worker_stats *st, struct mr_errbuf *eb
 		if (rc < 0)
 			return rc;
 	}
+	if (w->loss_log && w->rank == 0 && (rc = log_loss(w, st, eb)) < 0)
+		return rc;
+	if (st->step >= w->steps && w->save_weights && (rc = save_weights(w, eb)) < 0)
+		return rc;
 	if (atomic_load(&w->aborted))
 		return mr_errf(eb, MR_EABORTED, "gpt worker aborted at step %ld", step);
 	return st->step >= w->steps ? MR_WORKER_DONE : MR_WORKER_MORE;
@@ -342,8 +453,11 @@ static void gw_abort(void *state)
 {
 	struct gw *w = state;
 
-	if (w)
-		atomic_store(&w->aborted, 1);
+	if (!w)
+		return;
+	atomic_store(&w->aborted, 1);
+	if (atomic_load(&w->groups_ready))
+		mr_groups_abort(&w->groups);
 }
 
 const struct mr_worker_ops mr_gpt_worker = {

@@ -1,6 +1,7 @@
 /*
  * mr_gpt_worker.h - the GPT training workload behind struct mr_worker_ops
- * (mr_worker.h), single rank for now.
+ * (mr_worker.h): one rank of a job, placed in the mesh by env (tp from the
+ * mesh, dp = world / tp).
  *
  * env->config is a flat JSON object; every key is optional and unknown keys
  * are rejected (the message names them):
@@ -17,9 +18,24 @@
  *
  *   data    train_data, val_data: llm.c token shards (data/mr_shard.h);
  *           without them the synthetic task (data/mr_synth.h): training
- *           rows from stream 0, validation rows from stream 1.
+ *           rows from stream 0, validation rows from stream 1. Step s of
+ *           a job with dp data-parallel ranks uses micro-batches
+ *           j = (s*dp + dp_rank)*grad_accum + a, rows j*batch_size..: the
+ *           same rows one rank reads with grad_accum*dp.
+ *   parallel sequence_parallel false (needs tp > 1), zero 0 (0 DDP, 1, 2,
+ *           3 = FSDP), hsdp_shard 0 (shard ZeRO state within groups of
+ *           this many dp ranks, replicate across them), comm_timeout_ms
+ *           60000 (every collective)
+ *   output  loss_log: rank 0 writes "step loss aux_loss grad_norm lr" per
+ *           step; save_weights: the gathered model at the end, as a
+ *           weights file (model/mr_weights.h)
  *
- * Non-goals: parallel modes (they wrap this workload), checkpoints.
+ * Bad input (unknown key, out-of-range value, tp not dividing heads, width
+ * or vocabulary, hsdp_shard not dividing dp) fails create() before any
+ * communication, naming the field.
+ *
+ * Non-goals: checkpoints with optimizer state; pp, cp and ep > 1 (rejected
+ * at create until those modes land).
  */
 #ifndef MR_GPT_WORKER_H
 #define MR_GPT_WORKER_H

@@ -367,13 +367,14 @@ struct mr_moe_shape mr_gpt_moe_shape(const struct mr_gpt *m)
 	return s;
 }
 
-/* Tensor-parallel placement checks; the message names the field. */
-static int check_par(const struct mr_gpt_config *c, int T, const struct mr_gpt_par *par,
-		     struct mr_errbuf *eb)
+int mr_gpt_check_placement(const struct mr_gpt_config *c, int T, const struct mr_gpt_par *par,
+			   struct mr_errbuf *eb)
 {
-	int tp = par->tp;
+	int tp = par->tp > 0 ? par->tp : 1, rc;
 
-	if (tp < 1 || tp > 1024)
+	if ((rc = mr_gpt_config_check(c, eb)) < 0)
+		return rc;
+	if (tp > 1024)
 		return mr_errf_field(eb, MR_EINVAL, "tp", "'tp' must be in [1, 1024], got %d", tp);
 	if (par->tp_rank < 0 || par->tp_rank >= tp)
 		return mr_errf_field(eb, MR_EINVAL, "tp", "tp rank %d is outside [0, %d)",
@@ -395,8 +396,6 @@ static int check_par(const struct mr_gpt_config *c, int T, const struct mr_gpt_p
 		return mr_errf_field(eb, MR_EINVAL, "seq_len",
 				     "'seq_len' (%d) is not divisible by tp (%d), as sequence "
 				     "parallel needs", T, tp);
-	if (tp > 1 && !par->tp_comm)
-		return mr_errf_field(eb, MR_EINVAL, "tp", "tp %d without a tp communicator", tp);
 	return 0;
 }
 
@@ -429,9 +428,12 @@ int mr_gpt_create_par(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, 
 		m->par = *par;
 	if (m->par.tp < 1)
 		m->par.tp = 1;
-	rc = check_par(cfg, T, &m->par, eb);
+	rc = mr_gpt_check_placement(cfg, T, &m->par, eb);
 	if (rc < 0)
 		return rc;
+	if (m->par.tp > 1 && !m->par.tp_comm)
+		return mr_errf_field(eb, MR_EINVAL, "tp", "tp %d without a tp communicator",
+				     m->par.tp);
 	m->cfg = *cfg;
 	m->B = B;
 	m->T = T;

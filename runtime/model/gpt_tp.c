@@ -8,6 +8,7 @@
  * the collective and reduce-scatters permute before it (one strided copy).
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "comm/mr_comm.h"
@@ -118,4 +119,57 @@ int mr__gpt_ce_fwd_vp(struct mr_gpt *m)
 int mr__gpt_moe_reduce(void *ctx, float *buf, size_t n)
 {
 	return mr__gpt_tp_allreduce(ctx, buf, n, 0);
+}
+
+size_t mr_gpt_full_nparams(const struct mr_gpt *m)
+{
+	size_t n = 0;
+	int i;
+
+	for (i = 0; i < m->ntensors; i++)
+		n += mr_gpt_tensor_full_n(&m->tensors[i]);
+	return n;
+}
+
+int mr_gpt_gather_full(const struct mr_gpt *m, const float *local, float **full)
+{
+	int tp = m->par.tp, r = m->par.tp_rank, i, q, rc = 0;
+	size_t off = 0, most = 0;
+	float *buf = NULL, *out = NULL;
+
+	*full = NULL;
+	for (i = 0; i < m->ntensors; i++)
+		if (m->tensors[i].n > most)
+			most = m->tensors[i].n;
+	if (r == 0 && !(out = malloc(sizeof(float) * mr_gpt_full_nparams(m))))
+		rc = MR_ENOMEM;
+	if (tp > 1 && !(buf = malloc(sizeof(float) * most * (size_t)tp)))
+		rc = MR_ENOMEM;
+	/* a local failure stops this rank; its peers get the communicator's
+	 * timeout (or abort) on their next all-gather */
+	for (i = 0; i < m->ntensors; i++) {
+		const struct mr_gpt_tensor *t = &m->tensors[i];
+		const float *src = local + t->off;
+		if (tp > 1) {
+			int crc = buf ? mr_comm_allgather(m->par.tp_comm, src, buf, t->n,
+							  MR_COMM_F32)
+				      : MR_ENOMEM;
+			if (crc < 0) {
+				rc = crc;
+				break;
+			}
+		}
+		if (out && rc == 0)
+			for (q = 0; q < tp; q++)
+				mr_gpt_tensor_slice(t, tp, q, out + off,
+						    tp > 1 ? buf + (size_t)q * t->n : (float *)src, 1);
+		off += mr_gpt_tensor_full_n(t);
+	}
+	free(buf);
+	if (rc < 0) {
+		free(out);
+		return rc;
+	}
+	*full = out;
+	return 0;
 }

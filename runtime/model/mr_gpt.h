@@ -186,6 +186,10 @@ int mr_gpt_create(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, int 
 int mr_gpt_create_par(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, int T,
 		      struct mr_pool *pool, const struct mr_gpt_par *par,
 		      struct mr_errbuf *eb);
+/* The config and placement checks of mr_gpt_create_par alone (no
+ * communicator needed): run before bootstrapping so bad input fails first. */
+int mr_gpt_check_placement(const struct mr_gpt_config *cfg, int T, const struct mr_gpt_par *par,
+			   struct mr_errbuf *eb);
 void mr_gpt_release(struct mr_gpt *m);
 /* GPT-2 init from (seed, tensor index) streams; see gpt_params.c. The
  * values are those of the single-rank model, sliced for this tp rank. */
@@ -206,6 +210,15 @@ void mr_gpt_tensor_slice(const struct mr_gpt_tensor *t, int tp, int tp_rank, flo
 			 float *local, int to_full);
 /* Elements of the whole tensor (product of full[]). */
 size_t mr_gpt_tensor_full_n(const struct mr_gpt_tensor *t);
+/* Parameters of the whole (unsliced) model. */
+size_t mr_gpt_full_nparams(const struct mr_gpt *m);
+/*
+ * Collective over the tp group: every tp rank passes its local parameters
+ * (table order, m->nparams floats); on tp rank 0 *full gets a malloc'd
+ * copy of the whole model's parameters in single-rank table order
+ * (mr_gpt_full_nparams floats), NULL elsewhere. Caller frees.
+ */
+int mr_gpt_gather_full(const struct mr_gpt *m, const float *local, float **full);
 /* The MoE layer shape of this model (N = B*T rows, H = 4C/tp). */
 struct mr_moe_shape mr_gpt_moe_shape(const struct mr_gpt *m);
 /* Finds a tensor by name; NULL if absent. */

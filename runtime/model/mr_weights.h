@@ -31,7 +31,11 @@
 void mr_weights_pack_config(int32_t *hdr, const struct mr_gpt_config *c);
 void mr_weights_unpack_config(const int32_t *hdr, struct mr_gpt_config *c);
 
+/* Writes m's parameters (one rank, whole model). */
 int mr_weights_write(const struct mr_gpt *m, const char *path, struct mr_errbuf *eb);
+/* Writes nparams floats in table order (e.g. gathered from tp slices). */
+int mr_weights_write_buf(const struct mr_gpt_config *cfg, int ntensors, const float *params,
+			 size_t nparams, const char *path, struct mr_errbuf *eb);
 /* Reads only the config (checked with mr_gpt_config_check). */
 int mr_weights_read_config(const char *path, struct mr_gpt_config *c, struct mr_errbuf *eb);
 /* Loads the parameters into m; the file's config must equal m->cfg. */

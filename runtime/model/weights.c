@@ -55,6 +55,12 @@ void mr_weights_unpack_config(const int32_t *h, struct mr_gpt_config *c)
 
 int mr_weights_write(const struct mr_gpt *m, const char *path, struct mr_errbuf *eb)
 {
+	return mr_weights_write_buf(&m->cfg, m->ntensors, m->params, m->nparams, path, eb);
+}
+
+int mr_weights_write_buf(const struct mr_gpt_config *cfg, int ntensors, const float *params,
+			 size_t nparams, const char *path, struct mr_errbuf *eb)
+{
 	int32_t hdr[MR_WEIGHTS_HEADER_INTS];
 	FILE *f;
 	int rc = 0;
@@ -62,15 +68,15 @@ int mr_weights_write(const struct mr_gpt *m, const char *path, struct mr_errbuf 
 	memset(hdr, 0, sizeof(hdr));
 	hdr[0] = MR_WEIGHTS_MAGIC;
 	hdr[1] = MR_WEIGHTS_VERSION;
-	mr_weights_pack_config(hdr, &m->cfg);
-	hdr[12] = m->ntensors;
-	hdr[13] = (int32_t)(uint32_t)(m->nparams & 0xffffffffu);
-	hdr[14] = (int32_t)(uint32_t)((uint64_t)m->nparams >> 32);
+	mr_weights_pack_config(hdr, cfg);
+	hdr[12] = ntensors;
+	hdr[13] = (int32_t)(uint32_t)(nparams & 0xffffffffu);
+	hdr[14] = (int32_t)(uint32_t)((uint64_t)nparams >> 32);
 	f = fopen(path, "wb");
 	if (!f)
 		return mr_errf(eb, MR_EIO, "unable to create '%s': %s", path, strerror(errno));
 	if (fwrite(hdr, sizeof(hdr), 1, f) != 1 ||
-	    fwrite(m->params, sizeof(float), m->nparams, f) != m->nparams)
+	    fwrite(params, sizeof(float), nparams, f) != nparams)
 		rc = mr_errf(eb, MR_EIO, "unable to write '%s': %s", path, strerror(errno));
 	if (fclose(f) != 0 && rc == 0)
 		rc = mr_errf(eb, MR_EIO, "unable to write '%s': %s", path, strerror(errno));

@@ -1,0 +1,31 @@
+/*
+ * parity.h - comparing a parallel run's weights with the single-rank run's.
+ *
+ * Tolerance (shared by tests/runtime/test_tp.c and tests/parity): per
+ * tensor relative L2 error ||a-b|| / ||b|| <= 1e-4. Parallel runs differ
+ * from one rank only in the order of float sums; AdamW normalises every
+ * element's update by its own gradient scale, so elements whose gradient is
+ * near zero move by up to ~lr per step in a direction set by rounding. A
+ * tensor-level norm is not dominated by them, an element-wise bound is. The
+ * key bias (middle third of attn.qkv.b) is the extreme case: its gradient
+ * is exactly zero in exact arithmetic (softmax is invariant to a shift
+ * along the keys), so both runs only random-walk it by rounding; it is
+ * checked to stay below 1e-4 in magnitude instead.
+ *
+ * Non-goals: loss comparison (a plain relative bound, in each test).
+ */
+#ifndef MR_TEST_PARITY_H
+#define MR_TEST_PARITY_H
+
+#include <stddef.h>
+
+#include "model/mr_gpt.h"
+
+#define MR_PARITY_WEIGHT_TOL 1e-4
+
+/* 0 when tensor t of a (parallel) matches b (single rank); otherwise 1
+ * with a message naming the tensor and the error in why. */
+int mr_parity_tensor(const struct mr_gpt_tensor *t, const float *a, const float *b,
+		     char *why, size_t cap);
+
+#endif
