@@ -7,7 +7,7 @@
 #   make asan       the sanitizer build only (build/asan)
 #   make test-gpu   CUDA kernels vs their CPU twins (skipped without a GPU)
 #   make lint       cppcheck, shellcheck, yamllint
-#   make bench      every benchmark (bench-rdzv, bench-healthz, ...)
+#   make bench      every benchmark (bench-rdzv, bench-healthz, ..., bench-parallel)
 #   make clean
 #
 # Sources are found by wildcard: a new .c file in common/, controller/,
@@ -212,7 +212,7 @@ fuzz: deps
 	scripts/fuzz.sh $(BUILD)/fuzz
 
 # ---- benchmarks ----------------------------------------------------------------
-bench: bench-rdzv bench-healthz bench-comm bench-train
+bench: bench-rdzv bench-healthz bench-comm bench-train bench-parallel
 
 bench-rdzv: all $(BUILD)/bench/rdzv
 	scripts/deps.sh bench
@@ -234,6 +234,11 @@ tsan-comm:
 .PHONY: bench-train
 bench-train: $(BUILD)/bench/train $(BUILD)/bench/sgemm_peak
 	bench/train.sh $(BUILD)
+
+# ---- data/tensor-parallel scaling on this machine (bench/parallel.c) --------
+.PHONY: bench-parallel
+bench-parallel: $(BUILD)/bench/parallel
+	$(BUILD)/bench/parallel
 
 # ---- PyTorch reference for the runtime (tests/reference/gen_reference.py) ----
 .PHONY: reference

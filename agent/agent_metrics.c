@@ -59,6 +59,22 @@ int mr_agent_metrics_init(struct mr_agent_metrics *m, const char *const *state_n
 				     "rank");
 	m->w_tps = mr_metrics_gauge(m->reg, "meshrun_worker_tokens_per_second",
 				    "Training throughput of an in-process worker.", "rank");
+	m->w_grad_norm = mr_metrics_gauge(m->reg, "meshrun_worker_grad_norm",
+					  "Global gradient norm of the last step (before clipping).",
+					  "rank");
+	m->w_lr = mr_metrics_gauge(m->reg, "meshrun_worker_learning_rate",
+				   "Learning rate of the last step.", "rank");
+	m->w_mfu = mr_metrics_gauge(m->reg, "meshrun_worker_mfu",
+				    "Model FLOPs utilisation of the last step (6N + 6LCT per token "
+				    "against the rank's measured or configured peak).", "rank");
+	m->w_step_s = mr_metrics_gauge(m->reg, "meshrun_worker_step_seconds",
+				       "Wall time of the last optimizer step.", "rank");
+	m->w_comm_wait = mr_metrics_gauge(m->reg, "meshrun_worker_comm_wait_seconds",
+					  "Time the last step waited on gradient/parameter "
+					  "communication that was not hidden behind compute.", "rank");
+	m->w_mem = mr_metrics_gauge(m->reg, "meshrun_worker_memory_bytes",
+				    "Bytes held by an in-process worker, by category "
+				    "(params, grads, optim, acts, workspace).", "rank,kind");
 	mr_gauge_set(m->node_rank, -1);
 	return 0;
 }
@@ -125,4 +141,15 @@ void mr_agent_metrics_worker(struct mr_agent_metrics *m, int rank,
 	mr_gauge_set(mr_metric_gauge_child(m->w_step, r), (double)st->step);
 	mr_gauge_set(mr_metric_gauge_child(m->w_loss, r), st->loss);
 	mr_gauge_set(mr_metric_gauge_child(m->w_tps, r), st->tokens_per_s);
+	mr_gauge_set(mr_metric_gauge_child(m->w_grad_norm, r), st->grad_norm);
+	mr_gauge_set(mr_metric_gauge_child(m->w_lr, r), st->lr);
+	mr_gauge_set(mr_metric_gauge_child(m->w_mfu, r), st->mfu);
+	mr_gauge_set(mr_metric_gauge_child(m->w_step_s, r), st->step_seconds);
+	mr_gauge_set(mr_metric_gauge_child(m->w_comm_wait, r), st->comm_wait_s);
+	for (int k = 0; k < MR_MEM_KINDS; k++) {
+		static const char *const kinds[MR_MEM_KINDS] = { "params", "grads", "optim",
+								  "acts", "workspace" };
+		const char *vals[2] = { r, kinds[k] };
+		mr_gauge_set(mr_metric_gauge_childv(m->w_mem, vals), (double)st->mem_bytes[k]);
+	}
 }

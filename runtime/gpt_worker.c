@@ -5,6 +5,7 @@
  */
 #include <cblas.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,7 @@
 #include "mr_gpt_worker.h"
 #include "model/mr_weights.h"
 #include "mr_groups.h"
+#include "parallel/mr_dp.h"
 #include "mr_json.h"
 #include "mr_log.h"
 #include "mr_trainer.h"
@@ -32,7 +34,9 @@ struct gw {
 	struct mr_groups groups;
 	atomic_int groups_ready;
 	int rank, dp_rank, dp_size;
-	int sp, zero, hsdp_shard;
+	int sp, zero, hsdp_shard, overlap;
+	float bucket_mb;
+	struct mr_dp *dp;       /* data parallel / ZeRO; NULL: one replica */
 	long comm_timeout_ms;
 	const char *loss_log, *save_weights; /* borrowed from env->config */
 	uint64_t seed;
@@ -41,6 +45,7 @@ struct gw {
 	struct mr_shard train, val; /* llm.c shards, when configured */
 	int have_train, have_val;
 	int64_t tokens;
+	long step;              /* optimizer steps completed */
 	atomic_int aborted;
 };
 
@@ -50,7 +55,8 @@ static const char *const keys[] = {
 	"grad_accum", "lr", "min_lr_frac", "warmup_steps", "beta1", "beta2", "eps",
 	"weight_decay", "grad_clip", "seed", "threads", "peak_flops", "eval_every",
 	"eval_batches", "train_data", "val_data", "sequence_parallel", "zero", "hsdp_shard",
-	"comm_timeout_ms", "loss_log", "save_weights", NULL,
+	"comm_timeout_ms", "loss_log", "save_weights", "bucket_mb", "overlap_grad_reduce",
+	NULL,
 };
 
 static double now_s(void)
@@ -81,9 +87,17 @@ static int getf(const json_t *c, const char *k, double lo, double hi, double def
 	return rc;
 }
 
-/* Sustained sgemm FLOP/s of this rank's threads (split like the model's
- * GEMMs): the MFU denominator when no peak_flops is configured. */
-static double measure_peak(struct mr_pool *pool)
+/*
+ * Sustained single-thread sgemm FLOP/s, measured once per process (the
+ * first rank to ask measures while the others wait, so in-process ranks
+ * do not time it against each other); a rank's peak is this times its
+ * threads. A machine shared by more threads than cores then shows a low
+ * MFU rather than a wrong peak.
+ */
+static double thread_peak;
+static pthread_once_t thread_peak_once = PTHREAD_ONCE_INIT;
+
+static void measure_thread_peak(void)
 {
 	const int n = 512, reps = 3;
 	float *a = calloc((size_t)n * n * 3, sizeof(float));
@@ -91,20 +105,26 @@ static double measure_peak(struct mr_pool *pool)
 	int r;
 
 	if (!a)
-		return 0.0;
+		return;
 	for (r = 0; r < n * n * 2; r++)
 		a[r] = 0.001f * (float)(r % 97);
-	mr_matmul_fwd(pool, a + 2 * n * n, a, a + n * n, NULL, n, n, n);
+	mr_matmul_fwd(NULL, a + 2 * n * n, a, a + n * n, NULL, n, n, n);
 	for (r = 0; r < reps; r++) {
 		double dt;
 		t0 = now_s();
-		mr_matmul_fwd(pool, a + 2 * n * n, a, a + n * n, NULL, n, n, n);
+		mr_matmul_fwd(NULL, a + 2 * n * n, a, a + n * n, NULL, n, n, n);
 		dt = now_s() - t0;
 		if (dt > 0 && 2.0 * n * n * n / dt > best)
 			best = 2.0 * n * n * n / dt;
 	}
 	free(a);
-	return best;
+	thread_peak = best;
+}
+
+static double measure_peak(int threads)
+{
+	pthread_once(&thread_peak_once, measure_thread_peak);
+	return thread_peak * threads;
 }
 
 static int parse(const json_t *c, struct mr_gpt_config *mc, struct mr_adamw_config *oc,
@@ -146,11 +166,14 @@ static int parse(const json_t *c, struct mr_gpt_config *mc, struct mr_adamw_conf
 	    (rc = geti(c, "eval_batches", 1, 1 << 16, 4, &w->eval_batches, eb)) < 0 ||
 	    (rc = geti(c, "zero", 0, 3, 0, &w->zero, eb)) < 0 ||
 	    (rc = geti(c, "hsdp_shard", 0, 1 << 20, 0, &w->hsdp_shard, eb)) < 0 ||
-	    (rc = geti(c, "comm_timeout_ms", 100, 1 << 30, 60000, &tmo, eb)) < 0)
+	    (rc = geti(c, "comm_timeout_ms", 100, 1 << 30, 60000, &tmo, eb)) < 0 ||
+	    (rc = getf(c, "bucket_mb", 0.001, 4096, 4, &w->bucket_mb, eb)) < 0)
 		return rc;
 	w->comm_timeout_ms = tmo;
 	w->sp = 0;
+	w->overlap = 1;
 	if (c && ((rc = mr_json_get_bool(c, "sequence_parallel", 0, &w->sp, eb)) < 0 ||
+		  (rc = mr_json_get_bool(c, "overlap_grad_reduce", 0, &w->overlap, eb)) < 0 ||
 		  (rc = mr_json_get_str(c, "loss_log", 0, 4095, &w->loss_log, eb)) < 0 ||
 		  (rc = mr_json_get_str(c, "save_weights", 0, 4095, &w->save_weights, eb)) < 0))
 		return rc;
@@ -172,6 +195,7 @@ static void gw_destroy(void *state)
 
 	if (!w)
 		return;
+	mr_dp_free(w->dp);
 	if (w->have_opt)
 		mr_adamw_release(&w->opt, &w->model.mem);
 	if (w->have_model)
@@ -235,10 +259,6 @@ static int place(struct gw *w, const struct mr_worker_env *env, const struct mr_
 	if ((rc = mr_groups_check(env, w->hsdp_shard, eb)) < 0 ||
 	    (rc = mr_gpt_check_placement(mc, T, &par, eb)) < 0)
 		return rc;
-	if (env->world_size / par.tp > 1 || w->zero > 0)
-		return mr_errf_field(eb, MR_EINVAL, "dp",
-				     "data parallelism (dp %d, zero %d) is not wired into the "
-				     "gpt worker yet", env->world_size / par.tp, w->zero);
 	rc = mr_groups_create(&w->groups, env, w->hsdp_shard, w->comm_timeout_ms, &w->aborted,
 			      eb);
 	if (rc < 0)
@@ -250,6 +270,30 @@ static int place(struct gw *w, const struct mr_worker_env *env, const struct mr_
 	w->dp_rank = w->groups.me.dp;
 	w->dp_size = w->groups.mesh.dp;
 	return 0;
+}
+
+/* One replica of the model: plain init and optimizer (mr_trainer_step). */
+static int create_single(struct gw *w, const struct mr_adamw_config *oc, struct mr_errbuf *eb)
+{
+	int rc;
+
+	if ((rc = mr_gpt_init_params(&w->model, w->seed)) < 0)
+		return mr_errf(eb, rc, "unable to initialise the parameters");
+	rc = mr_adamw_init(&w->opt, oc, w->model.nparams, &w->model.mem);
+	if (rc < 0)
+		return mr_errf(eb, rc, "unable to allocate the optimizer state");
+	w->have_opt = 1;
+	return 0;
+}
+
+/* Data parallel / ZeRO: runtime/parallel owns init, optimizer and step. */
+static int create_dp(struct gw *w, const struct mr_adamw_config *oc, struct mr_errbuf *eb)
+{
+	struct mr_dp_config dc = { w->zero, (size_t)((double)w->bucket_mb * 1048576.0),
+				   w->overlap };
+	struct mr_dp_comms cc = { w->groups.shard, w->groups.replica, w->groups.world };
+
+	return mr_dp_create(&w->dp, &w->model, oc, &dc, &cc, w->seed, eb);
 }
 
 static int gw_create(void **state, const struct mr_worker_env *env, struct mr_errbuf *eb)
@@ -288,20 +332,15 @@ static int gw_create(void **state, const struct mr_worker_env *env, struct mr_er
 	par.tp_rank = w->groups.me.tp;
 	par.sp = w->sp;
 	par.tp_comm = w->groups.tp;
+	if (w->dp_size > 1 || w->zero > 0)
+		mr_dp_model_par(w->zero, &par);
 	rc = mr_gpt_create_par(&w->model, &mc, B, T, w->pool, &par, eb);
 	if (rc < 0)
 		goto fail;
 	w->have_model = 1;
-	if ((rc = mr_gpt_init_params(&w->model, w->seed)) < 0) {
-		rc = mr_errf(eb, rc, "unable to initialise the parameters");
+	rc = w->dp_size > 1 || w->zero > 0 ? create_dp(w, &oc, eb) : create_single(w, &oc, eb);
+	if (rc < 0)
 		goto fail;
-	}
-	rc = mr_adamw_init(&w->opt, &oc, w->model.nparams, &w->model.mem);
-	if (rc < 0) {
-		rc = mr_errf(eb, rc, "unable to allocate the optimizer state");
-		goto fail;
-	}
-	w->have_opt = 1;
 	n = (size_t)B * T * (size_t)w->accum;
 	w->inputs = malloc(n * sizeof(int));
 	w->targets = malloc(n * sizeof(int));
@@ -313,7 +352,7 @@ static int gw_create(void **state, const struct mr_worker_env *env, struct mr_er
 	if (rc < 0)
 		goto fail;
 	if (w->peak_flops <= 0.0)
-		w->peak_flops = measure_peak(w->pool);
+		w->peak_flops = measure_peak(w->threads);
 	mr_log_info("gpt_worker_ready",
 		    "params=%zu layers=%d d_model=%d heads=%d moe_every=%d batch=%d seq=%d "
 		    "accum=%d threads=%d peak_gflops=%.1f",
@@ -370,18 +409,25 @@ static int log_loss(struct gw *w, const struct mr_worker_stats *st, struct mr_er
 static int save_weights(struct gw *w, struct mr_errbuf *eb)
 {
 	struct mr_gpt *m = &w->model;
-	float *full = NULL;
-	int rc;
+	float *local = m->params, *full = NULL;
+	int rc = 0;
 
-	if (w->dp_rank != 0)
-		return 0;
-	rc = mr_gpt_gather_full(m, m->params, &full);
+	if (w->dp) {
+		/* collective over the shard group under ZeRO-3 */
+		if (!(local = malloc(sizeof(float) * m->nparams)))
+			return mr_errf(eb, MR_ENOMEM, "unable to allocate the gathered weights");
+		rc = mr_dp_gather_params(w->dp, local);
+	}
+	if (rc == 0 && w->dp_rank == 0)
+		rc = mr_gpt_gather_full(m, local, &full);
 	if (rc < 0)
-		return mr_errf(eb, rc, "unable to gather the weights: %s", mr_strerror(rc));
-	if (full)
+		rc = mr_errf(eb, rc, "unable to gather the weights: %s", mr_strerror(rc));
+	else if (full)
 		rc = mr_weights_write_buf(&m->cfg, m->ntensors, full, mr_gpt_full_nparams(m),
 					  w->save_weights, eb);
 	free(full);
+	if (local != m->params)
+		free(local);
 	return rc;
 }
 
@@ -391,7 +437,7 @@ static int gw_step(void *state, struct mr_worker_stats *st, struct mr_errbuf *eb
 	struct mr_gpt *m = &w->model;
 	struct mr_step_result r;
 	size_t N = (size_t)m->B * m->T;
-	long step = w->opt.t;
+	long step = w->step;
 	double t0, dt;
 	int a, rc, k;
 
@@ -414,13 +460,17 @@ static int gw_step(void *state, struct mr_worker_stats *st, struct mr_errbuf *eb
 				       w->inputs + a * N, w->targets + a * N);
 		}
 	}
-	rc = mr_trainer_step(m, &w->opt, w->inputs, w->targets, w->accum, &r, eb);
+	if (w->dp)
+		rc = mr_dp_step(w->dp, w->inputs, w->targets, w->accum, &r, eb);
+	else
+		rc = mr_trainer_step(m, &w->opt, w->inputs, w->targets, w->accum, &r, eb);
 	if (rc < 0)
 		return rc;
+	w->step++;
 	dt = now_s() - t0;
 	w->tokens += (int64_t)(N * w->accum);
 	memset(st, 0, sizeof(*st));
-	st->step = w->opt.t;
+	st->step = w->step;
 	st->total_steps = w->steps;
 	st->loss = r.loss;
 	st->aux_loss = r.aux_loss;
@@ -435,6 +485,11 @@ static int gw_step(void *state, struct mr_worker_stats *st, struct mr_errbuf *eb
 			  : 0.0;
 	for (k = 0; k < MR_MEM_KINDS; k++)
 		st->mem_bytes[k] = m->mem.bytes[k];
+	if (w->dp) {
+		struct mr_dp_stats ds;
+		mr_dp_stats(w->dp, &ds);
+		st->comm_wait_s = ds.comm_wait_s;
+	}
 	if (w->eval_every > 0 && (st->step % w->eval_every == 0 || st->step == w->steps)) {
 		st->val_loss = eval_loss(w, eb, &rc);
 		if (rc < 0)

@@ -60,6 +60,8 @@ struct mr_worker_stats {
 	double loss, aux_loss, val_loss; /* val_loss NaN when not evaluated */
 	double grad_norm, lr;
 	double tokens_per_s, step_seconds, mfu;
+	double comm_wait_s;      /* step time blocked on communication not hidden
+				  * behind compute (data parallel), 0 if none */
 	int64_t tokens;          /* processed so far */
 	size_t mem_bytes[MR_MEM_KINDS];
 };

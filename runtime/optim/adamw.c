@@ -66,6 +66,26 @@ void mr_adamw_step(struct mr_adamw *o, const struct mr_gpt *model, float lr)
 	}
 }
 
+void mr_adamw_update_range(const struct mr_adamw_config *c, long t, float lr, float *p,
+			   const float *g, float *m, float *v, size_t n, int decay)
+{
+	double bc1 = 1.0 - pow((double)c->beta1, (double)t);
+	double bc2 = 1.0 - pow((double)c->beta2, (double)t);
+	float step_size = (float)((double)lr / bc1), bc2_sqrt = (float)sqrt(bc2);
+	float b1 = c->beta1, b2 = c->beta2;
+	float dec = decay ? 1.0f - lr * c->weight_decay : 1.0f;
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		float gi = g[i], denom;
+		p[i] *= dec;
+		m[i] = m[i] * b1 + gi * (1.0f - b1);
+		v[i] = v[i] * b2 + gi * gi * (1.0f - b2);
+		denom = sqrtf(v[i]) / bc2_sqrt + c->eps;
+		p[i] -= step_size * (m[i] / denom);
+	}
+}
+
 double mr_grad_sumsq(const float *g, size_t n)
 {
 	double s = 0.0;

@@ -49,6 +49,12 @@ void mr_adamw_release(struct mr_adamw *o, struct mr_mem *mem);
 float mr_lr_at(const struct mr_adamw_config *cfg, long step);
 /* One update of params from grads over the model's tensor table. */
 void mr_adamw_step(struct mr_adamw *o, const struct mr_gpt *model, float lr);
+/* The same update over one flat range (a ZeRO shard's piece of a tensor):
+ * p, g, m, v (n) each; t is the step count after this update (o->t once
+ * incremented), decay 1 where the tensor's table entry has decay = 1. The
+ * arithmetic is mr_adamw_step's, so results are bit-identical. */
+void mr_adamw_update_range(const struct mr_adamw_config *c, long t, float lr, float *p,
+			   const float *g, float *m, float *v, size_t n, int decay);
 
 /* Sum of squares of g (n), in double. */
 double mr_grad_sumsq(const float *g, size_t n);

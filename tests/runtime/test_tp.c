@@ -61,24 +61,24 @@ static int train(struct run *r, struct mr_comm *tpc)
 	par.tp_rank = rank;
 	par.sp = r->sp;
 	par.tp_comm = tpc;
-	if ((rc = mr_pool_create(&pool, 1)) < 0)
-		return rc;
+	if (!in || !tg || (rc = mr_pool_create(&pool, 1)) < 0) {
+		rc = MR_ENOMEM;
+		goto out;
+	}
 	rc = mr_gpt_create_par(&m, &r->cfg, r->B, r->T, pool, &par, &eb);
 	if (rc < 0) {
 		fprintf(stderr, "create: %s\n", eb.msg);
-		return rc;
+		goto out;
 	}
 	mr_gpt_init_params(&m, SEED);
 	if ((rc = mr_adamw_init(&o, &ocfg, m.nparams, &m.mem)) < 0)
-		return rc;
-	for (s = 0; s < STEPS; s++) {
+		goto out_model;
+	for (s = 0; s < STEPS && rc == 0; s++) {
 		batch(r, s, in, tg);
 		rc = mr_trainer_step(&m, &o, in, tg, 1, &res, &eb);
-		if (rc < 0) {
+		if (rc < 0)
 			fprintf(stderr, "rank %d step %d: %s\n", rank, s, eb.msg);
-			return rc;
-		}
-		if (rank == 0)
+		else if (rank == 0)
 			r->loss[s] = res.loss;
 	}
 	/* gather every tensor's slices into the single-rank layout */
@@ -89,7 +89,9 @@ static int train(struct run *r, struct mr_comm *tpc)
 		r->nparams = mr_gpt_full_nparams(&m);
 	}
 	mr_adamw_release(&o, &m.mem);
+out_model:
 	mr_gpt_release(&m);
+out:
 	mr_pool_free(pool);
 	free(in);
 	free(tg);

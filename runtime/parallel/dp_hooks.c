@@ -1,0 +1,275 @@
+/*
+ * dp_hooks.c - the model hooks of data parallelism (see mr_dp.h): DDP
+ * bucket all-reduces and ZeRO-1 reduce-scatters on the final micro-batch,
+ * ZeRO-2/3 gradient slots reduce-scattered every micro-batch, ZeRO-3
+ * parameter gathers with one-unit prefetch.
+ *
+ * Slots: 0 holds unit 0 (embeddings, also the LM head), 1 unit L+1 (final
+ * LayerNorm), 2 and 3 the layers by parity, so the unit in use and the one
+ * being prefetched (or reduced) never share a slot. Every rank issues the
+ * same collectives in the same order because the hooks fire in the same
+ * order everywhere.
+ */
+#include <string.h>
+#include <time.h>
+
+#include "dp_int.h"
+
+double mr__dp_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int mr__dp_wait(struct mr_dp *d, struct mr_comm_req **req, int grad)
+{
+	double t0;
+	int rc;
+
+	if (!*req)
+		return 0;
+	t0 = mr__dp_now();
+	rc = mr_comm_wait(*req);
+	*req = NULL;
+	d->st.comm_wait_s += mr__dp_now() - t0;
+	if (grad)
+		d->t_last = mr__dp_now();
+	return rc;
+}
+
+/* Notes a gradient collective being issued (for the stats). */
+static void grad_issued(struct mr_dp *d)
+{
+	if (d->st.grad_colls++ == 0)
+		d->t_first = mr__dp_now();
+}
+
+int mr__dp_slot_of(const struct mr_dp *d, int u)
+{
+	return u == 0 ? 0 : u == d->nunits - 1 ? 1 : 2 + (u & 1);
+}
+
+int mr__dp_gather_unit(struct mr_dp *d, int u, float *dst, struct mr_comm_req **req)
+{
+	const struct dp_unit *U = &d->u[u];
+
+	*req = NULL;
+	d->st.param_colls++;
+	if (d->S == 1) {
+		memcpy(dst, d->pshard + U->soff, U->sn * sizeof(float));
+		return 0;
+	}
+	return mr_comm_iallgather(d->c.shard, d->pshard + U->soff, dst, U->sn, MR_COMM_F32,
+				  req);
+}
+
+/* ---- zero 3: parameter slots ---- */
+
+static int pslot_issue(struct mr_dp *d, int u)
+{
+	struct dp_slot *sl = &d->ps[mr__dp_slot_of(d, u)];
+	int rc;
+
+	if (sl->unit == u)
+		return 0; /* present or in flight */
+	if ((rc = mr__dp_wait(d, &sl->req, 0)) < 0)
+		return rc;
+	sl->unit = u;
+	return mr__dp_gather_unit(d, u, sl->buf, &sl->req);
+}
+
+static int pslot_ready(struct mr_dp *d, int u)
+{
+	struct dp_slot *sl = &d->ps[mr__dp_slot_of(d, u)];
+	int rc;
+
+	if ((rc = pslot_issue(d, u)) < 0 || (rc = mr__dp_wait(d, &sl->req, 0)) < 0)
+		return rc;
+	mr_gpt_bind_unit(d->m, u, sl->buf, NULL);
+	return 0;
+}
+
+/* ---- zero >= 2: gradient slots ---- */
+
+/* Waits for the slot's reduce-scatter and adds its output to the shard. */
+static int gslot_settle(struct mr_dp *d, struct dp_slot *sl)
+{
+	const struct dp_unit *U;
+	float *acc;
+	size_t i;
+	int rc;
+
+	if ((rc = mr__dp_wait(d, &sl->req, 1)) < 0)
+		return rc;
+	if (!sl->pending)
+		return 0;
+	U = &d->u[sl->unit];
+	acc = d->gshard + U->soff;
+	for (i = 0; i < U->sn; i++)
+		acc[i] += sl->out[i];
+	sl->pending = 0;
+	return 0;
+}
+
+static int gslot_acquire(struct mr_dp *d, int u)
+{
+	struct dp_slot *sl = &d->gs[mr__dp_slot_of(d, u)];
+	int rc;
+
+	if ((rc = gslot_settle(d, sl)) < 0)
+		return rc;
+	memset(sl->buf, 0, d->S * d->u[u].sn * sizeof(float));
+	sl->unit = u;
+	mr_gpt_bind_unit(d->m, u, NULL, sl->buf);
+	return 0;
+}
+
+static int gslot_release(struct mr_dp *d, int u)
+{
+	struct dp_slot *sl = &d->gs[mr__dp_slot_of(d, u)];
+	size_t sn = d->u[u].sn;
+	int rc = 0;
+
+	grad_issued(d);
+	sl->pending = 1;
+	if (d->S == 1)
+		memcpy(sl->out, sl->buf, sn * sizeof(float));
+	else
+		rc = mr_comm_ireduce_scatter(d->c.shard, sl->buf, sl->out, sn, MR_COMM_F32,
+					     MR_COMM_AVG, &sl->req);
+	if (rc == 0 && !d->cfg.overlap)
+		rc = gslot_settle(d, sl);
+	return rc;
+}
+
+/* ---- DDP buckets and ZeRO-1 units (final micro-batch only) ---- */
+
+static int ddp_issue(struct mr_dp *d, int b)
+{
+	grad_issued(d);
+	if (d->S == 1)
+		return 0;
+	return mr_comm_iallreduce(d->c.shard, d->m->grads + d->boff[b], d->m->grads + d->boff[b],
+				  d->bn[b], MR_COMM_F32, MR_COMM_AVG, &d->req[b]);
+}
+
+static int z1_issue(struct mr_dp *d, int u)
+{
+	const struct dp_unit *U = &d->u[u];
+
+	grad_issued(d);
+	if (d->S == 1) {
+		memcpy(d->gshard + U->soff, d->G + U->poff, U->sn * sizeof(float));
+		return 0;
+	}
+	return mr_comm_ireduce_scatter(d->c.shard, d->G + U->poff, d->gshard + U->soff, U->sn,
+				       MR_COMM_F32, MR_COMM_AVG, &d->req[u]);
+}
+
+int mr__dp_finish_grads(struct mr_dp *d)
+{
+	int b, u, rc = 0;
+
+	if (d->zero == 0) {
+		if (!d->cfg.overlap && d->S > 1) {
+			grad_issued(d);
+			rc = mr_comm_iallreduce(d->c.shard, d->m->grads, d->m->grads, d->m->nparams,
+						MR_COMM_F32, MR_COMM_AVG, &d->req[0]);
+		} else if (!d->cfg.overlap) {
+			grad_issued(d);
+		}
+		for (b = 0; b < d->nbuckets && rc == 0; b++)
+			rc = mr__dp_wait(d, &d->req[b], 1);
+	} else if (d->zero == 1) {
+		for (u = d->nunits - 1; u >= 0 && rc == 0; u--) {
+			if (!d->cfg.overlap)
+				rc = z1_issue(d, u);
+			if (rc == 0)
+				rc = mr__dp_wait(d, &d->req[u], 1);
+		}
+	} else {
+		for (b = 0; b < 4 && rc == 0; b++)
+			rc = gslot_settle(d, &d->gs[b]);
+	}
+	if (rc < 0 || d->R == 1)
+		return rc;
+	grad_issued(d);
+	if (d->zero == 0)
+		rc = mr_comm_iallreduce(d->c.replica, d->m->grads, d->m->grads, d->m->nparams,
+					MR_COMM_F32, MR_COMM_AVG, &d->req[0]);
+	else
+		rc = mr_comm_iallreduce(d->c.replica, d->gshard, d->gshard, d->nshard,
+					MR_COMM_F32, MR_COMM_AVG, &d->req[0]);
+	if (rc == 0)
+		rc = mr__dp_wait(d, &d->req[0], 1);
+	return rc;
+}
+
+/* ---- the hooks ---- */
+
+static int pre_fwd(void *ctx, int u)
+{
+	struct mr_dp *d = ctx;
+	int last = d->nunits - 1, rc;
+
+	if (d->zero < 3)
+		return 0;
+	if (u == 0) {
+		if ((rc = pslot_issue(d, 0)) < 0 || (rc = pslot_issue(d, last)) < 0 ||
+		    (last > 1 && (rc = pslot_issue(d, 1)) < 0))
+			return rc;
+		return pslot_ready(d, 0);
+	}
+	if ((rc = pslot_ready(d, u)) < 0)
+		return rc;
+	if (u < last - 1)
+		return pslot_issue(d, u + 1);
+	return 0;
+}
+
+static int pre_bwd(void *ctx, int u)
+{
+	struct mr_dp *d = ctx;
+	int last = d->nunits - 1, rc;
+
+	if (d->zero >= 2 && u == last &&
+	    ((rc = gslot_acquire(d, 0)) < 0 || (rc = gslot_acquire(d, last)) < 0))
+		return rc;
+	if (d->zero >= 2 && u > 0 && u < last && (rc = gslot_acquire(d, u)) < 0)
+		return rc;
+	if (d->zero < 3)
+		return 0;
+	if ((rc = pslot_ready(d, u)) < 0)
+		return rc;
+	if (u == last && last > 1)
+		return pslot_issue(d, last - 1);
+	if (u > 1 && u < last)
+		return pslot_issue(d, u - 1);
+	return 0;
+}
+
+static int post_bwd(void *ctx, int u)
+{
+	struct mr_dp *d = ctx;
+	int b;
+
+	if (d->zero >= 2)
+		return gslot_release(d, u);
+	if (!d->final || !d->cfg.overlap)
+		return 0;
+	if (d->zero == 1)
+		return z1_issue(d, u);
+	b = d->bucket_of[u];
+	return d->bucket_low[b] == u ? ddp_issue(d, b) : 0;
+}
+
+void mr__dp_set_hooks(struct mr_dp *d)
+{
+	d->hooks.ctx = d;
+	d->hooks.pre_fwd = pre_fwd;
+	d->hooks.pre_bwd = pre_bwd;
+	d->hooks.post_bwd = post_bwd;
+	d->m->hooks = &d->hooks;
+}

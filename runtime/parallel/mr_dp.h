@@ -1,0 +1,119 @@
+/*
+ * mr_dp.h - data parallelism for a GPT rank: DDP with overlapped gradient
+ * buckets, ZeRO-1/2/3 (FSDP-style) sharding and HSDP.
+ *
+ * Semantics: gradients are averaged over the data-parallel ranks (shard x
+ * replica), so dp ranks that each run `accum` micro-batches compute the
+ * same step as one rank running accum*dp micro-batches with accumulation
+ * (mr_trainer_step). Then the global gradient norm (every parameter counted
+ * once across dp replicas, ZeRO shards and tp), clipping, the scheduled LR
+ * and AdamW with mr_adamw_step's arithmetic.
+ *
+ *   zero 0 (DDP): full params, grads and Adam state on every rank. Grads
+ *     are cut into buckets of whole units (>= bucket_bytes, contiguous as
+ *     units complete L+1, L, ..., 0); on the final micro-batch each bucket
+ *     is all-reduced (AVG, async) from post_bwd as soon as its last unit is
+ *     done, overlapping the rest of backward. Earlier micro-batches only
+ *     accumulate locally. overlap = 0: one blocking all-reduce after
+ *     backward.
+ *   zero 1: Adam state sharded: each rank owns 1/S of every unit (the unit
+ *     padded to a multiple of S, padding kept zero). Full grads; on the
+ *     final micro-batch each unit is reduce-scattered (AVG) into the grad
+ *     shard from post_bwd (async; a unit is a bucket), AdamW runs on the
+ *     shard, then the params are all-gathered.
+ *   zero 2: grads sharded too: the model's grad views point at unit-sized
+ *     scratch slots (unit 0 and unit L+1 have their own, held for the
+ *     whole backward; layers alternate between two), each unit is
+ *     reduce-scattered from post_bwd on EVERY micro-batch and the result
+ *     is added into the shard accumulator; a slot is reused only after its
+ *     reduce-scatter completed. Full grads never exist.
+ *   zero 3 (FSDP): params sharded too: pre_fwd / pre_bwd all-gather the
+ *     unit into a slot (same slot scheme as the grads) and prefetch the
+ *     next one asynchronously; units 0 and L+1 stay gathered for the whole
+ *     step (FSDP's root unit); a layer slot still holding the unit (the
+ *     last layer between forward and backward) is reused without a second
+ *     gather. Params are re-gathered after each optimizer step lazily.
+ *   HSDP: with comms.replica, the shard (ZeRO) or full (DDP) gradients are
+ *     all-reduced (AVG) across the replica group after the shard-group
+ *     reduction.
+ *
+ * Model flags: the caller creates the model with mr_dp_model_par(zero, &par)
+ * applied (zero >= 1: ext_params and ext_grads - this module owns padded
+ * buffers and binds the units; zero 0: the model allocates both).
+ *
+ * Memory per rank (all through mr_mem_alloc on m->mem; Np = sum over units
+ * of the unit size rounded up to a multiple of S = shard size; P_u = unit
+ * u's padded size; Pm = largest padded layer unit; s_u = P_u / S, sm = Pm/S):
+ *   zero 0: PARAMS 4N, GRADS 4N (the model's), OPTIM 8N
+ *   zero 1: PARAMS 4Np, GRADS 4Np + 4Np/S (shard), OPTIM 8Np/S
+ *   zero 2: PARAMS 4Np, GRADS 4Np/S + 4(P_0 + P_L+1 + 2Pm) (slots),
+ *           OPTIM 8Np/S, WORKSPACE +4(s_0 + s_L+1 + 2sm) (scatter outputs)
+ *   zero 3: PARAMS 4Np/S + 4(P_0 + P_L+1 + 2Pm) (gather slots), GRADS,
+ *           OPTIM and WORKSPACE as zero 2
+ * i.e. about 16, 8 + 8/S, 4 + 12/S and 16/S bytes per parameter plus the
+ * named slots (the model's ACTS / WORKSPACE come on top).
+ *
+ * Failure: a failed collective breaks the step on this rank (others time
+ * out). Non-finite losses / grad norms are detected after the world
+ * reduction, so every rank returns MR_ENONFINITE together; the message
+ * names the step and the first non-finite tensor this rank holds.
+ *
+ * Ownership: struct mr_dp borrows the model and the communicators (they
+ * must outlive it), sets m->hooks, and owns its buffers (mr_dp_free).
+ * Non-goals: pipeline parallelism, mixed precision, CPU offload.
+ */
+#ifndef MR_DP_H
+#define MR_DP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/mr_gpt.h"
+#include "mr_trainer.h"
+#include "optim/mr_adamw.h"
+
+struct mr_comm;
+struct mr_dp;
+
+struct mr_dp_config {
+	int zero;            /* 0 DDP, 1, 2, 3 */
+	size_t bucket_bytes; /* DDP bucket size; 0: 4 MiB */
+	int overlap;         /* 1: reduce from the backward hooks; 0: after backward */
+};
+
+struct mr_dp_comms {
+	struct mr_comm *shard;   /* grads averaged, ZeRO state sharded; NULL = 1 rank */
+	struct mr_comm *replica; /* HSDP replica group (grads averaged too); NULL = none */
+	struct mr_comm *world;   /* every rank: grad norm and loss; NULL = single rank */
+};
+
+struct mr_dp_stats {
+	double comm_wait_s; /* last step: blocked on grad/param communication */
+	double comm_s;      /* last step: first grad collective issued to last one done */
+	long grad_colls;    /* last step: gradient collectives issued (all groups) */
+	long param_colls;   /* last step: parameter all-gathers issued */
+};
+
+/* Sets par->ext_params / ext_grads for a model used with this zero stage. */
+void mr_dp_model_par(int zero, struct mr_gpt_par *par);
+
+/* Initialises the parameters from seed (as mr_gpt_init_params would, each
+ * rank keeping its shard under zero 3). oc is copied. MR_EINVAL with field
+ * "zero" for an unknown stage, "ext_params"/"ext_grads" when the model was
+ * not created with mr_dp_model_par. */
+int mr_dp_create(struct mr_dp **out, struct mr_gpt *m, const struct mr_adamw_config *oc,
+		 const struct mr_dp_config *cfg, const struct mr_dp_comms *c, uint64_t seed,
+		 struct mr_errbuf *eb);
+/* One optimizer step over accum micro-batches: inputs/targets are accum
+ * consecutive (B,T) blocks for this rank. r->loss / aux_loss are means over
+ * all dp ranks (identical everywhere); grad_norm before clipping. */
+int mr_dp_step(struct mr_dp *d, const int *inputs, const int *targets, int accum,
+	       struct mr_step_result *r, struct mr_errbuf *eb);
+/* This rank's full (tp-local) parameters into dst (m->nparams floats).
+ * Collective over the shard group under zero 3. */
+int mr_dp_gather_params(struct mr_dp *d, float *dst);
+void mr_dp_stats(const struct mr_dp *d, struct mr_dp_stats *st);
+/* NULL is a no-op; clears m->hooks. */
+void mr_dp_free(struct mr_dp *d);
+
+#endif

@@ -1,0 +1,249 @@
+/*
+ * test_parity.c - every data/tensor-parallel configuration against the
+ * single-rank run (BRIEF §6), as real jobs: `meshrun local` starts an
+ * embedded controller and agent processes on loopback, ranks bootstrap
+ * their communicators through the controller's KV and train 10 steps.
+ *
+ * A parallel job with dp data-parallel ranks, each on micro-batch b, is
+ * compared with ONE rank running the same dp micro-batches through
+ * gradient accumulation (grad_accum = dp): the same tokens, the same
+ * per-micro-batch MoE capacity, the same averaged gradient. Both write the
+ * loss of every step (loss_log) and the gathered final weights
+ * (save_weights), which are compared here:
+ *   - loss at each of the 10 steps within relative 1e-5: parallel runs
+ *     differ only in the order of float sums (~1e-7 relative per step);
+ *   - final weights: per-tensor relative L2 <= 1e-4 (tests/support/parity.h
+ *     says why an element-wise bound would test AdamW's rounding instead).
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "model/mr_weights.h"
+#include "parity.h"
+#include "proc.h"
+
+#define STEPS 10
+
+static char tmp[256];
+
+static void rmtmp(void)
+{
+	mr_test_rmdir(tmp);
+}
+
+static void scratch(void)
+{
+	cr_assert_eq(mr_test_tmpdir(tmp, sizeof(tmp), "mr-parity"), 0);
+	atexit(rmtmp); /* Criterion runs each test in its own process */
+}
+
+struct job {
+	int nodes, nproc, tp;
+	int zero, hsdp, sp, moe;
+	int accum;
+};
+
+static const char *model_json(int moe)
+{
+	/* small enough for seconds on 2 cores; the MoE capacity drops tokens */
+	return moe ? "\"n_layer\": 2, \"d_model\": 32, \"n_head\": 4, \"vocab_size\": 64, "
+		     "\"moe_every\": 2, \"n_experts\": 4, \"top_k\": 2, "
+		     "\"capacity_factor\": 0.75, \"aux_coef\": 0.01"
+		   : "\"n_layer\": 2, \"d_model\": 32, \"n_head\": 4, \"vocab_size\": 64";
+}
+
+/* Runs the job with outputs tag.loss / tag.bin in tmp; returns the exit
+ * code, the log in tmp/tag.out. */
+static int run_job(const struct job *j, const char *tag, const char *extra)
+{
+	char cmd[4096], *bin = realpath(mr_proc_build_dir(), NULL);
+	int st;
+
+	snprintf(cmd, sizeof(cmd),
+		 "cd '%s' && timeout 120 '%s/meshrun' local --nodes %d --nproc-per-node %d "
+		 "--tp %d --workload-config '{%s, \"steps\": %d, \"batch_size\": 2, "
+		 "\"seq_len\": 16, \"grad_accum\": %d, \"lr\": 0.003, \"warmup_steps\": 2, "
+		 "\"threads\": 1, \"peak_flops\": 1e9, \"seed\": 11, \"zero\": %d, "
+		 "\"hsdp_shard\": %d, \"sequence_parallel\": %s, \"comm_timeout_ms\": 30000, "
+		 "\"loss_log\": \"%s.loss\", \"save_weights\": \"%s.bin\"%s}' >'%s.out' 2>&1",
+		 tmp, bin ? bin : "build", j->nodes, j->nproc, j->tp, model_json(j->moe),
+		 STEPS, j->accum, j->zero, j->hsdp, j->sp ? "true" : "false", tag, tag,
+		 extra ? extra : "", tag);
+	free(bin);
+	st = system(cmd);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The last lines of tmp/tag.out, for failure messages (static buffer). */
+static const char *tail_of(const char *tag)
+{
+	static char buf[2048];
+	char path[512];
+	FILE *f;
+	long n;
+
+	snprintf(path, sizeof(path), "%s/%s.out", tmp, tag);
+	buf[0] = 0;
+	f = fopen(path, "r");
+	if (!f)
+		return buf;
+	fseek(f, 0, SEEK_END);
+	n = ftell(f);
+	fseek(f, n > (long)sizeof(buf) - 1 ? n - (long)sizeof(buf) + 1 : 0, SEEK_SET);
+	n = (long)fread(buf, 1, sizeof(buf) - 1, f);
+	buf[n > 0 ? n : 0] = 0;
+	fclose(f);
+	return buf;
+}
+
+static void read_losses(const char *tag, double *loss)
+{
+	char path[512];
+	FILE *f;
+	int i;
+
+	snprintf(path, sizeof(path), "%s/%s.loss", tmp, tag);
+	f = fopen(path, "r");
+	cr_assert_not_null(f, "no loss log %s", path);
+	for (i = 0; i < STEPS; i++) {
+		long long step;
+		cr_assert_eq(fscanf(f, "%lld %lf %*g %*g %*g", &step, &loss[i]), 2,
+			     "%s: line %d unreadable", path, i + 1);
+		cr_assert_eq(step, i + 1);
+	}
+	fclose(f);
+}
+
+static void load_weights(const char *tag, struct mr_gpt *m)
+{
+	struct mr_errbuf eb = { "", "" };
+	struct mr_gpt_config c;
+	char path[512];
+
+	snprintf(path, sizeof(path), "%s/%s.bin", tmp, tag);
+	cr_assert_eq(mr_weights_read_config(path, &c, &eb), 0, "%s", eb.msg);
+	cr_assert_eq(mr_gpt_create(m, &c, 1, 1, NULL, &eb), 0, "%s", eb.msg);
+	cr_assert_eq(mr_weights_load(m, path, &eb), 0, "%s", eb.msg);
+}
+
+static void check(const struct job *j)
+{
+	struct job ref = { 1, 1, 1, 0, 0, 0, j->moe, 0 };
+	int dp = j->nodes * j->nproc / j->tp, s, i;
+	double lp[STEPS], lr[STEPS];
+	struct mr_gpt a, b;
+	char why[192];
+
+	scratch();
+	ref.accum = dp * j->accum;
+	cr_assert_eq(run_job(&ref, "ref", NULL), 0, "reference run failed:\n%s", tail_of("ref"));
+	cr_assert_eq(run_job(j, "par", NULL), 0, "parallel run failed:\n%s", tail_of("par"));
+	read_losses("ref", lr);
+	read_losses("par", lp);
+	for (s = 0; s < STEPS; s++)
+		cr_expect(fabs(lp[s] - lr[s]) <= 1e-5 * fabs(lr[s]),
+			  "step %d: loss %.9g vs single rank %.9g", s + 1, lp[s], lr[s]);
+	cr_expect(lr[STEPS - 1] < lr[0], "the reference must learn (%g -> %g)", lr[0],
+		  lr[STEPS - 1]);
+	load_weights("ref", &b);
+	load_weights("par", &a);
+	for (i = 0; i < b.ntensors; i++) {
+		const struct mr_gpt_tensor *t = &b.tensors[i];
+		cr_expect(!mr_parity_tensor(t, a.params + t->off, b.params + t->off, why,
+					    sizeof(why)), "%s", why);
+	}
+	mr_gpt_release(&a);
+	mr_gpt_release(&b);
+}
+
+/* One configuration, dense or MoE, one micro-batch per rank and step:
+ * nodes x nproc-per-node agents' ranks, tp, zero stage, hsdp shard, sp. */
+static void parity(int nodes, int nproc, int tp, int zero, int hsdp, int sp, int moe)
+{
+	struct job j = { nodes, nproc, tp, zero, hsdp, sp, moe, 1 };
+
+	check(&j);
+}
+
+Test(parity, dp2_dense) { parity(1, 2, 1, 0, 0, 0, 0); }
+Test(parity, dp2_moe) { parity(1, 2, 1, 0, 0, 0, 1); }
+Test(parity, dp4_dense) { parity(2, 2, 1, 0, 0, 0, 0); }
+Test(parity, dp4_moe) { parity(2, 2, 1, 0, 0, 0, 1); }
+Test(parity, zero1_dp2_dense) { parity(1, 2, 1, 1, 0, 0, 0); }
+Test(parity, zero1_dp2_moe) { parity(1, 2, 1, 1, 0, 0, 1); }
+Test(parity, zero1_dp4_dense) { parity(2, 2, 1, 1, 0, 0, 0); }
+Test(parity, zero1_dp4_moe) { parity(2, 2, 1, 1, 0, 0, 1); }
+Test(parity, zero2_dp2_dense) { parity(1, 2, 1, 2, 0, 0, 0); }
+Test(parity, zero2_dp2_moe) { parity(1, 2, 1, 2, 0, 0, 1); }
+Test(parity, zero2_dp4_dense) { parity(2, 2, 1, 2, 0, 0, 0); }
+Test(parity, zero2_dp4_moe) { parity(2, 2, 1, 2, 0, 0, 1); }
+Test(parity, zero3_dp2_dense) { parity(1, 2, 1, 3, 0, 0, 0); }
+Test(parity, zero3_dp2_moe) { parity(1, 2, 1, 3, 0, 0, 1); }
+Test(parity, zero3_dp4_dense) { parity(2, 2, 1, 3, 0, 0, 0); }
+Test(parity, zero3_dp4_moe) { parity(2, 2, 1, 3, 0, 0, 1); }
+Test(parity, hsdp_2x2_dense) { parity(2, 2, 1, 3, 2, 0, 0); }
+Test(parity, hsdp_2x2_moe) { parity(2, 2, 1, 3, 2, 0, 1); }
+Test(parity, tp2_dense) { parity(1, 2, 2, 0, 0, 0, 0); }
+Test(parity, tp2_moe) { parity(1, 2, 2, 0, 0, 0, 1); }
+Test(parity, tp4_dense) { parity(1, 4, 4, 0, 0, 0, 0); }
+Test(parity, tp4_moe) { parity(1, 4, 4, 0, 0, 0, 1); }
+Test(parity, tp2_sp_dense) { parity(1, 2, 2, 0, 0, 1, 0); }
+Test(parity, tp2_sp_moe) { parity(1, 2, 2, 0, 0, 1, 1); }
+Test(parity, tp2_dp2_zero3_sp_dense) { parity(2, 2, 2, 3, 0, 1, 0); }
+Test(parity, tp2_dp2_zero3_sp_moe) { parity(2, 2, 2, 3, 0, 1, 1); }
+
+Test(parity, dp2_with_accumulation)
+{
+	struct job j = { 1, 2, 1, 0, 0, 0, 0, 2 };
+
+	check(&j);
+}
+
+/* Bad placement fails at start, on every rank, before any step. */
+static void expect_rejected(const struct job *j, const char *extra, const char *field)
+{
+	char path[512], *log = NULL;
+	size_t cap = 0;
+	FILE *f;
+	int found = 0;
+
+	scratch();
+	cr_expect_neq(run_job(j, "bad", extra), 0, "the job must fail");
+	snprintf(path, sizeof(path), "%s/bad.out", tmp);
+	f = fopen(path, "r");
+	cr_assert_not_null(f);
+	while (getline(&log, &cap, f) > 0)
+		if (strstr(log, field))
+			found = 1;
+	free(log);
+	fclose(f);
+	cr_expect(found, "no message naming '%s':\n%s", field, tail_of("bad"));
+	snprintf(path, sizeof(path), "%s/bad.loss", tmp);
+	cr_expect(access(path, F_OK) != 0, "a step was trained before the error");
+}
+
+Test(parity, tp_not_dividing_heads_is_rejected)
+{
+	struct job j = { 1, 3, 3, 0, 0, 0, 0, 1 };
+
+	expect_rejected(&j, NULL, "n_head");
+}
+
+Test(parity, unknown_zero_stage_is_rejected)
+{
+	struct job j = { 1, 2, 1, 4, 0, 0, 0, 1 };
+
+	expect_rejected(&j, NULL, "zero");
+}
+
+Test(parity, hsdp_shard_not_dividing_dp_is_rejected)
+{
+	struct job j = { 1, 2, 1, 3, 3, 0, 0, 1 };
+
+	expect_rejected(&j, NULL, "hsdp_shard");
+}
