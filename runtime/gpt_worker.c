@@ -167,7 +167,7 @@ static int parse(const json_t *c, struct mr_gpt_config *mc, struct mr_adamw_conf
 	    (rc = geti(c, "zero", 0, 3, 0, &w->zero, eb)) < 0 ||
 	    (rc = geti(c, "hsdp_shard", 0, 1 << 20, 0, &w->hsdp_shard, eb)) < 0 ||
 	    (rc = geti(c, "comm_timeout_ms", 100, 1 << 30, 60000, &tmo, eb)) < 0 ||
-	    (rc = getf(c, "bucket_mb", 0.001, 4096, 4, &w->bucket_mb, eb)) < 0)
+	    (rc = getf(c, "bucket_mb", 0.001, 4096, 1, &w->bucket_mb, eb)) < 0)
 		return rc;
 	w->comm_timeout_ms = tmo;
 	w->sp = 0;

@@ -677,10 +677,12 @@ static int host_run_now(struct mr_comm *c, struct mr__comm_op *op)
 	rc = h->broken;
 	pthread_mutex_unlock(&h->mu);
 	h->deadline = mr__now_ms() + h->base.timeout_ms;
+	atomic_fetch_add(&h->waiters, 1);
 	if (atomic_load(&h->aborted))
 		rc = MR_EABORTED;
 	else if (!rc)
 		rc = mr__host_exec(h, op);
+	atomic_fetch_sub(&h->waiters, 1);
 	mr__op_free(op);
 	pthread_mutex_lock(&h->mu);
 	mark_broken(h, rc);
@@ -711,6 +713,7 @@ static int host_wait(struct mr_comm_req *req)
 	struct mr__hreq *r = (struct mr__hreq *)req;
 	int rc;
 
+	atomic_fetch_add(&h->waiters, 1);
 	pthread_mutex_lock(&h->mu);
 	while (!r->done) {
 		/* help instead of sleeping: run queued work (in order) ourselves */
@@ -721,6 +724,7 @@ static int host_wait(struct mr_comm_req *req)
 	}
 	rc = r->rc;
 	pthread_mutex_unlock(&h->mu);
+	atomic_fetch_sub(&h->waiters, 1);
 	free(r);
 	return rc;
 }

@@ -28,7 +28,9 @@
 #include "host_int.h"
 
 /* Idle passes spent busy-polling (small-message latency), then yielding,
- * then sleeping on the doorbell / poll(). MR_COMM_SPIN overrides the first. */
+ * then sleeping on the doorbell / poll(); the first two only while some
+ * thread waits on the communicator (host_int.h: waiters). MR_COMM_SPIN
+ * overrides the first. */
 #define SPIN_HOT 1000
 #define SPIN_YIELD 200
 
@@ -517,13 +519,17 @@ int mr__hx_run(struct mr__hcomm *h, struct mr__xfer **xsp, int *nxp, int *cap,
 		 * recv() syscalls would only burn the CPU the peer needs */
 		if (idle == 0 && h->has_tcp && any_tcp(h, xs, nx))
 			idle = hot;
-		if (++idle < hot) {
-			cpu_relax();
-			continue;
-		}
-		if (idle < hot + SPIN_YIELD) {
-			sched_yield();
-			continue;
+		/* spin or yield only while a thread is blocked on this
+		 * communicator; behind compute, sleep until data arrives */
+		if (atomic_load(&h->waiters) > 0) {
+			if (++idle < hot) {
+				cpu_relax();
+				continue;
+			}
+			if (idle < hot + SPIN_YIELD) {
+				sched_yield();
+				continue;
+			}
 		}
 		rc = wait_some(h, xs, nx, bell);
 		if (rc < 0)

@@ -105,6 +105,10 @@ struct mr__hcomm {
 	char shm_name[64];
 	int has_shm, has_tcp;
 	int oversubscribed;        /* more shm ranks than CPUs: yield, never spin */
+	/* threads blocked on this communicator (host_wait, blocking calls):
+	 * only then is spinning worth a core - an operation running behind
+	 * the caller's compute sleeps until data arrives instead */
+	atomic_int waiters;
 	/* progress thread */
 	pthread_t thr;
 	int thr_started;

@@ -102,6 +102,8 @@ static int block_fwd(struct mr_gpt *m, int l, const float *res)
 	if ((rc = row_parallel_fwd(m, a->res2, a->atty, w->attprojw, w->attprojb, Cl)) < 0)
 		return rc;
 	mr_add_inplace(p, a->res2, res, (size_t)Nl * C);
+	if ((rc = HOOK(m, pre_fwd, 2 * l + 2)) < 0)
+		return rc;
 	mr_layernorm_fwd(p, lnout ? lnout : a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w->ln2w,
 			 w->ln2b, Nl, C);
 	if (lnout && (rc = mr__gpt_gather_rows(m, a->ln2, lnout)) < 0)
@@ -154,11 +156,11 @@ static int forward(struct mr_gpt *m, int has_targets)
 	res = m->encoded;
 	m->aux_loss = 0.0f;
 	for (l = 0; l < c->n_layer; l++) {
-		if ((rc = HOOK(m, pre_fwd, l + 1)) < 0 || (rc = block_fwd(m, l, res)) < 0)
+		if ((rc = HOOK(m, pre_fwd, 2 * l + 1)) < 0 || (rc = block_fwd(m, l, res)) < 0)
 			return rc;
 		res = m->la[l].res3;
 	}
-	if ((rc = HOOK(m, pre_fwd, c->n_layer + 1)) < 0)
+	if ((rc = HOOK(m, pre_fwd, m->nunits - 1)) < 0)
 		return rc;
 	mr_layernorm_fwd(p, m->par.sp ? m->dtmp : m->lnf, m->lnf_mean, m->lnf_rstd, res,
 			 m->w.lnfw, m->w.lnfb, Nl, C);
@@ -237,8 +239,9 @@ static int block_bwd(struct mr_gpt *m, int l, const float *res, float dscale)
 	float *dfull = m->par.sp ? m->sp_full : m->dres;
 	float *dlocal = m->par.sp ? m->dtmp : m->dln;
 
-	/* the MLP branch: dres = d(res3) */
-	if ((rc = mr__gpt_gather_rows(m, dfull, m->dres)) < 0)
+	/* the MLP branch (unit 2l+2): dres = d(res3) */
+	if ((rc = HOOK(m, pre_bwd, 2 * l + 2)) < 0 ||
+	    (rc = mr__gpt_gather_rows(m, dfull, m->dres)) < 0)
 		return rc;
 	if (mr_gpt_layer_is_moe(c, l)) {
 		struct mr_moe_shape s = mr_gpt_moe_shape(m);
@@ -258,8 +261,12 @@ static int block_bwd(struct mr_gpt *m, int l, const float *res, float dscale)
 		return rc;
 	mr_layernorm_bwd(p, m->dres, g->ln2w, g->ln2b, dlocal, a->res2, w->ln2w, a->ln2_mean,
 			 a->ln2_rstd, Nl, C, m->k_ws);
-	/* the attention branch: dres = d(res2) */
-	if ((rc = mr__gpt_gather_rows(m, dfull, m->dres)) < 0)
+	if ((rc = ln_grads_allreduce(m, g->ln2w, g->ln2b)) < 0 ||
+	    (rc = HOOK(m, post_bwd, 2 * l + 2)) < 0)
+		return rc;
+	/* the attention branch (unit 2l+1): dres = d(res2) */
+	if ((rc = HOOK(m, pre_bwd, 2 * l + 1)) < 0 ||
+	    (rc = mr__gpt_gather_rows(m, dfull, m->dres)) < 0)
 		return rc;
 	mr_matmul_bwd(p, m->datty, g->attprojw, g->attprojb, dfull, a->atty, w->attprojw, N, Cl,
 		      C, 0, m->ones);
@@ -273,7 +280,7 @@ static int block_bwd(struct mr_gpt *m, int l, const float *res, float dscale)
 			 a->ln1_rstd, Nl, C, m->k_ws);
 	if ((rc = ln_grads_allreduce(m, g->ln1w, g->ln1b)) < 0)
 		return rc;
-	return ln_grads_allreduce(m, g->ln2w, g->ln2b);
+	return HOOK(m, post_bwd, 2 * l + 1);
 }
 
 static int backward(struct mr_gpt *m, float dscale)
@@ -281,11 +288,11 @@ static int backward(struct mr_gpt *m, float dscale)
 	const struct mr_gpt_config *c = &m->cfg;
 	struct mr_pool *p = m->pool;
 	int N = m->B * m->T, Nl = mr__gpt_local_rows(m), C = c->d_model, L = c->n_layer;
-	int Vl = c->vocab / m->par.tp, l, rc;
+	int Vl = c->vocab / m->par.tp, last = m->nunits - 1, l, rc;
 	const float *res_last = m->la[L - 1].res3;
 	float *dlocal = m->par.sp ? m->dtmp : m->dln;
 
-	if ((rc = HOOK(m, pre_bwd, L + 1)) < 0)
+	if ((rc = HOOK(m, pre_bwd, last)) < 0)
 		return rc;
 	mr_crossentropy_bwd_inplace(p, m->logits, m->ce_lse,
 				    m->par.tp == 1 ? m->targets : m->tgt_tp, N, Vl,
@@ -298,12 +305,11 @@ static int backward(struct mr_gpt *m, float dscale)
 	mr_layernorm_bwd(p, m->dres, m->g.lnfw, m->g.lnfb, dlocal, res_last, m->w.lnfw,
 			 m->lnf_mean, m->lnf_rstd, Nl, C, m->k_ws);
 	if ((rc = ln_grads_allreduce(m, m->g.lnfw, m->g.lnfb)) < 0 ||
-	    (rc = HOOK(m, post_bwd, L + 1)) < 0)
+	    (rc = HOOK(m, post_bwd, last)) < 0)
 		return rc;
 	for (l = L - 1; l >= 0; l--) {
 		const float *res = l == 0 ? m->encoded : m->la[l - 1].res3;
-		if ((rc = HOOK(m, pre_bwd, l + 1)) < 0 || (rc = block_bwd(m, l, res, dscale)) < 0 ||
-		    (rc = HOOK(m, post_bwd, l + 1)) < 0)
+		if ((rc = block_bwd(m, l, res, dscale)) < 0)
 			return rc;
 	}
 	if ((rc = HOOK(m, pre_bwd, 0)) < 0)

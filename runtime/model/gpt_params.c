@@ -149,6 +149,7 @@ static void build_table(const struct mr_gpt_config *c, struct table *tb)
 		add(tb, NAME("attn.qkv.b"), 3 * C, 0, 0, MR_INIT_ZERO, 0, 0, 3);
 		add(tb, NAME("attn.proj.w"), C, C, 0, MR_INIT_NORMAL, rsd, 1, 1);
 		add(tb, NAME("attn.proj.b"), C, 0, 0, MR_INIT_ZERO, 0, -1, 1);
+		unit_begin(tb);
 		add(tb, NAME("ln2.w"), C, 0, 0, MR_INIT_ONE, 0, -1, 1);
 		add(tb, NAME("ln2.b"), C, 0, 0, MR_INIT_ZERO, 0, -1, 1);
 		if (mr_gpt_layer_is_moe(c, l)) {
@@ -222,48 +223,47 @@ void mr_gpt_unit_range(const struct mr_gpt *m, int u, size_t *off, size_t *n)
 	*n = z->off + z->n - a->off;
 }
 
-/* Points unit u's views of one buffer (params or grads) at base, where
- * base[0] is the unit's first element. */
-static void bind_unit_views(struct mr_gpt *m, int u, float *base, struct mr_gpt_weights *w)
+/* The view pointer (in w) that tensor i of the table binds; the order
+ * matches build_table. */
+static float **view_of(struct mr_gpt *m, struct mr_gpt_weights *w, int i)
 {
-	int i = m->unit_first[u], l = u - 1;
-	const struct mr_gpt_tensor *t = m->tensors;
-	size_t off0 = t[i].off;
+	int per = 0, l, k;
 
-#define NEXT (base + (t[i++].off - off0))
-	if (u == 0) {
-		w->wte = NEXT;
-		w->wpe = NEXT;
-	} else if (u == m->cfg.n_layer + 1) {
-		w->lnfw = NEXT;
-		w->lnfb = NEXT;
-	} else {
+	if (i == 0)
+		return &w->wte;
+	if (i == 1)
+		return &w->wpe;
+	i -= 2;
+	for (l = 0; l < m->cfg.n_layer; l++, i -= per) {
 		struct mr_gpt_layer_w *lw = &w->layer[l];
-		memset(lw, 0, sizeof(*lw));
-		lw->ln1w = NEXT;
-		lw->ln1b = NEXT;
-		lw->qkvw = NEXT;
-		lw->qkvb = NEXT;
-		lw->attprojw = NEXT;
-		lw->attprojb = NEXT;
-		lw->ln2w = NEXT;
-		lw->ln2b = NEXT;
-		if (mr_gpt_layer_is_moe(&m->cfg, l))
-			lw->routerw = NEXT;
-		lw->fcw = NEXT;
-		lw->fcb = NEXT;
-		lw->fcprojw = NEXT;
-		lw->fcprojb = NEXT;
+		float **dense[] = { &lw->ln1w, &lw->ln1b, &lw->qkvw, &lw->qkvb, &lw->attprojw,
+				    &lw->attprojb, &lw->ln2w, &lw->ln2b, &lw->fcw, &lw->fcb,
+				    &lw->fcprojw, &lw->fcprojb };
+		float **moe[] = { &lw->ln1w, &lw->ln1b, &lw->qkvw, &lw->qkvb, &lw->attprojw,
+				  &lw->attprojb, &lw->ln2w, &lw->ln2b, &lw->routerw, &lw->fcw,
+				  &lw->fcb, &lw->fcprojw, &lw->fcprojb };
+		int is_moe = mr_gpt_layer_is_moe(&m->cfg, l);
+
+		per = is_moe ? 13 : 12;
+		k = i;
+		if (k < per)
+			return is_moe ? moe[k] : dense[k];
 	}
-#undef NEXT
+	return i == 0 ? &w->lnfw : &w->lnfb;
 }
 
 void mr_gpt_bind_unit(struct mr_gpt *m, int u, float *pbase, float *gbase)
 {
-	if (pbase)
-		bind_unit_views(m, u, pbase, &m->w);
-	if (gbase)
-		bind_unit_views(m, u, gbase, &m->g);
+	size_t off0 = m->tensors[m->unit_first[u]].off;
+	int i;
+
+	for (i = m->unit_first[u]; i < m->unit_first[u + 1]; i++) {
+		size_t d = m->tensors[i].off - off0;
+		if (pbase)
+			*view_of(m, &m->w, i) = pbase + d;
+		if (gbase)
+			*view_of(m, &m->g, i) = gbase + d;
+	}
 }
 
 /* ---- activations -------------------------------------------------------------- */

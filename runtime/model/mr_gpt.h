@@ -30,8 +30,11 @@
  * reduce-scatter after a row-parallel one).
  *
  * Units and hooks (data parallel, ZeRO): the parameter table is cut into
- * units - unit 0 the embeddings (wte, wpe), unit 1+l layer l, unit L+1 the
- * final LayerNorm - each a contiguous range [off, off+n) of the table.
+ * units - unit 0 the embeddings (wte, wpe), units 1+2l and 2+2l the
+ * attention half (ln1, qkv, attn.proj) and the MLP half (ln2, MLP or MoE)
+ * of layer l, unit 2L+1 the final LayerNorm - each a contiguous range
+ * [off, off+n) of the table. Half layers let gradient reduction start
+ * while the other half of the same layer is still in backward.
  * Forward and backward call struct mr_gpt_hooks at unit boundaries, so a
  * data-parallel wrapper can reduce a unit's gradients as soon as backward
  * has produced them and ZeRO-3 can gather a unit's parameters just before
@@ -128,12 +131,13 @@ struct mr_gpt_par {
 
 /*
  * Called at unit boundaries (NULL members are skipped). Use of unit u by
- * forward starts at pre_fwd(u); unit 0 (wte, also the LM head) and unit
- * L+1 stay in use until the end of backward. Backward calls pre_bwd(u)
- * before it reads u's parameters or adds to u's gradients and post_bwd(u)
- * when u's gradients for this micro-batch are complete, in the order
- * L+1 (LM head and final LN; also adds to unit 0's wte gradient), L, ...,
- * 1, 0 (embeddings). A non-zero return aborts the pass with that code.
+ * forward starts at pre_fwd(u), in order 0, 1, ..., U-1 (U = nunits);
+ * unit 0 (wte, also the LM head) and unit U-1 stay in use until the end of
+ * backward. Backward calls pre_bwd(u) before it reads u's parameters or
+ * adds to u's gradients and post_bwd(u) when u's gradients for this
+ * micro-batch are complete, in the order U-1 (LM head and final LN; also
+ * adds to unit 0's wte gradient), U-2, ..., 1, 0 (embeddings). A non-zero
+ * return aborts the pass with that code.
  */
 struct mr_gpt_hooks {
 	void *ctx;
@@ -154,7 +158,7 @@ struct mr_gpt {
 	struct mr_gpt_tensor *tensors;
 	size_t nparams;         /* this rank's (local) parameter count */
 	float *params, *grads;  /* NULL when ext_params / ext_grads */
-	int nunits;             /* L + 2 */
+	int nunits;             /* 2L + 2 */
 	int *unit_first;        /* (nunits + 1) first tensor of each unit */
 	struct mr_gpt_weights w, g;
 

@@ -9,7 +9,7 @@
 
 #include "dp_int.h"
 
-#define DP_DEFAULT_BUCKET ((size_t)4 << 20)
+#define DP_DEFAULT_BUCKET ((size_t)1 << 20)
 
 void mr_dp_model_par(int zero, struct mr_gpt_par *par)
 {
@@ -102,7 +102,7 @@ static int segments(struct mr_dp *d)
 	return 0;
 }
 
-/* DDP buckets: whole units from L+1 down, closed at >= bucket_bytes. */
+/* DDP buckets: whole units from the last down, closed at >= bucket_bytes. */
 static int buckets(struct mr_dp *d)
 {
 	size_t cap = d->cfg.bucket_bytes, bytes = 0;

@@ -4,7 +4,7 @@
  * ZeRO-2/3 gradient slots reduce-scattered every micro-batch, ZeRO-3
  * parameter gathers with one-unit prefetch.
  *
- * Slots: 0 holds unit 0 (embeddings, also the LM head), 1 unit L+1 (final
+ * Slots: 0 holds unit 0 (embeddings, also the LM head), 1 unit U-1 (final
  * LayerNorm), 2 and 3 the layers by parity, so the unit in use and the one
  * being prefetched (or reduced) never share a slot. Every rank issues the
  * same collectives in the same order because the hooks fire in the same

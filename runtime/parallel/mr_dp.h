@@ -11,9 +11,10 @@
  *
  *   zero 0 (DDP): full params, grads and Adam state on every rank. Grads
  *     are cut into buckets of whole units (>= bucket_bytes, contiguous as
- *     units complete L+1, L, ..., 0); on the final micro-batch each bucket
- *     is all-reduced (AVG, async) from post_bwd as soon as its last unit is
- *     done, overlapping the rest of backward. Earlier micro-batches only
+ *     units complete U-1, U-2, ..., 0; U = m->nunits, two per layer); on
+ *     the final micro-batch each bucket is all-reduced (AVG, async) from
+ *     post_bwd as soon as its last unit is done, overlapping the rest of
+ *     backward. Earlier micro-batches only
  *     accumulate locally. overlap = 0: one blocking all-reduce after
  *     backward.
  *   zero 1: Adam state sharded: each rank owns 1/S of every unit (the unit
@@ -22,14 +23,14 @@
  *     shard from post_bwd (async; a unit is a bucket), AdamW runs on the
  *     shard, then the params are all-gathered.
  *   zero 2: grads sharded too: the model's grad views point at unit-sized
- *     scratch slots (unit 0 and unit L+1 have their own, held for the
+ *     scratch slots (unit 0 and unit U-1 have their own, held for the
  *     whole backward; layers alternate between two), each unit is
  *     reduce-scattered from post_bwd on EVERY micro-batch and the result
  *     is added into the shard accumulator; a slot is reused only after its
  *     reduce-scatter completed. Full grads never exist.
  *   zero 3 (FSDP): params sharded too: pre_fwd / pre_bwd all-gather the
  *     unit into a slot (same slot scheme as the grads) and prefetch the
- *     next one asynchronously; units 0 and L+1 stay gathered for the whole
+ *     next one asynchronously; units 0 and U-1 stay gathered for the whole
  *     step (FSDP's root unit); a layer slot still holding the unit (the
  *     last layer between forward and backward) is reused without a second
  *     gather. Params are re-gathered after each optimizer step lazily.
@@ -46,9 +47,9 @@
  * u's padded size; Pm = largest padded layer unit; s_u = P_u / S, sm = Pm/S):
  *   zero 0: PARAMS 4N, GRADS 4N (the model's), OPTIM 8N
  *   zero 1: PARAMS 4Np, GRADS 4Np + 4Np/S (shard), OPTIM 8Np/S
- *   zero 2: PARAMS 4Np, GRADS 4Np/S + 4(P_0 + P_L+1 + 2Pm) (slots),
- *           OPTIM 8Np/S, WORKSPACE +4(s_0 + s_L+1 + 2sm) (scatter outputs)
- *   zero 3: PARAMS 4Np/S + 4(P_0 + P_L+1 + 2Pm) (gather slots), GRADS,
+ *   zero 2: PARAMS 4Np, GRADS 4Np/S + 4(P_0 + P_U-1 + 2Pm) (slots),
+ *           OPTIM 8Np/S, WORKSPACE +4(s_0 + s_U-1 + 2sm) (scatter outputs)
+ *   zero 3: PARAMS 4Np/S + 4(P_0 + P_U-1 + 2Pm) (gather slots), GRADS,
  *           OPTIM and WORKSPACE as zero 2
  * i.e. about 16, 8 + 8/S, 4 + 12/S and 16/S bytes per parameter plus the
  * named slots (the model's ACTS / WORKSPACE come on top).
@@ -77,7 +78,8 @@ struct mr_dp;
 
 struct mr_dp_config {
 	int zero;            /* 0 DDP, 1, 2, 3 */
-	size_t bucket_bytes; /* DDP bucket size; 0: 4 MiB */
+	size_t bucket_bytes; /* DDP bucket size; 0: 1 MiB (the last bucket to start is
+			      * exposed: small buckets keep it short) */
 	int overlap;         /* 1: reduce from the backward hooks; 0: after backward */
 };
 

@@ -473,7 +473,8 @@ static void colls_case(int zero, size_t bucket, int overlap, long want_per_unit,
 	r.accum = 3;
 	r.steps = 4;
 	r.dc = (struct mr_dp_config){ .zero = zero, .overlap = overlap, .bucket_bytes = bucket };
-	r.want_colls = want_per_unit * (dense().n_layer + 2) + fixed;
+	/* units: embeddings, two per layer, final LayerNorm */
+	r.want_colls = want_per_unit * (2 * dense().n_layer + 2) + fixed;
 	parity(&r);
 }
 
