@@ -30,6 +30,7 @@ LDLIBS     += -lmicrohttpd -lcurl -ljansson -lopenblas -lm -lpthread
 
 ifeq ($(SAN),1)
 CC         := clang
+CXX        := clang++
 CFLAGS     := -O1 -g -std=c11 -Wall -Wextra -Werror -pthread -MMD -MP \
               -fsanitize=address,undefined -fno-omit-frame-pointer \
               -fno-sanitize-recover=undefined
@@ -111,10 +112,38 @@ $(BUILD)/obj/%.cu.o: %.cu
 
 $(CUDA_LIB): $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(cuda_src))
 
+# With CUDA the runtime links the device trainer: the CUDA library calls
+# back into libmeshrun (tensor table, LR schedule) and libmrcommon, so it
+# sits between them.
+ifeq ($(CUDA_ON),1)
+CPPFLAGS   += -DMR_HAVE_CUDA
+LIBS       := $(BUILD)/libmrcli.a $(BUILD)/libmragent.a $(BUILD)/libmrcontroller.a \
+              $(BUILD)/libmeshrun.a $(CUDA_LIB) $(BUILD)/libmrcommon.a
+LDLIBS     += $(CUDA_LDLIBS)
+endif
+
 $(BUILD)/tests/gpu/%: tests/gpu/%.c $(CUDA_LIB) $(call obj,$(test_helpers)) $(LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -Itests/support $(CFLAGS) $(LDFLAGS) -o $@ $< \
 		$(call obj,$(test_helpers)) $(CUDA_LIB) $(LIBS) -lcriterion $(LDLIBS) $(CUDA_LDLIBS)
+
+# The device trainer (runtime/cuda/gpt*.cu) is host code over mr_cuda.h;
+# tests/gpu/cuda_emul.c implements mr_cuda.h with the CPU twins (bf16
+# rounding where the device rounds), so test_cuda_gpt also runs - against
+# the emulation - on every machine, GPU or not.
+emul_objs  := $(patsubst runtime/cuda/%.cu,$(BUILD)/obj/emul/%.o,$(wildcard runtime/cuda/gpt*.cu))
+EMUL_TEST  := $(BUILD)/tests/gpu-emul/test_cuda_gpt
+test_bins  += $(EMUL_TEST)
+
+$(BUILD)/obj/emul/%.o: runtime/cuda/%.cu runtime/cuda/gpt_int.cuh runtime/cuda/mr_cuda_gpt.h
+	@mkdir -p $(dir $@)
+	$(CXX) -x c++ -std=c++17 -O2 -g -Wall -Wextra -Werror $(filter -fsanitize=%,$(CFLAGS)) \
+		-Icommon -Iruntime -c -o $@ $<
+
+$(EMUL_TEST): tests/gpu/test_cuda_gpt.c tests/gpu/cuda_emul.c $(emul_objs) $(LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -Itests/support $(CFLAGS) $(LDFLAGS) -o $@ tests/gpu/test_cuda_gpt.c \
+		tests/gpu/cuda_emul.c $(emul_objs) $(LIBS) -lcriterion $(LDLIBS) -lstdc++
 
 .PHONY: test-gpu
 ifeq ($(CUDA_ON),1)

@@ -15,6 +15,7 @@
 #include "cpu/mr_pool.h"
 #include "data/mr_shard.h"
 #include "data/mr_synth.h"
+#include "gpt_cuda.h"
 #include "kernels/mr_kernels.h"
 #include "mr_gpt_worker.h"
 #include "model/mr_weights.h"
@@ -25,6 +26,9 @@
 #include "mr_trainer.h"
 
 struct gw {
+	struct mr_gpt_config mc;
+	int B, T;               /* micro-batch shape */
+	struct mr_gpt_cuda *cuda; /* "device": "cuda": the device trainer, no CPU model */
 	struct mr_gpt model;
 	struct mr_adamw opt;
 	struct mr_pool *pool;
@@ -56,7 +60,7 @@ static const char *const keys[] = {
 	"weight_decay", "grad_clip", "seed", "threads", "peak_flops", "eval_every",
 	"eval_batches", "train_data", "val_data", "sequence_parallel", "zero", "hsdp_shard",
 	"comm_timeout_ms", "loss_log", "save_weights", "bucket_mb", "overlap_grad_reduce",
-	NULL,
+	"device", NULL,
 };
 
 static double now_s(void)
@@ -196,6 +200,7 @@ static void gw_destroy(void *state)
 	if (!w)
 		return;
 	mr_dp_free(w->dp);
+	mr_gpt_cuda_free(w->cuda);
 	if (w->have_opt)
 		mr_adamw_release(&w->opt, &w->model.mem);
 	if (w->have_model)
@@ -223,13 +228,13 @@ static int open_data(struct gw *w, const json_t *c, struct mr_errbuf *eb)
 	    (rc = mr_json_get_str(c, "val_data", 0, 255, &vp, eb)) < 0)
 		return rc;
 	if (tp) {
-		rc = mr_shard_open(&w->train, tp, w->model.cfg.vocab, w->model.T, w->seed, eb);
+		rc = mr_shard_open(&w->train, tp, w->mc.vocab, w->T, w->seed, eb);
 		if (rc < 0)
 			return rc;
 		w->have_train = 1;
 	}
 	if (vp) {
-		rc = mr_shard_open(&w->val, vp, w->model.cfg.vocab, w->model.T, w->seed, eb);
+		rc = mr_shard_open(&w->val, vp, w->mc.vocab, w->T, w->seed, eb);
 		if (rc < 0)
 			return rc;
 		w->have_val = 1;
@@ -296,12 +301,52 @@ static int create_dp(struct gw *w, const struct mr_adamw_config *oc, struct mr_e
 	return mr_dp_create(&w->dp, &w->model, oc, &dc, &cc, w->seed, eb);
 }
 
+/* The CPU model, placed in the mesh (tensor and data parallel). */
+static int create_cpu(struct gw *w, const struct mr_worker_env *env,
+		      const struct mr_adamw_config *oc, struct mr_errbuf *eb)
+{
+	struct mr_gpt_par par = { 0 };
+	int rc = place(w, env, &w->mc, w->T, eb);
+
+	if (rc < 0)
+		return rc;
+	par.tp = w->groups.mesh.tp;
+	par.tp_rank = w->groups.me.tp;
+	par.sp = w->sp;
+	par.tp_comm = w->groups.tp;
+	if (w->dp_size > 1 || w->zero > 0)
+		mr_dp_model_par(w->zero, &par);
+	rc = mr_gpt_create_par(&w->model, &w->mc, w->B, w->T, w->pool, &par, eb);
+	if (rc < 0)
+		return rc;
+	w->have_model = 1;
+	return w->dp_size > 1 || w->zero > 0 ? create_dp(w, oc, eb) : create_single(w, oc, eb);
+}
+
+/* One rank on one CUDA device (local_rank picks it). */
+static int create_cuda(struct gw *w, const struct mr_worker_env *env,
+		       const struct mr_adamw_config *oc, struct mr_errbuf *eb)
+{
+	int rc = mr_gpt_cuda_check(&w->mc, w->B, w->T, eb);
+
+	if (rc < 0)
+		return rc;
+	if (env && env->world_size > 1)
+		return mr_errf_field(eb, MR_ENOTSUP, "device",
+				     "'device' \"cuda\" trains one rank per job for now "
+				     "(world size %d); tensor and data parallelism run on cpu",
+				     env->world_size);
+	w->dp_size = 1;
+	return mr_gpt_cuda_create(&w->cuda, env ? env->local_rank : 0, &w->mc, w->B, w->T, oc,
+				  w->seed, eb);
+}
+
 static int gw_create(void **state, const struct mr_worker_env *env, struct mr_errbuf *eb)
 {
 	struct gw *w = calloc(1, sizeof(*w));
 	struct mr_gpt_config mc;
 	struct mr_adamw_config oc;
-	struct mr_gpt_par par = { 0 };
+	const char *device = NULL;
 	int B = 8, T = 64, rc;
 	size_t n;
 
@@ -310,6 +355,11 @@ static int gw_create(void **state, const struct mr_worker_env *env, struct mr_er
 		return mr_errf(eb, MR_ENOMEM, "unable to allocate the gpt worker");
 	atomic_init(&w->aborted, 0);
 	rc = parse(env ? env->config : NULL, &mc, &oc, w, &B, &T, eb);
+	if (rc == 0 && env && env->config)
+		rc = mr_json_get_str(env->config, "device", 0, 16, &device, eb);
+	if (rc == 0 && device && strcmp(device, "cpu") != 0 && strcmp(device, "cuda") != 0)
+		rc = mr_errf_field(eb, MR_EINVAL, "device",
+				   "'device' must be \"cpu\" or \"cuda\", got \"%s\"", device);
 	if (rc < 0)
 		goto fail;
 	if (w->threads == 0) {
@@ -325,20 +375,11 @@ static int gw_create(void **state, const struct mr_worker_env *env, struct mr_er
 	/* The pool splits every GEMM into single-threaded sgemm calls
 	 * (kernels/matmul.c), so OpenBLAS itself runs one thread. */
 	openblas_set_num_threads(1);
-	rc = place(w, env, &mc, T, eb);
-	if (rc < 0)
-		goto fail;
-	par.tp = w->groups.mesh.tp;
-	par.tp_rank = w->groups.me.tp;
-	par.sp = w->sp;
-	par.tp_comm = w->groups.tp;
-	if (w->dp_size > 1 || w->zero > 0)
-		mr_dp_model_par(w->zero, &par);
-	rc = mr_gpt_create_par(&w->model, &mc, B, T, w->pool, &par, eb);
-	if (rc < 0)
-		goto fail;
-	w->have_model = 1;
-	rc = w->dp_size > 1 || w->zero > 0 ? create_dp(w, &oc, eb) : create_single(w, &oc, eb);
+	w->mc = mc;
+	w->B = B;
+	w->T = T;
+	rc = device && strcmp(device, "cuda") == 0 ? create_cuda(w, env, &oc, eb)
+						    : create_cpu(w, env, &oc, eb);
 	if (rc < 0)
 		goto fail;
 	n = (size_t)B * T * (size_t)w->accum;
@@ -351,13 +392,14 @@ static int gw_create(void **state, const struct mr_worker_env *env, struct mr_er
 	rc = open_data(w, env ? env->config : NULL, eb);
 	if (rc < 0)
 		goto fail;
-	if (w->peak_flops <= 0.0)
+	if (w->peak_flops <= 0.0 && !w->cuda)
 		w->peak_flops = measure_peak(w->threads);
 	mr_log_info("gpt_worker_ready",
-		    "params=%zu layers=%d d_model=%d heads=%d moe_every=%d batch=%d seq=%d "
-		    "accum=%d threads=%d peak_gflops=%.1f",
-		    w->model.nparams, mc.n_layer, mc.d_model, mc.n_head, mc.moe_every, B, T,
-		    w->accum, w->threads, w->peak_flops * 1e-9);
+		    "device=%s params=%zu layers=%d d_model=%d heads=%d moe_every=%d batch=%d "
+		    "seq=%d accum=%d threads=%d peak_gflops=%.1f",
+		    w->cuda ? "cuda" : "cpu", w->cuda ? (size_t)0 : w->model.nparams, mc.n_layer,
+		    mc.d_model, mc.n_head, mc.moe_every, B, T, w->accum, w->threads,
+		    w->peak_flops * 1e-9);
 	*state = w;
 	return 0;
 fail:
@@ -367,24 +409,29 @@ fail:
 
 static double eval_loss(struct gw *w, struct mr_errbuf *eb, int *rc)
 {
-	struct mr_gpt *m = &w->model;
 	double sum = 0.0;
+	float loss = 0.0f;
 	int i;
 
 	*rc = 0;
 	for (i = 0; i < w->eval_batches; i++) {
 		if (w->have_val)
-			*rc = mr_shard_batch(&w->val, (uint64_t)i * m->B, m->B, w->inputs,
+			*rc = mr_shard_batch(&w->val, (uint64_t)i * w->B, w->B, w->inputs,
 					     w->targets, eb);
 		else
-			mr_synth_batch(w->seed, 1, (uint64_t)i * m->B, m->cfg.vocab, m->B, m->T,
+			mr_synth_batch(w->seed, 1, (uint64_t)i * w->B, w->mc.vocab, w->B, w->T,
 				       w->inputs, w->targets);
 		if (*rc < 0)
 			return NAN;
-		*rc = mr_gpt_forward(m, w->inputs, w->targets, eb);
+		if (w->cuda) {
+			*rc = mr_gpt_cuda_eval(w->cuda, w->inputs, w->targets, &loss, eb);
+		} else {
+			*rc = mr_gpt_forward(&w->model, w->inputs, w->targets, eb);
+			loss = w->model.loss;
+		}
 		if (*rc < 0)
 			return NAN;
-		sum += m->loss;
+		sum += loss;
 	}
 	return sum / w->eval_batches;
 }
@@ -412,6 +459,8 @@ static int save_weights(struct gw *w, struct mr_errbuf *eb)
 	float *local = m->params, *full = NULL;
 	int rc = 0;
 
+	if (w->cuda)
+		return mr_gpt_cuda_save(w->cuda, w->save_weights, eb);
 	if (w->dp) {
 		/* collective over the shard group under ZeRO-3 */
 		if (!(local = malloc(sizeof(float) * m->nparams)))
@@ -436,7 +485,7 @@ static int gw_step(void *state, struct mr_worker_stats *st, struct mr_errbuf *eb
 	struct gw *w = state;
 	struct mr_gpt *m = &w->model;
 	struct mr_step_result r;
-	size_t N = (size_t)m->B * m->T;
+	size_t N = (size_t)w->B * w->T;
 	long step = w->step;
 	double t0, dt;
 	int a, rc, k;
@@ -449,18 +498,20 @@ static int gw_step(void *state, struct mr_worker_stats *st, struct mr_errbuf *eb
 	for (a = 0; a < w->accum; a++) {
 		/* micro-batch j = dp_rank * accum + a of the step's dp * accum */
 		uint64_t j = ((uint64_t)step * w->dp_size + w->dp_rank) * w->accum + a;
-		uint64_t row = j * (uint64_t)m->B;
+		uint64_t row = j * (uint64_t)w->B;
 		if (w->have_train) {
-			rc = mr_shard_batch(&w->train, row, m->B, w->inputs + a * N,
+			rc = mr_shard_batch(&w->train, row, w->B, w->inputs + a * N,
 					    w->targets + a * N, eb);
 			if (rc < 0)
 				return rc;
 		} else {
-			mr_synth_batch(w->seed, 0, row, m->cfg.vocab, m->B, m->T,
+			mr_synth_batch(w->seed, 0, row, w->mc.vocab, w->B, w->T,
 				       w->inputs + a * N, w->targets + a * N);
 		}
 	}
-	if (w->dp)
+	if (w->cuda)
+		rc = mr_gpt_cuda_step(w->cuda, w->inputs, w->targets, w->accum, &r, eb);
+	else if (w->dp)
 		rc = mr_dp_step(w->dp, w->inputs, w->targets, w->accum, &r, eb);
 	else
 		rc = mr_trainer_step(m, &w->opt, w->inputs, w->targets, w->accum, &r, eb);
@@ -481,10 +532,15 @@ static int gw_step(void *state, struct mr_worker_stats *st, struct mr_errbuf *eb
 	st->tokens = w->tokens;
 	st->tokens_per_s = dt > 0 ? (double)(N * w->accum) / dt : 0.0;
 	st->mfu = w->peak_flops > 0
-			  ? (double)mr_gpt_flops_per_token(m) * st->tokens_per_s / w->peak_flops
+			  ? (double)(w->cuda ? mr_gpt_cuda_flops_per_token(w->cuda)
+					     : mr_gpt_flops_per_token(m)) *
+				    st->tokens_per_s / w->peak_flops
 			  : 0.0;
-	for (k = 0; k < MR_MEM_KINDS; k++)
-		st->mem_bytes[k] = m->mem.bytes[k];
+	if (w->cuda)
+		mr_gpt_cuda_mem(w->cuda, st->mem_bytes);
+	else
+		for (k = 0; k < MR_MEM_KINDS; k++)
+			st->mem_bytes[k] = m->mem.bytes[k];
 	if (w->dp) {
 		struct mr_dp_stats ds;
 		mr_dp_stats(w->dp, &ds);

@@ -12,9 +12,11 @@
  *   train   batch_size 8, seq_len 64, steps 100, grad_accum 1, lr 1e-3,
  *           min_lr_frac 0.1, warmup_steps 10, beta1 0.9, beta2 0.95,
  *           eps 1e-8, weight_decay 0.1, grad_clip 1.0, seed 1337
- *   run     threads (0 = CPUs / local_world_size), peak_flops (FLOP/s for
- *           MFU; 0 = measure sgemm at start), eval_every 0 (steps between
- *           validation losses; 0 = never), eval_batches 4
+ *   run     device "cpu" (or "cuda": one rank on GPU local_rank, dense
+ *           models; gpt_cuda.h), threads (0 = CPUs / local_world_size),
+ *           peak_flops (FLOP/s for MFU; 0 = measure sgemm at start),
+ *           eval_every 0 (steps between validation losses; 0 = never),
+ *           eval_batches 4
  *
  *   data    train_data, val_data: llm.c token shards (data/mr_shard.h);
  *           without them the synthetic task (data/mr_synth.h): training

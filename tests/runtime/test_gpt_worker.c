@@ -132,6 +132,9 @@ Test(gpt_worker, bad_configs_name_the_field)
 	expect_bad("{\"seq_len\":64,\"max_seq\":32}", "seq_len");
 	expect_bad("{\"n_layers\":2}", "n_layers");
 	expect_bad("{\"lr\":\"fast\"}", "lr");
+	expect_bad("{\"zero\":4}", "zero");
+	expect_bad("{\"sequence_parallel\":true}", "sequence_parallel");
+	expect_bad("{\"device\":\"gpu\"}", "device");
 }
 
 static void *abort_later(void *w)
