@@ -48,6 +48,14 @@ static const struct mr_config_opt agent_opts[] = {
 	MR_CONFIG_INT("ep", C, ep, "1", 1, 1 << 20, "Expert parallel size."),
 	MR_CONFIG_INT("dp", C, dp, "0", 0, 1 << 20,
 		      "Data parallel size; 0 derives it from the world size."),
+	MR_CONFIG_INT("zero", C, zero, "-1", -1, 3,
+		      "ZeRO stage of the in-process runtime: 0 DDP, 1 optimizer state, 2 + "
+		      "gradients, 3 + parameters (FSDP); -1 leaves workload_config's."),
+	MR_CONFIG_INT("hsdp_shard", C, hsdp_shard, "-1", -1, 1 << 20,
+		      "Shard ZeRO state within groups of this many dp ranks, replicate "
+		      "across groups (HSDP); -1 leaves workload_config's."),
+	MR_CONFIG_BOOL("sequence_parallel", C, sequence_parallel, "false",
+		       "Sequence parallelism with tp > 1 (in-process runtime)."),
 	MR_CONFIG_INT("max_restarts", C, max_restarts, "3", 0, 1000000,
 		      "Restarts of the workers (failure or membership change) before the "
 		      "agent gives up."),
@@ -294,6 +302,27 @@ static int check_job(const char *job, struct mr_errbuf *eb)
 	return 0;
 }
 
+/* --zero, --hsdp-shard and --sequence-parallel are shorthands for the
+ * workload config's keys (Megatron and torchrun users pass them as flags);
+ * a flag wins over the same key in workload_config. */
+static int merge_parallel_flags(struct mr_agent_config *cfg, struct mr_errbuf *eb)
+{
+	json_t *j;
+
+	if (cfg->zero < 0 && cfg->hsdp_shard < 0 && !cfg->sequence_parallel)
+		return 0;
+	if (!cfg->workload_json && !(cfg->workload_json = json_object()))
+		return mr_errf(eb, MR_ENOMEM, "unable to build the workload config");
+	j = cfg->workload_json;
+	if ((cfg->zero >= 0 && json_object_set_new(j, "zero", json_integer(cfg->zero))) ||
+	    (cfg->hsdp_shard >= 0 &&
+	     json_object_set_new(j, "hsdp_shard", json_integer(cfg->hsdp_shard))) ||
+	    (cfg->sequence_parallel &&
+	     json_object_set_new(j, "sequence_parallel", json_true())))
+		return mr_errf(eb, MR_ENOMEM, "unable to build the workload config");
+	return 0;
+}
+
 static int parse_workload(struct mr_agent_config *cfg, struct mr_errbuf *eb)
 {
 	json_error_t je;
@@ -301,17 +330,17 @@ static int parse_workload(struct mr_agent_config *cfg, struct mr_errbuf *eb)
 	if (strcmp(cfg->workload, "gpt"))
 		return mr_errf_field(eb, MR_EINVAL, "workload",
 				     "workload: '%s' is not known (known: gpt)", cfg->workload);
-	if (!cfg->workload_config[0])
-		return 0;
-	cfg->workload_json = json_loads(cfg->workload_config, 0, &je);
-	if (!json_is_object(cfg->workload_json)) {
-		json_decref(cfg->workload_json);
-		cfg->workload_json = NULL;
-		return mr_errf_field(eb, MR_EINVAL, "workload_config",
-				     "workload_config: '%.200s' is not a JSON object: %s",
-				     cfg->workload_config, je.text);
+	if (cfg->workload_config[0]) {
+		cfg->workload_json = json_loads(cfg->workload_config, 0, &je);
+		if (!json_is_object(cfg->workload_json)) {
+			json_decref(cfg->workload_json);
+			cfg->workload_json = NULL;
+			return mr_errf_field(eb, MR_EINVAL, "workload_config",
+					     "workload_config: '%.200s' is not a JSON object: %s",
+					     cfg->workload_config, je.text);
+		}
 	}
-	return 0;
+	return merge_parallel_flags(cfg, eb);
 }
 
 static int fill_defaults(struct mr_agent_config *cfg)

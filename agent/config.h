@@ -45,6 +45,9 @@ struct mr_agent_config {
 	char nnodes[32];        /* "N" or "MIN:MAX" */
 	int nproc_per_node;
 	int tp, pp, cp, ep, dp; /* dp 0 = derived */
+	int zero;               /* ZeRO stage for the in-process runtime; -1 = unset */
+	int hsdp_shard;         /* -1 = unset */
+	int sequence_parallel;  /* 1 = on; 0 leaves the workload config alone */
 	int max_restarts;
 	int heartbeat_timeout_ms;
 	int heartbeat_interval_ms; /* 0 = heartbeat_timeout / 4 */

@@ -11,7 +11,7 @@
 # a MoE MLP every second layer. Extra options come from MESHRUN_RUN_ARGS.
 set -eu
 build=${1:-build}
-config='{"moe_every": 2, "n_experts": 4, "top_k": 2, "sequence_parallel": true, "zero": 3, "steps": 100}'
+config='{"moe_every": 2, "n_experts": 4, "top_k": 2, "steps": 100}'
 # shellcheck disable=SC2086
-exec "$build/meshrun" local --nodes 2 --nproc-per-node 2 --tp 2 \
-	--workload-config "$config" ${MESHRUN_RUN_ARGS:-}
+exec "$build/meshrun" local --nodes 2 --nproc-per-node 2 --tp 2 --sequence-parallel \
+	--zero 3 --workload-config "$config" ${MESHRUN_RUN_ARGS:-}

@@ -206,3 +206,28 @@ Test(agent_config, mesh_and_permanent_codes)
 	cr_expect(strstr(eb.msg, "3,x") != NULL, "%s", eb.msg);
 	mr_agent_config_release(&cfg);
 }
+
+Test(agent_config, parallel_flags_land_in_the_workload_config)
+{
+	struct mr_agent_config cfg;
+	struct mr_errbuf eb = {0};
+	char *args[] = {"meshrun-agent", "--zero", "3", "--hsdp-shard", "2",
+			"--sequence-parallel", "--workload-config",
+			"{\"zero\": 1, \"steps\": 5}", NULL};
+
+	cr_assert_eq(load(&cfg, args, &eb), 0, "%s", eb.msg);
+	cr_assert_not_null(cfg.workload_json);
+	/* the flag wins over the same key in workload_config */
+	cr_expect_eq(json_integer_value(json_object_get(cfg.workload_json, "zero")), 3);
+	cr_expect_eq(json_integer_value(json_object_get(cfg.workload_json, "hsdp_shard")), 2);
+	cr_expect(json_is_true(json_object_get(cfg.workload_json, "sequence_parallel")));
+	cr_expect_eq(json_integer_value(json_object_get(cfg.workload_json, "steps")), 5);
+	mr_agent_config_release(&cfg);
+}
+
+Test(agent_config, bad_zero_stage_exits_2)
+{
+	char *args[] = {"--zero", "4", NULL};
+
+	expect_usage_error(args, NULL, "--zero", "4");
+}
