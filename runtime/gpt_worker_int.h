@@ -1,0 +1,65 @@
+/*
+ * gpt_worker_int.h - internals shared by gpt_worker.c (the worker ops and
+ * the step loop) and gpt_worker_setup.c (config, placement, trainers).
+ */
+#ifndef MR_GPT_WORKER_INT_H
+#define MR_GPT_WORKER_INT_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <jansson.h>
+
+#include "cpu/mr_pool.h"
+#include "data/mr_shard.h"
+#include "gpt_cuda.h"
+#include "mr_gpt_worker.h"
+#include "mr_groups.h"
+#include "mr_trainer.h"
+#include "parallel/mr_dp.h"
+
+struct gw {
+	struct mr_gpt_config mc;
+	int B, T;               /* micro-batch shape */
+	struct mr_gpt_cuda *cuda; /* "device": "cuda": the device trainer, no CPU model */
+	struct mr_gpt model;
+	struct mr_adamw opt;
+	struct mr_pool *pool;
+	int have_model, have_opt;
+	int steps, accum, eval_every, eval_batches, threads;
+	/* placement: mesh communicators, this rank's data-parallel slice */
+	struct mr_groups groups;
+	atomic_int groups_ready;
+	int rank, dp_rank, dp_size;
+	int sp, zero, hsdp_shard, overlap;
+	float bucket_mb;
+	struct mr_dp *dp;       /* data parallel / ZeRO; NULL: one replica */
+	long comm_timeout_ms;
+	const char *loss_log, *save_weights; /* borrowed from env->config */
+	uint64_t seed;
+	double peak_flops;
+	int *inputs, *targets;  /* accum x (B,T) */
+	struct mr_shard train, val; /* llm.c shards, when configured */
+	int have_train, have_val;
+	int64_t tokens;
+	long step;              /* optimizer steps completed */
+	atomic_int aborted;
+};
+
+/* Monotonic seconds. */
+double mr__gw_now(void);
+/* Reads every key of the config (NULL: all defaults) into mc, oc and w;
+ * unknown keys and out-of-range values fail naming the key. */
+int mr__gw_parse(const json_t *c, struct mr_gpt_config *mc, struct mr_adamw_config *oc,
+		 struct gw *w, int *B, int *T, struct mr_errbuf *eb);
+/* Sustained sgemm FLOP/s of `threads` threads (measured once per process). */
+double mr__gw_measure_peak(int threads);
+/* Opens train_data / val_data when the config names them. */
+int mr__gw_open_data(struct gw *w, const json_t *c, struct mr_errbuf *eb);
+/* The trainer of this rank: the CPU model placed in the mesh (with data
+ * parallel / ZeRO when dp > 1 or zero > 0), or one CUDA device. */
+int mr__gw_create_cpu(struct gw *w, const struct mr_worker_env *env,
+		      const struct mr_adamw_config *oc, struct mr_errbuf *eb);
+int mr__gw_create_cuda(struct gw *w, const struct mr_worker_env *env,
+		       const struct mr_adamw_config *oc, struct mr_errbuf *eb);
+
+#endif
