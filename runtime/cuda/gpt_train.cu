@@ -32,18 +32,6 @@
 			return rc;       \
 	} while (0)
 
-static int check_tokens(const int *tok, int n, int V, const char *what, struct mr_errbuf *eb)
-{
-	int i;
-
-	for (i = 0; i < n; i++)
-		if (tok[i] < 0 || tok[i] >= V)
-			return mr_errf_field(eb, MR_ERANGE, what,
-					     "%s token %d at position %d is outside [0, %d)", what,
-					     tok[i], i, V);
-	return 0;
-}
-
 /* The packed qkv (B,T,3C) of one layer as the attention kernels see it. */
 static struct mr_cuda_attn attn_desc(const struct mr_cuda_gpt *g, const mr_bf16 *qkv)
 {
@@ -124,9 +112,9 @@ extern "C" int mr_cuda_gpt_forward(struct mr_cuda_gpt *g, const int *inputs, con
 	double sum = 0.0;
 
 	*loss = 0.0f;
-	rc = check_tokens(inputs, N, V, "input", eb);
+	rc = mr_gpt_check_tokens(inputs, N, V, "input", eb);
 	if (rc == 0 && targets)
-		rc = check_tokens(targets, N, V, "target", eb);
+		rc = mr_gpt_check_tokens(targets, N, V, "target", eb);
 	if (rc < 0)
 		return rc;
 	memcpy(g->tok_host, inputs, bytes);

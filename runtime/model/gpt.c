@@ -26,7 +26,7 @@
 #define HOOK(m, fn, u)                                                   \
 	((m)->hooks && (m)->hooks->fn ? (m)->hooks->fn((m)->hooks->ctx, (u)) : 0)
 
-static int check_tokens(const int *tok, int n, int V, const char *what, struct mr_errbuf *eb)
+int mr_gpt_check_tokens(const int *tok, int n, int V, const char *what, struct mr_errbuf *eb)
 {
 	int i;
 
@@ -182,9 +182,9 @@ int mr_gpt_forward(struct mr_gpt *m, const int *inputs, const int *targets,
 	int N = m->B * m->T, V = m->cfg.vocab, i, rc;
 	double sum = 0.0;
 
-	rc = check_tokens(inputs, N, V, "input", eb);
+	rc = mr_gpt_check_tokens(inputs, N, V, "input", eb);
 	if (rc == 0 && targets)
-		rc = check_tokens(targets, N, V, "target", eb);
+		rc = mr_gpt_check_tokens(targets, N, V, "target", eb);
 	if (rc < 0)
 		return rc;
 	memcpy(m->inputs, inputs, sizeof(int) * (size_t)N);

@@ -230,6 +230,9 @@ const struct mr_gpt_tensor *mr_gpt_find(const struct mr_gpt *m, const char *name
 /* Training FLOPs per token on this rank: 6N + 6LCT over the local slice. */
 size_t mr_gpt_flops_per_token(const struct mr_gpt *m);
 
+/* MR_ERANGE naming `what` ("input"/"target") and the first of the n ids
+ * outside [0, V); 0 when all are in range. */
+int mr_gpt_check_tokens(const int *tok, int n, int V, const char *what, struct mr_errbuf *eb);
 /* inputs/targets (B,T) token ids, checked to be in [0, V): MR_ERANGE names
  * the first bad one. targets may be NULL (no loss). */
 int mr_gpt_forward(struct mr_gpt *m, const int *inputs, const int *targets,
