@@ -233,7 +233,7 @@ lint: deps
 		--enable=warning,portability --suppress=missingIncludeSystem \
 		-Icommon -Icontroller -Iagent -Iruntime -Icli \
 		common controller agent runtime cli bench tests
-	shellcheck scripts/*.sh .ci/run
+	shellcheck scripts/*.sh bench/*.sh .ci/run
 	@if ls deploy charts >/dev/null 2>&1; then yamllint -s deploy; fi
 
 fuzz: deps
@@ -264,10 +264,10 @@ tsan-comm:
 bench-train: $(BUILD)/bench/train $(BUILD)/bench/sgemm_peak
 	bench/train.sh $(BUILD)
 
-# ---- data/tensor-parallel scaling on this machine (bench/parallel.c) --------
+# ---- data/tensor-parallel scaling vs PyTorch DDP (bench/parallel.sh) --------
 .PHONY: bench-parallel
 bench-parallel: $(BUILD)/bench/parallel
-	$(BUILD)/bench/parallel
+	bench/parallel.sh $(BUILD)
 
 # ---- PyTorch reference for the runtime (tests/reference/gen_reference.py) ----
 .PHONY: reference
