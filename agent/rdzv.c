@@ -40,6 +40,7 @@ struct mr_rdzv {
 	pthread_cond_t hb_cond;
 	int hb_quit;
 	atomic_int hb_stale;
+	atomic_int stale_restarts; /* the job's restarts in the last 409; -1 unknown */
 	atomic_int hb_failures;
 	mr_rdzv_latency_fn on_latency;
 	void *user;
@@ -114,6 +115,7 @@ int mr_rdzv_new(struct mr_rdzv **out, const struct mr_rdzv_opts *o, struct mr_er
 	r->spec = o->spec ? json_deep_copy(o->spec) : NULL;
 	r->pod_index = o->pod_index;
 	r->agent_port = o->agent_port;
+	atomic_init(&r->stale_restarts, -1);
 	pthread_mutex_init(&r->hb_lock, NULL);
 	pthread_cond_init(&r->hb_cond, NULL);
 	pthread_mutex_init(&r->end_lock, NULL);
@@ -205,9 +207,12 @@ static int map_status(struct mr_rdzv *r, long status, const char *body, size_t l
 	}
 	if (status == 409) {
 		json_t *g = j ? json_object_get(j, "generation") : NULL;
+		json_t *rs = j ? json_object_get(j, "restarts") : NULL;
 
 		if (gen_out && json_is_integer(g))
 			*gen_out = (int)json_integer_value(g);
+		if (json_is_integer(rs))
+			atomic_store(&r->stale_restarts, (int)json_integer_value(rs));
 		err = MR_ESTALE;
 	} else if (status == 404 && code && !strcmp(code, "wait_timeout")) {
 		err = MR_ETIMEDOUT;
@@ -350,6 +355,8 @@ int mr_rdzv_wait(struct mr_rdzv *r, int gen, long timeout_ms, struct mr_rdzv_rou
 	    get_int(mesh, "pp", &round->pp) || get_int(mesh, "cp", &round->cp) ||
 	    get_int(mesh, "ep", &round->ep) || get_int(mesh, "dp", &round->dp))
 		err = mr_errf(eb, MR_EPROTO, "wait reply misses a field of the round");
+	else if (get_int(reply, "restarts", &round->restarts))
+		round->restarts = -1; /* an older controller */
 	json_decref(reply);
 	return err;
 }
@@ -592,6 +599,7 @@ int mr_rdzv_hb_start(struct mr_rdzv *r, int gen, int interval_ms, mr_rdzv_latenc
 	r->on_latency = on_latency;
 	r->user = user;
 	atomic_store(&r->hb_stale, 0);
+	atomic_store(&r->stale_restarts, -1);
 	if (pthread_create(&r->hb, NULL, hb_main, r) != 0)
 		return MR_ESYS;
 	r->hb_on = 1;
@@ -614,6 +622,11 @@ void mr_rdzv_hb_stop(struct mr_rdzv *r)
 int mr_rdzv_hb_stale(struct mr_rdzv *r)
 {
 	return atomic_load(&r->hb_stale);
+}
+
+int mr_rdzv_stale_restarts(struct mr_rdzv *r)
+{
+	return atomic_load(&r->stale_restarts);
 }
 
 int mr_rdzv_hb_failures(struct mr_rdzv *r)

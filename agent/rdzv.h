@@ -58,6 +58,7 @@ struct mr_rdzv_round {
 	int num_nodes, node_rank;
 	int nproc_per_node, world_size, rank_base;
 	int tp, pp, cp, ep, dp;
+	int restarts;           /* the job's restarts so far; -1 if not sent */
 };
 
 int mr_rdzv_new(struct mr_rdzv **out, const struct mr_rdzv_opts *o, struct mr_errbuf *eb);
@@ -110,6 +111,10 @@ int mr_rdzv_hb_start(struct mr_rdzv *r, int gen, int interval_ms, mr_rdzv_latenc
 void mr_rdzv_hb_stop(struct mr_rdzv *r);
 /* The newer generation a beat was told about (409), or 0. */
 int mr_rdzv_hb_stale(struct mr_rdzv *r);
+/* The job's restart count carried by the last 409 (stale generation), or
+ * -1: equal to the round's restarts, the generation ended without a
+ * restart being counted (a membership change such as a scale-up). */
+int mr_rdzv_stale_restarts(struct mr_rdzv *r);
 /* Beats so far that did not reach the controller (total). */
 int mr_rdzv_hb_failures(struct mr_rdzv *r);
 

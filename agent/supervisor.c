@@ -581,8 +581,9 @@ static int job_ended(struct mr_supervisor *sv, int workers)
 			 end == MR_RDZV_DELETED ? "deleted" : "failed", why);
 }
 
-/* Stops workers and heartbeats; counts the restart. 0 = go again. */
-static int restart(struct mr_supervisor *sv, const char *why, int report)
+/* Stops workers and heartbeats; counts the restart against max_restarts
+ * unless !counted (a membership change). 0 = go again. */
+static int restart(struct mr_supervisor *sv, const char *why, int report, int counted)
 {
 	const struct mr_agent_config *cfg = sv->cfg;
 	int gen = atomic_load(&sv->generation);
@@ -601,7 +602,7 @@ static int restart(struct mr_supervisor *sv, const char *why, int report)
 		mr_rdzv_fail(sv->rdzv, gen, why, &eb); /* 409: someone was faster */
 	}
 	n = atomic_load(&sv->restarts);
-	if (n >= cfg->max_restarts) {
+	if (counted && n >= cfg->max_restarts) {
 		char msg[sizeof(sv->reason)];
 
 		snprintf(msg, sizeof(msg), "restarts exhausted (max_restarts %d); last: %s",
@@ -611,9 +612,32 @@ static int restart(struct mr_supervisor *sv, const char *why, int report)
 	}
 	if (mr_rdzv_ended(sv->rdzv, NULL, 0))
 		return job_ended(sv, 0);
-	atomic_store(&sv->restarts, n + 1);
-	mr_counter_inc(sv->metrics.restarts);
+	if (counted) {
+		atomic_store(&sv->restarts, n + 1);
+		mr_counter_inc(sv->metrics.restarts);
+	}
 	return 0;
+}
+
+/*
+ * The generation ended under running workers. If the controller counted a
+ * restart for it (a lost pod, a worker failure elsewhere) this agent
+ * counts one too; if the job's restart count did not move, a member was
+ * added (elastic scale-up) and, as with torchrun, the membership change
+ * costs no restart.
+ */
+static int stale_restart(struct mr_supervisor *sv, char *why, size_t cap)
+{
+	int now = mr_rdzv_stale_restarts(sv->rdzv);
+
+	if (now >= 0 && sv->round.restarts >= 0 && now == sv->round.restarts) {
+		snprintf(why, cap, "generation %d ended: a member was added",
+			 sv->round.generation);
+		return restart(sv, why, 0, 0);
+	}
+	snprintf(why, cap, "generation %d ended: a member was lost or failed",
+		 sv->round.generation);
+	return restart(sv, why, 0, 1);
 }
 
 /* SIGTERM path: forward, wait grace, leave. workers: 1 when this round's
@@ -719,7 +743,7 @@ int mr_supervisor_run(struct mr_supervisor *sv)
 			if (err == MR_ECLOSED)
 				return job_ended(sv, 1);
 			if (err == MR_ESTALE) {
-				rc = restart(sv, "generation changed during the exit barrier", 0);
+				rc = stale_restart(sv, why, sizeof(why));
 				if (rc)
 					return rc;
 				continue;
@@ -740,10 +764,7 @@ int mr_supervisor_run(struct mr_supervisor *sv)
 			set_state(sv, MR_AGENT_SUCCEEDED);
 			return MR_AGENT_EXIT_OK;
 		case OUT_STALE:
-			snprintf(why, sizeof(why), "generation %d ended (now %d): a member was "
-						   "lost or added",
-				 sv->round.generation, mr_rdzv_hb_stale(sv->rdzv));
-			rc = restart(sv, why, 0);
+			rc = stale_restart(sv, why, sizeof(why));
 			break;
 		case OUT_FAILED:
 		default:
@@ -758,7 +779,7 @@ int mr_supervisor_run(struct mr_supervisor *sv)
 				fail_job(sv, msg);
 				return fail_with(sv, "%s", msg);
 			}
-			rc = restart(sv, why, 1);
+			rc = restart(sv, why, 1, 1);
 			break;
 		}
 		if (rc)

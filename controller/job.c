@@ -64,7 +64,8 @@ void mr__res_stale(struct ctl_res *res, const struct ctl_job *job)
 		    "generation is stale, the current one is %llu",
 		    (unsigned long long)job->generation);
 	json_decref(res->body);
-	res->body = json_pack("{sI}", "generation", (json_int_t)job->generation);
+	res->body = json_pack("{sI si}", "generation", (json_int_t)job->generation, "restarts",
+			      (int)job->restarts);
 }
 
 const char *mr__ctl_member_state_name(int st)

@@ -50,12 +50,12 @@ static json_t *running_json(const struct ctl_job *job, const struct ctl_member *
 {
 	const struct ctl_spec *s = &job->spec;
 
-	return json_pack("{ss sI si si si si si s{si si si si si}}", "state", "running",
+	return json_pack("{ss sI si si si si si si s{si si si si si}}", "state", "running",
 			 "generation", (json_int_t)job->generation, "num_nodes", job->num_nodes,
 			 "node_rank", m->node_rank, "nproc_per_node", s->nproc_per_node,
 			 "world_size", job->world_size, "rank_base",
-			 m->node_rank * s->nproc_per_node, "mesh", "tp", s->tp, "pp", s->pp,
-			 "cp", s->cp, "ep", s->ep, "dp", job->dp);
+			 m->node_rank * s->nproc_per_node, "restarts", (int)job->restarts, "mesh",
+			 "tp", s->tp, "pp", s->pp, "cp", s->cp, "ep", s->ep, "dp", job->dp);
 }
 
 void mr__ctl_apply_close(struct ctl *ctl, struct ctl_job *job, int32_t n)
@@ -140,7 +140,8 @@ void mr__ctl_apply_bump(struct ctl *ctl, struct ctl_job *job, uint64_t gen, int3
 		mr__ctl_waiters_fail(ctl, job, r.status, r.code, "job", r.body, r.msg);
 	} else {
 		mr__ctl_waiters_fail(ctl, job, 409, "stale_generation", "generation",
-				     json_pack("{sI}", "generation", (json_int_t)gen),
+				     json_pack("{sI si}", "generation", (json_int_t)gen, "restarts",
+					       (int)job->restarts),
 				     "the generation moved on");
 	}
 }

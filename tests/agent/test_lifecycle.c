@@ -405,3 +405,39 @@ Test(lifecycle, all_nodes_succeed_and_the_job_succeeds)
 	cr_expect_eq(h_count(c.log, "event=job_succeeded"), 1);
 	h_kill(c.pid);
 }
+
+Test(lifecycle, elastic_scale_up_restarts_the_job_with_the_new_node)
+{
+	struct h_ctl c = {0};
+	char la[300], lb[300], lc[300];
+	char *extra[] = {"--nnodes", "2:3", "--last-call", "300ms", "--max-restarts", "0", NULL};
+	/* a round of two nodes waits (it is not full); a round of three ends */
+	char *cmd[] = {"sh", "-c",
+		       "echo RUN gen=$MESHRUN_GENERATION world=$WORLD_SIZE rank=$RANK; "
+		       "if [ $WORLD_SIZE -lt 3 ]; then exec sleep 60; fi; echo DONE $RANK",
+		       NULL};
+	char *st;
+	pid_t a, b, d;
+
+	logs(la, lb, sizeof(la), "elastic");
+	h_path(lc, sizeof(lc), "elastic-c.log");
+	h_ctl_start(&c, 0);
+	a = h_agent(&c, "t/elastic", 0, extra, cmd, NULL, la);
+	b = h_agent(&c, "t/elastic", 1, extra, cmd, NULL, lb);
+	cr_assert_eq(h_wait_log(la, "world=2", 1, 15000), 0);
+	cr_assert_eq(h_wait_log(lb, "world=2", 1, 15000), 0);
+	/* a third pod arrives: the running job scales up to it, and a
+	 * scale-up is not a failure (max_restarts 0 still succeeds) */
+	d = h_agent(&c, "t/elastic", 2, extra, cmd, NULL, lc);
+	check_exit(a, 0, la, &c);
+	check_exit(b, 0, lb, &c);
+	check_exit(d, 0, lc, &c);
+	cr_expect_eq(h_count(la, "RUN gen=2 world=3"), 1);
+	cr_expect_eq(h_count(la, "a member was added"), 1);
+	cr_expect_eq(h_count(lc, "DONE 2"), 1);
+	cr_expect_eq(h_count(c.log, "reason=scale_up"), 1, "one scale-up bump");
+	st = status_of(&c, "t/elastic", "elastic-status.log");
+	cr_expect(strstr(st, "state:       succeeded\n"), "%s", st);
+	free(st);
+	h_kill(c.pid);
+}

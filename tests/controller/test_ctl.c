@@ -154,10 +154,13 @@ Test(ctl, death_bumps_generation_and_answers_waiters)
 	cr_assert_eq(ctl.stats.dead, 1);
 	cr_assert_eq(w.n, 1);
 	cr_assert_eq(w.status[0], 409);
-	/* an old-generation heartbeat is 409 */
+	/* an old-generation heartbeat is 409, with the job's restart count:
+	 * a lost member counts (an elastic scale-up would not) */
 	memset(&res, 0, sizeof(res));
 	mr__ctl_heartbeat(&ctl, "ns/job", "a", 1, &res);
 	cr_assert_eq(res.status, 409);
+	cr_expect_eq(json_integer_value(json_object_get(res.body, "generation")), 2);
+	cr_expect_eq(json_integer_value(json_object_get(res.body, "restarts")), 1);
 	mr__res_release(&res);
 	mr__ctl_release(&ctl);
 }
