@@ -340,6 +340,7 @@ void mr_exec_poll(struct mr_exec *ex, struct mr_exec_status *st)
 
 void mr_exec_signal(struct mr_exec *ex, int sig)
 {
+	ex->signalled = 1;
 	for (int i = 0; i < ex->n; i++)
 		if (ex->child[i].pid && ex->child[i].running)
 			kill(-ex->child[i].pid, sig);
@@ -368,7 +369,10 @@ void mr_exec_stop(struct mr_exec *ex, int grace_ms)
 		return;
 	mr_exec_poll(ex, &st);
 	if (st.running) {
-		mr_exec_signal(ex, SIGTERM);
+		/* once: a worker whose trap is already running on the forwarded
+		 * signal must not get a second one (torchrun: signal, wait, kill) */
+		if (!ex->signalled)
+			mr_exec_signal(ex, SIGTERM);
 		if (mr_exec_wait(ex, grace_ms) != 0)
 			mr_exec_signal(ex, SIGKILL);
 		reap(ex, 1);

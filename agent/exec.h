@@ -53,6 +53,7 @@ struct mr_exec {
 	int wake[2];  /* wakes the pump: one byte = "finish draining and exit" */
 	int out_fd, err_fd; /* where prefixed lines go (default 1, 2) */
 	int started;  /* wake pipe exists */
+	int signalled; /* a stop signal was already sent (mr_exec_signal) */
 	char label[16]; /* prefix word: "rank" by default */
 };
 
@@ -80,8 +81,9 @@ void mr_exec_poll(struct mr_exec *ex, struct mr_exec_status *st);
 /* Sends sig to the process group of every running child. */
 void mr_exec_signal(struct mr_exec *ex, int sig);
 /*
- * Stops the group: SIGTERM (unless every child already exited), waits up
- * to grace_ms for all to exit, then SIGKILL; reaps all, kills stragglers
+ * Stops the group: SIGTERM (unless every child already exited, or
+ * mr_exec_signal already sent a signal since start), waits up to grace_ms
+ * for all to exit, then SIGKILL; reaps all, kills stragglers
  * left in their process groups, drains and joins the pump. Safe to call on
  * a struct that was never started (zeroed) or already stopped.
  */
