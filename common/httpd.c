@@ -13,9 +13,12 @@
  * suspend, reply and resume are O(1) here (libmicrohttpd itself walks its
  * suspended list once per loop pass that has resumes, not per request).
  *
+ * This file is the daemon, its loop and the libmicrohttpd callbacks;
+ * httpd_req.c reads a request and replies to it.
+ *
  * Non-goals: TLS, HTTP/2, routing; see mr_httpd.h.
  */
-#include "mr_httpd.h"
+#include "httpd_int.h"
 #include "mr_json.h"
 #include "mr_log.h"
 
@@ -36,60 +39,6 @@
 #include <unistd.h>
 
 #define STOP_DRAIN_MS 2000 /* how long stop waits for 503s to go out */
-
-struct hdr {
-	struct hdr *next;
-	char *value; /* points into name[] after its NUL */
-	char name[];
-};
-
-struct mr_http_req {
-	struct mr_httpd *srv;
-	struct MHD_Connection *conn;
-	const char *url;    /* libmicrohttpd's, valid for the request */
-	const char *method; /* likewise */
-	char *body;
-	size_t body_len, body_cap;
-	size_t expect; /* Content-Length when sent: size of the first alloc */
-	void *user;
-	struct hdr *hdrs;
-	struct mr_http_req *prev, *next; /* suspended list */
-	unsigned char meth;
-	unsigned char in_handler, replied, suspend_req, suspended, resumed;
-	unsigned char too_large, queue_failed;
-	char peer[INET6_ADDRSTRLEN];
-};
-
-struct post_item {
-	struct post_item *next;
-	void (*fn)(void *arg);
-	void *arg;
-};
-
-struct mr_httpd {
-	struct MHD_Daemon *mhd;
-	mr_http_handler handler;
-	mr_http_tick tick;
-	void *user;
-	size_t max_body;
-	unsigned tick_ms;
-	int port;
-	int epfd, wakefd;
-	pthread_t thread;
-	int thread_started;
-
-	pthread_mutex_t lock; /* guards the post queue and closed */
-	struct post_item *post_head, *post_tail;
-	int closed;
-	atomic_int stop_req;
-
-	/* loop thread only */
-	int stopping;
-	struct mr_http_req *susp_head;
-	size_t n_suspended, n_resumed;
-	int resumed_since_run; /* MHD_run must run again without waiting */
-	char last_log[256];
-};
 
 /* ---- small helpers ------------------------------------------------------ */
 
@@ -123,7 +72,7 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 	mr_log_debug("httpd_mhd", "msg=%s", mr_log_q(srv->last_log));
 }
 
-static void susp_unlink(struct mr_httpd *srv, struct mr_http_req *req)
+void mr__httpd_susp_unlink(struct mr_httpd *srv, struct mr_http_req *req)
 {
 	if (req->prev)
 		req->prev->next = req->next;
@@ -136,7 +85,7 @@ static void susp_unlink(struct mr_httpd *srv, struct mr_http_req *req)
 	srv->n_suspended--;
 }
 
-static void free_hdrs(struct mr_http_req *req)
+void mr__httpd_free_hdrs(struct mr_http_req *req)
 {
 	while (req->hdrs) {
 		struct hdr *h = req->hdrs;
@@ -144,198 +93,6 @@ static void free_hdrs(struct mr_http_req *req)
 		req->hdrs = h->next;
 		free(h);
 	}
-}
-
-/* ---- replies ------------------------------------------------------------- */
-
-/* Queues resp (consumed) as the one reply to req; resumes it if suspended. */
-static void reply_resp(struct mr_http_req *req, int status, struct MHD_Response *resp)
-{
-	struct mr_httpd *srv = req->srv;
-	struct hdr *h;
-
-	if (req->replied) {
-		mr_log_error("httpd_double_reply", "path=%s status=%d", mr_log_q(req->url),
-			     status);
-		MHD_destroy_response(resp);
-		return;
-	}
-	req->replied = 1;
-	for (h = req->hdrs; h; h = h->next)
-		MHD_add_response_header(resp, h->name, h->value);
-	free_hdrs(req);
-	if (srv->stopping)
-		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
-	if (MHD_queue_response(req->conn, (unsigned)status, resp) != MHD_YES)
-		req->queue_failed = 1;
-	MHD_destroy_response(resp);
-	if (req->suspended) {
-		susp_unlink(srv, req);
-		req->resumed = 1;
-		srv->n_resumed++;
-		MHD_resume_connection(req->conn);
-		/* In external-poll mode libmicrohttpd does not wake its epoll
-		 * fd on resume: the loop must call MHD_run() again at once. */
-		srv->resumed_since_run = 1;
-	}
-}
-
-void mr_http_add_header(struct mr_http_req *req, const char *name, const char *value)
-{
-	size_t nl = strlen(name), vl = strlen(value);
-	struct hdr *h;
-
-	if (req->replied)
-		return;
-	h = malloc(sizeof(*h) + nl + vl + 2);
-	if (!h)
-		return;
-	memcpy(h->name, name, nl + 1);
-	h->value = h->name + nl + 1;
-	memcpy(h->value, value, vl + 1);
-	h->next = req->hdrs;
-	req->hdrs = h;
-}
-
-void mr_http_reply(struct mr_http_req *req, int status, const char *content_type,
-		   const void *body, size_t len)
-{
-	struct MHD_Response *resp;
-
-	resp = MHD_create_response_from_buffer(len, (void *)(body ? body : ""),
-					       MHD_RESPMEM_MUST_COPY);
-	if (!resp) {
-		/* Out of memory: an empty response needs no allocation of ours;
-		 * if even that fails the connection is dropped at resume. */
-		resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
-		status = 500;
-		if (!resp) {
-			req->replied = 1;
-			req->queue_failed = 1;
-			return;
-		}
-	}
-	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
-				content_type ? content_type : "text/plain; charset=utf-8");
-	reply_resp(req, status, resp);
-}
-
-void mr_http_reply_json(struct mr_http_req *req, int status, json_t *obj)
-{
-	struct MHD_Response *resp = NULL;
-	size_t len = 0;
-	char *s = obj ? mr_json_dump(obj, &len) : NULL;
-
-	json_decref(obj);
-	if (s)
-		resp = MHD_create_response_from_buffer(len, s, MHD_RESPMEM_MUST_FREE);
-	if (!resp) {
-		static const char oom[] = "{\"error\":{\"code\":\"internal\","
-					  "\"message\":\"out of memory\",\"field\":null}}";
-
-		free(s);
-		mr_http_reply(req, 500, "application/json", oom, sizeof(oom) - 1);
-		return;
-	}
-	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-	reply_resp(req, status, resp);
-}
-
-void mr_http_reply_error(struct mr_http_req *req, int status, const char *code,
-			 const char *field, json_t *extra, const char *fmt, ...)
-{
-	char msg[MR_ERRBUF_SIZE];
-	json_t *o, *err;
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	o = json_object();
-	err = json_pack("{s:s,s:s,s:s?}", "code", code ? code : "error", "message", msg,
-			"field", (field && field[0]) ? field : NULL);
-	if (o && err && extra && json_is_object(extra))
-		json_object_update(o, extra);
-	json_decref(extra);
-	if (!o || !err) {
-		json_decref(err);
-		json_decref(o);
-		o = NULL;
-	} else {
-		json_object_set_new(o, "error", err);
-	}
-	mr_http_reply_json(req, status, o);
-}
-
-void mr_http_suspend(struct mr_http_req *req)
-{
-	if (!req->replied)
-		req->suspend_req = 1;
-}
-
-size_t mr_httpd_suspended(const struct mr_httpd *srv)
-{
-	return srv->n_suspended;
-}
-
-/* ---- accessors ----------------------------------------------------------- */
-
-enum mr_http_method mr_http_req_method(const struct mr_http_req *req)
-{
-	return (enum mr_http_method)req->meth;
-}
-
-const char *mr_http_req_method_str(const struct mr_http_req *req)
-{
-	return req->method;
-}
-
-const char *mr_http_req_path(const struct mr_http_req *req)
-{
-	return req->url;
-}
-
-const char *mr_http_req_query(const struct mr_http_req *req, const char *key)
-{
-	const char *v = NULL;
-	size_t vl = 0;
-
-	if (MHD_lookup_connection_value_n(req->conn, MHD_GET_ARGUMENT_KIND, key, strlen(key),
-					  &v, &vl) != MHD_YES)
-		return NULL;
-	return v ? v : "";
-}
-
-const char *mr_http_req_header(const struct mr_http_req *req, const char *name)
-{
-	return MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, name);
-}
-
-const char *mr_http_req_body(const struct mr_http_req *req, size_t *len)
-{
-	if (len)
-		*len = req->body_len;
-	return req->body ? req->body : "";
-}
-
-int mr_http_req_json(struct mr_http_req *req, json_t **out, struct mr_errbuf *eb)
-{
-	return mr_json_parse_object(req->body, req->body_len, out, eb);
-}
-
-const char *mr_http_req_peer(const struct mr_http_req *req)
-{
-	return req->peer;
-}
-
-void mr_http_req_set_user(struct mr_http_req *req, void *user)
-{
-	req->user = user;
-}
-
-void *mr_http_req_user(const struct mr_http_req *req)
-{
-	return req->user;
 }
 
 /* ---- libmicrohttpd callbacks ---------------------------------------------- */
@@ -499,10 +256,10 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 		return;
 	*con_cls = NULL;
 	if (req->suspended) /* only possible if MHD tears down a suspended one */
-		susp_unlink(srv, req);
+		mr__httpd_susp_unlink(srv, req);
 	if (req->resumed)
 		srv->n_resumed--;
-	free_hdrs(req);
+	mr__httpd_free_hdrs(req);
 	free(req->body);
 	free(req);
 }
