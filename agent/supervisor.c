@@ -5,17 +5,17 @@
  * workers, polling them every POLL_MS, reacting to the heartbeat thread's
  * findings and to the stop flag set by signal handlers.
  *
+ * The local workers of a round (start in either mode, poll, signal, stop,
+ * stats) are workers.c.
+ *
  * Non-goals: HTTP details (rdzv.c), process mechanics (exec.c).
  */
-#include "supervisor.h"
+#include "supervisor_int.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -23,15 +23,6 @@
 #include "mr_log.h"
 #include "workenv.h"
 
-extern char **environ;
-
-#define POLL_MS 20
-#define SLICE_MS 1000     /* long-poll slice: stop requests are seen this fast */
-#define BACKOFF_MAX_MS 2000
-#define KEY_MASTER_ADDR "master_addr"
-#define KEY_MASTER_PORT "master_port"
-#define KEY_EXIT_COUNT "meshrun/exit_barrier"
-#define KEY_EXIT_DONE "meshrun/exit_done"
 
 static const char *const state_names[MR_AGENT_NSTATES] = {
 	"init", "joining", "waiting", "running", "restarting", "succeeded", "failed",
@@ -50,7 +41,7 @@ const char *mr_agent_state_name(int state)
 	return state >= 0 && state < MR_AGENT_NSTATES ? state_names[state] : "unknown";
 }
 
-static long long now_ms(void)
+long long mr__sv_now_ms(void)
 {
 	struct timespec ts;
 
@@ -97,11 +88,11 @@ static void fail_job(struct mr_supervisor *sv, const char *why)
 }
 
 /* Sleeps ms, waking early on a stop request; 1 if stopping. */
-static int nap(struct mr_supervisor *sv, long ms)
+int mr__sv_nap(struct mr_supervisor *sv, long ms)
 {
-	long long end = now_ms() + ms;
+	long long end = mr__sv_now_ms() + ms;
 
-	while (!sv->stop_sig && now_ms() < end)
+	while (!sv->stop_sig && mr__sv_now_ms() < end)
 		usleep(POLL_MS * 1000);
 	return sv->stop_sig != 0;
 }
@@ -176,7 +167,7 @@ void mr_supervisor_stop(struct mr_supervisor *sv, int sig)
 static int rendezvous(struct mr_supervisor *sv, int *joined)
 {
 	const struct mr_agent_config *cfg = sv->cfg;
-	long long deadline = now_ms() + cfg->join_timeout_ms;
+	long long deadline = mr__sv_now_ms() + cfg->join_timeout_ms;
 	long backoff = 100;
 
 	*joined = 0;
@@ -186,14 +177,14 @@ static int rendezvous(struct mr_supervisor *sv, int *joined)
 
 		if (sv->stop_sig)
 			return MR_EABORTED;
-		if (now_ms() >= deadline)
+		if (mr__sv_now_ms() >= deadline)
 			return MR_ETIMEDOUT;
 		set_state(sv, MR_AGENT_JOINING);
 		err = mr_rdzv_join(sv->rdzv, &gen, &standby, &eb);
 		if (err == MR_ECONN) {
 			mr_log_warn("join_retry", "err=%s msg=%s backoff_ms=%ld", mr_err_name(err),
 				    mr_log_q(eb.msg), backoff);
-			if (nap(sv, backoff))
+			if (mr__sv_nap(sv, backoff))
 				return MR_EABORTED;
 			backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
 			continue;
@@ -211,7 +202,7 @@ static int rendezvous(struct mr_supervisor *sv, int *joined)
 		set_state(sv, MR_AGENT_WAITING);
 		mr_log_info("joined", "gen=%d standby=%d", gen, standby);
 		for (;;) {
-			long left = (long)(deadline - now_ms());
+			long left = (long)(deadline - mr__sv_now_ms());
 			int newgen = 0;
 
 			mr_errbuf_clear(&eb);
@@ -228,7 +219,7 @@ static int rendezvous(struct mr_supervisor *sv, int *joined)
 			if (err == MR_ESTALE || err == MR_ENOTFOUND)
 				break; /* join the newer round */
 			if (err == MR_ECONN) {
-				if (nap(sv, backoff))
+				if (mr__sv_nap(sv, backoff))
 					return MR_EABORTED;
 				backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS
 								       : backoff * 2;
@@ -243,252 +234,10 @@ static int rendezvous(struct mr_supervisor *sv, int *joined)
 	}
 }
 
-static int free_port(void)
-{
-	struct sockaddr_in a = {.sin_family = AF_INET};
-	socklen_t len = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	int port = -1;
-
-	if (fd < 0)
-		return -1;
-	a.sin_addr.s_addr = htonl(INADDR_ANY);
-	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-	    getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-		port = ntohs(a.sin_port);
-	close(fd);
-	return port;
-}
-
-/* Reads key of the round, long-polling in slices; 0, MR_ESTALE, MR_EABORTED,
- * MR_ETIMEDOUT or another error. */
-static int kv_wait(struct mr_supervisor *sv, const char *key, char *buf, size_t cap,
-		   long timeout_ms)
-{
-	long long deadline = now_ms() + timeout_ms;
-	int gen = sv->round.generation;
-
-	for (;;) {
-		struct mr_errbuf eb = {0};
-		long left = (long)(deadline - now_ms());
-		size_t len = 0;
-		int err;
-
-		if (sv->stop_sig)
-			return MR_EABORTED;
-		if (mr_rdzv_ended(sv->rdzv, NULL, 0))
-			return MR_ECLOSED;
-		if (mr_rdzv_hb_stale(sv->rdzv))
-			return MR_ESTALE;
-		if (left <= 0)
-			return MR_ETIMEDOUT;
-		err = mr_rdzv_kv_get(sv->rdzv, gen, key, buf, cap - 1, &len,
-				     left < SLICE_MS ? left : SLICE_MS, &eb);
-		if (err == 0) {
-			buf[len < cap - 1 ? len : cap - 1] = '\0';
-			return 0;
-		}
-		if (err == MR_ETIMEDOUT || err == MR_ENOTFOUND)
-			continue;
-		if (err == MR_ECONN) {
-			if (nap(sv, 200))
-				return MR_EABORTED;
-			continue;
-		}
-		return err;
-	}
-}
-
-/* MASTER_ADDR/MASTER_PORT: chosen by node rank 0, read by the others. */
-static int master_endpoint(struct mr_supervisor *sv, char *addr, size_t cap, int *port)
-{
-	const struct mr_agent_config *cfg = sv->cfg;
-	int gen = sv->round.generation;
-	char text[32];
-	int err;
-
-	if (sv->round.node_rank == 0) {
-		struct mr_errbuf eb = {0};
-
-		*port = free_port();
-		if (*port <= 0)
-			return MR_ESYS;
-		snprintf(addr, cap, "%s", cfg->host);
-		snprintf(text, sizeof(text), "%d", *port);
-		err = mr_rdzv_kv_put(sv->rdzv, gen, KEY_MASTER_ADDR, addr, strlen(addr), &eb);
-		if (!err)
-			err = mr_rdzv_kv_put(sv->rdzv, gen, KEY_MASTER_PORT, text, strlen(text),
-					     &eb);
-		if (err)
-			mr_log_warn("master_publish_failed", "err=%s msg=%s", mr_err_name(err),
-				    mr_log_q(eb.msg));
-		return err;
-	}
-	err = kv_wait(sv, KEY_MASTER_ADDR, addr, cap, cfg->join_timeout_ms);
-	if (!err)
-		err = kv_wait(sv, KEY_MASTER_PORT, text, sizeof(text), cfg->join_timeout_ms);
-	if (!err)
-		*port = atoi(text);
-	return err;
-}
-
-/* ---- workers of either mode ---- */
-
-static int inproc_mode(const struct mr_supervisor *sv)
-{
-	return sv->cfg->mode == MR_AGENT_MODE_INPROC;
-}
-
-static void workers_poll(struct mr_supervisor *sv, struct mr_exec_status *st)
-{
-	if (inproc_mode(sv))
-		mr_inproc_poll(&sv->inproc, st);
-	else
-		mr_exec_poll(&sv->exec, st);
-}
-
-static void workers_signal(struct mr_supervisor *sv, int sig)
-{
-	if (inproc_mode(sv))
-		mr_inproc_abort(&sv->inproc);
-	else
-		mr_exec_signal(&sv->exec, sig);
-}
-
-static int workers_count(const struct mr_supervisor *sv)
-{
-	return inproc_mode(sv) ? sv->inproc.n : sv->exec.n;
-}
-
-/* Exit code of local rank i, -1 while it runs. */
-static int worker_code(const struct mr_supervisor *sv, int i)
-{
-	if (inproc_mode(sv))
-		return atomic_load(&sv->inproc.rank[i].done) ? sv->inproc.rank[i].code : -1;
-	return sv->exec.child[i].running ? -1 : sv->exec.child[i].code;
-}
-
-static void record_codes(struct mr_supervisor *sv)
-{
-	for (int i = 0; i < workers_count(sv); i++)
-		if (worker_code(sv, i) >= 0)
-			mr_agent_metrics_exit_code(&sv->metrics, i, worker_code(sv, i));
-}
-
-/* Stops the workers (grace for exec mode) and records their codes; the
- * in-process state stays readable until the next start. */
-static void workers_stop(struct mr_supervisor *sv, int grace_ms)
-{
-	if (inproc_mode(sv)) {
-		mr_inproc_join(&sv->inproc);
-	} else {
-		mr_exec_stop(&sv->exec, grace_ms);
-	}
-	record_codes(sv);
-}
-
-static int start_workers(struct mr_supervisor *sv, const char *maddr, int mport,
-			 struct mr_errbuf *eb)
-{
-	const struct mr_agent_config *cfg = sv->cfg;
-	const struct mr_rdzv_round *rd = &sv->round;
-	int n = rd->nproc_per_node;
-	struct mr_workenv *envs = calloc((size_t)n, sizeof(*envs));
-	char ***ev = calloc((size_t)n, sizeof(*ev));
-	int *ranks = calloc((size_t)n, sizeof(*ranks));
-	struct mr_worker_env *wenv = calloc((size_t)n, sizeof(*wenv));
-	struct mr_workenv_extra x = {.role = cfg->role, .max_restarts = cfg->max_restarts,
-				     .master_addr = maddr, .master_port = mport};
-	int err = 0;
-
-	if (!envs || !ev || !ranks || !wenv || n < 1 || n > MR_EXEC_MAX_LOCAL) {
-		err = mr_errf(eb, MR_ENOMEM, "unable to prepare %d workers", n);
-		goto out;
-	}
-	for (int i = 0; i < n; i++) {
-		struct mr_worker_env w = {
-			.job = cfg->job, .run_id = cfg->run_id, .generation = rd->generation,
-			.restart_count = atomic_load(&sv->restarts), .rank = rd->rank_base + i,
-			.world_size = rd->world_size, .local_rank = i, .local_world_size = n,
-			.node_rank = rd->node_rank, .num_nodes = rd->num_nodes, .tp = rd->tp,
-			.pp = rd->pp, .cp = rd->cp, .ep = rd->ep, .dp = rd->dp,
-			.host = cfg->host, .host_id = cfg->host_id};
-
-		ranks[i] = w.rank;
-		w.config = cfg->workload_json;
-		wenv[i] = w;
-		if (inproc_mode(sv))
-			continue;
-		err = mr_workenv_init(&envs[i], environ);
-		if (!err)
-			err = mr_workenv_torchrun(&envs[i], &w, &x);
-		if (err) {
-			mr_errf(eb, err, "unable to build the environment of rank %d: %s", w.rank,
-				mr_strerror(err));
-			goto out;
-		}
-		ev[i] = envs[i].v;
-	}
-	if (inproc_mode(sv)) {
-		mr_inproc_stop(&sv->inproc); /* the previous run's threads and state */
-		err = mr_inproc_start(&sv->inproc, &mr_gpt_worker, wenv, n, &sv->ropts, eb);
-	} else {
-		err = mr_exec_start(&sv->exec, cfg->cmd, n, ev, ranks, NULL, -1, -1, eb);
-	}
-	if (!err) {
-		mr_agent_metrics_ranks(&sv->metrics, ranks, n, rd->node_rank, rd->tp, rd->pp,
-				       rd->cp, rd->ep, rd->dp);
-		for (int i = 0; i < n; i++)
-			mr_agent_metrics_exit_code(&sv->metrics, i, -1);
-	}
-out:
-	for (int i = 0; envs && i < n; i++)
-		if (envs[i].v)
-			mr_workenv_release(&envs[i]);
-	free(envs);
-	free(ev);
-	free(ranks);
-	free(wenv);
-	return err;
-}
-
-/* In-process stats into metrics; a progress line per second (rank 0 of
- * this node), so `meshrun local` shows training. */
-static void report_stats(struct mr_supervisor *sv, long long *last, int final)
-{
-	int print = last && now_ms() - *last >= 1000;
-
-	for (int i = 0; i < sv->inproc.n; i++) {
-		struct mr_worker_stats ws;
-
-		if (mr_inproc_stats(&sv->inproc, i, &ws))
-			continue;
-		mr_agent_metrics_worker(&sv->metrics, sv->inproc.rank[i].env.rank, &ws);
-		if (final)
-			mr_log_info("worker_done",
-				    "rank=%d step=%lld/%lld loss=%.4f val_loss=%.4f tokens=%lld "
-				    "tokens_per_s=%.0f mfu=%.3f",
-				    sv->inproc.rank[i].env.rank, (long long)ws.step,
-				    (long long)ws.total_steps, ws.loss, ws.val_loss,
-				    (long long)ws.tokens, ws.tokens_per_s, ws.mfu);
-		else if (print && i == 0 && ws.step > 0)
-			mr_log_info("progress",
-				    "rank=%d step=%lld/%lld loss=%.4f tokens_per_s=%.0f mfu=%.3f "
-				    "eta_s=%.0f",
-				    sv->inproc.rank[i].env.rank, (long long)ws.step,
-				    (long long)ws.total_steps, ws.loss, ws.tokens_per_s, ws.mfu,
-				    ws.total_steps > ws.step
-					    ? (double)(ws.total_steps - ws.step) * ws.step_seconds
-					    : 0.0);
-	}
-	if (print && last)
-		*last = now_ms();
-}
-
 /* RUNNING: watches workers, heartbeats and the stop flag. */
 static enum outcome monitor(struct mr_supervisor *sv, struct mr_exec_status *st)
 {
-	long long last_report = now_ms();
+	long long last_report = mr__sv_now_ms();
 	int seen_failures = 0;
 
 	for (;;) {
@@ -496,10 +245,10 @@ static enum outcome monitor(struct mr_supervisor *sv, struct mr_exec_status *st)
 
 		if (sv->stop_sig)
 			return OUT_STOP;
-		workers_poll(sv, st);
+		mr__sv_workers_poll(sv, st);
 		mr_gauge_set(sv->metrics.running, st->running);
-		if (inproc_mode(sv))
-			report_stats(sv, &last_report, 0);
+		if (mr__sv_inproc_mode(sv))
+			mr__sv_report_stats(sv, &last_report, 0);
 		f = mr_rdzv_hb_failures(sv->rdzv);
 		if (f > seen_failures)
 			mr_counter_add(sv->metrics.hb_failures, f - seen_failures);
@@ -522,7 +271,7 @@ static int exit_barrier(struct mr_supervisor *sv)
 {
 	const struct mr_agent_config *cfg = sv->cfg;
 	int gen = sv->round.generation;
-	long long deadline = now_ms() + cfg->exit_barrier_timeout_ms;
+	long long deadline = mr__sv_now_ms() + cfg->exit_barrier_timeout_ms;
 	long long count = 0;
 	char buf[16];
 	int err;
@@ -531,9 +280,9 @@ static int exit_barrier(struct mr_supervisor *sv)
 		struct mr_errbuf eb = {0};
 
 		err = mr_rdzv_kv_add(sv->rdzv, gen, KEY_EXIT_COUNT, 1, &count, &eb);
-		if (err != MR_ECONN || now_ms() >= deadline)
+		if (err != MR_ECONN || mr__sv_now_ms() >= deadline)
 			break;
-		if (nap(sv, 200))
+		if (mr__sv_nap(sv, 200))
 			return MR_EABORTED;
 	}
 	if (err == MR_ESTALE || err == MR_EABORTED || err == MR_ECLOSED)
@@ -548,7 +297,7 @@ static int exit_barrier(struct mr_supervisor *sv)
 		mr_rdzv_kv_put(sv->rdzv, gen, KEY_EXIT_DONE, "1", 1, &eb);
 		return 0;
 	}
-	err = kv_wait(sv, KEY_EXIT_DONE, buf, sizeof(buf), (long)(deadline - now_ms()));
+	err = mr__sv_kv_wait(sv, KEY_EXIT_DONE, buf, sizeof(buf), (long)(deadline - mr__sv_now_ms()));
 	if (err == MR_ETIMEDOUT) {
 		mr_log_warn("exit_barrier_timeout", "arrived=%lld nodes=%d", count,
 			    sv->round.num_nodes);
@@ -567,8 +316,8 @@ static int job_ended(struct mr_supervisor *sv, int workers)
 
 	atomic_store(&sv->ready, 0);
 	if (workers) {
-		workers_signal(sv, SIGTERM);
-		workers_stop(sv, sv->cfg->grace_period_ms);
+		mr__sv_workers_signal(sv, SIGTERM);
+		mr__sv_workers_stop(sv, sv->cfg->grace_period_ms);
 	}
 	mr_rdzv_hb_stop(sv->rdzv);
 	if (end == MR_RDZV_SUCCEEDED) {
@@ -593,7 +342,7 @@ static int restart(struct mr_supervisor *sv, const char *why, int report, int co
 	snprintf(sv->reason, sizeof(sv->reason), "%s", why);
 	set_state(sv, MR_AGENT_RESTARTING);
 	mr_log_warn("restarting", "gen=%d why=%s", gen, mr_log_q(why));
-	workers_stop(sv, cfg->grace_period_ms);
+	mr__sv_workers_stop(sv, cfg->grace_period_ms);
 	mr_gauge_set(sv->metrics.running, 0);
 	mr_rdzv_hb_stop(sv->rdzv);
 	if (report) {
@@ -652,11 +401,11 @@ static int stop_gracefully(struct mr_supervisor *sv, int joined, int workers)
 	atomic_store(&sv->ready, 0);
 	mr_log_info("stopping", "signal=%d", sig);
 	if (workers) {
-		workers_signal(sv, sig);
-		workers_stop(sv, cfg->grace_period_ms);
+		mr__sv_workers_signal(sv, sig);
+		mr__sv_workers_stop(sv, cfg->grace_period_ms);
 	}
-	for (int i = 0; workers && i < workers_count(sv); i++) {
-		int code = worker_code(sv, i);
+	for (int i = 0; workers && i < mr__sv_workers_count(sv); i++) {
+		int code = mr__sv_worker_code(sv, i);
 
 		ok &= code == 0;
 		by_sig &= code == 0 || code == 128 + sig;
@@ -705,7 +454,7 @@ int mr_supervisor_run(struct mr_supervisor *sv)
 		if (mr_rdzv_hb_start(sv->rdzv, sv->round.generation, cfg->heartbeat_interval_ms,
 				     on_latency, sv))
 			return fail_with(sv, "unable to start the heartbeat thread");
-		err = master_endpoint(sv, maddr, sizeof(maddr), &mport);
+		err = mr__sv_master_endpoint(sv, maddr, sizeof(maddr), &mport);
 		if (err == MR_EABORTED)
 			return stop_gracefully(sv, 1, 0);
 		if (err == MR_ECLOSED)
@@ -714,11 +463,11 @@ int mr_supervisor_run(struct mr_supervisor *sv)
 			/* the round ended before anything ran: not a restart */
 			mr_log_warn("master_endpoint", "err=%s", mr_err_name(err));
 			mr_rdzv_hb_stop(sv->rdzv);
-			if (err != MR_ESTALE && nap(sv, 200))
+			if (err != MR_ESTALE && mr__sv_nap(sv, 200))
 				return stop_gracefully(sv, 1, 0);
 			continue;
 		}
-		if (start_workers(sv, maddr, mport, &eb)) {
+		if (mr__sv_start_workers(sv, maddr, mport, &eb)) {
 			mr_rdzv_hb_stop(sv->rdzv);
 			fail_job(sv, eb.msg);
 			return fail_with(sv, "%s", eb.msg);
@@ -726,17 +475,17 @@ int mr_supervisor_run(struct mr_supervisor *sv)
 		atomic_store(&sv->ready, 1);
 		set_state(sv, MR_AGENT_RUNNING);
 		mr_log_info("workers_started", "gen=%d n=%d master=%s:%d", sv->round.generation,
-			    workers_count(sv), maddr, mport);
+			    mr__sv_workers_count(sv), maddr, mport);
 		out = monitor(sv, &st);
-		record_codes(sv);
+		mr__sv_record_codes(sv);
 		switch (out) {
 		case OUT_STOP:
 			return stop_gracefully(sv, 1, 1);
 		case OUT_ENDED:
 			return job_ended(sv, 1);
 		case OUT_DONE:
-			if (inproc_mode(sv))
-				report_stats(sv, NULL, 1);
+			if (mr__sv_inproc_mode(sv))
+				mr__sv_report_stats(sv, NULL, 1);
 			err = exit_barrier(sv);
 			if (err == MR_EABORTED)
 				return stop_gracefully(sv, 1, 1);
@@ -749,7 +498,7 @@ int mr_supervisor_run(struct mr_supervisor *sv)
 				continue;
 			}
 			mr_rdzv_hb_stop(sv->rdzv);
-			workers_stop(sv, 0);
+			mr__sv_workers_stop(sv, 0);
 			atomic_store(&sv->ready, 0);
 			/* completion does not bump the generation: the job succeeds
 			 * when every node of the round completed */
@@ -773,7 +522,7 @@ int mr_supervisor_run(struct mr_supervisor *sv)
 			if (mr_agent_config_permanent(cfg, st.first_failed_code)) {
 				char msg[sizeof(sv->reason)];
 
-				workers_stop(sv, cfg->grace_period_ms);
+				mr__sv_workers_stop(sv, cfg->grace_period_ms);
 				mr_rdzv_hb_stop(sv->rdzv);
 				snprintf(msg, sizeof(msg), "%s (permanent: not retried)", why);
 				fail_job(sv, msg);

@@ -1,0 +1,262 @@
+/*
+ * workers.c - the local workers of one round (see supervisor_int.h): the
+ * master endpoint agreed through the round's KV, starting them (exec mode:
+ * processes with torchrun's environment; in-process: one thread per rank
+ * running the workload), polling, signalling, stopping, exit codes, and the
+ * in-process stats turned into metrics and progress lines.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "mr_gpt_worker.h"
+#include "mr_log.h"
+#include "supervisor_int.h"
+#include "workenv.h"
+
+extern char **environ;
+
+static int free_port(void)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET};
+	socklen_t len = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int port = -1;
+
+	if (fd < 0)
+		return -1;
+	a.sin_addr.s_addr = htonl(INADDR_ANY);
+	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+	    getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+		port = ntohs(a.sin_port);
+	close(fd);
+	return port;
+}
+
+/* Reads key of the round, long-polling in slices; 0, MR_ESTALE, MR_EABORTED,
+ * MR_ETIMEDOUT or another error. */
+int mr__sv_kv_wait(struct mr_supervisor *sv, const char *key, char *buf, size_t cap,
+		   long timeout_ms)
+{
+	long long deadline = mr__sv_now_ms() + timeout_ms;
+	int gen = sv->round.generation;
+
+	for (;;) {
+		struct mr_errbuf eb = {0};
+		long left = (long)(deadline - mr__sv_now_ms());
+		size_t len = 0;
+		int err;
+
+		if (sv->stop_sig)
+			return MR_EABORTED;
+		if (mr_rdzv_ended(sv->rdzv, NULL, 0))
+			return MR_ECLOSED;
+		if (mr_rdzv_hb_stale(sv->rdzv))
+			return MR_ESTALE;
+		if (left <= 0)
+			return MR_ETIMEDOUT;
+		err = mr_rdzv_kv_get(sv->rdzv, gen, key, buf, cap - 1, &len,
+				     left < SLICE_MS ? left : SLICE_MS, &eb);
+		if (err == 0) {
+			buf[len < cap - 1 ? len : cap - 1] = '\0';
+			return 0;
+		}
+		if (err == MR_ETIMEDOUT || err == MR_ENOTFOUND)
+			continue;
+		if (err == MR_ECONN) {
+			if (mr__sv_nap(sv, 200))
+				return MR_EABORTED;
+			continue;
+		}
+		return err;
+	}
+}
+
+/* MASTER_ADDR/MASTER_PORT: chosen by node rank 0, read by the others. */
+int mr__sv_master_endpoint(struct mr_supervisor *sv, char *addr, size_t cap, int *port)
+{
+	const struct mr_agent_config *cfg = sv->cfg;
+	int gen = sv->round.generation;
+	char text[32];
+	int err;
+
+	if (sv->round.node_rank == 0) {
+		struct mr_errbuf eb = {0};
+
+		*port = free_port();
+		if (*port <= 0)
+			return MR_ESYS;
+		snprintf(addr, cap, "%s", cfg->host);
+		snprintf(text, sizeof(text), "%d", *port);
+		err = mr_rdzv_kv_put(sv->rdzv, gen, KEY_MASTER_ADDR, addr, strlen(addr), &eb);
+		if (!err)
+			err = mr_rdzv_kv_put(sv->rdzv, gen, KEY_MASTER_PORT, text, strlen(text),
+					     &eb);
+		if (err)
+			mr_log_warn("master_publish_failed", "err=%s msg=%s", mr_err_name(err),
+				    mr_log_q(eb.msg));
+		return err;
+	}
+	err = mr__sv_kv_wait(sv, KEY_MASTER_ADDR, addr, cap, cfg->join_timeout_ms);
+	if (!err)
+		err = mr__sv_kv_wait(sv, KEY_MASTER_PORT, text, sizeof(text), cfg->join_timeout_ms);
+	if (!err)
+		*port = atoi(text);
+	return err;
+}
+
+int mr__sv_inproc_mode(const struct mr_supervisor *sv)
+{
+	return sv->cfg->mode == MR_AGENT_MODE_INPROC;
+}
+
+void mr__sv_workers_poll(struct mr_supervisor *sv, struct mr_exec_status *st)
+{
+	if (mr__sv_inproc_mode(sv))
+		mr_inproc_poll(&sv->inproc, st);
+	else
+		mr_exec_poll(&sv->exec, st);
+}
+
+void mr__sv_workers_signal(struct mr_supervisor *sv, int sig)
+{
+	if (mr__sv_inproc_mode(sv))
+		mr_inproc_abort(&sv->inproc);
+	else
+		mr_exec_signal(&sv->exec, sig);
+}
+
+int mr__sv_workers_count(const struct mr_supervisor *sv)
+{
+	return mr__sv_inproc_mode(sv) ? sv->inproc.n : sv->exec.n;
+}
+
+/* Exit code of local rank i, -1 while it runs. */
+int mr__sv_worker_code(const struct mr_supervisor *sv, int i)
+{
+	if (mr__sv_inproc_mode(sv))
+		return atomic_load(&sv->inproc.rank[i].done) ? sv->inproc.rank[i].code : -1;
+	return sv->exec.child[i].running ? -1 : sv->exec.child[i].code;
+}
+
+void mr__sv_record_codes(struct mr_supervisor *sv)
+{
+	for (int i = 0; i < mr__sv_workers_count(sv); i++)
+		if (mr__sv_worker_code(sv, i) >= 0)
+			mr_agent_metrics_exit_code(&sv->metrics, i, mr__sv_worker_code(sv, i));
+}
+
+/* Stops the workers (grace for exec mode) and records their codes; the
+ * in-process state stays readable until the next start. */
+void mr__sv_workers_stop(struct mr_supervisor *sv, int grace_ms)
+{
+	if (mr__sv_inproc_mode(sv)) {
+		mr_inproc_join(&sv->inproc);
+	} else {
+		mr_exec_stop(&sv->exec, grace_ms);
+	}
+	mr__sv_record_codes(sv);
+}
+
+int mr__sv_start_workers(struct mr_supervisor *sv, const char *maddr, int mport,
+			 struct mr_errbuf *eb)
+{
+	const struct mr_agent_config *cfg = sv->cfg;
+	const struct mr_rdzv_round *rd = &sv->round;
+	int n = rd->nproc_per_node;
+	struct mr_workenv *envs = calloc((size_t)n, sizeof(*envs));
+	char ***ev = calloc((size_t)n, sizeof(*ev));
+	int *ranks = calloc((size_t)n, sizeof(*ranks));
+	struct mr_worker_env *wenv = calloc((size_t)n, sizeof(*wenv));
+	struct mr_workenv_extra x = {.role = cfg->role, .max_restarts = cfg->max_restarts,
+				     .master_addr = maddr, .master_port = mport};
+	int err = 0;
+
+	if (!envs || !ev || !ranks || !wenv || n < 1 || n > MR_EXEC_MAX_LOCAL) {
+		err = mr_errf(eb, MR_ENOMEM, "unable to prepare %d workers", n);
+		goto out;
+	}
+	for (int i = 0; i < n; i++) {
+		struct mr_worker_env w = {
+			.job = cfg->job, .run_id = cfg->run_id, .generation = rd->generation,
+			.restart_count = atomic_load(&sv->restarts), .rank = rd->rank_base + i,
+			.world_size = rd->world_size, .local_rank = i, .local_world_size = n,
+			.node_rank = rd->node_rank, .num_nodes = rd->num_nodes, .tp = rd->tp,
+			.pp = rd->pp, .cp = rd->cp, .ep = rd->ep, .dp = rd->dp,
+			.host = cfg->host, .host_id = cfg->host_id};
+
+		ranks[i] = w.rank;
+		w.config = cfg->workload_json;
+		wenv[i] = w;
+		if (mr__sv_inproc_mode(sv))
+			continue;
+		err = mr_workenv_init(&envs[i], environ);
+		if (!err)
+			err = mr_workenv_torchrun(&envs[i], &w, &x);
+		if (err) {
+			mr_errf(eb, err, "unable to build the environment of rank %d: %s", w.rank,
+				mr_strerror(err));
+			goto out;
+		}
+		ev[i] = envs[i].v;
+	}
+	if (mr__sv_inproc_mode(sv)) {
+		mr_inproc_stop(&sv->inproc); /* the previous run's threads and state */
+		err = mr_inproc_start(&sv->inproc, &mr_gpt_worker, wenv, n, &sv->ropts, eb);
+	} else {
+		err = mr_exec_start(&sv->exec, cfg->cmd, n, ev, ranks, NULL, -1, -1, eb);
+	}
+	if (!err) {
+		mr_agent_metrics_ranks(&sv->metrics, ranks, n, rd->node_rank, rd->tp, rd->pp,
+				       rd->cp, rd->ep, rd->dp);
+		for (int i = 0; i < n; i++)
+			mr_agent_metrics_exit_code(&sv->metrics, i, -1);
+	}
+out:
+	for (int i = 0; envs && i < n; i++)
+		if (envs[i].v)
+			mr_workenv_release(&envs[i]);
+	free(envs);
+	free(ev);
+	free(ranks);
+	free(wenv);
+	return err;
+}
+
+/* In-process stats into metrics; a progress line per second (rank 0 of
+ * this node), so `meshrun local` shows training. */
+void mr__sv_report_stats(struct mr_supervisor *sv, long long *last, int final)
+{
+	int print = last && mr__sv_now_ms() - *last >= 1000;
+
+	for (int i = 0; i < sv->inproc.n; i++) {
+		struct mr_worker_stats ws;
+
+		if (mr_inproc_stats(&sv->inproc, i, &ws))
+			continue;
+		mr_agent_metrics_worker(&sv->metrics, sv->inproc.rank[i].env.rank, &ws);
+		if (final)
+			mr_log_info("worker_done",
+				    "rank=%d step=%lld/%lld loss=%.4f val_loss=%.4f tokens=%lld "
+				    "tokens_per_s=%.0f mfu=%.3f",
+				    sv->inproc.rank[i].env.rank, (long long)ws.step,
+				    (long long)ws.total_steps, ws.loss, ws.val_loss,
+				    (long long)ws.tokens, ws.tokens_per_s, ws.mfu);
+		else if (print && i == 0 && ws.step > 0)
+			mr_log_info("progress",
+				    "rank=%d step=%lld/%lld loss=%.4f tokens_per_s=%.0f mfu=%.3f "
+				    "eta_s=%.0f",
+				    sv->inproc.rank[i].env.rank, (long long)ws.step,
+				    (long long)ws.total_steps, ws.loss, ws.tokens_per_s, ws.mfu,
+				    ws.total_steps > ws.step
+					    ? (double)(ws.total_steps - ws.step) * ws.step_seconds
+					    : 0.0);
+	}
+	if (print && last)
+		*last = mr__sv_now_ms();
+}
