@@ -13,6 +13,10 @@
 
 #include "mr_gpt.h"
 
+/* Builds m's parameter table for m->cfg and m->par.tp: tensors,
+ * unit_first, ntensors, nunits, nparams (gpt_table.c). MR_ENOMEM. */
+int mr__gpt_table_create(struct mr_gpt *m);
+
 /* Rows this rank holds of the residual stream. */
 int mr__gpt_local_rows(const struct mr_gpt *m);
 /* Position t of local row i. */

@@ -1,12 +1,12 @@
 /*
- * gpt_params.c - GPT config checks, the parameter table, allocation of
- * parameters/gradients/activations/workspace, and initialisation.
+ * gpt_params.c - GPT config and placement checks, allocation of
+ * parameters/gradients/activations/workspace, and initialisation (the
+ * parameter table itself is gpt_table.c).
  *
- * Init (GPT-2 / nanoGPT): every matrix and embedding ~ normal(0, 0.02);
- * the residual projections (attn.proj.w, mlp.proj.w, also per expert) use
- * 0.02 / sqrt(2 L); biases 0; LayerNorm weight 1, bias 0. Tensor i draws
- * from its own stream mr_rng_seed(seed, i), so the values do not depend on
- * which rank creates which tensor.
+ * Init follows each tensor's table entry (gpt_table.c: GPT-2 / nanoGPT
+ * values). Tensor i draws from its own stream mr_rng_seed(seed, i), whole,
+ * then is sliced: the values do not depend on which rank creates which
+ * tensor or on the tp degree.
  *
  * Non-goals: loading checkpoints (weights.c).
  */
@@ -73,197 +73,6 @@ int mr_gpt_config_check(const struct mr_gpt_config *c, struct mr_errbuf *eb)
 		return mr_errf_field(eb, MR_EINVAL, "aux_coef",
 				     "'aux_coef' must be >= 0, got %g", (double)c->aux_coef);
 	return 0;
-}
-
-/* ---- parameter table -------------------------------------------------------- */
-
-struct table {
-	struct mr_gpt_tensor *t;
-	int n, cap;
-	size_t off;
-	int tp;            /* tensor parallel degree: local = full / tp on split_dim */
-	int *unit_first;   /* (units + 1), filled when t is */
-	int unit;
-};
-
-/* Starts unit tb->unit at the next tensor. */
-static void unit_begin(struct table *tb)
-{
-	if (tb->t)
-		tb->unit_first[tb->unit] = tb->n;
-	tb->unit++;
-}
-
-/* Adds a tensor of full shape (d0, d1, d2) (0 = absent dim), split along
- * dim split (-1: replicated) viewed as parts blocks. */
-static void add(struct table *tb, const char *name, int d0, int d1, int d2,
-		enum mr_gpt_init init, float std, int split, int parts)
-{
-	int full[3] = { d0, d1, d2 }, shape[3] = { d0, d1, d2 }, k;
-	size_t n = 1;
-
-	if (split >= 0)
-		shape[split] /= tb->tp;
-	for (k = 0; k < 3; k++)
-		n *= (size_t)(shape[k] ? shape[k] : 1);
-	if (tb->t && tb->n < tb->cap) {
-		struct mr_gpt_tensor *t = &tb->t[tb->n];
-		memset(t, 0, sizeof(*t));
-		snprintf(t->name, sizeof(t->name), "%s", name);
-		memcpy(t->shape, shape, sizeof(shape));
-		memcpy(t->full, full, sizeof(full));
-		t->ndim = d2 ? 3 : d1 ? 2 : 1;
-		t->split_dim = tb->tp > 1 ? split : -1;
-		t->split_parts = parts;
-		t->n = n;
-		t->off = tb->off;
-		t->init = init;
-		t->std = std;
-		t->decay = init == MR_INIT_NORMAL;
-	}
-	tb->off += n;
-	tb->n++;
-}
-
-/* Fills the table (or only counts when tb->t is NULL). Splits follow
- * Megatron-LM: column-parallel (dim 0 of a (out, in) matrix) for QKV - as
- * three blocks, so each rank gets whole heads of q, k and v - and MLP fc;
- * row-parallel (the input dim) for the attention and MLP projections,
- * whose biases stay replicated; vocab-parallel rows of wte. */
-static void build_table(const struct mr_gpt_config *c, struct table *tb)
-{
-	int C = c->d_model, E = c->n_experts, l;
-	float sd = 0.02f, rsd = 0.02f / sqrtf(2.0f * (float)c->n_layer);
-	char nm[32];
-
-#define NAME(fmt) (snprintf(nm, sizeof(nm), "h.%d." fmt, l), nm)
-	tb->unit = 0;
-	unit_begin(tb);
-	add(tb, "wte", c->vocab, C, 0, MR_INIT_NORMAL, sd, 0, 1);
-	add(tb, "wpe", c->max_seq, C, 0, MR_INIT_NORMAL, sd, -1, 1);
-	for (l = 0; l < c->n_layer; l++) {
-		unit_begin(tb);
-		add(tb, NAME("ln1.w"), C, 0, 0, MR_INIT_ONE, 0, -1, 1);
-		add(tb, NAME("ln1.b"), C, 0, 0, MR_INIT_ZERO, 0, -1, 1);
-		add(tb, NAME("attn.qkv.w"), 3 * C, C, 0, MR_INIT_NORMAL, sd, 0, 3);
-		add(tb, NAME("attn.qkv.b"), 3 * C, 0, 0, MR_INIT_ZERO, 0, 0, 3);
-		add(tb, NAME("attn.proj.w"), C, C, 0, MR_INIT_NORMAL, rsd, 1, 1);
-		add(tb, NAME("attn.proj.b"), C, 0, 0, MR_INIT_ZERO, 0, -1, 1);
-		unit_begin(tb);
-		add(tb, NAME("ln2.w"), C, 0, 0, MR_INIT_ONE, 0, -1, 1);
-		add(tb, NAME("ln2.b"), C, 0, 0, MR_INIT_ZERO, 0, -1, 1);
-		if (mr_gpt_layer_is_moe(c, l)) {
-			add(tb, NAME("moe.router.w"), E, C, 0, MR_INIT_NORMAL, sd, -1, 1);
-			add(tb, NAME("moe.fc.w"), E, 4 * C, C, MR_INIT_NORMAL, sd, 1, 1);
-			add(tb, NAME("moe.fc.b"), E, 4 * C, 0, MR_INIT_ZERO, 0, 1, 1);
-			add(tb, NAME("moe.proj.w"), E, C, 4 * C, MR_INIT_NORMAL, rsd, 2, 1);
-			add(tb, NAME("moe.proj.b"), E, C, 0, MR_INIT_ZERO, 0, -1, 1);
-		} else {
-			add(tb, NAME("mlp.fc.w"), 4 * C, C, 0, MR_INIT_NORMAL, sd, 0, 1);
-			add(tb, NAME("mlp.fc.b"), 4 * C, 0, 0, MR_INIT_ZERO, 0, 0, 1);
-			add(tb, NAME("mlp.proj.w"), C, 4 * C, 0, MR_INIT_NORMAL, rsd, 1, 1);
-			add(tb, NAME("mlp.proj.b"), C, 0, 0, MR_INIT_ZERO, 0, -1, 1);
-		}
-	}
-#undef NAME
-	unit_begin(tb);
-	add(tb, "lnf.w", C, 0, 0, MR_INIT_ONE, 0, -1, 1);
-	add(tb, "lnf.b", C, 0, 0, MR_INIT_ZERO, 0, -1, 1);
-	if (tb->t)
-		tb->unit_first[tb->unit] = tb->n;
-}
-
-size_t mr_gpt_tensor_full_n(const struct mr_gpt_tensor *t)
-{
-	size_t n = 1;
-	int k;
-
-	for (k = 0; k < t->ndim; k++)
-		n *= (size_t)t->full[k];
-	return n;
-}
-
-void mr_gpt_tensor_slice(const struct mr_gpt_tensor *t, int tp, int tp_rank, float *full,
-			 float *local, int to_full)
-{
-	size_t outer = 1, inner = 1, D, pd, ld, o, q;
-	int k, s = t->split_dim;
-
-	if (s < 0 || tp <= 1) {
-		if (to_full)
-			memcpy(full, local, sizeof(float) * t->n);
-		else
-			memcpy(local, full, sizeof(float) * t->n);
-		return;
-	}
-	for (k = 0; k < s; k++)
-		outer *= (size_t)t->full[k];
-	for (k = s + 1; k < t->ndim; k++)
-		inner *= (size_t)t->full[k];
-	D = (size_t)t->full[s];
-	pd = D / (size_t)t->split_parts; /* one block of the split dim */
-	ld = pd / (size_t)tp;            /* this rank's rows of a block */
-	for (o = 0; o < outer; o++)
-		for (q = 0; q < (size_t)t->split_parts; q++) {
-			float *f = full + ((o * D) + q * pd + (size_t)tp_rank * ld) * inner;
-			float *l = local + ((o * (D / (size_t)tp)) + q * ld) * inner;
-			if (to_full)
-				memcpy(f, l, sizeof(float) * ld * inner);
-			else
-				memcpy(l, f, sizeof(float) * ld * inner);
-		}
-}
-
-void mr_gpt_unit_range(const struct mr_gpt *m, int u, size_t *off, size_t *n)
-{
-	const struct mr_gpt_tensor *a = &m->tensors[m->unit_first[u]];
-	const struct mr_gpt_tensor *z = &m->tensors[m->unit_first[u + 1] - 1];
-
-	*off = a->off;
-	*n = z->off + z->n - a->off;
-}
-
-/* The view pointer (in w) that tensor i of the table binds; the order
- * matches build_table. */
-static float **view_of(struct mr_gpt *m, struct mr_gpt_weights *w, int i)
-{
-	int per = 0, l, k;
-
-	if (i == 0)
-		return &w->wte;
-	if (i == 1)
-		return &w->wpe;
-	i -= 2;
-	for (l = 0; l < m->cfg.n_layer; l++, i -= per) {
-		struct mr_gpt_layer_w *lw = &w->layer[l];
-		float **dense[] = { &lw->ln1w, &lw->ln1b, &lw->qkvw, &lw->qkvb, &lw->attprojw,
-				    &lw->attprojb, &lw->ln2w, &lw->ln2b, &lw->fcw, &lw->fcb,
-				    &lw->fcprojw, &lw->fcprojb };
-		float **moe[] = { &lw->ln1w, &lw->ln1b, &lw->qkvw, &lw->qkvb, &lw->attprojw,
-				  &lw->attprojb, &lw->ln2w, &lw->ln2b, &lw->routerw, &lw->fcw,
-				  &lw->fcb, &lw->fcprojw, &lw->fcprojb };
-		int is_moe = mr_gpt_layer_is_moe(&m->cfg, l);
-
-		per = is_moe ? 13 : 12;
-		k = i;
-		if (k < per)
-			return is_moe ? moe[k] : dense[k];
-	}
-	return i == 0 ? &w->lnfw : &w->lnfb;
-}
-
-void mr_gpt_bind_unit(struct mr_gpt *m, int u, float *pbase, float *gbase)
-{
-	size_t off0 = m->tensors[m->unit_first[u]].off;
-	int i;
-
-	for (i = m->unit_first[u]; i < m->unit_first[u + 1]; i++) {
-		size_t d = m->tensors[i].off - off0;
-		if (pbase)
-			*view_of(m, &m->w, i) = pbase + d;
-		if (gbase)
-			*view_of(m, &m->g, i) = gbase + d;
-	}
 }
 
 /* ---- activations -------------------------------------------------------------- */
@@ -409,7 +218,6 @@ int mr_gpt_create_par(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, 
 		      struct mr_pool *pool, const struct mr_gpt_par *par,
 		      struct mr_errbuf *eb)
 {
-	struct table tb = { NULL, 0, 0, 0, 1, NULL, 0 };
 	struct carve cv = { NULL, 0 }, wv = { NULL, 0 };
 	size_t i;
 	int rc, u;
@@ -438,24 +246,11 @@ int mr_gpt_create_par(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, 
 	m->B = B;
 	m->T = T;
 	m->pool = pool;
-	tb.tp = m->par.tp;
-	build_table(cfg, &tb);
-	m->nunits = tb.unit;
-	m->tensors = calloc((size_t)tb.n, sizeof(*m->tensors));
-	m->unit_first = calloc((size_t)m->nunits + 1, sizeof(int));
 	m->w.layer = calloc((size_t)cfg->n_layer, sizeof(*m->w.layer));
 	m->g.layer = calloc((size_t)cfg->n_layer, sizeof(*m->g.layer));
 	m->la = calloc((size_t)cfg->n_layer, sizeof(*m->la));
-	if (!m->tensors || !m->unit_first || !m->w.layer || !m->g.layer || !m->la)
+	if (!m->w.layer || !m->g.layer || !m->la || mr__gpt_table_create(m) < 0)
 		goto nomem;
-	tb.t = m->tensors;
-	tb.cap = tb.n;
-	tb.n = 0;
-	tb.off = 0;
-	tb.unit_first = m->unit_first;
-	build_table(cfg, &tb);
-	m->ntensors = tb.n;
-	m->nparams = tb.off;
 	if (!m->par.ext_params) {
 		m->params = mr_mem_alloc(&m->mem, MR_MEM_PARAMS, m->nparams * sizeof(float));
 		if (!m->params)
