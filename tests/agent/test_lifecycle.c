@@ -6,7 +6,9 @@
  * while workers run, and the job's end: a permanent failure or exhausted
  * restarts on one node stop every other agent within seconds (the verdict
  * survives kill -9 of the controller), and success ends the job without a
- * bump. Real processes and signals on loopback.
+ * bump; an elastic scale-up costs no restart; kill -9 of a pod during
+ * tensor x data parallel in-process training restarts and finishes. Real
+ * processes and signals on loopback.
  */
 #include "harness.h"
 
@@ -439,5 +441,55 @@ Test(lifecycle, elastic_scale_up_restarts_the_job_with_the_new_node)
 	st = status_of(&c, "t/elastic", "elastic-status.log");
 	cr_expect(strstr(st, "state:       succeeded\n"), "%s", st);
 	free(st);
+	h_kill(c.pid);
+}
+
+/*
+ * kill -9 of a pod while 2 agents x 2 ranks train tensor parallel 2 x data
+ * parallel 2 (ZeRO-1) in-process: the survivor's ranks are blocked in
+ * collectives with the dead peers and must be unblocked (communicator
+ * abort on the generation change), restart with the returning pod and
+ * finish - never hang.
+ */
+Test(lifecycle, lost_pod_during_parallel_training_restarts_and_finishes)
+{
+	struct h_ctl c = {0};
+	char la[300], lb[300], lb2[300];
+	char *extra[] = {"--nnodes", "2", "--nproc-per-node", "2", "--tp", "2", "--zero", "1",
+			 HB, "2s", "--grace-period", "500ms", "--workload-config",
+			 "{\"steps\": 1000, \"d_model\": 64, \"n_layer\": 2, \"seq_len\": 32, "
+			 "\"batch_size\": 4, \"threads\": 1, \"peak_flops\": 1e9, "
+			 "\"comm_timeout_ms\": 60000}",
+			 NULL};
+	long long t_kill, t_restart = -1;
+	pid_t a, b;
+
+	logs(la, lb, sizeof(la), "ptrain");
+	h_path(lb2, sizeof(lb2), "ptrain-b2.log");
+	h_ctl_start(&c, 0);
+	a = h_agent(&c, "t/ptrain", 0, extra, NULL, NULL, la);
+	b = h_agent(&c, "t/ptrain", 1, extra, NULL, NULL, lb);
+	cr_assert_eq(h_wait_log(la, "event=gpt_worker_ready", 2, 20000), 0);
+	usleep(300 * 1000); /* mid-training: 1000 steps take seconds */
+	t_kill = h_now_ms();
+	kill(-b, SIGKILL);
+	h_wait(b, 5000);
+	while (h_now_ms() - t_kill < 8000) {
+		if (h_count(la, "event=restarting")) {
+			t_restart = h_now_ms();
+			break;
+		}
+		usleep(10 * 1000);
+	}
+	cr_assert_geq(t_restart, 0, "the survivor never restarted");
+	/* heartbeat timeout (2 s) + detection; the comm timeout (60 s) must
+	 * play no part: the ranks are aborted, not timed out */
+	cr_expect_leq(t_restart - t_kill, 4000, "restart took %lld ms", t_restart - t_kill);
+	b = h_agent(&c, "t/ptrain", 1, extra, NULL, NULL, lb2);
+	check_exit(a, 0, la, &c);
+	check_exit(b, 0, lb2, &c);
+	cr_expect_eq(h_count(la, "event=worker_done"), 2, "both local ranks finished");
+	cr_expect_eq(h_count(lb2, "step=1000/1000"), 2);
+	cr_expect_eq(h_count(la, "step=1000/1000"), 2);
 	h_kill(c.pid);
 }
