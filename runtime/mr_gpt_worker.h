@@ -32,9 +32,10 @@
  *           step; save_weights: the gathered model at the end, as a
  *           weights file (model/mr_weights.h)
  *
- * Bad input (unknown key, out-of-range value, tp not dividing heads, width
- * or vocabulary, hsdp_shard not dividing dp) fails create() before any
- * communication, naming the field.
+ * Bad input (unknown key, out-of-range value, tp not dividing the heads,
+ * sequence parallel with a seq_len tp does not divide, hsdp_shard not
+ * dividing dp) fails create() before any communication, naming the field.
+ * A vocabulary tp does not divide is padded, not rejected.
  *
  * Non-goals: checkpoints with optimizer state; pp, cp and ep > 1 (rejected
  * at create until those modes land).

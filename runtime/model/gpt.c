@@ -148,7 +148,7 @@ static int forward(struct mr_gpt *m, int has_targets)
 	const struct mr_gpt_config *c = &m->cfg;
 	struct mr_pool *p = m->pool;
 	int N = m->B * m->T, Nl = mr__gpt_local_rows(m), C = c->d_model;
-	int Vl = c->vocab / m->par.tp, l, rc;
+	int Vl = mr__gpt_vocab_local_n(m), l, rc;
 	const float *res;
 
 	if ((rc = HOOK(m, pre_fwd, 0)) < 0 || (rc = encoder_fwd(m)) < 0)
@@ -167,6 +167,7 @@ static int forward(struct mr_gpt *m, int has_targets)
 	if (m->par.sp && (rc = mr__gpt_gather_rows(m, m->lnf, m->dtmp)) < 0)
 		return rc;
 	mr_matmul_fwd(p, m->logits, m->lnf, m->w.wte, NULL, N, C, Vl);
+	mr__gpt_mask_vocab_pad(m, -1e30f);
 	if (!has_targets)
 		return 0;
 	if (m->par.tp == 1)
@@ -288,7 +289,7 @@ static int backward(struct mr_gpt *m, float dscale)
 	const struct mr_gpt_config *c = &m->cfg;
 	struct mr_pool *p = m->pool;
 	int N = m->B * m->T, Nl = mr__gpt_local_rows(m), C = c->d_model, L = c->n_layer;
-	int Vl = c->vocab / m->par.tp, last = m->nunits - 1, l, rc;
+	int Vl = mr__gpt_vocab_local_n(m), last = m->nunits - 1, l, rc;
 	const float *res_last = m->la[L - 1].res3;
 	float *dlocal = m->par.sp ? m->dtmp : m->dln;
 
@@ -297,6 +298,7 @@ static int backward(struct mr_gpt *m, float dscale)
 	mr_crossentropy_bwd_inplace(p, m->logits, m->ce_lse,
 				    m->par.tp == 1 ? m->targets : m->tgt_tp, N, Vl,
 				    dscale / (float)N);
+	mr__gpt_mask_vocab_pad(m, 0.0f);
 	mr_matmul_bwd(p, m->dln, m->g.wte, NULL, m->logits, m->lnf, m->w.wte, N, C, Vl, 0,
 		      m->ones);
 	if ((rc = mr__gpt_reduce_rows(m, dlocal, m->dln)) < 0)

@@ -27,6 +27,13 @@ int mr__gpt_tp_allreduce(struct mr_gpt *m, float *buf, size_t n, int max);
 int mr__gpt_reduce_rows(struct mr_gpt *m, float *out, float *partial);
 /* full (N,C) = the local rows (Nl,C) of every tp rank. */
 int mr__gpt_gather_rows(struct mr_gpt *m, float *full, const float *local);
+/* Rows of wte (columns of the logits) per tp rank: ceil(V / tp); the last
+ * rank's rows past V are padding. */
+int mr__gpt_vocab_local_n(const struct mr_gpt *m);
+/* Sets the logit columns of padded vocabulary rows to value: -1e30 after
+ * the forward GEMM (out of the softmax), 0 in dlogits (the padded rows of
+ * wte get no gradient and never learn). */
+void mr__gpt_mask_vocab_pad(struct mr_gpt *m, float value);
 /* Token ids relative to this rank's vocabulary slice (-1 elsewhere). */
 void mr__gpt_vocab_local(const struct mr_gpt *m, int *out, const int *tok, int n);
 /* Vocab-parallel cross-entropy forward: m->losses and m->ce_lse over the

@@ -100,7 +100,7 @@ static void carve_all(struct mr_gpt *m, struct carve *cv, struct carve *wv)
 	int tp = m->par.tp;
 	size_t N = (size_t)m->B * m->T, C = (size_t)c->d_model;
 	size_t Nl = m->par.sp ? N / (size_t)tp : N, Cl = C / (size_t)tp;
-	size_t Hl = 4 * Cl, Vl = (size_t)c->vocab / (size_t)tp;
+	size_t Hl = 4 * Cl, Vl = (size_t)mr__gpt_vocab_local_n(m);
 	int l, any_moe = 0;
 	struct mr_moe_shape ms = { 0, 0, 0, 0, 0, 0 };
 	size_t kws, mws = 0;
@@ -191,13 +191,6 @@ int mr_gpt_check_placement(const struct mr_gpt_config *c, int T, const struct mr
 	if (c->n_head % tp != 0)
 		return mr_errf_field(eb, MR_EINVAL, "n_head",
 				     "'n_head' (%d) is not divisible by tp (%d)", c->n_head, tp);
-	if (c->d_model % tp != 0)
-		return mr_errf_field(eb, MR_EINVAL, "d_model",
-				     "'d_model' (%d) is not divisible by tp (%d)", c->d_model, tp);
-	if (c->vocab % tp != 0)
-		return mr_errf_field(eb, MR_EINVAL, "vocab_size",
-				     "'vocab_size' (%d) is not divisible by tp (%d); pad the "
-				     "vocabulary to a multiple of tp", c->vocab, tp);
 	if (par->sp && tp == 1)
 		return mr_errf_field(eb, MR_EINVAL, "sequence_parallel",
 				     "'sequence_parallel' needs tp > 1");

@@ -41,8 +41,10 @@ static void add(struct table *tb, const char *name, int d0, int d1, int d2,
 	int full[3] = { d0, d1, d2 }, shape[3] = { d0, d1, d2 }, k;
 	size_t n = 1;
 
+	/* a split dim not divisible by tp (only the vocabulary can be) is
+	 * padded: every rank holds ceil(d / tp) rows, the last ones zero */
 	if (split >= 0)
-		shape[split] /= tb->tp;
+		shape[split] = (shape[split] + tb->tp - 1) / tb->tp;
 	for (k = 0; k < 3; k++)
 		n *= (size_t)(shape[k] ? shape[k] : 1);
 	if (tb->t && tb->n < tb->cap) {
@@ -125,7 +127,7 @@ size_t mr_gpt_tensor_full_n(const struct mr_gpt_tensor *t)
 void mr_gpt_tensor_slice(const struct mr_gpt_tensor *t, int tp, int tp_rank, float *full,
 			 float *local, int to_full)
 {
-	size_t outer = 1, inner = 1, D, pd, ld, o, q;
+	size_t outer = 1, inner = 1, D, pd, ld, lo, have, o, q;
 	int k, s = t->split_dim;
 
 	if (s < 0 || tp <= 1) {
@@ -140,16 +142,20 @@ void mr_gpt_tensor_slice(const struct mr_gpt_tensor *t, int tp, int tp_rank, flo
 	for (k = s + 1; k < t->ndim; k++)
 		inner *= (size_t)t->full[k];
 	D = (size_t)t->full[s];
-	pd = D / (size_t)t->split_parts; /* one block of the split dim */
-	ld = pd / (size_t)tp;            /* this rank's rows of a block */
+	pd = D / (size_t)t->split_parts;           /* one block of the split dim */
+	ld = (pd + (size_t)tp - 1) / (size_t)tp;   /* this rank's rows of a block */
+	lo = (size_t)tp_rank * ld;                 /* its first row */
+	have = lo >= pd ? 0 : pd - lo < ld ? pd - lo : ld; /* rows that exist */
 	for (o = 0; o < outer; o++)
 		for (q = 0; q < (size_t)t->split_parts; q++) {
-			float *f = full + ((o * D) + q * pd + (size_t)tp_rank * ld) * inner;
-			float *l = local + ((o * (D / (size_t)tp)) + q * ld) * inner;
-			if (to_full)
-				memcpy(f, l, sizeof(float) * ld * inner);
-			else
-				memcpy(l, f, sizeof(float) * ld * inner);
+			float *f = full + ((o * D) + q * pd + lo) * inner;
+			float *l = local + ((o * (size_t)t->shape[s]) + q * ld) * inner;
+			if (to_full) {
+				memcpy(f, l, sizeof(float) * have * inner);
+			} else {
+				memcpy(l, f, sizeof(float) * have * inner);
+				memset(l + have * inner, 0, sizeof(float) * (ld - have) * inner);
+			}
 		}
 }
 

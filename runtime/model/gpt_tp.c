@@ -89,9 +89,28 @@ int mr__gpt_gather_rows(struct mr_gpt *m, float *full, const float *local)
 	return rc;
 }
 
+int mr__gpt_vocab_local_n(const struct mr_gpt *m)
+{
+	return (m->cfg.vocab + m->par.tp - 1) / m->par.tp;
+}
+
+void mr__gpt_mask_vocab_pad(struct mr_gpt *m, float value)
+{
+	int N = m->B * m->T, Vl = mr__gpt_vocab_local_n(m), lo = m->par.tp_rank * Vl;
+	int valid = m->cfg.vocab - lo, i, v;
+
+	if (valid >= Vl)
+		return;
+	if (valid < 0)
+		valid = 0;
+	for (i = 0; i < N; i++)
+		for (v = valid; v < Vl; v++)
+			m->logits[(size_t)i * Vl + v] = value;
+}
+
 void mr__gpt_vocab_local(const struct mr_gpt *m, int *out, const int *tok, int n)
 {
-	int Vl = m->cfg.vocab / m->par.tp, lo = m->par.tp_rank * Vl, i;
+	int Vl = mr__gpt_vocab_local_n(m), lo = m->par.tp_rank * Vl, i;
 
 	for (i = 0; i < n; i++)
 		out[i] = tok[i] >= lo && tok[i] < lo + Vl ? tok[i] - lo : -1;
@@ -99,7 +118,7 @@ void mr__gpt_vocab_local(const struct mr_gpt *m, int *out, const int *tok, int n
 
 int mr__gpt_ce_fwd_vp(struct mr_gpt *m)
 {
-	int N = m->B * m->T, Vl = m->cfg.vocab / m->par.tp, i, rc;
+	int N = m->B * m->T, Vl = mr__gpt_vocab_local_n(m), i, rc;
 	float *mx = m->sp_tmp, *sum = mx + N, *tl = sum + N;
 
 	mr_crossentropy_rowmax(m->pool, mx, m->logits, N, Vl);

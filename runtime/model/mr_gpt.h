@@ -185,7 +185,8 @@ struct mr_gpt {
 int mr_gpt_create(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, int T,
 		  struct mr_pool *pool, struct mr_errbuf *eb);
 /* As mr_gpt_create, placed by par (may be NULL). Checks that tp divides
- * the heads, d_model and the vocabulary and that sp has T divisible by tp;
+ * the heads (and so d_model) and that sp has T divisible by tp (a
+ * vocabulary tp does not divide is padded to ceil(V/tp) rows per rank);
  * the message names the field. */
 int mr_gpt_create_par(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, int T,
 		      struct mr_pool *pool, const struct mr_gpt_par *par,
