@@ -46,6 +46,7 @@ struct job {
 	int nodes, nproc, tp;
 	int zero, hsdp, sp, moe;
 	int accum;
+	const char *extra; /* more workload config keys, for both runs */
 };
 
 static const char *model_json(int moe)
@@ -133,7 +134,7 @@ static void load_weights(const char *tag, struct mr_gpt *m)
 
 static void check(const struct job *j)
 {
-	struct job ref = { 1, 1, 1, 0, 0, 0, j->moe, 0 };
+	struct job ref = { 1, 1, 1, 0, 0, 0, j->moe, 0, NULL };
 	int dp = j->nodes * j->nproc / j->tp, s, i;
 	double lp[STEPS], lr[STEPS];
 	struct mr_gpt a, b;
@@ -141,8 +142,9 @@ static void check(const struct job *j)
 
 	scratch();
 	ref.accum = dp * j->accum;
-	cr_assert_eq(run_job(&ref, "ref", NULL), 0, "reference run failed:\n%s", tail_of("ref"));
-	cr_assert_eq(run_job(j, "par", NULL), 0, "parallel run failed:\n%s", tail_of("par"));
+	cr_assert_eq(run_job(&ref, "ref", j->extra), 0, "reference run failed:\n%s",
+		     tail_of("ref"));
+	cr_assert_eq(run_job(j, "par", j->extra), 0, "parallel run failed:\n%s", tail_of("par"));
 	read_losses("ref", lr);
 	read_losses("par", lp);
 	for (s = 0; s < STEPS; s++)
@@ -165,7 +167,7 @@ static void check(const struct job *j)
  * nodes x nproc-per-node agents' ranks, tp, zero stage, hsdp shard, sp. */
 static void parity(int nodes, int nproc, int tp, int zero, int hsdp, int sp, int moe)
 {
-	struct job j = { nodes, nproc, tp, zero, hsdp, sp, moe, 1 };
+	struct job j = { nodes, nproc, tp, zero, hsdp, sp, moe, 1, NULL };
 
 	check(&j);
 }
@@ -197,9 +199,17 @@ Test(parity, tp2_sp_moe) { parity(1, 2, 2, 0, 0, 1, 1); }
 Test(parity, tp2_dp2_zero3_sp_dense) { parity(2, 2, 2, 3, 0, 1, 0); }
 Test(parity, tp2_dp2_zero3_sp_moe) { parity(2, 2, 2, 3, 0, 1, 1); }
 
+/* a vocabulary tp does not divide: padded on the tp ranks, exact */
+Test(parity, tp2_dp2_padded_vocab)
+{
+	struct job j = { 2, 2, 2, 1, 0, 1, 0, 1, ", \"vocab_size\": 63" };
+
+	check(&j);
+}
+
 Test(parity, dp2_with_accumulation)
 {
-	struct job j = { 1, 2, 1, 0, 0, 0, 0, 2 };
+	struct job j = { 1, 2, 1, 0, 0, 0, 0, 2, NULL };
 
 	check(&j);
 }
@@ -229,21 +239,21 @@ static void expect_rejected(const struct job *j, const char *extra, const char *
 
 Test(parity, tp_not_dividing_heads_is_rejected)
 {
-	struct job j = { 1, 3, 3, 0, 0, 0, 0, 1 };
+	struct job j = { 1, 3, 3, 0, 0, 0, 0, 1, NULL };
 
 	expect_rejected(&j, NULL, "n_head");
 }
 
 Test(parity, unknown_zero_stage_is_rejected)
 {
-	struct job j = { 1, 2, 1, 4, 0, 0, 0, 1 };
+	struct job j = { 1, 2, 1, 4, 0, 0, 0, 1, NULL };
 
 	expect_rejected(&j, NULL, "zero");
 }
 
 Test(parity, hsdp_shard_not_dividing_dp_is_rejected)
 {
-	struct job j = { 1, 2, 1, 3, 3, 0, 0, 1 };
+	struct job j = { 1, 2, 1, 3, 3, 0, 0, 1, NULL };
 
 	expect_rejected(&j, NULL, "hsdp_shard");
 }
