@@ -4,9 +4,12 @@
  * Two clients: one for the supervisor's calls, one owned by the heartbeat
  * thread, so a long-poll never delays a beat.
  *
+ * This file: the calls of the supervisor (join, wait, leave, fail,
+ * complete, KV); rdzv_hb.c is the heartbeat thread.
+ *
  * Non-goals: deciding what to do with an answer (supervisor.c).
  */
-#include "rdzv.h"
+#include "rdzv_int.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -19,36 +22,7 @@
 #include "mr_json.h"
 #include "mr_log.h"
 
-#define PATH_MAX_LEN 1024
-#define HB_TIMEOUT_MS 2000
-#define WATCH_KEY "meshrun/watch" /* never written: a parked GET is a job watch */
 
-struct mr_rdzv {
-	struct mr_httpc c;   /* supervisor thread */
-	struct mr_httpc hbc; /* heartbeat thread */
-	char base[PATH_MAX_LEN]; /* "/v1/jobs/ns/name" */
-	char node_q[768];        /* node_id percent-encoded */
-	char *node_id, *host, *host_id;
-	int pod_index, agent_port;
-	json_t *spec;
-	long call_timeout_ms;
-	/* heartbeat thread */
-	pthread_t hb;
-	int hb_on;
-	int hb_gen, hb_interval;
-	pthread_mutex_t hb_lock;
-	pthread_cond_t hb_cond;
-	int hb_quit;
-	atomic_int hb_stale;
-	atomic_int stale_restarts; /* the job's restarts in the last 409; -1 unknown */
-	atomic_int hb_failures;
-	mr_rdzv_latency_fn on_latency;
-	void *user;
-	/* the job is over (any thread may learn it first) */
-	atomic_int ended; /* enum mr_rdzv_end */
-	pthread_mutex_t end_lock;
-	char end_reason[1024];
-};
 
 static void encode(const char *in, char *out, size_t cap)
 {
@@ -193,7 +167,7 @@ int mr_rdzv_ended(struct mr_rdzv *r, char *reason, size_t cap)
 
 /* Maps a non-2xx answer to an MR_E* code; 409 fills *gen_out; 410 records
  * the end of the job. */
-static int map_status(struct mr_rdzv *r, long status, const char *body, size_t len,
+int mr__rdzv_map_status(struct mr_rdzv *r, long status, const char *body, size_t len,
 		      int *gen_out, struct mr_errbuf *eb)
 {
 	json_t *j = body && len ? json_loadb(body, len, 0, NULL) : NULL;
@@ -277,7 +251,7 @@ static int call_json(struct mr_rdzv *r, struct mr_httpc *c, const char *method,
 							     "JSON");
 		}
 	} else {
-		err = map_status(r, resp.status, resp.body, resp.len, gen_out, eb);
+		err = mr__rdzv_map_status(r, resp.status, resp.body, resp.len, gen_out, eb);
 	}
 	mr_http_resp_release(&resp);
 	return err;
@@ -361,7 +335,7 @@ int mr_rdzv_wait(struct mr_rdzv *r, int gen, long timeout_ms, struct mr_rdzv_rou
 	return err;
 }
 
-static int member_call(struct mr_rdzv *r, struct mr_httpc *c, const char *what, int gen,
+int mr__rdzv_member_call(struct mr_rdzv *r, struct mr_httpc *c, const char *what, int gen,
 		       const char *reason, int retries, int *gen_out, struct mr_errbuf *eb)
 {
 	char path[PATH_MAX_LEN + 32];
@@ -386,27 +360,27 @@ static int member_call(struct mr_rdzv *r, struct mr_httpc *c, const char *what, 
 
 int mr_rdzv_heartbeat(struct mr_rdzv *r, int gen, int *gen_out, struct mr_errbuf *eb)
 {
-	return member_call(r, &r->c, "heartbeat", gen, NULL, -1, gen_out, eb);
+	return mr__rdzv_member_call(r, &r->c, "heartbeat", gen, NULL, -1, gen_out, eb);
 }
 
 int mr_rdzv_leave(struct mr_rdzv *r, int gen, const char *reason, struct mr_errbuf *eb)
 {
-	return member_call(r, &r->c, "leave", gen, reason, 1, NULL, eb);
+	return mr__rdzv_member_call(r, &r->c, "leave", gen, reason, 1, NULL, eb);
 }
 
 int mr_rdzv_fail(struct mr_rdzv *r, int gen, const char *reason, struct mr_errbuf *eb)
 {
-	return member_call(r, &r->c, "fail", gen, reason, 1, NULL, eb);
+	return mr__rdzv_member_call(r, &r->c, "fail", gen, reason, 1, NULL, eb);
 }
 
 int mr_rdzv_fail_job(struct mr_rdzv *r, const char *reason, struct mr_errbuf *eb)
 {
-	return member_call(r, &r->c, "fail/permanent", -1, reason, 1, NULL, eb);
+	return mr__rdzv_member_call(r, &r->c, "fail/permanent", -1, reason, 1, NULL, eb);
 }
 
 int mr_rdzv_complete(struct mr_rdzv *r, int gen, struct mr_errbuf *eb)
 {
-	return member_call(r, &r->c, "complete", gen, NULL, 1, NULL, eb);
+	return mr__rdzv_member_call(r, &r->c, "complete", gen, NULL, 1, NULL, eb);
 }
 
 int mr_rdzv_kv_put(struct mr_rdzv *r, int gen, const char *key, const void *val, size_t len,
@@ -424,7 +398,7 @@ int mr_rdzv_kv_put(struct mr_rdzv *r, int gen, const char *key, const void *val,
 	if (err)
 		return err;
 	if (resp.status != 200)
-		err = map_status(r, resp.status, resp.body, resp.len, NULL, eb);
+		err = mr__rdzv_map_status(r, resp.status, resp.body, resp.len, NULL, eb);
 	mr_http_resp_release(&resp);
 	return err;
 }
@@ -450,7 +424,7 @@ int mr_rdzv_kv_get(struct mr_rdzv *r, int gen, const char *key, void *buf, size_
 		*len = resp.len;
 		memcpy(buf, resp.body, resp.len < cap ? resp.len : cap);
 	} else {
-		err = map_status(r, resp.status, resp.body, resp.len, NULL, eb);
+		err = mr__rdzv_map_status(r, resp.status, resp.body, resp.len, NULL, eb);
 	}
 	mr_http_resp_release(&resp);
 	return err;
@@ -479,157 +453,4 @@ int mr_rdzv_kv_add(struct mr_rdzv *r, int gen, const char *key, long long delta,
 		err = mr_errf(eb, MR_EPROTO, "add reply without 'value'");
 	json_decref(reply);
 	return err;
-}
-
-/* ---- heartbeat thread ---------------------------------------------------- */
-
-static double mono_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-/* Parks a GET of a key nobody writes for up to ms: the controller answers
- * it at once when the generation ends (409) or the job is over (410), so
- * the agent learns of both without waiting for the next beat. 0 when the
- * wait ran out, else the error (MR_ESTALE with *newgen set). */
-static int hb_watch(struct mr_rdzv *r, long ms, int *newgen)
-{
-	char path[PATH_MAX_LEN + 128];
-	struct mr_httpc_req rq = {.method = "GET", .path = path,
-				  .timeout_ms = ms + r->call_timeout_ms, .max_retries = 0};
-	struct mr_http_resp resp = {0};
-	struct mr_errbuf eb = {0};
-	int err;
-
-	snprintf(path, sizeof(path), "%s/kv/" WATCH_KEY "?generation=%d&wait_ms=%ld", r->base,
-		 r->hb_gen, ms);
-	err = mr_httpc_request(&r->hbc, &rq, &resp, &eb);
-	if (err)
-		return err;
-	if (resp.status != 200)
-		err = map_status(r, resp.status, resp.body, resp.len, newgen, &eb);
-	mr_http_resp_release(&resp);
-	return err == MR_ETIMEDOUT ? 0 : err;
-}
-
-/* Sleeps until the next beat is due (or hb_stop); 1 = quit. */
-static int hb_sleep(struct mr_rdzv *r, double due)
-{
-	double left = due - mono_s();
-	struct timespec until;
-	int quit;
-
-	pthread_mutex_lock(&r->hb_lock);
-	clock_gettime(CLOCK_REALTIME, &until);
-	if (left > 0) {
-		long long ns = (long long)(left * 1e9);
-
-		until.tv_sec += (time_t)(ns / 1000000000LL);
-		until.tv_nsec += (long)(ns % 1000000000LL);
-		if (until.tv_nsec >= 1000000000L) {
-			until.tv_sec++;
-			until.tv_nsec -= 1000000000L;
-		}
-		while (!r->hb_quit &&
-		       pthread_cond_timedwait(&r->hb_cond, &r->hb_lock, &until) == 0)
-			;
-	}
-	quit = r->hb_quit;
-	pthread_mutex_unlock(&r->hb_lock);
-	return quit;
-}
-
-static void *hb_main(void *arg)
-{
-	struct mr_rdzv *r = arg;
-
-	for (;;) {
-		struct mr_errbuf eb = {0};
-		double t0 = mono_s(), due = t0 + r->hb_interval / 1000.0;
-		int newgen = 0, err;
-
-		err = member_call(r, &r->hbc, "heartbeat", r->hb_gen, NULL, 0, &newgen, &eb);
-		if (err == 0 || err == MR_ESTALE) {
-			if (r->on_latency)
-				r->on_latency(r->user, mono_s() - t0);
-		}
-		if (err == 0) { /* watch until the next beat is due */
-			long ms = (long)((due - mono_s()) * 1000);
-
-			if (ms > 0)
-				err = hb_watch(r, ms, &newgen);
-			if (err != MR_ESTALE && err != MR_ECLOSED)
-				err = 0; /* a blip or a stop: plain sleep below */
-		}
-		if (err == MR_ESTALE) {
-			atomic_store(&r->hb_stale, newgen > r->hb_gen ? newgen : r->hb_gen + 1);
-			mr_log_info("generation_changed", "gen=%d new_gen=%d", r->hb_gen, newgen);
-			break;
-		}
-		if (err == MR_ECLOSED) {
-			char why[256];
-			int end = mr_rdzv_ended(r, why, sizeof(why));
-
-			mr_log_info("job_over", "gen=%d end=%d reason=%s", r->hb_gen, end,
-				    mr_log_q(why));
-			break;
-		}
-		if (err && err != MR_EABORTED) {
-			atomic_fetch_add(&r->hb_failures, 1);
-			mr_log_warn("heartbeat_failed", "gen=%d err=%s msg=%s", r->hb_gen,
-				    mr_err_name(err), mr_log_q(eb.msg));
-		}
-		if (hb_sleep(r, due))
-			break;
-	}
-	return NULL;
-}
-
-int mr_rdzv_hb_start(struct mr_rdzv *r, int gen, int interval_ms, mr_rdzv_latency_fn on_latency,
-		     void *user)
-{
-	mr_rdzv_hb_stop(r);
-	mr_httpc_clear_abort(&r->hbc);
-	r->hb_gen = gen;
-	r->hb_interval = interval_ms > 0 ? interval_ms : 1000;
-	r->hb_quit = 0;
-	r->on_latency = on_latency;
-	r->user = user;
-	atomic_store(&r->hb_stale, 0);
-	atomic_store(&r->stale_restarts, -1);
-	if (pthread_create(&r->hb, NULL, hb_main, r) != 0)
-		return MR_ESYS;
-	r->hb_on = 1;
-	return 0;
-}
-
-void mr_rdzv_hb_stop(struct mr_rdzv *r)
-{
-	if (!r->hb_on)
-		return;
-	pthread_mutex_lock(&r->hb_lock);
-	r->hb_quit = 1;
-	pthread_cond_signal(&r->hb_cond);
-	pthread_mutex_unlock(&r->hb_lock);
-	mr_httpc_abort(&r->hbc);
-	pthread_join(r->hb, NULL);
-	r->hb_on = 0;
-}
-
-int mr_rdzv_hb_stale(struct mr_rdzv *r)
-{
-	return atomic_load(&r->hb_stale);
-}
-
-int mr_rdzv_stale_restarts(struct mr_rdzv *r)
-{
-	return atomic_load(&r->stale_restarts);
-}
-
-int mr_rdzv_hb_failures(struct mr_rdzv *r)
-{
-	return atomic_load(&r->hb_failures);
 }

@@ -1,0 +1,55 @@
+/*
+ * rdzv_int.h - the rendezvous client's state, shared by rdzv.c (the
+ * supervisor's calls) and rdzv_hb.c (the heartbeat thread); see rdzv.h.
+ */
+#ifndef MR_RDZV_INT_H
+#define MR_RDZV_INT_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "mr_httpc.h"
+#include "rdzv.h"
+
+#define PATH_MAX_LEN 1024
+#define HB_TIMEOUT_MS 2000
+#define WATCH_KEY "meshrun/watch" /* never written: a parked GET is a job watch */
+
+struct mr_rdzv {
+	struct mr_httpc c;   /* supervisor thread */
+	struct mr_httpc hbc; /* heartbeat thread */
+	char base[PATH_MAX_LEN]; /* "/v1/jobs/ns/name" */
+	char node_q[768];        /* node_id percent-encoded */
+	char *node_id, *host, *host_id;
+	int pod_index, agent_port;
+	json_t *spec;
+	long call_timeout_ms;
+	/* heartbeat thread */
+	pthread_t hb;
+	int hb_on;
+	int hb_gen, hb_interval;
+	pthread_mutex_t hb_lock;
+	pthread_cond_t hb_cond;
+	int hb_quit;
+	atomic_int hb_stale;
+	atomic_int stale_restarts; /* the job's restarts in the last 409; -1 unknown */
+	atomic_int hb_failures;
+	mr_rdzv_latency_fn on_latency;
+	void *user;
+	/* the job is over (any thread may learn it first) */
+	atomic_int ended; /* enum mr_rdzv_end */
+	pthread_mutex_t end_lock;
+	char end_reason[1024];
+};
+
+/* Maps a non-2xx answer to an MR_E* code; 409 fills *gen_out (and the
+ * job's restart count); 410 records the end of the job. */
+int mr__rdzv_map_status(struct mr_rdzv *r, long status, const char *body, size_t len,
+			int *gen_out, struct mr_errbuf *eb);
+/* POST .../members/<node>/<what> for generation gen (reason may be NULL)
+ * on client c, with retries; 0 or an MR_E* code. */
+int mr__rdzv_member_call(struct mr_rdzv *r, struct mr_httpc *c, const char *what, int gen,
+			 const char *reason, int retries, int *gen_out, struct mr_errbuf *eb);
+
+#endif
