@@ -25,6 +25,7 @@
 #include <netinet/tcp.h>
 #include <arpa/inet.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,8 @@
 
 #define HELLO_MAGIC 0x6d72636du
 #define DEFAULT_RING ((size_t)1 << 20)
+#define TRY_MAX (64 << 10)  /* host_start: p2p tried inline up to this size */
+#define WAIT_YIELDS 200    /* host_wait: yields before sleeping on the condition */
 
 struct hello {
 	uint32_t magic;
@@ -196,6 +199,7 @@ static void host_free(struct mr_comm *c)
 		pthread_mutex_lock(&h->mu);
 		h->stop = 1;
 		pthread_cond_broadcast(&h->cv);
+		pthread_cond_broadcast(&h->done_cv);
 		pthread_mutex_unlock(&h->mu);
 		pthread_join(h->thr, NULL);
 	}
@@ -218,6 +222,7 @@ static void host_free(struct mr_comm *c)
 	}
 	pthread_mutex_destroy(&h->mu);
 	pthread_cond_destroy(&h->cv);
+	pthread_cond_destroy(&h->done_cv);
 	free(h->ch);
 	free(h->maps);
 	free(h->scratch);
@@ -258,6 +263,7 @@ static int host_create(struct mr__hcomm **out, const struct mr_comm *tmpl, const
 		      (size_t)n * (sizeof(struct mr__ring) + h->ring_cap);
 	pthread_mutex_init(&h->mu, NULL);
 	pthread_cond_init(&h->cv, NULL);
+	pthread_cond_init(&h->done_cv, NULL);
 	h->ch = calloc((size_t)n, sizeof(*h->ch));
 	h->maps = calloc((size_t)n, sizeof(*h->maps));
 	if (!h->ch || !h->maps) {
@@ -292,6 +298,7 @@ static int host_create(struct mr__hcomm **out, const struct mr_comm *tmpl, const
 			h->inbox = h->maps[me];
 		}
 	}
+	mr__cma_publish(h);
 	snprintf(val, sizeof(val), "%s %d %s %s", tmpl->addr, port, tmpl->host_id,
 		 h->shm_name[0] ? h->shm_name : "-");
 	snprintf(key, sizeof(key), "comm/%s/addr/%d", id, me);
@@ -335,6 +342,7 @@ static int host_create(struct mr__hcomm **out, const struct mr_comm *tmpl, const
 			h->ch[p].rx = inbox_ring(h, h->maps[me], p);
 			h->ch[p].peer_inbox = h->maps[p];
 			h->has_shm = 1;
+			mr__cma_probe(h, p);
 		} else {
 			h->has_tcp = 1;
 		}
@@ -538,7 +546,8 @@ static int take_p2p(struct mr__hcomm *h, struct mr__xfer **xs, int nx, int *cap)
 						 .tag = op->tag,
 						 .buf = op->kind == MR__OP_SEND ? (char *)op->sbuf
 										: op->rbuf,
-						 .len = op->count * esz, .red_dtype = -1, .user = r };
+						 .len = op->count * esz, .pos = r->pos0,
+						 .red_dtype = -1, .user = r };
 	}
 	pthread_mutex_unlock(&h->mu);
 	return nx;
@@ -557,7 +566,7 @@ static int p2p_refill(struct mr__hcomm *h, struct mr__xfer **xs, int nx, int *ca
 			/* the waiter may free r at once: forget it here */
 			(*xs)[i].user = NULL;
 			finish(h, r, 0);
-			pthread_cond_broadcast(&h->cv);
+			pthread_cond_broadcast(&h->done_cv);
 		}
 	}
 	pthread_mutex_unlock(&h->mu);
@@ -582,7 +591,7 @@ static void run_p2p(struct mr__hcomm *h)
 		if (r)
 			finish(h, r, xs[i].done ? 0 : rc);
 	}
-	pthread_cond_broadcast(&h->cv);
+	pthread_cond_broadcast(&h->done_cv);
 	pthread_mutex_unlock(&h->mu);
 	free(xs);
 }
@@ -618,7 +627,11 @@ static void exec_head(struct mr__hcomm *h)
 		finish(h, r, rc);
 	}
 	h->busy = 0;
-	pthread_cond_broadcast(&h->cv);
+	/* free unless a thread sleeps on it: the idle progress thread is
+	 * woken only for queued work (a context switch per call) */
+	pthread_cond_broadcast(&h->done_cv);
+	if (h->qhead)
+		pthread_cond_broadcast(&h->cv);
 }
 
 static void *progress_main(void *arg)
@@ -637,6 +650,43 @@ static void *progress_main(void *arg)
 	return NULL;
 }
 
+/*
+ * A small send or receive tried once by the issuing thread (mu held, queue
+ * empty, nothing executing): a send that fits the ring or socket buffer
+ * and a receive whose message is already here complete without waking the
+ * progress thread (small-message latency). 1 = done (mu released).
+ */
+static int try_now(struct mr__hcomm *h, struct mr__hreq *r)
+{
+	const struct mr__comm_op *op = r->op;
+	struct mr__xfer x = { .peer = op->peer, .send = op->kind == MR__OP_SEND, .tag = op->tag,
+			      .buf = op->kind == MR__OP_SEND ? (char *)op->sbuf : op->rbuf,
+			      .len = op->count * mr_comm_dtype_size(op->dtype),
+			      .red_dtype = -1 };
+	int done;
+
+	h->busy = 1;
+	pthread_mutex_unlock(&h->mu);
+	/* an error is left to the queued run, which reports it */
+	done = mr__hx_try(h, &x) == 1;
+	pthread_mutex_lock(&h->mu);
+	h->busy = 0;
+	if (!done) {
+		r->pos0 = x.send ? x.pos : 0;
+		return 0;
+	}
+	mr__op_free(r->op);
+	r->op = NULL;
+	r->done = 1;
+	/* work queued meanwhile waited for !busy */
+	if (h->qhead) {
+		pthread_cond_broadcast(&h->cv);
+		pthread_cond_broadcast(&h->done_cv);
+	}
+	pthread_mutex_unlock(&h->mu);
+	return 1;
+}
+
 static int host_start(struct mr_comm *c, struct mr__comm_op *op, struct mr_comm_req **req)
 {
 	struct mr__hcomm *h = (struct mr__hcomm *)c;
@@ -648,16 +698,35 @@ static int host_start(struct mr_comm *c, struct mr__comm_op *op, struct mr_comm_
 	}
 	r->base.comm = c;
 	r->op = op;
+	*req = &r->base;
 	pthread_mutex_lock(&h->mu);
-	if (h->qtail)
-		h->qtail->next = r;
-	else
+	if (is_p2p(r) && !h->qhead && !h->busy && !h->stop && !h->broken &&
+	    !atomic_load(&h->aborted) && op->count * mr_comm_dtype_size(op->dtype) <= TRY_MAX) {
+		if (try_now(h, r))
+			return 0;
+		/* still first in issue order: nothing ran meanwhile */
+		r->next = h->qhead;
 		h->qhead = r;
-	h->qtail = r;
+		if (!h->qtail)
+			h->qtail = r;
+		if (op->kind == MR__OP_RECV) {
+			/* a small receive waits where it is (its sender is not
+			 * held up) for the thread that waits on it: running it in
+			 * the progress thread costs two wake-ups (latency);
+			 * host_test and any later operation start it */
+			pthread_mutex_unlock(&h->mu);
+			return 0;
+		}
+	} else {
+		if (h->qtail)
+			h->qtail->next = r;
+		else
+			h->qhead = r;
+		h->qtail = r;
+	}
 	pthread_cond_broadcast(&h->cv);
 	pthread_mutex_unlock(&h->mu);
 	mr__wake_self(h);
-	*req = &r->base;
 	return 0;
 }
 
@@ -690,8 +759,10 @@ static int host_run_now(struct mr_comm *c, struct mr__comm_op *op)
 	/* only queued work waits for !busy (the progress thread, host_wait
 	 * helpers): waking the idle progress thread after every blocking
 	 * collective costs a context switch per call (small-message latency) */
-	if (h->qhead)
+	if (h->qhead) {
 		pthread_cond_broadcast(&h->cv);
+		pthread_cond_broadcast(&h->done_cv);
+	}
 	pthread_mutex_unlock(&h->mu);
 	return rc;
 }
@@ -703,6 +774,8 @@ static int host_test(struct mr_comm_req *req, int *done)
 
 	pthread_mutex_lock(&h->mu);
 	*done = r->done;
+	if (!r->done && h->qhead && !h->busy)
+		pthread_cond_broadcast(&h->cv); /* a small receive left for its waiter */
 	pthread_mutex_unlock(&h->mu);
 	return *done ? r->rc : 0;
 }
@@ -711,16 +784,24 @@ static int host_wait(struct mr_comm_req *req)
 {
 	struct mr__hcomm *h = (struct mr__hcomm *)req->comm;
 	struct mr__hreq *r = (struct mr__hreq *)req;
-	int rc;
+	int rc, spins = 0;
 
 	atomic_fetch_add(&h->waiters, 1);
 	pthread_mutex_lock(&h->mu);
 	while (!r->done) {
 		/* help instead of sleeping: run queued work (in order) ourselves */
-		if (h->qhead && !h->busy && !h->stop)
+		if (h->qhead && !h->busy && !h->stop) {
 			exec_head(h);
-		else
-			pthread_cond_wait(&h->cv, &h->mu);
+		} else if (spins++ < WAIT_YIELDS) {
+			/* the progress thread runs it: a wake-up from the condition
+			 * variable costs more than a small message (latency), and
+			 * yielding lets it run when both share a core */
+			pthread_mutex_unlock(&h->mu);
+			sched_yield();
+			pthread_mutex_lock(&h->mu);
+		} else {
+			pthread_cond_wait(&h->done_cv, &h->mu);
+		}
 	}
 	rc = r->rc;
 	pthread_mutex_unlock(&h->mu);
@@ -742,6 +823,7 @@ static void host_abort(struct mr_comm *c)
 	mr__wake_self(h);
 	pthread_mutex_lock(&h->mu);
 	pthread_cond_broadcast(&h->cv);
+	pthread_cond_broadcast(&h->done_cv);
 	pthread_mutex_unlock(&h->mu);
 }
 

@@ -14,6 +14,7 @@
  *   allgather(v)    ring (n-1 steps), received blocks land in place.
  *   alltoall(v)     pairwise exchange: step s sends to me+s and receives
  *                   from me-s, both at once.
+ *   (both copy their own block in pieces while the first step waits)
  *   broadcast       B <= 256 KiB or n <= 2: binomial tree; larger: scatter
  *                   from the root + ring all-gather (~2B per rank).
  *   barrier         dissemination, ceil(log2 n) rounds of empty messages.
@@ -25,6 +26,7 @@
  *
  * Non-goals: topology awareness (hierarchical shm+TCP algorithms).
  */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,20 +74,64 @@ static int ring_rs(struct mr__hcomm *h, char *work, const char *src, const size_
 	return 0;
 }
 
-/* Ring all-gather: rank me owns block me, everyone ends with all blocks. */
+/* A send and a receive (either may be absent: peer < 0) and, with lsrc, a
+ * copy lsrc -> ldst of llen bytes done in pieces while they wait. */
+static int xchg_local(struct mr__hcomm *h, int to, const char *sb, size_t sl, int from, char *rb,
+		      size_t rl, char *ldst, const char *lsrc, size_t llen)
+{
+	struct mr__xfer x[3], *xs = x;
+	int nx = 0, cap = 3;
+
+	if (!lsrc || !llen)
+		return mr__hx_sendrecv(h, to, sb, sl, from, rb, rl, -1, 0);
+	if (to >= 0)
+		x[nx++] = (struct mr__xfer){ .peer = to, .send = 1, .tag = MR__TAG_COLL,
+					     .buf = (char *)sb, .len = sl, .red_dtype = -1 };
+	if (from >= 0)
+		x[nx++] = (struct mr__xfer){ .peer = from, .send = 0, .tag = MR__TAG_COLL,
+					     .buf = rb, .len = rl, .red_dtype = -1 };
+	x[nx++] = (struct mr__xfer){ .peer = h->me, .send = 1, .local = 1, .tag = MR__TAG_COLL,
+				     .buf = ldst, .len = llen, .red_src = lsrc, .red_dtype = -1 };
+	return mr__hx_run(h, &xs, &nx, &cap, NULL);
+}
+
+/* Ring all-gather: rank me owns block me, everyone ends with all blocks.
+ * With own, block me is still at own (not yet in buf): the first step
+ * sends it from there and copies it into buf meanwhile. */
 static int ring_ag(struct mr__hcomm *h, char *buf, const size_t *cnt, const size_t *off,
-		   size_t esz)
+		   size_t esz, const char *own)
 {
 	int n = h->n, me = h->me, right = mod(me + 1, n), left = mod(me - 1, n);
 
 	for (int s = 0; s < n - 1; s++) {
 		int si = mod(me - s, n), ri = mod(me - s - 1, n);
-		int rc = mr__hx_sendrecv(h, right, buf + off[si] * esz, cnt[si] * esz, left,
-					 buf + off[ri] * esz, cnt[ri] * esz, -1, 0);
+		const char *sb = s == 0 && own ? own : buf + off[si] * esz;
+		int rc = xchg_local(h, right, sb, cnt[si] * esz, left, buf + off[ri] * esz,
+				    cnt[ri] * esz, buf + off[me] * esz, s == 0 ? own : NULL,
+				    cnt[me] * esz);
 		if (rc < 0)
 			return rc;
 	}
 	return 0;
+}
+
+/* Whether [a, a+al) and [b, b+bl) share a byte. */
+static int overlaps(const void *a, size_t al, const void *b, size_t bl)
+{
+	uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+
+	return x < y + bl && y < x + al;
+}
+
+/* Bytes from base to the end of the last block of counts/displs. */
+static size_t extent(const size_t *cnt, const size_t *displ, int n, size_t esz)
+{
+	size_t e = 0;
+
+	for (int i = 0; i < n; i++)
+		if (cnt[i] && (displ[i] + cnt[i]) * esz > e)
+			e = (displ[i] + cnt[i]) * esz;
+	return e;
 }
 
 static int real_rank(int nr, int rem)
@@ -148,7 +194,7 @@ static int ring_allreduce(struct mr__hcomm *h, char *work, const char *src, size
 	}
 	rc = ring_rs(h, work, src, cnt, off, dt, redop);
 	if (rc == 0)
-		rc = ring_ag(h, work, cnt, off, mr_comm_dtype_size(dt));
+		rc = ring_ag(h, work, cnt, off, mr_comm_dtype_size(dt), NULL);
 	free(cnt);
 	return rc;
 }
@@ -261,28 +307,40 @@ static int reduce_scatter(struct mr__hcomm *h, const struct mr__comm_op *op)
 
 static int allgatherv(struct mr__hcomm *h, const struct mr__comm_op *op)
 {
-	size_t esz = mr_comm_dtype_size(op->dtype);
+	size_t esz = mr_comm_dtype_size(op->dtype), mine = op->rcounts[h->me] * esz;
 	char *dst = (char *)op->rbuf + op->rdispls[h->me] * esz;
 
-	if (op->sbuf != dst && op->rcounts[h->me])
-		memmove(dst, op->sbuf, op->rcounts[h->me] * esz);
-	return ring_ag(h, op->rbuf, op->rcounts, op->rdispls, esz);
+	if (op->sbuf == dst || !mine)
+		return ring_ag(h, op->rbuf, op->rcounts, op->rdispls, esz, NULL);
+	/* the own block's copy runs while the first step waits for peers,
+	 * unless the buffers overlap (then it must come first) */
+	if (h->n > 1 && !overlaps(op->sbuf, mine, op->rbuf,
+				  extent(op->rcounts, op->rdispls, h->n, esz)))
+		return ring_ag(h, op->rbuf, op->rcounts, op->rdispls, esz, op->sbuf);
+	memmove(dst, op->sbuf, mine);
+	return ring_ag(h, op->rbuf, op->rcounts, op->rdispls, esz, NULL);
 }
 
 static int alltoallv(struct mr__hcomm *h, const struct mr__comm_op *op)
 {
-	size_t esz = mr_comm_dtype_size(op->dtype);
+	size_t esz = mr_comm_dtype_size(op->dtype), mine = op->rcounts[h->me] * esz;
 	int n = h->n, me = h->me;
+	char *dst = (char *)op->rbuf + op->rdispls[me] * esz;
+	const char *own = (const char *)op->sbuf + op->sdispls[me] * esz;
 
-	if (op->rcounts[me])
-		memmove((char *)op->rbuf + op->rdispls[me] * esz,
-			(const char *)op->sbuf + op->sdispls[me] * esz, op->rcounts[me] * esz);
+	/* the own block's copy runs while the first exchange waits for its
+	 * peers, unless the buffers overlap (then it must come first) */
+	if (mine && (n == 1 || overlaps(op->sbuf, extent(op->scounts, op->sdispls, n, esz),
+					op->rbuf, extent(op->rcounts, op->rdispls, n, esz)))) {
+		memmove(dst, own, mine);
+		mine = 0;
+	}
 	for (int s = 1; s < n; s++) {
 		int to = mod(me + s, n), from = mod(me - s, n);
-		int rc = mr__hx_sendrecv(h, to, (const char *)op->sbuf + op->sdispls[to] * esz,
-					 op->scounts[to] * esz, from,
-					 (char *)op->rbuf + op->rdispls[from] * esz,
-					 op->rcounts[from] * esz, -1, 0);
+		int rc = xchg_local(h, to, (const char *)op->sbuf + op->sdispls[to] * esz,
+				    op->scounts[to] * esz, from,
+				    (char *)op->rbuf + op->rdispls[from] * esz,
+				    op->rcounts[from] * esz, dst, s == 1 ? own : NULL, mine);
 		if (rc < 0)
 			return rc;
 	}
@@ -344,7 +402,7 @@ static int bcast_scatter_ag(struct mr__hcomm *h, char *buf, size_t count, size_t
 	}
 	rc = mr__hx_run(h, &xs, &nx, &cap, NULL);
 	if (rc == 0)
-		rc = ring_ag(h, buf, cnt, cnt + n, esz);
+		rc = ring_ag(h, buf, cnt, cnt + n, esz, NULL);
 	free(cnt);
 	free(xs);
 	return rc;

@@ -10,7 +10,10 @@
  * (shared memory only) or in poll() (TCP involved) for at most a few
  * milliseconds, checking abort, the deadline and peer liveness each time.
  *
- * Non-goals: zero-copy; wildcard receives.
+ * Large messages between shared-memory peers go by single copy instead
+ * (host_cma.c): the ring carries only a descriptor.
+ *
+ * Non-goals: wildcard receives.
  */
 #include <errno.h>
 #include <limits.h>
@@ -50,6 +53,7 @@ static int spin_hot(void)
 	return x;
 }
 #define MAX_STASH ((size_t)1 << 32)
+#define LOCAL_PIECE ((size_t)256 << 10)
 
 static inline void cpu_relax(void)
 {
@@ -247,12 +251,128 @@ static long read_reduce(struct mr__hcomm *h, struct mr__chan *ch, struct mr__xfe
 	return got;
 }
 
+/* Reduces straight out of an shm ring (no bounce copy): whole elements up
+ * to the ring's wrap point, 64 KiB at a time so the writer refills early.
+ * 0 when nothing fits (no data, an element straddles the wrap, or the
+ * data is misaligned): the bounce buffer takes it then. */
+static long reduce_ring(struct mr__hcomm *h, struct mr__chan *ch, struct mr__xfer *x)
+{
+	struct mr__ring *r = ch->rx;
+	size_t esz = mr_comm_dtype_size(x->red_dtype);
+	uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
+	uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
+	size_t off = (size_t)(tail & (h->ring_cap - 1)), n = (size_t)(head - tail);
+	const char *src = ring_data(r) + off;
+
+	if (n > x->len - x->pos)
+		n = x->len - x->pos;
+	if (n > h->ring_cap - off)
+		n = h->ring_cap - off;
+	if (n > MR__BOUNCE)
+		n = MR__BOUNCE;
+	n = n / esz * esz;
+	/* odd-sized earlier messages can leave the ring unaligned for esz */
+	if (!n || (uintptr_t)src % esz)
+		return 0;
+	if (x->red_src)
+		mr__reduce3(x->buf + x->pos, x->red_src + x->pos, src, n / esz, x->red_dtype,
+			    x->redop);
+	else
+		mr__reduce(x->buf + x->pos, src, n / esz, x->red_dtype, x->redop);
+	atomic_store_explicit(&r->tail, tail + n, memory_order_release);
+	ring_bell(ch->peer_inbox);
+	x->pos += n;
+	return (long)n;
+}
+
 static int has_pending_recv(struct mr__xfer *xs, int nx, int peer)
 {
 	for (int i = 0; i < nx; i++)
 		if (!xs[i].done && !xs[i].send && xs[i].peer == peer)
 			return 1;
 	return 0;
+}
+
+/* A single-copy message whose header was just read: its descriptor follows
+ * (written with the header in one go); copy into the matching receive or a
+ * stash right away, the sender waits for it. */
+static long rx_cma(struct mr__hcomm *h, struct mr__chan *ch, struct mr__xfer *xs, int nx,
+		   int peer)
+{
+	struct mr__cma_desc d;
+	struct mr__xfer *x = NULL;
+	struct mr__stash *s = NULL;
+	size_t len = ch->hdr.len;
+	int rc;
+
+	if (chan_read(h, ch, &d, sizeof(d)) != (long)sizeof(d))
+		return MR_EPROTO;
+	for (int i = 0; i < nx && !x; i++)
+		if (!xs[i].done && !xs[i].send && xs[i].peer == peer && xs[i].tag == ch->hdr.tag)
+			x = &xs[i];
+	if (x && x->len != len)
+		return MR_EPROTO;
+	if (!x) {
+		if (len > MAX_STASH)
+			return MR_EPROTO;
+		s = calloc(1, sizeof(*s));
+		if (!s || !(s->data = malloc(len ? len : 1))) {
+			free(s);
+			return MR_ENOMEM;
+		}
+		s->tag = ch->hdr.tag;
+		s->len = len;
+	}
+	rc = mr__cma_recv(ch, x, s ? s->data : NULL, &d, len);
+	ring_bell(ch->peer_inbox);
+	if (rc < 0) {
+		if (s)
+			free(s->data);
+		free(s);
+		return rc;
+	}
+	ch->cma_rx++;
+	if (x) {
+		x->pos = x->len;
+		x->done = 1;
+	} else {
+		*ch->stash_tail = s;
+		ch->stash_tail = &s->next;
+	}
+	return (long)(sizeof(d) + len);
+}
+
+/* Single-copy send: post the descriptor, complete when the reader is done. */
+static long tx_cma(struct mr__hcomm *h, struct mr__chan *ch, struct mr__xfer *x)
+{
+	struct {
+		struct mr__wire_hdr h;
+		struct mr__cma_desc d;
+	} m = { { x->tag, MR__HDR_CMA, x->len },
+		{ (uint64_t)(uintptr_t)x->buf, (uint64_t)(uintptr_t)&ch->cma_sync } };
+	struct mr__ring *r = ch->tx;
+
+	if (!x->cma) {
+		uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
+		uint64_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
+
+		/* header and descriptor become visible together (one head store) */
+		if (h->ring_cap - (size_t)(head - tail) < sizeof(m))
+			return 0;
+		atomic_store_explicit(&r->cma, MR__CMA_POSTED, memory_order_relaxed);
+		atomic_fetch_add_explicit(&ch->cma_sync, 1, memory_order_release);
+		if (chan_write(h, ch, &m, sizeof(m)) != (long)sizeof(m))
+			return MR_EPROTO;
+		x->cma = 1;
+		return (long)sizeof(m);
+	}
+	if (atomic_load_explicit(&r->cma, memory_order_acquire) != MR__CMA_DONE)
+		return 0;
+	(void)atomic_load_explicit(&ch->cma_sync, memory_order_acquire);
+	atomic_store_explicit(&r->cma, MR__CMA_IDLE, memory_order_relaxed);
+	x->pos = x->len + sizeof(m.h);
+	x->done = 1;
+	return (long)x->len;
 }
 
 /* Progresses the receive side of one channel; returns bytes moved or error. */
@@ -273,6 +393,14 @@ static long rx_progress(struct mr__hcomm *h, int peer, struct mr__xfer *xs, int 
 			moved += got;
 			if (ch->hdr_got < sizeof(ch->hdr))
 				return moved;
+			if (ch->hdr.zero & MR__HDR_CMA) {
+				got = rx_cma(h, ch, xs, nx, peer);
+				if (got < 0)
+					return got;
+				moved += got;
+				ch->hdr_got = 0;
+				continue;
+			}
 			for (int i = 0; i < nx; i++) {
 				struct mr__xfer *x = &xs[i];
 
@@ -302,10 +430,15 @@ static long rx_progress(struct mr__hcomm *h, int peer, struct mr__xfer *xs, int 
 		if (ch->cur) {
 			struct mr__xfer *x = ch->cur;
 
-			if (x->red_dtype >= 0 && x->pos < x->len)
-				got = read_reduce(h, ch, x);
-			else
+			if (x->red_dtype < 0) {
 				got = chan_read(h, ch, x->buf + x->pos, x->len - x->pos);
+			} else {
+				got = 0;
+				if (x->pos < x->len && ch->shm && !ch->bounce_fill)
+					got = reduce_ring(h, ch, x);
+				if (x->pos < x->len && !got)
+					got = read_reduce(h, ch, x);
+			}
 			if (got < 0)
 				return got;
 			if (x->red_dtype < 0)
@@ -334,12 +467,27 @@ static long rx_progress(struct mr__hcomm *h, int peer, struct mr__xfer *xs, int 
 	}
 }
 
+/* A piece of a local copy: fills the time the transfers wait for peers. */
+static long local_progress(struct mr__xfer *x)
+{
+	size_t n = x->len - x->pos < LOCAL_PIECE ? x->len - x->pos : LOCAL_PIECE;
+
+	memcpy(x->buf + x->pos, x->red_src + x->pos, n);
+	x->pos += n;
+	x->done = x->pos == x->len;
+	return n ? (long)n : 1;
+}
+
 static long tx_progress(struct mr__hcomm *h, struct mr__xfer *x)
 {
 	struct mr__chan *ch = &h->ch[x->peer];
 	struct mr__wire_hdr hdr = { .tag = x->tag, .zero = 0, .len = x->len };
 	long moved = 0, w;
 
+	/* user messages only when they do not fit the ring: a smaller send
+	 * completes before its receive is posted, and callers may rely on it */
+	if (x->cma || mr__cma_use(h, ch, x))
+		return tx_cma(h, ch, x);
 	if (!ch->shm && x->pos < sizeof(hdr)) {
 		/* header and payload in one segment: one syscall, and the
 		 * receiver never wakes for a header alone (small-message latency) */
@@ -430,8 +578,8 @@ static int any_tcp(struct mr__hcomm *h, const struct mr__xfer *xs, int nx)
 	return 0;
 }
 
-int mr__hx_run(struct mr__hcomm *h, struct mr__xfer **xsp, int *nxp, int *cap,
-	       mr__refill_fn refill)
+static int hx_loop(struct mr__hcomm *h, struct mr__xfer **xsp, int *nxp, int *cap,
+		   mr__refill_fn refill)
 {
 	static char zbuf[16];
 	int idle = 0, hot = h->oversubscribed ? 0 : spin_hot();
@@ -459,7 +607,7 @@ int mr__hx_run(struct mr__hcomm *h, struct mr__xfer **xsp, int *nxp, int *cap,
 						first = 0;
 				if (!first)
 					continue;
-				m = tx_progress(h, x);
+				m = x->local ? local_progress(x) : tx_progress(h, x);
 			} else {
 				struct mr__chan *ch = &h->ch[x->peer];
 
@@ -537,6 +685,62 @@ int mr__hx_run(struct mr__hcomm *h, struct mr__xfer **xsp, int *nxp, int *cap,
 	}
 }
 
+int mr__hx_run(struct mr__hcomm *h, struct mr__xfer **xsp, int *nxp, int *cap,
+	       mr__refill_fn refill)
+{
+	int rc = hx_loop(h, xsp, nxp, cap, refill);
+
+	/* no reader may start on (or still be in) a buffer we hand back */
+	if (rc < 0)
+		mr__cma_revoke(h, *xsp, *nxp);
+	return rc;
+}
+
+/* Peeks a whole message at the head of an shm channel for x, else 0. */
+static int try_recv_shm(struct mr__hcomm *h, struct mr__chan *ch, struct mr__xfer *x)
+{
+	struct mr__ring *r = ch->rx;
+	uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
+	uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
+	size_t off = (size_t)(tail & (h->ring_cap - 1)), first;
+	struct mr__wire_hdr hdr;
+
+	if (ch->cur || ch->cur_stash || ch->hdr_got || head - tail < sizeof(hdr))
+		return 0;
+	first = h->ring_cap - off < sizeof(hdr) ? h->ring_cap - off : sizeof(hdr);
+	memcpy(&hdr, ring_data(r) + off, first);
+	memcpy((char *)&hdr + first, ring_data(r), sizeof(hdr) - first);
+	if (hdr.zero || hdr.tag != x->tag || hdr.len != x->len ||
+	    head - tail < sizeof(hdr) + hdr.len)
+		return 0;
+	chan_read(h, ch, &hdr, sizeof(hdr));
+	if (x->len && chan_read(h, ch, x->buf, x->len) != (long)x->len)
+		return MR_EPROTO;
+	x->pos = x->len;
+	x->done = 1;
+	return 1;
+}
+
+int mr__hx_try(struct mr__hcomm *h, struct mr__xfer *x)
+{
+	struct mr__chan *ch = &h->ch[x->peer];
+	static char zbuf[16];
+	long m;
+
+	if (!x->buf)
+		x->buf = zbuf;
+	if (x->send) {
+		/* a single-copy send waits for its reader: leave it to the queue */
+		if (mr__cma_use(h, ch, x))
+			return 0;
+		m = tx_progress(h, x);
+		return m < 0 ? (int)m : x->done;
+	}
+	if ((m = match_stash(ch, x)) != 0)
+		return (int)m;
+	return ch->shm ? try_recv_shm(h, ch, x) : 0;
+}
+
 int mr__hx_sendrecv(struct mr__hcomm *h, int to, const void *sbuf, size_t slen, int from,
 		    void *rbuf, size_t rlen, int red_dtype, int redop)
 {
@@ -550,8 +754,10 @@ int mr__hx_sendrecv3(struct mr__hcomm *h, int to, const void *sbuf, size_t slen,
 	int n = 0, cap = 2;
 
 	if (to >= 0)
+		/* the collectives are symmetric: what we reduce, the peer reduces */
 		x[n++] = (struct mr__xfer){ .peer = to, .send = 1, .tag = MR__TAG_COLL,
-					    .buf = (char *)sbuf, .len = slen, .red_dtype = -1 };
+					    .buf = (char *)sbuf, .len = slen, .red_dtype = -1,
+					    .reduced = red_dtype >= 0 };
 	if (from >= 0)
 		x[n++] = (struct mr__xfer){ .peer = from, .send = 0, .tag = MR__TAG_COLL,
 					    .buf = rbuf, .len = rlen, .red_dtype = red_dtype,

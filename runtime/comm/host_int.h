@@ -14,6 +14,11 @@
  * doorbell, a reader bumps the writer's (space freed). Liveness of a
  * shared-memory peer comes from a TCP socket kept open to it: the kernel
  * closes it when the peer process dies.
+ *
+ * Single copy (host_cma.c): a large message between shm peers travels as
+ * a header flagged MR__HDR_CMA plus a descriptor (the sender's buffer
+ * address); the receiver reads the sender's memory itself and the ring's
+ * cma word (POSTED -> TAKEN -> DONE, or REVOKED) completes the send.
  */
 #ifndef MR_HOST_INT_H
 #define MR_HOST_INT_H
@@ -26,25 +31,39 @@
 
 #define MR__TAG_COLL (-1)
 #define MR__BOUNCE 65536
+#define MR__HDR_CMA 1u     /* wire_hdr.zero flag: a cma_desc follows, not the payload */
+
+enum { MR__CMA_IDLE, MR__CMA_POSTED, MR__CMA_TAKEN, MR__CMA_DONE, MR__CMA_REVOKED };
+enum { MR__CMA_OFF, MR__CMA_VM, MR__CMA_DIRECT }; /* chan.cma: process_vm_readv / memcpy */
 
 struct mr__ring {
 	_Atomic uint64_t head; /* bytes written, producer-owned */
 	char pad1[56];
 	_Atomic uint64_t tail; /* bytes read, consumer-owned */
 	char pad2[56];
+	_Atomic uint32_t cma;  /* single-copy handshake of the message in flight */
+	char pad3[60];
 	/* cap data bytes follow */
 };
 
 struct mr__inbox_hdr {
 	_Atomic uint32_t bell;
 	_Atomic uint32_t sleeping;
-	char pad[56];
+	int64_t cma_pid;       /* owner's pid, address and value of its cookie */
+	uint64_t cma_addr;
+	uint64_t cma_cookie;
+	char pad[32];
 };
 
 struct mr__wire_hdr {
 	int32_t tag;
-	uint32_t zero;
+	uint32_t zero;     /* 0, or MR__HDR_CMA */
 	uint64_t len;
+};
+
+struct mr__cma_desc {
+	uint64_t addr;     /* the sender's buffer, len bytes (wire_hdr.len) */
+	uint64_t sync;     /* memcpy mode: the sender's chan.cma_sync (see there) */
 };
 
 struct mr__stash {
@@ -65,6 +84,10 @@ struct mr__xfer {
 	int redop;
 	const char *red_src;   /* recv reduce: buf = red_src op incoming (else buf op=) */
 	int done;
+	int cma;           /* send: descriptor posted, waiting for DONE */
+	int reduced;       /* send: the receiver reduces it (no process_vm_readv) */
+	int local;         /* a copy red_src -> buf of this rank (peer = me, send = 1),
+			    * done in pieces while the real transfers wait */
 	void *user;        /* host.c: the request this p2p transfer belongs to */
 };
 
@@ -83,12 +106,20 @@ struct mr__chan {
 	struct mr__stash *stash, **stash_tail;
 	char *bounce;
 	size_t bounce_fill;
+	int cma;                   /* MR__CMA_OFF/VM/DIRECT */
+	int cma_pid;
+	unsigned long cma_rx;      /* messages received by single copy (tests) */
+	/* memcpy mode: the two ranks' views of a ring are two mappings of one
+	 * page, so their atomics order nothing for ThreadSanitizer; this word
+	 * in process memory carries the same release/acquire edges */
+	_Atomic uint32_t cma_sync;
 };
 
 struct mr__hcomm;
 struct mr__hreq {
 	struct mr_comm_req base;
 	struct mr__comm_op *op;
+	size_t pos0;       /* send: bytes already sent at issue (mr__hx_try) */
 	int done, rc;
 	struct mr__hreq *next;
 };
@@ -113,7 +144,8 @@ struct mr__hcomm {
 	pthread_t thr;
 	int thr_started;
 	pthread_mutex_t mu;
-	pthread_cond_t cv;         /* queue changed or a request finished */
+	pthread_cond_t cv;         /* progress thread: work queued and !busy, or stop */
+	pthread_cond_t done_cv;    /* host_wait: a request finished, or work to help with */
 	struct mr__hreq *qhead, *qtail;
 	int stop;
 	int broken;
@@ -122,6 +154,9 @@ struct mr__hcomm {
 	int busy;                  /* an operation is executing (thread or inline) */
 	char *scratch;             /* grow-only working buffer of the executor */
 	size_t scratch_cap;
+	uint64_t cma_cookie;       /* read by peers to verify single copy works */
+	size_t cma_min;            /* smallest collective message by memcpy single copy */
+	size_t cma_vm_min;         /* the same by process_vm_readv */
 	unsigned seen_n;
 	uint64_t seen[32];         /* ranks-list hashes of unnamed splits */
 };
@@ -133,6 +168,11 @@ struct mr__hcomm {
 typedef int (*mr__refill_fn)(struct mr__hcomm *h, struct mr__xfer **xs, int nx, int *cap);
 int mr__hx_run(struct mr__hcomm *h, struct mr__xfer **xs, int *nx, int *cap,
 	       mr__refill_fn refill);
+/* One non-blocking attempt at a small p2p transfer by the issuing thread
+ * (exclusive use of the channels, like an executor): 1 done, 0 not (a send
+ * may have advanced x->pos; a receive never takes part of a message),
+ * < 0 error. */
+int mr__hx_try(struct mr__hcomm *h, struct mr__xfer *x);
 int mr__hx_sendrecv(struct mr__hcomm *h, int to, const void *sbuf, size_t slen, int from,
 		    void *rbuf, size_t rlen, int red_dtype, int redop);
 /* The same with buf = red_src op incoming for the receive. */
@@ -140,6 +180,16 @@ int mr__hx_sendrecv3(struct mr__hcomm *h, int to, const void *sbuf, size_t slen,
 		     void *rbuf, size_t rlen, int red_dtype, int redop, const void *red_src);
 void mr__chan_release(struct mr__chan *ch);
 void mr__wake_self(struct mr__hcomm *h);
+
+/* host_cma.c */
+void mr__cma_publish(struct mr__hcomm *h);
+void mr__cma_probe(struct mr__hcomm *h, int peer);
+/* Claims and copies (or reduces into x) a posted buffer; 0 or MR_EPEER/ENOMEM. */
+int mr__cma_recv(struct mr__chan *ch, struct mr__xfer *x, char *dst,
+		 const struct mr__cma_desc *d, size_t len);
+/* 1 when send x to its channel's peer goes by single copy */
+int mr__cma_use(const struct mr__hcomm *h, const struct mr__chan *ch, const struct mr__xfer *x);
+void mr__cma_revoke(struct mr__hcomm *h, const struct mr__xfer *xs, int nx);
 
 /* host_algo.c */
 int mr__host_exec(struct mr__hcomm *h, const struct mr__comm_op *op);

@@ -309,6 +309,89 @@ Test(comm, recv_matches_by_tag, .timeout = 60)
 	cr_assert_eq(run_threads(2, HOSTS_DISTINCT, tag_order, NULL), 0);
 }
 
+/* A small receive posted before its message is left for the thread that
+ * waits on it (host.c): polling with mr_comm_test alone must finish it,
+ * and a later large receive on the same peer still completes in order. */
+static int test_polls(struct mr_comm *c, void *arg)
+{
+	int me = mr_comm_rank(c), x = 0, y = 0, rc, done = 0;
+	size_t big = 1 << 20;
+	float *b = calloc(big, sizeof(float));
+	struct mr_comm_req *r, *rb;
+
+	(void)arg;
+	if (!b)
+		return MR_ENOMEM;
+	if (me == 1) {
+		usleep(50 * 1000);
+		x = 42;
+		for (size_t i = 0; i < big; i++)
+			b[i] = (float)(i % 7);
+		rc = mr_comm_send(c, &x, 1, MR_COMM_I32, 0, 5);
+		if (!rc)
+			rc = mr_comm_send(c, b, big, MR_COMM_F32, 0, 6);
+		free(b);
+		return rc;
+	}
+	usleep(10 * 1000); /* the progress thread is idle by now */
+	if ((rc = mr_comm_irecv(c, &y, 1, MR_COMM_I32, 1, 5, &r)))
+		return rc;
+	for (int i = 0; i < 50000 && !done; i++) {
+		if ((rc = mr_comm_test(r, &done)) < 0)
+			break;
+		usleep(100);
+	}
+	rc = mr_comm_wait(r);
+	if (!rc && !(rc = mr_comm_irecv(c, b, big, MR_COMM_F32, 1, 6, &rb)))
+		rc = mr_comm_wait(rb);
+	for (size_t i = 0; !rc && i < big; i++)
+		if (b[i] != (float)(i % 7))
+			rc = -1006;
+	free(b);
+	return rc ? rc : !done ? -1007 : y == 42 ? 0 : -1008;
+}
+
+Test(comm, small_recv_finished_by_test, .timeout = 60)
+{
+	cr_assert_eq(run_threads(2, HOSTS_SAME, test_polls, NULL), 0);
+	cr_assert_eq(run_threads(2, HOSTS_DISTINCT, test_polls, NULL), 0);
+	cr_assert_eq(run_procs(2, HOSTS_SAME, 20000, test_polls, NULL, -1), 0);
+}
+
+/* allgather whose input lives inside the output: in place (own slot) and
+ * in the next rank's slot (the own block must be copied before the ring
+ * overwrites it); blocks larger than the piece the copy moves at a time. */
+static int allgather_aliased(struct mr_comm *c, void *arg)
+{
+	int me = mr_comm_rank(c), n = mr_comm_size(c), rc = 0;
+	size_t per = 100000;
+	float *r = malloc(per * (size_t)n * sizeof(float));
+
+	(void)arg;
+	if (!r)
+		return MR_ENOMEM;
+	for (int mode = 0; mode < 2 && !rc; mode++) {
+		float *s = r + per * (size_t)(mode ? (me + 1) % n : me);
+
+		for (size_t i = 0; i < per; i++)
+			s[i] = (float)val(me, i, 20 + mode);
+		rc = mr_comm_allgather(c, s, r, per, MR_COMM_F32);
+		for (size_t i = 0; !rc && i < per * (size_t)n; i++)
+			if (r[i] != (float)val((int)(i / per), i % per, 20 + mode)) {
+				fprintf(stderr, "rank %d: mode %d: r[%zu] = %g\n", me, mode, i, r[i]);
+				rc = -1009;
+			}
+	}
+	free(r);
+	return rc;
+}
+
+Test(comm, allgather_input_inside_output, .timeout = 60)
+{
+	cr_assert_eq(run_threads(3, HOSTS_SAME, allgather_aliased, NULL), 0);
+	cr_assert_eq(run_threads(2, HOSTS_DISTINCT, allgather_aliased, NULL), 0);
+}
+
 Test(comm, host_id_has_boot_id_and_ipc_ns)
 {
 	char id[MR_COMM_HOST_ID_MAX], boot[64] = { 0 };

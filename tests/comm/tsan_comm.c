@@ -3,7 +3,8 @@
  * by scripts/tsan-comm.sh). Criterion's shared arena cannot live under
  * TSan, so this plain main() runs the threaded scenarios of test_comm.c:
  * every operation over shm, TCP and both, mesh groups (three
- * communicators in flight at once), many async operations, abort.
+ * communicators in flight at once), many async operations, abort; then
+ * the same with single-copy transfers forced down to 4 KiB.
  *
  * Non-goals: forked-process scenarios (no threads to race across).
  */
@@ -82,11 +83,22 @@ int main(void)
 		{ "groups mixed 4", 4, HOSTS_HALF, groups },
 		{ "abort shm 2", 2, HOSTS_SAME, aborts },
 		{ "abort tcp 2", 2, HOSTS_DISTINCT, aborts },
+		/* from here on single copy (host_cma.c) from 4 KiB, p2p beyond a
+		 * 64 KiB ring: the reader copies from the writer thread's buffer */
+		{ "cma ops shm 3", 3, HOSTS_SAME, all_ops },
+		{ "cma ops mixed 4", 4, HOSTS_HALF, all_ops },
+		{ "cma groups shm 4", 4, HOSTS_SAME, groups },
 	};
 	int bad = 0;
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		int rc = run_threads(cases[i].n, cases[i].hosts, cases[i].fn, NULL);
+		int rc;
+
+		if (!strncmp(cases[i].name, "cma ", 4)) {
+			setenv("MR_COMM_CMA_MIN", "4096", 1);
+			setenv("MR_COMM_SHM_RING", "65536", 1);
+		}
+		rc = run_threads(cases[i].n, cases[i].hosts, cases[i].fn, NULL);
 
 		printf("tsan-comm: %-16s %s\n", cases[i].name, rc ? "FAIL" : "ok");
 		bad += rc != 0;

@@ -1,0 +1,264 @@
+/*
+ * test_comm_cma.c - single-copy transfers between shared-memory ranks
+ * (runtime/comm/host_cma.c): results of every large-message path with
+ * single copy forced down to small sizes (ranks as threads: memcpy from
+ * the peer; as processes: process_vm_readv), an unexpected single-copy
+ * message (stashed), user send/recv larger than the ring, a sender killed
+ * with its buffer posted (MR_EPEER, never its data), and an aborted sender
+ * whose posted buffer is freed before the receiver looks (the receive
+ * fails, nothing reads the freed buffer - ASan checks that).
+ *
+ * Non-goals: speed (bench/comm.c), the ring path (test_comm.c).
+ */
+#include <criterion/criterion.h>
+#include <time.h>
+
+#include "harness.h"
+#include "comm/host_int.h"
+
+#define PER 8192 /* elements per rank block: 32 KiB of fp32 */
+
+static long long now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Forces single copy from 4 KiB, user messages from 64 KiB (the ring). */
+static void force_cma(void)
+{
+	setenv("MR_COMM_CMA_MIN", "4096", 1);
+	setenv("MR_COMM_CMA_VM_MIN", "4096", 1);
+	setenv("MR_COMM_SHM_RING", "65536", 1);
+}
+
+static unsigned long cma_count(struct mr_comm *c)
+{
+	struct mr__hcomm *h = (struct mr__hcomm *)c;
+	unsigned long k = 0;
+
+	for (int i = 0; i < h->n; i++)
+		k += h->ch[i].cma_rx;
+	return k;
+}
+
+static int check(const char *what, int me, size_t i, double got, double want)
+{
+	if (got == want)
+		return 0;
+	fprintf(stderr, "rank %d: %s[%zu] = %g, want %g\n", me, what, i, got, want);
+	return -1;
+}
+
+static int collectives(struct mr_comm *c, int me, int n)
+{
+	size_t all = (size_t)PER * (size_t)n;
+	float *in = malloc(all * sizeof(float)), *out = malloc(all * sizeof(float));
+	int rc = MR_ENOMEM, bad = 0;
+
+	if (!in || !out)
+		goto out;
+	/* allreduce, sum and max: the ring reduces straight from the peer */
+	for (int op = 0; op < 2 && !bad; op++) {
+		int redop = op ? MR_COMM_MAX : MR_COMM_SUM;
+
+		for (size_t i = 0; i < all; i++)
+			in[i] = (float)val(me, i, 1 + op);
+		if ((rc = mr_comm_allreduce(c, in, out, all, MR_COMM_F32, redop)))
+			goto out;
+		for (size_t i = 0; i < all && !bad; i++)
+			bad = check("allreduce", me, i, out[i], ref_red(n, i, 1 + op, redop, 0));
+	}
+	/* small allreduce: recursive doubling (odd n folds by a plain send) */
+	for (size_t i = 0; i < 2048; i++)
+		in[i] = (float)val(me, i, 3);
+	if ((rc = mr_comm_allreduce(c, in, out, 2048, MR_COMM_F32, MR_COMM_SUM)))
+		goto out;
+	for (size_t i = 0; i < 2048 && !bad; i++)
+		bad = check("allreduce_small", me, i, out[i], ref_red(n, i, 3, MR_COMM_SUM, 0));
+	for (size_t i = 0; i < PER; i++)
+		in[i] = (float)val(me, i, 4);
+	if ((rc = mr_comm_allgather(c, in, out, PER, MR_COMM_F32)))
+		goto out;
+	for (size_t i = 0; i < all && !bad; i++)
+		bad = check("allgather", me, i, out[i], val((int)(i / PER), i % PER, 4));
+	for (size_t i = 0; i < all; i++)
+		in[i] = (float)val(me, i, 5);
+	if ((rc = mr_comm_reduce_scatter(c, in, out, PER, MR_COMM_F32, MR_COMM_SUM)))
+		goto out;
+	for (size_t i = 0; i < PER && !bad; i++)
+		bad = check("reduce_scatter", me, i, out[i],
+			    ref_red(n, (size_t)me * PER + i, 5, MR_COMM_SUM, 0));
+	/* alltoall: block j of rank r carries (r, j) */
+	for (size_t i = 0; i < all; i++)
+		in[i] = (float)val(me * n + (int)(i / PER), i % PER, 6);
+	if ((rc = mr_comm_alltoall(c, in, out, PER, MR_COMM_F32)))
+		goto out;
+	for (size_t i = 0; i < all && !bad; i++)
+		bad = check("alltoall", me, i, out[i], val((int)(i / PER) * n + me, i % PER, 6));
+	rc = bad ? -4000 : 0;
+out:
+	free(in);
+	free(out);
+	return rc;
+}
+
+/* User messages larger than the ring; tag 8 is received before tag 7, so
+ * the single-copy tag-7 message arrives unexpected and is stashed. */
+static int p2p(struct mr_comm *c, int me, int n)
+{
+	size_t cnt = 4 * PER;
+	float *a = malloc(cnt * sizeof(float)), *b = malloc(cnt * sizeof(float));
+	int rc = MR_ENOMEM, bad = 0, right = (me + 1) % n, left = (me + n - 1) % n;
+	struct mr_comm_req *s7, *s8;
+
+	if (!a || !b)
+		goto out;
+	for (size_t i = 0; i < cnt; i++)
+		a[i] = (float)val(me, i, 7);
+	if ((rc = mr_comm_isend(c, a, cnt, MR_COMM_F32, right, 7, &s7)))
+		goto out;
+	if ((rc = mr_comm_isend(c, a, cnt / 2, MR_COMM_F32, right, 8, &s8))) {
+		mr_comm_wait(s7);
+		goto out;
+	}
+	rc = mr_comm_recv(c, b, cnt / 2, MR_COMM_F32, left, 8);
+	for (size_t i = 0; !rc && i < cnt / 2 && !bad; i++)
+		bad = check("recv8", me, i, b[i], val(left, i, 7));
+	if (!rc)
+		rc = mr_comm_recv(c, b, cnt, MR_COMM_F32, left, 7);
+	for (size_t i = 0; !rc && i < cnt && !bad; i++)
+		bad = check("recv7", me, i, b[i], val(left, i, 7));
+	if (mr_comm_wait(s7) || mr_comm_wait(s8))
+		bad = 1;
+	rc = rc ? rc : bad ? -4001 : 0;
+out:
+	free(a);
+	free(b);
+	return rc;
+}
+
+static int all_paths(struct mr_comm *c, void *arg)
+{
+	int me = mr_comm_rank(c), n = mr_comm_size(c), rc;
+
+	(void)arg;
+	if ((rc = collectives(c, me, n)) || (rc = p2p(c, me, n)))
+		return rc;
+	if (cma_count(c) == 0) {
+		fprintf(stderr, "rank %d: no message went by single copy\n", me);
+		return -4002;
+	}
+	return mr_comm_barrier(c);
+}
+
+// cppcheck-suppress unknownMacro
+Test(comm_cma, threads_world2, .timeout = 60)
+{
+	force_cma();
+	cr_assert_eq(run_threads(2, HOSTS_SAME, all_paths, NULL), 0);
+}
+
+Test(comm_cma, threads_world3, .timeout = 60)
+{
+	force_cma();
+	cr_assert_eq(run_threads(3, HOSTS_SAME, all_paths, NULL), 0);
+}
+
+Test(comm_cma, threads_mixed_world4, .timeout = 60)
+{
+	force_cma();
+	cr_assert_eq(run_threads(4, HOSTS_HALF, all_paths, NULL), 0);
+}
+
+Test(comm_cma, processes_world2, .timeout = 60)
+{
+	force_cma();
+	cr_assert_eq(run_procs(2, HOSTS_SAME, 20000, all_paths, NULL, -1), 0);
+}
+
+Test(comm_cma, processes_world3, .timeout = 60)
+{
+	force_cma();
+	cr_assert_eq(run_procs(3, HOSTS_SAME, 20000, all_paths, NULL, -1), 0);
+}
+
+/* Rank 1 posts a single-copy send and dies by SIGKILL; rank 0 receives
+ * afterwards: the descriptor is still in the ring, the copy must fail. */
+static int killed_sender(struct mr_comm *c, void *arg)
+{
+	size_t cnt = 4 * PER;
+	float *buf = calloc(cnt, sizeof(float));
+	struct mr_comm_req *r;
+	long long t0, dt;
+	int rc;
+
+	(void)arg;
+	if (!buf || (rc = mr_comm_barrier(c)))
+		return -4010;
+	if (mr_comm_rank(c) == 1) {
+		for (size_t i = 0; i < cnt; i++)
+			buf[i] = 1.0f;
+		if (mr_comm_isend(c, buf, cnt, MR_COMM_F32, 0, 3, &r))
+			return -4011;
+		usleep(200 * 1000); /* the progress thread posts it at once */
+		raise(SIGKILL);
+	}
+	usleep(400 * 1000);
+	t0 = now_ms();
+	rc = mr_comm_recv(c, buf, cnt, MR_COMM_F32, 1, 3);
+	dt = now_ms() - t0;
+	fprintf(stderr, "cma: recv from a killed sender: %s in %lld ms (cma_rx %lu)\n",
+		mr_err_name(rc), dt, cma_count(c));
+	free(buf);
+	return rc == MR_EPEER && dt < 2000 ? 0 : -4012;
+}
+
+Test(comm_cma, sender_killed_with_buffer_posted, .timeout = 60)
+{
+	force_cma();
+	cr_assert_eq(run_procs(2, HOSTS_SAME, 4000, killed_sender, NULL, 1), 0);
+}
+
+/* Rank 1 posts a single-copy send, aborts, and frees the buffer; only then
+ * does rank 0 receive. The receive must fail and never read the buffer. */
+static int aborted_sender(struct mr_comm *c, void *arg)
+{
+	_Atomic int *freed = arg;
+	size_t cnt = 4 * PER;
+	float *buf = calloc(cnt, sizeof(float));
+	struct mr_comm_req *r;
+	long long t0, dt;
+	int rc;
+
+	if (!buf || mr_comm_barrier(c))
+		return -4020;
+	if (mr_comm_rank(c) == 1) {
+		if (mr_comm_isend(c, buf, cnt, MR_COMM_F32, 0, 3, &r))
+			return -4021;
+		usleep(100 * 1000);
+		mr_comm_abort(c);
+		rc = mr_comm_wait(r);
+		free(buf);
+		atomic_store(freed, 1);
+		return rc == MR_EABORTED ? 0 : -4022;
+	}
+	while (!atomic_load(freed))
+		usleep(1000);
+	t0 = now_ms();
+	rc = mr_comm_recv(c, buf, cnt, MR_COMM_F32, 1, 3);
+	dt = now_ms() - t0;
+	fprintf(stderr, "cma: recv from an aborted sender: %s in %lld ms\n", mr_err_name(rc), dt);
+	free(buf);
+	return rc == MR_EPEER && dt < 2000 ? 0 : -4023;
+}
+
+Test(comm_cma, aborted_sender_buffer_never_read, .timeout = 60)
+{
+	_Atomic int freed = 0;
+
+	force_cma();
+	cr_assert_eq(run_threads_t(2, HOSTS_SAME, 10000, aborted_sender, &freed), 0);
+}
