@@ -176,6 +176,9 @@ $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
 
+# sqrtf without errno, so the AdamW update loop vectorises (same values)
+$(BUILD)/obj/runtime/optim/adamw.o: CFLAGS += -fno-math-errno
+
 $(BUILD)/libmrcommon.a: $(call obj,$(common_src))
 $(BUILD)/libmrcontroller.a: $(call obj,$(controller_src))
 $(BUILD)/libmragent.a: $(call obj,$(agent_src))

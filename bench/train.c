@@ -7,6 +7,13 @@
  * on the synthetic task through the worker interface, skips 2 warm-up
  * steps, and prints one line:
  *   train meshrun L=2 D=128 H=4 T=256 B=8 tokens_per_s=... mfu=... loss=...
+ *   cpu_ms_per_step=... tokens_per_cpu_s=...
+ *   main_cpu_ms_per_step=...
+ * (process CPU time over the timed steps, all threads: with N pool threads,
+ * cpu_ms_per_step / N approximates the step time on an idle machine; the
+ * calling thread's CPU time, which runs chunk 0 of every parallel region
+ * and all serial code, approximates it including the serial parts - both
+ * are less noisy than wall time when other processes share the cores)
  * (mfu against the sgemm peak the worker measures at start on its threads)
  * bench/train_torch.py does the same in PyTorch; bench/train.sh compares.
  *
@@ -19,11 +26,11 @@
 
 #include "mr_gpt_worker.h"
 
-static double now_s(void)
+static double clock_s(clockid_t id)
 {
 	struct timespec ts;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(id, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
@@ -37,7 +44,7 @@ int main(int argc, char **argv)
 	struct mr_errbuf eb = { "", "" };
 	struct mr_worker_stats st = { 0 };
 	void *w;
-	double t0 = 0.0;
+	double t0 = 0.0, c0 = 0.0, m0 = 0.0;
 	long tokens = 0;
 
 	if (argc < 4) {
@@ -73,8 +80,11 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	for (i = 0; i < steps + 2; i++) {
-		if (i == 2)
-			t0 = now_s();
+		if (i == 2) {
+			t0 = clock_s(CLOCK_MONOTONIC);
+			c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
+			m0 = clock_s(CLOCK_THREAD_CPUTIME_ID);
+		}
 		rc = mr_gpt_worker.step(w, &st, &eb);
 		if (rc < 0) {
 			fprintf(stderr, "train: %s\n", eb.msg);
@@ -84,11 +94,15 @@ int main(int argc, char **argv)
 			tokens += (long)B * T;
 	}
 	if (rc >= 0) {
-		double dt = now_s() - t0, tps = tokens / dt;
+		double dt = clock_s(CLOCK_MONOTONIC) - t0, tps = tokens / dt;
+		double cpu = clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
+		double mcpu = clock_s(CLOCK_THREAD_CPUTIME_ID) - m0;
 		/* the worker's MFU is per step; rescale it to the timed average */
 		printf("train meshrun L=%d D=%d H=%d T=%d B=%d tokens_per_s=%.1f mfu=%.3f "
-		       "loss=%.4f\n", L, D, H, T, B, tps, st.mfu * tps / st.tokens_per_s,
-		       st.loss);
+		       "loss=%.4f cpu_ms_per_step=%.2f tokens_per_cpu_s=%.1f "
+		       "main_cpu_ms_per_step=%.2f\n",
+		       L, D, H, T, B, tps, st.mfu * tps / st.tokens_per_s, st.loss,
+		       1e3 * cpu / steps, tokens / cpu, 1e3 * mcpu / steps);
 	}
 	mr_gpt_worker.destroy(w);
 	json_decref(cfg);

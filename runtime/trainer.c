@@ -2,34 +2,75 @@
  * trainer.c - one optimizer step (see mr_trainer.h).
  */
 #include <math.h>
+#include <stdlib.h>
 
 #include "comm/mr_comm.h"
 #include "mr_trainer.h"
 
-double mr_trainer_grad_sumsq(const struct mr_gpt *m, const float *g)
+struct sumsq_args {
+	const struct mr_gpt *m;
+	const float *g;
+	double *part; /* (ntensors) */
+};
+
+/* Tensor i goes to the thread whose element range holds its first element. */
+static void sumsq_range(void *ctxp, size_t e0, size_t e1, int tid)
 {
-	double s = 0.0;
+	const struct sumsq_args *a = ctxp;
+	size_t start = 0;
 	int i;
 
+	(void)tid;
+	for (i = 0; i < a->m->ntensors; i++) {
+		const struct mr_gpt_tensor *t = &a->m->tensors[i];
+		if (start >= e0 && start < e1)
+			a->part[i] = mr_grad_sumsq(a->g + t->off, t->n);
+		start += t->n;
+	}
+}
+
+/* Each tensor's sum is one mr_grad_sumsq call wherever it runs, and the
+ * per-tensor sums are added in table order, so the result is the same as
+ * the sequential loop's for any thread count. */
+double mr_trainer_grad_sumsq(const struct mr_gpt *m, const float *g)
+{
+	double s = 0.0, stackpart[64], *part = stackpart;
+	struct sumsq_args a;
+	size_t total = 0;
+	int i;
+
+	if (m->ntensors > 64)
+		part = malloc(sizeof(double) * (size_t)m->ntensors);
+	for (i = 0; i < m->ntensors; i++)
+		total += m->tensors[i].n;
+	if (part) {
+		a.m = m;
+		a.g = g;
+		a.part = part;
+		mr_pool_run(m->pool, total, 1 << 16, sumsq_range, &a);
+	}
 	for (i = 0; i < m->ntensors; i++) {
 		const struct mr_gpt_tensor *t = &m->tensors[i];
 		if (t->split_dim < 0 && m->par.tp_rank != 0)
 			continue; /* replicated across tp: counted by tp rank 0 */
-		s += mr_grad_sumsq(g + t->off, t->n);
+		s += part ? part[i] : mr_grad_sumsq(g + t->off, t->n);
 	}
+	if (part != stackpart)
+		free(part);
 	return s;
 }
 
 /* The global gradient norm over the tp group (one rank: local). */
 static int grad_norm(const struct mr_gpt *m, double *norm)
 {
-	float s = (float)mr_trainer_grad_sumsq(m, m->grads);
+	double sd = mr_trainer_grad_sumsq(m, m->grads);
+	float s = (float)sd;
 	int rc;
 
 	if (m->par.tp > 1 &&
 	    (rc = mr_comm_allreduce(m->par.tp_comm, &s, &s, 1, MR_COMM_F32, MR_COMM_SUM)) < 0)
 		return rc;
-	*norm = m->par.tp > 1 ? sqrt((double)s) : sqrt(mr_trainer_grad_sumsq(m, m->grads));
+	*norm = m->par.tp > 1 ? sqrt((double)s) : sqrt(sd);
 	return 0;
 }
 

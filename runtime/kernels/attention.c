@@ -10,7 +10,8 @@
  * future are skipped; the diagonal blocks are computed whole and masked.
  *
  * Every tile product (S = Q K^T, P V, dO V^T, P^T dO, dS^T Q, dS K) is one
- * cblas_sgemm on the strided rows in place (64x64 tiles); the softmax rows
+ * cblas_sgemm on the strided rows in place (64x128 tiles in the layer
+ * forward, 128x64 in its backward); the softmax rows
  * between them are own code. The layer entry points run heads on the pool,
  * so these sgemm calls must be single-threaded (the worker sets OpenBLAS to
  * one thread; see kernels/matmul.c).
@@ -30,8 +31,15 @@
 #include "mr_fastmath.h"
 #include "mr_attention.h"
 
-#define ATTN_BQ 64
-#define ATTN_BK 64
+/* Layer block sizes: forward 64 queries x 128 keys, backward 64 keys x 128
+ * queries (from the first query that sees them). Twice the 64x64 tiles
+ * halves the sgemm calls, while every NN/NT tile product of head size 64
+ * stays under OpenBLAS's small-matrix limit (M*N*K <= 100^3 on
+ * SkylakeX-class kernels: no packing); 256-wide tiles cross it. */
+#define ATTN_FWD_BQ 64
+#define ATTN_FWD_BK 128
+#define ATTN_BWD_BQ 128
+#define ATTN_BWD_BK 64
 
 size_t mr_attn_head_ws_floats(int bq, int bk, int hs)
 {
@@ -39,14 +47,52 @@ size_t mr_attn_head_ws_floats(int bq, int bk, int hs)
 	return (size_t)bq * (size_t)hs + 2 * (size_t)bq + 2 * (size_t)bq * (size_t)bk;
 }
 
-static float dot(const float *a, const float *b, int n)
-{
-	float s = 0.0f;
-	int i;
+/* Reductions with 8 partial results, combined pairwise: a sequential float
+ * sum is one dependent add per element (latency-bound); these vectorise. */
+#define NPART 8
 
-	for (i = 0; i < n; i++)
-		s += a[i] * b[i];
-	return s;
+static inline float dot(const float *a, const float *b, int n)
+{
+	float p[NPART] = { 0.0f };
+	int i, r;
+
+	for (i = 0; i + NPART <= n; i += NPART)
+		for (r = 0; r < NPART; r++)
+			p[r] += a[i + r] * b[i + r];
+	for (; i < n; i++)
+		p[0] += a[i] * b[i];
+	return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+}
+
+static inline float sum_row(const float *a, int n)
+{
+	float p[NPART] = { 0.0f };
+	int i, r;
+
+	for (i = 0; i + NPART <= n; i += NPART)
+		for (r = 0; r < NPART; r++)
+			p[r] += a[i + r];
+	for (; i < n; i++)
+		p[0] += a[i];
+	return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+}
+
+/* max of a[0..n), -inf when n <= 0 (order-independent, so exact). */
+static inline float max_row(const float *a, int n)
+{
+	float p[NPART];
+	int i, r;
+
+	for (r = 0; r < NPART; r++)
+		p[r] = -INFINITY;
+	for (i = 0; i + NPART <= n; i += NPART)
+		for (r = 0; r < NPART; r++)
+			p[r] = a[i + r] > p[r] ? a[i + r] : p[r];
+	for (; i < n; i++)
+		p[0] = a[i] > p[0] ? a[i] : p[0];
+	for (r = 1; r < NPART; r++)
+		p[0] = p[r] > p[0] ? p[r] : p[0];
+	return p[0];
 }
 
 /* Last key index (exclusive) of [k0, k1) visible to query position qpos. */
@@ -89,18 +135,16 @@ MR_HOT void mr_attn_head_fwd(const struct mr_attn_head *h, float *out, size_t ou
 			/* online softmax: P = exp(S - m_new), rescale the old rows */
 			for (i = 0; i < nq; i++) {
 				int ke = visible_end(h, h->q_pos0 + q0 + i, k0, k1) - k0;
-				float *si = s + (size_t)i * nk, mx = m[i], corr, sum = 0.0f;
+				float *si = s + (size_t)i * nk, mx = m[i], bmx, corr, sum;
 				float *ai = acc + (size_t)i * hs;
 
-				for (j = 0; j < ke; j++)
-					if (si[j] > mx)
-						mx = si[j];
-				for (j = 0; j < nk; j++) {
+				bmx = max_row(si, ke);
+				mx = bmx > mx ? bmx : mx;
+				for (j = 0; j < nk; j++)
 					si[j] = j < ke ? mr_fast_expf(si[j] - mx) : 0.0f;
-					sum += si[j];
-				}
 				if (ke <= 0)
 					continue;
+				sum = sum_row(si, ke);
 				corr = expf(m[i] - mx); /* 0 when m[i] == -inf */
 				if (corr != 1.0f)
 					for (j = 0; j < hs; j++)
@@ -162,7 +206,10 @@ MR_HOT void mr_attn_head_bwd(const struct mr_attn_head *h, const float *dout,
 		const float *k = h->k + (size_t)k0 * h->kv_stride;
 		const float *v = h->v + (size_t)k0 * h->kv_stride;
 
-		for (q0 = 0; q0 < h->tq; q0 += h->bq) {
+		/* causal: rows before q_first see none of these keys */
+		int q_first = h->causal ? h->k_pos0 + k0 - h->q_pos0 : 0;
+
+		for (q0 = q_first > 0 ? q_first : 0; q0 < h->tq; q0 += h->bq) {
 			int q1 = q0 + h->bq < h->tq ? q0 + h->bq : h->tq, nq = q1 - q0;
 			const float *q = h->q + (size_t)q0 * h->q_stride;
 			const float *d_o = dout + (size_t)q0 * dout_stride;
@@ -212,13 +259,23 @@ struct layer_args {
 	size_t ws_per_thread;
 };
 
-size_t mr_attn_layer_ws_floats(const struct mr_pool *p, int T, int hs)
+/* Per-thread floats: the larger of the forward and backward head
+ * workspaces, then delta (T). */
+static size_t layer_head_ws(int hs)
 {
-	return (size_t)mr_pool_threads(p) *
-	       (mr_attn_head_ws_floats(ATTN_BQ, ATTN_BK, hs) + (size_t)T);
+	size_t f = mr_attn_head_ws_floats(ATTN_FWD_BQ, ATTN_FWD_BK, hs);
+	size_t b = mr_attn_head_ws_floats(ATTN_BWD_BQ, ATTN_BWD_BK, hs);
+
+	return f > b ? f : b;
 }
 
-static void head_of(const struct layer_args *a, size_t bh, struct mr_attn_head *h)
+size_t mr_attn_layer_ws_floats(const struct mr_pool *p, int T, int hs)
+{
+	return (size_t)mr_pool_threads(p) * (layer_head_ws(hs) + (size_t)T);
+}
+
+static void head_of(const struct layer_args *a, size_t bh, int bq, int bk,
+		    struct mr_attn_head *h)
 {
 	int b = (int)(bh / (size_t)a->NH), hh = (int)(bh % (size_t)a->NH);
 	int hs = a->C / a->NH;
@@ -233,8 +290,8 @@ static void head_of(const struct layer_args *a, size_t bh, struct mr_attn_head *
 	h->hs = hs;
 	h->causal = 1;
 	h->scale = 1.0f / sqrtf((float)hs);
-	h->bq = ATTN_BQ;
-	h->bk = ATTN_BK;
+	h->bq = bq;
+	h->bk = bk;
 }
 
 static void layer_fwd_heads(void *ctxp, size_t i0, size_t i1, int tid)
@@ -248,7 +305,7 @@ static void layer_fwd_heads(void *ctxp, size_t i0, size_t i1, int tid)
 		size_t b = bh / (size_t)a->NH, hh = bh % (size_t)a->NH;
 		int hs = a->C / a->NH;
 
-		head_of(a, bh, &h);
+		head_of(a, bh, ATTN_FWD_BQ, ATTN_FWD_BK, &h);
 		mr_attn_head_fwd(&h, a->out + b * a->T * a->C + hh * hs, (size_t)a->C,
 				 a->wlse + bh * a->T, ws);
 	}
@@ -259,15 +316,15 @@ void mr_attn_layer_fwd(struct mr_pool *p, float *out, float *lse, const float *q
 {
 	struct layer_args a = { out, NULL, ws, qkv, NULL, NULL, NULL, lse, B, T, C, NH, 0 };
 
-	a.ws_per_thread = mr_attn_head_ws_floats(ATTN_BQ, ATTN_BK, C / NH) + (size_t)T;
+	a.ws_per_thread = layer_head_ws(C / NH) + (size_t)T;
 	mr_pool_run(p, (size_t)B * NH, 1, layer_fwd_heads, &a);
 }
 
-static void layer_bwd_heads(void *ctxp, size_t i0, size_t i1, int tid)
+MR_HOT static void layer_bwd_heads(void *ctxp, size_t i0, size_t i1, int tid)
 {
 	const struct layer_args *a = ctxp;
 	float *ws = a->ws + (size_t)tid * a->ws_per_thread;
-	float *delta = ws + mr_attn_head_ws_floats(ATTN_BQ, ATTN_BK, a->C / a->NH);
+	float *delta = ws + layer_head_ws(a->C / a->NH);
 	size_t bh;
 
 	for (bh = i0; bh < i1; bh++) {
@@ -277,11 +334,17 @@ static void layer_bwd_heads(void *ctxp, size_t i0, size_t i1, int tid)
 		size_t off = b * a->T * a->C + hh * hs;
 		float *dbase = a->dqkv + b * a->T * 3 * a->C + hh * hs;
 
-		head_of(a, bh, &h);
+		head_of(a, bh, ATTN_BWD_BQ, ATTN_BWD_BK, &h);
 		for (t = 0; t < a->T; t++) {
 			const float *o = a->cout + off + (size_t)t * a->C;
 			const float *d = a->dout + off + (size_t)t * a->C;
+			float *dr = dbase + (size_t)t * 3 * a->C;
+
 			delta[t] = dot(o, d, hs);
+			/* this head's dq, dk, dv rows start at 0 (bwd adds) */
+			memset(dr, 0, sizeof(float) * (size_t)hs);
+			memset(dr + a->C, 0, sizeof(float) * (size_t)hs);
+			memset(dr + 2 * a->C, 0, sizeof(float) * (size_t)hs);
 		}
 		mr_attn_head_bwd(&h, a->dout + off, (size_t)a->C, a->lse + bh * a->T, delta,
 				 dbase, 3 * (size_t)a->C, dbase + a->C, dbase + 2 * a->C,
@@ -295,7 +358,7 @@ void mr_attn_layer_bwd(struct mr_pool *p, float *dqkv, const float *dout,
 {
 	struct layer_args a = { NULL, dqkv, ws, qkv, dout, out, lse, NULL, B, T, C, NH, 0 };
 
-	a.ws_per_thread = mr_attn_head_ws_floats(ATTN_BQ, ATTN_BK, C / NH) + (size_t)T;
-	memset(dqkv, 0, sizeof(float) * (size_t)B * T * 3 * C);
+	a.ws_per_thread = layer_head_ws(C / NH) + (size_t)T;
+	/* every (b, head) zeroes its own dq|dk|dv columns first (in parallel) */
 	mr_pool_run(p, (size_t)B * NH, 1, layer_bwd_heads, &a);
 }

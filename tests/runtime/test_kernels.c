@@ -3,16 +3,20 @@
  * differences of its forward. The objective is L = sum_i w_i * out_i with
  * fixed random w, summed in double; kernels are fp32, so the step is 1e-3
  * and the tolerance |fd - analytic| <= 2e-3 + 1e-2 * |fd|. Each test runs on
- * a 2-thread pool so the threaded paths are the ones checked.
+ * a 2-thread pool so the threaded paths are the ones checked. The forward
+ * fast paths are also checked against double references, and the pooled
+ * AdamW step bit for bit against the sequential loop.
  */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/mr_attention.h"
 #include "kernels/mr_fastmath.h"
 #include "kernels/mr_kernels.h"
 #include "mr_rng.h"
+#include "optim/mr_adamw.h"
 
 #define EPS 1e-3f
 
@@ -291,4 +295,275 @@ Test(kernels, fast_expf_is_within_a_few_ulp)
 	cr_expect(isfinite(mr_fast_expf(1000.0f)));
 	cr_expect_eq(mr_fast_expf(0.0f), 1.0f);
 	cr_expect(isnan(mr_fast_expf(NAN)), "NaN propagates");
+}
+
+/* The forward kernels' fast paths (rows taken 4 at a time with tail rows,
+ * vocabulary in chunks, threads splitting the rows) against plain double
+ * references: layernorm over 37 rows (2 threads of 18 and 19 rows, so 4-row
+ * blocks plus tail rows), cross-entropy with V = 300 (one full chunk of 256
+ * plus a 44 tail, not a multiple of 8). */
+Test(kernels, layernorm_and_crossentropy_forward_match_double_reference)
+{
+	setup();
+	enum { N = 37, C = 50, V = 300 };
+	float *x = randv(N * C, 2.0f), *w = randv(C, 1.0f), *b = randv(C, 1.0f);
+	float *out = zeros(N * C), mean[N], rstd[N];
+	float *logits = randv(N * V, 4.0f), losses[N], lse[N];
+	int tg[N], i, c;
+
+	mr_layernorm_fwd(pool, out, mean, rstd, x, w, b, N, C);
+	for (i = 0; i < N; i++) {
+		double m = 0.0, v = 0.0, s;
+		for (c = 0; c < C; c++)
+			m += x[i * C + c];
+		m /= C;
+		for (c = 0; c < C; c++)
+			v += (x[i * C + c] - m) * (x[i * C + c] - m);
+		s = 1.0 / sqrt(v / C + MR_LN_EPS);
+		cr_expect(fabs(mean[i] - m) <= 1e-5 * (1.0 + fabs(m)), "mean[%d]", i);
+		cr_expect(fabs(rstd[i] - s) <= 1e-5 * s, "rstd[%d]", i);
+		for (c = 0; c < C; c++) {
+			double r = (x[i * C + c] - m) * s * w[c] + b[c];
+			cr_expect(fabs(out[i * C + c] - r) <= 1e-5 * (1.0 + fabs(r)),
+				  "ln out[%d,%d] %f vs %f", i, c, (double)out[i * C + c], r);
+		}
+	}
+	for (i = 0; i < N; i++)
+		tg[i] = (i * 37) % V;
+	mr_crossentropy_fwd(pool, losses, lse, logits, tg, N, V);
+	for (i = 0; i < N; i++) {
+		double s = 0.0, l;
+		for (c = 0; c < V; c++)
+			s += exp((double)logits[i * V + c]);
+		l = log(s);
+		cr_expect(fabs(lse[i] - l) <= 1e-5 * (1.0 + fabs(l)), "lse[%d] %f vs %f", i,
+			  (double)lse[i], l);
+		cr_expect(fabs(losses[i] - (l - logits[i * V + tg[i]])) <= 1e-5 * (1.0 + fabs(l)),
+			  "loss[%d]", i);
+	}
+	free(x);
+	free(w);
+	free(b);
+	free(out);
+	free(logits);
+	teardown();
+}
+
+/* mr_adamw_step splits the tensor table's elements across the pool; every
+ * element must come out bit-identical to the plain sequential AdamW loop
+ * (written out here), including the tensors cut between the threads. */
+static void adamw_ref(const struct mr_adamw_config *c, long t, float lr, float *p,
+		      const float *g, float *m, float *v, size_t n, int decay)
+{
+	double bc1 = 1.0 - pow((double)c->beta1, (double)t);
+	double bc2 = 1.0 - pow((double)c->beta2, (double)t);
+	float step_size = (float)((double)lr / bc1), bc2_sqrt = (float)sqrt(bc2);
+	float dec = decay ? 1.0f - lr * c->weight_decay : 1.0f;
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		float gi = g[i], denom;
+		p[i] *= dec;
+		m[i] = m[i] * c->beta1 + gi * (1.0f - c->beta1);
+		v[i] = v[i] * c->beta2 + gi * gi * (1.0f - c->beta2);
+		denom = sqrtf(v[i]) / bc2_sqrt + c->eps;
+		p[i] -= step_size * (m[i] / denom);
+	}
+}
+
+Test(kernels, adamw_step_on_the_pool_is_bit_identical_to_the_sequential_loop)
+{
+	setup();
+	static const size_t sizes[3] = { 100003, 17, 60001 };
+	const struct mr_adamw_config oc = { 1e-3f, 0.1f, 0, 10, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f };
+	struct mr_gpt_tensor tens[3];
+	struct mr_gpt model;
+	struct mr_adamw o;
+	struct mr_mem mem;
+	size_t n = sizes[0] + sizes[1] + sizes[2], i, off = 0;
+	float *p, *g, *rp, *rm, *rv;
+	int t, k;
+
+	memset(&model, 0, sizeof(model));
+	memset(&mem, 0, sizeof(mem));
+	memset(tens, 0, sizeof(tens));
+	for (t = 0; t < 3; t++) {
+		tens[t].off = off;
+		tens[t].n = sizes[t];
+		tens[t].decay = t != 1;
+		off += sizes[t];
+	}
+	p = randv(n, 0.5f);
+	g = randv(n, 0.01f);
+	rp = malloc(n * sizeof(float));
+	rm = zeros(n);
+	rv = zeros(n);
+	cr_assert_not_null(rp);
+	memcpy(rp, p, n * sizeof(float));
+	model.pool = pool;
+	model.ntensors = 3;
+	model.tensors = tens;
+	model.nparams = n;
+	model.params = p;
+	model.grads = g;
+	cr_assert_eq(mr_adamw_init(&o, &oc, n, &mem), 0);
+	for (k = 1; k <= 3; k++) {
+		float lr = 1e-3f * (float)k;
+		mr_adamw_step(&o, &model, lr);
+		for (t = 0; t < 3; t++)
+			adamw_ref(&oc, k, lr, rp + tens[t].off, g + tens[t].off, rm + tens[t].off,
+				  rv + tens[t].off, tens[t].n, tens[t].decay);
+		for (i = 0; i < n; i++)
+			g[i] = -0.5f * g[i] + 1e-3f * rp[i];
+	}
+	cr_expect(memcmp(p, rp, n * sizeof(float)) == 0, "params differ");
+	cr_expect(memcmp(o.m, rm, n * sizeof(float)) == 0, "m differs");
+	cr_expect(memcmp(o.v, rv, n * sizeof(float)) == 0, "v differs");
+	mr_adamw_release(&o, &mem);
+	free(p);
+	free(g);
+	free(rp);
+	free(rm);
+	free(rv);
+	teardown();
+}
+
+/* ---- attention: the layer block sizes against a naive double reference ---- */
+#define AHS 16
+
+/* Causal attention of tq query rows (positions qp0..) over tk key rows
+ * (positions kp0..), row strides qs / ks: out (tq,AHS), and with dout the
+ * gradients dq (tq,AHS), dk, dv (tk,AHS), all contiguous doubles (=). */
+static void attn_naive(const float *q, size_t qs, const float *k, const float *v, size_t ks,
+		       int tq, int qp0, int tk, int kp0, const float *dout, size_t ds,
+		       double *out, double *dq, double *dk, double *dv)
+{
+	double sc = 1.0 / sqrt((double)AHS), *P = calloc((size_t)tk, sizeof(double));
+	double *dp = calloc((size_t)tk, sizeof(double));
+	int i, j, c;
+
+	cr_assert(P && dp);
+	memset(dq, 0, sizeof(double) * (size_t)tq * AHS);
+	memset(dk, 0, sizeof(double) * (size_t)tk * AHS);
+	memset(dv, 0, sizeof(double) * (size_t)tk * AHS);
+	for (i = 0; i < tq; i++) {
+		double mx = -INFINITY, sum = 0.0, dot = 0.0;
+		for (j = 0; j < tk && kp0 + j <= qp0 + i; j++) {
+			double d = 0.0;
+			for (c = 0; c < AHS; c++)
+				d += (double)q[i * qs + c] * k[j * ks + c];
+			P[j] = d * sc;
+			mx = fmax(mx, P[j]);
+		}
+		int n = j;
+		for (j = 0; j < n; j++)
+			sum += exp(P[j] - mx);
+		for (c = 0; c < AHS; c++)
+			out[i * AHS + c] = 0.0;
+		for (j = 0; j < n; j++) {
+			P[j] = exp(P[j] - mx) / sum;
+			for (c = 0; c < AHS; c++)
+				out[i * AHS + c] += P[j] * v[j * ks + c];
+		}
+		for (j = 0; j < n; j++) {
+			dp[j] = 0.0;
+			for (c = 0; c < AHS; c++)
+				dp[j] += (double)dout[i * ds + c] * v[j * ks + c];
+			dot += dp[j] * P[j];
+		}
+		for (j = 0; j < n; j++) {
+			double g = P[j] * (dp[j] - dot) * sc;
+			for (c = 0; c < AHS; c++) {
+				dv[j * AHS + c] += P[j] * dout[i * ds + c];
+				dq[i * AHS + c] += g * k[j * ks + c];
+				dk[j * AHS + c] += g * q[i * qs + c];
+			}
+		}
+	}
+	free(P);
+	free(dp);
+}
+
+static double amax_diff(const float *a, size_t as, const double *b, int rows)
+{
+	double m = 0.0;
+	int i, c;
+
+	for (i = 0; i < rows; i++)
+		for (c = 0; c < AHS; c++)
+			m = fmax(m, fabs(a[i * as + c] - b[i * AHS + c]));
+	return m;
+}
+
+/* The layer entry points on the pool (T = 200: several 64/128 blocks, the
+ * backward's query range starting past unaligned block edges), and one head
+ * with its queries offset from its keys (ring attention's case) with the
+ * same block sizes. */
+Test(kernels, attention_layer_and_offset_head_match_naive)
+{
+	setup();
+	enum { T = 200, NH = 2, C = NH * AHS };
+	float *qkv = randv((size_t)T * 3 * C, 1.5f), *dout = randv((size_t)T * C, 1.0f);
+	float *out = zeros((size_t)T * C), *lse = zeros((size_t)NH * T);
+	float *dqkv = randv((size_t)T * 3 * C, 1.0f); /* garbage: bwd writes (=) */
+	float *ws = zeros(mr_attn_layer_ws_floats(pool, T, AHS) + 4096);
+	double *o = calloc((size_t)T * AHS, 8), *dq = calloc((size_t)T * AHS, 8);
+	double *dk = calloc((size_t)T * AHS, 8), *dv = calloc((size_t)T * AHS, 8);
+	int hh;
+
+	cr_assert(o && dq && dk && dv);
+	mr_attn_layer_fwd(pool, out, lse, qkv, 1, T, C, NH, ws);
+	mr_attn_layer_bwd(pool, dqkv, dout, qkv, out, lse, 1, T, C, NH, ws);
+	for (hh = 0; hh < NH; hh++) {
+		const float *q = qkv + hh * AHS, *k = q + C, *v = q + 2 * C;
+		attn_naive(q, 3 * C, k, v, 3 * C, T, 0, T, 0, dout + hh * AHS, C, o, dq, dk, dv);
+		cr_expect(amax_diff(out + hh * AHS, C, o, T) < 2e-5, "layer out head %d", hh);
+		cr_expect(amax_diff(dqkv + hh * AHS, 3 * C, dq, T) < 5e-5, "layer dq head %d", hh);
+		cr_expect(amax_diff(dqkv + C + hh * AHS, 3 * C, dk, T) < 5e-5, "layer dk %d", hh);
+		cr_expect(amax_diff(dqkv + 2 * C + hh * AHS, 3 * C, dv, T) < 5e-5, "layer dv %d",
+			  hh);
+	}
+	{
+		/* queries at positions 70..219 over keys at 0..199 */
+		enum { TQ = 150, QP0 = 70 };
+		const float *q = qkv, *k = qkv + C, *v = qkv + 2 * C;
+		struct mr_attn_head h = { q, k, v, 3 * C, 3 * C, TQ, QP0, T, 0, AHS, 1,
+					  1.0f / sqrtf((float)AHS), 64, 128 };
+		float *ho = zeros((size_t)TQ * AHS), *hl = zeros(TQ), *delta = zeros(TQ);
+		float *gq = zeros((size_t)TQ * AHS), *gk = zeros((size_t)T * AHS);
+		float *gv = zeros((size_t)T * AHS);
+		float *hws = zeros(mr_attn_head_ws_floats(128, 128, AHS));
+		int i, c;
+
+		mr_attn_head_fwd(&h, ho, AHS, hl, hws);
+		for (i = 0; i < TQ; i++)
+			for (c = 0; c < AHS; c++)
+				delta[i] += ho[i * AHS + c] * dout[i * C + c];
+		h.bq = 128;
+		h.bk = 64;
+		mr_attn_head_bwd(&h, dout, C, hl, delta, gq, AHS, gk, gv, AHS, hws);
+		attn_naive(q, 3 * C, k, v, 3 * C, TQ, QP0, T, 0, dout, C, o, dq, dk, dv);
+		cr_expect(amax_diff(ho, AHS, o, TQ) < 2e-5, "offset head out");
+		cr_expect(amax_diff(gq, AHS, dq, TQ) < 5e-5, "offset head dq");
+		cr_expect(amax_diff(gk, AHS, dk, T) < 5e-5, "offset head dk");
+		cr_expect(amax_diff(gv, AHS, dv, T) < 5e-5, "offset head dv");
+		free(ho);
+		free(hl);
+		free(delta);
+		free(gq);
+		free(gk);
+		free(gv);
+		free(hws);
+	}
+	free(qkv);
+	free(dout);
+	free(out);
+	free(lse);
+	free(dqkv);
+	free(ws);
+	free(o);
+	free(dq);
+	free(dk);
+	free(dv);
+	teardown();
 }
