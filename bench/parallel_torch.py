@@ -8,7 +8,8 @@ bench/parallel.c.
 
 Runs one process alone, then two DDP processes (gloo over loopback, one
 torch thread each - meshrun's ranks also run one compute thread - and
-DDP's default 25 MB buckets, which overlap the all-reduce with backward),
+DDP's default 25 MB buckets, which overlap the all-reduce with backward;
+OpenBLAS pinned to one thread too),
 each on its own batch of B sequences, and prints
     parallel pytorch 1rank tokens/s ...
     parallel pytorch ddp2  tokens/s ...
@@ -19,9 +20,14 @@ import os
 import sys
 import time
 
-import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
+# one compute thread per rank, as meshrun's ranks run: OpenBLAS (which the
+# Debian torch calls for matmuls) would otherwise start its own threads
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from train_torch import GPT  # noqa: E402
