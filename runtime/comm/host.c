@@ -1,6 +1,6 @@
 /*
  * host.c - the host communicator backend: bootstrap (KV, TCP mesh, shared
- * memory inboxes), the per-communicator progress thread and its queue.
+ * memory inboxes), split, free and the backend's ops table.
  *
  * Bootstrap of a group of n: each rank listens on an ephemeral TCP port,
  * creates its shared-memory inbox (unless TCP only), publishes
@@ -11,10 +11,8 @@
  * "ready" exchange on every socket the inbox name is unlinked, so a crash
  * leaves nothing in /dev/shm.
  *
- * Progress: one thread per communicator pops requests in issue order and
- * runs them (host_algo.c); a run of consecutive send/recv requests, also
- * ones enqueued while it runs, is progressed as one batch. After a failure
- * the communicator is broken and later requests fail with the same code.
+ * Progress (host_queue.c): one thread per communicator pops requests in
+ * issue order and runs them (host_algo.c).
  *
  * Non-goals: lazy connection setup (the mesh is complete per group),
  * reusing the parent's connections in a split.
@@ -39,8 +37,6 @@
 
 #define HELLO_MAGIC 0x6d72636du
 #define DEFAULT_RING ((size_t)1 << 20)
-#define TRY_MAX (64 << 10)  /* host_start: p2p tried inline up to this size */
-#define WAIT_YIELDS 200    /* host_wait: yields before sleeping on the condition */
 
 struct hello {
 	uint32_t magic;
@@ -189,7 +185,6 @@ static struct mr__ring *inbox_ring(struct mr__hcomm *h, void *map, int slot)
 				   (size_t)slot * (sizeof(struct mr__ring) + h->ring_cap));
 }
 
-static void *progress_main(void *arg);
 
 static void host_free(struct mr_comm *c)
 {
@@ -413,7 +408,7 @@ static int host_create(struct mr__hcomm **out, const struct mr_comm *tmpl, const
 	}
 start:
 	h->deadline = mr__now_ms() + h->base.timeout_ms;
-	if (pthread_create(&h->thr, NULL, progress_main, h) != 0) {
+	if (pthread_create(&h->thr, NULL, mr__host_progress_main, h) != 0) {
 		rc = MR_ESYS;
 		goto out;
 	}
@@ -493,347 +488,13 @@ static int host_split(struct mr_comm *c, const int *ranks, int n, const char *na
 	return 0;
 }
 
-/* ---- progress thread ---- */
-
-static int is_p2p(const struct mr__hreq *r)
-{
-	return r && (r->op->kind == MR__OP_SEND || r->op->kind == MR__OP_RECV);
-}
-
-/* Called with mu held by the executor. */
-static void mark_broken(struct mr__hcomm *h, int rc)
-{
-	if (rc < 0 && !h->broken) {
-		/* the streams are out of step: tell the peers now, not at their timeout */
-		h->broken = rc;
-		for (int i = 0; i < h->n; i++)
-			if (h->ch[i].fd >= 0)
-				shutdown(h->ch[i].fd, SHUT_RDWR);
-	}
-}
-
-static void finish(struct mr__hcomm *h, struct mr__hreq *r, int rc)
-{
-	mr__op_free(r->op);
-	r->op = NULL;
-	r->rc = rc;
-	r->done = 1;
-	mark_broken(h, rc);
-}
-
-/* Appends p2p requests waiting at the head of the queue to the batch. */
-static int take_p2p(struct mr__hcomm *h, struct mr__xfer **xs, int nx, int *cap)
-{
-	pthread_mutex_lock(&h->mu);
-	while (is_p2p(h->qhead)) {
-		struct mr__hreq *r = h->qhead;
-		const struct mr__comm_op *op = r->op;
-		size_t esz = mr_comm_dtype_size(op->dtype);
-
-		if (nx == *cap) {
-			int nc = *cap * 2;
-			struct mr__xfer *g = realloc(*xs, sizeof(**xs) * (size_t)nc);
-
-			if (!g)
-				break;
-			*xs = g;
-			*cap = nc;
-		}
-		h->qhead = r->next;
-		if (!h->qhead)
-			h->qtail = NULL;
-		(*xs)[nx++] = (struct mr__xfer){ .peer = op->peer, .send = op->kind == MR__OP_SEND,
-						 .tag = op->tag,
-						 .buf = op->kind == MR__OP_SEND ? (char *)op->sbuf
-										: op->rbuf,
-						 .len = op->count * esz, .pos = r->pos0,
-						 .red_dtype = -1, .user = r };
-	}
-	pthread_mutex_unlock(&h->mu);
-	return nx;
-}
-
-/* Completes finished transfers' requests as soon as they are done. */
-static int p2p_refill(struct mr__hcomm *h, struct mr__xfer **xs, int nx, int *cap)
-{
-	int n2;
-
-	pthread_mutex_lock(&h->mu);
-	for (int i = 0; i < nx; i++) {
-		struct mr__hreq *r = (*xs)[i].user;
-
-		if ((*xs)[i].done && r) {
-			/* the waiter may free r at once: forget it here */
-			(*xs)[i].user = NULL;
-			finish(h, r, 0);
-			pthread_cond_broadcast(&h->done_cv);
-		}
-	}
-	pthread_mutex_unlock(&h->mu);
-	n2 = take_p2p(h, xs, nx, cap);
-	return n2;
-}
-
-static void run_p2p(struct mr__hcomm *h)
-{
-	int cap = 8, nx = 0, rc;
-	struct mr__xfer *xs = malloc(sizeof(*xs) * (size_t)cap);
-
-	if (!xs)
-		return;
-	nx = take_p2p(h, &xs, 0, &cap);
-	h->deadline = mr__now_ms() + h->base.timeout_ms;
-	rc = h->broken ? h->broken : mr__hx_run(h, &xs, &nx, &cap, p2p_refill);
-	pthread_mutex_lock(&h->mu);
-	for (int i = 0; i < nx; i++) {
-		struct mr__hreq *r = xs[i].user;
-
-		if (r)
-			finish(h, r, xs[i].done ? 0 : rc);
-	}
-	pthread_cond_broadcast(&h->done_cv);
-	pthread_mutex_unlock(&h->mu);
-	free(xs);
-}
-
-/*
- * Runs the operation at the head of the queue (a whole p2p batch if it is
- * a send/recv). Called with mu held, a non-empty queue and !busy, by the
- * progress thread or by a thread waiting for a request (which saves the
- * hand-off); returns with mu held.
- */
-static void exec_head(struct mr__hcomm *h)
-{
-	struct mr__hreq *r;
-	int rc;
-
-	h->busy = 1;
-	if (is_p2p(h->qhead)) {
-		pthread_mutex_unlock(&h->mu);
-		run_p2p(h);
-		pthread_mutex_lock(&h->mu);
-	} else {
-		r = h->qhead;
-		h->qhead = r->next;
-		if (!h->qhead)
-			h->qtail = NULL;
-		pthread_mutex_unlock(&h->mu);
-		h->deadline = mr__now_ms() + h->base.timeout_ms;
-		if (atomic_load(&h->aborted))
-			rc = MR_EABORTED;
-		else
-			rc = h->broken ? h->broken : mr__host_exec(h, r->op);
-		pthread_mutex_lock(&h->mu);
-		finish(h, r, rc);
-	}
-	h->busy = 0;
-	/* free unless a thread sleeps on it: the idle progress thread is
-	 * woken only for queued work (a context switch per call) */
-	pthread_cond_broadcast(&h->done_cv);
-	if (h->qhead)
-		pthread_cond_broadcast(&h->cv);
-}
-
-static void *progress_main(void *arg)
-{
-	struct mr__hcomm *h = arg;
-
-	pthread_mutex_lock(&h->mu);
-	for (;;) {
-		while (!h->stop && (!h->qhead || h->busy))
-			pthread_cond_wait(&h->cv, &h->mu);
-		if (h->stop)
-			break;
-		exec_head(h);
-	}
-	pthread_mutex_unlock(&h->mu);
-	return NULL;
-}
-
-/*
- * A small send or receive tried once by the issuing thread (mu held, queue
- * empty, nothing executing): a send that fits the ring or socket buffer
- * and a receive whose message is already here complete without waking the
- * progress thread (small-message latency). 1 = done (mu released).
- */
-static int try_now(struct mr__hcomm *h, struct mr__hreq *r)
-{
-	const struct mr__comm_op *op = r->op;
-	struct mr__xfer x = { .peer = op->peer, .send = op->kind == MR__OP_SEND, .tag = op->tag,
-			      .buf = op->kind == MR__OP_SEND ? (char *)op->sbuf : op->rbuf,
-			      .len = op->count * mr_comm_dtype_size(op->dtype),
-			      .red_dtype = -1 };
-	int done;
-
-	h->busy = 1;
-	pthread_mutex_unlock(&h->mu);
-	/* an error is left to the queued run, which reports it */
-	done = mr__hx_try(h, &x) == 1;
-	pthread_mutex_lock(&h->mu);
-	h->busy = 0;
-	if (!done) {
-		r->pos0 = x.send ? x.pos : 0;
-		return 0;
-	}
-	mr__op_free(r->op);
-	r->op = NULL;
-	r->done = 1;
-	/* work queued meanwhile waited for !busy */
-	if (h->qhead) {
-		pthread_cond_broadcast(&h->cv);
-		pthread_cond_broadcast(&h->done_cv);
-	}
-	pthread_mutex_unlock(&h->mu);
-	return 1;
-}
-
-static int host_start(struct mr_comm *c, struct mr__comm_op *op, struct mr_comm_req **req)
-{
-	struct mr__hcomm *h = (struct mr__hcomm *)c;
-	struct mr__hreq *r = calloc(1, sizeof(*r));
-
-	if (!r) {
-		mr__op_free(op);
-		return MR_ENOMEM;
-	}
-	r->base.comm = c;
-	r->op = op;
-	*req = &r->base;
-	pthread_mutex_lock(&h->mu);
-	if (is_p2p(r) && !h->qhead && !h->busy && !h->stop && !h->broken &&
-	    !atomic_load(&h->aborted) && op->count * mr_comm_dtype_size(op->dtype) <= TRY_MAX) {
-		if (try_now(h, r))
-			return 0;
-		/* still first in issue order: nothing ran meanwhile */
-		r->next = h->qhead;
-		h->qhead = r;
-		if (!h->qtail)
-			h->qtail = r;
-		if (op->kind == MR__OP_RECV) {
-			/* a small receive waits where it is (its sender is not
-			 * held up) for the thread that waits on it: running it in
-			 * the progress thread costs two wake-ups (latency);
-			 * host_test and any later operation start it */
-			pthread_mutex_unlock(&h->mu);
-			return 0;
-		}
-	} else {
-		if (h->qtail)
-			h->qtail->next = r;
-		else
-			h->qhead = r;
-		h->qtail = r;
-	}
-	pthread_cond_broadcast(&h->cv);
-	pthread_mutex_unlock(&h->mu);
-	mr__wake_self(h);
-	return 0;
-}
-
-/* Blocking collective in the caller's thread: only when nothing is queued
- * or executing, so issue order holds; 1 = not now. */
-static int host_run_now(struct mr_comm *c, struct mr__comm_op *op)
-{
-	struct mr__hcomm *h = (struct mr__hcomm *)c;
-	int rc;
-
-	pthread_mutex_lock(&h->mu);
-	if (h->qhead || h->busy || h->stop) {
-		pthread_mutex_unlock(&h->mu);
-		return 1;
-	}
-	h->busy = 1;
-	rc = h->broken;
-	pthread_mutex_unlock(&h->mu);
-	h->deadline = mr__now_ms() + h->base.timeout_ms;
-	atomic_fetch_add(&h->waiters, 1);
-	if (atomic_load(&h->aborted))
-		rc = MR_EABORTED;
-	else if (!rc)
-		rc = mr__host_exec(h, op);
-	atomic_fetch_sub(&h->waiters, 1);
-	mr__op_free(op);
-	pthread_mutex_lock(&h->mu);
-	mark_broken(h, rc);
-	h->busy = 0;
-	/* only queued work waits for !busy (the progress thread, host_wait
-	 * helpers): waking the idle progress thread after every blocking
-	 * collective costs a context switch per call (small-message latency) */
-	if (h->qhead) {
-		pthread_cond_broadcast(&h->cv);
-		pthread_cond_broadcast(&h->done_cv);
-	}
-	pthread_mutex_unlock(&h->mu);
-	return rc;
-}
-
-static int host_test(struct mr_comm_req *req, int *done)
-{
-	struct mr__hcomm *h = (struct mr__hcomm *)req->comm;
-	struct mr__hreq *r = (struct mr__hreq *)req;
-
-	pthread_mutex_lock(&h->mu);
-	*done = r->done;
-	if (!r->done && h->qhead && !h->busy)
-		pthread_cond_broadcast(&h->cv); /* a small receive left for its waiter */
-	pthread_mutex_unlock(&h->mu);
-	return *done ? r->rc : 0;
-}
-
-static int host_wait(struct mr_comm_req *req)
-{
-	struct mr__hcomm *h = (struct mr__hcomm *)req->comm;
-	struct mr__hreq *r = (struct mr__hreq *)req;
-	int rc, spins = 0;
-
-	atomic_fetch_add(&h->waiters, 1);
-	pthread_mutex_lock(&h->mu);
-	while (!r->done) {
-		/* help instead of sleeping: run queued work (in order) ourselves */
-		if (h->qhead && !h->busy && !h->stop) {
-			exec_head(h);
-		} else if (spins++ < WAIT_YIELDS) {
-			/* the progress thread runs it: a wake-up from the condition
-			 * variable costs more than a small message (latency), and
-			 * yielding lets it run when both share a core */
-			pthread_mutex_unlock(&h->mu);
-			sched_yield();
-			pthread_mutex_lock(&h->mu);
-		} else {
-			pthread_cond_wait(&h->done_cv, &h->mu);
-		}
-	}
-	rc = r->rc;
-	pthread_mutex_unlock(&h->mu);
-	atomic_fetch_sub(&h->waiters, 1);
-	free(r);
-	return rc;
-}
-
-static void host_abort(struct mr_comm *c)
-{
-	struct mr__hcomm *h = (struct mr__hcomm *)c;
-
-	if (atomic_exchange(&h->aborted, 1))
-		return;
-	/* peers learn at once: their reads see EOF / reset */
-	for (int i = 0; i < h->n; i++)
-		if (h->ch[i].fd >= 0)
-			shutdown(h->ch[i].fd, SHUT_RDWR);
-	mr__wake_self(h);
-	pthread_mutex_lock(&h->mu);
-	pthread_cond_broadcast(&h->cv);
-	pthread_cond_broadcast(&h->done_cv);
-	pthread_mutex_unlock(&h->mu);
-}
-
 static const struct mr__comm_ops host_ops = {
 	.name = "host",
 	.split = host_split,
-	.start = host_start,
-	.run_now = host_run_now,
-	.test = host_test,
-	.wait = host_wait,
-	.abort = host_abort,
+	.start = mr__host_start,
+	.run_now = mr__host_run_now,
+	.test = mr__host_test,
+	.wait = mr__host_wait,
+	.abort = mr__host_abort,
 	.free = host_free,
 };

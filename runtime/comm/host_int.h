@@ -194,4 +194,12 @@ void mr__cma_revoke(struct mr__hcomm *h, const struct mr__xfer *xs, int nx);
 /* host_algo.c */
 int mr__host_exec(struct mr__hcomm *h, const struct mr__comm_op *op);
 
+/* host_queue.c: the progress thread and the backend's request ops. */
+void *mr__host_progress_main(void *arg);
+int mr__host_start(struct mr_comm *c, struct mr__comm_op *op, struct mr_comm_req **req);
+int mr__host_run_now(struct mr_comm *c, struct mr__comm_op *op);
+int mr__host_test(struct mr_comm_req *req, int *done);
+int mr__host_wait(struct mr_comm_req *req);
+void mr__host_abort(struct mr_comm *c);
+
 #endif
