@@ -33,38 +33,54 @@ struct ce {
  * result as summing as they are computed). The row max is order-free. */
 #define CE_CHUNK 256
 
+/* max of row (V >= 1), with 8 partial maxima (exact: max is order-free). */
+static inline float row_max(const float *row, int V)
+{
+	float pm[8], mx;
+	int v, r;
+
+	for (r = 0; r < 8; r++)
+		pm[r] = row[0];
+	for (v = 1; v + 8 <= V; v += 8)
+		for (r = 0; r < 8; r++)
+			pm[r] = row[v + r] > pm[r] ? row[v + r] : pm[r];
+	for (; v < V; v++)
+		pm[0] = row[v] > pm[0] ? row[v] : pm[0];
+	mx = pm[0];
+	for (r = 1; r < 8; r++)
+		mx = pm[r] > mx ? pm[r] : mx;
+	return mx;
+}
+
+/* sum over row of exp(row[v] - mx), in double, in vocabulary order. */
+static inline double row_sumexp(const float *row, int V, float mx)
+{
+	float e[CE_CHUNK];
+	double s = 0.0;
+	int v, v0, n;
+
+	for (v0 = 0; v0 < V; v0 += CE_CHUNK) {
+		n = V - v0 < CE_CHUNK ? V - v0 : CE_CHUNK;
+		for (v = 0; v < n; v++)
+			e[v] = mr_fast_expf(row[v0 + v] - mx);
+		for (v = 0; v < n; v++)
+			s += (double)e[v];
+	}
+	return s;
+}
+
 MR_HOT static void ce_fwd_rows(void *ctxp, size_t i0, size_t i1, int tid)
 {
 	const struct ce *a = ctxp;
-	float e[CE_CHUNK];
 	size_t i;
-	int v, v0, n, r;
 
 	(void)tid;
 	for (i = i0; i < i1; i++) {
 		const float *row = a->clogits + i * (size_t)a->V;
-		float mx, pm[8];
-		double s = 0.0;
-		float l;
+		float mx = row_max(row, a->V);
+		double s = row_sumexp(row, a->V, mx);
+		float l = mx + (float)log(s > 0.0 ? s : 1.0); /* s >= 1: the max adds 1 */
 
-		for (r = 0; r < 8; r++)
-			pm[r] = row[0];
-		for (v = 1; v + 8 <= a->V; v += 8)
-			for (r = 0; r < 8; r++)
-				pm[r] = row[v + r] > pm[r] ? row[v + r] : pm[r];
-		for (; v < a->V; v++)
-			pm[0] = row[v] > pm[0] ? row[v] : pm[0];
-		mx = pm[0];
-		for (r = 1; r < 8; r++)
-			mx = pm[r] > mx ? pm[r] : mx;
-		for (v0 = 0; v0 < a->V; v0 += CE_CHUNK) {
-			n = a->V - v0 < CE_CHUNK ? a->V - v0 : CE_CHUNK;
-			for (v = 0; v < n; v++)
-				e[v] = mr_fast_expf(row[v0 + v] - mx);
-			for (v = 0; v < n; v++)
-				s += (double)e[v];
-		}
-		l = mx + (float)log(s > 0.0 ? s : 1.0); /* s >= 1: the max adds 1 */
 		a->lse[i] = l;
 		a->losses[i] = l - row[a->targets[i]];
 	}
@@ -110,21 +126,14 @@ struct cevp {
 	int V;
 };
 
-static void ce_max_rows(void *ctxp, size_t i0, size_t i1, int tid)
+MR_HOT static void ce_max_rows(void *ctxp, size_t i0, size_t i1, int tid)
 {
 	const struct cevp *a = ctxp;
 	size_t i;
-	int v;
 
 	(void)tid;
-	for (i = i0; i < i1; i++) {
-		const float *row = a->logits + i * (size_t)a->V;
-		float mx = row[0];
-		for (v = 1; v < a->V; v++)
-			if (row[v] > mx)
-				mx = row[v];
-		a->mx[i] = mx;
-	}
+	for (i = i0; i < i1; i++)
+		a->mx[i] = row_max(a->logits + i * (size_t)a->V, a->V);
 }
 
 void mr_crossentropy_rowmax(struct mr_pool *p, float *mx, const float *logits, int N, int V)
@@ -134,19 +143,15 @@ void mr_crossentropy_rowmax(struct mr_pool *p, float *mx, const float *logits, i
 	mr_pool_run(p, (size_t)N, 8, ce_max_rows, &a);
 }
 
-static void ce_sumexp_rows(void *ctxp, size_t i0, size_t i1, int tid)
+MR_HOT static void ce_sumexp_rows(void *ctxp, size_t i0, size_t i1, int tid)
 {
 	const struct cevp *a = ctxp;
 	size_t i;
-	int v;
 
 	(void)tid;
 	for (i = i0; i < i1; i++) {
 		const float *row = a->logits + i * (size_t)a->V;
-		double s = 0.0;
-		for (v = 0; v < a->V; v++)
-			s += (double)mr_fast_expf(row[v] - a->mx[i]);
-		a->sum[i] = (float)s;
+		a->sum[i] = (float)row_sumexp(row, a->V, a->mx[i]);
 		a->tlogit[i] = a->targets[i] >= 0 ? row[a->targets[i]] : 0.0f;
 	}
 }

@@ -169,6 +169,22 @@ Test(lifecycle, sigterm_is_forwarded_and_agent_leaves)
 	h_kill(c.pid);
 }
 
+/* kill -9 of pod b (agent and workers, no goodbye); milliseconds until the
+ * survivor's log la shows a restart, or -1 after timeout_ms. */
+static long long kill_pod_until_restart(pid_t b, const char *la, int timeout_ms)
+{
+	long long t_kill = h_now_ms();
+
+	kill(-b, SIGKILL);
+	h_wait(b, 5000);
+	while (h_now_ms() - t_kill < timeout_ms) {
+		if (h_count(la, "event=restarting"))
+			return h_now_ms() - t_kill;
+		usleep(10 * 1000);
+	}
+	return -1;
+}
+
 Test(lifecycle, lost_pod_restarts_survivor_within_timeout)
 {
 	struct h_ctl c = {0};
@@ -179,7 +195,7 @@ Test(lifecycle, lost_pod_restarts_survivor_within_timeout)
 		       "echo RUN gen=$MESHRUN_GENERATION rank=$RANK; "
 		       "if [ $MESHRUN_GENERATION -le 1 ]; then exec sleep 60; fi; echo DONE $RANK",
 		       NULL};
-	long long t_kill, t_restart = -1;
+	long long t_restart;
 	pid_t a, b;
 
 	logs(la, lb, sizeof(la), "lost");
@@ -190,19 +206,9 @@ Test(lifecycle, lost_pod_restarts_survivor_within_timeout)
 	cr_assert_eq(h_wait_log(la, "RUN gen=", 1, 15000), 0);
 	cr_assert_eq(h_wait_log(lb, "RUN gen=", 1, 15000), 0);
 	/* the pod dies: agent and workers, no goodbye */
-	t_kill = h_now_ms();
-	kill(-b, SIGKILL);
-	h_wait(b, 5000);
-	while (h_now_ms() - t_kill < 6000) {
-		if (h_count(la, "event=restarting")) {
-			t_restart = h_now_ms();
-			break;
-		}
-		usleep(10 * 1000);
-	}
+	t_restart = kill_pod_until_restart(b, la, 6000);
 	cr_assert_geq(t_restart, 0, "survivor never restarted");
-	cr_expect_leq(t_restart - t_kill, 3000, "restart took %lld ms",
-		      t_restart - t_kill);
+	cr_expect_leq(t_restart, 3000, "restart took %lld ms", t_restart);
 	/* the pod comes back under the same node id and the job finishes */
 	b = h_agent(&c, "t/lost", 1, extra, cmd, NULL, lb2);
 	check_exit(a, 0, la, &c);
@@ -461,7 +467,7 @@ Test(lifecycle, lost_pod_during_parallel_training_restarts_and_finishes)
 			 "\"batch_size\": 4, \"threads\": 1, \"peak_flops\": 1e9, "
 			 "\"comm_timeout_ms\": 60000}",
 			 NULL};
-	long long t_kill, t_restart = -1;
+	long long t_restart;
 	pid_t a, b;
 
 	logs(la, lb, sizeof(la), "ptrain");
@@ -471,20 +477,11 @@ Test(lifecycle, lost_pod_during_parallel_training_restarts_and_finishes)
 	b = h_agent(&c, "t/ptrain", 1, extra, NULL, NULL, lb);
 	cr_assert_eq(h_wait_log(la, "event=gpt_worker_ready", 2, 20000), 0);
 	usleep(300 * 1000); /* mid-training: 1000 steps take seconds */
-	t_kill = h_now_ms();
-	kill(-b, SIGKILL);
-	h_wait(b, 5000);
-	while (h_now_ms() - t_kill < 8000) {
-		if (h_count(la, "event=restarting")) {
-			t_restart = h_now_ms();
-			break;
-		}
-		usleep(10 * 1000);
-	}
+	t_restart = kill_pod_until_restart(b, la, 8000);
 	cr_assert_geq(t_restart, 0, "the survivor never restarted");
 	/* heartbeat timeout (2 s) + detection; the comm timeout (60 s) must
 	 * play no part: the ranks are aborted, not timed out */
-	cr_expect_leq(t_restart - t_kill, 4000, "restart took %lld ms", t_restart - t_kill);
+	cr_expect_leq(t_restart, 4000, "restart took %lld ms", t_restart);
 	b = h_agent(&c, "t/ptrain", 1, extra, NULL, NULL, lb2);
 	check_exit(a, 0, la, &c);
 	check_exit(b, 0, lb2, &c);

@@ -375,20 +375,30 @@ static void parity(struct run *r)
 	free(r->params);
 }
 
+/* A fresh run of micro-batches (2,16) over S x R data-parallel ranks (one
+ * static instance: Criterion runs each test in its own process). */
+static struct run *run_of(struct mr_gpt_config mc, int S, int R, int accum,
+			  struct mr_dp_config dc)
+{
+	static struct run r;
+
+	memset(&r, 0, sizeof(r));
+	r.mc = mc;
+	r.B = 2;
+	r.T = 16;
+	r.S = S;
+	r.R = R;
+	r.accum = accum;
+	r.dc = dc;
+	return &r;
+}
+
 #define PARITY(name, cfgfn, zero_, S_, R_, accum_)                                      \
 	Test(dp, name)                                                                  \
 	{                                                                               \
-		static struct run r;                                                    \
-		memset(&r, 0, sizeof(r));                                               \
-		r.mc = cfgfn();                                                         \
-		r.B = 2;                                                                \
-		r.T = 16;                                                               \
-		r.S = S_;                                                               \
-		r.R = R_;                                                               \
-		r.accum = accum_;                                                       \
-		r.dc = (struct mr_dp_config){ .zero = zero_, .overlap = 1,               \
-					      .bucket_bytes = 16384 };                  \
-		parity(&r);                                                             \
+		parity(run_of(cfgfn(), S_, R_, accum_,                                  \
+			      (struct mr_dp_config){ .zero = zero_, .overlap = 1,       \
+						     .bucket_bytes = 16384 }));         \
 	}
 
 PARITY(dense_ddp2, dense, 0, 2, 1, 2)
@@ -416,18 +426,10 @@ PARITY(moe_hsdp_2x2, moe, 2, 2, 2, 1)
 /* tp 2 inside each of 2 dp ranks: the norm counts replicated tensors once. */
 static void tp_case(struct mr_gpt_config mc, int zero)
 {
-	static struct run r;
+	struct run *r = run_of(mc, 2, 1, 2, (struct mr_dp_config){ .zero = zero, .overlap = 1 });
 
-	memset(&r, 0, sizeof(r));
-	r.mc = mc;
-	r.B = 2;
-	r.T = 16;
-	r.S = 2;
-	r.R = 1;
-	r.tp = 2;
-	r.accum = 2;
-	r.dc = (struct mr_dp_config){ .zero = zero, .overlap = 1 };
-	parity(&r);
+	r->tp = 2;
+	parity(r);
 }
 
 Test(dp, dense_tp2_ddp2) { tp_case(dense(), 0); }
@@ -437,20 +439,13 @@ Test(dp, moe_tp2_zero3_dp2) { tp_case(moe(), 3); }
 /* Memory by category, zero 1/2/3 over 4 ranks (and 3: padding). */
 static void mem_case(int zero, int S)
 {
-	static struct run r;
+	struct run *r = run_of(dense(), S, 1, 1,
+			       (struct mr_dp_config){ .zero = zero, .overlap = 1 });
 
-	memset(&r, 0, sizeof(r));
-	r.mc = dense();
-	r.B = 2;
-	r.T = 16;
-	r.S = S;
-	r.R = 1;
-	r.accum = 1;
-	r.steps = 2;
-	r.check_mem = 1;
-	r.dc = (struct mr_dp_config){ .zero = zero, .overlap = 1 };
+	r->steps = 2;
+	r->check_mem = 1;
 	openblas_set_num_threads(1);
-	cr_assert_eq(run_threads_t(S, HOSTS_SAME, 30000, dp_rank, &r), 0, "memory mismatch");
+	cr_assert_eq(run_threads_t(S, HOSTS_SAME, 30000, dp_rank, r), 0, "memory mismatch");
 }
 
 Test(dp, memory_zero1) { mem_case(1, 4); }
@@ -462,20 +457,14 @@ Test(dp, memory_zero3_padded) { mem_case(3, 3); }
  * (DDP, ZeRO-1); ZeRO-2 reduces every micro-batch. Also checks parity. */
 static void colls_case(int zero, size_t bucket, int overlap, long want_per_unit, long fixed)
 {
-	static struct run r;
+	struct run *r = run_of(dense(), 2, 1, 3,
+			       (struct mr_dp_config){ .zero = zero, .overlap = overlap,
+						      .bucket_bytes = bucket });
 
-	memset(&r, 0, sizeof(r));
-	r.mc = dense();
-	r.B = 2;
-	r.T = 16;
-	r.S = 2;
-	r.R = 1;
-	r.accum = 3;
-	r.steps = 4;
-	r.dc = (struct mr_dp_config){ .zero = zero, .overlap = overlap, .bucket_bytes = bucket };
+	r->steps = 4;
 	/* units: embeddings, two per layer, final LayerNorm */
-	r.want_colls = want_per_unit * (2 * dense().n_layer + 2) + fixed;
-	parity(&r);
+	r->want_colls = want_per_unit * (2 * dense().n_layer + 2) + fixed;
+	parity(r);
 }
 
 Test(dp, ddp_bucket_per_unit_final_only) { colls_case(0, 1, 1, 1, 0); }
@@ -512,17 +501,7 @@ Test(dp, bad_zero_rejected)
 /* overlap = 0 (one reduction after backward) gives the same step. */
 static void no_overlap_case(int zero)
 {
-	static struct run r;
-
-	memset(&r, 0, sizeof(r));
-	r.mc = moe();
-	r.B = 2;
-	r.T = 16;
-	r.S = 2;
-	r.R = 1;
-	r.accum = 2;
-	r.dc = (struct mr_dp_config){ .zero = zero, .overlap = 0 };
-	parity(&r);
+	parity(run_of(moe(), 2, 1, 2, (struct mr_dp_config){ .zero = zero, .overlap = 0 }));
 }
 
 Test(dp, zero1_no_overlap) { no_overlap_case(1); }
@@ -533,26 +512,18 @@ Test(dp, zero3_no_overlap) { no_overlap_case(3); }
  * MR_ENONFINITE and a message naming the step and a tensor. */
 Test(dp, nonfinite_loss_reported_by_every_rank)
 {
-	static struct run r;
+	struct run *r = run_of(dense(), 2, 1, 1, (struct mr_dp_config){ .zero = 3, .overlap = 1 });
 	int k;
 
-	memset(&r, 0, sizeof(r));
-	r.mc = dense();
-	r.B = 2;
-	r.T = 16;
-	r.S = 2;
-	r.R = 1;
-	r.accum = 1;
-	r.steps = 4;
-	r.lr = 1e30f;
-	r.dc = (struct mr_dp_config){ .zero = 3, .overlap = 1 };
+	r->steps = 4;
+	r->lr = 1e30f;
 	openblas_set_num_threads(1);
-	cr_assert_eq(run_threads_t(2, HOSTS_SAME, 30000, dp_rank, &r), 0);
+	cr_assert_eq(run_threads_t(2, HOSTS_SAME, 30000, dp_rank, r), 0);
 	for (k = 0; k < 2; k++) {
-		cr_assert_eq(r.nonfinite_rc[k], MR_ENONFINITE, "rank %d: %d %s", k,
-			     r.nonfinite_rc[k], r.nonfinite_msg[k]);
-		cr_assert(strstr(r.nonfinite_msg[k], "at step 1: first non-finite tensor '"),
-			  "rank %d: %s", k, r.nonfinite_msg[k]);
+		cr_assert_eq(r->nonfinite_rc[k], MR_ENONFINITE, "rank %d: %d %s", k,
+			     r->nonfinite_rc[k], r->nonfinite_msg[k]);
+		cr_assert(strstr(r->nonfinite_msg[k], "at step 1: first non-finite tensor '"),
+			  "rank %d: %s", k, r->nonfinite_msg[k]);
 	}
-	cr_assert_str_eq(r.nonfinite_msg[0], r.nonfinite_msg[1]);
+	cr_assert_str_eq(r->nonfinite_msg[0], r->nonfinite_msg[1]);
 }
