@@ -13,19 +13,18 @@ struct sumsq_args {
 	double *part; /* (ntensors) */
 };
 
-/* Tensor i goes to the thread whose element range holds its first element. */
+/* Tensor i goes to the thread whose element range holds its first element
+ * (the table is contiguous: its offset). */
 static void sumsq_range(void *ctxp, size_t e0, size_t e1, int tid)
 {
 	const struct sumsq_args *a = ctxp;
-	size_t start = 0;
 	int i;
 
 	(void)tid;
 	for (i = 0; i < a->m->ntensors; i++) {
 		const struct mr_gpt_tensor *t = &a->m->tensors[i];
-		if (start >= e0 && start < e1)
+		if (t->off >= e0 && t->off < e1 && mr_gpt_tp_counts(a->m, t))
 			a->part[i] = mr_grad_sumsq(a->g + t->off, t->n);
-		start += t->n;
 	}
 }
 
@@ -36,24 +35,20 @@ double mr_trainer_grad_sumsq(const struct mr_gpt *m, const float *g)
 {
 	double s = 0.0, stackpart[64], *part = stackpart;
 	struct sumsq_args a;
-	size_t total = 0;
 	int i;
 
 	if (m->ntensors > 64)
 		part = malloc(sizeof(double) * (size_t)m->ntensors);
-	for (i = 0; i < m->ntensors; i++)
-		total += m->tensors[i].n;
 	if (part) {
 		a.m = m;
 		a.g = g;
 		a.part = part;
-		mr_pool_run(m->pool, total, 1 << 16, sumsq_range, &a);
+		mr_pool_run(m->pool, m->nparams, 1 << 16, sumsq_range, &a);
 	}
 	for (i = 0; i < m->ntensors; i++) {
 		const struct mr_gpt_tensor *t = &m->tensors[i];
-		if (t->split_dim < 0 && m->par.tp_rank != 0)
-			continue; /* replicated across tp: counted by tp rank 0 */
-		s += part ? part[i] : mr_grad_sumsq(g + t->off, t->n);
+		if (mr_gpt_tp_counts(m, t))
+			s += part ? part[i] : mr_grad_sumsq(g + t->off, t->n);
 	}
 	if (part != stackpart)
 		free(part);

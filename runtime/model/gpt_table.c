@@ -114,6 +114,11 @@ static void build_table(const struct mr_gpt_config *c, struct table *tb)
 		tb->unit_first[tb->unit] = tb->n;
 }
 
+int mr_gpt_tp_counts(const struct mr_gpt *m, const struct mr_gpt_tensor *t)
+{
+	return t->split_dim >= 0 || m->par.tp_rank == 0;
+}
+
 size_t mr_gpt_tensor_full_n(const struct mr_gpt_tensor *t)
 {
 	size_t n = 1;

@@ -213,6 +213,9 @@ void mr_gpt_bind_unit(struct mr_gpt *m, int u, float *pbase, float *gbase);
  * slice: to_full = 0 extracts local from full, 1 writes local into full. */
 void mr_gpt_tensor_slice(const struct mr_gpt_tensor *t, int tp, int tp_rank, float *full,
 			 float *local, int to_full);
+/* 1 if this tp rank counts tensor t in a sum over the tp group (a grad
+ * norm): a tensor replicated across tp is counted by tp rank 0 only. */
+int mr_gpt_tp_counts(const struct mr_gpt *m, const struct mr_gpt_tensor *t);
 /* Elements of the whole tensor (product of full[]). */
 size_t mr_gpt_tensor_full_n(const struct mr_gpt_tensor *t);
 /* Parameters of the whole (unsliced) model. */

@@ -95,7 +95,7 @@ static int segments(struct mr_dp *d)
 			s->unit = u;
 			s->tensor = i;
 			s->decay = t->decay;
-			s->count = lead && (m->par.tp_rank == 0 || t->split_dim >= 0);
+			s->count = lead && mr_gpt_tp_counts(m, t);
 			d->nseg++;
 		}
 	}
