@@ -84,6 +84,10 @@ void mr__reduce3(void *dst, const void *a, const void *b, size_t n, int dtype, i
 void mr__scale_div(void *buf, size_t n, int dtype, int div);
 void mr__bf16_to_f32(float *dst, const uint16_t *src, size_t n);
 void mr__f32_to_bf16(uint16_t *dst, const float *src, size_t n);
+/* memcpy with non-temporal stores (reduce.c): for large receive buffers
+ * nobody reads right away, so the copy writes memory without first reading
+ * every destination line into the cache. Ordered (sfence) on return. */
+void mr__copy_stream(void *dst, const void *src, size_t n);
 uint64_t mr__hash(const void *p, size_t n, uint64_t h);
 long long mr__now_ms(void);
 

@@ -128,8 +128,9 @@ static long chan_write(struct mr__hcomm *h, struct mr__chan *ch, const void *p, 
 	}
 }
 
-/* >= 0 bytes read, or MR_EPEER. */
-static long chan_read(struct mr__hcomm *h, struct mr__chan *ch, void *p, size_t n)
+/* >= 0 bytes read, or MR_EPEER; stream: copy out of an shm ring with
+ * streaming stores (a large receive buffer). */
+static long chan_read_to(struct mr__hcomm *h, struct mr__chan *ch, void *p, size_t n, int stream)
 {
 	if (ch->shm) {
 		struct mr__ring *r = ch->rx;
@@ -143,8 +144,13 @@ static long chan_read(struct mr__hcomm *h, struct mr__chan *ch, void *p, size_t 
 			return 0;
 		off = (size_t)(tail & (h->ring_cap - 1));
 		first = h->ring_cap - off < n ? h->ring_cap - off : n;
-		memcpy(p, ring_data(r) + off, first);
-		memcpy((char *)p + first, ring_data(r), n - first);
+		if (stream) {
+			mr__copy_stream(p, ring_data(r) + off, first);
+			mr__copy_stream((char *)p + first, ring_data(r), n - first);
+		} else {
+			memcpy(p, ring_data(r) + off, first);
+			memcpy((char *)p + first, ring_data(r), n - first);
+		}
 		atomic_store_explicit(&r->tail, tail + n, memory_order_release);
 		ring_bell(ch->peer_inbox);
 		return (long)n;
@@ -164,6 +170,11 @@ static long chan_read(struct mr__hcomm *h, struct mr__chan *ch, void *p, size_t 
 			return 0;
 		return MR_EPEER;
 	}
+}
+
+static long chan_read(struct mr__hcomm *h, struct mr__chan *ch, void *p, size_t n)
+{
+	return chan_read_to(h, ch, p, n, 0);
 }
 
 void mr__chan_release(struct mr__chan *ch)
@@ -431,7 +442,8 @@ static long rx_progress(struct mr__hcomm *h, int peer, struct mr__xfer *xs, int 
 			struct mr__xfer *x = ch->cur;
 
 			if (x->red_dtype < 0) {
-				got = chan_read(h, ch, x->buf + x->pos, x->len - x->pos);
+				got = chan_read_to(h, ch, x->buf + x->pos, x->len - x->pos,
+						   x->len >= h->stream_min && !x->cached);
 			} else {
 				got = 0;
 				if (x->pos < x->len && ch->shm && !ch->bounce_fill)
@@ -468,32 +480,38 @@ static long rx_progress(struct mr__hcomm *h, int peer, struct mr__xfer *xs, int 
 }
 
 /* A piece of a local copy: fills the time the transfers wait for peers. */
-static long local_progress(struct mr__xfer *x)
+static long local_progress(struct mr__hcomm *h, struct mr__xfer *x)
 {
 	size_t n = x->len - x->pos < LOCAL_PIECE ? x->len - x->pos : LOCAL_PIECE;
 
-	memcpy(x->buf + x->pos, x->red_src + x->pos, n);
+	if (x->len >= h->stream_min)
+		mr__copy_stream(x->buf + x->pos, x->red_src + x->pos, n);
+	else
+		memcpy(x->buf + x->pos, x->red_src + x->pos, n);
 	x->pos += n;
 	x->done = x->pos == x->len;
 	return n ? (long)n : 1;
 }
 
-static long tx_progress(struct mr__hcomm *h, struct mr__xfer *x)
+/* Sends what it can of x; avail: payload bytes that exist so far (all of
+ * them, or what the receive a forwarding send follows has). */
+static long tx_progress(struct mr__hcomm *h, struct mr__xfer *x, size_t avail)
 {
 	struct mr__chan *ch = &h->ch[x->peer];
 	struct mr__wire_hdr hdr = { .tag = x->tag, .zero = 0, .len = x->len };
 	long moved = 0, w;
 
 	/* user messages only when they do not fit the ring: a smaller send
-	 * completes before its receive is posted, and callers may rely on it */
+	 * completes before its receive is posted, and callers may rely on it;
+	 * single copy hands over the whole buffer, so it waits for all of it */
 	if (x->cma || mr__cma_use(h, ch, x))
-		return tx_cma(h, ch, x);
+		return avail == x->len ? tx_cma(h, ch, x) : 0;
 	if (!ch->shm && x->pos < sizeof(hdr)) {
 		/* header and payload in one segment: one syscall, and the
 		 * receiver never wakes for a header alone (small-message latency) */
 		struct iovec iov[2] = { { (char *)&hdr + x->pos, sizeof(hdr) - x->pos },
-					{ x->buf, x->len } };
-		struct msghdr mh = { .msg_iov = iov, .msg_iovlen = x->len ? 2 : 1 };
+					{ x->buf, avail } };
+		struct msghdr mh = { .msg_iov = iov, .msg_iovlen = avail ? 2 : 1 };
 		ssize_t sw;
 
 		while ((sw = sendmsg(ch->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL)) < 0 && errno == EINTR)
@@ -514,7 +532,7 @@ static long tx_progress(struct mr__hcomm *h, struct mr__xfer *x)
 		if (x->pos < sizeof(hdr))
 			return moved;
 	}
-	w = chan_write(h, ch, x->buf + (x->pos - sizeof(hdr)), x->len + sizeof(hdr) - x->pos);
+	w = chan_write(h, ch, x->buf + (x->pos - sizeof(hdr)), avail + sizeof(hdr) - x->pos);
 	if (w < 0)
 		return w;
 	x->pos += (size_t)w;
@@ -607,7 +625,10 @@ static int hx_loop(struct mr__hcomm *h, struct mr__xfer **xsp, int *nxp, int *ca
 						first = 0;
 				if (!first)
 					continue;
-				m = x->local ? local_progress(x) : tx_progress(h, x);
+				if (x->local)
+					m = local_progress(h, x);
+				else
+					m = tx_progress(h, x, x->gate ? xs[x->gate - 1].pos : x->len);
 			} else {
 				struct mr__chan *ch = &h->ch[x->peer];
 
@@ -733,7 +754,7 @@ int mr__hx_try(struct mr__hcomm *h, struct mr__xfer *x)
 		/* a single-copy send waits for its reader: leave it to the queue */
 		if (mr__cma_use(h, ch, x))
 			return 0;
-		m = tx_progress(h, x);
+		m = tx_progress(h, x, x->len);
 		return m < 0 ? (int)m : x->done;
 	}
 	if ((m = match_stash(ch, x)) != 0)

@@ -47,14 +47,6 @@
 #define CMA_MIN_DEFAULT (64 << 10)
 #define CMA_VM_MIN_DEFAULT SIZE_MAX
 
-static size_t env_size(const char *name, size_t def)
-{
-	const char *e = getenv(name);
-	size_t v = e ? strtoull(e, NULL, 0) : def;
-
-	return v < 4096 ? def : v;
-}
-
 static int cma_enabled(void)
 {
 	const char *e = getenv("MR_COMM_CMA");
@@ -67,8 +59,8 @@ void mr__cma_publish(struct mr__hcomm *h)
 	struct timespec ts;
 	uint64_t seed;
 
-	h->cma_min = env_size("MR_COMM_CMA_MIN", CMA_MIN_DEFAULT);
-	h->cma_vm_min = env_size("MR_COMM_CMA_VM_MIN", CMA_VM_MIN_DEFAULT);
+	h->cma_min = mr__env_size("MR_COMM_CMA_MIN", CMA_MIN_DEFAULT);
+	h->cma_vm_min = mr__env_size("MR_COMM_CMA_VM_MIN", CMA_VM_MIN_DEFAULT);
 	if (!h->inbox || !cma_enabled())
 		return;
 	clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -88,6 +88,10 @@ struct mr__xfer {
 	int reduced;       /* send: the receiver reduces it (no process_vm_readv) */
 	int local;         /* a copy red_src -> buf of this rank (peer = me, send = 1),
 			    * done in pieces while the real transfers wait */
+	int gate;          /* send: 1 + batch index of the receive whose data it
+			    * forwards; only bytes already received go out (0: none) */
+	int cached;        /* recv: a send forwards it, keep it in cache (no
+			    * streaming stores) */
 	void *user;        /* host.c: the request this p2p transfer belongs to */
 };
 
@@ -157,9 +161,14 @@ struct mr__hcomm {
 	uint64_t cma_cookie;       /* read by peers to verify single copy works */
 	size_t cma_min;            /* smallest collective message by memcpy single copy */
 	size_t cma_vm_min;         /* the same by process_vm_readv */
+	size_t stream_min;         /* smallest receive copied with streaming stores */
+	size_t chunk;              /* ring allreduce segment bytes per chunk */
 	unsigned seen_n;
 	uint64_t seen[32];         /* ranks-list hashes of unnamed splits */
 };
+
+/* host.c */
+size_t mr__env_size(const char *name, size_t def);
 
 /* host_chan.c */
 /* Moves every transfer to completion; 0 or MR_ETIMEDOUT/EPEER/EABORTED/

@@ -97,6 +97,28 @@ Test(comm, large_mixed_world4, .timeout = 120)
 	cr_assert_eq(run_threads(4, HOSTS_HALF, big_ops, NULL), 0);
 }
 
+/* Between processes large messages go through the rings: a ring's steps
+ * run chained (a send forwards what the previous receive has so far) and
+ * big receives are copied out with streaming stores. */
+Test(comm, large_processes_shm_world4, .timeout = 120)
+{
+	cr_assert_eq(run_procs(4, HOSTS_SAME, 60000, big_ops, NULL, -1), 0);
+}
+
+/* The same chains through a 4 KiB ring (many wraps, every forward in
+ * small pieces) with single copy off, as threads and as processes:
+ * streaming copies of a few bytes at wrap points, allreduce chunks of
+ * 40000 bytes per segment (not a multiple of the element or ring size). */
+Test(comm, large_small_ring_world3, .timeout = 120)
+{
+	setenv("MR_COMM_CMA", "0", 1);
+	setenv("MR_COMM_SHM_RING", "4096", 1);
+	setenv("MR_COMM_STREAM_MIN", "4096", 1);
+	setenv("MR_COMM_CHUNK", "40000", 1);
+	cr_assert_eq(run_threads(3, HOSTS_SAME, big_ops, NULL), 0);
+	cr_assert_eq(run_procs(3, HOSTS_SAME, 60000, big_ops, NULL, -1), 0);
+}
+
 /* ---- mesh groups and custom groups ---- */
 
 /* 2x2x2 mesh, tp fastest, then dp, then pp: rank = tp + 2*dp + 4*pp. */
