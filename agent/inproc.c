@@ -46,6 +46,10 @@ static void *rank_main(void *arg)
 		}
 		ops->destroy(state);
 	}
+	/* once the agent aborts the ranks, one rank's abort reaches another as
+	 * a failed peer (MR_EPEER) before its own abort lands: part of the stop */
+	if (rc < 0 && created && atomic_load(&r->owner->aborting))
+		rc = MR_EABORTED;
 	if (rc == MR_WORKER_DONE) {
 		r->code = 0;
 	} else {

@@ -85,8 +85,13 @@ static void ring_bell(struct mr__inbox_hdr *ib)
 
 void mr__wake_self(struct mr__hcomm *h)
 {
+	uint64_t one = 1;
+
 	if (h->inbox)
 		ring_bell(h->inbox);
+	if (h->wake_fd >= 0 && write(h->wake_fd, &one, sizeof(one)) < 0) {
+		/* EAGAIN: the counter is full, a wake-up is pending anyway */
+	}
 }
 
 static char *ring_data(struct mr__ring *r)
@@ -116,7 +121,7 @@ static long chan_write(struct mr__hcomm *h, struct mr__chan *ch, const void *p, 
 		return (long)n;
 	}
 	for (;;) {
-		ssize_t w = send(ch->fd, p, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+		ssize_t w = send(ch->tx_fd, p, n, MSG_DONTWAIT | MSG_NOSIGNAL);
 
 		if (w >= 0)
 			return (long)w;
@@ -158,7 +163,7 @@ static long chan_read_to(struct mr__hcomm *h, struct mr__chan *ch, void *p, size
 	if (!n)
 		return 0;
 	for (;;) {
-		ssize_t got = recv(ch->fd, p, n, MSG_DONTWAIT);
+		ssize_t got = recv(ch->rx_fd, p, n, MSG_DONTWAIT);
 
 		if (got > 0)
 			return (long)got;
@@ -196,7 +201,19 @@ void mr__chan_release(struct mr__chan *ch)
 	ch->bounce = NULL;
 	if (ch->fd >= 0)
 		close(ch->fd);
-	ch->fd = -1;
+	if (ch->fd2 >= 0)
+		close(ch->fd2);
+	ch->fd = ch->fd2 = ch->tx_fd = ch->rx_fd = -1;
+}
+
+void mr__chan_shutdown(struct mr__hcomm *h)
+{
+	for (int i = 0; i < h->n; i++) {
+		if (h->ch[i].fd >= 0)
+			shutdown(h->ch[i].fd, SHUT_RDWR);
+		if (h->ch[i].fd2 >= 0)
+			shutdown(h->ch[i].fd2, SHUT_RDWR);
+	}
 }
 
 static void deliver(struct mr__xfer *x, const char *src, size_t n)
@@ -514,7 +531,8 @@ static long tx_progress(struct mr__hcomm *h, struct mr__xfer *x, size_t avail)
 		struct msghdr mh = { .msg_iov = iov, .msg_iovlen = avail ? 2 : 1 };
 		ssize_t sw;
 
-		while ((sw = sendmsg(ch->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL)) < 0 && errno == EINTR)
+		while ((sw = sendmsg(ch->tx_fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL)) < 0 &&
+		       errno == EINTR)
 			;
 		if (sw < 0)
 			return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : MR_EPEER;
@@ -545,7 +563,7 @@ static long tx_progress(struct mr__hcomm *h, struct mr__xfer *x, size_t avail)
 /* Sleeps until something may have changed; checks liveness of shm peers. */
 static int wait_some(struct mr__hcomm *h, struct mr__xfer *xs, int nx, uint32_t bell)
 {
-	struct pollfd live[64], tcp[64];
+	struct pollfd live[64], tcp[65];
 	int nl = 0, nt = 0;
 
 	for (int i = 0; i < nx; i++) {
@@ -556,7 +574,7 @@ static int wait_some(struct mr__hcomm *h, struct mr__xfer *xs, int nx, uint32_t 
 		if (ch->shm && nl < 64)
 			live[nl++] = (struct pollfd){ .fd = ch->fd, .events = POLLIN };
 		else if (!ch->shm && nt < 64)
-			tcp[nt++] = (struct pollfd){ .fd = ch->fd,
+			tcp[nt++] = (struct pollfd){ .fd = xs[i].send ? ch->tx_fd : ch->rx_fd,
 						     .events = xs[i].send ? POLLOUT : POLLIN };
 	}
 	if (nl && poll(live, (nfds_t)nl, 0) > 0) {
@@ -584,7 +602,14 @@ static int wait_some(struct mr__hcomm *h, struct mr__xfer *xs, int nx, uint32_t 
 		atomic_store(&h->inbox->sleeping, 0);
 		return 0;
 	}
-	poll(tcp, (nfds_t)nt, nl ? 1 : 10);
+	tcp[nt++] = (struct pollfd){ .fd = h->wake_fd, .events = POLLIN };
+	if (poll(tcp, (nfds_t)nt, nl ? 1 : 10) > 0 && (tcp[nt - 1].revents & POLLIN)) {
+		uint64_t v;
+
+		if (read(h->wake_fd, &v, sizeof(v)) < 0) {
+			/* EAGAIN: another thread drained it */
+		}
+	}
 	return 0;
 }
 

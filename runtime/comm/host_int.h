@@ -3,7 +3,8 @@
  * rings + TCP), shared by host.c (bootstrap, progress thread), host_chan.c
  * (channels and the transfer engine) and host_algo.c (collectives).
  *
- * Wire format, both transports: each message is a 16-byte header
+ * TCP peers keep two connections, one per direction; shared-memory peers
+ * one, for liveness. Wire format, both transports: each message is a 16-byte header
  * {int32 tag, uint32 0, uint64 len} and len payload bytes. Collective
  * traffic uses tag MR__TAG_COLL; user send/recv tags are >= 0. A received
  * message nobody is waiting for yet is stashed (unexpected queue).
@@ -96,7 +97,12 @@ struct mr__xfer {
 };
 
 struct mr__chan {
-	int fd;                    /* data (TCP) or liveness (shm) socket */
+	int fd;                    /* the pair's first connection: liveness (shm) */
+	int fd2;                   /* TCP peers: a second one, one per direction */
+	int tx_fd, rx_fd;          /* TCP peers: the socket this rank connected
+				    * carries its sends, the accepted one its
+				    * receives (no socket lock shared between
+				    * the two directions) */
 	int shm;
 	struct mr__ring *tx, *rx;  /* rings: me -> peer (in its inbox), peer -> me */
 	struct mr__inbox_hdr *peer_inbox;
@@ -139,6 +145,7 @@ struct mr__hcomm {
 	void **maps;               /* inbox mappings: maps[me] own, maps[p] shm peers */
 	char shm_name[64];
 	int has_shm, has_tcp;
+	int wake_fd;               /* TCP peers: eventfd that interrupts poll() */
 	int oversubscribed;        /* more shm ranks than CPUs: yield, never spin */
 	/* threads blocked on this communicator (host_wait, blocking calls):
 	 * only then is spinning worth a core - an operation running behind
@@ -188,6 +195,8 @@ int mr__hx_sendrecv(struct mr__hcomm *h, int to, const void *sbuf, size_t slen, 
 int mr__hx_sendrecv3(struct mr__hcomm *h, int to, const void *sbuf, size_t slen, int from,
 		     void *rbuf, size_t rlen, int red_dtype, int redop, const void *red_src);
 void mr__chan_release(struct mr__chan *ch);
+/* Shuts every socket down: the peers see EOF at once. */
+void mr__chan_shutdown(struct mr__hcomm *h);
 void mr__wake_self(struct mr__hcomm *h);
 
 /* host_cma.c */

@@ -31,9 +31,7 @@ static void mark_broken(struct mr__hcomm *h, int rc)
 	if (rc < 0 && !h->broken) {
 		/* the streams are out of step: tell the peers now, not at their timeout */
 		h->broken = rc;
-		for (int i = 0; i < h->n; i++)
-			if (h->ch[i].fd >= 0)
-				shutdown(h->ch[i].fd, SHUT_RDWR);
+		mr__chan_shutdown(h);
 	}
 }
 
@@ -342,9 +340,7 @@ void mr__host_abort(struct mr_comm *c)
 	if (atomic_exchange(&h->aborted, 1))
 		return;
 	/* peers learn at once: their reads see EOF / reset */
-	for (int i = 0; i < h->n; i++)
-		if (h->ch[i].fd >= 0)
-			shutdown(h->ch[i].fd, SHUT_RDWR);
+	mr__chan_shutdown(h);
 	mr__wake_self(h);
 	pthread_mutex_lock(&h->mu);
 	pthread_cond_broadcast(&h->cv);
