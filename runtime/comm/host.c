@@ -44,10 +44,9 @@
 #define DEFAULT_RING ((size_t)1 << 20)
 /* Measured on this 2-core VM (host_algo.c, reduce.c, docs/PERFORMANCE.md):
  * ring allreduce segments of 256 KiB stay in the 2 MiB L2 between reduce
- * and forward; receives from 8 MiB up are copied with streaming stores
- * (smaller ones are often read again while still in the 32 MiB L3). */
+ * and forward. */
 #define DEFAULT_CHUNK ((size_t)256 << 10)
-#define DEFAULT_STREAM_MIN ((size_t)8 << 20)
+#define DEFAULT_L3 ((size_t)32 << 20)
 #define DEFAULT_TCP_SNDBUF (512 << 10)
 
 struct hello {
@@ -66,6 +65,25 @@ static size_t ring_cap(void)
 	if (v < 4096 || v > ((size_t)1 << 28) || (v & (v - 1)))
 		v = DEFAULT_RING;
 	return v;
+}
+
+/* The L3 cache's size (sysfs; sysconf reports the whole host's in a VM). An
+ * operation whose output outgrows this rank's share of it (L3 / ranks on
+ * the host) evicts its own first bytes anyway: it writes with streaming
+ * stores, without reading every destination line first. Measured here:
+ * 2 ranks 16-64 MiB and 4 ranks 8-16 MiB up to 1.4x faster, 2 ranks
+ * 4-8 MiB (still in the 32 MiB L3) slower. */
+static size_t l3_bytes(void)
+{
+	FILE *f = fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r");
+	unsigned long kib = 0;
+
+	if (f) {
+		if (fscanf(f, "%luK", &kib) != 1)
+			kib = 0;
+		fclose(f);
+	}
+	return kib >= 1024 ? (size_t)kib << 10 : DEFAULT_L3;
 }
 
 /* A byte-size tunable from the environment; below 4 KiB means def. */
@@ -308,7 +326,6 @@ static int host_create(struct mr__hcomm **out, const struct mr_comm *tmpl, const
 	h->me = me;
 	h->ring_cap = ring_cap();
 	h->chunk = mr__env_size("MR_COMM_CHUNK", DEFAULT_CHUNK);
-	h->stream_min = mr__env_size("MR_COMM_STREAM_MIN", DEFAULT_STREAM_MIN);
 	h->map_size = sizeof(struct mr__inbox_hdr) +
 		      (size_t)n * (sizeof(struct mr__ring) + h->ring_cap);
 	pthread_mutex_init(&h->mu, NULL);
@@ -473,6 +490,7 @@ static int host_create(struct mr__hcomm **out, const struct mr_comm *tmpl, const
 		for (int p = 0; p < n; p++)
 			local += h->ch[p].shm;
 		h->oversubscribed = ncpu > 0 && local > ncpu;
+		h->stream_min = mr__env_size("MR_COMM_STREAM_MIN", l3_bytes() / (size_t)local);
 	}
 	/* a poll() on TCP peers must wake for work queued meanwhile (a receive
 	 * posted after its send started) and for abort */

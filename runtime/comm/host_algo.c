@@ -55,6 +55,25 @@ static int mod(int a, int n)
 	return ((a % n) + n) % n;
 }
 
+/* Whether [a, a+al) and [b, b+bl) share a byte. */
+static int overlaps(const void *a, size_t al, const void *b, size_t bl)
+{
+	uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+
+	return x < y + bl && y < x + al;
+}
+
+/* Bytes from base to the end of the last block of counts/displs. */
+static size_t extent(const size_t *cnt, const size_t *displ, int n, size_t esz)
+{
+	size_t e = 0;
+
+	for (int i = 0; i < n; i++)
+		if (cnt[i] && (displ[i] + cnt[i]) * esz > e)
+			e = (displ[i] + cnt[i]) * esz;
+	return e;
+}
+
 /* A batch of transfers the engine runs as one (mr__hx_run). The steps of a
  * ring go in together, chained: a send that forwards what an earlier
  * receive brings (gate) streams each piece on as soon as it has arrived,
@@ -63,13 +82,17 @@ static int mod(int a, int n)
 struct batch {
 	struct mr__xfer *x;
 	int n, cap;
+	int stream;        /* receives and local copies use streaming stores */
 };
 
-static int batch_init(struct batch *b, int cap)
+/* out: bytes the operation writes on this rank (streaming stores from
+ * h->stream_min up) */
+static int batch_init(struct mr__hcomm *h, struct batch *b, int cap, size_t out)
 {
 	b->n = 0;
 	b->cap = cap;
-	b->x = calloc((size_t)cap, sizeof(*b->x));
+	b->stream = out >= h->stream_min;
+	b->x = calloc(cap > 0 ? (size_t)cap : 1, sizeof(*b->x));
 	return b->x ? 0 : MR_ENOMEM;
 }
 
@@ -91,7 +114,7 @@ static void add_send(struct batch *b, int peer, const char *buf, size_t len, int
 					  .buf = (char *)buf, .len = len, .red_dtype = -1,
 					  .gate = gate + 1, .reduced = reduced };
 	if (gate >= 0)
-		b->x[gate].cached = 1;
+		b->x[gate].stream = 0; /* read again at once: keep it in cache */
 }
 
 /* A receive into buf (dt >= 0: buf = [red_src or buf] op incoming); returns
@@ -101,7 +124,7 @@ static int add_recv(struct batch *b, int peer, char *buf, size_t len, int dt, in
 {
 	b->x[b->n] = (struct mr__xfer){ .peer = peer, .send = 0, .tag = MR__TAG_COLL, .buf = buf,
 					.len = len, .red_dtype = dt, .redop = redop,
-					.red_src = red_src };
+					.red_src = red_src, .stream = b->stream && dt < 0 };
 	return b->n++;
 }
 
@@ -110,7 +133,7 @@ static void add_local(struct batch *b, int me, char *dst, const char *src, size_
 {
 	b->x[b->n++] = (struct mr__xfer){ .peer = me, .send = 1, .local = 1, .tag = MR__TAG_COLL,
 					  .buf = dst, .len = len, .red_src = src,
-					  .red_dtype = -1 };
+					  .red_dtype = -1, .stream = b->stream };
 }
 
 /* Ring reduce-scatter over segments given by counts/offsets (elements):
@@ -165,31 +188,12 @@ static int run_ring_ag(struct mr__hcomm *h, char *buf, const size_t *cnt, const 
 		       size_t esz, const char *own)
 {
 	struct batch b;
-	int rc = batch_init(&b, 2 * h->n);
+	int rc = batch_init(h, &b, 2 * h->n, extent(cnt, off, h->n, esz));
 
 	if (rc < 0)
 		return rc;
 	ring_ag(h, &b, buf, cnt, off, esz, own, -1);
 	return batch_run(h, &b);
-}
-
-/* Whether [a, a+al) and [b, b+bl) share a byte. */
-static int overlaps(const void *a, size_t al, const void *b, size_t bl)
-{
-	uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
-
-	return x < y + bl && y < x + al;
-}
-
-/* Bytes from base to the end of the last block of counts/displs. */
-static size_t extent(const size_t *cnt, const size_t *displ, int n, size_t esz)
-{
-	size_t e = 0;
-
-	for (int i = 0; i < n; i++)
-		if (cnt[i] && (displ[i] + cnt[i]) * esz > e)
-			e = (displ[i] + cnt[i]) * esz;
-	return e;
 }
 
 static int real_rank(int nr, int rem)
@@ -241,7 +245,7 @@ static int recursive_doubling(struct mr__hcomm *h, char *work, size_t count, int
  * the first all-gather send forwards segment me while its last reduction
  * arrives. */
 static int ring_allreduce_once(struct mr__hcomm *h, char *work, const char *src, size_t count,
-			       int dt, int redop, size_t *cnt)
+			       int dt, int redop, size_t *cnt, size_t out)
 {
 	int n = h->n, rc, last;
 	size_t *off = cnt + n;
@@ -251,7 +255,7 @@ static int ring_allreduce_once(struct mr__hcomm *h, char *work, const char *src,
 		cnt[i] = seg_count(count, n, i);
 		off[i] = seg_off(count, n, i);
 	}
-	if ((rc = batch_init(&b, 4 * n)) < 0)
+	if ((rc = batch_init(h, &b, 4 * n, out)) < 0)
 		return rc;
 	last = ring_rs(h, &b, work, src, cnt, off, dt, redop, NULL);
 	ring_ag(h, &b, work, cnt, off, mr_comm_dtype_size(dt), NULL, last);
@@ -277,7 +281,7 @@ static int ring_allreduce(struct mr__hcomm *h, char *work, const char *src, size
 		if (k >= 2 * step)
 			k = step;
 		rc = ring_allreduce_once(h, work + at * esz, src ? src + at * esz : NULL, k, dt,
-					 redop, cnt);
+					 redop, cnt, count * esz);
 		if (k != step)
 			break;
 	}
@@ -380,7 +384,8 @@ static int reduce_scatter(struct mr__hcomm *h, const struct mr__comm_op *op)
 	}
 	/* fp32/int: the last reduction lands in rbuf itself */
 	direct = op->dtype != MR_COMM_BF16 && n > 1;
-	if ((rc = batch_init(&b, 2 * n)) == 0) {
+	/* (receives here reduce: regular stores) */
+	if ((rc = batch_init(h, &b, 2 * n, 0)) == 0) {
 		ring_rs(h, &b, work, src, cnt, cnt + n, wdt, redop, direct ? op->rbuf : NULL);
 		rc = batch_run(h, &b);
 	}
@@ -433,7 +438,7 @@ static int alltoallv(struct mr__hcomm *h, const struct mr__comm_op *op)
 	}
 	if (n == 1)
 		return 0;
-	if ((rc = batch_init(&b, 2 * n)) < 0)
+	if ((rc = batch_init(h, &b, 2 * n, extent(op->rcounts, op->rdispls, n, esz))) < 0)
 		return rc;
 	for (int s = 1; s < n; s++) {
 		int to = mod(me + s, n), from = mod(me - s, n);

@@ -460,7 +460,7 @@ static long rx_progress(struct mr__hcomm *h, int peer, struct mr__xfer *xs, int 
 
 			if (x->red_dtype < 0) {
 				got = chan_read_to(h, ch, x->buf + x->pos, x->len - x->pos,
-						   x->len >= h->stream_min && !x->cached);
+						   x->stream);
 			} else {
 				got = 0;
 				if (x->pos < x->len && ch->shm && !ch->bounce_fill)
@@ -497,11 +497,11 @@ static long rx_progress(struct mr__hcomm *h, int peer, struct mr__xfer *xs, int 
 }
 
 /* A piece of a local copy: fills the time the transfers wait for peers. */
-static long local_progress(struct mr__hcomm *h, struct mr__xfer *x)
+static long local_progress(struct mr__xfer *x)
 {
 	size_t n = x->len - x->pos < LOCAL_PIECE ? x->len - x->pos : LOCAL_PIECE;
 
-	if (x->len >= h->stream_min)
+	if (x->stream)
 		mr__copy_stream(x->buf + x->pos, x->red_src + x->pos, n);
 	else
 		memcpy(x->buf + x->pos, x->red_src + x->pos, n);
@@ -651,7 +651,7 @@ static int hx_loop(struct mr__hcomm *h, struct mr__xfer **xsp, int *nxp, int *ca
 				if (!first)
 					continue;
 				if (x->local)
-					m = local_progress(h, x);
+					m = local_progress(x);
 				else
 					m = tx_progress(h, x, x->gate ? xs[x->gate - 1].pos : x->len);
 			} else {

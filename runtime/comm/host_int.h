@@ -91,8 +91,9 @@ struct mr__xfer {
 			    * done in pieces while the real transfers wait */
 	int gate;          /* send: 1 + batch index of the receive whose data it
 			    * forwards; only bytes already received go out (0: none) */
-	int cached;        /* recv: a send forwards it, keep it in cache (no
-			    * streaming stores) */
+	int stream;        /* recv, local copy: write with streaming stores (the
+			    * operation outgrows this rank's cache share; never
+			    * for data a send forwards) */
 	void *user;        /* host.c: the request this p2p transfer belongs to */
 };
 
@@ -168,7 +169,9 @@ struct mr__hcomm {
 	uint64_t cma_cookie;       /* read by peers to verify single copy works */
 	size_t cma_min;            /* smallest collective message by memcpy single copy */
 	size_t cma_vm_min;         /* the same by process_vm_readv */
-	size_t stream_min;         /* smallest receive copied with streaming stores */
+	size_t stream_min;         /* operations whose output reaches this size write
+				    * it with streaming stores: this rank's share of
+				    * the L3 cache (MR_COMM_STREAM_MIN) */
 	size_t chunk;              /* ring allreduce segment bytes per chunk */
 	unsigned seen_n;
 	uint64_t seen[32];         /* ranks-list hashes of unnamed splits */

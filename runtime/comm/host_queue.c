@@ -70,7 +70,8 @@ static int take_p2p(struct mr__hcomm *h, struct mr__xfer **xs, int nx, int *cap)
 						 .buf = op->kind == MR__OP_SEND ? (char *)op->sbuf
 										: op->rbuf,
 						 .len = op->count * esz, .pos = r->pos0,
-						 .red_dtype = -1, .user = r };
+						 .red_dtype = -1, .user = r,
+						 .stream = op->count * esz >= h->stream_min };
 	}
 	pthread_mutex_unlock(&h->mu);
 	return nx;
