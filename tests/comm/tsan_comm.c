@@ -4,7 +4,9 @@
  * TSan, so this plain main() runs the threaded scenarios of test_comm.c:
  * every operation over shm, TCP and both, mesh groups (three
  * communicators in flight at once), many async operations, abort; then
- * the same with single-copy transfers forced down to 4 KiB.
+ * the same with single-copy transfers forced down to 4 KiB; last, rings
+ * of 4 KiB without single copy, so ring steps run chained through tiny
+ * pieces (a send forwarding a receive that another thread's ring feeds).
  *
  * Non-goals: forked-process scenarios (no threads to race across).
  */
@@ -50,6 +52,24 @@ static int groups(struct mr_comm *w, void *arg)
 	return rc;
 }
 
+/* Sizes whose ring steps and chunks do not divide evenly. */
+static int chained(struct mr_comm *c, void *arg)
+{
+	int rc, n = mr_comm_size(c);
+	size_t big = 200003;
+
+	(void)arg;
+	if ((rc = check_allreduce(c, MR_COMM_F32, MR_COMM_SUM, big, 0)))
+		return rc;
+	if ((rc = check_allreduce(c, MR_COMM_I32, MR_COMM_MAX, big, 1)))
+		return rc;
+	if ((rc = check_reduce_scatter(c, MR_COMM_F32, MR_COMM_SUM, big / (size_t)n)))
+		return rc;
+	if ((rc = check_allgather(c, MR_COMM_F32, big / (size_t)n, 0)))
+		return rc;
+	return check_alltoall(c, MR_COMM_I32, big / (size_t)n, 0);
+}
+
 static void *abort_later(void *p)
 {
 	usleep(100000);
@@ -88,6 +108,8 @@ int main(void)
 		{ "cma ops shm 3", 3, HOSTS_SAME, all_ops },
 		{ "cma ops mixed 4", 4, HOSTS_HALF, all_ops },
 		{ "cma groups shm 4", 4, HOSTS_SAME, groups },
+		{ "chain shm 3", 3, HOSTS_SAME, chained },
+		{ "chain mixed 4", 4, HOSTS_HALF, chained },
 	};
 	int bad = 0;
 
@@ -97,6 +119,12 @@ int main(void)
 		if (!strncmp(cases[i].name, "cma ", 4)) {
 			setenv("MR_COMM_CMA_MIN", "4096", 1);
 			setenv("MR_COMM_SHM_RING", "65536", 1);
+		}
+		if (!strncmp(cases[i].name, "chain ", 6)) {
+			setenv("MR_COMM_CMA", "0", 1);
+			setenv("MR_COMM_SHM_RING", "4096", 1);
+			setenv("MR_COMM_CHUNK", "40000", 1);
+			setenv("MR_COMM_STREAM_MIN", "4096", 1);
 		}
 		rc = run_threads(cases[i].n, cases[i].hosts, cases[i].fn, NULL);
 
