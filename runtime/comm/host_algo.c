@@ -13,19 +13,24 @@
  *                   bit-identical results (pairwise sums are commutative;
  *                   the ring distributes one copy).
  *   reduce_scatter  ring (n-1 steps of B/n), received data is reduced as
- *                   it streams in (64 KiB bounce), no temporary of size B.
+ *                   it streams in (64 KiB bounce), no temporary of size B;
+ *                   the last step reduces straight into the output.
  *   allgather(v)    ring (n-1 steps), received blocks land in place.
- *   alltoall(v)     pairwise exchange: step s sends to me+s and receives
- *                   from me-s, both at once.
- *   (both copy their own block in pieces while the first step waits)
+ *   alltoall(v)     pairwise schedule (step s: to me+s, from me-s), every
+ *                   step at once.
+ *   (both copy their own block in pieces while the exchanges wait)
  *   broadcast       B <= 256 KiB or n <= 2: binomial tree; larger: scatter
  *                   from the root + ring all-gather (~2B per rank).
  *   barrier         dissemination, ceil(log2 n) rounds of empty messages.
- * Large transfers are pipelined by the transports themselves: a shm ring
- * (1 MiB, MR_COMM_SHM_RING) or a TCP socket streams while the other side
- * drains, and reduction happens per 64 KiB piece as it arrives.
- * bf16 is widened to fp32 for the whole algorithm (wire bytes doubled,
- * one rounding at the end).
+ * A ring's steps are one batch of the transfer engine: step s+1's send
+ * forwards what step s's receive has brought so far, so a step never waits
+ * for the whole previous one. Large transfers are pipelined by the
+ * transports themselves: a shm ring (1 MiB, MR_COMM_SHM_RING) or a TCP
+ * socket streams while the other side drains, and reduction happens per
+ * 64 KiB piece as it arrives. An operation whose output outgrows this
+ * rank's share of the L3 (host.c) writes its receives with streaming
+ * stores, except those a send forwards. bf16 is widened to fp32 for the
+ * whole algorithm (wire bytes doubled, one rounding at the end).
  *
  * Non-goals: topology awareness (hierarchical shm+TCP algorithms).
  */
