@@ -279,6 +279,10 @@ static int ring_allreduce(struct mr__hcomm *h, char *work, const char *src, size
 
 	if (!cnt)
 		return MR_ENOMEM;
+	/* fewer than four chunks fit the caches anyway: one batch, fewer
+	 * messages (TCP pays per message) */
+	if (count < 4 * step)
+		step = count;
 	for (size_t at = 0; rc == 0 && at < count; at += step) {
 		size_t k = count - at;
 
