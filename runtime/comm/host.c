@@ -68,12 +68,12 @@ static size_t ring_cap(void)
 }
 
 /* The L3 cache's size (sysfs; sysconf reports the whole host's in a VM). An
- * operation whose output outgrows this rank's share of it (half of L3 /
- * ranks on the host: the input is about as large) evicts its own first
- * bytes anyway: it writes with streaming stores, without reading every
- * destination line first. Measured here, best of 8 interleaved runs:
- * 2-rank 8 MiB allgather 1067 -> 754 us, alltoall 1460 -> 819 us,
- * sendrecv 1738 -> 1211 us; 4 ranks 8-16 MiB up to 1.4x faster. */
+ * operation whose input and output together outgrow this rank's share of
+ * it (L3 / ranks on the host) evicts its own first bytes anyway: it writes
+ * with streaming stores, without reading every destination line first.
+ * Measured here, 2 ranks, best of 10 interleaved runs: 8 MiB alltoall
+ * (16 MiB touched) 955 -> 801 us, sendrecv 1382 -> 1229 us, but allgather
+ * (12 MiB) 718 -> 791 us; 4 ranks 8-16 MiB up to 1.4x faster. */
 static size_t l3_bytes(void)
 {
 	FILE *f = fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r");
@@ -491,7 +491,7 @@ static int host_create(struct mr__hcomm **out, const struct mr_comm *tmpl, const
 		for (int p = 0; p < n; p++)
 			local += h->ch[p].shm;
 		h->oversubscribed = ncpu > 0 && local > ncpu;
-		h->stream_min = mr__env_size("MR_COMM_STREAM_MIN", l3_bytes() / 2 / (size_t)local);
+		h->stream_min = mr__env_size("MR_COMM_STREAM_MIN", l3_bytes() / (size_t)local);
 	}
 	/* a poll() on TCP peers must wake for work queued meanwhile (a receive
 	 * posted after its send started) and for abort */

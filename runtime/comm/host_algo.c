@@ -27,9 +27,9 @@
  * for the whole previous one. Large transfers are pipelined by the
  * transports themselves: a shm ring (1 MiB, MR_COMM_SHM_RING) or a TCP
  * socket streams while the other side drains, and reduction happens per
- * 64 KiB piece as it arrives. An operation whose output outgrows this
- * rank's share of the L3 (host.c) writes its receives with streaming
- * stores, except those a send forwards. bf16 is widened to fp32 for the
+ * 64 KiB piece as it arrives. An operation whose input and output
+ * outgrow this rank's share of the L3 (host.c) writes its receives with
+ * streaming stores, except those a send forwards. bf16 is widened to fp32 for the
  * whole algorithm (wire bytes doubled, one rounding at the end).
  *
  * Non-goals: topology awareness (hierarchical shm+TCP algorithms).
@@ -90,13 +90,13 @@ struct batch {
 	int stream;        /* receives and local copies use streaming stores */
 };
 
-/* out: bytes the operation writes on this rank (streaming stores from
- * h->stream_min up) */
-static int batch_init(struct mr__hcomm *h, struct batch *b, int cap, size_t out)
+/* touched: bytes the operation reads and writes on this rank, input and
+ * output (streaming stores from h->stream_min up) */
+static int batch_init(struct mr__hcomm *h, struct batch *b, int cap, size_t touched)
 {
 	b->n = 0;
 	b->cap = cap;
-	b->stream = out >= h->stream_min;
+	b->stream = touched >= h->stream_min;
 	b->x = calloc(cap > 0 ? (size_t)cap : 1, sizeof(*b->x));
 	return b->x ? 0 : MR_ENOMEM;
 }
@@ -193,7 +193,7 @@ static int run_ring_ag(struct mr__hcomm *h, char *buf, const size_t *cnt, const 
 		       size_t esz, const char *own)
 {
 	struct batch b;
-	int rc = batch_init(h, &b, 2 * h->n, extent(cnt, off, h->n, esz));
+	int rc = batch_init(h, &b, 2 * h->n, extent(cnt, off, h->n, esz) + cnt[h->me] * esz);
 
 	if (rc < 0)
 		return rc;
@@ -250,7 +250,7 @@ static int recursive_doubling(struct mr__hcomm *h, char *work, size_t count, int
  * the first all-gather send forwards segment me while its last reduction
  * arrives. */
 static int ring_allreduce_once(struct mr__hcomm *h, char *work, const char *src, size_t count,
-			       int dt, int redop, size_t *cnt, size_t out)
+			       int dt, int redop, size_t *cnt, size_t touched)
 {
 	int n = h->n, rc, last;
 	size_t *off = cnt + n;
@@ -260,7 +260,7 @@ static int ring_allreduce_once(struct mr__hcomm *h, char *work, const char *src,
 		cnt[i] = seg_count(count, n, i);
 		off[i] = seg_off(count, n, i);
 	}
-	if ((rc = batch_init(h, &b, 4 * n, out)) < 0)
+	if ((rc = batch_init(h, &b, 4 * n, touched)) < 0)
 		return rc;
 	last = ring_rs(h, &b, work, src, cnt, off, dt, redop, NULL);
 	ring_ag(h, &b, work, cnt, off, mr_comm_dtype_size(dt), NULL, last);
@@ -290,7 +290,7 @@ static int ring_allreduce(struct mr__hcomm *h, char *work, const char *src, size
 		if (k >= 2 * step)
 			k = step;
 		rc = ring_allreduce_once(h, work + at * esz, src ? src + at * esz : NULL, k, dt,
-					 redop, cnt, count * esz);
+					 redop, cnt, count * esz * (src ? 2 : 1));
 		if (k != step)
 			break;
 	}
@@ -447,7 +447,8 @@ static int alltoallv(struct mr__hcomm *h, const struct mr__comm_op *op)
 	}
 	if (n == 1)
 		return 0;
-	if ((rc = batch_init(h, &b, 2 * n, extent(op->rcounts, op->rdispls, n, esz))) < 0)
+	if ((rc = batch_init(h, &b, 2 * n, extent(op->scounts, op->sdispls, n, esz) +
+					      extent(op->rcounts, op->rdispls, n, esz))) < 0)
 		return rc;
 	for (int s = 1; s < n; s++) {
 		int to = mod(me + s, n), from = mod(me - s, n);

@@ -169,9 +169,9 @@ struct mr__hcomm {
 	uint64_t cma_cookie;       /* read by peers to verify single copy works */
 	size_t cma_min;            /* smallest collective message by memcpy single copy */
 	size_t cma_vm_min;         /* the same by process_vm_readv */
-	size_t stream_min;         /* operations whose output reaches this size write
-				    * it with streaming stores: this rank's share of
-				    * the L3 cache (host.c, MR_COMM_STREAM_MIN) */
+	size_t stream_min;         /* operations whose input + output reach this
+				    * size write with streaming stores: this rank's
+				    * share of the L3 cache (host.c, MR_COMM_STREAM_MIN) */
 	size_t chunk;              /* ring allreduce segment bytes per chunk */
 	unsigned seen_n;
 	uint64_t seen[32];         /* ranks-list hashes of unnamed splits */

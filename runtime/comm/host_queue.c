@@ -71,7 +71,8 @@ static int take_p2p(struct mr__hcomm *h, struct mr__xfer **xs, int nx, int *cap)
 										: op->rbuf,
 						 .len = op->count * esz, .pos = r->pos0,
 						 .red_dtype = -1, .user = r,
-						 .stream = op->count * esz >= h->stream_min };
+						 /* a p2p exchange sends about as much */
+						 .stream = 2 * op->count * esz >= h->stream_min };
 	}
 	pthread_mutex_unlock(&h->mu);
 	return nx;
