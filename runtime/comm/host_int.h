@@ -1,7 +1,8 @@
 /*
  * host_int.h - internals of the host communicator backend (shared memory
- * rings + TCP), shared by host.c (bootstrap, progress thread), host_chan.c
- * (channels and the transfer engine) and host_algo.c (collectives).
+ * rings + TCP), shared by host.c (bootstrap), host_queue.c (progress
+ * thread), host_chan.c (channels), host_xfer.c (the transfer engine),
+ * host_cma.c (single copy) and host_algo.c (collectives).
  *
  * TCP peers keep two connections, one per direction; shared-memory peers
  * one, for liveness. Wire format, both transports: each message is a 16-byte header
@@ -180,7 +181,23 @@ struct mr__hcomm {
 /* host.c */
 size_t mr__env_size(const char *name, size_t def);
 
-/* host_chan.c */
+/* host_chan.c: non-blocking channel I/O; each returns bytes moved (>= 0)
+ * or MR_EPEER / MR_EPROTO / MR_ENOMEM. */
+long mr__chan_write(struct mr__hcomm *h, struct mr__chan *ch, const void *p, size_t n);
+/* stream: copy out of an shm ring with streaming stores */
+long mr__chan_read(struct mr__hcomm *h, struct mr__chan *ch, void *p, size_t n, int stream);
+/* Reads into a reduce-mode receive x, reducing as the data comes in. */
+long mr__chan_read_reduce(struct mr__hcomm *h, struct mr__chan *ch, struct mr__xfer *x);
+/* 1 (x done) when a stashed message matches receive x, 0 none, < 0 error. */
+int mr__chan_match_stash(struct mr__chan *ch, struct mr__xfer *x);
+/* 1 when a whole message for x sits at the head of an shm channel (taken). */
+int mr__chan_try_recv(struct mr__hcomm *h, struct mr__chan *ch, struct mr__xfer *x);
+/* A stash entry for a message of len bytes; NULL with *rc set. */
+struct mr__stash *mr__chan_new_stash(int tag, size_t len, int *rc);
+void mr__ring_bell(struct mr__inbox_hdr *ib);
+void mr__inbox_sleep(struct mr__hcomm *h, uint32_t bell, long ms);
+
+/* host_xfer.c */
 /* Moves every transfer to completion; 0 or MR_ETIMEDOUT/EPEER/EABORTED/
  * EPROTO/ENOMEM. refill, when set, is called while waiting and may append
  * transfers (returns the new count); *xs may be reallocated by it. */
