@@ -327,21 +327,23 @@ static int host_create(struct mr__hcomm **out, const struct mr_comm *tmpl, const
 	h->me = me;
 	h->ring_cap = ring_cap();
 	h->chunk = mr__env_size("MR_COMM_CHUNK", DEFAULT_CHUNK);
+	h->stream_min = mr__env_size("MR_COMM_STREAM_MIN", l3_bytes());
 	h->map_size = sizeof(struct mr__inbox_hdr) +
 		      (size_t)n * (sizeof(struct mr__ring) + h->ring_cap);
+	h->wake_fd = -1;
 	pthread_mutex_init(&h->mu, NULL);
 	pthread_cond_init(&h->cv, NULL);
 	pthread_cond_init(&h->done_cv, NULL);
 	h->ch = calloc((size_t)n, sizeof(*h->ch));
 	h->maps = calloc((size_t)n, sizeof(*h->maps));
+	/* before any exit: host_free closes what is >= 0 */
+	for (int i = 0; h->ch && i < n; i++) {
+		h->ch[i].fd = h->ch[i].fd2 = h->ch[i].tx_fd = h->ch[i].rx_fd = -1;
+		h->ch[i].stash_tail = &h->ch[i].stash;
+	}
 	if (!h->ch || !h->maps) {
 		rc = MR_ENOMEM;
 		goto out;
-	}
-	h->wake_fd = -1;
-	for (int i = 0; i < n; i++) {
-		h->ch[i].fd = h->ch[i].fd2 = h->ch[i].tx_fd = h->ch[i].rx_fd = -1;
-		h->ch[i].stash_tail = &h->ch[i].stash;
 	}
 	if (n == 1)
 		goto start;
