@@ -211,9 +211,6 @@ int mr__hx_run(struct mr__hcomm *h, struct mr__xfer **xs, int *nx, int *cap,
 int mr__hx_try(struct mr__hcomm *h, struct mr__xfer *x);
 int mr__hx_sendrecv(struct mr__hcomm *h, int to, const void *sbuf, size_t slen, int from,
 		    void *rbuf, size_t rlen, int red_dtype, int redop);
-/* The same with buf = red_src op incoming for the receive. */
-int mr__hx_sendrecv3(struct mr__hcomm *h, int to, const void *sbuf, size_t slen, int from,
-		     void *rbuf, size_t rlen, int red_dtype, int redop, const void *red_src);
 void mr__chan_release(struct mr__chan *ch);
 /* Shuts every socket down: the peers see EOF at once. */
 void mr__chan_shutdown(struct mr__hcomm *h);

@@ -516,12 +516,6 @@ int mr__hx_try(struct mr__hcomm *h, struct mr__xfer *x)
 int mr__hx_sendrecv(struct mr__hcomm *h, int to, const void *sbuf, size_t slen, int from,
 		    void *rbuf, size_t rlen, int red_dtype, int redop)
 {
-	return mr__hx_sendrecv3(h, to, sbuf, slen, from, rbuf, rlen, red_dtype, redop, NULL);
-}
-
-int mr__hx_sendrecv3(struct mr__hcomm *h, int to, const void *sbuf, size_t slen, int from,
-		     void *rbuf, size_t rlen, int red_dtype, int redop, const void *red_src)
-{
 	struct mr__xfer x[2], *xs = x;
 	int n = 0, cap = 2;
 
@@ -533,6 +527,6 @@ int mr__hx_sendrecv3(struct mr__hcomm *h, int to, const void *sbuf, size_t slen,
 	if (from >= 0)
 		x[n++] = (struct mr__xfer){ .peer = from, .send = 0, .tag = MR__TAG_COLL,
 					    .buf = rbuf, .len = rlen, .red_dtype = red_dtype,
-					    .redop = redop, .red_src = red_src };
+					    .redop = redop };
 	return mr__hx_run(h, &xs, &n, &cap, NULL);
 }
