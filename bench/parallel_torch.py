@@ -18,7 +18,6 @@ The model is bench/train_torch.py's. 2 warm-up steps are excluded.
 """
 import os
 import sys
-import time
 
 # one compute thread per rank, as meshrun's ranks run: OpenBLAS (which the
 # Debian torch calls for matmuls) would otherwise start its own threads
@@ -30,7 +29,7 @@ import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train_torch import GPT  # noqa: E402
+from train_torch import GPT, timed_steps  # noqa: E402
 
 
 def run(rank, world, cfg, port, out):
@@ -48,20 +47,8 @@ def run(rank, world, cfg, port, out):
     g = torch.Generator().manual_seed(rank)
     idx = torch.randint(0, 256, (B, T), generator=g)
     tgt = torch.randint(0, 256, (B, T), generator=g)
-    t0 = 0.0
-    for i in range(steps + 2):
-        if i == 2:
-            if world > 1:
-                dist.barrier()
-            t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        loss = model(idx, tgt)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-    if world > 1:
-        dist.barrier()
-    out[rank] = time.perf_counter() - t0
+    out[rank], _ = timed_steps(model, opt, idx, tgt, steps,
+                               dist.barrier if world > 1 else lambda: None)
     if world > 1:
         dist.destroy_process_group()
 

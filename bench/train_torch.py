@@ -56,6 +56,24 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.size(-1)), tgt.view(-1))
 
 
+def timed_steps(model, opt, idx, tgt, steps, sync=lambda: None):
+    """steps optimizer steps after 2 warm-up ones (clip 1.0, as meshrun's
+    trainer); sync() runs before the clock starts and before it stops.
+    Returns (seconds, last loss)."""
+    t0 = 0.0
+    for i in range(steps + 2):
+        if i == 2:
+            sync()
+            t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = model(idx, tgt)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+    sync()
+    return time.perf_counter() - t0, loss
+
+
 def main():
     a = [int(x) for x in sys.argv[1:]]
     if len(a) < 3:
@@ -68,16 +86,7 @@ def main():
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)
     idx = torch.randint(0, V, (B, T))
     tgt = torch.randint(0, V, (B, T))
-    t0 = 0.0
-    for i in range(steps + 2):
-        if i == 2:
-            t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        loss = model(idx, tgt)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-    dt = time.perf_counter() - t0
+    dt, loss = timed_steps(model, opt, idx, tgt, steps)
     print("train pytorch L=%d D=%d H=%d T=%d B=%d threads=%d tokens_per_s=%.1f loss=%.4f" %
           (L, D, H, T, B, threads, steps * B * T / dt, loss.item()))
 

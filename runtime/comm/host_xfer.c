@@ -239,6 +239,14 @@ static long local_progress(struct mr__xfer *x)
 	return n ? (long)n : 1;
 }
 
+/* Payload bytes send x has written (pos also counts the header). */
+static size_t sent_payload(const struct mr__xfer *x)
+{
+	size_t hdr = sizeof(struct mr__wire_hdr);
+
+	return x->pos > hdr ? x->pos - hdr : 0;
+}
+
 /* Payload bytes of send x that exist so far: all, or for a forwarding send
  * what its receive has brought. Over TCP a forwarding send waits for
  * TCP_FORWARD_MIN new bytes (or the rest): every send() is a segment, and
@@ -246,8 +254,7 @@ static long local_progress(struct mr__xfer *x)
 static size_t send_avail(const struct mr__hcomm *h, const struct mr__xfer *xs,
 			 const struct mr__xfer *x)
 {
-	size_t hdr = sizeof(struct mr__wire_hdr), sent = x->pos > hdr ? x->pos - hdr : 0;
-	size_t have = x->gate ? xs[x->gate - 1].pos : x->len;
+	size_t sent = sent_payload(x), have = x->gate ? xs[x->gate - 1].pos : x->len;
 
 	if (have < x->len && !h->ch[x->peer].shm && have - sent < TCP_FORWARD_MIN)
 		return sent;
@@ -308,9 +315,8 @@ static long tx_progress(struct mr__hcomm *h, struct mr__xfer *x, size_t avail)
  * reason to wake (the receive's data is). */
 static int starved(const struct mr__hcomm *h, const struct mr__xfer *xs, const struct mr__xfer *x)
 {
-	size_t hdr = sizeof(struct mr__wire_hdr);
-
-	return x->gate && x->pos >= hdr && send_avail(h, xs, x) <= x->pos - hdr;
+	return x->gate && x->pos >= sizeof(struct mr__wire_hdr) &&
+	       send_avail(h, xs, x) <= sent_payload(x);
 }
 
 /* Sleeps until something may have changed; checks liveness of shm peers. */
