@@ -172,7 +172,8 @@ else
 	@echo "build: CUDA not found under $(CUDA_HOME) (or sanitizer build) - GPU backends skipped"
 endif
 
-$(BUILD)/obj/%.o: %.c
+# deps first: a parallel build on a fresh machine needs the headers
+$(BUILD)/obj/%.o: %.c | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
 
@@ -207,7 +208,7 @@ $(BUILD)/bench/%: bench/%.c $(LIBS)
 
 tests: $(BINS) $(test_bins)
 
-$(BUILD)/fuzzers/%: tests/fuzz/%.c $(LIBS)
+$(BUILD)/fuzzers/%: tests/fuzz/%.c $(LIBS) | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -fsanitize=fuzzer -o $@ $< $(LIBS) $(LDLIBS)
 

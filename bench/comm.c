@@ -22,6 +22,10 @@
  * oversubscribed): same placement on both sides of the comparison.
  * COMM_BIND=0 leaves placement to the kernel.
  *
+ * Buffers come from mr_comm_mem_alloc() (registered, as the training
+ * runtime allocates what it communicates; bench/comm_mpi.c uses
+ * MPI_Alloc_mem alike); COMM_MEM=malloc uses plain malloc() memory.
+ *
  * Non-goals: validation (tests/comm does that).
  */
 #include <sched.h>
@@ -69,12 +73,25 @@ static int run_op(struct mr_comm *c, int op, float *a, float *b, size_t bytes)
 	}
 }
 
+static void release(int reg, float *a, float *b)
+{
+	if (reg) {
+		mr_comm_mem_free(a);
+		mr_comm_mem_free(b);
+	} else {
+		free(a);
+		free(b);
+	}
+}
+
 static int bench_rank(int me, int n, int tcp, size_t minb, size_t maxb, const struct mr_kv *kv)
 {
 	char hid[32];
 	struct mr_comm *c;
 	struct mr_errbuf eb = { { 0 }, { 0 } };
-	float *a = malloc(maxb + 64), *b = malloc(maxb + 64);
+	int reg = !getenv("COMM_MEM") || strcmp(getenv("COMM_MEM"), "malloc");
+	float *a = reg ? mr_comm_mem_alloc(maxb + 64) : malloc(maxb + 64);
+	float *b = reg ? mr_comm_mem_alloc(maxb + 64) : malloc(maxb + 64);
 	int rc;
 
 	snprintf(hid, sizeof(hid), "bench-%d", tcp ? me : 0);
@@ -82,8 +99,7 @@ static int bench_rank(int me, int n, int tcp, size_t minb, size_t maxb, const st
 				      .host_id = hid, .kv = kv, .timeout_ms = 120000 };
 	if (!a || !b || (rc = mr_comm_init(&c, &cfg, &eb))) {
 		fprintf(stderr, "bench: rank %d: %s\n", me, eb.msg);
-		free(a);
-		free(b);
+		release(reg, a, b);
 		return 1;
 	}
 	memset(a, 1, maxb + 64);
@@ -133,14 +149,12 @@ next:
 		}
 	}
 	mr_comm_free(c);
-	free(a);
-	free(b);
+	release(reg, a, b);
 	return 0;
 fail:
 	fprintf(stderr, "bench: rank %d: failed: %s\n", me, mr_err_name(rc));
 	mr_comm_free(c);
-	free(a);
-	free(b);
+	release(reg, a, b);
 	return 1;
 }
 

@@ -161,6 +161,7 @@ void mr__chan_release(struct mr__chan *ch)
 	ch->cur_stash = NULL;
 	free(ch->bounce);
 	ch->bounce = NULL;
+	mr__mem_unmap_peers(ch);
 	if (ch->fd >= 0)
 		close(ch->fd);
 	if (ch->fd2 >= 0)

@@ -19,11 +19,15 @@
  * uses single copy only when reading the cookie through process_vm_readv
  * works and returns the same value (so ptrace restrictions, seccomp or
  * another pid namespace fall back to the ring copy).
+ * Between processes, a buffer from mr_comm_mem_alloc() (host_mem.c) is
+ * read through a mapping of it, with memcpy or the reduction itself;
+ * other buffers go through the ring unless MR_COMM_CMA_VM_MIN asks for
+ * process_vm_readv.
  * MR_COMM_CMA=0 disables it; MR_COMM_CMA_MIN / MR_COMM_CMA_VM_MIN set the
- * smallest collective message that uses memcpy / process_vm_readv (user
- * send/recv: only messages that do not fit the ring either, which would
- * wait for the receiver anyway); data the receiver reduces goes through
- * the ring between processes.
+ * smallest collective message that uses memcpy (threads, registered
+ * buffers) / process_vm_readv (user send/recv: only messages that do not
+ * fit the ring either, which would wait for the receiver anyway); data
+ * the receiver reduces never goes by process_vm_readv.
  *
  * Non-goals: writes into the peer (process_vm_writev), iovec batching.
  */
@@ -98,13 +102,18 @@ static int alive(struct mr__chan *ch)
 	return poll(&pf, 1, 0) == 0;
 }
 
-/* Copies len bytes at the peer's addr into dst. */
-static int pull(struct mr__chan *ch, void *dst, uint64_t addr, size_t len)
+/* Copies len bytes of the peer's buffer at addr into dst; direct: where
+ * this process reads that buffer itself (NULL: process_vm_readv). */
+static int pull(struct mr__chan *ch, void *dst, uint64_t addr, const char *direct, size_t len,
+		int stream)
 {
 	char *d = dst;
 
-	if (ch->cma == MR__CMA_DIRECT) {
-		memcpy(dst, (const void *)(uintptr_t)addr, len);
+	if (direct) {
+		if (stream)
+			mr__copy_stream(dst, direct, len);
+		else
+			memcpy(dst, direct, len);
 		return 0;
 	}
 	while (len) {
@@ -123,19 +132,20 @@ static int pull(struct mr__chan *ch, void *dst, uint64_t addr, size_t len)
 }
 
 /* x (receive, reduce mode) = [red_src op] incoming, incoming read at addr. */
-static int pull_reduce(struct mr__chan *ch, struct mr__xfer *x, uint64_t addr)
+static int pull_reduce(struct mr__chan *ch, struct mr__xfer *x, uint64_t addr,
+		       const char *direct)
 {
 	size_t esz = mr_comm_dtype_size(x->red_dtype), step = MR__BOUNCE / esz * esz;
 
 	for (size_t off = 0; off < x->len; off += step) {
 		size_t n = x->len - off < step ? x->len - off : step;
-		const char *src = (const char *)(uintptr_t)(addr + off);
+		const char *src = direct ? direct + off : NULL;
 		int rc;
 
-		if (ch->cma != MR__CMA_DIRECT || (uintptr_t)src % esz) {
+		if (!src || (uintptr_t)src % esz) {
 			if (!ch->bounce && !(ch->bounce = malloc(MR__BOUNCE)))
 				return MR_ENOMEM;
-			if ((rc = pull(ch, ch->bounce, addr + off, n)) < 0)
+			if ((rc = pull(ch, ch->bounce, addr + off, src, n, 0)) < 0)
 				return rc;
 			src = ch->bounce;
 		}
@@ -153,34 +163,48 @@ int mr__cma_recv(struct mr__chan *ch, struct mr__xfer *x, char *dst,
 {
 	_Atomic uint32_t *sync = (_Atomic uint32_t *)(uintptr_t)d->sync;
 	uint32_t want = MR__CMA_POSTED;
+	const char *direct;
 	int rc;
 
 	/* the sender revoked the buffer (it failed): the stream is lost */
 	if (!ch->cma || !atomic_compare_exchange_strong(&ch->rx->cma, &want, MR__CMA_TAKEN))
 		return MR_EPEER;
-	if (ch->cma == MR__CMA_DIRECT)
+	if (ch->cma == MR__CMA_DIRECT) {
 		(void)atomic_load_explicit(sync, memory_order_acquire);
+		direct = (const char *)(uintptr_t)d->addr;
+	} else {
+		direct = mr__mem_peer(ch, d);
+	}
 	if (x && x->red_dtype >= 0)
-		rc = pull_reduce(ch, x, d->addr);
+		rc = pull_reduce(ch, x, d->addr, direct);
 	else
-		rc = pull(ch, x ? x->buf : dst, d->addr, len);
+		rc = pull(ch, x ? x->buf : dst, d->addr, direct, len, x && x->stream);
 	if (ch->cma == MR__CMA_DIRECT)
 		atomic_fetch_add_explicit(sync, 1, memory_order_release);
 	atomic_store_explicit(&ch->rx->cma, MR__CMA_DONE, memory_order_release);
+	/* process_vm_readv: the pid may since belong to another process;
+	 * a mapping: the data is whole, but a dead sender fails like any */
 	if (rc == 0 && ch->cma == MR__CMA_VM && !alive(ch))
-		rc = MR_EPEER; /* the pid may since belong to another process */
+		rc = MR_EPEER;
 	return rc;
 }
 
 int mr__cma_use(const struct mr__hcomm *h, const struct mr__chan *ch, const struct mr__xfer *x)
 {
-	size_t min = ch->cma == MR__CMA_DIRECT ? h->cma_min : h->cma_vm_min;
+	size_t min = h->cma_min;
+	struct mr__cma_desc d;
 
-	if (!ch->cma || (ch->cma == MR__CMA_VM && x->reduced))
+	if (!ch->cma)
 		return 0;
 	if (x->tag != MR__TAG_COLL && min < h->ring_cap)
 		min = h->ring_cap;
-	return x->len >= min;
+	if (x->len < min)
+		return 0;
+	/* between processes: from a registered buffer (a plain memcpy or
+	 * reduction by the peer), else by process_vm_readv when asked for */
+	if (ch->cma == MR__CMA_VM && !mr__mem_find(x->buf, x->len, &d))
+		return !x->reduced && x->len >= h->cma_vm_min;
+	return 1;
 }
 
 void mr__cma_revoke(struct mr__hcomm *h, const struct mr__xfer *xs, int nx)

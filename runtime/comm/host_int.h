@@ -2,7 +2,8 @@
  * host_int.h - internals of the host communicator backend (shared memory
  * rings + TCP), shared by host.c (bootstrap), host_queue.c (progress
  * thread), host_chan.c (channels), host_xfer.c (the transfer engine),
- * host_cma.c (single copy) and host_algo.c (collectives).
+ * host_cma.c (single copy), host_mem.c (registered buffers) and
+ * host_algo.c (collectives).
  *
  * TCP peers keep two connections, one per direction; shared-memory peers
  * one, for liveness. Wire format, both transports: each message is a 16-byte header
@@ -66,6 +67,18 @@ struct mr__wire_hdr {
 struct mr__cma_desc {
 	uint64_t addr;     /* the sender's buffer, len bytes (wire_hdr.len) */
 	uint64_t sync;     /* memcpy mode: the sender's chan.cma_sync (see there) */
+	/* the buffer lies in a registered segment (host_mem.c; seq 0: not) */
+	uint64_t mem_seq;  /* the sender's segment number, never reused */
+	uint64_t mem_ino;  /* its memfd's inode */
+	uint64_t mem_fd;   /* the sender's fd of it */
+	uint64_t mem_off;  /* addr - segment start */
+	uint64_t mem_len;  /* segment bytes */
+};
+
+struct mr__peer_map {      /* a peer's registered segment mapped here */
+	uint64_t seq;
+	char *base;
+	size_t len;
 };
 
 struct mr__stash {
@@ -121,6 +134,9 @@ struct mr__chan {
 	int cma;                   /* MR__CMA_OFF/VM/DIRECT */
 	int cma_pid;
 	unsigned long cma_rx;      /* messages received by single copy (tests) */
+	unsigned long mem_rx;      /* of them, read from a registered buffer */
+	struct mr__peer_map *pmaps; /* the peer's registered buffers mapped here */
+	int npmaps;
 	/* memcpy mode: the two ranks' views of a ring are two mappings of one
 	 * page, so their atomics order nothing for ThreadSanitizer; this word
 	 * in process memory carries the same release/acquire edges */
@@ -215,6 +231,14 @@ void mr__chan_release(struct mr__chan *ch);
 /* Shuts every socket down: the peers see EOF at once. */
 void mr__chan_shutdown(struct mr__hcomm *h);
 void mr__wake_self(struct mr__hcomm *h);
+
+/* host_mem.c */
+/* 1 and d->mem_* filled when p..p+len lies in a registered buffer. */
+int mr__mem_find(const void *p, size_t len, struct mr__cma_desc *d);
+/* Where this process reads the registered buffer of descriptor d, mapped
+ * on first use; NULL: not registered or not mappable (process_vm_readv). */
+const char *mr__mem_peer(struct mr__chan *ch, const struct mr__cma_desc *d);
+void mr__mem_unmap_peers(struct mr__chan *ch);
 
 /* host_cma.c */
 void mr__cma_publish(struct mr__hcomm *h);

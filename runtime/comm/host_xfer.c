@@ -117,10 +117,12 @@ static long tx_cma(struct mr__hcomm *h, struct mr__chan *ch, struct mr__xfer *x)
 		struct mr__wire_hdr h;
 		struct mr__cma_desc d;
 	} m = { { x->tag, MR__HDR_CMA, x->len },
-		{ (uint64_t)(uintptr_t)x->buf, (uint64_t)(uintptr_t)&ch->cma_sync } };
+		{ (uint64_t)(uintptr_t)x->buf, (uint64_t)(uintptr_t)&ch->cma_sync, 0, 0, 0, 0, 0 } };
 	struct mr__ring *r = ch->tx;
 
 	if (!x->cma) {
+		if (ch->cma == MR__CMA_VM)
+			mr__mem_find(x->buf, x->len, &m.d);
 		uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
 		uint64_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
 

@@ -88,6 +88,18 @@ struct mr_comm_config {
 struct mr_comm;
 struct mr_comm_req;
 
+/*
+ * Registered buffers (host backend): memory from mr_comm_mem_alloc() is
+ * read directly by shared-memory peers in other processes, so a large
+ * send or collective from it costs the receiver one memcpy (or one pass
+ * of its reduction) instead of two copies through the shared ring. Any
+ * operation takes any memory; these buffers are only faster. Page-aligned
+ * and zeroed; NULL when out of memory. Free only with mr_comm_mem_free()
+ * (NULL is a no-op), and not while an operation uses the buffer.
+ */
+void *mr_comm_mem_alloc(size_t len);
+void mr_comm_mem_free(void *p);
+
 /* "<boot id>/<ipc namespace>": equal strings can share memory. */
 int mr_comm_host_id(char *buf, size_t cap);
 

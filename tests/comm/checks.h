@@ -19,11 +19,29 @@
 		goto out;                                                               \
 	} while (0)
 
+/* Where the checks' buffers come from: malloc, or registered memory
+ * (mr_comm_mem_alloc) when check_registered is set - before the ranks
+ * start, so forked ranks inherit it. Both are zeroed. */
+static int check_registered;
+
+static inline void *buf_alloc(size_t len)
+{
+	return check_registered ? mr_comm_mem_alloc(len) : calloc(1, len);
+}
+
+static inline void buf_free(void *p)
+{
+	if (check_registered)
+		mr_comm_mem_free(p);
+	else
+		free(p);
+}
+
 static inline int check_allreduce(struct mr_comm *c, int dt, int op, size_t count, int inplace)
 {
 	int me = mr_comm_rank(c), n = mr_comm_size(c), salt = (int)count + op, rc;
 	size_t esz = mr_comm_dtype_size(dt);
-	char *s = calloc(count + 1, esz), *r = inplace ? s : calloc(count + 1, esz);
+	char *s = buf_alloc((count + 1) * esz), *r = inplace ? s : buf_alloc((count + 1) * esz);
 
 	for (size_t i = 0; i < count; i++)
 		put_el(s, dt, i, val(me, i, salt));
@@ -38,8 +56,8 @@ static inline int check_allreduce(struct mr_comm *c, int dt, int op, size_t coun
 	}
 out:
 	if (!inplace)
-		free(r);
-	free(s);
+		buf_free(r);
+	buf_free(s);
 	return rc;
 }
 
@@ -47,7 +65,7 @@ static inline int check_reduce_scatter(struct mr_comm *c, int dt, int op, size_t
 {
 	int me = mr_comm_rank(c), n = mr_comm_size(c), salt = 3 + op, rc;
 	size_t esz = mr_comm_dtype_size(dt);
-	char *s = malloc(count * (size_t)n * esz + 1), *r = malloc(count * esz + 1);
+	char *s = buf_alloc(count * (size_t)n * esz + 1), *r = buf_alloc(count * esz + 1);
 
 	for (size_t i = 0; i < count * (size_t)n; i++)
 		put_el(s, dt, i, val(me, i, salt));
@@ -62,8 +80,8 @@ static inline int check_reduce_scatter(struct mr_comm *c, int dt, int op, size_t
 			BAD("reduce_scatter", i, got, want);
 	}
 out:
-	free(s);
-	free(r);
+	buf_free(s);
+	buf_free(r);
 	return rc;
 }
 
@@ -79,8 +97,8 @@ static inline int check_allgather(struct mr_comm *c, int dt, size_t count, int v
 		dsp[i] = total;
 		total += cnt[i] + (v ? 1 : 0);
 	}
-	s = malloc(cnt[me] * esz + 1);
-	r = calloc(total + 1, esz);
+	s = buf_alloc(cnt[me] * esz + 1);
+	r = buf_alloc((total + 1) * esz);
 	for (size_t i = 0; i < cnt[me]; i++)
 		put_el(s, dt, i, val(me, i, salt));
 	rc = v ? mr_comm_allgatherv(c, s, r, cnt, dsp, dt) : mr_comm_allgather(c, s, r, count, dt);
@@ -94,8 +112,8 @@ static inline int check_allgather(struct mr_comm *c, int dt, size_t count, int v
 				BAD(v ? "allgatherv" : "allgather", dsp[p] + i, got, want);
 		}
 out:
-	free(s);
-	free(r);
+	buf_free(s);
+	buf_free(r);
 	return rc;
 }
 
@@ -114,8 +132,8 @@ static inline int check_alltoall(struct mr_comm *c, int dt, size_t count, int v)
 		st += sc[p];
 		rt += rcn[p];
 	}
-	s = malloc(st * esz + 1);
-	r = malloc(rt * esz + 1);
+	s = buf_alloc(st * esz + 1);
+	r = buf_alloc(rt * esz + 1);
 	for (int p = 0; p < n; p++)
 		for (size_t i = 0; i < sc[p]; i++)
 			put_el(s, dt, sd[p] + i, val(me * 16 + p, i, salt));
@@ -130,8 +148,8 @@ static inline int check_alltoall(struct mr_comm *c, int dt, size_t count, int v)
 				BAD(v ? "alltoallv" : "alltoall", rd[p] + i, got, want);
 		}
 out:
-	free(s);
-	free(r);
+	buf_free(s);
+	buf_free(r);
 	return rc;
 }
 
@@ -139,7 +157,7 @@ static inline int check_broadcast(struct mr_comm *c, int dt, size_t count, int r
 {
 	int me = mr_comm_rank(c), n = mr_comm_size(c), salt = 11, rc;
 	size_t esz = mr_comm_dtype_size(dt);
-	char *b = malloc(count * esz + 1);
+	char *b = buf_alloc(count * esz + 1);
 
 	for (size_t i = 0; i < count; i++)
 		put_el(b, dt, i, me == root ? val(root, i, salt) : 99);
@@ -150,7 +168,7 @@ static inline int check_broadcast(struct mr_comm *c, int dt, size_t count, int r
 		if (get_el(b, dt, i) != val(root, i, salt))
 			BAD("broadcast", i, get_el(b, dt, i), val(root, i, salt));
 out:
-	free(b);
+	buf_free(b);
 	return rc;
 }
 
@@ -161,7 +179,7 @@ static inline int check_sendrecv(struct mr_comm *c, int dt, size_t count)
 	int me = mr_comm_rank(c), n = mr_comm_size(c), salt = 13, rc, rc2;
 	int to = (me + 1) % n, from = (me + n - 1) % n;
 	size_t esz = mr_comm_dtype_size(dt);
-	char *s = malloc(count * esz + 1), *r = malloc(count * esz + 1);
+	char *s = buf_alloc(count * esz + 1), *r = buf_alloc(count * esz + 1);
 	struct mr_comm_req *a, *b;
 
 	if (n == 1) {
@@ -184,8 +202,8 @@ static inline int check_sendrecv(struct mr_comm *c, int dt, size_t count)
 		if (get_el(r, dt, i) != val(from, i, salt))
 			BAD("sendrecv", i, get_el(r, dt, i), val(from, i, salt));
 out:
-	free(s);
-	free(r);
+	buf_free(s);
+	buf_free(r);
 	return rc;
 }
 

@@ -7,13 +7,17 @@
  * with its buffer posted (MR_EPEER, never its data), and an aborted sender
  * whose posted buffer is freed before the receiver looks (the receive
  * fails, nothing reads the freed buffer - ASan checks that).
+ * Registered buffers (host_mem.c) between processes: every operation and
+ * size read through a mapping of the sender's buffer, buffers freed and
+ * allocated again (never a stale mapping), more buffers than the mapping
+ * cache holds, and a killed sender whose buffer is already mapped.
  *
  * Non-goals: speed (bench/comm.c), the ring path (test_comm.c).
  */
 #include <criterion/criterion.h>
 #include <time.h>
 
-#include "harness.h"
+#include "checks.h"
 #include "comm/host_int.h"
 
 #define PER 8192 /* elements per rank block: 32 KiB of fp32 */
@@ -41,6 +45,16 @@ static unsigned long cma_count(struct mr_comm *c)
 
 	for (int i = 0; i < h->n; i++)
 		k += h->ch[i].cma_rx;
+	return k;
+}
+
+static unsigned long mem_count(struct mr_comm *c)
+{
+	struct mr__hcomm *h = (struct mr__hcomm *)c;
+	unsigned long k = 0;
+
+	for (int i = 0; i < h->n; i++)
+		k += h->ch[i].mem_rx;
 	return k;
 }
 
@@ -261,4 +275,157 @@ Test(comm_cma, aborted_sender_buffer_never_read, .timeout = 60)
 
 	force_cma();
 	cr_assert_eq(run_threads_t(2, HOSTS_SAME, 10000, aborted_sender, &freed), 0);
+}
+
+/* ---- registered buffers ---- */
+
+Test(comm_cma, mem_alloc_is_zeroed_aligned_and_freeable)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+	char *a = mr_comm_mem_alloc(0), *b = mr_comm_mem_alloc(100000);
+
+	cr_assert(a && b);
+	cr_assert_eq((uintptr_t)a % (uintptr_t)pg, 0);
+	cr_assert_eq((uintptr_t)b % (uintptr_t)pg, 0);
+	for (size_t i = 0; i < 100000; i++)
+		cr_assert_eq(b[i], 0);
+	memset(b, 7, 100000);
+	mr_comm_mem_free(a);
+	mr_comm_mem_free(b);
+	mr_comm_mem_free(NULL);
+}
+
+/* Every operation, dtype and size of checks.h from registered buffers,
+ * single copy from 4 KiB: collectives and user messages larger than the
+ * ring are read through mappings (counted), reductions straight from them. */
+static int registered_ops(struct mr_comm *c, void *arg)
+{
+	int rc, n = mr_comm_size(c);
+	size_t big = (size_t)1 << 20;
+
+	(void)arg;
+	if ((rc = check_everything(c)) ||
+	    (rc = check_allreduce(c, MR_COMM_F32, MR_COMM_SUM, big + 3, 0)) ||
+	    (rc = check_allreduce(c, MR_COMM_BF16, MR_COMM_AVG, big / 2 + 1, 1)) ||
+	    (rc = check_reduce_scatter(c, MR_COMM_F32, MR_COMM_MAX, big / (size_t)n + 1)) ||
+	    (rc = check_allgather(c, MR_COMM_F32, big / (size_t)n + 1, 1)) ||
+	    (rc = check_alltoall(c, MR_COMM_I64, big / (size_t)n + 1, 1)) ||
+	    (rc = check_broadcast(c, MR_COMM_F32, big + 1, n - 1)) ||
+	    (rc = check_sendrecv(c, MR_COMM_I32, big + 5)))
+		return rc;
+	if (mem_count(c) == 0) {
+		fprintf(stderr, "rank %d: nothing was read from a registered buffer\n",
+			mr_comm_rank(c));
+		return -4030;
+	}
+	return mr_comm_barrier(c);
+}
+
+static void registered(void)
+{
+	check_registered = 1;
+	setenv("MR_COMM_CMA_MIN", "4096", 1);
+	setenv("MR_COMM_SHM_RING", "65536", 1);
+}
+
+Test(comm_cma, registered_processes_world2, .timeout = 120)
+{
+	registered();
+	cr_assert_eq(run_procs(2, HOSTS_SAME, 60000, registered_ops, NULL, -1), 0);
+}
+
+Test(comm_cma, registered_processes_world4, .timeout = 120)
+{
+	registered();
+	cr_assert_eq(run_procs(4, HOSTS_SAME, 60000, registered_ops, NULL, -1), 0);
+}
+
+/* two hosts of two: the TCP pairs ignore registration */
+Test(comm_cma, registered_processes_mixed_world4, .timeout = 120)
+{
+	registered();
+	cr_assert_eq(run_procs(4, HOSTS_HALF, 60000, registered_ops, NULL, -1), 0);
+}
+
+/* Rank 1 sends from 40 registered buffers in turn (more than a channel
+ * keeps mapped), freeing every other one at once so the next allocation
+ * may get the same fd number and address: rank 0 must see each buffer's
+ * own contents, never an older mapping's. */
+static int buffers_come_and_go(struct mr_comm *c, void *arg)
+{
+	size_t cnt = 65536;
+	float *keep[40] = { 0 };
+	int rc = 0;
+
+	(void)arg;
+	for (int k = 0; k < 40 && !rc; k++) {
+		float *b = mr_comm_mem_alloc(cnt * sizeof(float));
+
+		if (!b)
+			return MR_ENOMEM;
+		if (mr_comm_rank(c) == 1) {
+			for (size_t i = 0; i < cnt; i++)
+				b[i] = (float)(k * 1000 + (int)(i % 1000));
+			rc = mr_comm_send(c, b, cnt, MR_COMM_F32, 0, k);
+		} else {
+			rc = mr_comm_recv(c, b, cnt, MR_COMM_F32, 1, k);
+			for (size_t i = 0; !rc && i < cnt; i++)
+				if (b[i] != (float)(k * 1000 + (int)(i % 1000))) {
+					fprintf(stderr, "buffer %d: [%zu] = %g\n", k, i, b[i]);
+					rc = -4040;
+				}
+		}
+		if (k % 2)
+			mr_comm_mem_free(b);
+		else
+			keep[k] = b;
+	}
+	if (!rc && mr_comm_rank(c) == 0 && mem_count(c) != 40) {
+		fprintf(stderr, "%lu of 40 messages read through a mapping\n", mem_count(c));
+		rc = -4041;
+	}
+	for (int k = 0; k < 40; k++)
+		mr_comm_mem_free(keep[k]);
+	return rc ? rc : mr_comm_barrier(c);
+}
+
+Test(comm_cma, registered_buffers_freed_and_reallocated, .timeout = 60)
+{
+	setenv("MR_COMM_SHM_RING", "65536", 1);
+	cr_assert_eq(run_procs(2, HOSTS_SAME, 20000, buffers_come_and_go, NULL, -1), 0);
+}
+
+/* Rank 1 sends once from a registered buffer (rank 0 maps it), then posts
+ * a second send from it and dies: rank 0's mapping still holds the data,
+ * but the receive fails like any from a dead peer. */
+static int killed_registered_sender(struct mr_comm *c, void *arg)
+{
+	size_t cnt = 4 * PER;
+	float *buf = mr_comm_mem_alloc(cnt * sizeof(float));
+	struct mr_comm_req *r;
+	int rc;
+
+	(void)arg;
+	if (!buf)
+		return -4050;
+	if (mr_comm_rank(c) == 1) {
+		if (mr_comm_send(c, buf, cnt, MR_COMM_F32, 0, 2) ||
+		    mr_comm_isend(c, buf, cnt, MR_COMM_F32, 0, 3, &r))
+			return -4051;
+		usleep(200 * 1000);
+		raise(SIGKILL);
+	}
+	if ((rc = mr_comm_recv(c, buf, cnt, MR_COMM_F32, 1, 2)))
+		return -4052;
+	usleep(400 * 1000);
+	rc = mr_comm_recv(c, buf, cnt, MR_COMM_F32, 1, 3);
+	fprintf(stderr, "cma: recv from a killed registered sender: %s (mem_rx %lu)\n",
+		mr_err_name(rc), mem_count(c));
+	return rc == MR_EPEER && mem_count(c) >= 1 ? 0 : -4053;
+}
+
+Test(comm_cma, registered_sender_killed_after_mapping, .timeout = 60)
+{
+	setenv("MR_COMM_SHM_RING", "65536", 1);
+	cr_assert_eq(run_procs(2, HOSTS_SAME, 4000, killed_registered_sender, NULL, 1), 0);
 }
