@@ -1,10 +1,35 @@
 /*
  * mem.c - accounted allocation (see mr_mem.h).
+ *
+ * What ranks exchange (parameters, gradients, activations, workspace)
+ * comes from the communicator's registered memory (mr_comm_mem_alloc):
+ * shared-memory peers read it with one copy. Optimizer state stays
+ * private. Sanitizer builds keep every buffer on the heap, where the
+ * sanitizer watches it.
  */
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/mr_comm.h"
 #include "mr_mem.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SANITIZED 1
+#endif
+#endif
+
+static int registered(enum mr_mem_kind kind)
+{
+#ifdef SANITIZED
+	(void)kind;
+	return 0;
+#else
+	return kind != MR_MEM_OPTIM;
+#endif
+}
 
 void *mr_mem_alloc(struct mr_mem *m, enum mr_mem_kind kind, size_t n)
 {
@@ -13,10 +38,14 @@ void *mr_mem_alloc(struct mr_mem *m, enum mr_mem_kind kind, size_t n)
 
 	if (rounded < n || rounded == 0)
 		return NULL;
-	p = aligned_alloc(64, rounded);
-	if (!p)
-		return NULL;
-	memset(p, 0, rounded);
+	if (registered(kind)) {
+		if (!(p = mr_comm_mem_alloc(rounded)))
+			return NULL;
+	} else {
+		if (!(p = aligned_alloc(64, rounded)))
+			return NULL;
+		memset(p, 0, rounded);
+	}
 	m->bytes[kind] += n;
 	if (m->bytes[kind] > m->peak[kind])
 		m->peak[kind] = m->bytes[kind];
@@ -28,7 +57,10 @@ void mr_mem_free(struct mr_mem *m, enum mr_mem_kind kind, void *p, size_t n)
 	if (!p)
 		return;
 	m->bytes[kind] -= n;
-	free(p);
+	if (registered(kind))
+		mr_comm_mem_free(p);
+	else
+		free(p);
 }
 
 const char *mr_mem_kind_name(enum mr_mem_kind kind)

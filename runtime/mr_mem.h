@@ -7,7 +7,9 @@
  * the worker reports and what the planner is checked against, so they come
  * from the allocator itself, not from a formula.
  *
- * Buffers are 64-byte aligned and zero-filled.
+ * Buffers are 64-byte aligned and zero-filled; all but optimizer state
+ * are registered with the communicator (mr_comm_mem_alloc), so peers on
+ * this host read them with one copy.
  *
  * Ownership: the caller frees with mr_mem_free on the same struct mr_mem.
  * Non-goals: pooling, device memory (a CUDA backend keeps its own ledger of

@@ -167,8 +167,9 @@ static char *map_peer(struct mr__chan *ch, const struct mr__cma_desc *d)
 		close(fd);
 		return NULL;
 	}
-	/* MAP_POPULATE: no page fault per 4 KiB on the first transfer */
-	p = mmap(NULL, d->mem_len, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+	/* no MAP_POPULATE: it would allocate every page of the segment the
+	 * owner has not touched yet (a shmem read fault fills a hole) */
+	p = mmap(NULL, d->mem_len, PROT_READ, MAP_SHARED, fd, 0);
 	close(fd);
 	if (p == MAP_FAILED)
 		return NULL;

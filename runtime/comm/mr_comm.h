@@ -95,7 +95,9 @@ struct mr_comm_req;
  * of its reduction) instead of two copies through the shared ring. Any
  * operation takes any memory; these buffers are only faster. Page-aligned
  * and zeroed; NULL when out of memory. Free only with mr_comm_mem_free()
- * (NULL is a no-op), and not while an operation uses the buffer.
+ * (NULL is a no-op), and not while an operation uses the buffer. The
+ * mapping is shared: a child forked without exec shares it with its
+ * parent instead of getting a copy.
  */
 void *mr_comm_mem_alloc(size_t len);
 void mr_comm_mem_free(void *p);
