@@ -20,8 +20,9 @@
  *
  * Single copy (host_cma.c): a large message between shm peers travels as
  * a header flagged MR__HDR_CMA plus a descriptor (the sender's buffer
- * address); the receiver reads the sender's memory itself and the ring's
- * cma word (POSTED -> TAKEN -> DONE, or REVOKED) completes the send.
+ * address, and the registered segment holding it if any, host_mem.c);
+ * the receiver reads the sender's memory itself and the ring's cma word
+ * (POSTED -> TAKEN -> DONE, or REVOKED) completes the send.
  */
 #ifndef MR_HOST_INT_H
 #define MR_HOST_INT_H

@@ -121,14 +121,15 @@ static long tx_cma(struct mr__hcomm *h, struct mr__chan *ch, struct mr__xfer *x)
 	struct mr__ring *r = ch->tx;
 
 	if (!x->cma) {
-		if (ch->cma == MR__CMA_VM)
-			mr__mem_find(x->buf, x->len, &m.d);
 		uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
 		uint64_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
 
 		/* header and descriptor become visible together (one head store) */
 		if (h->ring_cap - (size_t)(head - tail) < sizeof(m))
 			return 0;
+		/* a registered buffer: the reader maps it (host_mem.c) */
+		if (ch->cma == MR__CMA_VM)
+			mr__mem_find(x->buf, x->len, &m.d);
 		atomic_store_explicit(&r->cma, MR__CMA_POSTED, memory_order_relaxed);
 		atomic_fetch_add_explicit(&ch->cma_sync, 1, memory_order_release);
 		if (mr__chan_write(h, ch, &m, sizeof(m)) != (long)sizeof(m))
