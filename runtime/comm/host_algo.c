@@ -9,7 +9,8 @@
  *                   all-gather (2(n-1) steps of B/n, bandwidth-optimal),
  *                   in chunks of n x 256 KiB (MR_COMM_CHUNK): a reduced
  *                   segment is forwarded while in cache (16 MiB, 2 ranks:
- *                   2.4 instead of 3.0 ms here). Every rank ends with
+ *                   2.4 instead of 3.0 ms here); n x 1 MiB with a TCP
+ *                   peer in the group (fewer steps). Every rank ends with
  *                   bit-identical results (pairwise sums are commutative;
  *                   the ring distributes one copy).
  *   reduce_scatter  ring (n-1 steps of B/n), received data is reduced as
