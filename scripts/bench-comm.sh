@@ -11,7 +11,7 @@
 # Last line:
 #   comm busbw_ratio_vs_openmpi min=<x> (>=1MiB)
 # Environment: RANKS (default "2 4"), MAXBYTES (default 67108864), REPS
-# (default 3: runs per side, alternating, best time per row kept);
+# (default 3: runs per side and op, alternating, best time per row kept);
 # COMM_OPS (e.g. "allreduce,allgather") limits the ops on both sides,
 # COMM_BIND=0 stops bench/comm pinning ranks (mpirun binds np <= CPUs).
 # Needs mpicc + mpirun (Debian openmpi-bin, libopenmpi-dev) for the
@@ -31,27 +31,28 @@ fi
 raw=$(mktemp)
 trap 'rm -f "$raw"' EXIT INT TERM
 mpi="mpirun --allow-run-as-root --oversubscribe --mca pml ob1"
+# each op is its own pair of runs, the two sides back to back: loopback TCP
+# and memory bandwidth on a shared VM drift within seconds, and a row
+# compares measurements taken as close together as possible
+all_ops=${COMM_OPS:-allreduce allgather reduce_scatter alltoall sendrecv}
 for tr in shm tcp; do
 	if [ "$tr" = shm ]; then btl="self,vader"; else btl="self,tcp --mca btl_tcp_if_include lo"; fi
 	for n in $ranks; do
-		# meshrun and OpenMPI alternate REPS times, the best time of each
-		# row is kept: a load change from other jobs cannot favour one side.
-		# Who goes first swaps every run: a run right after another one
-		# measured up to 1.2x slower on TCP here (sockets of the run
-		# before still closing)
 		for rep in $(seq "$reps"); do
 			echo "bench-comm: $tr $n ranks (run $rep/$reps)" >&2
-			if [ $((rep % 2)) -eq 1 ]; then
-				"$build/bench/comm" -n "$n" -t "$tr" -e "$maxb" >>"$raw"
-			fi
-			if [ $have_mpi -eq 1 ]; then
-				# shellcheck disable=SC2086
-				$mpi -np "$n" --mca btl $btl "$build/bench/comm_mpi" "$tr" 8 \
-					"$maxb" >>"$raw" 2>/dev/null
-			fi
-			if [ $((rep % 2)) -eq 0 ]; then
-				"$build/bench/comm" -n "$n" -t "$tr" -e "$maxb" >>"$raw"
-			fi
+			for op in $(echo "$all_ops" | tr ',' ' '); do
+				if [ $((rep % 2)) -eq 1 ]; then
+					COMM_OPS=$op "$build/bench/comm" -n "$n" -t "$tr" -e "$maxb" >>"$raw"
+				fi
+				if [ $have_mpi -eq 1 ]; then
+					# shellcheck disable=SC2086 # btl holds several arguments
+					COMM_OPS=$op $mpi -np "$n" --mca btl $btl "$build/bench/comm_mpi" \
+						"$tr" 8 "$maxb" >>"$raw" 2>/dev/null
+				fi
+				if [ $((rep % 2)) -eq 0 ]; then
+					COMM_OPS=$op "$build/bench/comm" -n "$n" -t "$tr" -e "$maxb" >>"$raw"
+				fi
+			done
 		done
 	done
 done
