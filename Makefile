@@ -105,7 +105,7 @@ ifeq ($(CUDA_ON),1)
 test_bins  += $(gpu_test_bins)
 endif
 
-$(BUILD)/obj/%.cu.o: %.cu
+$(BUILD)/obj/%.cu.o: %.cu | deps
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_ARCH) $(NVCCFLAGS) -std=c++17 -Icommon -Iruntime \
 		-Xcompiler -Wall,-Wextra -Werror all-warnings -MMD -MP -c -o $@ $<
@@ -257,6 +257,7 @@ bench-healthz: all
 
 # comm: meshrun host backend vs OpenMPI (bench/comm_mpi.c needs mpicc)
 bench-comm: $(BUILD)/bench/comm
+	scripts/deps.sh bench
 	scripts/bench-comm.sh $(BUILD)
 
 # ThreadSanitizer run of the host comm backend (clang -fsanitize=thread)
