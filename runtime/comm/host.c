@@ -42,12 +42,11 @@
 
 #define HELLO_MAGIC 0x6d72636du
 #define DEFAULT_RING ((size_t)1 << 20)
-/* Measured on this 2-core VM (host_algo.c, reduce.c, docs/PERFORMANCE.md):
- * ring allreduce segments of 256 KiB stay in the 2 MiB L2 between reduce
- * and forward; with a TCP peer in the ring, 1 MiB (fewer steps, each a
- * wake-up: 10-20 % faster at 8-64 MiB). */
-#define DEFAULT_CHUNK ((size_t)256 << 10)
-#define DEFAULT_CHUNK_TCP ((size_t)1 << 20)
+/* Ring allreduce segment, measured on this 2-core VM (host_algo.c,
+ * docs/PERFORMANCE.md): 1 MiB beat 256 KiB at 8-64 MiB over TCP (fewer
+ * steps, each a wake-up) and from registered memory (fewer single-copy
+ * handshakes), and was within noise on malloc memory over shm. */
+#define DEFAULT_CHUNK ((size_t)1 << 20)
 #define DEFAULT_L3 ((size_t)32 << 20)
 #define DEFAULT_TCP_SNDBUF (512 << 10)
 
@@ -257,6 +256,25 @@ static struct mr__ring *inbox_ring(struct mr__hcomm *h, void *map, int slot)
 				   (size_t)slot * (sizeof(struct mr__ring) + h->ring_cap));
 }
 
+/* Maps a ring's pages into this process now: otherwise the first pass
+ * over a ring takes a minor fault per page on each side (the first 200
+ * 4 KiB allreduces of 2 ranks here: 32 us each instead of 10 us; warm,
+ * 1.2 us). The pages are allocated already (posix_fallocate). */
+static void prefault_ring(struct mr__hcomm *h, struct mr__ring *r)
+{
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+	uintptr_t lo = (uintptr_t)r / pg * pg;
+	uintptr_t hi = (uintptr_t)r + sizeof(*r) + h->ring_cap;
+
+#ifdef MADV_POPULATE_WRITE
+	if (madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE) == 0)
+		return;
+#endif
+	/* older kernels: a read fault maps the (allocated) page as well */
+	for (uintptr_t a = lo; a < hi; a += pg)
+		(void)*(volatile const char *)a;
+}
+
 
 static void host_free(struct mr_comm *c)
 {
@@ -413,6 +431,8 @@ static int host_create(struct mr__hcomm **out, const struct mr_comm *tmpl, const
 			h->ch[p].shm = 1;
 			h->ch[p].tx = inbox_ring(h, h->maps[p], me);
 			h->ch[p].rx = inbox_ring(h, h->maps[me], p);
+			prefault_ring(h, h->ch[p].tx);
+			prefault_ring(h, h->ch[p].rx);
 			h->ch[p].peer_inbox = h->maps[p];
 			h->has_shm = 1;
 			mr__cma_probe(h, p);
@@ -496,8 +516,6 @@ static int host_create(struct mr__hcomm **out, const struct mr_comm *tmpl, const
 			local += h->ch[p].shm;
 		h->oversubscribed = ncpu > 0 && local > ncpu;
 		h->stream_min = mr__env_size("MR_COMM_STREAM_MIN", l3_bytes() / (size_t)local);
-		h->chunk = mr__env_size("MR_COMM_CHUNK",
-					h->has_tcp ? DEFAULT_CHUNK_TCP : DEFAULT_CHUNK);
 	}
 	/* a poll() on TCP peers must wake for work queued meanwhile (a receive
 	 * posted after its send started) and for abort */

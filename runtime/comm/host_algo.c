@@ -7,12 +7,12 @@
  *                   steps; non-powers of two fold the first 2*(n-p) ranks
  *                   in pairs first). Larger: ring reduce-scatter + ring
  *                   all-gather (2(n-1) steps of B/n, bandwidth-optimal),
- *                   in chunks of n x 256 KiB (MR_COMM_CHUNK): a reduced
- *                   segment is forwarded while in cache (16 MiB, 2 ranks:
- *                   2.4 instead of 3.0 ms here); n x 1 MiB with a TCP
- *                   peer in the group (fewer steps). Every rank ends with
- *                   bit-identical results (pairwise sums are commutative;
- *                   the ring distributes one copy).
+ *                   in chunks of n x 1 MiB (MR_COMM_CHUNK): a reduced
+ *                   segment is forwarded while still in cache, in few
+ *                   enough steps (each a wake-up, over TCP, or a
+ *                   single-copy handshake, from registered memory).
+ *                   Every rank ends with bit-identical results (pairwise
+ *                   sums are commutative; the ring distributes one copy).
  *   reduce_scatter  ring (n-1 steps of B/n), received data is reduced as
  *                   it streams in (64 KiB bounce), no temporary of size B;
  *                   the last step reduces straight into the output.
