@@ -326,6 +326,7 @@ static int starved(const struct mr__hcomm *h, const struct mr__xfer *xs, const s
 static int wait_some(struct mr__hcomm *h, struct mr__xfer *xs, int nx, uint32_t bell)
 {
 	struct pollfd live[64], tcp[65];
+	struct mr__chan *lch[64];
 	int nl = 0, nt = 0;
 
 	for (int i = 0; i < nx; i++) {
@@ -333,8 +334,10 @@ static int wait_some(struct mr__hcomm *h, struct mr__xfer *xs, int nx, uint32_t 
 
 		if (xs[i].done)
 			continue;
-		if (ch->shm && nl < 64)
+		if (ch->shm && nl < 64) {
+			lch[nl] = ch;
 			live[nl++] = (struct pollfd){ .fd = ch->fd, .events = POLLIN };
+		}
 		else if (!ch->shm && nt < 64 && !(xs[i].send && starved(h, xs, &xs[i])))
 			tcp[nt++] = (struct pollfd){ .fd = xs[i].send ? ch->tx_fd : ch->rx_fd,
 						     .events = xs[i].send ? POLLOUT : POLLIN };
@@ -342,16 +345,22 @@ static int wait_some(struct mr__hcomm *h, struct mr__xfer *xs, int nx, uint32_t 
 	if (nl && poll(live, (nfds_t)nl, 0) > 0) {
 		/* an shm peer's socket only turns readable or hung up when it dies */
 		for (int i = 0; i < nl; i++) {
+			const struct mr__ring *rx = lch[i]->rx;
+			int dead = 0;
 			char b;
 
 			if (live[i].revents & (POLLHUP | POLLERR | POLLNVAL))
-				return MR_EPEER;
-			if (live[i].revents & POLLIN) {
+				dead = 1;
+			else if (live[i].revents & POLLIN) {
 				ssize_t r = recv(live[i].fd, &b, 1, MSG_DONTWAIT | MSG_PEEK);
 
-				if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
-					return MR_EPEER;
+				dead = r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR);
 			}
+			/* what it wrote before it exited (after our last pass over
+			 * the rings) is still ours to read: fail once that is read */
+			if (dead && atomic_load_explicit(&rx->head, memory_order_acquire) ==
+					    atomic_load_explicit(&rx->tail, memory_order_relaxed))
+				return MR_EPEER;
 		}
 	}
 	if (!nt && !h->inbox) {
