@@ -122,6 +122,7 @@ LIBS       := $(BUILD)/libmrcli.a $(BUILD)/libmragent.a $(BUILD)/libmrcontroller
 LDLIBS     += $(CUDA_LDLIBS)
 endif
 
+$(BUILD)/tests/gpu/%: CPPFLAGS += -I$(CUDA_HOME)/include
 $(BUILD)/tests/gpu/%: tests/gpu/%.c $(CUDA_LIB) $(call obj,$(test_helpers)) $(LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -Itests/support $(CFLAGS) $(LDFLAGS) -o $@ $< \

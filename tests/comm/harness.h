@@ -56,6 +56,10 @@ static inline void host_of(int rank, int n, int hosts, char *buf, size_t cap)
 	snprintf(buf, cap, "test-host-%d", h);
 }
 
+/* The backend every rank opens ("nccl" in tests/gpu; NULL: host), set
+ * before the ranks start. A rank r of the nccl backend uses device r. */
+static const char *run_backend;
+
 static inline int rank_main(struct rank_ctx *c)
 {
 	struct mr_comm *w;
@@ -64,7 +68,8 @@ static inline int rank_main(struct rank_ctx *c)
 	int rc;
 
 	host_of(c->rank, c->n, c->hosts, hid, sizeof(hid));
-	struct mr_comm_config cfg = { .id = "w", .rank = c->rank, .world_size = c->n,
+	struct mr_comm_config cfg = { .backend = run_backend, .id = "w", .rank = c->rank,
+				      .world_size = c->n, .device = c->rank,
 				      .host_id = hid, .kv = c->kv,
 				      .timeout_ms = c->timeout_ms ? c->timeout_ms : 20000 };
 	rc = mr_comm_init(&w, &cfg, &eb);

@@ -1,0 +1,216 @@
+/*
+ * test_nccl_ops.c - the NCCL backend on real devices (make test-gpu): every
+ * operation x dtype x size of tests/comm/checks.h against the locally
+ * computed reference, on one process per device; a split into
+ * non-contiguous groups; 64 MiB allreduce and reduce-scatter; kill -9 of a
+ * rank and abort of a blocked receive must end in an error within the
+ * timeout, never a hang.
+ *
+ * Buffers are CUDA managed memory: the checks write inputs and read
+ * results from the host, NCCL reads and writes them on the device. The
+ * Criterion process never touches CUDA (a CUDA context does not survive
+ * fork): the device count comes from a forked probe, every rank opens its
+ * own context. Skipped, not failed, without a device (this build machine).
+ *
+ * Non-goals: the host backend (tests/comm), speed.
+ */
+#include <criterion/criterion.h>
+#include <cuda_runtime.h>
+#include <pthread.h>
+#include <time.h>
+
+#include "../comm/checks.h"
+
+#define TIMEOUT_MS 8000
+
+static void *managed_alloc(size_t len)
+{
+	void *p = NULL;
+
+	if (cudaMallocManaged(&p, len ? len : 1, cudaMemAttachGlobal) != cudaSuccess)
+		return NULL;
+	memset(p, 0, len ? len : 1);
+	return p;
+}
+
+static void managed_free(void *p)
+{
+	cudaFree(p);
+}
+
+/* Devices, counted in a child so that this process stays CUDA-free. */
+static int device_count(void)
+{
+	int st = 0;
+	pid_t pid = fork();
+
+	if (pid == 0) {
+		int n = 0;
+
+		_exit(cudaGetDeviceCount(&n) == cudaSuccess && n > 0 ? (n > 8 ? 8 : n) : 0);
+	}
+	if (pid < 0 || waitpid(pid, &st, 0) < 0 || !WIFEXITED(st))
+		return 0;
+	return WEXITSTATUS(st);
+}
+
+/* World size for a test that wants at least min ranks (one per device). */
+static int world_or_skip(int min)
+{
+	int n = device_count();
+
+	if (n < min)
+		cr_skip_test("needs %d CUDA device(s), found %d", min, n);
+	run_backend = "nccl";
+	check_alloc = managed_alloc;
+	check_free = managed_free;
+	return n;
+}
+
+static int everything(struct mr_comm *w, void *arg)
+{
+	(void)arg;
+	return check_everything(w);
+}
+
+// cppcheck-suppress unknownMacro
+Test(nccl, every_op_dtype_and_size, .timeout = 300)
+{
+	int n = world_or_skip(1);
+
+	cr_assert_eq(run_procs(n, HOSTS_SAME, 60000, everything, NULL, -1), 0);
+}
+
+/* Even ranks and odd ranks in reverse order: groups that are neither
+ * contiguous nor in world order. */
+static int split_groups(struct mr_comm *w, void *arg)
+{
+	int me = mr_comm_rank(w), n = mr_comm_size(w), g[8], k = 0, rc;
+	struct mr_comm *c = NULL;
+	struct mr_errbuf eb = { { 0 }, { 0 } };
+
+	(void)arg;
+	for (int r = n - 1; r >= 0; r--)
+		if (r % 2 == me % 2)
+			g[k++] = r;
+	if ((rc = mr_comm_split(w, g, k, me % 2 ? "odd" : "even", &c, &eb))) {
+		fprintf(stderr, "split: %s\n", eb.msg);
+		return rc;
+	}
+	for (int i = 0; i < k; i++)
+		if (g[i] == me && mr_comm_rank(c) != i)
+			rc = -1003;
+	if (!rc)
+		rc = check_everything(c);
+	mr_comm_free(c);
+	return rc;
+}
+
+Test(nccl, noncontiguous_groups, .timeout = 300)
+{
+	int n = world_or_skip(4);
+
+	cr_assert_eq(run_procs(n, HOSTS_SAME, 60000, split_groups, NULL, -1), 0);
+}
+
+static int huge(struct mr_comm *w, void *arg)
+{
+	size_t count = ((size_t)64 << 20) / sizeof(float);
+	int rc;
+
+	(void)arg;
+	if ((rc = check_allreduce(w, MR_COMM_F32, MR_COMM_SUM, count, 0)))
+		return rc;
+	return check_reduce_scatter(w, MR_COMM_F32, MR_COMM_SUM, count / (size_t)mr_comm_size(w));
+}
+
+Test(nccl, allreduce_reduce_scatter_64mib, .timeout = 300)
+{
+	int n = world_or_skip(1);
+
+	cr_assert_eq(run_procs(n, HOSTS_SAME, 60000, huge, NULL, -1), 0);
+}
+
+static long long now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The last rank dies by SIGKILL after a barrier; every other rank's next
+ * allreduce must fail (async error or timeout) within the timeout. */
+static int die_or_detect(struct mr_comm *c, void *arg)
+{
+	int me = mr_comm_rank(c), n = mr_comm_size(c), rc;
+	float *buf = managed_alloc(1 << 20);
+	long long t0;
+
+	(void)arg;
+	if (!buf)
+		return MR_ENOMEM;
+	if ((rc = mr_comm_barrier(c)))
+		return rc;
+	if (me == n - 1)
+		raise(SIGKILL);
+	t0 = now_ms();
+	rc = mr_comm_allreduce(c, buf, buf, (1 << 20) / sizeof(float), MR_COMM_F32, MR_COMM_SUM);
+	fprintf(stderr, "rank %d: allreduce after kill: %s in %lld ms\n", me, mr_err_name(rc),
+		now_ms() - t0);
+	if (rc >= 0 || now_ms() - t0 > TIMEOUT_MS + 2000)
+		return -2000;
+	/* the communicator stays broken: the next operation fails at once */
+	t0 = now_ms();
+	if (mr_comm_barrier(c) >= 0 || now_ms() - t0 > 1000)
+		return -2001;
+	return 0;
+}
+
+Test(nccl, kill9_fails_survivors_within_timeout, .timeout = 120)
+{
+	int n = world_or_skip(2);
+
+	cr_assert_eq(run_procs(n, HOSTS_SAME, TIMEOUT_MS, die_or_detect, NULL, n - 1), 0);
+}
+
+static void *abort_later(void *p)
+{
+	usleep(300000);
+	mr_comm_abort(p);
+	return NULL;
+}
+
+/* Rank 0 waits for a message rank 1 never sends; another thread aborts. */
+static int abort_recv(struct mr_comm *c, void *arg)
+{
+	int me = mr_comm_rank(c), rc;
+	float *buf = managed_alloc(4096);
+	struct mr_comm_req *r;
+	long long t0 = now_ms();
+	pthread_t t;
+
+	(void)arg;
+	if (!buf)
+		return MR_ENOMEM;
+	if (me != 0) {
+		usleep(1500000); /* alive and silent until rank 0 is done */
+		managed_free(buf);
+		return 0;
+	}
+	if ((rc = mr_comm_irecv(c, buf, 1024, MR_COMM_F32, 1, 3, &r)))
+		return rc;
+	pthread_create(&t, NULL, abort_later, c);
+	rc = mr_comm_wait(r);
+	pthread_join(t, NULL);
+	managed_free(buf);
+	fprintf(stderr, "rank 0: receive after abort: %s in %lld ms\n", mr_err_name(rc),
+		now_ms() - t0);
+	return rc == MR_EABORTED && now_ms() - t0 < 1400 ? 0 : -2002;
+}
+
+Test(nccl, abort_unblocks_receive, .timeout = 120)
+{
+	world_or_skip(2);
+	cr_assert_eq(run_procs(2, HOSTS_SAME, 20000, abort_recv, NULL, -1), 0);
+}
