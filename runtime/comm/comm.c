@@ -157,9 +157,20 @@ static size_t *dup_arr(const size_t *a, int n, int *err)
 	return p;
 }
 
+static int is_p2p_kind(int kind)
+{
+	return kind == MR__OP_SEND || kind == MR__OP_RECV || kind == MR__OP_SENDRECV;
+}
+
+static int bad_peer(const struct mr_comm *c, int peer)
+{
+	return peer < 0 || peer >= c->size || peer == c->rank;
+}
+
+/* src: the peer a sendrecv receives from (ignored by the other kinds) */
 static int start(struct mr_comm *c, int kind, const void *sbuf, void *rbuf, size_t count,
-		 int dtype, int redop, int peer, int tag, const size_t *sc, const size_t *sd,
-		 const size_t *rc, const size_t *rd, struct mr_comm_req **req)
+		 int dtype, int redop, int peer, int src, int tag, const size_t *sc,
+		 const size_t *sd, const size_t *rc, const size_t *rd, struct mr_comm_req **req)
 {
 	struct mr__comm_op *op;
 	int err = 0;
@@ -168,16 +179,18 @@ static int start(struct mr_comm *c, int kind, const void *sbuf, void *rbuf, size
 		*req = NULL;
 	if (!mr_comm_dtype_size(dtype) || redop < MR_COMM_SUM || redop > MR_COMM_MAX)
 		return MR_EINVAL;
-	if ((kind == MR__OP_SEND || kind == MR__OP_RECV || kind == MR__OP_BROADCAST) &&
-	    (peer < 0 || peer >= c->size))
+	if (kind == MR__OP_BROADCAST && (peer < 0 || peer >= c->size))
 		return MR_EINVAL;
-	if ((kind == MR__OP_SEND || kind == MR__OP_RECV) && (tag < 0 || peer == c->rank))
+	if (is_p2p_kind(kind) && (tag < 0 || bad_peer(c, peer)))
+		return MR_EINVAL;
+	if (kind == MR__OP_SENDRECV && bad_peer(c, src))
 		return MR_EINVAL;
 	op = calloc(1, sizeof(*op));
 	if (!op)
 		return MR_ENOMEM;
 	*op = (struct mr__comm_op){ .kind = kind, .sbuf = sbuf, .rbuf = rbuf, .count = count,
-				    .dtype = dtype, .redop = redop, .peer = peer, .tag = tag };
+				    .dtype = dtype, .redop = redop, .peer = peer, .src = src,
+				    .tag = tag };
 	op->scounts = dup_arr(sc, c->size, &err);
 	op->sdispls = dup_arr(sd, c->size, &err);
 	op->rcounts = dup_arr(rc, c->size, &err);
@@ -205,14 +218,14 @@ static int start(struct mr_comm *c, int kind, const void *sbuf, void *rbuf, size
 int mr_comm_iallreduce(struct mr_comm *c, const void *sbuf, void *rbuf, size_t count,
 		       int dtype, int op, struct mr_comm_req **req)
 {
-	return start(c, MR__OP_ALLREDUCE, sbuf, rbuf, count, dtype, op, 0, 0,
+	return start(c, MR__OP_ALLREDUCE, sbuf, rbuf, count, dtype, op, 0, 0, 0,
 		     NULL, NULL, NULL, NULL, req);
 }
 
 int mr_comm_ireduce_scatter(struct mr_comm *c, const void *sbuf, void *rbuf, size_t count,
 			    int dtype, int op, struct mr_comm_req **req)
 {
-	return start(c, MR__OP_REDUCE_SCATTER, sbuf, rbuf, count, dtype, op, 0, 0,
+	return start(c, MR__OP_REDUCE_SCATTER, sbuf, rbuf, count, dtype, op, 0, 0, 0,
 		     NULL, NULL, NULL, NULL, req);
 }
 
@@ -222,7 +235,7 @@ int mr_comm_iallgatherv(struct mr_comm *c, const void *sbuf, void *rbuf,
 {
 	if (!rcounts || !rdispls)
 		return MR_EINVAL;
-	return start(c, MR__OP_ALLGATHERV, sbuf, rbuf, 0, dtype, 0, 0, 0,
+	return start(c, MR__OP_ALLGATHERV, sbuf, rbuf, 0, dtype, 0, 0, 0, 0,
 		     NULL, NULL, rcounts, rdispls, req);
 }
 
@@ -258,7 +271,7 @@ int mr_comm_ialltoallv(struct mr_comm *c, const void *sbuf, const size_t *scount
 {
 	if (!scounts || !sdispls || !rcounts || !rdispls)
 		return MR_EINVAL;
-	return start(c, MR__OP_ALLTOALLV, sbuf, rbuf, 0, dtype, 0, 0, 0,
+	return start(c, MR__OP_ALLTOALLV, sbuf, rbuf, 0, dtype, 0, 0, 0, 0,
 		     scounts, sdispls, rcounts, rdispls, req);
 }
 
@@ -279,27 +292,34 @@ int mr_comm_ialltoall(struct mr_comm *c, const void *sbuf, void *rbuf, size_t co
 int mr_comm_ibroadcast(struct mr_comm *c, void *buf, size_t count, int dtype, int root,
 		       struct mr_comm_req **req)
 {
-	return start(c, MR__OP_BROADCAST, buf, buf, count, dtype, 0, root, 0,
+	return start(c, MR__OP_BROADCAST, buf, buf, count, dtype, 0, root, 0, 0,
 		     NULL, NULL, NULL, NULL, req);
 }
 
 int mr_comm_isend(struct mr_comm *c, const void *buf, size_t count, int dtype, int peer,
 		  int tag, struct mr_comm_req **req)
 {
-	return start(c, MR__OP_SEND, buf, NULL, count, dtype, 0, peer, tag,
+	return start(c, MR__OP_SEND, buf, NULL, count, dtype, 0, peer, 0, tag,
 		     NULL, NULL, NULL, NULL, req);
 }
 
 int mr_comm_irecv(struct mr_comm *c, void *buf, size_t count, int dtype, int peer,
 		  int tag, struct mr_comm_req **req)
 {
-	return start(c, MR__OP_RECV, NULL, buf, count, dtype, 0, peer, tag,
+	return start(c, MR__OP_RECV, NULL, buf, count, dtype, 0, peer, 0, tag,
+		     NULL, NULL, NULL, NULL, req);
+}
+
+int mr_comm_isendrecv(struct mr_comm *c, const void *sbuf, void *rbuf, size_t count, int dtype,
+		      int to, int from, int tag, struct mr_comm_req **req)
+{
+	return start(c, MR__OP_SENDRECV, sbuf, rbuf, count, dtype, 0, to, from, tag,
 		     NULL, NULL, NULL, NULL, req);
 }
 
 int mr_comm_ibarrier(struct mr_comm *c, struct mr_comm_req **req)
 {
-	return start(c, MR__OP_BARRIER, NULL, NULL, 0, MR_COMM_I32, 0, 0, 0,
+	return start(c, MR__OP_BARRIER, NULL, NULL, 0, MR_COMM_I32, 0, 0, 0, 0,
 		     NULL, NULL, NULL, NULL, req);
 }
 
@@ -368,6 +388,12 @@ int mr_comm_send(struct mr_comm *c, const void *buf, size_t count, int dtype, in
 int mr_comm_recv(struct mr_comm *c, void *buf, size_t count, int dtype, int peer, int tag)
 {
 	BLOCKING(mr_comm_irecv(c, buf, count, dtype, peer, tag, NULL));
+}
+
+int mr_comm_sendrecv(struct mr_comm *c, const void *sbuf, void *rbuf, size_t count, int dtype,
+		     int to, int from, int tag)
+{
+	BLOCKING(mr_comm_isendrecv(c, sbuf, rbuf, count, dtype, to, from, tag, NULL));
 }
 
 int mr_comm_barrier(struct mr_comm *c)

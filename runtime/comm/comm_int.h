@@ -22,6 +22,7 @@ enum mr__op_kind {
 	MR__OP_BROADCAST,
 	MR__OP_SEND,
 	MR__OP_RECV,
+	MR__OP_SENDRECV,
 	MR__OP_BARRIER,
 };
 
@@ -32,7 +33,8 @@ struct mr__comm_op {
 	void *rbuf;
 	size_t count; /* allreduce/bcast/send/recv: total; reduce_scatter: per rank */
 	int dtype, redop;
-	int peer;     /* send/recv peer, broadcast root */
+	int peer;     /* send/recv peer (sendrecv: sent to), broadcast root */
+	int src;      /* sendrecv: received from */
 	int tag;
 	size_t *scounts, *sdispls, *rcounts, *rdispls;
 };

@@ -536,6 +536,22 @@ static int barrier(struct mr__hcomm *h)
 	return 0;
 }
 
+/* A user exchange: its transfers carry the user's tag, so plain sends and
+ * receives on the peers match them (and the same size rules apply). */
+static int sendrecv(struct mr__hcomm *h, const struct mr__comm_op *op)
+{
+	size_t len = op->count * mr_comm_dtype_size(op->dtype);
+	struct mr__xfer x[2], *xs = x;
+	int n = 2, cap = 2;
+
+	x[0] = (struct mr__xfer){ .peer = op->peer, .send = 1, .tag = op->tag,
+				  .buf = (char *)op->sbuf, .len = len, .red_dtype = -1,
+				  .rendezvous = 1 };
+	x[1] = (struct mr__xfer){ .peer = op->src, .send = 0, .tag = op->tag, .buf = op->rbuf,
+				  .len = len, .red_dtype = -1, .stream = 2 * len >= h->stream_min };
+	return mr__hx_run(h, &xs, &n, &cap, NULL);
+}
+
 int mr__host_exec(struct mr__hcomm *h, const struct mr__comm_op *op)
 {
 	size_t esz = mr_comm_dtype_size(op->dtype);
@@ -557,6 +573,8 @@ int mr__host_exec(struct mr__hcomm *h, const struct mr__comm_op *op)
 		return bcast_scatter_ag(h, op->rbuf, op->count, esz, op->peer);
 	case MR__OP_BARRIER:
 		return barrier(h);
+	case MR__OP_SENDRECV:
+		return sendrecv(h, op);
 	default:
 		return MR_EINVAL;
 	}

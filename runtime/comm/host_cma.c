@@ -196,7 +196,7 @@ int mr__cma_use(const struct mr__hcomm *h, const struct mr__chan *ch, const stru
 
 	if (!ch->cma)
 		return 0;
-	if (x->tag != MR__TAG_COLL && min < h->ring_cap)
+	if (x->tag != MR__TAG_COLL && !x->rendezvous && min < h->ring_cap)
 		min = h->ring_cap;
 	if (x->len < min)
 		return 0;

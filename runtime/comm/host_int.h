@@ -102,6 +102,9 @@ struct mr__xfer {
 	int done;
 	int cma;           /* send: descriptor posted, waiting for DONE */
 	int reduced;       /* send: the receiver reduces it (no process_vm_readv) */
+	int rendezvous;    /* send: may wait for the receive at any size (a
+			    * sendrecv blocks on its own receive anyway), so
+			    * single copy from cma_min as for collectives */
 	int local;         /* a copy red_src -> buf of this rank (peer = me, send = 1),
 			    * done in pieces while the real transfers wait */
 	int gate;          /* send: 1 + batch index of the receive whose data it

@@ -152,6 +152,15 @@ int mr_comm_isend(struct mr_comm *c, const void *buf, size_t count, int dtype, i
 		  int tag, struct mr_comm_req **req);
 int mr_comm_irecv(struct mr_comm *c, void *buf, size_t count, int dtype, int peer,
 		  int tag, struct mr_comm_req **req);
+/* Sends count elements of sbuf to `to` and receives count into rbuf from
+ * `from`, both with tag, as one operation (MPI_Sendrecv; a pipeline
+ * stage's exchange with its neighbours). It matches and is matched by
+ * plain send/recv. Unlike isend, its send may wait until `to` is inside
+ * an operation of this communicator at any size (it is then copied once,
+ * straight from sbuf). The blocking form runs in the calling thread when
+ * nothing else is queued: no hand-off to the progress thread. */
+int mr_comm_isendrecv(struct mr_comm *c, const void *sbuf, void *rbuf, size_t count, int dtype,
+		      int to, int from, int tag, struct mr_comm_req **req);
 int mr_comm_ibarrier(struct mr_comm *c, struct mr_comm_req **req);
 
 /* *done = 1 when finished (then call wait to get the result and free). */
@@ -177,6 +186,8 @@ int mr_comm_broadcast(struct mr_comm *c, void *buf, size_t count, int dtype, int
 int mr_comm_send(struct mr_comm *c, const void *buf, size_t count, int dtype, int peer,
 		 int tag);
 int mr_comm_recv(struct mr_comm *c, void *buf, size_t count, int dtype, int peer, int tag);
+int mr_comm_sendrecv(struct mr_comm *c, const void *sbuf, void *rbuf, size_t count, int dtype,
+		     int to, int from, int tag);
 int mr_comm_barrier(struct mr_comm *c);
 
 #endif

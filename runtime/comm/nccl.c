@@ -255,6 +255,13 @@ static ncclResult_t enqueue(struct ncomm *n, const struct mr__comm_op *op)
 		return ncclSend(op->sbuf, op->count, dt, op->peer, n->nc, n->stream);
 	case MR__OP_RECV:
 		return ncclRecv(op->rbuf, op->count, dt, op->peer, n->nc, n->stream);
+	case MR__OP_SENDRECV:
+		ncclGroupStart();
+		r = ncclSend(op->sbuf, op->count, dt, op->peer, n->nc, n->stream);
+		if (r == ncclSuccess)
+			r = ncclRecv(op->rbuf, op->count, dt, op->src, n->nc, n->stream);
+		ncclGroupEnd();
+		return r;
 	case MR__OP_BARRIER:
 		return ncclAllReduce(n->one, n->one, 1, ncclInt32, ncclSum, n->nc, n->stream);
 	default:

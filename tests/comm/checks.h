@@ -19,19 +19,26 @@
 		goto out;                                                               \
 	} while (0)
 
-/* Where the checks' buffers come from: malloc, or registered memory
- * (mr_comm_mem_alloc) when check_registered is set - before the ranks
- * start, so forked ranks inherit it. Both are zeroed. */
+/* Where the checks' buffers come from: malloc, registered memory
+ * (mr_comm_mem_alloc) when check_registered is set, or check_alloc /
+ * check_free when set (CUDA managed memory in tests/gpu) - before the
+ * ranks start, so forked ranks inherit the choice. All are zeroed. */
 static int check_registered;
+static void *(*check_alloc)(size_t len);
+static void (*check_free)(void *p);
 
 static inline void *buf_alloc(size_t len)
 {
+	if (check_alloc)
+		return check_alloc(len);
 	return check_registered ? mr_comm_mem_alloc(len) : calloc(1, len);
 }
 
 static inline void buf_free(void *p)
 {
-	if (check_registered)
+	if (check_free)
+		check_free(p);
+	else if (check_registered)
 		mr_comm_mem_free(p);
 	else
 		free(p);
@@ -172,31 +179,47 @@ out:
 	return rc;
 }
 
-/* Ring exchange with isend/irecv posted in the order that deadlocks a
- * naive blocking implementation (everyone sends first). */
-static inline int check_sendrecv(struct mr_comm *c, int dt, size_t count)
-{
-	int me = mr_comm_rank(c), n = mr_comm_size(c), salt = 13, rc, rc2;
-	int to = (me + 1) % n, from = (me + n - 1) % n;
-	size_t esz = mr_comm_dtype_size(dt);
-	char *s = buf_alloc(count * esz + 1), *r = buf_alloc(count * esz + 1);
-	struct mr_comm_req *a, *b;
+enum { XCHG_ISEND_IRECV, XCHG_SENDRECV, XCHG_ISENDRECV, XCHG_MIXED, XCHG_MODES };
 
-	if (n == 1) {
-		rc = 0;
-		goto out;
-	}
-	for (size_t i = 0; i < count; i++)
-		put_el(s, dt, i, val(me, i, salt));
-	rc = mr_comm_isend(c, s, count, dt, to, 7, &a);
-	if (rc)
-		goto out;
+/* One ring exchange (to me+1, from me-1) the way mode says: isend/irecv
+ * posted in the order that deadlocks a naive blocking implementation
+ * (everyone sends first), sendrecv, isendrecv, or even ranks sendrecv
+ * while odd ranks isend/irecv (the two must match each other). */
+static inline int exchange(struct mr_comm *c, int mode, const char *s, char *r, size_t count,
+			   int dt, int to, int from)
+{
+	struct mr_comm_req *a, *b;
+	int rc, rc2;
+
+	if (mode == XCHG_MIXED)
+		mode = mr_comm_rank(c) % 2 ? XCHG_ISEND_IRECV : XCHG_SENDRECV;
+	if (mode == XCHG_SENDRECV)
+		return mr_comm_sendrecv(c, s, r, count, dt, to, from, 7);
+	if (mode == XCHG_ISENDRECV)
+		return (rc = mr_comm_isendrecv(c, s, r, count, dt, to, from, 7, &a)) ? rc
+										       : mr_comm_wait(a);
+	if ((rc = mr_comm_isend(c, s, count, dt, to, 7, &a)))
+		return rc;
 	rc = mr_comm_irecv(c, r, count, dt, from, 7, &b);
 	rc2 = mr_comm_wait(a);
 	if (rc)
-		goto out;
+		return rc;
 	rc = mr_comm_wait(b);
-	if (rc || (rc = rc2))
+	return rc ? rc : rc2;
+}
+
+static inline int check_sendrecv(struct mr_comm *c, int dt, size_t count, int mode)
+{
+	int me = mr_comm_rank(c), n = mr_comm_size(c), salt = 13 + mode, rc = 0;
+	int to = (me + 1) % n, from = (me + n - 1) % n;
+	size_t esz = mr_comm_dtype_size(dt);
+	char *s = buf_alloc(count * esz + 1), *r = buf_alloc(count * esz + 1);
+
+	if (n == 1)
+		goto out;
+	for (size_t i = 0; i < count; i++)
+		put_el(s, dt, i, val(me, i, salt));
+	if ((rc = exchange(c, mode, s, r, count, dt, to, from)))
 		goto out;
 	for (size_t i = 0; i < count; i++)
 		if (get_el(r, dt, i) != val(from, i, salt))
@@ -231,8 +254,9 @@ static inline int check_everything(struct mr_comm *c)
 			if ((rc = check_broadcast(c, dt, cnt, 0)) ||
 			    (rc = check_broadcast(c, dt, cnt, mr_comm_size(c) - 1)))
 				return rc;
-			if ((rc = check_sendrecv(c, dt, cnt)))
-				return rc;
+			for (int mode = 0; mode < XCHG_MODES; mode++)
+				if ((rc = check_sendrecv(c, dt, cnt, mode)))
+					return rc;
 			if ((rc = mr_comm_barrier(c)))
 				return rc;
 		}

@@ -74,7 +74,9 @@ static int big_ops(struct mr_comm *c, void *arg)
 		return rc;
 	if ((rc = check_broadcast(c, MR_COMM_F32, BIG + 1, 1 % n)))
 		return rc;
-	return check_sendrecv(c, MR_COMM_I64, BIG / 2 + 5);
+	if ((rc = check_sendrecv(c, MR_COMM_I64, BIG / 2 + 5, XCHG_ISEND_IRECV)))
+		return rc;
+	return check_sendrecv(c, MR_COMM_I64, BIG / 2 + 5, XCHG_MIXED);
 }
 
 Test(comm, large_shm_world2, .timeout = 120)
@@ -244,6 +246,33 @@ Test(comm, split_rejects_bad_groups)
 	cr_assert_eq(mr_comm_init(&s, &cfg, &eb), MR_EINVAL);
 	mr_comm_free(w);
 	kv_mem_free(m);
+}
+
+/* Point-to-point arguments: peers out of range or this rank, tags < 0. */
+static int p2p_bad_args(struct mr_comm *c, void *arg)
+{
+	int me = mr_comm_rank(c), other = 1 - me, v = 0, w = 0;
+	struct mr_comm_req *r = NULL;
+
+	(void)arg;
+	if (mr_comm_sendrecv(c, &v, &w, 1, MR_COMM_I32, me, other, 0) != MR_EINVAL ||
+	    mr_comm_sendrecv(c, &v, &w, 1, MR_COMM_I32, other, me, 0) != MR_EINVAL ||
+	    mr_comm_sendrecv(c, &v, &w, 1, MR_COMM_I32, 2, other, 0) != MR_EINVAL ||
+	    mr_comm_sendrecv(c, &v, &w, 1, MR_COMM_I32, other, -1, 0) != MR_EINVAL ||
+	    mr_comm_isendrecv(c, &v, &w, 1, MR_COMM_I32, other, other, -3, &r) != MR_EINVAL ||
+	    r != NULL || mr_comm_send(c, &v, 1, MR_COMM_I32, me, 0) != MR_EINVAL ||
+	    mr_comm_recv(c, &w, 1, MR_COMM_I32, other, -1) != MR_EINVAL)
+		return -1;
+	/* nothing was sent: the next exchange still pairs up */
+	v = 10 + me;
+	if (mr_comm_sendrecv(c, &v, &w, 1, MR_COMM_I32, other, other, 0))
+		return -2;
+	return w == 10 + other ? 0 : -3;
+}
+
+Test(comm, p2p_rejects_bad_arguments)
+{
+	cr_assert_eq(run_threads(2, HOSTS_SAME, p2p_bad_args, NULL), 0);
 }
 
 /* ---- many asynchronous operations in flight on several communicators ---- */

@@ -311,12 +311,33 @@ static int registered_ops(struct mr_comm *c, void *arg)
 	    (rc = check_allgather(c, MR_COMM_F32, big / (size_t)n + 1, 1)) ||
 	    (rc = check_alltoall(c, MR_COMM_I64, big / (size_t)n + 1, 1)) ||
 	    (rc = check_broadcast(c, MR_COMM_F32, big + 1, n - 1)) ||
-	    (rc = check_sendrecv(c, MR_COMM_I32, big + 5)))
+	    (rc = check_sendrecv(c, MR_COMM_I32, big + 5, XCHG_ISEND_IRECV)) ||
+	    (rc = check_sendrecv(c, MR_COMM_I32, big + 5, XCHG_MIXED)))
 		return rc;
 	if (mem_count(c) == 0) {
 		fprintf(stderr, "rank %d: nothing was read from a registered buffer\n",
 			mr_comm_rank(c));
 		return -4030;
+	}
+	/* below the ring size an isend stays eager (through the ring), a
+	 * sendrecv's send goes by single copy (it waits for its peer) */
+	if (n > 1) {
+		size_t small = 8000; /* 32 KB: >= MR_COMM_CMA_MIN, < the ring */
+		const struct mr__hcomm *h = (const struct mr__hcomm *)c;
+		int me = mr_comm_rank(c);
+		/* one read if the sender (me - 1) shares memory with this rank */
+		unsigned long want = h->ch[(me + n - 1) % n].cma ? 1 : 0, k0 = mem_count(c), k1;
+
+		if ((rc = check_sendrecv(c, MR_COMM_I32, small, XCHG_ISEND_IRECV)))
+			return rc;
+		k1 = mem_count(c);
+		if ((rc = check_sendrecv(c, MR_COMM_I32, small, XCHG_SENDRECV)))
+			return rc;
+		if (k1 != k0 || mem_count(c) != k1 + want) {
+			fprintf(stderr, "rank %d: single-copy reads %lu -> %lu -> %lu\n",
+				mr_comm_rank(c), k0, k1, mem_count(c));
+			return -4031;
+		}
 	}
 	return mr_comm_barrier(c);
 }
