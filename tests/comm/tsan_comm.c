@@ -67,7 +67,9 @@ static int chained(struct mr_comm *c, void *arg)
 		return rc;
 	if ((rc = check_allgather(c, MR_COMM_F32, big / (size_t)n, 0)))
 		return rc;
-	return check_alltoall(c, MR_COMM_I32, big / (size_t)n, 0);
+	if ((rc = check_alltoall(c, MR_COMM_I32, big / (size_t)n, 0)))
+		return rc;
+	return check_sendrecv(c, MR_COMM_I32, big, XCHG_MIXED);
 }
 
 static void *abort_later(void *p)
