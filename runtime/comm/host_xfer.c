@@ -357,9 +357,11 @@ static int wait_some(struct mr__hcomm *h, struct mr__xfer *xs, int nx, uint32_t 
 				dead = r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR);
 			}
 			/* what it wrote before it exited (after our last pass over
-			 * the rings) is still ours to read: fail once that is read */
-			if (dead && atomic_load_explicit(&rx->head, memory_order_acquire) ==
-					    atomic_load_explicit(&rx->tail, memory_order_relaxed))
+			 * the rings) is still ours to read if a receive here wants
+			 * it: fail once that is read */
+			if (dead && (!has_pending_recv(xs, nx, (int)(lch[i] - h->ch)) ||
+				     atomic_load_explicit(&rx->head, memory_order_acquire) ==
+					     atomic_load_explicit(&rx->tail, memory_order_relaxed)))
 				return MR_EPEER;
 		}
 	}
