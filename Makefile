@@ -5,7 +5,7 @@
 #   make test       lint + unit/integration tests, then the same tests under
 #                   ASan+UBSan, then bounded fuzzing
 #   make asan       the sanitizer build only (build/asan)
-#   make test-gpu   CUDA kernels vs their CPU twins (skipped without a GPU)
+#   make test-gpu   CUDA kernels vs their CPU twins, NCCL collectives (skipped without a GPU)
 #   make lint       cppcheck, shellcheck, yamllint
 #   make bench      every benchmark (bench-rdzv, bench-healthz, ..., bench-parallel)
 #   make clean
