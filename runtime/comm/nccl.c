@@ -16,7 +16,7 @@
  * Buffers are device pointers. Tags of send/recv are ignored (NCCL has
  * none): messages between a pair match in issue order. allgatherv with
  * unequal counts is a group of broadcasts; all-to-all(v) and send/recv are
- * ncclGroupStart/End of ncclSend/ncclRecv.
+ * ncclGroupStart/End of ncclSend/ncclRecv, and so is sendrecv.
  *
  * Non-goals: CUDA graphs, user streams (callers sync through wait).
  */

@@ -19,27 +19,22 @@
 		goto out;                                                               \
 	} while (0)
 
-/* Where the checks' buffers come from: malloc, registered memory
- * (mr_comm_mem_alloc) when check_registered is set, or check_alloc /
- * check_free when set (CUDA managed memory in tests/gpu) - before the
- * ranks start, so forked ranks inherit the choice. All are zeroed. */
-static int check_registered;
+/* Where the checks' buffers come from: malloc, or check_alloc /
+ * check_free when set (zeroed memory: registered memory in
+ * test_comm_cma.c, CUDA managed memory in tests/gpu) - before the ranks
+ * start, so forked ranks inherit the choice. */
 static void *(*check_alloc)(size_t len);
 static void (*check_free)(void *p);
 
 static inline void *buf_alloc(size_t len)
 {
-	if (check_alloc)
-		return check_alloc(len);
-	return check_registered ? mr_comm_mem_alloc(len) : calloc(1, len);
+	return check_alloc ? check_alloc(len) : calloc(1, len);
 }
 
 static inline void buf_free(void *p)
 {
 	if (check_free)
 		check_free(p);
-	else if (check_registered)
-		mr_comm_mem_free(p);
 	else
 		free(p);
 }
@@ -195,9 +190,11 @@ static inline int exchange(struct mr_comm *c, int mode, const char *s, char *r, 
 		mode = mr_comm_rank(c) % 2 ? XCHG_ISEND_IRECV : XCHG_SENDRECV;
 	if (mode == XCHG_SENDRECV)
 		return mr_comm_sendrecv(c, s, r, count, dt, to, from, 7);
-	if (mode == XCHG_ISENDRECV)
-		return (rc = mr_comm_isendrecv(c, s, r, count, dt, to, from, 7, &a)) ? rc
-										       : mr_comm_wait(a);
+	if (mode == XCHG_ISENDRECV) {
+		if ((rc = mr_comm_isendrecv(c, s, r, count, dt, to, from, 7, &a)))
+			return rc;
+		return mr_comm_wait(a);
+	}
 	if ((rc = mr_comm_isend(c, s, count, dt, to, 7, &a)))
 		return rc;
 	rc = mr_comm_irecv(c, r, count, dt, from, 7, &b);

@@ -15,20 +15,12 @@
  * Non-goals: speed (bench/comm.c), the ring path (test_comm.c).
  */
 #include <criterion/criterion.h>
-#include <time.h>
 
 #include "checks.h"
 #include "comm/host_int.h"
+#include "proc.h"
 
 #define PER 8192 /* elements per rank block: 32 KiB of fp32 */
-
-static long long now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* Forces single copy from 4 KiB, user messages from 64 KiB (the ring). */
 static void force_cma(void)
@@ -221,9 +213,9 @@ static int killed_sender(struct mr_comm *c, void *arg)
 		raise(SIGKILL);
 	}
 	usleep(400 * 1000);
-	t0 = now_ms();
+	t0 = mr_test_now_ms();
 	rc = mr_comm_recv(c, buf, cnt, MR_COMM_F32, 1, 3);
-	dt = now_ms() - t0;
+	dt = mr_test_now_ms() - t0;
 	fprintf(stderr, "cma: recv from a killed sender: %s in %lld ms (cma_rx %lu)\n",
 		mr_err_name(rc), dt, cma_count(c));
 	free(buf);
@@ -261,9 +253,9 @@ static int aborted_sender(struct mr_comm *c, void *arg)
 	}
 	while (!atomic_load(freed))
 		usleep(1000);
-	t0 = now_ms();
+	t0 = mr_test_now_ms();
 	rc = mr_comm_recv(c, buf, cnt, MR_COMM_F32, 1, 3);
-	dt = now_ms() - t0;
+	dt = mr_test_now_ms() - t0;
 	fprintf(stderr, "cma: recv from an aborted sender: %s in %lld ms\n", mr_err_name(rc), dt);
 	free(buf);
 	return rc == MR_EPEER && dt < 2000 ? 0 : -4023;
@@ -334,8 +326,8 @@ static int registered_ops(struct mr_comm *c, void *arg)
 		if ((rc = check_sendrecv(c, MR_COMM_I32, small, XCHG_SENDRECV)))
 			return rc;
 		if (k1 != k0 || mem_count(c) != k1 + want) {
-			fprintf(stderr, "rank %d: single-copy reads %lu -> %lu -> %lu\n",
-				mr_comm_rank(c), k0, k1, mem_count(c));
+			fprintf(stderr, "rank %d: single-copy reads %lu -> %lu -> %lu\n", me, k0,
+				k1, mem_count(c));
 			return -4031;
 		}
 	}
@@ -344,7 +336,8 @@ static int registered_ops(struct mr_comm *c, void *arg)
 
 static void registered(void)
 {
-	check_registered = 1;
+	check_alloc = mr_comm_mem_alloc; /* zeroed: a new memfd */
+	check_free = mr_comm_mem_free;
 	setenv("MR_COMM_CMA_MIN", "4096", 1);
 	setenv("MR_COMM_SHM_RING", "65536", 1);
 }

@@ -9,17 +9,9 @@
  * Non-goals: correctness of results (test_comm.c).
  */
 #include <criterion/criterion.h>
-#include <time.h>
 
 #include "harness.h"
-
-static long long now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
+#include "proc.h"
 
 #define TIMEOUT_MS 4000
 
@@ -36,17 +28,17 @@ static int die_or_detect(struct mr_comm *c, void *arg)
 		return rc;
 	if (me == n - 1)
 		raise(SIGKILL);
-	t0 = now_ms();
+	t0 = mr_test_now_ms();
 	rc = mr_comm_allreduce(c, buf, buf, count, MR_COMM_F32, MR_COMM_SUM);
-	dt = now_ms() - t0;
+	dt = mr_test_now_ms() - t0;
 	free(buf);
 	fprintf(stderr, "rank %d: allreduce after kill: %s in %lld ms\n", me, mr_err_name(rc), dt);
 	if ((rc != MR_EPEER && rc != MR_ETIMEDOUT) || dt > TIMEOUT_MS + 1000)
 		return -2000;
 	/* broken communicator: the next operation fails at once */
-	t0 = now_ms();
+	t0 = mr_test_now_ms();
 	rc = mr_comm_barrier(c);
-	if (rc >= 0 || now_ms() - t0 > 500)
+	if (rc >= 0 || mr_test_now_ms() - t0 > 500)
 		return -2001;
 	return 0;
 }
@@ -92,7 +84,7 @@ static void *abort_later(void *p)
 static int abort_recv(struct mr_comm *c, void *arg)
 {
 	int me = mr_comm_rank(c), x = 0, rc;
-	long long t0 = now_ms(), dt;
+	long long t0 = mr_test_now_ms(), dt;
 
 	(void)arg;
 	if (me == 0) {
@@ -102,7 +94,7 @@ static int abort_recv(struct mr_comm *c, void *arg)
 
 		pthread_create(&t, NULL, abort_later, &a);
 		rc = mr_comm_recv(c, &x, 1, MR_COMM_I32, 1, 1);
-		dt = now_ms() - t0;
+		dt = mr_test_now_ms() - t0;
 		pthread_join(t, NULL);
 		fprintf(stderr, "abort: recv returned %s after %lld ms\n", mr_err_name(rc), dt);
 		if (rc != MR_EABORTED || dt < 150 || dt > 2000)
@@ -115,7 +107,7 @@ static int abort_recv(struct mr_comm *c, void *arg)
 	}
 	/* the peer learns promptly that rank 0 is gone (not at its timeout) */
 	rc = mr_comm_recv(c, &x, 1, MR_COMM_I32, 0, 9);
-	dt = now_ms() - t0;
+	dt = mr_test_now_ms() - t0;
 	fprintf(stderr, "abort: peer recv returned %s after %lld ms\n", mr_err_name(rc), dt);
 	return rc == MR_EPEER && dt < 3000 ? 0 : -3003;
 }
@@ -133,11 +125,11 @@ Test(comm_fault, abort_unblocks_recv_tcp, .timeout = 30)
 static int unmatched(struct mr_comm *c, void *arg)
 {
 	int x = 0, rc;
-	long long t0 = now_ms(), dt;
+	long long t0 = mr_test_now_ms(), dt;
 
 	(void)arg;
 	rc = mr_comm_recv(c, &x, 1, MR_COMM_I32, 1 - mr_comm_rank(c), 77);
-	dt = now_ms() - t0;
+	dt = mr_test_now_ms() - t0;
 	/* the first to time out shuts its sockets: the other may see EPEER */
 	if ((rc != MR_ETIMEDOUT && rc != MR_EPEER) || dt < 250 || dt > 2000) {
 		fprintf(stderr, "unmatched: %s after %lld ms\n", mr_err_name(rc), dt);
@@ -160,12 +152,12 @@ Test(comm_fault, missing_peer_fails_bootstrap, .timeout = 30)
 				      .host_id = "h", .timeout_ms = 300 };
 	struct mr_comm *c = (struct mr_comm *)1;
 	struct mr_errbuf eb = { { 0 }, { 0 } };
-	long long t0 = now_ms();
+	long long t0 = mr_test_now_ms();
 
 	cr_assert_eq(mr_comm_init(&c, &cfg, &eb), MR_ETIMEDOUT);
 	cr_assert_null(c);
 	cr_assert(strstr(eb.msg, "comm/lonely/addr/1") != NULL, "%s", eb.msg);
-	cr_assert_lt(now_ms() - t0, 2000);
+	cr_assert_lt(mr_test_now_ms() - t0, 2000);
 	kv_mem_free(m);
 }
 
@@ -174,7 +166,7 @@ static int abort_collective(struct mr_comm *c, void *arg)
 {
 	int me = mr_comm_rank(c), x = 0, rc;
 	float buf[4096] = { 0 };
-	long long t0 = now_ms(), dt;
+	long long t0 = mr_test_now_ms(), dt;
 
 	(void)arg;
 	if (me == 0) {
@@ -183,7 +175,7 @@ static int abort_collective(struct mr_comm *c, void *arg)
 
 		pthread_create(&t, NULL, abort_later, &a);
 		rc = mr_comm_allreduce(c, buf, buf, 4096, MR_COMM_F32, MR_COMM_SUM);
-		dt = now_ms() - t0;
+		dt = mr_test_now_ms() - t0;
 		pthread_join(t, NULL);
 		fprintf(stderr, "abort: allreduce returned %s after %lld ms\n", mr_err_name(rc), dt);
 		return rc == MR_EABORTED && dt >= 150 && dt < 2000 ? 0 : -3004;
@@ -215,12 +207,12 @@ Test(comm_fault, cancel_stops_bootstrap, .timeout = 30)
 				      .host_id = "h", .timeout_ms = 20000, .cancel = &cancel };
 	struct mr_comm *c = NULL;
 	struct mr_errbuf eb = { { 0 }, { 0 } };
-	long long t0 = now_ms(), dt;
+	long long t0 = mr_test_now_ms(), dt;
 	pthread_t t;
 
 	pthread_create(&t, NULL, cancel_later, &cancel);
 	cr_assert_eq(mr_comm_init(&c, &cfg, &eb), MR_EABORTED, "%s", eb.msg);
-	dt = now_ms() - t0;
+	dt = mr_test_now_ms() - t0;
 	pthread_join(t, NULL);
 	cr_assert_null(c);
 	cr_assert(dt >= 150 && dt < 1500, "cancel took %lld ms", dt);

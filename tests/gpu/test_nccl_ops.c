@@ -17,9 +17,9 @@
 #include <criterion/criterion.h>
 #include <cuda_runtime.h>
 #include <pthread.h>
-#include <time.h>
 
 #include "../comm/checks.h"
+#include "proc.h"
 
 #define TIMEOUT_MS 8000
 
@@ -131,14 +131,6 @@ Test(nccl, allreduce_reduce_scatter_64mib, .timeout = 300)
 	cr_assert_eq(run_procs(n, HOSTS_SAME, 60000, huge, NULL, -1), 0);
 }
 
-static long long now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* The last rank dies by SIGKILL after a barrier; every other rank's next
  * allreduce must fail (async error or timeout) within the timeout. */
 static int die_or_detect(struct mr_comm *c, void *arg)
@@ -154,15 +146,15 @@ static int die_or_detect(struct mr_comm *c, void *arg)
 		return rc;
 	if (me == n - 1)
 		raise(SIGKILL);
-	t0 = now_ms();
+	t0 = mr_test_now_ms();
 	rc = mr_comm_allreduce(c, buf, buf, (1 << 20) / sizeof(float), MR_COMM_F32, MR_COMM_SUM);
 	fprintf(stderr, "rank %d: allreduce after kill: %s in %lld ms\n", me, mr_err_name(rc),
-		now_ms() - t0);
-	if (rc >= 0 || now_ms() - t0 > TIMEOUT_MS + 2000)
+		mr_test_now_ms() - t0);
+	if (rc >= 0 || mr_test_now_ms() - t0 > TIMEOUT_MS + 2000)
 		return -2000;
 	/* the communicator stays broken: the next operation fails at once */
-	t0 = now_ms();
-	if (mr_comm_barrier(c) >= 0 || now_ms() - t0 > 1000)
+	t0 = mr_test_now_ms();
+	if (mr_comm_barrier(c) >= 0 || mr_test_now_ms() - t0 > 1000)
 		return -2001;
 	return 0;
 }
@@ -187,7 +179,7 @@ static int abort_recv(struct mr_comm *c, void *arg)
 	int me = mr_comm_rank(c), rc;
 	float *buf = managed_alloc(4096);
 	struct mr_comm_req *r;
-	long long t0 = now_ms();
+	long long t0 = mr_test_now_ms();
 	pthread_t t;
 
 	(void)arg;
@@ -205,8 +197,8 @@ static int abort_recv(struct mr_comm *c, void *arg)
 	pthread_join(t, NULL);
 	managed_free(buf);
 	fprintf(stderr, "rank 0: receive after abort: %s in %lld ms\n", mr_err_name(rc),
-		now_ms() - t0);
-	return rc == MR_EABORTED && now_ms() - t0 < 1400 ? 0 : -2002;
+		mr_test_now_ms() - t0);
+	return rc == MR_EABORTED && mr_test_now_ms() - t0 < 1400 ? 0 : -2002;
 }
 
 Test(nccl, abort_unblocks_receive, .timeout = 120)
