@@ -26,7 +26,7 @@
 
 #include "mr_metrics.h"
 
-#define MR_AGENT_NSTATES 7
+#define MR_AGENT_NSTATES 8
 
 struct mr_agent_metrics {
 	struct mr_metrics *reg;

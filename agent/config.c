@@ -15,6 +15,7 @@
 
 #include "mr_log.h"
 #include "mr_mesh.h"
+#include "mr_token.h"
 
 extern char **environ;
 
@@ -68,6 +69,10 @@ static const struct mr_config_opt agent_opts[] = {
 			   "How long a round with min nodes stays open for more (job spec)."),
 	MR_CONFIG_DURATION("join_timeout", C, join_timeout_ms, "600s", 100, 24 * 3600 * 1000,
 			   "Give up when a round does not close within this time."),
+	MR_CONFIG_DURATION("controller_timeout", C, controller_timeout_ms, "300s", 200,
+			   24 * 3600 * 1000,
+			   "Give up (exit 1, workers stopped) when the controller has not answered "
+			   "for this long; shorter outages leave running workers alone."),
 	MR_CONFIG_DURATION("grace_period", C, grace_period_ms, "5s", 0, 3600 * 1000,
 			   "Time between SIGTERM and SIGKILL when stopping workers."),
 	MR_CONFIG_DURATION("exit_barrier_timeout", C, exit_barrier_timeout_ms, "300s", 0,
@@ -78,7 +83,8 @@ static const struct mr_config_opt agent_opts[] = {
 	MR_CONFIG_INT("health_port", C, health_port, "29401", -1, 65535,
 		      "Port of /healthz, /readyz, /metrics; 0 = ephemeral, -1 = off."),
 	MR_CONFIG_STRING("token_file", C, token_file, NULL,
-			 "File holding the bearer token for the controller."),
+			 "File holding the bearer token for the controller (e.g. a mounted "
+			 "Secret); read once at start, wins over token."),
 	MR_CONFIG_STRING("token", C, token, NULL,
 			 "Bearer token for the controller (prefer token_file)."),
 	MR_CONFIG_STRING("role", C, role, "default", "ROLE_NAME given to workers."),
@@ -323,6 +329,7 @@ static int merge_parallel_flags(struct mr_agent_config *cfg, struct mr_errbuf *e
 	return 0;
 }
 
+/* A key given twice is an error naming it, not "the last one wins". */
 static int parse_workload(struct mr_agent_config *cfg, struct mr_errbuf *eb)
 {
 	json_error_t je;
@@ -331,16 +338,29 @@ static int parse_workload(struct mr_agent_config *cfg, struct mr_errbuf *eb)
 		return mr_errf_field(eb, MR_EINVAL, "workload",
 				     "workload: '%s' is not known (known: gpt)", cfg->workload);
 	if (cfg->workload_config[0]) {
-		cfg->workload_json = json_loads(cfg->workload_config, 0, &je);
+		cfg->workload_json = json_loads(cfg->workload_config, JSON_REJECT_DUPLICATES, &je);
+		if (!cfg->workload_json)
+			return mr_errf_field(eb, MR_EINVAL, "workload_config",
+					     "workload_config: '%.200s' is not valid JSON: %s",
+					     cfg->workload_config, je.text);
 		if (!json_is_object(cfg->workload_json)) {
 			json_decref(cfg->workload_json);
 			cfg->workload_json = NULL;
 			return mr_errf_field(eb, MR_EINVAL, "workload_config",
-					     "workload_config: '%.200s' is not a JSON object: %s",
-					     cfg->workload_config, je.text);
+					     "workload_config: '%.200s' is not a JSON object",
+					     cfg->workload_config);
 		}
 	}
 	return merge_parallel_flags(cfg, eb);
+}
+
+/* token_file (or MESHRUN_TOKEN_FILE) wins over token, as in the controller. */
+static int read_token(struct mr_agent_config *cfg, struct mr_errbuf *eb)
+{
+	if (!cfg->token_file[0])
+		return 0;
+	return mr_token_read_file(cfg->token_file, cfg->token, sizeof(cfg->token), "token_file",
+				  eb);
 }
 
 static int fill_defaults(struct mr_agent_config *cfg)
@@ -418,6 +438,8 @@ int mr_agent_config_load(struct mr_agent_config *cfg, const char *prog, int argc
 		err = check_mesh(cfg, eb);
 	if (!err)
 		err = parse_workload(cfg, eb);
+	if (!err)
+		err = read_token(cfg, eb);
 	if (err)
 		goto out;
 	if (mc.nargs > 0 && mc.dashdash < 0) {

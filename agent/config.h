@@ -16,7 +16,10 @@
  * A bad value is reported naming the variable, the value and the reason.
  *
  * Ownership: the caller owns struct mr_agent_config; cmd points into argv.
- * Non-goals: reading the token file (rdzv.c), talking to anyone.
+ * token_file is read here, at load: an unreadable or empty file is a
+ * configuration error (exit 2) naming the file.
+ *
+ * Non-goals: talking to anyone.
  */
 #ifndef MR_AGENT_CONFIG_H
 #define MR_AGENT_CONFIG_H
@@ -53,6 +56,7 @@ struct mr_agent_config {
 	int heartbeat_interval_ms; /* 0 = heartbeat_timeout / 4 */
 	int last_call_ms;
 	int join_timeout_ms;
+	int controller_timeout_ms;
 	int grace_period_ms;
 	int exit_barrier_timeout_ms;
 	char health_addr[64];

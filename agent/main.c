@@ -1,7 +1,10 @@
 /*
  * main.c - meshrun-agent: config, health server, signal thread, then the
- * supervisor's lifecycle. Exit codes: 0 success, 1 job failed, 2 bad
- * configuration, 128+N when stopped by signal N and the workers died of it.
+ * supervisor's lifecycle. Exit codes: 0 the job (this node's part)
+ * succeeded as recorded by the controller, 1 the job failed (or the
+ * controller stayed unreachable past controller_timeout), 2 bad
+ * configuration or a permanent failure of this node, 128+N stopped by
+ * signal N before the job succeeded (docs/RELIABILITY.md).
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -90,6 +90,7 @@ int mr_rdzv_new(struct mr_rdzv **out, const struct mr_rdzv_opts *o, struct mr_er
 	r->pod_index = o->pod_index;
 	r->agent_port = o->agent_port;
 	atomic_init(&r->stale_restarts, -1);
+	atomic_init(&r->last_answer_ms, mr__rdzv_now_ms());
 	pthread_mutex_init(&r->hb_lock, NULL);
 	pthread_cond_init(&r->hb_cond, NULL);
 	pthread_mutex_init(&r->end_lock, NULL);
@@ -136,6 +137,31 @@ void mr_rdzv_abort(struct mr_rdzv *r)
 void mr_rdzv_resume(struct mr_rdzv *r)
 {
 	mr_httpc_clear_abort(&r->c);
+}
+
+long long mr__rdzv_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int mr__rdzv_request(struct mr_rdzv *r, struct mr_httpc *c, const struct mr_httpc_req *rq,
+		     struct mr_http_resp *resp, struct mr_errbuf *eb)
+{
+	int err = mr_httpc_request(c, rq, resp, eb);
+
+	if (!err && resp->status < 500)
+		atomic_store(&r->last_answer_ms, mr__rdzv_now_ms());
+	return err;
+}
+
+long long mr_rdzv_silent_ms(struct mr_rdzv *r)
+{
+	long long d = mr__rdzv_now_ms() - atomic_load(&r->last_answer_ms);
+
+	return d > 0 ? d : 0;
 }
 
 /* Records the end of the job (first one wins). */
@@ -239,7 +265,7 @@ static int call_json(struct mr_rdzv *r, struct mr_httpc *c, const char *method,
 		rq.body_len = strlen(text);
 		rq.content_type = "application/json";
 	}
-	err = mr_httpc_request(c, &rq, &resp, eb);
+	err = mr__rdzv_request(r, c, &rq, &resp, eb);
 	free(text);
 	if (err)
 		return err;
@@ -394,7 +420,7 @@ int mr_rdzv_kv_put(struct mr_rdzv *r, int gen, const char *key, const void *val,
 	int err;
 
 	snprintf(path, sizeof(path), "%s/kv/%s?generation=%d", r->base, key, gen);
-	err = mr_httpc_request(&r->c, &rq, &resp, eb);
+	err = mr__rdzv_request(r, &r->c, &rq, &resp, eb);
 	if (err)
 		return err;
 	if (resp.status != 200)
@@ -417,7 +443,7 @@ int mr_rdzv_kv_get(struct mr_rdzv *r, int gen, const char *key, void *buf, size_
 			 gen, wait_ms);
 	else
 		snprintf(path, sizeof(path), "%s/kv/%s?generation=%d", r->base, key, gen);
-	err = mr_httpc_request(&r->c, &rq, &resp, eb);
+	err = mr__rdzv_request(r, &r->c, &rq, &resp, eb);
 	if (err)
 		return err;
 	if (resp.status == 200) {

@@ -117,5 +117,10 @@ int mr_rdzv_hb_stale(struct mr_rdzv *r);
 int mr_rdzv_stale_restarts(struct mr_rdzv *r);
 /* Beats so far that did not reach the controller (total). */
 int mr_rdzv_hb_failures(struct mr_rdzv *r);
+/* Milliseconds since the controller last answered any call of this
+ * client (supervisor or heartbeat thread) with a status below 500; from
+ * mr_rdzv_new() until the first answer. The supervisor gives up on an
+ * unreachable controller by it (controller_timeout). Thread-safe. */
+long long mr_rdzv_silent_ms(struct mr_rdzv *r);
 
 #endif

@@ -37,7 +37,7 @@ static int hb_watch(struct mr_rdzv *r, long ms, int *newgen)
 
 	snprintf(path, sizeof(path), "%s/kv/" WATCH_KEY "?generation=%d&wait_ms=%ld", r->base,
 		 r->hb_gen, ms);
-	err = mr_httpc_request(&r->hbc, &rq, &resp, &eb);
+	err = mr__rdzv_request(r, &r->hbc, &rq, &resp, &eb);
 	if (err)
 		return err;
 	if (resp.status != 200)

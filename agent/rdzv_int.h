@@ -35,6 +35,7 @@ struct mr_rdzv {
 	atomic_int hb_stale;
 	atomic_int stale_restarts; /* the job's restarts in the last 409; -1 unknown */
 	atomic_int hb_failures;
+	atomic_llong last_answer_ms; /* the controller's last answer below 500 */
 	mr_rdzv_latency_fn on_latency;
 	void *user;
 	/* the job is over (any thread may learn it first) */
@@ -43,6 +44,11 @@ struct mr_rdzv {
 	char end_reason[1024];
 };
 
+long long mr__rdzv_now_ms(void);
+/* mr_httpc_request that notes when the controller last answered (any
+ * status below 500): mr_rdzv_silent_ms() measures outages from it. */
+int mr__rdzv_request(struct mr_rdzv *r, struct mr_httpc *c, const struct mr_httpc_req *rq,
+		     struct mr_http_resp *resp, struct mr_errbuf *eb);
 /* Maps a non-2xx answer to an MR_E* code; 409 fills *gen_out (and the
  * job's restart count); 410 records the end of the job. */
 int mr__rdzv_map_status(struct mr_rdzv *r, long status, const char *body, size_t len,

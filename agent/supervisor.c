@@ -25,7 +25,7 @@
 
 
 static const char *const state_names[MR_AGENT_NSTATES] = {
-	"init", "joining", "waiting", "running", "restarting", "succeeded", "failed",
+	"init", "joining", "waiting", "running", "restarting", "succeeded", "failed", "stopped",
 };
 
 enum outcome {
@@ -34,6 +34,7 @@ enum outcome {
 	OUT_STALE,   /* the generation moved on */
 	OUT_STOP,    /* SIGTERM/SIGINT on the agent */
 	OUT_ENDED,   /* the controller says the job is over (410) */
+	OUT_LOST,    /* the controller did not answer for controller_timeout */
 };
 
 const char *mr_agent_state_name(int state)
@@ -85,6 +86,18 @@ static void fail_job(struct mr_supervisor *sv, const char *why)
 	if (err && err != MR_ECLOSED)
 		mr_log_warn("fail_report_failed", "err=%s msg=%s", mr_err_name(err),
 			    mr_log_q(eb.msg));
+}
+
+int mr__sv_controller_lost(struct mr_supervisor *sv)
+{
+	long long silent = mr_rdzv_silent_ms(sv->rdzv);
+
+	if (silent < sv->cfg->controller_timeout_ms)
+		return 0;
+	snprintf(sv->reason, sizeof(sv->reason),
+		 "controller '%s' did not answer for %lld ms (controller_timeout %d ms)",
+		 sv->cfg->controller, silent, sv->cfg->controller_timeout_ms);
+	return 1;
 }
 
 /* Sleeps ms, waking early on a stop request; 1 if stopping. */
@@ -163,7 +176,8 @@ void mr_supervisor_stop(struct mr_supervisor *sv, int sig)
 }
 
 /* JOINING + WAITING until the round closes: 0, MR_EABORTED (stop),
- * MR_ETIMEDOUT (join_timeout) or a permanent error (reason set). */
+ * MR_ETIMEDOUT (join_timeout) or an error with the reason set (a
+ * permanent one, or MR_ECONN past controller_timeout). */
 static int rendezvous(struct mr_supervisor *sv, int *joined)
 {
 	const struct mr_agent_config *cfg = sv->cfg;
@@ -182,6 +196,8 @@ static int rendezvous(struct mr_supervisor *sv, int *joined)
 		set_state(sv, MR_AGENT_JOINING);
 		err = mr_rdzv_join(sv->rdzv, &gen, &standby, &eb);
 		if (err == MR_ECONN) {
+			if (mr__sv_controller_lost(sv))
+				return err;
 			mr_log_warn("join_retry", "err=%s msg=%s backoff_ms=%ld", mr_err_name(err),
 				    mr_log_q(eb.msg), backoff);
 			if (mr__sv_nap(sv, backoff))
@@ -219,6 +235,8 @@ static int rendezvous(struct mr_supervisor *sv, int *joined)
 			if (err == MR_ESTALE || err == MR_ENOTFOUND)
 				break; /* join the newer round */
 			if (err == MR_ECONN) {
+				if (mr__sv_controller_lost(sv))
+					return err;
 				if (mr__sv_nap(sv, backoff))
 					return MR_EABORTED;
 				backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS
@@ -261,12 +279,15 @@ static enum outcome monitor(struct mr_supervisor *sv, struct mr_exec_status *st)
 			return OUT_STALE;
 		if (st->running == 0)
 			return OUT_DONE;
+		if (mr__sv_controller_lost(sv))
+			return OUT_LOST;
 		usleep(POLL_MS * 1000);
 	}
 }
 
 /* After local success: wait for every node (KV counter + done key). 0 when
- * all arrived (or on timeout, logged), MR_ESTALE, MR_EABORTED. */
+ * all arrived (or on timeout, logged), MR_ESTALE, MR_EABORTED, MR_ECLOSED,
+ * MR_ECONN (controller lost, reason set). */
 static int exit_barrier(struct mr_supervisor *sv)
 {
 	const struct mr_agent_config *cfg = sv->cfg;
@@ -280,8 +301,10 @@ static int exit_barrier(struct mr_supervisor *sv)
 		struct mr_errbuf eb = {0};
 
 		err = mr_rdzv_kv_add(sv->rdzv, gen, KEY_EXIT_COUNT, 1, &count, &eb);
-		if (err != MR_ECONN || mr__sv_now_ms() >= deadline)
+		if (err != MR_ECONN)
 			break;
+		if (mr__sv_controller_lost(sv))
+			return err;
 		if (mr__sv_nap(sv, 200))
 			return MR_EABORTED;
 	}
@@ -389,13 +412,16 @@ static int stale_restart(struct mr_supervisor *sv, char *why, size_t cap)
 	return restart(sv, why, 0, 1);
 }
 
-/* SIGTERM path: forward, wait grace, leave. workers: 1 when this round's
- * workers were started (their codes decide the exit code). */
+/*
+ * SIGTERM path: forward, wait grace, leave. workers: 1 when this round's
+ * workers were started. Success is the controller's verdict, not the
+ * workers' exit codes: a job stopped before it succeeded exits 128 + sig
+ * (STOPPED), so the pod is restarted rather than marked Succeeded.
+ */
 static int stop_gracefully(struct mr_supervisor *sv, int joined, int workers)
 {
 	const struct mr_agent_config *cfg = sv->cfg;
 	int sig = sv->stop_sig ? sv->stop_sig : SIGTERM;
-	int ok = 1, by_sig = 1;
 	struct mr_errbuf eb = {0};
 
 	atomic_store(&sv->ready, 0);
@@ -404,22 +430,57 @@ static int stop_gracefully(struct mr_supervisor *sv, int joined, int workers)
 		mr__sv_workers_signal(sv, sig);
 		mr__sv_workers_stop(sv, cfg->grace_period_ms);
 	}
-	for (int i = 0; workers && i < mr__sv_workers_count(sv); i++) {
-		int code = mr__sv_worker_code(sv, i);
-
-		ok &= code == 0;
-		by_sig &= code == 0 || code == 128 + sig;
-	}
 	mr_rdzv_hb_stop(sv->rdzv);
 	mr_rdzv_resume(sv->rdzv);
-	if (joined)
+	if (joined) /* a job that is over answers 410: mr_rdzv_ended() learns it */
 		mr_rdzv_leave(sv->rdzv, atomic_load(&sv->generation), "agent stopped", &eb);
-	if (ok) {
+	if (mr_rdzv_ended(sv->rdzv, NULL, 0) == MR_RDZV_SUCCEEDED) {
+		sv->reason[0] = '\0';
 		set_state(sv, MR_AGENT_SUCCEEDED);
 		return MR_AGENT_EXIT_OK;
 	}
-	fail_with(sv, "stopped by signal %d", sig);
-	return by_sig ? 128 + sig : MR_AGENT_EXIT_FAILED;
+	snprintf(sv->reason, sizeof(sv->reason), "stopped by signal %d before the job succeeded",
+		 sig);
+	set_state(sv, MR_AGENT_STOPPED);
+	return 128 + sig;
+}
+
+/* The controller is gone past controller_timeout (reason set): the
+ * workers are stopped, nothing can be reported. */
+static int controller_lost(struct mr_supervisor *sv, int workers)
+{
+	char why[sizeof(sv->reason)];
+
+	memcpy(why, sv->reason, sizeof(why));
+	atomic_store(&sv->ready, 0);
+	if (workers) {
+		mr__sv_workers_signal(sv, SIGTERM);
+		mr__sv_workers_stop(sv, sv->cfg->grace_period_ms);
+	}
+	mr_rdzv_hb_stop(sv->rdzv);
+	return fail_with(sv, "%s", why);
+}
+
+/* Reports this node's completion until the controller has recorded it:
+ * 0, MR_ECLOSED (the job is over: mr_rdzv_ended), MR_ESTALE, MR_EABORTED,
+ * MR_ECONN past controller_timeout (reason set) or another error. */
+static int report_complete(struct mr_supervisor *sv)
+{
+	for (;;) {
+		struct mr_errbuf eb = {0};
+		int err = mr_rdzv_complete(sv->rdzv, sv->round.generation, &eb);
+
+		if (err && err != MR_ECONN && err != MR_ECLOSED && err != MR_ESTALE)
+			snprintf(sv->reason, sizeof(sv->reason), "unable to report completion: %s",
+				 eb.msg[0] ? eb.msg : mr_strerror(err));
+		if (err != MR_ECONN)
+			return err;
+		if (mr__sv_controller_lost(sv))
+			return err;
+		mr_log_warn("complete_retry", "err=%s msg=%s", mr_err_name(err), mr_log_q(eb.msg));
+		if (mr__sv_nap(sv, 200))
+			return MR_EABORTED;
+	}
 }
 
 int mr_supervisor_run(struct mr_supervisor *sv)
@@ -459,6 +520,10 @@ int mr_supervisor_run(struct mr_supervisor *sv)
 			return stop_gracefully(sv, 1, 0);
 		if (err == MR_ECLOSED)
 			return job_ended(sv, 0);
+		if (err == MR_ECONN) {
+			mr_rdzv_hb_stop(sv->rdzv);
+			return controller_lost(sv, 0);
+		}
 		if (err) {
 			/* the round ended before anything ran: not a restart */
 			mr_log_warn("master_endpoint", "err=%s", mr_err_name(err));
@@ -483,6 +548,8 @@ int mr_supervisor_run(struct mr_supervisor *sv)
 			return stop_gracefully(sv, 1, 1);
 		case OUT_ENDED:
 			return job_ended(sv, 1);
+		case OUT_LOST:
+			return controller_lost(sv, 1);
 		case OUT_DONE:
 			if (mr__sv_inproc_mode(sv))
 				mr__sv_report_stats(sv, NULL, 1);
@@ -491,6 +558,8 @@ int mr_supervisor_run(struct mr_supervisor *sv)
 				return stop_gracefully(sv, 1, 1);
 			if (err == MR_ECLOSED)
 				return job_ended(sv, 1);
+			if (err == MR_ECONN)
+				return controller_lost(sv, 1);
 			if (err == MR_ESTALE) {
 				rc = stale_restart(sv, why, sizeof(why));
 				if (rc)
@@ -501,14 +570,23 @@ int mr_supervisor_run(struct mr_supervisor *sv)
 			mr__sv_workers_stop(sv, 0);
 			atomic_store(&sv->ready, 0);
 			/* completion does not bump the generation: the job succeeds
-			 * when every node of the round completed */
-			err = mr_rdzv_complete(sv->rdzv, sv->round.generation, &eb);
-			if (err == MR_ECLOSED &&
-			    mr_rdzv_ended(sv->rdzv, NULL, 0) != MR_RDZV_SUCCEEDED)
+			 * when every node of the round completed; success is only
+			 * claimed once the controller recorded it */
+			err = report_complete(sv);
+			if (err == MR_ECLOSED)
 				return job_ended(sv, 0);
-			if (err && err != MR_ECLOSED)
-				mr_log_warn("complete_report_failed", "err=%s msg=%s",
-					    mr_err_name(err), mr_log_q(eb.msg));
+			if (err == MR_EABORTED)
+				return stop_gracefully(sv, 1, 0);
+			if (err == MR_ECONN)
+				return controller_lost(sv, 0);
+			if (err == MR_ESTALE) {
+				rc = stale_restart(sv, why, sizeof(why));
+				if (rc)
+					return rc;
+				continue;
+			}
+			if (err)
+				return fail_with(sv, "%s", sv->reason);
 			sv->reason[0] = '\0';
 			set_state(sv, MR_AGENT_SUCCEEDED);
 			return MR_AGENT_EXIT_OK;
@@ -526,7 +604,8 @@ int mr_supervisor_run(struct mr_supervisor *sv)
 				mr_rdzv_hb_stop(sv->rdzv);
 				snprintf(msg, sizeof(msg), "%s (permanent: not retried)", why);
 				fail_job(sv, msg);
-				return fail_with(sv, "%s", msg);
+				fail_with(sv, "%s", msg);
+				return MR_AGENT_EXIT_USAGE;
 			}
 			rc = restart(sv, why, 1, 1);
 			break;

@@ -4,6 +4,7 @@
  *   INIT -> JOINING -> WAITING -> RUNNING -> SUCCEEDED
  *                 ^                  |  \-> FAILED
  *                 +--- RESTARTING <--+
+ *   (any state) -> STOPPED on SIGTERM/SIGINT
  *
  * JOINING/WAITING: join the controller's forming round and long-poll until
  * it closes (join_timeout bounds both; an unreachable controller is
@@ -17,15 +18,24 @@
  * with the reason.
  *
  * Exit-code policy (docs/internals/agent.md): all workers exit 0 ->
- * SUCCEEDED after an exit barrier with the other nodes; a code in
+ * SUCCEEDED after an exit barrier with the other nodes, once the
+ * controller has recorded this node's completion; a code in
  * permanent_exit_codes (default 2, 126, 127: usage error, not executable,
- * not found) -> FAILED at once; any other non-zero code or death by signal
- * -> retryable.
+ * not found) -> FAILED at once and exit 2; any other non-zero code or
+ * death by signal -> retryable. A job failed by another node or by
+ * exhausted restarts exits 1.
+ *
+ * An unreachable controller (no answer below 500 to any call, heartbeats
+ * included) is waited out for controller_timeout; past it the agent stops
+ * its workers and FAILS (exit 1) naming the controller. Workers keep
+ * running through shorter outages.
  *
  * SIGTERM/SIGINT on the agent (mr_supervisor_stop): workers get the signal
  * (in-process workers are aborted), SIGKILL after grace_period; the agent
- * leaves the rendezvous and exits 0 if every worker exited 0, 128+sig if
- * they died of that signal, 1 otherwise.
+ * leaves the rendezvous and exits 0 (SUCCEEDED) only if the controller has
+ * recorded the job as succeeded; otherwise it is STOPPED and exits
+ * 128 + sig (143 for SIGTERM), so a pod drained mid-job is restarted by
+ * its Job/Volcano policy instead of being marked Succeeded.
  *
  * Threading: mr_supervisor_run() on the main thread (it forks the
  * workers); mr_supervisor_stop() is async-signal-safe; the state, ready
@@ -53,12 +63,14 @@ enum mr_agent_state {
 	MR_AGENT_RESTARTING,
 	MR_AGENT_SUCCEEDED,
 	MR_AGENT_FAILED,
+	MR_AGENT_STOPPED, /* left on SIGTERM/SIGINT before the job succeeded */
 };
 
-/* Process exit codes of meshrun-agent. */
+/* Process exit codes of meshrun-agent (docs/RELIABILITY.md); a stop by
+ * signal N exits 128 + N. */
 #define MR_AGENT_EXIT_OK 0
 #define MR_AGENT_EXIT_FAILED 1
-#define MR_AGENT_EXIT_USAGE 2
+#define MR_AGENT_EXIT_USAGE 2 /* bad configuration, or a permanent failure here */
 
 struct mr_supervisor {
 	const struct mr_agent_config *cfg;

@@ -19,6 +19,9 @@
 
 /* Monotonic milliseconds. */
 long long mr__sv_now_ms(void);
+/* 1 once the controller has not answered for controller_timeout (the
+ * reason then names it), else 0. */
+int mr__sv_controller_lost(struct mr_supervisor *sv);
 /* Sleeps ms, waking early on a stop request; 1 if stopping. */
 int mr__sv_nap(struct mr_supervisor *sv, long ms);
 
@@ -36,8 +39,6 @@ int mr__sv_start_workers(struct mr_supervisor *sv, const char *maddr, int mport,
 void mr__sv_workers_poll(struct mr_supervisor *sv, struct mr_exec_status *st);
 void mr__sv_workers_signal(struct mr_supervisor *sv, int sig);
 int mr__sv_workers_count(const struct mr_supervisor *sv);
-/* Exit code of local rank i, -1 while it runs. */
-int mr__sv_worker_code(const struct mr_supervisor *sv, int i);
 /* Records every local worker's exit code in the metrics. */
 void mr__sv_record_codes(struct mr_supervisor *sv);
 /* Stops the workers (grace for exec mode) and records their codes; the

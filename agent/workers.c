@@ -69,6 +69,8 @@ int mr__sv_kv_wait(struct mr_supervisor *sv, const char *key, char *buf, size_t 
 		if (err == MR_ETIMEDOUT || err == MR_ENOTFOUND)
 			continue;
 		if (err == MR_ECONN) {
+			if (mr__sv_controller_lost(sv))
+				return err;
 			if (mr__sv_nap(sv, 200))
 				return MR_EABORTED;
 			continue;
@@ -137,7 +139,7 @@ int mr__sv_workers_count(const struct mr_supervisor *sv)
 }
 
 /* Exit code of local rank i, -1 while it runs. */
-int mr__sv_worker_code(const struct mr_supervisor *sv, int i)
+static int worker_code(const struct mr_supervisor *sv, int i)
 {
 	if (mr__sv_inproc_mode(sv))
 		return atomic_load(&sv->inproc.rank[i].done) ? sv->inproc.rank[i].code : -1;
@@ -147,8 +149,8 @@ int mr__sv_worker_code(const struct mr_supervisor *sv, int i)
 void mr__sv_record_codes(struct mr_supervisor *sv)
 {
 	for (int i = 0; i < mr__sv_workers_count(sv); i++)
-		if (mr__sv_worker_code(sv, i) >= 0)
-			mr_agent_metrics_exit_code(&sv->metrics, i, mr__sv_worker_code(sv, i));
+		if (worker_code(sv, i) >= 0)
+			mr_agent_metrics_exit_code(&sv->metrics, i, worker_code(sv, i));
 }
 
 /* Stops the workers (grace for exec mode) and records their codes; the

@@ -18,6 +18,7 @@
 #include "mr_config.h"
 #include "mr_httpc.h"
 #include "mr_json.h"
+#include "mr_token.h"
 
 struct status_opts {
 	char controller[512];
@@ -164,23 +165,6 @@ static int show_job(struct mr_httpc *c, const char *job)
 	}
 }
 
-static int read_token_file(const char *path, char *out, size_t cap)
-{
-	FILE *f = fopen(path, "r");
-	size_t n;
-
-	if (!f) {
-		fprintf(stderr, "meshrun status: unable to read '%s'\n", path);
-		return 2;
-	}
-	n = fread(out, 1, cap - 1, f);
-	fclose(f);
-	out[n] = 0;
-	while (n && (out[n - 1] == '\n' || out[n - 1] == '\r' || out[n - 1] == ' '))
-		out[--n] = 0;
-	return 0;
-}
-
 int mr_cli_status(int argc, char **argv)
 {
 	struct mr_errbuf eb = { { 0 }, { 0 } };
@@ -213,7 +197,9 @@ int mr_cli_status(int argc, char **argv)
 	}
 	if (cfg.nargs == 1)
 		job = cfg.args[0];
-	if (o.token_file[0] && read_token_file(o.token_file, o.token, sizeof(o.token))) {
+	if (o.token_file[0] &&
+	    mr_token_read_file(o.token_file, o.token, sizeof(o.token), "token_file", &eb)) {
+		fprintf(stderr, "meshrun status: %s\n", eb.msg);
 		mr_config_release(&cfg);
 		return 2;
 	}

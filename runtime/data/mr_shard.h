@@ -41,7 +41,9 @@ struct mr_shard {
 	size_t *perm;      /* (nwin) window order of that epoch */
 };
 
-/* Opens and validates path for sequence length T and vocabulary vocab. */
+/* Opens and validates path for sequence length T and vocabulary vocab.
+ * MR_ENOTFOUND when the file does not exist, MR_ECORRUPT / MR_ERANGE when
+ * it is not a valid shard for them, MR_EIO for other read errors. */
 int mr_shard_open(struct mr_shard *s, const char *path, int vocab, int T, uint64_t seed,
 		  struct mr_errbuf *eb);
 void mr_shard_close(struct mr_shard *s);

@@ -47,8 +47,9 @@ int mr_shard_open(struct mr_shard *s, const char *path, int vocab, int T, uint64
 	if (T < 1)
 		return mr_errf_field(eb, MR_EINVAL, "seq_len", "'seq_len' must be >= 1");
 	f = fopen(path, "rb");
-	if (!f)
-		return mr_errf(eb, MR_EIO, "unable to open shard '%s': %s", path, strerror(errno));
+	if (!f) /* a missing file stays missing: not worth a retry */
+		return mr_errf(eb, errno == ENOENT || errno == ENOTDIR ? MR_ENOTFOUND : MR_EIO,
+			       "unable to open shard '%s': %s", path, strerror(errno));
 	snprintf(s->path, sizeof(s->path), "%s", path);
 	if (fread(hdr, sizeof(hdr), 1, f) != 1) {
 		rc = mr_errf(eb, MR_ECORRUPT, "shard '%s': truncated header (need 1024 bytes)", path);

@@ -193,6 +193,7 @@ struct h_ctl {
 	char url[64];
 	char log[256];
 	char data[256];
+	char *const *env; /* extra "K=V" for the controller (e.g. MESHRUN_TOKEN), may be NULL */
 };
 
 /* Starts a controller (data dir kept across restarts of the same h_ctl;
@@ -214,7 +215,7 @@ static inline void h_ctl_start(struct h_ctl *c, int port)
 				"--port-file", portfile, "--data-dir", c->data, "--no-fsync",
 				NULL};
 
-		c->pid = h_spawn(argv, NULL, c->log);
+		c->pid = h_spawn(argv, c->env, c->log);
 	}
 	c->port = 0;
 	for (int i = 0; i < 500 && c->port <= 0; i++) {
@@ -292,6 +293,20 @@ static inline pid_t h_agent(const struct h_ctl *c, const char *job, int idx, cha
 		argv[n++] = cmd[i];
 	argv[n] = NULL;
 	return h_spawn(argv, env, log);
+}
+
+/* `meshrun status JOB` against c into a malloc'd string. */
+static inline char *h_status(const struct h_ctl *c, const char *job, const char *logname)
+{
+	char log[300];
+	char *argv[] = {"meshrun", "status", "--controller", (char *)c->url, (char *)job, NULL};
+	pid_t p;
+
+	h_path(log, sizeof(log), logname);
+	unlink(log);
+	p = h_spawn(argv, NULL, log);
+	cr_assert_eq(h_wait(p, 10000), 0, "meshrun status failed");
+	return h_read(log);
 }
 
 /* Dumps a log to stderr (for failing tests). */

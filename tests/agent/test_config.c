@@ -231,3 +231,33 @@ Test(agent_config, bad_zero_stage_exits_2)
 
 	expect_usage_error(args, NULL, "--zero", "4");
 }
+
+Test(agent_config, duplicate_workload_key_exits_2_naming_it)
+{
+	char *args[] = {"--workload-config", "{\"steps\": 5, \"d_model\": 32, \"steps\": 50}",
+			NULL};
+
+	expect_usage_error(args, NULL, "workload_config", "duplicate object key near '\"steps\"'");
+}
+
+Test(agent_config, unreadable_or_empty_token_file_exits_2_naming_it)
+{
+	char empty[300], missing[300];
+	FILE *f;
+
+	h_path(empty, sizeof(empty), "empty-token");
+	h_path(missing, sizeof(missing), "no-such-token");
+	f = fopen(empty, "w");
+	cr_assert_not_null(f);
+	fputs("\n", f);
+	fclose(f);
+	{
+		char *args[] = {"--token-file", missing, "--", "true", NULL};
+		char *a2[] = {"--", "true", NULL};
+		char env[400], *envv[] = {env, NULL};
+
+		expect_usage_error(args, NULL, missing, "unable to read token file");
+		snprintf(env, sizeof(env), "MESHRUN_TOKEN_FILE=%s", empty);
+		expect_usage_error(a2, envv, empty, "is empty");
+	}
+}

@@ -138,7 +138,7 @@ Test(lifecycle, permanent_exit_code_is_not_retried)
 	logs(la, lb, sizeof(la), "perm");
 	h_ctl_start(&c, 0);
 	a = h_agent(&c, "t/perm", 0, NULL, cmd, NULL, la);
-	check_exit(a, 1, la, &c);
+	check_exit(a, 2, la, &c); /* permanent here: 2, as a config error */
 	cr_expect_eq(h_count(la, "event=restarting"), 0);
 	cr_expect_geq(h_count(la, "exited with code 127 (permanent"), 1);
 	h_kill(c.pid);
@@ -162,9 +162,11 @@ Test(lifecycle, sigterm_is_forwarded_and_agent_leaves)
 	cr_assert_eq(h_wait_log(la, "UP ", 2, 10000), 0);
 	t0 = h_now_ms();
 	kill(a, SIGTERM);
-	check_exit(a, 0, la, &c);
+	/* the workers exit 0 on TERM, but the job did not succeed: stopped */
+	check_exit(a, 128 + SIGTERM, la, &c);
 	cr_expect_lt(h_now_ms() - t0, 3000);
 	cr_expect_eq(h_count(la, "GOT-TERM"), 2);
+	cr_expect_eq(h_count(la, "event=exit code=143 state=stopped"), 1);
 	cr_expect_eq(h_count(la, "event=restarting"), 0);
 	h_kill(c.pid);
 }
@@ -282,23 +284,10 @@ Test(lifecycle, sigterm_while_waiting_for_the_round)
 	usleep(100 * 1000); /* inside the long-poll */
 	t0 = h_now_ms();
 	kill(a, SIGTERM);
-	check_exit(a, 0, la, &c);
+	check_exit(a, 128 + SIGTERM, la, &c);
 	cr_expect_lt(h_now_ms() - t0, 1000, "took %lld ms", h_now_ms() - t0);
+	cr_expect_eq(h_count(la, "state=stopped"), 2); /* the state line and the exit line */
 	h_kill(c.pid);
-}
-
-/* `meshrun status JOB` against c into a malloc'd string. */
-static char *status_of(const struct h_ctl *c, const char *job, const char *logname)
-{
-	char log[300];
-	char *argv[] = {"meshrun", "status", "--controller", (char *)c->url, (char *)job, NULL};
-	pid_t p;
-
-	h_path(log, sizeof(log), logname);
-	unlink(log);
-	p = h_spawn(argv, NULL, log);
-	cr_assert_eq(h_wait(p, 10000), 0, "meshrun status failed");
-	return h_read(log);
 }
 
 /* Waits for pid to exit with want within ms of now; returns the time taken. */
@@ -336,7 +325,7 @@ Test(lifecycle, permanent_failure_stops_every_agent_at_once)
 		h_path(l[i], sizeof(l[i]), n);
 		p[i] = h_agent(&c, "t/perm3", i, extra, cmd, NULL, l[i]);
 	}
-	exit_within(p[0], 1, 20000, l[0], &c);
+	exit_within(p[0], 2, 20000, l[0], &c); /* the node whose worker failed permanently */
 	/* hard deadline: every other agent is FAILED within 2.5 s of node 0 */
 	for (int i = 1; i < 3; i++) {
 		exit_within(p[i], 1, 2500, l[i], &c);
@@ -345,7 +334,7 @@ Test(lifecycle, permanent_failure_stops_every_agent_at_once)
 			      1, "node %d does not show the controller's reason", i);
 		cr_expect_eq(h_count(l[i], "event=restarting"), 0);
 	}
-	st = status_of(&c, "t/perm3", "perm3-status.log");
+	st = h_status(&c, "t/perm3", "perm3-status.log");
 	cr_expect(strstr(st, "state:       failed\n"), "%s", st);
 	cr_expect(strstr(st, "reason:      node 'node-0' failed permanently"), "%s", st);
 	cr_expect(strstr(st, "generation:  1 "), "%s", st);
@@ -376,7 +365,7 @@ Test(lifecycle, exhausted_restarts_fail_the_job_durably)
 	kill(c.pid, SIGKILL);
 	h_wait(c.pid, 5000);
 	h_ctl_start(&c, 0);
-	st = status_of(&c, "t/exhaust2", "exhaust2-status.log");
+	st = h_status(&c, "t/exhaust2", "exhaust2-status.log");
 	cr_expect(strstr(st, "state:       failed\n"), "%s", st);
 	cr_expect(strstr(st, "reason:      max_restarts (1) exceeded"), "%s", st);
 	free(st);
@@ -402,7 +391,7 @@ Test(lifecycle, all_nodes_succeed_and_the_job_succeeds)
 	b = h_agent(&c, "t/succ", 1, extra, cmd, NULL, lb);
 	exit_within(a, 0, 15000, la, &c);
 	exit_within(b, 0, 5000, lb, &c);
-	st = status_of(&c, "t/succ", "succ-status.log");
+	st = h_status(&c, "t/succ", "succ-status.log");
 	cr_expect(strstr(st, "state:       succeeded\n"), "%s", st);
 	cr_expect(strstr(st, "generation:  1 (restarts 0"), "%s", st);
 	cr_expect(strstr(st, "all 2 nodes of generation 1 completed"), "%s", st);
@@ -444,7 +433,7 @@ Test(lifecycle, elastic_scale_up_restarts_the_job_with_the_new_node)
 	cr_expect_eq(h_count(la, "a member was added"), 1);
 	cr_expect_eq(h_count(lc, "DONE 2"), 1);
 	cr_expect_eq(h_count(c.log, "reason=scale_up"), 1, "one scale-up bump");
-	st = status_of(&c, "t/elastic", "elastic-status.log");
+	st = h_status(&c, "t/elastic", "elastic-status.log");
 	cr_expect(strstr(st, "state:       succeeded\n"), "%s", st);
 	free(st);
 	h_kill(c.pid);

@@ -1,0 +1,229 @@
+/*
+ * test_reliability.c - the agent's promises when things go wrong
+ * (docs/RELIABILITY.md), each against the real binaries on loopback:
+ * success is only claimed once the controller recorded it (a SIGTERM
+ * while the job re-forms is "stopped", exit 143; training that ends while
+ * the controller is down is not "succeeded"), an unreachable controller
+ * is given up on after controller_timeout naming it (before the round,
+ * while training, after training), a token mounted as a file is read,
+ * and a missing data file fails at once with exit 2 instead of being
+ * retried.
+ */
+#include "harness.h"
+
+static void logs(char *a, char *b, size_t size, const char *name)
+{
+	char n[64];
+
+	snprintf(n, sizeof(n), "%s-a.log", name);
+	h_path(a, size, n);
+	snprintf(n, sizeof(n), "%s-b.log", name);
+	h_path(b, size, n);
+}
+
+/* Waits (generously) for pid to exit with want; dumps the logs otherwise. */
+static void expect_exit(pid_t pid, int want, const char *log, const struct h_ctl *c)
+{
+	int code = h_wait(pid, 60000);
+
+	if (code != want) {
+		h_dump(log);
+		if (c)
+			h_dump(c->log);
+		h_kill(pid);
+	}
+	cr_assert_eq(code, want, "agent exit %d, want %d", code, want);
+}
+
+Test(reliability, token_file_is_read_by_the_agent)
+{
+	char *cenv[] = {"MESHRUN_TOKEN=s3cret-token", NULL};
+	struct h_ctl c = {.env = cenv};
+	char la[300], lb[300], tok[300], fenv[400];
+	char *cmd[] = {"sh", "-c", "echo RAN $RANK", NULL};
+	FILE *f;
+	pid_t a;
+
+	logs(la, lb, sizeof(la), "tokfile");
+	h_path(tok, sizeof(tok), "token");
+	f = fopen(tok, "w");
+	cr_assert_not_null(f);
+	fputs("s3cret-token\n", f); /* as `kubectl create secret --from-file` keeps it */
+	fclose(f);
+	h_ctl_start(&c, 0);
+	{
+		char *extra[] = {"--token-file", tok, NULL};
+
+		a = h_agent(&c, "t/tokfile", 0, extra, cmd, NULL, la);
+		expect_exit(a, 0, la, &c);
+		cr_expect_eq(h_count(la, "RAN 0"), 1);
+	}
+	/* the same through the environment, as a Deployment would set it */
+	snprintf(fenv, sizeof(fenv), "MESHRUN_TOKEN_FILE=%s", tok);
+	{
+		char *env[] = {fenv, NULL};
+
+		a = h_agent(&c, "t/tokfile2", 0, NULL, cmd, env, lb);
+		expect_exit(a, 0, lb, &c);
+		cr_expect_eq(h_count(lb, "RAN 0"), 1);
+	}
+	h_kill(c.pid);
+}
+
+/* Node drain during a restart: the survivor of a lost pod is re-forming
+ * (waiting at generation 2) when it gets SIGTERM. The job is far from
+ * succeeded, so the pod must not look Succeeded. */
+Test(reliability, sigterm_while_the_job_re_forms_is_stopped_not_succeeded)
+{
+	struct h_ctl c = {0};
+	char la[300], lb[300];
+	char *extra[] = {"--nnodes", "2", "--heartbeat-timeout", "2s", "--grace-period", "500ms",
+			 NULL};
+	char *cmd[] = {"sh", "-c", "echo RUN gen=$MESHRUN_GENERATION; exec sleep 60", NULL};
+	char *st;
+	pid_t a, b;
+
+	logs(la, lb, sizeof(la), "reform");
+	h_ctl_start(&c, 0);
+	a = h_agent(&c, "t/reform", 0, extra, cmd, NULL, la);
+	b = h_agent(&c, "t/reform", 1, extra, cmd, NULL, lb);
+	cr_assert_eq(h_wait_log(la, "RUN gen=1", 1, 30000), 0);
+	kill(-b, SIGKILL); /* the pod is gone, no goodbye */
+	h_wait(b, 5000);
+	/* a notices, restarts and waits for a round that cannot close */
+	cr_assert_eq(h_wait_log(la, "event=restarting", 1, 30000), 0);
+	cr_assert_eq(h_wait_log(la, "state=waiting", 2, 30000), 0);
+	kill(a, SIGTERM);
+	expect_exit(a, 128 + SIGTERM, la, &c);
+	cr_expect_eq(h_count(la, "event=exit code=143 state=stopped"), 1);
+	cr_expect_eq(h_count(la, "state=succeeded"), 0);
+	st = h_status(&c, "t/reform", "reform-status.log");
+	cr_expect(strstr(st, "succeeded") == NULL, "%s", st);
+	free(st);
+	h_kill(c.pid);
+}
+
+Test(reliability, unreachable_controller_is_given_up_naming_it)
+{
+	struct h_ctl c = {0};
+	char la[300], lb[300], want[128];
+	char *extra[] = {"--controller-timeout", "1s", NULL};
+	char *cmd[] = {"true", NULL};
+	pid_t a;
+
+	logs(la, lb, sizeof(la), "noctl");
+	/* nobody listens there */
+	snprintf(c.url, sizeof(c.url), "http://127.0.0.1:%d", h_free_port());
+	a = h_agent(&c, "t/noctl", 0, extra, cmd, NULL, la);
+	expect_exit(a, 1, la, NULL);
+	snprintf(want, sizeof(want), "controller '%s' did not answer for", c.url);
+	cr_expect_geq(h_count(la, want), 1);
+	cr_expect_geq(h_count(la, "(controller_timeout 1000 ms)"), 1);
+}
+
+Test(reliability, controller_lost_while_training_stops_the_workers)
+{
+	struct h_ctl c = {0};
+	char la[300], lb[300], pidf[300], want[128];
+	char *extra[] = {"--controller-timeout", "2s", "--heartbeat-interval", "200ms",
+			 "--grace-period", "500ms", NULL};
+	char cmdline[400];
+	char *cmd[] = {"sh", "-c", cmdline, NULL};
+	char *pidtext;
+	int wpid;
+
+	logs(la, lb, sizeof(la), "lostctl");
+	h_path(pidf, sizeof(pidf), "lostctl.pid");
+	snprintf(cmdline, sizeof(cmdline), "echo $$ > %s; echo UP; exec sleep 60", pidf);
+	h_ctl_start(&c, 0);
+	{
+		pid_t a = h_agent(&c, "t/lostctl", 0, extra, cmd, NULL, la);
+
+		cr_assert_eq(h_wait_log(la, "UP", 1, 30000), 0);
+		h_kill(c.pid); /* and it never comes back */
+		expect_exit(a, 1, la, NULL);
+	}
+	snprintf(want, sizeof(want), "controller '%s' did not answer for", c.url);
+	cr_expect_geq(h_count(la, want), 1);
+	cr_expect_eq(h_count(la, "state=succeeded"), 0);
+	/* the worker did not outlive its agent */
+	pidtext = h_read(pidf);
+	wpid = atoi(pidtext);
+	free(pidtext);
+	cr_assert_gt(wpid, 0);
+	cr_expect(kill(wpid, 0) != 0, "worker %d still runs", wpid);
+}
+
+/* The workers finish while the controller is down: the completion cannot
+ * be recorded, so the agent must not report success (before, it skipped
+ * the exit barrier after exit_barrier_timeout and exited 0). */
+Test(reliability, training_ending_while_the_controller_is_down_is_not_success)
+{
+	struct h_ctl c = {0};
+	char la[300], lb[300];
+	char *extra[] = {"--controller-timeout", "3s", "--exit-barrier-timeout", "500ms", NULL};
+	char *cmd[] = {"sh", "-c", "echo UP; sleep 1; echo DONE", NULL};
+	pid_t a;
+
+	logs(la, lb, sizeof(la), "donedown");
+	h_ctl_start(&c, 0);
+	a = h_agent(&c, "t/donedown", 0, extra, cmd, NULL, la);
+	cr_assert_eq(h_wait_log(la, "UP", 1, 30000), 0);
+	h_kill(c.pid);
+	expect_exit(a, 1, la, NULL);
+	cr_expect_eq(h_count(la, "DONE"), 1);
+	cr_expect_eq(h_count(la, "state=succeeded"), 0);
+	cr_expect_geq(h_count(la, "did not answer for"), 1);
+}
+
+/* ... and when the controller comes back in time, the same agent finishes
+ * and reports success once it is recorded. */
+Test(reliability, training_ending_during_a_short_outage_succeeds_once_recorded)
+{
+	struct h_ctl c = {0};
+	char la[300], lb[300];
+	char *extra[] = {"--controller-timeout", "60s", NULL};
+	char *cmd[] = {"sh", "-c", "echo UP; sleep 1; echo DONE", NULL};
+	char *st;
+	int port;
+	pid_t a;
+
+	logs(la, lb, sizeof(la), "shortdown");
+	h_ctl_start(&c, 0);
+	port = c.port;
+	a = h_agent(&c, "t/shortdown", 0, extra, cmd, NULL, la);
+	cr_assert_eq(h_wait_log(la, "UP", 1, 30000), 0);
+	h_kill(c.pid);
+	cr_assert_eq(h_wait_log(la, "DONE", 1, 30000), 0);
+	usleep(500 * 1000); /* the agent retries against nothing */
+	h_ctl_start(&c, port);
+	expect_exit(a, 0, la, &c);
+	st = h_status(&c, "t/shortdown", "shortdown-status.log");
+	cr_expect(strstr(st, "state:       succeeded\n"), "%s", st);
+	free(st);
+	h_kill(c.pid);
+}
+
+Test(reliability, missing_data_file_fails_at_once_with_exit_2)
+{
+	struct h_ctl c = {0};
+	char la[300], lb[300];
+	char *extra[] = {"--max-restarts", "3", "--workload-config",
+			 "{\"steps\": 5, \"d_model\": 32, \"n_layer\": 1, \"seq_len\": 16, "
+			 "\"batch_size\": 4, \"threads\": 1, "
+			 "\"train_data\": \"/nonexistent/meshrun/train.bin\"}",
+			 NULL};
+	char *st;
+	pid_t a;
+
+	logs(la, lb, sizeof(la), "nodata");
+	h_ctl_start(&c, 0);
+	a = h_agent(&c, "t/nodata", 0, extra, NULL, NULL, la);
+	expect_exit(a, 2, la, &c);
+	cr_expect_geq(h_count(la, "unable to open shard '/nonexistent/meshrun/train.bin'"), 1);
+	cr_expect_eq(h_count(la, "event=restarting"), 0);
+	st = h_status(&c, "t/nodata", "nodata-status.log");
+	cr_expect(strstr(st, "state:       failed\n"), "%s", st);
+	free(st);
+	h_kill(c.pid);
+}
