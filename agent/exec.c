@@ -309,6 +309,7 @@ static void reap(struct mr_exec *ex, int block)
 		if (r == c->pid || (r < 0 && errno == ECHILD)) {
 			c->running = 0;
 			c->code = r == c->pid ? mr_exec_code(ws) : 255;
+			c->signal = r == c->pid && WIFSIGNALED(ws) ? WTERMSIG(ws) : 0;
 		}
 	}
 }

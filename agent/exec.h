@@ -40,6 +40,7 @@ struct mr_exec_child {
 	int rank;       /* global rank, used for the prefix */
 	int running;    /* 1 until reaped */
 	int code;       /* exit code once reaped (128+sig when signalled) */
+	int signal;     /* the signal that killed it once reaped, 0 if it exited */
 	int fds[2];     /* read ends of stdout / stderr pipes, -1 when closed */
 	char *buf[2];   /* partial line per stream */
 	size_t len[2];

@@ -4,13 +4,18 @@
  * ephemeral loopback port with a temporary data dir, then N meshrun-agent
  * processes joined to it, merges their output with "[node i] " /
  * "[controller] " prefixes, prints a line whenever the job's generation or
- * state changes, and exits with the
- * job's status: 0 when every agent succeeded, else the code of the agent
- * that failed first (2 for a bad config).
- * When one agent fails, the controller fails the job and the other agents
- * stop on their own within a round trip; as a safety net (an agent that
- * cannot reach the controller), they get SIGTERM LOCAL_STOP_AFTER_MS after
- * the first failure, as a Kubernetes failure policy would stop the pods.
+ * state changes, and ends with the job's status as the controller
+ * recorded it: 0 when it succeeded, else the code of the agent that
+ * failed first (2 for a bad config or a permanent failure), 128+N when
+ * stopped by signal N.
+ *
+ * It supervises its processes as Kubernetes supervises pods
+ * (local_pods.c): an agent or the controller that dies is restarted on
+ * the same node id / port and data dir, with backoff, at most
+ * --max-restarts times each; an agent that exits 0 or 2 is done. When the
+ * job is over at the controller, agents still running
+ * LOCAL_STOP_AFTER_MS later get SIGTERM (a safety net: they normally stop
+ * within a round trip), as a Job's failure policy stops its pods.
  *
  *   meshrun local --nodes N --nproc-per-node K [agent flags] [-- CMD ARGS]
  *
@@ -39,7 +44,7 @@
 #include <unistd.h>
 
 #include "config.h"
-#include "exec.h"
+#include "local_int.h"
 #include "mr_cli.h"
 #include "mr_httpc.h"
 #include "pview.h"
@@ -50,6 +55,7 @@ extern char **environ;
 #define LOCAL_MAX_NODES 64
 #define LOCAL_MAX_ARGS 512
 #define LOCAL_STOP_AFTER_MS 10000 /* safety net, see the header */
+#define LOCAL_FINAL_POLL_MS 10000 /* how long the report waits for the controller */
 
 static const char demo_script[] =
 	"echo \"hello from rank $RANK of $WORLD_SIZE (node $GROUP_RANK, local rank "
@@ -126,66 +132,47 @@ static int read_port(const char *path, int timeout_ms)
 	return -1;
 }
 
-/* Prints a line to fd when the job's generation or state changes. */
-static void progress(struct mr_httpc *c, const char *job, long long *gen, char *state,
-		     size_t cap, int fd)
-{
-	char path[512];
-	struct mr_errbuf eb = {0};
-	json_t *reply = NULL;
-	long status = 0;
-	const char *st;
-	long long g;
 
-	snprintf(path, sizeof(path), "/v1/jobs/%s", job);
-	if (mr_httpc_json(c, "GET", path, NULL, 1000, &status, &reply, &eb) || status != 200 ||
-	    !reply) {
-		json_decref(reply);
-		return;
-	}
-	g = json_integer_value(json_object_get(reply, "generation"));
-	st = json_string_value(json_object_get(reply, "state"));
-	if (g != *gen || (st && strcmp(st, state))) {
-		dprintf(fd, "meshrun local: job %s generation %lld %s\n", job, g, st ? st : "?");
-		*gen = g;
-		snprintf(state, cap, "%s", st ? st : "");
-	}
-	json_decref(reply);
-}
-
-int mr_cli_local(int argc, char **argv)
-{
+/* One `meshrun local` run: its options, processes and what it learned. */
+struct local_run {
+	int nodes, demo, npass, ncmd, max_restarts;
 	char *pass[LOCAL_MAX_ARGS], *cmd[LOCAL_MAX_ARGS], *av[2 * LOCAL_MAX_ARGS];
-	int npass = 0, ncmd = 0, nodes = 1, rc = 1, port;
-	char dir[PATH_MAX], tmp[] = "/tmp/meshrun-local-XXXXXX", path[PATH_MAX + 64];
-	char ctl_bin[PATH_MAX + 32], agent_bin[PATH_MAX + 32], url[64], job[256], nodes_s[16];
-	char portfile[sizeof(tmp) + 16], datadir[sizeof(tmp) + 16];
-	struct mr_exec ctl = {0}, agents = {0};
+	char *cav[16];
+	char job[256], nodes_s[16], url[64], port_s[16];
+	char ctl_bin[PATH_MAX + 32], agent_bin[PATH_MAX + 32];
+	char tmp[32], portfile[64], datadir[64];
+	struct local_proc ctl;
+	struct local_proc *agent; /* nodes of them */
 	struct mr_workenv envs[LOCAL_MAX_NODES];
-	char **ev[LOCAL_MAX_NODES];
-	int ids[LOCAL_MAX_NODES], nenv = 0;
-	struct mr_agent_config check;
-	struct mr_errbuf eb = {0};
-	struct mr_httpc hc = {0};
-	struct sigaction sa;
-	long long gen = -1;
-	char state[32] = "";
-	int hc_on = 0, tmp_made = 0, demo = 0, first_rc = 0, err;
-	struct mr_pview view = {.rfd = -1, .wfd = -1};
-	int msg_fd = STDERR_FILENO; /* the view's pipe on a terminal */
+	int nenv;
+	struct local_job js;
+	struct mr_httpc hc;
+	int hc_on;
+	struct mr_pview view;
+	int msg_fd;        /* stderr, or the view's pipe on a terminal */
+	int first_rc;      /* exit code of the first agent that failed for good
+			    * (2, a permanent failure, wins over the others) */
+	int stop_sig;      /* SIGTERM/SIGINT received */
+	int winding_down;  /* the safety net stopped the rest */
+};
 
+/* Options: --nodes and --demo are ours, the rest is the agents'. 0, or
+ * the exit code (help: -1). */
+static int parse_args(struct local_run *r, int argc, char **argv)
+{
+	r->nodes = 1;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--")) {
-			for (i++; i < argc && ncmd < LOCAL_MAX_ARGS - 1; i++)
-				cmd[ncmd++] = argv[i];
+			for (i++; i < argc && r->ncmd < LOCAL_MAX_ARGS - 1; i++)
+				r->cmd[r->ncmd++] = argv[i];
 			break;
 		}
 		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
 			usage(stdout);
-			return 0;
+			return -1;
 		}
 		if (!strcmp(argv[i], "--demo")) {
-			demo = 1;
+			r->demo = 1;
 			continue;
 		}
 		if (!strcmp(argv[i], "--nodes") || !strncmp(argv[i], "--nodes=", 8)) {
@@ -193,186 +180,355 @@ int mr_cli_local(int argc, char **argv)
 			char *end;
 
 			errno = 0;
-			nodes = (int)strtol(v, &end, 10);
-			if (errno || end == v || *end || nodes < 1 || nodes > LOCAL_MAX_NODES) {
+			r->nodes = (int)strtol(v, &end, 10);
+			if (errno || end == v || *end || r->nodes < 1 || r->nodes > LOCAL_MAX_NODES) {
 				fprintf(stderr, "meshrun local: --nodes: '%s' is not in [1, %d]\n", v,
 					LOCAL_MAX_NODES);
 				return 2;
 			}
 			continue;
 		}
-		if (npass >= LOCAL_MAX_ARGS - 64) {
+		if (r->npass >= LOCAL_MAX_ARGS - 64) {
 			fprintf(stderr, "meshrun local: too many arguments\n");
 			return 2;
 		}
-		pass[npass++] = argv[i];
+		r->pass[r->npass++] = argv[i];
 	}
-	if (ncmd == 0 && demo) {
-		cmd[ncmd++] = "sh";
-		cmd[ncmd++] = "-c";
-		cmd[ncmd++] = (char *)demo_script;
+	if (r->ncmd == 0 && r->demo) {
+		r->cmd[r->ncmd++] = "sh";
+		r->cmd[r->ncmd++] = "-c";
+		r->cmd[r->ncmd++] = (char *)demo_script;
 	}
-	cmd[ncmd] = NULL;
-	snprintf(job, sizeof(job), "local/job-%d", (int)getpid());
-	snprintf(nodes_s, sizeof(nodes_s), "%d", nodes);
+	r->cmd[r->ncmd] = NULL;
+	return 0;
+}
 
-	/* the agent command line, checked with the agent's own table */
-	{
-		int n = 0;
+/* The agent command line, checked with the agent's own table (a bad
+ * option exits 2 before anything starts). 0 or 2. */
+static int agent_argv(struct local_run *r)
+{
+	struct mr_agent_config check;
+	struct mr_errbuf eb = {0};
+	char **av = r->av;
+	int n = 0, err;
 
-		av[n++] = agent_bin;
-		av[n++] = "--controller";
-		av[n++] = url;
-		if (!has_flag(pass, npass, "--job")) {
-			av[n++] = "--job";
-			av[n++] = job;
-		}
-		av[n++] = "--nnodes";
-		av[n++] = nodes_s;
-		if (!has_flag(pass, npass, "--host")) {
-			av[n++] = "--host";
-			av[n++] = "127.0.0.1";
-		}
-		if (!has_flag(pass, npass, "--health-port")) {
-			av[n++] = "--health-port";
-			av[n++] = "0";
-		}
-		if (!has_flag(pass, npass, "--health-addr")) {
-			av[n++] = "--health-addr";
-			av[n++] = "127.0.0.1";
-		}
-		for (int i = 0; i < npass; i++)
-			av[n++] = pass[i];
-		if (ncmd > 0)
-			av[n++] = "--";
-		for (int i = 0; i < ncmd; i++)
-			av[n++] = cmd[i];
-		av[n] = NULL;
-		snprintf(url, sizeof(url), "http://127.0.0.1:1");
-		err = mr_agent_config_load(&check, "meshrun local", n, av, &eb);
-		if (!err)
-			snprintf(job, sizeof(job), "%s", check.job);
-		mr_agent_config_release(&check);
-		if (err) {
-			fprintf(stderr, "meshrun local: %s\n", eb.msg[0] ? eb.msg : mr_strerror(err));
-			return 2;
-		}
+	snprintf(r->job, sizeof(r->job), "local/job-%d", (int)getpid());
+	snprintf(r->nodes_s, sizeof(r->nodes_s), "%d", r->nodes);
+	av[n++] = r->agent_bin;
+	av[n++] = "--controller";
+	av[n++] = r->url;
+	if (!has_flag(r->pass, r->npass, "--job")) {
+		av[n++] = "--job";
+		av[n++] = r->job;
 	}
-	self_dir(dir, sizeof(dir));
-	snprintf(ctl_bin, sizeof(ctl_bin), "%s/meshrun-controller", dir);
-	snprintf(agent_bin, sizeof(agent_bin), "%s/meshrun-agent", dir);
-	if (!mkdtemp(tmp)) {
-		fprintf(stderr, "meshrun local: unable to create a temporary directory: %s\n",
-			strerror(errno));
+	av[n++] = "--nnodes";
+	av[n++] = r->nodes_s;
+	if (!has_flag(r->pass, r->npass, "--host")) {
+		av[n++] = "--host";
+		av[n++] = "127.0.0.1";
+	}
+	if (!has_flag(r->pass, r->npass, "--health-port")) {
+		av[n++] = "--health-port";
+		av[n++] = "0";
+	}
+	if (!has_flag(r->pass, r->npass, "--health-addr")) {
+		av[n++] = "--health-addr";
+		av[n++] = "127.0.0.1";
+	}
+	for (int i = 0; i < r->npass; i++)
+		av[n++] = r->pass[i];
+	if (r->ncmd > 0)
+		av[n++] = "--";
+	for (int i = 0; i < r->ncmd; i++)
+		av[n++] = r->cmd[i];
+	av[n] = NULL;
+	snprintf(r->url, sizeof(r->url), "http://127.0.0.1:1");
+	err = mr_agent_config_load(&check, "meshrun local", n, av, &eb);
+	if (!err) {
+		snprintf(r->job, sizeof(r->job), "%s", check.job);
+		r->max_restarts = check.max_restarts;
+	}
+	mr_agent_config_release(&check);
+	if (err) {
+		fprintf(stderr, "meshrun local: %s\n", eb.msg[0] ? eb.msg : mr_strerror(err));
+		return 2;
+	}
+	return 0;
+}
+
+/* The controller on an ephemeral port (kept for its restarts) and a
+ * client for the job's status. 0 or 1. */
+static int start_controller(struct local_run *r)
+{
+	struct mr_errbuf eb = {0};
+	char **c = r->cav;
+	int port, n = 0;
+
+	snprintf(r->portfile, sizeof(r->portfile), "%s/port", r->tmp);
+	snprintf(r->datadir, sizeof(r->datadir), "%s/data", r->tmp);
+	snprintf(r->port_s, sizeof(r->port_s), "0");
+	c[n++] = r->ctl_bin;
+	c[n++] = "--listen";
+	c[n++] = "127.0.0.1";
+	c[n++] = "--port";
+	c[n++] = r->port_s;
+	c[n++] = "--port-file";
+	c[n++] = r->portfile;
+	c[n++] = "--data-dir";
+	c[n++] = r->datadir;
+	c[n++] = "--no-fsync"; /* process deaths, not power loss: the page cache keeps it */
+	c[n++] = "--log-level";
+	c[n++] = "warn";
+	c[n] = NULL;
+	r->ctl.argv = c;
+	r->ctl.env = environ;
+	r->ctl.id = -1;
+	r->ctl.err_fd = -1;
+	r->ctl.max_restarts = r->max_restarts;
+	r->ctl.backoff_ms = LOCAL_BACKOFF_MS;
+	if (mr__local_start(&r->ctl, &eb)) {
+		fprintf(stderr, "meshrun local: unable to start '%s': %s\n", r->ctl_bin, eb.msg);
 		return 1;
 	}
-	tmp_made = 1;
+	port = read_port(r->portfile, 30000);
+	if (port < 0) {
+		fprintf(stderr, "meshrun local: controller did not start (no '%s')\n", r->portfile);
+		return 1;
+	}
+	snprintf(r->port_s, sizeof(r->port_s), "%d", port); /* restarts bind it again */
+	snprintf(r->url, sizeof(r->url), "http://127.0.0.1:%d", port);
+	{
+		struct mr_httpc_opts ho = {.base_url = r->url, .timeout_ms = 1000, .max_retries = 0};
+
+		r->hc_on = mr_httpc_init(&r->hc, &ho, &eb) == 0;
+	}
+	r->js.name = r->job;
+	r->js.hc = r->hc_on ? &r->hc : NULL;
+	return 0;
+}
+
+static int start_agents(struct local_run *r)
+{
+	struct mr_errbuf eb = {0};
+
+	r->agent = calloc((size_t)r->nodes, sizeof(*r->agent));
+	if (!r->agent) {
+		fprintf(stderr, "meshrun local: out of memory\n");
+		return 1;
+	}
+	for (int i = 0; i < r->nodes; i++) {
+		struct local_proc *a = &r->agent[i];
+		int err = mr_workenv_init(&r->envs[i], environ);
+
+		r->nenv++;
+		if (!err)
+			err = mr_workenv_set(&r->envs[i], "MESHRUN_NODE_ID", "local-%d", i);
+		if (!err)
+			err = mr_workenv_set(&r->envs[i], "MESHRUN_POD_INDEX", "%d", i);
+		if (err) {
+			fprintf(stderr, "meshrun local: %s\n", mr_strerror(err));
+			return 1;
+		}
+		a->argv = r->av;
+		a->env = r->envs[i].v;
+		a->id = i;
+		a->err_fd = r->view.wfd;
+		a->max_restarts = r->max_restarts;
+		a->backoff_ms = LOCAL_BACKOFF_MS;
+		a->code = -1;
+		if (mr__local_start(a, &eb)) {
+			fprintf(stderr, "meshrun local: unable to start '%s': %s\n", r->agent_bin,
+				eb.msg);
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/* SIGTERM to every running agent; none of them is restarted after. */
+static void stop_agents(struct local_run *r)
+{
+	for (int i = 0; i < r->nodes; i++) {
+		struct local_proc *a = &r->agent[i];
+
+		if (a->restart_at_ms) {
+			a->restart_at_ms = 0;
+			a->final = 1;
+		}
+		if (!a->final && a->code < 0)
+			mr_exec_signal(&a->ex, SIGTERM);
+	}
+}
+
+/* Watches, restarts and stops the processes until every agent is done. */
+static void supervise(struct local_run *r)
+{
+	long long last_poll = 0, failed_at = -1;
+
+	for (;;) {
+		long long now = mr__local_now_ms();
+		int left = 0, over;
+
+		if (local_stop && !r->stop_sig) {
+			r->stop_sig = local_stop;
+			dprintf(r->msg_fd, "meshrun local: signal %d: stopping the agents\n",
+				r->stop_sig);
+			stop_agents(r);
+		}
+		if (now - last_poll >= 1000) {
+			mr__local_poll_job(&r->js, 1000, r->msg_fd);
+			last_poll = now;
+		}
+		if (mr__local_reaped(&r->ctl))
+			mr__local_after_exit(&r->ctl, 0, r->stop_sig != 0, r->msg_fd);
+		mr__local_restart_due(&r->ctl, r->msg_fd);
+		over = mr__local_job_over(&r->js);
+		for (int i = 0; i < r->nodes; i++) {
+			struct local_proc *a = &r->agent[i];
+
+			if (mr__local_reaped(a)) {
+				if (a->code != 0) { /* the controller's latest word decides */
+					mr__local_poll_job(&r->js, 1000, r->msg_fd);
+					over = mr__local_job_over(&r->js);
+				}
+				mr__local_after_exit(a, over, r->stop_sig || r->winding_down,
+						     r->msg_fd);
+				/* the root cause wins: a permanent failure (2) */
+				if (a->final && a->code != 0 && (!r->first_rc || a->code == 2))
+					r->first_rc = a->code;
+			}
+			if (a->restart_at_ms && over) {
+				a->restart_at_ms = 0;
+				a->final = 1;
+			}
+			mr__local_restart_due(a, r->msg_fd);
+			left += !a->final;
+		}
+		if (!left)
+			return;
+		/* the job cannot succeed any more: the others normally stop on
+		 * the controller's word; stragglers get SIGTERM */
+		if (failed_at < 0 && (over || r->first_rc))
+			failed_at = now;
+		if (failed_at >= 0 && !r->winding_down && now - failed_at >= LOCAL_STOP_AFTER_MS) {
+			dprintf(r->msg_fd, "meshrun local: %d node(s) still running %d ms after the "
+					   "failure; stopping them\n",
+				left, LOCAL_STOP_AFTER_MS);
+			r->winding_down = 1;
+			stop_agents(r);
+		}
+		mr_pview_pump(&r->view);
+		usleep(100 * 1000);
+	}
+}
+
+/* The job's status as the controller recorded it (a controller that died
+ * at the end is brought back to read it); returns the exit code. */
+static int report(struct local_run *r)
+{
+	long long end = mr__local_now_ms() + LOCAL_FINAL_POLL_MS;
+	int err, rc;
+
+	while ((err = mr__local_poll_job(&r->js, 1000, -1)) && mr__local_now_ms() < end) {
+		if (mr__local_reaped(&r->ctl))
+			mr__local_after_exit(&r->ctl, 0, 0, STDERR_FILENO);
+		mr__local_restart_due(&r->ctl, STDERR_FILENO);
+		if (r->ctl.final)
+			break;
+		usleep(100 * 1000);
+	}
+	if (!err && !strcmp(r->js.state, "succeeded")) {
+		fprintf(stderr, "meshrun local: job %s succeeded\n", r->job);
+		return 0;
+	}
+	rc = r->stop_sig ? 128 + r->stop_sig : r->first_rc ? r->first_rc : 1;
+	if (err)
+		fprintf(stderr, "meshrun local: job %s: unable to read its status from the "
+				"controller (%s);",
+			r->job, mr_strerror(err));
+	else if (r->stop_sig)
+		fprintf(stderr, "meshrun local: job %s stopped by signal %d (controller: %s);",
+			r->job, r->stop_sig, r->js.state);
+	else if (!strcmp(r->js.state, "failed"))
+		fprintf(stderr, "meshrun local: job %s failed: %s;", r->job, r->js.reason);
+	else
+		fprintf(stderr, "meshrun local: job %s did not finish (controller: %s);", r->job,
+			r->js.state);
+	for (int i = 0; i < r->nodes; i++) {
+		char how[48];
+
+		fprintf(stderr, " node %d %s (restarts %d);", i,
+			mr__local_end_text(&r->agent[i], how, sizeof(how)), r->agent[i].restarts);
+	}
+	fprintf(stderr, "\n");
+	return rc;
+}
+
+static void release(struct local_run *r)
+{
+	for (int i = 0; r->agent && i < r->nodes; i++)
+		mr_exec_stop(&r->agent[i].ex, 5000);
+	mr_pview_close(&r->view);
+	mr_exec_stop(&r->ctl.ex, 2000);
+	if (r->hc_on)
+		mr_httpc_release(&r->hc);
+	for (int i = 0; i < r->nenv; i++)
+		mr_workenv_release(&r->envs[i]);
+	free(r->agent);
+	if (r->tmp[0])
+		nftw(r->tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+int mr_cli_local(int argc, char **argv)
+{
+	struct local_run *r = calloc(1, sizeof(*r));
+	char dir[PATH_MAX];
+	struct sigaction sa;
+	int rc;
+
+	if (!r) {
+		fprintf(stderr, "meshrun local: out of memory\n");
+		return 1;
+	}
+	r->view.rfd = r->view.wfd = -1;
+	r->msg_fd = STDERR_FILENO;
+	rc = parse_args(r, argc, argv);
+	if (!rc)
+		rc = agent_argv(r);
+	if (rc) {
+		free(r);
+		return rc < 0 ? 0 : rc;
+	}
+	self_dir(dir, sizeof(dir));
+	snprintf(r->ctl_bin, sizeof(r->ctl_bin), "%s/meshrun-controller", dir);
+	snprintf(r->agent_bin, sizeof(r->agent_bin), "%s/meshrun-agent", dir);
+	snprintf(r->tmp, sizeof(r->tmp), "/tmp/meshrun-local-XXXXXX");
+	if (!mkdtemp(r->tmp)) {
+		fprintf(stderr, "meshrun local: unable to create a temporary directory: %s\n",
+			strerror(errno));
+		free(r);
+		return 1;
+	}
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = on_signal;
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
-
-	snprintf(portfile, sizeof(portfile), "%s/port", tmp);
-	snprintf(datadir, sizeof(datadir), "%s/data", tmp);
-	{
-		char *cav[] = {ctl_bin, "--listen", "127.0.0.1", "--port", "0", "--port-file",
-			       portfile, "--data-dir", datadir, "--no-fsync", "--log-level",
-			       "warn", NULL};
-		int cid = -1;
-
-		err = mr_exec_start(&ctl, cav, 1, &environ, &cid, "controller", -1, -1, &eb);
-		if (err) {
-			fprintf(stderr, "meshrun local: unable to start '%s': %s\n", ctl_bin,
-				eb.msg);
-			goto out;
-		}
+	rc = start_controller(r);
+	if (!rc) {
+		fprintf(stderr, "meshrun local: controller on %s, %d node(s), job %s\n", r->url,
+			r->nodes, r->job);
+		if (isatty(STDERR_FILENO) && mr_pview_open(&r->view) == 0)
+			r->msg_fd = r->view.wfd;
+		rc = start_agents(r);
 	}
-	port = read_port(portfile, 5000);
-	if (port < 0) {
-		fprintf(stderr, "meshrun local: controller did not start (no '%s')\n", portfile);
-		goto out;
+	if (!rc) {
+		supervise(r);
+		mr_pview_close(&r->view);
+		r->msg_fd = STDERR_FILENO;
+		rc = report(r);
 	}
-	snprintf(url, sizeof(url), "http://127.0.0.1:%d", port);
-	{
-		struct mr_httpc_opts ho = {.base_url = url, .timeout_ms = 1000, .max_retries = 0};
-
-		hc_on = mr_httpc_init(&hc, &ho, &eb) == 0;
-	}
-	for (int i = 0; i < nodes; i++) {
-		err = mr_workenv_init(&envs[i], environ);
-		nenv++;
-		if (!err)
-			err = mr_workenv_set(&envs[i], "MESHRUN_NODE_ID", "local-%d", i);
-		if (!err)
-			err = mr_workenv_set(&envs[i], "MESHRUN_POD_INDEX", "%d", i);
-		if (err) {
-			fprintf(stderr, "meshrun local: %s\n", mr_strerror(err));
-			goto out;
-		}
-		ev[i] = envs[i].v;
-		ids[i] = i;
-	}
-	fprintf(stderr, "meshrun local: controller on %s, %d node(s), job %s\n", url, nodes, job);
-	if (isatty(STDERR_FILENO) && mr_pview_open(&view) == 0)
-		msg_fd = view.wfd;
-	err = mr_exec_start(&agents, av, nodes, ev, ids, "node", -1, view.wfd, &eb);
-	if (err) {
-		fprintf(stderr, "meshrun local: unable to start '%s': %s\n", agent_bin, eb.msg);
-		goto out;
-	}
-	for (int tick = 0, stopped_rest = 0, failed_tick = -1;; tick++) {
-		struct mr_exec_status st;
-
-		if (local_stop) {
-			mr_exec_signal(&agents, SIGTERM);
-			local_stop = 0;
-		}
-		mr_exec_poll(&agents, &st);
-		if (st.running == 0)
-			break;
-		/* a failed agent fails the job through the controller and the
-		 * others stop by themselves; only stragglers get SIGTERM */
-		if (st.failed && failed_tick < 0) {
-			dprintf(msg_fd, "meshrun local: node %d failed (exit %d)\n",
-				st.first_failed_rank, st.first_failed_code);
-			failed_tick = tick;
-			first_rc = st.first_failed_code;
-		}
-		if (failed_tick >= 0 && !stopped_rest &&
-		    (tick - failed_tick) * 100 >= LOCAL_STOP_AFTER_MS) {
-			dprintf(msg_fd, "meshrun local: %d node(s) still running %d ms after the "
-					"failure; stopping them\n",
-				st.running, LOCAL_STOP_AFTER_MS);
-			mr_exec_signal(&agents, SIGTERM);
-			stopped_rest = 1;
-		}
-		if (hc_on && tick % 10 == 0)
-			progress(&hc, job, &gen, state, sizeof(state), msg_fd);
-		mr_pview_pump(&view);
-		usleep(100 * 1000);
-	}
-	mr_pview_close(&view);
-	rc = first_rc;
-	for (int i = 0; i < nodes && rc == 0; i++)
-		rc = agents.child[i].code;
-	fprintf(stderr, "meshrun local: job %s %s", job, rc ? "failed:" : "succeeded\n");
-	if (rc) {
-		for (int i = 0; i < nodes; i++)
-			fprintf(stderr, " node %d exit %d;", i, agents.child[i].code);
-		fprintf(stderr, "\n");
-	}
-out:
-	mr_exec_stop(&agents, 5000);
-	mr_pview_close(&view);
-	mr_exec_stop(&ctl, 2000);
-	if (hc_on)
-		mr_httpc_release(&hc);
-	for (int i = 0; i < nenv; i++)
-		mr_workenv_release(&envs[i]);
-	if (tmp_made) {
-		snprintf(path, sizeof(path), "%s", tmp);
-		nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-	}
+	release(r);
+	free(r);
 	return rc;
 }

@@ -11,6 +11,7 @@
 #define MR_TEST_AGENT_HARNESS_H
 
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -307,6 +308,46 @@ static inline char *h_status(const struct h_ctl *c, const char *job, const char 
 	p = h_spawn(argv, NULL, log);
 	cr_assert_eq(h_wait(p, 10000), 0, "meshrun status failed");
 	return h_read(log);
+}
+
+/* The pids of parent's children whose command line contains name (up to
+ * max, in /proc order); returns how many. */
+static inline int h_children(pid_t parent, const char *name, pid_t *out, int max)
+{
+	char path[64], buf[4096];
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	int n = 0;
+
+	cr_assert_not_null(d);
+	while (n < max && (e = readdir(d))) {
+		long pid = strtol(e->d_name, NULL, 10), ppid = 0;
+		FILE *f;
+		size_t len;
+
+		if (pid <= 0)
+			continue;
+		snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+		if (!(f = fopen(path, "r")))
+			continue;
+		/* pid (comm) state ppid: comm may hold spaces, so from the last ')' */
+		len = fread(buf, 1, sizeof(buf) - 1, f);
+		fclose(f);
+		buf[len] = '\0';
+		if (!strrchr(buf, ')') || sscanf(strrchr(buf, ')') + 2, "%*c %ld", &ppid) != 1 ||
+		    ppid != parent)
+			continue;
+		snprintf(path, sizeof(path), "/proc/%ld/cmdline", pid);
+		if (!(f = fopen(path, "r")))
+			continue;
+		len = fread(buf, 1, sizeof(buf) - 1, f);
+		fclose(f);
+		buf[len] = '\0'; /* argv[0] is enough */
+		if (strstr(buf, name))
+			out[n++] = (pid_t)pid;
+	}
+	closedir(d);
+	return n;
 }
 
 /* Dumps a log to stderr (for failing tests). */

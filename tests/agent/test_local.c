@@ -1,7 +1,10 @@
 /*
  * test_local.c - `meshrun local` end to end: an embedded controller and N
- * agents on loopback, merged prefixed output, the job's exit status, and
- * config errors stopping it with exit 2 before anything starts.
+ * agents on loopback, merged prefixed output, the job's exit status as the
+ * controller recorded it, config errors stopping it with exit 2 before
+ * anything starts, and its processes supervised as Kubernetes would: a
+ * killed agent or controller is restarted and the job still succeeds; a
+ * controller that cannot come back is never reported as success.
  */
 #include "harness.h"
 
@@ -120,12 +123,149 @@ Test(local, permanent_failure_of_one_node_stops_the_job)
 	long long t0 = h_now_ms();
 	int code = run_local(args, &out);
 
-	cr_assert_eq(code, 1, "exit %d:\n%s", code, out);
+	cr_assert_eq(code, 2, "exit %d:\n%s", code, out); /* node 1's: permanent */
 	cr_expect_lt(h_now_ms() - t0, 8000);
 	cr_expect(strstr(out, "rank 1 exited with code 127 (permanent"), "%s", out);
 	/* node 0 stopped on the controller's word, not by the safety net */
 	cr_expect(strstr(out, "job failed (controller): node 'local-1' failed permanently"),
 		  "%s", out);
 	cr_expect(!strstr(out, "stopping them"), "%s", out);
+	free(out);
+}
+
+/* Starts `meshrun local args` in the background; its output goes to log. */
+static pid_t start_local(char *const *args, char *const *env, char *log, size_t cap,
+			 const char *name)
+{
+	char *argv[H_MAX_ARGS];
+	int n = 0;
+
+	h_path(log, cap, name);
+	argv[n++] = "meshrun";
+	argv[n++] = "local";
+	for (int i = 0; args[i]; i++)
+		argv[n++] = args[i];
+	argv[n] = NULL;
+	return h_spawn(argv, env, log);
+}
+
+/* The pid of local's only child running name (the controller, or one of
+ * the agents when which >= 0). */
+static pid_t child_of(pid_t local, const char *name, int which)
+{
+	pid_t kids[8];
+	int n = 0;
+
+	for (int tries = 0; tries < 500 && n <= which; tries++) {
+		n = h_children(local, name, kids, 8);
+		if (n <= which)
+			usleep(20 * 1000);
+	}
+	cr_assert_gt(n, which, "no %s child of meshrun local", name);
+	return kids[which];
+}
+
+static int finish_local(pid_t pid, const char *log, char **out)
+{
+	int code = h_wait(pid, 120000);
+
+	if (code < 0)
+		h_kill(pid);
+	*out = h_read(log);
+	return code;
+}
+
+/* Workers run until $MR_TEST_GO exists, so the test decides when the
+ * training ends. */
+#define WAIT_FOR_GO "echo UP $RANK gen=$MESHRUN_GENERATION; while [ ! -f $MR_TEST_GO ]; do sleep 0.05; done; echo DONE $RANK"
+
+Test(local, killed_agent_and_controller_are_restarted_and_the_job_succeeds)
+{
+	char log[300], go[300], genv[400], msg[128], *out;
+	char *env[] = {genv, NULL};
+	char *args[] = {"--nodes", "2", "--max-restarts", "5", "--heartbeat-timeout", "2s",
+			"--", "sh", "-c", WAIT_FOR_GO, NULL};
+	pid_t local, victim;
+	int code;
+	FILE *f;
+
+	h_path(go, sizeof(go), "go-restart");
+	snprintf(genv, sizeof(genv), "MR_TEST_GO=%s", go);
+	local = start_local(args, env, log, sizeof(log), "local-restart.log");
+	cr_assert_eq(h_wait_log(log, "UP 1 gen=1", 1, 60000), 0);
+	/* a pod dies: kill -9 of an agent (its worker dies with it) */
+	victim = child_of(local, "meshrun-agent", 1);
+	kill(victim, SIGKILL);
+	snprintf(msg, sizeof(msg), "(pid %d) killed by signal 9: restart 1/5", (int)victim);
+	cr_assert_eq(h_wait_log(log, msg, 1, 30000), 0, "%s", h_read(log));
+	cr_assert_eq(h_wait_log(log, "] UP 0 gen=", 2, 60000), 0, "%s", h_read(log));
+	cr_assert_eq(h_wait_log(log, "] UP 1 gen=", 2, 60000), 0, "%s", h_read(log));
+	/* the controller dies: it comes back on the same port and data dir */
+	victim = child_of(local, "meshrun-controller", 0);
+	kill(victim, SIGKILL);
+	snprintf(msg, sizeof(msg), "controller (pid %d) killed by signal 9: restart 1/5",
+		 (int)victim);
+	cr_assert_eq(h_wait_log(log, msg, 1, 30000), 0, "%s", h_read(log));
+	cr_assert_eq(h_wait_log(log, "controller restarted", 1, 30000), 0, "%s", h_read(log));
+	f = fopen(go, "w");
+	cr_assert_not_null(f);
+	fclose(f);
+	code = finish_local(local, log, &out);
+	cr_assert_eq(code, 0, "exit %d:\n%s", code, out);
+	cr_expect(strstr(out, "DONE 0"), "%s", out);
+	cr_expect(strstr(out, "DONE 1"), "%s", out);
+	cr_expect(strstr(out, "succeeded\n"), "%s", out);
+	free(out);
+}
+
+/* The controller dies for good (no restarts allowed) and the training ends
+ * meanwhile: the agents cannot record success and give up after
+ * --controller-timeout; local says so instead of "succeeded". */
+Test(local, a_controller_that_stays_dead_is_never_reported_as_success)
+{
+	char log[300], go[300], genv[400], *out;
+	char *env[] = {genv, NULL};
+	char *args[] = {"--nodes", "2", "--max-restarts", "0", "--controller-timeout", "2s",
+			"--exit-barrier-timeout", "500ms", "--", "sh", "-c", WAIT_FOR_GO, NULL};
+	pid_t local;
+	int code;
+	FILE *f;
+
+	h_path(go, sizeof(go), "go-dead");
+	snprintf(genv, sizeof(genv), "MR_TEST_GO=%s", go);
+	local = start_local(args, env, log, sizeof(log), "local-dead.log");
+	cr_assert_eq(h_wait_log(log, "UP 1 gen=1", 1, 60000), 0);
+	kill(child_of(local, "meshrun-controller", 0), SIGKILL);
+	cr_assert_eq(h_wait_log(log, "restart limit reached", 1, 30000), 0, "%s", h_read(log));
+	f = fopen(go, "w");
+	cr_assert_not_null(f);
+	fclose(f);
+	code = finish_local(local, log, &out);
+	cr_assert_eq(code, 1, "exit %d:\n%s", code, out);
+	cr_expect(strstr(out, "DONE 1"), "%s", out);
+	cr_expect(strstr(out, "did not answer for"), "%s", out);
+	cr_expect(strstr(out, "unable to read its status from the controller"), "%s", out);
+	cr_expect_null(strstr(out, "succeeded\n"), "%s", out); /* the report line */
+	free(out);
+}
+
+Test(local, sigterm_stops_the_job_with_143)
+{
+	char log[300], go[300], genv[400], *out;
+	char *env[] = {genv, NULL};
+	char *args[] = {"--nodes", "2", "--", "sh", "-c", WAIT_FOR_GO, NULL};
+	pid_t local;
+	int code;
+
+	h_path(go, sizeof(go), "go-never");
+	snprintf(genv, sizeof(genv), "MR_TEST_GO=%s", go);
+	local = start_local(args, env, log, sizeof(log), "local-term.log");
+	cr_assert_eq(h_wait_log(log, "UP 1 gen=1", 1, 60000), 0);
+	kill(local, SIGTERM);
+	code = finish_local(local, log, &out);
+	cr_assert_eq(code, 128 + SIGTERM, "exit %d:\n%s", code, out);
+	cr_expect(strstr(out, "stopped by signal 15"), "%s", out);
+	cr_expect_null(strstr(out, "restart 1/"), "%s", out);
+	cr_expect_null(strstr(out, "succeeded\n"), "%s", out); /* the report line */
 	free(out);
 }
