@@ -153,7 +153,7 @@ static pid_t start_local(char *const *args, char *const *env, char *log, size_t 
  * the agents when which >= 0). */
 static pid_t child_of(pid_t local, const char *name, int which)
 {
-	pid_t kids[8];
+	pid_t kids[8] = {0};
 	int n = 0;
 
 	for (int tries = 0; tries < 500 && n <= which; tries++) {
