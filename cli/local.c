@@ -30,7 +30,11 @@
  * status messages of this file go through the same pipe so they do not
  * land in the middle of it.
  *
- * Non-goals: remote nodes, containers, keeping the controller's data.
+ * The controller's journal lives in a temporary directory removed at the
+ * end, or in --data-dir DIR, which is kept (inspect it afterwards with
+ * meshrun-controller --data-dir DIR and meshrun status).
+ *
+ * Non-goals: remote nodes, containers.
  */
 #define _XOPEN_SOURCE 700
 #include <errno.h>
@@ -73,9 +77,11 @@ static void on_signal(int sig)
 static void usage(FILE *out)
 {
 	fprintf(out,
-		"usage: meshrun local [--nodes N] [agent options] [-- CMD ARGS...]\n\n"
+		"usage: meshrun local [--nodes N] [--data-dir DIR] [agent options] [-- CMD ARGS...]\n\n"
 		"Runs a whole job on this machine: an embedded controller on loopback and N\n"
-		"agents (default 1). Every other option is a meshrun-agent option (see\n"
+		"agents (default 1), restarted when they die, as Kubernetes restarts pods.\n"
+		"--data-dir DIR keeps the controller's journal there (default: a temporary\n"
+		"directory, removed at the end). Every other option is a meshrun-agent option (see\n"
 		"`meshrun-agent --help`), e.g. --nproc-per-node, --tp, --max-restarts.\n"
 		"Without a command the agents train the in-process GPT runtime\n"
 		"(--workload-config '{\"steps\": 20}'); --demo runs a shell command\n"
@@ -140,7 +146,8 @@ struct local_run {
 	char *cav[16];
 	char job[256], nodes_s[16], url[64], port_s[16];
 	char ctl_bin[PATH_MAX + 32], agent_bin[PATH_MAX + 32];
-	char tmp[32], portfile[64], datadir[64];
+	char tmp[32], portfile[64];
+	char datadir[1024];  /* the controller's; --data-dir keeps it, else in tmp */
 	struct local_proc ctl;
 	struct local_proc *agent; /* nodes of them */
 	struct mr_workenv envs[LOCAL_MAX_NODES];
@@ -173,6 +180,18 @@ static int parse_args(struct local_run *r, int argc, char **argv)
 		}
 		if (!strcmp(argv[i], "--demo")) {
 			r->demo = 1;
+			continue;
+		}
+		if (!strcmp(argv[i], "--data-dir") || !strncmp(argv[i], "--data-dir=", 11)) {
+			const char *v = argv[i][10] == '=' ? argv[i] + 11 : (i + 1 < argc ? argv[++i] : "");
+
+			if (!*v || strlen(v) >= sizeof(r->datadir)) {
+				fprintf(stderr, "meshrun local: --data-dir: '%s' is empty or longer "
+						"than %zu bytes\n",
+					v, sizeof(r->datadir) - 1);
+				return 2;
+			}
+			snprintf(r->datadir, sizeof(r->datadir), "%s", v);
 			continue;
 		}
 		if (!strcmp(argv[i], "--nodes") || !strncmp(argv[i], "--nodes=", 8)) {
@@ -265,7 +284,8 @@ static int start_controller(struct local_run *r)
 	int port, n = 0;
 
 	snprintf(r->portfile, sizeof(r->portfile), "%s/port", r->tmp);
-	snprintf(r->datadir, sizeof(r->datadir), "%s/data", r->tmp);
+	if (!r->datadir[0])
+		snprintf(r->datadir, sizeof(r->datadir), "%s/data", r->tmp);
 	snprintf(r->port_s, sizeof(r->port_s), "0");
 	c[n++] = r->ctl_bin;
 	c[n++] = "--listen";
