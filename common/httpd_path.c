@@ -206,8 +206,8 @@ int mr__http_query_check(const char *q, size_t len, struct mr_errbuf *eb)
 			show(tmp, (size_t)n, key, sizeof(key));
 			show(q + eq + 1, end - eq - 1, s, sizeof(s));
 			quote_bad(q + eq + 1, end - eq - 1, at, bad, sizeof(bad));
-			rc = mr_errf_field(eb, MR_EINVAL, key, "query argument '%s' value '%s': %s %s",
-					   key, s, why, bad);
+			rc = mr_errf_field(eb, MR_EINVAL, n ? key : "query",
+					   "query argument '%s' value '%s': %s %s", key, s, why, bad);
 		}
 		i = end + 1;
 	}

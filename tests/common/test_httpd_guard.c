@@ -222,6 +222,8 @@ Test(httpd_guard, query_arguments_are_checked_the_same_way)
 	expect_error(buf, "bad_query", "a");
 	cr_assert_eq(get(mr_httpd_port(srv), "/q?a%00b=1", buf, sizeof(buf)), 400);
 	expect_error(buf, "bad_query", "query");
+	cr_assert_eq(get(mr_httpd_port(srv), "/q?=%00", buf, sizeof(buf)), 400);
+	expect_error(buf, "bad_query", "query"); /* an empty name is no field */
 	cr_assert_eq(get(mr_httpd_port(srv), "/q?a=1%1b", buf, sizeof(buf)), 400);
 	cr_assert_eq(atomic_load(&handled), 0);
 	cr_assert_eq(get(mr_httpd_port(srv), "/q?a=x+y%2B%26", buf, sizeof(buf)), 200);
@@ -345,6 +347,29 @@ Test(httpd_guard, past_the_reserve_a_fixed_503_and_close)
 	/* a probe that did send gets the same */
 	cr_assert_eq(get(port, "/healthz", buf, sizeof(buf)), 503, "%s", buf);
 	/* a freed reserve slot serves probes again */
+	close(idle[1]);
+	usleep(200000);
+	cr_assert_eq(get(port, "/healthz", buf, sizeof(buf)), 200, "%s", buf);
+	close(idle[0]);
+	mr_httpd_stop(srv);
+}
+
+Test(httpd_guard, an_idle_reserve_slot_is_reclaimed_first)
+{
+	struct mr_httpd_opts o = {.max_connections = 1, .reserve_connections = 1,
+				  .idle_timeout_s = 60};
+	struct mr_httpd *srv = start(&o);
+	int port = mr_httpd_port(srv), idle[2];
+	struct pollfd p = {.events = POLLIN};
+	char buf[4096];
+
+	fill(port, idle, 2);
+	/* the reserve slot times out after at most 5 s, the ordinary one not */
+	p.fd = idle[1];
+	cr_assert_eq(poll(&p, 1, 10000), 1, "idle reserve connection kept open");
+	cr_assert_eq(recv(idle[1], buf, sizeof(buf), 0), 0);
+	p.fd = idle[0];
+	cr_assert_eq(poll(&p, 1, 0), 0, "the ordinary connection was closed too");
 	close(idle[1]);
 	usleep(200000);
 	cr_assert_eq(get(port, "/healthz", buf, sizeof(buf)), 200, "%s", buf);
