@@ -1,10 +1,11 @@
 /*
  * httpd.c - HTTP server wrapper on libmicrohttpd (see mr_httpd.h).
  *
- * libmicrohttpd runs in "external epoll" mode: it owns an epoll fd with the
- * listen socket, its connections and its inter-thread channel, and does no
- * waiting of its own. Our loop thread waits on a second epoll set holding
- * {that epoll fd, a wake eventfd} with timeout min(MHD_get_timeout, tick),
+ * libmicrohttpd runs in "external epoll" mode without a listen socket: it
+ * owns an epoll fd with its connections and its inter-thread channel, and
+ * does no waiting of its own. Our loop thread waits on a second epoll set
+ * holding {that epoll fd, a wake eventfd, our listen socket} with timeout
+ * min(MHD_get_timeout, tick), accepts (handing sockets to libmicrohttpd),
  * then runs MHD_run(), the tick callback and the posted work. Everything
  * touching libmicrohttpd or a request happens on this one thread.
  *
@@ -184,10 +185,10 @@ static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind, const cha
 /*
  * First call for a request (headers read, body not yet): decodes and
  * checks the target, the framing headers and the connection's slot.
- * Returns 1 if it replied (the handler is then not called; an early reply
- * makes libmicrohttpd skip the body and close the connection).
+ * When it replies, the handler is not called (an early reply makes
+ * libmicrohttpd skip the body and close the connection).
  */
-static int begin(struct mr_httpd *srv, struct mr_http_req *req)
+static void begin(struct mr_httpd *srv, struct mr_http_req *req)
 {
 	struct mr_errbuf eb = {{0}, {0}};
 	const char *q = strchr(req->raw, '?');
@@ -210,7 +211,7 @@ static int begin(struct mr_httpd *srv, struct mr_http_req *req)
 				    rc == MR_ENOMEM ? "out_of_memory" : "bad_query", eb.field, NULL,
 				    "%s", eb.msg);
 	if (req->replied)
-		return 1;
+		return;
 	MHD_get_connection_values(req->conn, MHD_HEADER_KIND, scan_header, &f);
 	if (f.cl_other) {
 		mr_http_reply_error(req, 400, "bad_request", MHD_HTTP_HEADER_CONTENT_LENGTH, NULL,
@@ -242,7 +243,6 @@ static int begin(struct mr_httpd *srv, struct mr_http_req *req)
 			req->expect = (size_t)n;
 		}
 	}
-	return req->replied;
 }
 
 /* Appends upload data; past max_body the rest is discarded and 413 sent. */
