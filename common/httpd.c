@@ -1,10 +1,11 @@
 /*
  * httpd.c - HTTP server wrapper on libmicrohttpd (see mr_httpd.h).
  *
- * libmicrohttpd runs in "external epoll" mode: it owns an epoll fd with the
- * listen socket, its connections and its inter-thread channel, and does no
- * waiting of its own. Our loop thread waits on a second epoll set holding
- * {that epoll fd, a wake eventfd} with timeout min(MHD_get_timeout, tick),
+ * libmicrohttpd runs in "external epoll" mode without a listen socket: it
+ * owns an epoll fd with its connections and its inter-thread channel, and
+ * does no waiting of its own. Our loop thread waits on a second epoll set
+ * holding {that epoll fd, a wake eventfd, our listen socket} with timeout
+ * min(MHD_get_timeout, tick), accepts (handing sockets to libmicrohttpd),
  * then runs MHD_run(), the tick callback and the posted work. Everything
  * touching libmicrohttpd or a request happens on this one thread.
  *
@@ -12,6 +13,13 @@
  * Suspended requests sit in an intrusive list so stop can answer them;
  * suspend, reply and resume are O(1) here (libmicrohttpd itself walks its
  * suspended list once per loop pass that has resumes, not per request).
+ *
+ * The listen socket is ours (httpd_accept.c: accept, connection limit,
+ * reserve slots); libmicrohttpd gets each accepted socket. The request
+ * target is taken raw from the URI log callback, before libmicrohttpd
+ * decodes it, and split and decoded by httpd_path.c; a bad path, query or
+ * framing (Content-Length, Transfer-Encoding) is answered here before the
+ * handler runs.
  *
  * This file is the daemon, its loop and the libmicrohttpd callbacks;
  * httpd_req.c reads a request and replies to it.
@@ -39,6 +47,7 @@
 #include <unistd.h>
 
 #define STOP_DRAIN_MS 2000 /* how long stop waits for 503s to go out */
+#define RESERVE_IDLE_S 5   /* idle timeout of a connection on a reserve slot */
 
 /* ---- small helpers ------------------------------------------------------ */
 
@@ -127,20 +136,113 @@ static void fill_peer(struct mr_http_req *req)
 			  sizeof(req->peer));
 }
 
-static struct mr_http_req *req_new(struct mr_httpd *srv, struct MHD_Connection *conn,
-				   const char *url, const char *method)
+/* URI log callback: runs once per request, before libmicrohttpd decodes
+ * the target; the request record it returns becomes *con_cls. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 {
+	struct mr_httpd *srv = cls;
 	struct mr_http_req *req = calloc(1, sizeof(*req));
 
 	if (!req)
 		return NULL;
+	req->raw = strdup(uri ? uri : "");
+	if (!req->raw) {
+		free(req);
+		return NULL;
+	}
 	req->srv = srv;
 	req->conn = conn;
-	req->url = url;
-	req->method = method;
-	req->meth = parse_method(method);
-	fill_peer(req);
+	req->url = req->raw;
+	req->reserve = (unsigned char)mr__httpd_conn_reserve(conn);
 	return req;
+}
+
+struct framing {
+	const char *cl, *cl_other, *te;
+	int n_te;
+};
+
+static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind, const char *key,
+				   const char *value)
+{
+	struct framing *f = cls;
+
+	(void)kind;
+	if (!key || !value)
+		return MHD_YES;
+	if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
+		if (!f->cl)
+			f->cl = value;
+		else if (strcmp(f->cl, value) != 0 && !f->cl_other)
+			f->cl_other = value;
+	} else if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
+		f->te = value;
+		f->n_te++;
+	}
+	return MHD_YES;
+}
+
+/*
+ * First call for a request (headers read, body not yet): decodes and
+ * checks the target, the framing headers and the connection's slot.
+ * When it replies, the handler is not called (an early reply makes
+ * libmicrohttpd skip the body and close the connection).
+ */
+static void begin(struct mr_httpd *srv, struct mr_http_req *req)
+{
+	struct mr_errbuf eb = {{0}, {0}};
+	const char *q = strchr(req->raw, '?');
+	size_t plen = q ? (size_t)(q - req->raw) : strlen(req->raw);
+	struct framing f = {0};
+	int rc;
+
+	req->begun = 1;
+	req->meth = parse_method(req->method);
+	fill_peer(req);
+	rc = mr__http_target_parse(&req->tgt, req->raw, plen, &eb);
+	if (rc == 0)
+		req->url = req->tgt.path;
+	if (rc == MR_ENOMEM)
+		mr_http_reply_error(req, 503, "out_of_memory", NULL, NULL, "out of memory");
+	else if (rc)
+		mr_http_reply_error(req, 400, "bad_path", eb.field, NULL, "%s", eb.msg);
+	else if ((rc = q ? mr__http_query_check(q + 1, strlen(q + 1), &eb) : 0) != 0)
+		mr_http_reply_error(req, rc == MR_ENOMEM ? 503 : 400,
+				    rc == MR_ENOMEM ? "out_of_memory" : "bad_query", eb.field, NULL,
+				    "%s", eb.msg);
+	if (req->replied)
+		return;
+	MHD_get_connection_values(req->conn, MHD_HEADER_KIND, scan_header, &f);
+	if (f.cl_other) {
+		mr_http_reply_error(req, 400, "bad_request", MHD_HTTP_HEADER_CONTENT_LENGTH, NULL,
+				    "conflicting Content-Length headers '%.32s' and '%.32s'", f.cl,
+				    f.cl_other);
+	} else if (f.n_te > 1) {
+		mr_http_reply_error(req, 400, "bad_request", MHD_HTTP_HEADER_TRANSFER_ENCODING, NULL,
+				    "more than one Transfer-Encoding header");
+	} else if (f.te && f.cl) {
+		mr_http_reply_error(req, 400, "bad_request", MHD_HTTP_HEADER_TRANSFER_ENCODING, NULL,
+				    "both Transfer-Encoding and Content-Length are set");
+	} else if (f.te && strcasecmp(f.te, "chunked") != 0) {
+		mr_http_reply_error(req, 501, "not_implemented", MHD_HTTP_HEADER_TRANSFER_ENCODING,
+				    NULL, "Transfer-Encoding '%.32s' is not supported (only chunked)",
+				    f.te);
+	} else if (req->reserve && !mr__httpd_reserved_path(req->url)) {
+		srv->n_overload++;
+		mr_http_add_header(req, "Retry-After", "1");
+		mr_http_reply_error(req, 503, "overloaded", NULL, NULL,
+				    "the server is at its connection limit (%u)", srv->max_conns);
+	} else if (f.cl) {
+		unsigned long long n = strtoull(f.cl, NULL, 10);
+
+		if (n > srv->max_body) {
+			req->too_large = 1;
+			mr_http_reply_error(req, 413, "body_too_large", NULL, NULL,
+					    "request body exceeds %zu bytes", srv->max_body);
+		} else {
+			req->expect = (size_t)n;
+		}
+	}
 }
 
 /* Appends upload data; past max_body the rest is discarded and 413 sent. */
@@ -183,29 +285,14 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
 	struct mr_httpd *srv = cls;
 	struct mr_http_req *req = *con_cls;
 
+	(void)url;
 	(void)version;
-	if (!req) {
-		const char *cl;
-
-		req = req_new(srv, conn, url, method);
-		if (!req)
-			return MHD_NO;
-		*con_cls = req;
-		cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-						 MHD_HTTP_HEADER_CONTENT_LENGTH);
-		if (cl) {
-			unsigned long long n = strtoull(cl, NULL, 10);
-
-			if (n > srv->max_body) {
-				req->too_large = 1;
-				mr_http_reply_error(req, 413, "body_too_large", NULL, NULL,
-						    "request body exceeds %zu bytes",
-						    srv->max_body);
-				return req->queue_failed ? MHD_NO : MHD_YES;
-			}
-			req->expect = (size_t)n;
-		}
-		return MHD_YES;
+	if (!req) /* on_uri ran out of memory */
+		return MHD_NO;
+	if (!req->begun) {
+		req->method = method;
+		begin(srv, req);
+		return req->queue_failed ? MHD_NO : MHD_YES;
 	}
 	if (req->replied) { /* 413 already queued: swallow the rest */
 		*upload_data_size = 0;
@@ -260,6 +347,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 	if (req->resumed)
 		srv->n_resumed--;
 	mr__httpd_free_hdrs(req);
+	mr__http_target_release(&req->tgt);
+	free(req->raw);
 	free(req->body);
 	free(req);
 }
@@ -321,6 +410,8 @@ static void *loop_main(void *arg)
 
 				if (read(srv->wakefd, &v, sizeof(v)) < 0 && errno != EAGAIN)
 					mr_log_warn("httpd_wake_read_failed", "errno=%d", errno);
+			} else if (ev[i].data.fd == srv->lfd) {
+				mr__httpd_accept(srv);
 			}
 		}
 		srv->resumed_since_run = 0;
@@ -344,28 +435,6 @@ static void *loop_main(void *arg)
 
 /* ---- start / stop / post ------------------------------------------------- */
 
-static int parse_bind(const char *addr, int port, struct sockaddr_storage *ss,
-		      unsigned *flags, struct mr_errbuf *eb)
-{
-	struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
-	struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
-
-	memset(ss, 0, sizeof(*ss));
-	if (inet_pton(AF_INET, addr, &s4->sin_addr) == 1) {
-		s4->sin_family = AF_INET;
-		s4->sin_port = htons((uint16_t)port);
-		return 0;
-	}
-	if (inet_pton(AF_INET6, addr, &s6->sin6_addr) == 1) {
-		s6->sin6_family = AF_INET6;
-		s6->sin6_port = htons((uint16_t)port);
-		*flags |= MHD_USE_IPv6;
-		return 0;
-	}
-	return mr_errf_field(eb, MR_EINVAL, "bind_addr",
-			     "invalid bind address '%s': expected an ip address", addr);
-}
-
 static void srv_free(struct mr_httpd *srv)
 {
 	if (srv->mhd)
@@ -374,6 +443,10 @@ static void srv_free(struct mr_httpd *srv)
 		close(srv->epfd);
 	if (srv->wakefd >= 0)
 		close(srv->wakefd);
+	if (srv->lfd >= 0)
+		close(srv->lfd);
+	if (srv->spare_fd >= 0)
+		close(srv->spare_fd);
 	run_posts(srv, 1); /* nothing should be left; never leak an item */
 	pthread_mutex_destroy(&srv->lock);
 	free(srv);
@@ -383,13 +456,14 @@ int mr_httpd_start(struct mr_httpd **out, const struct mr_httpd_opts *o,
 		   struct mr_errbuf *eb)
 {
 	struct mr_httpd *srv;
-	struct sockaddr_storage ss;
 	struct MHD_OptionItem opts[16];
 	struct epoll_event ev;
 	const union MHD_DaemonInfo *di;
-	unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+	unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
+			 MHD_USE_NO_LISTEN_SOCKET;
 	size_t mem = o->conn_memory ? o->conn_memory : 8192;
 	size_t incr = mem / 4 < 1024 ? mem / 4 : 1024;
+	unsigned idle = o->idle_timeout_s ? o->idle_timeout_s : 30;
 	int k = 0, rc;
 
 	*out = NULL;
@@ -404,49 +478,49 @@ int mr_httpd_start(struct mr_httpd **out, const struct mr_httpd_opts *o,
 	srv = calloc(1, sizeof(*srv));
 	if (!srv)
 		return mr_errf(eb, MR_ENOMEM, "httpd: out of memory");
-	srv->epfd = srv->wakefd = -1;
+	srv->epfd = srv->wakefd = srv->lfd = srv->spare_fd = -1;
 	pthread_mutex_init(&srv->lock, NULL);
 	srv->handler = o->handler;
 	srv->tick = o->tick;
 	srv->user = o->user;
 	srv->max_body = o->max_body ? o->max_body : (size_t)1 << 20;
 	srv->tick_ms = o->tick_ms ? o->tick_ms : 100;
+	srv->max_conns = o->max_connections ? o->max_connections : 1024;
+	srv->reserve = o->reserve_connections ? o->reserve_connections : 16;
+	srv->reserve_timeout_s = idle < RESERVE_IDLE_S ? idle : RESERVE_IDLE_S;
 
-	if (o->bind_addr) {
-		rc = parse_bind(o->bind_addr, o->port, &ss, &flags, eb);
-		if (rc)
-			goto fail;
-		opts[k++] = (struct MHD_OptionItem){MHD_OPTION_SOCK_ADDR, 0, &ss};
-	}
+	rc = mr__httpd_listen(srv, o->bind_addr, o->port, eb);
+	if (rc)
+		goto fail;
+	/* libmicrohttpd's own limit has room for the reserve: our accept
+	 * decides who gets a slot (httpd_accept.c) */
 	opts[k++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_LIMIT,
-					    o->max_connections ? o->max_connections : 1024,
-					    NULL};
+					    (intptr_t)srv->max_conns + srv->reserve, NULL};
 	if (o->per_ip_connections)
 		opts[k++] = (struct MHD_OptionItem){MHD_OPTION_PER_IP_CONNECTION_LIMIT,
 						    o->per_ip_connections, NULL};
-	opts[k++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_TIMEOUT,
-					    o->idle_timeout_s ? o->idle_timeout_s : 30, NULL};
+	opts[k++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_TIMEOUT, idle, NULL};
 	opts[k++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_MEMORY_LIMIT,
 					    (intptr_t)mem, NULL};
 	opts[k++] = (struct MHD_OptionItem){MHD_OPTION_CONNECTION_MEMORY_INCREMENT,
 					    (intptr_t)incr, NULL};
-	opts[k++] = (struct MHD_OptionItem){MHD_OPTION_LISTEN_BACKLOG_SIZE, 4096, NULL};
+	opts[k++] = (struct MHD_OptionItem){MHD_OPTION_URI_LOG_CALLBACK, (intptr_t)on_uri, srv};
+	opts[k++] = (struct MHD_OptionItem){MHD_OPTION_NOTIFY_CONNECTION,
+					    (intptr_t)mr__httpd_on_conn, srv};
 	opts[k++] = (struct MHD_OptionItem){MHD_OPTION_NOTIFY_COMPLETED,
 					    (intptr_t)on_completed, srv};
 	opts[k++] = (struct MHD_OptionItem){MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)on_mhd_log,
 					    srv};
 	opts[k++] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
 
-	srv->mhd = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_access, srv,
-				    MHD_OPTION_ARRAY, opts, MHD_OPTION_END);
+	srv->mhd = MHD_start_daemon(flags, 0, NULL, NULL, on_access, srv, MHD_OPTION_ARRAY,
+				    opts, MHD_OPTION_END);
 	if (!srv->mhd) {
-		rc = mr_errf(eb, MR_EIO, "unable to listen on '%s:%d': %s",
+		rc = mr_errf(eb, MR_EIO, "unable to start the http server on '%s:%d': %s",
 			     o->bind_addr ? o->bind_addr : "*", o->port,
 			     srv->last_log[0] ? srv->last_log : "libmicrohttpd failed");
 		goto fail;
 	}
-	di = MHD_get_daemon_info(srv->mhd, MHD_DAEMON_INFO_BIND_PORT);
-	srv->port = di ? di->port : o->port;
 	di = MHD_get_daemon_info(srv->mhd, MHD_DAEMON_INFO_EPOLL_FD);
 	srv->epfd = epoll_create1(EPOLL_CLOEXEC);
 	srv->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -462,6 +536,11 @@ int mr_httpd_start(struct mr_httpd **out, const struct mr_httpd_opts *o,
 	}
 	ev = (struct epoll_event){.events = EPOLLIN, .data.fd = srv->wakefd};
 	if (epoll_ctl(srv->epfd, EPOLL_CTL_ADD, srv->wakefd, &ev) != 0) {
+		rc = mr_errf(eb, MR_ESYS, "httpd: epoll_ctl failed: %s", strerror(errno));
+		goto fail;
+	}
+	ev = (struct epoll_event){.events = EPOLLIN, .data.fd = srv->lfd};
+	if (epoll_ctl(srv->epfd, EPOLL_CTL_ADD, srv->lfd, &ev) != 0) {
 		rc = mr_errf(eb, MR_ESYS, "httpd: epoll_ctl failed: %s", strerror(errno));
 		goto fail;
 	}

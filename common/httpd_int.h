@@ -1,7 +1,8 @@
 /*
  * httpd_int.h - the server's structures, shared by httpd.c (daemon, loop,
- * libmicrohttpd callbacks) and httpd_req.c (request accessors, replies,
- * suspend); see mr_httpd.h.
+ * libmicrohttpd callbacks), httpd_accept.c (the listen socket and the
+ * connection limit), httpd_req.c (request accessors, replies, suspend) and
+ * httpd_path.c (the request target); see mr_httpd.h.
  */
 #ifndef MR_HTTPD_INT_H
 #define MR_HTTPD_INT_H
@@ -11,6 +12,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "mr_httpd.h"
 
@@ -20,11 +22,21 @@ struct hdr {
 	char name[];
 };
 
+/* The path of a request, split and decoded (httpd_path.c). */
+struct mr__http_target {
+	char *path;  /* "/" + the segments joined by '/' */
+	char **segs; /* nsegs segments, then NULL */
+	size_t nsegs;
+	void *mem;   /* the one allocation holding all of it */
+};
+
 struct mr_http_req {
 	struct mr_httpd *srv;
 	struct MHD_Connection *conn;
-	const char *url;    /* libmicrohttpd's, valid for the request */
-	const char *method; /* likewise */
+	char *raw;          /* the request target as sent (path and query) */
+	const char *url;    /* decoded path (tgt.path once parsed, else raw) */
+	const char *method; /* libmicrohttpd's, valid for the request */
+	struct mr__http_target tgt;
 	char *body;
 	size_t body_len, body_cap;
 	size_t expect; /* Content-Length when sent: size of the first alloc */
@@ -32,8 +44,9 @@ struct mr_http_req {
 	struct hdr *hdrs;
 	struct mr_http_req *prev, *next; /* suspended list */
 	unsigned char meth;
-	unsigned char in_handler, replied, suspend_req, suspended, resumed;
+	unsigned char begun, in_handler, replied, suspend_req, suspended, resumed;
 	unsigned char too_large, queue_failed;
+	unsigned char reserve; /* on a reserve slot: close after the reply */
 	char peer[INET6_ADDRSTRLEN];
 };
 
@@ -45,6 +58,8 @@ struct post_item {
 
 struct mr_httpd {
 	struct MHD_Daemon *mhd;
+	int lfd;      /* our listen socket (libmicrohttpd has none) */
+	int spare_fd; /* /dev/null, given up to accept one socket at EMFILE */
 	mr_http_handler handler;
 	mr_http_tick tick;
 	void *user;
@@ -61,12 +76,42 @@ struct mr_httpd {
 	atomic_int stop_req;
 
 	/* loop thread only */
+	unsigned max_conns, reserve;   /* limits, see mr_httpd.h */
+	unsigned reserve_timeout_s;    /* idle timeout on a reserve slot */
+	size_t n_conns, n_reserve;     /* open connections; on reserve slots */
+	int adding_reserve;            /* set around MHD_add_connection */
+	unsigned long long n_refused;  /* answered 503 at accept */
+	unsigned long long n_overload; /* answered 503 on a reserve slot */
+	uint64_t overload_logged_ms;
 	int stopping;
 	struct mr_http_req *susp_head;
 	size_t n_suspended, n_resumed;
 	int resumed_since_run; /* MHD_run must run again without waiting */
 	char last_log[256];
 };
+
+/* httpd_path.c: splits raw[0..len) (the path, without the query) into
+ * decoded segments; on failure eb names the segment ("path[3]") and t is
+ * empty. Release with mr__http_target_release. */
+int mr__http_target_parse(struct mr__http_target *t, const char *raw, size_t len,
+			  struct mr_errbuf *eb);
+void mr__http_target_release(struct mr__http_target *t);
+/* Checks every name and value of the raw query q[0..len) with the same
+ * rules; on failure eb names the argument (or "query" for a bad name). */
+int mr__http_query_check(const char *q, size_t len, struct mr_errbuf *eb);
+
+/* httpd_accept.c: binds and listens (srv->lfd); returns 0 or fills eb. */
+int mr__httpd_listen(struct mr_httpd *srv, const char *addr, int port, struct mr_errbuf *eb);
+/* Accepts what is pending on srv->lfd and hands each socket to
+ * libmicrohttpd, or answers it 503 and closes it past the limits. */
+void mr__httpd_accept(struct mr_httpd *srv);
+/* libmicrohttpd's connection start/close notification: keeps the counts. */
+void mr__httpd_on_conn(void *cls, struct MHD_Connection *conn, void **socket_context,
+		       enum MHD_ConnectionNotificationCode code);
+/* 1 if conn sits on a reserve slot. */
+int mr__httpd_conn_reserve(struct MHD_Connection *conn);
+/* 1 if path is one of the operational paths served on reserve slots. */
+int mr__httpd_reserved_path(const char *path);
 
 /* Takes req off the suspended list (loop thread). */
 void mr__httpd_susp_unlink(struct mr_httpd *srv, struct mr_http_req *req);

@@ -30,7 +30,8 @@ static void reply_resp(struct mr_http_req *req, int status, struct MHD_Response 
 	for (h = req->hdrs; h; h = h->next)
 		MHD_add_response_header(resp, h->name, h->value);
 	mr__httpd_free_hdrs(req);
-	if (srv->stopping)
+	/* a reserve slot is freed as soon as its one reply is out */
+	if (srv->stopping || req->reserve)
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
 	if (MHD_queue_response(req->conn, (unsigned)status, resp) != MHD_YES)
 		req->queue_failed = 1;
@@ -159,6 +160,18 @@ const char *mr_http_req_method_str(const struct mr_http_req *req)
 const char *mr_http_req_path(const struct mr_http_req *req)
 {
 	return req->url;
+}
+
+const char *const *mr_http_req_segments(const struct mr_http_req *req, size_t *n)
+{
+	static const char *const none[] = {"", NULL};
+
+	if (!req->tgt.segs) { /* not reached: the handler only sees parsed paths */
+		*n = 1;
+		return none;
+	}
+	*n = req->tgt.nsegs;
+	return (const char *const *)req->tgt.segs;
 }
 
 const char *mr_http_req_query(const struct mr_http_req *req, const char *key)

@@ -13,9 +13,38 @@
  * mr_http_suspend() and replies later from the loop thread (long-poll,
  * group commit). A suspended request costs no thread, only its connection.
  *
- * Limits: max_connections (past it new connections wait in the listen
- * backlog, 4096 deep, until a slot frees), per-IP connections (extra ones
- * are closed at once), body size (413 JSON error), header memory per
+ * Paths: the raw request target is split on '/' and each segment is
+ * percent-decoded exactly once, so "%2F" stays inside its segment and
+ * "%00" cannot cut a name short. A target that does not start with '/',
+ * an escape that is not '%' and two hex digits, and a raw or decoded
+ * control byte (0x00-0x1f, 0x7f) are answered 400 "bad_path" before the
+ * handler runs; the error's field is "path[i]", i the 0-based index of
+ * the bad segment ("/v1/jobs/ns/a" has segments 0 "v1" .. 3 "a"), or
+ * "path" for a target that is not a path. Query names and values follow
+ * the same rules ('+' is a space): 400 "bad_query", field the argument's
+ * decoded name ("query" when the name itself is bad).
+ *
+ * Framing (RFC 9112 section 6): two Content-Length headers with different
+ * values, Transfer-Encoding together with Content-Length, or more than
+ * one Transfer-Encoding header: 400 "bad_request" naming the header;
+ * a Transfer-Encoding other than chunked: 501 "not_implemented".
+ * Identical repeated Content-Length headers are accepted as one. These
+ * replies (and 413 from the header) go out before the body is read, and
+ * the connection closes after them.
+ *
+ * Connection limit: the server accepts every connection itself. Up to
+ * max_connections they are served as usual. Past it, up to
+ * reserve_connections more go to reserve slots (idle timeout
+ * min(idle_timeout_s, 5 s)): a request for /healthz, /readyz or /metrics
+ * is served there, anything else gets 503 "overloaded" with Retry-After: 1;
+ * either way the connection closes after that one reply. Past the reserve
+ * too (or when the process is out of file descriptors), the connection
+ * gets a fixed 503 "overloaded" JSON reply at once, without its request
+ * being read, and is closed. So probes keep answering while the server is
+ * full, and nobody waits in the listen backlog.
+ *
+ * Other limits: per-IP connections (extra ones are closed at once, by
+ * libmicrohttpd), body size (413 JSON error), header memory per
  * connection (431 from libmicrohttpd), and an idle timeout per connection
  * (slow or silent clients are dropped; keep-alive connections too).
  *
@@ -51,6 +80,7 @@ struct mr_httpd_opts {
 	const char *bind_addr;       /* "127.0.0.1", "0.0.0.0"; NULL = any */
 	int port;                    /* 0 = ephemeral, see mr_httpd_port() */
 	unsigned max_connections;    /* 0 = 1024 */
+	unsigned reserve_connections; /* past max_connections, for probes; 0 = 16 */
 	unsigned per_ip_connections; /* 0 = unlimited */
 	size_t max_body;             /* 0 = 1 MiB */
 	unsigned idle_timeout_s;     /* 0 = 30; suspended requests are exempt */
@@ -83,9 +113,16 @@ int mr_httpd_post(struct mr_httpd *srv, void (*fn)(void *arg), void *arg);
 /* ---- request accessors: loop thread only, valid until the reply ---- */
 enum mr_http_method mr_http_req_method(const struct mr_http_req *req);
 const char *mr_http_req_method_str(const struct mr_http_req *req);
-/* Percent-decoded path without the query string, e.g. "/v1/jobs/ns/a". */
+/* Decoded path without the query string, e.g. "/v1/jobs/ns/a": the
+ * segments joined by '/' (so a decoded "%2F" reads as '/' here; route on
+ * the segments). Never holds a NUL or control byte. */
 const char *mr_http_req_path(const struct mr_http_req *req);
-/* Decoded query argument, NULL if absent ("" if present without value). */
+/* The path's segments after the leading '/', each decoded once:
+ * "/v1/jobs/a%2Fb/" gives {"v1", "jobs", "a/b", ""} and *n = 4 ("/" gives
+ * {""}). NULL-terminated; no NUL or control bytes inside. */
+const char *const *mr_http_req_segments(const struct mr_http_req *req, size_t *n);
+/* Decoded query argument, NULL if absent ("" if present without value);
+ * the first one when repeated. Never holds a NUL or control byte. */
 const char *mr_http_req_query(const struct mr_http_req *req, const char *key);
 /* Request header (case-insensitive name), NULL if absent. */
 const char *mr_http_req_header(const struct mr_http_req *req, const char *name);

@@ -70,31 +70,35 @@ static int authorized(struct call *k, int write)
 
 /* ---- routing ---- */
 
-/* Splits "/v1/jobs/ns/name/rest"; returns the rest ("" if none) or NULL. */
-static const char *parse_job(struct call *k, const char *p)
+/* Joins seg[0..n) with '/' into k->key; a key longer than CTL_MAX_KEY is
+ * cut at CTL_MAX_KEY + 1 bytes, so the core still refuses it. */
+static void join_key(struct call *k, const char *const *seg, size_t n)
 {
-	const char *ns = p, *s1 = strchr(ns, '/'), *s2, *rest;
-	char a[64], b[64];
+	size_t o = 0;
 
-	if (!s1 || s1 == ns || (size_t)(s1 - ns) >= sizeof(a))
-		return NULL;
-	s2 = strchr(s1 + 1, '/');
-	rest = s2 ? s2 + 1 : s1 + 1 + strlen(s1 + 1);
-	if ((size_t)((s2 ? s2 : rest) - (s1 + 1)) >= sizeof(b))
-		return NULL;
-	memcpy(a, ns, (size_t)(s1 - ns));
-	a[s1 - ns] = 0;
-	memcpy(b, s1 + 1, (size_t)((s2 ? s2 : rest) - (s1 + 1)));
-	b[(s2 ? s2 : rest) - (s1 + 1)] = 0;
-	if (!mr__ctl_valid_job_part(a) || !mr__ctl_valid_job_part(b))
-		return NULL;
-	snprintf(k->job, sizeof(k->job), "%s/%s", a, b);
-	return rest;
+	for (size_t i = 0; i < n && o <= CTL_MAX_KEY; i++) {
+		if (i)
+			k->key[o++] = '/';
+		for (const char *c = seg[i]; *c && o <= CTL_MAX_KEY; c++)
+			k->key[o++] = *c;
+	}
+	k->key[o] = 0;
 }
 
+/*
+ * Routes on the decoded segments (mr_http_req_segments), never on the
+ * joined path, so a "%2F" inside a job part does not become a separator.
+ * /v1/jobs/{ns}/{name}/... : segments 2 and 3 name the job; a KV key is
+ * every segment after "kv" joined by '/' (kv/a/b and kv/a%2Fb name the
+ * same key "a/b"); POST .../kv/{key}/add is an add only when "add" is a
+ * segment of its own.
+ */
 static int route(struct call *k, const char **allow)
 {
-	const char *p = k->path, *rest;
+	const char *p = k->path;
+	size_t n;
+	const char *const *s = mr_http_req_segments(k->req, &n);
+	const char *op;
 
 	if (!strcmp(p, "/healthz"))
 		return *allow = "GET", RT_HEALTHZ;
@@ -102,41 +106,49 @@ static int route(struct call *k, const char **allow)
 		return *allow = "GET", RT_READYZ;
 	if (!strcmp(p, "/metrics"))
 		return *allow = "GET", RT_METRICS;
-	if (!strcmp(p, "/v1/jobs") || !strcmp(p, "/v1/jobs/"))
+	if (n < 2 || strcmp(s[0], "v1") || strcmp(s[1], "jobs"))
+		return RT_OTHER;
+	if (n == 2 || (n == 3 && !s[2][0]))
 		return *allow = "GET, POST", RT_JOBS;
-	if (strncmp(p, "/v1/jobs/", 9) != 0)
+	if (n < 4)
 		return RT_OTHER;
-	rest = parse_job(k, p + 9);
-	if (!rest)
-		return RT_OTHER;
-	if (!*rest)
-		return *allow = "GET, DELETE", RT_JOB;
-	if (!strcmp(rest, "join"))
-		return *allow = "POST", RT_JOIN;
-	if (!strcmp(rest, "wait"))
-		return *allow = "GET", RT_WAIT;
-	if (!strcmp(rest, "heartbeat"))
-		return *allow = "POST", RT_HEARTBEAT;
-	if (!strcmp(rest, "leave"))
-		return *allow = "POST", RT_LEAVE;
-	if (!strcmp(rest, "fail"))
-		return *allow = "POST", RT_FAIL;
-	if (!strcmp(rest, "complete"))
-		return *allow = "POST", RT_COMPLETE;
-	if (!strcmp(rest, "kv") || !strcmp(rest, "kv/"))
-		return *allow = "GET", RT_KV_LIST;
-	if (!strncmp(rest, "kv/", 3)) {
-		size_t n = strlen(rest + 3);
-
-		k->key = rest + 3;
-		if (n > 4 && !strcmp(rest + 3 + n - 4, "/add") &&
-		    mr_http_req_method(k->req) == MR_HTTP_POST) {
-			k->path[(size_t)(rest + 3 + n - 4 - k->path)] = 0;
-			return *allow = "GET, PUT, DELETE, POST", RT_KV_ADD;
+	for (int i = 2; i < 4; i++) {
+		if (!mr__ctl_valid_job_part(s[i])) {
+			k->bad_seg = s[i];
+			k->bad_idx = i;
+			return RT_OTHER;
 		}
-		return *allow = "GET, PUT, DELETE, POST", RT_KV;
 	}
-	return RT_OTHER;
+	snprintf(k->job, sizeof(k->job), "%s/%s", s[2], s[3]);
+	if (n == 4 || (n == 5 && !s[4][0]))
+		return *allow = "GET, DELETE", RT_JOB;
+	op = s[4];
+	if (strcmp(op, "kv") != 0) {
+		if (n != 5)
+			return RT_OTHER;
+		if (!strcmp(op, "join"))
+			return *allow = "POST", RT_JOIN;
+		if (!strcmp(op, "wait"))
+			return *allow = "GET", RT_WAIT;
+		if (!strcmp(op, "heartbeat"))
+			return *allow = "POST", RT_HEARTBEAT;
+		if (!strcmp(op, "leave"))
+			return *allow = "POST", RT_LEAVE;
+		if (!strcmp(op, "fail"))
+			return *allow = "POST", RT_FAIL;
+		if (!strcmp(op, "complete"))
+			return *allow = "POST", RT_COMPLETE;
+		return RT_OTHER;
+	}
+	if (n == 5 || (n == 6 && !s[5][0]))
+		return *allow = "GET", RT_KV_LIST;
+	if (n > 6 && !strcmp(s[n - 1], "add") && s[5][0] &&
+	    mr_http_req_method(k->req) == MR_HTTP_POST) {
+		join_key(k, s + 5, n - 6);
+		return *allow = "GET, PUT, DELETE, POST", RT_KV_ADD;
+	}
+	join_key(k, s + 5, n - 5);
+	return *allow = "GET, PUT, DELETE, POST", RT_KV;
 }
 
 static int method_ok(int rt, enum mr_http_method m)
@@ -199,9 +211,13 @@ void mr__ctl_handle(struct mr_http_req *req, void *user)
 	k->req = req;
 	k->t0 = t0;
 	c->ctl.now_ms = t0 / 1000;
-	snprintf(k->path, sizeof(k->path), "%s", mr_http_req_path(req));
+	k->path = mr_http_req_path(req);
 	k->route = route(k, &allow);
-	if (k->route == RT_OTHER) {
+	if (k->route == RT_OTHER && k->bad_seg) {
+		mr__res_err(&k->res, 404, "not_found", "path",
+			    "no route for '%.200s': path segment %d '%.64s' is not a DNS label",
+			    k->path, k->bad_idx, k->bad_seg);
+	} else if (k->route == RT_OTHER) {
 		mr__api_fail(k, 404, "not_found", "path", "no route for '%.200s'", k->path);
 	} else if (!method_ok(k->route, m)) {
 		mr_http_add_header(req, "Allow", allow);

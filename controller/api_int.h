@@ -17,8 +17,10 @@ struct call {
 	int route;
 	int64_t t0;
 	char job[128];      /* "ns/name" */
-	const char *key;    /* KV key (points into path copy) */
-	char path[1024];
+	char key[CTL_MAX_KEY + 2]; /* KV key: the segments after "kv" */
+	const char *path;   /* decoded path, valid for the request */
+	const char *bad_seg; /* a job part that is not a DNS label (404) */
+	int bad_idx;        /* its segment index */
 	struct ctl_res res;
 };
 

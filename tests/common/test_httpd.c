@@ -526,40 +526,6 @@ Test(httpd, slowloris_dropped_after_idle_timeout)
 	mr_httpd_stop(srv);
 }
 
-Test(httpd, connection_limit)
-{
-	struct mr_httpd_opts o = {.max_connections = 2};
-	struct mr_httpd *srv = start(&o);
-	const char *req = "GET /echo HTTP/1.1\r\nHost: x\r\n\r\n";
-	int a = raw_connect(mr_httpd_port(srv));
-	int b = raw_connect(mr_httpd_port(srv));
-	int c;
-	char buf[512];
-	ssize_t n;
-
-	usleep(100000); /* let the loop accept both */
-	c = raw_connect(mr_httpd_port(srv));
-	send(c, req, strlen(req), MSG_NOSIGNAL);
-	n = raw_recv(c, buf, sizeof(buf), 500);
-	cr_assert_leq(n, 0, "third connection was served past the limit");
-	cr_assert_eq(atomic_load(&st.handled), 0);
-	/* the first two are real, working connections */
-	cr_assert_eq(send(a, req, strlen(req), 0), (ssize_t)strlen(req));
-	n = raw_recv(a, buf, sizeof(buf) - 1, 2000);
-	cr_assert_gt(n, 0);
-	buf[n] = '\0';
-	cr_assert(strncmp(buf, "HTTP/1.1 200", 12) == 0, "got %s", buf);
-	/* a freed slot admits the waiting connection from the backlog */
-	close(a);
-	n = raw_recv(c, buf, sizeof(buf) - 1, 3000);
-	cr_assert_gt(n, 0, "waiting connection not served after a slot freed");
-	buf[n] = '\0';
-	cr_assert(strncmp(buf, "HTTP/1.1 200", 12) == 0, "got %s", buf);
-	close(b);
-	close(c);
-	mr_httpd_stop(srv);
-}
-
 struct stop_ctx {
 	struct mr_httpd *srv;
 	double took;

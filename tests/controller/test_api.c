@@ -4,8 +4,11 @@
  * job isolation, bearer tokens (401/403, read token), body and value
  * limits (413), malformed JSON and wrong types (400 naming the field),
  * 404/405, metrics, a slowloris client dropped after the idle timeout
- * while normal clients are served, and the job's end (permanent fail,
- * complete) answering parked and later calls 410 across a restart.
+ * while normal clients are served, the job's end (permanent fail,
+ * complete) answering parked and later calls 410 across a restart, percent
+ * escapes in paths and queries (%00 cannot reach another key or job, %2F
+ * is no separator), conflicting Content-Length, and the connection limit
+ * (503 "overloaded" at once while /healthz, /readyz, /metrics answer).
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -427,5 +430,146 @@ Test(api, permanent_fail_and_completion_end_the_job)
 	ctlp_start(&c, 0, NULL);
 	job_state_is(&c, "a/end", "\"state\":\"failed\"", "failed permanently: exit 2");
 	job_state_is(&c, "a/ok", "\"state\":\"succeeded\"", "all 2 nodes of generation 1");
+	ctlp_stop(&c, 1);
+}
+
+/* A raw request on a new connection; returns the status, the reply in buf. */
+static int raw_call(int port, const char *req, char *buf, size_t cap)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	struct timeval tv = { 10, 0 };
+	int fd = socket(AF_INET, SOCK_STREAM, 0), status = 0;
+	size_t got = 0;
+	ssize_t n;
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	cr_assert_eq(write(fd, req, strlen(req)), (ssize_t)strlen(req));
+	while (got < cap - 1 && (n = read(fd, buf + got, cap - 1 - got)) > 0)
+		got += (size_t)n;
+	buf[got] = 0;
+	close(fd);
+	sscanf(buf, "HTTP/1.1 %d", &status);
+	return status;
+}
+
+Test(api, percent_escapes_cannot_reach_another_key_or_job)
+{
+	struct ctlp c = { 0 };
+	struct mr_test_resp r;
+	char code[64];
+
+	ctlp_start(&c, 0, NULL);
+	mkjob(&c, "nul/victim");
+	ctl_call(&c, &r, "PUT", "orig", NULL, "/v1/jobs/nul/victim/kv/victimkey");
+	cr_assert_eq(r.status, 200);
+	/* %00 used to cut the key to 'victimkey' and overwrite it */
+	ctl_call(&c, &r, "PUT", "evil", NULL, "%s", "/v1/jobs/nul/victim/kv/victimkey%00.evil");
+	cr_assert_eq(r.status, 400, "%s", r.body);
+	cr_assert_str_eq(jerr(&r, "code", code, sizeof(code)), "bad_path");
+	cr_assert_str_eq(jerr(&r, "field", code, sizeof(code)), "path[5]");
+	ctl_call(&c, &r, "GET", NULL, NULL, "/v1/jobs/nul/victim/kv/victimkey");
+	cr_assert_eq(r.status, 200);
+	cr_assert_str_eq(r.body, "orig");
+	/* ... and the job name to 'nul/victim' and delete it */
+	ctl_call(&c, &r, "DELETE", NULL, NULL, "%s", "/v1/jobs/nul/victim%00zzz");
+	cr_assert_eq(r.status, 400, "%s", r.body);
+	cr_assert_str_eq(jerr(&r, "field", code, sizeof(code)), "path[3]");
+	ctl_call(&c, &r, "DELETE", NULL, NULL, "%s", "/v1/jobs/nul%2Fvictim");
+	cr_assert_eq(r.status, 404, "%%2F is no separator: %s", r.body);
+	ctl_call(&c, &r, "GET", NULL, NULL, "/v1/jobs/nul/victim");
+	cr_assert_eq(r.status, 200, "the job survived: %s", r.body);
+	/* malformed escapes and control characters */
+	ctl_call(&c, &r, "PUT", "x", NULL, "%s", "/v1/jobs/nul/victim/kv/a%G1");
+	cr_assert_eq(r.status, 400);
+	cr_assert_str_eq(jerr(&r, "code", code, sizeof(code)), "bad_path");
+	ctl_call(&c, &r, "PUT", "x", NULL, "%s", "/v1/jobs/nul/victim/kv/a/b%1F");
+	cr_assert_eq(r.status, 400);
+	cr_assert_str_eq(jerr(&r, "field", code, sizeof(code)), "path[6]");
+	/* a query value cannot be cut short either */
+	ctl_call(&c, &r, "GET", NULL, NULL, "%s", "/v1/jobs/nul/victim/wait?node_id=n0%00x");
+	cr_assert_eq(r.status, 400, "%s", r.body);
+	cr_assert_str_eq(jerr(&r, "code", code, sizeof(code)), "bad_query");
+	cr_assert_str_eq(jerr(&r, "field", code, sizeof(code)), "node_id");
+	/* valid escapes work end to end; a key may spell '/' as %2F */
+	ctl_call(&c, &r, "PUT", "dot", NULL, "%s", "/v1/jobs/nul/victim/kv/x%2Ey");
+	cr_assert_eq(r.status, 200, "%s", r.body);
+	ctl_call(&c, &r, "GET", NULL, NULL, "/v1/jobs/nul/victim/kv/x.y");
+	cr_assert_str_eq(r.body, "dot");
+	ctl_call(&c, &r, "PUT", "slash", NULL, "%s", "/v1/jobs/nul/victim/kv/meshrun%2Fbarrier");
+	cr_assert_eq(r.status, 200, "%s", r.body);
+	ctl_call(&c, &r, "GET", NULL, NULL, "/v1/jobs/nul/victim/kv/meshrun/barrier");
+	cr_assert_str_eq(r.body, "slash");
+	/* add is an operation only as a segment of its own */
+	ctl_call(&c, &r, "POST", "{\"delta\":2}", NULL, "/v1/jobs/nul/victim/kv/ctr/add");
+	cr_assert_eq(r.status, 200, "%s", r.body);
+	ctl_call(&c, &r, "POST", "{\"delta\":2}", NULL, "%s", "/v1/jobs/nul/victim/kv/ctr%2Fadd");
+	cr_assert_eq(r.status, 405, "%s", r.body);
+	ctl_call(&c, &r, "GET", NULL, NULL, "/v1/jobs/nul/victim/kv?prefix=");
+	cr_assert_eq(jint(&r, "total"), 4, "%s", r.body);
+	ctlp_stop(&c, 1);
+}
+
+Test(api, conflicting_content_length_is_400)
+{
+	struct ctlp c = { 0 };
+	struct mr_test_resp r;
+	char buf[4096];
+
+	ctlp_start(&c, 0, NULL);
+	mkjob(&c, "cl/j");
+	cr_assert_eq(raw_call(c.port,
+			      "PUT /v1/jobs/cl/j/kv/k HTTP/1.1\r\nHost: x\r\n"
+			      "Content-Length: 1\r\nContent-Length: 5\r\n\r\nabcde",
+			      buf, sizeof(buf)),
+		     400, "%s", buf);
+	cr_assert(strstr(buf, "\"field\":\"Content-Length\""), "%s", buf);
+	ctl_call(&c, &r, "GET", NULL, NULL, "/v1/jobs/cl/j/kv/k");
+	cr_assert_eq(r.status, 404, "nothing was stored: %s", r.body);
+	cr_assert_eq(raw_call(c.port,
+			      "PUT /v1/jobs/cl/j/kv/k HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+			      "Content-Length: 5\r\nContent-Length: 5\r\n\r\nabcde",
+			      buf, sizeof(buf)),
+		     200, "identical repeats are one value: %s", buf);
+	ctl_call(&c, &r, "GET", NULL, NULL, "/v1/jobs/cl/j/kv/k");
+	cr_assert_str_eq(r.body, "abcde");
+	ctlp_stop(&c, 1);
+}
+
+Test(api, over_the_connection_limit_probes_still_answer)
+{
+	struct ctlp c = { 0 };
+	struct mr_test_resp r;
+	const char *extra[] = { "--max-connections", "4", NULL };
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	char url[128], code[64];
+	int idle[4];
+
+	ctlp_start(&c, 0, extra);
+	sa.sin_port = htons((uint16_t)c.port);
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	for (int i = 0; i < 4; i++) {
+		idle[i] = socket(AF_INET, SOCK_STREAM, 0);
+		cr_assert_eq(connect(idle[i], (struct sockaddr *)&sa, sizeof(sa)), 0);
+	}
+	usleep(300000);
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/v1/jobs", c.port);
+	mr_test_http(&r, "GET", url, NULL, 0, NULL, 10000);
+	cr_assert_eq(r.status, 503, "an API call past the limit: %ld %s", r.status, r.body);
+	cr_assert_str_eq(jerr(&r, "code", code, sizeof(code)), "overloaded");
+	static const char *const probes[] = { "/healthz", "/readyz", "/metrics" };
+	for (int i = 0; i < 3; i++) {
+		snprintf(url, sizeof(url), "http://127.0.0.1:%d%s", c.port, probes[i]);
+		mr_test_http(&r, "GET", url, NULL, 0, NULL, 10000);
+		cr_assert_eq(r.status, 200, "%s at the limit: %ld", probes[i], r.status);
+	}
+	cr_assert(strstr(r.body, "meshrun_controller_http_requests_total"), "%.200s", r.body);
+	close(idle[0]);
+	usleep(300000);
+	ctl_call(&c, &r, "GET", NULL, NULL, "/v1/jobs");
+	cr_assert_eq(r.status, 200, "a freed slot serves the API again");
+	for (int i = 1; i < 4; i++)
+		close(idle[i]);
 	ctlp_stop(&c, 1);
 }
