@@ -28,9 +28,11 @@ struct ctl_jbuf *mr__jr_batch(struct ctl_journal *jr)
 	return &jr->batch;
 }
 
+/* A compaction owed after an error waits for the next batch (no retry
+ * loop while the disk fails; its replies were answered 503). */
 int mr__jr_pending(const struct ctl_journal *jr)
 {
-	return jr && (jr->batch.len || jr->batch.failed || jr->need_compact);
+	return jr && (jr->batch.len || jr->batch.failed);
 }
 
 int mr__jr_inflight(const struct ctl_journal *jr)
@@ -143,8 +145,8 @@ static int finish(struct ctl_journal *jr, int err)
 			    mr_log_q(jr->path), (unsigned long long)before,
 			    (unsigned long long)jr->size);
 	} else if (jr->wcompact) {
-		mr_log_error("journal_compaction_failed", "path=%s err=%s", mr_log_q(jr->path),
-			     mr_log_q(jr->wmsg.msg));
+		mr_log_error("journal_compaction_failed", "path=%s batch=%s err=%s",
+			     mr_log_q(jr->path), err ? "lost" : "appended", mr_log_q(jr->wmsg.msg));
 	}
 	if (err) {
 		mr_log_error("journal_write_failed", "path=%s err=%s", mr_log_q(jr->path),

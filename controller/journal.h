@@ -59,8 +59,9 @@
  * the batch's effects, so its records are dropped, never appended after
  * it). If the snapshot cannot be written (before the rename), the batch is
  * appended to the old file as usual. A batch lost to an error (a failed
- * write or sync, or no memory to record it) forces the next commit to be a
- * compaction, so the file never keeps a hole that later records depend on.
+ * write or sync, or no memory to record it) makes the next commit a
+ * compaction, so the file never keeps a hole that later records depend on;
+ * until one succeeds, every commit fails (its replies are 503).
  *
  * Group commit: mutations are encoded into the batch; a commit writes it
  * with one write() and one fdatasync(). The server pipelines commits on a
@@ -192,15 +193,17 @@ int mr__jr_open(struct ctl_journal **out, const struct ctl_journal_opts *opts,
 		struct mr_errbuf *eb);
 /* The batch the state encodes its records into. */
 struct ctl_jbuf *mr__jr_batch(struct ctl_journal *jr);
-/* 1 if records (or a lost batch) wait to be committed. */
+/* 1 if records (or a batch lost while recording) wait to be committed. */
 int mr__jr_pending(const struct ctl_journal *jr);
 /* Writes and syncs the batch now, on the calling thread (a compaction
  * instead if one is due after an error). 0 if nothing was pending. Not
  * while a pipelined commit is in flight. */
 int mr__jr_commit(struct ctl_journal *jr);
 /* Replaces the file with a snapshot of the state now, on the calling
- * thread; the batch's records are dropped (the snapshot holds them). Not
- * while a pipelined commit is in flight. */
+ * thread; the batch's records are dropped (the snapshot holds them). If
+ * the snapshot cannot be written the batch is appended as by
+ * mr__jr_commit (unless a compaction is owed: then MR_EIO). Not while a
+ * pipelined commit is in flight. */
 int mr__jr_compact(struct ctl_journal *jr);
 /*
  * Pipelined commit: hands the batch (or a compaction, when due) to the

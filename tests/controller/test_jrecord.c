@@ -3,7 +3,8 @@
  * the torn-tail vs corruption rule on crafted bytes (journal.h), the
  * data dir's lock in one process, compaction with a pending batch (the
  * batch is dropped, its effects kept), compaction handed to the writer
- * thread by the pipelined commit, and a lost batch forcing a compaction.
+ * thread by the pipelined commit, a lost batch forcing a compaction, and
+ * a compaction that cannot write (falls back to appending, or is owed).
  * Every reopen compares the replayed state with the live one.
  */
 #include <criterion/criterion.h>
@@ -397,6 +398,39 @@ Test(jrecord, a_lost_batch_forces_a_compaction)
 	kv_put(&a, "k", "v");
 	mr__jr_batch(a.jr)->failed = 1; /* as if recording ran out of memory */
 	cr_assert_eq(mr__jr_commit(a.jr), 0, "the snapshot replaces the lost batch");
+	cr_assert_eq(mr__jr_compactions(a.jr), 1);
+	expect_survives(&a, dir);
+	mr__ctl_release(&a);
+	mr_test_rmdir(dir);
+}
+
+Test(jrecord, a_compaction_that_cannot_write_falls_back_or_is_owed)
+{
+	char dir[256], tmp[300];
+	struct ctl a;
+	off_t before;
+
+	cr_assert_eq(mr_test_tmpdir(dir, sizeof(dir), "mr-jr"), 0);
+	snprintf(tmp, sizeof(tmp), "%s/journal.tmp", dir);
+	jopen(&a, dir, 0, 0);
+	join(&a, "x", 0);
+	cr_assert_eq(mr__jr_commit(a.jr), 0);
+	/* journal.tmp cannot be created: a due compaction appends instead */
+	cr_assert_eq(mkdir(tmp, 0700), 0);
+	before = file_size(dir);
+	kv_put(&a, "k", "v1");
+	cr_assert_eq(mr__jr_compact(a.jr), 0, "the batch is appended to the old file");
+	cr_assert_eq(mr__jr_compactions(a.jr), 0);
+	cr_assert_gt(file_size(dir), before);
+	/* a lost batch owes a compaction: until one works, commits fail */
+	kv_put(&a, "k", "v2");
+	mr__jr_batch(a.jr)->failed = 1;
+	cr_assert_eq(mr__jr_commit(a.jr), MR_EIO);
+	kv_put(&a, "k2", "w");
+	cr_assert_eq(mr__jr_commit(a.jr), MR_EIO, "no append after a hole");
+	cr_assert_eq(rmdir(tmp), 0);
+	kv_put(&a, "k3", "z");
+	cr_assert_eq(mr__jr_commit(a.jr), 0, "the owed compaction");
 	cr_assert_eq(mr__jr_compactions(a.jr), 1);
 	expect_survives(&a, dir);
 	mr__ctl_release(&a);
