@@ -16,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "journal.h"
 #include "mr_json.h"
 #include "mr_log.h"
 #include "api_int.h"

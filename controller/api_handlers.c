@@ -9,7 +9,6 @@
 #include <string.h>
 
 #include "api_int.h"
-#include "journal.h"
 #include "mr_json.h"
 #include "mr_log.h"
 

@@ -9,14 +9,16 @@
  * ctl_waiter holding an opaque request pointer; when a waiter is woken
  * later the core calls ctl->wake(ctl, req, res) and the API layer replies.
  *
- * Every mutation is applied in memory and appended to the journal batch
- * (journal.c); the server writes and fsyncs the batch once per loop
- * iteration before any reply leaves (group commit). Replay calls the same
- * apply functions with ctl->replaying set, so live and replayed state
+ * Every mutation is applied in memory and recorded in the journal batch
+ * (records.c encodes, journal.h frames); the server writes and fsyncs the
+ * batch before any reply that shows it leaves (group commit). Replay
+ * decodes the records through records.c's table and calls the same apply
+ * functions with ctl->replaying set, so live and replayed state
  * transitions cannot drift apart.
  *
- * Ownership: struct ctl owns every job; a job owns its members, KV
- * entries and waiter records; a waiter does not own its request.
+ * Ownership: struct ctl owns every job and its journal (ctl->jr); a job
+ * owns its members, KV entries and waiter records; a waiter does not own
+ * its request.
  *
  * Non-goals: sockets, parsing HTTP, authentication (api.c), metrics
  * rendering (server.c).
@@ -147,7 +149,7 @@ struct ctl {
 	struct mr_dict jobs;
 	struct ctl_waiter **heap; /* min-heap by deadline */
 	size_t heap_len, heap_cap;
-	struct ctl_journal *jr; /* NULL = no journal (tests, fuzzing) */
+	struct ctl_journal *jr; /* NULL = no journal (tests, fuzzing); journal.h */
 	int replaying;
 	int64_t now_ms;
 	int64_t last_scan_ms;
@@ -296,15 +298,34 @@ void mr__ctl_waiters_expire(struct ctl *ctl);
 /* Wakes waiters of job/key with the KV entry. */
 void mr__ctl_waiters_kv(struct ctl *ctl, struct ctl_job *job, const struct ctl_kv *e);
 
-/* ---- journal hooks (journal.c); no-ops when ctl->jr is NULL or replaying ---- */
-void mr__jr_job(struct ctl *ctl, const struct ctl_job *job);
-void mr__jr_job_delete(struct ctl *ctl, const char *name);
-void mr__jr_member(struct ctl *ctl, const struct ctl_job *job, const struct ctl_member *m);
-void mr__jr_member_delete(struct ctl *ctl, const struct ctl_job *job, const char *node_id);
-void mr__jr_close(struct ctl *ctl, const struct ctl_job *job, int32_t n);
-void mr__jr_bump(struct ctl *ctl, const struct ctl_job *job);
-void mr__jr_end(struct ctl *ctl, const struct ctl_job *job);
-void mr__jr_kv_put(struct ctl *ctl, const struct ctl_job *job, const struct ctl_kv *e);
-void mr__jr_kv_del(struct ctl *ctl, const struct ctl_job *job, const char *key);
+/* ---- journal records (records.c): the state's side of the journal ---- */
+struct ctl_jbuf;
+struct ctl_jr_scan;
+struct ctl_journal_opts;
+struct ctl_journal_info;
+
+/* Called by the apply functions: append a record of the change to the
+ * journal's batch. No-ops when ctl->jr is NULL or ctl->replaying. */
+void mr__rec_job(struct ctl *ctl, const struct ctl_job *job);
+void mr__rec_job_delete(struct ctl *ctl, const char *name);
+void mr__rec_member(struct ctl *ctl, const struct ctl_job *job, const struct ctl_member *m);
+void mr__rec_member_delete(struct ctl *ctl, const struct ctl_job *job, const char *node_id);
+void mr__rec_close(struct ctl *ctl, const struct ctl_job *job, int32_t n);
+void mr__rec_bump(struct ctl *ctl, const struct ctl_job *job);
+void mr__rec_end(struct ctl *ctl, const struct ctl_job *job);
+void mr__rec_kv_put(struct ctl *ctl, const struct ctl_job *job, const struct ctl_kv *e);
+void mr__rec_kv_del(struct ctl *ctl, const struct ctl_job *job, const char *key);
+/* Opens the journal of o->dir into ctl->jr: locks the dir, replays it
+ * through the record table, compacts it (mr__jr_open; same errors). */
+int mr__ctl_journal_open(struct ctl *ctl, const struct ctl_journal_opts *o,
+			 struct ctl_journal_info *info, struct mr_errbuf *eb);
+/* Frees ctl->jr (no commit; the lock is released) and sets it NULL. */
+void mr__ctl_journal_close(struct ctl *ctl);
+/* Replays framed records from memory into ctl (tests, fuzzing). */
+void mr__ctl_replay(struct ctl *ctl, const unsigned char *buf, size_t len,
+		    struct ctl_jr_scan *scan);
+/* Appends the whole state as records (a snapshot) to out: 0 or
+ * MR_ENOMEM. */
+int mr__ctl_snapshot(struct ctl *ctl, struct ctl_jbuf *out);
 
 #endif

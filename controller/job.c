@@ -268,7 +268,7 @@ struct ctl_member *mr__ctl_apply_member(struct ctl *ctl, struct ctl_job *job, co
 	mr__ctl_set_state(ctl, job, m, state);
 	m->node_rank = state == CTL_M_RUNNING ? node_rank : -1;
 	mr__ctl_member_touch(ctl, job, m);
-	mr__jr_member(ctl, job, m);
+	mr__rec_member(ctl, job, m);
 	return m;
 }
 
@@ -282,7 +282,7 @@ void mr__ctl_apply_member_delete(struct ctl *ctl, struct ctl_job *job, struct ct
 			    m->node_id);
 		mr__ctl_waiter_finish(ctl, m->waiter, &res);
 	}
-	mr__jr_member_delete(ctl, job, m->node_id);
+	mr__rec_member_delete(ctl, job, m->node_id);
 	lru_unlink(job, m);
 	job->count[m->state]--;
 	mr_dict_del(&job->members, m->node_id);
@@ -348,7 +348,7 @@ struct ctl_job *mr__ctl_apply_job(struct ctl *ctl, const char *name, const struc
 	if (num_nodes)
 		mr__ctl_mesh_fits(spec, num_nodes, &job->dp);
 	mr__ctl_update_min(ctl, job);
-	mr__jr_job(ctl, job);
+	mr__rec_job(ctl, job);
 	return job;
 oom:
 	if (job)
@@ -360,7 +360,7 @@ oom:
 void mr__ctl_apply_job_delete(struct ctl *ctl, struct ctl_job *job)
 {
 	mr__ctl_waiters_fail(ctl, job, 410, "job_deleted", "job", NULL, "the job was deleted");
-	mr__jr_job_delete(ctl, job->name);
+	mr__rec_job_delete(ctl, job->name);
 	mr_dict_del(&ctl->jobs, job->name);
 	job_free(ctl, job);
 }

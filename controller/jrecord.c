@@ -1,35 +1,21 @@
 /*
- * jrecord.c - journal records of the controller (see journal.h): CRC-32,
- * the encoders behind the mr__jr_* hooks, the bounded decoder and replay,
- * and the snapshot written at compaction.
+ * jrecord.c - records of the journal (see journal.h): CRC-32, the field
+ * encoder (struct ctl_jbuf), the bounded decoder (struct ctl_jdec), and
+ * replay: frames are checked, handed to the state's table of decode+apply
+ * functions, and what follows the valid prefix is classified as a torn
+ * tail or as corruption.
  *
- * Every decoded field is range-checked before it reaches an apply function,
- * so a corrupt or hostile journal stops replay instead of corrupting state
- * (this is what tests/fuzz/fuzz_controller.c exercises).
+ * Every decoded field is range-checked by the decoder or the apply
+ * function, so a corrupt or hostile journal stops replay instead of
+ * corrupting state (tests/fuzz/fuzz_controller.c exercises this).
  *
- * Non-goals: files (journal.c); reading journals of another format version
- * (record types are append-only).
+ * Non-goals: files (jfile.c), what records mean (records.c).
  */
-#include "journal.h"
-
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_RECORD (16u << 20)
-
-enum {
-	R_JOB = 1,
-	R_JOB_DEL = 2,
-	R_MEMBER = 3,
-	R_MEMBER_DEL = 4,
-	R_CLOSE = 5,
-	R_BUMP = 6,
-	R_KV_PUT = 7,
-	R_KV_DEL = 8,
-	R_END = 9, /* a job became failed/succeeded (permanent fail, completion) */
-};
+#include "journal.h"
 
 /* ---- CRC-32 (IEEE 802.3, reflected) --------------------------------------- */
 
@@ -55,83 +41,6 @@ uint32_t mr__crc32(const void *buf, size_t len)
 	return c ^ 0xffffffffu;
 }
 
-/* ---- encoding ------------------------------------------------------------------ */
-
-static int reserve(struct ctl_journal *jr, size_t n)
-{
-	size_t ncap;
-	unsigned char *nb;
-
-	if (jr->len + n <= jr->cap)
-		return 0;
-	ncap = jr->cap ? jr->cap : 4096;
-	while (ncap < jr->len + n)
-		ncap *= 2;
-	nb = realloc(jr->buf, ncap);
-	if (!nb) {
-		jr->failed = 1;
-		return MR_ENOMEM;
-	}
-	jr->buf = nb;
-	jr->cap = ncap;
-	return 0;
-}
-
-static void put_raw(struct ctl_journal *jr, const void *p, size_t n)
-{
-	if (reserve(jr, n))
-		return;
-	if (n)
-		memcpy(jr->buf + jr->len, p, n);
-	jr->len += n;
-}
-
-static void put_uv(struct ctl_journal *jr, uint64_t v)
-{
-	unsigned char b[10];
-	size_t n = 0;
-
-	do {
-		b[n] = v & 0x7f;
-		v >>= 7;
-		if (v)
-			b[n] |= 0x80;
-		n++;
-	} while (v);
-	put_raw(jr, b, n);
-}
-
-static void put_bytes(struct ctl_journal *jr, const void *p, size_t n)
-{
-	put_uv(jr, n);
-	put_raw(jr, p, n);
-}
-
-/* NULL is encoded as length 0, "x" as length 2. */
-static void put_str(struct ctl_journal *jr, const char *s)
-{
-	if (!s) {
-		put_uv(jr, 0);
-		return;
-	}
-	put_uv(jr, strlen(s) + 1);
-	put_raw(jr, s, strlen(s));
-}
-
-static struct ctl_journal *rec_begin(struct ctl *ctl, int type, const char *job)
-{
-	struct ctl_journal *jr = ctl->jr;
-	unsigned char t = (unsigned char)type;
-
-	if (!jr || ctl->replaying)
-		return NULL;
-	jr->rec_start = jr->len;
-	put_raw(jr, "\0\0\0\0\0\0\0\0", 8);
-	put_raw(jr, &t, 1);
-	put_str(jr, job);
-	return jr;
-}
-
 static void wr32(unsigned char *p, uint32_t v)
 {
 	p[0] = (unsigned char)v;
@@ -145,178 +54,134 @@ static uint32_t rd32(const unsigned char *p)
 	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-static void rec_end(struct ctl_journal *jr)
+/* ---- encoding ------------------------------------------------------------------ */
+
+static int reserve(struct ctl_jbuf *b, size_t n)
+{
+	size_t ncap;
+	unsigned char *nb;
+
+	if (b->failed)
+		return MR_ENOMEM;
+	if (b->len + n <= b->cap)
+		return 0;
+	ncap = b->cap ? b->cap : 4096;
+	while (ncap < b->len + n)
+		ncap *= 2;
+	nb = realloc(b->p, ncap);
+	if (!nb) {
+		b->failed = 1;
+		return MR_ENOMEM;
+	}
+	b->p = nb;
+	b->cap = ncap;
+	return 0;
+}
+
+static void put_raw(struct ctl_jbuf *b, const void *p, size_t n)
+{
+	if (reserve(b, n))
+		return;
+	if (n)
+		memcpy(b->p + b->len, p, n);
+	b->len += n;
+}
+
+void mr__jbuf_uv(struct ctl_jbuf *b, uint64_t v)
+{
+	unsigned char t[10];
+	size_t n = 0;
+
+	do {
+		t[n] = v & 0x7f;
+		v >>= 7;
+		if (v)
+			t[n] |= 0x80;
+		n++;
+	} while (v);
+	put_raw(b, t, n);
+}
+
+void mr__jbuf_bytes(struct ctl_jbuf *b, const void *p, size_t n)
+{
+	mr__jbuf_uv(b, n);
+	put_raw(b, p, n);
+}
+
+void mr__jbuf_str(struct ctl_jbuf *b, const char *s)
+{
+	if (!s) {
+		mr__jbuf_uv(b, 0);
+		return;
+	}
+	mr__jbuf_uv(b, strlen(s) + 1);
+	put_raw(b, s, strlen(s));
+}
+
+void mr__jbuf_begin(struct ctl_jbuf *b, unsigned type)
+{
+	unsigned char t = (unsigned char)type;
+
+	b->rec_start = b->len;
+	put_raw(b, "\0\0\0\0\0\0\0\0", 8);
+	put_raw(b, &t, 1);
+}
+
+void mr__jbuf_end(struct ctl_jbuf *b)
 {
 	size_t plen;
 
-	if (jr->failed || jr->len < jr->rec_start + 8)
+	if (b->failed || b->len < b->rec_start + 8)
 		return;
-	plen = jr->len - jr->rec_start - 8;
-	wr32(jr->buf + jr->rec_start, (uint32_t)plen);
-	wr32(jr->buf + jr->rec_start + 4, mr__crc32(jr->buf + jr->rec_start + 8, plen));
-}
-
-static void put_spec(struct ctl_journal *jr, const struct ctl_spec *s)
-{
-	const int32_t v[] = { s->min_nodes, s->max_nodes, s->nproc_per_node, s->tp, s->pp,
-			      s->cp, s->ep, s->dp, s->last_call_ms, s->heartbeat_timeout_ms,
-			      s->max_restarts };
-
-	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
-		put_uv(jr, (uint32_t)v[i]);
-}
-
-void mr__jr_job(struct ctl *ctl, const struct ctl_job *job)
-{
-	struct ctl_journal *jr = rec_begin(ctl, R_JOB, job->name);
-
-	if (!jr)
+	plen = b->len - b->rec_start - 8;
+	if (plen > MR_JR_MAX_RECORD) { /* replay would refuse it: the batch is lost */
+		b->failed = 1;
 		return;
-	put_spec(jr, &job->spec);
-	put_uv(jr, job->generation);
-	put_uv(jr, job->state);
-	put_uv(jr, (uint32_t)job->restarts);
-	put_uv(jr, job->rounds);
-	put_uv(jr, job->kv_seq);
-	put_uv(jr, (uint32_t)job->num_nodes);
-	put_str(jr, job->reason); /* optional: absent in older journals */
-	rec_end(jr);
+	}
+	wr32(b->p + b->rec_start, (uint32_t)plen);
+	wr32(b->p + b->rec_start + 4, mr__crc32(b->p + b->rec_start + 8, plen));
 }
 
-void mr__jr_job_delete(struct ctl *ctl, const char *name)
+void mr__jbuf_release(struct ctl_jbuf *b)
 {
-	struct ctl_journal *jr = rec_begin(ctl, R_JOB_DEL, name);
-
-	if (jr)
-		rec_end(jr);
+	free(b->p);
+	memset(b, 0, sizeof(*b));
 }
 
-void mr__jr_member(struct ctl *ctl, const struct ctl_job *job, const struct ctl_member *m)
-{
-	struct ctl_journal *jr = rec_begin(ctl, R_MEMBER, job->name);
+/* ---- decoding ------------------------------------------------------------------- */
 
-	if (!jr)
-		return;
-	put_str(jr, m->node_id);
-	put_str(jr, m->host);
-	put_str(jr, m->host_id);
-	put_str(jr, m->ports);
-	put_uv(jr, (uint64_t)((int64_t)m->pod_index + 1));
-	put_uv(jr, m->state);
-	put_uv(jr, (uint64_t)((int64_t)m->node_rank + 1));
-	rec_end(jr);
-}
-
-void mr__jr_member_delete(struct ctl *ctl, const struct ctl_job *job, const char *node_id)
-{
-	struct ctl_journal *jr = rec_begin(ctl, R_MEMBER_DEL, job->name);
-
-	if (!jr)
-		return;
-	put_str(jr, node_id);
-	rec_end(jr);
-}
-
-void mr__jr_close(struct ctl *ctl, const struct ctl_job *job, int32_t n)
-{
-	struct ctl_journal *jr = rec_begin(ctl, R_CLOSE, job->name);
-
-	if (!jr)
-		return;
-	put_uv(jr, job->generation);
-	put_uv(jr, (uint32_t)n);
-	rec_end(jr);
-}
-
-void mr__jr_bump(struct ctl *ctl, const struct ctl_job *job)
-{
-	struct ctl_journal *jr = rec_begin(ctl, R_BUMP, job->name);
-
-	if (!jr)
-		return;
-	put_uv(jr, job->generation);
-	put_uv(jr, (uint32_t)job->restarts);
-	put_uv(jr, job->state == CTL_JOB_FAILED);
-	if (job->state == CTL_JOB_FAILED)
-		put_str(jr, job->reason); /* optional: absent in older journals */
-	rec_end(jr);
-}
-
-void mr__jr_end(struct ctl *ctl, const struct ctl_job *job)
-{
-	struct ctl_journal *jr = rec_begin(ctl, R_END, job->name);
-
-	if (!jr)
-		return;
-	put_uv(jr, job->state);
-	put_str(jr, job->reason);
-	rec_end(jr);
-}
-
-void mr__jr_kv_put(struct ctl *ctl, const struct ctl_job *job, const struct ctl_kv *e)
-{
-	struct ctl_journal *jr = rec_begin(ctl, R_KV_PUT, job->name);
-
-	if (!jr)
-		return;
-	put_str(jr, e->key);
-	put_uv(jr, e->version);
-	put_bytes(jr, e->data, e->len);
-	rec_end(jr);
-}
-
-void mr__jr_kv_del(struct ctl *ctl, const struct ctl_job *job, const char *key)
-{
-	struct ctl_journal *jr = rec_begin(ctl, R_KV_DEL, job->name);
-
-	if (!jr)
-		return;
-	put_str(jr, key);
-	rec_end(jr);
-}
-
-/* ---- decoding and replay -------------------------------------------------------- */
-
-struct dec {
-	const unsigned char *p;
-	size_t len, off;
-	int bad;
-};
-
-static uint64_t get_uv(struct dec *d)
+uint64_t mr__jdec_uv(struct ctl_jdec *d)
 {
 	uint64_t v = 0;
 
 	for (int shift = 0; shift < 64; shift += 7) {
-		unsigned char b;
+		unsigned char c;
 
 		if (d->off >= d->len) {
 			d->bad = 1;
 			return 0;
 		}
-		b = d->p[d->off++];
-		v |= (uint64_t)(b & 0x7f) << shift;
-		if (!(b & 0x80))
+		c = d->p[d->off++];
+		v |= (uint64_t)(c & 0x7f) << shift;
+		if (!(c & 0x80))
 			return v;
 	}
 	d->bad = 1;
 	return 0;
 }
 
-static int32_t get_i32(struct dec *d, int64_t lo, int64_t hi)
+int32_t mr__jdec_i32(struct ctl_jdec *d, int64_t lo, int64_t hi)
 {
-	uint64_t v = get_uv(d);
+	uint64_t v = mr__jdec_uv(d);
 
 	if (v > (uint64_t)INT32_MAX || (int64_t)v < lo || (int64_t)v > hi)
 		d->bad = 1;
 	return d->bad ? (int32_t)lo : (int32_t)v;
 }
 
-/* Copies a string field into buf (cap bytes incl. NUL); returns buf, or
- * NULL for an encoded NULL. Embedded NULs are corrupt. */
-static const char *get_str(struct dec *d, char *buf, size_t cap)
+const char *mr__jdec_str(struct ctl_jdec *d, char *buf, size_t cap)
 {
-	uint64_t n = get_uv(d);
+	uint64_t n = mr__jdec_uv(d);
 
 	if (d->bad || n == 0)
 		return NULL;
@@ -331,11 +196,12 @@ static const char *get_str(struct dec *d, char *buf, size_t cap)
 	return buf;
 }
 
-static const void *get_bytes(struct dec *d, size_t *n)
+const void *mr__jdec_bytes(struct ctl_jdec *d, size_t *n)
 {
-	uint64_t l = get_uv(d);
+	uint64_t l = mr__jdec_uv(d);
 	const void *p;
 
+	*n = 0;
 	if (d->bad || l > d->len - d->off) {
 		d->bad = 1;
 		return NULL;
@@ -346,204 +212,165 @@ static const void *get_bytes(struct dec *d, size_t *n)
 	return p;
 }
 
-static int get_spec(struct dec *d, struct ctl_spec *s)
+int mr__jdec_more(const struct ctl_jdec *d)
 {
-	s->min_nodes = get_i32(d, 1, 1000000);
-	s->max_nodes = get_i32(d, 1, 1000000);
-	s->nproc_per_node = get_i32(d, 1, 1024);
-	s->tp = get_i32(d, 1, 65536);
-	s->pp = get_i32(d, 1, 65536);
-	s->cp = get_i32(d, 1, 65536);
-	s->ep = get_i32(d, 1, 65536);
-	s->dp = get_i32(d, 0, 1 << 24);
-	s->last_call_ms = get_i32(d, 0, 3600000);
-	s->heartbeat_timeout_ms = get_i32(d, 1, 3600000);
-	s->max_restarts = get_i32(d, 0, 1000000);
-	return !d->bad && s->max_nodes >= s->min_nodes;
+	return !d->bad && d->off < d->len;
 }
 
-/* Applies one payload; 0 or MR_ECORRUPT. */
-static int apply_record(struct ctl *ctl, const unsigned char *p, size_t len)
+int mr__jdec_done(const struct ctl_jdec *d)
 {
-	struct dec d = { p, len, 1, 0 };
-	char name[256], node[CTL_MAX_NODE_ID + 1], host[CTL_MAX_HOST + 1], hid[CTL_MAX_HOST + 1];
-	char ports[CTL_MAX_PORTS_JSON + 1], key[CTL_MAX_KEY + 1], why[CTL_MAX_REASON];
-	const char *nm, *s;
-	struct ctl_job *job;
-	struct ctl_spec spec;
-
-	if (len < 1)
-		return MR_ECORRUPT;
-	nm = get_str(&d, name, sizeof(name));
-	if (!nm)
-		return MR_ECORRUPT;
-	job = mr__ctl_job(ctl, nm);
-	if (p[0] != R_JOB && !job)
-		return MR_ECORRUPT;
-	switch (p[0]) {
-	case R_JOB: {
-		uint64_t gen, rounds, kv_seq;
-		int32_t state, restarts, nn;
-
-		if (!get_spec(&d, &spec))
-			return MR_ECORRUPT;
-		gen = get_uv(&d);
-		state = get_i32(&d, 0, CTL_JOB_SUCCEEDED);
-		restarts = get_i32(&d, 0, INT32_MAX);
-		rounds = get_uv(&d);
-		kv_seq = get_uv(&d);
-		nn = get_i32(&d, 0, spec.max_nodes);
-		s = d.off < len ? get_str(&d, why, sizeof(why)) : NULL;
-		if (d.bad || d.off != len || !mr__ctl_valid_key(nm, strlen(nm)))
-			return MR_ECORRUPT;
-		job = mr__ctl_apply_job(ctl, nm, &spec, gen, state, restarts, rounds, kv_seq, nn);
-		if (!job)
-			return MR_ENOMEM;
-		mr__ctl_set_reason(job, s);
-		return 0;
-	}
-	case R_JOB_DEL:
-		if (d.off != len)
-			return MR_ECORRUPT;
-		mr__ctl_apply_job_delete(ctl, job);
-		return 0;
-	case R_MEMBER: {
-		const char *id = get_str(&d, node, sizeof(node));
-		const char *h = get_str(&d, host, sizeof(host));
-		const char *hi = get_str(&d, hid, sizeof(hid));
-		const char *po = get_str(&d, ports, sizeof(ports));
-		int32_t pod = get_i32(&d, 0, INT32_MAX) - 1;
-		int32_t st = get_i32(&d, 0, CTL_M_NSTATES - 1);
-		int32_t rank = get_i32(&d, 0, 1000000) - 1;
-
-		if (d.bad || d.off != len || !id || !mr__ctl_valid_node_id(id))
-			return MR_ECORRUPT;
-		if (!mr_dict_get(&job->members, id) &&
-		    mr_dict_len(&job->members) >= ctl->lim.max_members)
-			return MR_ECORRUPT;
-		if (!mr__ctl_apply_member(ctl, job, id, h, hi, po, pod, st, rank))
-			return MR_ENOMEM;
-		return 0;
-	}
-	case R_MEMBER_DEL: {
-		struct ctl_member *m;
-
-		s = get_str(&d, node, sizeof(node));
-		if (d.bad || d.off != len || !s || !(m = mr_dict_get(&job->members, s)))
-			return MR_ECORRUPT;
-		mr__ctl_apply_member_delete(ctl, job, m);
-		return 0;
-	}
-	case R_CLOSE: {
-		uint64_t gen = get_uv(&d);
-		int32_t n = get_i32(&d, 1, job->spec.max_nodes);
-
-		if (d.bad || d.off != len || gen != job->generation ||
-		    job->state != CTL_JOB_FORMING || !mr__ctl_mesh_fits(&job->spec, n, NULL))
-			return MR_ECORRUPT;
-		mr__ctl_apply_close(ctl, job, n);
-		return 0;
-	}
-	case R_BUMP: {
-		uint64_t gen = get_uv(&d);
-		int32_t restarts = get_i32(&d, 0, INT32_MAX);
-		int32_t failed = get_i32(&d, 0, 1);
-
-		s = failed && d.off < len ? get_str(&d, why, sizeof(why)) : NULL;
-		if (d.bad || d.off != len || gen != job->generation + 1 || mr__ctl_job_over(job))
-			return MR_ECORRUPT;
-		mr__ctl_apply_bump(ctl, job, gen, restarts, failed, s);
-		return 0;
-	}
-	case R_END: {
-		int32_t state = get_i32(&d, CTL_JOB_FAILED, CTL_JOB_SUCCEEDED);
-
-		s = get_str(&d, why, sizeof(why));
-		if (d.bad || d.off != len || mr__ctl_job_over(job))
-			return MR_ECORRUPT;
-		mr__ctl_apply_end(ctl, job, state, s);
-		return 0;
-	}
-	case R_KV_PUT: {
-		const void *val;
-		uint64_t version;
-		size_t vlen = 0;
-
-		s = get_str(&d, key, sizeof(key));
-		version = get_uv(&d);
-		val = get_bytes(&d, &vlen);
-		if (d.bad || d.off != len || !s || !mr__ctl_valid_key(s, strlen(s)) ||
-		    vlen > ctl->lim.max_value || version == 0)
-			return MR_ECORRUPT;
-		if (!mr_dict_get(&job->kv, s) && mr_dict_len(&job->kv) >= ctl->lim.max_keys)
-			return MR_ECORRUPT;
-		return mr__ctl_apply_kv_put(ctl, job, s, val, vlen, version);
-	}
-	case R_KV_DEL:
-		s = get_str(&d, key, sizeof(key));
-		if (d.bad || d.off != len || !s)
-			return MR_ECORRUPT;
-		mr__ctl_apply_kv_del(ctl, job, s);
-		return 0;
-	default:
-		return MR_ECORRUPT;
-	}
+	return !d->bad && d->off == d->len;
 }
 
-uint64_t mr__jr_replay_buf(struct ctl *ctl, const unsigned char *buf, size_t len, size_t *good)
+/* ---- replay ------------------------------------------------------------------------ */
+
+enum frame { F_INTACT, F_SHORT, F_CRC, F_TYPE };
+
+/* Checks the frame at off. F_SHORT: header incomplete, length 0, above the
+ * maximum or past the end; F_CRC: CRC mismatch; F_TYPE: good CRC, type not
+ * in the table. why (may be NULL) says which. */
+static enum frame check_frame(const struct ctl_jr_ops *ops, const unsigned char *buf,
+			      size_t len, size_t off, char *why, size_t cap)
 {
-	size_t off = 0;
-	uint64_t n = 0;
-	int was = ctl->replaying;
+	size_t rest = len - off;
+	uint32_t plen;
+	unsigned t;
+	int known;
 
-	ctl->replaying = 1;
-	while (len - off >= 8) {
-		uint32_t plen = rd32(buf + off);
-
-		if (plen > MAX_RECORD || plen > len - off - 8)
-			break;
-		if (rd32(buf + off + 4) != mr__crc32(buf + off + 8, plen))
-			break;
-		if (apply_record(ctl, buf + off + 8, plen))
-			break;
-		off += 8 + (size_t)plen;
-		n++;
+	if (rest < 8) {
+		if (why)
+			snprintf(why, cap, "incomplete record header (%zu of 8 bytes)", rest);
+		return F_SHORT;
 	}
-	ctl->replaying = was;
-	*good = off;
-	return n;
+	plen = rd32(buf + off);
+	if (plen == 0 || plen > MR_JR_MAX_RECORD || plen > rest - 8) {
+		if (why && plen == 0)
+			snprintf(why, cap, "zero record length");
+		else if (why)
+			snprintf(why, cap, "record length %u runs past the end of the file (%zu bytes left)",
+				 plen, rest - 8);
+		return F_SHORT;
+	}
+	t = buf[off + 8];
+	known = t < ops->ntypes && ops->types[t].apply;
+	if (!known && !why)
+		return F_TYPE;
+	if (rd32(buf + off + 4) != mr__crc32(buf + off + 8, plen)) {
+		if (why)
+			snprintf(why, cap, "crc mismatch");
+		return F_CRC;
+	}
+	if (!known) {
+		if (why)
+			snprintf(why, cap, "unknown record type %u", t);
+		return F_TYPE;
+	}
+	return F_INTACT;
 }
 
-int mr__jr_snapshot(struct ctl *ctl, unsigned char **out, size_t *len)
+/* 1 if an intact frame starts anywhere in (off, len) (*at gets its
+ * offset), 2 if that could not be ruled out: the CRC work is bounded, and
+ * past the budget the answer is "maybe" (never drop what might be data). */
+static int intact_after(const struct ctl_jr_ops *ops, const unsigned char *buf, size_t len,
+			size_t off, size_t *at)
 {
-	struct ctl_journal tmp, *saved = ctl->jr;
-	int was = ctl->replaying;
-	size_t cur = 0;
-	void *v;
+	uint64_t budget = (uint64_t)4 * (len - off) + (64u << 20);
 
-	memset(&tmp, 0, sizeof(tmp));
-	tmp.fd = -1;
-	ctl->jr = &tmp;
-	ctl->replaying = 0;
-	while (mr_dict_next(&ctl->jobs, &cur, NULL, &v)) {
-		struct ctl_job *job = v;
-		size_t kc = 0;
-		void *e;
+	for (size_t o = off + 1; o + 9 <= len; o++) {
+		uint32_t plen = rd32(buf + o);
+		unsigned t = buf[o + 8];
 
-		mr__jr_job(ctl, job);
-		for (struct ctl_member *m = job->lru_head; m; m = m->lru_next)
-			mr__jr_member(ctl, job, m);
-		while (mr_dict_next(&job->kv, &kc, NULL, &e))
-			mr__jr_kv_put(ctl, job, e);
+		if (plen == 0 || plen > len - o - 8 || t >= ops->ntypes || !ops->types[t].apply)
+			continue;
+		if (budget < plen)
+			return 2;
+		budget -= plen;
+		if (check_frame(ops, buf, len, o, NULL, 0) == F_INTACT) {
+			*at = o;
+			return 1;
+		}
 	}
-	ctl->jr = saved;
-	ctl->replaying = was;
-	if (tmp.failed) {
-		free(tmp.buf);
-		return MR_ENOMEM;
-	}
-	*out = tmp.buf;
-	*len = tmp.len;
 	return 0;
 }
 
+static int all_zero(const unsigned char *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i])
+			return 0;
+	return 1;
+}
+
+/* The frame at off is bad (f): a torn tail, or corruption (see journal.h). */
+static void classify(const struct ctl_jr_ops *ops, const unsigned char *buf, size_t len,
+		     size_t off, enum frame f, struct ctl_jr_scan *s)
+{
+	size_t rest = len - off, at = 0;
+	char why[sizeof(s->why)];
+	int r;
+
+	memcpy(why, s->why, sizeof(why));
+	s->verdict = CTL_JR_CORRUPT;
+	if (f == F_TYPE)
+		return;
+	if (rest >= 8 && rd32(buf + off) < rest - 8 &&
+	    !all_zero(buf + off + 8 + rd32(buf + off), rest - 8 - rd32(buf + off))) {
+		snprintf(s->why, sizeof(s->why), "%.80s, and %zu bytes follow the record", why,
+			 rest - 8 - rd32(buf + off));
+		return;
+	}
+	r = intact_after(ops, buf, len, off, &at);
+	if (r == 1) {
+		snprintf(s->why, sizeof(s->why), "%.80s, and a valid record follows at offset %zu",
+			 why, at);
+		return;
+	}
+	if (r == 2) {
+		snprintf(s->why, sizeof(s->why), "%.80s, and valid records may follow", why);
+		return;
+	}
+	s->verdict = CTL_JR_TORN;
+}
+
+void mr__jr_replay_buf(const struct ctl_jr_ops *ops, const unsigned char *buf, size_t len,
+		       struct ctl_jr_scan *s)
+{
+	size_t off = 0;
+
+	memset(s, 0, sizeof(*s));
+	while (off < len) {
+		enum frame f = check_frame(ops, buf, len, off, s->why, sizeof(s->why));
+		struct ctl_jdec d;
+		uint32_t plen;
+		unsigned t;
+		int err;
+
+		if (f != F_INTACT) {
+			classify(ops, buf, len, off, f, s);
+			break;
+		}
+		plen = rd32(buf + off);
+		t = buf[off + 8];
+		d.p = buf + off + 9;
+		d.len = plen - 1;
+		d.off = 0;
+		d.bad = 0;
+		err = ops->types[t].apply(ops->state, &d);
+		if (err == MR_ECORRUPT) {
+			snprintf(s->why, sizeof(s->why), "%s record does not decode or fit the state",
+				 ops->types[t].name);
+			s->verdict = CTL_JR_CORRUPT;
+			break;
+		}
+		if (err) {
+			snprintf(s->why, sizeof(s->why), "%s", mr_strerror(err));
+			s->err = err;
+			break;
+		}
+		off += 8 + (size_t)plen;
+		s->records++;
+	}
+	if (off == len)
+		s->why[0] = 0;
+	s->good = off;
+}

@@ -6,7 +6,7 @@
  * bump clears the store (mr__ctl_kv_clear). Waiters for an absent key are
  * queued per key, so a put wakes only the waiters of its own key.
  *
- * Non-goals: persistence (journal.c records what apply does), listing
+ * Non-goals: persistence (records.c records what apply does), listing
  * faster than O(keys of the job) (list is an operator/debug call).
  */
 #include <errno.h>
@@ -60,7 +60,7 @@ int mr__ctl_apply_kv_put(struct ctl *ctl, struct ctl_job *job, const char *key, 
 	ctl->kv_bytes += len + klen;
 	if (version > job->kv_seq)
 		job->kv_seq = version;
-	mr__jr_kv_put(ctl, job, e);
+	mr__rec_kv_put(ctl, job, e);
 	mr__ctl_waiters_kv(ctl, job, e);
 	return 0;
 }
@@ -74,7 +74,7 @@ void mr__ctl_apply_kv_del(struct ctl *ctl, struct ctl_job *job, const char *key)
 		return;
 	job->kv_bytes -= e->len + klen;
 	ctl->kv_bytes -= e->len + klen;
-	mr__jr_kv_del(ctl, job, key);
+	mr__rec_kv_del(ctl, job, key);
 	free(e);
 }
 

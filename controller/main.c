@@ -2,6 +2,11 @@
  * main.c - meshrun-controller: parse the config table, start the
  * controller, run until SIGINT/SIGTERM, stop.
  *
+ * Exit status: 0 after a clean stop; 2 for a usage or config error, a
+ * corrupt journal (see --journal-recover) or a data dir locked by another
+ * controller; 1 for any other start failure (token files, the data dir,
+ * the port, memory).
+ *
  * Non-goals: anything else (see controller/server.c).
  */
 #include <signal.h>
@@ -52,10 +57,11 @@ int main(int argc, char **argv)
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
-	if (mr_controller_start(&c, &o, &eb)) {
+	rc = mr_controller_start(&c, &o, &eb);
+	if (rc) {
 		mr_log_error("start_failed", "err=%s", mr_log_q(eb.msg));
 		fprintf(stderr, "meshrun-controller: %s\n", eb.msg);
-		return 1;
+		return rc == MR_ECORRUPT || rc == MR_ECONFLICT ? MR_CONTROLLER_EXIT_DATA : 1;
 	}
 	while (!stop)
 		pause();

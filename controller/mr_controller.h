@@ -2,10 +2,11 @@
  * mr_controller.h - the meshrun controller as a library: rendezvous, per-job
  * KV store, heartbeats, journal, metrics, served over HTTP (docs/API.md).
  *
- * mr_controller_start() replays and compacts the journal in opts.data_dir,
- * then serves on opts.listen:opts.port from one loop thread (mr_httpd); all
- * controller state lives on that thread. meshrun-controller (main.c) and
- * `meshrun local` embed it the same way.
+ * mr_controller_start() locks opts.data_dir (one controller per dir),
+ * replays and compacts the journal in it, then serves on
+ * opts.listen:opts.port from one loop thread (mr_httpd); all controller
+ * state lives on that thread. meshrun-controller (main.c) embeds it;
+ * `meshrun local` runs that binary on a temporary dir.
  *
  * Ownership: opts is copied; the controller reads its token files once at
  * start. mr_controller_stop() answers suspended requests 503 and frees it.
@@ -30,6 +31,9 @@ struct mr_controller_opts {
 	char read_token_file[1024];
 	char token[256]; /* MESHRUN_TOKEN; the file wins when both are set */
 	int fsync;
+	int journal_recover;          /* keep the valid prefix of a corrupt journal */
+	int journal_compact_factor;   /* compact while running past factor x snapshot; 0 = off */
+	int64_t journal_compact_min;  /* ... and past this many bytes */
 	int64_t max_body;
 	int64_t max_value;
 	int max_keys;
@@ -47,6 +51,11 @@ struct mr_controller_opts {
 
 extern const char *const mr_controller_log_levels[];
 
+/* Exit status of meshrun-controller when the data dir cannot be used: a
+ * corrupt journal, or a dir locked by another controller (same as a
+ * usage error). */
+#define MR_CONTROLLER_EXIT_DATA 2
+
 /* The config table of the controller; main() and `meshrun local` use it. */
 extern const struct mr_config_opt mr_controller_config[];
 extern const size_t mr_controller_config_len;
@@ -55,6 +64,15 @@ int mr_controller_opts_default(struct mr_controller_opts *o, struct mr_errbuf *e
 
 struct mr_controller;
 
+/*
+ * Starts the controller. Errors (eb says what and where):
+ *   MR_ECONFLICT  the data dir is locked by another controller
+ *   MR_ECORRUPT   the journal is corrupt (and not opts.journal_recover)
+ *   others        token files, the data dir, the port, memory
+ * meshrun-controller exits MR_CONTROLLER_EXIT_DATA for the first two
+ * (the data dir needs an operator, or the other controller to go), 1 for
+ * the others.
+ */
 int mr_controller_start(struct mr_controller **out, const struct mr_controller_opts *opts,
 			struct mr_errbuf *eb);
 int mr_controller_port(const struct mr_controller *c);

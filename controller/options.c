@@ -22,8 +22,10 @@ const struct mr_config_opt mr_controller_config[] = {
 	MR_CONFIG_STRING("port_file", O, port_file, "",
 			 "Write the bound port to this file once listening."),
 	MR_CONFIG_STRING("data_dir", O, data_dir, "./meshrun-data",
-			 "Directory of the journal (created if missing). In Kubernetes mount "
-			 "a volume at /var/lib/meshrun and set this to it."),
+			 "Directory of the journal (created if missing), locked by one "
+			 "controller at a time (a second exits 2). In Kubernetes mount a "
+			 "ReadWriteOnce volume at /var/lib/meshrun, set this to it, and use a "
+			 "Deployment with strategy Recreate."),
 	MR_CONFIG_STRING("token_file", O, token_file, "",
 			 "File holding the bearer token for every call (write and read)."),
 	MR_CONFIG_STRING("read_token_file", O, read_token_file, "",
@@ -33,6 +35,18 @@ const struct mr_config_opt mr_controller_config[] = {
 	MR_CONFIG_BOOL("fsync", O, fsync, "true",
 		       "fdatasync the journal before replying to a mutation (turn off only "
 		       "for benchmarks)."),
+	MR_CONFIG_BOOL("journal_recover", O, journal_recover, "false",
+		       "Start even if the journal is corrupt: keep the records before the "
+		       "first bad one and drop the rest, after copying the original beside it "
+		       "(journal.corrupt.<unix-time>; never overwritten). Without it a corrupt "
+		       "journal stops the start (exit 2). Remove it once recovered."),
+	MR_CONFIG_INT("journal_compact_factor", O, journal_compact_factor, "4", 0, 1000,
+		      "Compact the journal while running when it grows past this many times "
+		      "the size of its last snapshot (and past --journal-compact-min); "
+		      "0 = only at start."),
+	MR_CONFIG_INT("journal_compact_min", O, journal_compact_min, "67108864", 0,
+		      (int64_t)1 << 40,
+		      "Bytes the journal must exceed before it is compacted while running."),
 	MR_CONFIG_INT("max_body", O, max_body, "1048576", 1024, 1 << 30,
 		      "Largest request body in bytes (413 above)."),
 	MR_CONFIG_INT("max_value", O, max_value, "65536", 1, 1 << 30,

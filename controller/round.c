@@ -96,7 +96,7 @@ void mr__ctl_apply_close(struct ctl *ctl, struct ctl_job *job, int32_t n)
 	job->rounds++;
 	job->min_reached_ms = 0;
 	ctl->stats.rounds++;
-	mr__jr_close(ctl, job, n);
+	mr__rec_close(ctl, job, n);
 	if (!ctl->replaying)
 		mr_log_info("round_closed", "job=%s gen=%llu nodes=%d world=%d",
 			    mr_log_q(job->name), (unsigned long long)job->generation, n,
@@ -131,7 +131,7 @@ void mr__ctl_apply_bump(struct ctl *ctl, struct ctl_job *job, uint64_t gen, int3
 			mr__ctl_set_state(ctl, job, m, CTL_M_STALE);
 	}
 	mr__ctl_kv_clear(ctl, job);
-	mr__jr_bump(ctl, job);
+	mr__rec_bump(ctl, job);
 	if (failed) {
 		struct ctl_res r;
 
@@ -153,7 +153,7 @@ void mr__ctl_apply_end(struct ctl *ctl, struct ctl_job *job, int state, const ch
 	job->state = (uint8_t)state;
 	job->min_reached_ms = 0;
 	mr__ctl_set_reason(job, reason);
-	mr__jr_end(ctl, job);
+	mr__rec_end(ctl, job);
 	memset(&r, 0, sizeof(r));
 	mr__res_over(&r, job);
 	mr__ctl_waiters_fail(ctl, job, r.status, r.code, "job", r.body, r.msg);
@@ -392,7 +392,7 @@ void mr__ctl_complete(struct ctl *ctl, const char *name, const char *node_id, in
 	mr__ctl_member_touch(ctl, job, m);
 	if (m->state == CTL_M_RUNNING) {
 		mr__ctl_set_state(ctl, job, m, CTL_M_DONE);
-		mr__jr_member(ctl, job, m);
+		mr__rec_member(ctl, job, m);
 		if (!ctl->replaying)
 			mr_log_info("member_done", "job=%s node=%s running=%u", mr_log_q(job->name),
 				    mr_log_q(node_id), job->count[CTL_M_RUNNING]);

@@ -1,7 +1,7 @@
 /*
- * server.c - the controller process core: start (token files, journal
- * replay and compaction, metrics, HTTP server), the loop tick (timers, then
- * group commit), and stop.
+ * server.c - the controller process core: start (token files, the data
+ * dir's lock, journal replay and compaction, metrics, HTTP server), the
+ * loop tick (timers, then group commit), and stop.
  *
  * Group commit is pipelined: the tick hands the mutations collected so far
  * to the journal's writer thread (one write + fdatasync for all of them)
@@ -9,6 +9,9 @@
  * batch. A reply showing state of a batch is queued with that batch and
  * leaves when the writer reports it durable, so nothing is acknowledged
  * before it would survive kill -9, and a slow fsync never stalls the loop.
+ * When the journal has outgrown its live state, the hand-off is a
+ * compaction instead (jcommit.c): the batch's replies wait for it the same
+ * way.
  *
  * Non-goals: routes (api.c), state machine (job.c, kv.c), flags (options.c).
  */
@@ -122,7 +125,7 @@ void mr__ctl_send(struct mr_controller *c, struct mr_http_req *req, int route, i
 		mr__ctl_observe(c, route, 503, t0_us);
 		return;
 	}
-	if (mr__jr_pending(&c->ctl) || mr__jr_inflight(&c->ctl)) {
+	if (mr__jr_pending(c->ctl.jr) || mr__jr_inflight(c->ctl.jr)) {
 		struct ctl_pending *p = malloc(sizeof(*p) + len);
 
 		if (p) {
@@ -134,7 +137,7 @@ void mr__ctl_send(struct mr_controller *c, struct mr_http_req *req, int route, i
 			p->etag = res->etag;
 			p->len = len;
 			memcpy(p->body, body, len);
-			if (mr__jr_pending(&c->ctl)) { /* its state is in the next batch */
+			if (mr__jr_pending(c->ctl.jr)) { /* its state is in the next batch */
 				p->next = NULL;
 				if (c->pend_tail)
 					c->pend_tail->next = p;
@@ -215,10 +218,10 @@ static void start_commit(struct mr_controller *c)
 	struct ctl_pending *p;
 	int rc;
 
-	if (mr__jr_inflight(&c->ctl))
+	if (mr__jr_inflight(c->ctl.jr))
 		return;
 	p = c->pend_head;
-	rc = mr__jr_commit_start(&c->ctl, commit_done, c);
+	rc = mr__jr_commit_start(c->ctl.jr, commit_done, c);
 	if (rc == 0 && !p)
 		return;
 	c->pend_head = c->pend_tail = NULL;
@@ -233,7 +236,7 @@ static void start_commit(struct mr_controller *c)
 static void commit_finished(void *arg)
 {
 	struct mr_controller *c = arg;
-	int err = mr__jr_commit_finish(&c->ctl);
+	int err = mr__jr_commit_finish(c->ctl.jr);
 	struct ctl_pending *p = c->infl_head;
 
 	c->infl_head = NULL;
@@ -286,7 +289,10 @@ static void collect(struct mr_metrics *reg, void *user)
 	mr_gauge_set(c->g_jobs, (double)mr_dict_len(&ctl->jobs));
 	mr_gauge_set(c->g_kv_bytes, (double)ctl->kv_bytes);
 	mr_gauge_set(c->g_waiters, (double)ctl->heap_len);
-	mr_gauge_set(c->g_journal, (double)mr__jr_size(ctl));
+	mr_gauge_set(c->g_journal, (double)mr__jr_size(ctl->jr));
+	mr_counter_add(c->c_compactions, (double)(mr__jr_compactions(ctl->jr) -
+						   c->reported_compactions));
+	c->reported_compactions = mr__jr_compactions(ctl->jr);
 	mr_counter_add(c->c_rounds, (double)(ctl->stats.rounds - c->reported.rounds));
 	mr_counter_add(c->c_joins, (double)(ctl->stats.joins - c->reported.joins));
 	mr_counter_add(c->c_dead, (double)(ctl->stats.dead - c->reported.dead));
@@ -329,6 +335,10 @@ static int setup_metrics(struct mr_controller *c)
 		"Long-polls currently parked.", NULL));
 	c->g_journal = mr_metric_gauge_child(mr_metrics_gauge(r,
 		"meshrun_controller_journal_bytes", "Size of the journal file.", NULL));
+	c->c_compactions = mr_metric_counter_child(mr_metrics_counter(r,
+		"meshrun_controller_journal_compactions_total",
+		"Compactions of the journal while running (a fresh snapshot replaced it).",
+		NULL));
 	return mr_metrics_on_collect(r, collect, c);
 }
 
@@ -381,6 +391,7 @@ int mr_controller_start(struct mr_controller **out, const struct mr_controller_o
 	struct mr_controller *c = calloc(1, sizeof(*c));
 	struct ctl_limits lim;
 	struct ctl_journal_info ji;
+	struct ctl_journal_opts jo;
 	struct mr_httpd_opts ho;
 	int err;
 
@@ -413,14 +424,21 @@ int mr_controller_start(struct mr_controller **out, const struct mr_controller_o
 		mr_errf(eb, err, "unable to set up metrics");
 		goto fail;
 	}
-	err = mr__jr_open(&c->ctl, o->data_dir, o->fsync, &ji, eb);
+	memset(&jo, 0, sizeof(jo));
+	jo.dir = o->data_dir;
+	jo.fsync = o->fsync;
+	jo.recover = o->journal_recover;
+	jo.compact_factor = o->journal_compact_factor;
+	jo.compact_min = (uint64_t)o->journal_compact_min;
+	err = mr__ctl_journal_open(&c->ctl, &jo, &ji, eb);
 	if (err)
 		goto fail;
 	mr__ctl_touch_all(&c->ctl);
-	mr_log_info("journal_replayed", "dir=%s records=%llu bytes=%llu dropped=%llu jobs=%zu",
+	mr_log_info("journal_replayed",
+		    "dir=%s records=%llu bytes=%llu dropped=%llu jobs=%zu journal_bytes=%llu",
 		    mr_log_q(o->data_dir), (unsigned long long)ji.records,
 		    (unsigned long long)ji.bytes, (unsigned long long)ji.dropped,
-		    mr_dict_len(&c->ctl.jobs));
+		    mr_dict_len(&c->ctl.jobs), (unsigned long long)mr__jr_size(c->ctl.jr));
 	memset(&ho, 0, sizeof(ho));
 	ho.bind_addr = o->listen[0] ? o->listen : NULL;
 	ho.port = o->port;
@@ -471,12 +489,12 @@ void mr_controller_stop(struct mr_controller *c)
 	free_list(c->pend_head);
 	free_list(c->infl_head);
 	c->pend_head = c->pend_tail = c->infl_head = NULL;
-	mr__jr_free_writer(&c->ctl); /* a batch in flight finishes first */
-	mr__jr_commit_finish(&c->ctl);
-	mr__jr_commit(&c->ctl);
+	mr__jr_free_writer(c->ctl.jr); /* a batch in flight finishes first */
+	mr__jr_commit_finish(c->ctl.jr);
+	mr__jr_commit(c->ctl.jr);
 	c->ctl.wake = NULL;
 	mr__ctl_release(&c->ctl);
-	mr__jr_free(&c->ctl);
+	mr__ctl_journal_close(&c->ctl); /* releases the data dir's lock last */
 	mr_metrics_free(c->reg);
 	pthread_mutex_destroy(&c->post_mu);
 	free(c);

@@ -70,7 +70,9 @@ struct mr_controller {
 	struct mr_histogram *h_dur[RT_COUNT];
 	struct mr_counter *c_rounds, *c_joins, *c_dead, *c_bumps;
 	struct mr_gauge *g_jobs, *g_kv_bytes, *g_waiters, *g_journal;
+	struct mr_counter *c_compactions;
 	struct ctl_stats reported;
+	uint64_t reported_compactions;
 };
 
 extern const char *const mr__ctl_route_names[RT_COUNT];

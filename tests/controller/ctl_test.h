@@ -26,8 +26,9 @@ struct ctlp {
 	char token[64];
 };
 
-/* extra: NULL-terminated extra flags (may be NULL). port 0 = ephemeral. */
-static inline void ctlp_start(struct ctlp *c, int port, const char *const *extra)
+/* Spawns the controller without waiting for it (ctlp_start waits). extra:
+ * NULL-terminated extra flags (may be NULL). port 0 = ephemeral. */
+static inline void ctlp_spawn(struct ctlp *c, int port, const char *const *extra)
 {
 	const char *args[48];
 	char portbuf[16];
@@ -54,6 +55,12 @@ static inline void ctlp_start(struct ctlp *c, int port, const char *const *extra
 		args[n++] = extra[i];
 	args[n] = NULL;
 	cr_assert_eq(mr_proc_spawn(&c->proc, "meshrun-controller", args, NULL, c->log), 0);
+}
+
+/* extra: NULL-terminated extra flags (may be NULL). port 0 = ephemeral. */
+static inline void ctlp_start(struct ctlp *c, int port, const char *const *extra)
+{
+	ctlp_spawn(c, port, extra);
 	c->port = mr_proc_wait_port(&c->proc, c->port_file, 10000);
 	cr_assert_gt(c->port, 0, "controller did not start (log %s)", c->log);
 }

@@ -218,6 +218,27 @@ Test(ctl, kv_cas_add_and_list)
 	mr__ctl_release(&ctl);
 }
 
+/* Removes dir and the journal files in it. */
+static void remove_journal_dir(const char *dir)
+{
+	static const char *const names[] = { "journal", "journal.tmp", "lock" };
+	char path[256];
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+		unlink(path);
+	}
+	rmdir(dir);
+}
+
+static int jopen(struct ctl *ctl, const char *dir, struct ctl_journal_info *ji,
+		 struct mr_errbuf *eb)
+{
+	struct ctl_journal_opts o = { .dir = dir };
+
+	return mr__ctl_journal_open(ctl, &o, ji, eb);
+}
+
 static void build_state(struct ctl *ctl, const char *dir, int torn)
 {
 	struct woke w;
@@ -229,14 +250,14 @@ static void build_state(struct ctl *ctl, const char *dir, int torn)
 
 	(void)torn;
 	setup(ctl, &w);
-	cr_assert_eq(mr__jr_open(ctl, dir, 0, &ji, &eb), 0, "%s", eb.msg);
+	cr_assert_eq(jopen(ctl, dir, &ji, &eb), 0, "%s", eb.msg);
 	join(ctl, "x", 2, &sp);
 	join(ctl, "y", 0, &sp);
 	join(ctl, "z", 1, &sp);
 	memset(&res, 0, sizeof(res));
 	mr__ctl_kv_put(ctl, mr__ctl_job(ctl, "ns/job"), "peer/0", &p, &res);
 	mr__res_release(&res);
-	cr_assert_eq(mr__jr_commit(ctl), 0);
+	cr_assert_eq(mr__jr_commit(ctl->jr), 0);
 }
 
 Test(ctl, journal_replay_restores_state_and_drops_torn_tail)
@@ -253,11 +274,11 @@ Test(ctl, journal_replay_restores_state_and_drops_torn_tail)
 
 	cr_assert(mkdtemp(dir));
 	build_state(&a, dir, 0);
-	mr__jr_free(&a);
+	mr__ctl_journal_close(&a);
 	mr__ctl_release(&a);
 
 	setup(&b, &w);
-	cr_assert_eq(mr__jr_open(&b, dir, 0, &ji, &eb), 0, "%s", eb.msg);
+	cr_assert_eq(jopen(&b, dir, &ji, &eb), 0, "%s", eb.msg);
 	cr_assert_eq(ji.dropped, 0);
 	job = mr__ctl_job(&b, "ns/job");
 	cr_assert_not_null(job);
@@ -278,9 +299,9 @@ Test(ctl, journal_replay_restores_state_and_drops_torn_tail)
 		memset(&res, 0, sizeof(res));
 		mr__ctl_kv_put(&b, job, "peer/1", &p, &res);
 		mr__res_release(&res);
-		cr_assert_eq(mr__jr_commit(&b), 0);
+		cr_assert_eq(mr__jr_commit(b.jr), 0);
 	}
-	mr__jr_free(&b);
+	mr__ctl_journal_close(&b);
 	mr__ctl_release(&b);
 	snprintf(path, sizeof(path), "%s/journal", dir);
 	f = fopen(path, "rb");
@@ -291,16 +312,15 @@ Test(ctl, journal_replay_restores_state_and_drops_torn_tail)
 	cr_assert_eq(truncate(path, size - 3), 0);
 
 	setup(&b, &w);
-	cr_assert_eq(mr__jr_open(&b, dir, 0, &ji, &eb), 0, "%s", eb.msg);
+	cr_assert_eq(jopen(&b, dir, &ji, &eb), 0, "%s", eb.msg);
 	cr_assert_gt(ji.dropped, 0);
 	job = mr__ctl_job(&b, "ns/job");
 	cr_assert_not_null(mr_dict_get(&job->kv, "peer/0"));
 	cr_assert_null(mr_dict_get(&job->kv, "peer/1"), "the torn record must be dropped");
 	cr_assert_eq(rank_of(&b, "x"), 2);
-	mr__jr_free(&b);
+	mr__ctl_journal_close(&b);
 	mr__ctl_release(&b);
-	unlink(path);
-	rmdir(dir);
+	remove_journal_dir(dir);
 }
 
 Test(ctl, failures_past_max_restarts_fail_the_job)
@@ -367,16 +387,6 @@ Test(ctl, retried_join_before_the_rank_was_seen_is_idempotent)
 	mr__ctl_release(&ctl);
 }
 
-/* Removes dir and the journal in it. */
-static void remove_journal_dir(const char *dir)
-{
-	char path[256];
-
-	snprintf(path, sizeof(path), "%s/journal", dir);
-	unlink(path);
-	rmdir(dir);
-}
-
 /* Reopens the journal of dir into b (after a's state was committed). */
 static void reopen(struct ctl *b, struct woke *w, const char *dir)
 {
@@ -384,7 +394,7 @@ static void reopen(struct ctl *b, struct woke *w, const char *dir)
 	struct mr_errbuf eb = { { 0 }, { 0 } };
 
 	setup(b, w);
-	cr_assert_eq(mr__jr_open(b, dir, 0, &ji, &eb), 0, "%s", eb.msg);
+	cr_assert_eq(jopen(b, dir, &ji, &eb), 0, "%s", eb.msg);
 	cr_assert_eq(ji.dropped, 0);
 }
 
@@ -418,7 +428,7 @@ Test(ctl, permanent_fail_ends_the_job_and_survives_restart)
 
 	cr_assert(mkdtemp(dir));
 	setup(&ctl, &w);
-	cr_assert_eq(mr__jr_open(&ctl, dir, 0, &ji, &eb), 0, "%s", eb.msg);
+	cr_assert_eq(jopen(&ctl, dir, &ji, &eb), 0, "%s", eb.msg);
 	join(&ctl, "a", -1, &sp);
 	join(&ctl, "b", -1, &sp);
 	job = mr__ctl_job(&ctl, "ns/job");
@@ -453,8 +463,8 @@ Test(ctl, permanent_fail_ends_the_job_and_survives_restart)
 	cr_assert_null(mr__ctl_job_for(&ctl, "ns/job", 1, &res)); /* every KV call */
 	cr_assert_eq(res.status, 410);
 	mr__res_release(&res);
-	cr_assert_eq(mr__jr_commit(&ctl), 0);
-	mr__jr_free(&ctl);
+	cr_assert_eq(mr__jr_commit(ctl.jr), 0);
+	mr__ctl_journal_close(&ctl);
 	mr__ctl_release(&ctl);
 
 	/* replayed (and compacted), then replayed again from the snapshot */
@@ -465,7 +475,7 @@ Test(ctl, permanent_fail_ends_the_job_and_survives_restart)
 		cr_assert_eq(job->state, CTL_JOB_FAILED, "round %d", round);
 		cr_assert_eq(job->generation, 1);
 		expect_over(&b, "b", "job_failed", "node 'a' failed permanently");
-		mr__jr_free(&b);
+		mr__ctl_journal_close(&b);
 		mr__ctl_release(&b);
 	}
 	remove_journal_dir(dir);
@@ -485,7 +495,7 @@ Test(ctl, completion_of_every_member_succeeds_without_a_bump)
 
 	cr_assert(mkdtemp(dir));
 	setup(&ctl, &w);
-	cr_assert_eq(mr__jr_open(&ctl, dir, 0, &ji, &eb), 0, "%s", eb.msg);
+	cr_assert_eq(jopen(&ctl, dir, &ji, &eb), 0, "%s", eb.msg);
 	join(&ctl, "a", -1, &sp);
 	join(&ctl, "b", -1, &sp);
 	job = mr__ctl_job(&ctl, "ns/job");
@@ -515,8 +525,8 @@ Test(ctl, completion_of_every_member_succeeds_without_a_bump)
 	cr_assert_eq(w.n, 1);
 	cr_assert_eq(w.status[0], 410);
 	expect_over(&ctl, "a", "job_succeeded", "all 2 nodes of generation 1 completed");
-	cr_assert_eq(mr__jr_commit(&ctl), 0);
-	mr__jr_free(&ctl);
+	cr_assert_eq(mr__jr_commit(ctl.jr), 0);
+	mr__ctl_journal_close(&ctl);
 	mr__ctl_release(&ctl);
 
 	reopen(&b, &wb, dir);
@@ -524,7 +534,7 @@ Test(ctl, completion_of_every_member_succeeds_without_a_bump)
 	cr_assert_eq(job->state, CTL_JOB_SUCCEEDED);
 	cr_assert_eq(job->generation, 1);
 	expect_over(&b, "b", "job_succeeded", "completed");
-	mr__jr_free(&b);
+	mr__ctl_journal_close(&b);
 	mr__ctl_release(&b);
 	remove_journal_dir(dir);
 }

@@ -2,9 +2,11 @@
  * fuzz_controller.c - libFuzzer harness for the controller core.
  *
  * The first input byte picks a target, the rest is its input:
- *   0: journal replay of arbitrary framed bytes (length/CRC/decoder and
- *      every apply function), then snapshot -> replay of the snapshot, which
- *      must reproduce the same jobs, members and KV sizes;
+ *   0: journal replay of arbitrary framed bytes (length/CRC/decoder, the
+ *      torn-tail vs corruption rule, every apply function), then snapshot ->
+ *      replay of the snapshot, which must be clean and reproduce the same
+ *      jobs, members and KV sizes; and the input with an intact record
+ *      appended, which must never make a bad record a droppable torn tail;
  *   1: a job spec as JSON through mr__ctl_parse_spec (validation of every
  *      field a client sends);
  *   2: an operation program: each 4-byte step drives join / wait /
@@ -66,28 +68,60 @@ static void check(struct ctl *ctl)
 	}
 }
 
+/* One intact R_JOB frame (a snapshot of a state with one job). */
+static struct ctl_jbuf one_job;
+
+static void make_one_job(void)
+{
+	struct ctl c;
+	struct ctl_spec sp = { .min_nodes = 1, .max_nodes = 2, .nproc_per_node = 1, .tp = 1,
+			       .pp = 1, .cp = 1, .ep = 1, .dp = 0, .last_call_ms = 5,
+			       .heartbeat_timeout_ms = 100, .max_restarts = 3 };
+
+	setup(&c);
+	if (!mr__ctl_apply_job(&c, "z/z", &sp, 1, CTL_JOB_FORMING, 0, 0, 0, 0) ||
+	    mr__ctl_snapshot(&c, &one_job) || one_job.len < 9)
+		abort();
+	mr__ctl_release(&c);
+}
+
 static void fuzz_replay(const uint8_t *d, size_t n)
 {
 	struct ctl a, b;
-	unsigned char *snap = NULL;
-	size_t good = 0, slen = 0, good2 = 0;
-	uint64_t recs;
+	struct ctl_jbuf snap = { 0 };
+	struct ctl_jr_scan s, s2;
 
 	setup(&a);
-	mr__jr_replay_buf(&a, d, n, &good);
+	mr__ctl_replay(&a, d, n, &s);
 	check(&a);
-	if (mr__jr_snapshot(&a, &snap, &slen) == 0) {
+	if (s.good > n || (s.good == n) != (s.verdict == CTL_JR_CLEAN && !s.err))
+		abort();
+	if (mr__ctl_snapshot(&a, &snap) == 0) {
 		setup(&b);
-		recs = mr__jr_replay_buf(&b, snap, slen, &good2);
-		(void)recs;
-		if (good2 != slen || mr_dict_len(&a.jobs) != mr_dict_len(&b.jobs) ||
-		    a.kv_bytes != b.kv_bytes)
+		mr__ctl_replay(&b, snap.p, snap.len, &s2);
+		if (s2.verdict != CTL_JR_CLEAN || s2.err || s2.good != snap.len ||
+		    mr_dict_len(&a.jobs) != mr_dict_len(&b.jobs) || a.kv_bytes != b.kv_bytes)
 			abort();
 		check(&b);
 		mr__ctl_release(&b);
 	}
-	free(snap);
+	mr__jbuf_release(&snap);
 	mr__ctl_release(&a);
+	/* an intact record after a bad one is never dropped as a torn tail */
+	if (s.verdict != CTL_JR_CLEAN && !s.err) {
+		unsigned char *buf = malloc(n + one_job.len);
+
+		if (!buf)
+			return;
+		memcpy(buf, d, n);
+		memcpy(buf + n, one_job.p, one_job.len);
+		setup(&b);
+		mr__ctl_replay(&b, buf, n + one_job.len, &s2);
+		if (s2.good == s.good && s2.verdict == CTL_JR_TORN)
+			abort();
+		mr__ctl_release(&b);
+		free(buf);
+	}
 }
 
 static void fuzz_spec(const uint8_t *d, size_t n)
@@ -207,6 +241,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	if (!inited) {
 		mr_log_init("fuzz", MR_LOG_OFF);
+		make_one_job();
 		inited = 1;
 	}
 	if (size < 1)

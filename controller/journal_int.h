@@ -1,0 +1,77 @@
+/*
+ * journal_int.h - internals shared by the journal's files: journal.c
+ * (open: lock, replay, recover, compaction at open), jcommit.c (group
+ * commit, the writer thread, compaction while running) and jfile.c (file
+ * operations).
+ *
+ * Non-goals: anything the state or the server needs (journal.h).
+ */
+#ifndef MR_CTL_JOURNAL_INT_H
+#define MR_CTL_JOURNAL_INT_H
+
+#include <limits.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "journal.h"
+
+struct ctl_journal {
+	/* set at open */
+	char dir[PATH_MAX];
+	char path[PATH_MAX];     /* dir/journal */
+	char tmp[PATH_MAX + 8];  /* dir/journal.tmp */
+	int do_fsync;
+	int lock_fd;
+	int compact_factor;
+	uint64_t compact_min;
+	struct ctl_jr_ops ops;
+	/* the file: owned by the writer while a batch is in flight */
+	int fd;         /* O_APPEND */
+	int dir_dirty;  /* a rename whose directory sync failed: sync it next */
+	/* loop thread */
+	struct ctl_jbuf batch;  /* records being collected */
+	uint64_t size;          /* bytes in the file */
+	uint64_t snap_size;     /* bytes of the last snapshot written */
+	uint64_t compactions;
+	int need_compact;       /* a batch was lost: the next commit compacts */
+	int inflight;
+	/* the job handed to the writer (its fields are the writer's while
+	 * inflight; job/stop/werr under mu) */
+	struct ctl_jbuf wbatch; /* the batch: appended, or the fallback */
+	struct ctl_jbuf wsnap;  /* a snapshot to replace the file with, if len */
+	int wcompact;           /* the job is a compaction */
+	int wmust;              /* ... that may not fall back to appending */
+	int werr;
+	int wreplaced;          /* the compaction replaced the file */
+	struct mr_errbuf wmsg;  /* why it failed (logged on the loop thread) */
+	void (*done)(void *arg); /* called on the writer thread */
+	void *done_arg;
+	pthread_t writer;
+	int writer_started, job, stop;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+};
+
+/* ---- jfile.c ---- */
+/* Takes the lock of dir (dir/lock; flock LOCK_EX | LOCK_NB, O_CLOEXEC)
+ * and writes "pid host" into it; *fd keeps it. MR_ECONFLICT if another
+ * process holds it (the message names dir and the holder). */
+int mr__jr_lock(const char *dir, int *fd, struct mr_errbuf *eb);
+/* Reads the whole file; a missing file is empty. *out is malloc'd. */
+int mr__jr_read_file(const char *path, unsigned char **out, size_t *len, struct mr_errbuf *eb);
+int mr__jr_write_all(int fd, const void *p, size_t n);
+int mr__jr_sync_dir(const char *dir);
+/* Writes len bytes of buf to tmp (created or truncated), syncs it, renames
+ * it over path and syncs dir (syncs only if do_fsync). On success *fd is
+ * the new file, open for appends. *renamed is set once the rename is done:
+ * then *fd is valid even if the directory sync failed (MR_EIO). */
+int mr__jr_replace(const char *tmp, const char *path, const char *dir, const void *buf,
+		   size_t len, int do_fsync, int *fd, int *renamed, struct mr_errbuf *eb);
+/* Copies buf (the bytes of path) to path.corrupt.<unix-time>, or
+ * .<unix-time>.<n> when that exists (O_EXCL: nothing is overwritten), and
+ * syncs it and dir whatever do_fsync says. The name goes to out. */
+int mr__jr_preserve(const char *path, const char *dir, const void *buf, size_t len,
+		    char *out, size_t cap, struct mr_errbuf *eb);
+
+#endif
