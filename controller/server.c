@@ -26,6 +26,7 @@
 #include "journal.h"
 #include "mr_json.h"
 #include "mr_log.h"
+#include "mr_token.h"
 #include "server.h"
 
 const char *const mr__ctl_route_names[RT_COUNT] = {
@@ -344,31 +345,6 @@ static int setup_metrics(struct mr_controller *c)
 
 /* ---- start / stop ---- */
 
-static int read_token(const char *path, char *out, size_t cap, const char *field,
-		      struct mr_errbuf *eb)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	ssize_t n;
-	size_t len;
-
-	if (fd < 0)
-		return mr_errf_field(eb, MR_EIO, field, "unable to read token file '%s': %s", path,
-				     strerror(errno));
-	n = read(fd, out, cap - 1);
-	close(fd);
-	if (n < 0)
-		return mr_errf_field(eb, MR_EIO, field, "unable to read token file '%s': %s",
-				     path, strerror(errno));
-	out[n] = 0;
-	len = (size_t)n;
-	while (len && (out[len - 1] == '\n' || out[len - 1] == '\r' || out[len - 1] == ' ' ||
-		       out[len - 1] == '\t'))
-		out[--len] = 0;
-	if (!len)
-		return mr_errf_field(eb, MR_EINVAL, field, "token file '%s' is empty", path);
-	return 0;
-}
-
 static int write_port_file(const char *path, int port, struct mr_errbuf *eb)
 {
 	char tmp[1100], buf[16];
@@ -393,7 +369,7 @@ int mr_controller_start(struct mr_controller **out, const struct mr_controller_o
 	struct ctl_journal_info ji;
 	struct ctl_journal_opts jo;
 	struct mr_httpd_opts ho;
-	int err;
+	int err = 0;
 
 	*out = NULL;
 	if (!c)
@@ -413,11 +389,13 @@ int mr_controller_start(struct mr_controller **out, const struct mr_controller_o
 	c->ctl.user = c;
 	if (o->token[0])
 		snprintf(c->token, sizeof(c->token), "%s", o->token);
-	if ((o->token_file[0] &&
-	     (err = read_token(o->token_file, c->token, sizeof(c->token), "token_file", eb))) ||
-	    (o->read_token_file[0] && (err = read_token(o->read_token_file, c->read_token,
-							sizeof(c->read_token), "read_token_file",
-							eb))))
+	if (o->token_file[0])
+		err = mr_token_read_file(o->token_file, c->token, sizeof(c->token), "token_file",
+					 eb);
+	if (!err && o->read_token_file[0])
+		err = mr_token_read_file(o->read_token_file, c->read_token,
+					 sizeof(c->read_token), "read_token_file", eb);
+	if (err)
 		goto fail;
 	err = setup_metrics(c);
 	if (err) {
