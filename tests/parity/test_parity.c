@@ -47,15 +47,22 @@ struct job {
 	int zero, hsdp, sp, moe;
 	int accum;
 	const char *extra; /* more workload config keys, for both runs */
+	int vocab;         /* vocab_size; 0 = 64 */
 };
 
-static const char *model_json(int moe)
+/* The model's keys (a key given twice is an error in workload_config). */
+static const char *model_json(const struct job *j)
 {
+	static char buf[256];
+
 	/* small enough for seconds on 2 cores; the MoE capacity drops tokens */
-	return moe ? "\"n_layer\": 2, \"d_model\": 32, \"n_head\": 4, \"vocab_size\": 64, "
-		     "\"moe_every\": 2, \"n_experts\": 4, \"top_k\": 2, "
-		     "\"capacity_factor\": 0.75, \"aux_coef\": 0.01"
-		   : "\"n_layer\": 2, \"d_model\": 32, \"n_head\": 4, \"vocab_size\": 64";
+	snprintf(buf, sizeof(buf),
+		 "\"n_layer\": 2, \"d_model\": 32, \"n_head\": 4, \"vocab_size\": %d%s",
+		 j->vocab ? j->vocab : 64,
+		 j->moe ? ", \"moe_every\": 2, \"n_experts\": 4, \"top_k\": 2, "
+			  "\"capacity_factor\": 0.75, \"aux_coef\": 0.01"
+			: "");
+	return buf;
 }
 
 /* Runs the job with outputs tag.loss / tag.bin in tmp; returns the exit
@@ -72,7 +79,7 @@ static int run_job(const struct job *j, const char *tag, const char *extra)
 		 "\"threads\": 1, \"peak_flops\": 1e9, \"seed\": 11, \"zero\": %d, "
 		 "\"hsdp_shard\": %d, \"sequence_parallel\": %s, \"comm_timeout_ms\": 30000, "
 		 "\"loss_log\": \"%s.loss\", \"save_weights\": \"%s.bin\"%s}' >'%s.out' 2>&1",
-		 tmp, bin ? bin : "build", j->nodes, j->nproc, j->tp, model_json(j->moe),
+		 tmp, bin ? bin : "build", j->nodes, j->nproc, j->tp, model_json(j),
 		 STEPS, j->accum, j->zero, j->hsdp, j->sp ? "true" : "false", tag, tag,
 		 extra ? extra : "", tag);
 	free(bin);
@@ -134,7 +141,7 @@ static void load_weights(const char *tag, struct mr_gpt *m)
 
 static void check(const struct job *j)
 {
-	struct job ref = { 1, 1, 1, 0, 0, 0, j->moe, 0, NULL };
+	struct job ref = { 1, 1, 1, 0, 0, 0, j->moe, 0, NULL, j->vocab };
 	int dp = j->nodes * j->nproc / j->tp, s, i;
 	double lp[STEPS], lr[STEPS];
 	struct mr_gpt a, b;
@@ -167,7 +174,7 @@ static void check(const struct job *j)
  * nodes x nproc-per-node agents' ranks, tp, zero stage, hsdp shard, sp. */
 static void parity(int nodes, int nproc, int tp, int zero, int hsdp, int sp, int moe)
 {
-	struct job j = { nodes, nproc, tp, zero, hsdp, sp, moe, 1, NULL };
+	struct job j = { nodes, nproc, tp, zero, hsdp, sp, moe, 1, NULL, 0 };
 
 	check(&j);
 }
@@ -202,14 +209,14 @@ Test(parity, tp2_dp2_zero3_sp_moe) { parity(2, 2, 2, 3, 0, 1, 1); }
 /* a vocabulary tp does not divide: padded on the tp ranks, exact */
 Test(parity, tp2_dp2_padded_vocab)
 {
-	struct job j = { 2, 2, 2, 1, 0, 1, 0, 1, ", \"vocab_size\": 63" };
+	struct job j = { 2, 2, 2, 1, 0, 1, 0, 1, NULL, 63 };
 
 	check(&j);
 }
 
 Test(parity, dp2_with_accumulation)
 {
-	struct job j = { 1, 2, 1, 0, 0, 0, 0, 2, NULL };
+	struct job j = { 1, 2, 1, 0, 0, 0, 0, 2, NULL, 0 };
 
 	check(&j);
 }
@@ -239,21 +246,21 @@ static void expect_rejected(const struct job *j, const char *extra, const char *
 
 Test(parity, tp_not_dividing_heads_is_rejected)
 {
-	struct job j = { 1, 3, 3, 0, 0, 0, 0, 1, NULL };
+	struct job j = { 1, 3, 3, 0, 0, 0, 0, 1, NULL, 0 };
 
 	expect_rejected(&j, NULL, "n_head");
 }
 
 Test(parity, unknown_zero_stage_is_rejected)
 {
-	struct job j = { 1, 2, 1, 4, 0, 0, 0, 1, NULL };
+	struct job j = { 1, 2, 1, 4, 0, 0, 0, 1, NULL, 0 };
 
 	expect_rejected(&j, NULL, "zero");
 }
 
 Test(parity, hsdp_shard_not_dividing_dp_is_rejected)
 {
-	struct job j = { 1, 2, 1, 3, 3, 0, 0, 1, NULL };
+	struct job j = { 1, 2, 1, 3, 3, 0, 0, 1, NULL, 0 };
 
 	expect_rejected(&j, NULL, "hsdp_shard");
 }

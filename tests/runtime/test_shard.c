@@ -127,7 +127,7 @@ Test(shard, malformed_files_are_rejected_naming_the_file)
 	hdr[2] = 4;
 	expect_bad("tiny.bin", hdr, body, 8, "need at least");
 	path_of(p, sizeof(p), "missing.bin");
-	cr_expect_eq(mr_shard_open(&s, p, 100, 4, 1, &eb), MR_EIO);
+	cr_expect_eq(mr_shard_open(&s, p, 100, 4, 1, &eb), MR_ENOTFOUND); /* permanent, not retried */
 	cr_expect(strstr(eb.msg, "missing.bin") != NULL);
 	rmdir(dir);
 }
