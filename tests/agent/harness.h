@@ -296,6 +296,46 @@ static inline pid_t h_agent(const struct h_ctl *c, const char *job, int idx, cha
 	return h_spawn(argv, env, log);
 }
 
+/* Dumps a log to stderr (for failing tests). */
+static inline void h_dump(const char *path)
+{
+	char *s = h_read(path);
+
+	fprintf(stderr, "---- %s ----\n%s\n", path, s);
+	free(s);
+}
+
+/* The logs <dir>/<name>-a.log and -b.log, for two agents. */
+static inline void h_logs(char *a, char *b, size_t size, const char *name)
+{
+	char n[64];
+
+	snprintf(n, sizeof(n), "%s-a.log", name);
+	h_path(a, size, n);
+	snprintf(n, sizeof(n), "%s-b.log", name);
+	h_path(b, size, n);
+}
+
+/* Waits up to ms for pid to exit with want; otherwise dumps log (and the
+ * controller's, when c is given), kills it and fails the test. Returns
+ * the milliseconds it took. */
+static inline long long h_expect_exit(pid_t pid, int want, int ms, const char *log,
+				      const struct h_ctl *c)
+{
+	long long t0 = h_now_ms();
+	int code = h_wait(pid, ms);
+
+	if (code != want) {
+		h_dump(log);
+		if (c)
+			h_dump(c->log);
+		h_kill(pid);
+	}
+	cr_assert_eq(code, want, "exit %d, want %d (within %d ms)", code, want, ms);
+	return h_now_ms() - t0;
+}
+
+
 /* `meshrun status JOB` against c into a malloc'd string. */
 static inline char *h_status(const struct h_ctl *c, const char *job, const char *logname)
 {
@@ -350,13 +390,21 @@ static inline int h_children(pid_t parent, const char *name, pid_t *out, int max
 	return n;
 }
 
-/* Dumps a log to stderr (for failing tests). */
-static inline void h_dump(const char *path)
-{
-	char *s = h_read(path);
 
-	fprintf(stderr, "---- %s ----\n%s\n", path, s);
-	free(s);
+/* The pid of parent's child (the which-th, in /proc order) whose command
+ * line contains name, waiting up to 10 s for it to appear. */
+static inline pid_t h_child(pid_t parent, const char *name, int which)
+{
+	pid_t kids[16] = {0};
+	int n = 0;
+
+	for (int tries = 0; tries < 500 && n <= which; tries++) {
+		n = h_children(parent, name, kids, 16);
+		if (n <= which)
+			usleep(20 * 1000);
+	}
+	cr_assert_gt(n, which, "no child '%s' of %d", name, (int)parent);
+	return kids[which];
 }
 
 #endif

@@ -173,20 +173,6 @@ struct chaos {
 	int nexpect;
 };
 
-static pid_t child_named(pid_t parent, const char *name, int which)
-{
-	pid_t kids[16] = {0};
-	int n = 0;
-
-	for (int tries = 0; tries < 500 && n <= which; tries++) {
-		n = h_children(parent, name, kids, 16);
-		if (n <= which)
-			usleep(20 * 1000);
-	}
-	cr_assert_gt(n, which, "no child '%s' of %d", name, (int)parent);
-	return kids[which];
-}
-
 static void chaos_start(struct chaos *ch, char *const *args, char *const *env, const char *name)
 {
 	char *argv[H_MAX_ARGS], *s;
@@ -223,11 +209,11 @@ static void fault(struct chaos *ch, int kind, int node)
 
 	cr_assert_eq(wait_running(ch->ctl_url, ch->job, 0, &gen), 0, "job never ran");
 	if (kind == 'c') {
-		victim = child_named(ch->local, "meshrun-controller", 0);
+		victim = h_child(ch->local, "meshrun-controller", 0);
 	} else {
-		victim = child_named(ch->local, "meshrun-agent", node);
+		victim = h_child(ch->local, "meshrun-agent", node);
 		if (kind == 'w')
-			victim = child_named(victim, "sh", 0);
+			victim = h_child(victim, "sh", 0);
 	}
 	kill(victim, kind == 't' ? SIGTERM : SIGKILL);
 	if (kind == 'c')

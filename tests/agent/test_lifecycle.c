@@ -14,28 +14,6 @@
 
 #define HB "--heartbeat-timeout"
 
-static void logs(char *a, char *b, size_t size, const char *name)
-{
-	char n[64];
-
-	snprintf(n, sizeof(n), "%s-a.log", name);
-	h_path(a, size, n);
-	snprintf(n, sizeof(n), "%s-b.log", name);
-	h_path(b, size, n);
-}
-
-static void check_exit(pid_t pid, int want, const char *log, const struct h_ctl *c)
-{
-	int code = h_wait(pid, 30000);
-
-	if (code != want) {
-		h_dump(log);
-		h_dump(c->log);
-		h_kill(pid);
-	}
-	cr_assert_eq(code, want, "agent exit %d, want %d", code, want);
-}
-
 Test(lifecycle, two_nodes_get_torchrun_env)
 {
 	struct h_ctl c = {0};
@@ -52,12 +30,12 @@ Test(lifecycle, two_nodes_get_torchrun_env)
 	char *sa, *sb, *pa, *pb;
 	pid_t a, b;
 
-	logs(la, lb, sizeof(la), "env");
+	h_logs(la, lb, sizeof(la), "env");
 	h_ctl_start(&c, 0);
 	a = h_agent(&c, "t/env", 0, extra, cmd, NULL, la);
 	b = h_agent(&c, "t/env", 1, extra, cmd, NULL, lb);
-	check_exit(a, 0, la, &c);
-	check_exit(b, 0, lb, &c);
+	h_expect_exit(a, 0, 30000, la, &c);
+	h_expect_exit(b, 0, 30000, lb, &c);
 	sa = h_read(la);
 	sb = h_read(lb);
 	cr_expect(strstr(sa, "[rank 0] ENV rank=0 local=0 world=4 lws=2 group=0/2 "
@@ -94,12 +72,12 @@ Test(lifecycle, worker_failure_restarts_the_whole_job)
 		       NULL};
 	pid_t a, b;
 
-	logs(la, lb, sizeof(la), "fail");
+	h_logs(la, lb, sizeof(la), "fail");
 	h_ctl_start(&c, 0);
 	a = h_agent(&c, "t/fail", 0, extra, cmd, NULL, la);
 	b = h_agent(&c, "t/fail", 1, extra, cmd, NULL, lb);
-	check_exit(a, 0, la, &c);
-	check_exit(b, 0, lb, &c);
+	h_expect_exit(a, 0, 30000, la, &c);
+	h_expect_exit(b, 0, 30000, lb, &c);
 	cr_expect_eq(h_count(la, "restart=1"), 2);
 	cr_expect_eq(h_count(lb, "restart=1"), 2);
 	cr_expect_eq(h_count(la, "FINISHED rank=1 restart=0"), 0);
@@ -117,10 +95,10 @@ Test(lifecycle, exhausted_restarts_fail_with_reason)
 	char *cmd[] = {"sh", "-c", "exit 1", NULL};
 	pid_t a;
 
-	logs(la, lb, sizeof(la), "exhaust");
+	h_logs(la, lb, sizeof(la), "exhaust");
 	h_ctl_start(&c, 0);
 	a = h_agent(&c, "t/exhaust", 0, extra, cmd, NULL, la);
-	check_exit(a, 1, la, &c);
+	h_expect_exit(a, 1, 30000, la, &c);
 	cr_expect_eq(h_count(la, "event=restarting"), 2);
 	cr_expect_eq(h_count(la, "restarts exhausted (max_restarts 1); last: rank 0 exited "
 				 "with code 1"),
@@ -135,10 +113,10 @@ Test(lifecycle, permanent_exit_code_is_not_retried)
 	char *cmd[] = {"meshrun-no-such-program", NULL};
 	pid_t a;
 
-	logs(la, lb, sizeof(la), "perm");
+	h_logs(la, lb, sizeof(la), "perm");
 	h_ctl_start(&c, 0);
 	a = h_agent(&c, "t/perm", 0, NULL, cmd, NULL, la);
-	check_exit(a, 2, la, &c); /* permanent here: 2, as a config error */
+	h_expect_exit(a, 2, 30000, la, &c); /* permanent here: 2, as a config error */
 	cr_expect_eq(h_count(la, "event=restarting"), 0);
 	cr_expect_geq(h_count(la, "exited with code 127 (permanent"), 1);
 	h_kill(c.pid);
@@ -156,14 +134,14 @@ Test(lifecycle, sigterm_is_forwarded_and_agent_leaves)
 	long long t0;
 	pid_t a;
 
-	logs(la, lb, sizeof(la), "term");
+	h_logs(la, lb, sizeof(la), "term");
 	h_ctl_start(&c, 0);
 	a = h_agent(&c, "t/term", 0, extra, cmd, NULL, la);
 	cr_assert_eq(h_wait_log(la, "UP ", 2, 10000), 0);
 	t0 = h_now_ms();
 	kill(a, SIGTERM);
 	/* the workers exit 0 on TERM, but the job did not succeed: stopped */
-	check_exit(a, 128 + SIGTERM, la, &c);
+	h_expect_exit(a, 128 + SIGTERM, 30000, la, &c);
 	cr_expect_lt(h_now_ms() - t0, 3000);
 	cr_expect_eq(h_count(la, "GOT-TERM"), 2);
 	cr_expect_eq(h_count(la, "event=exit code=143 state=stopped"), 1);
@@ -200,7 +178,7 @@ Test(lifecycle, lost_pod_restarts_survivor_within_timeout)
 	long long t_restart;
 	pid_t a, b;
 
-	logs(la, lb, sizeof(la), "lost");
+	h_logs(la, lb, sizeof(la), "lost");
 	h_path(lb2, sizeof(lb2), "lost-b2.log");
 	h_ctl_start(&c, 0);
 	a = h_agent(&c, "t/lost", 0, extra, cmd, NULL, la);
@@ -213,8 +191,8 @@ Test(lifecycle, lost_pod_restarts_survivor_within_timeout)
 	cr_expect_leq(t_restart, 3000, "restart took %lld ms", t_restart);
 	/* the pod comes back under the same node id and the job finishes */
 	b = h_agent(&c, "t/lost", 1, extra, cmd, NULL, lb2);
-	check_exit(a, 0, la, &c);
-	check_exit(b, 0, lb2, &c);
+	h_expect_exit(a, 0, 30000, la, &c);
+	h_expect_exit(b, 0, 30000, lb2, &c);
 	cr_expect_eq(h_count(la, "DONE 0"), 1);
 	cr_expect_eq(h_count(lb2, "DONE 1"), 1);
 	h_kill(c.pid);
@@ -229,7 +207,7 @@ Test(lifecycle, controller_outage_does_not_stop_workers)
 	int port;
 	pid_t a;
 
-	logs(la, lb, sizeof(la), "outage");
+	h_logs(la, lb, sizeof(la), "outage");
 	h_ctl_start(&c, 0);
 	port = c.port;
 	a = h_agent(&c, "t/outage", 0, extra, cmd, NULL, la);
@@ -238,7 +216,7 @@ Test(lifecycle, controller_outage_does_not_stop_workers)
 	cr_assert_eq(h_wait_log(la, "event=heartbeat_failed", 1, 3000), 0);
 	usleep(300 * 1000);
 	h_ctl_start(&c, port); /* same port, same data dir */
-	check_exit(a, 0, la, &c);
+	h_expect_exit(a, 0, 30000, la, &c);
 	cr_expect_eq(h_count(la, "FINISHED"), 1);
 	cr_expect_eq(h_count(la, "event=restarting"), 0);
 	h_kill(c.pid);
@@ -255,14 +233,14 @@ Test(lifecycle, inproc_workers_are_aborted_by_sigterm)
 	long long t0;
 	pid_t a;
 
-	logs(la, lb, sizeof(la), "inproc");
+	h_logs(la, lb, sizeof(la), "inproc");
 	h_ctl_start(&c, 0);
 	a = h_agent(&c, "t/inproc", 0, extra, NULL, NULL, la);
 	cr_assert_eq(h_wait_log(la, "event=gpt_worker_ready", 2, 10000), 0);
 	usleep(200 * 1000);
 	t0 = h_now_ms();
 	kill(a, SIGTERM);
-	check_exit(a, 128 + SIGTERM, la, &c);
+	h_expect_exit(a, 128 + SIGTERM, 30000, la, &c);
 	cr_expect_lt(h_now_ms() - t0, 2000);
 	cr_expect_eq(h_count(la, "event=worker_failed"), 0);
 	h_kill(c.pid);
@@ -277,32 +255,17 @@ Test(lifecycle, sigterm_while_waiting_for_the_round)
 	long long t0;
 	pid_t a;
 
-	logs(la, lb, sizeof(la), "waitterm");
+	h_logs(la, lb, sizeof(la), "waitterm");
 	h_ctl_start(&c, 0);
 	a = h_agent(&c, "t/waitterm", 0, extra, cmd, NULL, la);
 	cr_assert_eq(h_wait_log(la, "state=waiting", 1, 10000), 0);
 	usleep(100 * 1000); /* inside the long-poll */
 	t0 = h_now_ms();
 	kill(a, SIGTERM);
-	check_exit(a, 128 + SIGTERM, la, &c);
+	h_expect_exit(a, 128 + SIGTERM, 30000, la, &c);
 	cr_expect_lt(h_now_ms() - t0, 1000, "took %lld ms", h_now_ms() - t0);
 	cr_expect_eq(h_count(la, "state=stopped"), 2); /* the state line and the exit line */
 	h_kill(c.pid);
-}
-
-/* Waits for pid to exit with want within ms of now; returns the time taken. */
-static long long exit_within(pid_t pid, int want, int ms, const char *log, const struct h_ctl *c)
-{
-	long long t0 = h_now_ms();
-	int code = h_wait(pid, ms);
-
-	if (code != want) {
-		h_dump(log);
-		h_dump(c->log);
-		h_kill(pid);
-	}
-	cr_assert_eq(code, want, "agent exit %d, want %d (within %d ms)", code, want, ms);
-	return h_now_ms() - t0;
 }
 
 Test(lifecycle, permanent_failure_stops_every_agent_at_once)
@@ -325,10 +288,10 @@ Test(lifecycle, permanent_failure_stops_every_agent_at_once)
 		h_path(l[i], sizeof(l[i]), n);
 		p[i] = h_agent(&c, "t/perm3", i, extra, cmd, NULL, l[i]);
 	}
-	exit_within(p[0], 2, 20000, l[0], &c); /* the node whose worker failed permanently */
+	h_expect_exit(p[0], 2, 20000, l[0], &c); /* the node whose worker failed permanently */
 	/* hard deadline: every other agent is FAILED within 2.5 s of node 0 */
 	for (int i = 1; i < 3; i++) {
-		exit_within(p[i], 1, 2500, l[i], &c);
+		h_expect_exit(p[i], 1, 2500, l[i], &c);
 		cr_expect_geq(h_count(l[i], "node 'node-0' failed permanently: rank 0 exited "
 					    "with code 2"),
 			      1, "node %d does not show the controller's reason", i);
@@ -352,13 +315,13 @@ Test(lifecycle, exhausted_restarts_fail_the_job_durably)
 	char *st;
 	pid_t a, b;
 
-	logs(la, lb, sizeof(la), "exhaust2");
+	h_logs(la, lb, sizeof(la), "exhaust2");
 	h_path(lc, sizeof(lc), "exhaust2-c.log");
 	h_ctl_start(&c, 0);
 	a = h_agent(&c, "t/exhaust2", 0, extra, cmd, NULL, la);
 	b = h_agent(&c, "t/exhaust2", 1, extra, cmd, NULL, lb);
-	exit_within(a, 1, 30000, la, &c);
-	exit_within(b, 1, 2500, lb, &c);
+	h_expect_exit(a, 1, 30000, la, &c);
+	h_expect_exit(b, 1, 2500, lb, &c);
 	cr_expect_eq(h_count(la, "restarts exhausted (max_restarts 1)"), 2);
 	cr_expect_geq(h_count(lb, "job failed (controller): max_restarts (1) exceeded"), 1);
 	/* the verdict is journaled: kill -9 the controller, start it again */
@@ -371,7 +334,7 @@ Test(lifecycle, exhausted_restarts_fail_the_job_durably)
 	free(st);
 	/* a pod that comes back learns it at once instead of waiting */
 	a = h_agent(&c, "t/exhaust2", 0, extra, cmd, NULL, lc);
-	exit_within(a, 1, 5000, lc, &c);
+	h_expect_exit(a, 1, 5000, lc, &c);
 	cr_expect_geq(h_count(lc, "job failed (controller): max_restarts (1) exceeded"), 1);
 	h_kill(c.pid);
 }
@@ -385,12 +348,12 @@ Test(lifecycle, all_nodes_succeed_and_the_job_succeeds)
 	char *st;
 	pid_t a, b;
 
-	logs(la, lb, sizeof(la), "succ");
+	h_logs(la, lb, sizeof(la), "succ");
 	h_ctl_start(&c, 0);
 	a = h_agent(&c, "t/succ", 0, extra, cmd, NULL, la);
 	b = h_agent(&c, "t/succ", 1, extra, cmd, NULL, lb);
-	exit_within(a, 0, 15000, la, &c);
-	exit_within(b, 0, 5000, lb, &c);
+	h_expect_exit(a, 0, 15000, la, &c);
+	h_expect_exit(b, 0, 5000, lb, &c);
 	st = h_status(&c, "t/succ", "succ-status.log");
 	cr_expect(strstr(st, "state:       succeeded\n"), "%s", st);
 	cr_expect(strstr(st, "generation:  1 (restarts 0"), "%s", st);
@@ -416,7 +379,7 @@ Test(lifecycle, elastic_scale_up_restarts_the_job_with_the_new_node)
 	char *st;
 	pid_t a, b, d;
 
-	logs(la, lb, sizeof(la), "elastic");
+	h_logs(la, lb, sizeof(la), "elastic");
 	h_path(lc, sizeof(lc), "elastic-c.log");
 	h_ctl_start(&c, 0);
 	a = h_agent(&c, "t/elastic", 0, extra, cmd, NULL, la);
@@ -426,9 +389,9 @@ Test(lifecycle, elastic_scale_up_restarts_the_job_with_the_new_node)
 	/* a third pod arrives: the running job scales up to it, and a
 	 * scale-up is not a failure (max_restarts 0 still succeeds) */
 	d = h_agent(&c, "t/elastic", 2, extra, cmd, NULL, lc);
-	check_exit(a, 0, la, &c);
-	check_exit(b, 0, lb, &c);
-	check_exit(d, 0, lc, &c);
+	h_expect_exit(a, 0, 30000, la, &c);
+	h_expect_exit(b, 0, 30000, lb, &c);
+	h_expect_exit(d, 0, 30000, lc, &c);
 	cr_expect_eq(h_count(la, "RUN gen=2 world=3"), 1);
 	cr_expect_eq(h_count(la, "a member was added"), 1);
 	cr_expect_eq(h_count(lc, "DONE 2"), 1);
@@ -459,7 +422,7 @@ Test(lifecycle, lost_pod_during_parallel_training_restarts_and_finishes)
 	long long t_restart;
 	pid_t a, b;
 
-	logs(la, lb, sizeof(la), "ptrain");
+	h_logs(la, lb, sizeof(la), "ptrain");
 	h_path(lb2, sizeof(lb2), "ptrain-b2.log");
 	h_ctl_start(&c, 0);
 	a = h_agent(&c, "t/ptrain", 0, extra, NULL, NULL, la);
@@ -472,8 +435,8 @@ Test(lifecycle, lost_pod_during_parallel_training_restarts_and_finishes)
 	 * play no part: the ranks are aborted, not timed out */
 	cr_expect_leq(t_restart, 4000, "restart took %lld ms", t_restart);
 	b = h_agent(&c, "t/ptrain", 1, extra, NULL, NULL, lb2);
-	check_exit(a, 0, la, &c);
-	check_exit(b, 0, lb2, &c);
+	h_expect_exit(a, 0, 30000, la, &c);
+	h_expect_exit(b, 0, 30000, lb2, &c);
 	/* the last generation's ranks all trained to the end (an earlier
 	 * generation may have got as far on a slow machine: at least 2) */
 	if (h_count(la, "step=1000/1000") < 2 || h_count(lb2, "step=1000/1000") != 2) {

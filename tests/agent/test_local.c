@@ -8,25 +8,40 @@
  */
 #include "harness.h"
 
-static int run_local(char *const *args, char **out)
+/* Starts `meshrun local args` in the background; its output goes to log. */
+static pid_t start_local(char *const *args, char *const *env, char *log, size_t cap,
+			 const char *name)
 {
-	char log[300], *argv[H_MAX_ARGS];
-	static int seq;
-	int n = 0, code;
-	pid_t pid;
+	char *argv[H_MAX_ARGS];
+	int n = 0;
 
-	snprintf(log, sizeof(log), "%s/local-%d.log", h_tmpdir(), seq++);
+	h_path(log, cap, name);
 	argv[n++] = "meshrun";
 	argv[n++] = "local";
 	for (int i = 0; args[i]; i++)
 		argv[n++] = args[i];
 	argv[n] = NULL;
-	pid = h_spawn(argv, NULL, log);
-	code = h_wait(pid, 60000);
+	return h_spawn(argv, env, log);
+}
+
+/* Waits for local (2 min at most); its exit code, *out its output. */
+static int finish_local(pid_t pid, const char *log, char **out)
+{
+	int code = h_wait(pid, 120000);
+
 	if (code < 0)
 		h_kill(pid);
 	*out = h_read(log);
 	return code;
+}
+
+static int run_local(char *const *args, char **out)
+{
+	char log[300], name[64];
+	static int seq;
+
+	snprintf(name, sizeof(name), "local-%d.log", seq++);
+	return finish_local(start_local(args, NULL, log, sizeof(log), name), log, out);
 }
 
 Test(local, demo_job_two_nodes)
@@ -133,48 +148,6 @@ Test(local, permanent_failure_of_one_node_stops_the_job)
 	free(out);
 }
 
-/* Starts `meshrun local args` in the background; its output goes to log. */
-static pid_t start_local(char *const *args, char *const *env, char *log, size_t cap,
-			 const char *name)
-{
-	char *argv[H_MAX_ARGS];
-	int n = 0;
-
-	h_path(log, cap, name);
-	argv[n++] = "meshrun";
-	argv[n++] = "local";
-	for (int i = 0; args[i]; i++)
-		argv[n++] = args[i];
-	argv[n] = NULL;
-	return h_spawn(argv, env, log);
-}
-
-/* The pid of local's only child running name (the controller, or one of
- * the agents when which >= 0). */
-static pid_t child_of(pid_t local, const char *name, int which)
-{
-	pid_t kids[8] = {0};
-	int n = 0;
-
-	for (int tries = 0; tries < 500 && n <= which; tries++) {
-		n = h_children(local, name, kids, 8);
-		if (n <= which)
-			usleep(20 * 1000);
-	}
-	cr_assert_gt(n, which, "no %s child of meshrun local", name);
-	return kids[which];
-}
-
-static int finish_local(pid_t pid, const char *log, char **out)
-{
-	int code = h_wait(pid, 120000);
-
-	if (code < 0)
-		h_kill(pid);
-	*out = h_read(log);
-	return code;
-}
-
 /* Workers run until $MR_TEST_GO exists, so the test decides when the
  * training ends. */
 #define WAIT_FOR_GO "echo UP $RANK gen=$MESHRUN_GENERATION; while [ ! -f $MR_TEST_GO ]; do sleep 0.05; done; echo DONE $RANK"
@@ -194,14 +167,14 @@ Test(local, killed_agent_and_controller_are_restarted_and_the_job_succeeds)
 	local = start_local(args, env, log, sizeof(log), "local-restart.log");
 	cr_assert_eq(h_wait_log(log, "UP 1 gen=1", 1, 60000), 0);
 	/* a pod dies: kill -9 of an agent (its worker dies with it) */
-	victim = child_of(local, "meshrun-agent", 1);
+	victim = h_child(local, "meshrun-agent", 1);
 	kill(victim, SIGKILL);
 	snprintf(msg, sizeof(msg), "(pid %d) killed by signal 9: restart 1/5", (int)victim);
 	cr_assert_eq(h_wait_log(log, msg, 1, 30000), 0, "%s", h_read(log));
 	cr_assert_eq(h_wait_log(log, "] UP 0 gen=", 2, 60000), 0, "%s", h_read(log));
 	cr_assert_eq(h_wait_log(log, "] UP 1 gen=", 2, 60000), 0, "%s", h_read(log));
 	/* the controller dies: it comes back on the same port and data dir */
-	victim = child_of(local, "meshrun-controller", 0);
+	victim = h_child(local, "meshrun-controller", 0);
 	kill(victim, SIGKILL);
 	snprintf(msg, sizeof(msg), "controller (pid %d) killed by signal 9: restart 1/5",
 		 (int)victim);
@@ -235,7 +208,7 @@ Test(local, a_controller_that_stays_dead_is_never_reported_as_success)
 	snprintf(genv, sizeof(genv), "MR_TEST_GO=%s", go);
 	local = start_local(args, env, log, sizeof(log), "local-dead.log");
 	cr_assert_eq(h_wait_log(log, "UP 1 gen=1", 1, 60000), 0);
-	kill(child_of(local, "meshrun-controller", 0), SIGKILL);
+	kill(h_child(local, "meshrun-controller", 0), SIGKILL);
 	cr_assert_eq(h_wait_log(log, "restart limit reached", 1, 30000), 0, "%s", h_read(log));
 	f = fopen(go, "w");
 	cr_assert_not_null(f);

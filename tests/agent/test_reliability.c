@@ -11,30 +11,6 @@
  */
 #include "harness.h"
 
-static void logs(char *a, char *b, size_t size, const char *name)
-{
-	char n[64];
-
-	snprintf(n, sizeof(n), "%s-a.log", name);
-	h_path(a, size, n);
-	snprintf(n, sizeof(n), "%s-b.log", name);
-	h_path(b, size, n);
-}
-
-/* Waits (generously) for pid to exit with want; dumps the logs otherwise. */
-static void expect_exit(pid_t pid, int want, const char *log, const struct h_ctl *c)
-{
-	int code = h_wait(pid, 60000);
-
-	if (code != want) {
-		h_dump(log);
-		if (c)
-			h_dump(c->log);
-		h_kill(pid);
-	}
-	cr_assert_eq(code, want, "agent exit %d, want %d", code, want);
-}
-
 Test(reliability, token_file_is_read_by_the_agent)
 {
 	char *cenv[] = {"MESHRUN_TOKEN=s3cret-token", NULL};
@@ -44,7 +20,7 @@ Test(reliability, token_file_is_read_by_the_agent)
 	FILE *f;
 	pid_t a;
 
-	logs(la, lb, sizeof(la), "tokfile");
+	h_logs(la, lb, sizeof(la), "tokfile");
 	h_path(tok, sizeof(tok), "token");
 	f = fopen(tok, "w");
 	cr_assert_not_null(f);
@@ -55,7 +31,7 @@ Test(reliability, token_file_is_read_by_the_agent)
 		char *extra[] = {"--token-file", tok, NULL};
 
 		a = h_agent(&c, "t/tokfile", 0, extra, cmd, NULL, la);
-		expect_exit(a, 0, la, &c);
+		h_expect_exit(a, 0, 60000, la, &c);
 		cr_expect_eq(h_count(la, "RAN 0"), 1);
 	}
 	/* the same through the environment, as a Deployment would set it */
@@ -64,7 +40,7 @@ Test(reliability, token_file_is_read_by_the_agent)
 		char *env[] = {fenv, NULL};
 
 		a = h_agent(&c, "t/tokfile2", 0, NULL, cmd, env, lb);
-		expect_exit(a, 0, lb, &c);
+		h_expect_exit(a, 0, 60000, lb, &c);
 		cr_expect_eq(h_count(lb, "RAN 0"), 1);
 	}
 	h_kill(c.pid);
@@ -83,7 +59,7 @@ Test(reliability, sigterm_while_the_job_re_forms_is_stopped_not_succeeded)
 	char *st;
 	pid_t a, b;
 
-	logs(la, lb, sizeof(la), "reform");
+	h_logs(la, lb, sizeof(la), "reform");
 	h_ctl_start(&c, 0);
 	a = h_agent(&c, "t/reform", 0, extra, cmd, NULL, la);
 	b = h_agent(&c, "t/reform", 1, extra, cmd, NULL, lb);
@@ -94,7 +70,7 @@ Test(reliability, sigterm_while_the_job_re_forms_is_stopped_not_succeeded)
 	cr_assert_eq(h_wait_log(la, "event=restarting", 1, 30000), 0);
 	cr_assert_eq(h_wait_log(la, "state=waiting", 2, 30000), 0);
 	kill(a, SIGTERM);
-	expect_exit(a, 128 + SIGTERM, la, &c);
+	h_expect_exit(a, 128 + SIGTERM, 60000, la, &c);
 	cr_expect_eq(h_count(la, "event=exit code=143 state=stopped"), 1);
 	cr_expect_eq(h_count(la, "state=succeeded"), 0);
 	st = h_status(&c, "t/reform", "reform-status.log");
@@ -111,11 +87,11 @@ Test(reliability, unreachable_controller_is_given_up_naming_it)
 	char *cmd[] = {"true", NULL};
 	pid_t a;
 
-	logs(la, lb, sizeof(la), "noctl");
+	h_logs(la, lb, sizeof(la), "noctl");
 	/* nobody listens there */
 	snprintf(c.url, sizeof(c.url), "http://127.0.0.1:%d", h_free_port());
 	a = h_agent(&c, "t/noctl", 0, extra, cmd, NULL, la);
-	expect_exit(a, 1, la, NULL);
+	h_expect_exit(a, 1, 60000, la, NULL);
 	snprintf(want, sizeof(want), "controller '%s' did not answer for", c.url);
 	cr_expect_geq(h_count(la, want), 1);
 	cr_expect_geq(h_count(la, "(controller_timeout 1000 ms)"), 1);
@@ -132,7 +108,7 @@ Test(reliability, controller_lost_while_training_stops_the_workers)
 	char *pidtext;
 	int wpid;
 
-	logs(la, lb, sizeof(la), "lostctl");
+	h_logs(la, lb, sizeof(la), "lostctl");
 	h_path(pidf, sizeof(pidf), "lostctl.pid");
 	snprintf(cmdline, sizeof(cmdline), "echo $$ > %s; echo UP; exec sleep 60", pidf);
 	h_ctl_start(&c, 0);
@@ -141,7 +117,7 @@ Test(reliability, controller_lost_while_training_stops_the_workers)
 
 		cr_assert_eq(h_wait_log(la, "UP", 1, 30000), 0);
 		h_kill(c.pid); /* and it never comes back */
-		expect_exit(a, 1, la, NULL);
+		h_expect_exit(a, 1, 60000, la, NULL);
 	}
 	snprintf(want, sizeof(want), "controller '%s' did not answer for", c.url);
 	cr_expect_geq(h_count(la, want), 1);
@@ -165,12 +141,12 @@ Test(reliability, training_ending_while_the_controller_is_down_is_not_success)
 	char *cmd[] = {"sh", "-c", "echo UP; sleep 1; echo DONE", NULL};
 	pid_t a;
 
-	logs(la, lb, sizeof(la), "donedown");
+	h_logs(la, lb, sizeof(la), "donedown");
 	h_ctl_start(&c, 0);
 	a = h_agent(&c, "t/donedown", 0, extra, cmd, NULL, la);
 	cr_assert_eq(h_wait_log(la, "UP", 1, 30000), 0);
 	h_kill(c.pid);
-	expect_exit(a, 1, la, NULL);
+	h_expect_exit(a, 1, 60000, la, NULL);
 	cr_expect_eq(h_count(la, "DONE"), 1);
 	cr_expect_eq(h_count(la, "state=succeeded"), 0);
 	cr_expect_geq(h_count(la, "did not answer for"), 1);
@@ -188,7 +164,7 @@ Test(reliability, training_ending_during_a_short_outage_succeeds_once_recorded)
 	int port;
 	pid_t a;
 
-	logs(la, lb, sizeof(la), "shortdown");
+	h_logs(la, lb, sizeof(la), "shortdown");
 	h_ctl_start(&c, 0);
 	port = c.port;
 	a = h_agent(&c, "t/shortdown", 0, extra, cmd, NULL, la);
@@ -197,7 +173,7 @@ Test(reliability, training_ending_during_a_short_outage_succeeds_once_recorded)
 	cr_assert_eq(h_wait_log(la, "DONE", 1, 30000), 0);
 	usleep(500 * 1000); /* the agent retries against nothing */
 	h_ctl_start(&c, port);
-	expect_exit(a, 0, la, &c);
+	h_expect_exit(a, 0, 60000, la, &c);
 	st = h_status(&c, "t/shortdown", "shortdown-status.log");
 	cr_expect(strstr(st, "state:       succeeded\n"), "%s", st);
 	free(st);
@@ -216,10 +192,10 @@ Test(reliability, missing_data_file_fails_at_once_with_exit_2)
 	char *st;
 	pid_t a;
 
-	logs(la, lb, sizeof(la), "nodata");
+	h_logs(la, lb, sizeof(la), "nodata");
 	h_ctl_start(&c, 0);
 	a = h_agent(&c, "t/nodata", 0, extra, NULL, NULL, la);
-	expect_exit(a, 2, la, &c);
+	h_expect_exit(a, 2, 60000, la, &c);
 	cr_expect_geq(h_count(la, "unable to open shard '/nonexistent/meshrun/train.bin'"), 1);
 	cr_expect_eq(h_count(la, "event=restarting"), 0);
 	st = h_status(&c, "t/nodata", "nodata-status.log");

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "mr_httpd.h"
+#include "proc.h"
 
 /* ---- client helpers ------------------------------------------------------- */
 
@@ -84,12 +85,9 @@ static long http(const char *method, int port, const char *path, const char *bod
 
 static int raw_connect(int port)
 {
-	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	int fd = mr_test_connect(port);
 
-	cr_assert(fd >= 0);
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	cr_assert(fd >= 0, "unable to connect to port %d", port);
 	return fd;
 }
 

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "mr_httpd.h"
+#include "proc.h"
 
 /* ---- server under test ---------------------------------------------------- */
 
@@ -59,45 +60,19 @@ static struct mr_httpd *start(struct mr_httpd_opts *o)
 
 static int raw_connect(int port)
 {
-	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	int fd = mr_test_connect(port);
 
-	cr_assert(fd >= 0);
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	cr_assert(fd >= 0, "unable to connect to port %d", port);
 	return fd;
-}
-
-/* Reads until the server closes or 10 s pass; returns the bytes read. */
-static size_t read_reply(int fd, char *buf, size_t cap)
-{
-	size_t got = 0;
-
-	while (got < cap - 1) {
-		struct pollfd p = {.fd = fd, .events = POLLIN};
-		ssize_t n;
-
-		if (poll(&p, 1, 10000) <= 0)
-			break;
-		n = recv(fd, buf + got, cap - 1 - got, 0);
-		if (n <= 0)
-			break;
-		got += (size_t)n;
-	}
-	buf[got] = '\0';
-	return got;
 }
 
 /* Sends req (NUL-free text) on a new connection and reads the whole reply
  * (every reply here closes the connection or is asked to). */
 static int send_raw(int port, const char *req, char *buf, size_t cap)
 {
-	int fd = raw_connect(port), status = 0;
+	int status = mr_test_raw_request(port, req, buf, cap);
 
-	cr_assert_eq(send(fd, req, strlen(req), MSG_NOSIGNAL), (ssize_t)strlen(req));
-	read_reply(fd, buf, cap);
-	close(fd);
-	sscanf(buf, "HTTP/1.1 %d", &status);
+	cr_assert_geq(status, 0, "unable to connect to port %d", port);
 	return status;
 }
 
@@ -318,7 +293,7 @@ Test(httpd_guard, over_the_limit_503_at_once_and_probes_answer)
 	/* the idle connections are real ones */
 	cr_assert_eq(send(idle[0], "GET /x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 47, 0),
 		     47);
-	read_reply(idle[0], buf, sizeof(buf));
+	mr_test_read_all(idle[0], buf, sizeof(buf));
 	cr_assert(strncmp(buf, "HTTP/1.1 200", 12) == 0, "%s", buf);
 	close(idle[0]);
 	/* and a freed slot serves ordinary requests again */
@@ -339,7 +314,7 @@ Test(httpd_guard, past_the_reserve_a_fixed_503_and_close)
 	fill(port, idle, 2); /* the one slot and the one reserve slot */
 	/* nothing sent: the reply comes without the request being read */
 	fd = raw_connect(port);
-	read_reply(fd, buf, sizeof(buf));
+	mr_test_read_all(fd, buf, sizeof(buf));
 	close(fd);
 	cr_assert(strncmp(buf, "HTTP/1.1 503", 12) == 0, "%s", buf);
 	expect_error(buf, "overloaded", NULL);

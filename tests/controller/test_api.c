@@ -279,7 +279,6 @@ Test(api, slowloris_is_dropped_and_others_served)
 	struct ctlp c = { 0 };
 	struct mr_test_resp r;
 	const char *extra[] = { "--idle-timeout", "1s", NULL };
-	struct sockaddr_in sa = { 0 };
 	struct timeval tv = { 5, 0 };
 	long long t0;
 	char buf[256];
@@ -287,11 +286,8 @@ Test(api, slowloris_is_dropped_and_others_served)
 	int fd;
 
 	ctlp_start(&c, 0, extra);
-	fd = socket(AF_INET, SOCK_STREAM, 0);
-	sa.sin_family = AF_INET;
-	sa.sin_port = htons((uint16_t)c.port);
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	fd = mr_test_connect(c.port);
+	cr_assert_geq(fd, 0);
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	cr_assert_gt(write(fd, "GET /healthz HTTP/1.1\r\nHost: x\r\n", 32), 0);
 	t0 = mr_test_now_ms();
@@ -433,27 +429,6 @@ Test(api, permanent_fail_and_completion_end_the_job)
 	ctlp_stop(&c, 1);
 }
 
-/* A raw request on a new connection; returns the status, the reply in buf. */
-static int raw_call(int port, const char *req, char *buf, size_t cap)
-{
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
-	struct timeval tv = { 10, 0 };
-	int fd = socket(AF_INET, SOCK_STREAM, 0), status = 0;
-	size_t got = 0;
-	ssize_t n;
-
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	cr_assert_eq(write(fd, req, strlen(req)), (ssize_t)strlen(req));
-	while (got < cap - 1 && (n = read(fd, buf + got, cap - 1 - got)) > 0)
-		got += (size_t)n;
-	buf[got] = 0;
-	close(fd);
-	sscanf(buf, "HTTP/1.1 %d", &status);
-	return status;
-}
-
 Test(api, percent_escapes_cannot_reach_another_key_or_job)
 {
 	struct ctlp c = { 0 };
@@ -519,7 +494,7 @@ Test(api, conflicting_content_length_is_400)
 
 	ctlp_start(&c, 0, NULL);
 	mkjob(&c, "cl/j");
-	cr_assert_eq(raw_call(c.port,
+	cr_assert_eq(mr_test_raw_request(c.port,
 			      "PUT /v1/jobs/cl/j/kv/k HTTP/1.1\r\nHost: x\r\n"
 			      "Content-Length: 1\r\nContent-Length: 5\r\n\r\nabcde",
 			      buf, sizeof(buf)),
@@ -527,7 +502,7 @@ Test(api, conflicting_content_length_is_400)
 	cr_assert(strstr(buf, "\"field\":\"Content-Length\""), "%s", buf);
 	ctl_call(&c, &r, "GET", NULL, NULL, "/v1/jobs/cl/j/kv/k");
 	cr_assert_eq(r.status, 404, "nothing was stored: %s", r.body);
-	cr_assert_eq(raw_call(c.port,
+	cr_assert_eq(mr_test_raw_request(c.port,
 			      "PUT /v1/jobs/cl/j/kv/k HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
 			      "Content-Length: 5\r\nContent-Length: 5\r\n\r\nabcde",
 			      buf, sizeof(buf)),
@@ -542,17 +517,12 @@ Test(api, over_the_connection_limit_probes_still_answer)
 	struct ctlp c = { 0 };
 	struct mr_test_resp r;
 	const char *extra[] = { "--max-connections", "4", NULL };
-	struct sockaddr_in sa = { .sin_family = AF_INET };
 	char url[128], code[64];
 	int idle[4];
 
 	ctlp_start(&c, 0, extra);
-	sa.sin_port = htons((uint16_t)c.port);
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	for (int i = 0; i < 4; i++) {
-		idle[i] = socket(AF_INET, SOCK_STREAM, 0);
-		cr_assert_eq(connect(idle[i], (struct sockaddr *)&sa, sizeof(sa)), 0);
-	}
+	for (int i = 0; i < 4; i++)
+		cr_assert_geq(idle[i] = mr_test_connect(c.port), 0);
 	usleep(300000);
 	snprintf(url, sizeof(url), "http://127.0.0.1:%d/v1/jobs", c.port);
 	mr_test_http(&r, "GET", url, NULL, 0, NULL, 10000);

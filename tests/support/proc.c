@@ -7,11 +7,14 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -245,4 +248,52 @@ long mr_test_http(struct mr_test_resp *r, const char *method, const char *url,
 	curl_slist_free_all(sl);
 	curl_easy_cleanup(c);
 	return r->status;
+}
+
+int mr_test_connect(int port)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+		close(fd);
+		fd = -1;
+	}
+	return fd;
+}
+
+size_t mr_test_read_all(int fd, char *buf, size_t cap)
+{
+	size_t got = 0;
+
+	while (got < cap - 1) {
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		ssize_t n;
+
+		if (poll(&p, 1, 10000) <= 0)
+			break;
+		n = recv(fd, buf + got, cap - 1 - got, 0);
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
+	buf[got] = '\0';
+	return got;
+}
+
+int mr_test_raw_request(int port, const char *req, char *buf, size_t cap)
+{
+	int fd = mr_test_connect(port), status = 0;
+	size_t len = strlen(req);
+
+	buf[0] = '\0';
+	if (fd < 0)
+		return -1;
+	if (send(fd, req, len, MSG_NOSIGNAL) == (ssize_t)len)
+		mr_test_read_all(fd, buf, cap);
+	close(fd);
+	if (sscanf(buf, "HTTP/1.1 %d", &status) != 1)
+		status = 0;
+	return status;
 }

@@ -46,6 +46,18 @@ void mr_proc_stop(struct mr_proc *p);
 /* 1 while the process runs (not yet exited). */
 int mr_proc_alive(struct mr_proc *p);
 
+/* ---- raw HTTP over a socket, for what a client library would not send ---- */
+
+/* A TCP connection to 127.0.0.1:port; the fd, or -1. */
+int mr_test_connect(int port);
+/* Reads from fd until the peer closes it or 10 s pass without data into
+ * buf (NUL-terminated); returns the bytes read. */
+size_t mr_test_read_all(int fd, char *buf, size_t cap);
+/* Sends req (text) on a new connection and reads the reply until the
+ * server closes it (see mr_test_read_all); returns the HTTP status, 0 if
+ * there was none (or -1 when the connection failed). */
+int mr_test_raw_request(int port, const char *req, char *buf, size_t cap);
+
 /* Makes a fresh directory under /tmp, prefix like "mr-ctl"; writes its path
  * into buf. 0 or -1. */
 int mr_test_tmpdir(char *buf, size_t cap, const char *prefix);
