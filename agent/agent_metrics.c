@@ -65,8 +65,11 @@ int mr_agent_metrics_init(struct mr_agent_metrics *m, const char *const *state_n
 	m->w_lr = mr_metrics_gauge(m->reg, "meshrun_worker_learning_rate",
 				   "Learning rate of the last step.", "rank");
 	m->w_mfu = mr_metrics_gauge(m->reg, "meshrun_worker_mfu",
-				    "Model FLOPs utilisation of the last step (6N + 6LCT per token "
-				    "against the rank's measured or configured peak).", "rank");
+				    "Model FLOPs utilisation of the last step: 6N + 6LCT FLOPs per "
+				    "token x tokens/s over the rank's peak, which is peak_flops of the "
+				    "workload config, else one thread's sgemm FLOP/s measured once per "
+				    "machine (cached in /dev/shm/meshrun-sgemm-peak) x the rank's "
+				    "threads.", "rank");
 	m->w_step_s = mr_metrics_gauge(m->reg, "meshrun_worker_step_seconds",
 				       "Wall time of the last optimizer step.", "rank");
 	m->w_comm_wait = mr_metrics_gauge(m->reg, "meshrun_worker_comm_wait_seconds",

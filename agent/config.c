@@ -15,6 +15,7 @@
 
 #include "mr_log.h"
 #include "mr_mesh.h"
+#include "mr_gpt_worker.h"
 #include "mr_token.h"
 
 extern char **environ;
@@ -101,7 +102,8 @@ static const struct mr_config_opt agent_opts[] = {
 			 "In-process workload (inproc mode): gpt."),
 	MR_CONFIG_STRING("workload_config", C, workload_config, NULL,
 			 "JSON object given to the in-process workload, e.g. "
-			 "'{\"steps\": 20, \"d_model\": 64}'."),
+			 "'{\"steps\": 20, \"d_model\": 64}', or the path of a file holding one "
+			 "(a mounted ConfigMap); checked at start."),
 };
 #undef C
 
@@ -329,29 +331,103 @@ static int merge_parallel_flags(struct mr_agent_config *cfg, struct mr_errbuf *e
 	return 0;
 }
 
-/* A key given twice is an error naming it, not "the last one wins". */
+/* The 1-based line of the first "key" in text, 0 if it is not there. */
+static int line_of_key(const char *text, const char *key)
+{
+	size_t kl = strlen(key);
+	int line = 1;
+
+	for (const char *p = text; *p; p++) {
+		if (*p == '\n')
+			line++;
+		else if (*p == '"' && !strncmp(p + 1, key, kl) && p[kl + 1] == '"')
+			return line;
+	}
+	return 0;
+}
+
+/* The workload config file at path (at most MR_AGENT_MAX_WORKLOAD_FILE
+ * bytes) into *text, malloc'd and NUL-terminated. */
+static int read_workload_file(const char *path, char **text, struct mr_errbuf *eb)
+{
+	FILE *f = fopen(path, "rb");
+	size_t n;
+
+	*text = NULL;
+	if (!f)
+		return mr_errf_field(eb, MR_EINVAL, "workload_config",
+				     "workload_config: unable to read '%s': %s", path, strerror(errno));
+	*text = malloc(MR_AGENT_MAX_WORKLOAD_FILE + 1);
+	n = *text ? fread(*text, 1, MR_AGENT_MAX_WORKLOAD_FILE + 1, f) : 0;
+	fclose(f);
+	if (!*text)
+		return mr_errf(eb, MR_ENOMEM, "out of memory");
+	if (n > MR_AGENT_MAX_WORKLOAD_FILE)
+		return mr_errf_field(eb, MR_EINVAL, "workload_config",
+				     "workload_config: '%s' is larger than %d bytes", path,
+				     MR_AGENT_MAX_WORKLOAD_FILE);
+	(*text)[n] = '\0';
+	return 0;
+}
+
+/*
+ * workload_config is inline JSON (it starts with '{') or a file's path.
+ * A key given twice is an error naming it, not "the last one wins"; then
+ * the workload checks every key, type and bound, so a bad config exits 2
+ * before the job starts, naming the file, the line and the key.
+ */
 static int parse_workload(struct mr_agent_config *cfg, struct mr_errbuf *eb)
 {
+	const char *src = cfg->workload_config, *path = NULL;
+	struct mr_errbuf ce = {0};
+	char *text = NULL;
 	json_error_t je;
+	int rc = 0;
 
 	if (strcmp(cfg->workload, "gpt"))
 		return mr_errf_field(eb, MR_EINVAL, "workload",
 				     "workload: '%s' is not known (known: gpt)", cfg->workload);
-	if (cfg->workload_config[0]) {
-		cfg->workload_json = json_loads(cfg->workload_config, JSON_REJECT_DUPLICATES, &je);
-		if (!cfg->workload_json)
-			return mr_errf_field(eb, MR_EINVAL, "workload_config",
-					     "workload_config: '%.200s' is not valid JSON: %s",
-					     cfg->workload_config, je.text);
-		if (!json_is_object(cfg->workload_json)) {
-			json_decref(cfg->workload_json);
-			cfg->workload_json = NULL;
-			return mr_errf_field(eb, MR_EINVAL, "workload_config",
-					     "workload_config: '%.200s' is not a JSON object",
-					     cfg->workload_config);
-		}
+	while (isspace((unsigned char)*src))
+		src++;
+	if (*src && *src != '{') {
+		path = src;
+		rc = read_workload_file(path, &text, eb);
+		src = text;
 	}
-	return merge_parallel_flags(cfg, eb);
+	if (!rc && *src) {
+		cfg->workload_json = json_loads(src, JSON_REJECT_DUPLICATES, &je);
+		if (!cfg->workload_json && path)
+			rc = mr_errf_field(eb, MR_EINVAL, "workload_config",
+					   "workload_config: '%s' line %d, column %d: %s", path,
+					   je.line, je.column, je.text);
+		else if (!cfg->workload_json)
+			rc = mr_errf_field(eb, MR_EINVAL, "workload_config",
+					   "workload_config: '%.200s' is not valid JSON: %s", src,
+					   je.text);
+		else if (!json_is_object(cfg->workload_json))
+			rc = mr_errf_field(eb, MR_EINVAL, "workload_config",
+					   "workload_config: %s%.200s%s is not a JSON object",
+					   path ? "'" : "'", path ? path : src, "'");
+	}
+	if (!rc)
+		rc = merge_parallel_flags(cfg, eb);
+	if (!rc && mr_gpt_worker_check_config(cfg->workload_json, &ce)) {
+		int line = path && ce.field[0] ? line_of_key(text, ce.field) : 0;
+
+		if (line)
+			rc = mr_errf_field(eb, MR_EINVAL, ce.field, "workload_config: '%s' line %d: %s",
+					   path, line, ce.msg);
+		else
+			rc = mr_errf_field(eb, MR_EINVAL, ce.field[0] ? ce.field : "workload_config",
+					   "workload_config%s%s%s: %s", path ? " '" : "",
+					   path ? path : "", path ? "'" : "", ce.msg);
+	}
+	if (rc) {
+		json_decref(cfg->workload_json);
+		cfg->workload_json = NULL;
+	}
+	free(text);
+	return rc;
 }
 
 /* token_file (or MESHRUN_TOKEN_FILE) wins over token, as in the controller. */

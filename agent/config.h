@@ -37,6 +37,7 @@ enum mr_agent_mode {
 };
 
 #define MR_AGENT_MAX_PERMANENT 32
+#define MR_AGENT_MAX_WORKLOAD_FILE (1 << 20) /* bytes of a workload_config file */
 
 struct mr_agent_config {
 	char controller[512];

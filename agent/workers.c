@@ -7,6 +7,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -242,14 +243,18 @@ void mr__sv_report_stats(struct mr_supervisor *sv, long long *last, int final)
 		if (mr_inproc_stats(&sv->inproc, i, &ws))
 			continue;
 		mr_agent_metrics_worker(&sv->metrics, sv->inproc.rank[i].env.rank, &ws);
-		if (final)
+		if (final) {
+			char val[32] = ""; /* only when the last step evaluated */
+
+			if (isfinite(ws.val_loss))
+				snprintf(val, sizeof(val), " val_loss=%.4f", ws.val_loss);
 			mr_log_info("worker_done",
-				    "rank=%d step=%lld/%lld loss=%.4f val_loss=%.4f tokens=%lld "
+				    "rank=%d step=%lld/%lld loss=%.4f%s tokens=%lld "
 				    "tokens_per_s=%.0f mfu=%.3f",
 				    sv->inproc.rank[i].env.rank, (long long)ws.step,
-				    (long long)ws.total_steps, ws.loss, ws.val_loss,
-				    (long long)ws.tokens, ws.tokens_per_s, ws.mfu);
-		else if (print && i == 0 && ws.step > 0)
+				    (long long)ws.total_steps, ws.loss, val, (long long)ws.tokens,
+				    ws.tokens_per_s, ws.mfu);
+		} else if (print && i == 0 && ws.step > 0) {
 			mr_log_info("progress",
 				    "rank=%d step=%lld/%lld loss=%.4f tokens_per_s=%.0f mfu=%.3f "
 				    "eta_s=%.0f",
@@ -258,6 +263,7 @@ void mr__sv_report_stats(struct mr_supervisor *sv, long long *last, int final)
 				    ws.total_steps > ws.step
 					    ? (double)(ws.total_steps - ws.step) * ws.step_seconds
 					    : 0.0);
+		}
 	}
 	if (print && last)
 		*last = mr__sv_now_ms();

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cpu/mr_peak.h"
 #include "data/mr_synth.h"
 #include "gpt_worker_int.h"
 #include "model/mr_weights.h"
@@ -53,11 +54,8 @@ static int gw_create(void **state, const struct mr_worker_env *env, struct mr_er
 		return mr_errf(eb, MR_ENOMEM, "unable to allocate the gpt worker");
 	atomic_init(&w->aborted, 0);
 	rc = mr__gw_parse(env ? env->config : NULL, &mc, &oc, w, &B, &T, eb);
-	if (rc == 0 && env && env->config)
-		rc = mr_json_get_str(env->config, "device", 0, 16, &device, eb);
-	if (rc == 0 && device && strcmp(device, "cpu") != 0 && strcmp(device, "cuda") != 0)
-		rc = mr_errf_field(eb, MR_EINVAL, "device",
-				   "'device' must be \"cpu\" or \"cuda\", got \"%s\"", device);
+	if (rc == 0)
+		rc = mr__gw_device(env ? env->config : NULL, &device, eb);
 	if (rc < 0)
 		goto fail;
 	if (w->threads == 0) {
@@ -91,7 +89,7 @@ static int gw_create(void **state, const struct mr_worker_env *env, struct mr_er
 	if (rc < 0)
 		goto fail;
 	if (w->peak_flops <= 0.0 && !w->cuda)
-		w->peak_flops = mr__gw_measure_peak(w->threads);
+		w->peak_flops = mr_cpu_sgemm_peak() * w->threads;
 	mr_log_info("gpt_worker_ready",
 		    "device=%s params=%zu layers=%d d_model=%d heads=%d moe_every=%d batch=%d "
 		    "seq=%d accum=%d threads=%d peak_gflops=%.1f",

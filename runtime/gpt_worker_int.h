@@ -51,8 +51,9 @@ double mr__gw_now(void);
  * unknown keys and out-of-range values fail naming the key. */
 int mr__gw_parse(const json_t *c, struct mr_gpt_config *mc, struct mr_adamw_config *oc,
 		 struct gw *w, int *B, int *T, struct mr_errbuf *eb);
-/* Sustained sgemm FLOP/s of `threads` threads (measured once per process). */
-double mr__gw_measure_peak(int threads);
+/* "device" of the config (NULL when absent): "cpu" or "cuda", else an
+ * error naming the field. */
+int mr__gw_device(const json_t *c, const char **device, struct mr_errbuf *eb);
 /* Opens train_data / val_data when the config names them. */
 int mr__gw_open_data(struct gw *w, const json_t *c, struct mr_errbuf *eb);
 /* The trainer of this rank: the CPU model placed in the mesh (with data

@@ -14,8 +14,10 @@
  *           eps 1e-8, weight_decay 0.1, grad_clip 1.0, seed 1337
  *   run     device "cpu" (or "cuda": one rank on GPU local_rank, dense
  *           models; gpt_cuda.h), threads (0 = CPUs / local_world_size),
- *           peak_flops (FLOP/s for MFU; 0 = measure sgemm at start),
- *           eval_every 0 (steps between validation losses; 0 = never),
+ *           peak_flops (FLOP/s for MFU; 0 = one thread's sgemm FLOP/s,
+ *           measured once per machine (cpu/mr_peak.h), x threads),
+ *           eval_every 0 (steps between validation losses; 0 = never:
+ *           stats carry val_loss NaN and nothing prints it),
  *           eval_batches 4
  *
  *   data    train_data, val_data: llm.c token shards (data/mr_shard.h);
@@ -46,5 +48,11 @@
 #include "mr_worker.h"
 
 extern const struct mr_worker_ops mr_gpt_worker;
+
+/* Checks what create() checks before it knows the mesh: every key known,
+ * of its type and in its bounds (the message names the key). 0 or an
+ * MR_E* code; config may be NULL (all defaults). For the agent, so a bad
+ * workload config exits 2 before the job starts. */
+int mr_gpt_worker_check_config(const json_t *config, struct mr_errbuf *eb);
 
 #endif

@@ -261,3 +261,36 @@ Test(agent_config, unreadable_or_empty_token_file_exits_2_naming_it)
 		expect_usage_error(a2, envv, empty, "is empty");
 	}
 }
+
+/* A workload config file (a mounted ConfigMap) is checked at start: an
+ * error names the file, the line and the key, before anything runs. */
+Test(agent_config, workload_config_file_errors_name_file_line_and_key)
+{
+	char path[300], dup[300];
+	FILE *f;
+
+	h_path(path, sizeof(path), "workload.json");
+	f = fopen(path, "w");
+	cr_assert_not_null(f);
+	fprintf(f, "{\n  \"steps\": 5,\n  \"d_model\": 32,\n  \"stpes\": 3\n}\n");
+	fclose(f);
+	h_path(dup, sizeof(dup), "workload-dup.json");
+	f = fopen(dup, "w");
+	cr_assert_not_null(f);
+	fprintf(f, "{\n  \"steps\": 5,\n  \"steps\": 6\n}\n");
+	fclose(f);
+	{
+		char *args[] = {"--workload-config", path, NULL};
+		char *a2[] = {"--workload-config", dup, NULL};
+		char *a3[] = {"--workload-config", "{\"d_model\": 0}", NULL};
+		char *a4[] = {"--workload-config", "/nonexistent/workload.json", NULL};
+		char want[400];
+
+		snprintf(want, sizeof(want), "'%s' line 4: 'stpes'", path);
+		expect_usage_error(args, NULL, want, "unknown field");
+		snprintf(want, sizeof(want), "'%s' line 3", dup);
+		expect_usage_error(a2, NULL, want, "duplicate object key");
+		expect_usage_error(a3, NULL, "'d_model': 0 is out of range", NULL);
+		expect_usage_error(a4, NULL, "unable to read '/nonexistent/workload.json'", NULL);
+	}
+}

@@ -75,6 +75,41 @@ Test(local, default_inprocess_runtime_trains)
 	free(out);
 }
 
+/* The workload config from a file (a mounted ConfigMap); every rank of
+ * the machine reports MFU against the same peak (measured once per
+ * machine, not by each agent while the others train); no val_loss is
+ * printed when none was evaluated. */
+Test(local, workload_file_same_peak_on_every_rank_no_nan)
+{
+	char path[300], *out = NULL;
+	char *args[] = {"--nodes", "2", "--workload-config", path, NULL};
+	const char *p;
+	char first[32] = "";
+	int code, n = 0;
+	FILE *f;
+
+	h_path(path, sizeof(path), "local-workload.json");
+	f = fopen(path, "w");
+	cr_assert_not_null(f);
+	fprintf(f, "{\"steps\": 6, \"d_model\": 32, \"n_layer\": 1, \"seq_len\": 16,\n"
+		   " \"batch_size\": 4, \"threads\": 1}\n");
+	fclose(f);
+	code = run_local(args, &out);
+	cr_assert_eq(code, 0, "exit %d:\n%s", code, out);
+	cr_expect(strstr(out, "event=worker_done rank=1 step=6/6 loss="), "%s", out);
+	cr_expect_null(strstr(out, "nan"), "%s", out);
+	for (p = out; (p = strstr(p, " peak_gflops=")); p++, n++) {
+		char v[32];
+
+		cr_assert_eq(sscanf(p, " peak_gflops=%31s", v), 1);
+		if (!first[0])
+			snprintf(first, sizeof(first), "%s", v);
+		cr_expect_str_eq(v, first, "ranks report different peaks:\n%s", out);
+	}
+	cr_expect_eq(n, 2, "%s", out);
+	free(out);
+}
+
 /* On a terminal (script(1) provides a pseudo-terminal) the progress lines
  * are folded into one status line redrawn in place; other lines pass. */
 Test(local, terminal_shows_one_redrawn_progress_line)

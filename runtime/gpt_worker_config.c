@@ -1,0 +1,136 @@
+/*
+ * gpt_worker_config.c - the gpt worker's config (see mr_gpt_worker.h): its
+ * keys, their types and bounds, read into the model, optimizer and worker
+ * settings; and the same check for the agent before the job starts.
+ *
+ * Non-goals: what needs the mesh (gpt_worker_setup.c).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpt_worker_int.h"
+#include "mr_json.h"
+
+static const char *const keys[] = {
+	"vocab_size", "max_seq", "n_layer", "d_model", "n_head", "moe_every", "n_experts",
+	"top_k", "capacity_factor", "aux_coef", "batch_size", "seq_len", "steps",
+	"grad_accum", "lr", "min_lr_frac", "warmup_steps", "beta1", "beta2", "eps",
+	"weight_decay", "grad_clip", "seed", "threads", "peak_flops", "eval_every",
+	"eval_batches", "train_data", "val_data", "sequence_parallel", "zero", "hsdp_shard",
+	"comm_timeout_ms", "loss_log", "save_weights", "bucket_mb", "overlap_grad_reduce",
+	"device", NULL,
+};
+
+
+static int geti(const json_t *c, const char *k, int64_t lo, int64_t hi, int def, int *out,
+		struct mr_errbuf *eb)
+{
+	int64_t v = def;
+	int rc = c ? mr_json_get_int(c, k, 0, lo, hi, &v, eb) : 0;
+
+	*out = (int)v;
+	return rc;
+}
+
+static int getf(const json_t *c, const char *k, double lo, double hi, double def, float *out,
+		struct mr_errbuf *eb)
+{
+	double v = def;
+	int rc = c ? mr_json_get_double(c, k, 0, lo, hi, &v, eb) : 0;
+
+	*out = (float)v;
+	return rc;
+}
+
+int mr__gw_parse(const json_t *c, struct mr_gpt_config *mc, struct mr_adamw_config *oc,
+		 struct gw *w, int *B, int *T, struct mr_errbuf *eb)
+{
+	int rc = 0, seed = 1337, tmo = 60000;
+	float peak = 0.0f;
+
+	if (c && (rc = mr_json_check_keys(c, keys, eb)) < 0)
+		return rc;
+	memset(mc, 0, sizeof(*mc));
+	memset(oc, 0, sizeof(*oc));
+	if ((rc = geti(c, "vocab_size", 2, 1 << 20, 256, &mc->vocab, eb)) < 0 ||
+	    (rc = geti(c, "seq_len", 1, 1 << 16, 64, T, eb)) < 0 ||
+	    (rc = geti(c, "max_seq", 1, 1 << 16, *T, &mc->max_seq, eb)) < 0 ||
+	    (rc = geti(c, "n_layer", 1, 1024, 2, &mc->n_layer, eb)) < 0 ||
+	    (rc = geti(c, "d_model", 1, 65536, 128, &mc->d_model, eb)) < 0 ||
+	    (rc = geti(c, "n_head", 1, 65536, 4, &mc->n_head, eb)) < 0 ||
+	    (rc = geti(c, "moe_every", 0, 1024, 0, &mc->moe_every, eb)) < 0 ||
+	    (rc = geti(c, "n_experts", 1, 1024, 4, &mc->n_experts, eb)) < 0 ||
+	    (rc = geti(c, "top_k", 1, 2, 1, &mc->top_k, eb)) < 0 ||
+	    (rc = getf(c, "capacity_factor", -1e9, 1e9, 1.25, &mc->capacity_factor, eb)) < 0 ||
+	    (rc = getf(c, "aux_coef", 0, 1e3, 0.01, &mc->aux_coef, eb)) < 0 ||
+	    (rc = geti(c, "batch_size", 1, 1 << 16, 8, B, eb)) < 0 ||
+	    (rc = geti(c, "steps", 1, 1 << 30, 100, &w->steps, eb)) < 0 ||
+	    (rc = geti(c, "grad_accum", 1, 1 << 16, 1, &w->accum, eb)) < 0 ||
+	    (rc = getf(c, "lr", 0, 10, 1e-3, &oc->lr, eb)) < 0 ||
+	    (rc = getf(c, "min_lr_frac", 0, 1, 0.1, &oc->min_lr_frac, eb)) < 0 ||
+	    (rc = geti(c, "warmup_steps", 0, 1 << 30, 10, &oc->warmup_steps, eb)) < 0 ||
+	    (rc = getf(c, "beta1", 0, 0.999999, 0.9, &oc->beta1, eb)) < 0 ||
+	    (rc = getf(c, "beta2", 0, 0.999999, 0.95, &oc->beta2, eb)) < 0 ||
+	    (rc = getf(c, "eps", 1e-30, 1, 1e-8, &oc->eps, eb)) < 0 ||
+	    (rc = getf(c, "weight_decay", 0, 10, 0.1, &oc->weight_decay, eb)) < 0 ||
+	    (rc = getf(c, "grad_clip", 0, 1e9, 1.0, &oc->grad_clip, eb)) < 0 ||
+	    (rc = geti(c, "seed", 0, 0x7fffffff, 1337, &seed, eb)) < 0 ||
+	    (rc = geti(c, "threads", 0, 1024, 0, &w->threads, eb)) < 0 ||
+	    (rc = getf(c, "peak_flops", 0, 1e20, 0, &peak, eb)) < 0 ||
+	    (rc = geti(c, "eval_every", 0, 1 << 30, 0, &w->eval_every, eb)) < 0 ||
+	    (rc = geti(c, "eval_batches", 1, 1 << 16, 4, &w->eval_batches, eb)) < 0 ||
+	    (rc = geti(c, "zero", 0, 3, 0, &w->zero, eb)) < 0 ||
+	    (rc = geti(c, "hsdp_shard", 0, 1 << 20, 0, &w->hsdp_shard, eb)) < 0 ||
+	    (rc = geti(c, "comm_timeout_ms", 100, 1 << 30, 60000, &tmo, eb)) < 0 ||
+	    (rc = getf(c, "bucket_mb", 0.001, 4096, 1, &w->bucket_mb, eb)) < 0)
+		return rc;
+	w->comm_timeout_ms = tmo;
+	w->sp = 0;
+	w->overlap = 1;
+	if (c && ((rc = mr_json_get_bool(c, "sequence_parallel", 0, &w->sp, eb)) < 0 ||
+		  (rc = mr_json_get_bool(c, "overlap_grad_reduce", 0, &w->overlap, eb)) < 0 ||
+		  (rc = mr_json_get_str(c, "loss_log", 0, 4095, &w->loss_log, eb)) < 0 ||
+		  (rc = mr_json_get_str(c, "save_weights", 0, 4095, &w->save_weights, eb)) < 0))
+		return rc;
+	oc->total_steps = w->steps;
+	w->seed = (uint64_t)seed;
+	w->peak_flops = peak;
+	if (mc->moe_every == 0) {
+		mc->n_experts = 0;
+		mc->top_k = 0;
+		mc->capacity_factor = 0.0f;
+		mc->aux_coef = 0.0f;
+	}
+	return 0;
+}
+
+int mr__gw_device(const json_t *c, const char **device, struct mr_errbuf *eb)
+{
+	int rc = c ? mr_json_get_str(c, "device", 0, 16, device, eb) : 0;
+
+	if (rc == 0 && *device && strcmp(*device, "cpu") != 0 && strcmp(*device, "cuda") != 0)
+		rc = mr_errf_field(eb, MR_EINVAL, "device",
+				   "'device' must be \"cpu\" or \"cuda\", got \"%s\"", *device);
+	return rc;
+}
+
+int mr_gpt_worker_check_config(const json_t *c, struct mr_errbuf *eb)
+{
+	struct gw *w = calloc(1, sizeof(*w));
+	struct mr_gpt_config mc;
+	struct mr_adamw_config oc;
+	const char *s = NULL;
+	int B, T, rc;
+
+	if (!w)
+		return mr_errf(eb, MR_ENOMEM, "out of memory");
+	rc = mr__gw_parse(c, &mc, &oc, w, &B, &T, eb);
+	if (rc == 0)
+		rc = mr__gw_device(c, &s, eb);
+	if (rc == 0 && c)
+		rc = mr_json_get_str(c, "train_data", 0, 255, &s, eb);
+	if (rc == 0 && c)
+		rc = mr_json_get_str(c, "val_data", 0, 255, &s, eb);
+	free(w);
+	return rc < 0 ? rc : 0;
+}
