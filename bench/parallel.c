@@ -37,7 +37,7 @@
 #include "comm/mr_comm.h"
 #include "cpu/mr_pool.h"
 #include "data/mr_synth.h"
-#include "mr_trainer.h"
+#include "mr_step.h"
 #include "parallel/mr_dp.h"
 #include "../tests/comm/kv_mem.h"
 
@@ -79,8 +79,7 @@ static int rank_run(struct bench *b, int rank, struct mr_comm *world)
 	struct mr_errbuf eb = { "", "" };
 	struct mr_pool *pool = NULL;
 	struct mr_gpt m;
-	struct mr_adamw o;
-	struct mr_dp *dp = NULL;
+	struct mr_step drv = { 0 };
 	struct mr_step_result r;
 	size_t N = (size_t)b->B * b->T;
 	int *in = malloc(N * sizeof(int)), *tg = malloc(N * sizeof(int)), s, rc;
@@ -92,17 +91,13 @@ static int rank_run(struct bench *b, int rank, struct mr_comm *world)
 	par.tp_rank = rank % b->tp;
 	par.sp = b->sp;
 	par.tp_comm = b->tp > 1 ? world : NULL;
-	if (b->dp > 1)
-		mr_dp_model_par(0, &par);
+	mr_dp_model_par(0, &par);
 	if ((rc = mr_gpt_create_par(&m, &b->cfg, b->B, b->T, pool, &par, &eb)) < 0)
 		goto out;
-	if (b->dp > 1) {
+	{
 		struct mr_dp_config dc = { 0, 0, b->overlap };
-		struct mr_dp_comms cc = { world, NULL, world };
-		rc = mr_dp_create(&dp, &m, &ocfg, &dc, &cc, 1, &eb);
-	} else {
-		mr_gpt_init_params(&m, 1);
-		rc = mr_adamw_init(&o, &ocfg, m.nparams, &m.mem);
+		struct mr_dp_comms cc = { b->dp > 1 ? world : NULL, NULL, world };
+		rc = mr_step_init(&drv, &m, &ocfg, &dc, &cc, 1, &eb);
 	}
 	if (rc < 0)
 		goto out;
@@ -112,24 +107,19 @@ static int rank_run(struct bench *b, int rank, struct mr_comm *world)
 			t0 = now_s();
 		mr_synth_batch(1, 0, ((uint64_t)s * b->dp + d) * b->B, b->cfg.vocab, b->B, b->T,
 			       in, tg);
-		if (dp) {
+		{
 			struct mr_dp_stats st;
-			rc = mr_dp_step(dp, in, tg, 1, &r, &eb);
-			mr_dp_stats(dp, &st);
-			if (s >= WARMUP) {
+			rc = mr_step_run(&drv, in, tg, 1, &r, &eb);
+			mr_dp_stats(drv.dp, &st);
+			if (s >= WARMUP && b->dp > 1) {
 				b->wait[rank][s - WARMUP] = st.comm_wait_s;
 				comm += st.comm_s;
 			}
-		} else {
-			rc = mr_trainer_step(&m, &o, in, tg, 1, &r, &eb);
 		}
 	}
 	b->secs[rank] = (now_s() - t0) / b->steps;
 	b->comm[rank] = comm / b->steps;
-	if (dp)
-		mr_dp_free(dp);
-	else
-		mr_adamw_release(&o, &m.mem);
+	mr_step_release(&drv);
 	mr_gpt_release(&m);
 out:
 	if (rc < 0)

@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "mr_trainer.h"
+#include "mr_step.h"
 
 struct mr_gpt_cuda;
 
@@ -30,7 +30,7 @@ int mr_gpt_cuda_create(struct mr_gpt_cuda **out, int device, const struct mr_gpt
 		       int B, int T, const struct mr_adamw_config *ocfg, uint64_t seed,
 		       struct mr_errbuf *eb);
 void mr_gpt_cuda_free(struct mr_gpt_cuda *g);
-/* mr_trainer_step on the device. */
+/* mr_step_run on the device. */
 int mr_gpt_cuda_step(struct mr_gpt_cuda *g, const int *inputs, const int *targets, int accum,
 		     struct mr_step_result *r, struct mr_errbuf *eb);
 /* Mean loss of one (B,T) batch, no gradients. */

@@ -23,10 +23,8 @@ static void gw_destroy(void *state)
 
 	if (!w)
 		return;
-	mr_dp_free(w->dp);
+	mr_step_release(&w->step_drv);
 	mr_gpt_cuda_free(w->cuda);
-	if (w->have_opt)
-		mr_adamw_release(&w->opt, &w->model.mem);
 	if (w->have_model)
 		mr_gpt_release(&w->model);
 	mr_groups_release(&w->groups);
@@ -157,11 +155,11 @@ static int save_weights(struct gw *w, struct mr_errbuf *eb)
 
 	if (w->cuda)
 		return mr_gpt_cuda_save(w->cuda, w->save_weights, eb);
-	if (w->dp) {
-		/* collective over the shard group under ZeRO-3 */
+	if (!m->params) {
+		/* ZeRO: collective over the shard group under ZeRO-3 */
 		if (!(local = malloc(sizeof(float) * m->nparams)))
 			return mr_errf(eb, MR_ENOMEM, "unable to allocate the gathered weights");
-		rc = mr_dp_gather_params(w->dp, local);
+		rc = mr_dp_gather_params(w->step_drv.dp, local);
 	}
 	if (rc == 0 && w->dp_rank == 0)
 		rc = mr_gpt_gather_full(m, local, &full);
@@ -207,10 +205,8 @@ static int gw_step(void *state, struct mr_worker_stats *st, struct mr_errbuf *eb
 	}
 	if (w->cuda)
 		rc = mr_gpt_cuda_step(w->cuda, w->inputs, w->targets, w->accum, &r, eb);
-	else if (w->dp)
-		rc = mr_dp_step(w->dp, w->inputs, w->targets, w->accum, &r, eb);
 	else
-		rc = mr_trainer_step(m, &w->opt, w->inputs, w->targets, w->accum, &r, eb);
+		rc = mr_step_run(&w->step_drv, w->inputs, w->targets, w->accum, &r, eb);
 	if (rc < 0)
 		return rc;
 	w->step++;
@@ -237,9 +233,9 @@ static int gw_step(void *state, struct mr_worker_stats *st, struct mr_errbuf *eb
 	else
 		for (k = 0; k < MR_MEM_KINDS; k++)
 			st->mem_bytes[k] = m->mem.bytes[k];
-	if (w->dp) {
+	if (w->step_drv.dp) {
 		struct mr_dp_stats ds;
-		mr_dp_stats(w->dp, &ds);
+		mr_dp_stats(w->step_drv.dp, &ds);
 		st->comm_wait_s = ds.comm_wait_s;
 	}
 	if (w->eval_every > 0 && (st->step % w->eval_every == 0 || st->step == w->steps)) {

@@ -14,17 +14,16 @@
 #include "gpt_cuda.h"
 #include "mr_gpt_worker.h"
 #include "mr_groups.h"
-#include "mr_trainer.h"
-#include "parallel/mr_dp.h"
+#include "mr_step.h"
 
 struct gw {
 	struct mr_gpt_config mc;
 	int B, T;               /* micro-batch shape */
 	struct mr_gpt_cuda *cuda; /* "device": "cuda": the device trainer, no CPU model */
 	struct mr_gpt model;
-	struct mr_adamw opt;
+	struct mr_step step_drv; /* the step driver (owns data parallel state) */
 	struct mr_pool *pool;
-	int have_model, have_opt;
+	int have_model;
 	int steps, accum, eval_every, eval_batches, threads;
 	/* placement: mesh communicators, this rank's data-parallel slice */
 	struct mr_groups groups;
@@ -32,7 +31,6 @@ struct gw {
 	int rank, dp_rank, dp_size;
 	int sp, zero, hsdp_shard, overlap;
 	float bucket_mb;
-	struct mr_dp *dp;       /* data parallel / ZeRO; NULL: one replica */
 	long comm_timeout_ms;
 	const char *loss_log, *save_weights; /* borrowed from env->config */
 	uint64_t seed;
@@ -56,8 +54,8 @@ int mr__gw_parse(const json_t *c, struct mr_gpt_config *mc, struct mr_adamw_conf
 int mr__gw_device(const json_t *c, const char **device, struct mr_errbuf *eb);
 /* Opens train_data / val_data when the config names them. */
 int mr__gw_open_data(struct gw *w, const json_t *c, struct mr_errbuf *eb);
-/* The trainer of this rank: the CPU model placed in the mesh (with data
- * parallel / ZeRO when dp > 1 or zero > 0), or one CUDA device. */
+/* The trainer of this rank: the CPU model placed in the mesh under the
+ * step driver, or one CUDA device. */
 int mr__gw_create_cpu(struct gw *w, const struct mr_worker_env *env,
 		      const struct mr_adamw_config *oc, struct mr_errbuf *eb);
 int mr__gw_create_cuda(struct gw *w, const struct mr_worker_env *env,

@@ -80,34 +80,14 @@ static int place(struct gw *w, const struct mr_worker_env *env, const struct mr_
 	return 0;
 }
 
-/* One replica of the model: plain init and optimizer (mr_trainer_step). */
-static int create_single(struct gw *w, const struct mr_adamw_config *oc, struct mr_errbuf *eb)
-{
-	int rc;
-
-	if ((rc = mr_gpt_init_params(&w->model, w->seed)) < 0)
-		return mr_errf(eb, rc, "unable to initialise the parameters");
-	rc = mr_adamw_init(&w->opt, oc, w->model.nparams, &w->model.mem);
-	if (rc < 0)
-		return mr_errf(eb, rc, "unable to allocate the optimizer state");
-	w->have_opt = 1;
-	return 0;
-}
-
-/* Data parallel / ZeRO: runtime/parallel owns init, optimizer and step. */
-static int create_dp(struct gw *w, const struct mr_adamw_config *oc, struct mr_errbuf *eb)
-{
-	struct mr_dp_config dc = { w->zero, (size_t)((double)w->bucket_mb * 1048576.0),
-				   w->overlap };
-	struct mr_dp_comms cc = { w->groups.shard, w->groups.replica, w->groups.world };
-
-	return mr_dp_create(&w->dp, &w->model, oc, &dc, &cc, w->seed, eb);
-}
-
-/* The CPU model, placed in the mesh (tensor and data parallel). */
+/* The CPU model, placed in the mesh (tensor and data parallel), under the
+ * step driver (which owns data parallelism, the identity for one replica). */
 int mr__gw_create_cpu(struct gw *w, const struct mr_worker_env *env,
 		      const struct mr_adamw_config *oc, struct mr_errbuf *eb)
 {
+	struct mr_dp_config dc = { w->zero, (size_t)((double)w->bucket_mb * 1048576.0),
+				   w->overlap };
+	struct mr_dp_comms cc;
 	struct mr_gpt_par par = { 0 };
 	int rc = place(w, env, &w->mc, w->T, eb);
 
@@ -117,13 +97,15 @@ int mr__gw_create_cpu(struct gw *w, const struct mr_worker_env *env,
 	par.tp_rank = w->groups.me.tp;
 	par.sp = w->sp;
 	par.tp_comm = w->groups.tp;
-	if (w->dp_size > 1 || w->zero > 0)
-		mr_dp_model_par(w->zero, &par);
+	mr_dp_model_par(w->zero, &par);
 	rc = mr_gpt_create_par(&w->model, &w->mc, w->B, w->T, w->pool, &par, eb);
 	if (rc < 0)
 		return rc;
 	w->have_model = 1;
-	return w->dp_size > 1 || w->zero > 0 ? create_dp(w, oc, eb) : create_single(w, oc, eb);
+	cc.shard = w->groups.shard;
+	cc.replica = w->groups.replica;
+	cc.world = w->groups.world;
+	return mr_step_init(&w->step_drv, &w->model, oc, &dc, &cc, w->seed, eb);
 }
 
 /* One rank on one CUDA device (local_rank picks it). */

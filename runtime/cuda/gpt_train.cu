@@ -14,7 +14,7 @@
  *            flash backward), LN1; encoder backward (dwte, dwpe +=).
  *            Parameter gradients are fp32 and accumulate over micro-batches.
  *
- * The step is trainer.c's mr_trainer_step; see mr_cuda_gpt.h for the
+ * The step is the step driver's (mr_step.h) for one replica; see mr_cuda_gpt.h for the
  * mapping. AdamW runs over runs of consecutive tensors with the same decay
  * flag (one launch per run instead of per tensor).
  *
@@ -218,7 +218,7 @@ static const char *first_nonfinite(struct mr_cuda_gpt *g, const float *dev)
 	const char *name = "?";
 
 	if (host && mr_cuda_download(g->cu, host, dev, g->n * sizeof(float)) == 0)
-		name = mr_trainer_first_nonfinite(&g->tbl, host);
+		name = mr_gpt_first_nonfinite(&g->tbl, host);
 	free(host);
 	return name;
 }
@@ -236,7 +236,7 @@ static int logits_nonfinite(struct mr_cuda_gpt *g)
 	return bad;
 }
 
-/* trainer.c's nonfinite_loss on device buffers. */
+/* step.c's nonfinite_loss on device buffers. */
 static int nonfinite_loss(struct mr_cuda_gpt *g, long step, float loss, struct mr_errbuf *eb)
 {
 	const char *p = first_nonfinite(g, g->p32);

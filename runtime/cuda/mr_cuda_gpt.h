@@ -1,6 +1,6 @@
 /*
  * mr_cuda_gpt.h - a dense GPT trained on one CUDA device: the device twin
- * of struct mr_gpt + mr_trainer_step (model/mr_gpt.h, mr_trainer.h), built
+ * of struct mr_gpt + mr_step_run (model/mr_gpt.h, mr_step.h), built
  * from the kernels of mr_cuda.h.
  *
  * What lives on the device (one allocation per ledger category):
@@ -15,14 +15,14 @@
  * above uses that table's order and offsets, so host buffers passed to
  * upload/download are exactly struct mr_gpt.params.
  *
- * One step (mr_cuda_gpt_step) is mr_trainer_step: zero grads, accum
+ * One step (mr_cuda_gpt_step) is mr_step_run: zero grads, accum
  * micro-batches of forward + backward(dscale = 1/accum), the global grad
  * norm (sum of squares on the device, fp32 partials then double), clipping
  * by min(1, clip / (norm + 1e-6)) folded into AdamW's grad_scale, the
  * learning rate of mr_lr_at(step), AdamW with weight decay only on tensors
  * whose table entry has decay = 1, then the bf16 copy is refreshed by the
  * same kernel. A non-finite loss or grad norm fails with MR_ENONFINITE and
- * the message of mr_trainer_step (step number, first non-finite tensor).
+ * the message of mr_step_run (step number, first non-finite tensor).
  *
  * Scope: tp = 1, dense layers only (moe_every = 0: MoE needs device
  * routing, future work), head size a multiple of 32 and <= 128 (the
@@ -51,7 +51,7 @@ extern "C" {
 
 #include "cuda/mr_cuda.h"
 #include "mr_mem.h"
-#include "mr_trainer.h"
+#include "mr_step.h"
 
 struct mr_cuda_gpt;
 
@@ -109,7 +109,7 @@ int mr_cuda_gpt_forward(struct mr_cuda_gpt *g, const int *inputs, const int *tar
 int mr_cuda_gpt_zero_grad(struct mr_cuda_gpt *g, struct mr_errbuf *eb);
 /* grads += d(loss * dscale)/dparams; after a forward with targets. */
 int mr_cuda_gpt_backward(struct mr_cuda_gpt *g, float dscale, struct mr_errbuf *eb);
-/* mr_trainer_step on the device: inputs/targets are accum consecutive
+/* mr_step_run on the device: inputs/targets are accum consecutive
  * (B,T) micro-batches (host). r gets loss, grad_norm (before clipping),
  * lr; aux_loss is 0 (dense). */
 int mr_cuda_gpt_step(struct mr_cuda_gpt *g, const int *inputs, const int *targets, int accum,

@@ -236,3 +236,17 @@ int mr__gpt_table_create(struct mr_gpt *m)
 	m->nparams = tb.off;
 	return 0;
 }
+
+const char *mr_gpt_first_nonfinite(const struct mr_gpt *m, const float *buf)
+{
+	int i;
+	size_t j;
+
+	for (i = 0; i < m->ntensors; i++) {
+		const struct mr_gpt_tensor *t = &m->tensors[i];
+		for (j = 0; j < t->n; j++)
+			if (!isfinite(buf[t->off + j]))
+				return t->name;
+	}
+	return NULL;
+}

@@ -1,7 +1,6 @@
 /*
- * dp.c - data-parallel training step (see mr_dp.h): layout of the padded
- * and sharded buffers, init, the step (micro-batches, gradient norm over
- * the world, clipping, AdamW on the owned range, parameter all-gather).
+ * dp.c - data parallelism (see mr_dp.h): layout of the padded and sharded
+ * buffers, the owned segments, DDP buckets, allocation, init and free.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -75,7 +74,8 @@ static int segments(struct mr_dp *d)
 	int u, i;
 
 	d->seg = calloc((size_t)m->ntensors, sizeof(*d->seg));
-	if (!d->seg)
+	d->part = calloc((size_t)m->ntensors, sizeof(*d->part));
+	if (!d->seg || !d->part)
 		return MR_ENOMEM;
 	for (u = 0; u < d->nunits; u++) {
 		const struct dp_unit *U = &d->u[u];
@@ -288,6 +288,7 @@ void mr_dp_free(struct mr_dp *d)
 			    d->al[i].bytes);
 	free(d->u);
 	free(d->seg);
+	free(d->part);
 	free(d->bucket_of);
 	free(d->bucket_low);
 	free(d->boff);

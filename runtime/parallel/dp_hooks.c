@@ -168,7 +168,7 @@ static int z1_issue(struct mr_dp *d, int u)
 				       MR_COMM_F32, MR_COMM_AVG, &d->req[u]);
 }
 
-int mr__dp_finish_grads(struct mr_dp *d)
+int mr_dp_finish_grads(struct mr_dp *d)
 {
 	int b, u, rc = 0;
 

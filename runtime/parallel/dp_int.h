@@ -1,6 +1,7 @@
 /*
- * dp_int.h - internals shared by dp.c (create, step, optimizer) and
- * dp_hooks.c (the model hooks: bucket reductions, ZeRO slots, gathers).
+ * dp_int.h - internals shared by dp.c (layout, create), dp_hooks.c (the
+ * model hooks: bucket reductions, ZeRO slots, gathers; finishing the
+ * gradients) and dp_optim.c (norm, clipping, AdamW, re-gather).
  */
 #ifndef MR_DP_INT_H
 #define MR_DP_INT_H
@@ -9,6 +10,7 @@
 #include "mr_dp.h"
 
 #define DP_MAX_ALLOCS 16
+#define DP_MAX_WORLD 64 /* ranks whose norm and loss are summed exactly */
 
 /* One unit: [off, off+n) of the model's table; padded to S*sn elements at
  * poff of the padded full buffers; this rank's shard at soff (sn). */
@@ -50,6 +52,7 @@ struct mr_dp {
 	size_t np, nshard;        /* padded total, shard total */
 	struct dp_seg *seg;
 	int nseg;
+	double *part;             /* (nseg) per-segment sums of squares */
 
 	float *P, *G;             /* zero 1/2: padded full params; zero 1: grads */
 	float *pshard;            /* zero 3: param shard (nshard) */
@@ -71,9 +74,6 @@ struct mr_dp {
 double mr__dp_now(void);
 /* Waits req (NULL ok), accounting the blocked time; *req cleared. */
 int mr__dp_wait(struct mr_dp *d, struct mr_comm_req **req, int grad);
-/* Issues the pending gradient ops of overlap = 0 and waits for every
- * gradient reduction of this step (then the replica all-reduce). */
-int mr__dp_finish_grads(struct mr_dp *d);
 /* Hook table for d->m. */
 void mr__dp_set_hooks(struct mr_dp *d);
 /* Slot index of unit u: 0 embeddings, 1 final LN, 2 + (u & 1) layers. */

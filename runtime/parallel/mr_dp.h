@@ -1,13 +1,16 @@
 /*
  * mr_dp.h - data parallelism for a GPT rank: DDP with overlapped gradient
- * buckets, ZeRO-1/2/3 (FSDP-style) sharding and HSDP.
+ * buckets, ZeRO-1/2/3 (FSDP-style) sharding and HSDP. It owns gradients
+ * and optimizer state in every configuration; with one replica (no shard,
+ * no replica communicator, zero 0) it is the identity: the model's own
+ * gradients, plain AdamW, no copies. The step driver (mr_step.h) calls it.
  *
  * Semantics: gradients are averaged over the data-parallel ranks (shard x
  * replica), so dp ranks that each run `accum` micro-batches compute the
- * same step as one rank running accum*dp micro-batches with accumulation
- * (mr_trainer_step). Then the global gradient norm (every parameter counted
- * once across dp replicas, ZeRO shards and tp), clipping, the scheduled LR
- * and AdamW with mr_adamw_step's arithmetic.
+ * same step as one rank running accum*dp micro-batches with accumulation.
+ * Then the global gradient norm (every parameter counted once across dp
+ * replicas, ZeRO shards and tp), clipping, the scheduled LR and AdamW with
+ * mr_adamw_step's arithmetic.
  *
  *   zero 0 (DDP): full params, grads and Adam state on every rank. Grads
  *     are cut into buckets of whole units (>= bucket_bytes, contiguous as
@@ -70,7 +73,6 @@
 #include <stdint.h>
 
 #include "model/mr_gpt.h"
-#include "mr_trainer.h"
 #include "optim/mr_adamw.h"
 
 struct mr_comm;
@@ -106,11 +108,31 @@ void mr_dp_model_par(int zero, struct mr_gpt_par *par);
 int mr_dp_create(struct mr_dp **out, struct mr_gpt *m, const struct mr_adamw_config *oc,
 		 const struct mr_dp_config *cfg, const struct mr_dp_comms *c, uint64_t seed,
 		 struct mr_errbuf *eb);
-/* One optimizer step over accum micro-batches: inputs/targets are accum
- * consecutive (B,T) blocks for this rank. r->loss / aux_loss are means over
- * all dp ranks (identical everywhere); grad_norm before clipping. */
-int mr_dp_step(struct mr_dp *d, const int *inputs, const int *targets, int accum,
-	       struct mr_step_result *r, struct mr_errbuf *eb);
+/* ---- what the step driver (mr_step.h) calls, in this order ---- */
+
+/* Starts a step: zeroes the gradients this rank owns, resets the stats. */
+void mr_dp_begin(struct mr_dp *d);
+/* Before each micro-batch's forward: final = 1 for the step's last one
+ * (DDP and ZeRO-1 reduce only then). */
+void mr_dp_micro_batch(struct mr_dp *d, int final);
+/* After the last backward (Megatron's finalize_model_grads): issues what
+ * overlap = 0 left, waits for every gradient reduction of the step, then
+ * the HSDP replica all-reduce. */
+int mr_dp_finish_grads(struct mr_dp *d);
+/* In: v[1], v[2] this rank's mean loss and aux loss over its micro-batches.
+ * Out: v[0] the sum of squares of every gradient of the job (each counted
+ * once), v[1], v[2] the means over every rank; identical on every rank. */
+int mr_dp_reduce_stats(struct mr_dp *d, double v[3]);
+/* Name of the first tensor with a non-finite value in this rank's owned
+ * params (grads = 0) or grads (grads = 1), or NULL. */
+const char *mr_dp_first_nonfinite(struct mr_dp *d, int grads);
+/* Optimizer steps taken so far, and the optimizer's config. */
+long mr_dp_steps(const struct mr_dp *d);
+const struct mr_adamw_config *mr_dp_adamw(const struct mr_dp *d);
+/* Clips the owned gradients to the global norm, runs AdamW at lr on the
+ * owned range and shares the updated parameters (ZeRO). */
+int mr_dp_update(struct mr_dp *d, double norm, float lr);
+
 /* This rank's full (tp-local) parameters into dst (m->nparams floats).
  * Collective over the shard group under zero 3. */
 int mr_dp_gather_params(struct mr_dp *d, float *dst);

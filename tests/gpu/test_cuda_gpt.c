@@ -1,6 +1,6 @@
 /*
  * test_cuda_gpt.c - the device GPT (runtime/cuda/mr_cuda_gpt.h) against
- * the CPU model and trainer (model/mr_gpt.h, mr_trainer_step): same
+ * the CPU model and step driver (model/mr_gpt.h, mr_step.h): same
  * config, same initial weights, same synthetic batches.
  *
  * Config: L2, d_model 64, 2 heads (head size 32: the device attention
@@ -48,7 +48,7 @@
 #include "cuda/mr_cuda_gpt.h"
 #include "data/mr_synth.h"
 #include "gpu_harness.h"
-#include "mr_trainer.h"
+#include "mr_step.h"
 
 #define STEPS 10
 #define ACCUM 2
@@ -90,7 +90,7 @@ static double rel_l2(const float *a, const float *b, size_t n)
 struct cpu_run {
 	struct mr_pool *pool;
 	struct mr_gpt m;
-	struct mr_adamw o;
+	struct mr_step s; /* the CPU step driver, one replica */
 };
 
 static void cpu_open(struct cpu_run *c)
@@ -99,13 +99,12 @@ static void cpu_open(struct cpu_run *c)
 
 	cr_assert_eq(mr_pool_create(&c->pool, 1), 0);
 	cr_assert_eq(mr_gpt_create(&c->m, &dense, BATCH, SEQ, c->pool, &eb), 0, "%s", eb.msg);
-	cr_assert_eq(mr_gpt_init_params(&c->m, SEED), 0);
-	cr_assert_eq(mr_adamw_init(&c->o, &ocfg, c->m.nparams, &c->m.mem), 0);
+	cr_assert_eq(mr_step_init(&c->s, &c->m, &ocfg, NULL, NULL, SEED, &eb), 0, "%s", eb.msg);
 }
 
 static void cpu_close(struct cpu_run *c)
 {
-	mr_adamw_release(&c->o, &c->m.mem);
+	mr_step_release(&c->s);
 	mr_gpt_release(&c->m);
 	mr_pool_free(c->pool);
 }
@@ -238,8 +237,7 @@ Test(cuda_gpt, ten_steps_match_cpu_trainer)
 	g = dev_open(&c.m);
 	for (s = 0; s < STEPS; s++) {
 		batch(s, in, tg);
-		cr_assert_eq(mr_trainer_step(&c.m, &c.o, in, tg, ACCUM, &rcpu, &eb), 0, "%s",
-			     eb.msg);
+		cr_assert_eq(mr_step_run(&c.s, in, tg, ACCUM, &rcpu, &eb), 0, "%s", eb.msg);
 		cr_assert_eq(mr_cuda_gpt_step(g, in, tg, ACCUM, &rg, &eb), 0, "step %d: %s", s,
 			     eb.msg);
 		cr_expect(fabsf(rg.loss - rcpu.loss) <= 5e-3f * rcpu.loss,
@@ -305,17 +303,16 @@ Test(cuda_gpt, optimizer_matches_cpu_adamw_on_device_grads)
 		batch(s, in, tg);
 		cr_assert_eq(mr_cuda_gpt_step(g, in, tg, ACCUM, &r, &eb), 0, "%s", eb.msg);
 		cr_assert_eq(mr_cuda_gpt_download_grads(g, c.m.grads, n, &eb), 0, "%s", eb.msg);
-		norm = sqrt(mr_trainer_grad_sumsq(&c.m, c.m.grads));
+		norm = sqrt(mr_grad_sumsq(c.m.grads, n));
 		cr_expect(fabs(r.grad_norm - norm) <= 1e-5 * norm,
 			  "step %d: grad norm %.8g vs %.8g", s, (double)r.grad_norm, norm);
-		mr_grad_clip(c.m.grads, n, norm, ocfg.grad_clip);
-		lr = mr_lr_at(&ocfg, c.o.t);
+		lr = mr_lr_at(&ocfg, mr_dp_steps(c.s.dp));
 		cr_expect_eq(r.lr, lr, "step %d", s);
-		mr_adamw_step(&c.o, &c.m, lr);
+		cr_assert_eq(mr_dp_update(c.s.dp, norm, lr), 0); /* clip + AdamW, as a step */
 		cr_assert_eq(mr_cuda_gpt_download_params(g, got, n, &eb), 0, "%s", eb.msg);
 		check_close("params after the update", got, c.m.params, n, 1e-5, 1e-6);
 	}
-	cr_expect_eq(mr_cuda_gpt_steps(g), c.o.t);
+	cr_expect_eq(mr_cuda_gpt_steps(g), mr_dp_steps(c.s.dp));
 	mr_cuda_gpt_free(g);
 	cpu_close(&c);
 	free(got);

@@ -2,7 +2,8 @@
  * test_dp.c - data parallelism (runtime/parallel) against the single-rank
  * trainer: ranks are threads with real host communicators (shared memory).
  *
- * Reference: mr_gpt_create + mr_trainer_step on one rank running all
+ * Reference: mr_gpt_create + the step driver (mr_step.h) on one rank
+ * (data parallelism the identity) running all
  * accum*dp micro-batches of a step with accumulation (dscale 1/(accum*dp)),
  * same seed and synthetic data. dp rank k runs micro-batches k*accum ..
  * k*accum+accum-1 of each step.
@@ -37,7 +38,7 @@
 #include "../comm/harness.h"
 #include "cpu/mr_pool.h"
 #include "data/mr_synth.h"
-#include "parallel/mr_dp.h"
+#include "mr_step.h"
 
 void openblas_set_num_threads(int num_threads);
 
@@ -217,6 +218,7 @@ static int dp_rank(struct mr_comm *w, void *arg)
 	struct mr_pool *pool = NULL;
 	struct mr_gpt m = { 0 };
 	struct mr_gpt_par par = { 0 };
+	struct mr_step drv = { 0 };
 	struct mr_dp *d = NULL;
 	struct mr_errbuf eb = { { 0 }, { 0 } };
 	struct mr_step_result res;
@@ -252,13 +254,14 @@ static int dp_rank(struct mr_comm *w, void *arg)
 	if (r->lr)
 		oc.lr = r->lr;
 	if (rc == 0)
-		rc = mr_dp_create(&d, &m, &oc, &r->dc, &c, SEED, &eb);
+		rc = mr_step_init(&drv, &m, &oc, &r->dc, &c, SEED, &eb);
+	d = drv.dp;
 	if (rc == 0 && r->check_mem)
 		rc = check_mem(&m, r->dc.zero, S, rank, "after create");
 	for (s = 0; s < r->steps && rc == 0; s++) {
 		for (i = 0; i < r->accum; i++)
 			batch(r, s, k * r->accum + i, nmb, in + i * N, tg + i * N);
-		rc = mr_dp_step(d, in, tg, r->accum, &res, &eb);
+		rc = mr_step_run(&drv, in, tg, r->accum, &res, &eb);
 		if (rc && r->lr) {
 			r->nonfinite_rc[rank] = rc;
 			snprintf(r->nonfinite_msg[rank], MR_ERRBUF_SIZE, "%s", eb.msg);
@@ -286,7 +289,7 @@ static int dp_rank(struct mr_comm *w, void *arg)
 	}
 	if (rc && eb.msg[0])
 		fprintf(stderr, "rank %d: %s\n", rank, eb.msg);
-	mr_dp_free(d);
+	mr_step_release(&drv);
 	mr_gpt_release(&m);
 	mr_pool_free(pool);
 	mr_comm_free(rep);
@@ -305,25 +308,24 @@ static void reference(const struct run *r, float *loss, float *norm, float **par
 	int *in = malloc(sizeof(int) * N * nmb), *tg = malloc(sizeof(int) * N * nmb);
 	struct mr_pool *pool;
 	struct mr_gpt m = { 0 };
-	struct mr_adamw o;
+	struct mr_step drv;
 	struct mr_step_result res;
 	struct mr_errbuf eb = { { 0 }, { 0 } };
 
 	cr_assert_eq(mr_pool_create(&pool, 1), 0);
 	cr_assert_eq(mr_gpt_create(&m, &r->mc, r->B, r->T, pool, &eb), 0, "%s", eb.msg);
-	cr_assert_eq(mr_gpt_init_params(&m, SEED), 0);
-	cr_assert_eq(mr_adamw_init(&o, &OC, m.nparams, &m.mem), 0);
+	cr_assert_eq(mr_step_init(&drv, &m, &OC, NULL, NULL, SEED, &eb), 0, "%s", eb.msg);
 	for (s = 0; s < r->steps; s++) {
 		for (j = 0; j < nmb; j++)
 			batch(r, s, j, nmb, in + j * N, tg + j * N);
-		cr_assert_eq(mr_trainer_step(&m, &o, in, tg, nmb, &res, &eb), 0, "%s", eb.msg);
+		cr_assert_eq(mr_step_run(&drv, in, tg, nmb, &res, &eb), 0, "%s", eb.msg);
 		loss[s] = res.loss;
 		norm[s] = res.grad_norm;
 	}
 	*np = m.nparams;
 	*params = malloc(sizeof(float) * m.nparams);
 	memcpy(*params, m.params, sizeof(float) * m.nparams);
-	mr_adamw_release(&o, &m.mem);
+	mr_step_release(&drv);
 	mr_gpt_release(&m);
 	mr_pool_free(pool);
 	free(in);

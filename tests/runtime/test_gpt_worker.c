@@ -14,7 +14,7 @@
 #include "cpu/mr_pool.h"
 #include "data/mr_shard.h"
 #include "mr_gpt_worker.h"
-#include "mr_trainer.h"
+#include "mr_step.h"
 
 static json_t *cfg(const char *js)
 {
@@ -177,7 +177,7 @@ Test(gpt_worker, nonfinite_loss_names_step_and_tensor)
 	struct mr_adamw_config oc = { 1e-3f, 0.1f, 0, 10, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f };
 	struct mr_errbuf eb = { "", "" };
 	struct mr_gpt m;
-	struct mr_adamw o;
+	struct mr_step st;
 	struct mr_step_result r;
 	int in[2 * 8], tg[2 * 8], i;
 
@@ -186,11 +186,10 @@ Test(gpt_worker, nonfinite_loss_names_step_and_tensor)
 		tg[i] = (i + 1) % 16;
 	}
 	cr_assert_eq(mr_gpt_create(&m, &c, 2, 8, NULL, &eb), 0, "%s", eb.msg);
-	mr_gpt_init_params(&m, 1);
-	cr_assert_eq(mr_adamw_init(&o, &oc, m.nparams, &m.mem), 0);
-	cr_assert_eq(mr_trainer_step(&m, &o, in, tg, 1, &r, &eb), 0, "%s", eb.msg);
+	cr_assert_eq(mr_step_init(&st, &m, &oc, NULL, NULL, 1, &eb), 0, "%s", eb.msg);
+	cr_assert_eq(mr_step_run(&st, in, tg, 1, &r, &eb), 0, "%s", eb.msg);
 	m.w.layer[1].fcprojw[3] = NAN;
-	cr_expect_eq(mr_trainer_step(&m, &o, in, tg, 1, &r, &eb), MR_ENONFINITE);
+	cr_expect_eq(mr_step_run(&st, in, tg, 1, &r, &eb), MR_ENONFINITE);
 	cr_expect(strstr(eb.msg, "step 1") != NULL, "%s", eb.msg);
 	cr_expect(strstr(eb.msg, "h.1.mlp.proj.w") != NULL, "%s", eb.msg);
 	/* an out-of-range token is an error naming it, not a crash */
@@ -198,7 +197,7 @@ Test(gpt_worker, nonfinite_loss_names_step_and_tensor)
 	in[5] = 16;
 	cr_expect_eq(mr_gpt_forward(&m, in, tg, &eb), MR_ERANGE);
 	cr_expect(strstr(eb.msg, "position 5") != NULL, "%s", eb.msg);
-	mr_adamw_release(&o, &m.mem);
+	mr_step_release(&st);
 	mr_gpt_release(&m);
 }
 

@@ -20,7 +20,7 @@
 #include "cpu/mr_pool.h"
 #include "model/mr_gpt.h"
 #include "model/mr_weights.h"
-#include "mr_trainer.h"
+#include "mr_step.h"
 
 struct ref {
 	int32_t hdr[256];
@@ -100,7 +100,7 @@ static void check_config(const char *name, int threads)
 	struct mr_gpt m;
 	struct mr_pool *pool = NULL;
 	struct mr_errbuf eb = { "", "" };
-	struct mr_adamw opt;
+	struct mr_step st;
 	struct mr_adamw_config oc;
 	double ss = 0.0, worst = 0.0;
 	const char *worst_name = "";
@@ -157,8 +157,8 @@ static void check_config(const char *name, int threads)
 	}
 	cr_log_info("%s: worst gradient rel error %.3g ('%s')", name, worst, worst_name);
 
-	/* 10 AdamW steps from the same initial weights */
-	mr_gpt_init_params(&m, r.seed);
+	/* 10 AdamW steps from the same initial weights (the step driver
+	 * initialises them from the seed) */
 	oc.lr = hf(&r, 20);
 	oc.min_lr_frac = hf(&r, 21);
 	oc.warmup_steps = r.hdr[22];
@@ -168,7 +168,7 @@ static void check_config(const char *name, int threads)
 	oc.eps = hf(&r, 26);
 	oc.weight_decay = hf(&r, 27);
 	oc.grad_clip = hf(&r, 28);
-	cr_assert_eq(mr_adamw_init(&opt, &oc, m.nparams, &m.mem), 0);
+	cr_assert_eq(mr_step_init(&st, &m, &oc, NULL, NULL, r.seed, &eb), 0, "%s", eb.msg);
 	N = (size_t)r.B * r.T;
 	{
 		int *in = malloc(N * r.accum * sizeof(int)), *tg = malloc(N * r.accum * sizeof(int));
@@ -181,8 +181,7 @@ static void check_config(const char *name, int threads)
 				memcpy(in + a * N, r.inputs + b * N, N * sizeof(int));
 				memcpy(tg + a * N, r.targets + b * N, N * sizeof(int));
 			}
-			cr_assert_eq(mr_trainer_step(&m, &opt, in, tg, r.accum, &res, &eb), 0, "%s",
-				     eb.msg);
+			cr_assert_eq(mr_step_run(&st, in, tg, r.accum, &res, &eb), 0, "%s", eb.msg);
 			cr_expect(rel(res.loss, r.losses[s]) <= 1e-4,
 				  "%s: step %d loss %.7f vs torch %.7f", name, s, (double)res.loss,
 				  (double)r.losses[s]);
@@ -191,7 +190,7 @@ static void check_config(const char *name, int threads)
 		free(in);
 		free(tg);
 	}
-	mr_adamw_release(&opt, &m.mem);
+	mr_step_release(&st);
 	mr_gpt_release(&m);
 	mr_pool_free(pool);
 	free_ref(&r);

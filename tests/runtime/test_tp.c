@@ -21,7 +21,7 @@
 #include "../comm/harness.h"
 #include "cpu/mr_pool.h"
 #include "data/mr_synth.h"
-#include "mr_trainer.h"
+#include "mr_step.h"
 #include "parity.h"
 
 #define STEPS 10
@@ -51,7 +51,7 @@ static int train(struct run *r, struct mr_comm *tpc)
 	struct mr_errbuf eb = { "", "" };
 	struct mr_pool *pool = NULL;
 	struct mr_gpt m;
-	struct mr_adamw o;
+	struct mr_step st;
 	struct mr_step_result res;
 	int *in = malloc(sizeof(int) * r->B * r->T), *tg = malloc(sizeof(int) * r->B * r->T);
 	int s, rc, rank = tpc ? mr_comm_rank(tpc) : 0;
@@ -70,12 +70,11 @@ static int train(struct run *r, struct mr_comm *tpc)
 		fprintf(stderr, "create: %s\n", eb.msg);
 		goto out;
 	}
-	mr_gpt_init_params(&m, SEED);
-	if ((rc = mr_adamw_init(&o, &ocfg, m.nparams, &m.mem)) < 0)
+	if ((rc = mr_step_init(&st, &m, &ocfg, NULL, NULL, SEED, &eb)) < 0)
 		goto out_model;
 	for (s = 0; s < STEPS && rc == 0; s++) {
 		batch(r, s, in, tg);
-		rc = mr_trainer_step(&m, &o, in, tg, 1, &res, &eb);
+		rc = mr_step_run(&st, in, tg, 1, &res, &eb);
 		if (rc < 0)
 			fprintf(stderr, "rank %d step %d: %s\n", rank, s, eb.msg);
 		else if (rank == 0)
@@ -97,7 +96,7 @@ static int train(struct run *r, struct mr_comm *tpc)
 		r->params = full;
 		r->nparams = mr_gpt_full_nparams(&m);
 	}
-	mr_adamw_release(&o, &m.mem);
+	mr_step_release(&st);
 out_model:
 	mr_gpt_release(&m);
 out:

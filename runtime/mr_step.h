@@ -1,0 +1,81 @@
+/*
+ * mr_step.h - the step driver: one optimizer step of a GPT rank, written
+ * once for every placement (Megatron-Core's forward_backward_func +
+ * finalize_model_grads + optimizer.step, in one place).
+ *
+ *   1. data parallelism begins the step (zeroes the gradients it owns);
+ *   2. the schedule runs forward and backward of the step's micro-batches
+ *      (mr_sched_sequential: one after the other; the pipeline schedules
+ *      will be others), telling data parallelism which one is the last;
+ *   3. data parallelism finishes the gradients (waits for the bucket
+ *      reductions, the HSDP replica reduction);
+ *   4. the gradient norm over the whole job (every parameter counted once
+ *      across tp, dp replicas and ZeRO shards) and the mean loss, summed
+ *      exactly so every rank sees the same values; non-finite losses and
+ *      norms fail the step on every rank together, naming the step and the
+ *      first non-finite tensor;
+ *   5. clipping, the scheduled LR and AdamW on the range this rank owns,
+ *      then the updated parameters are shared again (ZeRO).
+ *
+ * Data parallelism (parallel/mr_dp.h) owns gradients and optimizer state
+ * in every configuration; with one replica it is the identity (no
+ * communicator, no copies), so one rank runs exactly this code too.
+ *
+ * Ownership: struct mr_step is the caller's; it borrows the model and the
+ * communicators, owns the data-parallel state (mr_step_release). The model
+ * must be created with mr_dp_model_par(dc->zero, &par) applied.
+ * Non-goals: data loading, evaluation (the worker), pipeline stages (yet).
+ */
+#ifndef MR_STEP_H
+#define MR_STEP_H
+
+#include <stdint.h>
+
+#include "model/mr_gpt.h"
+#include "optim/mr_adamw.h"
+#include "parallel/mr_dp.h"
+
+struct mr_step_result {
+	float loss;      /* mean cross-entropy over the step's micro-batches, all ranks */
+	float aux_loss;  /* mean MoE aux loss (before aux_coef) */
+	float grad_norm; /* global, before clipping */
+	float lr;
+};
+
+struct mr_step;
+
+/* A micro-batch schedule: runs forward and backward of the step's accum
+ * micro-batches (inputs/targets: accum consecutive (B,T) blocks), calling
+ * mr_dp_micro_batch before each, and adds each micro-batch's loss and aux
+ * loss to loss[0] and loss[1]. */
+struct mr_step_sched {
+	const char *name;
+	int (*run)(struct mr_step *s, const int *inputs, const int *targets, int accum,
+		   double loss[2], struct mr_errbuf *eb);
+};
+
+/* Forward then backward, micro-batch after micro-batch. */
+extern const struct mr_step_sched mr_sched_sequential;
+
+struct mr_step {
+	struct mr_gpt *m;                  /* borrowed */
+	struct mr_dp *dp;                  /* owned */
+	const struct mr_step_sched *sched; /* mr_sched_sequential after init */
+};
+
+/*
+ * Sets up the step for model m: data parallelism from dc (NULL: DDP with
+ * the default bucket and overlap) over the communicators c (NULL: one
+ * replica; with tp > 1 the norm and loss are then summed over the model's
+ * tp group), AdamW from oc, parameters initialised from seed.
+ */
+int mr_step_init(struct mr_step *s, struct mr_gpt *m, const struct mr_adamw_config *oc,
+		 const struct mr_dp_config *dc, const struct mr_dp_comms *c, uint64_t seed,
+		 struct mr_errbuf *eb);
+/* One optimizer step; see the header. */
+int mr_step_run(struct mr_step *s, const int *inputs, const int *targets, int accum,
+		struct mr_step_result *r, struct mr_errbuf *eb);
+/* Safe on a zeroed or released struct. */
+void mr_step_release(struct mr_step *s);
+
+#endif

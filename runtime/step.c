@@ -1,0 +1,114 @@
+/*
+ * step.c - the step driver (see mr_step.h): begin, schedule, finish the
+ * gradients, norm and loss over the job, clip + AdamW; and the sequential
+ * micro-batch schedule.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "mr_step.h"
+
+static int sequential_run(struct mr_step *s, const int *inputs, const int *targets, int accum,
+			  double loss[2], struct mr_errbuf *eb)
+{
+	struct mr_gpt *m = s->m;
+	size_t N = (size_t)m->B * m->T;
+	int i, rc;
+
+	for (i = 0; i < accum; i++) {
+		mr_dp_micro_batch(s->dp, i == accum - 1);
+		rc = mr_gpt_forward(m, inputs + i * N, targets + i * N, eb);
+		if (rc < 0)
+			return rc;
+		/* a non-finite loss is reported after the reduction over the
+		 * job, so every rank fails the step together */
+		loss[0] += m->loss;
+		loss[1] += m->aux_loss;
+		rc = mr_gpt_backward(m, 1.0f / (float)accum);
+		if (rc < 0)
+			return mr_errf(eb, rc, "backward pass failed at step %ld: %s",
+				       mr_dp_steps(s->dp), mr_strerror(rc));
+	}
+	return 0;
+}
+
+const struct mr_step_sched mr_sched_sequential = { "sequential", sequential_run };
+
+int mr_step_init(struct mr_step *s, struct mr_gpt *m, const struct mr_adamw_config *oc,
+		 const struct mr_dp_config *dc, const struct mr_dp_comms *c, uint64_t seed,
+		 struct mr_errbuf *eb)
+{
+	struct mr_dp_config ddp = { 0, 0, 1 };
+	struct mr_dp_comms one = { NULL, NULL, m->par.tp > 1 ? m->par.tp_comm : NULL };
+
+	memset(s, 0, sizeof(*s));
+	s->m = m;
+	s->sched = &mr_sched_sequential;
+	return mr_dp_create(&s->dp, m, oc, dc ? dc : &ddp, c ? c : &one, seed, eb);
+}
+
+void mr_step_release(struct mr_step *s)
+{
+	mr_dp_free(s->dp);
+	s->dp = NULL;
+}
+
+static int nonfinite_loss(struct mr_step *s, long step, double loss, struct mr_errbuf *eb)
+{
+	const struct mr_gpt *m = s->m;
+	const char *p = mr_dp_first_nonfinite(s->dp, 0);
+	size_t i, n = (size_t)m->B * m->T * (size_t)((m->cfg.vocab + m->par.tp - 1) / m->par.tp);
+
+	if (p)
+		return mr_errf(eb, MR_ENONFINITE,
+			       "loss is %g at step %ld: first non-finite tensor 'params.%s'", loss,
+			       step, p);
+	for (i = 0; i < n; i++)
+		if (!isfinite(m->logits[i]))
+			return mr_errf(eb, MR_ENONFINITE,
+				       "loss is %g at step %ld: first non-finite tensor 'logits'",
+				       loss, step);
+	return mr_errf(eb, MR_ENONFINITE,
+		       "loss is %g at step %ld: no non-finite parameter or logit on this rank",
+		       loss, step);
+}
+
+int mr_step_run(struct mr_step *s, const int *inputs, const int *targets, int accum,
+		struct mr_step_result *r, struct mr_errbuf *eb)
+{
+	long step = mr_dp_steps(s->dp);
+	double v[3] = { 0.0, 0.0, 0.0 }, loss[2] = { 0.0, 0.0 }, norm;
+	const char *g;
+	int rc;
+
+	if (accum < 1)
+		return mr_errf_field(eb, MR_EINVAL, "accum", "'accum' must be >= 1, got %d", accum);
+	mr_dp_begin(s->dp);
+	if ((rc = s->sched->run(s, inputs, targets, accum, loss, eb)) < 0)
+		return rc;
+	if ((rc = mr_dp_finish_grads(s->dp)) < 0)
+		return mr_errf(eb, rc, "gradient reduction failed at step %ld: %s", step,
+			       mr_strerror(rc));
+	v[1] = loss[0] / accum;
+	v[2] = loss[1] / accum;
+	if ((rc = mr_dp_reduce_stats(s->dp, v)) < 0)
+		return mr_errf(eb, rc, "grad norm reduction failed at step %ld: %s", step,
+			       mr_strerror(rc));
+	if (!isfinite(v[1]) || !isfinite(v[2]))
+		return nonfinite_loss(s, step, !isfinite(v[1]) ? v[1] : v[2], eb);
+	norm = sqrt(v[0]);
+	if (!isfinite(norm)) {
+		g = mr_dp_first_nonfinite(s->dp, 1);
+		return mr_errf(eb, MR_ENONFINITE,
+			       "gradient norm is %g at step %ld: first non-finite tensor "
+			       "'grads.%s'", norm, step, g ? g : "? (on another rank)");
+	}
+	r->loss = (float)v[1];
+	r->aux_loss = (float)v[2];
+	r->grad_norm = (float)norm;
+	r->lr = mr_lr_at(mr_dp_adamw(s->dp), step);
+	if ((rc = mr_dp_update(s->dp, norm, r->lr)) < 0)
+		return mr_errf(eb, rc, "parameter all-gather failed at step %ld: %s", step,
+			       mr_strerror(rc));
+	return 0;
+}
