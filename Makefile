@@ -139,7 +139,7 @@ test_bins  += $(EMUL_TEST)
 $(BUILD)/obj/emul/%.o: runtime/cuda/%.cu runtime/cuda/gpt_int.cuh runtime/cuda/mr_cuda_gpt.h
 	@mkdir -p $(dir $@)
 	$(CXX) -x c++ -std=c++17 -O2 -g -Wall -Wextra -Werror $(filter -fsanitize=%,$(CFLAGS)) \
-		-Icommon -Iruntime -c -o $@ $<
+		-MMD -MP -Icommon -Iruntime -c -o $@ $<
 
 $(EMUL_TEST): tests/gpu/test_cuda_gpt.c tests/gpu/cuda_emul.c $(emul_objs) $(LIBS)
 	@mkdir -p $(dir $@)

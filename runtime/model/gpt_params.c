@@ -100,7 +100,7 @@ static void carve_all(struct mr_gpt *m, struct carve *cv, struct carve *wv)
 	int tp = m->par.tp;
 	size_t N = (size_t)m->B * m->T, C = (size_t)c->d_model;
 	size_t Nl = m->par.sp ? N / (size_t)tp : N, Cl = C / (size_t)tp;
-	size_t Hl = 4 * Cl, Vl = (size_t)mr__gpt_vocab_local_n(m);
+	size_t Hl = 4 * Cl, Vl = (size_t)mr_tp_vocab_rows(&m->tp);
 	int l, any_moe = 0;
 	struct mr_moe_shape ms = { 0, 0, 0, 0, 0, 0 };
 	size_t kws, mws = 0;
@@ -153,7 +153,7 @@ static void carve_all(struct mr_gpt *m, struct carve *cv, struct carve *wv)
 	m->dfch = take(wv, N * Hl);
 	m->dtmp = take(wv, N * C);
 	m->sp_full = m->par.sp ? take(wv, N * C) : NULL;
-	m->sp_tmp = tp > 1 ? take(wv, N * (C > 3 ? C : 3)) : NULL;
+	m->tp.tmp = tp > 1 ? take(wv, N * (C > 3 ? C : 3)) : NULL;
 	kws = mr_attn_layer_ws_floats(m->pool, m->T, c->d_model / c->n_head);
 	if (mr_layernorm_ws_floats(m->pool, c->d_model) > kws)
 		kws = mr_layernorm_ws_floats(m->pool, c->d_model);
@@ -239,6 +239,8 @@ int mr_gpt_create_par(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, 
 	m->B = B;
 	m->T = T;
 	m->pool = pool;
+	mr_tp_init(&m->tp, m->par.tp, m->par.tp_rank, m->par.sp, m->par.tp_comm, B, T,
+		   cfg->d_model, cfg->vocab);
 	m->w.layer = calloc((size_t)cfg->n_layer, sizeof(*m->w.layer));
 	m->g.layer = calloc((size_t)cfg->n_layer, sizeof(*m->g.layer));
 	m->la = calloc((size_t)cfg->n_layer, sizeof(*m->la));
@@ -275,10 +277,10 @@ int mr_gpt_create_par(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, 
 	carve_all(m, &cv, &wv);
 	for (i = 0; i < (size_t)B * T; i++)
 		m->ones[i] = 1.0f;
-	if (m->par.tp > 1) {
-		m->xchg.reduce = mr__gpt_moe_reduce;
-		m->xchg.ctx = m;
-		m->xchg.router_dx_off = m->par.tp_rank != 0;
+	if (m->tp.size > 1) {
+		m->xchg.reduce = mr_tp_moe_reduce;
+		m->xchg.ctx = &m->tp;
+		m->xchg.router_dx_off = m->tp.rank != 0;
 	}
 	return 0;
 nomem:

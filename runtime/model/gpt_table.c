@@ -3,7 +3,8 @@
  * name, full and local shape, tensor-parallel split, offset, weight-decay
  * flag and init; the units (embeddings, attention and MLP half of each
  * layer, final LayerNorm); copying between a tensor's whole values and a
- * tp rank's slice; and binding the weight/gradient views of a unit.
+ * tp rank's slice, and gathering every rank's slices into the single-rank
+ * layout; and binding the weight/gradient views of a unit.
  *
  * Init (GPT-2 / nanoGPT): every matrix and embedding ~ normal(0, 0.02);
  * the residual projections (attn.proj.w, mlp.proj.w, also per expert) use
@@ -14,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/mr_comm.h"
 #include "gpt_int.h"
 
 struct table {
@@ -249,4 +251,57 @@ const char *mr_gpt_first_nonfinite(const struct mr_gpt *m, const float *buf)
 				return t->name;
 	}
 	return NULL;
+}
+
+size_t mr_gpt_full_nparams(const struct mr_gpt *m)
+{
+	size_t n = 0;
+	int i;
+
+	for (i = 0; i < m->ntensors; i++)
+		n += mr_gpt_tensor_full_n(&m->tensors[i]);
+	return n;
+}
+
+int mr_gpt_gather_full(const struct mr_gpt *m, const float *local, float **full)
+{
+	int tp = m->tp.size, r = m->tp.rank, i, q, rc = 0;
+	size_t off = 0, most = 0;
+	float *buf = NULL, *out = NULL;
+
+	*full = NULL;
+	for (i = 0; i < m->ntensors; i++)
+		if (m->tensors[i].n > most)
+			most = m->tensors[i].n;
+	if (r == 0 && !(out = malloc(sizeof(float) * mr_gpt_full_nparams(m))))
+		rc = MR_ENOMEM;
+	if (tp > 1 && !(buf = malloc(sizeof(float) * most * (size_t)tp)))
+		rc = MR_ENOMEM;
+	/* a local failure stops this rank; its peers get the communicator's
+	 * timeout (or abort) on their next all-gather */
+	for (i = 0; i < m->ntensors; i++) {
+		const struct mr_gpt_tensor *t = &m->tensors[i];
+		const float *src = local + t->off;
+		if (tp > 1) {
+			int crc = buf ? mr_comm_allgather(m->tp.comm, src, buf, t->n,
+							  MR_COMM_F32)
+				      : MR_ENOMEM;
+			if (crc < 0) {
+				rc = crc;
+				break;
+			}
+		}
+		if (out && rc == 0)
+			for (q = 0; q < tp; q++)
+				mr_gpt_tensor_slice(t, tp, q, out + off,
+						    tp > 1 ? buf + (size_t)q * t->n : (float *)src, 1);
+		off += mr_gpt_tensor_full_n(t);
+	}
+	free(buf);
+	if (rc < 0) {
+		free(out);
+		return rc;
+	}
+	*full = out;
+	return 0;
 }

@@ -54,6 +54,7 @@
 #include "mr_err.h"
 #include "mr_mem.h"
 #include "model/mr_moe.h"
+#include "parallel/mr_tp.h"
 
 struct mr_gpt_config {
 	int vocab;        /* V, vocabulary size */
@@ -149,6 +150,7 @@ struct mr_gpt_hooks {
 struct mr_gpt {
 	struct mr_gpt_config cfg;
 	struct mr_gpt_par par;  /* tp >= 1 after create */
+	struct mr_tp tp;        /* the tensor/sequence-parallel layers (parallel/mr_tp.h) */
 	const struct mr_gpt_hooks *hooks; /* may be NULL; set by the caller */
 	int B, T;               /* micro-batch shape the activations hold */
 	struct mr_pool *pool;   /* borrowed */
@@ -167,6 +169,7 @@ struct mr_gpt {
 	struct mr_gpt_layer_acts *la;
 	int *inputs, *targets;  /* (N) copies of the current batch */
 	int *tok_tp, *tgt_tp;   /* (N) ids in this rank's vocab slice (tp > 1) */
+	const int *tok_local, *tgt_local; /* the ids the passes use (inputs itself at tp 1) */
 	float *encoded;         /* (N,C) */
 	float *lnf, *lnf_mean, *lnf_rstd;
 	float *logits;          /* (N,V); dlogits in place after backward */
@@ -174,7 +177,7 @@ struct mr_gpt {
 	/* workspace */
 	float *ones;            /* (N) all 1, for bias gradients */
 	float *dres, *dln, *datty, *dqkv, *dfch, *dtmp; /* backward scratch */
-	float *sp_full, *sp_tmp; /* (N,C) each: sequence-parallel gather / scatter */
+	float *sp_full;         /* (N,C) sequence-parallel gather target */
 	float *k_ws;            /* kernel workspace (attention, layernorm) */
 
 	float loss;             /* mean cross-entropy of the last forward */

@@ -1,0 +1,102 @@
+/*
+ * mr_tp.h - tensor and sequence parallelism (Megatron-LM) as layers the
+ * model calls unconditionally: each is the single-rank operation when the
+ * tp group has one rank (no copy, no collective).
+ *
+ * Rows: the model works on N = B*T rows. Without sequence parallelism
+ * every tp rank holds all N rows of the residual stream ("local" ==
+ * "full"); with it a rank holds Nl = N/tp local rows, the sequence chunk
+ * t in [r*T/tp, (r+1)*T/tp) of every batch row b, in (b, t) order.
+ *
+ *   column-parallel linear: gather the input rows (sp: all-gather), then a
+ *     GEMM into this rank's slice of output features;
+ *   row-parallel linear: a GEMM over this rank's slice of input features
+ *     into a partial (N, C) sum, reduced over tp (all-reduce, or
+ *     reduce-scatter into the local rows under sp), then the bias;
+ *   vocab-parallel embedding and cross-entropy: each rank holds ceil(V/tp)
+ *     rows of the token embedding / LM head (the last rank's rows past V
+ *     are padding, masked out of the softmax); the loss needs only a max
+ *     and two sums over tp, never the whole logits.
+ * Backward runs the conjugate collectives; LayerNorm gradients, computed
+ * on local rows under sp, are summed over tp.
+ *
+ * Sequence order: an all-gather of the ranks' local rows arrives as
+ * [rank][b][t_local]; the model works in [b][t], so gathers permute after
+ * the collective and reduce-scatters before it (one strided copy).
+ *
+ * Ownership: struct mr_tp is the model's; comm is borrowed, tmp is the
+ * model's workspace (N x max(C, 3) floats when size > 1).
+ * Every function returns 0 or the communicator's negative MR_E* code.
+ * Non-goals: the parameter table's tp splits (model/gpt_table.c).
+ */
+#ifndef MR_TP_H
+#define MR_TP_H
+
+#include <stddef.h>
+
+#include "cpu/mr_pool.h"
+
+struct mr_comm;
+
+struct mr_tp {
+	int size, rank;       /* tp degree (1: every call is the identity), index */
+	int sp;               /* sequence parallel (size > 1) */
+	struct mr_comm *comm; /* NULL when size == 1 */
+	int B, T, C, V;       /* batch, sequence, model width, vocabulary */
+	float *tmp;           /* scratch (N, max(C, 3)) when size > 1 */
+};
+
+void mr_tp_init(struct mr_tp *tp, int size, int rank, int sp, struct mr_comm *comm, int B,
+		int T, int C, int V);
+
+/* Rows this rank holds of the residual stream, and the position t of
+ * local row i. */
+int mr_tp_local_rows(const struct mr_tp *tp);
+int mr_tp_local_pos(const struct mr_tp *tp, int i);
+/* Buffer choice without branches in the model: scratch under sp (or with
+ * size > 1), else plain, so a gather or reduce into plain is a no-op. */
+float *mr_tp_if_sp(const struct mr_tp *tp, float *plain, float *scratch);
+float *mr_tp_if_split(const struct mr_tp *tp, float *plain, float *scratch);
+
+/* In-place sum (or max) over the tp group. */
+int mr_tp_allreduce(struct mr_tp *tp, float *buf, size_t n, int max);
+/* out (Nl,C) = sum over tp of partial (N,C); partial may be clobbered;
+ * out == partial with one rank is a no-op. */
+int mr_tp_reduce_rows(struct mr_tp *tp, float *out, float *partial);
+/* full (N,C) = every rank's local rows (Nl,C); a no-op without sp when
+ * full == local. */
+int mr_tp_gather_rows(struct mr_tp *tp, float *full, const float *local);
+/* Row-parallel linear: out (Nl,C) = sum_tp(inp (N,IC) @ w^T) + bias;
+ * scratch (N,C) holds the partial sum when size > 1. */
+int mr_tp_row_linear_fwd(struct mr_tp *tp, struct mr_pool *p, float *out, const float *inp,
+			 const float *w, const float *bias, int IC, float *scratch);
+/* LayerNorm gradients w, b (C) summed over tp under sp (each rank saw its
+ * rows); nothing otherwise. */
+int mr_tp_sp_norm_grads(struct mr_tp *tp, float *w, float *b);
+
+/* Rows of wte (columns of the logits) per rank: ceil(V / size). */
+int mr_tp_vocab_rows(const struct mr_tp *tp);
+/* Token ids relative to this rank's vocabulary slice (-1 elsewhere) in
+ * out; returns tok itself with one rank. */
+const int *mr_tp_vocab_ids(const struct mr_tp *tp, int *out, const int *tok, int n);
+/* Sets the logit columns of padded vocabulary rows to value: -1e30 after
+ * the forward GEMM (out of the softmax), 0 in dlogits (the padded rows of
+ * wte get no gradient and never learn). logits (N, vocab_rows). */
+void mr_tp_mask_vocab_pad(const struct mr_tp *tp, float *logits, float value);
+/* Vocab-parallel embedding: out (Nl,C) = wte[tok] summed over tp + wpe[t];
+ * tok are mr_tp_vocab_ids; scratch (N,C) when size > 1. */
+int mr_tp_embedding_fwd(struct mr_tp *tp, struct mr_pool *p, float *out, const int *tok,
+			const float *wte, const float *wpe, float *scratch);
+/* Its backward: dwte (this rank's rows) and dwpe from dlocal (Nl,C);
+ * scratch (N,C) for the gathered rows under sp. */
+int mr_tp_embedding_bwd(struct mr_tp *tp, struct mr_pool *p, float *dwte, float *dwpe,
+			float *dlocal, const int *tok, float *scratch);
+/* Vocab-parallel cross-entropy forward: losses and lse (N) over the whole
+ * vocabulary from this rank's logits (N, vocab_rows); tgt are
+ * mr_tp_vocab_ids of the targets. */
+int mr_tp_cross_entropy_fwd(struct mr_tp *tp, struct mr_pool *p, float *losses, float *lse,
+			    const float *logits, const int *tgt);
+/* struct mr_moe_xchg.reduce over tp (ctx = the struct mr_tp). */
+int mr_tp_moe_reduce(void *ctx, float *buf, size_t n);
+
+#endif
