@@ -75,7 +75,7 @@ static const struct mr_adamw_config ocfg = { 1e-3f, 0.1f, 2, 100, 0.9f, 0.95f, 1
 /* One rank: tp ranks share a batch, dp ranks take their own rows. */
 static int rank_run(struct bench *b, int rank, struct mr_comm *world)
 {
-	struct mr_gpt_par par = { 0 };
+	struct mr_place where;
 	struct mr_errbuf eb = { "", "" };
 	struct mr_pool *pool = NULL;
 	struct mr_gpt m;
@@ -87,12 +87,8 @@ static int rank_run(struct bench *b, int rank, struct mr_comm *world)
 
 	if (!in || !tg || (rc = mr_pool_create(&pool, 1)) < 0)
 		return MR_ENOMEM;
-	par.tp = b->tp;
-	par.tp_rank = rank % b->tp;
-	par.sp = b->sp;
-	par.tp_comm = b->tp > 1 ? world : NULL;
-	mr_dp_model_par(0, &par);
-	if ((rc = mr_gpt_create_par(&m, &b->cfg, b->B, b->T, pool, &par, &eb)) < 0)
+	mr_place_tp(&where, b->tp, rank % b->tp, world, b->sp);
+	if ((rc = mr_gpt_create_placed(&m, &b->cfg, b->B, b->T, pool, &where, 0, &eb)) < 0)
 		goto out;
 	{
 		struct mr_dp_config dc = { 0, 0, b->overlap };

@@ -54,7 +54,7 @@ static int place(struct gw *w, const struct mr_worker_env *env, const struct mr_
 		 int T, struct mr_errbuf *eb)
 {
 	struct mr_worker_env one = { 0 };
-	struct mr_gpt_par par = { 0 };
+	struct mr_place where;
 	int rc;
 
 	if (env)
@@ -62,13 +62,12 @@ static int place(struct gw *w, const struct mr_worker_env *env, const struct mr_
 	if (one.world_size < 1)
 		one.world_size = 1;
 	env = &one;
-	par.tp = env->tp > 0 ? env->tp : 1;
-	par.sp = w->sp;
 	if ((rc = mr_groups_check(env, w->hsdp_shard, eb)) < 0 ||
-	    (rc = mr_gpt_check_placement(mc, T, &par, eb)) < 0)
+	    (rc = mr_groups_place_of(env, w->sp, &where, eb)) < 0 ||
+	    (rc = mr_gpt_check_placement(mc, T, &where, eb)) < 0)
 		return rc;
-	rc = mr_groups_create(&w->groups, env, w->hsdp_shard, w->comm_timeout_ms, &w->aborted,
-			      eb);
+	rc = mr_groups_create(&w->groups, env, w->hsdp_shard, w->sp, w->comm_timeout_ms,
+			      &w->aborted, eb);
 	if (rc < 0)
 		return rc;
 	atomic_store(&w->groups_ready, 1);
@@ -88,23 +87,18 @@ int mr__gw_create_cpu(struct gw *w, const struct mr_worker_env *env,
 	struct mr_dp_config dc = { w->zero, (size_t)((double)w->bucket_mb * 1048576.0),
 				   w->overlap };
 	struct mr_dp_comms cc;
-	struct mr_gpt_par par = { 0 };
 	int rc = place(w, env, &w->mc, w->T, eb);
 
 	if (rc < 0)
 		return rc;
-	par.tp = w->groups.mesh.tp;
-	par.tp_rank = w->groups.me.tp;
-	par.sp = w->sp;
-	par.tp_comm = w->groups.tp;
-	mr_dp_model_par(w->zero, &par);
-	rc = mr_gpt_create_par(&w->model, &w->mc, w->B, w->T, w->pool, &par, eb);
+	rc = mr_gpt_create_placed(&w->model, &w->mc, w->B, w->T, w->pool, &w->groups.place,
+				  mr_dp_model_flags(w->zero), eb);
 	if (rc < 0)
 		return rc;
 	w->have_model = 1;
 	cc.shard = w->groups.shard;
 	cc.replica = w->groups.replica;
-	cc.world = w->groups.world;
+	cc.world = w->groups.group[MR_GROUP_WORLD];
 	return mr_step_init(&w->step_drv, &w->model, oc, &dc, &cc, w->seed, eb);
 }
 

@@ -1,5 +1,5 @@
 /*
- * groups.c - a rank's mesh communicators (see mr_groups.h).
+ * groups.c - a rank's mesh communicators and placement (see mr_groups.h).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,24 +7,20 @@
 
 #include "mr_groups.h"
 
-static int mesh_of(const struct mr_worker_env *env, struct mr_mesh *m, struct mr_errbuf *eb)
+int mr_groups_mesh(const struct mr_worker_env *env, struct mr_mesh *m, struct mr_errbuf *eb)
 {
-	return mr_mesh_init(m, env->world_size, env->tp > 0 ? env->tp : 1,
-			    env->pp > 0 ? env->pp : 1, env->cp > 0 ? env->cp : 1,
-			    env->ep > 0 ? env->ep : 1, 0, eb);
+	return mr_mesh_init(m, env->world_size > 0 ? env->world_size : 1,
+			    env->tp > 0 ? env->tp : 1, env->pp > 0 ? env->pp : 1,
+			    env->cp > 0 ? env->cp : 1, env->ep > 0 ? env->ep : 1, 0, eb);
 }
 
 int mr_groups_check(const struct mr_worker_env *env, int hsdp_shard, struct mr_errbuf *eb)
 {
 	struct mr_mesh m;
-	int rc = mesh_of(env, &m, eb);
+	int rc = mr_groups_mesh(env, &m, eb);
 
 	if (rc < 0)
 		return rc;
-	if (m.pp > 1 || m.cp > 1 || m.ep > 1)
-		return mr_errf_field(eb, MR_EINVAL, m.pp > 1 ? "pp" : m.cp > 1 ? "cp" : "ep",
-				     "the gpt runtime does not implement pp/cp/ep > 1 yet "
-				     "(mesh pp=%d cp=%d ep=%d)", m.pp, m.cp, m.ep);
 	if (hsdp_shard < 0 || (hsdp_shard > 0 && m.dp % hsdp_shard != 0))
 		return mr_errf_field(eb, MR_EINVAL, "hsdp_shard",
 				     "'hsdp_shard' (%d) must divide the data-parallel size dp=%d",
@@ -40,7 +36,7 @@ static int split(struct mr_groups *g, const int *members, int n, const char *nam
 	*out = NULL;
 	if (n <= 1)
 		return 0;
-	return mr_comm_split(g->world, members, n, name, out, eb);
+	return mr_comm_split(g->group[MR_GROUP_WORLD], members, n, name, out, eb);
 }
 
 static int hsdp_groups(struct mr_groups *g, const int *dpm, int D, struct mr_errbuf *eb)
@@ -64,21 +60,99 @@ static int hsdp_groups(struct mr_groups *g, const int *dpm, int D, struct mr_err
 	return rc;
 }
 
+/* Every group kind but the world, in enum order; a kind whose members
+ * equal an earlier kind's shares its communicator (no second split). */
+static int kinds(struct mr_groups *g, struct mr_errbuf *eb)
+{
+	int W = g->mesh.world, k, j, n[MR_GROUP__COUNT] = { 0 }, rc = 0;
+	int *mem = calloc((size_t)MR_GROUP__COUNT * (size_t)W, sizeof(int));
+	char name[48];
+
+	if (!mem)
+		return mr_errf(eb, MR_ENOMEM, "unable to allocate group members");
+	n[MR_GROUP_WORLD] = W;
+	for (k = 0; k < W; k++)
+		mem[k] = k;
+	for (k = MR_GROUP_WORLD + 1; k < MR_GROUP__COUNT && rc == 0; k++) {
+		int *mk = mem + (size_t)k * W;
+
+		n[k] = mr_mesh_group(&g->mesh, (enum mr_mesh_group)k, g->rank, mk, NULL);
+		if (n[k] < 0) {
+			rc = mr_errf(eb, n[k], "unable to place rank %d in the %s groups", g->rank,
+				     mr_mesh_group_name((enum mr_mesh_group)k));
+			break;
+		}
+		for (j = 0; j < k; j++)
+			if (n[j] == n[k] && !memcmp(mem + (size_t)j * W, mk, (size_t)n[k] * sizeof(int)))
+				break;
+		if (j < k) {
+			g->group[k] = g->group[j];
+			continue;
+		}
+		snprintf(name, sizeof(name), "%s-%d", mr_mesh_group_name((enum mr_mesh_group)k),
+			 mk[0]);
+		rc = split(g, mk, n[k], name, &g->group[k], eb);
+	}
+	if (rc == 0 && g->hsdp_shard > 0)
+		rc = hsdp_groups(g, mem + (size_t)MR_GROUP_DP * W, n[MR_GROUP_DP], eb);
+	else
+		g->shard = g->group[MR_GROUP_DP];
+	free(mem);
+	return rc;
+}
+
+/* The placement of coordinate me in mesh m over the communicators of g
+ * (NULL: none yet). */
+static void fill_place(struct mr_place *p, const struct mr_mesh *m,
+		       const struct mr_mesh_coord *me, const struct mr_groups *g, int sp)
+{
+	static const enum mr_mesh_group of[MR_AXIS__COUNT] = {
+		[MR_AXIS_TP] = MR_GROUP_TP, [MR_AXIS_CP] = MR_GROUP_CP, [MR_AXIS_DP] = MR_GROUP_DP,
+		[MR_AXIS_PP] = MR_GROUP_PP, [MR_AXIS_EP] = MR_GROUP_EP,
+	};
+	const int size[MR_AXIS__COUNT] = { m->tp, m->cp, m->dp, m->pp, m->ep };
+	const int index[MR_AXIS__COUNT] = { me->tp, me->cp, me->dp, me->pp, me->ep };
+	int a;
+
+	mr_place_one(p);
+	for (a = 0; a < MR_AXIS__COUNT; a++) {
+		p->size[a] = size[a];
+		p->index[a] = index[a];
+		p->comm[a] = g ? g->group[of[a]] : NULL;
+	}
+	p->sp = sp;
+}
+
+int mr_groups_place_of(const struct mr_worker_env *env, int sp, struct mr_place *p,
+		       struct mr_errbuf *eb)
+{
+	struct mr_mesh m;
+	struct mr_mesh_coord me;
+	int rc = mr_groups_mesh(env, &m, eb);
+
+	if (rc == 0 && (rc = mr_mesh_coord(&m, env->rank, &me)) < 0)
+		rc = mr_errf(eb, rc, "rank %d is outside the mesh", env->rank);
+	if (rc == 0)
+		fill_place(p, &m, &me, NULL, sp);
+	return rc;
+}
+
 int mr_groups_create(struct mr_groups *g, const struct mr_worker_env *env, int hsdp_shard,
-		     long timeout_ms, const _Atomic int *cancel, struct mr_errbuf *eb)
+		     int sp, long timeout_ms, const _Atomic int *cancel, struct mr_errbuf *eb)
 {
 	struct mr_comm_config cc;
-	int *mem = NULL, n, rc;
-	char id[64], name[48];
+	char id[64];
+	int rc;
 
 	memset(g, 0, sizeof(*g));
 	if ((rc = mr_groups_check(env, hsdp_shard, eb)) < 0 ||
-	    (rc = mesh_of(env, &g->mesh, eb)) < 0)
+	    (rc = mr_groups_mesh(env, &g->mesh, eb)) < 0)
 		return rc;
 	g->rank = env->rank;
 	g->hsdp_shard = hsdp_shard == g->mesh.dp ? 0 : hsdp_shard;
 	if ((rc = mr_mesh_coord(&g->mesh, env->rank, &g->me)) < 0)
 		return mr_errf(eb, rc, "rank %d is outside the mesh", env->rank);
+	fill_place(&g->place, &g->mesh, &g->me, g, sp);
 	if (env->world_size <= 1)
 		return 0;
 	if (!env->kv)
@@ -94,53 +168,55 @@ int mr_groups_create(struct mr_groups *g, const struct mr_worker_env *env, int h
 	cc.kv = env->kv;
 	cc.timeout_ms = timeout_ms;
 	cc.cancel = cancel;
-	if ((rc = mr_comm_init(&g->world, &cc, eb)) < 0)
-		goto fail;
-	mem = calloc((size_t)env->world_size, sizeof(int));
-	if (!mem) {
-		rc = mr_errf(eb, MR_ENOMEM, "unable to allocate group members");
-		goto fail;
+	if ((rc = mr_comm_init(&g->group[MR_GROUP_WORLD], &cc, eb)) < 0 ||
+	    (rc = kinds(g, eb)) < 0) {
+		mr_groups_release(g);
+		return rc;
 	}
-	n = mr_mesh_group(&g->mesh, MR_GROUP_TP, env->rank, mem, NULL);
-	snprintf(name, sizeof(name), "tp-%d", mem[0]);
-	if ((rc = split(g, mem, n, name, &g->tp, eb)) < 0)
-		goto fail;
-	n = mr_mesh_group(&g->mesh, MR_GROUP_DP, env->rank, mem, NULL);
-	snprintf(name, sizeof(name), "dp-%d", mem[0]);
-	if ((rc = split(g, mem, n, name, &g->dp, eb)) < 0)
-		goto fail;
-	if (g->hsdp_shard > 0)
-		rc = hsdp_groups(g, mem, n, eb);
-	else
-		g->shard = g->dp;
-	if (rc < 0)
-		goto fail;
-	free(mem);
+	fill_place(&g->place, &g->mesh, &g->me, g, sp);
 	return 0;
-fail:
-	free(mem);
-	mr_groups_release(g);
-	return rc;
+}
+
+/* Every distinct communicator of g, once: into out (room for
+ * MR_GROUP__COUNT + 2); returns how many. */
+static int distinct(const struct mr_groups *g, struct mr_comm **out)
+{
+	struct mr_comm *all[MR_GROUP__COUNT + 2];
+	int n = 0, i, j;
+
+	for (i = 0; i < MR_GROUP__COUNT; i++)
+		all[i] = g->group[i];
+	all[MR_GROUP__COUNT] = g->shard;
+	all[MR_GROUP__COUNT + 1] = g->replica;
+	for (i = 0; i < MR_GROUP__COUNT + 2; i++) {
+		if (!all[i])
+			continue;
+		for (j = 0; j < n && out[j] != all[i]; j++)
+			;
+		if (j == n)
+			out[n++] = all[i];
+	}
+	return n;
 }
 
 void mr_groups_abort(struct mr_groups *g)
 {
-	struct mr_comm *all[] = { g->world, g->tp, g->dp, g->replica,
-				  g->shard != g->dp ? g->shard : NULL };
-	size_t i;
+	struct mr_comm *c[MR_GROUP__COUNT + 2];
+	int n = distinct(g, c), i;
 
-	for (i = 0; i < sizeof(all) / sizeof(all[0]); i++)
-		if (all[i])
-			mr_comm_abort(all[i]);
+	for (i = 0; i < n; i++)
+		mr_comm_abort(c[i]);
 }
 
 void mr_groups_release(struct mr_groups *g)
 {
-	if (g->shard != g->dp)
-		mr_comm_free(g->shard);
-	mr_comm_free(g->replica);
-	mr_comm_free(g->dp);
-	mr_comm_free(g->tp);
-	mr_comm_free(g->world);
-	g->world = g->tp = g->dp = g->shard = g->replica = NULL;
+	struct mr_comm *c[MR_GROUP__COUNT + 2];
+	int n = distinct(g, c), i;
+
+	/* the world last: the others were split from it */
+	for (i = n - 1; i >= 0; i--)
+		mr_comm_free(c[i]);
+	memset(g->group, 0, sizeof(g->group));
+	g->shard = g->replica = NULL;
+	memset(&g->place, 0, sizeof(g->place));
 }

@@ -1,20 +1,24 @@
 /*
- * mr_groups.h - the communicators of one rank's place in the mesh: the
- * world, its tensor-parallel group and its data-parallel group (split into
- * HSDP shard and replica groups when asked), built from struct
- * mr_worker_env through the job's bootstrap KV.
+ * mr_groups.h - the communicators of one rank's place in the mesh: one
+ * per group kind of common/mr_mesh.h (world, tp, cp, dp, pp, ep, edp,
+ * dp x cp, tp x cp, model parallel, expert model parallel), the ZeRO /
+ * HSDP shard and replica groups, and the rank's struct mr_place; built
+ * from struct mr_worker_env through the job's bootstrap KV.
  *
- * Groups follow common/mr_mesh.h (Megatron order, tp fastest). HSDP cuts
- * the dp group (dp indices 0..D-1) into D/s shard groups of s consecutive
- * indices; replica group j holds the indices equal to j modulo s.
+ * Groups follow common/mr_mesh.h (Megatron order, tp fastest). Kinds whose
+ * members are the same (dp x cp is dp when cp = 1, ...) share one
+ * communicator, so a mesh without cp, pp and ep creates only world, tp
+ * and dp. HSDP cuts the dp group (dp indices 0..D-1) into D/s shard groups
+ * of s consecutive indices; replica group j holds the indices equal to j
+ * modulo s.
  *
  * A group of size 1 has no communicator (NULL): callers skip collectives.
  * Creation is collective over every rank of the job and can be cancelled
  * through the worker's abort flag; mr_groups_abort unblocks every pending
  * operation from another thread.
  *
- * Non-goals: pipeline, context and expert groups (the runtime refuses
- * pp, cp, ep > 1 until those modes land).
+ * Non-goals: deciding which modes the runtime implements (the gpt worker
+ * checks that against the mesh).
  */
 #ifndef MR_GROUPS_H
 #define MR_GROUPS_H
@@ -23,6 +27,7 @@
 
 #include "comm/mr_comm.h"
 #include "mr_mesh.h"
+#include "mr_place.h"
 #include "mr_worker.h"
 
 struct mr_groups {
@@ -30,20 +35,26 @@ struct mr_groups {
 	struct mr_mesh_coord me;
 	int rank;
 	int hsdp_shard;          /* s; 0 or dp: plain data parallel */
-	struct mr_comm *world;   /* NULL when world_size == 1 */
-	struct mr_comm *tp;      /* NULL when tp == 1 */
-	struct mr_comm *dp;      /* NULL when dp == 1 */
+	struct mr_comm *group[MR_GROUP__COUNT]; /* NULL for one member; shared by kinds
+						  * with the same members */
 	struct mr_comm *shard;   /* ZeRO sharding group: dp, or the HSDP shard */
 	struct mr_comm *replica; /* HSDP replicas; NULL otherwise */
+	struct mr_place place;   /* the model's view: axes, their groups, sp */
 };
 
-/* Checks the mesh for what the runtime supports (pp, cp, ep == 1) and that
- * hsdp_shard divides dp, before any communication; the message names the
- * field. */
+/* The mesh of env (world size, tp, pp, cp, ep; dp derived). */
+int mr_groups_mesh(const struct mr_worker_env *env, struct mr_mesh *m, struct mr_errbuf *eb);
+/* Checks that hsdp_shard divides dp, before any communication; the
+ * message names the field. */
 int mr_groups_check(const struct mr_worker_env *env, int hsdp_shard, struct mr_errbuf *eb);
-/* Creates the communicators (collective over the job). */
+/* The placement of env's rank without communicators: what the model is
+ * checked against before any communication. */
+int mr_groups_place_of(const struct mr_worker_env *env, int sp, struct mr_place *p,
+		       struct mr_errbuf *eb);
+/* Creates the communicators (collective over the job) and the placement
+ * (sp as given). */
 int mr_groups_create(struct mr_groups *g, const struct mr_worker_env *env, int hsdp_shard,
-		     long timeout_ms, const _Atomic int *cancel, struct mr_errbuf *eb);
+		     int sp, long timeout_ms, const _Atomic int *cancel, struct mr_errbuf *eb);
 /* Thread-safe: every pending and future operation fails promptly. */
 void mr_groups_abort(struct mr_groups *g);
 void mr_groups_release(struct mr_groups *g);

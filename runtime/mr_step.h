@@ -23,7 +23,7 @@
  *
  * Ownership: struct mr_step is the caller's; it borrows the model and the
  * communicators, owns the data-parallel state (mr_step_release). The model
- * must be created with mr_dp_model_par(dc->zero, &par) applied.
+ * must be created with mr_dp_model_flags(dc->zero).
  * Non-goals: data loading, evaluation (the worker), pipeline stages (yet).
  */
 #ifndef MR_STEP_H

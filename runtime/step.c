@@ -39,7 +39,7 @@ int mr_step_init(struct mr_step *s, struct mr_gpt *m, const struct mr_adamw_conf
 		 struct mr_errbuf *eb)
 {
 	struct mr_dp_config ddp = { 0, 0, 1 };
-	struct mr_dp_comms one = { NULL, NULL, m->par.tp > 1 ? m->par.tp_comm : NULL };
+	struct mr_dp_comms one = { NULL, NULL, m->tp.comm };
 
 	memset(s, 0, sizeof(*s));
 	s->m = m;
@@ -57,7 +57,7 @@ static int nonfinite_loss(struct mr_step *s, long step, double loss, struct mr_e
 {
 	const struct mr_gpt *m = s->m;
 	const char *p = mr_dp_first_nonfinite(s->dp, 0);
-	size_t i, n = (size_t)m->B * m->T * (size_t)((m->cfg.vocab + m->par.tp - 1) / m->par.tp);
+	size_t i, n = (size_t)m->B * m->T * (size_t)mr_tp_vocab_rows(&m->tp);
 
 	if (p)
 		return mr_errf(eb, MR_ENONFINITE,

@@ -205,7 +205,6 @@ extern "C" int mr_cuda_gpt_create(struct mr_cuda_gpt **out, struct mr_cuda *cu,
 				  const struct mr_gpt_config *cfg, int B, int T,
 				  const struct mr_adamw_config *ocfg, struct mr_errbuf *eb)
 {
-	struct mr_gpt_par par;
 	struct mr_cuda_gpt *g;
 	struct carve cv = { NULL, 0 };
 	size_t N = (size_t)B * T;
@@ -221,11 +220,9 @@ extern "C" int mr_cuda_gpt_create(struct mr_cuda_gpt **out, struct mr_cuda *cu,
 	g->ocfg = *ocfg;
 	g->B = B;
 	g->T = T;
-	memset(&par, 0, sizeof(par));
-	par.tp = 1;
-	par.ext_params = 1;
-	par.ext_grads = 1;
-	if ((rc = mr_gpt_create_par(&g->tbl, cfg, 1, 1, NULL, &par, eb)) < 0) {
+	rc = mr_gpt_create_placed(&g->tbl, cfg, 1, 1, NULL, NULL,
+				  MR_GPT_EXT_PARAMS | MR_GPT_EXT_GRADS, eb);
+	if (rc < 0) {
 		free(g);
 		return rc;
 	}

@@ -7,7 +7,7 @@
 
 #include "mr_gpt.h"
 
-/* Builds m's parameter table for m->cfg and m->par.tp: tensors,
+/* Builds m's parameter table for m->cfg and m->tp.size: tensors,
  * unit_first, ntensors, nunits, nparams (gpt_table.c). MR_ENOMEM. */
 int mr__gpt_table_create(struct mr_gpt *m);
 

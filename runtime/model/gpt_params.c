@@ -97,9 +97,9 @@ static float *take(struct carve *cv, size_t n)
 static void carve_all(struct mr_gpt *m, struct carve *cv, struct carve *wv)
 {
 	const struct mr_gpt_config *c = &m->cfg;
-	int tp = m->par.tp;
+	int tp = m->tp.size;
 	size_t N = (size_t)m->B * m->T, C = (size_t)c->d_model;
-	size_t Nl = m->par.sp ? N / (size_t)tp : N, Cl = C / (size_t)tp;
+	size_t Nl = (size_t)mr_tp_local_rows(&m->tp), Cl = C / (size_t)tp;
 	size_t Hl = 4 * Cl, Vl = (size_t)mr_tp_vocab_rows(&m->tp);
 	int l, any_moe = 0;
 	struct mr_moe_shape ms = { 0, 0, 0, 0, 0, 0 };
@@ -152,7 +152,7 @@ static void carve_all(struct mr_gpt *m, struct carve *cv, struct carve *wv)
 	m->dqkv = take(wv, N * 3 * Cl);
 	m->dfch = take(wv, N * Hl);
 	m->dtmp = take(wv, N * C);
-	m->sp_full = m->par.sp ? take(wv, N * C) : NULL;
+	m->sp_full = m->tp.sp ? take(wv, N * C) : NULL;
 	m->tp.tmp = tp > 1 ? take(wv, N * (C > 3 ? C : 3)) : NULL;
 	kws = mr_attn_layer_ws_floats(m->pool, m->T, c->d_model / c->n_head);
 	if (mr_layernorm_ws_floats(m->pool, c->d_model) > kws)
@@ -169,32 +169,47 @@ struct mr_moe_shape mr_gpt_moe_shape(const struct mr_gpt *m)
 
 	s.N = N;
 	s.C = m->cfg.d_model;
-	s.H = 4 * m->cfg.d_model / m->par.tp;
+	s.H = 4 * m->cfg.d_model / m->tp.size;
 	s.E = m->cfg.n_experts;
 	s.k = m->cfg.top_k;
 	s.cap = mr_moe_capacity(N, s.E, s.k, m->cfg.capacity_factor);
 	return s;
 }
 
-int mr_gpt_check_placement(const struct mr_gpt_config *c, int T, const struct mr_gpt_par *par,
+int mr_gpt_check_placement(const struct mr_gpt_config *c, int T, const struct mr_place *place,
 			   struct mr_errbuf *eb)
 {
-	int tp = par->tp > 0 ? par->tp : 1, rc;
+	static const enum mr_axis later[] = { MR_AXIS_PP, MR_AXIS_CP, MR_AXIS_EP };
+	int tp = mr_place_size(place, MR_AXIS_TP), sp = place && place->sp, rc;
+	size_t i;
 
 	if ((rc = mr_gpt_config_check(c, eb)) < 0)
 		return rc;
+	for (i = 0; i < sizeof(later) / sizeof(later[0]); i++)
+		if (mr_place_size(place, later[i]) > 1)
+			return mr_errf_field(eb, MR_EINVAL, mr_axis_name(later[i]),
+					     "the gpt runtime does not implement %s > 1 yet (mesh "
+					     "pp=%d cp=%d ep=%d)",
+					     mr_axis_name(later[i]), mr_place_size(place, MR_AXIS_PP),
+					     mr_place_size(place, MR_AXIS_CP),
+					     mr_place_size(place, MR_AXIS_EP));
+	if (place && place->layer_hi && (place->layer_lo != 0 || place->layer_hi != c->n_layer))
+		return mr_errf_field(eb, MR_EINVAL, "pp_layers",
+				     "a stage holding layers [%d, %d) of %d needs pipeline "
+				     "parallelism, which the gpt runtime does not implement yet",
+				     place->layer_lo, place->layer_hi, c->n_layer);
 	if (tp > 1024)
 		return mr_errf_field(eb, MR_EINVAL, "tp", "'tp' must be in [1, 1024], got %d", tp);
-	if (par->tp_rank < 0 || par->tp_rank >= tp)
+	if (mr_place_index(place, MR_AXIS_TP) < 0 || mr_place_index(place, MR_AXIS_TP) >= tp)
 		return mr_errf_field(eb, MR_EINVAL, "tp", "tp rank %d is outside [0, %d)",
-				     par->tp_rank, tp);
+				     mr_place_index(place, MR_AXIS_TP), tp);
 	if (c->n_head % tp != 0)
 		return mr_errf_field(eb, MR_EINVAL, "n_head",
 				     "'n_head' (%d) is not divisible by tp (%d)", c->n_head, tp);
-	if (par->sp && tp == 1)
+	if (sp && tp == 1)
 		return mr_errf_field(eb, MR_EINVAL, "sequence_parallel",
 				     "'sequence_parallel' needs tp > 1");
-	if (par->sp && T % tp != 0)
+	if (sp && T % tp != 0)
 		return mr_errf_field(eb, MR_EINVAL, "seq_len",
 				     "'seq_len' (%d) is not divisible by tp (%d), as sequence "
 				     "parallel needs", T, tp);
@@ -204,12 +219,12 @@ int mr_gpt_check_placement(const struct mr_gpt_config *c, int T, const struct mr
 int mr_gpt_create(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, int T,
 		  struct mr_pool *pool, struct mr_errbuf *eb)
 {
-	return mr_gpt_create_par(m, cfg, B, T, pool, NULL, eb);
+	return mr_gpt_create_placed(m, cfg, B, T, pool, NULL, 0, eb);
 }
 
-int mr_gpt_create_par(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, int T,
-		      struct mr_pool *pool, const struct mr_gpt_par *par,
-		      struct mr_errbuf *eb)
+int mr_gpt_create_placed(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, int T,
+			 struct mr_pool *pool, const struct mr_place *place, unsigned flags,
+			 struct mr_errbuf *eb)
 {
 	struct carve cv = { NULL, 0 }, wv = { NULL, 0 };
 	size_t i;
@@ -225,33 +240,33 @@ int mr_gpt_create_par(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, 
 	if (T < 1 || T > cfg->max_seq)
 		return mr_errf_field(eb, MR_EINVAL, "seq_len",
 				     "'seq_len' must be in [1, max_seq=%d], got %d", cfg->max_seq, T);
-	if (par)
-		m->par = *par;
-	if (m->par.tp < 1)
-		m->par.tp = 1;
-	rc = mr_gpt_check_placement(cfg, T, &m->par, eb);
+	if (place)
+		m->place = *place;
+	m->flags = flags;
+	rc = mr_gpt_check_placement(cfg, T, &m->place, eb);
 	if (rc < 0)
 		return rc;
-	if (m->par.tp > 1 && !m->par.tp_comm)
+	if (mr_place_size(&m->place, MR_AXIS_TP) > 1 && !m->place.comm[MR_AXIS_TP])
 		return mr_errf_field(eb, MR_EINVAL, "tp", "tp %d without a tp communicator",
-				     m->par.tp);
+				     mr_place_size(&m->place, MR_AXIS_TP));
 	m->cfg = *cfg;
 	m->B = B;
 	m->T = T;
 	m->pool = pool;
-	mr_tp_init(&m->tp, m->par.tp, m->par.tp_rank, m->par.sp, m->par.tp_comm, B, T,
-		   cfg->d_model, cfg->vocab);
+	mr_tp_init(&m->tp, mr_place_size(&m->place, MR_AXIS_TP),
+		   mr_place_index(&m->place, MR_AXIS_TP), m->place.sp, m->place.comm[MR_AXIS_TP],
+		   B, T, cfg->d_model, cfg->vocab);
 	m->w.layer = calloc((size_t)cfg->n_layer, sizeof(*m->w.layer));
 	m->g.layer = calloc((size_t)cfg->n_layer, sizeof(*m->g.layer));
 	m->la = calloc((size_t)cfg->n_layer, sizeof(*m->la));
 	if (!m->w.layer || !m->g.layer || !m->la || mr__gpt_table_create(m) < 0)
 		goto nomem;
-	if (!m->par.ext_params) {
+	if (!(flags & MR_GPT_EXT_PARAMS)) {
 		m->params = mr_mem_alloc(&m->mem, MR_MEM_PARAMS, m->nparams * sizeof(float));
 		if (!m->params)
 			goto nomem;
 	}
-	if (!m->par.ext_grads) {
+	if (!(flags & MR_GPT_EXT_GRADS)) {
 		m->grads = mr_mem_alloc(&m->mem, MR_MEM_GRADS, m->nparams * sizeof(float));
 		if (!m->grads)
 			goto nomem;
@@ -308,7 +323,7 @@ int mr_gpt_init_tensor(const struct mr_gpt *m, uint64_t seed, int i, float *dst)
 {
 	const struct mr_gpt_tensor *t = &m->tensors[i];
 	size_t j, n = mr_gpt_tensor_full_n(t);
-	float *full = t->split_dim >= 0 ? malloc(n * sizeof(float)) : dst;
+	float *full = t->split[MR_AXIS_TP] >= 0 ? malloc(n * sizeof(float)) : dst;
 	struct mr_rng r;
 
 	if (!full)
@@ -321,7 +336,7 @@ int mr_gpt_init_tensor(const struct mr_gpt *m, uint64_t seed, int i, float *dst)
 			full[j] = t->init == MR_INIT_ONE ? 1.0f : 0.0f;
 	}
 	if (full != dst) {
-		mr_gpt_tensor_slice(t, m->par.tp, m->par.tp_rank, full, dst, 0);
+		mr_gpt_tensor_slice(t, m->tp.size, m->tp.rank, full, dst, 0);
 		free(full);
 	}
 	return 0;
@@ -353,7 +368,7 @@ size_t mr_gpt_flops_per_token(const struct mr_gpt *m)
 	 * the local parameters touched per token - for MoE experts only top_k
 	 * of E, and not wpe (a lookup) - and C is this rank's channels. */
 	const struct mr_gpt_config *c = &m->cfg;
-	size_t n = 0, C = (size_t)c->d_model / (size_t)m->par.tp;
+	size_t n = 0, C = (size_t)c->d_model / (size_t)m->tp.size;
 	int i;
 
 	for (i = 0; i < m->ntensors; i++) {

@@ -22,7 +22,7 @@ struct table {
 	struct mr_gpt_tensor *t;
 	int n, cap;
 	size_t off;
-	int tp;            /* tensor parallel degree: local = full / tp on split_dim */
+	int tp;            /* tensor parallel degree: local = full / tp on the tp split */
 	int *unit_first;   /* (units + 1), filled when t is */
 	int unit;
 };
@@ -56,7 +56,9 @@ static void add(struct table *tb, const char *name, int d0, int d1, int d2,
 		memcpy(t->shape, shape, sizeof(shape));
 		memcpy(t->full, full, sizeof(full));
 		t->ndim = d2 ? 3 : d1 ? 2 : 1;
-		t->split_dim = tb->tp > 1 ? split : -1;
+		for (int a = 0; a < MR_AXIS__COUNT; a++)
+			t->split[a] = -1;
+		t->split[MR_AXIS_TP] = tb->tp > 1 ? split : -1;
 		t->split_parts = parts;
 		t->n = n;
 		t->off = tb->off;
@@ -118,7 +120,7 @@ static void build_table(const struct mr_gpt_config *c, struct table *tb)
 
 int mr_gpt_tp_counts(const struct mr_gpt *m, const struct mr_gpt_tensor *t)
 {
-	return t->split_dim >= 0 || m->par.tp_rank == 0;
+	return t->split[MR_AXIS_TP] >= 0 || m->tp.rank == 0;
 }
 
 size_t mr_gpt_tensor_full_n(const struct mr_gpt_tensor *t)
@@ -135,7 +137,7 @@ void mr_gpt_tensor_slice(const struct mr_gpt_tensor *t, int tp, int tp_rank, flo
 			 float *local, int to_full)
 {
 	size_t outer = 1, inner = 1, D, pd, ld, lo, have, o, q;
-	int k, s = t->split_dim;
+	int k, s = t->split[MR_AXIS_TP];
 
 	if (s < 0 || tp <= 1) {
 		if (to_full)
@@ -220,7 +222,7 @@ void mr_gpt_bind_unit(struct mr_gpt *m, int u, float *pbase, float *gbase)
 
 int mr__gpt_table_create(struct mr_gpt *m)
 {
-	struct table tb = { NULL, 0, 0, 0, m->par.tp, NULL, 0 };
+	struct table tb = { NULL, 0, 0, 0, m->tp.size, NULL, 0 };
 
 	build_table(&m->cfg, &tb); /* count */
 	m->nunits = tb.unit;

@@ -20,14 +20,16 @@
  * Ownership: the caller owns struct mr_gpt (mr_gpt_create / mr_gpt_release)
  * and the pool it passes (borrowed until release).
  *
- * Tensor parallel (Megatron-LM): with par.tp > 1 every rank holds its
- * slice of the split tensors (struct mr_gpt_tensor.split_dim): QKV and MLP
- * fc column-parallel (heads split), attention and MLP projections
- * row-parallel, the token embedding / LM head vocab-parallel; everything
- * else replicated. Forward and backward then run the conjugate collectives
- * on par.tp_comm (see gpt.c); with par.sp the residual stream is sharded
- * along the sequence (all-gather before a column-parallel GEMM,
- * reduce-scatter after a row-parallel one).
+ * Placement (mr_place.h): the model is cut by where its rank sits - each
+ * table entry says which dim is split along each axis. Tensor parallel
+ * (Megatron-LM): with tp > 1 every rank holds its slice of the tensors
+ * split along tp: QKV and MLP fc column-parallel (heads split), attention
+ * and MLP projections row-parallel, the token embedding / LM head
+ * vocab-parallel; everything else replicated. Forward and backward call
+ * the tp layers of parallel/mr_tp.h on the placement's tp communicator;
+ * with sp the residual stream is sharded along the sequence. Context,
+ * expert and pipeline parallel are refused by mr_gpt_check_placement until
+ * they land (they will split along their axes the same way).
  *
  * Units and hooks (data parallel, ZeRO): the parameter table is cut into
  * units - unit 0 the embeddings (wte, wpe), units 1+2l and 2+2l the
@@ -53,6 +55,7 @@
 #include "cpu/mr_pool.h"
 #include "mr_err.h"
 #include "mr_mem.h"
+#include "mr_place.h"
 #include "model/mr_moe.h"
 #include "parallel/mr_tp.h"
 
@@ -80,9 +83,9 @@ struct mr_gpt_tensor {
 	char name[32];     /* "h.0.attn.qkv.w" */
 	int ndim, shape[3]; /* this rank's (local) shape */
 	int full[3];       /* shape of the whole tensor (== shape when tp = 1) */
-	int split_dim;     /* -1: replicated across tp; else the dim split */
-	int split_parts;   /* split_dim viewed as this many blocks, each split
-			    * (3 for QKV: q, k and v rows; 1 otherwise) */
+	int split[MR_AXIS__COUNT]; /* per axis: -1 replicated, else the dim split */
+	int split_parts;   /* the tp split dim viewed as this many blocks, each
+			    * split (3 for QKV: q, k and v rows; 1 otherwise) */
 	size_t off, n;     /* offset into params/grads, element count */
 	int decay;         /* 1: weight decay applies (matrices, embeddings) */
 	enum mr_gpt_init init;
@@ -121,13 +124,10 @@ struct mr_gpt_layer_acts {
 
 struct mr_comm;
 
-/* How this rank's model is placed; zero = one rank, everything local. */
-struct mr_gpt_par {
-	int tp, tp_rank;         /* tensor parallel degree (0 = 1), index */
-	int sp;                  /* sequence parallel (needs tp > 1) */
-	struct mr_comm *tp_comm; /* borrowed; required when tp > 1 */
-	int ext_params;          /* params not allocated: caller binds units */
-	int ext_grads;           /* grads not allocated: caller binds units */
+/* mr_gpt_create_placed flags: who holds the parameters and gradients. */
+enum {
+	MR_GPT_EXT_PARAMS = 1, /* params not allocated: the caller binds units */
+	MR_GPT_EXT_GRADS = 2,  /* grads not allocated: the caller binds units */
 };
 
 /*
@@ -149,7 +149,8 @@ struct mr_gpt_hooks {
 
 struct mr_gpt {
 	struct mr_gpt_config cfg;
-	struct mr_gpt_par par;  /* tp >= 1 after create */
+	struct mr_place place;  /* where this rank sits (copied at create) */
+	unsigned flags;         /* MR_GPT_EXT_* */
 	struct mr_tp tp;        /* the tensor/sequence-parallel layers (parallel/mr_tp.h) */
 	const struct mr_gpt_hooks *hooks; /* may be NULL; set by the caller */
 	int B, T;               /* micro-batch shape the activations hold */
@@ -187,16 +188,17 @@ struct mr_gpt {
 
 int mr_gpt_create(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, int T,
 		  struct mr_pool *pool, struct mr_errbuf *eb);
-/* As mr_gpt_create, placed by par (may be NULL). Checks that tp divides
- * the heads (and so d_model) and that sp has T divisible by tp (a
- * vocabulary tp does not divide is padded to ceil(V/tp) rows per rank);
- * the message names the field. */
-int mr_gpt_create_par(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, int T,
-		      struct mr_pool *pool, const struct mr_gpt_par *par,
-		      struct mr_errbuf *eb);
-/* The config and placement checks of mr_gpt_create_par alone (no
- * communicator needed): run before bootstrapping so bad input fails first. */
-int mr_gpt_check_placement(const struct mr_gpt_config *cfg, int T, const struct mr_gpt_par *par,
+/* As mr_gpt_create, placed by place (NULL: one rank) with MR_GPT_EXT_*
+ * flags. Checks that tp divides the heads (and so d_model) and that sp has
+ * T divisible by tp (a vocabulary tp does not divide is padded to
+ * ceil(V/tp) rows per rank); the message names the field. */
+int mr_gpt_create_placed(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, int T,
+			 struct mr_pool *pool, const struct mr_place *place, unsigned flags,
+			 struct mr_errbuf *eb);
+/* The config and placement checks of mr_gpt_create_placed alone (no
+ * communicator needed): run before bootstrapping so bad input fails first.
+ * cp, pp and ep > 1 are refused, naming the axis, until those modes land. */
+int mr_gpt_check_placement(const struct mr_gpt_config *cfg, int T, const struct mr_place *place,
 			   struct mr_errbuf *eb);
 void mr_gpt_release(struct mr_gpt *m);
 /* GPT-2 init from (seed, tensor index) streams; see gpt_params.c. The

@@ -10,10 +10,9 @@
 
 #define DP_DEFAULT_BUCKET ((size_t)1 << 20)
 
-void mr_dp_model_par(int zero, struct mr_gpt_par *par)
+unsigned mr_dp_model_flags(int zero)
 {
-	par->ext_params = zero >= 1;
-	par->ext_grads = zero >= 1;
+	return zero >= 1 ? MR_GPT_EXT_PARAMS | MR_GPT_EXT_GRADS : 0;
 }
 
 static float *dalloc(struct mr_dp *d, int kind, size_t nfloats)
@@ -221,7 +220,7 @@ int mr_dp_create(struct mr_dp **out, struct mr_gpt *m, const struct mr_adamw_con
 		 const struct mr_dp_config *cfg, const struct mr_dp_comms *c, uint64_t seed,
 		 struct mr_errbuf *eb)
 {
-	struct mr_gpt_par want = { 0 };
+	unsigned want = mr_dp_model_flags(cfg->zero);
 	struct mr_dp *d;
 	int rc;
 
@@ -229,15 +228,14 @@ int mr_dp_create(struct mr_dp **out, struct mr_gpt *m, const struct mr_adamw_con
 	if (cfg->zero < 0 || cfg->zero > 3)
 		return mr_errf_field(eb, MR_EINVAL, "zero", "'zero' must be 0, 1, 2 or 3, got %d",
 				     cfg->zero);
-	mr_dp_model_par(cfg->zero, &want);
-	if ((m->params == NULL) != (want.ext_params != 0))
+	if ((m->params == NULL) != !!(want & MR_GPT_EXT_PARAMS))
 		return mr_errf_field(eb, MR_EINVAL, "ext_params",
-				     "'ext_params' must be %d for zero %d (see mr_dp_model_par)",
-				     want.ext_params, cfg->zero);
-	if ((m->grads == NULL) != (want.ext_grads != 0))
+				     "'ext_params' must be %d for zero %d (see mr_dp_model_flags)",
+				     !!(want & MR_GPT_EXT_PARAMS), cfg->zero);
+	if ((m->grads == NULL) != !!(want & MR_GPT_EXT_GRADS))
 		return mr_errf_field(eb, MR_EINVAL, "ext_grads",
-				     "'ext_grads' must be %d for zero %d (see mr_dp_model_par)",
-				     want.ext_grads, cfg->zero);
+				     "'ext_grads' must be %d for zero %d (see mr_dp_model_flags)",
+				     !!(want & MR_GPT_EXT_GRADS), cfg->zero);
 	d = calloc(1, sizeof(*d));
 	if (!d)
 		return mr_errf(eb, MR_ENOMEM, "unable to allocate the data-parallel state");

@@ -41,8 +41,8 @@
  *     all-reduced (AVG) across the replica group after the shard-group
  *     reduction.
  *
- * Model flags: the caller creates the model with mr_dp_model_par(zero, &par)
- * applied (zero >= 1: ext_params and ext_grads - this module owns padded
+ * Model flags: the caller creates the model with mr_dp_model_flags(zero)
+ * (zero >= 1: MR_GPT_EXT_PARAMS and _GRADS - this module owns padded
  * buffers and binds the units; zero 0: the model allocates both).
  *
  * Memory per rank (all through mr_mem_alloc on m->mem; Np = sum over units
@@ -98,13 +98,13 @@ struct mr_dp_stats {
 	long param_colls;   /* last step: parameter all-gathers issued */
 };
 
-/* Sets par->ext_params / ext_grads for a model used with this zero stage. */
-void mr_dp_model_par(int zero, struct mr_gpt_par *par);
+/* The MR_GPT_EXT_* flags of a model used with this zero stage. */
+unsigned mr_dp_model_flags(int zero);
 
 /* Initialises the parameters from seed (as mr_gpt_init_params would, each
  * rank keeping its shard under zero 3). oc is copied. MR_EINVAL with field
  * "zero" for an unknown stage, "ext_params"/"ext_grads" when the model was
- * not created with mr_dp_model_par. */
+ * not created with mr_dp_model_flags. */
 int mr_dp_create(struct mr_dp **out, struct mr_gpt *m, const struct mr_adamw_config *oc,
 		 const struct mr_dp_config *cfg, const struct mr_dp_comms *c, uint64_t seed,
 		 struct mr_errbuf *eb);

@@ -198,9 +198,9 @@ static int check_tp_params(struct run *r, struct mr_dp *d, const struct mr_gpt *
 			rc = MR_ENOMEM;
 			break;
 		}
-		mr_gpt_tensor_slice(t, m->par.tp, m->par.tp_rank, (float *)r->ref + f->off, want,
+		mr_gpt_tensor_slice(t, m->tp.size, m->tp.rank, (float *)r->ref + f->off, want,
 				    0);
-		rc = cmp_tensor(t, r->mc.d_model, m->par.tp, p + t->off, want,
+		rc = cmp_tensor(t, r->mc.d_model, m->tp.size, p + t->off, want,
 				lr_sum(r->steps), r->perr[rank], sizeof(r->perr[rank]));
 	}
 	free(want);
@@ -217,7 +217,7 @@ static int dp_rank(struct mr_comm *w, void *arg)
 	struct mr_comm *shard = NULL, *rep = NULL, *tpc = NULL;
 	struct mr_pool *pool = NULL;
 	struct mr_gpt m = { 0 };
-	struct mr_gpt_par par = { 0 };
+	struct mr_place where;
 	struct mr_step drv = { 0 };
 	struct mr_dp *d = NULL;
 	struct mr_errbuf eb = { { 0 }, { 0 } };
@@ -241,14 +241,12 @@ static int dp_rank(struct mr_comm *w, void *arg)
 	snprintf(name, sizeof(name), "tp%d", k);
 	if (rc == 0 && tp > 1)
 		rc = mr_comm_split(w, gt, tp, name, &tpc, &eb);
-	par.tp = tp;
-	par.tp_rank = ti;
-	par.tp_comm = tpc;
+	mr_place_tp(&where, tp, ti, tpc, 0);
 	if (rc == 0)
 		rc = mr_pool_create(&pool, 1);
-	mr_dp_model_par(r->dc.zero, &par);
 	if (rc == 0)
-		rc = mr_gpt_create_par(&m, &r->mc, r->B, r->T, pool, &par, &eb);
+		rc = mr_gpt_create_placed(&m, &r->mc, r->B, r->T, pool, &where,
+					  mr_dp_model_flags(r->dc.zero), &eb);
 	struct mr_dp_comms c = { .shard = shard, .replica = rep, .world = w };
 	struct mr_adamw_config oc = OC;
 	if (r->lr)
@@ -337,7 +335,6 @@ static void parity(struct run *r)
 	static struct mr_gpt shape; /* read by the rank threads */
 	float ref_loss[STEPS], ref_norm[STEPS], *ref;
 	size_t np;
-	struct mr_gpt_par par = { .ext_params = 1, .ext_grads = 1 };
 	struct mr_errbuf eb = { { 0 }, { 0 } };
 	char err[256];
 	int n = r->S * r->R * (r->tp > 1 ? r->tp : 1), s, k, i;
@@ -347,7 +344,8 @@ static void parity(struct run *r)
 	reference(r, ref_loss, ref_norm, &ref, &np);
 	memset(&shape, 0, sizeof(shape));
 	/* the table only (no params): names and ranges of the tensors */
-	cr_assert_eq(mr_gpt_create_par(&shape, &r->mc, r->B, r->T, NULL, &par, &eb), 0);
+	cr_assert_eq(mr_gpt_create_placed(&shape, &r->mc, r->B, r->T, NULL, NULL,
+					  MR_GPT_EXT_PARAMS | MR_GPT_EXT_GRADS, &eb), 0);
 	cr_assert_eq(shape.nparams, np);
 	r->ref = ref;
 	r->full = &shape;

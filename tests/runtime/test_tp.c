@@ -47,7 +47,7 @@ static void batch(const struct run *r, int step, int *in, int *tg)
 /* Trains STEPS steps; tp rank 0 keeps the gathered weights in r. */
 static int train(struct run *r, struct mr_comm *tpc)
 {
-	struct mr_gpt_par par = { 0 };
+	struct mr_place where;
 	struct mr_errbuf eb = { "", "" };
 	struct mr_pool *pool = NULL;
 	struct mr_gpt m;
@@ -57,15 +57,12 @@ static int train(struct run *r, struct mr_comm *tpc)
 	int s, rc, rank = tpc ? mr_comm_rank(tpc) : 0;
 	float *full = NULL;
 
-	par.tp = r->tp;
-	par.tp_rank = rank;
-	par.sp = r->sp;
-	par.tp_comm = tpc;
+	mr_place_tp(&where, r->tp, rank, tpc, r->sp);
 	if (!in || !tg || (rc = mr_pool_create(&pool, 1)) < 0) {
 		rc = MR_ENOMEM;
 		goto out;
 	}
-	rc = mr_gpt_create_par(&m, &r->cfg, r->B, r->T, pool, &par, &eb);
+	rc = mr_gpt_create_placed(&m, &r->cfg, r->B, r->T, pool, &where, 0, &eb);
 	if (rc < 0) {
 		fprintf(stderr, "create: %s\n", eb.msg);
 		goto out;
@@ -167,18 +164,24 @@ Test(tp, padded_vocab_tp4_sp) { check_parity(&dense_v66, 4, 1); }
 Test(tp, bad_placement_names_the_field)
 {
 	struct mr_gpt_config c = dense;
-	struct mr_gpt_par par = { 3, 0, 0, (struct mr_comm *)1, 0, 0 };
+	struct mr_place where;
 	struct mr_errbuf eb = { "", "" };
 	struct mr_gpt m;
 
-	cr_expect_eq(mr_gpt_create_par(&m, &c, 2, 16, NULL, &par, &eb), MR_EINVAL);
+	mr_place_tp(&where, 3, 0, (struct mr_comm *)1, 0);
+	cr_expect_eq(mr_gpt_create_placed(&m, &c, 2, 16, NULL, &where, 0, &eb), MR_EINVAL);
 	cr_expect_str_eq(eb.field, "n_head", "%s", eb.msg);
 	/* heads dividing by tp make d_model (= heads x head size) divide too;
 	 * a vocabulary tp does not divide is padded (below), not an error */
 	c = dense;
-	par.tp = 2;
-	par.sp = 1;
+	mr_place_tp(&where, 2, 0, (struct mr_comm *)1, 1);
 	mr_errbuf_clear(&eb);
-	cr_expect_eq(mr_gpt_create_par(&m, &c, 2, 15, NULL, &par, &eb), MR_EINVAL);
+	cr_expect_eq(mr_gpt_create_placed(&m, &c, 2, 15, NULL, &where, 0, &eb), MR_EINVAL);
 	cr_expect_str_eq(eb.field, "seq_len", "%s", eb.msg);
+	/* the modes that have not landed are refused naming their axis */
+	mr_place_one(&where);
+	where.size[MR_AXIS_PP] = 2;
+	mr_errbuf_clear(&eb);
+	cr_expect_eq(mr_gpt_create_placed(&m, &c, 2, 16, NULL, &where, 0, &eb), MR_EINVAL);
+	cr_expect_str_eq(eb.field, "pp", "%s", eb.msg);
 }

@@ -1,0 +1,46 @@
+/*
+ * mr_place.h - where a rank's model sits in the mesh: its size and index
+ * on each of the five parallel axes, the communicator of each axis group,
+ * sequence parallelism, and the layers its pipeline stage holds.
+ *
+ * The model is cut by it (parameter table entries split per axis, the
+ * stage's layer range) and calls the parallel layers of each axis with its
+ * communicator; data parallelism and the step driver take the dp groups
+ * from struct mr_groups (mr_groups.h), which also fills this struct from
+ * common/mr_mesh.
+ *
+ * A zeroed struct (or NULL where one is taken) is one rank holding the
+ * whole model: every size 1, no communicator. mr_place_one() fills it.
+ *
+ * Ownership: the communicators are borrowed (mr_groups or the caller owns
+ * them) and must outlive every model built on the placement.
+ * Non-goals: virtual pipeline stages (the pipeline issue adds them).
+ */
+#ifndef MR_PLACE_H
+#define MR_PLACE_H
+
+struct mr_comm;
+
+/* The axes, in the order of common/mr_mesh's rank formula (tp fastest). */
+enum mr_axis { MR_AXIS_TP, MR_AXIS_CP, MR_AXIS_DP, MR_AXIS_PP, MR_AXIS_EP, MR_AXIS__COUNT };
+
+struct mr_place {
+	int size[MR_AXIS__COUNT];             /* degree of each axis (0 reads as 1) */
+	int index[MR_AXIS__COUNT];            /* this rank's coordinate on it */
+	struct mr_comm *comm[MR_AXIS__COUNT]; /* its group; NULL when the size is 1 */
+	int sp;                               /* sequence parallel over tp (tp > 1) */
+	int layer_lo, layer_hi;               /* blocks held: [lo, hi); hi 0 = all */
+};
+
+/* One rank, the whole model. */
+void mr_place_one(struct mr_place *p);
+/* Tensor parallel only (the common case of tests and benchmarks): size tp,
+ * this rank's index, its communicator, sequence parallel or not. */
+void mr_place_tp(struct mr_place *p, int tp, int index, struct mr_comm *comm, int sp);
+/* Size of axis a (at least 1) and this rank's index on it. */
+int mr_place_size(const struct mr_place *p, enum mr_axis a);
+int mr_place_index(const struct mr_place *p, enum mr_axis a);
+/* "tp", "cp", "dp", "pp", "ep". */
+const char *mr_axis_name(enum mr_axis a);
+
+#endif
