@@ -106,63 +106,87 @@ static int block_fwd(struct mr_gpt *m, int l, const float *res)
 	return 0;
 }
 
-static int forward(struct mr_gpt *m, int has_targets)
+int mr_gpt_set_batch(struct mr_gpt *m, const int *inputs, const int *targets,
+		     struct mr_errbuf *eb)
 {
-	const struct mr_gpt_config *c = &m->cfg;
-	struct mr_pool *p = m->pool;
-	int N = m->B * m->T, C = c->d_model, Vl = mr_tp_vocab_rows(&m->tp), l, rc;
-	const float *res;
+	int N = m->B * m->T, V = m->cfg.vocab, rc = 0;
 
-	if ((rc = HOOK(m, pre_fwd, 0)) < 0 ||
-	    (rc = mr_tp_embedding_fwd(&m->tp, p, m->encoded, m->tok_local, m->w.wte, m->w.wpe,
-				      m->dln)) < 0)
+	if (inputs && (rc = mr_gpt_check_tokens(inputs, N, V, "input", eb)) < 0)
 		return rc;
-	res = m->encoded;
+	if (targets && (rc = mr_gpt_check_tokens(targets, N, V, "target", eb)) < 0)
+		return rc;
+	if (inputs) {
+		memcpy(m->inputs, inputs, sizeof(int) * (size_t)N);
+		m->tok_local = mr_tp_vocab_ids(&m->tp, m->tok_tp, m->inputs, N);
+	}
+	m->tgt_local = NULL;
+	if (targets) {
+		memcpy(m->targets, targets, sizeof(int) * (size_t)N);
+		m->tgt_local = mr_tp_vocab_ids(&m->tp, m->tgt_tp, m->targets, N);
+	}
+	return 0;
+}
+
+int mr_gpt_embed_fwd(struct mr_gpt *m)
+{
+	int rc = HOOK(m, pre_fwd, 0);
+
 	m->aux_loss = 0.0f;
-	for (l = 0; l < c->n_layer; l++) {
+	if (rc < 0)
+		return rc;
+	return mr_tp_embedding_fwd(&m->tp, m->pool, m->encoded, m->tok_local, m->w.wte, m->w.wpe,
+				   m->dln);
+}
+
+int mr_gpt_blocks_fwd(struct mr_gpt *m, int lo, int hi, const float *in)
+{
+	const float *res = in;
+	int l, rc;
+
+	for (l = lo; l < hi; l++) {
 		if ((rc = HOOK(m, pre_fwd, 2 * l + 1)) < 0 || (rc = block_fwd(m, l, res)) < 0)
 			return rc;
 		res = m->la[l].res3;
 	}
+	return 0;
+}
+
+int mr_gpt_head_fwd(struct mr_gpt *m, const float *in)
+{
+	const struct mr_gpt_config *c = &m->cfg;
+	struct mr_pool *p = m->pool;
+	int N = m->B * m->T, Vl = mr_tp_vocab_rows(&m->tp), i, rc;
+	double sum = 0.0;
+
+	m->loss = 0.0f;
 	if ((rc = HOOK(m, pre_fwd, m->nunits - 1)) < 0 ||
-	    (rc = norm_for_gemm(m, m->lnf, m->lnf_mean, m->lnf_rstd, res, m->w.lnfw,
+	    (rc = norm_for_gemm(m, m->lnf, m->lnf_mean, m->lnf_rstd, in, m->w.lnfw,
 				m->w.lnfb)) < 0)
 		return rc;
 	/* the LM head: column-parallel over the vocabulary */
-	mr_matmul_fwd(p, m->logits, m->lnf, m->w.wte, NULL, N, C, Vl);
+	mr_matmul_fwd(p, m->logits, m->lnf, m->w.wte, NULL, N, c->d_model, Vl);
 	mr_tp_mask_vocab_pad(&m->tp, m->logits, -1e30f);
-	if (!has_targets)
+	if (!m->tgt_local)
 		return 0;
-	return mr_tp_cross_entropy_fwd(&m->tp, p, m->losses, m->ce_lse, m->logits,
-				       m->tgt_local);
+	rc = mr_tp_cross_entropy_fwd(&m->tp, p, m->losses, m->ce_lse, m->logits, m->tgt_local);
+	if (rc < 0)
+		return rc;
+	for (i = 0; i < N; i++)
+		sum += m->losses[i];
+	m->loss = (float)(sum / N);
+	return 0;
 }
 
 int mr_gpt_forward(struct mr_gpt *m, const int *inputs, const int *targets,
 		   struct mr_errbuf *eb)
 {
-	int N = m->B * m->T, V = m->cfg.vocab, i, rc;
-	double sum = 0.0;
+	int L = m->cfg.n_layer, rc = mr_gpt_set_batch(m, inputs, targets, eb);
 
-	rc = mr_gpt_check_tokens(inputs, N, V, "input", eb);
-	if (rc == 0 && targets)
-		rc = mr_gpt_check_tokens(targets, N, V, "target", eb);
 	if (rc < 0)
 		return rc;
-	memcpy(m->inputs, inputs, sizeof(int) * (size_t)N);
-	if (targets)
-		memcpy(m->targets, targets, sizeof(int) * (size_t)N);
-	m->tok_local = mr_tp_vocab_ids(&m->tp, m->tok_tp, m->inputs, N);
-	m->tgt_local = targets ? mr_tp_vocab_ids(&m->tp, m->tgt_tp, m->targets, N) : NULL;
-	rc = forward(m, targets != NULL);
-	if (rc < 0)
+	if ((rc = mr_gpt_embed_fwd(m)) < 0 || (rc = mr_gpt_blocks_fwd(m, 0, L, m->encoded)) < 0 ||
+	    (rc = mr_gpt_head_fwd(m, m->la[L - 1].res3)) < 0)
 		return mr_errf(eb, rc, "forward pass failed: %s", mr_strerror(rc));
-	if (!targets) {
-		m->loss = 0.0f;
-		return 0;
-	}
-	for (i = 0; i < N; i++)
-		sum += m->losses[i];
-	m->loss = (float)(sum / N);
 	return 0;
 }
 
@@ -190,22 +214,52 @@ static int norm_bwd(struct mr_gpt *m, float *gw, float *gb, const float *res, co
 	return mr_tp_sp_norm_grads(&m->tp, gw, gb);
 }
 
-/* d(res3) in m->dres (Nl,C) -> d(res of the block) in m->dres. */
-static int block_bwd(struct mr_gpt *m, int l, const float *res, float dscale)
+/*
+ * A block's backward, d(res3) in m->dres (Nl,C) -> d(res of the block) in
+ * m->dres. phase MR_GPT_BWD_ALL does it in one pass; MR_GPT_BWD_INPUT
+ * does everything but the four dense GEMMs' weight and bias gradients,
+ * keeping their output gradients in the layer's stash, and
+ * MR_GPT_BWD_WEIGHT adds those from the stash later (a zero-bubble
+ * pipeline schedule runs it when a stage would idle). A MoE MLP's whole
+ * backward runs in the input phase. Hooks: the input phase calls the
+ * layer's pre_bwd (it reads the parameters), the weight phase its
+ * post_bwd (the gradients are complete only then).
+ */
+static int block_bwd(struct mr_gpt *m, int l, const float *res, float dscale, int phase)
 {
 	const struct mr_gpt_config *c = &m->cfg;
 	const struct mr_gpt_layer_w *w = &m->w.layer[l];
 	const struct mr_gpt_layer_w *g = &m->g.layer[l];
 	struct mr_gpt_layer_acts *a = &m->la[l];
+	struct mr_gpt_layer_stash *st = m->stash ? &m->stash[l] : NULL;
 	struct mr_pool *p = m->pool;
 	int tp = m->tp.size, N = m->B * m->T, C = c->d_model, Cl = C / tp, rc;
+	int moe = mr_gpt_layer_is_moe(c, l), all = phase == MR_GPT_BWD_ALL;
 	float *dfull = mr_tp_if_sp(&m->tp, m->dres, m->sp_full);
+	/* the output gradients the weight phase needs: scratch when fused */
+	float *dproj2 = all ? dfull : st->dproj2, *dfc = all ? m->dfch : st->dfc;
+	float *dproj1 = all ? dfull : st->dproj1, *dqkv = all ? m->dqkv : st->dqkv;
 
+	if (phase == MR_GPT_BWD_WEIGHT) {
+		if (!moe) {
+			mr_matmul_bwd(p, NULL, g->fcprojw, g->fcprojb, st->dproj2, a->fch_gelu,
+				      w->fcprojw, N, 4 * Cl, C, 0, m->ones);
+			mr_matmul_bwd(p, NULL, g->fcw, g->fcb, st->dfc, a->ln2, w->fcw, N, C, 4 * Cl,
+				      0, m->ones);
+		}
+		if ((rc = HOOK(m, post_bwd, 2 * l + 2)) < 0)
+			return rc;
+		mr_matmul_bwd(p, NULL, g->attprojw, g->attprojb, st->dproj1, a->atty, w->attprojw,
+			      N, Cl, C, 0, m->ones);
+		mr_matmul_bwd(p, NULL, g->qkvw, g->qkvb, st->dqkv, a->ln1, w->qkvw, N, C, 3 * Cl, 0,
+			      m->ones);
+		return HOOK(m, post_bwd, 2 * l + 1);
+	}
 	/* the MLP branch (unit 2l+2): dres = d(res3) */
 	if ((rc = HOOK(m, pre_bwd, 2 * l + 2)) < 0 ||
 	    (rc = mr_tp_gather_rows(&m->tp, dfull, m->dres)) < 0)
 		return rc;
-	if (mr_gpt_layer_is_moe(c, l)) {
+	if (moe) {
 		struct mr_moe_shape s = mr_gpt_moe_shape(m);
 		rc = mr_moe_bwd(p, &s, &a->moe, &m->xchg, m->dln, dfull, a->ln2, w->routerw,
 				w->fcw, w->fcprojw, g->routerw, g->fcw, g->fcb, g->fcprojw,
@@ -213,36 +267,39 @@ static int block_bwd(struct mr_gpt *m, int l, const float *res, float dscale)
 		if (rc < 0)
 			return rc;
 	} else {
-		mr_matmul_bwd(p, m->dfch, g->fcprojw, g->fcprojb, dfull, a->fch_gelu, w->fcprojw, N,
-			      4 * Cl, C, 0, m->ones);
-		mr_gelu_bwd(p, m->dfch, a->fch, m->dfch, (size_t)N * 4 * Cl);
-		mr_matmul_bwd(p, m->dln, g->fcw, g->fcb, m->dfch, a->ln2, w->fcw, N, C, 4 * Cl, 0,
-			      m->ones);
+		if (dproj2 != dfull)
+			memcpy(dproj2, dfull, sizeof(float) * (size_t)N * C);
+		mr_matmul_bwd(p, dfc, all ? g->fcprojw : NULL, all ? g->fcprojb : NULL, dfull,
+			      a->fch_gelu, w->fcprojw, N, 4 * Cl, C, 0, m->ones);
+		mr_gelu_bwd(p, dfc, a->fch, dfc, (size_t)N * 4 * Cl);
+		mr_matmul_bwd(p, m->dln, all ? g->fcw : NULL, all ? g->fcb : NULL, dfc, a->ln2,
+			      w->fcw, N, C, 4 * Cl, 0, m->ones);
 	}
 	if ((rc = norm_bwd(m, g->ln2w, g->ln2b, a->res2, w->ln2w, a->ln2_mean, a->ln2_rstd)) < 0 ||
-	    (rc = HOOK(m, post_bwd, 2 * l + 2)) < 0)
+	    (all && (rc = HOOK(m, post_bwd, 2 * l + 2)) < 0))
 		return rc;
 	/* the attention branch (unit 2l+1): dres = d(res2) */
 	if ((rc = HOOK(m, pre_bwd, 2 * l + 1)) < 0 ||
 	    (rc = mr_tp_gather_rows(&m->tp, dfull, m->dres)) < 0)
 		return rc;
-	mr_matmul_bwd(p, m->datty, g->attprojw, g->attprojb, dfull, a->atty, w->attprojw, N, Cl,
-		      C, 0, m->ones);
-	mr_attn_layer_bwd(p, m->dqkv, m->datty, a->qkv, a->atty, a->att_lse, m->B, m->T, Cl,
+	if (dproj1 != dfull)
+		memcpy(dproj1, dfull, sizeof(float) * (size_t)N * C);
+	mr_matmul_bwd(p, m->datty, all ? g->attprojw : NULL, all ? g->attprojb : NULL, dfull,
+		      a->atty, w->attprojw, N, Cl, C, 0, m->ones);
+	mr_attn_layer_bwd(p, dqkv, m->datty, a->qkv, a->atty, a->att_lse, m->B, m->T, Cl,
 			  c->n_head / tp, m->k_ws);
-	mr_matmul_bwd(p, m->dln, g->qkvw, g->qkvb, m->dqkv, a->ln1, w->qkvw, N, C, 3 * Cl, 0,
-		      m->ones);
+	mr_matmul_bwd(p, m->dln, all ? g->qkvw : NULL, all ? g->qkvb : NULL, dqkv, a->ln1, w->qkvw,
+		      N, C, 3 * Cl, 0, m->ones);
 	if ((rc = norm_bwd(m, g->ln1w, g->ln1b, res, w->ln1w, a->ln1_mean, a->ln1_rstd)) < 0)
 		return rc;
-	return HOOK(m, post_bwd, 2 * l + 1);
+	return all ? HOOK(m, post_bwd, 2 * l + 1) : 0;
 }
 
-static int backward(struct mr_gpt *m, float dscale)
+int mr_gpt_head_bwd(struct mr_gpt *m, const float *in, float dscale)
 {
-	const struct mr_gpt_config *c = &m->cfg;
 	struct mr_pool *p = m->pool;
-	int N = m->B * m->T, Nl = mr_tp_local_rows(&m->tp), C = c->d_model, L = c->n_layer;
-	int Vl = mr_tp_vocab_rows(&m->tp), last = m->nunits - 1, l, rc;
+	int N = m->B * m->T, Nl = mr_tp_local_rows(&m->tp), C = m->cfg.d_model;
+	int Vl = mr_tp_vocab_rows(&m->tp), last = m->nunits - 1, rc;
 
 	if ((rc = HOOK(m, pre_bwd, last)) < 0)
 		return rc;
@@ -252,17 +309,33 @@ static int backward(struct mr_gpt *m, float dscale)
 	mr_matmul_bwd(p, m->dln, m->g.wte, NULL, m->logits, m->lnf, m->w.wte, N, C, Vl, 0,
 		      m->ones);
 	memset(m->dres, 0, sizeof(float) * (size_t)Nl * C);
-	if ((rc = norm_bwd(m, m->g.lnfw, m->g.lnfb, m->la[L - 1].res3, m->w.lnfw, m->lnf_mean,
-			   m->lnf_rstd)) < 0 ||
-	    (rc = HOOK(m, post_bwd, last)) < 0)
+	if ((rc = norm_bwd(m, m->g.lnfw, m->g.lnfb, in, m->w.lnfw, m->lnf_mean,
+			   m->lnf_rstd)) < 0)
 		return rc;
-	for (l = L - 1; l >= 0; l--) {
-		const float *res = l == 0 ? m->encoded : m->la[l - 1].res3;
-		if ((rc = block_bwd(m, l, res, dscale)) < 0)
+	return HOOK(m, post_bwd, last);
+}
+
+int mr_gpt_blocks_bwd(struct mr_gpt *m, int lo, int hi, const float *in, float dscale,
+		      int phase)
+{
+	int l, rc;
+
+	if (phase != MR_GPT_BWD_ALL && !m->stash)
+		return MR_ESTATE; /* mr_gpt_split_bwd first */
+	for (l = hi - 1; l >= lo; l--) {
+		const float *res = l == lo ? in : m->la[l - 1].res3;
+		if ((rc = block_bwd(m, l, res, dscale, phase)) < 0)
 			return rc;
 	}
+	return 0;
+}
+
+int mr_gpt_embed_bwd(struct mr_gpt *m)
+{
+	int rc;
+
 	if ((rc = HOOK(m, pre_bwd, 0)) < 0 ||
-	    (rc = mr_tp_embedding_bwd(&m->tp, p, m->g.wte, m->g.wpe, m->dres, m->tok_local,
+	    (rc = mr_tp_embedding_bwd(&m->tp, m->pool, m->g.wte, m->g.wpe, m->dres, m->tok_local,
 				      m->sp_full)) < 0)
 		return rc;
 	return HOOK(m, post_bwd, 0);
@@ -270,5 +343,10 @@ static int backward(struct mr_gpt *m, float dscale)
 
 int mr_gpt_backward(struct mr_gpt *m, float dscale)
 {
-	return backward(m, dscale);
+	int L = m->cfg.n_layer, rc;
+
+	if ((rc = mr_gpt_head_bwd(m, m->la[L - 1].res3, dscale)) < 0 ||
+	    (rc = mr_gpt_blocks_bwd(m, 0, L, m->encoded, dscale, MR_GPT_BWD_ALL)) < 0)
+		return rc;
+	return mr_gpt_embed_bwd(m);
 }

@@ -305,8 +305,38 @@ nomem:
 	return rc;
 }
 
+int mr_gpt_split_bwd(struct mr_gpt *m)
+{
+	size_t N = (size_t)m->B * m->T, C = (size_t)m->cfg.d_model;
+	size_t Cl = C / (size_t)m->tp.size, per = N * (3 * Cl + C + 4 * Cl + C);
+	int l, L = m->cfg.n_layer;
+
+	if (m->stash)
+		return 0;
+	m->stash = calloc((size_t)L, sizeof(*m->stash));
+	m->nstash = per * (size_t)L;
+	m->stash_mem = m->stash ? mr_mem_alloc(&m->mem, MR_MEM_ACTS, m->nstash * sizeof(float))
+				: NULL;
+	if (!m->stash_mem) {
+		free(m->stash);
+		m->stash = NULL;
+		return MR_ENOMEM;
+	}
+	for (l = 0; l < L; l++) {
+		float *b = m->stash_mem + per * (size_t)l;
+		m->stash[l].dqkv = b;
+		m->stash[l].dproj1 = b + N * 3 * Cl;
+		m->stash[l].dfc = m->stash[l].dproj1 + N * C;
+		m->stash[l].dproj2 = m->stash[l].dfc + N * 4 * Cl;
+	}
+	return 0;
+}
+
 void mr_gpt_release(struct mr_gpt *m)
 {
+	if (m->stash_mem)
+		mr_mem_free(&m->mem, MR_MEM_ACTS, m->stash_mem, m->nstash * sizeof(float));
+	free(m->stash);
 	mr_mem_free(&m->mem, MR_MEM_PARAMS, m->params, m->nparams * sizeof(float));
 	mr_mem_free(&m->mem, MR_MEM_GRADS, m->grads, m->nparams * sizeof(float));
 	mr_mem_free(&m->mem, MR_MEM_ACTS, m->acts, m->nacts * sizeof(float));

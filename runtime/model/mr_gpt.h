@@ -122,6 +122,18 @@ struct mr_gpt_layer_acts {
 	float *res3;            /* (N,C) residual after the MLP */
 };
 
+/* Output gradients of a dense layer's four GEMMs, kept between the input
+ * and the weight phase of a split backward (mr_gpt_split_bwd). */
+struct mr_gpt_layer_stash {
+	float *dqkv;            /* (N,3C/tp) */
+	float *dproj1;          /* (N,C) into the attention projection */
+	float *dfc;             /* (N,4C/tp) into the MLP fc (after GELU's backward) */
+	float *dproj2;          /* (N,C) into the MLP projection */
+};
+
+/* Phases of a block range's backward (mr_gpt_blocks_bwd). */
+enum { MR_GPT_BWD_ALL, MR_GPT_BWD_INPUT, MR_GPT_BWD_WEIGHT };
+
 struct mr_comm;
 
 /* mr_gpt_create_placed flags: who holds the parameters and gradients. */
@@ -168,6 +180,9 @@ struct mr_gpt {
 	size_t nacts, nws;
 	float *acts, *ws;
 	struct mr_gpt_layer_acts *la;
+	struct mr_gpt_layer_stash *stash; /* (L) after mr_gpt_split_bwd, else NULL */
+	float *stash_mem;       /* their allocation (MR_MEM_ACTS) */
+	size_t nstash;
 	int *inputs, *targets;  /* (N) copies of the current batch */
 	int *tok_tp, *tgt_tp;   /* (N) ids in this rank's vocab slice (tp > 1) */
 	const int *tok_local, *tgt_local; /* the ids the passes use (inputs itself at tp 1) */
@@ -246,7 +261,8 @@ size_t mr_gpt_flops_per_token(const struct mr_gpt *m);
  * outside [0, V); 0 when all are in range. */
 int mr_gpt_check_tokens(const int *tok, int n, int V, const char *what, struct mr_errbuf *eb);
 /* inputs/targets (B,T) token ids, checked to be in [0, V): MR_ERANGE names
- * the first bad one. targets may be NULL (no loss). */
+ * the first bad one. targets may be NULL (no loss). The whole model:
+ * mr_gpt_set_batch, then the pieces below. */
 int mr_gpt_forward(struct mr_gpt *m, const int *inputs, const int *targets,
 		   struct mr_errbuf *eb);
 void mr_gpt_zero_grad(struct mr_gpt *m);
@@ -254,5 +270,36 @@ void mr_gpt_zero_grad(struct mr_gpt *m);
  * Use dscale = 1/micro_batches for gradient accumulation. Fails only when
  * a hook or a tensor-parallel collective fails. */
 int mr_gpt_backward(struct mr_gpt *m, float dscale);
+
+/*
+ * The model in pieces, so a pipeline stage runs a range of them: the
+ * embedding (first stage), a range of blocks, the final LayerNorm + LM head
+ * + loss (last stage). Rows between pieces are the residual stream, (Nl,C)
+ * local rows: a stage's input `in` (m->encoded after the embedding, a
+ * block's output m->la[l].res3, or rows received from the previous stage)
+ * and, backward, the gradient m->dres (set by head_bwd, updated by each
+ * block, consumed by embed_bwd; a stage receiving it writes m->dres).
+ * Each returns 0 or the code of a failed hook or collective.
+ */
+/* Checks and keeps the micro-batch's tokens: inputs for the embedding
+ * (NULL: not needed here), targets for the loss (NULL: no loss). */
+int mr_gpt_set_batch(struct mr_gpt *m, const int *inputs, const int *targets,
+		     struct mr_errbuf *eb);
+int mr_gpt_embed_fwd(struct mr_gpt *m);
+/* Blocks [lo, hi) from in; the output is m->la[hi-1].res3. */
+int mr_gpt_blocks_fwd(struct mr_gpt *m, int lo, int hi, const float *in);
+/* From in (the last block's output): logits, and m->loss when targets were
+ * set (m->loss 0 otherwise). */
+int mr_gpt_head_fwd(struct mr_gpt *m, const float *in);
+int mr_gpt_head_bwd(struct mr_gpt *m, const float *in, float dscale);
+/* Blocks hi-1 down to lo (in: the range's input). phase MR_GPT_BWD_ALL,
+ * or the input then the weight phase of a split backward (see gpt.c;
+ * needs mr_gpt_split_bwd, else MR_ESTATE). */
+int mr_gpt_blocks_bwd(struct mr_gpt *m, int lo, int hi, const float *in, float dscale,
+		      int phase);
+int mr_gpt_embed_bwd(struct mr_gpt *m);
+/* Allocates the per-layer stash a split backward needs (MR_MEM_ACTS);
+ * 0 or MR_ENOMEM. Idempotent. */
+int mr_gpt_split_bwd(struct mr_gpt *m);
 
 #endif

@@ -1,0 +1,111 @@
+/*
+ * test_pieces.c - the model in pieces (model/mr_gpt.h), as a pipeline
+ * stage will run it: the embedding, block ranges cut anywhere, the head;
+ * and the split backward (input phase for every block, then the weight
+ * phase) that a zero-bubble schedule needs.
+ *
+ * Every piece is the same code the whole-model calls run, so the results
+ * must be bit-identical to mr_gpt_forward / mr_gpt_backward: the loss, the
+ * logits and every gradient, dense and MoE, with gradient accumulation.
+ */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data/mr_synth.h"
+#include "model/mr_gpt.h"
+
+#define B 2
+#define T 16
+
+static const struct mr_gpt_config dense = { 64, 16, 4, 32, 4, 0, 0, 0, 0, 0 };
+static const struct mr_gpt_config moe = { 64, 16, 4, 32, 4, 2, 4, 2, 1.0f, 0.01f };
+
+static void open_model(struct mr_gpt *m, const struct mr_gpt_config *c)
+{
+	struct mr_errbuf eb = { "", "" };
+
+	cr_assert_eq(mr_gpt_create(m, c, B, T, NULL, &eb), 0, "%s", eb.msg);
+	cr_assert_eq(mr_gpt_init_params(m, 7), 0);
+	mr_gpt_zero_grad(m);
+}
+
+/* Two micro-batches with accumulation, the whole model at once. */
+static void whole(struct mr_gpt *m, float *loss)
+{
+	int in[B * T], tg[B * T], k;
+	struct mr_errbuf eb = { "", "" };
+
+	for (k = 0; k < 2; k++) {
+		mr_synth_batch(3, 0, (uint64_t)k * B, m->cfg.vocab, B, T, in, tg);
+		cr_assert_eq(mr_gpt_forward(m, in, tg, &eb), 0, "%s", eb.msg);
+		loss[k] = m->loss;
+		cr_assert_eq(mr_gpt_backward(m, 0.5f), 0);
+	}
+}
+
+/* The same in pieces: blocks cut at cut, the backward split in phases. */
+static void pieces(struct mr_gpt *m, int cut, float *loss)
+{
+	int in[B * T], tg[B * T], L = m->cfg.n_layer, k;
+	struct mr_errbuf eb = { "", "" };
+
+	cr_assert_eq(mr_gpt_split_bwd(m), 0);
+	for (k = 0; k < 2; k++) {
+		mr_synth_batch(3, 0, (uint64_t)k * B, m->cfg.vocab, B, T, in, tg);
+		cr_assert_eq(mr_gpt_set_batch(m, in, tg, &eb), 0, "%s", eb.msg);
+		cr_assert_eq(mr_gpt_embed_fwd(m), 0);
+		cr_assert_eq(mr_gpt_blocks_fwd(m, 0, cut, m->encoded), 0);
+		cr_assert_eq(mr_gpt_blocks_fwd(m, cut, L, m->la[cut - 1].res3), 0);
+		cr_assert_eq(mr_gpt_head_fwd(m, m->la[L - 1].res3), 0);
+		loss[k] = m->loss;
+		cr_assert_eq(mr_gpt_head_bwd(m, m->la[L - 1].res3, 0.5f), 0);
+		/* every block's input phase, then every weight phase, as a
+		 * zero-bubble schedule defers them */
+		cr_assert_eq(mr_gpt_blocks_bwd(m, cut, L, m->la[cut - 1].res3, 0.5f,
+					       MR_GPT_BWD_INPUT), 0);
+		cr_assert_eq(mr_gpt_blocks_bwd(m, 0, cut, m->encoded, 0.5f, MR_GPT_BWD_INPUT), 0);
+		cr_assert_eq(mr_gpt_embed_bwd(m), 0);
+		cr_assert_eq(mr_gpt_blocks_bwd(m, cut, L, m->la[cut - 1].res3, 0.5f,
+					       MR_GPT_BWD_WEIGHT), 0);
+		cr_assert_eq(mr_gpt_blocks_bwd(m, 0, cut, m->encoded, 0.5f, MR_GPT_BWD_WEIGHT), 0);
+	}
+}
+
+static void check(const struct mr_gpt_config *c, int cut)
+{
+	struct mr_gpt a, b;
+	float la[2], lb[2];
+	int i, k;
+
+	open_model(&a, c);
+	open_model(&b, c);
+	whole(&a, la);
+	pieces(&b, cut, lb);
+	for (k = 0; k < 2; k++)
+		cr_expect_eq(la[k], lb[k], "micro-batch %d: loss %.9g vs %.9g", k, la[k], lb[k]);
+	for (i = 0; i < a.ntensors; i++) {
+		const struct mr_gpt_tensor *t = &a.tensors[i];
+		cr_expect(!memcmp(a.grads + t->off, b.grads + t->off, t->n * sizeof(float)),
+			  "gradient of '%s' differs (cut %d)", t->name, cut);
+	}
+	mr_gpt_release(&a);
+	mr_gpt_release(&b);
+}
+
+Test(pieces, dense_cut_anywhere_split_backward_bit_identical)
+{
+	for (int cut = 1; cut < dense.n_layer; cut++)
+		check(&dense, cut);
+}
+
+Test(pieces, moe_cut_and_split_backward_bit_identical) { check(&moe, 2); }
+
+Test(pieces, split_backward_needs_its_stash)
+{
+	struct mr_gpt m;
+
+	open_model(&m, &dense);
+	cr_expect_eq(mr_gpt_blocks_bwd(&m, 0, 1, m.encoded, 1.0f, MR_GPT_BWD_INPUT), MR_ESTATE);
+	mr_gpt_release(&m);
+}
