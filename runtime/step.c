@@ -4,6 +4,7 @@
  * micro-batch schedule.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "mr_step.h"
@@ -56,18 +57,26 @@ void mr_step_release(struct mr_step *s)
 static int nonfinite_loss(struct mr_step *s, long step, double loss, struct mr_errbuf *eb)
 {
 	const struct mr_gpt *m = s->m;
+	struct mr_dev *d = m->dev;
 	const char *p = mr_dp_first_nonfinite(s->dp, 0);
 	size_t i, n = (size_t)m->B * m->T * (size_t)mr_tp_vocab_rows(&m->tp);
+	float *host;
+	int bad = 0;
 
 	if (p)
 		return mr_errf(eb, MR_ENONFINITE,
 			       "loss is %g at step %ld: first non-finite tensor 'params.%s'", loss,
 			       step, p);
-	for (i = 0; i < n; i++)
-		if (!isfinite(m->logits[i]))
-			return mr_errf(eb, MR_ENONFINITE,
-				       "loss is %g at step %ld: first non-finite tensor 'logits'",
-				       loss, step);
+	/* the logits to the host (an fp32 device: the model opens on no other) */
+	host = d->act == MR_DT_F32 ? malloc(n * sizeof(float)) : NULL;
+	if (host && d->ops->download(d, host, m->logits, n * sizeof(float)) == 0)
+		for (i = 0; i < n && !bad; i++)
+			bad = !isfinite(host[i]);
+	free(host);
+	if (bad)
+		return mr_errf(eb, MR_ENONFINITE,
+			       "loss is %g at step %ld: first non-finite tensor 'logits'", loss,
+			       step);
 	return mr_errf(eb, MR_ENONFINITE,
 		       "loss is %g at step %ld: no non-finite parameter or logit on this rank",
 		       loss, step);

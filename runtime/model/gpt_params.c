@@ -77,17 +77,29 @@ int mr_gpt_config_check(const struct mr_gpt_config *c, struct mr_errbuf *eb)
 
 /* ---- activations -------------------------------------------------------------- */
 
+/* An arena of device memory carved in bytes (256-byte aligned pieces, as
+ * the fastest GEMM kernels want): sizes only while base is NULL. */
 struct carve {
-	float *base;
+	char *base;
 	size_t used;
 };
 
-static float *take(struct carve *cv, size_t n)
+static void *take_bytes(struct carve *cv, size_t bytes)
 {
-	float *p = cv->base ? cv->base + cv->used : NULL;
+	void *p = cv->base ? cv->base + cv->used : NULL;
 
-	cv->used += (n + 15) & ~(size_t)15;
+	cv->used += (bytes + 255) & ~(size_t)255;
 	return p;
+}
+
+static mr_act *take(const struct mr_gpt *m, struct carve *cv, size_t n)
+{
+	return take_bytes(cv, mr_dev_act_bytes(m->dev, n));
+}
+
+static float *take_f32(struct carve *cv, size_t n)
+{
+	return take_bytes(cv, n * sizeof(float));
 }
 
 /* Carves activations (cv) and workspace (wv); sizes only when bases are
@@ -107,59 +119,56 @@ static void carve_all(struct mr_gpt *m, struct carve *cv, struct carve *wv)
 
 	if (c->moe_every > 0)
 		ms = mr_gpt_moe_shape(m);
-	m->encoded = take(cv, Nl * C);
+	m->encoded = take(m, cv, Nl * C);
 	for (l = 0; l < c->n_layer; l++) {
 		struct mr_gpt_layer_acts *a = &m->la[l];
 		memset(a, 0, sizeof(*a));
-		a->ln1 = take(cv, N * C);
-		a->ln1_mean = take(cv, Nl);
-		a->ln1_rstd = take(cv, Nl);
-		a->qkv = take(cv, N * 3 * Cl);
-		a->atty = take(cv, N * Cl);
-		a->att_lse = take(cv, N * (size_t)(c->n_head / tp));
-		a->res2 = take(cv, Nl * C);
-		a->ln2 = take(cv, N * C);
-		a->ln2_mean = take(cv, Nl);
-		a->ln2_rstd = take(cv, Nl);
+		a->ln1 = take(m, cv, N * C);
+		a->ln1_mean = take_f32(cv, Nl);
+		a->ln1_rstd = take_f32(cv, Nl);
+		a->qkv = take(m, cv, N * 3 * Cl);
+		a->atty = take(m, cv, N * Cl);
+		a->att_lse = take_f32(cv, N * (size_t)(c->n_head / tp));
+		a->res2 = take(m, cv, Nl * C);
+		a->ln2 = take(m, cv, N * C);
+		a->ln2_mean = take_f32(cv, Nl);
+		a->ln2_rstd = take_f32(cv, Nl);
 		if (mr_gpt_layer_is_moe(c, l)) {
-			float *f = take(cv, mr_moe_act_floats(&ms));
-			/* ints share the float arena (same size, 4 bytes) */
-			float *iv = take(cv, mr_moe_act_ints(&ms));
+			/* host memory: only the cpu device has MoE (create checks) */
+			float *f = take_f32(cv, mr_moe_act_floats(&ms));
+			int *iv = take_bytes(cv, mr_moe_act_ints(&ms) * sizeof(int));
 			if (f)
-				mr_moe_acts_bind(&a->moe, &ms, f, (int *)(void *)iv);
+				mr_moe_acts_bind(&a->moe, &ms, f, iv);
 			any_moe = 1;
 		} else {
-			a->fch = take(cv, N * Hl);
-			a->fch_gelu = take(cv, N * Hl);
+			a->fch = take(m, cv, N * Hl);
+			a->fch_gelu = take(m, cv, N * Hl);
 		}
-		a->res3 = take(cv, Nl * C);
+		a->res3 = take(m, cv, Nl * C);
 	}
-	m->lnf = take(cv, N * C);
-	m->lnf_mean = take(cv, Nl);
-	m->lnf_rstd = take(cv, Nl);
-	m->logits = take(cv, N * Vl);
-	m->ce_lse = take(cv, N);
-	m->losses = take(cv, N);
-	m->inputs = (int *)(void *)take(cv, N);
-	m->targets = (int *)(void *)take(cv, N);
-	m->tok_tp = tp > 1 ? (int *)(void *)take(cv, N) : NULL;
-	m->tgt_tp = tp > 1 ? (int *)(void *)take(cv, N) : NULL;
+	m->lnf = take(m, cv, N * C);
+	m->lnf_mean = take_f32(cv, Nl);
+	m->lnf_rstd = take_f32(cv, Nl);
+	m->logits = take(m, cv, N * Vl);
+	m->ce_lse = take_f32(cv, N);
+	m->losses = take_f32(cv, N);
+	m->tok_dev = take_bytes(cv, N * sizeof(int));
+	m->tgt_dev = take_bytes(cv, N * sizeof(int));
 
-	m->ones = take(wv, N);
-	m->dres = take(wv, Nl * C);
-	m->dln = take(wv, N * C);
-	m->datty = take(wv, N * Cl);
-	m->dqkv = take(wv, N * 3 * Cl);
-	m->dfch = take(wv, N * Hl);
-	m->dtmp = take(wv, N * C);
-	m->sp_full = m->tp.sp ? take(wv, N * C) : NULL;
-	m->tp.tmp = tp > 1 ? take(wv, N * (C > 3 ? C : 3)) : NULL;
-	kws = mr_attn_layer_ws_floats(m->pool, m->T, c->d_model / c->n_head);
-	if (mr_layernorm_ws_floats(m->pool, c->d_model) > kws)
-		kws = mr_layernorm_ws_floats(m->pool, c->d_model);
+	m->ones = take(m, wv, N);
+	m->dres = take(m, wv, Nl * C);
+	m->dln = take(m, wv, N * C);
+	m->datty = take(m, wv, N * Cl);
+	m->dqkv = take(m, wv, N * 3 * Cl);
+	m->dfch = take(m, wv, N * Hl);
+	m->dtmp = take(m, wv, N * C);
+	m->sp_full = m->tp.sp ? take(m, wv, N * C) : NULL;
+	m->tp.tmp = tp > 1 ? take(m, wv, N * C) : NULL;
+	m->tp.ce = tp > 1 ? take_f32(wv, 3 * N) : NULL;
+	kws = m->dev->ops->ws_bytes(m->dev, m->T, c->d_model, c->n_head);
 	if (any_moe)
-		mws = mr_moe_ws_floats(&ms);
-	m->k_ws = take(wv, kws > mws ? kws : mws);
+		mws = mr_moe_ws_floats(&ms) * sizeof(float);
+	m->k_ws = take_bytes(wv, kws > mws ? kws : mws);
 }
 
 struct mr_moe_shape mr_gpt_moe_shape(const struct mr_gpt *m)
@@ -226,8 +235,54 @@ int mr_gpt_create_placed(struct mr_gpt *m, const struct mr_gpt_config *cfg, int 
 			 struct mr_pool *pool, const struct mr_place *place, unsigned flags,
 			 struct mr_errbuf *eb)
 {
+	struct mr_dev own;
+	int rc = mr_dev_open(&own, "cpu", 0, NULL, pool, eb);
+
+	if (rc < 0)
+		return rc;
+	rc = mr_gpt_create_on(m, cfg, B, T, &own, place, flags, eb);
+	if (rc < 0) {
+		mr_dev_close(&own);
+		return rc;
+	}
+	/* the model keeps the device it opened and closes it at release */
+	m->own_dev = own;
+	m->dev = &m->own_dev;
+	m->tp.dev = m->dev;
+	return 0;
+}
+
+/* Device memory of the model (ledger m->mem). */
+static void *dalloc(struct mr_gpt *m, enum mr_mem_kind kind, size_t bytes)
+{
+	return mr_dev_alloc(m->dev, &m->mem, kind, bytes);
+}
+
+/* m->ones := 1 (through a host copy and the device's conversion). */
+static int fill_ones(struct mr_gpt *m)
+{
+	size_t i, N = (size_t)m->B * m->T;
+	float *h = malloc(N * sizeof(float));
+	float *f32 = (float *)(void *)m->dtmp; /* N*C elements: room for N fp32 */
+	int rc;
+
+	if (!h)
+		return MR_ENOMEM;
+	for (i = 0; i < N; i++)
+		h[i] = 1.0f;
+	rc = m->dev->ops->upload(m->dev, f32, h, N * sizeof(float));
+	if (rc == 0)
+		rc = m->dev->ops->to_act(m->dev, m->ones, f32, N);
+	free(h);
+	return rc;
+}
+
+int mr_gpt_create_on(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, int T,
+		     struct mr_dev *dev, const struct mr_place *place, unsigned flags,
+		     struct mr_errbuf *eb)
+{
 	struct carve cv = { NULL, 0 }, wv = { NULL, 0 };
-	size_t i;
+	size_t N = (size_t)B * T;
 	int rc, u;
 
 	memset(m, 0, sizeof(*m));
@@ -240,6 +295,15 @@ int mr_gpt_create_placed(struct mr_gpt *m, const struct mr_gpt_config *cfg, int 
 	if (T < 1 || T > cfg->max_seq)
 		return mr_errf_field(eb, MR_EINVAL, "seq_len",
 				     "'seq_len' must be in [1, max_seq=%d], got %d", cfg->max_seq, T);
+	if (cfg->moe_every > 0 && !dev->ops->moe_fwd)
+		return mr_errf_field(eb, MR_ENOTSUP, "moe_every",
+				     "'moe_every' must be 0 on device %s (no MoE kernels there yet)",
+				     dev->ops->name);
+	if (dev->act != MR_DT_F32)
+		return mr_errf_field(eb, MR_ENOTSUP, "precision",
+				     "the model keeps no compute copy of its weights yet: device "
+				     "%s needs 'precision' \"fp32\"",
+				     dev->ops->name);
 	if (place)
 		m->place = *place;
 	m->flags = flags;
@@ -252,25 +316,28 @@ int mr_gpt_create_placed(struct mr_gpt *m, const struct mr_gpt_config *cfg, int 
 	m->cfg = *cfg;
 	m->B = B;
 	m->T = T;
-	m->pool = pool;
-	mr_tp_init(&m->tp, mr_place_size(&m->place, MR_AXIS_TP),
+	m->dev = dev;
+	m->pool = dev->pool;
+	mr_tp_init(&m->tp, dev, mr_place_size(&m->place, MR_AXIS_TP),
 		   mr_place_index(&m->place, MR_AXIS_TP), m->place.sp, m->place.comm[MR_AXIS_TP],
 		   B, T, cfg->d_model, cfg->vocab);
 	m->w.layer = calloc((size_t)cfg->n_layer, sizeof(*m->w.layer));
 	m->g.layer = calloc((size_t)cfg->n_layer, sizeof(*m->g.layer));
 	m->la = calloc((size_t)cfg->n_layer, sizeof(*m->la));
-	if (!m->w.layer || !m->g.layer || !m->la || mr__gpt_table_create(m) < 0)
+	m->inputs = calloc(4 * N, sizeof(int));
+	m->losses_host = calloc(N, sizeof(float));
+	if (!m->w.layer || !m->g.layer || !m->la || !m->inputs || !m->losses_host ||
+	    mr__gpt_table_create(m) < 0)
 		goto nomem;
-	if (!(flags & MR_GPT_EXT_PARAMS)) {
-		m->params = mr_mem_alloc(&m->mem, MR_MEM_PARAMS, m->nparams * sizeof(float));
-		if (!m->params)
-			goto nomem;
-	}
-	if (!(flags & MR_GPT_EXT_GRADS)) {
-		m->grads = mr_mem_alloc(&m->mem, MR_MEM_GRADS, m->nparams * sizeof(float));
-		if (!m->grads)
-			goto nomem;
-	}
+	m->targets = m->inputs + N;
+	m->tok_tp = m->targets + N;
+	m->tgt_tp = m->tok_tp + N;
+	if (!(flags & MR_GPT_EXT_PARAMS) &&
+	    !(m->params = dalloc(m, MR_MEM_PARAMS, m->nparams * sizeof(float))))
+		goto nomem;
+	if (!(flags & MR_GPT_EXT_GRADS) &&
+	    !(m->grads = dalloc(m, MR_MEM_GRADS, m->nparams * sizeof(float))))
+		goto nomem;
 	for (u = 0; u < m->nunits; u++) {
 		size_t off, n;
 		mr_gpt_unit_range(m, u, &off, &n);
@@ -281,8 +348,8 @@ int mr_gpt_create_placed(struct mr_gpt *m, const struct mr_gpt_config *cfg, int 
 	carve_all(m, &cv, &wv);
 	m->nacts = cv.used;
 	m->nws = wv.used;
-	m->acts = mr_mem_alloc(&m->mem, MR_MEM_ACTS, m->nacts * sizeof(float));
-	m->ws = mr_mem_alloc(&m->mem, MR_MEM_WORKSPACE, m->nws * sizeof(float));
+	m->acts = dalloc(m, MR_MEM_ACTS, m->nacts);
+	m->ws = dalloc(m, MR_MEM_WORKSPACE, m->nws);
 	if (!m->acts || !m->ws)
 		goto nomem;
 	cv.base = m->acts;
@@ -290,8 +357,8 @@ int mr_gpt_create_placed(struct mr_gpt *m, const struct mr_gpt_config *cfg, int 
 	wv.base = m->ws;
 	wv.used = 0;
 	carve_all(m, &cv, &wv);
-	for (i = 0; i < (size_t)B * T; i++)
-		m->ones[i] = 1.0f;
+	if (fill_ones(m) < 0)
+		goto nomem;
 	if (m->tp.size > 1) {
 		m->xchg.reduce = mr_tp_moe_reduce;
 		m->xchg.ctx = &m->tp;
@@ -314,33 +381,39 @@ int mr_gpt_split_bwd(struct mr_gpt *m)
 	if (m->stash)
 		return 0;
 	m->stash = calloc((size_t)L, sizeof(*m->stash));
-	m->nstash = per * (size_t)L;
-	m->stash_mem = m->stash ? mr_mem_alloc(&m->mem, MR_MEM_ACTS, m->nstash * sizeof(float))
-				: NULL;
+	m->nstash = mr_dev_act_bytes(m->dev, per * (size_t)L);
+	m->stash_mem = m->stash ? dalloc(m, MR_MEM_ACTS, m->nstash) : NULL;
 	if (!m->stash_mem) {
 		free(m->stash);
 		m->stash = NULL;
 		return MR_ENOMEM;
 	}
 	for (l = 0; l < L; l++) {
-		float *b = m->stash_mem + per * (size_t)l;
+		mr_act *b = mr_dev_at(m->dev, m->stash_mem, per * (size_t)l);
 		m->stash[l].dqkv = b;
-		m->stash[l].dproj1 = b + N * 3 * Cl;
-		m->stash[l].dfc = m->stash[l].dproj1 + N * C;
-		m->stash[l].dproj2 = m->stash[l].dfc + N * 4 * Cl;
+		m->stash[l].dproj1 = mr_dev_at(m->dev, b, N * 3 * Cl);
+		m->stash[l].dfc = mr_dev_at(m->dev, m->stash[l].dproj1, N * C);
+		m->stash[l].dproj2 = mr_dev_at(m->dev, m->stash[l].dfc, N * 4 * Cl);
 	}
 	return 0;
 }
 
 void mr_gpt_release(struct mr_gpt *m)
 {
-	if (m->stash_mem)
-		mr_mem_free(&m->mem, MR_MEM_ACTS, m->stash_mem, m->nstash * sizeof(float));
+	struct mr_dev *d = m->dev;
+
+	if (d) {
+		mr_dev_free(d, &m->mem, MR_MEM_ACTS, m->stash_mem, m->nstash);
+		mr_dev_free(d, &m->mem, MR_MEM_PARAMS, m->params, m->nparams * sizeof(float));
+		mr_dev_free(d, &m->mem, MR_MEM_GRADS, m->grads, m->nparams * sizeof(float));
+		mr_dev_free(d, &m->mem, MR_MEM_ACTS, m->acts, m->nacts);
+		mr_dev_free(d, &m->mem, MR_MEM_WORKSPACE, m->ws, m->nws);
+	}
+	if (d == &m->own_dev)
+		mr_dev_close(&m->own_dev);
 	free(m->stash);
-	mr_mem_free(&m->mem, MR_MEM_PARAMS, m->params, m->nparams * sizeof(float));
-	mr_mem_free(&m->mem, MR_MEM_GRADS, m->grads, m->nparams * sizeof(float));
-	mr_mem_free(&m->mem, MR_MEM_ACTS, m->acts, m->nacts * sizeof(float));
-	mr_mem_free(&m->mem, MR_MEM_WORKSPACE, m->ws, m->nws * sizeof(float));
+	free(m->inputs);
+	free(m->losses_host);
 	free(m->tensors);
 	free(m->unit_first);
 	free(m->w.layer);

@@ -53,6 +53,7 @@
 #include <stdint.h>
 
 #include "cpu/mr_pool.h"
+#include "device/mr_device.h"
 #include "mr_err.h"
 #include "mr_mem.h"
 #include "mr_place.h"
@@ -110,25 +111,28 @@ struct mr_gpt_weights {
 	float *lnfw, *lnfb;     /* (C) */
 };
 
+/* Device memory: mr_act in the device's activation type, float fp32. */
 struct mr_gpt_layer_acts {
-	float *ln1, *ln1_mean, *ln1_rstd; /* (N,C), (N), (N) */
-	float *qkv;             /* (N,3C) */
-	float *atty;            /* (N,C) attention output before projection */
+	mr_act *ln1;            /* (N,C) */
+	float *ln1_mean, *ln1_rstd; /* (N), (N) */
+	mr_act *qkv;            /* (N,3C) */
+	mr_act *atty;           /* (N,C) attention output before projection */
 	float *att_lse;         /* (B,NH,T) per-row logsumexp */
-	float *res2;            /* (N,C) residual after attention */
-	float *ln2, *ln2_mean, *ln2_rstd;
-	float *fch, *fch_gelu;  /* (N,4C) dense MLP only */
-	struct mr_moe_acts moe; /* MoE only */
-	float *res3;            /* (N,C) residual after the MLP */
+	mr_act *res2;           /* (N,C) residual after attention */
+	mr_act *ln2;
+	float *ln2_mean, *ln2_rstd;
+	mr_act *fch, *fch_gelu; /* (N,4C) dense MLP only */
+	struct mr_moe_acts moe; /* MoE only (host memory: the cpu device) */
+	mr_act *res3;           /* (N,C) residual after the MLP */
 };
 
 /* Output gradients of a dense layer's four GEMMs, kept between the input
  * and the weight phase of a split backward (mr_gpt_split_bwd). */
 struct mr_gpt_layer_stash {
-	float *dqkv;            /* (N,3C/tp) */
-	float *dproj1;          /* (N,C) into the attention projection */
-	float *dfc;             /* (N,4C/tp) into the MLP fc (after GELU's backward) */
-	float *dproj2;          /* (N,C) into the MLP projection */
+	mr_act *dqkv;           /* (N,3C/tp) */
+	mr_act *dproj1;         /* (N,C) into the attention projection */
+	mr_act *dfc;            /* (N,4C/tp) into the MLP fc (after GELU's backward) */
+	mr_act *dproj2;         /* (N,C) into the MLP projection */
 };
 
 /* Phases of a block range's backward (mr_gpt_blocks_bwd). */
@@ -166,7 +170,9 @@ struct mr_gpt {
 	struct mr_tp tp;        /* the tensor/sequence-parallel layers (parallel/mr_tp.h) */
 	const struct mr_gpt_hooks *hooks; /* may be NULL; set by the caller */
 	int B, T;               /* micro-batch shape the activations hold */
-	struct mr_pool *pool;   /* borrowed */
+	struct mr_dev *dev;     /* the device everything below lives on */
+	struct mr_dev own_dev;  /* the cpu device of mr_gpt_create[_placed] */
+	struct mr_pool *pool;   /* borrowed: the device's threads */
 	struct mr_mem mem;      /* accounting of everything below */
 
 	int ntensors;
@@ -177,24 +183,30 @@ struct mr_gpt {
 	int *unit_first;        /* (nunits + 1) first tensor of each unit */
 	struct mr_gpt_weights w, g;
 
-	size_t nacts, nws;
-	float *acts, *ws;
+	size_t nacts, nws;      /* bytes of the two arenas */
+	void *acts, *ws;
 	struct mr_gpt_layer_acts *la;
 	struct mr_gpt_layer_stash *stash; /* (L) after mr_gpt_split_bwd, else NULL */
-	float *stash_mem;       /* their allocation (MR_MEM_ACTS) */
-	size_t nstash;
-	int *inputs, *targets;  /* (N) copies of the current batch */
-	int *tok_tp, *tgt_tp;   /* (N) ids in this rank's vocab slice (tp > 1) */
-	const int *tok_local, *tgt_local; /* the ids the passes use (inputs itself at tp 1) */
-	float *encoded;         /* (N,C) */
-	float *lnf, *lnf_mean, *lnf_rstd;
-	float *logits;          /* (N,V); dlogits in place after backward */
+	void *stash_mem;        /* their allocation (MR_MEM_ACTS) */
+	size_t nstash;          /* bytes */
+	/* host: the current batch (N each) and the ids in this rank's vocab
+	 * slice (tp > 1), one allocation */
+	int *inputs, *targets, *tok_tp, *tgt_tp;
+	const int *tok_local;   /* the ids the passes use (inputs itself at tp 1) */
+	float *losses_host;     /* (N) the losses read back */
+	int has_targets;        /* the batch has targets: head_fwd computes the loss */
+	/* device */
+	int *tok_dev, *tgt_dev; /* (N) the local ids */
+	mr_act *encoded;        /* (N,C) */
+	mr_act *lnf;
+	float *lnf_mean, *lnf_rstd;
+	mr_act *logits;         /* (N,V); dlogits in place after backward */
 	float *ce_lse, *losses; /* (N) */
 	/* workspace */
-	float *ones;            /* (N) all 1, for bias gradients */
-	float *dres, *dln, *datty, *dqkv, *dfch, *dtmp; /* backward scratch */
-	float *sp_full;         /* (N,C) sequence-parallel gather target */
-	float *k_ws;            /* kernel workspace (attention, layernorm) */
+	mr_act *ones;           /* (N) all 1, for bias gradients */
+	mr_act *dres, *dln, *datty, *dqkv, *dfch, *dtmp; /* backward scratch */
+	mr_act *sp_full;        /* (N,C) sequence-parallel gather target */
+	void *k_ws;             /* kernel workspace (attention, layernorm, MoE) */
 
 	float loss;             /* mean cross-entropy of the last forward */
 	float aux_loss;         /* sum over MoE layers (before aux_coef) */
@@ -210,6 +222,11 @@ int mr_gpt_create(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, int 
 int mr_gpt_create_placed(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, int T,
 			 struct mr_pool *pool, const struct mr_place *place, unsigned flags,
 			 struct mr_errbuf *eb);
+/* As mr_gpt_create_placed on device dev (borrowed; must outlive m). The
+ * cpu device is what the two above open over pool. */
+int mr_gpt_create_on(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, int T,
+		     struct mr_dev *dev, const struct mr_place *place, unsigned flags,
+		     struct mr_errbuf *eb);
 /* The config and placement checks of mr_gpt_create_placed alone (no
  * communicator needed): run before bootstrapping so bad input fails first.
  * cp, pp and ep > 1 are refused, naming the axis, until those modes land. */
@@ -287,15 +304,15 @@ int mr_gpt_set_batch(struct mr_gpt *m, const int *inputs, const int *targets,
 		     struct mr_errbuf *eb);
 int mr_gpt_embed_fwd(struct mr_gpt *m);
 /* Blocks [lo, hi) from in; the output is m->la[hi-1].res3. */
-int mr_gpt_blocks_fwd(struct mr_gpt *m, int lo, int hi, const float *in);
+int mr_gpt_blocks_fwd(struct mr_gpt *m, int lo, int hi, const mr_act *in);
 /* From in (the last block's output): logits, and m->loss when targets were
  * set (m->loss 0 otherwise). */
-int mr_gpt_head_fwd(struct mr_gpt *m, const float *in);
-int mr_gpt_head_bwd(struct mr_gpt *m, const float *in, float dscale);
+int mr_gpt_head_fwd(struct mr_gpt *m, const mr_act *in);
+int mr_gpt_head_bwd(struct mr_gpt *m, const mr_act *in, float dscale);
 /* Blocks hi-1 down to lo (in: the range's input). phase MR_GPT_BWD_ALL,
  * or the input then the weight phase of a split backward (see gpt.c;
  * needs mr_gpt_split_bwd, else MR_ESTATE). */
-int mr_gpt_blocks_bwd(struct mr_gpt *m, int lo, int hi, const float *in, float dscale,
+int mr_gpt_blocks_bwd(struct mr_gpt *m, int lo, int hi, const mr_act *in, float dscale,
 		      int phase);
 int mr_gpt_embed_bwd(struct mr_gpt *m);
 /* Allocates the per-layer stash a split backward needs (MR_MEM_ACTS);

@@ -24,8 +24,11 @@
  * [rank][b][t_local]; the model works in [b][t], so gathers permute after
  * the collective and reduce-scatters before it (one strided copy).
  *
- * Ownership: struct mr_tp is the model's; comm is borrowed, tmp is the
- * model's workspace (N x max(C, 3) floats when size > 1).
+ * Buffers are device memory of the model's device (device/mr_device.h):
+ * rows in its activation type (mr_act), the loss pieces fp32.
+ *
+ * Ownership: struct mr_tp is the model's; the device and comm are
+ * borrowed, tmp and ce are the model's workspace when size > 1.
  * Every function returns 0 or the communicator's negative MR_E* code.
  * Non-goals: the parameter table's tp splits (model/gpt_table.c).
  */
@@ -34,20 +37,22 @@
 
 #include <stddef.h>
 
-#include "cpu/mr_pool.h"
+#include "device/mr_device.h"
 
 struct mr_comm;
 
 struct mr_tp {
+	struct mr_dev *dev;   /* the model's device */
 	int size, rank;       /* tp degree (1: every call is the identity), index */
 	int sp;               /* sequence parallel (size > 1) */
 	struct mr_comm *comm; /* NULL when size == 1 */
 	int B, T, C, V;       /* batch, sequence, model width, vocabulary */
-	float *tmp;           /* scratch (N, max(C, 3)) when size > 1 */
+	mr_act *tmp;          /* scratch (N,C) when size > 1 (sp permutations) */
+	float *ce;            /* scratch 3N fp32 when size > 1 (loss pieces) */
 };
 
-void mr_tp_init(struct mr_tp *tp, int size, int rank, int sp, struct mr_comm *comm, int B,
-		int T, int C, int V);
+void mr_tp_init(struct mr_tp *tp, struct mr_dev *dev, int size, int rank, int sp,
+		struct mr_comm *comm, int B, int T, int C, int V);
 
 /* Rows this rank holds of the residual stream, and the position t of
  * local row i. */
@@ -55,21 +60,21 @@ int mr_tp_local_rows(const struct mr_tp *tp);
 int mr_tp_local_pos(const struct mr_tp *tp, int i);
 /* Buffer choice without branches in the model: scratch under sp (or with
  * size > 1), else plain, so a gather or reduce into plain is a no-op. */
-float *mr_tp_if_sp(const struct mr_tp *tp, float *plain, float *scratch);
-float *mr_tp_if_split(const struct mr_tp *tp, float *plain, float *scratch);
+mr_act *mr_tp_if_sp(const struct mr_tp *tp, mr_act *plain, mr_act *scratch);
+mr_act *mr_tp_if_split(const struct mr_tp *tp, mr_act *plain, mr_act *scratch);
 
-/* In-place sum (or max) over the tp group. */
+/* In-place sum (or max) of n fp32 over the tp group. */
 int mr_tp_allreduce(struct mr_tp *tp, float *buf, size_t n, int max);
 /* out (Nl,C) = sum over tp of partial (N,C); partial may be clobbered;
  * out == partial with one rank is a no-op. */
-int mr_tp_reduce_rows(struct mr_tp *tp, float *out, float *partial);
+int mr_tp_reduce_rows(struct mr_tp *tp, mr_act *out, mr_act *partial);
 /* full (N,C) = every rank's local rows (Nl,C); a no-op without sp when
  * full == local. */
-int mr_tp_gather_rows(struct mr_tp *tp, float *full, const float *local);
+int mr_tp_gather_rows(struct mr_tp *tp, mr_act *full, const mr_act *local);
 /* Row-parallel linear: out (Nl,C) = sum_tp(inp (N,IC) @ w^T) + bias;
  * scratch (N,C) holds the partial sum when size > 1. */
-int mr_tp_row_linear_fwd(struct mr_tp *tp, struct mr_pool *p, float *out, const float *inp,
-			 const float *w, const float *bias, int IC, float *scratch);
+int mr_tp_row_linear_fwd(struct mr_tp *tp, mr_act *out, const mr_act *inp, const mr_act *w,
+			 const mr_act *bias, int IC, mr_act *scratch);
 /* LayerNorm gradients w, b (C) summed over tp under sp (each rank saw its
  * rows); nothing otherwise. */
 int mr_tp_sp_norm_grads(struct mr_tp *tp, float *w, float *b);
@@ -82,20 +87,21 @@ const int *mr_tp_vocab_ids(const struct mr_tp *tp, int *out, const int *tok, int
 /* Sets the logit columns of padded vocabulary rows to value: -1e30 after
  * the forward GEMM (out of the softmax), 0 in dlogits (the padded rows of
  * wte get no gradient and never learn). logits (N, vocab_rows). */
-void mr_tp_mask_vocab_pad(const struct mr_tp *tp, float *logits, float value);
+int mr_tp_mask_vocab_pad(const struct mr_tp *tp, mr_act *logits, float value);
 /* Vocab-parallel embedding: out (Nl,C) = wte[tok] summed over tp + wpe[t];
- * tok are mr_tp_vocab_ids; scratch (N,C) when size > 1. */
-int mr_tp_embedding_fwd(struct mr_tp *tp, struct mr_pool *p, float *out, const int *tok,
-			const float *wte, const float *wpe, float *scratch);
+ * tok are mr_tp_vocab_ids on the device; scratch (N,C) when size > 1. */
+int mr_tp_embedding_fwd(struct mr_tp *tp, mr_act *out, const int *tok, const mr_act *wte,
+			const mr_act *wpe, mr_act *scratch);
 /* Its backward: dwte (this rank's rows) and dwpe from dlocal (Nl,C);
- * scratch (N,C) for the gathered rows under sp. */
-int mr_tp_embedding_bwd(struct mr_tp *tp, struct mr_pool *p, float *dwte, float *dwpe,
-			float *dlocal, const int *tok, float *scratch);
+ * tok_host the same ids on the host; scratch (N,C) for the gathered rows
+ * under sp. */
+int mr_tp_embedding_bwd(struct mr_tp *tp, float *dwte, float *dwpe, mr_act *dlocal,
+			const int *tok, const int *tok_host, mr_act *scratch);
 /* Vocab-parallel cross-entropy forward: losses and lse (N) over the whole
  * vocabulary from this rank's logits (N, vocab_rows); tgt are
- * mr_tp_vocab_ids of the targets. */
-int mr_tp_cross_entropy_fwd(struct mr_tp *tp, struct mr_pool *p, float *losses, float *lse,
-			    const float *logits, const int *tgt);
+ * mr_tp_vocab_ids of the targets, on the device. */
+int mr_tp_cross_entropy_fwd(struct mr_tp *tp, float *losses, float *lse,
+			    const mr_act *logits, const int *tgt);
 /* struct mr_moe_xchg.reduce over tp (ctx = the struct mr_tp). */
 int mr_tp_moe_reduce(void *ctx, float *buf, size_t n);
 

@@ -115,8 +115,8 @@ static void expect_mem(const struct mr_gpt *m, int zero, int S, size_t want[MR_M
 	mr_gpt_unit_range(m, last, &off, &n);
 	pl = up(n, S) * S;
 	memset(want, 0, sizeof(size_t) * MR_MEM_KINDS);
-	want[MR_MEM_ACTS] = m->nacts * 4;
-	want[MR_MEM_WORKSPACE] = m->nws * 4;
+	want[MR_MEM_ACTS] = m->nacts; /* bytes */
+	want[MR_MEM_WORKSPACE] = m->nws;
 	want[MR_MEM_OPTIM] = 8 * np / S;
 	want[MR_MEM_PARAMS] = zero == 3 ? 4 * np / S + 4 * (p0 + pl + 2 * pm) : 4 * np;
 	want[MR_MEM_GRADS] = zero == 1 ? 4 * np + 4 * np / S : 4 * np / S + 4 * (p0 + pl + 2 * pm);

@@ -1,0 +1,214 @@
+/*
+ * mr_device.h - the device layer: one table of operations under the model,
+ * the parallel layers and the step, so they are written once for every
+ * device. A backend implements the table: `cpu` (device/cpu.c: the kernels
+ * of kernels/, OpenBLAS and the rank's thread pool, fp32) and, next,
+ * `cuda` (runtime/cuda's kernels, cuBLASLt, a stream). The device is
+ * chosen once, when a rank is built; nothing above this header asks which
+ * one it is.
+ *
+ * Memory: every buffer comes from mr_dev_alloc, accounted in the rank's
+ * ledger (struct mr_mem) by category; device pointers are only handed to
+ * operations (upload/download move bytes to and from the host).
+ *
+ * Types: parameters' master copy, gradients, optimizer state, LayerNorm
+ * statistics, attention lse and losses are fp32 (float *). Activations,
+ * their gradients and the weights' compute copy the kernels read are in
+ * the device's activation type (mr_act: fp32 on cpu; bf16 on cuda with
+ * "precision" "bf16"). mr_act is an incomplete type on purpose: the host
+ * can neither dereference nor step an activation pointer, so a size in
+ * elements becomes a pointer only through mr_dev_at().
+ *
+ * Order: operations run in the order they are issued. A backend with its
+ * own queue (cuda) runs them asynchronously; mr_dev_sync() waits for them,
+ * download waits too, and a collective on device memory must follow
+ * mr_dev_sync (or an event, once the comm layer takes device buffers).
+ * The cpu backend runs every operation before it returns.
+ *
+ * Shapes follow llm.c's notation (B batch, T time, C channels, N = B*T
+ * rows, V vocabulary, NH heads); every operation says what it writes (=)
+ * and what it accumulates (+=) as its cpu twin in kernels/ does.
+ *
+ * Errors: 0 or a negative MR_E* code (a backend's launch or allocation
+ * failure); the cpu backend cannot fail after allocation.
+ *
+ * Non-goals: more than one device per rank, unified memory, fp16/fp8.
+ */
+#ifndef MR_DEVICE_H
+#define MR_DEVICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cpu/mr_pool.h"
+#include "mr_err.h"
+#include "mr_mem.h"
+
+/* An element of the device's activation type; see the header. */
+typedef struct mr_act mr_act;
+
+enum mr_dtype { MR_DT_F32, MR_DT_BF16 };
+
+struct mr_dev;
+struct mr_moe_shape;
+struct mr_moe_acts;
+struct mr_moe_xchg;
+
+/* AdamW of one range (optim/mr_adamw.h's arithmetic). */
+struct mr_dev_adamw {
+	float lr, beta1, beta2, eps;
+	float weight_decay; /* 0 for tensors without decay */
+	long t;             /* step number after the increment (1-based) */
+};
+
+struct mr_dev_ops {
+	const char *name;
+	void (*close)(struct mr_dev *d);
+	/* ---- memory: zeroed, accounted in mem under kind ---- */
+	void *(*alloc)(struct mr_dev *d, struct mr_mem *mem, enum mr_mem_kind kind, size_t bytes);
+	void (*free)(struct mr_dev *d, struct mr_mem *mem, enum mr_mem_kind kind, void *p,
+		     size_t bytes);
+	int (*upload)(struct mr_dev *d, void *dst, const void *src_host, size_t bytes);
+	int (*download)(struct mr_dev *d, void *dst_host, const void *src, size_t bytes);
+	int (*copy)(struct mr_dev *d, void *dst, const void *src, size_t bytes);
+	/* rows blocks of width bytes, from src every spitch bytes to dst every
+	 * dpitch bytes (the sequence-parallel permutation) */
+	int (*copy2d)(struct mr_dev *d, void *dst, size_t dpitch, const void *src, size_t spitch,
+		      size_t width, size_t rows);
+	int (*zero)(struct mr_dev *d, void *p, size_t bytes);
+	/* n elements between fp32 and the activation type (a weight's compute
+	 * copy, a gathered tensor) */
+	int (*to_act)(struct mr_dev *d, mr_act *dst, const float *src, size_t n);
+	int (*to_f32)(struct mr_dev *d, float *dst, const mr_act *src, size_t n);
+	/* waits for every operation issued so far */
+	int (*sync)(struct mr_dev *d);
+
+	/* ---- the GPT's kernels ---- */
+	/* out (N,OC) = inp (N,IC) @ w^T + bias (OC, may be NULL) */
+	int (*matmul_fwd)(struct mr_dev *d, mr_act *out, const mr_act *inp, const mr_act *w,
+			  const mr_act *bias, int N, int IC, int OC);
+	/* dinp = (acc: +=) dout @ w (may be NULL); dw += dout^T @ inp; dbias +=
+	 * colsum(dout) (fp32, each may be NULL) */
+	int (*matmul_bwd)(struct mr_dev *d, mr_act *dinp, float *dw, float *dbias,
+			  const mr_act *dout, const mr_act *inp, const mr_act *w, int N, int IC,
+			  int OC, int acc);
+	int (*layernorm_fwd)(struct mr_dev *d, mr_act *out, float *mean, float *rstd,
+			     const mr_act *inp, const mr_act *w, const mr_act *b, int N, int C);
+	/* dinp +=, dw, db +=; ws as for attn_* */
+	int (*layernorm_bwd)(struct mr_dev *d, mr_act *dinp, float *dw, float *db,
+			     const mr_act *dout, const mr_act *inp, const mr_act *w,
+			     const float *mean, const float *rstd, int N, int C, void *ws);
+	int (*gelu_fwd)(struct mr_dev *d, mr_act *out, const mr_act *inp, size_t n);
+	/* dinp = dout * gelu'(inp) (may alias dout) */
+	int (*gelu_bwd)(struct mr_dev *d, mr_act *dinp, const mr_act *inp, const mr_act *dout,
+			size_t n);
+	/* y += x */
+	int (*add)(struct mr_dev *d, mr_act *y, const mr_act *x, size_t n);
+	/* rows (n,C) += bias (C) */
+	int (*add_bias)(struct mr_dev *d, mr_act *rows, const mr_act *bias, int n, int C);
+	/* out (B,T,C) = wte[tok] + wpe[t]; tok < 0: no wte part; wpe NULL: no
+	 * position part */
+	int (*embed_fwd)(struct mr_dev *d, mr_act *out, const int *tok, const mr_act *wte,
+			 const mr_act *wpe, int B, int T, int C);
+	/* dwte += (rows tok >= 0), dwpe += (may be NULL); tok_host: the same ids
+	 * on the host (a backend may bucket positions by token there) */
+	int (*embed_bwd)(struct mr_dev *d, float *dwte, float *dwpe, const mr_act *dout,
+			 const int *tok, const int *tok_host, int B, int T, int C);
+	/* out row i (n rows, C) += wpe[off + i % period] */
+	int (*add_pos)(struct mr_dev *d, mr_act *out, const mr_act *wpe, int n, int C, int period,
+		       int off);
+	/* losses, lse (N) = the cross-entropy of logits (N,V) rows at tgt */
+	int (*ce_fwd)(struct mr_dev *d, float *losses, float *lse, const mr_act *logits,
+		      const int *tgt, int N, int V);
+	/* vocab-parallel pieces: mx (N) = row max; sum (N) = sum exp(row - mx),
+	 * tl (N) = row[tgt] (0 for tgt < 0); then lse = mx + log sum and
+	 * losses = lse - tl */
+	int (*ce_rowmax)(struct mr_dev *d, float *mx, const mr_act *logits, int N, int V);
+	int (*ce_sumexp)(struct mr_dev *d, float *sum, float *tl, const mr_act *logits,
+			 const float *mx, const int *tgt, int N, int V);
+	int (*ce_finish)(struct mr_dev *d, float *losses, float *lse, const float *mx,
+			 const float *sum, const float *tl, int N);
+	/* logits becomes (softmax - onehot(tgt >= 0)) * dscale, in place */
+	int (*ce_bwd)(struct mr_dev *d, mr_act *logits, const float *lse, const int *tgt, int N,
+		      int V, float dscale);
+	/* columns [from, V) of every row of (N,V) := value */
+	int (*fill_cols)(struct mr_dev *d, mr_act *x, int N, int V, int from, float value);
+	/* causal attention of a layer: qkv (B,T,3C) -> out (B,T,C), lse (B,NH,T);
+	 * ws: ws_bytes(T, C, NH) of kernel workspace */
+	int (*attn_fwd)(struct mr_dev *d, mr_act *out, float *lse, const mr_act *qkv, int B,
+			int T, int C, int NH, void *ws);
+	/* dqkv (B,T,3C) = (written) */
+	int (*attn_bwd)(struct mr_dev *d, mr_act *dqkv, const mr_act *dout, const mr_act *qkv,
+			const mr_act *out, const float *lse, int B, int T, int C, int NH, void *ws);
+	/* workspace bytes attn_* and layernorm_bwd need for these shapes */
+	size_t (*ws_bytes)(struct mr_dev *d, int T, int C, int NH);
+	/* the MoE MLP of model/mr_moe.h (NULL: this device has none yet) */
+	int (*moe_fwd)(struct mr_dev *d, const struct mr_moe_shape *s, struct mr_moe_acts *a,
+		       const struct mr_moe_xchg *xg, mr_act *y, const mr_act *x,
+		       const mr_act *routerw, const mr_act *fcw, const mr_act *fcb,
+		       const mr_act *fcprojw, const mr_act *fcprojb);
+	int (*moe_bwd)(struct mr_dev *d, const struct mr_moe_shape *s, const struct mr_moe_acts *a,
+		       const struct mr_moe_xchg *xg, mr_act *dx, const mr_act *dy, const mr_act *x,
+		       const mr_act *routerw, const mr_act *fcw, const mr_act *fcprojw,
+		       float *drouterw, float *dfcw, float *dfcb, float *dfcprojw, float *dfcprojb,
+		       float aux_scale, void *ws, const mr_act *ones);
+
+	/* ---- optimizer and gradients (fp32) ---- */
+	/* p, g, m, v (n); pc (n, may be NULL) gets p's new compute copy */
+	int (*adamw)(struct mr_dev *d, float *p, mr_act *pc, const float *g, float *m, float *v,
+		     size_t n, const struct mr_dev_adamw *o);
+	/* *out = sum of g^2 in double (synchronous) */
+	int (*sumsq)(struct mr_dev *d, const float *g, size_t n, double *out);
+	/* g *= s */
+	int (*scale)(struct mr_dev *d, float *g, size_t n, float s);
+	/* y += x */
+	int (*add_f32)(struct mr_dev *d, float *y, const float *x, size_t n);
+};
+
+struct mr_dev {
+	const struct mr_dev_ops *ops;
+	enum mr_dtype act;      /* activations and the weights' compute copy */
+	size_t act_bytes;       /* sizeof one mr_act */
+	struct mr_pool *pool;   /* cpu: the rank's threads (borrowed) */
+	void *impl;             /* the backend's state */
+};
+
+/*
+ * Opens device `name` ("cpu"; "cuda": not yet a backend of this layer)
+ * for a rank: index picks the GPU of a multi-GPU node, precision is "fp32"
+ * or "bf16" (NULL: the device's default). An unknown or unavailable device
+ * or precision fails naming the field ("device", "precision").
+ */
+int mr_dev_open(struct mr_dev *d, const char *name, int index, const char *precision,
+		struct mr_pool *pool, struct mr_errbuf *eb);
+void mr_dev_close(struct mr_dev *d);
+
+/* ---- helpers over the table ---- */
+/* Zeroed device memory accounted in mem under kind; NULL on failure. */
+static inline void *mr_dev_alloc(struct mr_dev *d, struct mr_mem *mem, enum mr_mem_kind kind,
+				 size_t bytes)
+{
+	return d->ops->alloc(d, mem, kind, bytes);
+}
+
+/* p may be NULL; bytes and kind must match the allocation. */
+static inline void mr_dev_free(struct mr_dev *d, struct mr_mem *mem, enum mr_mem_kind kind,
+			       void *p, size_t bytes)
+{
+	if (p)
+		d->ops->free(d, mem, kind, p, bytes);
+}
+
+/* The element n of an activation buffer. */
+static inline mr_act *mr_dev_at(const struct mr_dev *d, const mr_act *p, size_t n)
+{
+	return (mr_act *)(uintptr_t)((const char *)p + n * d->act_bytes);
+}
+
+/* Bytes of n activation elements. */
+static inline size_t mr_dev_act_bytes(const struct mr_dev *d, size_t n)
+{
+	return n * d->act_bytes;
+}
+
+#endif
