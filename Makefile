@@ -163,8 +163,9 @@ endif
 
 all: deps cuda-info $(BINS)
 
+# DEPS=build checks only the build packages (the image build, Dockerfile)
 deps:
-	@scripts/deps.sh
+	@scripts/deps.sh $(DEPS)
 
 cuda-info:
 ifeq ($(CUDA_ON),1)
