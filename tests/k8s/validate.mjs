@@ -51,7 +51,7 @@ async function main(argv) {
   let failed = 0;
   if (!rejected) {
     const objs = [];
-    for (const f of files) {
+    for (const f of [...files, ...withFiles]) {
       try {
         objs.push(...loadObjects(f).map((o) => Object.defineProperty(o, "__file", { value: f })));
       } catch (e) {
