@@ -13,6 +13,7 @@
 // Exit status 1 when anything failed. Schemas: schema.mjs; rules: policy.mjs.
 import { readFileSync } from "node:fs";
 import { basename } from "node:path";
+import { fileURLToPath } from "node:url";
 import { parseAllDocuments } from "yaml";
 import { validateObject } from "./schema.mjs";
 import { checkPolicy } from "./policy.mjs";
@@ -99,4 +100,5 @@ async function main(argv) {
   return failed ? 1 : 0;
 }
 
-process.exitCode = await main(process.argv.slice(2));
+if (process.argv[1] === fileURLToPath(import.meta.url))
+  process.exitCode = await main(process.argv.slice(2));
