@@ -2,7 +2,7 @@
 #
 #   make            build every binary into build/
 #   make run        build, then run the embedded default job (meshrun local)
-#   make test       lint + unit/integration tests, then the same tests under
+#   make test       lint + unit/integration tests + test-k8s, then the same tests under
 #                   ASan+UBSan, then bounded fuzzing
 #   make asan       the sanitizer build only (build/asan)
 #   make test-gpu   CUDA kernels vs their CPU twins, NCCL collectives (skipped without a GPU)
