@@ -2,11 +2,14 @@
 #
 #   make            build every binary into build/
 #   make run        build, then run the embedded default job (meshrun local)
-#   make test       lint + unit/integration tests, then the same tests under
+#   make test       lint + unit/integration tests + test-k8s, then the same tests under
 #                   ASan+UBSan, then bounded fuzzing
 #   make asan       the sanitizer build only (build/asan)
 #   make test-gpu   CUDA kernels vs their CPU twins, NCCL collectives (skipped without a GPU)
 #   make lint       cppcheck, shellcheck, yamllint
+#   make install    the binaries into $(DESTDIR)$(PREFIX)/bin (the images use it)
+#   make image      build the images (Docker or Buildah), or print how
+#   make test-k8s   the Kubernetes packaging tests (part of make test)
 #   make bench      every benchmark (bench-rdzv, bench-healthz, ..., bench-parallel)
 #   make clean
 #
@@ -156,15 +159,16 @@ test-gpu:
 	@echo "test-gpu: CUDA not found under $(CUDA_HOME) (or sanitizer build) - skipped"
 endif
 
-.PHONY: all deps run test test-unit asan lint fuzz fuzzers bench bench-rdzv bench-healthz bench-comm tsan-comm clean tests cuda-info
+.PHONY: all deps run test test-unit asan lint fuzz fuzzers bench bench-rdzv bench-healthz bench-comm tsan-comm clean tests cuda-info install image test-k8s
 .DEFAULT_GOAL := all
 # keep object files of test helpers (otherwise deleted as intermediates)
 .SECONDARY:
 
 all: deps cuda-info $(BINS)
 
+# DEPS=build checks only the build packages (the image build, Dockerfile)
 deps:
-	@scripts/deps.sh
+	@scripts/deps.sh $(DEPS)
 
 cuda-info:
 ifeq ($(CUDA_ON),1)
@@ -222,6 +226,7 @@ run: all
 test: deps lint
 	$(MAKE) --no-print-directory tests
 	scripts/test.sh $(BUILD)
+	$(MAKE) --no-print-directory test-k8s
 	$(MAKE) --no-print-directory asan
 	scripts/test.sh $(BUILD)/asan
 	$(MAKE) --no-print-directory fuzz
@@ -239,7 +244,45 @@ lint: deps
 		-Icommon -Icontroller -Iagent -Iruntime -Icli \
 		common controller agent runtime cli bench tests
 	shellcheck scripts/*.sh bench/*.sh .ci/run
-	@if ls deploy charts >/dev/null 2>&1; then yamllint -s deploy; fi
+	yamllint -s deploy charts/meshrun/Chart.yaml charts/meshrun/values.yaml \
+		charts/meshrun/ci charts/meshrun/files tests/k8s/rejected tests/k8s/rejected-values \
+		tests/k8s/alerts_test.yaml .yamllint.yaml
+
+# ---- packaging -----------------------------------------------------------------
+# The images (Dockerfile: CUDA; Dockerfile.cpu: Debian 12) build with
+# `make DEPS=build install` inside; VERSION tags them and the chart's
+# appVersion and the manifests' image tags name the same (scripts/test-k8s.sh
+# checks). IMAGE_REPO is the registry prefix to push to.
+VERSION    ?= 0.1.0
+PREFIX     ?= /usr/local
+DESTDIR    ?=
+IMAGE_REPO ?= meshrun
+# docker with a reachable engine, else buildah, else none (print only)
+IMAGE_TOOL ?= $(shell if docker info >/dev/null 2>&1; then echo docker; \
+	elif command -v buildah >/dev/null 2>&1; then echo buildah; fi)
+REVISION   := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin
+	install -m 0755 $(BINS) $(DESTDIR)$(PREFIX)/bin/
+
+image_cmds = \
+  "-f Dockerfile --target agent -t $(IMAGE_REPO)/meshrun-agent:$(VERSION)" \
+  "-f Dockerfile --target controller -t $(IMAGE_REPO)/meshrun-controller:$(VERSION)" \
+  "-f Dockerfile.cpu --target agent -t $(IMAGE_REPO)/meshrun-agent:$(VERSION)-cpu" \
+  "-f Dockerfile.cpu --target controller -t $(IMAGE_REPO)/meshrun-controller:$(VERSION)-cpu"
+
+image:
+	@for a in $(image_cmds); do \
+		cmd="$(or $(IMAGE_TOOL),docker) build --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) $$a ."; \
+		echo "$$cmd"; \
+		$(if $(IMAGE_TOOL),$$cmd || exit 1;,:;) \
+	done
+	@$(if $(IMAGE_TOOL),:,echo "image: no docker or buildah here: run the commands above where one is (buildah build takes the same arguments), then push to your registry")
+
+test-k8s: all
+	scripts/deps.sh k8s
+	scripts/test-k8s.sh $(BUILD)
 
 fuzz: deps
 	$(MAKE) --no-print-directory BUILD=$(BUILD)/fuzz FUZZ=1 fuzzers

@@ -5,7 +5,13 @@
 # apt-get; otherwise it prints the exact command to run and exits 1.
 #
 #   scripts/deps.sh            build + test dependencies
+#   scripts/deps.sh build      build dependencies only (the image build:
+#                              `make DEPS=build install`)
 #   scripts/deps.sh bench      also the benchmark anchors (wrk, nginx, ...)
+#   scripts/deps.sh k8s        also the Kubernetes packaging tests: node + npm
+#                              (Debian's, unless a node with npm is there),
+#                              unzip, then the pinned npm tools and helm
+#                              (scripts/k8s-tools.sh, npm ci from a lockfile)
 #
 # Non-goals: CUDA. nvcc/cuBLAS/NCCL are found under /usr/local/cuda when the
 # machine has them; the build detects and reports them, never installs them.
@@ -17,8 +23,14 @@ TEST="clang libclang-rt-14-dev cppcheck shellcheck yamllint valgrind \
 prometheus python3-torch curl openmpi-bin libopenmpi-dev"
 BENCH="wrk hyperfine nginx-light"
 
+K8S="unzip"
+# a NodeSource node ships its own npm (Debian's npm package would conflict)
+command -v npm >/dev/null 2>&1 || K8S="$K8S nodejs npm"
+
 want="$BUILD $TEST"
+[ "${1:-}" = build ] && want="$BUILD"
 [ "${1:-}" = bench ] && want="$want $BENCH"
+[ "${1:-}" = k8s ] && want="$want $K8S"
 
 missing=""
 for p in $want; do
@@ -26,7 +38,11 @@ for p in $want; do
 		missing="$missing $p"
 	fi
 done
-[ -z "$missing" ] && exit 0
+k8s_tools() {
+	[ "${1:-}" = k8s ] || return 0
+	exec "$(dirname "$0")/k8s-tools.sh"
+}
+[ -z "$missing" ] && k8s_tools "${1:-}" && exit 0
 
 if [ "$(id -u)" -ne 0 ]; then
 	echo "deps: missing packages:$missing" >&2
@@ -40,3 +56,4 @@ apt-get update -qq
 # shellcheck disable=SC2086
 apt-get install -y -qq --no-install-recommends $missing >/dev/null
 echo "deps: done" >&2
+k8s_tools "${1:-}"

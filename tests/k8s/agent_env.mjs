@@ -1,0 +1,130 @@
+// agent_env.mjs - the job examples' environment gives the expected ranks.
+//
+//   node agent_env.mjs BUILD_DIR MANIFEST...
+//
+// For each manifest (a Volcano Job, an Indexed Job, a JobSet) it builds the
+// environment each pod's agent container would get - its env entries with
+// fieldRef, configMapKeyRef and $(VAR) resolved, plus what the scheduler
+// adds (Volcano's env and svc plugins: VC_TASK_INDEX, VC_<TASK>_NUM,
+// VC_<TASK>_HOSTS; Kubernetes: JOB_COMPLETION_INDEX; the pod's HOSTNAME) -
+// and starts one real meshrun-agent per pod with only that environment
+// (the controller URL, token file and health port pointed at a local
+// controller), in reverse pod order, running a command that prints
+// torchrun's variables. Each pod must get node rank = its index, the
+// world size nodes x nproc_per_node, and exit 0.
+import { spawn } from "node:child_process";
+import { mkdtempSync, writeFileSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { loadObjects } from "./validate.mjs";
+import { podTemplates } from "./policy.mjs";
+
+const [build, ...manifests] = process.argv.slice(2);
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+let passed = 0;
+let failed = 0;
+function check(ok, what, detail = "") {
+  if (ok) passed++;
+  else failed++;
+  console.log(`agent-env: ${ok ? "ok  " : "FAIL"} ${what}${ok || !detail ? "" : `: ${detail}`}`);
+}
+
+function run(cmd, args, env, ms) {
+  return new Promise((res) => {
+    const p = spawn(cmd, args, { env, stdio: ["ignore", "pipe", "pipe"] });
+    let out = "";
+    p.stdout.on("data", (b) => { out += b; });
+    p.stderr.on("data", (b) => { out += b; });
+    const t = setTimeout(() => p.kill("SIGKILL"), ms);
+    p.on("exit", (code, sig) => { clearTimeout(t); res({ code: code ?? 128, sig, out }); });
+  });
+}
+
+/** The scheduler's view of pod I: its extra env and hostname. */
+function schedulerEnv(p, i, n) {
+  const o = p.owner;
+  if (p.task) { // Volcano: env + svc plugins, pod <job>-<task>-<i>
+    const T = p.task.name.toUpperCase().replaceAll("-", "_");
+    const hosts = [...Array(n).keys()].map((k) => `${o.metadata.name}-${p.task.name}-${k}.${o.metadata.name}`);
+    return { VC_TASK_INDEX: `${i}`, VK_TASK_INDEX: `${i}`, [`VC_${T}_NUM`]: `${n}`,
+      [`VC_${T}_HOSTS`]: hosts.join(","), HOSTNAME: `${o.metadata.name}-${p.task.name}-${i}` };
+  }
+  if (o.kind === "JobSet") // <jobset>-<replicatedJob>-<job index>-<pod index>
+    return { JOB_COMPLETION_INDEX: `${i}`, HOSTNAME: `${o.metadata.name}-${p.rjob.name}-0-${i}` };
+  return { JOB_COMPLETION_INDEX: `${i}`, HOSTNAME: `${o.metadata.name}-${i}` };
+}
+
+function containerEnv(c, bundle, extra) {
+  const env = { ...extra };
+  for (const e of c.env ?? []) {
+    let v = e.value;
+    const f = e.valueFrom;
+    if (f?.fieldRef?.fieldPath === "status.podIP") v = "127.0.0.1";
+    else if (f?.fieldRef?.fieldPath === "metadata.namespace") v = "ml";
+    else if (f?.configMapKeyRef) {
+      const cm = bundle.find((o) => o.kind === "ConfigMap" && o.metadata.name === f.configMapKeyRef.name);
+      v = cm?.data?.[f.configMapKeyRef.key];
+    }
+    if (v === undefined) throw new Error(`env ${e.name}: cannot resolve ${JSON.stringify(f)}`);
+    env[e.name] = v.replace(/\$\((\w+)\)/g, (m, k) => env[k] ?? m);
+  }
+  return env;
+}
+
+const dir = mkdtempSync(join(tmpdir(), "meshrun-agentenv-"));
+const token = join(dir, "token");
+writeFileSync(token, "agent-env-test-token\n");
+const ctl = spawn(join(build, "meshrun-controller"), ["--listen", "127.0.0.1", "--port", "0",
+  "--port-file", join(dir, "port"), "--data-dir", join(dir, "data"), "--token-file", token,
+  "--log-level", "warn"], { stdio: ["ignore", "inherit", "inherit"] });
+try {
+  let port = "";
+  for (let k = 0; k < 200 && !port; k++) {
+    await sleep(50);
+    try {
+      port = readFileSync(join(dir, "port"), "utf8").trim();
+    } catch { /* not yet */ }
+  }
+  if (!port) throw new Error("the controller did not write its port");
+  for (const m of manifests) {
+    const bundle = loadObjects(m);
+    const pods = podTemplates(bundle).filter((p) =>
+      p.tpl.metadata?.labels?.["app.kubernetes.io/name"] === "meshrun-agent");
+    for (const p of pods) {
+      const n = p.task ? p.task.replicas : p.job.completions;
+      const c = p.tpl.spec.containers.find((x) => x.name === "agent");
+      const nproc = Number(containerEnv(c, bundle, {}).MESHRUN_NPROC_PER_NODE ?? 1);
+      const runs = [];
+      for (let i = n - 1; i >= 0; i--) {
+        const env = containerEnv(c, bundle, { PATH: process.env.PATH, ...schedulerEnv(p, i, n) });
+        env.MESHRUN_CONTROLLER = `http://127.0.0.1:${port}`;
+        env.MESHRUN_TOKEN_FILE = token;
+        env.MESHRUN_HEALTH_PORT = "0";
+        env.MESHRUN_HEALTH_ADDR = "127.0.0.1";
+        env.MESHRUN_GRACE_PERIOD = "1s";
+        runs.push(run(join(build, "meshrun-agent"), ["--", "sh", "-c",
+          'echo "mrenv group_rank=$GROUP_RANK group_world=$GROUP_WORLD_SIZE world=$WORLD_SIZE rank=$RANK"'],
+        env, 60000).then((r) => ({ i, ...r })));
+        await sleep(100);
+      }
+      for (const r of await Promise.all(runs)) {
+        const lines = [...r.out.matchAll(/mrenv group_rank=(\d+) group_world=(\d+) world=(\d+) rank=(\d+)/g)];
+        const ranks = lines.map((l) => Number(l[4])).sort((a, b) => a - b);
+        const want = [...Array(nproc).keys()].map((k) => r.i * nproc + k);
+        check(r.code === 0 && lines.length === nproc &&
+          lines.every((l) => Number(l[1]) === r.i && Number(l[2]) === n && Number(l[3]) === n * nproc) &&
+          JSON.stringify(ranks) === JSON.stringify(want),
+        `${m}: pod ${r.i} of ${n} is node rank ${r.i}, ranks ${want.join(",")} of ${n * nproc}`,
+        `exit ${r.code}; ${r.out.split("\n").filter((l) => /mrenv|lvl=(error|warn)|event=(start|exit)/.test(l)).join(" | ")}`);
+      }
+    }
+  }
+} catch (e) {
+  check(false, "agent env test", e.message);
+} finally {
+  ctl.kill("SIGTERM");
+  await sleep(300);
+  rmSync(dir, { recursive: true, force: true });
+}
+console.log(`agent-env: ${passed} passed, ${failed} failed`);
+process.exitCode = failed ? 1 : 0;

@@ -1,0 +1,303 @@
+// policy.mjs - what meshrun needs of its manifests beyond the schemas.
+//
+// The rules of docs/KUBERNETES.md, checked on a bundle of objects (a
+// directory of manifests, or one rendered chart) so that references can be
+// followed: a Secret, a ConfigMap key, a headless Service, the pods a
+// monitor selects. Each rule returns a message naming the object, the
+// field and the reason; tests/k8s/rejected/ holds one manifest per rule
+// that must be refused.
+//
+// Non-goals: schema checks (schema.mjs), anything a cluster decides at run
+// time (scheduling, quotas).
+
+const AGENT = "meshrun-agent";
+const CONTROLLER = "meshrun-controller";
+
+function label(o) {
+  return `${o.kind} ${o.metadata?.name ?? "?"}`;
+}
+
+function matches(selector, labels) {
+  if (!selector || !labels) return false;
+  const ml = selector.matchLabels ?? selector;
+  return Object.keys(ml).length > 0 &&
+    Object.entries(ml).every(([k, v]) => labels[k] === v);
+}
+
+/** [pod template, path, owner object] of every workload in the bundle. */
+export function podTemplates(objs) {
+  const out = [];
+  for (const o of objs) {
+    const s = o.spec ?? {};
+    if (o.kind === "Deployment" || (o.kind === "Job" && o.apiVersion === "batch/v1"))
+      out.push({ tpl: s.template, path: "spec.template", owner: o, job: o.kind === "Job" ? s : null });
+    if (o.kind === "Job" && o.apiVersion === "batch.volcano.sh/v1alpha1")
+      (s.tasks ?? []).forEach((t, i) =>
+        out.push({ tpl: t.template, path: `spec.tasks[${i}].template`, owner: o, task: t }));
+    if (o.kind === "JobSet")
+      (s.replicatedJobs ?? []).forEach((r, i) =>
+        out.push({ tpl: r.template?.spec?.template, owner: o, rjob: r,
+          path: `spec.replicatedJobs[${i}].template.spec.template`, job: r.template?.spec }));
+  }
+  return out.filter((p) => p.tpl);
+}
+
+function envOf(c) {
+  const m = new Map();
+  for (const e of c.env ?? []) m.set(e.name, e);
+  return m;
+}
+
+function argValue(c, flag) {
+  const args = [...(c.command ?? []), ...(c.args ?? [])];
+  for (let i = 0; i < args.length; i++) {
+    if (args[i] === flag) return args[i + 1];
+    if (args[i].startsWith(`${flag}=`)) return args[i].slice(flag.length + 1);
+  }
+  return undefined;
+}
+
+// The volume mounted at (or above) PATH in container C.
+function volumeFor(spec, c, path) {
+  let best = null;
+  for (const m of c.volumeMounts ?? [])
+    if (path === m.mountPath || path.startsWith(`${m.mountPath.replace(/\/$/, "")}/`))
+      if (!best || m.mountPath.length > best.mountPath.length) best = m;
+  return best && (spec.volumes ?? []).find((v) => v.name === best.name);
+}
+
+function checkPod(p, bundle, opts, err) {
+  const spec = p.tpl.spec ?? {};
+  const where = `${label(p.owner)} ${p.path}`;
+  const labels = p.tpl.metadata?.labels ?? {};
+  const psc = spec.securityContext ?? {};
+  if (psc.runAsNonRoot !== true) err(`${where}.spec.securityContext.runAsNonRoot: must be true`);
+  if (spec.automountServiceAccountToken !== false)
+    err(`${where}.spec.automountServiceAccountToken: must be false (meshrun calls no Kubernetes API)`);
+  for (const c of spec.containers ?? []) {
+    const cw = `${where}.spec.containers[${c.name}]`;
+    const sc = c.securityContext ?? {};
+    if (sc.allowPrivilegeEscalation !== false)
+      err(`${cw}.securityContext.allowPrivilegeEscalation: must be false`);
+    if (sc.readOnlyRootFilesystem !== true)
+      err(`${cw}.securityContext.readOnlyRootFilesystem: must be true`);
+    if (sc.privileged === true) err(`${cw}.securityContext.privileged: must not be true`);
+    if (!(sc.capabilities?.drop ?? []).includes("ALL"))
+      err(`${cw}.securityContext.capabilities.drop: must include ALL`);
+    if ((sc.seccompProfile ?? psc.seccompProfile)?.type !== "RuntimeDefault")
+      err(`${cw}: seccompProfile must be RuntimeDefault (pod or container)`);
+    if (sc.runAsNonRoot === false) err(`${cw}.securityContext.runAsNonRoot: must not be false`);
+    const req = c.resources?.requests ?? {};
+    if (!req.cpu || !req.memory) err(`${cw}.resources.requests: cpu and memory are required`);
+    if (!c.resources?.limits?.memory) err(`${cw}.resources.limits.memory: required`);
+    if (c.livenessProbe?.httpGet?.path !== "/healthz")
+      err(`${cw}.livenessProbe: must be an httpGet of /healthz`);
+    if (c.readinessProbe?.httpGet?.path !== "/readyz")
+      err(`${cw}.readinessProbe: must be an httpGet of /readyz`);
+    const env = envOf(c);
+    if (env.get("MESHRUN_TOKEN")?.value !== undefined || argValue(c, "--token") !== undefined)
+      err(`${cw}: the token must come from a Secret mounted as a file (MESHRUN_TOKEN_FILE or --token-file), not a literal`);
+    const tokenFile = env.get("MESHRUN_TOKEN_FILE")?.value ?? argValue(c, "--token-file");
+    if (!tokenFile) {
+      err(`${cw}: no token file (MESHRUN_TOKEN_FILE or --token-file): mutating calls need the bearer token`);
+    } else {
+      const v = volumeFor(spec, c, tokenFile);
+      if (!v?.secret) err(`${cw}: token file '${tokenFile}' is not on a Secret volume`);
+      else if (!bundle.some((o) => o.kind === "Secret" && o.metadata?.name === v.secret.secretName))
+        err(`${cw}: Secret '${v.secret.secretName}' is not in the bundle`);
+    }
+    for (const e of c.env ?? []) {
+      const r = e.valueFrom?.configMapKeyRef;
+      if (!r) continue;
+      const cm = bundle.find((o) => o.kind === "ConfigMap" && o.metadata?.name === r.name);
+      if (!cm || cm.data?.[r.key] === undefined)
+        err(`${cw}.env[${e.name}]: ConfigMap '${r.name}' key '${r.key}' is not in the bundle`);
+      else if (e.name === "MESHRUN_WORKLOAD_CONFIG") {
+        try {
+          const w = JSON.parse(cm.data[r.key]);
+          if (typeof w !== "object" || Array.isArray(w)) throw new Error("not an object");
+        } catch (x) {
+          err(`${cw}.env[${e.name}]: ConfigMap '${r.name}' key '${r.key}' is not a JSON object: ${x.message}`);
+        }
+      }
+    }
+    if (labels["app.kubernetes.io/name"] === AGENT) checkAgent(p, spec, c, cw, env, opts, err);
+  }
+}
+
+function checkAgent(p, spec, c, cw, env, opts, err) {
+  const shm = volumeFor(spec, c, "/dev/shm");
+  if (!shm?.emptyDir || shm.emptyDir.medium !== "Memory")
+    err(`${cw}: /dev/shm must be an emptyDir with medium Memory (the default 64 MiB breaks shared-memory transport and NCCL)`);
+  if (!volumeFor(spec, c, "/var/lib/meshrun/checkpoints"))
+    err(`${cw}: no volume at /var/lib/meshrun/checkpoints (checkpoints would die with the pod)`);
+  const port = Number(env.get("MESHRUN_HEALTH_PORT")?.value ?? argValue(c, "--health-port") ?? 29401);
+  if (!(c.ports ?? []).some((q) => q.name === "metrics" && q.containerPort === port))
+    err(`${cw}.ports: a port named metrics must be the health port ${port}`);
+  if (env.get("POD_IP")?.valueFrom?.fieldRef?.fieldPath !== "status.podIP" && !env.has("MESHRUN_HOST"))
+    err(`${cw}.env: POD_IP (fieldRef status.podIP) is required, else the agent advertises 127.0.0.1`);
+  if (!env.has("MESHRUN_CONTROLLER") && argValue(c, "--controller") === undefined)
+    err(`${cw}.env: MESHRUN_CONTROLLER is required`);
+  if (spec.restartPolicy !== "Never")
+    err(`${cw}: restartPolicy must be Never, so that a failed pod reaches the job's failure policy`);
+  if (opts.requireGpu) {
+    const gpus = Number(c.resources?.limits?.["nvidia.com/gpu"] ?? 0);
+    const nproc = Number(env.get("MESHRUN_NPROC_PER_NODE")?.value ?? 1);
+    if (gpus < 1) err(`${cw}.resources.limits: nvidia.com/gpu is required`);
+    else if (gpus !== nproc)
+      err(`${cw}: nvidia.com/gpu (${gpus}) must equal MESHRUN_NPROC_PER_NODE (${nproc}), one GPU per rank`);
+  }
+  if (p.task) {
+    if (env.has("MESHRUN_POD_INDEX"))
+      err(`${cw}.env: MESHRUN_POD_INDEX overrides VC_TASK_INDEX; leave the pod index to Volcano`);
+    const tasks = p.owner.spec.tasks.length;
+    if (tasks === 1 && env.has("MESHRUN_NNODES") && Number(env.get("MESHRUN_NNODES").value) !== p.task.replicas)
+      err(`${cw}.env: MESHRUN_NNODES differs from the task's replicas (${p.task.replicas})`);
+    if (tasks > 1 && !env.has("MESHRUN_NNODES"))
+      err(`${cw}.env: with several Volcano tasks the agent cannot derive nnodes; set MESHRUN_NNODES`);
+  }
+  if (p.job) {
+    const n = Number(env.get("MESHRUN_NNODES")?.value);
+    if (n !== p.job.completions)
+      err(`${cw}.env: MESHRUN_NNODES (${env.get("MESHRUN_NNODES")?.value}) must equal completions (${p.job.completions})`);
+  }
+}
+
+function checkIndexedJob(o, job, where, bundle, err) {
+  if (job.completionMode !== "Indexed")
+    err(`${where}.completionMode: must be Indexed (the agent takes its rank order from JOB_COMPLETION_INDEX)`);
+  if (job.parallelism !== job.completions)
+    err(`${where}: parallelism (${job.parallelism}) must equal completions (${job.completions}): every rank runs at once`);
+  const rules = job.podFailurePolicy?.rules ?? [];
+  const permanent = rules.some((r) => r.action === "FailJob" && r.onExitCodes?.operator === "In" &&
+    (r.onExitCodes.values ?? []).includes(2));
+  if (!permanent)
+    err(`${where}.podFailurePolicy: a FailJob rule on exit code 2 is required (bad configuration is permanent; retrying it only loops)`);
+  const sub = job.template?.spec?.subdomain;
+  if (sub && !bundle.some((s) => s.kind === "Service" && s.metadata?.name === sub && s.spec?.clusterIP === "None"))
+    err(`${where}.template.spec.subdomain: no headless Service '${sub}' in the bundle`);
+}
+
+function checkVolcano(o, err) {
+  const s = o.spec ?? {};
+  const w = label(o);
+  if (s.schedulerName !== "volcano") err(`${w}.spec.schedulerName: must be volcano (gang scheduling)`);
+  const total = (s.tasks ?? []).reduce((n, t) => n + (t.replicas ?? 0), 0);
+  if (s.minAvailable === undefined)
+    err(`${w}.spec.minAvailable: required and equal to the sum of the tasks' replicas (${total}) for gang scheduling`);
+  else if (s.minAvailable !== total)
+    err(`${w}.spec.minAvailable: ${s.minAvailable} is not the sum of the tasks' replicas (${total}): a partial gang starts a job that cannot form`);
+  for (const pl of ["env", "svc"])
+    if (!s.plugins || !(pl in s.plugins)) err(`${w}.spec.plugins: the ${pl} plugin is required (VC_TASK_INDEX, VC_<TASK>_NUM)`);
+  const jp = s.policies ?? [];
+  for (const ev of ["PodEvicted", "PodFailed"])
+    if (!jp.some((p) => p.event === ev && p.action === "RestartJob"))
+      err(`${w}.spec.policies: ${ev} -> RestartJob is required`);
+  if (s.maxRetry === undefined) err(`${w}.spec.maxRetry: required (bounds the RestartJob loop)`);
+  for (const t of s.tasks ?? []) {
+    const all = [...(t.policies ?? []), ...jp];
+    if (!all.some((p) => p.exitCode === 2 && ["TerminateJob", "AbortJob"].includes(p.action)))
+      err(`${w}.spec.tasks[${t.name}].policies: exit code 2 must TerminateJob or AbortJob (permanent)`);
+  }
+}
+
+function checkJobSet(o, err) {
+  const w = label(o);
+  const rules = o.spec?.failurePolicy?.rules ?? [];
+  if (!rules.some((r) => r.action === "FailJobSet" && (r.onJobFailureReasons ?? []).includes("PodFailurePolicy")))
+    err(`${w}.spec.failurePolicy: a FailJobSet rule on reason PodFailurePolicy is required (exit 2 is permanent)`);
+  for (const r of o.spec?.replicatedJobs ?? [])
+    if ((r.replicas ?? 1) !== 1)
+      err(`${w}.spec.replicatedJobs[${r.name}].replicas: must be 1 (JOB_COMPLETION_INDEX restarts at 0 in every child Job)`);
+}
+
+function checkController(o, bundle, err) {
+  const s = o.spec ?? {};
+  const w = label(o);
+  if (s.replicas !== 1) err(`${w}.spec.replicas: must be 1 (one controller per data dir)`);
+  if (s.strategy?.type !== "Recreate")
+    err(`${w}.spec.strategy.type: must be Recreate (the data dir is locked; RollingUpdate crash-loops the new pod)`);
+  const spec = s.template?.spec ?? {};
+  for (const c of spec.containers ?? []) {
+    const dir = argValue(c, "--data-dir") ?? envOf(c).get("MESHRUN_DATA_DIR")?.value;
+    const v = dir && volumeFor(spec, c, dir);
+    if (!v?.persistentVolumeClaim) {
+      err(`${w}: the data dir '${dir}' must be on a PersistentVolumeClaim`);
+      continue;
+    }
+    const pvc = bundle.find((x) => x.kind === "PersistentVolumeClaim" &&
+      x.metadata?.name === v.persistentVolumeClaim.claimName);
+    if (pvc && JSON.stringify(pvc.spec?.accessModes) !== JSON.stringify(["ReadWriteOnce"]))
+      err(`${label(pvc)}.spec.accessModes: must be [ReadWriteOnce] (flock does not hold across nodes on shared volumes)`);
+  }
+}
+
+function checkSelectors(bundle, pods, err) {
+  for (const o of bundle) {
+    const w = label(o);
+    if (o.kind === "Deployment" && !matches(o.spec?.selector, o.spec?.template?.metadata?.labels))
+      err(`${w}.spec.selector: does not match the template's labels`);
+    if (o.kind === "Service" && o.spec?.selector) {
+      const hit = pods.filter((p) => matches(o.spec.selector, p.tpl.metadata?.labels) ||
+        (p.job && o.spec.selector["batch.kubernetes.io/job-name"] === p.owner.metadata?.name));
+      if (!hit.length) err(`${w}.spec.selector: selects no pod of the bundle`);
+      for (const port of o.spec.ports ?? [])
+        if (typeof port.targetPort === "string" && hit.length &&
+            !hit.some((p) => (p.tpl.spec.containers ?? []).some((c) =>
+              (c.ports ?? []).some((q) => q.name === port.targetPort))))
+          err(`${w}.spec.ports[${port.name}]: no selected container has a port named ${port.targetPort}`);
+    }
+    if (o.kind === "NetworkPolicy" && !pods.some((p) => matches(o.spec?.podSelector, p.tpl.metadata?.labels)))
+      err(`${w}.spec.podSelector: selects no pod of the bundle`);
+    if (o.kind === "PodDisruptionBudget" && !pods.some((p) => matches(o.spec?.selector, p.tpl.metadata?.labels)))
+      err(`${w}.spec.selector: selects no pod of the bundle`);
+    if (o.kind === "PodMonitor") {
+      const hit = pods.filter((p) => matches(o.spec?.selector, p.tpl.metadata?.labels));
+      if (!hit.length) err(`${w}.spec.selector: selects no agent pod of the bundle`);
+      for (const ep of o.spec?.podMetricsEndpoints ?? [])
+        if (!hit.every((p) => p.tpl.spec.containers.some((c) => (c.ports ?? []).some((q) => q.name === ep.port))))
+          err(`${w}.spec.podMetricsEndpoints[${ep.port}]: not a port name of every selected pod`);
+    }
+    if (o.kind === "ServiceMonitor") {
+      const svcs = bundle.filter((s) => s.kind === "Service" && matches(o.spec?.selector, s.metadata?.labels));
+      if (!svcs.length) err(`${w}.spec.selector: selects no Service of the bundle`);
+      for (const ep of o.spec?.endpoints ?? [])
+        if (!svcs.every((s) => (s.spec?.ports ?? []).some((q) => q.name === ep.port)))
+          err(`${w}.spec.endpoints[${ep.port}]: not a port name of the selected Service`);
+    }
+    if (o.kind === "ConfigMap" && o.metadata?.labels?.grafana_dashboard !== undefined) {
+      for (const [k, v] of Object.entries(o.data ?? {})) {
+        try {
+          const d = JSON.parse(v);
+          if (!d.uid || !Array.isArray(d.panels)) throw new Error("no uid or panels");
+        } catch (x) {
+          err(`${w}.data[${k}]: not a Grafana dashboard: ${x.message}`);
+        }
+      }
+    }
+  }
+}
+
+/**
+ * Every policy error of BUNDLE (an array of objects). opts.requireGpu:
+ * agents must request one nvidia.com/gpu per rank (the GPU examples).
+ */
+export function checkPolicy(bundle, opts = {}) {
+  const errors = [];
+  const err = (m) => errors.push(m);
+  const pods = podTemplates(bundle);
+  for (const p of pods) checkPod(p, bundle, opts, err);
+  for (const o of bundle) {
+    if (o.kind === "Deployment" && o.spec?.template?.metadata?.labels?.["app.kubernetes.io/name"] === CONTROLLER)
+      checkController(o, bundle, err);
+    if (o.kind === "Job" && o.apiVersion === "batch/v1") checkIndexedJob(o, o.spec ?? {}, `${label(o)}.spec`, bundle, err);
+    if (o.kind === "Job" && o.apiVersion === "batch.volcano.sh/v1alpha1") checkVolcano(o, err);
+    if (o.kind === "JobSet") {
+      checkJobSet(o, err);
+      (o.spec?.replicatedJobs ?? []).forEach((r) =>
+        checkIndexedJob(o, r.template?.spec ?? {}, `${label(o)}.spec.replicatedJobs[${r.name}].template.spec`, bundle, err));
+    }
+  }
+  checkSelectors(bundle, pods, err);
+  return errors;
+}
