@@ -71,6 +71,18 @@ function containerEnv(c, bundle, extra) {
   return env;
 }
 
+// The file at path in container c of pod p, as its ConfigMap volume would
+// mount it, written to out; returns out.
+function mountedFile(p, c, bundle, path, out) {
+  const m = (c.volumeMounts ?? []).find((x) => path.startsWith(`${x.mountPath.replace(/\/$/, "")}/`));
+  const v = m && (p.tpl.spec.volumes ?? []).find((x) => x.name === m.name);
+  const cm = v?.configMap && bundle.find((o) => o.kind === "ConfigMap" && o.metadata.name === v.configMap.name);
+  const data = cm?.data?.[path.slice(m.mountPath.replace(/\/$/, "").length + 1)];
+  if (data === undefined) throw new Error(`${path}: no ConfigMap volume holds it`);
+  writeFileSync(out, data);
+  return out;
+}
+
 const dir = mkdtempSync(join(tmpdir(), "meshrun-agentenv-"));
 const token = join(dir, "token");
 writeFileSync(token, "agent-env-test-token\n");
@@ -102,6 +114,9 @@ try {
         env.MESHRUN_HEALTH_PORT = "0";
         env.MESHRUN_HEALTH_ADDR = "127.0.0.1";
         env.MESHRUN_GRACE_PERIOD = "1s";
+        const wl = env.MESHRUN_WORKLOAD_CONFIG;
+        if (wl && !wl.trimStart().startsWith("{"))
+          env.MESHRUN_WORKLOAD_CONFIG = mountedFile(p, c, bundle, wl, join(dir, `workload-${i}.json`));
         runs.push(run(join(build, "meshrun-agent"), ["--", "sh", "-c",
           'echo "mrenv group_rank=$GROUP_RANK group_world=$GROUP_WORLD_SIZE world=$WORLD_SIZE rank=$RANK"'],
         env, 60000).then((r) => ({ i, ...r })));

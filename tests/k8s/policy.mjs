@@ -106,6 +106,25 @@ function checkPod(p, bundle, opts, err) {
       else if (!bundle.some((o) => o.kind === "Secret" && o.metadata?.name === v.secret.secretName))
         err(`${cw}: Secret '${v.secret.secretName}' is not in the bundle`);
     }
+    const wl = env.get("MESHRUN_WORKLOAD_CONFIG")?.value;
+    if (wl && !wl.trimStart().startsWith("{")) {
+      // a path: the file of a ConfigMap volume, and a JSON object
+      const v = volumeFor(spec, c, wl);
+      const m = (c.volumeMounts ?? []).find((x) => x.name === v?.name);
+      const key = m ? wl.slice(m.mountPath.replace(/\/$/, "").length + 1) : "";
+      const cm = v?.configMap &&
+        bundle.find((o) => o.kind === "ConfigMap" && o.metadata?.name === v.configMap.name);
+      if (!cm || cm.data?.[key] === undefined) {
+        err(`${cw}.env[MESHRUN_WORKLOAD_CONFIG]: '${wl}' is not a key of a ConfigMap volume in the bundle`);
+      } else {
+        try {
+          const w = JSON.parse(cm.data[key]);
+          if (typeof w !== "object" || Array.isArray(w)) throw new Error("not an object");
+        } catch (x) {
+          err(`${cw}.env[MESHRUN_WORKLOAD_CONFIG]: ConfigMap '${cm.metadata.name}' key '${key}' is not a JSON object: ${x.message}`);
+        }
+      }
+    }
     for (const e of c.env ?? []) {
       const r = e.valueFrom?.configMapKeyRef;
       if (!r) continue;

@@ -175,10 +175,7 @@ spec:
         - name: MESHRUN_LOG_LEVEL
           value: {{ $j.logLevel }}
         - name: MESHRUN_WORKLOAD_CONFIG
-          valueFrom:
-            configMapKeyRef:
-              name: {{ include "meshrun.jobName" $ }}-workload
-              key: workload.json
+          value: /etc/meshrun/workload/workload.json
       ports:
         - name: metrics
           containerPort: 29401
@@ -215,6 +212,9 @@ spec:
         - name: token
           mountPath: /etc/meshrun/token
           readOnly: true
+        - name: workload
+          mountPath: /etc/meshrun/workload
+          readOnly: true
   volumes:
     - name: dshm
       emptyDir:
@@ -231,5 +231,8 @@ spec:
       emptyDir:
         sizeLimit: {{ $j.checkpoints.emptyDirSize }}
       {{- end }}
+    - name: workload
+      configMap:
+        name: {{ include "meshrun.jobName" $ }}-workload
     {{- include "meshrun.tokenVolume" $ | nindent 4 }}
 {{- end }}
