@@ -4,6 +4,7 @@
  */
 #include "agent_metrics.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -57,6 +58,10 @@ int mr_agent_metrics_init(struct mr_agent_metrics *m, const char *const *state_n
 	m->w_loss = mr_metrics_gauge(m->reg, "meshrun_worker_loss",
 				     "Training loss of the last step of an in-process worker.",
 				     "rank");
+	m->w_val_loss = mr_metrics_gauge(m->reg, "meshrun_worker_val_loss",
+					 "Mean loss over the validation batches at the last "
+					 "evaluation (every eval_every steps and the last step).",
+					 "rank");
 	m->w_tps = mr_metrics_gauge(m->reg, "meshrun_worker_tokens_per_second",
 				    "Training throughput of an in-process worker.", "rank");
 	m->w_grad_norm = mr_metrics_gauge(m->reg, "meshrun_worker_grad_norm",
@@ -143,6 +148,8 @@ void mr_agent_metrics_worker(struct mr_agent_metrics *m, int rank,
 	snprintf(r, sizeof(r), "%d", rank);
 	mr_gauge_set(mr_metric_gauge_child(m->w_step, r), (double)st->step);
 	mr_gauge_set(mr_metric_gauge_child(m->w_loss, r), st->loss);
+	if (isfinite(st->val_loss)) /* the last evaluation stands until the next one */
+		mr_gauge_set(mr_metric_gauge_child(m->w_val_loss, r), st->val_loss);
 	mr_gauge_set(mr_metric_gauge_child(m->w_tps, r), st->tokens_per_s);
 	mr_gauge_set(mr_metric_gauge_child(m->w_grad_norm, r), st->grad_norm);
 	mr_gauge_set(mr_metric_gauge_child(m->w_lr, r), st->lr);

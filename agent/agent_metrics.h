@@ -35,7 +35,7 @@ struct mr_agent_metrics {
 	struct mr_counter *restarts, *hb_failures;
 	struct mr_histogram *hb_latency;
 	struct mr_metric_family *exit_code, *rank_info;
-	struct mr_metric_family *w_step, *w_loss, *w_tps, *w_grad_norm, *w_lr, *w_mfu;
+	struct mr_metric_family *w_step, *w_loss, *w_val_loss, *w_tps, *w_grad_norm, *w_lr, *w_mfu;
 	struct mr_metric_family *w_step_s, *w_comm_wait, *w_mem;
 	struct mr_gauge *info[256]; /* rank_info children of the current round */
 	int ninfo;

@@ -4,6 +4,7 @@
  */
 #include "inproc.h"
 
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,6 +88,7 @@ int mr_inproc_start(struct mr_inproc *ip, const struct mr_worker_ops *ops,
 		r->owner = ip;
 		r->env = envs[i];
 		pthread_mutex_init(&r->lock, NULL);
+		r->stats.val_loss = NAN; /* mr_worker.h: NaN until an evaluation */
 		if (pthread_create(&r->thread, NULL, rank_main, r) != 0) {
 			mr_inproc_stop(ip);
 			return mr_errf(eb, MR_ESYS, "unable to start the thread of local rank %d",

@@ -70,7 +70,7 @@ let out = "";
 try {
   const local = spawn(join(build, "meshrun"), ["local", "--nodes", "2", "--nproc-per-node", "2",
     "--tp", "2", "--job", "test/promjob", "--health-port", "0", "--health-addr", "127.0.0.1",
-    "--workload-config", '{"steps": 100000, "d_model": 32, "n_layer": 1, "n_head": 2, "seq_len": 16, "batch_size": 2, "peak_flops": 1e11}'],
+    "--workload-config", '{"steps": 100000, "d_model": 32, "n_layer": 1, "n_head": 2, "seq_len": 16, "batch_size": 2, "eval_every": 2, "peak_flops": 1e11}'],
   { stdio: ["ignore", "pipe", "pipe"], detached: true });
   procs.push(local);
   local.stdout.on("data", (b) => { out += b; });
