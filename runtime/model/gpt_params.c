@@ -447,12 +447,22 @@ int mr_gpt_init_tensor(const struct mr_gpt *m, uint64_t seed, int i, float *dst)
 
 int mr_gpt_init_params(struct mr_gpt *m, uint64_t seed)
 {
-	int i, rc;
+	size_t mx = 0;
+	float *h;
+	int i, rc = 0;
 
 	for (i = 0; i < m->ntensors; i++)
-		if ((rc = mr_gpt_init_tensor(m, seed, i, m->params + m->tensors[i].off)) < 0)
-			return rc;
-	return 0;
+		if (m->tensors[i].n > mx)
+			mx = m->tensors[i].n;
+	if (!(h = malloc(mx * sizeof(float))))
+		return MR_ENOMEM;
+	for (i = 0; i < m->ntensors && rc == 0; i++) {
+		const struct mr_gpt_tensor *t = &m->tensors[i];
+		if ((rc = mr_gpt_init_tensor(m, seed, i, h)) == 0)
+			rc = m->dev->ops->upload(m->dev, m->params + t->off, h, t->n * sizeof(float));
+	}
+	free(h);
+	return rc;
 }
 
 const struct mr_gpt_tensor *mr_gpt_find(const struct mr_gpt *m, const char *name)
