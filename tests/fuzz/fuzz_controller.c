@@ -185,7 +185,7 @@ static void fuzz_ops(const uint8_t *d, size_t n)
 				     (void *)next_req++, &res);
 			break;
 		case 2:
-			mr__ctl_heartbeat(&ctl, "f/j", node, gen, &res);
+			mr__ctl_heartbeat(&ctl, "f/j", node, gen, NULL, &res);
 			break;
 		case 3:
 		case 4:
