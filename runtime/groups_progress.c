@@ -54,7 +54,7 @@ static void fill(struct mr_worker_group_progress *p, const struct mr_comm *c, in
 int mr_groups_progress(const struct mr_groups *g, struct mr_worker_group_progress *out, int cap,
 		       double *wait_s)
 {
-	struct mr_comm *seen[MR_GROUP__COUNT + 2];
+	struct mr_comm *seen[MR_GROUP__COUNT + 2] = { 0 };
 	struct mr_comm_progress cp;
 	double wait = 0.0;
 	int n = 0, k;

@@ -70,6 +70,7 @@ static int in_order(struct mr_comm *c, void *arg)
 	return rc;
 }
 
+// cppcheck-suppress unknownMacro
 Test(comm_progress, numbers_line_up_and_complete_in_order, .timeout = 60)
 {
 	cr_assert_eq(run_threads(2, HOSTS_SAME, in_order, NULL), 0);

@@ -294,6 +294,59 @@ Test(diag, a_rank_that_never_reported)
 	mr__ctl_release(&ctl);
 }
 
+/* Rank 1 still has allreduce #9 unfinished (asynchronous, or its report
+ * is older than it), but everyone entered #9: it waits for nobody, and the
+ * others wait for it in #10. */
+Test(diag, an_unfinished_operation_nobody_holds_up_is_not_a_wait)
+{
+	struct ctl ctl;
+	json_t *d;
+	const json_t *c;
+
+	running(&ctl, 3, 1, 1, 0, 0);
+	for (int r = 0; r < 3; r++)
+		beat(&ctl, r, "[{\"rank\":%d,\"step\":7,\"g\":[[3,0,3,%d,1,-1,%d]]}]", r,
+		     r == 1 ? 9 : 10, r == 1 ? 8 : 9);
+	d = diagnose(&ctl);
+	cr_assert_eq(nculprits(d), 1, "%s", str(d, "message"));
+	c = culprit(d, 0);
+	cr_assert_eq(num(c, "rank"), 1);
+	cr_assert(json_is_false(json_object_get(c, "in_communication")));
+	cr_assert(strstr(str(d, "message"), "waiting for no other rank"), "%s", str(d, "message"));
+	json_decref(d);
+	mr__ctl_release(&ctl);
+}
+
+/* Everyone is in #10, but node n1 stopped beating half a heartbeat
+ * timeout ago: its report is older than it, and it holds the group up. */
+Test(diag, a_silent_node_holds_up_a_group_that_is_all_in)
+{
+	struct ctl ctl;
+	struct ctl_job *job = running(&ctl, 3, 1, 1, 0, 0);
+	struct ctl_member *m;
+	json_t *d;
+	const json_t *c;
+
+	for (int r = 0; r < 3; r++)
+		beat(&ctl, r, "[{\"rank\":%d,\"step\":7,\"g\":[[3,0,3,10,1,-1,9]]}]", r);
+	d = diagnose(&ctl);
+	cr_assert_eq(nculprits(d), 0, "%s", str(d, "message"));
+	json_decref(d);
+	m = mr_dict_get(&job->members, "n1");
+	m->last_seen_ms -= 40000; /* heartbeat timeout 60 s: silent past 30 s */
+	d = diagnose(&ctl);
+	cr_assert_eq(nculprits(d), 1, "%s", str(d, "message"));
+	c = culprit(d, 0);
+	cr_assert_eq(num(c, "rank"), 1);
+	cr_assert_str_eq(str(c, "reason"), "silent");
+	cr_assert(json_number_value(json_object_get(c, "node_silent_s")) >= 40.0);
+	cr_assert(strstr(str(d, "message"), "is in allreduce #10 on group dp with 2 other ranks"),
+		  "%s", str(d, "message"));
+	cr_assert(strstr(str(d, "message"), "node n1 silent for 40 s"), "%s", str(d, "message"));
+	json_decref(d);
+	mr__ctl_release(&ctl);
+}
+
 Test(diag, the_hang_is_reported_once_and_cleared_by_progress)
 {
 	struct ctl ctl;
