@@ -70,6 +70,8 @@ struct ctl_member;
 #define CTL_HIST_BINS 480     /* busy-time histogram: 5 % bins from 10 us */
 #define CTL_STRAGGLER_REPORTS 3 /* consecutive reports above (below) the limit
 				 * to flag (clear) a straggler */
+#define CTL_STRAGGLER_MIN_MS 1.0 /* and at least this much above the median:
+				  * scheduler noise on sub-ms steps is no straggler */
 
 /* One communicator of a rank: the last operation entered and how many of
  * them are still unfinished (entered - completed, saturated). */

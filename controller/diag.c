@@ -16,7 +16,10 @@
  * whose members all entered and none completes (a transport problem,
  * mismatched sizes), ranks of one group in different collectives at the
  * same number (a program bug), a pair of p2p ranks stuck with each other,
- * and waits in a circle.
+ * and waits in a circle. A rank whose node has been silent for half the
+ * heartbeat timeout (frozen, cut off) reported last what it did before:
+ * it counts as a culprit wherever others wait for it, and as the one that
+ * holds up a group whose members are all in.
  *
  * Cost: O(ranks x groups) time and memory per call, on the loop thread;
  * the hang report runs it once per hang.
@@ -38,9 +41,9 @@
 #define KIND_HSDP_SHARD 64
 #define KIND_HSDP_REPLICA 65
 
-enum ftype { F_NOT_ENTERED, F_P2P, F_MISMATCH, F_ALL_IN, F_P2P_BOTH };
+enum ftype { F_NOT_ENTERED, F_P2P, F_MISMATCH, F_ALL_IN, F_P2P_BOTH, F_SILENT };
 static const char *const ftype_name[] = { "not_entered", "p2p", "mismatch", "all_in",
-					  "p2p_both" };
+					  "p2p_both", "silent" };
 
 struct rk {
 	struct ctl_member *m;     /* the rank's member (reported or by node rank) */
@@ -48,8 +51,10 @@ struct rk {
 	uint32_t score;           /* ranks waiting for it */
 	int32_t best;             /* the finding that names it with most waiters */
 	uint32_t best_w;
-	uint8_t blocked;          /* in an unfinished operation somewhere */
+	uint8_t inflight;         /* in an unfinished operation somewhere */
+	uint8_t blocked;          /* ... that waits for another rank (or is stuck) */
 	uint8_t mismatch;         /* in another collective than its group */
+	uint8_t silent;           /* its node stopped beating: its report is old */
 };
 
 struct tup {
@@ -179,8 +184,10 @@ static int collect(struct diag *dg)
 		if (m->state != CTL_M_RUNNING || m->node_rank < 0)
 			continue;
 		for (int32_t i = 0; i < np; i++)
-			if (m->node_rank * np + i < dg->world)
+			if (m->node_rank * np + i < dg->world) {
 				dg->rk[m->node_rank * np + i].m = m;
+				dg->rk[m->node_rank * np + i].silent = silent_ms(dg, m) > 0;
+			}
 		for (uint16_t i = 0; m->prog && i < m->prog->nr; i++) {
 			const struct ctl_prank *r = &m->prog->r[i];
 
@@ -204,7 +211,7 @@ static int collect(struct diag *dg)
 		for (uint8_t j = 0; j < r->ngroups && k < dg->nt; j++) {
 			dg->t[k++] = (struct tup){ g[j].kind, g[j].id, i, &g[j] };
 			if (g[j].gap)
-				dg->rk[i].blocked = 1;
+				dg->rk[i].inflight = 1;
 		}
 	}
 	dg->nt = k;
@@ -285,7 +292,10 @@ static void p2p_group(struct diag *dg, size_t a, size_t b)
 		struct finding *f;
 		ssize_t j;
 
-		if (!g->gap || !mr_comm_op_is_p2p(g->op))
+		if (!g->gap)
+			continue;
+		dg->rk[w].blocked = 1; /* it waits for its peer (or is stuck with it) */
+		if (!mr_comm_op_is_p2p(g->op))
 			continue;
 		p = mr_mesh_group_member(&dg->mesh, (enum mr_mesh_group)kind, id, g->peer);
 		if (p < 0)
@@ -325,13 +335,25 @@ static void coll_group(struct diag *dg, size_t a, size_t b)
 	int32_t kind = dg->t[a].kind, id = dg->t[a].id;
 	uint32_t nwait = 0, count[256] = { 0 }, nmis = 0, nlag = 0, ndone = 0;
 	const struct ctl_pgroup *front = NULL;
-	uint64_t s = 0;
+	uint64_t s = 0, lo = UINT64_MAX;
 	uint8_t op = 0;
 	struct finding *f;
+	int missing = 0;
 
-	for (size_t i = a; i < b; i++)
+	for (size_t i = a; i < b; i++) {
 		if (dg->t[i].g->entered > s)
 			s = dg->t[i].g->entered;
+		if (dg->t[i].g->entered < lo)
+			lo = dg->t[i].g->entered;
+	}
+	if (kind < MR_GROUP__COUNT && dg->have_mesh)
+		missing = (size_t)mr_mesh_group_size(&dg->mesh, (enum mr_mesh_group)kind) > b - a;
+	/* an unfinished operation waits for another rank only while someone has
+	 * not entered it; else it can finish (an asynchronous operation not yet
+	 * waited for, or a report older than the rank) */
+	for (size_t i = a; i < b; i++)
+		if (dg->t[i].g->gap && (dg->t[i].g->entered > lo || missing))
+			dg->rk[dg->t[i].rank].blocked = 1;
 	for (size_t i = a; i < b; i++) {
 		const struct ctl_pgroup *g = dg->t[i].g;
 
@@ -389,9 +411,33 @@ static void coll_group(struct diag *dg, size_t a, size_t b)
 				credit(dg, dg->t[i].rank, f, f->nwait);
 		for (uint32_t k = 0; k < f->nmiss && k < NLIST; k++)
 			credit(dg, f->miss[k], f, f->nwait);
-	} else if (nmis) {
+	} else if (!nmis) {
+		/* all in: a silent node holds it up, if any */
+		uint32_t nsil = 0;
+
+		for (size_t i = a; i < b; i++)
+			if (dg->rk[dg->t[i].rank].silent) {
+				note(f->lag, &f->nlag, dg->t[i].rank);
+				nsil++;
+			}
+		for (size_t i = a; i < b; i++)
+			if (dg->t[i].g->gap)
+				dg->rk[dg->t[i].rank].blocked = 1; /* stuck in it */
+		if (nsil && nsil < f->nwait) {
+			f->type = F_SILENT;
+			f->nwait -= nsil;
+			for (size_t i = a; i < b; i++)
+				if (dg->rk[dg->t[i].rank].silent)
+					credit(dg, dg->t[i].rank, f, f->nwait);
+		} else {
+			f->nlag = 0;
+		}
+	} else {
 		f->type = F_MISMATCH;
 		f->nwait -= nmis;
+		for (size_t i = a; i < b; i++)
+			if (dg->t[i].g->gap)
+				dg->rk[dg->t[i].rank].blocked = 1; /* stuck in it */
 		f->nlag = 0;
 		for (size_t i = a; i < b; i++) {
 			const struct ctl_pgroup *g = dg->t[i].g;
@@ -432,7 +478,7 @@ static int32_t *culprits(const struct diag *dg, uint32_t *n)
 		const struct rk *x = &dg->rk[r];
 		uint32_t i;
 
-		if (!x->score || (x->blocked && !x->mismatch && x->r))
+		if (!x->score || (x->blocked && !x->mismatch && !x->silent && x->r))
 			continue; /* a link of a chain: it waits in turn */
 		/* insertion into the top MAX_LISTED by score, then rank */
 		for (i = *n; i > 0 && dg->rk[c[i - 1]].score < x->score; i--)
@@ -473,6 +519,11 @@ static void culprit_text(const struct diag *dg, int32_t r, char *buf, size_t cap
 		snprintf(buf, cap, "%s has not entered the %s that %s waits for in %s #%llu on group "
 			 "%s since %s", who, f->op == MR_COMM_OP_SEND ? "recv" : "send", wt,
 			 mr_comm_op_name(f->op), (unsigned long long)f->seq, grp, since);
+	} else if (f->type == F_SILENT) {
+		snprintf(buf, cap, "%s is in %s #%llu on group %s with %u other %s since %s and "
+			 "none completes: its node stopped reporting", who, mr_comm_op_name(f->op),
+			 (unsigned long long)f->seq, grp, f->nwait,
+			 f->nwait == 1 ? "rank" : "ranks", since);
 	} else if (f->type == F_MISMATCH) {
 		snprintf(buf, cap, "%s is in %s #%llu on group %s while %u other %s in %s #%llu "
 			 "since %s: the ranks issue different collectives", who,
@@ -486,9 +537,10 @@ static void culprit_text(const struct diag *dg, int32_t r, char *buf, size_t cap
 	len = strlen(buf);
 	if (!x->r)
 		snprintf(buf + len, cap - len, "; it reports no progress");
-	else if (!x->blocked)
-		snprintf(buf + len, cap - len, "; it is at step %lld%s, outside communication",
-			 (long long)x->r->step, x->r->micro >= 0 ? ", in a micro-batch" : "");
+	else if (!x->blocked && !x->silent)
+		snprintf(buf + len, cap - len, "; it is at step %lld%s, %s",
+			 (long long)x->r->step, x->r->micro >= 0 ? ", in a micro-batch" : "",
+			 x->inflight ? "waiting for no other rank" : "outside communication");
 	len = strlen(buf);
 	if (quiet)
 		snprintf(buf + len, cap - len, "; node %s silent for %.0f s", x->m->node_id,
@@ -504,6 +556,8 @@ static const char *reason_of(const struct diag *dg, int32_t r)
 		return "no_report";
 	if (f && f->type == F_MISMATCH)
 		return "mismatch";
+	if (f && f->type == F_SILENT)
+		return "silent";
 	if (f && f->type == F_P2P)
 		return "p2p_peer";
 	return "not_entered";

@@ -9,8 +9,9 @@
  * last changed (the hang timer; diag.c decides who is stuck) and a
  * histogram of its ranks' busy times in 5 % bins, so each report compares
  * a rank with the job's median in O(1): a rank above straggler_pct % of
- * the median in CTL_STRAGGLER_REPORTS reports in a row is flagged (an
- * event, the job view, a metric), and cleared the same way.
+ * the median (and at least CTL_STRAGGLER_MIN_MS above it) in
+ * CTL_STRAGGLER_REPORTS reports in a row is flagged (an event, the job
+ * view, a metric), and cleared the same way.
  *
  * Progress is volatile: never journaled. After a controller restart the
  * agents' next full reports (sent every few beats) bring it back.
@@ -204,7 +205,8 @@ static void busy_report(struct ctl *ctl, struct ctl_job *job, struct ctl_member 
 		median(ctl, d);
 	if (pct <= 0 || d->hist_n < 2 || d->median_ms <= 0.0f)
 		return;
-	above = busy > (double)d->median_ms * pct / 100.0;
+	above = busy > (double)d->median_ms * pct / 100.0 &&
+		busy - (double)d->median_ms >= CTL_STRAGGLER_MIN_MS;
 	if (above != r->flagged)
 		r->streak = r->streak < 255 ? r->streak + 1 : 255;
 	else
