@@ -268,15 +268,16 @@ Test(diagnosis, a_frozen_node_is_named, .timeout = 240)
 	stop_local(local, log);
 }
 
-/* dp4 on 2 nodes: rank 2 sleeps 200 ms in every step. It is flagged as a
- * straggler (event, job view); no other rank is, ever. */
+/* dp4 on 2 nodes: rank 2 sleeps 250 ms in every step (its busy time is
+ * 30 to 150 times the others' here). It is flagged as a straggler (event,
+ * job view) at 5 times the median; no other rank is, ever. */
 Test(diagnosis, a_slow_rank_is_flagged_and_no_other, .timeout = 240)
 {
 	char *args[] = {"--nodes", "2", "--nproc-per-node", "2", "--heartbeat-interval", "1s",
-			"--straggler-factor", "3", "--workload-config",
+			"--straggler-factor", "5", "--workload-config",
 			"{\"steps\": 400, \"d_model\": 64, \"n_head\": 2, \"n_layer\": 2, "
 			"\"seq_len\": 32, \"batch_size\": 4, \"threads\": 1, \"peak_flops\": 1e9, "
-			"\"debug_slow_rank\": 2, \"debug_slow_ms\": 200}",
+			"\"debug_slow_rank\": 2, \"debug_slow_ms\": 250}",
 			NULL};
 	char log[300], url[64], job[128], *out, *st;
 	pid_t local = start_local(args, log, sizeof(log), "straggler.log");
