@@ -163,6 +163,7 @@ Test(diagnosis, a_rank_that_stops_calling_collectives_is_named, .timeout = 240)
 	cr_assert_eq(json_integer_value(json_object_get(c, "rank")), 3);
 	cr_assert_str_eq(json_string_value(json_object_get(c, "node")), "local-1");
 	cr_assert_str_eq(json_string_value(json_object_get(c, "reason")), "not_entered");
+	cr_assert_str_eq(json_string_value(json_object_get(c, "op")), "allreduce");
 	cr_assert_eq(json_integer_value(json_object_get(c, "step")), 2);
 	cr_assert_eq(json_integer_value(json_object_get(c, "waiting")), 2);
 	cr_assert(json_is_false(json_object_get(c, "in_communication")));
@@ -260,9 +261,13 @@ Test(diagnosis, a_frozen_node_is_named, .timeout = 240)
 	}
 	kill(victim, SIGCONT);
 	cr_assert(named, "last diagnosis: %s", d ? json_dumps(d, 0) : "none");
-	cr_assert_str_eq(json_string_value(json_object_get(
-				 json_array_get(json_object_get(d, "culprits"), 0), "node")),
-			 "local-1");
+	{
+		const json_t *c = json_array_get(json_object_get(d, "culprits"), 0);
+
+		cr_assert_str_eq(json_string_value(json_object_get(c, "node")), "local-1");
+		cr_assert_str_eq(json_string_value(json_object_get(c, "group")), "dp");
+		cr_assert_str_eq(json_string_value(json_object_get(c, "op")), "allreduce");
+	}
 	cr_assert_eq(json_array_size(json_object_get(d, "culprits")), 1);
 	json_decref(d);
 	stop_local(local, log);
