@@ -6,8 +6,11 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "comm/mr_comm.h"
+#include "mr_groups.h"
 #include "mr_mesh.h"
 #include "mr_worker.h"
 
@@ -80,6 +83,11 @@ int mr_agent_metrics_init(struct mr_agent_metrics *m, const char *const *state_n
 	m->w_comm_wait = mr_metrics_gauge(m->reg, "meshrun_worker_comm_wait_seconds",
 					  "Time the last step waited on gradient/parameter "
 					  "communication that was not hidden behind compute.", "rank");
+	m->w_comm_op = mr_metrics_counter(m->reg, "meshrun_worker_comm_wait_seconds_total",
+					  "Seconds a rank was blocked in communication, by "
+					  "process group kind (tp, dp, ..., hsdp_shard) and "
+					  "operation, over every run of the workers.",
+					  "rank,group,op");
 	m->w_mem = mr_metrics_gauge(m->reg, "meshrun_worker_memory_bytes",
 				    "Bytes held by an in-process worker, by category "
 				    "(params, grads, optim, acts, workspace).", "rank,kind");
@@ -90,6 +98,7 @@ int mr_agent_metrics_init(struct mr_agent_metrics *m, const char *const *state_n
 void mr_agent_metrics_release(struct mr_agent_metrics *m)
 {
 	mr_metrics_free(m->reg);
+	free(m->seen);
 	memset(m, 0, sizeof(*m));
 }
 
@@ -162,4 +171,62 @@ void mr_agent_metrics_worker(struct mr_agent_metrics *m, int rank,
 		const char *vals[2] = { r, kinds[k] };
 		mr_gauge_set(mr_metric_gauge_childv(m->w_mem, vals), (double)st->mem_bytes[k]);
 	}
+}
+
+struct mr_agent_comm_seen {
+	int rank, kind, op;
+	double last;
+	struct mr_counter *c;
+};
+
+static struct mr_agent_comm_seen *comm_seen(struct mr_agent_metrics *m, int rank, int kind,
+					    int op)
+{
+	struct mr_agent_comm_seen *s;
+	char r[16];
+
+	for (int i = 0; i < m->nseen; i++)
+		if (m->seen[i].rank == rank && m->seen[i].kind == kind && m->seen[i].op == op)
+			return &m->seen[i];
+	if (m->nseen == m->capseen) {
+		int cap = m->capseen ? 2 * m->capseen : 16;
+		void *p = realloc(m->seen, (size_t)cap * sizeof(*m->seen));
+		if (!p)
+			return NULL;
+		m->seen = p;
+		m->capseen = cap;
+	}
+	snprintf(r, sizeof(r), "%d", rank);
+	s = &m->seen[m->nseen++];
+	*s = (struct mr_agent_comm_seen){ rank, kind, op, 0.0,
+					  mr_metric_counter_child(m->w_comm_op, r,
+								  mr_groups_kind_name(kind),
+								  mr_comm_op_name(op)) };
+	return s;
+}
+
+void mr_agent_metrics_comm(struct mr_agent_metrics *m, int rank,
+			   const struct mr_worker_progress *p)
+{
+	for (int g = 0; g < p->ngroups; g++) {
+		const struct mr_worker_group_progress *gp = &p->group[g];
+
+		if (!mr_groups_kind_name(gp->kind))
+			continue;
+		for (int op = 1; op < MR_WORKER_COMM_OPS; op++) {
+			struct mr_agent_comm_seen *s;
+
+			if (gp->wait_s[op] <= 0.0 || !(s = comm_seen(m, rank, gp->kind, op)))
+				continue;
+			if (gp->wait_s[op] > s->last)
+				mr_counter_add(s->c, gp->wait_s[op] - s->last);
+			s->last = gp->wait_s[op];
+		}
+	}
+}
+
+void mr_agent_metrics_comm_restart(struct mr_agent_metrics *m)
+{
+	for (int i = 0; i < m->nseen; i++)
+		m->seen[i].last = 0.0;
 }

@@ -15,11 +15,15 @@
  *                                                  of the current round
  *
  *   meshrun_worker_step{rank}, meshrun_worker_loss{rank},
- *   meshrun_worker_tokens_per_second{rank}   in-process workers' stats
+ *   meshrun_worker_tokens_per_second{rank}, ...   in-process workers' stats
+ *   meshrun_worker_comm_wait_seconds_total{rank,group,op}
+ *                                  time blocked in communication, by group
+ *                                  kind and operation (every run of the
+ *                                  workers adds to it)
  *
  * Thread safety: every update is an atomic store (mr_metrics).
  * Ownership: the struct owns the registry; release frees it.
- * Non-goals: per-layer or per-collective runtime metrics.
+ * Non-goals: per-layer metrics.
  */
 #ifndef MR_AGENT_METRICS_H
 #define MR_AGENT_METRICS_H
@@ -36,7 +40,9 @@ struct mr_agent_metrics {
 	struct mr_histogram *hb_latency;
 	struct mr_metric_family *exit_code, *rank_info;
 	struct mr_metric_family *w_step, *w_loss, *w_val_loss, *w_tps, *w_grad_norm, *w_lr, *w_mfu;
-	struct mr_metric_family *w_step_s, *w_comm_wait, *w_mem;
+	struct mr_metric_family *w_step_s, *w_comm_wait, *w_mem, *w_comm_op;
+	struct mr_agent_comm_seen *seen; /* last wait per (rank, group, op) */
+	int nseen, capseen;
 	struct mr_gauge *info[256]; /* rank_info children of the current round */
 	int ninfo;
 };
@@ -53,5 +59,12 @@ struct mr_worker_stats;
 /* Copies an in-process worker's stats into the meshrun_worker_* gauges. */
 void mr_agent_metrics_worker(struct mr_agent_metrics *m, int rank,
 			     const struct mr_worker_stats *st);
+struct mr_worker_progress;
+/* Adds what a rank's communicators waited since the last call to
+ * meshrun_worker_comm_wait_seconds_total. Not thread-safe: one caller. */
+void mr_agent_metrics_comm(struct mr_agent_metrics *m, int rank,
+			   const struct mr_worker_progress *p);
+/* New workers: their waits count from zero. */
+void mr_agent_metrics_comm_restart(struct mr_agent_metrics *m);
 
 #endif

@@ -212,6 +212,7 @@ int mr__sv_start_workers(struct mr_supervisor *sv, const char *maddr, int mport,
 		/* the heartbeat thread reads the workers: not while they change */
 		mr_agent_progress_detach(&sv->progress);
 		mr_inproc_stop(&sv->inproc); /* the previous run's threads and state */
+		mr_agent_metrics_comm_restart(&sv->metrics);
 		err = mr_inproc_start(&sv->inproc, &mr_gpt_worker, wenv, n, &sv->ropts, eb);
 		if (!err && mr_agent_progress_attach(&sv->progress, &sv->inproc))
 			mr_log_warn("progress_off", "reason=%s", "out of memory");
@@ -243,10 +244,13 @@ void mr__sv_report_stats(struct mr_supervisor *sv, long long *last, int final)
 
 	for (int i = 0; i < sv->inproc.n; i++) {
 		struct mr_worker_stats ws;
+		struct mr_worker_progress wp;
 
 		if (mr_inproc_stats(&sv->inproc, i, &ws))
 			continue;
 		mr_agent_metrics_worker(&sv->metrics, sv->inproc.rank[i].env.rank, &ws);
+		if (mr_inproc_progress(&sv->inproc, i, &wp) == 0)
+			mr_agent_metrics_comm(&sv->metrics, sv->inproc.rank[i].env.rank, &wp);
 		mr_agent_progress_step(&sv->progress, i, &ws);
 		if (final) {
 			char val[32] = ""; /* only when the last step evaluated */

@@ -15,8 +15,6 @@
 #define MAX_FINDINGS 4096
 #define MAX_LISTED 16 /* culprits, groups and ranks per list in the reply */
 #define NLIST 8       /* ranks kept per finding */
-#define KIND_HSDP_SHARD 64
-#define KIND_HSDP_REPLICA 65
 
 enum ftype { F_NOT_ENTERED, F_P2P, F_MISMATCH, F_ALL_IN, F_P2P_BOTH, F_SILENT };
 

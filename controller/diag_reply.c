@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "comm/mr_comm.h"
+#include "mr_groups.h"
 #include "diag_int.h"
 
 static const char *const ftype_name[] = { "not_entered", "p2p", "mismatch", "all_in",
@@ -20,12 +21,10 @@ static const char *const ftype_name[] = { "not_entered", "p2p", "mismatch", "all
 
 static const char *kind_name(int kind, char *buf, size_t cap)
 {
-	if (kind < MR_GROUP__COUNT)
-		return mr_mesh_group_name((enum mr_mesh_group)kind);
-	if (kind == KIND_HSDP_SHARD)
-		return "hsdp_shard";
-	if (kind == KIND_HSDP_REPLICA)
-		return "hsdp_replica";
+	const char *n = mr_groups_kind_name(kind);
+
+	if (n)
+		return n;
 	snprintf(buf, cap, "kind%d", kind);
 	return buf;
 }

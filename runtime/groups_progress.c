@@ -10,6 +10,8 @@
 
 #include "mr_groups.h"
 
+_Static_assert(MR_WORKER_COMM_OPS == MR_COMM_OP__COUNT, "mr_worker.h's count of operations");
+
 /* Most specific first: a communicator shared by dp and world (a pure
  * data-parallel mesh) is reported as dp. */
 static const enum mr_mesh_group prefer[MR_GROUP__COUNT] = {
@@ -17,6 +19,15 @@ static const enum mr_mesh_group prefer[MR_GROUP__COUNT] = {
 	MR_GROUP_EDP,   MR_GROUP_DP_CP, MR_GROUP_TP_CP, MR_GROUP_MP,    MR_GROUP_TP_EP_PP,
 	MR_GROUP_WORLD,
 };
+
+const char *mr_groups_kind_name(int kind)
+{
+	if (kind >= 0 && kind < MR_GROUP__COUNT)
+		return mr_mesh_group_name((enum mr_mesh_group)kind);
+	if (kind == MR_WORKER_GROUP_HSDP_SHARD)
+		return "hsdp_shard";
+	return kind == MR_WORKER_GROUP_HSDP_REPLICA ? "hsdp_replica" : NULL;
+}
 
 static int listed(struct mr_comm *const *seen, int n, const struct mr_comm *c)
 {
@@ -49,6 +60,7 @@ static void fill(struct mr_worker_group_progress *p, const struct mr_comm *c, in
 	p->entered_op = cp.entered_op;
 	p->completed_op = cp.completed_op;
 	p->peer = cp.peer;
+	memcpy(p->wait_s, cp.wait_op_s, sizeof(p->wait_s));
 }
 
 int mr_groups_progress(const struct mr_groups *g, struct mr_worker_group_progress *out, int cap,

@@ -80,6 +80,7 @@ enum {
 	MR_WORKER_GROUP_HSDP_REPLICA = 65,
 };
 #define MR_WORKER_PROGRESS_GROUPS 16
+#define MR_WORKER_COMM_OPS 10 /* enum mr_comm_op's count */
 
 struct mr_worker_group_progress {
 	int kind;     /* enum mr_mesh_group or MR_WORKER_GROUP_* */
@@ -88,6 +89,7 @@ struct mr_worker_group_progress {
 	uint64_t entered, completed; /* operation numbers, 0 = none yet */
 	int entered_op, completed_op; /* enum mr_comm_op */
 	int peer;     /* entered p2p operation: the peer's index in the group, else -1 */
+	double wait_s[MR_WORKER_COMM_OPS]; /* seconds blocked here so far, by operation */
 };
 
 struct mr_worker_progress {

@@ -132,7 +132,8 @@ static void progress_reset(struct mr_comm *c)
 	atomic_store_explicit(&c->entered, 0, memory_order_relaxed);
 	atomic_store_explicit(&c->completed, 0, memory_order_relaxed);
 	atomic_store_explicit(&c->peer, -1, memory_order_relaxed);
-	atomic_store_explicit(&c->wait_ns, 0, memory_order_relaxed);
+	for (int k = 0; k < MR_COMM_OP__COUNT; k++)
+		atomic_store_explicit(&c->wait_ns[k], 0, memory_order_relaxed);
 }
 
 /* The next operation's tag (number << 8 | kind), recorded as entered.
@@ -156,11 +157,12 @@ static void progress_done(struct mr_comm *c, uint64_t tag)
 		atomic_store_explicit(&c->completed, tag, memory_order_release);
 }
 
-static void progress_wait(struct mr_comm *c, uint64_t t0)
+/* Time blocked on the operation tagged tag, under its kind. */
+static void progress_wait(struct mr_comm *c, uint64_t t0, uint64_t tag)
 {
-	atomic_store_explicit(&c->wait_ns,
-			      atomic_load_explicit(&c->wait_ns, memory_order_relaxed) +
-				      (now_ns() - t0),
+	_Atomic uint64_t *w = &c->wait_ns[(tag & 0xff) % MR_COMM_OP__COUNT];
+
+	atomic_store_explicit(w, atomic_load_explicit(w, memory_order_relaxed) + (now_ns() - t0),
 			      memory_order_relaxed);
 }
 
@@ -176,7 +178,12 @@ void mr_comm_progress(const struct mr_comm *c, struct mr_comm_progress *p)
 	p->peer = mr_comm_op_is_p2p(p->entered_op)
 			  ? atomic_load_explicit(&c->peer, memory_order_relaxed)
 			  : -1;
-	p->wait_s = (double)atomic_load_explicit(&c->wait_ns, memory_order_relaxed) * 1e-9;
+	p->wait_s = 0.0;
+	for (int k = 0; k < MR_COMM_OP__COUNT; k++) {
+		p->wait_op_s[k] =
+			(double)atomic_load_explicit(&c->wait_ns[k], memory_order_relaxed) * 1e-9;
+		p->wait_s += p->wait_op_s[k];
+	}
 }
 
 int mr_comm_init(struct mr_comm **out, const struct mr_comm_config *cfg,
@@ -328,7 +335,7 @@ static int start(struct mr_comm *c, int kind, const void *sbuf, void *rbuf, size
 		}
 		/* failed or not, the rank is out of the operation */
 		progress_done(c, ptag);
-		progress_wait(c, t0);
+		progress_wait(c, t0, ptag);
 		return rc;
 	}
 	err = c->ops->start(c, op, req);
@@ -463,7 +470,7 @@ int mr_comm_wait(struct mr_comm_req *req)
 	int rc = c->ops->wait(req); /* frees req */
 
 	progress_done(c, tag);
-	progress_wait(c, t0);
+	progress_wait(c, t0, tag);
 	return rc;
 }
 

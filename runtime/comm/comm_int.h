@@ -70,7 +70,8 @@ struct mr_comm {
 	 * template communicator gets them reset by the front end */
 	_Atomic uint64_t entered, completed;
 	_Atomic int peer;          /* of the entered operation, -1 */
-	_Atomic uint64_t wait_ns;  /* blocked in blocking forms and mr_comm_wait */
+	/* blocked in blocking forms and mr_comm_wait, by enum mr_comm_op */
+	_Atomic uint64_t wait_ns[MR_COMM_OP__COUNT];
 };
 
 /* The front end tags a request with its operation (number << 8 | kind)

@@ -129,6 +129,7 @@ struct mr_comm_progress {
 	int peer;           /* entered p2p: the peer (recv and sendrecv: the
 			     * rank received from; send: sent to), else -1 */
 	double wait_s;      /* seconds callers spent blocked on it, in total */
+	double wait_op_s[MR_COMM_OP__COUNT]; /* wait_s by the kind of operation */
 };
 
 /*

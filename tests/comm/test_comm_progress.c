@@ -96,6 +96,8 @@ static int blocked_recv(struct mr_comm *c, void *arg)
 		rc |= expect(p.entered == 1 && p.completed == 1 && p.completed_op == MR_COMM_OP_RECV,
 			     "recv #1 completed", me);
 		rc |= expect(p.wait_s > 0.0, "time blocked counted", me);
+		/* all of it under recv, the only operation this rank waited in */
+		rc |= expect(p.wait_op_s[MR_COMM_OP_RECV] == p.wait_s, "time blocked is recv's", me);
 		return rc;
 	}
 	while (!atomic_load(&s->ready[1]))
