@@ -125,10 +125,54 @@ static int public_op(int kind)
 	}
 }
 
-/* A new communicator starts with no operation (a backend may have copied
- * its parent's counters along with the rest of the template). */
+struct mr__split_seen {
+	uint64_t list; /* hash of the ranks list */
+	unsigned n;    /* unnamed splits of it so far */
+};
+
+/*
+ * The KV namespace of a split, the same on every member and for both
+ * backends: "<name or g>.<hash>" of the parent's id, the ranks list, the
+ * name, and for an unnamed split how many unnamed splits of the same list
+ * this communicator made before (so splitting one list twice gives two
+ * communicators).
+ */
+static int split_id(struct mr_comm *c, const int *ranks, int n, const char *name, char *id,
+		    size_t cap)
+{
+	uint64_t lh = mr__hash(ranks, sizeof(int) * (size_t)n, 0), full;
+	unsigned k = 0, i;
+
+	if (!name) {
+		for (i = 0; i < c->nsplits && c->splits[i].list != lh; i++)
+			;
+		if (i == c->nsplits) {
+			if (c->nsplits == c->capsplits) {
+				unsigned ncap = c->capsplits ? 2 * c->capsplits : 8;
+				void *p = realloc(c->splits, ncap * sizeof(*c->splits));
+				if (!p)
+					return MR_ENOMEM;
+				c->splits = p;
+				c->capsplits = ncap;
+			}
+			c->splits[c->nsplits++] = (struct mr__split_seen){ lh, 0 };
+		}
+		k = c->splits[i].n++;
+	}
+	full = mr__hash(c->id, strlen(c->id), lh);
+	full = mr__hash(&k, sizeof(k), full);
+	if (name)
+		full = mr__hash(name, strlen(name), full);
+	snprintf(id, cap, "%.40s.%016llx", name ? name : "g", (unsigned long long)full);
+	return 0;
+}
+
+/* A new communicator starts with no operation and no split (a backend may
+ * have copied its parent's along with the rest of the template). */
 static void progress_reset(struct mr_comm *c)
 {
+	c->splits = NULL;
+	c->nsplits = c->capsplits = 0;
 	atomic_store_explicit(&c->entered, 0, memory_order_relaxed);
 	atomic_store_explicit(&c->completed, 0, memory_order_relaxed);
 	atomic_store_explicit(&c->peer, -1, memory_order_relaxed);
@@ -214,6 +258,7 @@ int mr_comm_init(struct mr_comm **out, const struct mr_comm_config *cfg,
 int mr_comm_split(struct mr_comm *c, const int *ranks, int n, const char *name,
 		  struct mr_comm **out, struct mr_errbuf *eb)
 {
+	char id[MR_COMM_ID_MAX];
 	int me = -1, rc;
 
 	*out = NULL;
@@ -232,7 +277,9 @@ int mr_comm_split(struct mr_comm *c, const int *ranks, int n, const char *name,
 		return mr_errf(eb, MR_EINVAL, "rank %d is not in the group", c->rank);
 	if (name && strlen(name) > 24)
 		return mr_errf(eb, MR_EINVAL, "group name '%s' too long", name);
-	rc = c->ops->split(c, ranks, n, name, out, eb);
+	if (split_id(c, ranks, n, name, id, sizeof(id)) < 0)
+		return mr_errf(eb, MR_ENOMEM, "unable to split a communicator: out of memory");
+	rc = c->ops->split(c, id, me, n, out, eb);
 	if (rc == 0)
 		progress_reset(*out);
 	return rc;
@@ -246,8 +293,10 @@ void mr_comm_abort(struct mr_comm *c) { if (c) c->ops->abort(c); }
 
 void mr_comm_free(struct mr_comm *c)
 {
-	if (c)
-		c->ops->free(c);
+	if (!c)
+		return;
+	free(c->splits);
+	c->ops->free(c);
 }
 
 void mr__op_free(struct mr__comm_op *op)

@@ -42,8 +42,10 @@ struct mr__comm_op {
 
 struct mr__comm_ops {
 	const char *name;
-	int (*split)(struct mr_comm *c, const int *ranks, int n, const char *name,
-		     struct mr_comm **out, struct mr_errbuf *eb);
+	/* A communicator of size ranks, this one being rank, bootstrapped
+	 * under KV namespace id (the front end derives it: mr_comm_split). */
+	int (*split)(struct mr_comm *c, const char *id, int rank, int size, struct mr_comm **out,
+		     struct mr_errbuf *eb);
 	/* Takes ownership of op (and its arrays) on success and failure. */
 	int (*start)(struct mr_comm *c, struct mr__comm_op *op, struct mr_comm_req **req);
 	/* Optional: runs a blocking collective in the caller's thread when
@@ -63,7 +65,10 @@ struct mr_comm {
 	char host_id[MR_COMM_HOST_ID_MAX];
 	char addr[64];
 	int transport, device;
-	unsigned nsplit; /* counter for unnamed splits */
+	/* unnamed splits so far, per ranks-list hash (comm.c; a backend that
+	 * copies a template communicator gets them reset by the front end) */
+	struct mr__split_seen *splits;
+	unsigned nsplits, capsplits;
 	const _Atomic int *cancel; /* bootstrap cancel flag, may be NULL */
 	/* progress (comm.c): number << 8 | enum mr_comm_op, written by the
 	 * issuing thread with relaxed stores; a backend that copies a

@@ -340,7 +340,6 @@ static int host_create(struct mr__hcomm **out, const struct mr_comm *tmpl, const
 	h->base.ops = &host_ops;
 	h->base.rank = me;
 	h->base.size = n;
-	h->base.nsplit = 0;
 	snprintf(h->base.id, sizeof(h->base.id), "%s", id);
 	h->kv = kv;
 	h->n = n;
@@ -569,36 +568,16 @@ int mr__host_init(struct mr_comm **out, const struct mr_comm_config *cfg,
 	return 0;
 }
 
-static int host_split(struct mr_comm *c, const int *ranks, int n, const char *name,
-		      struct mr_comm **out, struct mr_errbuf *eb)
+static int host_split(struct mr_comm *c, const char *id, int me, int n, struct mr_comm **out,
+		      struct mr_errbuf *eb)
 {
 	struct mr__hcomm *h = (struct mr__hcomm *)c, *s;
-	uint64_t lh = mr__hash(ranks, sizeof(int) * (size_t)n, 0), full;
-	unsigned k = 0;
-	char id[MR_COMM_ID_MAX];
-	int me = 0, rc;
+	/* a split gives up when the caller cancels or the parent is aborted */
+	struct mr_comm t = *c;
+	int rc;
 
-	for (int i = 0; i < n; i++)
-		if (ranks[i] == c->rank)
-			me = i;
-	if (!name) {
-		for (unsigned i = 0; i < h->seen_n && i < 32; i++)
-			k += h->seen[i] == lh;
-		if (h->seen_n < 32)
-			h->seen[h->seen_n++] = lh;
-	}
-	full = mr__hash(c->id, strlen(c->id), lh);
-	full = mr__hash(&k, sizeof(k), full);
-	if (name)
-		full = mr__hash(name, strlen(name), full);
-	snprintf(id, sizeof(id), "%.40s.%016llx", name ? name : "g", (unsigned long long)full);
-	{
-		/* a split gives up when the caller cancels or the parent is aborted */
-		struct mr_comm t = *c;
-
-		t.cancel = c->cancel ? c->cancel : &h->aborted;
-		rc = host_create(&s, &t, id, me, n, h->kv, eb);
-	}
+	t.cancel = c->cancel ? c->cancel : &h->aborted;
+	rc = host_create(&s, &t, id, me, n, h->kv, eb);
 	if (rc < 0)
 		return rc;
 	*out = &s->base;

@@ -194,8 +194,6 @@ struct mr__hcomm {
 				    * size write with streaming stores: this rank's
 				    * share of the L3 cache (host.c, MR_COMM_STREAM_MIN) */
 	size_t chunk;              /* ring allreduce segment bytes per chunk */
-	unsigned seen_n;
-	uint64_t seen[32];         /* ranks-list hashes of unnamed splits */
 };
 
 /* host.c */

@@ -39,8 +39,6 @@ struct ncomm {
 	int broken;
 	int dead;                 /* ncclCommAbort done */
 	void *one;                /* device int for barrier */
-	unsigned seen_n;
-	uint64_t seen[32];
 };
 
 struct nreq {
@@ -180,30 +178,12 @@ int mr__nccl_init(struct mr_comm **out, const struct mr_comm_config *cfg,
 	return 0;
 }
 
-static int nccl_split(struct mr_comm *c, const int *ranks, int size, const char *name,
-		      struct mr_comm **out, struct mr_errbuf *eb)
+static int nccl_split(struct mr_comm *c, const char *id, int me, int size, struct mr_comm **out,
+		      struct mr_errbuf *eb)
 {
 	struct ncomm *n = (struct ncomm *)c, *s;
-	uint64_t lh = mr__hash(ranks, sizeof(int) * (size_t)size, 0), full;
-	unsigned k = 0;
-	char id[MR_COMM_ID_MAX];
-	int me = 0, rc;
+	int rc = nccl_create(&s, c, id, me, size, n->kv, eb);
 
-	for (int i = 0; i < size; i++)
-		if (ranks[i] == c->rank)
-			me = i;
-	if (!name) {
-		for (unsigned i = 0; i < n->seen_n; i++)
-			k += n->seen[i] == lh;
-		if (n->seen_n < 32)
-			n->seen[n->seen_n++] = lh;
-	}
-	full = mr__hash(c->id, strlen(c->id), lh);
-	full = mr__hash(&k, sizeof(k), full);
-	if (name)
-		full = mr__hash(name, strlen(name), full);
-	snprintf(id, sizeof(id), "%.40s.%016llx", name ? name : "g", (unsigned long long)full);
-	rc = nccl_create(&s, c, id, me, size, n->kv, eb);
 	if (rc < 0)
 		return rc;
 	*out = &s->base;

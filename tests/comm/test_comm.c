@@ -228,6 +228,38 @@ Test(comm, custom_noncontiguous_groups, .timeout = 120)
 	cr_assert_eq(run_threads(8, HOSTS_SAME, custom_groups, NULL), 0);
 }
 
+/* Unnamed splits of one list, many times over (more than any fixed table
+ * of seen lists holds): each is its own communicator, so all of them work
+ * at once, each reducing its own value. */
+#define MANY_SPLITS 40
+static int many_splits(struct mr_comm *w, void *arg)
+{
+	const int all[2] = { 0, 1 };
+	struct mr_comm *c[MANY_SPLITS] = { 0 };
+	struct mr_errbuf eb = { { 0 }, { 0 } };
+	int k, rc = 0;
+
+	(void)arg;
+	for (k = 0; k < MANY_SPLITS && !rc; k++)
+		rc = mr_comm_split(w, all, 2, NULL, &c[k], &eb);
+	/* newest first: a split that took an older one's place would pair up
+	 * with the wrong peer communicator and see the wrong value */
+	for (k = MANY_SPLITS - 1; k >= 0 && !rc; k--) {
+		int64_t x = k, y = 0;
+		rc = mr_comm_allreduce(c[k], &x, &y, 1, MR_COMM_I64, MR_COMM_SUM);
+		if (!rc && y != 2 * k)
+			rc = -1100 - k;
+	}
+	for (k = 0; k < MANY_SPLITS; k++)
+		mr_comm_free(c[k]);
+	return rc;
+}
+
+Test(comm, every_unnamed_split_of_one_list_is_its_own_communicator, .timeout = 120)
+{
+	cr_assert_eq(run_threads(2, HOSTS_SAME, many_splits, NULL), 0);
+}
+
 Test(comm, split_rejects_bad_groups)
 {
 	struct mr_kv kv;
