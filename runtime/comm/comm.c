@@ -173,6 +173,7 @@ static void progress_reset(struct mr_comm *c)
 {
 	c->splits = NULL;
 	c->nsplits = c->capsplits = 0;
+	memset(c->stage_cache, 0, sizeof(c->stage_cache));
 	atomic_store_explicit(&c->entered, 0, memory_order_relaxed);
 	atomic_store_explicit(&c->completed, 0, memory_order_relaxed);
 	atomic_store_explicit(&c->peer, -1, memory_order_relaxed);
@@ -289,6 +290,7 @@ int mr_comm_rank(const struct mr_comm *c) { return c->rank; }
 int mr_comm_size(const struct mr_comm *c) { return c->size; }
 const char *mr_comm_backend(const struct mr_comm *c) { return c->ops->name; }
 void mr_comm_set_timeout(struct mr_comm *c, long ms) { c->timeout_ms = ms > 0 ? ms : 60000; }
+void mr_comm_set_device(struct mr_comm *c, const struct mr_comm_device *d) { c->dev = d; }
 void mr_comm_abort(struct mr_comm *c) { if (c) c->ops->abort(c); }
 
 void mr_comm_free(struct mr_comm *c)
@@ -296,6 +298,7 @@ void mr_comm_free(struct mr_comm *c)
 	if (!c)
 		return;
 	free(c->splits);
+	mr__stage_release(c);
 	c->ops->free(c);
 }
 
@@ -341,6 +344,7 @@ static int start(struct mr_comm *c, int kind, const void *sbuf, void *rbuf, size
 		 const size_t *sd, const size_t *rc, const size_t *rd, struct mr_comm_req **req)
 {
 	struct mr__comm_op *op;
+	struct mr__stage *st = NULL;
 	uint64_t ptag;
 	int err = 0;
 
@@ -368,6 +372,10 @@ static int start(struct mr_comm *c, int kind, const void *sbuf, void *rbuf, size
 		mr__op_free(op);
 		return err;
 	}
+	if (c->dev && (err = mr__stage_in(c, op, &st)) < 0) {
+		mr__op_free(op);
+		return err;
+	}
 	ptag = progress_enter(c, kind, kind == MR__OP_SENDRECV ? src : is_p2p_kind(kind) ? peer : -1);
 	if (!req) {
 		/* blocking: run in this thread when the queue is idle */
@@ -382,16 +390,20 @@ static int start(struct mr_comm *c, int kind, const void *sbuf, void *rbuf, size
 			if (rc == 0)
 				rc = c->ops->wait(r);
 		}
+		rc = mr__stage_out(c, st, rc);
 		/* failed or not, the rank is out of the operation */
 		progress_done(c, ptag);
 		progress_wait(c, t0, ptag);
 		return rc;
 	}
 	err = c->ops->start(c, op, req);
-	if (err == 0)
+	if (err == 0) {
 		(*req)->tag = ptag;
-	else
+		(*req)->stage = st;
+	} else {
 		progress_done(c, ptag); /* never started: nothing to wait for */
+		mr__stage_out(c, st, err);
+	}
 	return err;
 }
 
@@ -515,9 +527,11 @@ int mr_comm_test(struct mr_comm_req *req, int *done)
 int mr_comm_wait(struct mr_comm_req *req)
 {
 	struct mr_comm *c = req->comm;
+	struct mr__stage *st = req->stage;
 	uint64_t tag = req->tag, t0 = now_ns();
 	int rc = c->ops->wait(req); /* frees req */
 
+	rc = mr__stage_out(c, st, rc); /* the copy back is part of the wait */
 	progress_done(c, tag);
 	progress_wait(c, t0, tag);
 	return rc;

@@ -40,8 +40,11 @@ struct mr__comm_op {
 	size_t *scounts, *sdispls, *rcounts, *rdispls;
 };
 
+#define MR__STAGE_CACHE 4
+
 struct mr__comm_ops {
 	const char *name;
+	int device_memory; /* reads and writes device memory itself (nccl) */
 	/* A communicator of size ranks, this one being rank, bootstrapped
 	 * under KV namespace id (the front end derives it: mr_comm_split). */
 	int (*split)(struct mr_comm *c, const char *id, int rank, int size, struct mr_comm **out,
@@ -69,6 +72,10 @@ struct mr_comm {
 	 * copies a template communicator gets them reset by the front end) */
 	struct mr__split_seen *splits;
 	unsigned nsplits, capsplits;
+	/* device buffers (mr_comm_set_device; inherited by splits): a backend
+	 * without device_memory stages them through these host buffers */
+	const struct mr_comm_device *dev;
+	struct { void *p; size_t cap; } stage_cache[MR__STAGE_CACHE];
 	const _Atomic int *cancel; /* bootstrap cancel flag, may be NULL */
 	/* progress (comm.c): number << 8 | enum mr_comm_op, written by the
 	 * issuing thread with relaxed stores; a backend that copies a
@@ -81,12 +88,22 @@ struct mr_comm {
 
 /* The front end tags a request with its operation (number << 8 | kind)
  * after the backend's start(); backends leave the tag alone. */
+struct mr__stage;
+
 struct mr_comm_req {
 	struct mr_comm *comm;
 	uint64_t tag;
+	struct mr__stage *stage; /* host stand-ins of device buffers (stage.c) */
 };
 
 void mr__op_free(struct mr__comm_op *op);
+
+/* stage.c: replaces op's device buffers by host ones (*st NULL when none
+ * are); stage_out uploads the received data when rc == 0 and frees st,
+ * returning rc or the upload's error; release frees the cache. */
+int mr__stage_in(struct mr_comm *c, struct mr__comm_op *op, struct mr__stage **st);
+int mr__stage_out(struct mr_comm *c, struct mr__stage *st, int rc);
+void mr__stage_release(struct mr_comm *c);
 
 int mr__host_init(struct mr_comm **out, const struct mr_comm_config *cfg,
 		  const struct mr_kv *kv, struct mr_errbuf *eb);

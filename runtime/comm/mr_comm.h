@@ -99,6 +99,28 @@ struct mr_comm_config {
 struct mr_comm;
 struct mr_comm_req;
 
+/*
+ * Device memory (runtime/device): the host backend reads host memory, the
+ * nccl backend device memory. With a device set, a communicator accepts
+ * both in every operation and stages buffers in the other memory through
+ * stand-ins (comm/stage.c): a device buffer costs the host backend a
+ * download before and an upload after the operation, a host buffer costs
+ * nccl the reverse. Copies are synchronous; the device's queued work must
+ * be done before an operation on its memory starts (the caller syncs).
+ * Set once, before the first operation and before splitting (splits
+ * inherit it); the struct is borrowed and must outlive the communicator
+ * and its splits. Staged operations are started and waited by one thread
+ * at a time per communicator.
+ */
+struct mr_comm_device {
+	void *ctx;
+	int (*is_device)(void *ctx, const void *p);
+	int (*download)(void *ctx, void *host, const void *dev, size_t bytes);
+	int (*upload)(void *ctx, void *dev, const void *host, size_t bytes);
+	void *(*alloc)(void *ctx, size_t bytes); /* device stand-ins (nccl) */
+	void (*free)(void *ctx, void *p, size_t bytes);
+};
+
 /* Kinds of operation, as progress reports them. Append-only: the numbers
  * travel in heartbeats (docs/API.md). */
 enum mr_comm_op {
@@ -165,6 +187,8 @@ int mr_comm_rank(const struct mr_comm *c);
 int mr_comm_size(const struct mr_comm *c);
 const char *mr_comm_backend(const struct mr_comm *c);
 void mr_comm_set_timeout(struct mr_comm *c, long timeout_ms);
+/* See struct mr_comm_device; NULL: every buffer is in the backend's memory. */
+void mr_comm_set_device(struct mr_comm *c, const struct mr_comm_device *d);
 /* Thread-safe (relaxed atomic loads): may run while another thread has
  * an operation in flight. The peer may belong to a newer operation than
  * the number while the rank is progressing; a stuck rank's view is exact. */

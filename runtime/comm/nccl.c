@@ -362,6 +362,7 @@ static void nccl_free(struct mr_comm *c)
 
 static const struct mr__comm_ops nccl_ops = {
 	.name = "nccl",
+	.device_memory = 1,
 	.split = nccl_split,
 	.start = nccl_start,
 	.test = nccl_test,
