@@ -137,7 +137,7 @@ static void cp_case(void)
 		a.tq = half;
 		a.q_pos0 = half;
 		a.k = d_qkv + C + (size_t)blk * half * 3 * C;
-		a.v = a.k + C;
+		a.v = d_qkv + 2 * C + (size_t)blk * half * 3 * C;
 		a.tk = half;
 		a.k_pos0 = blk * half;
 		CU_OK(mr_cuda_attn_fwd_f32(cu, &a, d_o[blk], (size_t)C, nq, d_l[blk]));
@@ -192,7 +192,7 @@ static void cp_case(void)
 		a.tq = half;
 		a.q_pos0 = half;
 		a.k = d_qkv + C + k0 * 3 * C;
-		a.v = a.k + C;
+		a.v = d_qkv + 2 * C + k0 * 3 * C;
 		a.tk = half;
 		a.k_pos0 = (int)k0;
 		CU_OK(mr_cuda_attn_bwd_f32(cu, &a, d_dout, (size_t)C, nq, d_l[0], d_delta, d_dq,
