@@ -154,10 +154,11 @@ $(EMUL_TEST): tests/gpu/test_cuda_gpt.c tests/gpu/cuda_emul.c $(emul_objs) $(LIB
 		tests/gpu/cuda_emul.c $(emul_objs) $(LIBS) -lcriterion $(LDLIBS) -lstdc++
 
 # The device layer's cuda backend (runtime/device/cuda.c) is host C over
-# mr_cuda.h too: test_device_cuda (every table op, cuda vs cpu) is built a
-# second time against the emulation, with -DMR_CUDA_EMUL (tight
-# tolerances), in every build - with or without CUDA, sanitizers included.
-emul_dev_tests := $(BUILD)/tests/gpu-emul/test_device_cuda
+# mr_cuda.h too: test_device_cuda (every table op, cuda vs cpu) and
+# test_cuda_model (the model trained on cuda vs cpu) are built a second
+# time against the emulation, with -DMR_CUDA_EMUL (tight tolerances), in
+# every build - with or without CUDA, sanitizers included.
+emul_dev_tests := $(BUILD)/tests/gpu-emul/test_device_cuda $(BUILD)/tests/gpu-emul/test_cuda_model
 test_bins  += $(emul_dev_tests)
 
 $(emul_dev_tests): $(BUILD)/tests/gpu-emul/%: tests/gpu/%.c tests/gpu/cuda_emul.c \
