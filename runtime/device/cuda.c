@@ -347,11 +347,6 @@ static int cuda_moe_fwd(struct mr_dev *d, const struct mr_moe_shape *s, struct m
 	return ck(d, mr_cuda_moe_combine(cu, s, y, yo, a->topi, a->slot, a->gate), "moe_combine");
 }
 
-static size_t up16(size_t n)
-{
-	return (n + 15) & ~(size_t)15;
-}
-
 static int cuda_moe_bwd(struct mr_dev *d, const struct mr_moe_shape *s,
 			const struct mr_moe_acts *a, const struct mr_moe_xchg *xg, mr_act *dx,
 			const mr_act *dy, const mr_act *x, const mr_act *routerw,
@@ -361,17 +356,20 @@ static int cuda_moe_bwd(struct mr_dev *d, const struct mr_moe_shape *s,
 {
 	struct mr_cuda *cu = cu_of(d);
 	size_t N = (size_t)s->N, C = (size_t)s->C, H = (size_t)s->H;
-	size_t ec = (size_t)s->E * (size_t)s->cap;
-	/* mr_moe_ws_floats's layout, each piece in float-sized slots */
-	float *f = ws;
-	mr_act *dl = ACT(f), *dyo = ACT(f + up16(N * s->E));
-	mr_act *dxin = ACT(f + up16(N * s->E) + up16(ec * C));
-	mr_act *dh = ACT(f + up16(N * s->E) + 2 * up16(ec * C));
-	float *dgate = f + up16(N * s->E) + 2 * up16(ec * C) + up16(ec * H);
-	mr_act *xin = ACT(a->xin), *h = ACT(a->h), *hg = ACT(a->hg);
+	struct mr_moe_ws w;
+	mr_act *dl, *dyo, *dxin, *dh, *xin = ACT(a->xin), *h = ACT(a->h), *hg = ACT(a->hg);
+	float *dgate;
 	int *counts = counts_for(d, s->E), e, rc;
 
 	(void)ones; /* the bias gradients are column sums */
+	/* the cpu's pieces; the router's dlogits and the expert rows in the
+	 * activation type */
+	mr_moe_ws_bind(&w, s, ws);
+	dl = ACT(w.dprobs);
+	dyo = ACT(w.dyo);
+	dxin = ACT(w.dxin);
+	dh = ACT(w.dh);
+	dgate = w.dgate;
 	if (!counts)
 		return MR_ENOMEM;
 	TRY(cuda_download(d, counts, a->count, sizeof(int) * (size_t)s->E));

@@ -72,6 +72,17 @@ size_t mr_moe_ws_floats(const struct mr_moe_shape *s)
 	       up16((size_t)s->N * s->k);
 }
 
+void mr_moe_ws_bind(struct mr_moe_ws *w, const struct mr_moe_shape *s, float *ws)
+{
+	size_t ec = (size_t)s->E * (size_t)s->cap;
+
+	w->dprobs = ws;
+	w->dyo = w->dprobs + up16((size_t)s->N * s->E);
+	w->dxin = w->dyo + up16(ec * s->C);
+	w->dh = w->dxin + up16(ec * s->C);
+	w->dgate = w->dh + up16(ec * s->H);
+}
+
 static int xchg(const struct mr_moe_xchg *xg, enum mr_moe_phase ph, float *buf,
 		const int *counts, const struct mr_moe_shape *s, size_t row)
 {
@@ -269,12 +280,16 @@ int mr_moe_bwd(struct mr_pool *p, const struct mr_moe_shape *s, const struct mr_
 	       float *ws, const float *ones)
 {
 	int N = s->N, C = s->C, H = s->H, E = s->E, k = s->k, e, rc;
-	size_t ecap = (size_t)s->cap, ec = (size_t)E * ecap;
-	float *dprobs = ws;
-	float *dyo = dprobs + up16((size_t)N * E);
-	float *dxin = dyo + up16(ec * C);
-	float *dh = dxin + up16(ec * C);
-	float *dgate = dh + up16(ec * H);
+	size_t ecap = (size_t)s->cap;
+	struct mr_moe_ws w;
+	float *dprobs, *dyo, *dxin, *dh, *dgate;
+
+	mr_moe_ws_bind(&w, s, ws);
+	dprobs = w.dprobs;
+	dyo = w.dyo;
+	dxin = w.dxin;
+	dh = w.dh;
+	dgate = w.dgate;
 
 	/* combine backward: dyo = g * dy, dgate = <dy, yo> (partial under tp) */
 	mr_moe_combine_bwd(s, a, dyo, dgate, dy, a->yo);

@@ -88,6 +88,12 @@ void mr_moe_acts_bind(struct mr_moe_acts *a, const struct mr_moe_shape *s, float
 /* Scratch floats the backward needs: dprobs (N,E) + dyo (E,cap,C) +
  * dh (E,cap,H) + dxin (E,cap,C) + dgate (N,k). */
 size_t mr_moe_ws_floats(const struct mr_moe_shape *s);
+/* Those pieces carved out of ws (mr_moe_ws_floats floats); a device
+ * keeping other element types in them has each piece's room. */
+struct mr_moe_ws {
+	float *dprobs, *dyo, *dxin, *dh, *dgate;
+};
+void mr_moe_ws_bind(struct mr_moe_ws *w, const struct mr_moe_shape *s, float *ws);
 
 /*
  * The pieces mr_moe_fwd and mr_moe_bwd are made of, in their order; each

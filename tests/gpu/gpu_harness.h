@@ -166,6 +166,19 @@ static inline void check_close(const char *what, const float *got, const float *
 	}
 }
 
+/* ||a - b|| / ||b|| (||a - b|| when b is 0). */
+static inline double rel_l2(const float *a, const float *b, size_t n)
+{
+	double d = 0.0, nb = 0.0;
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+		nb += (double)b[i] * b[i];
+	}
+	return nb > 0.0 ? sqrt(d / nb) : sqrt(d);
+}
+
 /* The CPU twin's inputs are already bf16-rounded; expected bf16 outputs
  * differ by the final rounding (<= 2^-9 relative) plus fp32 reordering. */
 #define BF_RTOL 8e-3

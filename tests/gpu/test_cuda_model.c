@@ -158,18 +158,6 @@ static void train(struct mr_dev *d, const struct mr_gpt_config *cfg, struct run 
 	mr_gpt_release(&m);
 }
 
-static double rel_l2(const float *a, const float *b, size_t n)
-{
-	double d = 0.0, nb = 0.0;
-	size_t i;
-
-	for (i = 0; i < n; i++) {
-		d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-		nb += (double)b[i] * b[i];
-	}
-	return nb > 0.0 ? sqrt(d / nb) : sqrt(d);
-}
-
 /* ||(a - a0) - (b - b0)|| / ||b - b0||: how far the updates differ. */
 static double update_diff(const struct run *a, const struct run *b)
 {
