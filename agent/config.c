@@ -79,6 +79,14 @@ static const struct mr_config_opt agent_opts[] = {
 	MR_CONFIG_DURATION("exit_barrier_timeout", C, exit_barrier_timeout_ms, "300s", 0,
 			   24 * 3600 * 1000,
 			   "After local success, how long to wait for the other nodes to finish."),
+	MR_CONFIG_DURATION("hang_timeout", C, hang_timeout_ms, "0", 0, 86400 * 1000,
+			   "Hang diagnosis (job spec): the controller reports the job stuck, "
+			   "naming the rank the others wait for, once no rank made progress "
+			   "this long; 0 = the controller's default (--hang-timeout, 30s)."),
+	MR_CONFIG_DOUBLE("straggler_factor", C, straggler_factor, "0", 0, 100,
+			 "Straggler detection (job spec): a rank whose busy time per step "
+			 "(step minus communication wait) stays above this times the job's "
+			 "median is flagged; at least 1.01; 0 = the controller's default (1.5)."),
 	MR_CONFIG_STRING("health_addr", C, health_addr, "0.0.0.0",
 			 "Bind address of the health and metrics server."),
 	MR_CONFIG_INT("health_port", C, health_port, "29401", -1, 65535,
@@ -516,6 +524,10 @@ int mr_agent_config_load(struct mr_agent_config *cfg, const char *prog, int argc
 		err = parse_workload(cfg, eb);
 	if (!err)
 		err = read_token(cfg, eb);
+	if (!err && cfg->straggler_factor > 0.0 && cfg->straggler_factor < 1.01)
+		err = mr_errf_field(eb, MR_EINVAL, "straggler_factor",
+				    "straggler_factor: %g must be 0 (the controller's default) or "
+				    "at least 1.01", cfg->straggler_factor);
 	if (err)
 		goto out;
 	if (mc.nargs > 0 && mc.dashdash < 0) {

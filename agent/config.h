@@ -60,6 +60,8 @@ struct mr_agent_config {
 	int controller_timeout_ms;
 	int grace_period_ms;
 	int exit_barrier_timeout_ms;
+	int hang_timeout_ms;     /* job spec; 0 = the controller's default */
+	double straggler_factor; /* job spec; 0 = the controller's default */
 	char health_addr[64];
 	int health_port;        /* 0 = ephemeral, -1 = no health server */
 	char token_file[1024];

@@ -167,3 +167,20 @@ int mr_inproc_stats(struct mr_inproc *ip, int i, struct mr_worker_stats *out)
 	pthread_mutex_unlock(&ip->rank[i].lock);
 	return 0;
 }
+
+int mr_inproc_progress(struct mr_inproc *ip, int i, struct mr_worker_progress *out)
+{
+	struct mr_inproc_rank *r;
+	int rc = MR_ENOTFOUND;
+
+	if (i < 0 || i >= ip->n)
+		return MR_ERANGE;
+	r = &ip->rank[i];
+	pthread_mutex_lock(&r->lock); /* the state lives while it is set */
+	if (r->state && ip->ops->progress) {
+		ip->ops->progress(r->state, out);
+		rc = 0;
+	}
+	pthread_mutex_unlock(&r->lock);
+	return rc;
+}

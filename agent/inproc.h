@@ -63,5 +63,9 @@ void mr_inproc_join(struct mr_inproc *ip);
 void mr_inproc_stop(struct mr_inproc *ip);
 /* Copy of local rank i's latest stats; 0 or MR_ERANGE. */
 int mr_inproc_stats(struct mr_inproc *ip, int i, struct mr_worker_stats *out);
+/* Local rank i's progress now, read while it runs (mr_worker.h): 0, or
+ * MR_ENOTFOUND while the worker is not created (or gone, or reports none),
+ * MR_ERANGE for a bad i. */
+int mr_inproc_progress(struct mr_inproc *ip, int i, struct mr_worker_progress *out);
 
 #endif

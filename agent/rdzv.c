@@ -364,12 +364,21 @@ int mr_rdzv_wait(struct mr_rdzv *r, int gen, long timeout_ms, struct mr_rdzv_rou
 int mr__rdzv_member_call(struct mr_rdzv *r, struct mr_httpc *c, const char *what, int gen,
 		       const char *reason, int retries, int *gen_out, struct mr_errbuf *eb)
 {
+	return mr__rdzv_member_call_x(r, c, what, gen, reason, NULL, retries, gen_out, eb);
+}
+
+int mr__rdzv_member_call_x(struct mr_rdzv *r, struct mr_httpc *c, const char *what, int gen,
+			   const char *reason, json_t *extra, int retries, int *gen_out,
+			   struct mr_errbuf *eb)
+{
 	char path[PATH_MAX_LEN + 32];
 	json_t *body = json_pack("{s:s}", "node_id", r->node_id);
 	int err;
 
 	if (!body)
 		return MR_ENOMEM;
+	if (extra)
+		json_object_update(body, extra);
 	if (gen >= 0)
 		json_object_set_new(body, "generation", json_integer(gen));
 	if (reason)

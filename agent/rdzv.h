@@ -105,6 +105,17 @@ void mr_rdzv_resume(struct mr_rdzv *r);
 
 /* ---- heartbeat thread ---- */
 typedef void (*mr_rdzv_latency_fn)(void *user, double seconds);
+/* Extra fields of every beat's body (the progress report, docs/API.md):
+ * an object to merge, owned by the caller of the hook, or NULL for none.
+ * full = 1 asks for everything even when unchanged: the first beat of a
+ * generation, the beat after a failed one and every
+ * MR_RDZV_FULL_EVERY-th. Runs on the heartbeat thread. A controller that
+ * answers such a beat 400 (it does not know the fields) is beaten without
+ * them from then on, once it is logged. */
+typedef json_t *(*mr_rdzv_beat_fn)(void *user, int full);
+#define MR_RDZV_FULL_EVERY 8
+/* Before mr_rdzv_hb_start. */
+void mr_rdzv_hb_set_beat(struct mr_rdzv *r, mr_rdzv_beat_fn fn, void *user);
 int mr_rdzv_hb_start(struct mr_rdzv *r, int gen, int interval_ms, mr_rdzv_latency_fn on_latency,
 		     void *user);
 /* Stops and joins the thread; no-op when not running. */

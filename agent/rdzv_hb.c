@@ -73,16 +73,37 @@ static int hb_sleep(struct mr_rdzv *r, double due)
 	return quit;
 }
 
+/* One beat, with the extra fields when there are any; a 400 on them turns
+ * them off and beats again without. */
+static int beat(struct mr_rdzv *r, int full, int *newgen, struct mr_errbuf *eb)
+{
+	json_t *extra = r->beat_fn && !r->beat_off ? r->beat_fn(r->beat_user, full) : NULL;
+	int err = mr__rdzv_member_call_x(r, &r->hbc, "heartbeat", r->hb_gen, NULL, extra, 0,
+					 newgen, eb);
+
+	if (extra && err == MR_EPROTO) {
+		mr_log_warn("progress_refused", "gen=%d msg=%s", r->hb_gen, mr_log_q(eb->msg));
+		r->beat_off = 1;
+		memset(eb, 0, sizeof(*eb));
+		err = mr__rdzv_member_call(r, &r->hbc, "heartbeat", r->hb_gen, NULL, 0, newgen, eb);
+	}
+	json_decref(extra);
+	return err;
+}
+
 static void *hb_main(void *arg)
 {
 	struct mr_rdzv *r = arg;
+	unsigned beats = 0;
+	int failed = 1; /* the first beat of a generation is full */
 
 	for (;;) {
 		struct mr_errbuf eb = {0};
 		double t0 = mono_s(), due = t0 + r->hb_interval / 1000.0;
 		int newgen = 0, err;
 
-		err = mr__rdzv_member_call(r, &r->hbc, "heartbeat", r->hb_gen, NULL, 0, &newgen, &eb);
+		err = beat(r, failed || beats++ % MR_RDZV_FULL_EVERY == 0, &newgen, &eb);
+		failed = err != 0;
 		if (err == 0 || err == MR_ESTALE) {
 			if (r->on_latency)
 				r->on_latency(r->user, mono_s() - t0);
@@ -119,6 +140,12 @@ static void *hb_main(void *arg)
 	return NULL;
 }
 
+void mr_rdzv_hb_set_beat(struct mr_rdzv *r, mr_rdzv_beat_fn fn, void *user)
+{
+	r->beat_fn = fn;
+	r->beat_user = user;
+}
+
 int mr_rdzv_hb_start(struct mr_rdzv *r, int gen, int interval_ms, mr_rdzv_latency_fn on_latency,
 		     void *user)
 {
@@ -129,6 +156,7 @@ int mr_rdzv_hb_start(struct mr_rdzv *r, int gen, int interval_ms, mr_rdzv_latenc
 	r->hb_quit = 0;
 	r->on_latency = on_latency;
 	r->user = user;
+	r->beat_off = 0;
 	atomic_store(&r->hb_stale, 0);
 	atomic_store(&r->stale_restarts, -1);
 	if (pthread_create(&r->hb, NULL, hb_main, r) != 0)

@@ -38,6 +38,9 @@ struct mr_rdzv {
 	atomic_llong last_answer_ms; /* the controller's last answer below 500 */
 	mr_rdzv_latency_fn on_latency;
 	void *user;
+	mr_rdzv_beat_fn beat_fn; /* extra body of each beat (progress), may be NULL */
+	void *beat_user;
+	int beat_off;            /* the controller refused the extra fields: stop */
 	/* the job is over (any thread may learn it first) */
 	atomic_int ended; /* enum mr_rdzv_end */
 	pthread_mutex_t end_lock;
@@ -57,5 +60,9 @@ int mr__rdzv_map_status(struct mr_rdzv *r, long status, const char *body, size_t
  * on client c, with retries; 0 or an MR_E* code. */
 int mr__rdzv_member_call(struct mr_rdzv *r, struct mr_httpc *c, const char *what, int gen,
 			 const char *reason, int retries, int *gen_out, struct mr_errbuf *eb);
+/* The same with extra body fields (an object, borrowed; may be NULL). */
+int mr__rdzv_member_call_x(struct mr_rdzv *r, struct mr_httpc *c, const char *what, int gen,
+			   const char *reason, json_t *extra, int retries, int *gen_out,
+			   struct mr_errbuf *eb);
 
 #endif

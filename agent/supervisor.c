@@ -117,14 +117,30 @@ static void on_latency(void *user, double seconds)
 	mr_histogram_observe(sv->metrics.hb_latency, seconds);
 }
 
+/* The heartbeat's progress report (heartbeat thread). */
+static json_t *beat_extra(void *user, int full)
+{
+	struct mr_supervisor *sv = user;
+	json_t *p = mr_agent_progress_json(&sv->progress, full);
+
+	return p ? json_pack("{so}", "progress", p) : NULL;
+}
+
 static json_t *job_spec(const struct mr_agent_config *cfg)
 {
-	return json_pack("{s:s, s:i, s:i, s:i, s:{s:i, s:i, s:i, s:i, s:i}, s:i, s:i, s:i}",
-			 "name", cfg->job, "min_nodes", cfg->min_nodes, "max_nodes",
-			 cfg->max_nodes, "nproc_per_node", cfg->nproc_per_node, "mesh", "tp",
-			 cfg->tp, "pp", cfg->pp, "cp", cfg->cp, "ep", cfg->ep, "dp", cfg->dp,
-			 "last_call_ms", cfg->last_call_ms, "heartbeat_timeout_ms",
-			 cfg->heartbeat_timeout_ms, "max_restarts", cfg->max_restarts);
+	json_t *s = json_pack("{s:s, s:i, s:i, s:i, s:{s:i, s:i, s:i, s:i, s:i}, s:i, s:i, s:i}",
+			      "name", cfg->job, "min_nodes", cfg->min_nodes, "max_nodes",
+			      cfg->max_nodes, "nproc_per_node", cfg->nproc_per_node, "mesh", "tp",
+			      cfg->tp, "pp", cfg->pp, "cp", cfg->cp, "ep", cfg->ep, "dp", cfg->dp,
+			      "last_call_ms", cfg->last_call_ms, "heartbeat_timeout_ms",
+			      cfg->heartbeat_timeout_ms, "max_restarts", cfg->max_restarts);
+
+	/* unset: the controller's defaults */
+	if (s && cfg->hang_timeout_ms > 0)
+		json_object_set_new(s, "hang_timeout_ms", json_integer(cfg->hang_timeout_ms));
+	if (s && cfg->straggler_factor > 0.0)
+		json_object_set_new(s, "straggler_factor", json_real(cfg->straggler_factor));
+	return s;
 }
 
 int mr_supervisor_init(struct mr_supervisor *sv, const struct mr_agent_config *cfg,
@@ -136,6 +152,7 @@ int mr_supervisor_init(struct mr_supervisor *sv, const struct mr_agent_config *c
 
 	memset(sv, 0, sizeof(*sv));
 	sv->cfg = cfg;
+	mr_agent_progress_init(&sv->progress);
 	err = mr_agent_metrics_init(&sv->metrics, state_names);
 	if (err)
 		return mr_errf(eb, err, "unable to create the metrics registry");
@@ -156,15 +173,19 @@ int mr_supervisor_init(struct mr_supervisor *sv, const struct mr_agent_config *c
 	sv->ropts.spec = NULL;
 	err = mr_rdzv_new(&sv->rdzv, &o, eb);
 	json_decref(spec);
+	if (!err)
+		mr_rdzv_hb_set_beat(sv->rdzv, beat_extra, sv);
 	return err;
 }
 
 void mr_supervisor_release(struct mr_supervisor *sv)
 {
 	mr_exec_stop(&sv->exec, 0);
+	mr_agent_progress_detach(&sv->progress);
 	mr_inproc_stop(&sv->inproc);
 	mr_rdzv_free(sv->rdzv);
 	sv->rdzv = NULL;
+	mr_agent_progress_release(&sv->progress);
 	mr_agent_metrics_release(&sv->metrics);
 }
 

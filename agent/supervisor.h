@@ -53,6 +53,7 @@
 #include "config.h"
 #include "exec.h"
 #include "inproc.h"
+#include "progress.h"
 #include "rdzv.h"
 
 enum mr_agent_state {
@@ -79,6 +80,7 @@ struct mr_supervisor {
 	struct mr_inproc inproc; /* inproc mode workers */
 	struct mr_rdzv_opts ropts; /* for per-rank KV clients (inproc) */
 	struct mr_agent_metrics metrics;
+	struct mr_agent_progress progress; /* inproc ranks' progress for the beats */
 	struct mr_rdzv_round round;
 	atomic_int state;       /* enum mr_agent_state */
 	atomic_int ready;       /* round closed and workers running */

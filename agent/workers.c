@@ -209,8 +209,12 @@ int mr__sv_start_workers(struct mr_supervisor *sv, const char *maddr, int mport,
 		ev[i] = envs[i].v;
 	}
 	if (mr__sv_inproc_mode(sv)) {
+		/* the heartbeat thread reads the workers: not while they change */
+		mr_agent_progress_detach(&sv->progress);
 		mr_inproc_stop(&sv->inproc); /* the previous run's threads and state */
 		err = mr_inproc_start(&sv->inproc, &mr_gpt_worker, wenv, n, &sv->ropts, eb);
+		if (!err && mr_agent_progress_attach(&sv->progress, &sv->inproc))
+			mr_log_warn("progress_off", "reason=%s", "out of memory");
 	} else {
 		err = mr_exec_start(&sv->exec, cfg->cmd, n, ev, ranks, NULL, -1, -1, eb);
 	}
@@ -243,6 +247,7 @@ void mr__sv_report_stats(struct mr_supervisor *sv, long long *last, int final)
 		if (mr_inproc_stats(&sv->inproc, i, &ws))
 			continue;
 		mr_agent_metrics_worker(&sv->metrics, sv->inproc.rank[i].env.rank, &ws);
+		mr_agent_progress_step(&sv->progress, i, &ws);
 		if (final) {
 			char val[32] = ""; /* only when the last step evaluated */
 

@@ -26,6 +26,14 @@
  * seconds and its RSS: the high-water mark when every agent has its
  * rendezvous reply, and the resident size once they are "running".
  *
+ * With --progress each heartbeat carries what an in-process agent sends for
+ * hang diagnosis (docs/API.md, "Progress"): one rank with its step,
+ * micro-batch, busy and step time and three communicators (tp, dp and
+ * world of a tp=8 mesh, which the job then has), and once every agent is
+ * done the bench asks for the job's diagnosis (O(ranks x groups) on the
+ * controller) and reports how long it took. Compare the controller's CPU
+ * seconds with and without.
+ *
  * The last line is `rdzv N=<n> seconds=<s>` (seconds from the first connect
  * to the last rendezvous reply). Output lines are key=value for scripts.
  *
@@ -52,7 +60,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define WBUF 768          /* one request */
+#define WBUF 1024         /* one request */
 #define RBUF 2048         /* one response */
 #define MAX_FAIL_PRINT 8  /* failures printed in full */
 #define MAX_RETRIES 8     /* reconnects per connection */
@@ -79,6 +87,7 @@ struct opts {
 	int conns; /* 0 = min(n, fd budget) */
 	double timeout_s;
 	int keep_tmp;
+	int progress; /* heartbeats carry progress (3 groups, tp=8 mesh) */
 };
 
 struct conn {
@@ -231,7 +240,7 @@ static void agent_value(char *out, size_t cap, int agent)
 static void build_request(struct bench *b, struct conn *c)
 {
 	int a = c->lo + c->idx;
-	char path[400], body[256];
+	char path[400], body[600];
 	const char *method = "GET", *ctype = NULL;
 	int blen = 0, n;
 	long wait_ms = (long)(b->o.timeout_s * 1000) + 60000;
@@ -267,8 +276,23 @@ static void build_request(struct bench *b, struct conn *c)
 		method = "POST";
 		ctype = "application/json";
 		snprintf(path, sizeof path, "%s/heartbeat", b->jobpath);
-		blen = snprintf(body, sizeof body, "{\"node_id\":\"agent-%d\",\"generation\":%lld}",
-				a, (long long)b->gen);
+		if (b->o.progress) {
+			/* rank r of tp=8: [kind, id, size, entered, op, peer, completed]
+			 * for tp (kind 1), dp (3) and world (0); in dp's allreduce */
+			int r = (int)b->rank[a];
+
+			blen = snprintf(body, sizeof body,
+					"{\"node_id\":\"agent-%d\",\"generation\":%lld,\"progress\":"
+					"[{\"rank\":%d,\"step\":1200,\"micro\":3,\"busy_ms\":%.1f,"
+					"\"step_ms\":1003.2,\"g\":[[1,%d,8,452100,1,-1,452100],"
+					"[3,%d,%d,81200,1,-1,81199],[0,0,%d,1201,1,-1,1201]]}]}",
+					a, (long long)b->gen, r, 800.0 + r % 17, r / 8, r % 8, b->o.n / 8,
+					b->o.n);
+		} else {
+			blen = snprintf(body, sizeof body,
+					"{\"node_id\":\"agent-%d\",\"generation\":%lld}", a,
+					(long long)b->gen);
+		}
 		break;
 	}
 	if (ctype)
@@ -291,14 +315,15 @@ struct resp {
 	size_t body_len;
 };
 
-/* >0: bytes of one whole response; 0: need more; -1: malformed. */
-static long parse_response(char *buf, size_t len, struct resp *r)
+/* >0: bytes of one whole response; 0: need more; -1: malformed or above
+ * max bytes. */
+static long parse_response(char *buf, size_t len, size_t max, struct resp *r)
 {
 	char *end = memmem(buf, len, "\r\n\r\n", 4), *line, *eol;
 	long clen = -1;
 	size_t hlen;
 	if (!end)
-		return len >= RBUF ? -1 : 0;
+		return len >= max ? -1 : 0;
 	if (len < 12 || memcmp(buf, "HTTP/1.", 7) != 0)
 		return -1;
 	r->status = atoi(buf + 9);
@@ -314,7 +339,7 @@ static long parse_response(char *buf, size_t len, struct resp *r)
 	hlen = (size_t)(end + 4 - buf);
 	if (clen < 0)
 		clen = (r->status == 204 || r->status == 304) ? 0 : -1;
-	if (clen < 0 || hlen + (size_t)clen > RBUF)
+	if (clen < 0 || hlen + (size_t)clen > max)
 		return -1;
 	if (hlen + (size_t)clen > len)
 		return 0;
@@ -528,7 +553,7 @@ static void conn_readable(struct bench *b, struct conn *c)
 			return;
 		}
 		c->rlen += (uint32_t)n;
-		used = parse_response(rb, c->rlen, &r);
+		used = parse_response(rb, c->rlen, RBUF, &r);
 		if (used == 0)
 			continue;
 		if (used < 0 || (size_t)used != c->rlen || c->woff < c->wlen) {
@@ -652,7 +677,7 @@ static int simple_request(struct bench *b, const char *method, const char *path,
 		if (k <= 0)
 			goto out;
 		got += (size_t)k;
-		used = parse_response(out, got, &r);
+		used = parse_response(out, got, cap - 1, &r);
 	}
 	if (used > 0) {
 		out[got] = 0;
@@ -839,13 +864,58 @@ static void report(struct bench *b)
 	}
 }
 
+/* The JSON value of "key" in text (spaces after the colon skipped), or "". */
+static const char *json_after(const char *text, const char *key)
+{
+	char k[64];
+	const char *p;
+
+	snprintf(k, sizeof k, "\"%s\":", key);
+	p = strstr(text, k);
+	if (!p)
+		return "";
+	for (p += strlen(k); *p == ' '; p++)
+		;
+	return p;
+}
+
+/* --progress: one diagnosis of the whole job, timed; it must name no
+ * culprit (every simulated rank is in the same allreduce) and count every
+ * rank as reporting. 0 or -1. */
+static int report_diagnosis(struct bench *b)
+{
+	static char out[1 << 16];
+	char path[256];
+	double cpu0 = b->pid > 0 ? proc_cpu_s(b->pid) : 0.0;
+	int64_t t0 = now_ns();
+	int status;
+
+	snprintf(path, sizeof path, "%s/diagnosis", b->jobpath);
+	status = simple_request(b, "GET", path, NULL, out, sizeof out);
+	printf("progress=on groups_per_rank=3\n");
+	printf("diagnosis_ms=%.1f status=%d\n", secs(now_ns() - t0) * 1e3, status);
+	if (b->pid > 0)
+		printf("controller_cpu_seconds_diagnosis=%.3f\n", proc_cpu_s(b->pid) - cpu0);
+	if (status != 200 || atoi(json_after(out, "ranks_reporting")) != b->o.n ||
+	    strncmp(json_after(out, "culprits"), "[]", 2) != 0) {
+		fail(b, "diagnosis: status %d, expected %d ranks reporting and no culprit: %.300s",
+		     status, b->o.n, out);
+		return -1;
+	}
+	return 0;
+}
+
 /* ---- main ---- */
 
 static void usage(FILE *f)
 {
 	fputs("usage: rdzv [--controller HOST:PORT | --controller-bin PATH] [--n N]\n"
 	      "            [--job NS/NAME] [--token T] [--sources K] [--concurrency C]\n"
-	      "            [--conns M] [--timeout S] [--keep-tmp] [-- CONTROLLER FLAGS...]\n"
+	      "            [--conns M] [--timeout S] [--progress] [--keep-tmp]\n"
+	      "            [-- CONTROLLER FLAGS...]\n"
+	      "  --progress        heartbeats carry hang-diagnosis progress (1 rank, 3 groups;\n"
+	      "                    the job's mesh is tp=8, N a multiple of 8), then one\n"
+	      "                    diagnosis of the whole job is timed\n"
 	      "  --controller      a running controller (default 127.0.0.1:8080)\n"
 	      "  --controller-bin  start this controller (temp data dir, port 0, token)\n"
 	      "  --n               simulated agents (default 1000)\n"
@@ -870,6 +940,9 @@ static int parse_opts(struct opts *o, int argc, char **argv)
 			exit(0);
 		} else if (!strcmp(a, "--keep-tmp")) {
 			o->keep_tmp = 1;
+			continue;
+		} else if (!strcmp(a, "--progress")) {
+			o->progress = 1;
 			continue;
 		} else if (!v) {
 			fprintf(stderr, "rdzv: '%s' needs a value\n", a);
@@ -930,9 +1003,9 @@ static int setup(struct bench *b)
 	int i, ph;
 	const char *slash = strchr(b->o.job, '/');
 	if (b->o.n < 2 || b->o.sources < 1 || b->o.sources > 250 || b->o.concurrency < 1 ||
-	    !slash || strchr(slash + 1, '/')) {
-		fprintf(stderr, "rdzv: need --n >= 2, --sources 1..250, --concurrency >= 1, "
-				"--job ns/name\n");
+	    !slash || strchr(slash + 1, '/') || (b->o.progress && b->o.n % 8)) {
+		fprintf(stderr, "rdzv: need --n >= 2 (a multiple of 8 with --progress), --sources "
+				"1..250, --concurrency >= 1, --job ns/name\n");
 		return -1;
 	}
 	b->nconns = b->o.conns > 0 ? b->o.conns : b->o.n;
@@ -1016,8 +1089,9 @@ int main(int argc, char **argv)
 	}
 	snprintf(body, sizeof body,
 		 "{\"name\":\"%.127s\",\"min_nodes\":%d,\"max_nodes\":%d,\"nproc_per_node\":1,"
-		 "\"heartbeat_timeout_ms\":%ld,\"last_call_ms\":1000}",
-		 b->o.job, b->o.n, b->o.n, (long)(b->o.timeout_s * 1000) + 600000);
+		 "\"heartbeat_timeout_ms\":%ld,\"last_call_ms\":1000%s}",
+		 b->o.job, b->o.n, b->o.n, (long)(b->o.timeout_s * 1000) + 600000,
+		 b->o.progress ? ",\"mesh\":{\"tp\":8}" : "");
 	status = simple_request(b, "POST", "/v1/jobs", body, resp, sizeof resp);
 	if (status != 200 && status != 201) {
 		fprintf(stderr, "rdzv: creating job '%s' failed: status %d: %.300s\n", b->o.job,
@@ -1026,7 +1100,7 @@ int main(int argc, char **argv)
 	}
 	if (run_agents(b) == 0 && b->failures == 0) {
 		report(b);
-		rc = 0;
+		rc = b->o.progress ? report_diagnosis(b) : 0;
 	} else if (!b->t_end) {
 		int ph;
 		for (ph = 0; ph < NPHASES; ph++)

@@ -3,7 +3,11 @@
  * controller, as aligned human tables.
  *
  *   meshrun status                      every job, one line each
- *   meshrun status team-a/gpt-small     the job, then its members by rank
+ *   meshrun status team-a/gpt-small     the job, its health (stuck,
+ *                                       stragglers), then its members by rank
+ *   meshrun status --why team-a/gpt     the diagnosis: who the others wait
+ *                                       for, in which group and operation
+ *                                       (docs/DIAGNOSIS.md)
  *
  * Options: --controller URL (MESHRUN_CONTROLLER, default
  * http://127.0.0.1:29400), --token / MESHRUN_TOKEN, --token-file.
@@ -24,6 +28,7 @@ struct status_opts {
 	char controller[512];
 	char token[256];
 	char token_file[1024];
+	int why;
 };
 
 #define O struct status_opts
@@ -32,6 +37,9 @@ static const struct mr_config_opt status_config[] = {
 			 "Controller base URL."),
 	MR_CONFIG_STRING("token", O, token, "", "Bearer token (read or write)."),
 	MR_CONFIG_STRING("token_file", O, token_file, "", "File holding the bearer token."),
+	MR_CONFIG_BOOL("why", O, why, "false",
+		       "With a job: why it is stuck or slow - the rank the others wait for, "
+		       "the group and operation, stragglers (GET .../diagnosis)."),
 };
 #undef O
 
@@ -105,6 +113,109 @@ static int list_jobs(struct mr_httpc *c)
 	}
 }
 
+static double getf(const json_t *o, const char *k)
+{
+	return json_number_value(json_object_get(o, k));
+}
+
+static void print_stragglers(const json_t *list, long long total, double median)
+{
+	size_t i;
+
+	if (!total) {
+		printf("stragglers:  none (median busy %.1f ms per step)\n", median);
+		return;
+	}
+	printf("stragglers:  %lld (median busy %.1f ms per step)\n", total, median);
+	for (i = 0; i < json_array_size(list); i++) {
+		const json_t *s = json_array_get(list, i);
+
+		printf("             rank %lld (node %s): busy %.1f ms per step, %.1fx the median\n",
+		       geti(s, "rank"), gets_(s, "node"), getf(s, "busy_ms"),
+		       getf(s, "median_ms") > 0 ? getf(s, "busy_ms") / getf(s, "median_ms") : 0.0);
+	}
+}
+
+/* `--why`: the diagnosis as text. */
+static int show_why(struct mr_httpc *c, const char *job)
+{
+	char path[512];
+	json_t *o = NULL, *cs, *gs;
+	size_t i;
+
+	snprintf(path, sizeof(path), "/v1/jobs/%s/diagnosis", job);
+	if (get(c, path, &o))
+		return 1;
+	printf("job:         %s (generation %lld)\n", gets_(o, "job"), geti(o, "generation"));
+	printf("verdict:     %s", gets_(o, "verdict"));
+	if (!strcmp(gets_(o, "verdict"), "stuck") || !strcmp(gets_(o, "verdict"), "progressing"))
+		printf(": last progress %.1f s ago (hang timeout %.0f s); %lld of %lld ranks "
+		       "report progress", getf(o, "stalled_s"), getf(o, "hang_timeout_s"),
+		       geti(o, "ranks_reporting"), geti(o, "world_size"));
+	printf("\nwhy:         %s\n", gets_(o, "message"));
+	cs = json_object_get(o, "culprits");
+	if (json_array_size(cs)) {
+		printf("\n%-8s %-24s %-22s %6s %6s %8s %-20s %-14s %8s %s\n", "RANK", "NODE",
+		       "COORDS", "STEP", "MICRO", "WAITING", "GROUP", "OP", "SEQ", "REASON");
+		for (i = 0; i < json_array_size(cs); i++) {
+			const json_t *x = json_array_get(cs, i), *co = json_object_get(x, "coords");
+			char coords[64] = "-", step[24] = "-", micro[16] = "-", seq[24] = "-";
+
+			if (co)
+				snprintf(coords, sizeof(coords), "tp%lld cp%lld dp%lld pp%lld",
+					 geti(co, "tp"), geti(co, "cp"), geti(co, "dp"), geti(co, "pp"));
+			if (json_object_get(x, "step"))
+				snprintf(step, sizeof(step), "%lld", geti(x, "step"));
+			if (json_object_get(x, "micro") && geti(x, "micro") >= 0)
+				snprintf(micro, sizeof(micro), "%lld", geti(x, "micro"));
+			if (json_object_get(x, "seq"))
+				snprintf(seq, sizeof(seq), "%lld", geti(x, "seq"));
+			printf("%-8lld %-24s %-22s %6s %6s %8lld %-20s %-14s %8s %s%s\n",
+			       geti(x, "rank"), gets_(x, "node"), coords, step, micro,
+			       geti(x, "waiting"), gets_(x, "group"), gets_(x, "op"), seq,
+			       gets_(x, "reason"),
+			       json_object_get(x, "node_silent_s") ? " (node silent)" : "");
+		}
+	}
+	gs = json_object_get(o, "groups");
+	if (json_array_size(gs)) {
+		printf("\n%-20s %-14s %8s %8s %9s %12s %10s %s\n", "GROUP", "OP", "SEQ", "WAITING",
+		       "SINCE", "NOT_ENTERED", "NO_REPORT", "TYPE");
+		for (i = 0; i < json_array_size(gs); i++) {
+			const json_t *g = json_array_get(gs, i);
+
+			printf("%-20s %-14s %8lld %8lld %8.1fs %12lld %10lld %s\n", gets_(g, "group"),
+			       gets_(g, "op"), geti(g, "seq"), geti(g, "waiting"),
+			       getf(g, "waiting_since_s"), geti(g, "not_entered"),
+			       geti(g, "no_report"), gets_(g, "type"));
+		}
+		if (geti(o, "groups_total") > (long long)json_array_size(gs))
+			printf("(%lld groups in all)\n", geti(o, "groups_total"));
+	}
+	if (geti(o, "ranks_not_reporting") > 0)
+		printf("\n%lld ranks report no progress\n", geti(o, "ranks_not_reporting"));
+	printf("\n");
+	print_stragglers(json_object_get(o, "stragglers"), geti(o, "stragglers_total"),
+			 getf(o, "median_busy_ms"));
+	json_decref(o);
+	return 0;
+}
+
+static void print_health(const json_t *h)
+{
+	if (!h)
+		return;
+	if (json_is_true(json_object_get(h, "stuck")))
+		printf("health:      STUCK: no progress for %.1f s; first culprit rank %lld on %s "
+		       "(meshrun status --why)\n",
+		       getf(h, "stalled_s"), geti(h, "stuck_rank"), gets_(h, "stuck_group"));
+	else
+		printf("health:      progressing (last progress %.1f s ago, %lld ranks report)\n",
+		       getf(h, "stalled_s"), geti(h, "ranks_reporting"));
+	print_stragglers(json_object_get(h, "stragglers"), geti(h, "stragglers_total"),
+			 getf(h, "median_busy_ms"));
+}
+
 static int show_job(struct mr_httpc *c, const char *job)
 {
 	long long off = 0;
@@ -136,9 +247,11 @@ static int show_job(struct mr_httpc *c, const char *job)
 			printf("mesh:        tp=%lld pp=%lld cp=%lld ep=%lld dp=%lld\n",
 			       geti(mesh, "tp"), geti(mesh, "pp"), geti(mesh, "cp"),
 			       geti(mesh, "ep"), geti(o, "dp") ? geti(o, "dp") : geti(mesh, "dp"));
-			printf("kv:          %lld keys, %lld bytes\n\n",
+			printf("kv:          %lld keys, %lld bytes\n",
 			       geti(json_object_get(o, "kv"), "keys"),
 			       geti(json_object_get(o, "kv"), "bytes"));
+			print_health(json_object_get(o, "health"));
+			printf("\n");
 			printf("%-9s %-40s %-8s %-20s %6s %10s\n", "NODE_RANK", "NODE_ID", "STATE",
 			       "HOST", "POD", "LAST_SEEN");
 			first = 0;
@@ -212,7 +325,12 @@ int mr_cli_status(int argc, char **argv)
 		mr_config_release(&cfg);
 		return 2;
 	}
-	rc = job ? show_job(&c, job) : list_jobs(&c);
+	if (o.why && !job) {
+		fprintf(stderr, "meshrun status: --why needs a job name\n");
+		rc = 2;
+	} else {
+		rc = !job ? list_jobs(&c) : o.why ? show_why(&c, job) : show_job(&c, job);
+	}
 	mr_httpc_release(&c);
 	mr_config_release(&cfg);
 	return rc;

@@ -230,6 +230,54 @@ int mr_mesh_group_members(const struct mr_mesh *m, enum mr_mesh_group g, int id,
 	return n;
 }
 
+int mr_mesh_group_member(const struct mr_mesh *m, enum mr_mesh_group g, int id, int index)
+{
+	int size[NDIM], d[NDIM] = {0, 0, 0, 0};
+	int n = mr_mesh_group_size(m, g);
+
+	if (n < 0)
+		return n;
+	if (id < 0 || id >= m->world / n || index < 0 || index >= n)
+		return MR_ERANGE;
+	radix(m, kinds[g].decomp, size);
+	unpack(size, id, ~kinds[g].vary & 0xfu, d);
+	unpack(size, index, kinds[g].vary, d);
+	return compose(size, d);
+}
+
+int mr_mesh_group_label(const struct mr_mesh *m, enum mr_mesh_group g, int id, char *buf,
+			size_t cap)
+{
+	static const char *const digit_name[2][NDIM] = {{"tp", "cp", "dp", "pp"},
+							{"tp", "ep", "edp", "pp"}};
+	int size[NDIM], d[NDIM] = {0, 0, 0, 0}, n = mr_mesh_group_size(m, g), w, first = 1;
+	unsigned fixed;
+	size_t len;
+
+	if (n < 0)
+		return n;
+	if (id < 0 || id >= m->world / n)
+		return MR_ERANGE;
+	radix(m, kinds[g].decomp, size);
+	fixed = ~kinds[g].vary & 0xfu;
+	unpack(size, id, fixed, d);
+	w = snprintf(buf, cap, "%s", kinds[g].name);
+	/* the fixed coordinates that can differ, slowest first */
+	for (int i = NDIM - 1; i >= 0 && w >= 0; i--) {
+		if (!(fixed & (1u << i)) || size[i] < 2)
+			continue;
+		len = (size_t)w < cap ? (size_t)w : cap;
+		w += snprintf(buf + len, cap - len, "%s%s=%d", first ? "[" : ",",
+			      digit_name[kinds[g].decomp][i], d[i]);
+		first = 0;
+	}
+	if (!first) {
+		len = (size_t)w < cap ? (size_t)w : cap;
+		w += snprintf(buf + len, cap - len, "]");
+	}
+	return (size_t)w < cap ? 0 : MR_ERANGE;
+}
+
 int mr_mesh_group(const struct mr_mesh *m, enum mr_mesh_group g, int rank, int *ranks_out,
 		  int *index)
 {

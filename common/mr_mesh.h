@@ -96,6 +96,17 @@ int mr_mesh_group(const struct mr_mesh *m, enum mr_mesh_group g, int rank, int *
 int mr_mesh_group_members(const struct mr_mesh *m, enum mr_mesh_group g, int id,
 			  int *ranks_out);
 
+/* The member at position index (0..size-1) of group id of kind g, O(1);
+ * or a negative MR_E* code. */
+int mr_mesh_group_member(const struct mr_mesh *m, enum mr_mesh_group g, int id, int index);
+/*
+ * A group for people: its kind and the coordinates its members share,
+ * slowest first, leaving out axes of size 1 - "dp[pp=2,tp=1]", "tp[dp=3]",
+ * "world", "dp" (pure data parallel). 0, MR_ERANGE (id out of range, or
+ * cap too small: buf holds a truncated label) or MR_EINVAL.
+ */
+int mr_mesh_group_label(const struct mr_mesh *m, enum mr_mesh_group g, int id, char *buf,
+			size_t cap);
 /* "world=16 tp=2 cp=1 dp=2 pp=4 ep=1 edp=2" into buf; returns snprintf's
  * result. */
 int mr_mesh_describe(const struct mr_mesh *m, char *buf, size_t size);

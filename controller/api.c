@@ -137,6 +137,8 @@ static int route(struct call *k, const char **allow)
 			return *allow = "POST", RT_FAIL;
 		if (!strcmp(op, "complete"))
 			return *allow = "POST", RT_COMPLETE;
+		if (!strcmp(op, "diagnosis"))
+			return *allow = "GET", RT_DIAGNOSIS;
 		return RT_OTHER;
 	}
 	if (n == 5 || (n == 6 && !s[5][0]))
@@ -156,6 +158,7 @@ static int method_ok(int rt, enum mr_http_method m)
 
 	switch (rt) {
 	case RT_HEALTHZ: case RT_READYZ: case RT_METRICS: case RT_WAIT: case RT_KV_LIST:
+	case RT_DIAGNOSIS:
 		return get;
 	case RT_JOBS:
 		return get || m == MR_HTTP_POST;
@@ -246,6 +249,9 @@ void mr__ctl_handle(struct mr_http_req *req, void *user)
 			break;
 		case RT_HEARTBEAT: case RT_LEAVE: case RT_FAIL: case RT_COMPLETE:
 			mr__api_member_call(k);
+			break;
+		case RT_DIAGNOSIS:
+			mr__api_diagnosis(k);
 			break;
 		default:
 			mr__api_kv(k, m);

@@ -136,7 +136,7 @@ void mr__api_job_get(struct call *k)
 	int64_t members = 0, off = 0, lim = 100;
 	struct ctl_member **arr;
 	size_t n = 0;
-	json_t *ms;
+	json_t *ms, *health;
 
 	if (!job) {
 		mr__api_fail(k, 404, "job_not_found", "job", "job '%s' does not exist", k->job);
@@ -146,6 +146,11 @@ void mr__api_job_get(struct call *k)
 	    q_int(k, "limit", 1, LIST_MAX, &lim))
 		return;
 	mr__res_ok(&k->res, mr__ctl_job_json(job));
+	health = mr__ctl_health_json(&k->c->ctl, job);
+	if (health && k->res.body)
+		json_object_set_new(k->res.body, "health", health);
+	else
+		json_decref(health);
 	if (!members)
 		return;
 	arr = malloc((mr_dict_len(&job->members) + 1) * sizeof(*arr));
@@ -243,10 +248,11 @@ out:
 void mr__api_member_call(struct call *k)
 {
 	static const char *const keys[] = { "node_id", "generation", "reason", NULL };
+	static const char *const hkeys[] = { "node_id", "generation", "progress", NULL };
 	static const char *const fkeys[] = { "node_id", "generation", "reason", "permanent",
 					     NULL };
 	struct mr_errbuf eb = { { 0 }, { 0 } };
-	json_t *o = body_obj(k), *perm;
+	json_t *o = body_obj(k), *perm, *progress;
 	const char *id = NULL, *reason = NULL;
 	int64_t gen = -1;
 	int permanent = 0;
@@ -254,17 +260,21 @@ void mr__api_member_call(struct call *k)
 	if (!o)
 		return;
 	perm = json_object_get(o, "permanent");
-	if (mr_json_check_keys(o, k->route == RT_FAIL ? fkeys : keys, &eb) ||
+	progress = json_object_get(o, "progress");
+	if (mr_json_check_keys(o, k->route == RT_FAIL ? fkeys
+				  : k->route == RT_HEARTBEAT ? hkeys : keys, &eb) ||
 	    mr_json_get_str(o, "node_id", 1, CTL_MAX_NODE_ID, &id, &eb) ||
 	    mr_json_get_int(o, "generation", 0, 0, INT64_MAX, &gen, &eb) ||
 	    mr_json_get_str(o, "reason", 0, 1024, &reason, &eb)) {
 		bad_field(k, &eb);
 	} else if (perm && !json_is_boolean(perm)) {
 		mr__api_fail(k, 400, "invalid_field", "permanent", "%s", "'permanent' must be a boolean");
+	} else if (progress && mr__ctl_progress_check(progress, INT32_MAX, &k->res)) {
+		/* res says which element */
 	} else if (node_id_ok(k, id)) {
 		permanent = json_is_true(perm);
 		if (k->route == RT_HEARTBEAT)
-			mr__ctl_heartbeat(&k->c->ctl, k->job, id, gen, &k->res);
+			mr__ctl_heartbeat(&k->c->ctl, k->job, id, gen, progress, &k->res);
 		else if (k->route == RT_COMPLETE)
 			mr__ctl_complete(&k->c->ctl, k->job, id, gen, &k->res);
 		else if (permanent)
@@ -359,4 +369,21 @@ void mr__api_kv(struct call *k, enum mr_http_method method)
 			return;
 		mr__ctl_kv_get(ctl, job, k->key, wait, k->req, &k->res);
 	}
+}
+
+void mr__api_diagnosis(struct call *k)
+{
+	struct ctl_job *job = mr__ctl_job(&k->c->ctl, k->job);
+	json_t *d;
+
+	if (!job) {
+		mr__api_fail(k, 404, "job_not_found", "job", "job '%s' does not exist", k->job);
+		return;
+	}
+	d = mr__ctl_diagnose(&k->c->ctl, job, NULL, 0);
+	if (!d) {
+		mr__api_fail(k, 503, "out_of_memory", NULL, "%s", "out of memory");
+		return;
+	}
+	mr__res_ok(&k->res, d);
 }

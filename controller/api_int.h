@@ -35,6 +35,7 @@ void mr__api_job_get(struct call *k);
 void mr__api_join(struct call *k);
 void mr__api_member_call(struct call *k);
 void mr__api_wait(struct call *k);
+void mr__api_diagnosis(struct call *k);
 void mr__api_kv(struct call *k, enum mr_http_method method);
 
 #endif

@@ -56,10 +56,76 @@ struct ctl_spec {
 	int32_t min_nodes, max_nodes, nproc_per_node;
 	int32_t tp, pp, cp, ep, dp; /* dp 0 = derived */
 	int32_t last_call_ms, heartbeat_timeout_ms, max_restarts;
+	int32_t hang_timeout_ms;    /* no progress this long: stuck (0 = never) */
+	int32_t straggler_pct;      /* busy time above this % of the median: a
+				     * straggler (0 = never) */
 };
 
 struct ctl_job;
 struct ctl_member;
+
+/* ---- progress of the ranks (progress.c): volatile, never journaled ---- */
+#define CTL_MAX_PGROUPS 16    /* communicators per rank in a report */
+#define CTL_MAX_STRAGGLERS 16 /* flagged ranks listed per job (all are counted) */
+#define CTL_HIST_BINS 480     /* busy-time histogram: 5 % bins from 10 us */
+#define CTL_STRAGGLER_REPORTS 3 /* consecutive reports above (below) the limit
+				 * to flag (clear) a straggler */
+#define CTL_STRAGGLER_MIN_MS 1.0 /* and at least this much above the median:
+				  * scheduler noise on sub-ms steps is no straggler */
+
+/* One communicator of a rank: the last operation entered and how many of
+ * them are still unfinished (entered - completed, saturated). */
+struct ctl_pgroup {
+	uint64_t entered;
+	uint32_t gap;
+	int32_t id;   /* group id among its kind (mesh), or lowest rank (hsdp) */
+	int32_t peer; /* entered p2p: the peer's index in the group, else -1 */
+	uint8_t kind; /* enum mr_mesh_group, or 64 + n for runtime groups */
+	uint8_t op;   /* enum mr_comm_op of the entered operation */
+};
+
+struct ctl_prank {
+	int64_t step;
+	int64_t changed_ms; /* when its progress last changed, controller clock */
+	int32_t rank, micro;
+	float busy_ms;      /* mean busy time per step (step minus comm wait), < 0 unknown */
+	float step_ms;      /* mean step time, < 0 unknown */
+	uint16_t goff;      /* its groups: member's g[goff .. goff + ngroups) */
+	uint16_t hbin;      /* histogram bin it is counted in, CTL_HIST_BINS = none */
+	uint8_t ngroups;
+	uint8_t streak;     /* consecutive reports across the straggler limit */
+	uint8_t flagged;    /* a straggler */
+};
+
+/* A running member's ranks (one allocation). */
+struct ctl_mprog {
+	uint16_t nr, ng;
+	struct ctl_pgroup *g; /* ng entries, after r[] */
+	struct ctl_prank r[];
+};
+
+struct ctl_straggler {
+	struct ctl_member *m;
+	int32_t rank;
+	float busy_ms, median_ms;
+};
+
+/* A job's diagnosis state (allocated at its first progress report). */
+struct ctl_jdiag {
+	int64_t progress_ms;   /* last change of any rank's progress; 0 = none yet */
+	int64_t stuck_ms;      /* when the hang was reported; 0 = not stuck */
+	uint32_t ranks;        /* ranks with progress */
+	char stuck_group[64];  /* the primary culprit of the reported hang */
+	int32_t stuck_rank;    /* -1: none named */
+	uint32_t hist[CTL_HIST_BINS]; /* ranks by busy time */
+	uint32_t hist_n;
+	float median_ms;       /* lower median of hist; 0 = unknown */
+	int64_t median_at_ms;
+	uint8_t hist_dirty;
+	uint32_t nstragglers;  /* flagged ranks (all of them) */
+	uint32_t nlisted;
+	struct ctl_straggler strag[CTL_MAX_STRAGGLERS];
+};
 
 struct ctl_waiter {
 	void *req;                 /* opaque, owned by the API layer */
@@ -83,6 +149,7 @@ struct ctl_member {
 	int64_t last_seen_ms;
 	struct ctl_member *lru_prev, *lru_next; /* ordered by last_seen */
 	struct ctl_waiter *waiter;              /* suspended wait, or NULL */
+	struct ctl_mprog *prog;                 /* running: its ranks' progress, or NULL */
 };
 
 struct ctl_kv {
@@ -115,6 +182,7 @@ struct ctl_job {
 	size_t kv_bytes;
 	struct mr_dict kvwait; /* key -> struct ctl_waitq */
 	struct ctl_waiter *waiters;
+	struct ctl_jdiag *diag; /* progress, hang and stragglers; NULL until reported */
 };
 
 struct ctl_limits {
@@ -140,6 +208,7 @@ struct ctl_res {
 
 struct ctl_stats {
 	uint64_t joins, rounds, dead, bumps;
+	uint64_t hangs, stragglers; /* reported (events) */
 };
 
 struct ctl_journal;
@@ -209,8 +278,10 @@ void mr__ctl_join(struct ctl *ctl, const char *name, const struct ctl_join *j,
 /* timeout_ms 0 = answer at once. */
 void mr__ctl_wait(struct ctl *ctl, const char *name, const char *node_id, int64_t gen,
 		  int64_t timeout_ms, void *req, struct ctl_res *res);
+/* progress: the member's ranks (docs/API.md), NULL when not sent; checked
+ * with mr__ctl_progress_check first. */
 void mr__ctl_heartbeat(struct ctl *ctl, const char *name, const char *node_id, int64_t gen,
-		       struct ctl_res *res);
+		       const json_t *progress, struct ctl_res *res);
 /* failure: 1 = "fail" (counts a restart, member stays), 0 = "leave". */
 void mr__ctl_leave(struct ctl *ctl, const char *name, const char *node_id, int64_t gen,
 		   int failure, struct ctl_res *res);
@@ -260,6 +331,28 @@ void mr__ctl_apply_end(struct ctl *ctl, struct ctl_job *job, int state, const ch
 void mr__ctl_set_reason(struct ctl_job *job, const char *reason);
 /* The 410 answer for a terminal job. */
 void mr__res_over(struct ctl_res *res, const struct ctl_job *job);
+
+/* ---- progress, hangs and stragglers (progress.c, diag.c) ---- */
+/* The shape of a heartbeat's "progress" (types, bounds, at most max_ranks
+ * ranks): 0 or 400 invalid_field in res naming the element. */
+int mr__ctl_progress_check(const json_t *p, int32_t max_ranks, struct ctl_res *res);
+/* Stores a running member's report (ranks must be the member's): O(its
+ * ranks x groups). 0, or 400 in res. */
+int mr__ctl_progress_apply(struct ctl *ctl, struct ctl_job *job, struct ctl_member *m,
+			   const json_t *p, struct ctl_res *res);
+/* Forgets m's progress (it left the running state or the job). */
+void mr__ctl_progress_drop(struct ctl *ctl, struct ctl_job *job, struct ctl_member *m);
+/* A new generation or the end: no progress, nothing stuck. */
+void mr__ctl_diag_reset(struct ctl_job *job);
+void mr__ctl_diag_free(struct ctl_job *job);
+/* Timers of one running job: the median, the hang report. */
+void mr__ctl_diag_tick(struct ctl *ctl, struct ctl_job *job);
+/* The diagnosis (docs/DIAGNOSIS.md): O(ranks x groups) time and memory.
+ * msg (may be NULL) gets the one-line verdict. NULL on OOM. */
+json_t *mr__ctl_diagnose(struct ctl *ctl, struct ctl_job *job, char *msg, size_t cap);
+/* Small summary for the job view: stuck, seconds without progress,
+ * stragglers (bounded). NULL when the job has no progress state. */
+json_t *mr__ctl_health_json(const struct ctl *ctl, const struct ctl_job *job);
 
 /* ---- KV (kv.c) ---- */
 struct ctl_put {

@@ -130,6 +130,7 @@ static void member_free(struct ctl_member *m)
 	free(m->host);
 	free(m->host_id);
 	free(m->ports);
+	free(m->prog);
 	free(m);
 }
 
@@ -157,6 +158,7 @@ static void job_free(struct ctl *ctl, struct ctl_job *job)
 	mr__ctl_kv_clear(ctl, job);
 	mr_dict_release(&job->kv, NULL);
 	mr_dict_release(&job->kvwait, free);
+	mr__ctl_diag_free(job);
 	free(job->reason);
 	free(job->name);
 	free(job);
@@ -221,6 +223,8 @@ void mr__ctl_update_min(struct ctl *ctl, struct ctl_job *job)
 
 void mr__ctl_set_state(struct ctl *ctl, struct ctl_job *job, struct ctl_member *m, int st)
 {
+	if (st != CTL_M_RUNNING)
+		mr__ctl_progress_drop(ctl, job, m);
 	job->count[m->state]--;
 	job->count[st]++;
 	m->state = (uint8_t)st;
@@ -283,6 +287,7 @@ void mr__ctl_apply_member_delete(struct ctl *ctl, struct ctl_job *job, struct ct
 		mr__ctl_waiter_finish(ctl, m->waiter, &res);
 	}
 	mr__rec_member_delete(ctl, job, m->node_id);
+	mr__ctl_progress_drop(ctl, job, m);
 	lru_unlink(job, m);
 	job->count[m->state]--;
 	mr_dict_del(&job->members, m->node_id);

@@ -46,6 +46,8 @@ struct mr_controller_opts {
 	int64_t last_call_ms;      /* defaults for jobs whose spec omits them */
 	int64_t heartbeat_timeout_ms;
 	int max_restarts;
+	int64_t hang_timeout_ms;   /* hang diagnosis: no progress this long (0 = off) */
+	double straggler_factor;   /* straggler: busy time above factor x median (0 = off) */
 	int log_level; /* index into mr_controller_log_levels */
 };
 

@@ -69,6 +69,14 @@ const struct mr_config_opt mr_controller_config[] = {
 			   "Default heartbeat timeout of a job spec."),
 	MR_CONFIG_INT("max_restarts", O, max_restarts, "3", 0, 1000000,
 		      "Default max_restarts of a job spec."),
+	MR_CONFIG_DURATION("hang_timeout", O, hang_timeout_ms, "30s", 0, 86400000,
+			   "Default hang_timeout_ms of a job spec: a running job none of whose "
+			   "ranks made progress this long is diagnosed and reported stuck "
+			   "(event job_stuck, metric meshrun_job_stuck); 0 = never."),
+	MR_CONFIG_DOUBLE("straggler_factor", O, straggler_factor, "1.5", 0, 100,
+			 "Default straggler_factor of a job spec: a rank whose busy time per "
+			 "step stays above this times the job's median is a straggler; 0 = "
+			 "never, else at least 1.01."),
 	MR_CONFIG_ENUM("log_level", O, log_level, "info", mr_controller_log_levels,
 		       "Log level."),
 };

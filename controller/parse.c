@@ -94,7 +94,8 @@ int mr__ctl_parse_spec(const json_t *obj, const struct ctl_limits *lim, struct c
 {
 	static const char *const keys[] = { "name", "min_nodes", "max_nodes", "nproc_per_node",
 					    "mesh", "last_call_ms", "heartbeat_timeout_ms",
-					    "max_restarts", NULL };
+					    "max_restarts", "hang_timeout_ms", "straggler_factor",
+					    NULL };
 	static const char *const mesh_keys[] = { "tp", "pp", "cp", "ep", "dp", NULL };
 	struct mr_errbuf eb = { { 0 }, { 0 } };
 	const char *nm = NULL, *slash;
@@ -143,8 +144,22 @@ int mr__ctl_parse_spec(const json_t *obj, const struct ctl_limits *lim, struct c
 	    get_i32(obj, "last_call_ms", "last_call_ms", 0, 3600000, &spec->last_call_ms, res) ||
 	    get_i32(obj, "heartbeat_timeout_ms", "heartbeat_timeout_ms", 100, 3600000,
 		    &spec->heartbeat_timeout_ms, res) ||
-	    get_i32(obj, "max_restarts", "max_restarts", 0, 1000000, &spec->max_restarts, res))
+	    get_i32(obj, "max_restarts", "max_restarts", 0, 1000000, &spec->max_restarts, res) ||
+	    get_i32(obj, "hang_timeout_ms", "hang_timeout_ms", 0, 86400000, &spec->hang_timeout_ms,
+		    res))
 		return MR_EINVAL;
+	if (json_object_get(obj, "straggler_factor")) {
+		double f = 0.0;
+
+		if (mr_json_get_double(obj, "straggler_factor", 1, 0.0, 100.0, &f, &eb) ||
+		    (f > 0.0 && f < 1.01)) {
+			mr__res_err(res, 400, "invalid_field", "straggler_factor", "%s",
+				    eb.msg[0] ? eb.msg
+					      : "'straggler_factor' must be 0 (off) or in [1.01, 100]");
+			return MR_EINVAL;
+		}
+		spec->straggler_pct = (int32_t)(f * 100.0 + 0.5);
+	}
 	if (spec->max_nodes < spec->min_nodes) {
 		mr__res_err(res, 400, "invalid_field", "max_nodes",
 			    "'max_nodes' (%d) is below 'min_nodes' (%d)", spec->max_nodes,
@@ -193,9 +208,11 @@ int mr__ctl_parse_spec(const json_t *obj, const struct ctl_limits *lim, struct c
 
 json_t *mr__ctl_spec_json(const struct ctl_spec *s)
 {
-	return json_pack("{si si si s{si si si si si} si si si}", "min_nodes", s->min_nodes,
-			 "max_nodes", s->max_nodes, "nproc_per_node", s->nproc_per_node, "mesh",
-			 "tp", s->tp, "pp", s->pp, "cp", s->cp, "ep", s->ep, "dp", s->dp,
-			 "last_call_ms", s->last_call_ms, "heartbeat_timeout_ms",
-			 s->heartbeat_timeout_ms, "max_restarts", s->max_restarts);
+	return json_pack("{si si si s{si si si si si} si si si si sf}", "min_nodes",
+			 s->min_nodes, "max_nodes", s->max_nodes, "nproc_per_node",
+			 s->nproc_per_node, "mesh", "tp", s->tp, "pp", s->pp, "cp", s->cp, "ep",
+			 s->ep, "dp", s->dp, "last_call_ms", s->last_call_ms,
+			 "heartbeat_timeout_ms", s->heartbeat_timeout_ms, "max_restarts",
+			 s->max_restarts, "hang_timeout_ms", s->hang_timeout_ms,
+			 "straggler_factor", s->straggler_pct / 100.0);
 }

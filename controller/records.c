@@ -68,6 +68,8 @@ static void enc_job(struct ctl_jbuf *b, const struct ctl_job *job)
 	mr__jbuf_uv(b, job->kv_seq);
 	mr__jbuf_uv(b, (uint32_t)job->num_nodes);
 	mr__jbuf_str(b, job->reason); /* optional: absent in older journals */
+	mr__jbuf_uv(b, (uint32_t)s->hang_timeout_ms); /* optional too, and the next */
+	mr__jbuf_uv(b, (uint32_t)s->straggler_pct);
 	mr__jbuf_end(b);
 }
 
@@ -225,6 +227,11 @@ static int ap_job(void *state, struct ctl_jdec *d)
 	kv_seq = mr__jdec_uv(d);
 	nn = mr__jdec_i32(d, 0, spec.max_nodes);
 	s = mr__jdec_more(d) ? mr__jdec_str(d, why, sizeof(why)) : NULL;
+	/* absent in journals written before hang diagnosis: today's defaults */
+	spec.hang_timeout_ms = mr__jdec_more(d) ? mr__jdec_i32(d, 0, 86400000)
+						: ctl->lim.defaults.hang_timeout_ms;
+	spec.straggler_pct = mr__jdec_more(d) ? mr__jdec_i32(d, 0, 10000)
+					      : ctl->lim.defaults.straggler_pct;
 	if (!mr__jdec_done(d) || !mr__ctl_valid_key(nm, strlen(nm)))
 		return MR_ECORRUPT;
 	job = mr__ctl_apply_job(ctl, nm, &spec, gen, st, restarts, rounds, kv_seq, nn);

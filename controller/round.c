@@ -131,6 +131,7 @@ void mr__ctl_apply_bump(struct ctl *ctl, struct ctl_job *job, uint64_t gen, int3
 			mr__ctl_set_state(ctl, job, m, CTL_M_STALE);
 	}
 	mr__ctl_kv_clear(ctl, job);
+	mr__ctl_diag_reset(job);
 	mr__rec_bump(ctl, job);
 	if (failed) {
 		struct ctl_res r;
@@ -321,12 +322,14 @@ void mr__ctl_wait(struct ctl *ctl, const char *name, const char *node_id, int64_
 }
 
 void mr__ctl_heartbeat(struct ctl *ctl, const char *name, const char *node_id, int64_t gen,
-		       struct ctl_res *res)
+		       const json_t *progress, struct ctl_res *res)
 {
 	struct ctl_job *job = mr__ctl_job_for(ctl, name, gen, res);
 	struct ctl_member *m = job ? member_for(job, node_id, res) : NULL;
 
 	if (!m)
+		return;
+	if (progress && mr__ctl_progress_apply(ctl, job, m, progress, res))
 		return;
 	mr__ctl_member_touch(ctl, job, m);
 	if (m->state == CTL_M_RUNNING)
@@ -453,6 +456,7 @@ void mr__ctl_tick(struct ctl *ctl)
 		if (job->state == CTL_JOB_FORMING && job->min_reached_ms)
 			maybe_close(ctl, job);
 		expire_members(ctl, job);
+		mr__ctl_diag_tick(ctl, job);
 	}
 }
 

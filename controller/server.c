@@ -33,7 +33,7 @@ const char *const mr__ctl_route_names[RT_COUNT] = {
 	"/healthz", "/readyz", "/metrics", "/v1/jobs", "/v1/jobs/{job}",
 	"/v1/jobs/{job}/join", "/v1/jobs/{job}/wait", "/v1/jobs/{job}/heartbeat",
 	"/v1/jobs/{job}/leave", "/v1/jobs/{job}/fail", "/v1/jobs/{job}/complete",
-	"/v1/jobs/{job}/kv",
+	"/v1/jobs/{job}/diagnosis", "/v1/jobs/{job}/kv",
 	"/v1/jobs/{job}/kv/{key}", "/v1/jobs/{job}/kv/{key}/add", "other",
 };
 
@@ -267,6 +267,51 @@ static void on_tick(void *user)
 
 /* ---- metrics ---- */
 
+static void light(struct mr_controller *c, struct mr_gauge *g, double v)
+{
+	if (!g)
+		return;
+	if (c->nlit == c->caplit) {
+		size_t cap = c->caplit ? 2 * c->caplit : 16;
+		struct mr_gauge **n = realloc(c->lit, cap * sizeof(*n));
+
+		if (!n)
+			return; /* not remembered: stays set until the next change */
+		c->lit = n;
+		c->caplit = cap;
+	}
+	mr_gauge_set(g, v);
+	c->lit[c->nlit++] = g;
+}
+
+/* Per job: stuck (with the culprit's group and rank), stragglers (each
+ * listed one with its ratio), seconds without progress, median busy time.
+ * Series of an earlier collect drop to 0 before the current ones are set. */
+static void collect_diag(struct mr_controller *c, const struct ctl_job *job)
+{
+	const struct ctl_jdiag *d = job->diag;
+	char rank[16];
+
+	if (!d || job->state != CTL_JOB_RUNNING)
+		return;
+	if (d->stuck_ms) {
+		snprintf(rank, sizeof(rank), "%d", d->stuck_rank);
+		light(c, mr_metric_gauge_child(c->f_stuck, job->name, d->stuck_group,
+					       d->stuck_rank >= 0 ? rank : ""), 1.0);
+	}
+	light(c, mr_metric_gauge_child(c->f_stragglers, job->name), (double)d->nstragglers);
+	for (uint32_t i = 0; i < d->nlisted; i++) {
+		snprintf(rank, sizeof(rank), "%d", d->strag[i].rank);
+		light(c, mr_metric_gauge_child(c->f_straggler, job->name, rank,
+					       d->strag[i].m->node_id),
+		      d->strag[i].median_ms > 0 ? d->strag[i].busy_ms / d->strag[i].median_ms : 0.0);
+	}
+	if (d->progress_ms)
+		light(c, mr_metric_gauge_child(c->f_stalled, job->name),
+		      (double)(c->ctl.now_ms - d->progress_ms) / 1e3);
+	light(c, mr_metric_gauge_child(c->f_median, job->name), d->median_ms / 1e3);
+}
+
 static void collect(struct mr_metrics *reg, void *user)
 {
 	struct mr_controller *c = user;
@@ -276,9 +321,13 @@ static void collect(struct mr_metrics *reg, void *user)
 	void *v;
 
 	(void)reg;
+	for (size_t i = 0; i < c->nlit; i++)
+		mr_gauge_set(c->lit[i], 0.0);
+	c->nlit = 0;
 	while (mr_dict_next(&ctl->jobs, &cur, NULL, &v)) {
 		struct ctl_job *job = v;
 
+		collect_diag(c, job);
 		for (int s = 0; s < CTL_M_NSTATES; s++)
 			by_state[s] += job->count[s];
 		mr_gauge_set(mr_metric_gauge_child(c->f_generation, job->name),
@@ -298,6 +347,8 @@ static void collect(struct mr_metrics *reg, void *user)
 	mr_counter_add(c->c_joins, (double)(ctl->stats.joins - c->reported.joins));
 	mr_counter_add(c->c_dead, (double)(ctl->stats.dead - c->reported.dead));
 	mr_counter_add(c->c_bumps, (double)(ctl->stats.bumps - c->reported.bumps));
+	mr_counter_add(c->c_hangs, (double)(ctl->stats.hangs - c->reported.hangs));
+	mr_counter_add(c->c_strag_total, (double)(ctl->stats.stragglers - c->reported.stragglers));
 	c->reported = ctl->stats;
 }
 
@@ -339,6 +390,24 @@ static int setup_metrics(struct mr_controller *c)
 	c->c_compactions = mr_metric_counter_child(mr_metrics_counter(r,
 		"meshrun_controller_journal_compactions_total",
 		"Compactions of the journal while running (a fresh snapshot replaced it).",
+		NULL));
+	c->f_stuck = mr_metrics_gauge(r, "meshrun_job_stuck",
+		"1 while a running job is stuck (no progress past its hang timeout), with "
+		"the group and rank the diagnosis names first.", "job,group,rank");
+	c->f_stragglers = mr_metrics_gauge(r, "meshrun_job_stragglers",
+		"Ranks of a running job flagged as stragglers.", "job");
+	c->f_straggler = mr_metrics_gauge(r, "meshrun_job_straggler_ratio",
+		"A flagged straggler's busy time per step over the job's median.",
+		"job,rank,node");
+	c->f_stalled = mr_metrics_gauge(r, "meshrun_job_progress_age_seconds",
+		"Seconds since any rank of a running job made progress.", "job");
+	c->f_median = mr_metrics_gauge(r, "meshrun_job_busy_median_seconds",
+		"Median busy time per step (step time minus communication wait) of the "
+		"job's ranks.", "job");
+	c->c_hangs = mr_metric_counter_child(mr_metrics_counter(r,
+		"meshrun_controller_hangs_total", "Hangs reported (job_stuck events).", NULL));
+	c->c_strag_total = mr_metric_counter_child(mr_metrics_counter(r,
+		"meshrun_controller_stragglers_total", "Stragglers flagged (straggler events).",
 		NULL));
 	return mr_metrics_on_collect(r, collect, c);
 }
@@ -384,6 +453,8 @@ int mr_controller_start(struct mr_controller **out, const struct mr_controller_o
 	lim.defaults.last_call_ms = (int32_t)o->last_call_ms;
 	lim.defaults.heartbeat_timeout_ms = (int32_t)o->heartbeat_timeout_ms;
 	lim.defaults.max_restarts = o->max_restarts;
+	lim.defaults.hang_timeout_ms = (int32_t)o->hang_timeout_ms;
+	lim.defaults.straggler_pct = (int32_t)(o->straggler_factor * 100.0 + 0.5);
 	mr__ctl_init(&c->ctl, &lim);
 	c->ctl.wake = on_wake;
 	c->ctl.user = c;
@@ -474,6 +545,7 @@ void mr_controller_stop(struct mr_controller *c)
 	mr__ctl_release(&c->ctl);
 	mr__ctl_journal_close(&c->ctl); /* releases the data dir's lock last */
 	mr_metrics_free(c->reg);
+	free(c->lit);
 	pthread_mutex_destroy(&c->post_mu);
 	free(c);
 }

@@ -17,7 +17,8 @@
 
 enum ctl_route {
 	RT_HEALTHZ, RT_READYZ, RT_METRICS, RT_JOBS, RT_JOB, RT_JOIN, RT_WAIT, RT_HEARTBEAT,
-	RT_LEAVE, RT_FAIL, RT_COMPLETE, RT_KV_LIST, RT_KV, RT_KV_ADD, RT_OTHER, RT_COUNT
+	RT_LEAVE, RT_FAIL, RT_COMPLETE, RT_DIAGNOSIS, RT_KV_LIST, RT_KV, RT_KV_ADD, RT_OTHER,
+	RT_COUNT
 };
 
 #define CTL_NSTATUS 16
@@ -71,6 +72,12 @@ struct mr_controller {
 	struct mr_counter *c_rounds, *c_joins, *c_dead, *c_bumps;
 	struct mr_gauge *g_jobs, *g_kv_bytes, *g_waiters, *g_journal;
 	struct mr_counter *c_compactions;
+	/* hang diagnosis and stragglers: the gauges set last time, zeroed
+	 * first at the next collect (children cannot be removed) */
+	struct mr_metric_family *f_stuck, *f_stragglers, *f_straggler, *f_stalled, *f_median;
+	struct mr_counter *c_hangs, *c_strag_total;
+	struct mr_gauge **lit;
+	size_t nlit, caplit;
 	struct ctl_stats reported;
 	uint64_t reported_compactions;
 };

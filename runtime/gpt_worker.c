@@ -174,6 +174,36 @@ static int save_weights(struct gw *w, struct mr_errbuf *eb)
 	return rc;
 }
 
+/* Seconds blocked in communication so far, every group of the rank. */
+static double comm_wait(const struct gw *w)
+{
+	double s = 0.0;
+
+	if (atomic_load(&w->groups_ready))
+		mr_groups_progress(&w->groups, NULL, 0, &s);
+	return s;
+}
+
+/* Testing and debugging (mr_gpt_worker.h): debug_slow_* sleeps in every
+ * step of one rank (a straggler); debug_stall_* stops one rank at the start
+ * of a step, calling no collective, until the worker is aborted (a hung
+ * rank, for hang diagnosis). */
+static int debug_hooks(struct gw *w, long step, struct mr_errbuf *eb)
+{
+	int stall = w->rank == w->stall_rank && step == w->stall_step;
+	long left = w->rank == w->slow_rank ? w->slow_ms : 0;
+
+	if (stall)
+		mr_log_warn("debug_stall", "rank=%d step=%ld", w->rank, step);
+	while ((stall || left > 0) && !atomic_load(&w->aborted)) {
+		usleep(10000);
+		left -= 10;
+	}
+	if (atomic_load(&w->aborted))
+		return mr_errf(eb, MR_EABORTED, "gpt worker aborted at step %ld", step);
+	return 0;
+}
+
 static int gw_step(void *state, struct mr_worker_stats *st, struct mr_errbuf *eb)
 {
 	struct gw *w = state;
@@ -181,14 +211,18 @@ static int gw_step(void *state, struct mr_worker_stats *st, struct mr_errbuf *eb
 	struct mr_step_result r;
 	size_t N = (size_t)w->B * w->T;
 	long step = w->step;
-	double t0, dt;
+	double t0, dt, wait0;
 	int a, rc, k;
 
 	if (atomic_load(&w->aborted))
 		return mr_errf(eb, MR_EABORTED, "gpt worker aborted at step %ld", step);
 	if (step >= w->steps)
 		return MR_WORKER_DONE;
+	atomic_store_explicit(&w->progress_step, step, memory_order_relaxed);
 	t0 = mr__gw_now();
+	wait0 = comm_wait(w);
+	if ((rc = debug_hooks(w, step, eb)) < 0)
+		return rc;
 	for (a = 0; a < w->accum; a++) {
 		/* micro-batch j = dp_rank * accum + a of the step's dp * accum */
 		uint64_t j = ((uint64_t)step * w->dp_size + w->dp_rank) * w->accum + a;
@@ -210,6 +244,7 @@ static int gw_step(void *state, struct mr_worker_stats *st, struct mr_errbuf *eb
 	if (rc < 0)
 		return rc;
 	w->step++;
+	atomic_store_explicit(&w->progress_step, w->step, memory_order_relaxed);
 	dt = mr__gw_now() - t0;
 	w->tokens += (int64_t)(N * w->accum);
 	memset(st, 0, sizeof(*st));
@@ -233,11 +268,7 @@ static int gw_step(void *state, struct mr_worker_stats *st, struct mr_errbuf *eb
 	else
 		for (k = 0; k < MR_MEM_KINDS; k++)
 			st->mem_bytes[k] = m->mem.bytes[k];
-	if (w->step_drv.dp) {
-		struct mr_dp_stats ds;
-		mr_dp_stats(w->step_drv.dp, &ds);
-		st->comm_wait_s = ds.comm_wait_s;
-	}
+	st->comm_wait_s = comm_wait(w) - wait0;
 	if (w->eval_every > 0 && (st->step % w->eval_every == 0 || st->step == w->steps)) {
 		st->val_loss = eval_loss(w, eb, &rc);
 		if (rc < 0)
@@ -263,10 +294,26 @@ static void gw_abort(void *state)
 		mr_groups_abort(&w->groups);
 }
 
+/* Another thread's view while step() runs: atomics and communicators
+ * that live as long as the worker. */
+static void gw_progress(void *state, struct mr_worker_progress *out)
+{
+	struct gw *w = state;
+
+	memset(out, 0, sizeof(*out));
+	out->step = atomic_load_explicit(&w->progress_step, memory_order_relaxed);
+	out->micro = w->have_model ? atomic_load_explicit(&w->step_drv.micro, memory_order_relaxed)
+				   : -1;
+	if (atomic_load(&w->groups_ready))
+		out->ngroups = mr_groups_progress(&w->groups, out->group, MR_WORKER_PROGRESS_GROUPS,
+						  &out->comm_wait_s);
+}
+
 const struct mr_worker_ops mr_gpt_worker = {
 	.name = "gpt",
 	.create = gw_create,
 	.step = gw_step,
 	.abort = gw_abort,
 	.destroy = gw_destroy,
+	.progress = gw_progress,
 };

@@ -18,7 +18,8 @@ static const char *const keys[] = {
 	"weight_decay", "grad_clip", "seed", "threads", "peak_flops", "eval_every",
 	"eval_batches", "train_data", "val_data", "sequence_parallel", "zero", "hsdp_shard",
 	"comm_timeout_ms", "loss_log", "save_weights", "bucket_mb", "overlap_grad_reduce",
-	"device", NULL,
+	"device", "debug_stall_rank", "debug_stall_step", "debug_slow_rank", "debug_slow_ms",
+	NULL,
 };
 
 
@@ -82,7 +83,11 @@ int mr__gw_parse(const json_t *c, struct mr_gpt_config *mc, struct mr_adamw_conf
 	    (rc = geti(c, "zero", 0, 3, 0, &w->zero, eb)) < 0 ||
 	    (rc = geti(c, "hsdp_shard", 0, 1 << 20, 0, &w->hsdp_shard, eb)) < 0 ||
 	    (rc = geti(c, "comm_timeout_ms", 100, 1 << 30, 60000, &tmo, eb)) < 0 ||
-	    (rc = getf(c, "bucket_mb", 0.001, 4096, 1, &w->bucket_mb, eb)) < 0)
+	    (rc = getf(c, "bucket_mb", 0.001, 4096, 1, &w->bucket_mb, eb)) < 0 ||
+	    (rc = geti(c, "debug_stall_rank", -1, 1 << 30, -1, &w->stall_rank, eb)) < 0 ||
+	    (rc = geti(c, "debug_stall_step", 0, 1 << 30, 0, &w->stall_step, eb)) < 0 ||
+	    (rc = geti(c, "debug_slow_rank", -1, 1 << 30, -1, &w->slow_rank, eb)) < 0 ||
+	    (rc = geti(c, "debug_slow_ms", 0, 3600000, 0, &w->slow_ms, eb)) < 0)
 		return rc;
 	w->comm_timeout_ms = tmo;
 	w->sp = 0;

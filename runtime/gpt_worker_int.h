@@ -40,6 +40,9 @@ struct gw {
 	int have_train, have_val;
 	int64_t tokens;
 	long step;              /* optimizer steps completed */
+	_Atomic int64_t progress_step; /* the step being run, for progress reports */
+	int stall_rank, stall_step; /* debug_stall_*: -1 = off */
+	int slow_rank, slow_ms;     /* debug_slow_*: -1 = off */
 	atomic_int aborted;
 };
 

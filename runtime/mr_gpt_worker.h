@@ -33,6 +33,13 @@
  *   output  loss_log: rank 0 writes "step loss aux_loss grad_norm lr" per
  *           step; save_weights: the gathered model at the end, as a
  *           weights file (model/mr_weights.h)
+ *   debug   for testing hang diagnosis and straggler detection on purpose
+ *           (docs/DIAGNOSIS.md); never set them in a real job:
+ *           debug_stall_rank -1, debug_stall_step 0: that rank stops at
+ *           the start of that step - no collective, no progress - until
+ *           the worker is aborted, as a hung rank would (a "debug_stall"
+ *           warning is logged); debug_slow_rank -1, debug_slow_ms 0: that
+ *           rank sleeps so long in every step (a straggler)
  *
  * Bad input (unknown key, out-of-range value, tp not dividing the heads,
  * sequence parallel with a seq_len tp does not divide, hsdp_shard not

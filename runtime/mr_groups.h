@@ -57,6 +57,16 @@ int mr_groups_create(struct mr_groups *g, const struct mr_worker_env *env, int h
 		     int sp, long timeout_ms, const _Atomic int *cancel, struct mr_errbuf *eb);
 /* Thread-safe: every pending and future operation fails promptly. */
 void mr_groups_abort(struct mr_groups *g);
+/*
+ * The progress of every distinct communicator of g (groups_progress.c),
+ * at most cap: a communicator shared by several kinds is reported once,
+ * under the most specific kind (tp, cp, dp, pp, ep, edp, then the
+ * composite kinds, world last), so every member names it alike. Thread-
+ * safe while operations run. *wait_s (may be NULL) gets the seconds
+ * blocked on all of them. Returns how many were written.
+ */
+int mr_groups_progress(const struct mr_groups *g, struct mr_worker_group_progress *out, int cap,
+		       double *wait_s);
 void mr_groups_release(struct mr_groups *g);
 
 #endif

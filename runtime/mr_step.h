@@ -30,6 +30,9 @@
 #define MR_STEP_H
 
 #include <stdint.h>
+#ifndef __cplusplus
+#include <stdatomic.h>
+#endif
 
 #include "model/mr_gpt.h"
 #include "optim/mr_adamw.h"
@@ -61,6 +64,10 @@ struct mr_step {
 	struct mr_gpt *m;                  /* borrowed */
 	struct mr_dp *dp;                  /* owned */
 	const struct mr_step_sched *sched; /* mr_sched_sequential after init */
+#ifndef __cplusplus /* CUDA sources use only struct mr_step_result */
+	atomic_int micro;                  /* micro-batch being run, -1 outside the
+					    * schedule (progress reports) */
+#endif
 };
 
 /*

@@ -60,10 +60,42 @@ struct mr_worker_stats {
 	double loss, aux_loss, val_loss; /* val_loss NaN when not evaluated */
 	double grad_norm, lr;
 	double tokens_per_s, step_seconds, mfu;
-	double comm_wait_s;      /* step time blocked on communication not hidden
-				  * behind compute (data parallel), 0 if none */
+	double comm_wait_s;      /* step time blocked on communication (any group:
+				  * what compute did not hide), 0 if none */
 	int64_t tokens;          /* processed so far */
 	size_t mem_bytes[MR_MEM_KINDS];
+};
+
+/*
+ * Progress of a rank for hang diagnosis and straggler detection
+ * (docs/DIAGNOSIS.md): the step and micro-batch it is in and, for each of
+ * its communicators, which group of the mesh it is and the last operation
+ * the rank entered and completed there (runtime/comm/mr_comm.h). Group
+ * kinds are common/mr_mesh.h's enum mr_mesh_group, or one of these for
+ * groups the mesh function does not define. Numbers travel in heartbeats:
+ * append-only.
+ */
+enum {
+	MR_WORKER_GROUP_HSDP_SHARD = 64,   /* id: the group's lowest world rank */
+	MR_WORKER_GROUP_HSDP_REPLICA = 65,
+};
+#define MR_WORKER_PROGRESS_GROUPS 16
+
+struct mr_worker_group_progress {
+	int kind;     /* enum mr_mesh_group or MR_WORKER_GROUP_* */
+	int id;       /* mr_mesh_group_id() of the rank in that kind */
+	int size;     /* members */
+	uint64_t entered, completed; /* operation numbers, 0 = none yet */
+	int entered_op, completed_op; /* enum mr_comm_op */
+	int peer;     /* entered p2p operation: the peer's index in the group, else -1 */
+};
+
+struct mr_worker_progress {
+	int64_t step;        /* the step being run (0-based; = steps done between steps) */
+	int micro;           /* micro-batch being run, -1 outside the micro-batch loop */
+	double comm_wait_s;  /* seconds blocked in communication so far, every group */
+	int ngroups;
+	struct mr_worker_group_progress group[MR_WORKER_PROGRESS_GROUPS];
 };
 
 enum mr_worker_status {
@@ -81,6 +113,9 @@ struct mr_worker_ops {
 	void (*abort)(void *state);
 	/* NULL is a no-op. */
 	void (*destroy)(void *state);
+	/* Optional (NULL: the workload reports none). Fills out; called from
+	 * another thread while step() runs, so it only reads (atomics). */
+	void (*progress)(void *state, struct mr_worker_progress *out);
 };
 
 #endif

@@ -17,6 +17,7 @@ static int sequential_run(struct mr_step *s, const int *inputs, const int *targe
 	int i, rc;
 
 	for (i = 0; i < accum; i++) {
+		atomic_store_explicit(&s->micro, i, memory_order_relaxed);
 		mr_dp_micro_batch(s->dp, i == accum - 1);
 		rc = mr_gpt_forward(m, inputs + i * N, targets + i * N, eb);
 		if (rc < 0)
@@ -30,6 +31,7 @@ static int sequential_run(struct mr_step *s, const int *inputs, const int *targe
 			return mr_errf(eb, rc, "backward pass failed at step %ld: %s",
 				       mr_dp_steps(s->dp), mr_strerror(rc));
 	}
+	atomic_store_explicit(&s->micro, -1, memory_order_relaxed);
 	return 0;
 }
 
@@ -43,6 +45,7 @@ int mr_step_init(struct mr_step *s, struct mr_gpt *m, const struct mr_adamw_conf
 	struct mr_dp_comms one = { NULL, NULL, m->tp.comm };
 
 	memset(s, 0, sizeof(*s));
+	atomic_init(&s->micro, -1);
 	s->m = m;
 	s->sched = &mr_sched_sequential;
 	return mr_dp_create(&s->dp, m, oc, dc ? dc : &ddp, c ? c : &one, seed, eb);

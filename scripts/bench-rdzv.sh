@@ -6,6 +6,8 @@
 #   scripts/bench-rdzv.sh [BUILD]        (make bench-rdzv)
 #   RDZV_NS="1000 10000" scripts/bench-rdzv.sh build
 #   RDZV_CTL_ARGS="--no-fsync" scripts/bench-rdzv.sh build   (extra controller flags)
+#   RDZV_PROGRESS=1 scripts/bench-rdzv.sh build   (heartbeats carry hang-diagnosis
+#                                                  progress; one diagnosis is timed)
 #
 # Targets (2-core machine): 10,000 agents in <= 3 s; 100,000 in <= 30 s;
 # controller RSS <= 50 MiB + 4 KiB/member while all wait and <= 50 MiB +
@@ -15,7 +17,7 @@
 # so); otherwise it skips the 100,000 run. Where even root cannot raise the
 # hard fd limit (a container without CAP_SYS_RESOURCE), bench/rdzv shares
 # connections between agents and says how many rode on one.
-# Each run's full output is kept in $BUILD/bench/rdzv-N.log.
+# Each run's full output is kept in $BUILD/bench/rdzv-N.log (rdzv-N-progress.log).
 # Exit status: 1 when a run failed (a wrong reply, a crash, a timeout); a
 # missed target is printed but only fails with RDZV_STRICT=1 (exit 3), so
 # that `make bench` goes on to the other benchmarks.
@@ -27,6 +29,12 @@ bench="$build/bench/rdzv"
 ctl="$build/meshrun-controller"
 ns=${RDZV_NS:-"1000 10000 100000"}
 read -r -a ctl_args <<<"${RDZV_CTL_ARGS:-}"
+bench_args=()
+suffix=""
+if [ "${RDZV_PROGRESS:-0}" = 1 ]; then
+	bench_args=(--progress)
+	suffix="-progress"
+fi
 
 for f in "$bench" "$ctl"; do
 	[ -x "$f" ] || { echo "bench-rdzv: '$f' is missing: run make BUILD=$build" >&2; exit 1; }
@@ -72,10 +80,10 @@ check() {
 fails=0 misses=0
 s10k="" s100k=""
 for n in $ns; do
-	log="$build/bench/rdzv-$n.log"
-	echo "bench-rdzv: N=$n"
-	if ! "$bench" --controller-bin "$ctl" --n "$n" --timeout 180 -- "${ctl_args[@]}" \
-		>"$log" 2>&1; then
+	log="$build/bench/rdzv-$n$suffix.log"
+	echo "bench-rdzv: N=$n${suffix:+ (progress in heartbeats)}"
+	if ! "$bench" --controller-bin "$ctl" --n "$n" --timeout 180 "${bench_args[@]}" \
+		-- "${ctl_args[@]}" >"$log" 2>&1; then
 		cat "$log"
 		echo "bench-rdzv: FAIL N=$n (correctness or run failure, log: $log)"
 		fails=$((fails + 1))

@@ -1,6 +1,7 @@
 /*
  * comm.c - communicator front end: argument checks, backend dispatch,
- * blocking wrappers and the host id.
+ * blocking wrappers, progress (entered / completed operation, time
+ * blocked) and the host id.
  *
  * Non-goals: moving bytes (host_*.c, nccl.c do that).
  */
@@ -11,6 +12,14 @@
 #include <unistd.h>
 
 #include "comm_int.h"
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 long long mr__now_ms(void)
 {
@@ -75,10 +84,106 @@ int mr_comm_host_id(char *buf, size_t cap)
 	return (w < 0 || (size_t)w >= cap) ? MR_ERANGE : 0;
 }
 
+/* ---- progress ---- */
+
+static const char *const op_names[MR_COMM_OP__COUNT] = {
+	[MR_COMM_OP_NONE] = "none",
+	[MR_COMM_OP_ALLREDUCE] = "allreduce",
+	[MR_COMM_OP_REDUCE_SCATTER] = "reduce_scatter",
+	[MR_COMM_OP_ALLGATHER] = "allgather",
+	[MR_COMM_OP_ALLTOALL] = "alltoall",
+	[MR_COMM_OP_BROADCAST] = "broadcast",
+	[MR_COMM_OP_SEND] = "send",
+	[MR_COMM_OP_RECV] = "recv",
+	[MR_COMM_OP_SENDRECV] = "sendrecv",
+	[MR_COMM_OP_BARRIER] = "barrier",
+};
+
+const char *mr_comm_op_name(int op)
+{
+	return op >= 0 && op < MR_COMM_OP__COUNT ? op_names[op] : "?";
+}
+
+int mr_comm_op_is_p2p(int op)
+{
+	return op == MR_COMM_OP_SEND || op == MR_COMM_OP_RECV || op == MR_COMM_OP_SENDRECV;
+}
+
+static int public_op(int kind)
+{
+	switch (kind) {
+	case MR__OP_ALLREDUCE: return MR_COMM_OP_ALLREDUCE;
+	case MR__OP_REDUCE_SCATTER: return MR_COMM_OP_REDUCE_SCATTER;
+	case MR__OP_ALLGATHERV: return MR_COMM_OP_ALLGATHER;
+	case MR__OP_ALLTOALLV: return MR_COMM_OP_ALLTOALL;
+	case MR__OP_BROADCAST: return MR_COMM_OP_BROADCAST;
+	case MR__OP_SEND: return MR_COMM_OP_SEND;
+	case MR__OP_RECV: return MR_COMM_OP_RECV;
+	case MR__OP_SENDRECV: return MR_COMM_OP_SENDRECV;
+	case MR__OP_BARRIER: return MR_COMM_OP_BARRIER;
+	default: return MR_COMM_OP_NONE;
+	}
+}
+
+/* A new communicator starts with no operation (a backend may have copied
+ * its parent's counters along with the rest of the template). */
+static void progress_reset(struct mr_comm *c)
+{
+	atomic_store_explicit(&c->entered, 0, memory_order_relaxed);
+	atomic_store_explicit(&c->completed, 0, memory_order_relaxed);
+	atomic_store_explicit(&c->peer, -1, memory_order_relaxed);
+	atomic_store_explicit(&c->wait_ns, 0, memory_order_relaxed);
+}
+
+/* The next operation's tag (number << 8 | kind), recorded as entered.
+ * One thread issues a communicator's operations, so load + store is
+ * enough: no read-modify-write on the hot path. */
+static uint64_t progress_enter(struct mr_comm *c, int kind, int peer)
+{
+	uint64_t seq = (atomic_load_explicit(&c->entered, memory_order_relaxed) >> 8) + 1;
+	uint64_t tag = seq << 8 | (uint64_t)public_op(kind);
+
+	atomic_store_explicit(&c->peer, peer, memory_order_relaxed);
+	atomic_store_explicit(&c->entered, tag, memory_order_release);
+	return tag;
+}
+
+/* Operations of one communicator finish in issue order: the highest tag
+ * seen finished is the last completed one. */
+static void progress_done(struct mr_comm *c, uint64_t tag)
+{
+	if (tag > atomic_load_explicit(&c->completed, memory_order_relaxed))
+		atomic_store_explicit(&c->completed, tag, memory_order_release);
+}
+
+static void progress_wait(struct mr_comm *c, uint64_t t0)
+{
+	atomic_store_explicit(&c->wait_ns,
+			      atomic_load_explicit(&c->wait_ns, memory_order_relaxed) +
+				      (now_ns() - t0),
+			      memory_order_relaxed);
+}
+
+void mr_comm_progress(const struct mr_comm *c, struct mr_comm_progress *p)
+{
+	uint64_t e = atomic_load_explicit(&c->entered, memory_order_acquire);
+	uint64_t d = atomic_load_explicit(&c->completed, memory_order_acquire);
+
+	p->entered = e >> 8;
+	p->entered_op = (int)(e & 0xff);
+	p->completed = d >> 8;
+	p->completed_op = (int)(d & 0xff);
+	p->peer = mr_comm_op_is_p2p(p->entered_op)
+			  ? atomic_load_explicit(&c->peer, memory_order_relaxed)
+			  : -1;
+	p->wait_s = (double)atomic_load_explicit(&c->wait_ns, memory_order_relaxed) * 1e-9;
+}
+
 int mr_comm_init(struct mr_comm **out, const struct mr_comm_config *cfg,
 		 struct mr_errbuf *eb)
 {
 	const char *be = cfg->backend ? cfg->backend : "host";
+	int rc;
 
 	*out = NULL;
 	if (cfg->world_size < 1 || cfg->rank < 0 || cfg->rank >= cfg->world_size)
@@ -89,16 +194,20 @@ int mr_comm_init(struct mr_comm **out, const struct mr_comm_config *cfg,
 	if (!cfg->kv && cfg->world_size > 1)
 		return mr_errf_field(eb, MR_EINVAL, "kv", "bootstrap kv missing");
 	if (!strcmp(be, "host"))
-		return mr__host_init(out, cfg, cfg->kv, eb);
-	if (!strcmp(be, "nccl"))
-		return mr__nccl_init(out, cfg, cfg->kv, eb);
-	return mr_errf_field(eb, MR_EINVAL, "backend", "unknown backend '%s'", be);
+		rc = mr__host_init(out, cfg, cfg->kv, eb);
+	else if (!strcmp(be, "nccl"))
+		rc = mr__nccl_init(out, cfg, cfg->kv, eb);
+	else
+		return mr_errf_field(eb, MR_EINVAL, "backend", "unknown backend '%s'", be);
+	if (rc == 0)
+		progress_reset(*out);
+	return rc;
 }
 
 int mr_comm_split(struct mr_comm *c, const int *ranks, int n, const char *name,
 		  struct mr_comm **out, struct mr_errbuf *eb)
 {
-	int me = -1;
+	int me = -1, rc;
 
 	*out = NULL;
 	if (n < 1 || n > c->size)
@@ -116,7 +225,10 @@ int mr_comm_split(struct mr_comm *c, const int *ranks, int n, const char *name,
 		return mr_errf(eb, MR_EINVAL, "rank %d is not in the group", c->rank);
 	if (name && strlen(name) > 24)
 		return mr_errf(eb, MR_EINVAL, "group name '%s' too long", name);
-	return c->ops->split(c, ranks, n, name, out, eb);
+	rc = c->ops->split(c, ranks, n, name, out, eb);
+	if (rc == 0)
+		progress_reset(*out);
+	return rc;
 }
 
 int mr_comm_rank(const struct mr_comm *c) { return c->rank; }
@@ -173,6 +285,7 @@ static int start(struct mr_comm *c, int kind, const void *sbuf, void *rbuf, size
 		 const size_t *sd, const size_t *rc, const size_t *rd, struct mr_comm_req **req)
 {
 	struct mr__comm_op *op;
+	uint64_t ptag;
 	int err = 0;
 
 	if (req)
@@ -199,20 +312,31 @@ static int start(struct mr_comm *c, int kind, const void *sbuf, void *rbuf, size
 		mr__op_free(op);
 		return err;
 	}
+	ptag = progress_enter(c, kind, kind == MR__OP_SENDRECV ? src : is_p2p_kind(kind) ? peer : -1);
 	if (!req) {
 		/* blocking: run in this thread when the queue is idle */
+		uint64_t t0 = now_ns();
 		struct mr_comm_req *r;
-		int rc;
+		int rc = 1;
 
-		if (c->ops->run_now && kind != MR__OP_SEND && kind != MR__OP_RECV) {
+		if (c->ops->run_now && kind != MR__OP_SEND && kind != MR__OP_RECV)
 			rc = c->ops->run_now(c, op);
-			if (rc != 1)
-				return rc;
+		if (rc == 1) {
+			rc = c->ops->start(c, op, &r);
+			if (rc == 0)
+				rc = c->ops->wait(r);
 		}
-		rc = c->ops->start(c, op, &r);
-		return rc < 0 ? rc : mr_comm_wait(r);
+		/* failed or not, the rank is out of the operation */
+		progress_done(c, ptag);
+		progress_wait(c, t0);
+		return rc;
 	}
-	return c->ops->start(c, op, req);
+	err = c->ops->start(c, op, req);
+	if (err == 0)
+		(*req)->tag = ptag;
+	else
+		progress_done(c, ptag); /* never started: nothing to wait for */
+	return err;
 }
 
 int mr_comm_iallreduce(struct mr_comm *c, const void *sbuf, void *rbuf, size_t count,
@@ -325,12 +449,22 @@ int mr_comm_ibarrier(struct mr_comm *c, struct mr_comm_req **req)
 
 int mr_comm_test(struct mr_comm_req *req, int *done)
 {
-	return req->comm->ops->test(req, done);
+	int rc = req->comm->ops->test(req, done);
+
+	if (*done)
+		progress_done(req->comm, req->tag);
+	return rc;
 }
 
 int mr_comm_wait(struct mr_comm_req *req)
 {
-	return req->comm->ops->wait(req);
+	struct mr_comm *c = req->comm;
+	uint64_t tag = req->tag, t0 = now_ns();
+	int rc = c->ops->wait(req); /* frees req */
+
+	progress_done(c, tag);
+	progress_wait(c, t0);
+	return rc;
 }
 
 /* A NULL request pointer means "blocking" inside this file. */

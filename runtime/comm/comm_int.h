@@ -10,6 +10,7 @@
 #ifndef MR_COMM_INT_H
 #define MR_COMM_INT_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "mr_comm.h"
@@ -64,10 +65,19 @@ struct mr_comm {
 	int transport, device;
 	unsigned nsplit; /* counter for unnamed splits */
 	const _Atomic int *cancel; /* bootstrap cancel flag, may be NULL */
+	/* progress (comm.c): number << 8 | enum mr_comm_op, written by the
+	 * issuing thread with relaxed stores; a backend that copies a
+	 * template communicator gets them reset by the front end */
+	_Atomic uint64_t entered, completed;
+	_Atomic int peer;          /* of the entered operation, -1 */
+	_Atomic uint64_t wait_ns;  /* blocked in blocking forms and mr_comm_wait */
 };
 
+/* The front end tags a request with its operation (number << 8 | kind)
+ * after the backend's start(); backends leave the tag alone. */
 struct mr_comm_req {
 	struct mr_comm *comm;
+	uint64_t tag;
 };
 
 void mr__op_free(struct mr__comm_op *op);

@@ -35,6 +35,17 @@
  * flight except through abort. The KV in the config is borrowed and only
  * used inside init and split.
  *
+ * Progress (hang diagnosis): every operation takes the next sequence
+ * number of its communicator (1, 2, ...) when it is started, and the
+ * communicator remembers the last one started ("entered": number, kind,
+ * p2p peer) and the last one finished ("completed": the blocking form
+ * returned, or mr_comm_wait/mr_comm_test saw it done). That costs a few
+ * relaxed atomic stores per operation; mr_comm_progress() reads them from
+ * any thread. Ranks of one communicator issue the same collectives in the
+ * same order, so their numbers line up: a rank whose "entered" stays below
+ * the others' is the one they wait for. Time spent blocked (blocking forms,
+ * mr_comm_wait) is summed per communicator for the step-time breakdown.
+ *
  * Non-goals: reductions other than sum/avg/max, MPI-style wildcards
  * (any-source/any-tag), message-size negotiation (recv count must match).
  */
@@ -88,6 +99,38 @@ struct mr_comm_config {
 struct mr_comm;
 struct mr_comm_req;
 
+/* Kinds of operation, as progress reports them. Append-only: the numbers
+ * travel in heartbeats (docs/API.md). */
+enum mr_comm_op {
+	MR_COMM_OP_NONE = 0,
+	MR_COMM_OP_ALLREDUCE = 1,
+	MR_COMM_OP_REDUCE_SCATTER = 2,
+	MR_COMM_OP_ALLGATHER = 3, /* and allgatherv */
+	MR_COMM_OP_ALLTOALL = 4,  /* and alltoallv */
+	MR_COMM_OP_BROADCAST = 5,
+	MR_COMM_OP_SEND = 6,
+	MR_COMM_OP_RECV = 7,
+	MR_COMM_OP_SENDRECV = 8,
+	MR_COMM_OP_BARRIER = 9,
+	MR_COMM_OP__COUNT
+};
+
+/* "allreduce", "reduce_scatter", ..., "none"; "?" when unknown. */
+const char *mr_comm_op_name(int op);
+/* 1 for send, recv and sendrecv. */
+int mr_comm_op_is_p2p(int op);
+
+/* A communicator's progress (see the header). A sequence number of 0
+ * means "none yet". */
+struct mr_comm_progress {
+	uint64_t entered;   /* number of the last operation started */
+	uint64_t completed; /* number of the last operation finished */
+	int entered_op, completed_op; /* enum mr_comm_op */
+	int peer;           /* entered p2p: the peer (recv and sendrecv: the
+			     * rank received from; send: sent to), else -1 */
+	double wait_s;      /* seconds callers spent blocked on it, in total */
+};
+
 /*
  * Registered buffers (host backend): memory from mr_comm_mem_alloc() is
  * read directly by shared-memory peers in other processes, so a large
@@ -121,6 +164,10 @@ int mr_comm_rank(const struct mr_comm *c);
 int mr_comm_size(const struct mr_comm *c);
 const char *mr_comm_backend(const struct mr_comm *c);
 void mr_comm_set_timeout(struct mr_comm *c, long timeout_ms);
+/* Thread-safe (relaxed atomic loads): may run while another thread has
+ * an operation in flight. The peer may belong to a newer operation than
+ * the number while the rank is progressing; a stuck rank's view is exact. */
+void mr_comm_progress(const struct mr_comm *c, struct mr_comm_progress *p);
 /* Thread-safe, idempotent, async-signal-unsafe. */
 void mr_comm_abort(struct mr_comm *c);
 void mr_comm_free(struct mr_comm *c);

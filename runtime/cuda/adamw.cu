@@ -110,6 +110,46 @@ extern "C" int mr_cuda_grad_sumsq(struct mr_cuda *cu, const float *g, size_t n,
 	return 0;
 }
 
+/* out[i] = sum of range i's NORM_BLOCKS partials, in double. */
+__global__ void sumsq_ranges_final_kernel(double *out, const float *part, int k)
+{
+	int i = blockIdx.x * blockDim.x + threadIdx.x;
+	double s = 0.0;
+
+	if (i >= k)
+		return;
+	for (int j = 0; j < NORM_BLOCKS; j++)
+		s += (double)part[(size_t)i * NORM_BLOCKS + j];
+	out[i] = s;
+}
+
+extern "C" int mr_cuda_grad_sumsq_ranges(struct mr_cuda *cu, const float *g, const size_t *off,
+					 const size_t *n, int k, double *out_host)
+{
+	size_t pbytes = (size_t)k * NORM_BLOCKS * sizeof(float);
+	float *part;
+	double *out;
+	int i, rc;
+
+	if (k <= 0)
+		return k < 0 ? mr__cuda_inval(cu, "grad_sumsq_ranges") : 0;
+	pbytes = (pbytes + 7) & ~(size_t)7; /* the doubles after the partials */
+	rc = mr__cuda_scratch(cu, pbytes + (size_t)k * sizeof(double), &part);
+	if (rc)
+		return rc;
+	out = (double *)(void *)((char *)part + pbytes);
+	/* an empty range launches its blocks too: their partials are 0 */
+	for (i = 0; i < k; i++)
+		sumsq_partial_kernel<<<NORM_BLOCKS, MR__CU_THREADS, 0, cu->stream>>>(
+			part + (size_t)i * NORM_BLOCKS, g + off[i], n[i]);
+	sumsq_ranges_final_kernel<<<(unsigned int)((k + MR__CU_THREADS - 1) / MR__CU_THREADS),
+				    MR__CU_THREADS, 0, cu->stream>>>(out, part, k);
+	rc = mr__cuda_launched(cu, "grad_sumsq_ranges");
+	if (rc)
+		return rc;
+	return mr_cuda_download(cu, out_host, out, (size_t)k * sizeof(double));
+}
+
 __global__ void scale_kernel(float *g, size_t n, float f)
 {
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;

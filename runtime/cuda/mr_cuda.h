@@ -319,6 +319,13 @@ int mr_cuda_adamw_step(struct mr_cuda *cu, float *p, void *pc, const float *g, f
 /* *sumsq_host = sum of g^2, two passes (fixed 512 partials, then one block
  * in double): deterministic. Synchronous. Twin: mr_grad_sumsq. */
 int mr_cuda_grad_sumsq(struct mr_cuda *cu, const float *g, size_t n, double *sumsq_host);
+/* out_host[i] = sum of g[off[i] .. off[i] + n[i])^2 for k ranges
+ * (offsets and lengths on the host; a range may be empty): each range
+ * through the same fixed 512 partials, then one thread per range in
+ * double, one read back for all. Deterministic. Synchronous. Twin:
+ * mr_grad_sumsq of each range. */
+int mr_cuda_grad_sumsq_ranges(struct mr_cuda *cu, const float *g, const size_t *off,
+			      const size_t *n, int k, double *out_host);
 /* g *= scale. */
 int mr_cuda_scale(struct mr_cuda *cu, float *g, size_t n, float scale);
 

@@ -295,48 +295,113 @@ static int cpu_moe_bwd(struct mr_dev *d, const struct mr_moe_shape *s,
 			  CF(ones));
 }
 
+/* Elementwise operations run on the pool in contiguous ranges: each
+ * element sees the same arithmetic on any thread, so results do not depend
+ * on the thread count. */
+#define CPU_GRAIN ((size_t)1 << 15)
+
+struct cpu_adamw_args {
+	struct mr_adamw_config c;
+	const struct mr_dev_adamw *o;
+	float *p, *pc, *m, *v;
+	const float *g;
+};
+
+static void adamw_range(void *ctxp, size_t i0, size_t i1, int tid)
+{
+	const struct cpu_adamw_args *a = ctxp;
+
+	(void)tid;
+	mr_adamw_update_range(&a->c, a->o->t, a->o->lr, a->p + i0, a->g + i0, a->m + i0,
+			      a->v + i0, i1 - i0, a->o->weight_decay > 0.0f);
+	/* the compute copy of an fp32 device is the master itself */
+	if (a->pc && a->pc != a->p)
+		memcpy(a->pc + i0, a->p + i0, (i1 - i0) * sizeof(float));
+}
+
 static int cpu_adamw(struct mr_dev *d, float *p, mr_act *pc, const float *g, float *m, float *v,
 		     size_t n, const struct mr_dev_adamw *o)
 {
-	struct mr_adamw_config c;
+	struct cpu_adamw_args a = { .o = o, .p = p, .pc = F(pc), .m = m, .v = v, .g = g };
 
-	(void)d;
-	memset(&c, 0, sizeof(c));
-	c.beta1 = o->beta1;
-	c.beta2 = o->beta2;
-	c.eps = o->eps;
-	c.weight_decay = o->weight_decay;
-	mr_adamw_update_range(&c, o->t, o->lr, p, g, m, v, n, o->weight_decay > 0.0f);
-	/* the compute copy of an fp32 device is the master itself */
-	if (pc && (void *)pc != (void *)p)
-		memcpy(pc, p, n * sizeof(float));
+	a.c.beta1 = o->beta1;
+	a.c.beta2 = o->beta2;
+	a.c.eps = o->eps;
+	a.c.weight_decay = o->weight_decay;
+	mr_pool_run(d->pool, n, CPU_GRAIN, adamw_range, &a);
 	return 0;
 }
 
-static int cpu_sumsq(struct mr_dev *d, const float *g, size_t n, double *out)
+struct cpu_sumsq_args {
+	const float *g;
+	const size_t *off, *n;
+	double *out;
+	int k;
+};
+
+/* [e0, e1) of the ranges laid end to end: this thread sums every range
+ * that starts there, so the work splits by elements, not by ranges. */
+static void sumsq_range(void *ctxp, size_t e0, size_t e1, int tid)
 {
-	(void)d;
-	*out = mr_grad_sumsq(g, n);
+	const struct cpu_sumsq_args *a = ctxp;
+	size_t at = 0;
+
+	(void)tid;
+	for (int i = 0; i < a->k && at < e1; at += a->n[i], i++)
+		if (at >= e0)
+			a->out[i] = mr_grad_sumsq(a->g + a->off[i], a->n[i]);
+}
+
+/* A range's sum is one sequential loop (mr_grad_sumsq) wherever it runs:
+ * the same value for any thread count. */
+static int cpu_sumsq(struct mr_dev *d, const float *g, const size_t *off, const size_t *n, int k,
+		     double *out)
+{
+	struct cpu_sumsq_args a = { g, off, n, out, k };
+	size_t total = 0;
+
+	for (int i = 0; i < k; i++) {
+		total += n[i];
+		out[i] = 0.0; /* empty ranges start nowhere */
+	}
+	mr_pool_run(d->pool, total, (size_t)1 << 16, sumsq_range, &a);
 	return 0;
+}
+
+struct cpu_axpy_args {
+	float *y;
+	const float *x; /* NULL: y *= s */
+	float s;
+};
+
+static void axpy_range(void *ctxp, size_t i0, size_t i1, int tid)
+{
+	const struct cpu_axpy_args *a = ctxp;
+	float *y = a->y;
+	size_t i;
+
+	(void)tid;
+	if (a->x)
+		for (i = i0; i < i1; i++)
+			y[i] += a->x[i];
+	else
+		for (i = i0; i < i1; i++)
+			y[i] *= a->s;
 }
 
 static int cpu_scale(struct mr_dev *d, float *g, size_t n, float s)
 {
-	size_t i;
+	struct cpu_axpy_args a = { g, NULL, s };
 
-	(void)d;
-	for (i = 0; i < n; i++)
-		g[i] *= s;
+	mr_pool_run(d->pool, n, CPU_GRAIN, axpy_range, &a);
 	return 0;
 }
 
 static int cpu_add_f32(struct mr_dev *d, float *y, const float *x, size_t n)
 {
-	size_t i;
+	struct cpu_axpy_args a = { y, x, 1.0f };
 
-	(void)d;
-	for (i = 0; i < n; i++)
-		y[i] += x[i];
+	mr_pool_run(d->pool, n, CPU_GRAIN, axpy_range, &a);
 	return 0;
 }
 

@@ -424,9 +424,10 @@ static int cuda_adamw(struct mr_dev *d, float *p, mr_act *pc, const float *g, fl
 	return ck(d, mr_cuda_adamw_step(cu_of(d), p, pc, g, m, v, n, &c), "adamw");
 }
 
-static int cuda_sumsq(struct mr_dev *d, const float *g, size_t n, double *out)
+static int cuda_sumsq(struct mr_dev *d, const float *g, const size_t *off, const size_t *n,
+		      int k, double *out)
 {
-	return ck(d, mr_cuda_grad_sumsq(cu_of(d), g, n, out), "sumsq");
+	return ck(d, mr_cuda_grad_sumsq_ranges(cu_of(d), g, off, n, k, out), "sumsq");
 }
 
 static int cuda_scale(struct mr_dev *d, float *g, size_t n, float s)

@@ -157,8 +157,10 @@ struct mr_dev_ops {
 	/* p, g, m, v (n); pc (n, may be NULL) gets p's new compute copy */
 	int (*adamw)(struct mr_dev *d, float *p, mr_act *pc, const float *g, float *m, float *v,
 		     size_t n, const struct mr_dev_adamw *o);
-	/* *out = sum of g^2 in double (synchronous) */
-	int (*sumsq)(struct mr_dev *d, const float *g, size_t n, double *out);
+	/* out[i] = sum of g[off[i] .. off[i]+n[i])^2 in double, each range
+	 * summed in element order, for k ranges (synchronous: out is host) */
+	int (*sumsq)(struct mr_dev *d, const float *g, const size_t *off, const size_t *n, int k,
+		     double *out);
 	/* g *= s */
 	int (*scale)(struct mr_dev *d, float *g, size_t n, float s);
 	/* y += x */

@@ -455,22 +455,19 @@ int mr_gpt_init_tensor(const struct mr_gpt *m, uint64_t seed, int i, float *dst)
 
 int mr_gpt_init_params(struct mr_gpt *m, uint64_t seed)
 {
-	struct mr_dev *d = m->dev;
-	size_t most = 0;
+	size_t mx = 0;
 	float *h;
 	int i, rc = 0;
 
-	/* each tensor through one host buffer, then onto the device */
 	for (i = 0; i < m->ntensors; i++)
-		if (m->tensors[i].n > most)
-			most = m->tensors[i].n;
-	if (!(h = malloc(most * sizeof(float))))
+		if (m->tensors[i].n > mx)
+			mx = m->tensors[i].n;
+	if (!(h = malloc(mx * sizeof(float))))
 		return MR_ENOMEM;
 	for (i = 0; i < m->ntensors && rc == 0; i++) {
 		const struct mr_gpt_tensor *t = &m->tensors[i];
-		rc = mr_gpt_init_tensor(m, seed, i, h);
-		if (rc == 0)
-			rc = d->ops->upload(d, m->params + t->off, h, t->n * sizeof(float));
+		if ((rc = mr_gpt_init_tensor(m, seed, i, h)) == 0)
+			rc = m->dev->ops->upload(m->dev, m->params + t->off, h, t->n * sizeof(float));
 	}
 	free(h);
 	return rc < 0 ? rc : mr_gpt_refresh_compute(m);

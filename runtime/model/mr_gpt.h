@@ -250,11 +250,11 @@ int mr_gpt_check_placement(const struct mr_gpt_config *cfg, int T, const struct 
 void mr_gpt_release(struct mr_gpt *m);
 /* GPT-2 init from (seed, tensor index) streams; see gpt_params.c. The
  * values are those of the single-rank model, sliced for this tp rank,
- * uploaded to the device (and its compute copy refreshed); 0, MR_ENOMEM
- * or the device's error. */
+ * made on the host and uploaded to m->params (and the compute copy
+ * refreshed); 0, MR_ENOMEM or the device's error. */
 int mr_gpt_init_params(struct mr_gpt *m, uint64_t seed);
-/* Initialises tensor i (local slice) into dst (t->n floats); 0 or
- * MR_ENOMEM (a split tensor is generated whole, then sliced). */
+/* Initialises tensor i (local slice) into host memory dst (t->n floats);
+ * 0 or MR_ENOMEM (a split tensor is generated whole, then sliced). */
 int mr_gpt_init_tensor(const struct mr_gpt *m, uint64_t seed, int i, float *dst);
 
 /* The compute copy of table element off: adamw's pc for the range at off;

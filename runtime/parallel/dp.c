@@ -15,6 +15,7 @@ unsigned mr_dp_model_flags(int zero)
 	return zero >= 1 ? MR_GPT_EXT_PARAMS | MR_GPT_EXT_GRADS : 0;
 }
 
+/* Zeroed device memory in the model's ledger, freed by mr_dp_free. */
 static float *dalloc(struct mr_dp *d, int kind, size_t nfloats)
 {
 	struct dp_alloc *a;
@@ -24,7 +25,7 @@ static float *dalloc(struct mr_dp *d, int kind, size_t nfloats)
 	a = &d->al[d->nal];
 	a->bytes = (nfloats ? nfloats : 1) * sizeof(float);
 	a->kind = kind;
-	a->p = mr_mem_alloc(&d->m->mem, (enum mr_mem_kind)kind, a->bytes);
+	a->p = mr_dev_alloc(d->dev, &d->m->mem, (enum mr_mem_kind)kind, a->bytes);
 	if (a->p)
 		d->nal++;
 	return a->p;
@@ -74,7 +75,9 @@ static int segments(struct mr_dp *d)
 
 	d->seg = calloc((size_t)m->ntensors, sizeof(*d->seg));
 	d->part = calloc((size_t)m->ntensors, sizeof(*d->part));
-	if (!d->seg || !d->part)
+	d->cnt_off = calloc((size_t)m->ntensors, sizeof(*d->cnt_off));
+	d->cnt_n = calloc((size_t)m->ntensors, sizeof(*d->cnt_n));
+	if (!d->seg || !d->part || !d->cnt_off || !d->cnt_n)
 		return MR_ENOMEM;
 	for (u = 0; u < d->nunits; u++) {
 		const struct dp_unit *U = &d->u[u];
@@ -95,6 +98,10 @@ static int segments(struct mr_dp *d)
 			s->tensor = i;
 			s->decay = t->decay;
 			s->count = lead && mr_gpt_tp_counts(m, t);
+			if (s->count) {
+				d->cnt_off[d->ncnt] = s->so;
+				d->cnt_n[d->ncnt++] = s->n;
+			}
 			d->nseg++;
 		}
 	}
@@ -160,12 +167,13 @@ static int alloc_slots(struct mr_dp *d, struct dp_slot *sl, int kind, int with_o
 	return 0;
 }
 
-/* Parameters from seed: full (zero < 3) or this rank's shards (zero 3). */
+/* Parameters from seed: full (zero < 3) or this rank's shards (zero 3),
+ * made on the host a unit at a time and uploaded. */
 static int init_params(struct mr_dp *d, uint64_t seed)
 {
 	struct mr_gpt *m = d->m;
 	float *tmp;
-	size_t mx = 0, lo, k;
+	size_t mx = 0, lo, n;
 	int u, i, rc = 0;
 
 	if (d->zero == 0)
@@ -173,22 +181,28 @@ static int init_params(struct mr_dp *d, uint64_t seed)
 	for (u = 0; u < d->nunits; u++)
 		if (d->u[u].n > mx)
 			mx = d->u[u].n;
-	tmp = mr_mem_alloc(&m->mem, MR_MEM_WORKSPACE, mx * sizeof(float));
-	if (!tmp)
+	if (!(tmp = malloc(mx * sizeof(float))))
 		return MR_ENOMEM;
 	for (u = 0; u < d->nunits && rc == 0; u++) {
 		const struct dp_unit *U = &d->u[u];
 		for (i = m->unit_first[u]; i < m->unit_first[u + 1] && rc == 0; i++)
 			rc = mr_gpt_init_tensor(m, seed, i, tmp + (m->tensors[i].off - U->off));
+		if (rc < 0)
+			break;
 		if (d->zero < 3) {
-			memcpy(d->P + U->poff, tmp, U->n * sizeof(float));
+			rc = d->dev->ops->upload(d->dev, d->P + U->poff, tmp, U->n * sizeof(float));
 			continue;
 		}
+		/* the shard's tail past the unit is padding: zero already */
 		lo = (size_t)d->srank * U->sn;
-		for (k = 0; k < U->sn && lo + k < U->n; k++)
-			d->pshard[U->soff + k] = tmp[lo + k];
+		n = lo < U->n ? U->n - lo : 0;
+		if (n > U->sn)
+			n = U->sn;
+		if (n)
+			rc = d->dev->ops->upload(d->dev, d->pshard + U->soff, tmp + lo,
+						 n * sizeof(float));
 	}
-	mr_mem_free(&m->mem, MR_MEM_WORKSPACE, tmp, mx * sizeof(float));
+	free(tmp);
 	return rc;
 }
 
@@ -196,6 +210,9 @@ static int alloc_all(struct mr_dp *d)
 {
 	int u;
 
+	if (!(d->om = dalloc(d, MR_MEM_OPTIM, 2 * d->nshard)))
+		return MR_ENOMEM;
+	d->ov = d->om + d->nshard;
 	if (d->zero == 0)
 		return 0;
 	if (!(d->gshard = dalloc(d, MR_MEM_GRADS, d->nshard)))
@@ -240,6 +257,8 @@ int mr_dp_create(struct mr_dp **out, struct mr_gpt *m, const struct mr_adamw_con
 	if (!d)
 		return mr_errf(eb, MR_ENOMEM, "unable to allocate the data-parallel state");
 	d->m = m;
+	d->dev = m->dev;
+	d->oc = *oc;
 	d->cfg = *cfg;
 	if (!d->cfg.bucket_bytes)
 		d->cfg.bucket_bytes = DP_DEFAULT_BUCKET;
@@ -253,8 +272,7 @@ int mr_dp_create(struct mr_dp **out, struct mr_gpt *m, const struct mr_adamw_con
 	d->W = comm_size(d->c.world);
 	d->dpn = d->S * d->R;
 	if ((rc = layout(d)) < 0 || (rc = segments(d)) < 0 || (rc = buckets(d)) < 0 ||
-	    (rc = alloc_all(d)) < 0 || (rc = mr_adamw_init(&d->o, oc, d->nshard, &m->mem)) < 0 ||
-	    (rc = init_params(d, seed)) < 0) {
+	    (rc = alloc_all(d)) < 0 || (rc = init_params(d, seed)) < 0) {
 		mr_dp_free(d);
 		return mr_errf(eb, rc, "unable to set up data parallelism (zero %d): %s",
 			       cfg->zero, mr_strerror(rc));
@@ -279,14 +297,14 @@ void mr_dp_free(struct mr_dp *d)
 		mr__dp_wait(d, &d->req[i], 0);
 	if (d->m->hooks == &d->hooks)
 		d->m->hooks = NULL;
-	if (d->o.m)
-		mr_adamw_release(&d->o, &d->m->mem);
 	for (i = 0; i < d->nal; i++)
-		mr_mem_free(&d->m->mem, (enum mr_mem_kind)d->al[i].kind, d->al[i].p,
+		mr_dev_free(d->dev, &d->m->mem, (enum mr_mem_kind)d->al[i].kind, d->al[i].p,
 			    d->al[i].bytes);
 	free(d->u);
 	free(d->seg);
 	free(d->part);
+	free(d->cnt_off);
+	free(d->cnt_n);
 	free(d->bucket_of);
 	free(d->bucket_low);
 	free(d->boff);

@@ -54,13 +54,14 @@ int mr__dp_slot_of(const struct mr_dp *d, int u)
 int mr__dp_gather_unit(struct mr_dp *d, int u, float *dst, struct mr_comm_req **req)
 {
 	const struct dp_unit *U = &d->u[u];
+	int rc;
 
 	*req = NULL;
 	d->st.param_colls++;
-	if (d->S == 1) {
-		memcpy(dst, d->pshard + U->soff, U->sn * sizeof(float));
-		return 0;
-	}
+	if (d->S == 1)
+		return d->dev->ops->copy(d->dev, dst, d->pshard + U->soff, U->sn * sizeof(float));
+	if ((rc = d->dev->ops->sync(d->dev)) < 0)
+		return rc;
 	return mr_comm_iallgather(d->c.shard, d->pshard + U->soff, dst, U->sn, MR_COMM_F32,
 				  req);
 }
@@ -97,8 +98,6 @@ static int pslot_ready(struct mr_dp *d, int u)
 static int gslot_settle(struct mr_dp *d, struct dp_slot *sl)
 {
 	const struct dp_unit *U;
-	float *acc;
-	size_t i;
 	int rc;
 
 	if ((rc = mr__dp_wait(d, &sl->req, 1)) < 0)
@@ -106,11 +105,8 @@ static int gslot_settle(struct mr_dp *d, struct dp_slot *sl)
 	if (!sl->pending)
 		return 0;
 	U = &d->u[sl->unit];
-	acc = d->gshard + U->soff;
-	for (i = 0; i < U->sn; i++)
-		acc[i] += sl->out[i];
 	sl->pending = 0;
-	return 0;
+	return d->dev->ops->add_f32(d->dev, d->gshard + U->soff, sl->out, U->sn);
 }
 
 static int gslot_acquire(struct mr_dp *d, int u)
@@ -118,9 +114,9 @@ static int gslot_acquire(struct mr_dp *d, int u)
 	struct dp_slot *sl = &d->gs[mr__dp_slot_of(d, u)];
 	int rc;
 
-	if ((rc = gslot_settle(d, sl)) < 0)
+	if ((rc = gslot_settle(d, sl)) < 0 ||
+	    (rc = d->dev->ops->zero(d->dev, sl->buf, d->S * d->u[u].sn * sizeof(float))) < 0)
 		return rc;
-	memset(sl->buf, 0, d->S * d->u[u].sn * sizeof(float));
 	sl->unit = u;
 	mr_gpt_bind_unit(d->m, u, NULL, sl->buf);
 	return 0;
@@ -135,8 +131,8 @@ static int gslot_release(struct mr_dp *d, int u)
 	grad_issued(d);
 	sl->pending = 1;
 	if (d->S == 1)
-		memcpy(sl->out, sl->buf, sn * sizeof(float));
-	else
+		rc = d->dev->ops->copy(d->dev, sl->out, sl->buf, sn * sizeof(float));
+	else if ((rc = d->dev->ops->sync(d->dev)) == 0)
 		rc = mr_comm_ireduce_scatter(d->c.shard, sl->buf, sl->out, sn, MR_COMM_F32,
 					     MR_COMM_AVG, &sl->req);
 	if (rc == 0 && !d->cfg.overlap)
@@ -148,9 +144,13 @@ static int gslot_release(struct mr_dp *d, int u)
 
 static int ddp_issue(struct mr_dp *d, int b)
 {
+	int rc;
+
 	grad_issued(d);
 	if (d->S == 1)
 		return 0;
+	if ((rc = d->dev->ops->sync(d->dev)) < 0)
+		return rc;
 	return mr_comm_iallreduce(d->c.shard, d->m->grads + d->boff[b], d->m->grads + d->boff[b],
 				  d->bn[b], MR_COMM_F32, MR_COMM_AVG, &d->req[b]);
 }
@@ -158,12 +158,14 @@ static int ddp_issue(struct mr_dp *d, int b)
 static int z1_issue(struct mr_dp *d, int u)
 {
 	const struct dp_unit *U = &d->u[u];
+	int rc;
 
 	grad_issued(d);
-	if (d->S == 1) {
-		memcpy(d->gshard + U->soff, d->G + U->poff, U->sn * sizeof(float));
-		return 0;
-	}
+	if (d->S == 1)
+		return d->dev->ops->copy(d->dev, d->gshard + U->soff, d->G + U->poff,
+					 U->sn * sizeof(float));
+	if ((rc = d->dev->ops->sync(d->dev)) < 0)
+		return rc;
 	return mr_comm_ireduce_scatter(d->c.shard, d->G + U->poff, d->gshard + U->soff, U->sn,
 				       MR_COMM_F32, MR_COMM_AVG, &d->req[u]);
 }
@@ -175,8 +177,10 @@ int mr_dp_finish_grads(struct mr_dp *d)
 	if (d->zero == 0) {
 		if (!d->cfg.overlap && d->S > 1) {
 			grad_issued(d);
-			rc = mr_comm_iallreduce(d->c.shard, d->m->grads, d->m->grads, d->m->nparams,
-						MR_COMM_F32, MR_COMM_AVG, &d->req[0]);
+			if ((rc = d->dev->ops->sync(d->dev)) == 0)
+				rc = mr_comm_iallreduce(d->c.shard, d->m->grads, d->m->grads,
+							d->m->nparams, MR_COMM_F32, MR_COMM_AVG,
+							&d->req[0]);
 		} else if (!d->cfg.overlap) {
 			grad_issued(d);
 		}
@@ -196,6 +200,8 @@ int mr_dp_finish_grads(struct mr_dp *d)
 	if (rc < 0 || d->R == 1)
 		return rc;
 	grad_issued(d);
+	if ((rc = d->dev->ops->sync(d->dev)) < 0)
+		return rc;
 	if (d->zero == 0)
 		rc = mr_comm_iallreduce(d->c.replica, d->m->grads, d->m->grads, d->m->nparams,
 					MR_COMM_F32, MR_COMM_AVG, &d->req[0]);

@@ -7,9 +7,10 @@
 #define MR_DP_INT_H
 
 #include "comm/mr_comm.h"
+#include "device/mr_device.h"
 #include "mr_dp.h"
 
-#define DP_MAX_ALLOCS 16
+#define DP_MAX_ALLOCS 20
 #define DP_MAX_WORLD 64 /* ranks whose norm and loss are summed exactly */
 
 /* One unit: [off, off+n) of the model's table; padded to S*sn elements at
@@ -45,14 +46,19 @@ struct mr_dp {
 	struct mr_dp_config cfg;
 	struct mr_dp_comms c;
 	struct mr_gpt_hooks hooks;
-	struct mr_adamw o;        /* m, v over the owned arrays */
+	struct mr_dev *dev;       /* the model's: every buffer below lives there */
+	struct mr_adamw_config oc;
+	long t;                   /* optimizer steps taken */
+	float *om, *ov;           /* AdamW m, v over the owned arrays (nshard) */
 	int zero, S, srank, R, rrank, W, dpn;
 	int nunits;
 	struct dp_unit *u;        /* (nunits) */
 	size_t np, nshard;        /* padded total, shard total */
 	struct dp_seg *seg;
 	int nseg;
-	double *part;             /* (nseg) per-segment sums of squares */
+	size_t *cnt_off, *cnt_n;  /* (ncnt) the segments that count in the norm */
+	double *part;             /* (ncnt) their sums of squares */
+	int ncnt;
 
 	float *P, *G;             /* zero 1/2: padded full params; zero 1: grads */
 	float *pshard;            /* zero 3: param shard (nshard) */

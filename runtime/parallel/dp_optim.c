@@ -7,6 +7,7 @@
  * and checkpoints.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dp_int.h"
@@ -35,9 +36,9 @@ void mr_dp_begin(struct mr_dp *d)
 	if (d->zero == 0)
 		mr_gpt_zero_grad(d->m);
 	if (d->zero == 1)
-		memset(d->G, 0, d->np * sizeof(float));
+		d->dev->ops->zero(d->dev, d->G, d->np * sizeof(float));
 	if (d->zero >= 1)
-		memset(d->gshard, 0, d->nshard * sizeof(float));
+		d->dev->ops->zero(d->dev, d->gshard, d->nshard * sizeof(float));
 }
 
 void mr_dp_micro_batch(struct mr_dp *d, int final)
@@ -45,69 +46,50 @@ void mr_dp_micro_batch(struct mr_dp *d, int final)
 	d->final = final;
 }
 
+/* The failure path: each owned segment downloaded and scanned. */
 const char *mr_dp_first_nonfinite(struct mr_dp *d, int grads)
 {
+	const char *name = NULL;
+	size_t mx = 0, j;
+	float *h;
 	int i;
-	size_t j;
 
-	for (i = 0; i < d->nseg; i++) {
+	for (i = 0; i < d->nseg; i++)
+		if (d->seg[i].n > mx)
+			mx = d->seg[i].n;
+	if (!(h = malloc(mx * sizeof(float))))
+		return NULL;
+	for (i = 0; i < d->nseg && !name; i++) {
 		const struct dp_seg *s = &d->seg[i];
 		const float *x = grads ? owned_grads(d) + s->so : seg_params(d, s);
-		for (j = 0; j < s->n; j++)
-			if (!isfinite(x[j]))
-				return d->m->tensors[s->tensor].name;
+		if (d->dev->ops->download(d->dev, h, x, s->n * sizeof(float)) < 0)
+			break;
+		for (j = 0; j < s->n && !name; j++)
+			if (!isfinite(h[j]))
+				name = d->m->tensors[s->tensor].name;
 	}
-	return NULL;
-}
-
-struct sumsq_args {
-	struct mr_dp *d;
-	double *part; /* (nseg) */
-};
-
-/* Segment i goes to the thread whose range of the owned array holds its
- * first element (segments are in increasing offset order). */
-static void sumsq_range(void *ctxp, size_t e0, size_t e1, int tid)
-{
-	const struct sumsq_args *a = ctxp;
-	const float *g = owned_grads(a->d);
-	int i;
-
-	(void)tid;
-	for (i = 0; i < a->d->nseg; i++) {
-		const struct dp_seg *s = &a->d->seg[i];
-		if (s->count && s->so >= e0 && s->so < e1)
-			a->part[i] = mr_grad_sumsq(g + s->so, s->n);
-	}
-}
-
-/* Each segment's sum is one mr_grad_sumsq call wherever it runs and the
- * sums are added in segment order: the same value for any thread count. */
-static double owned_sumsq(struct mr_dp *d)
-{
-	struct sumsq_args a = { d, d->part };
-	double s = 0.0;
-	int i;
-
-	memset(d->part, 0, (size_t)d->nseg * sizeof(double));
-	mr_pool_run(d->m->pool, d->nshard, 1 << 16, sumsq_range, &a);
-	for (i = 0; i < d->nseg; i++)
-		s += d->part[i];
-	return s;
+	free(h);
+	return name;
 }
 
 /*
- * v[0] = this rank's sum of squares; v[1], v[2] this rank's mean loss
- * and aux loss. Every rank's doubles are all-gathered bit for bit (as
- * I64) and added in rank order, so the result is identical everywhere and
- * has no fp32 rounding.
+ * v[0] = this rank's sum of squares (each counted segment one sum in
+ * element order, added in segment order: the same value on any device
+ * thread count); v[1], v[2] this rank's mean loss and aux loss. Every
+ * rank's doubles are all-gathered bit for bit (as I64) and added in rank
+ * order, so the result is identical everywhere and has no fp32 rounding.
  */
 int mr_dp_reduce_stats(struct mr_dp *d, double v[3])
 {
 	double all[3 * DP_MAX_WORLD];
 	int r, k, rc;
 
-	v[0] = owned_sumsq(d);
+	rc = d->dev->ops->sumsq(d->dev, owned_grads(d), d->cnt_off, d->cnt_n, d->ncnt, d->part);
+	if (rc < 0)
+		return rc;
+	v[0] = 0.0;
+	for (k = 0; k < d->ncnt; k++)
+		v[0] += d->part[k];
 	if (d->W == 1)
 		return 0;
 	if (d->W > DP_MAX_WORLD)
@@ -126,12 +108,12 @@ int mr_dp_reduce_stats(struct mr_dp *d, double v[3])
 
 long mr_dp_steps(const struct mr_dp *d)
 {
-	return d->o.t;
+	return d->t;
 }
 
 const struct mr_adamw_config *mr_dp_adamw(const struct mr_dp *d)
 {
-	return &d->o.cfg;
+	return &d->oc;
 }
 
 /* zero 1/2: every rank's updated shard back into the full params. */
@@ -143,8 +125,13 @@ static int gather_updated(struct mr_dp *d)
 		return 0;
 	for (u = d->nunits - 1; u >= 0 && rc == 0; u--) {
 		const struct dp_unit *U = &d->u[u];
-		memcpy(d->gshard + U->soff, d->P + U->poff + (size_t)d->srank * U->sn,
-		       U->sn * sizeof(float));
+		rc = d->dev->ops->copy(d->dev, d->gshard + U->soff,
+				       d->P + U->poff + (size_t)d->srank * U->sn,
+				       U->sn * sizeof(float));
+		if (rc == 0)
+			rc = d->dev->ops->sync(d->dev);
+		if (rc < 0)
+			break;
 		d->st.param_colls++;
 		rc = mr_comm_iallgather(d->c.shard, d->gshard + U->soff, d->P + U->poff, U->sn,
 					MR_COMM_F32, &d->req[u]);
@@ -157,23 +144,34 @@ static int gather_updated(struct mr_dp *d)
 	return rc;
 }
 
+/* mr_grad_clip's factor: min(1, max_norm / (norm + 1e-6)) as a float, or 1
+ * when nothing is clipped. */
+static float clip_factor(double norm, float max_norm)
+{
+	double coef;
+
+	if (max_norm <= 0.0f)
+		return 1.0f;
+	coef = (double)max_norm / (norm + 1e-6);
+	return coef >= 1.0 ? 1.0f : (float)coef;
+}
+
 int mr_dp_update(struct mr_dp *d, double norm, float lr)
 {
-	long t;
+	struct mr_dev_adamw o = { lr, d->oc.beta1, d->oc.beta2, d->oc.eps, 0.0f, 0 };
+	float f = clip_factor(norm, d->oc.grad_clip);
 	int i, u, rc = 0;
 
-	mr_grad_clip(owned_grads(d), d->nshard, norm, d->o.cfg.grad_clip);
-	if (d->zero == 0) {
-		mr_adamw_step(&d->o, d->m, lr);
-		return 0;
-	}
-	t = ++d->o.t;
-	for (i = 0; i < d->nseg; i++) {
+	if (f != 1.0f && (rc = d->dev->ops->scale(d->dev, owned_grads(d), d->nshard, f)) < 0)
+		return rc;
+	o.t = ++d->t;
+	for (i = 0; i < d->nseg && rc == 0; i++) {
 		const struct dp_seg *s = &d->seg[i];
-		mr_adamw_update_range(&d->o.cfg, t, lr, seg_params(d, s), d->gshard + s->so,
-				      d->o.m + s->so, d->o.v + s->so, s->n, s->decay);
+		o.weight_decay = s->decay ? d->oc.weight_decay : 0.0f;
+		rc = d->dev->ops->adamw(d->dev, seg_params(d, s), NULL, owned_grads(d) + s->so,
+					d->om + s->so, d->ov + s->so, s->n, &o);
 	}
-	if (d->zero == 1 || d->zero == 2)
+	if (rc == 0 && (d->zero == 1 || d->zero == 2))
 		rc = gather_updated(d);
 	for (u = 0; u < 4 && d->zero == 3; u++) {
 		mr__dp_wait(d, &d->ps[u].req, 0);
@@ -191,19 +189,18 @@ int mr_dp_gather_params(struct mr_dp *d, float *dst)
 	float *tmp;
 	int u, rc = 0;
 
-	if (d->zero == 0) {
-		memcpy(dst, m->params, m->nparams * sizeof(float));
-		return 0;
-	}
+	if (d->zero == 0)
+		return d->dev->ops->download(d->dev, dst, m->params, m->nparams * sizeof(float));
 	if (d->zero < 3) {
-		for (u = 0; u < d->nunits; u++)
-			memcpy(dst + d->u[u].off, d->P + d->u[u].poff, d->u[u].n * sizeof(float));
-		return 0;
+		for (u = 0; u < d->nunits && rc == 0; u++)
+			rc = d->dev->ops->download(d->dev, dst + d->u[u].off, d->P + d->u[u].poff,
+						   d->u[u].n * sizeof(float));
+		return rc;
 	}
 	for (u = 0; u < d->nunits; u++)
 		if (d->u[u].sn * (size_t)d->S > cap)
 			cap = d->u[u].sn * (size_t)d->S;
-	tmp = mr_mem_alloc(&m->mem, MR_MEM_WORKSPACE, cap * sizeof(float));
+	tmp = mr_dev_alloc(d->dev, &m->mem, MR_MEM_WORKSPACE, cap * sizeof(float));
 	if (!tmp)
 		return MR_ENOMEM;
 	for (u = 0; u < d->nunits && rc == 0; u++) {
@@ -211,9 +208,10 @@ int mr_dp_gather_params(struct mr_dp *d, float *dst)
 		if (rc == 0 && req)
 			rc = mr_comm_wait(req);
 		if (rc == 0)
-			memcpy(dst + d->u[u].off, tmp, d->u[u].n * sizeof(float));
+			rc = d->dev->ops->download(d->dev, dst + d->u[u].off, tmp,
+						   d->u[u].n * sizeof(float));
 	}
-	mr_mem_free(&m->mem, MR_MEM_WORKSPACE, tmp, cap * sizeof(float));
+	mr_dev_free(d->dev, &m->mem, MR_MEM_WORKSPACE, tmp, cap * sizeof(float));
 	d->st.param_colls = pc;
 	return rc;
 }

@@ -145,6 +145,26 @@ static void check_mesh(const struct mr_mesh *m)
 	free(other);
 }
 
+/* mr_mesh_group_member agrees with the member lists. */
+static void check_member(const struct mr_mesh *m)
+{
+	int out[64];
+
+	for (int g = 0; g < MR_GROUP__COUNT; g++) {
+		int n = mr_mesh_group_size(m, (enum mr_mesh_group)g);
+
+		for (int id = 0; id < m->world / n; id++) {
+			cr_assert_eq(mr_mesh_group_members(m, (enum mr_mesh_group)g, id, out), n);
+			for (int k = 0; k < n; k++)
+				cr_assert_eq(mr_mesh_group_member(m, (enum mr_mesh_group)g, id, k),
+					     out[k], "kind %s id %d index %d",
+					     mr_mesh_group_name((enum mr_mesh_group)g), id, k);
+			cr_assert_eq(mr_mesh_group_member(m, (enum mr_mesh_group)g, id, n),
+				     MR_ERANGE);
+		}
+	}
+}
+
 Test(mesh, exhaustive_small_shapes)
 {
 	int shapes = 0;
@@ -166,6 +186,7 @@ Test(mesh, exhaustive_small_shapes)
 						cr_assert_eq(m.dp, dp);
 						cr_assert_eq(m.edp, dp * cp / ep);
 						check_mesh(&m);
+						check_member(&m);
 						shapes++;
 					}
 				}
@@ -304,4 +325,40 @@ Test(mesh, format_table)
 	cr_assert(strstr(buf, "     5    1    0    0    1    0    0 |      2      5      3      1      3      5      3      0\n"),
 		  "%s", buf);
 	free(buf);
+}
+
+/* Labels name the kind and the coordinates the group's members share,
+ * slowest first, without axes of size 1. */
+Test(mesh, group_labels)
+{
+	struct mr_mesh m;
+	char buf[64];
+	int r;
+
+	/* tp=2 pp=4 dp=2 (world 16): rank 13 = tp 1, dp 0, pp 3 */
+	cr_assert_eq(mr_mesh_init(&m, 16, 2, 4, 1, 1, 0, NULL), 0);
+	cr_assert_eq(mr_mesh_group_label(&m, MR_GROUP_DP, mr_mesh_group_id(&m, MR_GROUP_DP, 13),
+					 buf, sizeof(buf)), 0);
+	cr_assert_str_eq(buf, "dp[pp=3,tp=1]");
+	cr_assert_eq(mr_mesh_group_label(&m, MR_GROUP_TP, mr_mesh_group_id(&m, MR_GROUP_TP, 13),
+					 buf, sizeof(buf)), 0);
+	cr_assert_str_eq(buf, "tp[pp=3,dp=0]");
+	cr_assert_eq(mr_mesh_group_label(&m, MR_GROUP_PP, mr_mesh_group_id(&m, MR_GROUP_PP, 13),
+					 buf, sizeof(buf)), 0);
+	cr_assert_str_eq(buf, "pp[dp=0,tp=1]");
+	cr_assert_eq(mr_mesh_group_label(&m, MR_GROUP_WORLD, 0, buf, sizeof(buf)), 0);
+	cr_assert_str_eq(buf, "world");
+	cr_assert_eq(mr_mesh_group_label(&m, MR_GROUP_DP, 8, buf, sizeof(buf)), MR_ERANGE);
+	cr_assert_eq(mr_mesh_group_label(&m, MR_GROUP_DP, 0, buf, 4), MR_ERANGE);
+	cr_assert_str_eq(buf, "dp[");
+	/* pure data parallel: no coordinate to tell groups apart */
+	cr_assert_eq(mr_mesh_init(&m, 4, 1, 1, 1, 1, 0, NULL), 0);
+	cr_assert_eq(mr_mesh_group_label(&m, MR_GROUP_DP, 0, buf, sizeof(buf)), 0);
+	cr_assert_str_eq(buf, "dp");
+	/* expert kinds use the expert digits: tp=2 cp=2 dp=2 ep=2 */
+	cr_assert_eq(mr_mesh_init(&m, 8, 2, 1, 2, 2, 0, NULL), 0);
+	r = 6; /* tp 0, cp 1, dp 1: j = 3, ep 1, edp 1 */
+	cr_assert_eq(mr_mesh_group_label(&m, MR_GROUP_EP, mr_mesh_group_id(&m, MR_GROUP_EP, r),
+					 buf, sizeof(buf)), 0);
+	cr_assert_str_eq(buf, "ep[edp=1,tp=0]");
 }

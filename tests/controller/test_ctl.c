@@ -129,8 +129,8 @@ Test(ctl, death_bumps_generation_and_answers_waiters)
 	mr__ctl_kv_get(&ctl, job, "x", 100000, (void *)1, &res);
 	cr_assert(res.suspended);
 	ctl.now_ms += 2000;
-	mr__ctl_heartbeat(&ctl, "ns/job", "a", 1, &res);
-	mr__ctl_heartbeat(&ctl, "ns/job", "b", 1, &res);
+	mr__ctl_heartbeat(&ctl, "ns/job", "a", 1, NULL, &res);
+	mr__ctl_heartbeat(&ctl, "ns/job", "b", 1, NULL, &res);
 	mr__res_release(&res);
 	ctl.last_scan_ms = -100000;
 	/* run the scan at the mocked time */
@@ -157,7 +157,7 @@ Test(ctl, death_bumps_generation_and_answers_waiters)
 	/* an old-generation heartbeat is 409, with the job's restart count:
 	 * a lost member counts (an elastic scale-up would not) */
 	memset(&res, 0, sizeof(res));
-	mr__ctl_heartbeat(&ctl, "ns/job", "a", 1, &res);
+	mr__ctl_heartbeat(&ctl, "ns/job", "a", 1, NULL, &res);
 	cr_assert_eq(res.status, 409);
 	cr_expect_eq(json_integer_value(json_object_get(res.body, "generation")), 2);
 	cr_expect_eq(json_integer_value(json_object_get(res.body, "restarts")), 1);
@@ -353,7 +353,7 @@ Test(ctl, failures_past_max_restarts_fail_the_job)
 	mr__res_release(&res);
 	cr_assert_eq(job->state, CTL_JOB_FAILED);
 	memset(&res, 0, sizeof(res));
-	mr__ctl_heartbeat(&ctl, "ns/job", "a", 3, &res);
+	mr__ctl_heartbeat(&ctl, "ns/job", "a", 3, NULL, &res);
 	cr_assert_eq(res.status, 410);
 	cr_assert_str_eq(res.code, "job_failed");
 	cr_assert(strstr(res.msg, "max_restarts (1) exceeded: fail of node 'b'"), "%s", res.msg);
@@ -404,7 +404,7 @@ static void expect_over(struct ctl *ctl, const char *id, const char *code, const
 	const char *r;
 
 	memset(&res, 0, sizeof(res));
-	mr__ctl_heartbeat(ctl, "ns/job", id, -1, &res);
+	mr__ctl_heartbeat(ctl, "ns/job", id, -1, NULL, &res);
 	cr_assert_eq(res.status, 410, "heartbeat: %d %s", res.status, res.msg);
 	cr_assert_str_eq(res.code, code);
 	r = json_string_value(json_object_get(res.body, "reason"));

@@ -65,6 +65,56 @@ static void check(struct ctl *ctl)
 			total += job->count[s];
 		if (n != mr_dict_len(&job->members) || total != n)
 			abort();
+		if (job->diag) { /* progress bookkeeping matches the members' reports */
+			uint32_t ranks = 0, flagged = 0;
+
+			for (struct ctl_member *m = job->lru_head; m; m = m->lru_next) {
+				if (m->prog && m->state != CTL_M_RUNNING)
+					abort();
+				for (uint16_t i = 0; m->prog && i < m->prog->nr; i++)
+					flagged += m->prog->r[i].flagged;
+				ranks += m->prog ? m->prog->nr : 0;
+			}
+			if (ranks != job->diag->ranks || job->diag->hist_n > ranks ||
+			    flagged != job->diag->nstragglers ||
+			    job->diag->nlisted > job->diag->nstragglers)
+				abort();
+		}
+	}
+}
+
+/* A heartbeat with a progress report made of fuzz bytes (mostly valid:
+ * the member's rank, a dp or tp group, small numbers), then sometimes the
+ * diagnosis; every answer is 200 or a 4xx naming a field. */
+static void progress_beat(struct ctl *ctl, const char *node, int64_t gen, uint8_t a, uint8_t b,
+			  uint8_t c, struct ctl_res *res)
+{
+	struct ctl_job *job = mr__ctl_job(ctl, "f/j");
+	struct ctl_member *m = job ? mr_dict_get(&job->members, node) : NULL;
+	int rank = m && m->node_rank >= 0 && !(c & 0x40) ? m->node_rank : a % 4;
+	char text[512];
+	json_t *p;
+
+	snprintf(text, sizeof(text),
+		 "[{\"rank\":%d,\"step\":%d,\"micro\":%d,\"busy_ms\":%d,"
+		 "\"g\":[[%d,0,%d,%d,%d,%d,%d]%s]}]",
+		 rank, b % 5, (int)(c % 3) - 1, 1 + (a & 0x3f) * (b & 3), (c & 0x80) ? 1 : 3,
+		 2 + c % 2, b % 7, 1 + a % 9, (int)(a % 3) - 1, b % 7 - (c & 1),
+		 (c & 0x20) ? ",[0,0,3,2,7,1,1]" : "");
+	p = json_loads(text, 0, NULL);
+	if (!p)
+		abort();
+	if (mr__ctl_progress_check(p, 1024, res) == 0)
+		mr__ctl_heartbeat(ctl, "f/j", node, gen, p, res);
+	else if (res->status != 400 || !res->field)
+		abort();
+	json_decref(p);
+	if (job && (c & 0x10)) {
+		json_t *d = mr__ctl_diagnose(ctl, job, NULL, 0);
+
+		if (!d || !json_is_string(json_object_get(d, "message")))
+			abort();
+		json_decref(d);
 	}
 }
 
@@ -158,12 +208,13 @@ static void fuzz_ops(const uint8_t *d, size_t n)
 	struct ctl_spec spec = { .min_nodes = 2, .max_nodes = 3, .nproc_per_node = 1,
 				 .tp = 1, .pp = 1, .cp = 1, .ep = 1, .dp = 0,
 				 .last_call_ms = 5, .heartbeat_timeout_ms = 50,
-				 .max_restarts = 2 };
+				 .max_restarts = 2, .hang_timeout_ms = 20,
+				 .straggler_pct = 150 };
 	uintptr_t next_req = 1;
 
 	setup(&ctl);
 	for (size_t i = 0; i + 4 <= n; i += 4) {
-		uint8_t op = d[i] % 12, a = d[i + 1], b = d[i + 2], c = d[i + 3];
+		uint8_t op = d[i] % 13, a = d[i + 1], b = d[i + 2], c = d[i + 3];
 		const char *node = nodes[a % 5];
 		const char *key = keys[b % 4];
 		struct ctl_job *job = mr__ctl_job(&ctl, "f/j");
@@ -185,7 +236,7 @@ static void fuzz_ops(const uint8_t *d, size_t n)
 				     (void *)next_req++, &res);
 			break;
 		case 2:
-			mr__ctl_heartbeat(&ctl, "f/j", node, gen, &res);
+			mr__ctl_heartbeat(&ctl, "f/j", node, gen, NULL, &res);
 			break;
 		case 3:
 		case 4:
@@ -225,6 +276,9 @@ static void fuzz_ops(const uint8_t *d, size_t n)
 		case 11:
 			if (c == 0xff)
 				mr__ctl_job_delete(&ctl, "f/j", &res);
+			break;
+		case 12:
+			progress_beat(&ctl, node, gen, a, b, c, &res);
 			break;
 		}
 		if (!res.suspended && res.status && (res.status < 200 || res.status > 599))

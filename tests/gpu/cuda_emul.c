@@ -892,6 +892,17 @@ int mr_cuda_grad_sumsq(struct mr_cuda *cu, const float *g, size_t n, double *sum
 	return 0;
 }
 
+int mr_cuda_grad_sumsq_ranges(struct mr_cuda *cu, const float *g, const size_t *off,
+			      const size_t *n, int k, double *out_host)
+{
+	int i;
+
+	(void)cu;
+	for (i = 0; i < k; i++)
+		out_host[i] = mr_grad_sumsq(g + off[i], n[i]);
+	return 0;
+}
+
 int mr_cuda_scale(struct mr_cuda *cu, float *g, size_t n, float scale)
 {
 	size_t i;

@@ -379,6 +379,19 @@ Test(cuda, grad_norm_matches_cpu_and_is_deterministic)
 	cr_assert_eq(mr_cuda_grad_sumsq(cu, d_g, n, &s2), 0, "%s", mr_cuda_errmsg(cu));
 	cr_assert(fabs(s1 - ref) <= 1e-5 * ref, "sumsq gpu %.10g cpu %.10g", s1, ref);
 	cr_assert(s1 == s2, "two runs differ: %.17g vs %.17g", s1, s2);
+	{
+		/* several ranges at once, one empty (the step's per-tensor norms) */
+		size_t off[4] = { 0, 1000, 1000, 5000 }, len[4] = { 1000, 0, 4000, n - 5000 };
+		double got[4], want;
+		int r;
+		cr_assert_eq(mr_cuda_grad_sumsq_ranges(cu, d_g, off, len, 4, got), 0, "%s",
+			     mr_cuda_errmsg(cu));
+		for (r = 0; r < 4; r++) {
+			want = mr_grad_sumsq(g + off[r], len[r]);
+			cr_assert(fabs(got[r] - want) <= 1e-5 * want, "range %d: gpu %.10g cpu %.10g",
+				  r, got[r], want);
+		}
+	}
 	mr_grad_clip(g, n, sqrt(ref), 0.5f);
 	CU_OK(mr_cuda_scale(cu, d_g, n, (float)(0.5 / (sqrt(ref) + 1e-6))));
 	h = down_f32(d_g, n);

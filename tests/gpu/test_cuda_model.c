@@ -99,11 +99,23 @@ static float *download(struct mr_dev *d, const float *p, size_t n)
 static void step(struct mr_dev *d, struct mr_gpt *m, float *mom, float *var, long t)
 {
 	struct mr_dev_adamw o = { mr_lr_at(&ocfg, t - 1), ocfg.beta1, ocfg.beta2, ocfg.eps, 0, t };
-	double ss = 0.0, norm;
+	size_t *off = xmalloc(sizeof(size_t) * m->ntensors);
+	size_t *len = xmalloc(sizeof(size_t) * m->ntensors);
+	double *ss = xmalloc(sizeof(double) * m->ntensors), norm = 0.0;
 	int i;
 
-	cr_assert_eq(d->ops->sumsq(d, m->grads, m->nparams, &ss), 0);
-	norm = sqrt(ss);
+	/* the norm over every tensor (the step driver's clipping) */
+	for (i = 0; i < m->ntensors; i++) {
+		off[i] = m->tensors[i].off;
+		len[i] = m->tensors[i].n;
+	}
+	cr_assert_eq(d->ops->sumsq(d, m->grads, off, len, m->ntensors, ss), 0);
+	for (i = 0; i < m->ntensors; i++)
+		norm += ss[i];
+	norm = sqrt(norm);
+	free(off);
+	free(len);
+	free(ss);
 	if (norm > ocfg.grad_clip)
 		cr_assert_eq(d->ops->scale(d, m->grads, m->nparams,
 					   (float)(ocfg.grad_clip / (norm + 1e-6))),

@@ -446,10 +446,17 @@ static void elementwise_case(void)
 	BOTH(scale, P(f), m, -0.375f);
 	same("scale", f, T_F32);
 	{
-		double sc = 0.0, sg = -1.0;
-		OK(F.cpu.ops->sumsq(&F.cpu, f.c, m, &sc));
-		OK(F.gpu.ops->sumsq(&F.gpu, f.g, m, &sg));
-		cr_assert(fabs(sg - sc) <= 1e-6 * sc, "sumsq cuda %.10g cpu %.10g", sg, sc);
+		/* three ranges, one of them empty */
+		size_t off[3] = { 0, 100, 100 }, len[3] = { 100, 0, m - 100 };
+		double sc[3], sg[3] = { -1.0, -1.0, -1.0 };
+		int r;
+		OK(F.cpu.ops->sumsq(&F.cpu, f.c, off, len, 3, sc));
+		OK(F.gpu.ops->sumsq(&F.gpu, f.g, off, len, 3, sg));
+		for (r = 0; r < 3; r++)
+			cr_assert(fabs(sg[r] - sc[r]) <= 1e-6 * sc[r], "sumsq %d: cuda %.10g cpu %.10g",
+				  r, sg[r], sc[r]);
+		cr_assert_eq(sg[1], 0.0);
+		cr_assert_gt(sg[0], 0.0);
 	}
 	free(hx);
 	free(hy);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device/mr_device.h"
 #include "kernels/mr_attention.h"
 #include "kernels/mr_fastmath.h"
 #include "kernels/mr_kernels.h"
@@ -349,9 +350,10 @@ Test(kernels, layernorm_and_crossentropy_forward_match_double_reference)
 	teardown();
 }
 
-/* mr_adamw_step splits the tensor table's elements across the pool; every
- * element must come out bit-identical to the plain sequential AdamW loop
- * (written out here), including the tensors cut between the threads. */
+/* The cpu device's AdamW splits a range across the pool; every element
+ * must come out bit-identical to the plain sequential AdamW loop (written
+ * out here), including the ranges cut between the threads, with and
+ * without weight decay. */
 static void adamw_ref(const struct mr_adamw_config *c, long t, float lr, float *p,
 		      const float *g, float *m, float *v, size_t n, int decay)
 {
@@ -371,60 +373,76 @@ static void adamw_ref(const struct mr_adamw_config *c, long t, float lr, float *
 	}
 }
 
-Test(kernels, adamw_step_on_the_pool_is_bit_identical_to_the_sequential_loop)
+Test(kernels, device_adamw_on_the_pool_is_bit_identical_to_the_sequential_loop)
 {
 	setup();
 	static const size_t sizes[3] = { 100003, 17, 60001 };
 	const struct mr_adamw_config oc = { 1e-3f, 0.1f, 0, 10, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f };
-	struct mr_gpt_tensor tens[3];
-	struct mr_gpt model;
-	struct mr_adamw o;
-	struct mr_mem mem;
-	size_t n = sizes[0] + sizes[1] + sizes[2], i, off = 0;
-	float *p, *g, *rp, *rm, *rv;
+	size_t n = sizes[0] + sizes[1] + sizes[2], i, off[3];
+	float *p, *g, *m, *v, *rp, *rm, *rv;
+	struct mr_dev dev;
 	int t, k;
 
-	memset(&model, 0, sizeof(model));
-	memset(&mem, 0, sizeof(mem));
-	memset(tens, 0, sizeof(tens));
-	for (t = 0; t < 3; t++) {
-		tens[t].off = off;
-		tens[t].n = sizes[t];
-		tens[t].decay = t != 1;
-		off += sizes[t];
-	}
+	cr_assert_eq(mr_dev_open(&dev, "cpu", 0, NULL, pool, NULL), 0);
+	for (t = 0, off[0] = 0; t < 2; t++)
+		off[t + 1] = off[t] + sizes[t];
 	p = randv(n, 0.5f);
 	g = randv(n, 0.01f);
+	m = zeros(n);
+	v = zeros(n);
 	rp = malloc(n * sizeof(float));
 	rm = zeros(n);
 	rv = zeros(n);
 	cr_assert_not_null(rp);
 	memcpy(rp, p, n * sizeof(float));
-	model.pool = pool;
-	model.ntensors = 3;
-	model.tensors = tens;
-	model.nparams = n;
-	model.params = p;
-	model.grads = g;
-	cr_assert_eq(mr_adamw_init(&o, &oc, n, &mem), 0);
 	for (k = 1; k <= 3; k++) {
 		float lr = 1e-3f * (float)k;
-		mr_adamw_step(&o, &model, lr);
-		for (t = 0; t < 3; t++)
-			adamw_ref(&oc, k, lr, rp + tens[t].off, g + tens[t].off, rm + tens[t].off,
-				  rv + tens[t].off, tens[t].n, tens[t].decay);
+		for (t = 0; t < 3; t++) {
+			struct mr_dev_adamw o = { lr, oc.beta1, oc.beta2, oc.eps,
+						  t != 1 ? oc.weight_decay : 0.0f, k };
+			cr_assert_eq(dev.ops->adamw(&dev, p + off[t], NULL, g + off[t], m + off[t],
+						    v + off[t], sizes[t], &o), 0);
+			adamw_ref(&oc, k, lr, rp + off[t], g + off[t], rm + off[t], rv + off[t],
+				  sizes[t], t != 1);
+		}
 		for (i = 0; i < n; i++)
 			g[i] = -0.5f * g[i] + 1e-3f * rp[i];
 	}
 	cr_expect(memcmp(p, rp, n * sizeof(float)) == 0, "params differ");
-	cr_expect(memcmp(o.m, rm, n * sizeof(float)) == 0, "m differs");
-	cr_expect(memcmp(o.v, rv, n * sizeof(float)) == 0, "v differs");
-	mr_adamw_release(&o, &mem);
+	cr_expect(memcmp(m, rm, n * sizeof(float)) == 0, "m differs");
+	cr_expect(memcmp(v, rv, n * sizeof(float)) == 0, "v differs");
+	mr_dev_close(&dev);
 	free(p);
 	free(g);
+	free(m);
+	free(v);
 	free(rp);
 	free(rm);
 	free(rv);
+	teardown();
+}
+
+/* The device's sums of squares: each range one sequential double sum,
+ * whatever the pool's split. */
+Test(kernels, device_sumsq_of_ranges_equals_one_sequential_sum_each)
+{
+	setup();
+	const size_t n = 300007, off[4] = { 0, 5, 200000, 200000 }, len[4] = { 5, 150000, 0, 100007 };
+	float *g = randv(n, 1.0f);
+	double out[4], ref;
+	struct mr_dev dev;
+	size_t i;
+	int k;
+
+	cr_assert_eq(mr_dev_open(&dev, "cpu", 0, NULL, pool, NULL), 0);
+	cr_assert_eq(dev.ops->sumsq(&dev, g, off, len, 4, out), 0);
+	for (k = 0; k < 4; k++) {
+		for (ref = 0.0, i = 0; i < len[k]; i++)
+			ref += (double)g[off[k] + i] * g[off[k] + i];
+		cr_expect(out[k] == ref, "range %d: %.17g, sequential %.17g", k, out[k], ref);
+	}
+	mr_dev_close(&dev);
+	free(g);
 	teardown();
 }
 
