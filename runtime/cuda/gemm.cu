@@ -7,8 +7,9 @@
  *   dw (OC,IC) += dout^T inp  is  dw^T (IC,OC) += inp^T * op_T(dout^T)
  * Each GEMM goes through cuBLASLt (A/B of the activation type, fp32
  * compute, bias in the epilogue); if cuBLASLt is disabled, finds no
- * algorithm or fails, the same call runs through cublasGemmEx (the bias is then broadcast into the
- * output first and added with beta = 1, as the CPU twin does).
+ * algorithm or fails, the same call runs through cublasGemmEx (the bias
+ * is then broadcast into the output first and added with beta = 1, as the
+ * CPU twin does).
  * dbias is a fixed-order column sum (partials per row chunk, then one sum
  * per column) rather than cuBLASLt's BGRADB epilogue, so it is fp32 and
  * deterministic whatever algorithm cuBLASLt picks.
