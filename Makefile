@@ -69,6 +69,10 @@ $(BUILD)/obj/runtime/comm/nccl.o: CPPFLAGS += -I$(CUDA_HOME)/include
 else
 runtime_src    := $(filter-out runtime/comm/nccl.c,$(runtime_src))
 endif
+# the cuda device backend (runtime/device/cuda.c): only with CUDA
+ifneq ($(CUDA_ON),1)
+runtime_src    := $(filter-out runtime/device/cuda.c,$(runtime_src))
+endif
 cli_src        := $(filter-out cli/main.c,$(wildcard cli/*.c))
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
@@ -148,6 +152,21 @@ $(EMUL_TEST): tests/gpu/test_cuda_gpt.c tests/gpu/cuda_emul.c $(emul_objs) $(LIB
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -Itests/support $(CFLAGS) $(LDFLAGS) -o $@ tests/gpu/test_cuda_gpt.c \
 		tests/gpu/cuda_emul.c $(emul_objs) $(LIBS) -lcriterion $(LDLIBS) -lstdc++
+
+# The device layer's cuda backend (runtime/device/cuda.c) is host C over
+# mr_cuda.h too: test_device_cuda (every table op, cuda vs cpu) and
+# test_cuda_model (the model trained on cuda vs cpu) are built a second
+# time against the emulation, with -DMR_CUDA_EMUL (tight tolerances), in
+# every build - with or without CUDA, sanitizers included.
+emul_dev_tests := $(BUILD)/tests/gpu-emul/test_device_cuda $(BUILD)/tests/gpu-emul/test_cuda_model
+test_bins  += $(emul_dev_tests)
+
+$(emul_dev_tests): $(BUILD)/tests/gpu-emul/%: tests/gpu/%.c tests/gpu/cuda_emul.c \
+		runtime/device/cuda.c tests/gpu/gpu_harness.h $(call obj,$(test_helpers)) $(LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -DMR_CUDA_EMUL -Itests/support $(CFLAGS) $(LDFLAGS) -o $@ $< \
+		tests/gpu/cuda_emul.c runtime/device/cuda.c $(call obj,$(test_helpers)) $(LIBS) \
+		-lcriterion $(LDLIBS)
 
 .PHONY: test-gpu
 ifeq ($(CUDA_ON),1)

@@ -46,9 +46,7 @@ void *mr_mem_alloc(struct mr_mem *m, enum mr_mem_kind kind, size_t n)
 			return NULL;
 		memset(p, 0, rounded);
 	}
-	m->bytes[kind] += n;
-	if (m->bytes[kind] > m->peak[kind])
-		m->peak[kind] = m->bytes[kind];
+	mr_mem_count(m, kind, n);
 	return p;
 }
 
@@ -56,11 +54,23 @@ void mr_mem_free(struct mr_mem *m, enum mr_mem_kind kind, void *p, size_t n)
 {
 	if (!p)
 		return;
-	m->bytes[kind] -= n;
+	mr_mem_uncount(m, kind, n);
 	if (registered(kind))
 		mr_comm_mem_free(p);
 	else
 		free(p);
+}
+
+void mr_mem_count(struct mr_mem *m, enum mr_mem_kind kind, size_t n)
+{
+	m->bytes[kind] += n;
+	if (m->bytes[kind] > m->peak[kind])
+		m->peak[kind] = m->bytes[kind];
+}
+
+void mr_mem_uncount(struct mr_mem *m, enum mr_mem_kind kind, size_t n)
+{
+	m->bytes[kind] -= n;
 }
 
 const char *mr_mem_kind_name(enum mr_mem_kind kind)

@@ -12,8 +12,10 @@
  * this host read them with one copy.
  *
  * Ownership: the caller frees with mr_mem_free on the same struct mr_mem.
- * Non-goals: pooling, device memory (a CUDA backend keeps its own ledger of
- * the same shape).
+ * Device memory another allocator hands out (the cuda device) is recorded
+ * with mr_mem_count / mr_mem_uncount, so one ledger covers both.
+ *
+ * Non-goals: pooling.
  */
 #ifndef MR_MEM_H
 #define MR_MEM_H
@@ -31,6 +33,10 @@ struct mr_mem {
 void *mr_mem_alloc(struct mr_mem *m, enum mr_mem_kind kind, size_t n);
 /* p may be NULL; n and kind must match the allocation. */
 void mr_mem_free(struct mr_mem *m, enum mr_mem_kind kind, void *p, size_t n);
+/* Accounting alone: n bytes under kind allocated (peak updated) or freed
+ * elsewhere. */
+void mr_mem_count(struct mr_mem *m, enum mr_mem_kind kind, size_t n);
+void mr_mem_uncount(struct mr_mem *m, enum mr_mem_kind kind, size_t n);
 const char *mr_mem_kind_name(enum mr_mem_kind kind);
 
 #endif

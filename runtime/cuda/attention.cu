@@ -21,10 +21,15 @@
  * single pass) so that no atomics are needed and the result is
  * deterministic. Tiles entirely in the causal future are skipped.
  *
+ * Every kernel is a template over the storage type of q/k/v/dout (the
+ * context's activation type) and of its output or gradients.
+ *
  * Non-goals: tensor-core MMA (correctness and O(T) memory first; an
  * mma.sync/wgmma kernel can replace these behind the same entry points),
  * dropout, head sizes above 128 or not a multiple of 32.
  */
+#include <string.h>
+
 #include "cuda_int.cuh"
 
 #define BR 16           /* rows per CTA */
@@ -68,7 +73,7 @@ __device__ __forceinline__ int key_end(const attn_t &a, int qlast)
 	return min(a.tk, max(0, a.q_pos0 + qlast - a.k_pos0 + 1));
 }
 
-template <typename OutT>
+template <typename TI, typename OutT>
 __global__ void __launch_bounds__(ATTN_THREADS)
 	attn_fwd_kernel(attn_t a, OutT *out, size_t o_row, size_t o_batch, float *lse)
 {
@@ -77,9 +82,9 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 	float *sq = sm, *sk = sq + BR * hs, *sv = sk + BC * ks;
 	int bh = blockIdx.y, b = bh / a.NH, h = bh % a.NH, q0 = blockIdx.x * BR;
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-	const __nv_bfloat16 *qb = MR__CBF(a.q) + b * a.q_batch + (size_t)h * hs;
-	const __nv_bfloat16 *kb = MR__CBF(a.k) + b * a.kv_batch + (size_t)h * hs;
-	const __nv_bfloat16 *vb = MR__CBF(a.v) + b * a.kv_batch + (size_t)h * hs;
+	const TI *qb = (const TI *)a.q + b * a.q_batch + (size_t)h * hs;
+	const TI *kb = (const TI *)a.k + b * a.kv_batch + (size_t)h * hs;
+	const TI *vb = (const TI *)a.v + b * a.kv_batch + (size_t)h * hs;
 	float m[RPW], l[RPW], acc[RPW][NCMAX];
 	int kend = key_end(a, min(q0 + BR, a.tq) - 1);
 
@@ -140,9 +145,9 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 	}
 }
 
-template <typename GT>
+template <typename TI, typename GT>
 __global__ void __launch_bounds__(ATTN_THREADS)
-	attn_dq_kernel(attn_t a, const __nv_bfloat16 *dout, size_t o_row, size_t o_batch,
+	attn_dq_kernel(attn_t a, const TI *dout, size_t o_row, size_t o_batch,
 		       const float *lse, const float *delta, GT *dq, size_t dq_row, size_t dq_batch)
 {
 	extern __shared__ float sm[];
@@ -150,10 +155,10 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 	float *sq = sm, *sdo = sq + BR * hs, *sk = sdo + BR * hs, *sv = sk + BC * ks;
 	int bh = blockIdx.y, b = bh / a.NH, h = bh % a.NH, q0 = blockIdx.x * BR;
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-	const __nv_bfloat16 *qb = MR__CBF(a.q) + b * a.q_batch + (size_t)h * hs;
-	const __nv_bfloat16 *kb = MR__CBF(a.k) + b * a.kv_batch + (size_t)h * hs;
-	const __nv_bfloat16 *vb = MR__CBF(a.v) + b * a.kv_batch + (size_t)h * hs;
-	const __nv_bfloat16 *db = dout + b * o_batch + (size_t)h * hs;
+	const TI *qb = (const TI *)a.q + b * a.q_batch + (size_t)h * hs;
+	const TI *kb = (const TI *)a.k + b * a.kv_batch + (size_t)h * hs;
+	const TI *vb = (const TI *)a.v + b * a.kv_batch + (size_t)h * hs;
+	const TI *db = dout + b * o_batch + (size_t)h * hs;
 	float acc[RPW][NCMAX], li[RPW], di[RPW];
 	int kend = key_end(a, min(q0 + BR, a.tq) - 1);
 
@@ -210,9 +215,9 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 	}
 }
 
-template <typename GT>
+template <typename TI, typename GT>
 __global__ void __launch_bounds__(ATTN_THREADS)
-	attn_dkdv_kernel(attn_t a, const __nv_bfloat16 *dout, size_t o_row, size_t o_batch,
+	attn_dkdv_kernel(attn_t a, const TI *dout, size_t o_row, size_t o_batch,
 			 const float *lse, const float *delta, GT *dk, GT *dv, size_t dkv_row,
 			 size_t dkv_batch)
 {
@@ -222,10 +227,10 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 	float *slse = sdo + BC * ks, *sdelta = slse + BC;
 	int bh = blockIdx.y, b = bh / a.NH, h = bh % a.NH, k0 = blockIdx.x * BR;
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-	const __nv_bfloat16 *qb = MR__CBF(a.q) + b * a.q_batch + (size_t)h * hs;
-	const __nv_bfloat16 *kb = MR__CBF(a.k) + b * a.kv_batch + (size_t)h * hs;
-	const __nv_bfloat16 *vb = MR__CBF(a.v) + b * a.kv_batch + (size_t)h * hs;
-	const __nv_bfloat16 *db = dout + b * o_batch + (size_t)h * hs;
+	const TI *qb = (const TI *)a.q + b * a.q_batch + (size_t)h * hs;
+	const TI *kb = (const TI *)a.k + b * a.kv_batch + (size_t)h * hs;
+	const TI *vb = (const TI *)a.v + b * a.kv_batch + (size_t)h * hs;
+	const TI *db = dout + b * o_batch + (size_t)h * hs;
 	const float *lb = lse + (size_t)bh * a.tq, *deb = delta + (size_t)bh * a.tq;
 	float dka[RPW][NCMAX], dva[RPW][NCMAX];
 	int qs = a.causal ? max(0, a.k_pos0 + k0 - a.q_pos0) : 0;
@@ -294,9 +299,9 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 }
 
 /* Warp per row r of (B,NH,tq): delta = sum over the head's channels. */
-__global__ void attn_delta_kernel(float *delta, const __nv_bfloat16 *dout,
-				  const __nv_bfloat16 *out, int NH, int tq, int hs, size_t o_row,
-				  size_t o_batch, size_t rows)
+template <typename T>
+__global__ void attn_delta_kernel(float *delta, const T *dout, const T *out, int NH, int tq,
+				  int hs, size_t o_row, size_t o_batch, size_t rows)
 {
 	size_t r = blockIdx.x * (size_t)(blockDim.x >> 5) + (threadIdx.x >> 5);
 	int lane = threadIdx.x & 31;
@@ -309,7 +314,7 @@ __global__ void attn_delta_kernel(float *delta, const __nv_bfloat16 *dout,
 		return;
 	off = b * o_batch + (size_t)qi * o_row + (size_t)h * hs;
 	for (int c = lane; c < hs; c += 32)
-		s += __bfloat162float(dout[off + c]) * __bfloat162float(out[off + c]);
+		s += mr__ld(dout + off + c) * mr__ld(out + off + c);
 	s = mr__warp_sum(s);
 	if (lane == 0)
 		delta[r] = s;
@@ -363,7 +368,7 @@ static int smem_optin(struct mr_cuda *cu, K kernel, size_t bytes)
 			      "attention smem");
 }
 
-template <typename OutT>
+template <typename TI, typename OutT>
 static int attn_fwd(struct mr_cuda *cu, const attn_t *a, OutT *out, size_t o_row,
 		    size_t o_batch, float *lse)
 {
@@ -372,23 +377,39 @@ static int attn_fwd(struct mr_cuda *cu, const attn_t *a, OutT *out, size_t o_row
 	dim3 grid((unsigned int)((a->tq + BR - 1) / BR), (unsigned int)(a->B * a->NH));
 	int rc = check_shape(cu, a, "attn_fwd");
 
-	if (rc || (rc = smem_optin(cu, attn_fwd_kernel<OutT>, sm)))
+	if (rc || (rc = smem_optin(cu, attn_fwd_kernel<TI, OutT>, sm)))
 		return rc;
-	attn_fwd_kernel<OutT><<<grid, ATTN_THREADS, sm, cu->stream>>>(*a, out, o_row, o_batch,
-								      lse);
+	attn_fwd_kernel<TI, OutT><<<grid, ATTN_THREADS, sm, cu->stream>>>(*a, out, o_row, o_batch,
+									  lse);
 	return mr__cuda_launched(cu, "attn_fwd");
 }
 
-extern "C" int mr_cuda_attn_fwd(struct mr_cuda *cu, const struct mr_cuda_attn *a, mr_bf16 *out,
+/* The forward with outputs of the activation type. */
+template <typename T>
+static int attn_fwd_act(struct mr_cuda *cu, const attn_t *a, void *out, size_t o_row,
+			size_t o_batch, float *lse)
+{
+	return attn_fwd<T, T>(cu, a, (T *)out, o_row, o_batch, lse);
+}
+
+/* The forward with fp32 outputs. */
+template <typename T>
+static int attn_fwd_f32(struct mr_cuda *cu, const attn_t *a, float *out, size_t o_row,
+			size_t o_batch, float *lse)
+{
+	return attn_fwd<T, float>(cu, a, out, o_row, o_batch, lse);
+}
+
+extern "C" int mr_cuda_attn_fwd(struct mr_cuda *cu, const struct mr_cuda_attn *a, void *out,
 				size_t o_row, size_t o_batch, float *lse)
 {
-	return attn_fwd(cu, a, MR__BF(out), o_row, o_batch, lse);
+	return MR__BY_ACT(cu, attn_fwd_act, cu, a, out, o_row, o_batch, lse);
 }
 
 extern "C" int mr_cuda_attn_fwd_f32(struct mr_cuda *cu, const struct mr_cuda_attn *a,
 				    float *out, size_t o_row, size_t o_batch, float *lse)
 {
-	return attn_fwd(cu, a, out, o_row, o_batch, lse);
+	return MR__BY_ACT(cu, attn_fwd_f32, cu, a, out, o_row, o_batch, lse);
 }
 
 extern "C" int mr_cuda_attn_merge(struct mr_cuda *cu, float *out_a, float *lse_a,
@@ -406,23 +427,30 @@ extern "C" int mr_cuda_attn_merge(struct mr_cuda *cu, float *out_a, float *lse_a
 	return mr__cuda_launched(cu, "attn_merge");
 }
 
-extern "C" int mr_cuda_attn_delta(struct mr_cuda *cu, float *delta, const mr_bf16 *dout,
-				  const mr_bf16 *out, int B, int NH, int tq, int hs, size_t o_row,
-				  size_t o_batch)
+template <typename T>
+static int attn_delta(struct mr_cuda *cu, float *delta, const void *dout, const void *out,
+		      int NH, int tq, int hs, size_t o_row, size_t o_batch, size_t rows)
 {
-	size_t rows = (size_t)B * NH * tq;
 	unsigned int per = MR__CU_THREADS / 32;
 
-	if (B <= 0 || NH <= 0 || tq <= 0 || hs <= 0)
-		return mr__cuda_inval(cu, "attn_delta");
-	attn_delta_kernel<<<(unsigned int)((rows + per - 1) / per), MR__CU_THREADS, 0,
-			    cu->stream>>>(delta, MR__CBF(dout), MR__CBF(out), NH, tq, hs, o_row,
-					  o_batch, rows);
+	attn_delta_kernel<T><<<(unsigned int)((rows + per - 1) / per), MR__CU_THREADS, 0,
+			       cu->stream>>>(delta, (const T *)dout, (const T *)out, NH, tq, hs,
+					     o_row, o_batch, rows);
 	return mr__cuda_launched(cu, "attn_delta");
 }
 
-template <typename GT>
-static int attn_bwd(struct mr_cuda *cu, const attn_t *a, const mr_bf16 *dout, size_t o_row,
+extern "C" int mr_cuda_attn_delta(struct mr_cuda *cu, float *delta, const void *dout,
+				  const void *out, int B, int NH, int tq, int hs, size_t o_row,
+				  size_t o_batch)
+{
+	if (B <= 0 || NH <= 0 || tq <= 0 || hs <= 0)
+		return mr__cuda_inval(cu, "attn_delta");
+	return MR__BY_ACT(cu, attn_delta, cu, delta, dout, out, NH, tq, hs, o_row, o_batch,
+			  (size_t)B * NH * tq);
+}
+
+template <typename TI, typename GT>
+static int attn_bwd(struct mr_cuda *cu, const attn_t *a, const TI *dout, size_t o_row,
 		    size_t o_batch, const float *lse, const float *delta, GT *dq, size_t dq_row,
 		    size_t dq_batch, GT *dk, GT *dv, size_t dkv_row, size_t dkv_batch)
 {
@@ -432,32 +460,107 @@ static int attn_bwd(struct mr_cuda *cu, const attn_t *a, const mr_bf16 *dout, si
 	dim3 gk((unsigned int)((a->tk + BR - 1) / BR), (unsigned int)(a->B * a->NH));
 	int rc = check_shape(cu, a, "attn_bwd");
 
-	if (rc || (rc = smem_optin(cu, attn_dq_kernel<GT>, sm)) ||
-	    (rc = smem_optin(cu, attn_dkdv_kernel<GT>, sm)))
+	if (rc || (rc = smem_optin(cu, attn_dq_kernel<TI, GT>, sm)) ||
+	    (rc = smem_optin(cu, attn_dkdv_kernel<TI, GT>, sm)))
 		return rc;
-	attn_dq_kernel<GT><<<gq, ATTN_THREADS, sm, cu->stream>>>(
-		*a, MR__CBF(dout), o_row, o_batch, lse, delta, dq, dq_row, dq_batch);
-	attn_dkdv_kernel<GT><<<gk, ATTN_THREADS, sm, cu->stream>>>(
-		*a, MR__CBF(dout), o_row, o_batch, lse, delta, dk, dv, dkv_row, dkv_batch);
+	attn_dq_kernel<TI, GT><<<gq, ATTN_THREADS, sm, cu->stream>>>(
+		*a, dout, o_row, o_batch, lse, delta, dq, dq_row, dq_batch);
+	attn_dkdv_kernel<TI, GT><<<gk, ATTN_THREADS, sm, cu->stream>>>(
+		*a, dout, o_row, o_batch, lse, delta, dk, dv, dkv_row, dkv_batch);
 	return mr__cuda_launched(cu, "attn_bwd");
 }
 
-extern "C" int mr_cuda_attn_bwd(struct mr_cuda *cu, const struct mr_cuda_attn *a,
-				const mr_bf16 *dout, size_t o_row, size_t o_batch,
-				const float *lse, const float *delta, mr_bf16 *dq, size_t dq_row,
-				size_t dq_batch, mr_bf16 *dk, mr_bf16 *dv, size_t dkv_row,
-				size_t dkv_batch)
+/* Gradients of the activation type. */
+template <typename T>
+static int attn_bwd_act(struct mr_cuda *cu, const attn_t *a, const void *dout, size_t o_row,
+			size_t o_batch, const float *lse, const float *delta, void *dq,
+			size_t dq_row, size_t dq_batch, void *dk, void *dv, size_t dkv_row,
+			size_t dkv_batch)
 {
-	return attn_bwd(cu, a, dout, o_row, o_batch, lse, delta, MR__BF(dq), dq_row, dq_batch,
-			MR__BF(dk), MR__BF(dv), dkv_row, dkv_batch);
+	return attn_bwd<T, T>(cu, a, (const T *)dout, o_row, o_batch, lse, delta, (T *)dq, dq_row,
+			      dq_batch, (T *)dk, (T *)dv, dkv_row, dkv_batch);
+}
+
+/* fp32 gradients. */
+template <typename T>
+static int attn_bwd_f32(struct mr_cuda *cu, const attn_t *a, const void *dout, size_t o_row,
+			size_t o_batch, const float *lse, const float *delta, float *dq,
+			size_t dq_row, size_t dq_batch, float *dk, float *dv, size_t dkv_row,
+			size_t dkv_batch)
+{
+	return attn_bwd<T, float>(cu, a, (const T *)dout, o_row, o_batch, lse, delta, dq, dq_row,
+				  dq_batch, dk, dv, dkv_row, dkv_batch);
+}
+
+extern "C" int mr_cuda_attn_bwd(struct mr_cuda *cu, const struct mr_cuda_attn *a,
+				const void *dout, size_t o_row, size_t o_batch, const float *lse,
+				const float *delta, void *dq, size_t dq_row, size_t dq_batch,
+				void *dk, void *dv, size_t dkv_row, size_t dkv_batch)
+{
+	return MR__BY_ACT(cu, attn_bwd_act, cu, a, dout, o_row, o_batch, lse, delta, dq, dq_row,
+			  dq_batch, dk, dv, dkv_row, dkv_batch);
 }
 
 extern "C" int mr_cuda_attn_bwd_f32(struct mr_cuda *cu, const struct mr_cuda_attn *a,
-				    const mr_bf16 *dout, size_t o_row, size_t o_batch,
+				    const void *dout, size_t o_row, size_t o_batch,
 				    const float *lse, const float *delta, float *dq, size_t dq_row,
 				    size_t dq_batch, float *dk, float *dv, size_t dkv_row,
 				    size_t dkv_batch)
 {
-	return attn_bwd(cu, a, dout, o_row, o_batch, lse, delta, dq, dq_row, dq_batch, dk, dv,
-			dkv_row, dkv_batch);
+	return MR__BY_ACT(cu, attn_bwd_f32, cu, a, dout, o_row, o_batch, lse, delta, dq, dq_row,
+			  dq_batch, dk, dv, dkv_row, dkv_batch);
+}
+
+/* The packed qkv (B,T,3C) of a causal layer as the kernels see it. */
+static attn_t layer_desc(const struct mr_cuda *cu, const void *qkv, int B, int T, int C, int NH)
+{
+	size_t esz = cu->act == MR_CUDA_F32 ? sizeof(float) : sizeof(mr_bf16);
+	attn_t a;
+
+	memset(&a, 0, sizeof(a));
+	a.q = qkv;
+	a.k = (const char *)qkv + (size_t)C * esz;
+	a.v = (const char *)qkv + 2 * (size_t)C * esz;
+	a.q_row = a.kv_row = 3 * (size_t)C;
+	a.q_batch = a.kv_batch = (size_t)T * 3 * C;
+	a.B = B;
+	a.NH = NH;
+	a.hs = NH > 0 ? C / NH : 0;
+	a.tq = a.tk = T;
+	a.causal = 1;
+	a.scale = a.hs > 0 ? 1.0f / sqrtf((float)a.hs) : 0.0f;
+	return a;
+}
+
+extern "C" int mr_cuda_attn_layer_fwd(struct mr_cuda *cu, void *out, float *lse, const void *qkv,
+				      int B, int T, int C, int NH)
+{
+	attn_t a = layer_desc(cu, qkv, B, T, C, NH);
+
+	if (NH <= 0 || C % NH)
+		return mr__cuda_inval(cu, "attn_layer_fwd");
+	return mr_cuda_attn_fwd(cu, &a, out, (size_t)C, (size_t)T * C, lse);
+}
+
+extern "C" int mr_cuda_attn_layer_bwd(struct mr_cuda *cu, void *dqkv, const void *dout,
+				      const void *qkv, const void *out, const float *lse, int B,
+				      int T, int C, int NH)
+{
+	attn_t a = layer_desc(cu, qkv, B, T, C, NH);
+	size_t esz = cu->act == MR_CUDA_F32 ? sizeof(float) : sizeof(mr_bf16);
+	char *dq = (char *)dqkv;
+	float *delta;
+	int rc;
+
+	if (NH <= 0 || C % NH)
+		return mr__cuda_inval(cu, "attn_layer_bwd");
+	if ((rc = check_shape(cu, &a, "attn_layer_bwd")) ||
+	    (rc = mr__cuda_scratch(cu, (size_t)B * NH * T * sizeof(float), &delta)) ||
+	    (rc = mr_cuda_memset0(cu, dqkv, (size_t)B * T * 3 * C * esz)) ||
+	    (rc = mr_cuda_attn_delta(cu, delta, dout, out, B, NH, T, a.hs, (size_t)C,
+				     (size_t)T * C)))
+		return rc;
+	return mr_cuda_attn_bwd(cu, &a, dout, (size_t)C, (size_t)T * C, lse, delta, dq,
+				3 * (size_t)C, (size_t)T * 3 * C, dq + (size_t)C * esz,
+				dq + 2 * (size_t)C * esz, 3 * (size_t)C, (size_t)T * 3 * C);
 }

@@ -1,7 +1,7 @@
 /*
  * cuda_int.cuh - internals shared by the runtime/cuda .cu files: the
- * context struct, error plumbing, bf16 load/store and warp/block
- * reductions.
+ * context struct, error plumbing, the dispatch on the activation type,
+ * bf16/fp32 load/store and warp/block reductions.
  *
  * Non-goals: anything callable from C (that is mr_cuda.h).
  */
@@ -17,6 +17,7 @@
 
 struct mr_cuda {
 	int device;
+	enum mr_cuda_dtype act;  /* storage type of activation arguments */
 	cudaStream_t stream;
 	cublasHandle_t blas;
 	cublasLtHandle_t lt;
@@ -32,6 +33,8 @@ struct mr_cuda {
 	int *count_host;         /* (V+1) counting-sort histogram */
 	size_t count_host_n;
 	double *sum_host;        /* pinned result of the grad norm */
+	int *moe_host;           /* MoE routing summary read back (2 + E ints) */
+	size_t moe_host_n;
 	char err[256];
 };
 
@@ -43,6 +46,27 @@ int mr__cuda_launched(struct mr_cuda *cu, const char *what);
 int mr__cuda_inval(struct mr_cuda *cu, const char *what);
 /* Scratch of at least bytes, valid for work queued on cu->stream. */
 int mr__cuda_scratch(struct mr_cuda *cu, size_t bytes, float **out);
+/* out (N,OC) fp32 (=) = inp (N,IC) @ w^T, inp and w of the activation
+ * type (the MoE router: fp32 logits from activations). */
+int mr__cuda_matmul_f32out(struct mr_cuda *cu, float *out, const void *inp, const void *w,
+			   int N, int IC, int OC);
+/* Grows a host int array to n entries; MR_ENOMEM (message in cu). */
+int mr__cuda_grow_host(struct mr_cuda *cu, int **p, size_t *cap, size_t n);
+
+/*
+ * Runs fn<T>(args) with T the context's activation storage type (float or
+ * __nv_bfloat16): every kernel over activations is written once, as a
+ * template, and instantiated for both.
+ */
+#define MR__BY_ACT(cu, fn, ...)                                               \
+	((cu)->act == MR_CUDA_F32 ? fn<float>(__VA_ARGS__)                   \
+				  : fn<__nv_bfloat16>(__VA_ARGS__))
+
+/* cuBLAS type of the activation type. */
+static inline cudaDataType_t mr__cu_act_type(const struct mr_cuda *cu)
+{
+	return cu->act == MR_CUDA_F32 ? CUDA_R_32F : CUDA_R_16BF;
+}
 
 #define MR__CU_THREADS 256
 /* LayerNorm epsilon; the same value as MR_LN_EPS of the CPU kernels. */
@@ -121,5 +145,10 @@ __device__ __forceinline__ float mr__block_max(float x, float *sh)
 
 #define MR__BF(p) (reinterpret_cast<__nv_bfloat16 *>(p))
 #define MR__CBF(p) (reinterpret_cast<const __nv_bfloat16 *>(p))
+
+/* A grid-stride loop over [0, n). */
+#define MR__GRID_STRIDE(i, n)                                                  \
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); \
+	     i += (size_t)gridDim.x * blockDim.x)
 
 #endif

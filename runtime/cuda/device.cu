@@ -1,6 +1,7 @@
 /*
  * device.cu - the CUDA context (stream, cuBLAS/cuBLASLt handles, GEMM
- * workspace, scratch), device memory helpers and bf16 conversions.
+ * workspace, scratch, activation type), device memory helpers, copies and
+ * bf16 conversions.
  *
  * Non-goals: a caching allocator (the runtime allocates its few big
  * buffers once), peer access, multiple streams.
@@ -52,6 +53,22 @@ int mr__cuda_scratch(struct mr_cuda *cu, size_t bytes, float **out)
 	cu->scratch = (float *)p;
 	cu->scratch_bytes = bytes;
 	*out = cu->scratch;
+	return 0;
+}
+
+int mr__cuda_grow_host(struct mr_cuda *cu, int **p, size_t *cap, size_t n)
+{
+	int *q;
+
+	if (n <= *cap)
+		return 0;
+	q = (int *)realloc(*p, n * sizeof(int));
+	if (!q) {
+		snprintf(cu->err, sizeof(cu->err), "out of host memory (%zu ints)", n);
+		return MR_ENOMEM;
+	}
+	*p = q;
+	*cap = n;
 	return 0;
 }
 
@@ -134,7 +151,13 @@ extern "C" void mr_cuda_free(struct mr_cuda *cu)
 		cudaStreamDestroy(cu->stream);
 	free(cu->bucket_host);
 	free(cu->count_host);
+	free(cu->moe_host);
 	free(cu);
+}
+
+extern "C" void mr_cuda_set_act(struct mr_cuda *cu, enum mr_cuda_dtype t)
+{
+	cu->act = t;
 }
 
 extern "C" const char *mr_cuda_errmsg(const struct mr_cuda *cu)
@@ -193,6 +216,25 @@ extern "C" int mr_cuda_download(struct mr_cuda *cu, void *dst_host, const void *
 				"download");
 
 	return rc ? rc : mr_cuda_sync(cu);
+}
+
+extern "C" int mr_cuda_copy(struct mr_cuda *cu, void *dst, const void *src, size_t bytes)
+{
+	if (dst == src || !bytes)
+		return 0;
+	return mr__cuda_check(cu, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
+						  cu->stream),
+			      "copy");
+}
+
+extern "C" int mr_cuda_copy2d(struct mr_cuda *cu, void *dst, size_t dpitch, const void *src,
+			      size_t spitch, size_t width, size_t rows)
+{
+	if (!width || !rows)
+		return 0;
+	return mr__cuda_check(cu, cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows,
+						    cudaMemcpyDeviceToDevice, cu->stream),
+			      "copy2d");
 }
 
 __global__ void f32_to_bf16_kernel(__nv_bfloat16 *dst, const float *src, size_t n)

@@ -1,6 +1,8 @@
 /*
- * elementwise.cu - GELU (tanh) forward/backward, residual add, in-place add
- * (see mr_cuda.h). bf16 storage, fp32 math, grid-stride loops.
+ * elementwise.cu - GELU (tanh) forward/backward, residual and in-place
+ * adds, bias and position rows, column fill, fp32 add (see mr_cuda.h).
+ * Storage of the activation type, fp32 math, grid-stride loops; each
+ * kernel is a template over the storage type.
  *
  * Non-goals: vectorised 128-bit loads (these kernels are memory-bound but
  * small next to the GEMMs; a packed variant can replace them later).
@@ -9,76 +11,175 @@
 
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 
-#define GRID_STRIDE(i, n)                                                     \
-	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); \
-	     i += (size_t)gridDim.x * blockDim.x)
+#define LAUNCH(kernel, n, ...)                                                         \
+	kernel<<<mr__cu_blocks((n), MR__CU_THREADS), MR__CU_THREADS, 0, cu->stream>>>(  \
+		__VA_ARGS__)
 
-__global__ void gelu_fwd_kernel(__nv_bfloat16 *out, const __nv_bfloat16 *inp, size_t n)
+template <typename T>
+__global__ void gelu_fwd_kernel(T *out, const T *inp, size_t n)
 {
-	GRID_STRIDE(i, n)
+	MR__GRID_STRIDE(i, n)
 	{
-		float x = __bfloat162float(inp[i]);
+		float x = mr__ld(inp + i);
 		float u = GELU_K * (x + 0.044715f * x * x * x);
-		out[i] = __float2bfloat16_rn(0.5f * x * (1.0f + tanhf(u)));
+		mr__st(out + i, 0.5f * x * (1.0f + tanhf(u)));
 	}
 }
 
-__global__ void gelu_bwd_kernel(__nv_bfloat16 *dinp, const __nv_bfloat16 *inp,
-				const __nv_bfloat16 *dout, size_t n)
+template <typename T>
+__global__ void gelu_bwd_kernel(T *dinp, const T *inp, const T *dout, size_t n)
 {
-	GRID_STRIDE(i, n)
+	MR__GRID_STRIDE(i, n)
 	{
-		float x = __bfloat162float(inp[i]);
+		float x = mr__ld(inp + i);
 		float u = GELU_K * (x + 0.044715f * x * x * x);
 		float th = tanhf(u);
 		float sech2 = 1.0f - th * th;
 		float g = 0.5f * (1.0f + th) +
 			  0.5f * x * sech2 * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
-		dinp[i] = __float2bfloat16_rn(g * __bfloat162float(dout[i]));
+		mr__st(dinp + i, g * mr__ld(dout + i));
 	}
 }
 
-__global__ void add_kernel(__nv_bfloat16 *out, const __nv_bfloat16 *a, const __nv_bfloat16 *b,
-			   size_t n)
+template <typename T>
+__global__ void add_kernel(T *out, const T *a, const T *b, size_t n)
 {
-	GRID_STRIDE(i, n)
-	out[i] = __float2bfloat16_rn(__bfloat162float(a[i]) + __bfloat162float(b[i]));
+	MR__GRID_STRIDE(i, n)
+	mr__st(out + i, mr__ld(a + i) + mr__ld(b + i));
 }
 
-#define LAUNCH(kernel, n, ...)                                                         \
-	kernel<<<mr__cu_blocks((n), MR__CU_THREADS), MR__CU_THREADS, 0, cu->stream>>>(  \
-		__VA_ARGS__)
-
-extern "C" int mr_cuda_gelu_fwd(struct mr_cuda *cu, mr_bf16 *out, const mr_bf16 *inp, size_t n)
+/* rows (n, C) += bias (C) */
+template <typename T>
+__global__ void add_bias_kernel(T *rows, const T *bias, size_t n, int C)
 {
-	if (!n)
-		return 0;
-	LAUNCH(gelu_fwd_kernel, n, MR__BF(out), MR__CBF(inp), n);
+	MR__GRID_STRIDE(i, n)
+	mr__st(rows + i, mr__ld(rows + i) + mr__ld(bias + i % (size_t)C));
+}
+
+/* row r of out (width C) += wpe row off + r % period */
+template <typename T>
+__global__ void add_pos_kernel(T *out, const T *wpe, size_t n, int C, int period, int off)
+{
+	MR__GRID_STRIDE(i, n)
+	{
+		size_t r = i / (size_t)C;
+		int c = (int)(i % (size_t)C);
+		size_t p = (size_t)off + r % (size_t)period;
+
+		mr__st(out + i, mr__ld(out + i) + mr__ld(wpe + p * C + c));
+	}
+}
+
+/* columns [from, V) of x (rows, V) := value; n = rows * (V - from) */
+template <typename T>
+__global__ void fill_cols_kernel(T *x, size_t n, int V, int from, float value)
+{
+	int w = V - from;
+
+	MR__GRID_STRIDE(i, n)
+	mr__st(x + (i / (size_t)w) * V + from + (int)(i % (size_t)w), value);
+}
+
+__global__ void add_f32_kernel(float *y, const float *x, size_t n)
+{
+	MR__GRID_STRIDE(i, n)
+	y[i] += x[i];
+}
+
+template <typename T>
+static int gelu_fwd(struct mr_cuda *cu, void *out, const void *inp, size_t n)
+{
+	LAUNCH(gelu_fwd_kernel<T>, n, (T *)out, (const T *)inp, n);
 	return mr__cuda_launched(cu, "gelu_fwd");
 }
 
-extern "C" int mr_cuda_gelu_bwd(struct mr_cuda *cu, mr_bf16 *dinp, const mr_bf16 *inp,
-				const mr_bf16 *dout, size_t n)
+template <typename T>
+static int gelu_bwd(struct mr_cuda *cu, void *dinp, const void *inp, const void *dout, size_t n)
 {
-	if (!n)
-		return 0;
-	LAUNCH(gelu_bwd_kernel, n, MR__BF(dinp), MR__CBF(inp), MR__CBF(dout), n);
+	LAUNCH(gelu_bwd_kernel<T>, n, (T *)dinp, (const T *)inp, (const T *)dout, n);
 	return mr__cuda_launched(cu, "gelu_bwd");
 }
 
-extern "C" int mr_cuda_residual_fwd(struct mr_cuda *cu, mr_bf16 *out, const mr_bf16 *a,
-				    const mr_bf16 *b, size_t n)
+template <typename T>
+static int add(struct mr_cuda *cu, void *out, const void *a, const void *b, size_t n)
 {
-	if (!n)
-		return 0;
-	LAUNCH(add_kernel, n, MR__BF(out), MR__CBF(a), MR__CBF(b), n);
-	return mr__cuda_launched(cu, "residual_fwd");
+	LAUNCH(add_kernel<T>, n, (T *)out, (const T *)a, (const T *)b, n);
+	return mr__cuda_launched(cu, "add");
 }
 
-extern "C" int mr_cuda_add_inplace(struct mr_cuda *cu, mr_bf16 *y, const mr_bf16 *x, size_t n)
+template <typename T>
+static int add_bias(struct mr_cuda *cu, void *rows, const void *bias, size_t n, int C)
+{
+	LAUNCH(add_bias_kernel<T>, n, (T *)rows, (const T *)bias, n, C);
+	return mr__cuda_launched(cu, "add_bias");
+}
+
+template <typename T>
+static int add_pos(struct mr_cuda *cu, void *out, const void *wpe, size_t n, int C, int period,
+		   int off)
+{
+	LAUNCH(add_pos_kernel<T>, n, (T *)out, (const T *)wpe, n, C, period, off);
+	return mr__cuda_launched(cu, "add_pos");
+}
+
+template <typename T>
+static int fill_cols(struct mr_cuda *cu, void *x, size_t n, int V, int from, float value)
+{
+	LAUNCH(fill_cols_kernel<T>, n, (T *)x, n, V, from, value);
+	return mr__cuda_launched(cu, "fill_cols");
+}
+
+extern "C" int mr_cuda_gelu_fwd(struct mr_cuda *cu, void *out, const void *inp, size_t n)
+{
+	return n ? MR__BY_ACT(cu, gelu_fwd, cu, out, inp, n) : 0;
+}
+
+extern "C" int mr_cuda_gelu_bwd(struct mr_cuda *cu, void *dinp, const void *inp,
+				const void *dout, size_t n)
+{
+	return n ? MR__BY_ACT(cu, gelu_bwd, cu, dinp, inp, dout, n) : 0;
+}
+
+extern "C" int mr_cuda_residual_fwd(struct mr_cuda *cu, void *out, const void *a, const void *b,
+				    size_t n)
+{
+	return n ? MR__BY_ACT(cu, add, cu, out, a, b, n) : 0;
+}
+
+extern "C" int mr_cuda_add_inplace(struct mr_cuda *cu, void *y, const void *x, size_t n)
+{
+	return n ? MR__BY_ACT(cu, add, cu, y, y, x, n) : 0;
+}
+
+extern "C" int mr_cuda_add_bias(struct mr_cuda *cu, void *rows, const void *bias, int n, int C)
+{
+	if (n < 0 || C <= 0)
+		return mr__cuda_inval(cu, "add_bias");
+	return n ? MR__BY_ACT(cu, add_bias, cu, rows, bias, (size_t)n * C, C) : 0;
+}
+
+extern "C" int mr_cuda_add_pos(struct mr_cuda *cu, void *out, const void *wpe, int n, int C,
+			       int period, int off)
+{
+	if (n < 0 || C <= 0 || period <= 0 || off < 0)
+		return mr__cuda_inval(cu, "add_pos");
+	return n ? MR__BY_ACT(cu, add_pos, cu, out, wpe, (size_t)n * C, C, period, off) : 0;
+}
+
+extern "C" int mr_cuda_fill_cols(struct mr_cuda *cu, void *x, int N, int V, int from,
+				 float value)
+{
+	if (N < 0 || V <= 0 || from < 0 || from > V)
+		return mr__cuda_inval(cu, "fill_cols");
+	if (!N || from == V)
+		return 0;
+	return MR__BY_ACT(cu, fill_cols, cu, x, (size_t)N * (V - from), V, from, value);
+}
+
+extern "C" int mr_cuda_add_f32(struct mr_cuda *cu, float *y, const float *x, size_t n)
 {
 	if (!n)
 		return 0;
-	LAUNCH(add_kernel, n, MR__BF(y), MR__CBF(y), MR__CBF(x), n);
-	return mr__cuda_launched(cu, "add_inplace");
+	LAUNCH(add_f32_kernel, n, y, x, n);
+	return mr__cuda_launched(cu, "add_f32");
 }

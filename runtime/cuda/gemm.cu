@@ -5,13 +5,18 @@
  *   out (N,OC) = inp @ w^T   is  out^T (OC,N) = op_T(w) * inp^T
  *   dinp (N,IC) = dout @ w    is  dinp^T (IC,N) = w^T * dout^T
  *   dw (OC,IC) += dout^T inp  is  dw^T (IC,OC) += inp^T * op_T(dout^T)
- * Each GEMM goes through cuBLASLt (bf16 A/B, fp32 compute, bias in the
- * epilogue); if cuBLASLt is disabled, finds no algorithm or fails, the
- * same call runs through cublasGemmEx (the bias is then broadcast into the
- * output first and added with beta = 1, as the CPU twin does).
+ * Each GEMM goes through cuBLASLt (A/B of the activation type, fp32
+ * compute, bias in the epilogue); if cuBLASLt is disabled, finds no
+ * algorithm or fails, the same call runs through cublasGemmEx (the bias
+ * is then broadcast into the output first and added with beta = 1, as the
+ * CPU twin does).
  * dbias is a fixed-order column sum (partials per row chunk, then one sum
  * per column) rather than cuBLASLt's BGRADB epilogue, so it is fp32 and
  * deterministic whatever algorithm cuBLASLt picks.
+ * Compute type CUBLAS_COMPUTE_32F everywhere: with bf16 inputs the tensor
+ * cores accumulate in fp32; with fp32 inputs (precision fp32) it is an
+ * exact fp32 GEMM, never TF32 (that would need _FAST_TF32, which we never
+ * ask for, and the cuBLAS math mode stays CUBLAS_DEFAULT_MATH).
  *
  * Non-goals: fused GELU epilogues, fp8, batched GEMMs (MoE experts loop).
  */
@@ -142,15 +147,28 @@ static int gemm(struct mr_cuda *cu, struct gemm_args g, const char *what)
 	return mr__cuda_launched(cu, what);
 }
 
-extern "C" int mr_cuda_matmul_fwd(struct mr_cuda *cu, mr_bf16 *out, const mr_bf16 *inp,
-				  const mr_bf16 *w, const mr_bf16 *bias, int N, int IC, int OC)
+extern "C" int mr_cuda_matmul_fwd(struct mr_cuda *cu, void *out, const void *inp, const void *w,
+				  const void *bias, int N, int IC, int OC)
 {
+	cudaDataType_t t = mr__cu_act_type(cu);
 	struct gemm_args g = { CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, w, inp, bias,
-			       CUDA_R_16BF, CUDA_R_16BF, IC, IC, OC, 0.0f, out };
+			       t, t, IC, IC, OC, 0.0f, out };
 
 	if (N <= 0 || IC <= 0 || OC <= 0)
 		return mr__cuda_inval(cu, "matmul_fwd");
 	return gemm(cu, g, "matmul_fwd");
+}
+
+int mr__cuda_matmul_f32out(struct mr_cuda *cu, float *out, const void *inp, const void *w, int N,
+			   int IC, int OC)
+{
+	cudaDataType_t t = mr__cu_act_type(cu);
+	struct gemm_args g = { CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, w, inp, NULL,
+			       t, CUDA_R_32F, IC, IC, OC, 0.0f, out };
+
+	if (N <= 0 || IC <= 0 || OC <= 0)
+		return mr__cuda_inval(cu, "matmul_f32out");
+	return gemm(cu, g, "matmul_f32out");
 }
 
 extern "C" int mr_cuda_matmul_fwd_f32(struct mr_cuda *cu, float *out, const float *inp,
@@ -165,7 +183,8 @@ extern "C" int mr_cuda_matmul_fwd_f32(struct mr_cuda *cu, float *out, const floa
 }
 
 /* part (nchunks, OC): sums of ROWS_PER_CHUNK rows of dout per column. */
-__global__ void colsum_partial_kernel(float *part, const __nv_bfloat16 *dout, int N, int OC)
+template <typename T>
+__global__ void colsum_partial_kernel(float *part, const T *dout, int N, int OC)
 {
 	int c = blockIdx.x * blockDim.x + threadIdx.x;
 	int r0 = blockIdx.y * ROWS_PER_CHUNK;
@@ -175,7 +194,7 @@ __global__ void colsum_partial_kernel(float *part, const __nv_bfloat16 *dout, in
 	if (c >= OC)
 		return;
 	for (int r = r0; r < r1; r++)
-		s += __bfloat162float(dout[(size_t)r * OC + c]);
+		s += mr__ld(dout + (size_t)r * OC + c);
 	part[(size_t)blockIdx.y * OC + c] = s;
 }
 
@@ -192,41 +211,47 @@ __global__ void colsum_final_kernel(float *dst, const float *part, int nchunks, 
 	dst[c] += s;
 }
 
-extern "C" int mr_cuda_matmul_bwd(struct mr_cuda *cu, mr_bf16 *dinp, float *dw, float *dbias,
-				  const mr_bf16 *dout, const mr_bf16 *inp, const mr_bf16 *w,
-				  int N, int IC, int OC, int accumulate_dinp)
+/* dbias (OC) += colsum(dout (N,OC)): fixed chunks, then chunk order. */
+template <typename T>
+static int colsum(struct mr_cuda *cu, float *dbias, const void *dout, int N, int OC)
 {
+	int nchunks = (N + ROWS_PER_CHUNK - 1) / ROWS_PER_CHUNK;
+	unsigned int gx = (unsigned int)((OC + MR__CU_THREADS - 1) / MR__CU_THREADS);
+	float *part;
+	int rc = mr__cuda_scratch(cu, (size_t)nchunks * OC * sizeof(float), &part);
+
+	if (rc)
+		return rc;
+	colsum_partial_kernel<T><<<dim3(gx, nchunks), MR__CU_THREADS, 0, cu->stream>>>(
+		part, (const T *)dout, N, OC);
+	colsum_final_kernel<<<gx, MR__CU_THREADS, 0, cu->stream>>>(dbias, part, nchunks, OC);
+	return mr__cuda_launched(cu, "matmul_bwd dbias");
+}
+
+extern "C" int mr_cuda_matmul_bwd(struct mr_cuda *cu, void *dinp, float *dw, float *dbias,
+				  const void *dout, const void *inp, const void *w, int N, int IC,
+				  int OC, int accumulate_dinp)
+{
+	cudaDataType_t t = mr__cu_act_type(cu);
 	int rc;
 
 	if (N <= 0 || IC <= 0 || OC <= 0)
 		return mr__cuda_inval(cu, "matmul_bwd");
 	if (dinp) {
 		struct gemm_args g = { CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, w, dout, NULL,
-				       CUDA_R_16BF, CUDA_R_16BF, IC, OC, IC,
-				       accumulate_dinp ? 1.0f : 0.0f, dinp };
+				       t, t, IC, OC, IC, accumulate_dinp ? 1.0f : 0.0f, dinp };
 		rc = gemm(cu, g, "matmul_bwd dinp");
 		if (rc)
 			return rc;
 	}
 	if (dw) {
 		struct gemm_args g = { CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, dout, NULL,
-				       CUDA_R_16BF, CUDA_R_32F, IC, OC, IC, 1.0f, dw };
+				       t, CUDA_R_32F, IC, OC, IC, 1.0f, dw };
 		rc = gemm(cu, g, "matmul_bwd dw");
 		if (rc)
 			return rc;
 	}
-	if (dbias) {
-		int nchunks = (N + ROWS_PER_CHUNK - 1) / ROWS_PER_CHUNK;
-		unsigned int gx = (unsigned int)((OC + MR__CU_THREADS - 1) / MR__CU_THREADS);
-		float *part;
-
-		rc = mr__cuda_scratch(cu, (size_t)nchunks * OC * sizeof(float), &part);
-		if (rc)
-			return rc;
-		colsum_partial_kernel<<<dim3(gx, nchunks), MR__CU_THREADS, 0, cu->stream>>>(
-			part, MR__CBF(dout), N, OC);
-		colsum_final_kernel<<<gx, MR__CU_THREADS, 0, cu->stream>>>(dbias, part, nchunks, OC);
-		return mr__cuda_launched(cu, "matmul_bwd dbias");
-	}
+	if (dbias)
+		return MR__BY_ACT(cu, colsum, cu, dbias, dout, N, OC);
 	return 0;
 }

@@ -15,14 +15,14 @@
 #define LN_ROWS_PER_BLOCK (MR__CU_THREADS / 32)
 #define LN_ROWS_PER_CHUNK 64
 
-__global__ void layernorm_fwd_kernel(__nv_bfloat16 *out, float *mean, float *rstd,
-				     const __nv_bfloat16 *inp, const __nv_bfloat16 *w,
-				     const __nv_bfloat16 *b, int N, int C)
+template <typename T>
+__global__ void layernorm_fwd_kernel(T *out, float *mean, float *rstd, const T *inp, const T *w,
+				     const T *b, int N, int C)
 {
 	int lane = threadIdx.x & 31;
 	int row = blockIdx.x * LN_ROWS_PER_BLOCK + (threadIdx.x >> 5);
-	const __nv_bfloat16 *x;
-	__nv_bfloat16 *o;
+	const T *x;
+	T *o;
 	float m = 0.0f, v = 0.0f, s;
 
 	if (row >= N)
@@ -30,17 +30,17 @@ __global__ void layernorm_fwd_kernel(__nv_bfloat16 *out, float *mean, float *rst
 	x = inp + (size_t)row * C;
 	o = out + (size_t)row * C;
 	for (int c = lane; c < C; c += 32)
-		m += __bfloat162float(x[c]);
+		m += mr__ld(x + c);
 	m = mr__warp_sum(m) / (float)C;
 	for (int c = lane; c < C; c += 32) {
-		float d = __bfloat162float(x[c]) - m;
+		float d = mr__ld(x + c) - m;
 		v += d * d;
 	}
 	v = mr__warp_sum(v) / (float)C;
 	s = 1.0f / sqrtf(v + MR_LN_EPS_CU);
 	for (int c = lane; c < C; c += 32) {
-		float n = (__bfloat162float(x[c]) - m) * s;
-		o[c] = __float2bfloat16_rn(n * __bfloat162float(w[c]) + __bfloat162float(b[c]));
+		float n = (mr__ld(x + c) - m) * s;
+		mr__st(o + c, n * mr__ld(w + c) + mr__ld(b + c));
 	}
 	if (lane == 0) {
 		mean[row] = m;
@@ -48,14 +48,14 @@ __global__ void layernorm_fwd_kernel(__nv_bfloat16 *out, float *mean, float *rst
 	}
 }
 
-__global__ void layernorm_dinp_kernel(__nv_bfloat16 *dinp, const __nv_bfloat16 *dout,
-				      const __nv_bfloat16 *inp, const __nv_bfloat16 *w,
+template <typename T>
+__global__ void layernorm_dinp_kernel(T *dinp, const T *dout, const T *inp, const T *w,
 				      const float *mean, const float *rstd, int N, int C)
 {
 	int lane = threadIdx.x & 31;
 	int row = blockIdx.x * LN_ROWS_PER_BLOCK + (threadIdx.x >> 5);
-	const __nv_bfloat16 *x, *dy;
-	__nv_bfloat16 *dx;
+	const T *x, *dy;
+	T *dx;
 	float m, s, dnm = 0.0f, dnn = 0.0f;
 
 	if (row >= N)
@@ -66,25 +66,25 @@ __global__ void layernorm_dinp_kernel(__nv_bfloat16 *dinp, const __nv_bfloat16 *
 	m = mean[row];
 	s = rstd[row];
 	for (int c = lane; c < C; c += 32) {
-		float n = (__bfloat162float(x[c]) - m) * s;
-		float dn = __bfloat162float(w[c]) * __bfloat162float(dy[c]);
+		float n = (mr__ld(x + c) - m) * s;
+		float dn = mr__ld(w + c) * mr__ld(dy + c);
 		dnm += dn;
 		dnn += dn * n;
 	}
 	dnm = mr__warp_sum(dnm) / (float)C;
 	dnn = mr__warp_sum(dnn) / (float)C;
 	for (int c = lane; c < C; c += 32) {
-		float n = (__bfloat162float(x[c]) - m) * s;
-		float dn = __bfloat162float(w[c]) * __bfloat162float(dy[c]);
-		float g = __bfloat162float(dx[c]) + s * (dn - dnm - n * dnn);
-		dx[c] = __float2bfloat16_rn(g);
+		float n = (mr__ld(x + c) - m) * s;
+		float dn = mr__ld(w + c) * mr__ld(dy + c);
+		float g = mr__ld(dx + c) + s * (dn - dnm - n * dnn);
+		mr__st(dx + c, g);
 	}
 }
 
 /* part (2, nchunks, C): [dw | db] partial sums over LN_ROWS_PER_CHUNK rows. */
-__global__ void layernorm_dwdb_partial_kernel(float *part, const __nv_bfloat16 *dout,
-					      const __nv_bfloat16 *inp, const float *mean,
-					      const float *rstd, int N, int C)
+template <typename T>
+__global__ void layernorm_dwdb_partial_kernel(float *part, const T *dout, const T *inp,
+					      const float *mean, const float *rstd, int N, int C)
 {
 	int c = blockIdx.x * blockDim.x + threadIdx.x;
 	int r0 = blockIdx.y * LN_ROWS_PER_CHUNK, r1 = min(r0 + LN_ROWS_PER_CHUNK, N);
@@ -93,8 +93,8 @@ __global__ void layernorm_dwdb_partial_kernel(float *part, const __nv_bfloat16 *
 	if (c >= C)
 		return;
 	for (int r = r0; r < r1; r++) {
-		float dy = __bfloat162float(dout[(size_t)r * C + c]);
-		float n = (__bfloat162float(inp[(size_t)r * C + c]) - mean[r]) * rstd[r];
+		float dy = mr__ld(dout + (size_t)r * C + c);
+		float n = (mr__ld(inp + (size_t)r * C + c) - mean[r]) * rstd[r];
 		sw += n * dy;
 		sb += dy;
 	}
@@ -118,39 +118,53 @@ __global__ void layernorm_dwdb_final_kernel(float *dw, float *db, const float *p
 	db[c] += sb;
 }
 
-extern "C" int mr_cuda_layernorm_fwd(struct mr_cuda *cu, mr_bf16 *out, float *mean, float *rstd,
-				     const mr_bf16 *inp, const mr_bf16 *w, const mr_bf16 *b,
-				     int N, int C)
+template <typename T>
+static int layernorm_fwd(struct mr_cuda *cu, void *out, float *mean, float *rstd,
+			 const void *inp, const void *w, const void *b, int N, int C)
 {
 	unsigned int nb = (unsigned int)((N + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK);
 
-	if (N <= 0 || C <= 0)
-		return mr__cuda_inval(cu, "layernorm_fwd");
-	layernorm_fwd_kernel<<<nb, MR__CU_THREADS, 0, cu->stream>>>(
-		MR__BF(out), mean, rstd, MR__CBF(inp), MR__CBF(w), MR__CBF(b), N, C);
+	layernorm_fwd_kernel<T><<<nb, MR__CU_THREADS, 0, cu->stream>>>(
+		(T *)out, mean, rstd, (const T *)inp, (const T *)w, (const T *)b, N, C);
 	return mr__cuda_launched(cu, "layernorm_fwd");
 }
 
-extern "C" int mr_cuda_layernorm_bwd(struct mr_cuda *cu, mr_bf16 *dinp, float *dw, float *db,
-				     const mr_bf16 *dout, const mr_bf16 *inp, const mr_bf16 *w,
-				     const float *mean, const float *rstd, int N, int C)
+template <typename T>
+static int layernorm_bwd(struct mr_cuda *cu, void *dinp, float *dw, float *db, const void *dout,
+			 const void *inp, const void *w, const float *mean, const float *rstd,
+			 int N, int C)
 {
 	unsigned int nb = (unsigned int)((N + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK);
 	unsigned int gx = (unsigned int)((C + MR__CU_THREADS - 1) / MR__CU_THREADS);
 	int nchunks = (N + LN_ROWS_PER_CHUNK - 1) / LN_ROWS_PER_CHUNK, rc;
 	float *part;
 
-	if (N <= 0 || C <= 0)
-		return mr__cuda_inval(cu, "layernorm_bwd");
 	rc = mr__cuda_scratch(cu, 2 * (size_t)nchunks * C * sizeof(float), &part);
 	if (rc)
 		return rc;
-	layernorm_dinp_kernel<<<nb, MR__CU_THREADS, 0, cu->stream>>>(
-		MR__BF(dinp), MR__CBF(dout), MR__CBF(inp), MR__CBF(w), mean, rstd, N, C);
-	layernorm_dwdb_partial_kernel<<<dim3(gx, (unsigned int)nchunks), MR__CU_THREADS, 0,
-					cu->stream>>>(part, MR__CBF(dout), MR__CBF(inp), mean,
-						      rstd, N, C);
+	layernorm_dinp_kernel<T><<<nb, MR__CU_THREADS, 0, cu->stream>>>(
+		(T *)dinp, (const T *)dout, (const T *)inp, (const T *)w, mean, rstd, N, C);
+	layernorm_dwdb_partial_kernel<T><<<dim3(gx, (unsigned int)nchunks), MR__CU_THREADS, 0,
+					   cu->stream>>>(part, (const T *)dout, (const T *)inp,
+							 mean, rstd, N, C);
 	layernorm_dwdb_final_kernel<<<gx, MR__CU_THREADS, 0, cu->stream>>>(dw, db, part, nchunks,
 									   C);
 	return mr__cuda_launched(cu, "layernorm_bwd");
+}
+
+extern "C" int mr_cuda_layernorm_fwd(struct mr_cuda *cu, void *out, float *mean, float *rstd,
+				     const void *inp, const void *w, const void *b, int N, int C)
+{
+	if (N <= 0 || C <= 0)
+		return mr__cuda_inval(cu, "layernorm_fwd");
+	return MR__BY_ACT(cu, layernorm_fwd, cu, out, mean, rstd, inp, w, b, N, C);
+}
+
+extern "C" int mr_cuda_layernorm_bwd(struct mr_cuda *cu, void *dinp, float *dw, float *db,
+				     const void *dout, const void *inp, const void *w,
+				     const float *mean, const float *rstd, int N, int C)
+{
+	if (N <= 0 || C <= 0)
+		return mr__cuda_inval(cu, "layernorm_bwd");
+	return MR__BY_ACT(cu, layernorm_bwd, cu, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
 }

@@ -3,23 +3,34 @@
  * memory, cuBLASLt/cuBLAS GEMMs and the own kernels of the GPT runtime.
  *
  * Every kernel here has a CPU twin in kernels/mr_kernels.h,
- * kernels/mr_attention.h or optim/mr_adamw.h, with the same shapes
+ * kernels/mr_attention.h, optim/mr_adamw.h, model/mr_moe.h or (a few
+ * loops) the cpu device (device/cpu.c), with the same shapes
  * (llm.c notation: B batch, T time, C channels, N = B*T rows, V vocab) and
  * the same accumulate (+=) / write (=) rule, and tests/gpu/ compares each
  * against its twin.
  *
- * Precision (llm.c's mixed-precision GPU path):
- *   - activations and the weight copies the GEMMs read are bf16 (mr_bf16);
+ * Precision: activations, activation gradients and the weight copies
+ * the kernels read are stored in the context's ACTIVATION TYPE
+ * (mr_cuda_set_act): bf16 by default (llm.c's mixed-precision path), or
+ * fp32 ("precision": "fp32": fp32 throughout). Every activation argument
+ * is a `void *` of that type; arguments typed float are fp32 whatever the
+ * activation type:
  *   - master weights, parameter gradients, AdamW m/v, LayerNorm mean/rstd,
- *     attention lse/delta, losses are fp32;
+ *     attention lse/delta, losses, MoE router probabilities and gates are
+ *     fp32;
  *   - every reduction (GEMM accumulation, LayerNorm statistics, softmax
  *     sums, bias/weight gradient sums, grad norm) runs in fp32 (the grad
- *     norm's last pass in double) and bf16 is only a storage format:
- *     loads convert to fp32, stores round to nearest even once;
- *   - activation gradients (dinp of GEMM/LayerNorm/attention, dlogits) are
- *     bf16 like the activations; parameter gradients (dw, dbias, LayerNorm
- *     dw/db, embedding dwte/dwpe) are fp32 and accumulate (+=) across
- *     micro-batches.
+ *     norm's last pass and the MoE aux loss in double); the activation
+ *     type is only a storage format: loads convert to fp32, bf16 stores
+ *     round to nearest even once;
+ *   - parameter gradients (dw, dbias, LayerNorm dw/db, embedding
+ *     dwte/dwpe) accumulate (+=) across micro-batches.
+ * With fp32 activations the GEMMs are plain fp32 (cuBLASLt/cuBLAS with
+ * CUBLAS_COMPUTE_32F and the default math mode: no TF32; the environment
+ * variable NVIDIA_TF32_OVERRIDE=1 would force TF32 behind our back, so
+ * do not set it), and the kernels are the bf16 ones instantiated for
+ * float (C++ templates over the storage type), so both types share one
+ * code path.
  * Where context parallelism needs more precision (partial attention outputs
  * being merged, dq/dk/dv summed over ring steps) an fp32 variant exists.
  *
@@ -80,15 +91,23 @@ static inline float mr_bf16_to_f32(mr_bf16 h)
 }
 
 struct mr_cuda;
+struct mr_moe_shape; /* model/mr_moe.h */
+
+/* Storage type of the activation arguments (void *) of a context. */
+enum mr_cuda_dtype { MR_CUDA_BF16, MR_CUDA_F32 };
 
 /* ---- device and context ------------------------------------------------ */
 /* Number of usable devices; 0 (and a reason in eb) when there is no driver
  * or no device. Never fails otherwise. */
 int mr_cuda_device_count(struct mr_errbuf *eb);
 /* Context on device `device`: stream, cuBLAS(Lt) handles, 32 MiB GEMM
- * workspace. MR_ENOTSUP when there is no such device. */
+ * workspace; activation type bf16. MR_ENOTSUP when there is no such
+ * device. */
 int mr_cuda_create(struct mr_cuda **out, int device, struct mr_errbuf *eb);
 void mr_cuda_free(struct mr_cuda *cu);
+/* Sets the activation type every later call reads and writes (see the
+ * header); set it once, before the first kernel. */
+void mr_cuda_set_act(struct mr_cuda *cu, enum mr_cuda_dtype t);
 /* The last error message of the context ("" if none). */
 const char *mr_cuda_errmsg(const struct mr_cuda *cu);
 /* Waits for the stream; reports errors of kernels that ran. */
@@ -100,81 +119,114 @@ void mr_cuda_disable_lt(struct mr_cuda *cu);
 
 /* ---- memory (device pointers; bytes) ----------------------------------- */
 int mr_cuda_alloc(struct mr_cuda *cu, void **p, size_t bytes);
-void mr_cuda_dfree(struct mr_cuda *cu, void *p); /* p may be NULL */
+void mr_cuda_dfree(struct mr_cuda *cu, void *p); /* p may be NULL; waits */
 int mr_cuda_memset0(struct mr_cuda *cu, void *p, size_t bytes);
 /* Synchronous copies (they wait for the stream). */
 int mr_cuda_upload(struct mr_cuda *cu, void *dst, const void *src_host, size_t bytes);
 int mr_cuda_download(struct mr_cuda *cu, void *dst_host, const void *src, size_t bytes);
-/* Device conversions of n elements. */
+/* Device to device, on the stream; dst and src do not overlap (dst == src
+ * is a no-op). copy2d: rows blocks of width bytes from src every spitch
+ * bytes to dst every dpitch bytes. */
+int mr_cuda_copy(struct mr_cuda *cu, void *dst, const void *src, size_t bytes);
+int mr_cuda_copy2d(struct mr_cuda *cu, void *dst, size_t dpitch, const void *src, size_t spitch,
+		   size_t width, size_t rows);
+/* Device conversions of n elements (whatever the activation type). */
 int mr_cuda_f32_to_bf16(struct mr_cuda *cu, mr_bf16 *dst, const float *src, size_t n);
 int mr_cuda_bf16_to_f32(struct mr_cuda *cu, float *dst, const mr_bf16 *src, size_t n);
 
-/* ---- GEMM (cuBLASLt, cuBLAS fallback; bf16 in, fp32 accumulate) --------- */
+/* ---- GEMM (cuBLASLt, cuBLAS fallback; fp32 accumulate) ------------------ */
 /* out (N,OC) = inp (N,IC) @ w^T (w is (OC,IC)) + bias (OC, may be NULL).
  * The bias rides in the cuBLASLt epilogue. Twin: mr_matmul_fwd. */
-int mr_cuda_matmul_fwd(struct mr_cuda *cu, mr_bf16 *out, const mr_bf16 *inp, const mr_bf16 *w,
-		       const mr_bf16 *bias, int N, int IC, int OC);
-/* dinp (N,IC) = or += dout @ w (bf16; may be NULL), dw (OC,IC) += dout^T @
- * inp (fp32; may be NULL), dbias (OC) += colsum(dout) (fp32; may be NULL).
+int mr_cuda_matmul_fwd(struct mr_cuda *cu, void *out, const void *inp, const void *w,
+		       const void *bias, int N, int IC, int OC);
+/* dinp (N,IC) = or += dout @ w (may be NULL), dw (OC,IC) += dout^T @ inp
+ * (fp32; may be NULL), dbias (OC) += colsum(dout) (fp32; may be NULL).
  * Twin: mr_matmul_bwd. */
-int mr_cuda_matmul_bwd(struct mr_cuda *cu, mr_bf16 *dinp, float *dw, float *dbias,
-		       const mr_bf16 *dout, const mr_bf16 *inp, const mr_bf16 *w, int N, int IC,
-		       int OC, int accumulate_dinp);
-/* All-fp32 variant of the forward (MoE router; no TF32). */
+int mr_cuda_matmul_bwd(struct mr_cuda *cu, void *dinp, float *dw, float *dbias,
+		       const void *dout, const void *inp, const void *w, int N, int IC, int OC,
+		       int accumulate_dinp);
+/* All-fp32 variant of the forward (no TF32), whatever the activation
+ * type. */
 int mr_cuda_matmul_fwd_f32(struct mr_cuda *cu, float *out, const float *inp, const float *w,
 			   const float *bias, int N, int IC, int OC);
 
 /* ---- embedding ----------------------------------------------------------- */
-/* out (B,T,C) = wte[tok] + wpe[t]; tok (B*T) device ints. Twin:
- * mr_encoder_fwd. */
-int mr_cuda_encoder_fwd(struct mr_cuda *cu, mr_bf16 *out, const int *tok, const mr_bf16 *wte,
-			const mr_bf16 *wpe, int B, int T, int C);
-/* dwte (V,C) += ..., dwpe (T,C) += ... (fp32) from dout (B,T,C). The
- * tokens are read on the HOST (tok_host, B*T ids in [0, V)) to bucket the
- * positions of each distinct token, so every dwte row is summed by one
- * thread per channel in position order: deterministic, no atomics.
+/* out (B,T,C) = wte[tok] + wpe[t] (=); tok (B*T) device ints, tok < 0:
+ * no wte part (another rank's vocabulary slice); wpe NULL: no position
+ * part. Twin: mr_encoder_fwd. */
+int mr_cuda_encoder_fwd(struct mr_cuda *cu, void *out, const int *tok, const void *wte,
+			const void *wpe, int B, int T, int C);
+/* dwte (V,C) += ..., dwpe (T,C) += ... (fp32; either may be NULL) from dout
+ * (B,T,C). The tokens are read on the HOST (tok_host, B*T ids < V; rows
+ * with a negative id add nothing to dwte) to bucket the positions of each
+ * distinct token, so every dwte row is summed by one thread per channel
+ * in position order: deterministic, no atomics. An id >= V is MR_ERANGE.
  * Twin: mr_encoder_bwd. */
-int mr_cuda_encoder_bwd(struct mr_cuda *cu, float *dwte, float *dwpe, const mr_bf16 *dout,
+int mr_cuda_encoder_bwd(struct mr_cuda *cu, float *dwte, float *dwpe, const void *dout,
 			const int *tok_host, int B, int T, int C, int V);
+/* out rows i in [0, n) (width C) += wpe[off + i % period] (the positions
+ * of a sequence-parallel shard). Twin: the loop of the cpu device's
+ * add_pos (device/cpu.c). */
+int mr_cuda_add_pos(struct mr_cuda *cu, void *out, const void *wpe, int n, int C, int period,
+		    int off);
 
 /* ---- layernorm ------------------------------------------------------------ */
-/* out (N,C) bf16; mean, rstd (N) fp32. w, b (C) bf16 copies.
+/* out (N,C); mean, rstd (N) fp32; w, b (C) weight copies.
  * Twin: mr_layernorm_fwd. */
-int mr_cuda_layernorm_fwd(struct mr_cuda *cu, mr_bf16 *out, float *mean, float *rstd,
-			  const mr_bf16 *inp, const mr_bf16 *w, const mr_bf16 *b, int N, int C);
-/* dinp (N,C) += (bf16), dw, db (C) += (fp32). Twin: mr_layernorm_bwd. */
-int mr_cuda_layernorm_bwd(struct mr_cuda *cu, mr_bf16 *dinp, float *dw, float *db,
-			  const mr_bf16 *dout, const mr_bf16 *inp, const mr_bf16 *w,
-			  const float *mean, const float *rstd, int N, int C);
+int mr_cuda_layernorm_fwd(struct mr_cuda *cu, void *out, float *mean, float *rstd,
+			  const void *inp, const void *w, const void *b, int N, int C);
+/* dinp (N,C) +=, dw, db (C) += (fp32). Twin: mr_layernorm_bwd. */
+int mr_cuda_layernorm_bwd(struct mr_cuda *cu, void *dinp, float *dw, float *db, const void *dout,
+			  const void *inp, const void *w, const float *mean, const float *rstd,
+			  int N, int C);
 
-/* ---- elementwise (bf16 storage, fp32 math) -------------------------------- */
-int mr_cuda_gelu_fwd(struct mr_cuda *cu, mr_bf16 *out, const mr_bf16 *inp, size_t n);
-/* dinp = dout * gelu'(inp); dinp may alias dout. */
-int mr_cuda_gelu_bwd(struct mr_cuda *cu, mr_bf16 *dinp, const mr_bf16 *inp,
-		     const mr_bf16 *dout, size_t n);
-/* out = a + b (may alias). Twin: mr_residual_fwd. */
-int mr_cuda_residual_fwd(struct mr_cuda *cu, mr_bf16 *out, const mr_bf16 *a, const mr_bf16 *b,
-			 size_t n);
+/* ---- elementwise (fp32 math) ---------------------------------------------- */
+/* out = gelu(inp) (=). Twin: mr_gelu_fwd. */
+int mr_cuda_gelu_fwd(struct mr_cuda *cu, void *out, const void *inp, size_t n);
+/* dinp = dout * gelu'(inp) (=); dinp may alias dout. Twin: mr_gelu_bwd. */
+int mr_cuda_gelu_bwd(struct mr_cuda *cu, void *dinp, const void *inp, const void *dout,
+		     size_t n);
+/* out = a + b (=, may alias). Twin: mr_residual_fwd. */
+int mr_cuda_residual_fwd(struct mr_cuda *cu, void *out, const void *a, const void *b, size_t n);
 /* y += x. Twin: mr_add_inplace. */
-int mr_cuda_add_inplace(struct mr_cuda *cu, mr_bf16 *y, const mr_bf16 *x, size_t n);
+int mr_cuda_add_inplace(struct mr_cuda *cu, void *y, const void *x, size_t n);
+/* rows (n,C) += bias (C). Twin: the cpu device's add_bias. */
+int mr_cuda_add_bias(struct mr_cuda *cu, void *rows, const void *bias, int n, int C);
+/* columns [from, V) of every row of x (N,V) := value (=). Twin: the cpu
+ * device's fill_cols. */
+int mr_cuda_fill_cols(struct mr_cuda *cu, void *x, int N, int V, int from, float value);
+/* y += x, fp32 (n). Twin: the cpu device's add_f32. */
+int mr_cuda_add_f32(struct mr_cuda *cu, float *y, const float *x, size_t n);
 
 /* ---- softmax + cross-entropy (fused) -------------------------------------- */
-/* logits (N,V) bf16; losses, lse (N) fp32; targets (N) device ints in
+/* logits (N,V); losses, lse (N) fp32 (=); targets (N) device ints in
  * [0, V) (out of range gives a NaN loss). Twin: mr_crossentropy_fwd. */
-int mr_cuda_crossentropy_fwd(struct mr_cuda *cu, float *losses, float *lse,
-			     const mr_bf16 *logits, const int *targets, int N, int V);
-/* In place: logits becomes (softmax - onehot) * dscale.
+int mr_cuda_crossentropy_fwd(struct mr_cuda *cu, float *losses, float *lse, const void *logits,
+			     const int *targets, int N, int V);
+/* In place: logits becomes (softmax - onehot(target)) * dscale; a negative
+ * target subtracts no one-hot (another rank's vocabulary slice).
  * Twin: mr_crossentropy_bwd_inplace. */
-int mr_cuda_crossentropy_bwd_inplace(struct mr_cuda *cu, mr_bf16 *logits, const float *lse,
+int mr_cuda_crossentropy_bwd_inplace(struct mr_cuda *cu, void *logits, const float *lse,
 				     const int *targets, int N, int V, float dscale);
+/* Vocab-parallel pieces over a (N,V) slice, each (=): mx (N) = row max;
+ * sum (N) = sum exp(row - mx) and tlogit (N) = row[target] (0 for a
+ * negative target); finish: lse = mx + log(sum) (sum 0 taken as 1),
+ * losses = lse - tlogit. Twins: mr_crossentropy_rowmax,
+ * mr_crossentropy_sumexp, the cpu device's ce_finish. */
+int mr_cuda_crossentropy_rowmax(struct mr_cuda *cu, float *mx, const void *logits, int N, int V);
+int mr_cuda_crossentropy_sumexp(struct mr_cuda *cu, float *sum, float *tlogit, const void *logits,
+				const float *mx, const int *targets, int N, int V);
+int mr_cuda_crossentropy_finish(struct mr_cuda *cu, float *losses, float *lse, const float *mx,
+				const float *sum, const float *tlogit, int N);
 
 /* ---- attention (block-wise, online softmax; see mr_attention.h) ----------
  * One call runs every (batch, head). Q of head h of batch b, query i is at
- * q + b*q_batch + i*q_row + h*hs (elements); K and V likewise with kv_*;
- * queries sit at absolute positions q_pos0.., keys at k_pos0.. (context
- * parallel slices). hs must be a multiple of 32 and <= 128. */
+ * q + b*q_batch + i*q_row + h*hs (elements of the activation type); K and V
+ * likewise with kv_*; queries sit at absolute positions q_pos0.., keys at
+ * k_pos0.. (context parallel slices). hs must be a multiple of 32 and
+ * <= 128. */
 struct mr_cuda_attn {
-	const mr_bf16 *q, *k, *v;
+	const void *q, *k, *v;
 	size_t q_row, q_batch, kv_row, kv_batch;
 	int B, NH, hs;
 	int tq, q_pos0, tk, k_pos0;
@@ -184,8 +236,8 @@ struct mr_cuda_attn {
 /* Output rows of (B, tq, NH*hs) at out + b*o_batch + i*o_row + h*hs;
  * lse (B,NH,tq) fp32. Rows that see no key: out 0, lse -inf.
  * Twin: mr_attn_head_fwd / mr_attn_layer_fwd. */
-int mr_cuda_attn_fwd(struct mr_cuda *cu, const struct mr_cuda_attn *a, mr_bf16 *out,
-		     size_t o_row, size_t o_batch, float *lse);
+int mr_cuda_attn_fwd(struct mr_cuda *cu, const struct mr_cuda_attn *a, void *out, size_t o_row,
+		     size_t o_batch, float *lse);
 /* The same with an fp32 output, for partials that will be merged. */
 int mr_cuda_attn_fwd_f32(struct mr_cuda *cu, const struct mr_cuda_attn *a, float *out,
 			 size_t o_row, size_t o_batch, float *lse);
@@ -196,22 +248,61 @@ int mr_cuda_attn_merge(struct mr_cuda *cu, float *out_a, float *lse_a, const flo
 		       size_t o_batch);
 /* delta (B,NH,tq) = rowsum(dout * out) over each head's hs channels;
  * dout/out laid out like the forward output. */
-int mr_cuda_attn_delta(struct mr_cuda *cu, float *delta, const mr_bf16 *dout,
-		       const mr_bf16 *out, int B, int NH, int tq, int hs, size_t o_row,
-		       size_t o_batch);
+int mr_cuda_attn_delta(struct mr_cuda *cu, float *delta, const void *dout, const void *out,
+		       int B, int NH, int tq, int hs, size_t o_row, size_t o_batch);
 /* dq (like q, stride dq_row/dq_batch), dk, dv (like k/v, dkv_*): +=, from
  * dout (laid out like the output), the FINAL lse and delta. dq is computed
  * by one pass over key blocks, dk/dv by one over query blocks (no atomics).
  * Twin: mr_attn_head_bwd / mr_attn_layer_bwd (which zeroes dqkv first). */
-int mr_cuda_attn_bwd(struct mr_cuda *cu, const struct mr_cuda_attn *a, const mr_bf16 *dout,
-		     size_t o_row, size_t o_batch, const float *lse, const float *delta,
-		     mr_bf16 *dq, size_t dq_row, size_t dq_batch, mr_bf16 *dk, mr_bf16 *dv,
-		     size_t dkv_row, size_t dkv_batch);
+int mr_cuda_attn_bwd(struct mr_cuda *cu, const struct mr_cuda_attn *a, const void *dout,
+		     size_t o_row, size_t o_batch, const float *lse, const float *delta, void *dq,
+		     size_t dq_row, size_t dq_batch, void *dk, void *dv, size_t dkv_row,
+		     size_t dkv_batch);
 /* The same accumulating into fp32 gradients (ring attention). */
-int mr_cuda_attn_bwd_f32(struct mr_cuda *cu, const struct mr_cuda_attn *a,
-			 const mr_bf16 *dout, size_t o_row, size_t o_batch, const float *lse,
-			 const float *delta, float *dq, size_t dq_row, size_t dq_batch,
-			 float *dk, float *dv, size_t dkv_row, size_t dkv_batch);
+int mr_cuda_attn_bwd_f32(struct mr_cuda *cu, const struct mr_cuda_attn *a, const void *dout,
+			 size_t o_row, size_t o_batch, const float *lse, const float *delta,
+			 float *dq, size_t dq_row, size_t dq_batch, float *dk, float *dv,
+			 size_t dkv_row, size_t dkv_batch);
+/* A whole causal layer: qkv (B,T,3C) -> out (B,T,C) (=), lse (B,NH,T);
+ * backward: dqkv (B,T,3C) = (written), delta in the context's scratch.
+ * Twins: mr_attn_layer_fwd, mr_attn_layer_bwd. */
+int mr_cuda_attn_layer_fwd(struct mr_cuda *cu, void *out, float *lse, const void *qkv, int B,
+			   int T, int C, int NH);
+int mr_cuda_attn_layer_bwd(struct mr_cuda *cu, void *dqkv, const void *dout, const void *qkv,
+			   const void *out, const float *lse, int B, int T, int C, int NH);
+
+/* ---- mixture of experts (model/mr_moe.h; twins there) ---------------------
+ * Tensors as struct mr_moe_acts holds them, in device memory: probs (N,E),
+ * gate (N,k) fp32; topi, slot (N,k), count, routed (E) ints; expert rows
+ * (E,cap,width) of the activation type, row [e*cap + slot] for an
+ * assignment kept by expert e. Deterministic: each output element is
+ * written by one thread, sums run in a fixed order. */
+/* Router and routing: probs = softmax(x (N,C) @ routerw (E,C)^T) (fp32
+ * GEMM accumulation), top-k (ties to the lower expert), gates, capacity
+ * slots in token order, count and routed; synchronous: count_host (E)
+ * gets count, *aux_host the load-balancing loss and *dropped_host the
+ * dropped assignments. Twin: the router GEMM, then mr_moe_route. */
+int mr_cuda_moe_route(struct mr_cuda *cu, const struct mr_moe_shape *s, float *probs, int *topi,
+		      float *gate, int *slot, int *count, int *routed, const void *x,
+		      const void *routerw, int *count_host, float *aux_host, int *dropped_host);
+/* xin rows of the kept assignments = x rows (C wide). Twin:
+ * mr_moe_dispatch. */
+int mr_cuda_moe_dispatch(struct mr_cuda *cu, const struct mr_moe_shape *s, void *xin,
+			 const void *x, const int *topi, const int *slot);
+/* y (N,C) = sum over token n's kept assignments j of gate[n,j] * rows[j]
+ * (=; gate NULL: weight 1, the gather of dx). Twin: mr_moe_combine. */
+int mr_cuda_moe_combine(struct mr_cuda *cu, const struct mr_moe_shape *s, void *y,
+			const void *rows, const int *topi, const int *slot, const float *gate);
+/* Combine's backward: dyo rows = gate * dy (=), dgate (N,k) = <dy, yo row>
+ * (=; 0 when dropped). Twin: mr_moe_combine_bwd. */
+int mr_cuda_moe_combine_bwd(struct mr_cuda *cu, const struct mr_moe_shape *s, void *dyo,
+			    float *dgate, const void *dy, const void *yo, const int *topi,
+			    const int *slot, const float *gate);
+/* dlogits (N,E) (=) of the router from dgate (through the gates), the aux
+ * loss weighted by aux_scale and the softmax. Twin: mr_moe_router_bwd. */
+int mr_cuda_moe_router_bwd(struct mr_cuda *cu, const struct mr_moe_shape *s, void *dlogits,
+			   const float *probs, const int *topi, const float *gate,
+			   const float *dgate, const int *routed, float aux_scale);
 
 /* ---- optimizer ------------------------------------------------------------- */
 struct mr_cuda_adamw {
@@ -220,13 +311,21 @@ struct mr_cuda_adamw {
 	long t;              /* step number, 1-based, after increment */
 	float grad_scale;    /* multiplies g first (clipping); 1 = none */
 };
-/* p (n) fp32 master, g, m, v (n) fp32; p_bf16 (n) may be NULL, else gets
- * the rounded new p. Twin: mr_adamw_step (one tensor's range). */
-int mr_cuda_adamw_step(struct mr_cuda *cu, float *p, mr_bf16 *p_bf16, const float *g, float *m,
+/* p (n) fp32 master, g, m, v (n) fp32; pc (n, activation type) may be
+ * NULL, else gets the new p (rounded when bf16). Twin: mr_adamw_step (one
+ * tensor's range). */
+int mr_cuda_adamw_step(struct mr_cuda *cu, float *p, void *pc, const float *g, float *m,
 		       float *v, size_t n, const struct mr_cuda_adamw *o);
 /* *sumsq_host = sum of g^2, two passes (fixed 512 partials, then one block
  * in double): deterministic. Synchronous. Twin: mr_grad_sumsq. */
 int mr_cuda_grad_sumsq(struct mr_cuda *cu, const float *g, size_t n, double *sumsq_host);
+/* out_host[i] = sum of g[off[i] .. off[i] + n[i])^2 for k ranges
+ * (offsets and lengths on the host; a range may be empty): each range
+ * through the same fixed 512 partials, then one thread per range in
+ * double, one read back for all. Deterministic. Synchronous. Twin:
+ * mr_grad_sumsq of each range. */
+int mr_cuda_grad_sumsq_ranges(struct mr_cuda *cu, const float *g, const size_t *off,
+			      const size_t *n, int k, double *out_host);
 /* g *= scale. */
 int mr_cuda_scale(struct mr_cuda *cu, float *g, size_t n, float scale);
 

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "device/mr_device.h"
+#include "device/dev_int.h"
 #include "kernels/mr_attention.h"
 #include "kernels/mr_kernels.h"
 #include "model/mr_moe.h"

@@ -1,16 +1,55 @@
 /*
- * device.c - opening a device by name (see mr_device.h).
+ * device.c - opening a device by name and precision (see mr_device.h).
+ * The cuda backend exists only in a build with CUDA (MR_HAVE_CUDA, set by
+ * the Makefile when it finds nvcc); elsewhere "cuda" fails naming
+ * "device", as it does where the driver reports no GPU.
  */
 #include <string.h>
 
-#include "device/mr_device.h"
+#include "device/dev_int.h"
 
-int mr__dev_cpu_open(struct mr_dev *d, struct mr_pool *pool);
+#ifdef MR_HAVE_CUDA
+#include "cuda/mr_cuda.h"
+#endif
+
+static int open_cuda(struct mr_dev *d, int index, const char *precision, struct mr_errbuf *eb)
+{
+	enum mr_dtype act = MR_DT_BF16;
+#ifdef MR_HAVE_CUDA
+	struct mr_errbuf why = { { 0 }, { 0 } };
+	int rc;
+#endif
+
+	if (precision && !strcmp(precision, "fp32"))
+		act = MR_DT_F32;
+	else if (precision && strcmp(precision, "bf16"))
+		return mr_errf_field(eb, MR_EINVAL, "precision",
+				     "'precision' \"%s\" is not available on device cuda (bf16, "
+				     "fp32)",
+				     precision);
+#ifdef MR_HAVE_CUDA
+	if (mr_cuda_device_count(&why) < 1)
+		return mr_errf_field(eb, MR_ENOTSUP, "device",
+				     "'device' \"cuda\" is not available: %s", why.msg);
+	rc = mr__dev_cuda_open(d, index, act, &why);
+	if (rc < 0)
+		return mr_errf_field(eb, rc, "device",
+				     "'device' \"cuda\" is not available as GPU %d: %s", index,
+				     why.msg);
+	return 0;
+#else
+	(void)d;
+	(void)index;
+	(void)act;
+	return mr_errf_field(eb, MR_ENOTSUP, "device",
+			     "'device' \"cuda\" is not available: this build has no CUDA (nvcc "
+			     "was not found when it was built)");
+#endif
+}
 
 int mr_dev_open(struct mr_dev *d, const char *name, int index, const char *precision,
 		struct mr_pool *pool, struct mr_errbuf *eb)
 {
-	(void)index;
 	memset(d, 0, sizeof(*d));
 	if (!name || !strcmp(name, "cpu")) {
 		if (precision && strcmp(precision, "fp32"))
@@ -22,8 +61,10 @@ int mr_dev_open(struct mr_dev *d, const char *name, int index, const char *preci
 			return mr_errf(eb, MR_ENOMEM, "unable to open device cpu");
 		return 0;
 	}
-	return mr_errf_field(eb, strcmp(name, "cuda") ? MR_EINVAL : MR_ENOTSUP, "device",
-			     "'device' \"%s\" is not a backend of the device layer (cpu)", name);
+	if (!strcmp(name, "cuda"))
+		return open_cuda(d, index, precision, eb);
+	return mr_errf_field(eb, MR_EINVAL, "device", "'device' \"%s\" is not a device (cpu, cuda)",
+			     name);
 }
 
 void mr_dev_close(struct mr_dev *d)

@@ -16,8 +16,9 @@
  * reduced the same way; LayerNorm gradients under sp are summed over tp
  * at the end of their unit.
  *
- * Weights: the kernels read the compute copy of each weight (CW below):
- * on an fp32 device that is the master itself.
+ * Weights: the kernels read the compute copy of each weight, in the
+ * device's activation type (WV and CW below): on an fp32 device that is
+ * the master itself, elsewhere the model's params_c (see mr_gpt.h).
  *
  * Non-goals: allocation and init (gpt_params.c), the optimizer (optim/).
  */
@@ -37,11 +38,17 @@
 			return rc;       \
 	} while (0)
 
-/* The compute copy of a weight the kernels read (the master on an fp32
- * device, the only kind the model opens on for now: gpt_params.c). */
-static inline const mr_act *CW(const float *master)
+/* The weight views the kernels read: the compute copy's where the
+ * activation type is not fp32, else the master's (bound by hooks too). */
+static inline const struct mr_gpt_weights *WV(const struct mr_gpt *m)
 {
-	return (const mr_act *)(const void *)master;
+	return m->params_c ? &m->wc : &m->w;
+}
+
+/* A view of WV as the activation type it holds. */
+static inline const mr_act *CW(const float *view)
+{
+	return (const mr_act *)(const void *)view;
 }
 
 int mr_gpt_check_tokens(const int *tok, int n, int V, const char *what, struct mr_errbuf *eb)
@@ -58,7 +65,7 @@ int mr_gpt_check_tokens(const int *tok, int n, int V, const char *what, struct m
 
 static int moe_fwd(struct mr_gpt *m, int l, mr_act *out)
 {
-	const struct mr_gpt_layer_w *w = &m->w.layer[l];
+	const struct mr_gpt_layer_w *w = &WV(m)->layer[l];
 	struct mr_gpt_layer_acts *a = &m->la[l];
 	struct mr_moe_shape s = mr_gpt_moe_shape(m);
 	mr_act *y = mr_tp_if_split(&m->tp, out, m->dln);
@@ -89,7 +96,7 @@ static int norm_for_gemm(struct mr_gpt *m, mr_act *full, float *mean, float *rst
 static int block_fwd(struct mr_gpt *m, int l, const mr_act *res)
 {
 	const struct mr_gpt_config *c = &m->cfg;
-	const struct mr_gpt_layer_w *w = &m->w.layer[l];
+	const struct mr_gpt_layer_w *w = &WV(m)->layer[l];
 	struct mr_gpt_layer_acts *a = &m->la[l];
 	int tp = m->tp.size, N = m->B * m->T, Nl = mr_tp_local_rows(&m->tp);
 	int C = c->d_model, Cl = C / tp, rc;
@@ -147,7 +154,7 @@ int mr_gpt_embed_fwd(struct mr_gpt *m)
 	m->aux_loss = 0.0f;
 	if (rc < 0)
 		return rc;
-	return mr_tp_embedding_fwd(&m->tp, m->encoded, m->tok_dev, CW(m->w.wte), CW(m->w.wpe),
+	return mr_tp_embedding_fwd(&m->tp, m->encoded, m->tok_dev, CW(WV(m)->wte), CW(WV(m)->wpe),
 				   m->dln);
 }
 
@@ -172,9 +179,9 @@ int mr_gpt_head_fwd(struct mr_gpt *m, const mr_act *in)
 
 	m->loss = 0.0f;
 	CK(HOOK(m, pre_fwd, m->nunits - 1));
-	CK(norm_for_gemm(m, m->lnf, m->lnf_mean, m->lnf_rstd, in, m->w.lnfw, m->w.lnfb));
+	CK(norm_for_gemm(m, m->lnf, m->lnf_mean, m->lnf_rstd, in, WV(m)->lnfw, WV(m)->lnfb));
 	/* the LM head: column-parallel over the vocabulary */
-	CK(OP(m, matmul_fwd, m->logits, m->lnf, CW(m->w.wte), NULL, N, c->d_model, Vl));
+	CK(OP(m, matmul_fwd, m->logits, m->lnf, CW(WV(m)->wte), NULL, N, c->d_model, Vl));
 	CK(mr_tp_mask_vocab_pad(&m->tp, m->logits, -1e30f));
 	if (!m->has_targets)
 		return 0;
@@ -227,7 +234,7 @@ static int norm_bwd(struct mr_gpt *m, float *gw, float *gb, const mr_act *res, c
 static int dense_weight_grads(struct mr_gpt *m, int l, const mr_act *dproj2, const mr_act *dfc,
 			      const mr_act *dproj1, const mr_act *dqkv, int moe)
 {
-	const struct mr_gpt_layer_w *w = &m->w.layer[l];
+	const struct mr_gpt_layer_w *w = &WV(m)->layer[l];
 	const struct mr_gpt_layer_w *g = &m->g.layer[l];
 	struct mr_gpt_layer_acts *a = &m->la[l];
 	int N = m->B * m->T, C = m->cfg.d_model, Cl = C / m->tp.size, rc;
@@ -258,7 +265,7 @@ static int dense_weight_grads(struct mr_gpt *m, int l, const mr_act *dproj2, con
 static int block_bwd(struct mr_gpt *m, int l, const mr_act *res, float dscale, int phase)
 {
 	const struct mr_gpt_config *c = &m->cfg;
-	const struct mr_gpt_layer_w *w = &m->w.layer[l];
+	const struct mr_gpt_layer_w *w = &WV(m)->layer[l];
 	const struct mr_gpt_layer_w *g = &m->g.layer[l];
 	struct mr_gpt_layer_acts *a = &m->la[l];
 	struct mr_gpt_layer_stash *st = m->stash ? &m->stash[l] : NULL;
@@ -316,10 +323,10 @@ int mr_gpt_head_bwd(struct mr_gpt *m, const mr_act *in, float dscale)
 	CK(HOOK(m, pre_bwd, last));
 	CK(OP(m, ce_bwd, m->logits, m->ce_lse, m->tgt_dev, N, Vl, dscale / (float)N));
 	CK(mr_tp_mask_vocab_pad(&m->tp, m->logits, 0.0f));
-	CK(OP(m, matmul_bwd, m->dln, m->g.wte, NULL, m->logits, m->lnf, CW(m->w.wte), N, C, Vl,
+	CK(OP(m, matmul_bwd, m->dln, m->g.wte, NULL, m->logits, m->lnf, CW(WV(m)->wte), N, C, Vl,
 	      0));
 	CK(OP(m, zero, m->dres, mr_dev_act_bytes(m->dev, (size_t)Nl * C)));
-	CK(norm_bwd(m, m->g.lnfw, m->g.lnfb, in, m->w.lnfw, m->lnf_mean, m->lnf_rstd));
+	CK(norm_bwd(m, m->g.lnfw, m->g.lnfb, in, WV(m)->lnfw, m->lnf_mean, m->lnf_rstd));
 	return HOOK(m, post_bwd, last);
 }
 

@@ -134,7 +134,7 @@ static void carve_all(struct mr_gpt *m, struct carve *cv, struct carve *wv)
 		a->ln2_mean = take_f32(cv, Nl);
 		a->ln2_rstd = take_f32(cv, Nl);
 		if (mr_gpt_layer_is_moe(c, l)) {
-			/* host memory: only the cpu device has MoE (create checks) */
+			/* device memory the device's MoE ops read and write */
 			float *f = take_f32(cv, mr_moe_act_floats(&ms));
 			int *iv = take_bytes(cv, mr_moe_act_ints(&ms) * sizeof(int));
 			if (f)
@@ -299,11 +299,6 @@ int mr_gpt_create_on(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, i
 		return mr_errf_field(eb, MR_ENOTSUP, "moe_every",
 				     "'moe_every' must be 0 on device %s (no MoE kernels there yet)",
 				     dev->ops->name);
-	if (dev->act != MR_DT_F32)
-		return mr_errf_field(eb, MR_ENOTSUP, "precision",
-				     "the model keeps no compute copy of its weights yet: device "
-				     "%s needs 'precision' \"fp32\"",
-				     dev->ops->name);
 	if (place)
 		m->place = *place;
 	m->flags = flags;
@@ -343,6 +338,16 @@ int mr_gpt_create_on(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, i
 		mr_gpt_unit_range(m, u, &off, &n);
 		mr_gpt_bind_unit(m, u, m->params ? m->params + off : NULL,
 				 m->grads ? m->grads + off : NULL);
+	}
+	/* the weights' compute copy where the kernels do not read fp32 */
+	if (dev->act != MR_DT_F32) {
+		m->wc.layer = calloc((size_t)cfg->n_layer, sizeof(*m->wc.layer));
+		m->params_c = m->wc.layer ? dalloc(m, MR_MEM_PARAMS,
+						   mr_dev_act_bytes(dev, m->nparams))
+					  : NULL;
+		if (!m->params_c)
+			goto nomem;
+		mr__gpt_bind_compute(m);
 	}
 
 	carve_all(m, &cv, &wv);
@@ -405,6 +410,8 @@ void mr_gpt_release(struct mr_gpt *m)
 	if (d) {
 		mr_dev_free(d, &m->mem, MR_MEM_ACTS, m->stash_mem, m->nstash);
 		mr_dev_free(d, &m->mem, MR_MEM_PARAMS, m->params, m->nparams * sizeof(float));
+		mr_dev_free(d, &m->mem, MR_MEM_PARAMS, m->params_c,
+			    mr_dev_act_bytes(d, m->nparams));
 		mr_dev_free(d, &m->mem, MR_MEM_GRADS, m->grads, m->nparams * sizeof(float));
 		mr_dev_free(d, &m->mem, MR_MEM_ACTS, m->acts, m->nacts);
 		mr_dev_free(d, &m->mem, MR_MEM_WORKSPACE, m->ws, m->nws);
@@ -418,6 +425,7 @@ void mr_gpt_release(struct mr_gpt *m)
 	free(m->unit_first);
 	free(m->w.layer);
 	free(m->g.layer);
+	free(m->wc.layer);
 	free(m->la);
 	memset(m, 0, sizeof(*m));
 }
@@ -462,7 +470,7 @@ int mr_gpt_init_params(struct mr_gpt *m, uint64_t seed)
 			rc = m->dev->ops->upload(m->dev, m->params + t->off, h, t->n * sizeof(float));
 	}
 	free(h);
-	return rc;
+	return rc < 0 ? rc : mr_gpt_refresh_compute(m);
 }
 
 const struct mr_gpt_tensor *mr_gpt_find(const struct mr_gpt *m, const char *name)

@@ -4,7 +4,8 @@
  * flag and init; the units (embeddings, attention and MLP half of each
  * layer, final LayerNorm); copying between a tensor's whole values and a
  * tp rank's slice, and gathering every rank's slices into the single-rank
- * layout; and binding the weight/gradient views of a unit.
+ * layout; and binding the weight/gradient views of a unit and of the
+ * weights' compute copy, which it refreshes.
  *
  * Init (GPT-2 / nanoGPT): every matrix and embedding ~ normal(0, 0.02);
  * the residual projections (attn.proj.w, mlp.proj.w, also per expert) use
@@ -218,6 +219,41 @@ void mr_gpt_bind_unit(struct mr_gpt *m, int u, float *pbase, float *gbase)
 		if (gbase)
 			*view_of(m, &m->g, i) = gbase + d;
 	}
+}
+
+void mr__gpt_bind_compute(struct mr_gpt *m)
+{
+	int i;
+
+	for (i = 0; i < m->ntensors; i++)
+		*view_of(m, &m->wc, i) =
+			(float *)(void *)mr_dev_at(m->dev, m->params_c, m->tensors[i].off);
+}
+
+mr_act *mr_gpt_compute_at(const struct mr_gpt *m, size_t off)
+{
+	return m->params_c ? mr_dev_at(m->dev, m->params_c, off) : NULL;
+}
+
+int mr_gpt_refresh_unit(struct mr_gpt *m, int u)
+{
+	size_t off, n;
+
+	if (!m->params_c)
+		return 0;
+	mr_gpt_unit_range(m, u, &off, &n);
+	return m->dev->ops->to_act(m->dev, mr_dev_at(m->dev, m->params_c, off),
+				   *view_of(m, &m->w, m->unit_first[u]), n);
+}
+
+int mr_gpt_refresh_compute(struct mr_gpt *m)
+{
+	int u, rc;
+
+	for (u = 0; u < m->nunits; u++)
+		if ((rc = mr_gpt_refresh_unit(m, u)) < 0)
+			return rc;
+	return 0;
 }
 
 int mr__gpt_table_create(struct mr_gpt *m)

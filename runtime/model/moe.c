@@ -72,6 +72,17 @@ size_t mr_moe_ws_floats(const struct mr_moe_shape *s)
 	       up16((size_t)s->N * s->k);
 }
 
+void mr_moe_ws_bind(struct mr_moe_ws *w, const struct mr_moe_shape *s, float *ws)
+{
+	size_t ec = (size_t)s->E * (size_t)s->cap;
+
+	w->dprobs = ws;
+	w->dyo = w->dprobs + up16((size_t)s->N * s->E);
+	w->dxin = w->dyo + up16(ec * s->C);
+	w->dh = w->dxin + up16(ec * s->C);
+	w->dgate = w->dh + up16(ec * s->H);
+}
+
 static int xchg(const struct mr_moe_xchg *xg, enum mr_moe_phase ph, float *buf,
 		const int *counts, const struct mr_moe_shape *s, size_t row)
 {
@@ -80,8 +91,7 @@ static int xchg(const struct mr_moe_xchg *xg, enum mr_moe_phase ph, float *buf,
 	return xg->fn(xg->ctx, ph, buf, counts, s->E, s->cap, row);
 }
 
-/* Router softmax, top-k, gates, slots and the aux loss. */
-static void route(const struct mr_moe_shape *s, struct mr_moe_acts *a)
+void mr_moe_route(const struct mr_moe_shape *s, struct mr_moe_acts *a)
 {
 	int N = s->N, E = s->E, k = s->k, n, e, j;
 	double aux = 0.0;
@@ -133,23 +143,115 @@ static void route(const struct mr_moe_shape *s, struct mr_moe_acts *a)
 	a->aux = (float)(aux * E);
 }
 
+void mr_moe_dispatch(const struct mr_moe_shape *s, const struct mr_moe_acts *a, float *xin,
+		     const float *x)
+{
+	int n, j, C = s->C, k = s->k;
+
+	for (n = 0; n < s->N; n++)
+		for (j = 0; j < k; j++) {
+			int sl = a->slot[(size_t)n * k + j], ex = a->topi[(size_t)n * k + j];
+			if (sl >= 0)
+				memcpy(xin + ((size_t)ex * s->cap + sl) * C, x + (size_t)n * C,
+				       sizeof(float) * (size_t)C);
+		}
+}
+
+void mr_moe_combine(const struct mr_moe_shape *s, const struct mr_moe_acts *a, int gated,
+		    float *y, const float *rows)
+{
+	int n, j, c, C = s->C, k = s->k;
+
+	memset(y, 0, sizeof(float) * (size_t)s->N * C);
+	for (n = 0; n < s->N; n++)
+		for (j = 0; j < k; j++) {
+			int sl = a->slot[(size_t)n * k + j], ex = a->topi[(size_t)n * k + j];
+			float g = gated ? a->gate[(size_t)n * k + j] : 1.0f;
+			const float *r;
+			if (sl < 0)
+				continue;
+			r = rows + ((size_t)ex * s->cap + sl) * C;
+			for (c = 0; c < C; c++)
+				y[(size_t)n * C + c] += g * r[c];
+		}
+}
+
+void mr_moe_combine_bwd(const struct mr_moe_shape *s, const struct mr_moe_acts *a, float *dyo,
+			float *dgate, const float *dy, const float *yo)
+{
+	int n, j, c, C = s->C, k = s->k;
+
+	for (n = 0; n < s->N; n++) {
+		const float *dyn = dy + (size_t)n * C;
+		for (j = 0; j < k; j++) {
+			int sl = a->slot[(size_t)n * k + j], ex = a->topi[(size_t)n * k + j];
+			float g = a->gate[(size_t)n * k + j], dg = 0.0f;
+			float *d;
+			const float *y;
+			if (sl >= 0) {
+				d = dyo + ((size_t)ex * s->cap + sl) * C;
+				y = yo + ((size_t)ex * s->cap + sl) * C;
+				for (c = 0; c < C; c++) {
+					d[c] = g * dyn[c];
+					dg += dyn[c] * y[c];
+				}
+			}
+			dgate[(size_t)n * k + j] = dg;
+		}
+	}
+}
+
+void mr_moe_router_bwd(const struct mr_moe_shape *s, const struct mr_moe_acts *a,
+		       float *dlogits, const float *dgate, float aux_scale)
+{
+	int N = s->N, E = s->E, k = s->k, n, j, e;
+
+	memset(dlogits, 0, sizeof(float) * (size_t)N * E);
+	/* gates backward (k = 1: g = p; k = 2: g = p / (p_a + p_b)) */
+	for (n = 0; n < N; n++) {
+		const float *pn = a->probs + (size_t)n * E, *dg = dgate + (size_t)n * k;
+		const int *ti = a->topi + (size_t)n * k;
+		float gs = 0.0f, gdot = 0.0f;
+		if (k == 1) {
+			dlogits[(size_t)n * E + ti[0]] += dg[0];
+			continue;
+		}
+		for (j = 0; j < k; j++) {
+			gs += pn[ti[j]];
+			gdot += dg[j] * a->gate[(size_t)n * k + j];
+		}
+		for (j = 0; j < k; j++)
+			dlogits[(size_t)n * E + ti[j]] += (dg[j] - gdot) / gs;
+	}
+	/* aux loss: d/dp[n][e] of aux_scale * E * sum_e f_e * mean_n p = ... */
+	for (e = 0; e < E; e++) {
+		float w = aux_scale * (float)E * ((float)a->routed[e] / ((float)N * k)) /
+			  (float)N;
+		for (n = 0; n < N; n++)
+			dlogits[(size_t)n * E + e] += w;
+	}
+	/* softmax backward, in place: dlogits = p * (dp - <p, dp>) */
+	for (n = 0; n < N; n++) {
+		const float *pn = a->probs + (size_t)n * E;
+		float *dp = dlogits + (size_t)n * E, dot = 0.0f;
+		for (e = 0; e < E; e++)
+			dot += pn[e] * dp[e];
+		for (e = 0; e < E; e++)
+			dp[e] = pn[e] * (dp[e] - dot);
+	}
+}
+
 int mr_moe_fwd(struct mr_pool *p, const struct mr_moe_shape *s, struct mr_moe_acts *a,
 	       const struct mr_moe_xchg *xg, float *y, const float *x, const float *routerw,
 	       const float *fcw, const float *fcb, const float *fcprojw,
 	       const float *fcprojb)
 {
-	int N = s->N, C = s->C, H = s->H, E = s->E, k = s->k, n, j, e, c, rc;
+	int C = s->C, H = s->H, E = s->E, e, rc;
 	size_t ecap = (size_t)s->cap;
 
-	mr_matmul_fwd(p, a->probs, x, routerw, NULL, N, C, E);
-	route(s, a);
-	for (n = 0; n < N; n++)
-		for (j = 0; j < k; j++) {
-			int sl = a->slot[(size_t)n * k + j], ex = a->topi[(size_t)n * k + j];
-			if (sl >= 0)
-				memcpy(a->xin + ((size_t)ex * ecap + sl) * C, x + (size_t)n * C,
-				       sizeof(float) * (size_t)C);
-		}
+	mr_matmul_fwd(p, a->probs, x, routerw, NULL, s->N, C, E);
+	mr_moe_route(s, a);
+	mr_moe_dispatch(s, a, a->xin, x);
 	rc = xchg(xg, MR_MOE_DISPATCH, a->xin, a->count, s, (size_t)C);
 	if (rc < 0)
 		return rc;
@@ -167,18 +269,7 @@ int mr_moe_fwd(struct mr_pool *p, const struct mr_moe_shape *s, struct mr_moe_ac
 	rc = xchg(xg, MR_MOE_COMBINE, a->yo, a->count, s, (size_t)C);
 	if (rc < 0)
 		return rc;
-	memset(y, 0, sizeof(float) * (size_t)N * C);
-	for (n = 0; n < N; n++)
-		for (j = 0; j < k; j++) {
-			int sl = a->slot[(size_t)n * k + j], ex = a->topi[(size_t)n * k + j];
-			float g = a->gate[(size_t)n * k + j];
-			const float *yo;
-			if (sl < 0)
-				continue;
-			yo = a->yo + ((size_t)ex * ecap + sl) * C;
-			for (c = 0; c < C; c++)
-				y[(size_t)n * C + c] += g * yo[c];
-		}
+	mr_moe_combine(s, a, 1, y, a->yo);
 	return 0;
 }
 
@@ -188,52 +279,22 @@ int mr_moe_bwd(struct mr_pool *p, const struct mr_moe_shape *s, const struct mr_
 	       float *dfcw, float *dfcb, float *dfcprojw, float *dfcprojb, float aux_scale,
 	       float *ws, const float *ones)
 {
-	int N = s->N, C = s->C, H = s->H, E = s->E, k = s->k, n, j, e, c, rc;
-	size_t ecap = (size_t)s->cap, ec = (size_t)E * ecap;
-	float *dprobs = ws;
-	float *dyo = dprobs + up16((size_t)N * E);
-	float *dxin = dyo + up16(ec * C);
-	float *dh = dxin + up16(ec * C);
-	float *dgate = dh + up16(ec * H);
+	int N = s->N, C = s->C, H = s->H, E = s->E, k = s->k, e, rc;
+	size_t ecap = (size_t)s->cap;
+	struct mr_moe_ws w;
+	float *dprobs, *dyo, *dxin, *dh, *dgate;
 
-	memset(dprobs, 0, sizeof(float) * (size_t)N * E);
+	mr_moe_ws_bind(&w, s, ws);
+	dprobs = w.dprobs;
+	dyo = w.dyo;
+	dxin = w.dxin;
+	dh = w.dh;
+	dgate = w.dgate;
+
 	/* combine backward: dyo = g * dy, dgate = <dy, yo> (partial under tp) */
-	for (n = 0; n < N; n++) {
-		const float *dyn = dy + (size_t)n * C;
-		for (j = 0; j < k; j++) {
-			int sl = a->slot[(size_t)n * k + j], ex = a->topi[(size_t)n * k + j];
-			float g = a->gate[(size_t)n * k + j], dg = 0.0f;
-			float *d;
-			const float *yo;
-			if (sl >= 0) {
-				d = dyo + ((size_t)ex * ecap + sl) * C;
-				yo = a->yo + ((size_t)ex * ecap + sl) * C;
-				for (c = 0; c < C; c++) {
-					d[c] = g * dyn[c];
-					dg += dyn[c] * yo[c];
-				}
-			}
-			dgate[(size_t)n * k + j] = dg;
-		}
-	}
+	mr_moe_combine_bwd(s, a, dyo, dgate, dy, a->yo);
 	if (xg && xg->reduce && (rc = xg->reduce(xg->ctx, dgate, (size_t)N * k)) < 0)
 		return rc;
-	/* gates backward into dprobs (k = 1: g = p; k = 2: g = p / (p_a + p_b)) */
-	for (n = 0; n < N; n++) {
-		const float *pn = a->probs + (size_t)n * E, *dg = dgate + (size_t)n * k;
-		const int *ti = a->topi + (size_t)n * k;
-		float gs = 0.0f, gdot = 0.0f;
-		if (k == 1) {
-			dprobs[(size_t)n * E + ti[0]] += dg[0];
-			continue;
-		}
-		for (j = 0; j < k; j++) {
-			gs += pn[ti[j]];
-			gdot += dg[j] * a->gate[(size_t)n * k + j];
-		}
-		for (j = 0; j < k; j++)
-			dprobs[(size_t)n * E + ti[j]] += (dg[j] - gdot) / gs;
-	}
 	rc = xchg(xg, MR_MOE_DISPATCH_GRAD, dyo, a->count, s, (size_t)C);
 	if (rc < 0)
 		return rc;
@@ -253,33 +314,8 @@ int mr_moe_bwd(struct mr_pool *p, const struct mr_moe_shape *s, const struct mr_
 	rc = xchg(xg, MR_MOE_COMBINE_GRAD, dxin, a->count, s, (size_t)C);
 	if (rc < 0)
 		return rc;
-	memset(dx, 0, sizeof(float) * (size_t)N * C);
-	for (n = 0; n < N; n++)
-		for (j = 0; j < k; j++) {
-			int sl = a->slot[(size_t)n * k + j], ex = a->topi[(size_t)n * k + j];
-			const float *d;
-			if (sl < 0)
-				continue;
-			d = dxin + ((size_t)ex * ecap + sl) * C;
-			for (c = 0; c < C; c++)
-				dx[(size_t)n * C + c] += d[c];
-		}
-	/* aux loss: d/dp[n][e] of aux_scale * E * sum_e f_e * mean_n p = ... */
-	for (e = 0; e < E; e++) {
-		float w = aux_scale * (float)E * ((float)a->routed[e] / ((float)N * k)) /
-			  (float)N;
-		for (n = 0; n < N; n++)
-			dprobs[(size_t)n * E + e] += w;
-	}
-	/* softmax backward, in place: dlogits = p * (dp - <p, dp>) */
-	for (n = 0; n < N; n++) {
-		const float *pn = a->probs + (size_t)n * E;
-		float *dp = dprobs + (size_t)n * E, dot = 0.0f;
-		for (e = 0; e < E; e++)
-			dot += pn[e] * dp[e];
-		for (e = 0; e < E; e++)
-			dp[e] = pn[e] * (dp[e] - dot);
-	}
+	mr_moe_combine(s, a, 0, dx, dxin);
+	mr_moe_router_bwd(s, a, dprobs, dgate, aux_scale);
 	mr_matmul_bwd(p, xg && xg->router_dx_off ? NULL : dx, drouterw, NULL, dprobs, x, routerw,
 		      N, C, E, 1, ones);
 	return 0;

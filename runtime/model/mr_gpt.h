@@ -44,6 +44,16 @@
  * that buffer: the caller points each unit's views at its own storage with
  * mr_gpt_bind_unit (in a hook, before the unit is used).
  *
+ * Precision: the master weights, gradients and losses are fp32 on every
+ * device; activations are in the device's activation type (mr_act). On a
+ * device whose activation type is not fp32 (cuda, "precision" "bf16") the
+ * kernels read a COMPUTE COPY of the weights in that type (params_c,
+ * table order, always allocated by the model): the optimizer refreshes
+ * it through the device's adamw (pc = mr_gpt_compute_at), and whoever
+ * changes master weights otherwise (init, a load, a ZeRO-3 gather) calls
+ * mr_gpt_refresh_unit. On an fp32 device the kernels read the master
+ * itself and both are no-ops.
+ *
  * Non-goals: dropout, generation/sampling.
  */
 #ifndef MR_GPT_H
@@ -182,6 +192,11 @@ struct mr_gpt {
 	int nunits;             /* 2L + 2 */
 	int *unit_first;        /* (nunits + 1) first tensor of each unit */
 	struct mr_gpt_weights w, g;
+	/* the weights' compute copy (see the header) and its views: mr_act
+	 * data behind float * fields, read through gpt.c's weight views;
+	 * NULL / unused on an fp32 device */
+	mr_act *params_c;
+	struct mr_gpt_weights wc;
 
 	size_t nacts, nws;      /* bytes of the two arenas */
 	void *acts, *ws;
@@ -235,11 +250,21 @@ int mr_gpt_check_placement(const struct mr_gpt_config *cfg, int T, const struct 
 void mr_gpt_release(struct mr_gpt *m);
 /* GPT-2 init from (seed, tensor index) streams; see gpt_params.c. The
  * values are those of the single-rank model, sliced for this tp rank,
- * made on the host and uploaded to m->params. */
+ * made on the host and uploaded to m->params (and the compute copy
+ * refreshed); 0, MR_ENOMEM or the device's error. */
 int mr_gpt_init_params(struct mr_gpt *m, uint64_t seed);
 /* Initialises tensor i (local slice) into host memory dst (t->n floats);
  * 0 or MR_ENOMEM (a split tensor is generated whole, then sliced). */
 int mr_gpt_init_tensor(const struct mr_gpt *m, uint64_t seed, int i, float *dst);
+
+/* The compute copy of table element off: adamw's pc for the range at off;
+ * NULL on an fp32 device (the kernels read the master there). */
+mr_act *mr_gpt_compute_at(const struct mr_gpt *m, size_t off);
+/* Converts unit u's master weights (as bound) into the compute copy, on
+ * the device; 0 or the device's error. A no-op on an fp32 device. */
+int mr_gpt_refresh_unit(struct mr_gpt *m, int u);
+/* Every unit. */
+int mr_gpt_refresh_compute(struct mr_gpt *m);
 
 /* Unit u's range of the (local) table: first element and element count. */
 void mr_gpt_unit_range(const struct mr_gpt *m, int u, size_t *off, size_t *n);

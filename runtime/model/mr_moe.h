@@ -88,6 +88,35 @@ void mr_moe_acts_bind(struct mr_moe_acts *a, const struct mr_moe_shape *s, float
 /* Scratch floats the backward needs: dprobs (N,E) + dyo (E,cap,C) +
  * dh (E,cap,H) + dxin (E,cap,C) + dgate (N,k). */
 size_t mr_moe_ws_floats(const struct mr_moe_shape *s);
+/* Those pieces carved out of ws (mr_moe_ws_floats floats); a device
+ * keeping other element types in them has each piece's room. */
+struct mr_moe_ws {
+	float *dprobs, *dyo, *dxin, *dh, *dgate;
+};
+void mr_moe_ws_bind(struct mr_moe_ws *w, const struct mr_moe_shape *s, float *ws);
+
+/*
+ * The pieces mr_moe_fwd and mr_moe_bwd are made of, in their order; each
+ * is also the CPU twin of a CUDA MoE kernel (cuda/mr_cuda.h).
+ */
+/* From the router logits in a->probs (N,E): the softmax in place, topi,
+ * gate, slot, count, routed, aux and dropped (the choices above). */
+void mr_moe_route(const struct mr_moe_shape *s, struct mr_moe_acts *a);
+/* xin (E,cap,C) rows of the kept assignments = their tokens' x rows. */
+void mr_moe_dispatch(const struct mr_moe_shape *s, const struct mr_moe_acts *a, float *xin,
+		     const float *x);
+/* y (N,C) = sum over each token's kept assignments of gate (gated; else
+ * 1) * its row of rows (E,cap,C): the combine, and dx from dxin. */
+void mr_moe_combine(const struct mr_moe_shape *s, const struct mr_moe_acts *a, int gated,
+		    float *y, const float *rows);
+/* The combine's backward: dyo rows of kept assignments = gate * dy (=),
+ * dgate (N,k) = <dy, yo row> (=; 0 when dropped). */
+void mr_moe_combine_bwd(const struct mr_moe_shape *s, const struct mr_moe_acts *a, float *dyo,
+			float *dgate, const float *dy, const float *yo);
+/* dlogits (N,E) (=) of the router: the gates' backward of dgate plus
+ * aux_scale times the aux loss's gradient, through the softmax. */
+void mr_moe_router_bwd(const struct mr_moe_shape *s, const struct mr_moe_acts *a,
+		       float *dlogits, const float *dgate, float aux_scale);
 
 /* y (N,C) = MoE(x (N,C)); weights as in struct mr_gpt_layer_w. fcprojb
  * may be NULL (tp ranks other than 0 add no output bias: their y is a

@@ -1,44 +1,42 @@
 /*
  * cuda_emul.c - a CPU emulation of the mr_cuda.h API, so that code built
- * on it (the device GPT, runtime/cuda/gpt*.cu) can be exercised on a
- * machine without a GPU: link it instead of libmeshrun_cuda.a.
+ * on it (the device layer's cuda backend, device/cuda.c; the old device
+ * GPT, runtime/cuda/gpt*.cu) can be exercised on a machine without a
+ * GPU: link it instead of libmeshrun_cuda.a (the Makefile's gpu-emul
+ * tests do).
  *
  * "Device" memory is host memory (filled with 0xff bytes on allocation,
  * so a buffer used before it is written gives NaNs as garbage would).
- * Every kernel is its CPU twin (kernels/, optim/) run on fp32 copies of
- * its bf16 inputs, its bf16 outputs rounded to nearest even once, with
- * the = / += rule mr_cuda.h documents for each argument. So an emulated
- * run has the device's bf16 rounding points but the CPU's summation
- * order: what it checks is the orchestration (offsets, layouts, call
- * order, accumulation, the optimizer step), not the CUDA kernels (those
- * are tests/gpu/test_cuda_kernels.c and test_cuda_attention.c on a GPU).
+ * Every kernel is its CPU twin (kernels/, optim/, model/moe.c) run on
+ * fp32 copies of its inputs, its outputs stored back in the context's
+ * activation type - bf16: rounded to nearest even once, where the device
+ * rounds; fp32: as they are - with the = / += rule mr_cuda.h documents
+ * for each argument. So an emulated run has the device's rounding points
+ * but the CPU's summation order: what it checks is the orchestration
+ * (offsets, layouts, call order, accumulation, the optimizer step), not
+ * the CUDA kernels (those are tests/gpu/test_cuda_kernels.c and
+ * test_cuda_attention.c on a GPU). With fp32 activations an emulated op
+ * computes exactly what the cpu device computes.
  *
- * Build (the Makefile does not build it yet; a target is proposed with
- * it), from the repository root after `make BUILD=b` built the libraries:
- *   g++ -x c++ -std=c++17 -Icommon -Iruntime -c runtime/cuda/gpt.cu -o /tmp/gpt.o
- *   g++ -x c++ -std=c++17 -Icommon -Iruntime -c runtime/cuda/gpt_train.cu -o /tmp/gpt_train.o
- *   cc -std=c11 -D_GNU_SOURCE -Icommon -Iruntime -Itests/support \
- *      -I/usr/include/x86_64-linux-gnu/openblas-pthread -o /tmp/test_cuda_gpt_emul \
- *      tests/gpu/test_cuda_gpt.c tests/gpu/cuda_emul.c /tmp/gpt.o /tmp/gpt_train.o \
- *      b/libmeshrun.a b/libmrcommon.a -lcriterion -lopenblas -lm -lpthread -lstdc++
- * (with a CUDA build's libmeshrun.a add -L$CUDA_HOME/lib64 -lnccl -lcudart for
- * the NCCL backend). MR_CUDA_EMUL_NODEV=1 makes it report no device.
+ * MR_CUDA_EMUL_NODEV=1 makes it report no device.
  *
- * Non-goals: the fp32 attention/merge variants and the MoE fp32 GEMM
- * (not used by the device GPT), speed, asynchrony.
+ * Non-goals: speed, asynchrony.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cuda/mr_cuda.h"
 #include "kernels/mr_attention.h"
 #include "kernels/mr_kernels.h"
+#include "model/mr_moe.h"
 #include "optim/mr_adamw.h"
 
 #define EMUL_BLOCK 16 /* attention block sizes of the CPU twin */
 
 struct mr_cuda {
+	enum mr_cuda_dtype act;
 	char err[64];
 };
 
@@ -51,23 +49,58 @@ static void *xalloc(size_t bytes)
 	return p;
 }
 
-/* fp32 copy of n bf16 values (caller frees). */
-static float *tof(const mr_bf16 *x, size_t n)
+static void *xcalloc(size_t n, size_t size)
 {
-	float *f = xalloc(n * sizeof(float));
+	void *p = calloc(n ? n : 1, size);
+
+	if (!p)
+		abort();
+	return p;
+}
+
+/* Bytes of one activation element. */
+static size_t esz(const struct mr_cuda *cu)
+{
+	return cu->act == MR_CUDA_F32 ? sizeof(float) : sizeof(mr_bf16);
+}
+
+/* Element i of an activation buffer as fp32. */
+static float ld1(const struct mr_cuda *cu, const void *x, size_t i)
+{
+	if (cu->act == MR_CUDA_F32)
+		return ((const float *)x)[i];
+	return mr_bf16_to_f32(((const mr_bf16 *)x)[i]);
+}
+
+/* Element i of an activation buffer := v (rounded once when bf16). */
+static void st1(const struct mr_cuda *cu, void *x, size_t i, float v)
+{
+	if (cu->act == MR_CUDA_F32)
+		((float *)x)[i] = v;
+	else
+		((mr_bf16 *)x)[i] = mr_bf16_from_f32(v);
+}
+
+/* fp32 copy of n activation elements (caller frees); NULL stays NULL. */
+static float *ld(const struct mr_cuda *cu, const void *x, size_t n)
+{
+	float *f;
 	size_t i;
 
+	if (!x)
+		return NULL;
+	f = xalloc(n * sizeof(float));
 	for (i = 0; i < n; i++)
-		f[i] = mr_bf16_to_f32(x[i]);
+		f[i] = ld1(cu, x, i);
 	return f;
 }
 
-static void tobf(mr_bf16 *dst, const float *f, size_t n)
+static void st(const struct mr_cuda *cu, void *dst, const float *f, size_t n)
 {
 	size_t i;
 
 	for (i = 0; i < n; i++)
-		dst[i] = mr_bf16_from_f32(f[i]);
+		st1(cu, dst, i, f[i]);
 }
 
 /* ---- context and memory ------------------------------------------------------ */
@@ -83,10 +116,13 @@ int mr_cuda_device_count(struct mr_errbuf *eb)
 
 int mr_cuda_create(struct mr_cuda **out, int device, struct mr_errbuf *eb)
 {
-	if (device != 0 || mr_cuda_device_count(eb) < 1) {
-		*out = NULL;
-		return mr_errf(eb, MR_ENOTSUP, "cuda device '%d' not available", device);
-	}
+	struct mr_errbuf why = { { 0 }, { 0 } };
+	int n = mr_cuda_device_count(&why);
+
+	*out = NULL;
+	if (device < 0 || device >= n)
+		return mr_errf(eb, MR_ENOTSUP, "cuda device '%d' not available (%d found%s%s)",
+			       device, n, why.msg[0] ? "; " : "", why.msg);
 	*out = calloc(1, sizeof(**out));
 	return *out ? 0 : MR_ENOMEM;
 }
@@ -94,6 +130,11 @@ int mr_cuda_create(struct mr_cuda **out, int device, struct mr_errbuf *eb)
 void mr_cuda_free(struct mr_cuda *cu)
 {
 	free(cu);
+}
+
+void mr_cuda_set_act(struct mr_cuda *cu, enum mr_cuda_dtype t)
+{
+	cu->act = t;
 }
 
 const char *mr_cuda_errmsg(const struct mr_cuda *cu)
@@ -153,10 +194,32 @@ int mr_cuda_download(struct mr_cuda *cu, void *dst_host, const void *src, size_t
 	return 0;
 }
 
-int mr_cuda_f32_to_bf16(struct mr_cuda *cu, mr_bf16 *dst, const float *src, size_t n)
+int mr_cuda_copy(struct mr_cuda *cu, void *dst, const void *src, size_t bytes)
 {
 	(void)cu;
-	tobf(dst, src, n);
+	if (dst != src && bytes)
+		memcpy(dst, src, bytes);
+	return 0;
+}
+
+int mr_cuda_copy2d(struct mr_cuda *cu, void *dst, size_t dpitch, const void *src, size_t spitch,
+		   size_t width, size_t rows)
+{
+	size_t r;
+
+	(void)cu;
+	for (r = 0; r < rows; r++)
+		memcpy((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+	return 0;
+}
+
+int mr_cuda_f32_to_bf16(struct mr_cuda *cu, mr_bf16 *dst, const float *src, size_t n)
+{
+	size_t i;
+
+	(void)cu;
+	for (i = 0; i < n; i++)
+		dst[i] = mr_bf16_from_f32(src[i]);
 	return 0;
 }
 
@@ -172,16 +235,24 @@ int mr_cuda_bf16_to_f32(struct mr_cuda *cu, float *dst, const mr_bf16 *src, size
 
 /* ---- GEMM ---------------------------------------------------------------------- */
 
-int mr_cuda_matmul_fwd(struct mr_cuda *cu, mr_bf16 *out, const mr_bf16 *inp, const mr_bf16 *w,
-		       const mr_bf16 *bias, int N, int IC, int OC)
+static float *ones_of(int N)
 {
-	float *fi = tof(inp, (size_t)N * IC), *fw = tof(w, (size_t)OC * IC);
-	float *fb = bias ? tof(bias, (size_t)OC) : NULL;
-	float *fo = xalloc(sizeof(float) * (size_t)N * OC);
+	float *o = xalloc(sizeof(float) * (size_t)N);
+	int i;
 
-	(void)cu;
+	for (i = 0; i < N; i++)
+		o[i] = 1.0f;
+	return o;
+}
+
+int mr_cuda_matmul_fwd(struct mr_cuda *cu, void *out, const void *inp, const void *w,
+		       const void *bias, int N, int IC, int OC)
+{
+	float *fi = ld(cu, inp, (size_t)N * IC), *fw = ld(cu, w, (size_t)OC * IC);
+	float *fb = ld(cu, bias, (size_t)OC), *fo = xalloc(sizeof(float) * (size_t)N * OC);
+
 	mr_matmul_fwd(NULL, fo, fi, fw, fb, N, IC, OC);
-	tobf(out, fo, (size_t)N * OC);
+	st(cu, out, fo, (size_t)N * OC);
 	free(fi);
 	free(fw);
 	free(fb);
@@ -189,24 +260,19 @@ int mr_cuda_matmul_fwd(struct mr_cuda *cu, mr_bf16 *out, const mr_bf16 *inp, con
 	return 0;
 }
 
-int mr_cuda_matmul_bwd(struct mr_cuda *cu, mr_bf16 *dinp, float *dw, float *dbias,
-		       const mr_bf16 *dout, const mr_bf16 *inp, const mr_bf16 *w, int N, int IC,
-		       int OC, int accumulate_dinp)
+int mr_cuda_matmul_bwd(struct mr_cuda *cu, void *dinp, float *dw, float *dbias,
+		       const void *dout, const void *inp, const void *w, int N, int IC, int OC,
+		       int accumulate_dinp)
 {
-	float *fd = tof(dout, (size_t)N * OC), *fi = tof(inp, (size_t)N * IC);
-	float *fw = tof(w, (size_t)OC * IC), *ones = xalloc(sizeof(float) * (size_t)N);
-	float *fdi = NULL;
-	int i;
+	float *fd = ld(cu, dout, (size_t)N * OC), *fi = ld(cu, inp, (size_t)N * IC);
+	float *fw = ld(cu, w, (size_t)OC * IC), *ones = ones_of(N), *fdi = NULL;
 
-	(void)cu;
-	for (i = 0; i < N; i++)
-		ones[i] = 1.0f;
 	if (dinp)
-		fdi = accumulate_dinp ? tof(dinp, (size_t)N * IC)
-				      : calloc((size_t)N * IC, sizeof(float));
+		fdi = accumulate_dinp ? ld(cu, dinp, (size_t)N * IC)
+				      : xcalloc((size_t)N * IC, sizeof(float));
 	mr_matmul_bwd(NULL, fdi, dw, dbias, fd, fi, fw, N, IC, OC, accumulate_dinp, ones);
 	if (dinp)
-		tobf(dinp, fdi, (size_t)N * IC);
+		st(cu, dinp, fdi, (size_t)N * IC);
 	free(fd);
 	free(fi);
 	free(fw);
@@ -225,49 +291,66 @@ int mr_cuda_matmul_fwd_f32(struct mr_cuda *cu, float *out, const float *inp, con
 
 /* ---- embedding, layernorm, elementwise, cross-entropy -------------------------- */
 
-int mr_cuda_encoder_fwd(struct mr_cuda *cu, mr_bf16 *out, const int *tok, const mr_bf16 *wte,
-			const mr_bf16 *wpe, int B, int T, int C)
+int mr_cuda_encoder_fwd(struct mr_cuda *cu, void *out, const int *tok, const void *wte,
+			const void *wpe, int B, int T, int C)
 {
 	size_t n = (size_t)B * T * C;
 	int V = 0, i;
 	float *fe, *fp, *fo = xalloc(sizeof(float) * n);
 
-	(void)cu;
 	for (i = 0; i < B * T; i++) /* wte rows read: up to the largest token */
 		if (tok[i] + 1 > V)
 			V = tok[i] + 1;
-	fe = tof(wte, (size_t)V * C);
-	fp = tof(wpe, (size_t)T * C);
+	fe = ld(cu, wte, (size_t)V * C);
+	fp = ld(cu, wpe, (size_t)T * C);
 	mr_encoder_fwd(NULL, fo, tok, fe, fp, B, T, C);
-	tobf(out, fo, n);
+	st(cu, out, fo, n);
 	free(fe);
 	free(fp);
 	free(fo);
 	return 0;
 }
 
-int mr_cuda_encoder_bwd(struct mr_cuda *cu, float *dwte, float *dwpe, const mr_bf16 *dout,
+int mr_cuda_encoder_bwd(struct mr_cuda *cu, float *dwte, float *dwpe, const void *dout,
 			const int *tok_host, int B, int T, int C, int V)
 {
-	float *fd = tof(dout, (size_t)B * T * C);
+	float *fd;
+	int i;
 
-	(void)cu;
-	(void)V;
+	for (i = 0; i < B * T; i++)
+		if (tok_host[i] >= V) {
+			snprintf(cu->err, sizeof(cu->err), "encoder_bwd: token '%d' out of range",
+				 tok_host[i]);
+			return MR_ERANGE;
+		}
+	fd = ld(cu, dout, (size_t)B * T * C);
 	mr_encoder_bwd(NULL, dwte, dwpe, fd, tok_host, B, T, C);
 	free(fd);
 	return 0;
 }
 
-int mr_cuda_layernorm_fwd(struct mr_cuda *cu, mr_bf16 *out, float *mean, float *rstd,
-			  const mr_bf16 *inp, const mr_bf16 *w, const mr_bf16 *b, int N, int C)
+int mr_cuda_add_pos(struct mr_cuda *cu, void *out, const void *wpe, int n, int C, int period,
+		    int off)
+{
+	int i, c;
+
+	for (i = 0; i < n; i++)
+		for (c = 0; c < C; c++) {
+			size_t o = (size_t)i * C + c, p = (size_t)(off + i % period) * C + c;
+			st1(cu, out, o, ld1(cu, out, o) + ld1(cu, wpe, p));
+		}
+	return 0;
+}
+
+int mr_cuda_layernorm_fwd(struct mr_cuda *cu, void *out, float *mean, float *rstd,
+			  const void *inp, const void *w, const void *b, int N, int C)
 {
 	size_t n = (size_t)N * C;
-	float *fi = tof(inp, n), *fw = tof(w, (size_t)C), *fb = tof(b, (size_t)C);
+	float *fi = ld(cu, inp, n), *fw = ld(cu, w, (size_t)C), *fb = ld(cu, b, (size_t)C);
 	float *fo = xalloc(sizeof(float) * n);
 
-	(void)cu;
 	mr_layernorm_fwd(NULL, fo, mean, rstd, fi, fw, fb, N, C);
-	tobf(out, fo, n);
+	st(cu, out, fo, n);
 	free(fi);
 	free(fw);
 	free(fb);
@@ -275,17 +358,17 @@ int mr_cuda_layernorm_fwd(struct mr_cuda *cu, mr_bf16 *out, float *mean, float *
 	return 0;
 }
 
-int mr_cuda_layernorm_bwd(struct mr_cuda *cu, mr_bf16 *dinp, float *dw, float *db,
-			  const mr_bf16 *dout, const mr_bf16 *inp, const mr_bf16 *w,
-			  const float *mean, const float *rstd, int N, int C)
+int mr_cuda_layernorm_bwd(struct mr_cuda *cu, void *dinp, float *dw, float *db, const void *dout,
+			  const void *inp, const void *w, const float *mean, const float *rstd,
+			  int N, int C)
 {
 	size_t n = (size_t)N * C;
-	float *fdi = tof(dinp, n), *fd = tof(dout, n), *fi = tof(inp, n), *fw = tof(w, (size_t)C);
+	float *fdi = ld(cu, dinp, n), *fd = ld(cu, dout, n), *fi = ld(cu, inp, n);
+	float *fw = ld(cu, w, (size_t)C);
 	float *ws = xalloc(sizeof(float) * (mr_layernorm_ws_floats(NULL, C) + 1));
 
-	(void)cu;
 	mr_layernorm_bwd(NULL, fdi, dw, db, fd, fi, fw, mean, rstd, N, C, ws);
-	tobf(dinp, fdi, n);
+	st(cu, dinp, fdi, n);
 	free(fdi);
 	free(fd);
 	free(fi);
@@ -294,103 +377,170 @@ int mr_cuda_layernorm_bwd(struct mr_cuda *cu, mr_bf16 *dinp, float *dw, float *d
 	return 0;
 }
 
-int mr_cuda_gelu_fwd(struct mr_cuda *cu, mr_bf16 *out, const mr_bf16 *inp, size_t n)
+int mr_cuda_gelu_fwd(struct mr_cuda *cu, void *out, const void *inp, size_t n)
 {
-	float *f = tof(inp, n);
+	float *f = ld(cu, inp, n);
 
-	(void)cu;
 	mr_gelu_fwd(NULL, f, f, n);
-	tobf(out, f, n);
+	st(cu, out, f, n);
 	free(f);
 	return 0;
 }
 
-int mr_cuda_gelu_bwd(struct mr_cuda *cu, mr_bf16 *dinp, const mr_bf16 *inp,
-		     const mr_bf16 *dout, size_t n)
+int mr_cuda_gelu_bwd(struct mr_cuda *cu, void *dinp, const void *inp, const void *dout,
+		     size_t n)
 {
-	float *fi = tof(inp, n), *fd = tof(dout, n);
+	float *fi = ld(cu, inp, n), *fd = ld(cu, dout, n);
 
-	(void)cu;
 	mr_gelu_bwd(NULL, fd, fi, fd, n);
-	tobf(dinp, fd, n);
+	st(cu, dinp, fd, n);
 	free(fi);
 	free(fd);
 	return 0;
 }
 
-int mr_cuda_residual_fwd(struct mr_cuda *cu, mr_bf16 *out, const mr_bf16 *a, const mr_bf16 *b,
-			 size_t n)
+int mr_cuda_residual_fwd(struct mr_cuda *cu, void *out, const void *a, const void *b, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		st1(cu, out, i, ld1(cu, a, i) + ld1(cu, b, i));
+	return 0;
+}
+
+int mr_cuda_add_inplace(struct mr_cuda *cu, void *y, const void *x, size_t n)
+{
+	return mr_cuda_residual_fwd(cu, y, y, x, n);
+}
+
+int mr_cuda_add_bias(struct mr_cuda *cu, void *rows, const void *bias, int n, int C)
+{
+	int i, c;
+
+	for (i = 0; i < n; i++)
+		for (c = 0; c < C; c++) {
+			size_t o = (size_t)i * C + c;
+			st1(cu, rows, o, ld1(cu, rows, o) + ld1(cu, bias, (size_t)c));
+		}
+	return 0;
+}
+
+int mr_cuda_fill_cols(struct mr_cuda *cu, void *x, int N, int V, int from, float value)
+{
+	int i, v;
+
+	for (i = 0; i < N; i++)
+		for (v = from; v < V; v++)
+			st1(cu, x, (size_t)i * V + v, value);
+	return 0;
+}
+
+int mr_cuda_add_f32(struct mr_cuda *cu, float *y, const float *x, size_t n)
 {
 	size_t i;
 
 	(void)cu;
 	for (i = 0; i < n; i++)
-		out[i] = mr_bf16_from_f32(mr_bf16_to_f32(a[i]) + mr_bf16_to_f32(b[i]));
+		y[i] += x[i];
 	return 0;
 }
 
-int mr_cuda_add_inplace(struct mr_cuda *cu, mr_bf16 *y, const mr_bf16 *x, size_t n)
+int mr_cuda_crossentropy_fwd(struct mr_cuda *cu, float *losses, float *lse, const void *logits,
+			     const int *targets, int N, int V)
 {
-	return mr_cuda_residual_fwd(cu, y, y, x, n);
-}
+	float *f = ld(cu, logits, (size_t)N * V);
 
-int mr_cuda_crossentropy_fwd(struct mr_cuda *cu, float *losses, float *lse,
-			     const mr_bf16 *logits, const int *targets, int N, int V)
-{
-	float *f = tof(logits, (size_t)N * V);
-
-	(void)cu;
 	mr_crossentropy_fwd(NULL, losses, lse, f, targets, N, V);
 	free(f);
 	return 0;
 }
 
-int mr_cuda_crossentropy_bwd_inplace(struct mr_cuda *cu, mr_bf16 *logits, const float *lse,
+int mr_cuda_crossentropy_bwd_inplace(struct mr_cuda *cu, void *logits, const float *lse,
 				     const int *targets, int N, int V, float dscale)
 {
-	float *f = tof(logits, (size_t)N * V);
+	float *f = ld(cu, logits, (size_t)N * V);
+
+	mr_crossentropy_bwd_inplace(NULL, f, lse, targets, N, V, dscale);
+	st(cu, logits, f, (size_t)N * V);
+	free(f);
+	return 0;
+}
+
+int mr_cuda_crossentropy_rowmax(struct mr_cuda *cu, float *mx, const void *logits, int N, int V)
+{
+	float *f = ld(cu, logits, (size_t)N * V);
+
+	mr_crossentropy_rowmax(NULL, mx, f, N, V);
+	free(f);
+	return 0;
+}
+
+int mr_cuda_crossentropy_sumexp(struct mr_cuda *cu, float *sum, float *tlogit, const void *logits,
+				const float *mx, const int *targets, int N, int V)
+{
+	float *f = ld(cu, logits, (size_t)N * V);
+
+	mr_crossentropy_sumexp(NULL, sum, tlogit, f, mx, targets, N, V);
+	free(f);
+	return 0;
+}
+
+int mr_cuda_crossentropy_finish(struct mr_cuda *cu, float *losses, float *lse, const float *mx,
+				const float *sum, const float *tlogit, int N)
+{
+	int i;
 
 	(void)cu;
-	mr_crossentropy_bwd_inplace(NULL, f, lse, targets, N, V, dscale);
-	tobf(logits, f, (size_t)N * V);
-	free(f);
+	for (i = 0; i < N; i++) {
+		lse[i] = mx[i] + logf(sum[i] > 0.0f ? sum[i] : 1.0f);
+		losses[i] = lse[i] - tlogit[i];
+	}
 	return 0;
 }
 
 /* ---- attention (per batch and head through the CPU head kernels) -------------- */
 
-/* n rows of hs values at base (row stride `row`) as a contiguous fp32 (n, hs). */
-static float *gather(const mr_bf16 *base, size_t row, int n, int hs)
+/* n rows of hs values at element base (row stride `row`) as a contiguous
+ * fp32 (n, hs). */
+static float *gather(const struct mr_cuda *cu, const void *x, size_t base, size_t row, int n,
+		     int hs)
 {
 	float *f = xalloc(sizeof(float) * (size_t)n * hs);
 	int i, c;
 
 	for (i = 0; i < n; i++)
 		for (c = 0; c < hs; c++)
-			f[(size_t)i * hs + c] = mr_bf16_to_f32(base[i * row + c]);
+			f[(size_t)i * hs + c] = ld1(cu, x, base + i * row + c);
 	return f;
 }
 
-/* base rows += f (n, hs), rounding each sum to bf16 once. */
-static void add_rows(mr_bf16 *base, size_t row, const float *f, int n, int hs)
+/* Rows at element base += f (n, hs): fp32 gradients as they are, the
+ * activation type rounding each sum once. */
+static void add_rows(const struct mr_cuda *cu, void *x, int f32, size_t base, size_t row,
+		     const float *f, int n, int hs)
 {
 	int i, c;
 
 	for (i = 0; i < n; i++)
-		for (c = 0; c < hs; c++)
-			base[i * row + c] = mr_bf16_from_f32(mr_bf16_to_f32(base[i * row + c]) +
-							     f[(size_t)i * hs + c]);
+		for (c = 0; c < hs; c++) {
+			size_t o = base + i * row + c;
+			float v = f[(size_t)i * hs + c];
+			if (f32)
+				((float *)x)[o] += v;
+			else
+				st1(cu, x, o, ld1(cu, x, o) + v);
+		}
 }
 
-static struct mr_attn_head head_of(const struct mr_cuda_attn *a, int b, int h, float **q,
-				   float **k, float **v)
+static struct mr_attn_head head_of(const struct mr_cuda *cu, const struct mr_cuda_attn *a,
+				   int b, int h, float **q, float **k, float **v)
 {
 	struct mr_attn_head hd;
 	int hs = a->hs;
 
-	*q = gather(a->q + b * a->q_batch + h * hs, a->q_row, a->tq, hs);
-	*k = gather(a->k + b * a->kv_batch + h * hs, a->kv_row, a->tk, hs);
-	*v = gather(a->v + b * a->kv_batch + h * hs, a->kv_row, a->tk, hs);
+	*q = gather(cu, a->q, b * a->q_batch + (size_t)h * hs, a->q_row, a->tq, hs);
+	*k = gather(cu, a->k, b * a->kv_batch + (size_t)h * hs, a->kv_row, a->tk, hs);
+	*v = gather(cu, a->v, b * a->kv_batch + (size_t)h * hs, a->kv_row, a->tk, hs);
 	memset(&hd, 0, sizeof(hd));
 	hd.q = *q;
 	hd.k = *k;
@@ -414,25 +564,33 @@ static int attn_shape_ok(const struct mr_cuda_attn *a)
 	       a->hs <= 128 && (long)a->B * a->NH <= 65535;
 }
 
-int mr_cuda_attn_fwd(struct mr_cuda *cu, const struct mr_cuda_attn *a, mr_bf16 *out,
-		     size_t o_row, size_t o_batch, float *lse)
+/* Forward into out of the activation type (f32 0) or fp32 (f32 1). */
+static int attn_fwd(struct mr_cuda *cu, const struct mr_cuda_attn *a, void *out, int f32,
+		    size_t o_row, size_t o_batch, float *lse)
 {
 	float *ws, *fo, *q, *k, *v;
-	int b, h, i, hs = a->hs;
+	int b, h, i, c, hs = a->hs;
 
-	(void)cu;
-	if (!attn_shape_ok(a))
+	if (!attn_shape_ok(a)) {
+		snprintf(cu->err, sizeof(cu->err), "unsupported shape for 'attn_fwd'");
 		return MR_EINVAL;
+	}
 	ws = xalloc(sizeof(float) * mr_attn_head_ws_floats(EMUL_BLOCK, EMUL_BLOCK, hs));
 	fo = xalloc(sizeof(float) * (size_t)a->tq * hs);
 	for (b = 0; b < a->B; b++)
 		for (h = 0; h < a->NH; h++) {
-			struct mr_attn_head hd = head_of(a, b, h, &q, &k, &v);
+			struct mr_attn_head hd = head_of(cu, a, b, h, &q, &k, &v);
 			mr_attn_head_fwd(&hd, fo, (size_t)hs,
 					 lse + ((size_t)b * a->NH + h) * a->tq, ws);
 			for (i = 0; i < a->tq; i++)
-				tobf(out + b * o_batch + i * o_row + h * hs, fo + (size_t)i * hs,
-				     (size_t)hs);
+				for (c = 0; c < hs; c++) {
+					size_t o = b * o_batch + i * o_row + (size_t)h * hs + c;
+					float x = fo[(size_t)i * hs + c];
+					if (f32)
+						((float *)out)[o] = x;
+					else
+						st1(cu, out, o, x);
+				}
 			free(q);
 			free(k);
 			free(v);
@@ -442,53 +600,80 @@ int mr_cuda_attn_fwd(struct mr_cuda *cu, const struct mr_cuda_attn *a, mr_bf16 *
 	return 0;
 }
 
-int mr_cuda_attn_delta(struct mr_cuda *cu, float *delta, const mr_bf16 *dout,
-		       const mr_bf16 *out, int B, int NH, int tq, int hs, size_t o_row,
+int mr_cuda_attn_fwd(struct mr_cuda *cu, const struct mr_cuda_attn *a, void *out, size_t o_row,
+		     size_t o_batch, float *lse)
+{
+	return attn_fwd(cu, a, out, 0, o_row, o_batch, lse);
+}
+
+int mr_cuda_attn_fwd_f32(struct mr_cuda *cu, const struct mr_cuda_attn *a, float *out,
+			 size_t o_row, size_t o_batch, float *lse)
+{
+	return attn_fwd(cu, a, out, 1, o_row, o_batch, lse);
+}
+
+int mr_cuda_attn_merge(struct mr_cuda *cu, float *out_a, float *lse_a, const float *out_b,
+		       const float *lse_b, int B, int NH, int tq, int hs, size_t o_row,
 		       size_t o_batch)
+{
+	int b, h;
+
+	(void)cu;
+	for (b = 0; b < B; b++)
+		for (h = 0; h < NH; h++) {
+			size_t o = b * o_batch + (size_t)h * hs, r = ((size_t)b * NH + h) * tq;
+			mr_attn_merge(out_a + o, o_row, lse_a + r, out_b + o, o_row, lse_b + r, tq,
+				      hs);
+		}
+	return 0;
+}
+
+int mr_cuda_attn_delta(struct mr_cuda *cu, float *delta, const void *dout, const void *out,
+		       int B, int NH, int tq, int hs, size_t o_row, size_t o_batch)
 {
 	int b, h, i, c;
 
-	(void)cu;
 	for (b = 0; b < B; b++)
 		for (h = 0; h < NH; h++)
 			for (i = 0; i < tq; i++) {
 				size_t o = b * o_batch + i * o_row + (size_t)h * hs;
 				float s = 0.0f;
 				for (c = 0; c < hs; c++)
-					s += mr_bf16_to_f32(dout[o + c]) *
-					     mr_bf16_to_f32(out[o + c]);
+					s += ld1(cu, dout, o + c) * ld1(cu, out, o + c);
 				delta[((size_t)b * NH + h) * tq + i] = s;
 			}
 	return 0;
 }
 
-int mr_cuda_attn_bwd(struct mr_cuda *cu, const struct mr_cuda_attn *a, const mr_bf16 *dout,
-		     size_t o_row, size_t o_batch, const float *lse, const float *delta,
-		     mr_bf16 *dq, size_t dq_row, size_t dq_batch, mr_bf16 *dk, mr_bf16 *dv,
-		     size_t dkv_row, size_t dkv_batch)
+/* Backward adding into dq/dk/dv of the activation type (f32 0) or fp32. */
+static int attn_bwd(struct mr_cuda *cu, const struct mr_cuda_attn *a, const void *dout,
+		    size_t o_row, size_t o_batch, const float *lse, const float *delta, void *dq,
+		    size_t dq_row, size_t dq_batch, void *dk, void *dv, size_t dkv_row,
+		    size_t dkv_batch, int f32)
 {
 	float *ws, *q, *k, *v, *d, *fq, *fk, *fv;
 	int b, h, hs = a->hs;
 
-	(void)cu;
-	if (!attn_shape_ok(a))
+	if (!attn_shape_ok(a)) {
+		snprintf(cu->err, sizeof(cu->err), "unsupported shape for 'attn_bwd'");
 		return MR_EINVAL;
+	}
 	ws = xalloc(sizeof(float) * mr_attn_head_ws_floats(EMUL_BLOCK, EMUL_BLOCK, hs));
 	for (b = 0; b < a->B; b++)
 		for (h = 0; h < a->NH; h++) {
-			struct mr_attn_head hd = head_of(a, b, h, &q, &k, &v);
+			struct mr_attn_head hd = head_of(cu, a, b, h, &q, &k, &v);
 			size_t r = ((size_t)b * a->NH + h) * a->tq;
-			d = gather(dout + b * o_batch + h * hs, o_row, a->tq, hs);
-			fq = calloc((size_t)a->tq * hs, sizeof(float));
-			fk = calloc((size_t)a->tk * hs, sizeof(float));
-			fv = calloc((size_t)a->tk * hs, sizeof(float));
-			if (!fq || !fk || !fv)
-				abort();
+			d = gather(cu, dout, b * o_batch + (size_t)h * hs, o_row, a->tq, hs);
+			fq = xcalloc((size_t)a->tq * hs, sizeof(float));
+			fk = xcalloc((size_t)a->tk * hs, sizeof(float));
+			fv = xcalloc((size_t)a->tk * hs, sizeof(float));
 			mr_attn_head_bwd(&hd, d, (size_t)hs, lse + r, delta + r, fq, (size_t)hs, fk,
 					 fv, (size_t)hs, ws);
-			add_rows(dq + b * dq_batch + h * hs, dq_row, fq, a->tq, hs);
-			add_rows(dk + b * dkv_batch + h * hs, dkv_row, fk, a->tk, hs);
-			add_rows(dv + b * dkv_batch + h * hs, dkv_row, fv, a->tk, hs);
+			add_rows(cu, dq, f32, b * dq_batch + (size_t)h * hs, dq_row, fq, a->tq, hs);
+			add_rows(cu, dk, f32, b * dkv_batch + (size_t)h * hs, dkv_row, fk, a->tk,
+				 hs);
+			add_rows(cu, dv, f32, b * dkv_batch + (size_t)h * hs, dkv_row, fv, a->tk,
+				 hs);
 			free(q);
 			free(k);
 			free(v);
@@ -501,32 +686,202 @@ int mr_cuda_attn_bwd(struct mr_cuda *cu, const struct mr_cuda_attn *a, const mr_
 	return 0;
 }
 
-/* ---- optimizer (adamw.cu's formula, which is the CPU twin's) ------------------- */
+int mr_cuda_attn_bwd(struct mr_cuda *cu, const struct mr_cuda_attn *a, const void *dout,
+		     size_t o_row, size_t o_batch, const float *lse, const float *delta, void *dq,
+		     size_t dq_row, size_t dq_batch, void *dk, void *dv, size_t dkv_row,
+		     size_t dkv_batch)
+{
+	return attn_bwd(cu, a, dout, o_row, o_batch, lse, delta, dq, dq_row, dq_batch, dk, dv,
+			dkv_row, dkv_batch, 0);
+}
 
-int mr_cuda_adamw_step(struct mr_cuda *cu, float *p, mr_bf16 *p_bf16, const float *g, float *m,
+int mr_cuda_attn_bwd_f32(struct mr_cuda *cu, const struct mr_cuda_attn *a, const void *dout,
+			 size_t o_row, size_t o_batch, const float *lse, const float *delta,
+			 float *dq, size_t dq_row, size_t dq_batch, float *dk, float *dv,
+			 size_t dkv_row, size_t dkv_batch)
+{
+	return attn_bwd(cu, a, dout, o_row, o_batch, lse, delta, dq, dq_row, dq_batch, dk, dv,
+			dkv_row, dkv_batch, 1);
+}
+
+/* The layer entries: the CPU layer twins on the whole packed qkv (the
+ * device's limits on the head size still apply). */
+static int layer_ok(struct mr_cuda *cu, int B, int T, int C, int NH)
+{
+	struct mr_cuda_attn a;
+
+	memset(&a, 0, sizeof(a));
+	a.B = B;
+	a.NH = NH;
+	a.tq = a.tk = T;
+	a.hs = NH > 0 && C % NH == 0 ? C / NH : 0;
+	if (attn_shape_ok(&a))
+		return 1;
+	snprintf(cu->err, sizeof(cu->err), "unsupported shape for 'attn_layer'");
+	return 0;
+}
+
+int mr_cuda_attn_layer_fwd(struct mr_cuda *cu, void *out, float *lse, const void *qkv, int B,
+			   int T, int C, int NH)
+{
+	size_t n = (size_t)B * T * C;
+	float *fq, *fo, *ws;
+
+	if (!layer_ok(cu, B, T, C, NH))
+		return MR_EINVAL;
+	fq = ld(cu, qkv, 3 * n);
+	fo = xalloc(sizeof(float) * n);
+	ws = xalloc(sizeof(float) * mr_attn_layer_ws_floats(NULL, T, C / NH));
+	mr_attn_layer_fwd(NULL, fo, lse, fq, B, T, C, NH, ws);
+	st(cu, out, fo, n);
+	free(fq);
+	free(fo);
+	free(ws);
+	return 0;
+}
+
+int mr_cuda_attn_layer_bwd(struct mr_cuda *cu, void *dqkv, const void *dout, const void *qkv,
+			   const void *out, const float *lse, int B, int T, int C, int NH)
+{
+	size_t n = (size_t)B * T * C;
+	float *fd, *fq, *fo, *fdq, *ws;
+
+	if (!layer_ok(cu, B, T, C, NH))
+		return MR_EINVAL;
+	fd = ld(cu, dout, n);
+	fq = ld(cu, qkv, 3 * n);
+	fo = ld(cu, out, n);
+	fdq = xalloc(sizeof(float) * 3 * n);
+	ws = xalloc(sizeof(float) * mr_attn_layer_ws_floats(NULL, T, C / NH));
+	mr_attn_layer_bwd(NULL, fdq, fd, fq, fo, lse, B, T, C, NH, ws);
+	st(cu, dqkv, fdq, 3 * n);
+	free(fd);
+	free(fq);
+	free(fo);
+	free(fdq);
+	free(ws);
+	return 0;
+}
+
+/* ---- mixture of experts (model/moe.c's pieces) --------------------------------- */
+
+/* A struct mr_moe_acts over the device tensors the entries name. */
+static struct mr_moe_acts moe_view(float *probs, const int *topi, const float *gate,
+				   const int *slot, int *count, const int *routed)
+{
+	struct mr_moe_acts a;
+
+	memset(&a, 0, sizeof(a));
+	a.probs = probs;
+	a.topi = (int *)(uintptr_t)topi;
+	a.gate = (float *)(uintptr_t)gate;
+	a.slot = (int *)(uintptr_t)slot;
+	a.count = count;
+	a.routed = (int *)(uintptr_t)routed;
+	return a;
+}
+
+int mr_cuda_moe_route(struct mr_cuda *cu, const struct mr_moe_shape *s, float *probs, int *topi,
+		      float *gate, int *slot, int *count, int *routed, const void *x,
+		      const void *routerw, int *count_host, float *aux_host, int *dropped_host)
+{
+	float *fx = ld(cu, x, (size_t)s->N * s->C), *fw = ld(cu, routerw, (size_t)s->E * s->C);
+	struct mr_moe_acts a = moe_view(probs, topi, gate, slot, count, routed);
+
+	mr_matmul_fwd(NULL, probs, fx, fw, NULL, s->N, s->C, s->E);
+	mr_moe_route(s, &a);
+	memcpy(count_host, count, sizeof(int) * (size_t)s->E);
+	*aux_host = a.aux;
+	*dropped_host = a.dropped;
+	free(fx);
+	free(fw);
+	return 0;
+}
+
+int mr_cuda_moe_dispatch(struct mr_cuda *cu, const struct mr_moe_shape *s, void *xin,
+			 const void *x, const int *topi, const int *slot)
+{
+	size_t row = (size_t)s->C * esz(cu);
+	int a;
+
+	/* a copy of rows: the same bytes in either activation type */
+	for (a = 0; a < s->N * s->k; a++)
+		if (slot[a] >= 0)
+			memcpy((char *)xin + ((size_t)topi[a] * s->cap + slot[a]) * row,
+			       (const char *)x + (size_t)(a / s->k) * row, row);
+	return 0;
+}
+
+int mr_cuda_moe_combine(struct mr_cuda *cu, const struct mr_moe_shape *s, void *y,
+			const void *rows, const int *topi, const int *slot, const float *gate)
+{
+	size_t ny = (size_t)s->N * s->C;
+	float *fr = ld(cu, rows, (size_t)s->E * s->cap * s->C), *fy = xalloc(sizeof(float) * ny);
+	struct mr_moe_acts a = moe_view(NULL, topi, gate, slot, NULL, NULL);
+
+	mr_moe_combine(s, &a, gate != NULL, fy, fr);
+	st(cu, y, fy, ny);
+	free(fr);
+	free(fy);
+	return 0;
+}
+
+int mr_cuda_moe_combine_bwd(struct mr_cuda *cu, const struct mr_moe_shape *s, void *dyo,
+			    float *dgate, const void *dy, const void *yo, const int *topi,
+			    const int *slot, const float *gate)
+{
+	size_t nr = (size_t)s->E * s->cap * s->C;
+	float *fdy = ld(cu, dy, (size_t)s->N * s->C), *fyo = ld(cu, yo, nr);
+	float *fdyo = ld(cu, dyo, nr); /* rows it does not write keep their bytes */
+	struct mr_moe_acts a = moe_view(NULL, topi, gate, slot, NULL, NULL);
+
+	mr_moe_combine_bwd(s, &a, fdyo, dgate, fdy, fyo);
+	st(cu, dyo, fdyo, nr);
+	free(fdy);
+	free(fyo);
+	free(fdyo);
+	return 0;
+}
+
+int mr_cuda_moe_router_bwd(struct mr_cuda *cu, const struct mr_moe_shape *s, void *dlogits,
+			   const float *probs, const int *topi, const float *gate,
+			   const float *dgate, const int *routed, float aux_scale)
+{
+	size_t n = (size_t)s->N * s->E;
+	float *f = xalloc(sizeof(float) * n);
+	struct mr_moe_acts a = moe_view((float *)(uintptr_t)probs, topi, gate, NULL, NULL, routed);
+
+	mr_moe_router_bwd(s, &a, f, dgate, aux_scale);
+	st(cu, dlogits, f, n);
+	free(f);
+	return 0;
+}
+
+/* ---- optimizer (optim/mr_adamw.h's arithmetic) ---------------------------------- */
+
+int mr_cuda_adamw_step(struct mr_cuda *cu, float *p, void *pc, const float *g, float *m,
 		       float *v, size_t n, const struct mr_cuda_adamw *o)
 {
-	double bc1 = 1.0 - pow((double)o->beta1, (double)o->t);
-	double bc2 = 1.0 - pow((double)o->beta2, (double)o->t);
-	float step_size = (float)((double)o->lr / bc1), bc2_sqrt = (float)sqrt(bc2);
-	float decay = 1.0f - o->lr * o->weight_decay;
+	struct mr_adamw_config c;
+	float *gs = NULL;
 	size_t i;
 
-	(void)cu;
 	if (o->t < 1)
 		return MR_EINVAL;
-	for (i = 0; i < n; i++) {
-		float gi = g[i] * o->grad_scale, pi = p[i] * decay, mi, vi, denom;
-		mi = m[i] * o->beta1 + gi * (1.0f - o->beta1);
-		vi = v[i] * o->beta2 + gi * gi * (1.0f - o->beta2);
-		denom = sqrtf(vi) / bc2_sqrt + o->eps;
-		pi -= step_size * (mi / denom);
-		m[i] = mi;
-		v[i] = vi;
-		p[i] = pi;
-		if (p_bf16)
-			p_bf16[i] = mr_bf16_from_f32(pi);
+	memset(&c, 0, sizeof(c));
+	c.beta1 = o->beta1;
+	c.beta2 = o->beta2;
+	c.eps = o->eps;
+	c.weight_decay = o->weight_decay;
+	if (o->grad_scale != 1.0f) {
+		gs = xalloc(sizeof(float) * (n ? n : 1));
+		for (i = 0; i < n; i++)
+			gs[i] = g[i] * o->grad_scale;
 	}
+	mr_adamw_update_range(&c, o->t, o->lr, p, gs ? gs : g, m, v, n, o->weight_decay > 0.0f);
+	if (pc && pc != (void *)p)
+		st(cu, pc, p, n);
+	free(gs);
 	return 0;
 }
 
@@ -534,6 +889,17 @@ int mr_cuda_grad_sumsq(struct mr_cuda *cu, const float *g, size_t n, double *sum
 {
 	(void)cu;
 	*sumsq_host = mr_grad_sumsq(g, n);
+	return 0;
+}
+
+int mr_cuda_grad_sumsq_ranges(struct mr_cuda *cu, const float *g, const size_t *off,
+			      const size_t *n, int k, double *out_host)
+{
+	int i;
+
+	(void)cu;
+	for (i = 0; i < k; i++)
+		out_host[i] = mr_grad_sumsq(g + off[i], n[i]);
 	return 0;
 }
 

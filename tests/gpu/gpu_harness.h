@@ -2,7 +2,7 @@
  * gpu_harness.h - helpers shared by the tests/gpu Criterion tests: skip
  * when there is no CUDA device, context per test, bf16-rounded random
  * inputs (so the CPU twin sees exactly what the GPU sees), host<->device
- * copies and a tolerance check.
+ * copies (also in the context's activation type) and a tolerance check.
  *
  * Tolerance rule used everywhere: |gpu - cpu| <= rtol * |cpu| + atol * M,
  * M = max |cpu| over the tensor; each test states its (rtol, atol).
@@ -117,6 +117,31 @@ static inline float *down_bf(const mr_bf16 *d, size_t n)
 	return h;
 }
 
+/* The activation type of the context (mr_cuda_set_act), and copies in
+ * it: bf16 (the default) or fp32. */
+static int act_f32;
+
+static inline void use_act(int f32)
+{
+	act_f32 = f32;
+	mr_cuda_set_act(cu, f32 ? MR_CUDA_F32 : MR_CUDA_BF16);
+}
+
+static inline void *up_act(const float *h, size_t n)
+{
+	return act_f32 ? (void *)up_f32(h, n) : (void *)up_bf(h, n);
+}
+
+static inline void *act_alloc(size_t n)
+{
+	return dev_alloc(n * (act_f32 ? sizeof(float) : sizeof(mr_bf16)));
+}
+
+static inline float *down_act(const void *d, size_t n)
+{
+	return act_f32 ? down_f32(d, n) : down_bf(d, n);
+}
+
 /* Kernel call returned 0 and the stream ran clean. */
 #define CU_OK(call)                                                                   \
 	do {                                                                          \
@@ -139,6 +164,19 @@ static inline void check_close(const char *what, const float *got, const float *
 			  "%s[%zu]: gpu %.7g cpu %.7g (|d| %.3g > %.3g*|cpu| + %.3g*%.4g)", what,
 			  i, got[i], want[i], d, rtol, atol, mx);
 	}
+}
+
+/* ||a - b|| / ||b|| (||a - b|| when b is 0). */
+static inline double rel_l2(const float *a, const float *b, size_t n)
+{
+	double d = 0.0, nb = 0.0;
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+		nb += (double)b[i] * b[i];
+	}
+	return nb > 0.0 ? sqrt(d / nb) : sqrt(d);
 }
 
 /* The CPU twin's inputs are already bf16-rounded; expected bf16 outputs

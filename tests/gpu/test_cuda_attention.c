@@ -12,6 +12,8 @@
  *                            from its bf16 out, the CPU's from fp32)
  *   CP partials, merge, grads (fp32 out/grads, same bf16 inputs)
  *                            rtol 1e-3, atol 1e-4
+ *   the layer entries with fp32 activations: out rtol 1e-4, dqkv rtol
+ *                            1e-3 (fp32 throughout, other orders)
  * Skipped when there is no CUDA device.
  */
 #include <criterion/criterion.h>
@@ -91,6 +93,43 @@ Test(cuda_attn, layer_hs128_matches_cpu)
 	gpu_teardown();
 }
 
+/* The layer entries the device layer calls (dqkv written, delta in the
+ * context's scratch), in the activation type f32 or bf16. */
+static void layer_entry_case(int f32, int B, int T, int C, int NH)
+{
+	size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nl = (size_t)B * NH * T;
+	float *qkv = rand_bf(nqkv, 1.0f), *dout = rand_bf(nout, 1.0f);
+	float *out = xmalloc(nout * sizeof(float)), *lse = xmalloc(nl * sizeof(float));
+	float *dqkv = xmalloc(nqkv * sizeof(float)), *d_lse;
+	float *ws = xmalloc(mr_attn_layer_ws_floats(NULL, T, C / NH) * sizeof(float));
+	void *d_qkv, *d_out, *d_dqkv;
+
+	use_act(f32);
+	d_qkv = up_act(qkv, nqkv);
+	d_out = act_alloc(nout);
+	d_dqkv = up_act(rand_bf(nqkv, 10.0f), nqkv); /* old contents must not leak in */
+	d_lse = dev_alloc(nl * sizeof(float));
+	mr_attn_layer_fwd(NULL, out, lse, qkv, B, T, C, NH, ws);
+	CU_OK(mr_cuda_attn_layer_fwd(cu, d_out, d_lse, d_qkv, B, T, C, NH));
+	check_close("layer out", down_act(d_out, nout), out, nout, f32 ? 1e-4 : BF_RTOL,
+		    f32 ? 1e-5 : BF_ATOL);
+	check_close("layer lse", down_f32(d_lse, nl), lse, nl, 1e-5, 1e-5);
+	mr_attn_layer_bwd(NULL, dqkv, dout, qkv, out, lse, B, T, C, NH, ws);
+	CU_OK(mr_cuda_attn_layer_bwd(cu, d_dqkv, up_act(dout, nout), d_qkv, d_out, d_lse, B, T,
+				     C, NH));
+	check_close("layer dqkv", down_act(d_dqkv, nqkv), dqkv, nqkv, f32 ? 1e-3 : 2e-2,
+		    f32 ? 1e-4 : 1e-2);
+}
+
+Test(cuda_attn, layer_entries_match_cpu_bf16_and_fp32)
+{
+	need_gpu();
+	layer_entry_case(0, 2, 37, 64, 2);
+	layer_entry_case(1, 2, 37, 64, 2);
+	layer_entry_case(1, 1, 20, 256, 2);
+	gpu_teardown();
+}
+
 Test(cuda_attn, bad_head_size_is_rejected)
 {
 	struct mr_cuda_attn a;
@@ -137,7 +176,7 @@ static void cp_case(void)
 		a.tq = half;
 		a.q_pos0 = half;
 		a.k = d_qkv + C + (size_t)blk * half * 3 * C;
-		a.v = a.k + C;
+		a.v = d_qkv + 2 * C + (size_t)blk * half * 3 * C;
 		a.tk = half;
 		a.k_pos0 = blk * half;
 		CU_OK(mr_cuda_attn_fwd_f32(cu, &a, d_o[blk], (size_t)C, nq, d_l[blk]));
@@ -192,7 +231,7 @@ static void cp_case(void)
 		a.tq = half;
 		a.q_pos0 = half;
 		a.k = d_qkv + C + k0 * 3 * C;
-		a.v = a.k + C;
+		a.v = d_qkv + 2 * C + k0 * 3 * C;
 		a.tk = half;
 		a.k_pos0 = (int)k0;
 		CU_OK(mr_cuda_attn_bwd_f32(cu, &a, d_dout, (size_t)C, nq, d_l[0], d_delta, d_dq,

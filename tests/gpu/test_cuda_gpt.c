@@ -75,18 +75,6 @@ static void batch(int s, int *in, int *tg)
 			       in + i * BATCH * SEQ, tg + i * BATCH * SEQ);
 }
 
-static double rel_l2(const float *a, const float *b, size_t n)
-{
-	double d = 0.0, nb = 0.0;
-	size_t i;
-
-	for (i = 0; i < n; i++) {
-		d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-		nb += (double)b[i] * b[i];
-	}
-	return nb > 0.0 ? sqrt(d / nb) : sqrt(d);
-}
-
 struct cpu_run {
 	struct mr_pool *pool;
 	struct mr_gpt m;

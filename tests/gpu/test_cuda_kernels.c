@@ -10,6 +10,12 @@
  *   bf16 accumulated grads rtol 1e-2, atol 4e-3 (input and output rounded)
  *   fp32 reductions        rtol 1e-4, atol 1e-5 (same inputs, other order)
  *   AdamW fp32 master      rtol 1e-5, atol 1e-6 (same formula; FMA only)
+ *   fp32 activations       rtol 1e-5, atol 1e-5 (the same kernels for
+ *                          float; TF32 GEMMs would be off by ~1e-3)
+ * The device layer's kernels (bias, positions, column fill, copies,
+ * foreign tokens, vocab-parallel cross-entropy, NULL GEMM outputs) and
+ * the MoE kernels against model/moe.c's pieces (routing bit-exact on the
+ * same logits: top-k, slots, counts) are here too.
  * Tests skip (not fail) when there is no CUDA device; the bf16 conversion
  * and the no-device path run everywhere.
  */
@@ -21,7 +27,14 @@
 #include "gpu_harness.h"
 #include "kernels/mr_kernels.h"
 #include "model/mr_gpt.h"
+#include "model/mr_moe.h"
 #include "optim/mr_adamw.h"
+
+/* n zeros on the host. */
+static float *xcopy_zero(size_t n)
+{
+	return xmalloc(n * sizeof(float));
+}
 
 Test(cuda, bf16_conversion_rounds_to_nearest_even)
 {
@@ -366,9 +379,413 @@ Test(cuda, grad_norm_matches_cpu_and_is_deterministic)
 	cr_assert_eq(mr_cuda_grad_sumsq(cu, d_g, n, &s2), 0, "%s", mr_cuda_errmsg(cu));
 	cr_assert(fabs(s1 - ref) <= 1e-5 * ref, "sumsq gpu %.10g cpu %.10g", s1, ref);
 	cr_assert(s1 == s2, "two runs differ: %.17g vs %.17g", s1, s2);
+	{
+		/* several ranges at once, one empty (the step's per-tensor norms) */
+		size_t off[4] = { 0, 1000, 1000, 5000 }, len[4] = { 1000, 0, 4000, n - 5000 };
+		double got[4], want;
+		int r;
+		cr_assert_eq(mr_cuda_grad_sumsq_ranges(cu, d_g, off, len, 4, got), 0, "%s",
+			     mr_cuda_errmsg(cu));
+		for (r = 0; r < 4; r++) {
+			want = mr_grad_sumsq(g + off[r], len[r]);
+			cr_assert(fabs(got[r] - want) <= 1e-5 * want, "range %d: gpu %.10g cpu %.10g",
+				  r, got[r], want);
+		}
+	}
 	mr_grad_clip(g, n, sqrt(ref), 0.5f);
 	CU_OK(mr_cuda_scale(cu, d_g, n, (float)(0.5 / (sqrt(ref) + 1e-6))));
 	h = down_f32(d_g, n);
 	check_close("clipped grads", h, g, n, 1e-6, 0.0);
 	gpu_teardown();
+}
+
+/* ---- fp32 activations ("precision": "fp32") ------------------------------------
+ * The same kernels instantiated for float: the CPU twin's results up to
+ * summation order (rtol 1e-5, atol 1e-5 of the largest). A GEMM that ran
+ * in TF32 (10-bit mantissa) would be off by ~1e-3 and fail. */
+#define F32_TOL 1e-5, 1e-5
+
+Test(cuda, fp32_activations_match_cpu_without_tf32)
+{
+	int N = 37, IC = 96, OC = 72, C = IC, V = 50, i;
+	size_t nic = (size_t)N * IC, noc = (size_t)N * OC;
+	float *inp, *w, *b, *dout, *out, *dinp, *dw, *db, *ones, *mean, *rstd, *ws, *lg, *loss, *lse;
+	void *d_inp, *d_w, *d_b, *d_out, *d_dout, *d_dinp, *d_lg;
+	float *d_dw, *d_db, *d_mean, *d_rstd, *d_loss, *d_lse;
+	int *tgt = xmalloc(sizeof(int) * N), *d_tgt;
+
+	need_gpu();
+	use_act(1);
+	inp = rand_bf(nic, 1.0f);
+	w = rand_bf((size_t)OC * IC, 0.2f);
+	b = rand_bf(OC, 0.5f);
+	dout = rand_bf(noc, 1.0f);
+	out = xmalloc(noc * sizeof(float));
+	dinp = xcopy_zero(nic);
+	dw = xcopy_zero((size_t)OC * IC);
+	db = xcopy_zero(OC);
+	ones = xmalloc(N * sizeof(float));
+	for (i = 0; i < N; i++)
+		ones[i] = 1.0f;
+	d_inp = up_act(inp, nic);
+	d_w = up_act(w, (size_t)OC * IC);
+	d_b = up_act(b, OC);
+	d_dout = up_act(dout, noc);
+	d_out = act_alloc(noc);
+	d_dinp = act_alloc(nic);
+	d_dw = up_f32(dw, (size_t)OC * IC);
+	d_db = up_f32(db, OC);
+	/* GEMMs */
+	mr_matmul_fwd(NULL, out, inp, w, b, N, IC, OC);
+	CU_OK(mr_cuda_matmul_fwd(cu, d_out, d_inp, d_w, d_b, N, IC, OC));
+	check_close("f32 matmul out", down_act(d_out, noc), out, noc, F32_TOL);
+	mr_matmul_bwd(NULL, dinp, dw, db, dout, inp, w, N, IC, OC, 0, ones);
+	CU_OK(mr_cuda_matmul_bwd(cu, d_dinp, d_dw, d_db, d_dout, d_inp, d_w, N, IC, OC, 0));
+	check_close("f32 matmul dinp", down_act(d_dinp, nic), dinp, nic, F32_TOL);
+	check_close("f32 matmul dw", down_f32(d_dw, (size_t)OC * IC), dw, (size_t)OC * IC, F32_TOL);
+	check_close("f32 matmul dbias", down_f32(d_db, OC), db, OC, F32_TOL);
+	/* layernorm over the GEMM input rows */
+	mean = xmalloc(N * sizeof(float));
+	rstd = xmalloc(N * sizeof(float));
+	ws = xmalloc(mr_layernorm_ws_floats(NULL, C) * sizeof(float));
+	d_mean = dev_alloc(N * sizeof(float));
+	d_rstd = dev_alloc(N * sizeof(float));
+	mr_layernorm_fwd(NULL, out, mean, rstd, inp, w, b, N, C);
+	CU_OK(mr_cuda_layernorm_fwd(cu, d_out, d_mean, d_rstd, d_inp, d_w, d_b, N, C));
+	check_close("f32 layernorm out", down_act(d_out, nic), out, nic, F32_TOL);
+	mr_layernorm_bwd(NULL, dinp, dw, db, inp, inp, w, mean, rstd, N, C, ws);
+	CU_OK(mr_cuda_layernorm_bwd(cu, d_dinp, d_dw, d_db, d_inp, d_inp, d_w, d_mean, d_rstd, N,
+				    C));
+	check_close("f32 layernorm dinp", down_act(d_dinp, nic), dinp, nic, F32_TOL);
+	check_close("f32 layernorm dw", down_f32(d_dw, C), dw, C, F32_TOL);
+	/* GELU and cross-entropy */
+	mr_gelu_fwd(NULL, out, inp, nic);
+	CU_OK(mr_cuda_gelu_fwd(cu, d_out, d_inp, nic));
+	check_close("f32 gelu", down_act(d_out, nic), out, nic, F32_TOL);
+	lg = rand_bf((size_t)N * V, 3.0f);
+	loss = xmalloc(N * sizeof(float));
+	lse = xmalloc(N * sizeof(float));
+	for (i = 0; i < N; i++)
+		tgt[i] = (int)mr_rng_below(&rng, (uint64_t)V);
+	d_lg = up_act(lg, (size_t)N * V);
+	d_tgt = up_int(tgt, N);
+	d_loss = dev_alloc(N * sizeof(float));
+	d_lse = dev_alloc(N * sizeof(float));
+	mr_crossentropy_fwd(NULL, loss, lse, lg, tgt, N, V);
+	CU_OK(mr_cuda_crossentropy_fwd(cu, d_loss, d_lse, d_lg, d_tgt, N, V));
+	check_close("f32 ce losses", down_f32(d_loss, N), loss, N, F32_TOL);
+	mr_crossentropy_bwd_inplace(NULL, lg, lse, tgt, N, V, 0.5f);
+	CU_OK(mr_cuda_crossentropy_bwd_inplace(cu, d_lg, d_lse, d_tgt, N, V, 0.5f));
+	check_close("f32 ce dlogits", down_act(d_lg, (size_t)N * V), lg, (size_t)N * V, F32_TOL);
+	gpu_teardown();
+}
+
+Test(cuda, fp32_adamw_writes_an_exact_compute_copy)
+{
+	struct mr_adamw_config c = { 0 };
+	struct mr_cuda_adamw o = { 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 1.0f };
+	size_t n = 1000, i;
+	float *p, *g, *m, *v, *d_p, *d_pc, *gp, *gc;
+
+	need_gpu();
+	use_act(1);
+	p = rand_bf(n, 1.0f);
+	g = rand_bf(n, 0.1f);
+	m = xcopy_zero(n);
+	v = xcopy_zero(n);
+	d_p = up_f32(p, n);
+	d_pc = act_alloc(n);
+	c.beta1 = o.beta1;
+	c.beta2 = o.beta2;
+	c.eps = o.eps;
+	c.weight_decay = o.weight_decay;
+	mr_adamw_update_range(&c, 1, o.lr, p, g, m, v, n, 1);
+	CU_OK(mr_cuda_adamw_step(cu, d_p, d_pc, up_f32(g, n), up_f32(xcopy_zero(n), n),
+				 up_f32(xcopy_zero(n), n), n, &o));
+	gp = down_f32(d_p, n);
+	gc = down_act(d_pc, n);
+	check_close("f32 adamw p", gp, p, n, 1e-5, 1e-6);
+	for (i = 0; i < n; i++)
+		cr_assert_eq(gc[i], gp[i], "fp32 compute copy [%zu] is not the master", i);
+	gpu_teardown();
+}
+
+/* ---- the device layer's small kernels ---------------------------------------------- */
+
+Test(cuda, bias_positions_fill_and_copies_match_cpu)
+{
+	int n = 29, C = 48, T = 12, period = 4, off = 8, V = 40, from = 33, r, c;
+	size_t nc = (size_t)n * C, i;
+	float *rows = rand_bf(nc, 1.0f), *bias = rand_bf(C, 1.0f), *wpe = rand_bf((size_t)T * C, 1.0f);
+	float *want = xmalloc(nc * sizeof(float)), *y = rand_bf(nc, 1.0f), *x = rand_bf(nc, 1.0f);
+	void *d_rows, *d_cp;
+	float *d_y, *got;
+
+	need_gpu();
+	d_rows = up_act(rows, nc);
+	/* rows += bias */
+	for (i = 0; i < nc; i++)
+		want[i] = rows[i] + bias[i % (size_t)C];
+	CU_OK(mr_cuda_add_bias(cu, d_rows, up_act(bias, C), n, C));
+	check_close("add_bias", down_act(d_rows, nc), want, nc, BF_RTOL, BF_ATOL);
+	/* rows += wpe[off + r % period] (a sequence-parallel shard) */
+	d_rows = up_act(rows, nc);
+	for (r = 0; r < n; r++)
+		for (c = 0; c < C; c++)
+			want[(size_t)r * C + c] = rows[(size_t)r * C + c] +
+						  wpe[(size_t)(off + r % period) * C + c];
+	CU_OK(mr_cuda_add_pos(cu, d_rows, up_act(wpe, (size_t)T * C), n, C, period, off));
+	check_close("add_pos", down_act(d_rows, nc), want, nc, BF_RTOL, BF_ATOL);
+	/* columns [from, V) := value, the rest untouched */
+	d_rows = up_act(rows, (size_t)n * V);
+	memcpy(want, rows, sizeof(float) * n * V);
+	for (r = 0; r < n; r++)
+		for (c = from; c < V; c++)
+			want[(size_t)r * V + c] = -1e30f;
+	CU_OK(mr_cuda_fill_cols(cu, d_rows, n, V, from, -1e30f));
+	check_close("fill_cols", down_act(d_rows, (size_t)n * V), want, (size_t)n * V, BF_RTOL,
+		    0.0);
+	/* fp32 y += x */
+	d_y = up_f32(y, nc);
+	for (i = 0; i < nc; i++)
+		y[i] += x[i];
+	CU_OK(mr_cuda_add_f32(cu, d_y, up_f32(x, nc), nc));
+	check_close("add_f32", down_f32(d_y, nc), y, nc, 0.0, 0.0);
+	/* device copies: flat, then 2-D with odd pitches */
+	d_cp = act_alloc(nc);
+	CU_OK(mr_cuda_memset0(cu, d_cp, nc * sizeof(mr_bf16)));
+	CU_OK(mr_cuda_copy2d(cu, d_cp, 7 * sizeof(mr_bf16), up_act(rows, nc), 5 * sizeof(mr_bf16),
+			     3 * sizeof(mr_bf16), 20));
+	got = down_act(d_cp, nc);
+	for (r = 0; r < 20; r++)
+		for (c = 0; c < 7; c++)
+			cr_assert_eq(got[r * 7 + c], c < 3 ? rows[r * 5 + c] : 0.0f,
+				     "copy2d row %d col %d", r, c);
+	CU_OK(mr_cuda_copy(cu, d_cp, up_act(rows, nc), nc * sizeof(mr_bf16)));
+	check_close("copy", down_act(d_cp, nc), rows, nc, 0.0, 0.0);
+	gpu_teardown();
+}
+
+Test(cuda, encoder_with_foreign_tokens_and_without_positions)
+{
+	int B = 2, T = 33, C = 40, V = 9, N = B * T, i;
+	float *wte = rand_bf((size_t)V * C, 1.0f), *wpe = rand_bf((size_t)T * C, 1.0f);
+	float *dout = rand_bf((size_t)N * C, 1.0f), *out = xmalloc(sizeof(float) * N * C);
+	float *dwte = xcopy_zero((size_t)V * C), *d_dwte;
+	int *tok = xmalloc(sizeof(int) * N);
+	void *d_out;
+
+	need_gpu();
+	for (i = 0; i < N; i++) /* a third of the rows belong to another rank */
+		tok[i] = i % 3 == 0 ? -1 : (int)mr_rng_below(&rng, (uint64_t)V);
+	d_out = act_alloc((size_t)N * C);
+	mr_encoder_fwd(NULL, out, tok, wte, NULL, B, T, C);
+	CU_OK(mr_cuda_encoder_fwd(cu, d_out, up_int(tok, N), up_act(wte, (size_t)V * C), NULL, B,
+				  T, C));
+	check_close("encoder out, tok < 0, no wpe", down_act(d_out, (size_t)N * C), out,
+		    (size_t)N * C, BF_RTOL, BF_ATOL);
+	d_dwte = up_f32(dwte, (size_t)V * C);
+	mr_encoder_bwd(NULL, dwte, NULL, dout, tok, B, T, C);
+	CU_OK(mr_cuda_encoder_bwd(cu, d_dwte, NULL, up_act(dout, (size_t)N * C), tok, B, T, C, V));
+	check_close("encoder dwte, tok < 0 skipped", down_f32(d_dwte, (size_t)V * C), dwte,
+		    (size_t)V * C, 1e-4, 1e-5);
+	(void)wpe;
+	gpu_teardown();
+}
+
+Test(cuda, crossentropy_vocab_parallel_pieces_match_cpu)
+{
+	int N = 23, V = 700, i;
+	float *lg = rand_bf((size_t)N * V, 3.0f), *mx = xmalloc(N * sizeof(float));
+	float *sum = xmalloc(N * sizeof(float)), *tl = xmalloc(N * sizeof(float));
+	float *loss = xmalloc(N * sizeof(float)), *lse = xmalloc(N * sizeof(float));
+	float *d_mx, *d_sum, *d_tl, *d_loss, *d_lse;
+	int *tgt = xmalloc(sizeof(int) * N), *d_tgt;
+	void *d_lg;
+
+	need_gpu();
+	for (i = 0; i < N; i++)
+		tgt[i] = i % 4 == 1 ? -1 : (int)mr_rng_below(&rng, (uint64_t)V);
+	d_lg = up_act(lg, (size_t)N * V);
+	d_tgt = up_int(tgt, N);
+	d_mx = dev_alloc(N * sizeof(float));
+	d_sum = dev_alloc(N * sizeof(float));
+	d_tl = dev_alloc(N * sizeof(float));
+	d_loss = dev_alloc(N * sizeof(float));
+	d_lse = dev_alloc(N * sizeof(float));
+	mr_crossentropy_rowmax(NULL, mx, lg, N, V);
+	mr_crossentropy_sumexp(NULL, sum, tl, lg, mx, tgt, N, V);
+	for (i = 0; i < N; i++) {
+		lse[i] = mx[i] + logf(sum[i]);
+		loss[i] = lse[i] - tl[i];
+	}
+	CU_OK(mr_cuda_crossentropy_rowmax(cu, d_mx, d_lg, N, V));
+	CU_OK(mr_cuda_crossentropy_sumexp(cu, d_sum, d_tl, d_lg, d_mx, d_tgt, N, V));
+	CU_OK(mr_cuda_crossentropy_finish(cu, d_loss, d_lse, d_mx, d_sum, d_tl, N));
+	check_close("ce rowmax", down_f32(d_mx, N), mx, N, 0.0, 0.0);
+	check_close("ce sumexp", down_f32(d_sum, N), sum, N, 1e-5, 1e-6);
+	check_close("ce target logit (0 elsewhere)", down_f32(d_tl, N), tl, N, 0.0, 0.0);
+	check_close("ce finish lse", down_f32(d_lse, N), lse, N, 1e-5, 1e-6);
+	check_close("ce finish loss", down_f32(d_loss, N), loss, N, 1e-5, 1e-5);
+	mr_crossentropy_bwd_inplace(NULL, lg, lse, tgt, N, V, 0.125f);
+	CU_OK(mr_cuda_crossentropy_bwd_inplace(cu, d_lg, d_lse, d_tgt, N, V, 0.125f));
+	check_close("ce dlogits, tgt < 0 rows", down_act(d_lg, (size_t)N * V), lg, (size_t)N * V,
+		    BF_RTOL, BF_ATOL);
+	gpu_teardown();
+}
+
+Test(cuda, matmul_bwd_overwrites_and_skips_null_outputs)
+{
+	int N = 45, IC = 64, OC = 24, i;
+	float *inp = rand_bf((size_t)N * IC, 1.0f), *w = rand_bf((size_t)OC * IC, 0.2f);
+	float *dout = rand_bf((size_t)N * OC, 1.0f), *dinp = xcopy_zero((size_t)N * IC);
+	float *ones = xmalloc(N * sizeof(float)), *d_dw, *g;
+	void *d_dinp;
+
+	need_gpu();
+	for (i = 0; i < N; i++)
+		ones[i] = 1.0f;
+	d_dinp = up_act(rand_bf((size_t)N * IC, 100.0f), (size_t)N * IC); /* garbage to overwrite */
+	d_dw = up_f32(xcopy_zero((size_t)OC * IC), (size_t)OC * IC);
+	mr_matmul_bwd(NULL, dinp, NULL, NULL, dout, inp, w, N, IC, OC, 0, ones);
+	CU_OK(mr_cuda_matmul_bwd(cu, d_dinp, NULL, NULL, up_act(dout, (size_t)N * OC),
+				 up_act(inp, (size_t)N * IC), up_act(w, (size_t)OC * IC), N, IC, OC,
+				 0));
+	check_close("dinp = (acc 0)", down_act(d_dinp, (size_t)N * IC), dinp, (size_t)N * IC,
+		    1e-2, 4e-3);
+	CU_OK(mr_cuda_matmul_bwd(cu, NULL, d_dw, NULL, up_act(dout, (size_t)N * OC),
+				 up_act(inp, (size_t)N * IC), up_act(w, (size_t)OC * IC), N, IC, OC,
+				 1));
+	g = down_f32(d_dw, (size_t)OC * IC);
+	{
+		float *dw = xcopy_zero((size_t)OC * IC);
+		mr_matmul_bwd(NULL, NULL, dw, NULL, dout, inp, w, N, IC, OC, 1, ones);
+		check_close("dw alone", g, dw, (size_t)OC * IC, 1e-4, 1e-5);
+	}
+	gpu_teardown();
+}
+
+/* ---- MoE kernels against model/moe.c's pieces --------------------------------------- */
+
+static void moe_kernels_case(int f32, int k, float cf)
+{
+	struct mr_moe_shape s;
+	struct mr_moe_acts a;
+	int N = 70, C = 64, E = 6, A, e, i, dropped = -1, counts[6];
+	float aux = -1.0f;
+	float *x, *rw, *rows, *dy, *y, *dyo, *dgate, *dl, *fbuf;
+	int *ibuf, *d_topi, *d_slot, *d_count, *d_routed, *got_i;
+	float *d_probs, *d_gate, *d_dgate, *got;
+	void *d_x, *d_xin, *d_y, *d_dyo, *d_dl, *d_rows;
+	size_t ec, nr;
+
+	need_gpu();
+	use_act(f32);
+	s.N = N;
+	s.C = C;
+	s.H = 4 * C;
+	s.E = E;
+	s.k = k;
+	s.cap = mr_moe_capacity(N, E, k, cf);
+	A = N * k;
+	ec = (size_t)E * s.cap;
+	nr = ec * C;
+	x = rand_bf((size_t)N * C, 1.0f);
+	rw = rand_bf((size_t)E * C, 0.3f);
+	fbuf = xmalloc(mr_moe_act_floats(&s) * sizeof(float));
+	ibuf = xmalloc(mr_moe_act_ints(&s) * sizeof(int));
+	mr_moe_acts_bind(&a, &s, fbuf, ibuf);
+	/* the twin: fp32 router GEMM, then the routing rules */
+	mr_matmul_fwd(NULL, a.probs, x, rw, NULL, N, C, E);
+	mr_moe_route(&s, &a);
+	d_x = up_act(x, (size_t)N * C);
+	d_probs = dev_alloc(sizeof(float) * N * E);
+	d_gate = dev_alloc(sizeof(float) * A);
+	d_topi = dev_alloc(sizeof(int) * A);
+	d_slot = dev_alloc(sizeof(int) * A);
+	d_count = dev_alloc(sizeof(int) * E);
+	d_routed = dev_alloc(sizeof(int) * E);
+	CU_OK(mr_cuda_moe_route(cu, &s, d_probs, d_topi, d_gate, d_slot, d_count, d_routed, d_x,
+				up_act(rw, (size_t)E * C), counts, &aux, &dropped));
+	check_close("moe probs", down_f32(d_probs, (size_t)N * E), a.probs, (size_t)N * E, 1e-4,
+		    1e-6);
+	check_close("moe gates", down_f32(d_gate, A), a.gate, A, 1e-4, 1e-6);
+	got_i = xmalloc(sizeof(int) * A);
+	cr_assert_eq(mr_cuda_download(cu, got_i, d_topi, sizeof(int) * A), 0);
+	cr_assert(memcmp(got_i, a.topi, sizeof(int) * A) == 0, "top-k choices differ");
+	cr_assert_eq(mr_cuda_download(cu, got_i, d_slot, sizeof(int) * A), 0);
+	cr_assert(memcmp(got_i, a.slot, sizeof(int) * A) == 0, "capacity slots differ");
+	cr_assert(memcmp(counts, a.count, sizeof(int) * E) == 0, "counts read back differ");
+	cr_assert_eq(mr_cuda_download(cu, got_i, d_routed, sizeof(int) * E), 0);
+	cr_assert(memcmp(got_i, a.routed, sizeof(int) * E) == 0, "routed differ");
+	cr_assert_eq(dropped, a.dropped);
+	cr_assert(fabsf(aux - a.aux) <= 1e-5f * a.aux, "aux gpu %g cpu %g", aux, a.aux);
+	/* the same inputs again: the same bits (no atomics in the routing) */
+	{
+		float aux2 = 0.0f, *p1 = down_f32(d_probs, (size_t)N * E), *p2;
+		int dropped2 = -1;
+		CU_OK(mr_cuda_moe_route(cu, &s, d_probs, d_topi, d_gate, d_slot, d_count, d_routed,
+					d_x, up_act(rw, (size_t)E * C), counts, &aux2, &dropped2));
+		p2 = down_f32(d_probs, (size_t)N * E);
+		cr_assert(memcmp(p1, p2, sizeof(float) * N * E) == 0 && aux2 == aux,
+			  "routing is not deterministic");
+	}
+	/* dispatch: the kept rows, bit for bit */
+	d_xin = act_alloc(nr);
+	CU_OK(mr_cuda_moe_dispatch(cu, &s, d_xin, d_x, d_topi, d_slot));
+	mr_moe_dispatch(&s, &a, a.xin, x);
+	got = down_act(d_xin, nr);
+	for (e = 0; e < E; e++)
+		for (i = 0; i < a.count[e] * C; i++)
+			cr_assert_eq(got[(size_t)e * s.cap * C + i], a.xin[(size_t)e * s.cap * C + i],
+				     "dispatched row of expert %d", e);
+	/* combine, gated and not */
+	rows = rand_bf(nr, 1.0f);
+	y = xmalloc(sizeof(float) * N * C);
+	d_rows = up_act(rows, nr);
+	d_y = act_alloc((size_t)N * C);
+	mr_moe_combine(&s, &a, 1, y, rows);
+	CU_OK(mr_cuda_moe_combine(cu, &s, d_y, d_rows, d_topi, d_slot, d_gate));
+	check_close("moe combine", down_act(d_y, (size_t)N * C), y, (size_t)N * C,
+		    f32 ? 1e-5 : BF_RTOL, f32 ? 1e-6 : BF_ATOL);
+	mr_moe_combine(&s, &a, 0, y, rows);
+	CU_OK(mr_cuda_moe_combine(cu, &s, d_y, d_rows, d_topi, d_slot, NULL));
+	check_close("moe gather (no gate)", down_act(d_y, (size_t)N * C), y, (size_t)N * C,
+		    f32 ? 1e-5 : BF_RTOL, f32 ? 1e-6 : BF_ATOL);
+	/* combine backward: dyo rows of kept assignments, dgate */
+	dy = rand_bf((size_t)N * C, 1.0f);
+	dyo = xcopy_zero(nr);
+	dgate = xmalloc(sizeof(float) * A);
+	d_dyo = up_act(dyo, nr);
+	d_dgate = dev_alloc(sizeof(float) * A);
+	mr_moe_combine_bwd(&s, &a, dyo, dgate, dy, rows);
+	CU_OK(mr_cuda_moe_combine_bwd(cu, &s, d_dyo, d_dgate, up_act(dy, (size_t)N * C), d_rows,
+				      d_topi, d_slot, d_gate));
+	check_close("moe dyo", down_act(d_dyo, nr), dyo, nr, f32 ? 1e-5 : BF_RTOL,
+		    f32 ? 1e-6 : BF_ATOL);
+	check_close("moe dgate", down_f32(d_dgate, A), dgate, A, 1e-4, 1e-5);
+	/* router backward (from the same dgate on both sides) */
+	dl = xmalloc(sizeof(float) * N * E);
+	d_dl = act_alloc((size_t)N * E);
+	mr_moe_router_bwd(&s, &a, dl, dgate, 0.02f);
+	CU_OK(mr_cuda_moe_router_bwd(cu, &s, d_dl, d_probs, d_topi, d_gate, up_f32(dgate, A),
+				     d_routed, 0.02f));
+	check_close("moe router dlogits", down_act(d_dl, (size_t)N * E), dl, (size_t)N * E,
+		    f32 ? 1e-4 : BF_RTOL, f32 ? 1e-5 : BF_ATOL);
+	gpu_teardown();
+}
+
+Test(cuda, moe_kernels_match_their_cpu_twins)
+{
+	moe_kernels_case(0, 1, 1.0f);
+}
+
+Test(cuda, moe_kernels_top2_with_drops_fp32)
+{
+	moe_kernels_case(1, 2, 0.5f);
+}
+
+Test(cuda, moe_kernels_top2_bf16)
+{
+	moe_kernels_case(0, 2, 1.5f);
 }

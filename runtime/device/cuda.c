@@ -1,0 +1,515 @@
+/*
+ * cuda.c - the cuda device (see mr_device.h): one CUDA context per rank
+ * (runtime/cuda's kernels, cuBLASLt, one stream; cuda/mr_cuda.h) behind
+ * the device table. Host C only: the kernels are reached through
+ * mr_cuda.h, so the CPU emulation of that header (tests/gpu/cuda_emul.c)
+ * runs this file on a machine without a GPU.
+ *
+ * Precision: "bf16" (the default) keeps activations, their gradients and
+ * the weights' compute copy in bf16 with fp32 master weights, gradients
+ * and optimizer state; "fp32" keeps everything fp32 (no TF32 GEMMs). The
+ * context's activation type is set once at open and every kernel is the
+ * same template either way.
+ *
+ * Order: every operation is queued on the context's stream and returns at
+ * once, except those whose result the host needs: upload and download
+ * (they wait for the stream), sync, sumsq (its result is on the host) and
+ * the MoE forward and backward, which wait once each for the per-expert
+ * counts the expert GEMMs and the exchange need on the host. Before a
+ * MoE exchange or reduce callback (a collective) the stream is synced,
+ * as mr_device.h asks. Memory is cudaMalloc'd, zeroed on the stream and
+ * accounted in the caller's ledger; free waits for the stream.
+ *
+ * Errors: an operation returns the kernel layer's code (MR_EINVAL for a
+ * shape the kernels do not support, such as a head size that is not a
+ * multiple of 32; MR_ESYS for CUDA errors); the table has no error buffer,
+ * so the reason is logged (event cuda_op_failed) where it happened.
+ *
+ * Non-goals: a caching allocator, more than one stream, events (the comm
+ * layer syncs the device before a collective), overlapping copy regions.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/mr_cuda.h"
+#include "device/dev_int.h"
+#include "model/mr_moe.h"
+#include "mr_log.h"
+
+struct cuda_state {
+	struct mr_cuda *cu;
+	int *counts;     /* (E) the MoE layer's kept rows per expert, on the host */
+	size_t ncounts;
+};
+
+static struct mr_cuda *cu_of(const struct mr_dev *d)
+{
+	return ((const struct cuda_state *)d->impl)->cu;
+}
+
+/* rc of a kernel-layer call; logs its reason when it failed. */
+static int ck(const struct mr_dev *d, int rc, const char *op)
+{
+	if (rc < 0)
+		mr_log_error("cuda_op_failed", "op=%s err=%s", op,
+			     mr_log_q(mr_cuda_errmsg(cu_of(d))));
+	return rc;
+}
+
+/* An activation pointer's element n, and the MoE acts' float-typed
+ * buffers that hold activations on this device. */
+#define AT(d, p, n) mr_dev_at((d), (p), (n))
+#define ACT(p) ((mr_act *)(void *)(p))
+
+/* ---- memory and copies --------------------------------------------------- */
+
+static void *cuda_alloc(struct mr_dev *d, struct mr_mem *mem, enum mr_mem_kind kind,
+			size_t bytes)
+{
+	void *p = NULL;
+
+	if (ck(d, mr_cuda_alloc(cu_of(d), &p, bytes), "alloc") < 0)
+		return NULL;
+	if (ck(d, mr_cuda_memset0(cu_of(d), p, bytes), "alloc") < 0) {
+		mr_cuda_dfree(cu_of(d), p);
+		return NULL;
+	}
+	mr_mem_count(mem, kind, bytes);
+	return p;
+}
+
+static void cuda_free(struct mr_dev *d, struct mr_mem *mem, enum mr_mem_kind kind, void *p,
+		      size_t bytes)
+{
+	mr_cuda_dfree(cu_of(d), p);
+	mr_mem_uncount(mem, kind, bytes);
+}
+
+static int cuda_upload(struct mr_dev *d, void *dst, const void *src_host, size_t bytes)
+{
+	return ck(d, mr_cuda_upload(cu_of(d), dst, src_host, bytes), "upload");
+}
+
+static int cuda_download(struct mr_dev *d, void *dst_host, const void *src, size_t bytes)
+{
+	return ck(d, mr_cuda_download(cu_of(d), dst_host, src, bytes), "download");
+}
+
+static int cuda_copy(struct mr_dev *d, void *dst, const void *src, size_t bytes)
+{
+	return ck(d, mr_cuda_copy(cu_of(d), dst, src, bytes), "copy");
+}
+
+static int cuda_copy2d(struct mr_dev *d, void *dst, size_t dpitch, const void *src,
+		       size_t spitch, size_t width, size_t rows)
+{
+	return ck(d, mr_cuda_copy2d(cu_of(d), dst, dpitch, src, spitch, width, rows), "copy2d");
+}
+
+static int cuda_zero(struct mr_dev *d, void *p, size_t bytes)
+{
+	return ck(d, mr_cuda_memset0(cu_of(d), p, bytes), "zero");
+}
+
+static int cuda_to_act(struct mr_dev *d, mr_act *dst, const float *src, size_t n)
+{
+	if (d->act == MR_DT_F32)
+		return cuda_copy(d, dst, src, n * sizeof(float));
+	return ck(d, mr_cuda_f32_to_bf16(cu_of(d), (mr_bf16 *)(void *)dst, src, n), "to_act");
+}
+
+static int cuda_to_f32(struct mr_dev *d, float *dst, const mr_act *src, size_t n)
+{
+	if (d->act == MR_DT_F32)
+		return cuda_copy(d, dst, src, n * sizeof(float));
+	return ck(d, mr_cuda_bf16_to_f32(cu_of(d), dst, (const mr_bf16 *)(const void *)src, n),
+		  "to_f32");
+}
+
+static int cuda_sync(struct mr_dev *d)
+{
+	return ck(d, mr_cuda_sync(cu_of(d)), "sync");
+}
+
+/* ---- the GPT's kernels ---------------------------------------------------- */
+
+static int cuda_matmul_fwd(struct mr_dev *d, mr_act *out, const mr_act *inp, const mr_act *w,
+			   const mr_act *bias, int N, int IC, int OC)
+{
+	return ck(d, mr_cuda_matmul_fwd(cu_of(d), out, inp, w, bias, N, IC, OC), "matmul_fwd");
+}
+
+static int cuda_matmul_bwd(struct mr_dev *d, mr_act *dinp, float *dw, float *dbias,
+			   const mr_act *dout, const mr_act *inp, const mr_act *w, int N, int IC,
+			   int OC, int acc)
+{
+	return ck(d,
+		  mr_cuda_matmul_bwd(cu_of(d), dinp, dw, dbias, dout, inp, w, N, IC, OC, acc),
+		  "matmul_bwd");
+}
+
+static int cuda_layernorm_fwd(struct mr_dev *d, mr_act *out, float *mean, float *rstd,
+			      const mr_act *inp, const mr_act *w, const mr_act *b, int N, int C)
+{
+	return ck(d, mr_cuda_layernorm_fwd(cu_of(d), out, mean, rstd, inp, w, b, N, C),
+		  "layernorm_fwd");
+}
+
+static int cuda_layernorm_bwd(struct mr_dev *d, mr_act *dinp, float *dw, float *db,
+			      const mr_act *dout, const mr_act *inp, const mr_act *w,
+			      const float *mean, const float *rstd, int N, int C, void *ws)
+{
+	(void)ws; /* the context's scratch holds the partial sums */
+	return ck(d, mr_cuda_layernorm_bwd(cu_of(d), dinp, dw, db, dout, inp, w, mean, rstd, N, C),
+		  "layernorm_bwd");
+}
+
+static int cuda_gelu_fwd(struct mr_dev *d, mr_act *out, const mr_act *inp, size_t n)
+{
+	return ck(d, mr_cuda_gelu_fwd(cu_of(d), out, inp, n), "gelu_fwd");
+}
+
+static int cuda_gelu_bwd(struct mr_dev *d, mr_act *dinp, const mr_act *inp, const mr_act *dout,
+			 size_t n)
+{
+	return ck(d, mr_cuda_gelu_bwd(cu_of(d), dinp, inp, dout, n), "gelu_bwd");
+}
+
+static int cuda_add(struct mr_dev *d, mr_act *y, const mr_act *x, size_t n)
+{
+	return ck(d, mr_cuda_add_inplace(cu_of(d), y, x, n), "add");
+}
+
+static int cuda_add_bias(struct mr_dev *d, mr_act *rows, const mr_act *bias, int n, int C)
+{
+	return ck(d, mr_cuda_add_bias(cu_of(d), rows, bias, n, C), "add_bias");
+}
+
+static int cuda_embed_fwd(struct mr_dev *d, mr_act *out, const int *tok, const mr_act *wte,
+			  const mr_act *wpe, int B, int T, int C)
+{
+	return ck(d, mr_cuda_encoder_fwd(cu_of(d), out, tok, wte, wpe, B, T, C), "embed_fwd");
+}
+
+static int cuda_embed_bwd(struct mr_dev *d, float *dwte, float *dwpe, const mr_act *dout,
+			  const int *tok, const int *tok_host, int B, int T, int C)
+{
+	int V = 1, i;
+
+	(void)tok; /* the kernel buckets positions by token on the host */
+	for (i = 0; i < B * T; i++)
+		if (tok_host[i] >= V)
+			V = tok_host[i] + 1;
+	return ck(d, mr_cuda_encoder_bwd(cu_of(d), dwte, dwpe, dout, tok_host, B, T, C, V),
+		  "embed_bwd");
+}
+
+static int cuda_add_pos(struct mr_dev *d, mr_act *out, const mr_act *wpe, int n, int C,
+			int period, int off)
+{
+	return ck(d, mr_cuda_add_pos(cu_of(d), out, wpe, n, C, period, off), "add_pos");
+}
+
+static int cuda_ce_fwd(struct mr_dev *d, float *losses, float *lse, const mr_act *logits,
+		       const int *tgt, int N, int V)
+{
+	return ck(d, mr_cuda_crossentropy_fwd(cu_of(d), losses, lse, logits, tgt, N, V), "ce_fwd");
+}
+
+static int cuda_ce_rowmax(struct mr_dev *d, float *mx, const mr_act *logits, int N, int V)
+{
+	return ck(d, mr_cuda_crossentropy_rowmax(cu_of(d), mx, logits, N, V), "ce_rowmax");
+}
+
+static int cuda_ce_sumexp(struct mr_dev *d, float *sum, float *tl, const mr_act *logits,
+			  const float *mx, const int *tgt, int N, int V)
+{
+	return ck(d, mr_cuda_crossentropy_sumexp(cu_of(d), sum, tl, logits, mx, tgt, N, V),
+		  "ce_sumexp");
+}
+
+static int cuda_ce_finish(struct mr_dev *d, float *losses, float *lse, const float *mx,
+			  const float *sum, const float *tl, int N)
+{
+	return ck(d, mr_cuda_crossentropy_finish(cu_of(d), losses, lse, mx, sum, tl, N),
+		  "ce_finish");
+}
+
+static int cuda_ce_bwd(struct mr_dev *d, mr_act *logits, const float *lse, const int *tgt, int N,
+		       int V, float dscale)
+{
+	return ck(d, mr_cuda_crossentropy_bwd_inplace(cu_of(d), logits, lse, tgt, N, V, dscale),
+		  "ce_bwd");
+}
+
+static int cuda_fill_cols(struct mr_dev *d, mr_act *x, int N, int V, int from, float value)
+{
+	return ck(d, mr_cuda_fill_cols(cu_of(d), x, N, V, from, value), "fill_cols");
+}
+
+static int cuda_attn_fwd(struct mr_dev *d, mr_act *out, float *lse, const mr_act *qkv, int B,
+			 int T, int C, int NH, void *ws)
+{
+	(void)ws;
+	return ck(d, mr_cuda_attn_layer_fwd(cu_of(d), out, lse, qkv, B, T, C, NH), "attn_fwd");
+}
+
+static int cuda_attn_bwd(struct mr_dev *d, mr_act *dqkv, const mr_act *dout, const mr_act *qkv,
+			 const mr_act *out, const float *lse, int B, int T, int C, int NH,
+			 void *ws)
+{
+	(void)ws; /* delta lives in the context's scratch */
+	return ck(d, mr_cuda_attn_layer_bwd(cu_of(d), dqkv, dout, qkv, out, lse, B, T, C, NH),
+		  "attn_bwd");
+}
+
+static size_t cuda_ws_bytes(struct mr_dev *d, int T, int C, int NH)
+{
+	(void)d;
+	(void)T;
+	(void)C;
+	(void)NH;
+	return 0; /* the kernels use the context's own scratch */
+}
+
+/* ---- mixture of experts ----------------------------------------------------
+ * The layer's routing tensors and expert rows are the model's struct
+ * mr_moe_acts in device memory; its float-typed expert buffers (xin, h,
+ * hg, yo) hold activations of this device's type (they have room for
+ * fp32). The exchange callback gets those rows as they are: on a bf16
+ * device its `row` elements are bf16.
+ */
+
+/* The host copy of the per-expert counts, grown to E. */
+static int *counts_for(struct mr_dev *d, int E)
+{
+	struct cuda_state *s = d->impl;
+
+	if ((size_t)E > s->ncounts) {
+		int *c = realloc(s->counts, (size_t)E * sizeof(int));
+		if (!c)
+			return NULL;
+		s->counts = c;
+		s->ncounts = (size_t)E;
+	}
+	return s->counts;
+}
+
+/* The exchange of one phase (none without a callback), after a sync. */
+static int exchange(struct mr_dev *d, const struct mr_moe_xchg *xg, enum mr_moe_phase ph,
+		    mr_act *rows, const int *counts, const struct mr_moe_shape *s)
+{
+	int rc;
+
+	if (!xg || !xg->fn)
+		return 0;
+	if ((rc = cuda_sync(d)) < 0)
+		return rc;
+	return xg->fn(xg->ctx, ph, (float *)(void *)rows, counts, s->E, s->cap, (size_t)s->C);
+}
+
+#define TRY(call)                        \
+	do {                             \
+		if ((rc = (call)) < 0)   \
+			return rc;       \
+	} while (0)
+
+static int cuda_moe_fwd(struct mr_dev *d, const struct mr_moe_shape *s, struct mr_moe_acts *a,
+			const struct mr_moe_xchg *xg, mr_act *y, const mr_act *x,
+			const mr_act *routerw, const mr_act *fcw, const mr_act *fcb,
+			const mr_act *fcprojw, const mr_act *fcprojb)
+{
+	struct mr_cuda *cu = cu_of(d);
+	mr_act *xin = ACT(a->xin), *h = ACT(a->h), *hg = ACT(a->hg), *yo = ACT(a->yo);
+	size_t C = (size_t)s->C, H = (size_t)s->H;
+	int *counts = counts_for(d, s->E), e, rc;
+
+	if (!counts)
+		return MR_ENOMEM;
+	TRY(ck(d,
+	       mr_cuda_moe_route(cu, s, a->probs, a->topi, a->gate, a->slot, a->count, a->routed,
+				 x, routerw, counts, &a->aux, &a->dropped),
+	       "moe_route"));
+	TRY(ck(d, mr_cuda_moe_dispatch(cu, s, xin, x, a->topi, a->slot), "moe_dispatch"));
+	TRY(exchange(d, xg, MR_MOE_DISPATCH, xin, counts, s));
+	for (e = 0; e < s->E; e++) {
+		size_t r0 = (size_t)e * s->cap, m = (size_t)counts[e];
+		if (m == 0)
+			continue;
+		TRY(cuda_matmul_fwd(d, AT(d, h, r0 * H), AT(d, xin, r0 * C), AT(d, fcw, e * H * C),
+				    AT(d, fcb, e * H), (int)m, (int)C, (int)H));
+		TRY(cuda_gelu_fwd(d, AT(d, hg, r0 * H), AT(d, h, r0 * H), m * H));
+		TRY(cuda_matmul_fwd(d, AT(d, yo, r0 * C), AT(d, hg, r0 * H),
+				    AT(d, fcprojw, e * C * H), fcprojb ? AT(d, fcprojb, e * C) : NULL,
+				    (int)m, (int)H, (int)C));
+	}
+	TRY(exchange(d, xg, MR_MOE_COMBINE, yo, counts, s));
+	return ck(d, mr_cuda_moe_combine(cu, s, y, yo, a->topi, a->slot, a->gate), "moe_combine");
+}
+
+static int cuda_moe_bwd(struct mr_dev *d, const struct mr_moe_shape *s,
+			const struct mr_moe_acts *a, const struct mr_moe_xchg *xg, mr_act *dx,
+			const mr_act *dy, const mr_act *x, const mr_act *routerw,
+			const mr_act *fcw, const mr_act *fcprojw, float *drouterw, float *dfcw,
+			float *dfcb, float *dfcprojw, float *dfcprojb, float aux_scale, void *ws,
+			const mr_act *ones)
+{
+	struct mr_cuda *cu = cu_of(d);
+	size_t N = (size_t)s->N, C = (size_t)s->C, H = (size_t)s->H;
+	struct mr_moe_ws w;
+	mr_act *dl, *dyo, *dxin, *dh, *xin = ACT(a->xin), *h = ACT(a->h), *hg = ACT(a->hg);
+	float *dgate;
+	int *counts = counts_for(d, s->E), e, rc;
+
+	(void)ones; /* the bias gradients are column sums */
+	/* the cpu's pieces; the router's dlogits and the expert rows in the
+	 * activation type */
+	mr_moe_ws_bind(&w, s, ws);
+	dl = ACT(w.dprobs);
+	dyo = ACT(w.dyo);
+	dxin = ACT(w.dxin);
+	dh = ACT(w.dh);
+	dgate = w.dgate;
+	if (!counts)
+		return MR_ENOMEM;
+	TRY(cuda_download(d, counts, a->count, sizeof(int) * (size_t)s->E));
+	TRY(ck(d,
+	       mr_cuda_moe_combine_bwd(cu, s, dyo, dgate, dy, ACT(a->yo), a->topi, a->slot,
+				       a->gate),
+	       "moe_combine_bwd"));
+	if (xg && xg->reduce) {
+		TRY(cuda_sync(d));
+		TRY(xg->reduce(xg->ctx, dgate, N * (size_t)s->k));
+	}
+	TRY(exchange(d, xg, MR_MOE_DISPATCH_GRAD, dyo, counts, s));
+	for (e = 0; e < s->E; e++) {
+		size_t r0 = (size_t)e * s->cap, m = (size_t)counts[e];
+		if (m == 0)
+			continue;
+		TRY(cuda_matmul_bwd(d, AT(d, dh, r0 * H), dfcprojw + e * C * H, dfcprojb + e * C,
+				    AT(d, dyo, r0 * C), AT(d, hg, r0 * H), AT(d, fcprojw, e * C * H),
+				    (int)m, (int)H, (int)C, 0));
+		TRY(cuda_gelu_bwd(d, AT(d, dh, r0 * H), AT(d, h, r0 * H), AT(d, dh, r0 * H), m * H));
+		TRY(cuda_matmul_bwd(d, AT(d, dxin, r0 * C), dfcw + e * H * C, dfcb + e * H,
+				    AT(d, dh, r0 * H), AT(d, xin, r0 * C), AT(d, fcw, e * H * C),
+				    (int)m, (int)C, (int)H, 0));
+	}
+	TRY(exchange(d, xg, MR_MOE_COMBINE_GRAD, dxin, counts, s));
+	TRY(ck(d, mr_cuda_moe_combine(cu, s, dx, dxin, a->topi, a->slot, NULL), "moe_combine"));
+	TRY(ck(d,
+	       mr_cuda_moe_router_bwd(cu, s, dl, a->probs, a->topi, a->gate, dgate, a->routed,
+				      aux_scale),
+	       "moe_router_bwd"));
+	return cuda_matmul_bwd(d, xg && xg->router_dx_off ? NULL : dx, drouterw, NULL, dl, x,
+			       routerw, (int)N, (int)C, s->E, 1);
+}
+
+/* ---- optimizer and gradients (fp32) ---------------------------------------- */
+
+static int cuda_adamw(struct mr_dev *d, float *p, mr_act *pc, const float *g, float *m,
+		      float *v, size_t n, const struct mr_dev_adamw *o)
+{
+	struct mr_cuda_adamw c;
+
+	c.lr = o->lr;
+	c.beta1 = o->beta1;
+	c.beta2 = o->beta2;
+	c.eps = o->eps;
+	c.weight_decay = o->weight_decay;
+	c.t = o->t;
+	c.grad_scale = 1.0f;
+	/* the compute copy of an fp32 device may be the master itself */
+	if ((void *)pc == (void *)p)
+		pc = NULL;
+	return ck(d, mr_cuda_adamw_step(cu_of(d), p, pc, g, m, v, n, &c), "adamw");
+}
+
+static int cuda_sumsq(struct mr_dev *d, const float *g, const size_t *off, const size_t *n,
+		      int k, double *out)
+{
+	return ck(d, mr_cuda_grad_sumsq_ranges(cu_of(d), g, off, n, k, out), "sumsq");
+}
+
+static int cuda_scale(struct mr_dev *d, float *g, size_t n, float s)
+{
+	return ck(d, mr_cuda_scale(cu_of(d), g, n, s), "scale");
+}
+
+static int cuda_add_f32(struct mr_dev *d, float *y, const float *x, size_t n)
+{
+	return ck(d, mr_cuda_add_f32(cu_of(d), y, x, n), "add_f32");
+}
+
+static void cuda_close(struct mr_dev *d)
+{
+	struct cuda_state *s = d->impl;
+
+	if (s) {
+		mr_cuda_free(s->cu);
+		free(s->counts);
+	}
+	free(s);
+	d->impl = NULL;
+}
+
+static const struct mr_dev_ops cuda_ops = {
+	.name = "cuda",
+	.close = cuda_close,
+	.alloc = cuda_alloc,
+	.free = cuda_free,
+	.upload = cuda_upload,
+	.download = cuda_download,
+	.copy = cuda_copy,
+	.copy2d = cuda_copy2d,
+	.zero = cuda_zero,
+	.to_act = cuda_to_act,
+	.to_f32 = cuda_to_f32,
+	.sync = cuda_sync,
+	.matmul_fwd = cuda_matmul_fwd,
+	.matmul_bwd = cuda_matmul_bwd,
+	.layernorm_fwd = cuda_layernorm_fwd,
+	.layernorm_bwd = cuda_layernorm_bwd,
+	.gelu_fwd = cuda_gelu_fwd,
+	.gelu_bwd = cuda_gelu_bwd,
+	.add = cuda_add,
+	.add_bias = cuda_add_bias,
+	.embed_fwd = cuda_embed_fwd,
+	.embed_bwd = cuda_embed_bwd,
+	.add_pos = cuda_add_pos,
+	.ce_fwd = cuda_ce_fwd,
+	.ce_rowmax = cuda_ce_rowmax,
+	.ce_sumexp = cuda_ce_sumexp,
+	.ce_finish = cuda_ce_finish,
+	.ce_bwd = cuda_ce_bwd,
+	.fill_cols = cuda_fill_cols,
+	.attn_fwd = cuda_attn_fwd,
+	.attn_bwd = cuda_attn_bwd,
+	.ws_bytes = cuda_ws_bytes,
+	.moe_fwd = cuda_moe_fwd,
+	.moe_bwd = cuda_moe_bwd,
+	.adamw = cuda_adamw,
+	.sumsq = cuda_sumsq,
+	.scale = cuda_scale,
+	.add_f32 = cuda_add_f32,
+};
+
+int mr__dev_cuda_open(struct mr_dev *d, int index, enum mr_dtype act, struct mr_errbuf *eb)
+{
+	struct cuda_state *s = calloc(1, sizeof(*s));
+	int rc;
+
+	memset(d, 0, sizeof(*d));
+	if (!s)
+		return mr_errf(eb, MR_ENOMEM, "unable to allocate the cuda device");
+	if ((rc = mr_cuda_create(&s->cu, index, eb)) < 0) {
+		free(s);
+		return rc;
+	}
+	mr_cuda_set_act(s->cu, act == MR_DT_F32 ? MR_CUDA_F32 : MR_CUDA_BF16);
+	d->ops = &cuda_ops;
+	d->act = act;
+	d->act_bytes = act == MR_DT_F32 ? sizeof(float) : sizeof(mr_bf16);
+	d->pool = NULL;
+	d->impl = s;
+	return 0;
+}

@@ -1,0 +1,760 @@
+/*
+ * test_device_cuda.c - every operation of the device table
+ * (device/mr_device.h) on the `cuda` device against the `cpu` device:
+ * the same inputs on both, in both precisions of the cuda device (fp32
+ * and bf16), with the edge cases the model and the tp layers use (tokens
+ * and targets < 0, wpe NULL, accumulate 0/1, NULL outputs, odd sizes,
+ * dropped MoE assignments), plus opening and its errors.
+ *
+ * Built twice (Makefile): against tests/gpu/cuda_emul.c (-DMR_CUDA_EMUL;
+ * part of make test on every machine, sanitizer build included), where
+ * each cuda kernel is its CPU twin with the device's bf16 rounding points,
+ * and against the real kernels (make test-gpu; skips without a device).
+ *
+ * Inputs are random values rounded to bf16, so both devices start from
+ * exactly the same numbers in either precision. Tolerances (|cuda - cpu|
+ * <= rtol*|cpu| + atol*max|cpu|):
+ *   emulated, fp32 throughout    1e-6, 1e-6: the same CPU twins on the
+ *                                same values (in practice bit-identical);
+ *   emulated, fp32 outputs of a  1e-6, 1e-6: they come from identical
+ *   bf16 device                  inputs through fp32 arithmetic;
+ *   bf16 activation outputs      8e-3, 1e-3: one rounding to nearest even
+ *                                (<= 2^-9 = 1.95e-3 relative), 4x margin;
+ *   bf16 results through several 1e-2, 4e-3: up to ~4 roundings in a row
+ *   rounded intermediates        (MoE experts, accumulated dinp);
+ *   real GPU, fp32 outputs       1e-4, 1e-5: other summation orders
+ *                                (cuBLAS tiles, block reductions, expf).
+ * A wrong operation (an offset off by one, a missing scale, = instead of
+ * +=) moves whole values and fails by orders of magnitude.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device/dev_int.h"
+#include "gpu_harness.h"
+#include "model/mr_moe.h"
+
+#define MAXBUF 160
+
+enum tol { T_ACT, T_GRAD, T_F32 };
+
+/* The two devices and every buffer a test allocates (freed at teardown). */
+static struct {
+	struct mr_dev cpu, gpu;
+	struct mr_mem mem;
+	int bf16;
+	int n;
+	struct {
+		struct mr_dev *d;
+		void *p;
+		size_t bytes;
+	} b[MAXBUF];
+} F;
+
+/* A pair of buffers with the same contents: c on cpu, g on cuda. */
+struct pr {
+	void *c, *g;
+	size_t n;
+	int act; /* activation type (else fp32 or int) */
+};
+
+static int open_cuda(struct mr_dev *d, int bf16, struct mr_errbuf *eb)
+{
+#ifdef MR_CUDA_EMUL
+	return mr__dev_cuda_open(d, 0, bf16 ? MR_DT_BF16 : MR_DT_F32, eb);
+#else
+	return mr_dev_open(d, "cuda", 0, bf16 ? "bf16" : "fp32", NULL, eb);
+#endif
+}
+
+static void setup(int bf16)
+{
+	struct mr_errbuf eb = { { 0 }, { 0 } };
+
+	need_gpu(); /* skips without a device (never in the emulation) */
+	memset(&F, 0, sizeof(F));
+	F.bf16 = bf16;
+	cr_assert_eq(mr_dev_open(&F.cpu, "cpu", 0, NULL, NULL, &eb), 0, "%s", eb.msg);
+	cr_assert_eq(open_cuda(&F.gpu, bf16, &eb), 0, "%s", eb.msg);
+	cr_assert_eq(F.gpu.act, bf16 ? MR_DT_BF16 : MR_DT_F32);
+	cr_assert_eq(F.gpu.act_bytes, bf16 ? 2u : 4u);
+}
+
+static void teardown(void)
+{
+	int i;
+
+	for (i = F.n - 1; i >= 0; i--)
+		mr_dev_free(F.b[i].d, &F.mem, MR_MEM_ACTS, F.b[i].p, F.b[i].bytes);
+	cr_assert_eq(F.mem.bytes[MR_MEM_ACTS], 0, "ledger not back to 0 after the frees");
+	mr_dev_close(&F.gpu);
+	mr_dev_close(&F.cpu);
+	gpu_teardown();
+}
+
+static void *dalloc(struct mr_dev *d, size_t bytes)
+{
+	void *p = mr_dev_alloc(d, &F.mem, MR_MEM_ACTS, bytes ? bytes : 1);
+
+	cr_assert_not_null(p);
+	cr_assert_lt(F.n, MAXBUF);
+	F.b[F.n].d = d;
+	F.b[F.n].p = p;
+	F.b[F.n].bytes = bytes ? bytes : 1;
+	F.n++;
+	return p;
+}
+
+#define OK(call) cr_assert_eq((call), 0, "%s failed", #call)
+/* The same operation on both devices: OP(name, args...) with the pair
+ * members named by the caller as C(x) / G(x). */
+#define BOTH(name, ...)                                                         \
+	do {                                                                    \
+		struct mr_dev *d_ = &F.cpu;                                     \
+		int g_ = 0;                                                     \
+		OK(d_->ops->name(d_, __VA_ARGS__));                             \
+		d_ = &F.gpu;                                                    \
+		g_ = 1;                                                         \
+		OK(d_->ops->name(d_, __VA_ARGS__));                             \
+		OK(d_->ops->sync(d_));                                          \
+		(void)g_;                                                       \
+	} while (0)
+/* inside BOTH: the member of a pair for the device being called */
+#define P(x) (g_ ? (x).g : (x).c)
+
+/* fp32 buffer on d holding h (n). */
+static float *up32(struct mr_dev *d, const float *h, size_t n)
+{
+	float *p = dalloc(d, n * sizeof(float));
+
+	if (h)
+		OK(d->ops->upload(d, p, h, n * sizeof(float)));
+	return p;
+}
+
+static struct pr act_in(const float *h, size_t n)
+{
+	struct pr r = { NULL, NULL, n, 1 };
+	float *t = up32(&F.gpu, h, n);
+
+	r.c = up32(&F.cpu, h, n);
+	r.g = dalloc(&F.gpu, mr_dev_act_bytes(&F.gpu, n));
+	OK(F.gpu.ops->to_act(&F.gpu, r.g, t, n));
+	return r;
+}
+
+static struct pr act_zero(size_t n)
+{
+	struct pr r = { NULL, NULL, n, 1 };
+
+	r.c = dalloc(&F.cpu, n * sizeof(float));
+	r.g = dalloc(&F.gpu, mr_dev_act_bytes(&F.gpu, n));
+	return r;
+}
+
+static struct pr f32_in(const float *h, size_t n)
+{
+	struct pr r = { NULL, NULL, n, 0 };
+
+	r.c = up32(&F.cpu, h, n);
+	r.g = up32(&F.gpu, h, n);
+	return r;
+}
+
+static struct pr int_in(const int *h, size_t n)
+{
+	struct pr r = { NULL, NULL, n, 0 };
+
+	r.c = dalloc(&F.cpu, n * sizeof(int));
+	r.g = dalloc(&F.gpu, n * sizeof(int));
+	OK(F.cpu.ops->upload(&F.cpu, r.c, h, n * sizeof(int)));
+	OK(F.gpu.ops->upload(&F.gpu, r.g, h, n * sizeof(int)));
+	return r;
+}
+
+/* The contents of one side as fp32 on the host (caller frees). */
+static float *get(struct mr_dev *d, const void *p, size_t n, int act)
+{
+	float *h = xmalloc(n * sizeof(float)), *t = act ? up32(d, NULL, n) : (float *)p;
+
+	if (act)
+		OK(d->ops->to_f32(d, t, p, n));
+	OK(d->ops->download(d, h, t, n * sizeof(float)));
+	return h;
+}
+
+static void tol_of(enum tol t, double *rt, double *at)
+{
+	if (!F.bf16 || t == T_F32) {
+#ifdef MR_CUDA_EMUL
+		*rt = 1e-6;
+		*at = 1e-6;
+#else
+		*rt = 1e-4;
+		*at = 1e-5;
+#endif
+		return;
+	}
+	*rt = t == T_ACT ? BF_RTOL : 1e-2;
+	*at = t == T_ACT ? BF_ATOL : 4e-3;
+}
+
+/* The cuda side of p equals the cpu side within tolerance class t. */
+static void same(const char *what, struct pr p, enum tol t)
+{
+	float *c = get(&F.cpu, p.c, p.n, p.act), *g = get(&F.gpu, p.g, p.n, p.act);
+	double rt, at;
+
+	tol_of(t, &rt, &at);
+	check_close(what, g, c, p.n, rt, at);
+	free(c);
+	free(g);
+}
+
+static float *rnd(size_t n, float scale)
+{
+	return rand_bf(n, scale);
+}
+
+/* Runs a body for fp32 and for bf16. */
+#define BOTH_PRECISIONS(fn)          \
+	do {                         \
+		setup(0);            \
+		fn();                \
+		teardown();          \
+		setup(1);            \
+		fn();                \
+		teardown();          \
+	} while (0)
+
+/* ---- opening ---------------------------------------------------------------- */
+
+Test(device_cuda, open_names_the_field_it_refuses)
+{
+	struct mr_errbuf eb = { { 0 }, { 0 } };
+	struct mr_dev d;
+
+	cr_assert_eq(mr_dev_open(&d, "cuda", 0, "fp16", NULL, &eb), MR_EINVAL);
+	cr_assert_str_eq(eb.field, "precision");
+	cr_assert(strstr(eb.msg, "fp16") != NULL, "%s", eb.msg);
+	mr_errbuf_clear(&eb);
+	cr_assert_eq(mr_dev_open(&d, "tpu", 0, NULL, NULL, &eb), MR_EINVAL);
+	cr_assert_str_eq(eb.field, "device");
+	mr_errbuf_clear(&eb);
+	cr_assert_eq(mr_dev_open(&d, "cpu", 0, "bf16", NULL, &eb), MR_EINVAL);
+	cr_assert_str_eq(eb.field, "precision");
+	mr_errbuf_clear(&eb);
+	/* a GPU index past the last one */
+	cr_assert_lt(mr_dev_open(&d, "cuda", 64, NULL, NULL, &eb), 0);
+	cr_assert_str_eq(eb.field, "device");
+#ifdef MR_HAVE_CUDA
+	/* no device at all: named, not fatal */
+	setenv("MR_CUDA_EMUL_NODEV", "1", 1);
+#ifdef MR_CUDA_EMUL
+	mr_errbuf_clear(&eb);
+	cr_assert_eq(mr_dev_open(&d, "cuda", 0, NULL, NULL, &eb), MR_ENOTSUP);
+	cr_assert_str_eq(eb.field, "device");
+	cr_assert(strstr(eb.msg, "no cuda device") != NULL, "%s", eb.msg);
+#endif
+	unsetenv("MR_CUDA_EMUL_NODEV");
+#else
+	/* built without CUDA: the backend does not exist */
+	mr_errbuf_clear(&eb);
+	cr_assert_eq(mr_dev_open(&d, "cuda", 0, NULL, NULL, &eb), MR_ENOTSUP);
+	cr_assert_str_eq(eb.field, "device");
+	cr_assert(strstr(eb.msg, "no CUDA") != NULL, "%s", eb.msg);
+#endif
+}
+
+#ifdef MR_CUDA_EMUL
+Test(device_cuda, emulated_open_gives_the_precision_asked)
+{
+	struct mr_errbuf eb = { { 0 }, { 0 } };
+	struct mr_dev d;
+
+	cr_assert_eq(mr__dev_cuda_open(&d, 0, MR_DT_BF16, &eb), 0, "%s", eb.msg);
+	cr_assert_str_eq(d.ops->name, "cuda");
+	cr_assert_eq(d.act, MR_DT_BF16);
+	cr_assert_not_null(d.ops->moe_fwd);
+	mr_dev_close(&d);
+#ifdef MR_HAVE_CUDA
+	/* and through the name, as a worker opens it */
+	cr_assert_eq(mr_dev_open(&d, "cuda", 0, NULL, NULL, &eb), 0, "%s", eb.msg);
+	cr_assert_eq(d.act, MR_DT_BF16, "bf16 is the default precision on cuda");
+	mr_dev_close(&d);
+	cr_assert_eq(mr_dev_open(&d, "cuda", 0, "fp32", NULL, &eb), 0, "%s", eb.msg);
+	cr_assert_eq(d.act, MR_DT_F32);
+	mr_dev_close(&d);
+#endif
+}
+#endif
+
+/* ---- memory ------------------------------------------------------------------- */
+
+static void memory_case(void)
+{
+	size_t n = 1000, i;
+	float *h = rnd(n, 1.0f), *z, *g, *r;
+	struct pr a = act_in(h, n), b = act_zero(n), f = f32_in(h, n);
+	size_t before = F.mem.bytes[MR_MEM_ACTS];
+	void *p = mr_dev_alloc(&F.gpu, &F.mem, MR_MEM_PARAMS, 4096);
+
+	/* zeroed, accounted under its kind */
+	cr_assert_not_null(p);
+	cr_assert_eq(F.mem.bytes[MR_MEM_PARAMS], 4096u);
+	cr_assert_eq(F.mem.bytes[MR_MEM_ACTS], before);
+	z = get(&F.gpu, p, 1024, 0);
+	for (i = 0; i < 1024; i++)
+		cr_assert_eq(z[i], 0.0f, "alloc not zeroed at %zu", i);
+	free(z);
+	mr_dev_free(&F.gpu, &F.mem, MR_MEM_PARAMS, p, 4096);
+	cr_assert_eq(F.mem.bytes[MR_MEM_PARAMS], 0u);
+	cr_assert_eq(F.mem.peak[MR_MEM_PARAMS], 4096u);
+	/* to_act then to_f32: the values (bf16-representable) come back */
+	g = get(&F.gpu, a.g, n, 1);
+	for (i = 0; i < n; i++)
+		cr_assert_eq(g[i], h[i], "to_act/to_f32 [%zu]: %g != %g", i, g[i], h[i]);
+	free(g);
+	/* copy, zero, copy2d (odd widths and pitches) */
+	BOTH(copy, P(b), P(a), mr_dev_act_bytes(d_, n));
+	same("copy", b, T_F32);
+	BOTH(zero, P(b), mr_dev_act_bytes(d_, 10));
+	BOTH(copy2d, P(b), mr_dev_act_bytes(d_, 37), P(a), mr_dev_act_bytes(d_, 29),
+	     mr_dev_act_bytes(d_, 23), 21);
+	same("copy2d", b, T_F32);
+	g = get(&F.gpu, b.g, n, 1);
+	cr_assert_eq(g[37], h[29], "copy2d row 1");
+	cr_assert_eq(g[30], h[30], "copy2d wrote into the gap between rows");
+	cr_assert_eq(g[23], h[23], "copy2d wrote past its width");
+	free(g);
+	/* fp32 round trip, and to_act rounding a value that is not bf16 */
+	r = get(&F.gpu, f.g, n, 0);
+	cr_assert(memcmp(r, h, n * sizeof(float)) == 0, "upload/download differ");
+	free(r);
+	{
+		float x[2] = { 1.0f + 0x1p-8f + 0x1p-20f, -3.0f }, *y;
+		struct pr q = act_in(x, 2);
+		y = get(&F.gpu, q.g, 2, 1);
+		cr_assert_eq(y[0], F.bf16 ? 1.0f + 0x1p-7f : x[0], "to_act rounding: %.9g", y[0]);
+		cr_assert_eq(y[1], -3.0f);
+		free(y);
+	}
+	free(h);
+}
+
+Test(device_cuda, memory_copies_and_conversions)
+{
+	BOTH_PRECISIONS(memory_case);
+}
+
+/* ---- GEMM ------------------------------------------------------------------------ */
+
+static void matmul_case(void)
+{
+	int N = 19, IC = 24, OC = 13;
+	float *hi = rnd((size_t)N * IC, 1.0f), *hw = rnd((size_t)OC * IC, 0.3f);
+	float *hb = rnd(OC, 0.5f), *hd = rnd((size_t)N * OC, 1.0f);
+	float *hdi = rnd((size_t)N * IC, 1.0f), *hdw = rnd((size_t)OC * IC, 1.0f);
+	struct pr inp = act_in(hi, (size_t)N * IC), w = act_in(hw, (size_t)OC * IC);
+	struct pr b = act_in(hb, OC), dout = act_in(hd, (size_t)N * OC);
+	struct pr out = act_zero((size_t)N * OC), dinp = act_in(hdi, (size_t)N * IC);
+	struct pr dw = f32_in(hdw, (size_t)OC * IC), db = f32_in(hb, OC);
+
+	BOTH(matmul_fwd, P(out), P(inp), P(w), P(b), N, IC, OC);
+	same("matmul out", out, T_ACT);
+	BOTH(matmul_fwd, P(out), P(inp), P(w), NULL, N, IC, OC);
+	same("matmul out, no bias", out, T_ACT);
+	/* acc = 1 onto a non-zero dinp; dw and dbias += */
+	BOTH(matmul_bwd, P(dinp), P(dw), P(db), P(dout), P(inp), P(w), N, IC, OC, 1);
+	same("matmul dinp +=", dinp, T_GRAD);
+	same("matmul dw", dw, T_F32);
+	same("matmul dbias", db, T_F32);
+	/* acc = 0 overwrites; NULL outputs are skipped */
+	BOTH(matmul_bwd, P(dinp), NULL, NULL, P(dout), P(inp), P(w), N, IC, OC, 0);
+	same("matmul dinp =", dinp, T_ACT);
+	BOTH(matmul_bwd, NULL, P(dw), NULL, P(dout), P(inp), P(w), N, IC, OC, 0);
+	same("matmul dw, no dinp", dw, T_F32);
+	BOTH(matmul_bwd, NULL, NULL, P(db), P(dout), P(inp), P(w), N, IC, OC, 0);
+	same("matmul dbias alone", db, T_F32);
+	free(hi);
+	free(hw);
+	free(hb);
+	free(hd);
+	free(hdi);
+	free(hdw);
+}
+
+Test(device_cuda, matmul_forward_and_backward)
+{
+	BOTH_PRECISIONS(matmul_case);
+}
+
+/* ---- layernorm, elementwise -------------------------------------------------------- */
+
+static void layernorm_case(void)
+{
+	int N = 21, C = 40;
+	size_t n = (size_t)N * C, wsb = F.cpu.ops->ws_bytes(&F.cpu, 1, C, 1);
+	float *hx = rnd(n, 2.0f), *hw = rnd(C, 1.0f), *hb = rnd(C, 1.0f), *hd = rnd(n, 1.0f);
+	float *hdi = rnd(n, 1.0f);
+	struct pr x = act_in(hx, n), w = act_in(hw, C), b = act_in(hb, C), dout = act_in(hd, n);
+	struct pr out = act_zero(n), mean = f32_in(NULL, N), rstd = f32_in(NULL, N);
+	struct pr dinp = act_in(hdi, n), dw = f32_in(hw, C), db = f32_in(hb, C);
+	struct pr ws = { dalloc(&F.cpu, wsb), dalloc(&F.gpu, 1), 0, 0 };
+
+	BOTH(layernorm_fwd, P(out), P(mean), P(rstd), P(x), P(w), P(b), N, C);
+	same("layernorm out", out, T_ACT);
+	same("layernorm mean", mean, T_F32);
+	same("layernorm rstd", rstd, T_F32);
+	BOTH(layernorm_bwd, P(dinp), P(dw), P(db), P(dout), P(x), P(w), P(mean), P(rstd), N, C,
+	     P(ws));
+	same("layernorm dinp +=", dinp, T_GRAD);
+	same("layernorm dw +=", dw, T_F32);
+	same("layernorm db +=", db, T_F32);
+	free(hx);
+	free(hw);
+	free(hb);
+	free(hd);
+	free(hdi);
+}
+
+Test(device_cuda, layernorm_forward_and_backward)
+{
+	BOTH_PRECISIONS(layernorm_case);
+}
+
+static void elementwise_case(void)
+{
+	int n = 7, C = 33;
+	size_t m = (size_t)n * C;
+	float *hx = rnd(m, 2.0f), *hy = rnd(m, 1.0f), *hb = rnd(C, 1.0f);
+	struct pr x = act_in(hx, m), y = act_in(hy, m), b = act_in(hb, C), o = act_zero(m);
+	struct pr d = act_in(hy, m), f = f32_in(hx, m), f2 = f32_in(hy, m);
+
+	BOTH(gelu_fwd, P(o), P(x), m);
+	same("gelu out", o, T_ACT);
+	BOTH(gelu_bwd, P(d), P(x), P(d), m); /* in place, as the model does */
+	same("gelu dinp (aliasing dout)", d, T_ACT);
+	BOTH(add, P(y), P(x), m);
+	same("add", y, T_ACT);
+	BOTH(add_bias, P(y), P(b), n, C);
+	same("add_bias", y, T_GRAD);
+	BOTH(add_f32, P(f), P(f2), m);
+	same("add_f32", f, T_F32);
+	BOTH(scale, P(f), m, -0.375f);
+	same("scale", f, T_F32);
+	{
+		/* three ranges, one of them empty */
+		size_t off[3] = { 0, 100, 100 }, len[3] = { 100, 0, m - 100 };
+		double sc[3], sg[3] = { -1.0, -1.0, -1.0 };
+		int r;
+		OK(F.cpu.ops->sumsq(&F.cpu, f.c, off, len, 3, sc));
+		OK(F.gpu.ops->sumsq(&F.gpu, f.g, off, len, 3, sg));
+		for (r = 0; r < 3; r++)
+			cr_assert(fabs(sg[r] - sc[r]) <= 1e-6 * sc[r], "sumsq %d: cuda %.10g cpu %.10g",
+				  r, sg[r], sc[r]);
+		cr_assert_eq(sg[1], 0.0);
+		cr_assert_gt(sg[0], 0.0);
+	}
+	free(hx);
+	free(hy);
+	free(hb);
+}
+
+Test(device_cuda, elementwise_bias_and_gradient_helpers)
+{
+	BOTH_PRECISIONS(elementwise_case);
+}
+
+/* ---- embedding ------------------------------------------------------------------------ */
+
+static void embedding_case(void)
+{
+	int B = 2, T = 9, C = 24, V = 11, N = B * T, i;
+	float *hte = rnd((size_t)V * C, 1.0f), *hpe = rnd((size_t)T * C, 1.0f);
+	float *hd = rnd((size_t)N * C, 1.0f), *hg = rnd((size_t)V * C, 1.0f);
+	int *tok = xmalloc(sizeof(int) * N);
+	struct pr wte, wpe, dout, out, dwte, dwpe, dt;
+
+	for (i = 0; i < N; i++) /* repeats, and rows of another rank's slice */
+		tok[i] = i % 5 == 3 ? -1 : (int)mr_rng_below(&rng, 6);
+	wte = act_in(hte, (size_t)V * C);
+	wpe = act_in(hpe, (size_t)T * C);
+	dout = act_in(hd, (size_t)N * C);
+	out = act_zero((size_t)N * C);
+	dwte = f32_in(hg, (size_t)V * C);
+	dwpe = f32_in(hpe, (size_t)T * C);
+	dt = int_in(tok, N);
+
+	BOTH(embed_fwd, P(out), P(dt), P(wte), P(wpe), B, T, C);
+	same("embed out", out, T_ACT);
+	BOTH(embed_fwd, P(out), P(dt), P(wte), NULL, B, T, C);
+	same("embed out, no positions, tok < 0", out, T_ACT);
+	BOTH(embed_bwd, P(dwte), P(dwpe), P(dout), P(dt), tok, B, T, C);
+	same("embed dwte +=", dwte, T_F32);
+	same("embed dwpe +=", dwpe, T_F32);
+	BOTH(embed_bwd, P(dwte), NULL, P(dout), P(dt), tok, B, T, C);
+	same("embed dwte, no dwpe", dwte, T_F32);
+	/* an sp shard: 6 rows of period 3 from position 3 (rank 1 of 3) */
+	BOTH(add_pos, P(out), P(wpe), 6, C, 3, 3);
+	same("add_pos", out, T_GRAD);
+	free(hte);
+	free(hpe);
+	free(hd);
+	free(hg);
+	free(tok);
+}
+
+Test(device_cuda, embedding_with_foreign_tokens_and_positions)
+{
+	BOTH_PRECISIONS(embedding_case);
+}
+
+/* ---- cross-entropy ------------------------------------------------------------------- */
+
+static void crossentropy_case(void)
+{
+	int N = 13, V = 37, i;
+	size_t nv = (size_t)N * V;
+	float *hl = rnd(nv, 3.0f);
+	int *tgt = xmalloc(sizeof(int) * N), *tgt_tp = xmalloc(sizeof(int) * N);
+	struct pr lg, lg2, t, t2, loss = f32_in(NULL, N), lse = f32_in(NULL, N);
+	struct pr mx = f32_in(NULL, N), sum = f32_in(NULL, N), tl = f32_in(NULL, N);
+
+	for (i = 0; i < N; i++) {
+		tgt[i] = (int)mr_rng_below(&rng, (uint64_t)V);
+		tgt_tp[i] = i % 3 == 1 ? -1 : tgt[i];
+	}
+	lg = act_in(hl, nv);
+	lg2 = act_in(hl, nv);
+	t = int_in(tgt, N);
+	t2 = int_in(tgt_tp, N);
+
+	BOTH(ce_fwd, P(loss), P(lse), P(lg), P(t), N, V);
+	same("ce losses", loss, T_F32);
+	same("ce lse", lse, T_F32);
+	BOTH(ce_bwd, P(lg), P(lse), P(t), N, V, 0.25f);
+	same("ce dlogits * dscale", lg, T_ACT);
+	/* the vocab-parallel pieces, targets < 0 on another rank */
+	BOTH(ce_rowmax, P(mx), P(lg2), N, V);
+	same("ce rowmax", mx, T_F32);
+	BOTH(ce_sumexp, P(sum), P(tl), P(lg2), P(mx), P(t2), N, V);
+	same("ce sumexp", sum, T_F32);
+	same("ce target logit (0 for tgt < 0)", tl, T_F32);
+	BOTH(ce_finish, P(loss), P(lse), P(mx), P(sum), P(tl), N);
+	same("ce finish losses", loss, T_F32);
+	same("ce finish lse", lse, T_F32);
+	BOTH(ce_bwd, P(lg2), P(lse), P(t2), N, V, 1.0f / N);
+	same("ce dlogits, tgt < 0 rows", lg2, T_ACT);
+	/* padded vocabulary columns */
+	BOTH(fill_cols, P(lg2), N, V, V - 4, -1e30f);
+	same("fill_cols -1e30", lg2, T_ACT);
+	BOTH(fill_cols, P(lg2), N, V, 5, 0.0f);
+	same("fill_cols 0", lg2, T_ACT);
+	free(hl);
+	free(tgt);
+	free(tgt_tp);
+}
+
+Test(device_cuda, crossentropy_and_its_vocab_parallel_pieces)
+{
+	BOTH_PRECISIONS(crossentropy_case);
+}
+
+/* ---- attention ------------------------------------------------------------------------ */
+
+static void attention_case(void)
+{
+	int B = 2, T = 19, C = 64, NH = 2; /* head size 32: the device kernels' minimum */
+	size_t n = (size_t)B * T * C, wsb = F.cpu.ops->ws_bytes(&F.cpu, T, C, NH);
+	float *hq = rnd(3 * n, 1.0f), *hd = rnd(n, 1.0f), *hg = rnd(3 * n, 1.0f);
+	struct pr qkv = act_in(hq, 3 * n), dout = act_in(hd, n), out = act_zero(n);
+	struct pr lse = f32_in(NULL, (size_t)B * NH * T), dqkv = act_in(hg, 3 * n);
+	struct pr ws = { dalloc(&F.cpu, wsb), dalloc(&F.gpu, 1), 0, 0 };
+
+	BOTH(attn_fwd, P(out), P(lse), P(qkv), B, T, C, NH, P(ws));
+	same("attn out", out, T_ACT);
+	same("attn lse", lse, T_F32);
+	/* dqkv is written (=): its old contents must not leak in */
+	BOTH(attn_bwd, P(dqkv), P(dout), P(qkv), P(out), P(lse), B, T, C, NH, P(ws));
+	same("attn dqkv", dqkv, T_GRAD);
+	/* a head size the device kernels do not support is refused */
+	cr_assert_eq(F.gpu.ops->attn_fwd(&F.gpu, out.g, lse.g, qkv.g, B, T, C, 4, ws.g),
+		     MR_EINVAL);
+	free(hq);
+	free(hd);
+	free(hg);
+}
+
+Test(device_cuda, attention_forward_and_backward)
+{
+	BOTH_PRECISIONS(attention_case);
+}
+
+/* ---- optimizer ------------------------------------------------------------------------- */
+
+static void adamw_case(void)
+{
+	size_t n = 301;
+	float *hp = rnd(n, 1.0f), *hg = rnd(n, 0.1f);
+	struct pr p = f32_in(hp, n), g = f32_in(hg, n), m = f32_in(NULL, n), v = f32_in(NULL, n);
+	struct pr pc = act_zero(n);
+	struct mr_dev_adamw o = { 3e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0 };
+	float *got;
+	size_t i;
+
+	BOTH(zero, P(m), n * sizeof(float));
+	BOTH(zero, P(v), n * sizeof(float));
+	for (o.t = 1; o.t <= 3; o.t++) {
+		o.weight_decay = o.t == 2 ? 0.0f : 0.1f;
+		BOTH(adamw, P(p), P(pc), P(g), P(m), P(v), n, &o);
+	}
+	same("adamw p", p, T_F32);
+	same("adamw m", m, T_F32);
+	same("adamw v", v, T_F32);
+	/* the compute copy is the new master in the activation type */
+	got = get(&F.gpu, pc.g, n, 1);
+	{
+		float *mp = get(&F.gpu, p.g, n, 0);
+		for (i = 0; i < n; i++)
+			cr_assert_eq(got[i], F.bf16 ? mr_bf16_to_f32(mr_bf16_from_f32(mp[i])) : mp[i],
+				     "compute copy [%zu]", i);
+		free(mp);
+	}
+	free(got);
+	/* pc NULL and pc == p (an fp32 device's copy is the master) */
+	o.t = 4;
+	BOTH(adamw, P(p), NULL, P(g), P(m), P(v), n, &o);
+	if (!F.bf16) {
+		o.t = 5;
+		BOTH(adamw, P(p), (mr_act *)P(p), P(g), P(m), P(v), n, &o);
+	}
+	same("adamw p after pc NULL / aliased", p, T_F32);
+	free(hp);
+	free(hg);
+}
+
+Test(device_cuda, adamw_writes_master_state_and_compute_copy)
+{
+	BOTH_PRECISIONS(adamw_case);
+}
+
+/* ---- mixture of experts ------------------------------------------------------------------ */
+
+/* An exchange that moves nothing and records the counts it was given. */
+struct xrec {
+	int calls[4];
+	int counts[4][8];
+};
+
+static int record_xchg(void *ctx, enum mr_moe_phase phase, float *buf, const int *counts, int E,
+		       int cap, size_t row)
+{
+	struct xrec *x = ctx;
+	int e;
+
+	(void)buf;
+	(void)cap;
+	(void)row;
+	x->calls[phase]++;
+	for (e = 0; e < E && e < 8; e++)
+		x->counts[phase][e] = counts[e];
+	return 0;
+}
+
+/* One MoE layer's acts and workspace on d. */
+static void moe_bind(struct mr_dev *d, const struct mr_moe_shape *s, struct mr_moe_acts *a,
+		     void **ws)
+{
+	float *f = dalloc(d, mr_moe_act_floats(s) * sizeof(float));
+	int *iv = dalloc(d, mr_moe_act_ints(s) * sizeof(int));
+
+	mr_moe_acts_bind(a, s, f, iv);
+	*ws = dalloc(d, mr_moe_ws_floats(s) * sizeof(float));
+}
+
+static void moe_layer(int k, float cf)
+{
+	int B = 2, T = 10, C = 32, E = 4, H = 4 * C, N = B * T, i;
+	struct mr_moe_shape s = { N, C, H, E, k, mr_moe_capacity(N, E, k, cf) };
+	float *hx = rnd((size_t)N * C, 1.0f), *hr = rnd((size_t)E * C, 0.5f);
+	float *hfw = rnd((size_t)E * H * C, 0.1f), *hfb = rnd((size_t)E * H, 0.1f);
+	float *hpw = rnd((size_t)E * C * H, 0.1f), *hpb = rnd((size_t)E * C, 0.1f);
+	float *hdy = rnd((size_t)N * C, 1.0f), *one = xmalloc(sizeof(float) * N);
+	struct pr x, rw, fw, fb, pw, pb, y, dy, dx, drw, dfw, dfb, dpw, dpb, ones, ws;
+	struct mr_moe_acts ac, ag;
+	struct xrec rc_, rg_;
+	struct mr_moe_xchg xc = { record_xchg, NULL, &rc_, 0 }, xg = { record_xchg, NULL, &rg_, 0 };
+
+	for (i = 0; i < N; i++)
+		one[i] = 1.0f;
+	memset(&rc_, 0, sizeof(rc_));
+	memset(&rg_, 0, sizeof(rg_));
+	x = act_in(hx, (size_t)N * C);
+	rw = act_in(hr, (size_t)E * C);
+	fw = act_in(hfw, (size_t)E * H * C);
+	fb = act_in(hfb, (size_t)E * H);
+	pw = act_in(hpw, (size_t)E * C * H);
+	pb = act_in(hpb, (size_t)E * C);
+	dy = act_in(hdy, (size_t)N * C);
+	y = act_zero((size_t)N * C);
+	dx = act_zero((size_t)N * C);
+	ones = act_in(one, N);
+	drw = f32_in(hr, (size_t)E * C);
+	dfw = f32_in(hfw, (size_t)E * H * C);
+	dfb = f32_in(hfb, (size_t)E * H);
+	dpw = f32_in(hpw, (size_t)E * C * H);
+	dpb = f32_in(hpb, (size_t)E * C);
+	moe_bind(&F.cpu, &s, &ac, &ws.c);
+	moe_bind(&F.gpu, &s, &ag, &ws.g);
+
+	OK(F.cpu.ops->moe_fwd(&F.cpu, &s, &ac, &xc, y.c, x.c, rw.c, fw.c, fb.c, pw.c, pb.c));
+	OK(F.gpu.ops->moe_fwd(&F.gpu, &s, &ag, &xg, y.g, x.g, rw.g, fw.g, fb.g, pw.g, pb.g));
+	OK(F.gpu.ops->sync(&F.gpu));
+	same("moe y", y, T_GRAD);
+	cr_assert(fabsf(ag.aux - ac.aux) <= 1e-5f * fabsf(ac.aux), "aux cuda %g cpu %g", ag.aux,
+		  ac.aux);
+	cr_assert_eq(ag.dropped, ac.dropped, "dropped cuda %d cpu %d", ag.dropped, ac.dropped);
+	cr_assert_eq(rg_.calls[MR_MOE_DISPATCH], 1);
+	cr_assert_eq(rg_.calls[MR_MOE_COMBINE], 1);
+	for (i = 0; i < E; i++)
+		cr_assert_eq(rg_.counts[MR_MOE_DISPATCH][i], rc_.counts[MR_MOE_DISPATCH][i],
+			     "expert %d: counts given to the exchange differ", i);
+
+	OK(F.cpu.ops->moe_bwd(&F.cpu, &s, &ac, &xc, dx.c, dy.c, x.c, rw.c, fw.c, pw.c, drw.c,
+			      dfw.c, dfb.c, dpw.c, dpb.c, 0.3f, ws.c, ones.c));
+	OK(F.gpu.ops->moe_bwd(&F.gpu, &s, &ag, &xg, dx.g, dy.g, x.g, rw.g, fw.g, pw.g, drw.g,
+			      dfw.g, dfb.g, dpw.g, dpb.g, 0.3f, ws.g, ones.g));
+	OK(F.gpu.ops->sync(&F.gpu));
+	same("moe dx", dx, T_GRAD);
+	same("moe drouterw +=", drw, T_GRAD);
+	same("moe dfcw +=", dfw, T_GRAD);
+	same("moe dfcb +=", dfb, T_GRAD);
+	same("moe dfcprojw +=", dpw, T_GRAD);
+	same("moe dfcprojb +=", dpb, T_GRAD);
+	cr_assert_eq(rg_.calls[MR_MOE_DISPATCH_GRAD], 1);
+	cr_assert_eq(rg_.calls[MR_MOE_COMBINE_GRAD], 1);
+	for (i = 0; i < E; i++)
+		cr_assert_eq(rg_.counts[MR_MOE_COMBINE_GRAD][i], rc_.counts[MR_MOE_COMBINE_GRAD][i]);
+	free(hx);
+	free(hr);
+	free(hfw);
+	free(hfb);
+	free(hpw);
+	free(hpb);
+	free(hdy);
+	free(one);
+}
+
+static void moe_case(void)
+{
+	moe_layer(1, 1.25f);
+	moe_layer(2, 0.5f); /* capacity 5 of 40 assignments per 4 experts: drops */
+}
+
+Test(device_cuda, moe_forward_and_backward_top1_top2_with_drops)
+{
+	BOTH_PRECISIONS(moe_case);
+}
