@@ -119,8 +119,8 @@ $(BUILD)/obj/%.cu.o: %.cu | deps
 
 $(CUDA_LIB): $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(cuda_src))
 
-# With CUDA the runtime links the device trainer: the CUDA library calls
-# back into libmeshrun (tensor table, LR schedule) and libmrcommon, so it
+# With CUDA the runtime's cuda device (runtime/device/cuda.c) links the
+# kernels; they call back into libmrcommon (errors), so the CUDA library
 # sits between them.
 ifeq ($(CUDA_ON),1)
 CPPFLAGS   += -DMR_HAVE_CUDA
@@ -135,26 +135,9 @@ $(BUILD)/tests/gpu/%: tests/gpu/%.c $(CUDA_LIB) $(call obj,$(test_helpers)) $(LI
 	$(CC) $(CPPFLAGS) -Itests/support $(CFLAGS) $(LDFLAGS) -o $@ $< \
 		$(call obj,$(test_helpers)) $(CUDA_LIB) $(LIBS) -lcriterion $(LDLIBS) $(CUDA_LDLIBS)
 
-# The device trainer (runtime/cuda/gpt*.cu) is host code over mr_cuda.h;
-# tests/gpu/cuda_emul.c implements mr_cuda.h with the CPU twins (bf16
-# rounding where the device rounds), so test_cuda_gpt also runs - against
-# the emulation - on every machine, GPU or not.
-emul_objs  := $(patsubst runtime/cuda/%.cu,$(BUILD)/obj/emul/%.o,$(wildcard runtime/cuda/gpt*.cu))
-EMUL_TEST  := $(BUILD)/tests/gpu-emul/test_cuda_gpt
-test_bins  += $(EMUL_TEST)
-
-$(BUILD)/obj/emul/%.o: runtime/cuda/%.cu runtime/cuda/gpt_int.cuh runtime/cuda/mr_cuda_gpt.h
-	@mkdir -p $(dir $@)
-	$(CXX) -x c++ -std=c++17 -O2 -g -Wall -Wextra -Werror $(filter -fsanitize=%,$(CFLAGS)) \
-		-MMD -MP -Icommon -Iruntime -c -o $@ $<
-
-$(EMUL_TEST): tests/gpu/test_cuda_gpt.c tests/gpu/cuda_emul.c $(emul_objs) $(LIBS)
-	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) -Itests/support $(CFLAGS) $(LDFLAGS) -o $@ tests/gpu/test_cuda_gpt.c \
-		tests/gpu/cuda_emul.c $(emul_objs) $(LIBS) -lcriterion $(LDLIBS) -lstdc++
-
 # The device layer's cuda backend (runtime/device/cuda.c) is host C over
-# mr_cuda.h too: test_device_cuda (every table op, cuda vs cpu) and
+# mr_cuda.h, and tests/gpu/cuda_emul.c implements mr_cuda.h with the CPU
+# twins (bf16 rounding where the device rounds): test_device_cuda (every table op, cuda vs cpu) and
 # test_cuda_model (the model trained on cuda vs cpu) are built a second
 # time against the emulation, with -DMR_CUDA_EMUL (tight tolerances), in
 # every build - with or without CUDA, sanitizers included.

@@ -24,10 +24,11 @@ static void gw_destroy(void *state)
 	if (!w)
 		return;
 	mr_step_release(&w->step_drv);
-	mr_gpt_cuda_free(w->cuda);
 	if (w->have_model)
 		mr_gpt_release(&w->model);
-	mr_groups_release(&w->groups);
+	mr_groups_release(&w->groups); /* before the device: stand-ins live there */
+	if (w->have_dev)
+		mr_dev_close(&w->dev);
 	mr_pool_free(w->pool);
 	if (w->have_train)
 		mr_shard_close(&w->train);
@@ -43,7 +44,6 @@ static int gw_create(void **state, const struct mr_worker_env *env, struct mr_er
 	struct gw *w = calloc(1, sizeof(*w));
 	struct mr_gpt_config mc;
 	struct mr_adamw_config oc;
-	const char *device = NULL;
 	int B = 8, T = 64, rc;
 	size_t n;
 
@@ -53,7 +53,7 @@ static int gw_create(void **state, const struct mr_worker_env *env, struct mr_er
 	atomic_init(&w->aborted, 0);
 	rc = mr__gw_parse(env ? env->config : NULL, &mc, &oc, w, &B, &T, eb);
 	if (rc == 0)
-		rc = mr__gw_device(env ? env->config : NULL, &device, eb);
+		rc = mr__gw_run_keys(env ? env->config : NULL, w, eb);
 	if (rc < 0)
 		goto fail;
 	if (w->threads == 0) {
@@ -72,8 +72,7 @@ static int gw_create(void **state, const struct mr_worker_env *env, struct mr_er
 	w->mc = mc;
 	w->B = B;
 	w->T = T;
-	rc = device && strcmp(device, "cuda") == 0 ? mr__gw_create_cuda(w, env, &oc, eb)
-						    : mr__gw_create_cpu(w, env, &oc, eb);
+	rc = mr__gw_create_trainer(w, env, &oc, eb);
 	if (rc < 0)
 		goto fail;
 	n = (size_t)B * T * (size_t)w->accum;
@@ -86,14 +85,14 @@ static int gw_create(void **state, const struct mr_worker_env *env, struct mr_er
 	rc = mr__gw_open_data(w, env ? env->config : NULL, eb);
 	if (rc < 0)
 		goto fail;
-	if (w->peak_flops <= 0.0 && !w->cuda)
+	if (w->peak_flops <= 0.0 && !w->dev.ops->is_device)
 		w->peak_flops = mr_cpu_sgemm_peak() * w->threads;
 	mr_log_info("gpt_worker_ready",
-		    "device=%s params=%zu layers=%d d_model=%d heads=%d moe_every=%d batch=%d "
-		    "seq=%d accum=%d threads=%d peak_gflops=%.1f",
-		    w->cuda ? "cuda" : "cpu", w->cuda ? (size_t)0 : w->model.nparams, mc.n_layer,
-		    mc.d_model, mc.n_head, mc.moe_every, B, T, w->accum, w->threads,
-		    w->peak_flops * 1e-9);
+		    "device=%s precision=%s params=%zu layers=%d d_model=%d heads=%d "
+		    "moe_every=%d batch=%d seq=%d accum=%d threads=%d peak_gflops=%.1f",
+		    w->dev.ops->name, w->dev.act == MR_DT_BF16 ? "bf16" : "fp32",
+		    w->model.nparams, mc.n_layer, mc.d_model, mc.n_head, mc.moe_every, B, T,
+		    w->accum, w->threads, w->peak_flops * 1e-9);
 	*state = w;
 	return 0;
 fail:
@@ -104,7 +103,6 @@ fail:
 static double eval_loss(struct gw *w, struct mr_errbuf *eb, int *rc)
 {
 	double sum = 0.0;
-	float loss = 0.0f;
 	int i;
 
 	*rc = 0;
@@ -117,15 +115,10 @@ static double eval_loss(struct gw *w, struct mr_errbuf *eb, int *rc)
 				       w->inputs, w->targets);
 		if (*rc < 0)
 			return NAN;
-		if (w->cuda) {
-			*rc = mr_gpt_cuda_eval(w->cuda, w->inputs, w->targets, &loss, eb);
-		} else {
-			*rc = mr_gpt_forward(&w->model, w->inputs, w->targets, eb);
-			loss = w->model.loss;
-		}
+		*rc = mr_gpt_forward(&w->model, w->inputs, w->targets, eb);
 		if (*rc < 0)
 			return NAN;
-		sum += loss;
+		sum += w->model.loss;
 	}
 	return sum / w->eval_batches;
 }
@@ -150,17 +143,13 @@ static int log_loss(struct gw *w, const struct mr_worker_stats *st, struct mr_er
 static int save_weights(struct gw *w, struct mr_errbuf *eb)
 {
 	struct mr_gpt *m = &w->model;
-	float *local = m->params, *full = NULL;
-	int rc = 0;
+	float *local = malloc(sizeof(float) * m->nparams), *full = NULL;
+	int rc;
 
-	if (w->cuda)
-		return mr_gpt_cuda_save(w->cuda, w->save_weights, eb);
-	if (!m->params) {
-		/* ZeRO: collective over the shard group under ZeRO-3 */
-		if (!(local = malloc(sizeof(float) * m->nparams)))
-			return mr_errf(eb, MR_ENOMEM, "unable to allocate the gathered weights");
-		rc = mr_dp_gather_params(w->step_drv.dp, local);
-	}
+	if (!local)
+		return mr_errf(eb, MR_ENOMEM, "unable to allocate the gathered weights");
+	/* to the host; collective over the shard group under ZeRO-3 */
+	rc = mr_dp_gather_params(w->step_drv.dp, local);
 	if (rc == 0 && w->dp_rank == 0)
 		rc = mr_gpt_gather_full(m, local, &full);
 	if (rc < 0)
@@ -169,8 +158,7 @@ static int save_weights(struct gw *w, struct mr_errbuf *eb)
 		rc = mr_weights_write_buf(&m->cfg, m->ntensors, full, mr_gpt_full_nparams(m),
 					  w->save_weights, eb);
 	free(full);
-	if (local != m->params)
-		free(local);
+	free(local);
 	return rc;
 }
 
@@ -237,10 +225,7 @@ static int gw_step(void *state, struct mr_worker_stats *st, struct mr_errbuf *eb
 				       w->inputs + a * N, w->targets + a * N);
 		}
 	}
-	if (w->cuda)
-		rc = mr_gpt_cuda_step(w->cuda, w->inputs, w->targets, w->accum, &r, eb);
-	else
-		rc = mr_step_run(&w->step_drv, w->inputs, w->targets, w->accum, &r, eb);
+	rc = mr_step_run(&w->step_drv, w->inputs, w->targets, w->accum, &r, eb);
 	if (rc < 0)
 		return rc;
 	w->step++;
@@ -258,16 +243,11 @@ static int gw_step(void *state, struct mr_worker_stats *st, struct mr_errbuf *eb
 	st->step_seconds = dt;
 	st->tokens = w->tokens;
 	st->tokens_per_s = dt > 0 ? (double)(N * w->accum) / dt : 0.0;
-	st->mfu = w->peak_flops > 0
-			  ? (double)(w->cuda ? mr_gpt_cuda_flops_per_token(w->cuda)
-					     : mr_gpt_flops_per_token(m)) *
-				    st->tokens_per_s / w->peak_flops
-			  : 0.0;
-	if (w->cuda)
-		mr_gpt_cuda_mem(w->cuda, st->mem_bytes);
-	else
-		for (k = 0; k < MR_MEM_KINDS; k++)
-			st->mem_bytes[k] = m->mem.bytes[k];
+	st->mfu = w->peak_flops > 0 ? (double)mr_gpt_flops_per_token(m) * st->tokens_per_s /
+					      w->peak_flops
+				    : 0.0;
+	for (k = 0; k < MR_MEM_KINDS; k++)
+		st->mem_bytes[k] = m->mem.bytes[k];
 	st->comm_wait_s = comm_wait(w) - wait0;
 	if (w->eval_every > 0 && (st->step % w->eval_every == 0 || st->step == w->steps)) {
 		st->val_loss = eval_loss(w, eb, &rc);

@@ -5,6 +5,7 @@
  *
  * Non-goals: what needs the mesh (gpt_worker_setup.c).
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,7 +19,7 @@ static const char *const keys[] = {
 	"weight_decay", "grad_clip", "seed", "threads", "peak_flops", "eval_every",
 	"eval_batches", "train_data", "val_data", "sequence_parallel", "zero", "hsdp_shard",
 	"comm_timeout_ms", "loss_log", "save_weights", "bucket_mb", "overlap_grad_reduce",
-	"device", "debug_stall_rank", "debug_stall_step", "debug_slow_rank", "debug_slow_ms",
+	"device", "precision", "comm_backend", "debug_stall_rank", "debug_stall_step", "debug_slow_rank", "debug_slow_ms",
 	NULL,
 };
 
@@ -109,14 +110,41 @@ int mr__gw_parse(const json_t *c, struct mr_gpt_config *mc, struct mr_adamw_conf
 	return 0;
 }
 
-int mr__gw_device(const json_t *c, const char **device, struct mr_errbuf *eb)
+/* A string key that must be one of the NULL-terminated choices (NULL when
+ * absent); the message names the key and the choices. */
+static int get_choice(const json_t *c, const char *key, const char *const *choices,
+		      const char **out, struct mr_errbuf *eb)
 {
-	int rc = c ? mr_json_get_str(c, "device", 0, 16, device, eb) : 0;
+	char list[64] = "";
+	int rc = c ? mr_json_get_str(c, key, 0, 16, out, eb) : 0;
 
-	if (rc == 0 && *device && strcmp(*device, "cpu") != 0 && strcmp(*device, "cuda") != 0)
-		rc = mr_errf_field(eb, MR_EINVAL, "device",
-				   "'device' must be \"cpu\" or \"cuda\", got \"%s\"", *device);
-	return rc;
+	if (rc < 0 || !*out)
+		return rc;
+	for (int i = 0; choices[i]; i++) {
+		if (!strcmp(*out, choices[i]))
+			return 0;
+		snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s\"%s\"",
+			 i ? ", " : "", choices[i]);
+	}
+	return mr_errf_field(eb, MR_EINVAL, key, "'%s' must be one of %s, got \"%s\"", key, list,
+			     *out);
+}
+
+int mr__gw_run_keys(const json_t *c, struct gw *w, struct mr_errbuf *eb)
+{
+	static const char *const devices[] = { "cpu", "cuda", NULL };
+	static const char *const precisions[] = { "fp32", "bf16", NULL };
+	static const char *const backends[] = { "auto", "host", "nccl", NULL };
+	int rc;
+
+	w->device = w->precision = w->comm_backend = NULL;
+	if ((rc = get_choice(c, "device", devices, &w->device, eb)) < 0 ||
+	    (rc = get_choice(c, "precision", precisions, &w->precision, eb)) < 0 ||
+	    (rc = get_choice(c, "comm_backend", backends, &w->comm_backend, eb)) < 0)
+		return rc;
+	if (!w->device)
+		w->device = "cpu";
+	return 0;
 }
 
 int mr_gpt_worker_check_config(const json_t *c, struct mr_errbuf *eb)
@@ -131,7 +159,7 @@ int mr_gpt_worker_check_config(const json_t *c, struct mr_errbuf *eb)
 		return mr_errf(eb, MR_ENOMEM, "out of memory");
 	rc = mr__gw_parse(c, &mc, &oc, w, &B, &T, eb);
 	if (rc == 0)
-		rc = mr__gw_device(c, &s, eb);
+		rc = mr__gw_run_keys(c, w, eb);
 	if (rc == 0 && c)
 		rc = mr_json_get_str(c, "train_data", 0, 255, &s, eb);
 	if (rc == 0 && c)

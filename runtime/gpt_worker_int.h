@@ -11,7 +11,7 @@
 
 #include "cpu/mr_pool.h"
 #include "data/mr_shard.h"
-#include "gpt_cuda.h"
+#include "device/mr_dev_comm.h"
 #include "mr_gpt_worker.h"
 #include "mr_groups.h"
 #include "mr_step.h"
@@ -19,7 +19,10 @@
 struct gw {
 	struct mr_gpt_config mc;
 	int B, T;               /* micro-batch shape */
-	struct mr_gpt_cuda *cuda; /* "device": "cuda": the device trainer, no CPU model */
+	struct mr_dev dev;      /* the rank's device (model, gradients, optimizer) */
+	struct mr_dev_comm devcomm; /* the communicators' view of it */
+	int have_dev;
+	const char *device, *precision, *comm_backend; /* borrowed from env->config */
 	struct mr_gpt model;
 	struct mr_step step_drv; /* the step driver (owns data parallel state) */
 	struct mr_pool *pool;
@@ -52,16 +55,16 @@ double mr__gw_now(void);
  * unknown keys and out-of-range values fail naming the key. */
 int mr__gw_parse(const json_t *c, struct mr_gpt_config *mc, struct mr_adamw_config *oc,
 		 struct gw *w, int *B, int *T, struct mr_errbuf *eb);
-/* "device" of the config (NULL when absent): "cpu" or "cuda", else an
- * error naming the field. */
-int mr__gw_device(const json_t *c, const char **device, struct mr_errbuf *eb);
+/* "device" ("cpu" when absent), "precision" and "comm_backend" (NULL when
+ * absent: the device's default, "auto") into w; a value outside the
+ * choices fails naming the key. */
+int mr__gw_run_keys(const json_t *c, struct gw *w, struct mr_errbuf *eb);
 /* Opens train_data / val_data when the config names them. */
 int mr__gw_open_data(struct gw *w, const json_t *c, struct mr_errbuf *eb);
-/* The trainer of this rank: the CPU model placed in the mesh under the
- * step driver, or one CUDA device. */
-int mr__gw_create_cpu(struct gw *w, const struct mr_worker_env *env,
-		      const struct mr_adamw_config *oc, struct mr_errbuf *eb);
-int mr__gw_create_cuda(struct gw *w, const struct mr_worker_env *env,
-		       const struct mr_adamw_config *oc, struct mr_errbuf *eb);
+/* The rank's trainer: its device, its place in the mesh (communicators
+ * on the backend chosen for the device), the model placed there and the
+ * step driver. */
+int mr__gw_create_trainer(struct gw *w, const struct mr_worker_env *env,
+			  const struct mr_adamw_config *oc, struct mr_errbuf *eb);
 
 #endif

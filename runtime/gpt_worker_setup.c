@@ -1,8 +1,9 @@
 /*
  * gpt_worker_setup.c - building a gpt worker (see mr_gpt_worker.h): data
- * files, the rank's place in the mesh and the trainer it runs (one CPU
- * replica, data parallel / ZeRO around a tp-sliced CPU model, or the CUDA
- * device). The config's keys and bounds: gpt_worker_config.c.
+ * files, the rank's device, its place in the mesh (communicators on the
+ * backend that suits the device) and the trainer: the model placed there
+ * under the step driver - one code path for every device and mode. The
+ * config's keys and bounds: gpt_worker_config.c.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,11 @@
 
 #include "gpt_worker_int.h"
 #include "mr_json.h"
+#include "mr_log.h"
+
+#ifdef MR_HAVE_CUDA
+#include "cuda/mr_cuda.h"
+#endif
 
 double mr__gw_now(void)
 {
@@ -46,6 +52,46 @@ int mr__gw_open_data(struct gw *w, const json_t *c, struct mr_errbuf *eb)
 }
 
 /*
+ * The communicators' backend. "auto": nccl when the device is a GPU NCCL
+ * can reach, this build has NCCL and every rank of the node has a GPU of
+ * its own; else host, which stages device buffers through host memory.
+ */
+static const char *pick_backend(const struct gw *w, const struct mr_worker_env *env,
+				const char **why)
+{
+	struct mr_errbuf eb = { { 0 }, { 0 } };
+	int local = env->local_world_size > 0 ? env->local_world_size : 1;
+
+	if (w->comm_backend && strcmp(w->comm_backend, "auto")) {
+		*why = "configured";
+		return w->comm_backend;
+	}
+	if (!w->dev.ops->is_device) {
+		*why = "host_memory";
+		return "host";
+	}
+	if (!w->dev.nccl) {
+		*why = "device_not_reachable_by_nccl";
+		return "host";
+	}
+#ifndef MR_HAVE_NCCL
+	(void)eb;
+	(void)local;
+	*why = "no_nccl_in_build";
+	return "host";
+#else
+#ifdef MR_HAVE_CUDA
+	if (mr_cuda_device_count(&eb) < local) {
+		*why = "fewer_gpus_than_local_ranks";
+		return "host";
+	}
+#endif
+	*why = "gpu_per_rank";
+	return "nccl";
+#endif
+}
+
+/*
  * Where this rank sits: checks the model against the mesh (before any
  * communication, so bad input fails on every rank at once), then builds
  * the mesh communicators. A single rank needs none.
@@ -54,7 +100,9 @@ static int place(struct gw *w, const struct mr_worker_env *env, const struct mr_
 		 int T, struct mr_errbuf *eb)
 {
 	struct mr_worker_env one = { 0 };
+	struct mr_groups_comm gc;
 	struct mr_place where;
+	const char *why;
 	int rc;
 
 	if (env)
@@ -66,8 +114,14 @@ static int place(struct gw *w, const struct mr_worker_env *env, const struct mr_
 	    (rc = mr_groups_place_of(env, w->sp, &where, eb)) < 0 ||
 	    (rc = mr_gpt_check_placement(mc, T, &where, eb)) < 0)
 		return rc;
+	gc.backend = pick_backend(w, env, &why);
+	gc.gpu = env->local_rank;
+	gc.dev = mr_dev_comm_init(&w->devcomm, &w->dev);
+	if (env->world_size > 1)
+		mr_log_info("comm_backend", "backend=%s reason=%s staging=%s", gc.backend, why,
+			    gc.dev ? "per_buffer" : "none");
 	rc = mr_groups_create(&w->groups, env, w->hsdp_shard, w->sp, w->comm_timeout_ms,
-			      &w->aborted, eb);
+			      &w->aborted, &gc, eb);
 	if (rc < 0)
 		return rc;
 	atomic_store(&w->groups_ready, 1);
@@ -79,20 +133,22 @@ static int place(struct gw *w, const struct mr_worker_env *env, const struct mr_
 	return 0;
 }
 
-/* The CPU model, placed in the mesh (tensor and data parallel), under the
- * step driver (which owns data parallelism, the identity for one replica). */
-int mr__gw_create_cpu(struct gw *w, const struct mr_worker_env *env,
-		      const struct mr_adamw_config *oc, struct mr_errbuf *eb)
+int mr__gw_create_trainer(struct gw *w, const struct mr_worker_env *env,
+			  const struct mr_adamw_config *oc, struct mr_errbuf *eb)
 {
 	struct mr_dp_config dc = { w->zero, (size_t)((double)w->bucket_mb * 1048576.0),
 				   w->overlap };
 	struct mr_dp_comms cc;
-	int rc = place(w, env, &w->mc, w->T, eb);
+	int rc = mr_dev_open(&w->dev, w->device, env ? env->local_rank : 0, w->precision, w->pool,
+			     eb);
 
 	if (rc < 0)
 		return rc;
-	rc = mr_gpt_create_placed(&w->model, &w->mc, w->B, w->T, w->pool, &w->groups.place,
-				  mr_dp_model_flags(w->zero), eb);
+	w->have_dev = 1;
+	if ((rc = place(w, env, &w->mc, w->T, eb)) < 0)
+		return rc;
+	rc = mr_gpt_create_on(&w->model, &w->mc, w->B, w->T, &w->dev, &w->groups.place,
+			      mr_dp_model_flags(w->zero), eb);
 	if (rc < 0)
 		return rc;
 	w->have_model = 1;
@@ -101,22 +157,3 @@ int mr__gw_create_cpu(struct gw *w, const struct mr_worker_env *env,
 	cc.world = w->groups.group[MR_GROUP_WORLD];
 	return mr_step_init(&w->step_drv, &w->model, oc, &dc, &cc, w->seed, eb);
 }
-
-/* One rank on one CUDA device (local_rank picks it). */
-int mr__gw_create_cuda(struct gw *w, const struct mr_worker_env *env,
-		       const struct mr_adamw_config *oc, struct mr_errbuf *eb)
-{
-	int rc = mr_gpt_cuda_check(&w->mc, w->B, w->T, eb);
-
-	if (rc < 0)
-		return rc;
-	if (env && env->world_size > 1)
-		return mr_errf_field(eb, MR_ENOTSUP, "device",
-				     "'device' \"cuda\" trains one rank per job for now "
-				     "(world size %d); tensor and data parallelism run on cpu",
-				     env->world_size);
-	w->dp_size = 1;
-	return mr_gpt_cuda_create(&w->cuda, env ? env->local_rank : 0, &w->mc, w->B, w->T, oc,
-				  w->seed, eb);
-}
-

@@ -138,7 +138,8 @@ int mr_groups_place_of(const struct mr_worker_env *env, int sp, struct mr_place 
 }
 
 int mr_groups_create(struct mr_groups *g, const struct mr_worker_env *env, int hsdp_shard,
-		     int sp, long timeout_ms, const _Atomic int *cancel, struct mr_errbuf *eb)
+		     int sp, long timeout_ms, const _Atomic int *cancel,
+		     const struct mr_groups_comm *comm, struct mr_errbuf *eb)
 {
 	struct mr_comm_config cc;
 	char id[64];
@@ -168,8 +169,13 @@ int mr_groups_create(struct mr_groups *g, const struct mr_worker_env *env, int h
 	cc.kv = env->kv;
 	cc.timeout_ms = timeout_ms;
 	cc.cancel = cancel;
-	if ((rc = mr_comm_init(&g->group[MR_GROUP_WORLD], &cc, eb)) < 0 ||
-	    (rc = kinds(g, eb)) < 0) {
+	if (comm) {
+		cc.backend = comm->backend;
+		cc.device = comm->gpu;
+	}
+	if ((rc = mr_comm_init(&g->group[MR_GROUP_WORLD], &cc, eb)) == 0 && comm)
+		mr_comm_set_device(g->group[MR_GROUP_WORLD], comm->dev); /* splits inherit it */
+	if (rc < 0 || (rc = kinds(g, eb)) < 0) {
 		mr_groups_release(g);
 		return rc;
 	}

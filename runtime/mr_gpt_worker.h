@@ -12,8 +12,13 @@
  *   train   batch_size 8, seq_len 64, steps 100, grad_accum 1, lr 1e-3,
  *           min_lr_frac 0.1, warmup_steps 10, beta1 0.9, beta2 0.95,
  *           eps 1e-8, weight_decay 0.1, grad_clip 1.0, seed 1337
- *   run     device "cpu" (or "cuda": one rank on GPU local_rank, dense
- *           models; gpt_cuda.h), threads (0 = CPUs / local_world_size),
+ *   run     device "cpu" or "cuda" (GPU local_rank; device/mr_device.h),
+ *           precision (cpu: "fp32"; cuda: "bf16" - bf16 activations, fp32
+ *           master weights, gradients and AdamW state - or "fp32"),
+ *           comm_backend "auto" ("nccl" on GPUs NCCL reaches when every
+ *           local rank has its own, else "host", which stages device
+ *           buffers through host memory), "host" or "nccl";
+ *           threads (0 = CPUs / local_world_size),
  *           peak_flops (FLOP/s for MFU; 0 = one thread's sgemm FLOP/s,
  *           measured once per machine (cpu/mr_peak.h), x threads),
  *           eval_every 0 (steps between validation losses; 0 = never:
@@ -40,6 +45,9 @@
  *           the worker is aborted, as a hung rank would (a "debug_stall"
  *           warning is logged); debug_slow_rank -1, debug_slow_ms 0: that
  *           rank sleeps so long in every step (a straggler)
+ *
+ * Every device and mode runs one code path: the model on the rank's
+ * device, placed in the mesh, under the step driver (gpt_worker_setup.c).
  *
  * Bad input (unknown key, out-of-range value, tp not dividing the heads,
  * sequence parallel with a seq_len tp does not divide, hsdp_shard not

@@ -51,10 +51,20 @@ int mr_groups_check(const struct mr_worker_env *env, int hsdp_shard, struct mr_e
  * checked against before any communication. */
 int mr_groups_place_of(const struct mr_worker_env *env, int sp, struct mr_place *p,
 		       struct mr_errbuf *eb);
+/* How the communicators move data: the backend ("host" when NULL, or
+ * "nccl" with the rank's GPU) and the device whose buffers they take
+ * besides host memory (mr_dev_comm.h; NULL: host memory only). */
+struct mr_groups_comm {
+	const char *backend;
+	int gpu;
+	const struct mr_comm_device *dev;
+};
+
 /* Creates the communicators (collective over the job) and the placement
- * (sp as given). */
+ * (sp as given); comm NULL: the host backend on host memory. */
 int mr_groups_create(struct mr_groups *g, const struct mr_worker_env *env, int hsdp_shard,
-		     int sp, long timeout_ms, const _Atomic int *cancel, struct mr_errbuf *eb);
+		     int sp, long timeout_ms, const _Atomic int *cancel,
+		     const struct mr_groups_comm *comm, struct mr_errbuf *eb);
 /* Thread-safe: every pending and future operation fails promptly. */
 void mr_groups_abort(struct mr_groups *g);
 /*

@@ -72,6 +72,22 @@ int mr__cuda_grow_host(struct mr_cuda *cu, int **p, size_t *cap, size_t n)
 	return 0;
 }
 
+extern "C" int mr_cuda_is_device_ptr(const void *p)
+{
+	cudaPointerAttributes a;
+
+	if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+		cudaGetLastError(); /* an unknown host pointer is not an error to keep */
+		return 0;
+	}
+	return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
+extern "C" int mr_cuda_nccl_capable(void)
+{
+	return 1;
+}
+
 extern "C" int mr_cuda_device_count(struct mr_errbuf *eb)
 {
 	int n = 0;

@@ -100,6 +100,11 @@ enum mr_cuda_dtype { MR_CUDA_BF16, MR_CUDA_F32 };
 /* Number of usable devices; 0 (and a reason in eb) when there is no driver
  * or no device. Never fails otherwise. */
 int mr_cuda_device_count(struct mr_errbuf *eb);
+/* Whether p is device memory (cudaMalloc'd; the host cannot read it). */
+int mr_cuda_is_device_ptr(const void *p);
+/* 1 where NCCL can move this build's device memory between ranks (a real
+ * GPU); 0 in the CPU emulation, whose "device" memory NCCL cannot see. */
+int mr_cuda_nccl_capable(void);
 /* Context on device `device`: stream, cuBLAS(Lt) handles, 32 MiB GEMM
  * workspace; activation type bf16. MR_ENOTSUP when there is no such
  * device. */
@@ -312,8 +317,8 @@ struct mr_cuda_adamw {
 	float grad_scale;    /* multiplies g first (clipping); 1 = none */
 };
 /* p (n) fp32 master, g, m, v (n) fp32; pc (n, activation type) may be
- * NULL, else gets the new p (rounded when bf16). Twin: mr_adamw_step (one
- * tensor's range). */
+ * NULL, else gets the new p (rounded when bf16). Twin:
+ * mr_adamw_update_range (one tensor's range). */
 int mr_cuda_adamw_step(struct mr_cuda *cu, float *p, void *pc, const float *g, float *m,
 		       float *v, size_t n, const struct mr_cuda_adamw *o);
 /* *sumsq_host = sum of g^2, two passes (fixed 512 partials, then one block

@@ -131,6 +131,12 @@ static int cuda_sync(struct mr_dev *d)
 	return ck(d, mr_cuda_sync(cu_of(d)), "sync");
 }
 
+static int cuda_is_device(struct mr_dev *d, const void *p)
+{
+	(void)d;
+	return mr_cuda_is_device_ptr(p);
+}
+
 /* ---- the GPT's kernels ---------------------------------------------------- */
 
 static int cuda_matmul_fwd(struct mr_dev *d, mr_act *out, const mr_act *inp, const mr_act *w,
@@ -465,6 +471,7 @@ static const struct mr_dev_ops cuda_ops = {
 	.to_act = cuda_to_act,
 	.to_f32 = cuda_to_f32,
 	.sync = cuda_sync,
+	.is_device = cuda_is_device,
 	.matmul_fwd = cuda_matmul_fwd,
 	.matmul_bwd = cuda_matmul_bwd,
 	.layernorm_fwd = cuda_layernorm_fwd,
@@ -510,6 +517,7 @@ int mr__dev_cuda_open(struct mr_dev *d, int index, enum mr_dtype act, struct mr_
 	d->act = act;
 	d->act_bytes = act == MR_DT_F32 ? sizeof(float) : sizeof(mr_bf16);
 	d->pool = NULL;
+	d->nccl = mr_cuda_nccl_capable();
 	d->impl = s;
 	return 0;
 }

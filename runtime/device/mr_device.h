@@ -82,6 +82,9 @@ struct mr_dev_ops {
 	int (*to_f32)(struct mr_dev *d, float *dst, const mr_act *src, size_t n);
 	/* waits for every operation issued so far */
 	int (*sync)(struct mr_dev *d);
+	/* whether p is this device's memory, which the host cannot read
+	 * (NULL: the device's memory is host memory) */
+	int (*is_device)(struct mr_dev *d, const void *p);
 
 	/* ---- the GPT's kernels ---- */
 	/* out (N,OC) = inp (N,IC) @ w^T + bias (OC, may be NULL) */
@@ -172,6 +175,7 @@ struct mr_dev {
 	enum mr_dtype act;      /* activations and the weights' compute copy */
 	size_t act_bytes;       /* sizeof one mr_act */
 	struct mr_pool *pool;   /* cpu: the rank's threads (borrowed) */
+	int nccl;               /* NCCL can move this device's memory */
 	void *impl;             /* the backend's state */
 };
 

@@ -277,20 +277,6 @@ int mr__gpt_table_create(struct mr_gpt *m)
 	return 0;
 }
 
-const char *mr_gpt_first_nonfinite(const struct mr_gpt *m, const float *buf)
-{
-	int i;
-	size_t j;
-
-	for (i = 0; i < m->ntensors; i++) {
-		const struct mr_gpt_tensor *t = &m->tensors[i];
-		for (j = 0; j < t->n; j++)
-			if (!isfinite(buf[t->off + j]))
-				return t->name;
-	}
-	return NULL;
-}
-
 size_t mr_gpt_full_nparams(const struct mr_gpt *m)
 {
 	size_t n = 0;

@@ -292,9 +292,6 @@ size_t mr_gpt_full_nparams(const struct mr_gpt *m);
 int mr_gpt_gather_full(const struct mr_gpt *m, const float *local, float **full);
 /* The MoE layer shape of this model (N = B*T rows, H = 4C/tp). */
 struct mr_moe_shape mr_gpt_moe_shape(const struct mr_gpt *m);
-/* Name of the first tensor of buf (params or grads layout) holding a NaN
- * or Inf, or NULL. */
-const char *mr_gpt_first_nonfinite(const struct mr_gpt *m, const float *buf);
 /* Finds a tensor by name; NULL if absent. */
 const struct mr_gpt_tensor *mr_gpt_find(const struct mr_gpt *m, const char *name);
 /* Training FLOPs per token on this rank: 6N + 6LCT over the local slice. */

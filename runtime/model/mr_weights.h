@@ -38,7 +38,9 @@ int mr_weights_write_buf(const struct mr_gpt_config *cfg, int ntensors, const fl
 			 size_t nparams, const char *path, struct mr_errbuf *eb);
 /* Reads only the config (checked with mr_gpt_config_check). */
 int mr_weights_read_config(const char *path, struct mr_gpt_config *c, struct mr_errbuf *eb);
-/* Loads the parameters into m; the file's config must equal m->cfg. */
+/* Loads the parameters into m (uploaded to its device, compute copy
+ * refreshed); the file's config must equal m->cfg. A file that does not
+ * fit (config, size, trailing bytes) leaves m as it was. */
 int mr_weights_load(struct mr_gpt *m, const char *path, struct mr_errbuf *eb);
 
 #endif

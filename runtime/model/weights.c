@@ -4,6 +4,7 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "mr_weights.h"
@@ -55,7 +56,19 @@ void mr_weights_unpack_config(const int32_t *h, struct mr_gpt_config *c)
 
 int mr_weights_write(const struct mr_gpt *m, const char *path, struct mr_errbuf *eb)
 {
-	return mr_weights_write_buf(&m->cfg, m->ntensors, m->params, m->nparams, path, eb);
+	float *h = malloc(sizeof(float) * m->nparams);
+	int rc;
+
+	if (!h)
+		return mr_errf(eb, MR_ENOMEM, "unable to write '%s': out of memory", path);
+	rc = m->dev->ops->download(m->dev, h, m->params, sizeof(float) * m->nparams);
+	if (rc < 0)
+		rc = mr_errf(eb, rc, "unable to write '%s': the device's parameters did not "
+			     "download", path);
+	else
+		rc = mr_weights_write_buf(&m->cfg, m->ntensors, h, m->nparams, path, eb);
+	free(h);
+	return rc;
 }
 
 int mr_weights_write_buf(const struct mr_gpt_config *cfg, int ntensors, const float *params,
@@ -122,6 +135,7 @@ int mr_weights_load(struct mr_gpt *m, const char *path, struct mr_errbuf *eb)
 	struct mr_gpt_config c;
 	uint64_t n;
 	FILE *f = fopen(path, "rb");
+	float *h = NULL;
 	int rc;
 	long extra;
 
@@ -137,15 +151,29 @@ int mr_weights_load(struct mr_gpt *m, const char *path, struct mr_errbuf *eb)
 		rc = mr_errf(eb, MR_EINVAL, "'%s': model config differs from the file's", path);
 		goto out;
 	}
-	if (fread(m->params, sizeof(float), m->nparams, f) != m->nparams) {
+	if (!(h = malloc(sizeof(float) * m->nparams))) {
+		rc = mr_errf(eb, MR_ENOMEM, "'%s': out of memory for %zu parameters", path,
+			     m->nparams);
+		goto out;
+	}
+	if (fread(h, sizeof(float), m->nparams, f) != m->nparams) {
 		rc = mr_errf(eb, MR_ECORRUPT, "'%s': truncated (want %zu parameters)", path,
 			     m->nparams);
 		goto out;
 	}
 	extra = ftell(f);
-	if (fseek(f, 0, SEEK_END) == 0 && ftell(f) != extra)
+	if (fseek(f, 0, SEEK_END) == 0 && ftell(f) != extra) {
 		rc = mr_errf(eb, MR_ECORRUPT, "'%s': trailing bytes after the parameters", path);
+		goto out;
+	}
+	/* the file is whole: now the model's (device) parameters change */
+	rc = m->dev->ops->upload(m->dev, m->params, h, sizeof(float) * m->nparams);
+	if (rc == 0)
+		rc = mr_gpt_refresh_compute(m);
+	if (rc < 0)
+		rc = mr_errf(eb, rc, "'%s': unable to load the parameters onto the device", path);
 out:
+	free(h);
 	fclose(f);
 	return rc;
 }

@@ -1,16 +1,15 @@
 /*
  * adamw.c - AdamW, LR schedule and gradient clipping (see mr_adamw.h).
  *
- * Speed: the update is elementwise, so mr_adamw_step splits the parameters
- * across the model's pool (contiguous ranges of the elements of the tensor
- * table). Every element sees the same float operations in the same order
+ * Speed: the update is elementwise; the cpu device splits a range across
+ * the rank's pool, and every element sees the same float operations
  * whichever thread runs it, so the results are bit-identical to one
  * sequential loop. The update loop vectorises only when this file is
  * compiled with -fno-math-errno (sqrtf otherwise keeps an errno branch,
  * and a pragma does not change the builtin): then it runs ~5x faster with
  * the same values (the vector square root is correctly rounded too).
- * mr_grad_clip is vectorised (O3). mr_grad_sumsq stays one sequential
- * double sum (its order is part of its result).
+ * mr_grad_sumsq stays one sequential double sum (its order is part of its
+ * result).
  */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("O3")
@@ -19,25 +18,6 @@
 
 #include "cpu/mr_simd.h"
 #include "mr_adamw.h"
-
-int mr_adamw_init(struct mr_adamw *o, const struct mr_adamw_config *cfg, size_t n,
-		  struct mr_mem *mem)
-{
-	o->cfg = *cfg;
-	o->n = n;
-	o->t = 0;
-	o->m = mr_mem_alloc(mem, MR_MEM_OPTIM, 2 * n * sizeof(float));
-	if (!o->m)
-		return MR_ENOMEM;
-	o->v = o->m + n;
-	return 0;
-}
-
-void mr_adamw_release(struct mr_adamw *o, struct mr_mem *mem)
-{
-	mr_mem_free(mem, MR_MEM_OPTIM, o->m, 2 * o->n * sizeof(float));
-	o->m = o->v = NULL;
-}
 
 float mr_lr_at(const struct mr_adamw_config *c, long step)
 {
@@ -88,48 +68,6 @@ MR_HOT static void update(const struct adamw_k *k, float *restrict p, const floa
 	}
 }
 
-struct step_args {
-	const struct adamw_k *k;
-	const struct mr_adamw *o;
-	const struct mr_gpt *model;
-};
-
-/* Items [i0, i1) of the tensor table's elements laid end to end. */
-static void step_range(void *ctxp, size_t i0, size_t i1, int tid)
-{
-	const struct step_args *a = ctxp;
-	const struct mr_gpt *model = a->model;
-	size_t base = 0;
-	int ti;
-
-	(void)tid;
-	for (ti = 0; ti < model->ntensors && base < i1; ti++) {
-		const struct mr_gpt_tensor *t = &model->tensors[ti];
-		size_t lo = i0 > base ? i0 - base : 0, hi = i1 - base < t->n ? i1 - base : t->n;
-
-		if (lo < hi) {
-			size_t off = t->off + lo;
-			update(a->k, model->params + off, model->grads + off, a->o->m + off,
-			       a->o->v + off, hi - lo, t->decay);
-		}
-		base += t->n;
-	}
-}
-
-void mr_adamw_step(struct mr_adamw *o, const struct mr_gpt *model, float lr)
-{
-	struct adamw_k k;
-	struct step_args a = { &k, o, model };
-	size_t total = 0;
-	int ti;
-
-	o->t++;
-	adamw_k_init(&k, &o->cfg, o->t, lr);
-	for (ti = 0; ti < model->ntensors; ti++)
-		total += model->tensors[ti].n;
-	mr_pool_run(model->pool, total, 1 << 16, step_range, &a);
-}
-
 void mr_adamw_update_range(const struct mr_adamw_config *c, long t, float lr, float *p,
 			   const float *g, float *m, float *v, size_t n, int decay)
 {
@@ -149,18 +87,12 @@ double mr_grad_sumsq(const float *g, size_t n)
 	return s;
 }
 
-void mr_grad_clip(float *g, size_t n, double norm, float max_norm)
+float mr_grad_clip_factor(double norm, float max_norm)
 {
 	double coef;
-	float f;
-	size_t i;
 
 	if (max_norm <= 0.0f)
-		return;
+		return 1.0f;
 	coef = (double)max_norm / (norm + 1e-6);
-	if (coef >= 1.0)
-		return;
-	f = (float)coef;
-	for (i = 0; i < n; i++)
-		g[i] *= f;
+	return coef >= 1.0 ? 1.0f : (float)coef;
 }

@@ -89,7 +89,7 @@ static int pslot_ready(struct mr_dp *d, int u)
 	if ((rc = pslot_issue(d, u)) < 0 || (rc = mr__dp_wait(d, &sl->req, 0)) < 0)
 		return rc;
 	mr_gpt_bind_unit(d->m, u, sl->buf, NULL);
-	return 0;
+	return mr_gpt_refresh_unit(d->m, u); /* a bf16 device's compute copy */
 }
 
 /* ---- zero >= 2: gradient slots ---- */

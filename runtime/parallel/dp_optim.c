@@ -144,35 +144,29 @@ static int gather_updated(struct mr_dp *d)
 	return rc;
 }
 
-/* mr_grad_clip's factor: min(1, max_norm / (norm + 1e-6)) as a float, or 1
- * when nothing is clipped. */
-static float clip_factor(double norm, float max_norm)
-{
-	double coef;
-
-	if (max_norm <= 0.0f)
-		return 1.0f;
-	coef = (double)max_norm / (norm + 1e-6);
-	return coef >= 1.0 ? 1.0f : (float)coef;
-}
-
 int mr_dp_update(struct mr_dp *d, double norm, float lr)
 {
 	struct mr_dev_adamw o = { lr, d->oc.beta1, d->oc.beta2, d->oc.eps, 0.0f, 0 };
-	float f = clip_factor(norm, d->oc.grad_clip);
+	float f = mr_grad_clip_factor(norm, d->oc.grad_clip);
 	int i, u, rc = 0;
 
 	if (f != 1.0f && (rc = d->dev->ops->scale(d->dev, owned_grads(d), d->nshard, f)) < 0)
 		return rc;
 	o.t = ++d->t;
+	/* DDP updates the table in place: the device's adamw writes the
+	 * model's compute copy too (a bf16 device); ZeRO refreshes it from
+	 * the full parameters once they are gathered (1, 2) or when a unit's
+	 * gather is bound (3, dp_hooks.c) */
 	for (i = 0; i < d->nseg && rc == 0; i++) {
 		const struct dp_seg *s = &d->seg[i];
 		o.weight_decay = s->decay ? d->oc.weight_decay : 0.0f;
-		rc = d->dev->ops->adamw(d->dev, seg_params(d, s), NULL, owned_grads(d) + s->so,
-					d->om + s->so, d->ov + s->so, s->n, &o);
+		rc = d->dev->ops->adamw(d->dev, seg_params(d, s),
+					d->zero ? NULL : mr_gpt_compute_at(d->m, s->so),
+					owned_grads(d) + s->so, d->om + s->so, d->ov + s->so, s->n,
+					&o);
 	}
-	if (rc == 0 && (d->zero == 1 || d->zero == 2))
-		rc = gather_updated(d);
+	if (rc == 0 && (d->zero == 1 || d->zero == 2) && (rc = gather_updated(d)) == 0)
+		rc = mr_gpt_refresh_compute(d->m);
 	for (u = 0; u < 4 && d->zero == 3; u++) {
 		mr__dp_wait(d, &d->ps[u].req, 0);
 		d->ps[u].unit = -1; /* stale: re-gathered on next use */

@@ -10,7 +10,7 @@
  * same step as one rank running accum*dp micro-batches with accumulation.
  * Then the global gradient norm (every parameter counted once across dp
  * replicas, ZeRO shards and tp), clipping, the scheduled LR and AdamW with
- * mr_adamw_step's arithmetic.
+ * mr_adamw_update_range's arithmetic.
  *
  *   zero 0 (DDP): full params, grads and Adam state on every rank. Grads
  *     are cut into buckets of whole units (>= bucket_bytes, contiguous as

@@ -348,7 +348,7 @@ static void *pp_groups(void *arg)
 	struct pp_rank *r = arg;
 	struct mr_errbuf eb = {0};
 
-	r->rc = mr_groups_create(&r->g, &r->env, 0, 0, 30000, &r->cancel, &eb);
+	r->rc = mr_groups_create(&r->g, &r->env, 0, 0, 30000, &r->cancel, NULL, &eb);
 	if (r->rc)
 		fprintf(stderr, "rank %d: groups: %s\n", r->rank, eb.msg);
 	return NULL;

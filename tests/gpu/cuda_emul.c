@@ -114,6 +114,19 @@ int mr_cuda_device_count(struct mr_errbuf *eb)
 	return 1;
 }
 
+/* Emulated device memory is host memory: the comm layer never stages it
+ * and NCCL cannot move it. */
+int mr_cuda_is_device_ptr(const void *p)
+{
+	(void)p;
+	return 0;
+}
+
+int mr_cuda_nccl_capable(void)
+{
+	return 0;
+}
+
 int mr_cuda_create(struct mr_cuda **out, int device, struct mr_errbuf *eb)
 {
 	struct mr_errbuf why = { { 0 }, { 0 } };

@@ -13,6 +13,7 @@
 
 #include "cpu/mr_pool.h"
 #include "data/mr_shard.h"
+#include "device/mr_device.h"
 #include "mr_gpt_worker.h"
 #include "mr_step.h"
 
@@ -135,6 +136,19 @@ Test(gpt_worker, bad_configs_name_the_field)
 	expect_bad("{\"zero\":4}", "zero");
 	expect_bad("{\"sequence_parallel\":true}", "sequence_parallel");
 	expect_bad("{\"device\":\"gpu\"}", "device");
+	expect_bad("{\"precision\":\"fp16\"}", "precision");
+	expect_bad("{\"device\":\"cpu\",\"precision\":\"bf16\"}", "precision");
+	expect_bad("{\"comm_backend\":\"mpi\"}", "comm_backend");
+	{
+		/* where no GPU can be opened (or the build has no CUDA), create
+		 * fails naming the device, before any communication */
+		struct mr_dev d;
+		struct mr_errbuf eb = { "", "" };
+		if (mr_dev_open(&d, "cuda", 0, NULL, NULL, &eb) == 0)
+			mr_dev_close(&d);
+		else
+			expect_bad("{\"device\":\"cuda\"}", "device");
+	}
 }
 
 static void *abort_later(void *w)

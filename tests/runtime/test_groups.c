@@ -101,7 +101,7 @@ static void *rank_main(void *p)
 	env.kv = &c->kv;
 	env.host = "127.0.0.1";
 	env.host_id = "test-host";
-	rc = mr_groups_create(&g, &env, 0, 0, 20000, NULL, &eb);
+	rc = mr_groups_create(&g, &env, 0, 0, 20000, NULL, NULL, &eb);
 	if (rc < 0) {
 		c->fails[a->rank]++;
 		snprintf(c->why[a->rank], sizeof(c->why[a->rank]), "create: %.200s", eb.msg);

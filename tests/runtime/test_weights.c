@@ -71,12 +71,21 @@ Test(weights, bad_files_name_the_file)
 	cr_expect_eq(mr_weights_load(&a, p, &eb), MR_EINVAL);
 	cr_expect(strstr(eb.msg, p) != NULL, "%s", eb.msg);
 	mr_gpt_release(&a);
-	/* truncated */
+	/* truncated: refused, and the model keeps its parameters */
 	cr_assert_eq(truncate(p, 2000), 0);
 	mr_errbuf_clear(&eb);
 	cr_assert_eq(mr_gpt_create(&a, &moe, 1, 4, NULL, &eb), 0);
-	cr_expect_eq(mr_weights_load(&a, p, &eb), MR_ECORRUPT);
-	cr_expect(strstr(eb.msg, "truncated") != NULL, "%s", eb.msg);
+	cr_assert_eq(mr_gpt_init_params(&a, 7), 0);
+	{
+		float *before = malloc(a.nparams * sizeof(float));
+		cr_assert_not_null(before);
+		memcpy(before, a.params, a.nparams * sizeof(float));
+		cr_expect_eq(mr_weights_load(&a, p, &eb), MR_ECORRUPT);
+		cr_expect(strstr(eb.msg, "truncated") != NULL, "%s", eb.msg);
+		cr_expect(memcmp(before, a.params, a.nparams * sizeof(float)) == 0,
+			  "a truncated file changed the parameters");
+		free(before);
+	}
 	mr_gpt_release(&a);
 	unlink(p);
 }

@@ -1,0 +1,53 @@
+/*
+ * dev_comm.c - a device as the comm layer sees it (see mr_dev_comm.h):
+ * the device table's is_device, download, upload, alloc and free behind
+ * struct mr_comm_device's callbacks.
+ */
+#include <string.h>
+
+#include "device/mr_dev_comm.h"
+
+static int is_device(void *ctx, const void *p)
+{
+	struct mr_dev_comm *c = ctx;
+
+	return c->dev->ops->is_device(c->dev, p);
+}
+
+static int download(void *ctx, void *host, const void *dev, size_t bytes)
+{
+	struct mr_dev_comm *c = ctx;
+
+	return c->dev->ops->download(c->dev, host, dev, bytes);
+}
+
+static int upload(void *ctx, void *dev, const void *host, size_t bytes)
+{
+	struct mr_dev_comm *c = ctx;
+
+	return c->dev->ops->upload(c->dev, dev, host, bytes);
+}
+
+static void *alloc(void *ctx, size_t bytes)
+{
+	struct mr_dev_comm *c = ctx;
+
+	return mr_dev_alloc(c->dev, &c->mem, MR_MEM_WORKSPACE, bytes);
+}
+
+static void release(void *ctx, void *p, size_t bytes)
+{
+	struct mr_dev_comm *c = ctx;
+
+	mr_dev_free(c->dev, &c->mem, MR_MEM_WORKSPACE, p, bytes);
+}
+
+const struct mr_comm_device *mr_dev_comm_init(struct mr_dev_comm *c, struct mr_dev *d)
+{
+	memset(c, 0, sizeof(*c));
+	if (!d->ops->is_device)
+		return NULL;
+	c->dev = d;
+	c->cd = (struct mr_comm_device){ c, is_device, download, upload, alloc, release };
+	return &c->cd;
+}
