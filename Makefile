@@ -151,6 +151,49 @@ $(emul_dev_tests): $(BUILD)/tests/gpu-emul/%: tests/gpu/%.c tests/gpu/cuda_emul.
 		tests/gpu/cuda_emul.c runtime/device/cuda.c $(call obj,$(test_helpers)) $(LIBS) \
 		-lcriterion $(LDLIBS)
 
+# The whole stack on the emulated device: meshrun, meshrun-agent and
+# meshrun-controller under $(BUILD)/emul, linked with tests/gpu/cuda_emul.c
+# instead of the CUDA kernels, so `meshrun local` jobs with "device":
+# "cuda" run on any machine (the parity matrix on the emulated device,
+# tests/gpu-emul/test_parity_*). device.c is rebuilt with MR_HAVE_CUDA so
+# it opens the cuda backend in every build, sanitizers included.
+EMUL_DIR   := $(BUILD)/emul
+emul_link  := $(BUILD)/obj/emul/cuda_emul.o $(BUILD)/obj/emul/device_cuda.o \
+              $(BUILD)/obj/emul/device.o
+EMUL_BINS  := $(EMUL_DIR)/meshrun $(EMUL_DIR)/meshrun-agent $(EMUL_DIR)/meshrun-controller
+EMUL_LIBS  := $(filter-out $(CUDA_LIB),$(LIBS))
+
+$(BUILD)/obj/emul/cuda_emul.o: tests/gpu/cuda_emul.c | deps
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+$(BUILD)/obj/emul/device_cuda.o: runtime/device/cuda.c | deps
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+$(BUILD)/obj/emul/device.o: runtime/device/device.c | deps
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -DMR_HAVE_CUDA $(CFLAGS) -c -o $@ $<
+$(EMUL_DIR)/meshrun: $(call obj,cli/main.c) $(emul_link) $(EMUL_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $(CFLAGS) -o $@ $^ $(LDLIBS)
+$(EMUL_DIR)/meshrun-agent: $(call obj,agent/main.c) $(emul_link) $(EMUL_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $(CFLAGS) -o $@ $^ $(LDLIBS)
+$(EMUL_DIR)/meshrun-controller: $(call obj,controller/main.c) $(emul_link) $(EMUL_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+# tests/parity's matrix with the parallel runs on the emulated cuda device:
+# fp32 against the cpu single-rank run, bf16 against the emulated
+# single-rank bf16 run (the tolerances are in test_parity.c).
+emul_parity := $(BUILD)/tests/gpu-emul/test_parity_fp32 $(BUILD)/tests/gpu-emul/test_parity_bf16
+test_bins   += $(emul_parity)
+
+$(emul_parity): $(BUILD)/tests/gpu-emul/test_parity_%: tests/parity/test_parity.c \
+		$(call obj,$(test_helpers)) $(LIBS) $(EMUL_BINS) $(BINS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -DPARITY_EMUL_PRECISION='"$*"' -Itests/support $(CFLAGS) $(LDFLAGS) \
+		-o $@ $< $(call obj,$(test_helpers)) $(LIBS) -lcriterion $(LDLIBS)
+
 .PHONY: test-gpu
 ifeq ($(CUDA_ON),1)
 test-gpu: $(gpu_test_bins)

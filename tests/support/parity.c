@@ -32,7 +32,7 @@ static double max_abs(const float *a, size_t n)
 	return m;
 }
 
-int mr_parity_tensor(const struct mr_gpt_tensor *t, const float *a, const float *b,
+int mr_parity_tensor(const struct mr_gpt_tensor *t, const float *a, const float *b, double tol,
 		     char *why, size_t cap)
 {
 	size_t C = t->n / 3;
@@ -40,17 +40,17 @@ int mr_parity_tensor(const struct mr_gpt_tensor *t, const float *a, const float 
 
 	if (!strstr(t->name, "attn.qkv.b")) {
 		e = rel_l2(a, b, t->n);
-		if (e <= MR_PARITY_WEIGHT_TOL)
+		if (e <= tol)
 			return 0;
 		snprintf(why, cap, "tensor %s differs by %.3g (rel L2)", t->name, e);
 		return 1;
 	}
 	e = rel_l2(a, b, C) + rel_l2(a + 2 * C, b + 2 * C, C);
-	if (e > MR_PARITY_WEIGHT_TOL) {
+	if (e > tol) {
 		snprintf(why, cap, "q/v biases of %s differ by %.3g (rel L2)", t->name, e);
 		return 1;
 	}
-	if (max_abs(a + C, C) > 1e-4 || max_abs(b + C, C) > 1e-4) {
+	if (max_abs(a + C, C) > tol || max_abs(b + C, C) > tol) {
 		snprintf(why, cap, "key bias of %s moved (%.3g, reference %.3g)", t->name,
 			 max_abs(a + C, C), max_abs(b + C, C));
 		return 1;

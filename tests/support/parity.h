@@ -23,9 +23,11 @@
 
 #define MR_PARITY_WEIGHT_TOL 1e-4
 
-/* 0 when tensor t of a (parallel) matches b (single rank); otherwise 1
- * with a message naming the tensor and the error in why. */
-int mr_parity_tensor(const struct mr_gpt_tensor *t, const float *a, const float *b,
+/* 0 when tensor t of a (parallel) matches b (single rank) within relative
+ * L2 tol (MR_PARITY_WEIGHT_TOL for fp32 runs; the key bias must stay below
+ * tol in magnitude); otherwise 1 with a message naming the tensor and the
+ * error in why. */
+int mr_parity_tensor(const struct mr_gpt_tensor *t, const float *a, const float *b, double tol,
 		     char *why, size_t cap);
 
 #endif
