@@ -107,7 +107,8 @@ cuda_src   := $(sort $(wildcard runtime/cuda/*.cu))
 CUDA_LIB   := $(BUILD)/libmeshrun_cuda.a
 CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
                -lcublasLt -lcublas -lcudart -lstdc++
-gpu_test_bins := $(patsubst tests/%.c,$(BUILD)/tests/%,$(sort $(wildcard tests/gpu/test_*.c)))
+gpu_test_bins := $(patsubst tests/%.c,$(BUILD)/tests/%,$(filter-out tests/gpu/test_cuda_emul.c,\
+                 $(sort $(wildcard tests/gpu/test_*.c))))
 ifeq ($(CUDA_ON),1)
 test_bins  += $(gpu_test_bins)
 endif
@@ -157,8 +158,11 @@ $(EMUL_TEST): tests/gpu/test_cuda_gpt.c tests/gpu/cuda_emul.c $(emul_objs) $(LIB
 # mr_cuda.h too: test_device_cuda (every table op, cuda vs cpu) and
 # test_cuda_model (the model trained on cuda vs cpu) are built a second
 # time against the emulation, with -DMR_CUDA_EMUL (tight tolerances), in
-# every build - with or without CUDA, sanitizers included.
-emul_dev_tests := $(BUILD)/tests/gpu-emul/test_device_cuda $(BUILD)/tests/gpu-emul/test_cuda_model
+# every build - with or without CUDA, sanitizers included. test_cuda_emul
+# checks the emulation itself (its tagged device pointers fault on host
+# access) and exists only here.
+emul_dev_tests := $(BUILD)/tests/gpu-emul/test_device_cuda $(BUILD)/tests/gpu-emul/test_cuda_model \
+                  $(BUILD)/tests/gpu-emul/test_cuda_emul
 test_bins  += $(emul_dev_tests)
 
 $(emul_dev_tests): $(BUILD)/tests/gpu-emul/%: tests/gpu/%.c tests/gpu/cuda_emul.c \
