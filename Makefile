@@ -107,7 +107,9 @@ cuda_src   := $(sort $(wildcard runtime/cuda/*.cu))
 CUDA_LIB   := $(BUILD)/libmeshrun_cuda.a
 CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
                -lcublasLt -lcublas -lcudart -lstdc++
-gpu_test_bins := $(patsubst tests/%.c,$(BUILD)/tests/%,$(filter-out tests/gpu/test_cuda_emul.c,\
+# tests/gpu files that only make sense against the emulation (below)
+emul_only  := tests/gpu/test_cuda_emul.c tests/gpu/test_cuda_tp.c
+gpu_test_bins := $(patsubst tests/%.c,$(BUILD)/tests/%,$(filter-out $(emul_only),\
                  $(sort $(wildcard tests/gpu/test_*.c))))
 ifeq ($(CUDA_ON),1)
 test_bins  += $(gpu_test_bins)
@@ -158,11 +160,12 @@ $(EMUL_TEST): tests/gpu/test_cuda_gpt.c tests/gpu/cuda_emul.c $(emul_objs) $(LIB
 # mr_cuda.h too: test_device_cuda (every table op, cuda vs cpu) and
 # test_cuda_model (the model trained on cuda vs cpu) are built a second
 # time against the emulation, with -DMR_CUDA_EMUL (tight tolerances), in
-# every build - with or without CUDA, sanitizers included. test_cuda_emul
-# checks the emulation itself (its tagged device pointers fault on host
-# access) and exists only here.
+# every build - with or without CUDA, sanitizers included. The emul_only
+# ones exist only here: test_cuda_emul checks the emulation itself (its
+# tagged device pointers fault on host access), test_cuda_tp runs tp ranks
+# on several emulated GPUs and reads the tag to tell device pointers.
 emul_dev_tests := $(BUILD)/tests/gpu-emul/test_device_cuda $(BUILD)/tests/gpu-emul/test_cuda_model \
-                  $(BUILD)/tests/gpu-emul/test_cuda_emul
+                  $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu-emul/%,$(emul_only))
 test_bins  += $(emul_dev_tests)
 
 $(emul_dev_tests): $(BUILD)/tests/gpu-emul/%: tests/gpu/%.c tests/gpu/cuda_emul.c \
