@@ -415,6 +415,7 @@ static void twins_release(struct mr_dev *cpu, struct mr_dev *gpu, struct mr_gpt 
  * into a cpu model). */
 // KNOWN HOST ACCESS: mr_weights_write_buf:79 (runtime/model/weights.c) -
 // fwrite of m->params, device memory, via mr_weights_write:58
+// cppcheck-suppress unknownMacro
 Test(cuda_model, weights_file_written_from_device, .disabled = true)
 {
 	const char *p = "/tmp/mr-test-cuda-weights-w.bin";
@@ -437,6 +438,7 @@ Test(cuda_model, weights_file_written_from_device, .disabled = true)
 /* A weights file loaded into a cuda model lands in its device memory. */
 // KNOWN HOST ACCESS: mr_weights_load:140 (runtime/model/weights.c) -
 // fread into m->params, device memory
+// cppcheck-suppress unknownMacro
 Test(cuda_model, weights_file_loaded_into_device, .disabled = true)
 {
 	const char *p = "/tmp/mr-test-cuda-weights-r.bin";
@@ -462,6 +464,7 @@ Test(cuda_model, weights_file_loaded_into_device, .disabled = true)
  * mr_gpt_gather_full), for a model on the cuda device. */
 // KNOWN HOST ACCESS: mr_gpt_tensor_slice:145 (runtime/model/gpt_table.c) -
 // memcpy from `local` = m->params, device memory, via mr_gpt_gather_full:334
+// cppcheck-suppress unknownMacro
 Test(cuda_model, gather_full_of_device_params, .disabled = true)
 {
 	struct mr_dev cpu, gpu;
