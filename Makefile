@@ -108,7 +108,7 @@ CUDA_LIB   := $(BUILD)/libmeshrun_cuda.a
 CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
                -lcublasLt -lcublas -lcudart -lstdc++
 # tests/gpu files that only make sense against the emulation (below)
-emul_only  := tests/gpu/test_cuda_emul.c tests/gpu/test_cuda_tp.c
+emul_only  := tests/gpu/test_cuda_emul.c tests/gpu/test_cuda_parallel.c
 gpu_test_bins := $(patsubst tests/%.c,$(BUILD)/tests/%,$(filter-out $(emul_only),\
                  $(sort $(wildcard tests/gpu/test_*.c))))
 ifeq ($(CUDA_ON),1)
@@ -162,7 +162,7 @@ $(EMUL_TEST): tests/gpu/test_cuda_gpt.c tests/gpu/cuda_emul.c $(emul_objs) $(LIB
 # time against the emulation, with -DMR_CUDA_EMUL (tight tolerances), in
 # every build - with or without CUDA, sanitizers included. The emul_only
 # ones exist only here: test_cuda_emul checks the emulation itself (its
-# tagged device pointers fault on host access), test_cuda_tp runs tp ranks
+# tagged device pointers fault on host access), test_cuda_parallel runs ranks
 # on several emulated GPUs and reads the tag to tell device pointers.
 emul_dev_tests := $(BUILD)/tests/gpu-emul/test_device_cuda $(BUILD)/tests/gpu-emul/test_cuda_model \
                   $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu-emul/%,$(emul_only))

@@ -1,16 +1,20 @@
 /*
- * test_cuda_tp.c - tensor (and sequence) parallelism on the cuda device:
- * tp ranks as threads, rank r on emulated GPU r (MR_CUDA_EMUL_DEVICES),
- * host communicators that stage device buffers through the device's
- * download/upload (mr_comm_set_device), the step driver, against the
- * single-rank model on the cpu device (tests/runtime/test_tp.c's checks:
- * loss rel 1e-5 every step, weights per tensor by tests/support/parity.h).
+ * test_cuda_parallel.c - tensor (and sequence) parallelism and data
+ * parallelism (DDP, ZeRO-1/2/3) on the cuda device: ranks as threads,
+ * rank r on emulated GPU r (MR_CUDA_EMUL_DEVICES), host communicators
+ * that stage device buffers through the device's download/upload
+ * (mr_comm_set_device), the step driver, against the single-rank model on
+ * the cpu device (the checks of tests/runtime/test_tp.c and
+ * tests/parallel/test_dp.c: loss rel 1e-5 every step, weights per tensor
+ * by tests/support/parity.h). The single-rank reference of a dp run
+ * accumulates the dp ranks' micro-batches.
  *
- * What it is for: the tp layers (parallel/tp.c), the model's tp paths and
- * the comm staging run with device memory that faults on any host access
- * (tests/gpu/cuda_emul.c), so host code touching device memory in any of
- * them crashes here. fp32 (an emulated fp32 op is the cpu's own twin:
- * only the order of the cross-rank sums differs, as in test_tp).
+ * What it is for: the tp layers (parallel/tp.c), the model's tp paths,
+ * data parallelism (parallel/dp*.c) and the comm staging run with device
+ * memory that faults on any host access (tests/gpu/cuda_emul.c), so host
+ * code touching device memory in any of them crashes here. fp32 (an
+ * emulated fp32 op is the cpu's own twin: only the order of the sums
+ * across ranks differs, as in test_tp and test_dp).
  *
  * Emulation only (Makefile): which pointer is a device pointer is read
  * from the emulation's tag, the comm layer's is_device for this device.
@@ -33,7 +37,7 @@
 
 struct run {
 	const struct mr_gpt_config *cfg;
-	int tp, sp;
+	int tp, sp, dp, zero; /* ranks: tp x dp (one of them 1) */
 	float loss[STEPS];
 	float *params; /* full layout (single-rank table order), tp rank 0 */
 	size_t nparams;
@@ -66,30 +70,40 @@ static int upload(void *ctx, void *dev, const void *host, size_t bytes)
 
 /* ---- one rank -------------------------------------------------------------- */
 
-/* Trains STEPS steps on d placed at tp rank `rank` of tpc (NULL: one
- * rank); tp rank 0 keeps the losses and the gathered weights in r. */
-static int train(struct run *r, struct mr_dev *d, struct mr_comm *tpc)
+/* Trains STEPS steps on d as rank `rank` of world (NULL: one rank, which
+ * runs the dp micro-batches of a step with accumulation); rank 0 keeps
+ * the losses and the gathered weights in r. */
+static int train(struct run *r, struct mr_dev *d, struct mr_comm *world)
 {
 	struct mr_errbuf eb = { "", "" };
+	struct mr_dp_config dc = { r->zero, 0, 1 };
+	struct mr_dp_comms dpc = { world, NULL, world };
 	struct mr_place where;
 	struct mr_step_result res;
 	struct mr_step st;
 	struct mr_gpt m;
-	int in[B * T], tg[B * T], s, rc, rank = tpc ? mr_comm_rank(tpc) : 0;
+	int rank = world ? mr_comm_rank(world) : 0, accum = world ? 1 : r->dp, s, j, rc;
+	int dpr = r->dp > 1 ? rank : 0; /* this rank's index on dp (tp ranks share data) */
+	int in[4 * B * T], tg[4 * B * T];
 	float *local = NULL, *full = NULL;
 
-	mr_place_tp(&where, r->tp, rank, tpc, r->sp);
-	if ((rc = mr_gpt_create_on(&m, r->cfg, B, T, d, &where, 0, &eb)) < 0) {
+	mr_place_tp(&where, r->tp, r->tp > 1 ? rank : 0, r->tp > 1 ? world : NULL, r->sp);
+	if ((rc = mr_gpt_create_on(&m, r->cfg, B, T, d, &where, mr_dp_model_flags(r->zero),
+				   &eb)) < 0) {
 		fprintf(stderr, "rank %d: create: %s\n", rank, eb.msg);
 		return rc;
 	}
-	if ((rc = mr_step_init(&st, &m, &ocfg, NULL, NULL, SEED, &eb)) < 0) {
+	rc = mr_step_init(&st, &m, &ocfg, &dc, world && r->dp > 1 ? &dpc : NULL, SEED, &eb);
+	if (rc < 0) {
 		fprintf(stderr, "rank %d: step init: %s\n", rank, eb.msg);
 		goto out_model;
 	}
 	for (s = 0; s < STEPS && rc == 0; s++) {
-		mr_synth_batch(SEED, 0, (uint64_t)s * B, r->cfg->vocab, B, T, in, tg);
-		rc = mr_step_run(&st, in, tg, 1, &res, &eb);
+		/* micro-batch s*dp + k is dp rank k's, or the k-th accumulated */
+		for (j = 0; j < accum; j++)
+			mr_synth_batch(SEED, 0, ((uint64_t)s * r->dp + (world ? dpr : j)) * B,
+				       r->cfg->vocab, B, T, in + j * B * T, tg + j * B * T);
+		rc = mr_step_run(&st, in, tg, accum, &res, &eb);
 		if (rc < 0)
 			fprintf(stderr, "rank %d step %d: %s\n", rank, s, eb.msg);
 		else if (rank == 0)
@@ -116,7 +130,7 @@ out_model:
 	return rc;
 }
 
-static int tp_rank_fn(struct mr_comm *world, void *arg)
+static int parallel_rank(struct mr_comm *world, void *arg)
 {
 	struct mr_errbuf eb = { "", "" };
 	struct mr_comm_device cd = { NULL, is_device, download, upload, NULL, NULL };
@@ -134,27 +148,29 @@ static int tp_rank_fn(struct mr_comm *world, void *arg)
 	return rc;
 }
 
-static void check_parity(const struct mr_gpt_config *cfg, int tp, int sp)
+static void check_parity(const struct mr_gpt_config *cfg, int tp, int sp, int dp, int zero)
 {
-	struct run ref = { cfg, 1, 0, { 0 }, NULL, 0 };
-	struct run par = { cfg, tp, sp, { 0 }, NULL, 0 };
+	struct run ref = { cfg, 1, 0, dp, 0, { 0 }, NULL, 0 };
+	struct run par = { cfg, tp, sp, dp, zero, { 0 }, NULL, 0 };
 	struct mr_errbuf eb = { "", "" };
 	struct mr_dev cpu;
 	struct mr_gpt shape;
 	char devices[8];
 	int s, i;
 
+	cr_assert(tp == 1 || dp == 1);
 	cr_assert_eq(mr_dev_open(&cpu, "cpu", 0, NULL, NULL, &eb), 0, "%s", eb.msg);
 	cr_assert_eq(train(&ref, &cpu, NULL), 0);
 	mr_dev_close(&cpu);
-	snprintf(devices, sizeof(devices), "%d", tp);
+	snprintf(devices, sizeof(devices), "%d", tp * dp);
 	setenv("MR_CUDA_EMUL_DEVICES", devices, 1);
-	cr_assert_eq(run_threads(tp, HOSTS_SAME, tp_rank_fn, &par), 0);
+	cr_assert_eq(run_threads(tp * dp, HOSTS_SAME, parallel_rank, &par), 0);
 	unsetenv("MR_CUDA_EMUL_DEVICES");
 	cr_assert_eq(par.nparams, ref.nparams);
 	for (s = 0; s < STEPS; s++)
 		cr_expect(fabsf(par.loss[s] - ref.loss[s]) <= 1e-5f * fabsf(ref.loss[s]),
-			  "tp%d sp%d step %d: loss %.8f vs single rank %.8f", tp, sp, s,
+			  "tp%d sp%d dp%d zero %d step %d: loss %.8f vs single rank %.8f", tp, sp,
+			  dp, zero, s,
 			  (double)par.loss[s], (double)ref.loss[s]);
 	cr_expect(ref.loss[STEPS - 1] < ref.loss[0], "the reference run must learn");
 	cr_assert_eq(mr_gpt_create(&shape, cfg, 1, 1, NULL, &eb), 0, "%s", eb.msg);
@@ -162,7 +178,7 @@ static void check_parity(const struct mr_gpt_config *cfg, int tp, int sp)
 		const struct mr_gpt_tensor *t = &shape.tensors[i];
 		char why[160];
 		cr_expect(!mr_parity_tensor(t, par.params + t->off, ref.params + t->off, why,
-					    sizeof(why)), "tp%d sp%d: %s", tp, sp, why);
+					    sizeof(why)), "tp%d sp%d dp%d zero %d: %s", tp, sp, dp, zero, why);
 	}
 	mr_gpt_release(&shape);
 	free(ref.params);
@@ -176,7 +192,12 @@ static const struct mr_gpt_config moe = { 64, 16, 2, 128, 4, 2, 4, 2, 0.75f, 0.0
 /* a vocabulary tp does not divide: padded rows */
 static const struct mr_gpt_config dense_v65 = { 65, 16, 2, 128, 4, 0, 0, 0, 0.0f, 0.0f };
 
-Test(cuda_tp, dense_tp2) { check_parity(&dense, 2, 0); }
-Test(cuda_tp, dense_tp2_sp) { check_parity(&dense, 2, 1); }
-Test(cuda_tp, moe_tp2_sp) { check_parity(&moe, 2, 1); }
-Test(cuda_tp, padded_vocab_tp2) { check_parity(&dense_v65, 2, 0); }
+Test(cuda_parallel, dense_tp2) { check_parity(&dense, 2, 0, 1, 0); }
+Test(cuda_parallel, dense_tp2_sp) { check_parity(&dense, 2, 1, 1, 0); }
+Test(cuda_parallel, moe_tp2_sp) { check_parity(&moe, 2, 1, 1, 0); }
+Test(cuda_parallel, padded_vocab_tp2) { check_parity(&dense_v65, 2, 0, 1, 0); }
+Test(cuda_parallel, ddp2) { check_parity(&dense, 1, 0, 2, 0); }
+Test(cuda_parallel, zero1_dp2) { check_parity(&dense, 1, 0, 2, 1); }
+Test(cuda_parallel, zero2_dp2) { check_parity(&dense, 1, 0, 2, 2); }
+Test(cuda_parallel, zero3_dp2) { check_parity(&dense, 1, 0, 2, 3); }
+Test(cuda_parallel, moe_zero3_dp2) { check_parity(&moe, 1, 0, 2, 3); }
