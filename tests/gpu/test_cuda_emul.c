@@ -204,6 +204,7 @@ Test(cuda_emul, device_count_and_pointers_of_another_device)
 	struct two t;
 	void *p0 = NULL, *p3 = NULL;
 
+	unsetenv("MR_CUDA_EMUL_DEVICES");
 	cr_assert_eq(mr_cuda_device_count(&eb), 1, "one device by default");
 	setenv("MR_CUDA_EMUL_DEVICES", "4", 1);
 	cr_assert_eq(mr_cuda_device_count(&eb), 4);
