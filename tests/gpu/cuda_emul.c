@@ -8,23 +8,24 @@
  * Memory: "device" memory is host memory (filled with 0xff bytes on
  * allocation, so a buffer used before it is written gives NaNs as garbage
  * would), but the host cannot reach it by accident. mr_cuda_alloc returns
- * a TAGGED pointer: the malloc'd address with bit 62 set and the device
- * index in bits 56..61. No x86-64 or arm64 user address has those bits
- * (user space ends below 2^56 even with 5-level paging), so the pointer
- * is non-canonical and any direct read or write of it by host code
- * faults (SIGSEGV; under ASan, a SEGV report with the backtrace) - as it
- * would on a real GPU, where device memory is not host memory. Host code
- * must go through mr_cuda_upload/download (the device table's
- * upload/download). Pointer arithmetic (p + offset) keeps the tag, so
- * tensor views into one allocation work as on the device. Every entry
- * below takes the tag off each device-pointer argument before touching
- * memory (D(), once per argument, pointers inside argument structs
- * included); D() aborts with the entry's name when given a pointer that
- * is not a device pointer of the context's device (a host pointer where
- * mr_cuda.h wants a device one, or another device's memory), which a
- * real GPU would answer with an illegal-address error. Arguments named
- * *_host, struct mr_moe_shape and the option structs are host memory and
- * used as they are.
+ * a TAGGED pointer: the malloc'd address with bit 62 set (the mark), the
+ * device index in bits 56..61, and bit 55. No user address has those
+ * bits, and no such pointer can be dereferenced: on x86-64 it is
+ * non-canonical; on arm64, whose top-byte-ignore would let bits 56..63
+ * through, bit 55 puts it in the kernel's half. Any direct read or write
+ * of it by host code faults (SIGSEGV; under ASan, a SEGV report with the
+ * backtrace) - as it would on a real GPU, where device memory is not
+ * host memory. Host code must go through mr_cuda_upload/download (the
+ * device table's upload/download). Pointer arithmetic (p + offset) keeps
+ * the tag, so tensor views into one allocation work as on the device.
+ * Every entry below takes the tag off each device-pointer argument before
+ * touching memory (D(), once per argument, pointers inside argument
+ * structs included); D() aborts with the entry's name when given a
+ * pointer that is not a device pointer of the context's device (a host
+ * pointer where mr_cuda.h wants a device one, or another device's
+ * memory), which a real GPU would answer with an illegal-address error.
+ * Arguments named *_host, struct mr_moe_shape and the option structs are
+ * host memory and used as they are.
  *
  * Devices: one by default; MR_CUDA_EMUL_DEVICES=N (1..64) reports N, so
  * that ranks of one job can open device local_rank;
@@ -59,8 +60,10 @@
 
 #define EMUL_BLOCK 16 /* attention block sizes of the CPU twin */
 
-/* The tag of a device pointer (see the header). */
+/* The tag of a device pointer (see the header): the mark, the bit that
+ * faults on arm64 too, the device index. */
 #define TAG_BIT ((uintptr_t)1 << 62)
+#define HALF_BIT ((uintptr_t)1 << 55)
 #define DEV_SHIFT 56
 #define DEV_MASK ((uintptr_t)63 << DEV_SHIFT)
 #define MAX_DEVICES 64
@@ -92,7 +95,7 @@ static void *xcalloc(size_t n, size_t size)
 /* The device pointer of cu's device for host address p. */
 static void *tag(const struct mr_cuda *cu, void *p)
 {
-	return (void *)((uintptr_t)p | TAG_BIT | (uintptr_t)cu->device << DEV_SHIFT);
+	return (void *)((uintptr_t)p | TAG_BIT | HALF_BIT | (uintptr_t)cu->device << DEV_SHIFT);
 }
 
 /* The host address behind device pointer p of cu's device (NULL stays
@@ -103,13 +106,14 @@ static void *untag(const struct mr_cuda *cu, const void *p, const char *fn)
 
 	if (!p)
 		return NULL;
-	if (!(u & TAG_BIT) || (int)((u & DEV_MASK) >> DEV_SHIFT) != cu->device) {
+	if (!(u & TAG_BIT) || !(u & HALF_BIT) ||
+	    (int)((u & DEV_MASK) >> DEV_SHIFT) != cu->device) {
 		fprintf(stderr,
 			"cuda_emul: %s: %p is not a device pointer of device %d (%s)\n", fn, p,
 			cu->device, u & TAG_BIT ? "another device's" : "host memory");
 		abort();
 	}
-	return (void *)(u & ~(TAG_BIT | DEV_MASK));
+	return (void *)(u & ~(TAG_BIT | HALF_BIT | DEV_MASK));
 }
 
 /* Inside an entry (its context is `cu`): the host address of device

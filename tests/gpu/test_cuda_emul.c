@@ -84,6 +84,7 @@ Test(cuda_emul, device_pointers_are_tagged_and_move_through_copies)
 	cr_assert((uintptr_t)d & TAG_BIT, "%p carries no tag", (void *)d);
 	cr_assert((uintptr_t)(d + 17) & TAG_BIT, "arithmetic lost the tag");
 	cr_assert_gt((uintptr_t)d >> 56, 0, "%p could be a host address", (void *)d);
+	cr_assert((uintptr_t)d & (uintptr_t)1 << 55, "%p would not fault on arm64", (void *)d);
 	/* whole, then at offsets: views into an allocation are p + off */
 	cr_assert_eq(mr_cuda_upload(cu, d, h, n * sizeof(float)), 0);
 	cr_assert_eq(mr_cuda_download(cu, back, d, n * sizeof(float)), 0);

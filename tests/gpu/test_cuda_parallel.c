@@ -51,7 +51,7 @@ static const struct mr_adamw_config ocfg = { 3e-3f, 0.1f, 2, STEPS, 0.9f, 0.95f,
 static int is_device(void *ctx, const void *p)
 {
 	(void)ctx;
-	return ((uintptr_t)p >> 62 & 1) != 0; /* the emulation's tag */
+	return ((uintptr_t)p >> 62 & 1) != 0; /* the emulation's mark */
 }
 
 static int download(void *ctx, void *host, const void *dev, size_t bytes)
