@@ -906,7 +906,8 @@ int mr_cuda_moe_route(struct mr_cuda *cu, const struct mr_moe_shape *s, float *p
 		      float *gate, int *slot, int *count, int *routed, const void *x,
 		      const void *routerw, int *count_host, float *aux_host, int *dropped_host)
 {
-	float *fx = ld(cu, D(x), (size_t)s->N * s->C), *fw = ld(cu, D(routerw), (size_t)s->E * s->C);
+	float *fx = ld(cu, D(x), (size_t)s->N * s->C);
+	float *fw = ld(cu, D(routerw), (size_t)s->E * s->C);
 	struct mr_moe_acts a = moe_view(D(probs), D(topi), D(gate), D(slot), D(count), D(routed));
 
 	mr_matmul_fwd(NULL, a.probs, fx, fw, NULL, s->N, s->C, s->E);
