@@ -107,7 +107,10 @@ cuda_src   := $(sort $(wildcard runtime/cuda/*.cu))
 CUDA_LIB   := $(BUILD)/libmeshrun_cuda.a
 CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
                -lcublasLt -lcublas -lcudart -lstdc++
-gpu_test_bins := $(patsubst tests/%.c,$(BUILD)/tests/%,$(sort $(wildcard tests/gpu/test_*.c)))
+# tests/gpu files that only make sense against the emulation (below)
+emul_only  := tests/gpu/test_cuda_emul.c tests/gpu/test_cuda_parallel.c
+gpu_test_bins := $(patsubst tests/%.c,$(BUILD)/tests/%,$(filter-out $(emul_only),\
+                 $(sort $(wildcard tests/gpu/test_*.c))))
 ifeq ($(CUDA_ON),1)
 test_bins  += $(gpu_test_bins)
 endif
@@ -140,8 +143,12 @@ $(BUILD)/tests/gpu/%: tests/gpu/%.c $(CUDA_LIB) $(call obj,$(test_helpers)) $(LI
 # twins (bf16 rounding where the device rounds): test_device_cuda (every table op, cuda vs cpu) and
 # test_cuda_model (the model trained on cuda vs cpu) are built a second
 # time against the emulation, with -DMR_CUDA_EMUL (tight tolerances), in
-# every build - with or without CUDA, sanitizers included.
-emul_dev_tests := $(BUILD)/tests/gpu-emul/test_device_cuda $(BUILD)/tests/gpu-emul/test_cuda_model
+# every build - with or without CUDA, sanitizers included. The emul_only
+# ones exist only here: test_cuda_emul checks the emulation itself (its
+# tagged device pointers fault on host access), test_cuda_parallel runs ranks
+# on several emulated GPUs and reads the tag to tell device pointers.
+emul_dev_tests := $(BUILD)/tests/gpu-emul/test_device_cuda $(BUILD)/tests/gpu-emul/test_cuda_model \
+                  $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu-emul/%,$(emul_only))
 test_bins  += $(emul_dev_tests)
 
 $(emul_dev_tests): $(BUILD)/tests/gpu-emul/%: tests/gpu/%.c tests/gpu/cuda_emul.c \

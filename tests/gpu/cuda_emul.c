@@ -5,23 +5,48 @@
  * GPU: link it instead of libmeshrun_cuda.a (the Makefile's gpu-emul
  * tests do).
  *
- * "Device" memory is host memory (filled with 0xff bytes on allocation,
- * so a buffer used before it is written gives NaNs as garbage would).
- * Every kernel is its CPU twin (kernels/, optim/, model/moe.c) run on
- * fp32 copies of its inputs, its outputs stored back in the context's
- * activation type - bf16: rounded to nearest even once, where the device
- * rounds; fp32: as they are - with the = / += rule mr_cuda.h documents
- * for each argument. So an emulated run has the device's rounding points
- * but the CPU's summation order: what it checks is the orchestration
- * (offsets, layouts, call order, accumulation, the optimizer step), not
- * the CUDA kernels (those are tests/gpu/test_cuda_kernels.c and
- * test_cuda_attention.c on a GPU). With fp32 activations an emulated op
- * computes exactly what the cpu device computes.
+ * Memory: "device" memory is host memory (filled with 0xff bytes on
+ * allocation, so a buffer used before it is written gives NaNs as garbage
+ * would), but the host cannot reach it by accident. mr_cuda_alloc returns
+ * a TAGGED pointer: the malloc'd address with bit 62 set (the mark), the
+ * device index in bits 56..61, and bit 55. No user address has those
+ * bits, and no such pointer can be dereferenced: on x86-64 it is
+ * non-canonical; on arm64, whose top-byte-ignore would let bits 56..63
+ * through, bit 55 puts it in the kernel's half. Any direct read or write
+ * of it by host code faults (SIGSEGV; under ASan, a SEGV report with the
+ * backtrace) - as it would on a real GPU, where device memory is not
+ * host memory. Host code must go through mr_cuda_upload/download (the
+ * device table's upload/download). Pointer arithmetic (p + offset) keeps
+ * the tag, so tensor views into one allocation work as on the device.
+ * Every entry below takes the tag off each device-pointer argument before
+ * touching memory (D(), once per argument, pointers inside argument
+ * structs included); D() aborts with the entry's name when given a
+ * pointer that is not a device pointer of the context's device (a host
+ * pointer where mr_cuda.h wants a device one, or another device's
+ * memory), which a real GPU would answer with an illegal-address error.
+ * Arguments named *_host, struct mr_moe_shape and the option structs are
+ * host memory and used as they are.
  *
- * MR_CUDA_EMUL_NODEV=1 makes it report no device.
+ * Devices: one by default; MR_CUDA_EMUL_DEVICES=N (1..64) reports N, so
+ * that ranks of one job can open device local_rank;
+ * MR_CUDA_EMUL_NODEV=1 reports none.
  *
- * Non-goals: speed, asynchrony.
+ * Kernels: every kernel is its CPU twin (kernels/, optim/, model/moe.c)
+ * run on fp32 copies of its inputs, its outputs stored back in the
+ * context's activation type - bf16: rounded to nearest even once, where
+ * the device rounds; fp32: as they are - with the = / += rule mr_cuda.h
+ * documents for each argument. So an emulated run has the device's
+ * rounding points but the CPU's summation order: what it checks is the
+ * orchestration (offsets, layouts, call order, accumulation, the
+ * optimizer step, which memory the host touches), not the CUDA kernels
+ * (those are tests/gpu/test_cuda_kernels.c and test_cuda_attention.c on
+ * a GPU). With fp32 activations an emulated op computes exactly what the
+ * cpu device computes.
+ *
+ * Non-goals: speed, asynchrony, bounds checks inside an allocation (ASan
+ * builds catch those on the untagged buffers).
  */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,8 +60,17 @@
 
 #define EMUL_BLOCK 16 /* attention block sizes of the CPU twin */
 
+/* The tag of a device pointer (see the header): the mark, the bit that
+ * faults on arm64 too, the device index. */
+#define TAG_BIT ((uintptr_t)1 << 62)
+#define HALF_BIT ((uintptr_t)1 << 55)
+#define DEV_SHIFT 56
+#define DEV_MASK ((uintptr_t)63 << DEV_SHIFT)
+#define MAX_DEVICES 64
+
 struct mr_cuda {
 	enum mr_cuda_dtype act;
+	int device;
 	char err[64];
 };
 
@@ -57,6 +91,34 @@ static void *xcalloc(size_t n, size_t size)
 		abort();
 	return p;
 }
+
+/* The device pointer of cu's device for host address p. */
+static void *tag(const struct mr_cuda *cu, void *p)
+{
+	return (void *)((uintptr_t)p | TAG_BIT | HALF_BIT | (uintptr_t)cu->device << DEV_SHIFT);
+}
+
+/* The host address behind device pointer p of cu's device (NULL stays
+ * NULL); aborts naming entry fn when p is not one. */
+static void *untag(const struct mr_cuda *cu, const void *p, const char *fn)
+{
+	uintptr_t u = (uintptr_t)p;
+
+	if (!p)
+		return NULL;
+	if (!(u & TAG_BIT) || !(u & HALF_BIT) ||
+	    (int)((u & DEV_MASK) >> DEV_SHIFT) != cu->device) {
+		fprintf(stderr,
+			"cuda_emul: %s: %p is not a device pointer of device %d (%s)\n", fn, p,
+			cu->device, u & TAG_BIT ? "another device's" : "host memory");
+		abort();
+	}
+	return (void *)(u & ~(TAG_BIT | HALF_BIT | DEV_MASK));
+}
+
+/* Inside an entry (its context is `cu`): the host address of device
+ * argument p. Once per argument: an untagged pointer is host memory. */
+#define D(p) untag(cu, (p), __func__)
 
 /* Bytes of one activation element. */
 static size_t esz(const struct mr_cuda *cu)
@@ -107,11 +169,24 @@ static void st(const struct mr_cuda *cu, void *dst, const float *f, size_t n)
 
 int mr_cuda_device_count(struct mr_errbuf *eb)
 {
+	const char *s = getenv("MR_CUDA_EMUL_DEVICES");
+	char *end;
+	long n;
+
 	if (getenv("MR_CUDA_EMUL_NODEV")) {
 		mr_errf(eb, MR_ENOTSUP, "no cuda device: emulation told so");
 		return 0;
 	}
-	return 1;
+	if (!s || !*s)
+		return 1;
+	errno = 0;
+	n = strtol(s, &end, 10);
+	if (errno || *end || n < 1 || n > MAX_DEVICES) {
+		mr_errf(eb, MR_ENOTSUP, "no cuda device: MR_CUDA_EMUL_DEVICES '%s' is not in 1..%d",
+			s, MAX_DEVICES);
+		return 0;
+	}
+	return (int)n;
 }
 
 /* Emulated device memory is host memory: the comm layer never stages it
@@ -137,7 +212,10 @@ int mr_cuda_create(struct mr_cuda **out, int device, struct mr_errbuf *eb)
 		return mr_errf(eb, MR_ENOTSUP, "cuda device '%d' not available (%d found%s%s)",
 			       device, n, why.msg[0] ? "; " : "", why.msg);
 	*out = calloc(1, sizeof(**out));
-	return *out ? 0 : MR_ENOMEM;
+	if (!*out)
+		return MR_ENOMEM;
+	(*out)->device = device;
+	return 0;
 }
 
 void mr_cuda_free(struct mr_cuda *cu)
@@ -174,75 +252,81 @@ void mr_cuda_disable_lt(struct mr_cuda *cu)
 
 int mr_cuda_alloc(struct mr_cuda *cu, void **p, size_t bytes)
 {
-	(void)cu;
-	*p = xalloc(bytes);
-	memset(*p, 0xff, bytes);
+	void *h = xalloc(bytes);
+
+	memset(h, 0xff, bytes);
+	*p = tag(cu, h);
 	return 0;
 }
 
 void mr_cuda_dfree(struct mr_cuda *cu, void *p)
 {
-	(void)cu;
-	free(p);
+	free(D(p));
 }
 
 int mr_cuda_memset0(struct mr_cuda *cu, void *p, size_t bytes)
 {
-	(void)cu;
-	memset(p, 0, bytes);
+	if (bytes)
+		memset(D(p), 0, bytes);
 	return 0;
 }
 
 int mr_cuda_upload(struct mr_cuda *cu, void *dst, const void *src_host, size_t bytes)
 {
-	(void)cu;
-	memcpy(dst, src_host, bytes);
+	if (bytes)
+		memcpy(D(dst), src_host, bytes);
 	return 0;
 }
 
 int mr_cuda_download(struct mr_cuda *cu, void *dst_host, const void *src, size_t bytes)
 {
-	(void)cu;
-	memcpy(dst_host, src, bytes);
+	if (bytes)
+		memcpy(dst_host, D(src), bytes);
 	return 0;
 }
 
 int mr_cuda_copy(struct mr_cuda *cu, void *dst, const void *src, size_t bytes)
 {
-	(void)cu;
 	if (dst != src && bytes)
-		memcpy(dst, src, bytes);
+		memcpy(D(dst), D(src), bytes);
 	return 0;
 }
 
 int mr_cuda_copy2d(struct mr_cuda *cu, void *dst, size_t dpitch, const void *src, size_t spitch,
 		   size_t width, size_t rows)
 {
+	char *d;
+	const char *s;
 	size_t r;
 
-	(void)cu;
+	if (!rows || !width)
+		return 0;
+	d = D(dst);
+	s = D(src);
 	for (r = 0; r < rows; r++)
-		memcpy((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+		memcpy(d + r * dpitch, s + r * spitch, width);
 	return 0;
 }
 
 int mr_cuda_f32_to_bf16(struct mr_cuda *cu, mr_bf16 *dst, const float *src, size_t n)
 {
+	mr_bf16 *d = D(dst);
+	const float *s = D(src);
 	size_t i;
 
-	(void)cu;
 	for (i = 0; i < n; i++)
-		dst[i] = mr_bf16_from_f32(src[i]);
+		d[i] = mr_bf16_from_f32(s[i]);
 	return 0;
 }
 
 int mr_cuda_bf16_to_f32(struct mr_cuda *cu, float *dst, const mr_bf16 *src, size_t n)
 {
+	float *d = D(dst);
+	const mr_bf16 *s = D(src);
 	size_t i;
 
-	(void)cu;
 	for (i = 0; i < n; i++)
-		dst[i] = mr_bf16_to_f32(src[i]);
+		d[i] = mr_bf16_to_f32(s[i]);
 	return 0;
 }
 
@@ -261,11 +345,11 @@ static float *ones_of(int N)
 int mr_cuda_matmul_fwd(struct mr_cuda *cu, void *out, const void *inp, const void *w,
 		       const void *bias, int N, int IC, int OC)
 {
-	float *fi = ld(cu, inp, (size_t)N * IC), *fw = ld(cu, w, (size_t)OC * IC);
-	float *fb = ld(cu, bias, (size_t)OC), *fo = xalloc(sizeof(float) * (size_t)N * OC);
+	float *fi = ld(cu, D(inp), (size_t)N * IC), *fw = ld(cu, D(w), (size_t)OC * IC);
+	float *fb = ld(cu, D(bias), (size_t)OC), *fo = xalloc(sizeof(float) * (size_t)N * OC);
 
 	mr_matmul_fwd(NULL, fo, fi, fw, fb, N, IC, OC);
-	st(cu, out, fo, (size_t)N * OC);
+	st(cu, D(out), fo, (size_t)N * OC);
 	free(fi);
 	free(fw);
 	free(fb);
@@ -277,15 +361,16 @@ int mr_cuda_matmul_bwd(struct mr_cuda *cu, void *dinp, float *dw, float *dbias,
 		       const void *dout, const void *inp, const void *w, int N, int IC, int OC,
 		       int accumulate_dinp)
 {
-	float *fd = ld(cu, dout, (size_t)N * OC), *fi = ld(cu, inp, (size_t)N * IC);
-	float *fw = ld(cu, w, (size_t)OC * IC), *ones = ones_of(N), *fdi = NULL;
+	float *fd = ld(cu, D(dout), (size_t)N * OC), *fi = ld(cu, D(inp), (size_t)N * IC);
+	float *fw = ld(cu, D(w), (size_t)OC * IC), *ones = ones_of(N), *fdi = NULL;
+	void *di = D(dinp);
 
-	if (dinp)
-		fdi = accumulate_dinp ? ld(cu, dinp, (size_t)N * IC)
+	if (di)
+		fdi = accumulate_dinp ? ld(cu, di, (size_t)N * IC)
 				      : xcalloc((size_t)N * IC, sizeof(float));
-	mr_matmul_bwd(NULL, fdi, dw, dbias, fd, fi, fw, N, IC, OC, accumulate_dinp, ones);
-	if (dinp)
-		st(cu, dinp, fdi, (size_t)N * IC);
+	mr_matmul_bwd(NULL, fdi, D(dw), D(dbias), fd, fi, fw, N, IC, OC, accumulate_dinp, ones);
+	if (di)
+		st(cu, di, fdi, (size_t)N * IC);
 	free(fd);
 	free(fi);
 	free(fw);
@@ -297,8 +382,7 @@ int mr_cuda_matmul_bwd(struct mr_cuda *cu, void *dinp, float *dw, float *dbias,
 int mr_cuda_matmul_fwd_f32(struct mr_cuda *cu, float *out, const float *inp, const float *w,
 			   const float *bias, int N, int IC, int OC)
 {
-	(void)cu;
-	mr_matmul_fwd(NULL, out, inp, w, bias, N, IC, OC);
+	mr_matmul_fwd(NULL, D(out), D(inp), D(w), D(bias), N, IC, OC);
 	return 0;
 }
 
@@ -308,16 +392,17 @@ int mr_cuda_encoder_fwd(struct mr_cuda *cu, void *out, const int *tok, const voi
 			const void *wpe, int B, int T, int C)
 {
 	size_t n = (size_t)B * T * C;
+	const int *tk = D(tok);
 	int V = 0, i;
 	float *fe, *fp, *fo = xalloc(sizeof(float) * n);
 
 	for (i = 0; i < B * T; i++) /* wte rows read: up to the largest token */
-		if (tok[i] + 1 > V)
-			V = tok[i] + 1;
-	fe = ld(cu, wte, (size_t)V * C);
-	fp = ld(cu, wpe, (size_t)T * C);
-	mr_encoder_fwd(NULL, fo, tok, fe, fp, B, T, C);
-	st(cu, out, fo, n);
+		if (tk[i] + 1 > V)
+			V = tk[i] + 1;
+	fe = ld(cu, D(wte), (size_t)V * C);
+	fp = ld(cu, D(wpe), (size_t)T * C);
+	mr_encoder_fwd(NULL, fo, tk, fe, fp, B, T, C);
+	st(cu, D(out), fo, n);
 	free(fe);
 	free(fp);
 	free(fo);
@@ -336,8 +421,8 @@ int mr_cuda_encoder_bwd(struct mr_cuda *cu, float *dwte, float *dwpe, const void
 				 tok_host[i]);
 			return MR_ERANGE;
 		}
-	fd = ld(cu, dout, (size_t)B * T * C);
-	mr_encoder_bwd(NULL, dwte, dwpe, fd, tok_host, B, T, C);
+	fd = ld(cu, D(dout), (size_t)B * T * C);
+	mr_encoder_bwd(NULL, D(dwte), D(dwpe), fd, tok_host, B, T, C);
 	free(fd);
 	return 0;
 }
@@ -345,12 +430,14 @@ int mr_cuda_encoder_bwd(struct mr_cuda *cu, float *dwte, float *dwpe, const void
 int mr_cuda_add_pos(struct mr_cuda *cu, void *out, const void *wpe, int n, int C, int period,
 		    int off)
 {
+	void *o_ = D(out);
+	const void *w = D(wpe);
 	int i, c;
 
 	for (i = 0; i < n; i++)
 		for (c = 0; c < C; c++) {
 			size_t o = (size_t)i * C + c, p = (size_t)(off + i % period) * C + c;
-			st1(cu, out, o, ld1(cu, out, o) + ld1(cu, wpe, p));
+			st1(cu, o_, o, ld1(cu, o_, o) + ld1(cu, w, p));
 		}
 	return 0;
 }
@@ -359,11 +446,11 @@ int mr_cuda_layernorm_fwd(struct mr_cuda *cu, void *out, float *mean, float *rst
 			  const void *inp, const void *w, const void *b, int N, int C)
 {
 	size_t n = (size_t)N * C;
-	float *fi = ld(cu, inp, n), *fw = ld(cu, w, (size_t)C), *fb = ld(cu, b, (size_t)C);
+	float *fi = ld(cu, D(inp), n), *fw = ld(cu, D(w), (size_t)C), *fb = ld(cu, D(b), (size_t)C);
 	float *fo = xalloc(sizeof(float) * n);
 
-	mr_layernorm_fwd(NULL, fo, mean, rstd, fi, fw, fb, N, C);
-	st(cu, out, fo, n);
+	mr_layernorm_fwd(NULL, fo, D(mean), D(rstd), fi, fw, fb, N, C);
+	st(cu, D(out), fo, n);
 	free(fi);
 	free(fw);
 	free(fb);
@@ -376,12 +463,13 @@ int mr_cuda_layernorm_bwd(struct mr_cuda *cu, void *dinp, float *dw, float *db, 
 			  int N, int C)
 {
 	size_t n = (size_t)N * C;
-	float *fdi = ld(cu, dinp, n), *fd = ld(cu, dout, n), *fi = ld(cu, inp, n);
-	float *fw = ld(cu, w, (size_t)C);
+	void *di = D(dinp);
+	float *fdi = ld(cu, di, n), *fd = ld(cu, D(dout), n), *fi = ld(cu, D(inp), n);
+	float *fw = ld(cu, D(w), (size_t)C);
 	float *ws = xalloc(sizeof(float) * (mr_layernorm_ws_floats(NULL, C) + 1));
 
-	mr_layernorm_bwd(NULL, fdi, dw, db, fd, fi, fw, mean, rstd, N, C, ws);
-	st(cu, dinp, fdi, n);
+	mr_layernorm_bwd(NULL, fdi, D(dw), D(db), fd, fi, fw, D(mean), D(rstd), N, C, ws);
+	st(cu, di, fdi, n);
 	free(fdi);
 	free(fd);
 	free(fi);
@@ -392,10 +480,10 @@ int mr_cuda_layernorm_bwd(struct mr_cuda *cu, void *dinp, float *dw, float *db, 
 
 int mr_cuda_gelu_fwd(struct mr_cuda *cu, void *out, const void *inp, size_t n)
 {
-	float *f = ld(cu, inp, n);
+	float *f = ld(cu, D(inp), n);
 
 	mr_gelu_fwd(NULL, f, f, n);
-	st(cu, out, f, n);
+	st(cu, D(out), f, n);
 	free(f);
 	return 0;
 }
@@ -403,10 +491,10 @@ int mr_cuda_gelu_fwd(struct mr_cuda *cu, void *out, const void *inp, size_t n)
 int mr_cuda_gelu_bwd(struct mr_cuda *cu, void *dinp, const void *inp, const void *dout,
 		     size_t n)
 {
-	float *fi = ld(cu, inp, n), *fd = ld(cu, dout, n);
+	float *fi = ld(cu, D(inp), n), *fd = ld(cu, D(dout), n);
 
 	mr_gelu_bwd(NULL, fd, fi, fd, n);
-	st(cu, dinp, fd, n);
+	st(cu, D(dinp), fd, n);
 	free(fi);
 	free(fd);
 	return 0;
@@ -414,10 +502,12 @@ int mr_cuda_gelu_bwd(struct mr_cuda *cu, void *dinp, const void *inp, const void
 
 int mr_cuda_residual_fwd(struct mr_cuda *cu, void *out, const void *a, const void *b, size_t n)
 {
+	void *o = D(out);
+	const void *x = D(a), *y = D(b);
 	size_t i;
 
 	for (i = 0; i < n; i++)
-		st1(cu, out, i, ld1(cu, a, i) + ld1(cu, b, i));
+		st1(cu, o, i, ld1(cu, x, i) + ld1(cu, y, i));
 	return 0;
 }
 
@@ -428,42 +518,46 @@ int mr_cuda_add_inplace(struct mr_cuda *cu, void *y, const void *x, size_t n)
 
 int mr_cuda_add_bias(struct mr_cuda *cu, void *rows, const void *bias, int n, int C)
 {
+	void *r = D(rows);
+	const void *b = D(bias);
 	int i, c;
 
 	for (i = 0; i < n; i++)
 		for (c = 0; c < C; c++) {
 			size_t o = (size_t)i * C + c;
-			st1(cu, rows, o, ld1(cu, rows, o) + ld1(cu, bias, (size_t)c));
+			st1(cu, r, o, ld1(cu, r, o) + ld1(cu, b, (size_t)c));
 		}
 	return 0;
 }
 
 int mr_cuda_fill_cols(struct mr_cuda *cu, void *x, int N, int V, int from, float value)
 {
+	void *h = D(x);
 	int i, v;
 
 	for (i = 0; i < N; i++)
 		for (v = from; v < V; v++)
-			st1(cu, x, (size_t)i * V + v, value);
+			st1(cu, h, (size_t)i * V + v, value);
 	return 0;
 }
 
 int mr_cuda_add_f32(struct mr_cuda *cu, float *y, const float *x, size_t n)
 {
+	float *hy = D(y);
+	const float *hx = D(x);
 	size_t i;
 
-	(void)cu;
 	for (i = 0; i < n; i++)
-		y[i] += x[i];
+		hy[i] += hx[i];
 	return 0;
 }
 
 int mr_cuda_crossentropy_fwd(struct mr_cuda *cu, float *losses, float *lse, const void *logits,
 			     const int *targets, int N, int V)
 {
-	float *f = ld(cu, logits, (size_t)N * V);
+	float *f = ld(cu, D(logits), (size_t)N * V);
 
-	mr_crossentropy_fwd(NULL, losses, lse, f, targets, N, V);
+	mr_crossentropy_fwd(NULL, D(losses), D(lse), f, D(targets), N, V);
 	free(f);
 	return 0;
 }
@@ -471,19 +565,20 @@ int mr_cuda_crossentropy_fwd(struct mr_cuda *cu, float *losses, float *lse, cons
 int mr_cuda_crossentropy_bwd_inplace(struct mr_cuda *cu, void *logits, const float *lse,
 				     const int *targets, int N, int V, float dscale)
 {
-	float *f = ld(cu, logits, (size_t)N * V);
+	void *h = D(logits);
+	float *f = ld(cu, h, (size_t)N * V);
 
-	mr_crossentropy_bwd_inplace(NULL, f, lse, targets, N, V, dscale);
-	st(cu, logits, f, (size_t)N * V);
+	mr_crossentropy_bwd_inplace(NULL, f, D(lse), D(targets), N, V, dscale);
+	st(cu, h, f, (size_t)N * V);
 	free(f);
 	return 0;
 }
 
 int mr_cuda_crossentropy_rowmax(struct mr_cuda *cu, float *mx, const void *logits, int N, int V)
 {
-	float *f = ld(cu, logits, (size_t)N * V);
+	float *f = ld(cu, D(logits), (size_t)N * V);
 
-	mr_crossentropy_rowmax(NULL, mx, f, N, V);
+	mr_crossentropy_rowmax(NULL, D(mx), f, N, V);
 	free(f);
 	return 0;
 }
@@ -491,9 +586,9 @@ int mr_cuda_crossentropy_rowmax(struct mr_cuda *cu, float *mx, const void *logit
 int mr_cuda_crossentropy_sumexp(struct mr_cuda *cu, float *sum, float *tlogit, const void *logits,
 				const float *mx, const int *targets, int N, int V)
 {
-	float *f = ld(cu, logits, (size_t)N * V);
+	float *f = ld(cu, D(logits), (size_t)N * V);
 
-	mr_crossentropy_sumexp(NULL, sum, tlogit, f, mx, targets, N, V);
+	mr_crossentropy_sumexp(NULL, D(sum), D(tlogit), f, D(mx), D(targets), N, V);
 	free(f);
 	return 0;
 }
@@ -501,12 +596,13 @@ int mr_cuda_crossentropy_sumexp(struct mr_cuda *cu, float *sum, float *tlogit, c
 int mr_cuda_crossentropy_finish(struct mr_cuda *cu, float *losses, float *lse, const float *mx,
 				const float *sum, const float *tlogit, int N)
 {
+	float *hl = D(losses), *he = D(lse);
+	const float *hm = D(mx), *hs = D(sum), *ht = D(tlogit);
 	int i;
 
-	(void)cu;
 	for (i = 0; i < N; i++) {
-		lse[i] = mx[i] + logf(sum[i] > 0.0f ? sum[i] : 1.0f);
-		losses[i] = lse[i] - tlogit[i];
+		he[i] = hm[i] + logf(hs[i] > 0.0f ? hs[i] : 1.0f);
+		hl[i] = he[i] - ht[i];
 	}
 	return 0;
 }
@@ -545,6 +641,18 @@ static void add_rows(const struct mr_cuda *cu, void *x, int f32, size_t base, si
 		}
 }
 
+/* The attention arguments with host addresses for q, k, v. */
+static struct mr_cuda_attn attn_host(struct mr_cuda *cu, const struct mr_cuda_attn *a)
+{
+	struct mr_cuda_attn h = *a;
+
+	h.q = D(a->q);
+	h.k = D(a->k);
+	h.v = D(a->v);
+	return h;
+}
+
+/* Head h of batch b (a holds host addresses). */
 static struct mr_attn_head head_of(const struct mr_cuda *cu, const struct mr_cuda_attn *a,
 				   int b, int h, float **q, float **k, float **v)
 {
@@ -577,7 +685,8 @@ static int attn_shape_ok(const struct mr_cuda_attn *a)
 	       a->hs <= 128 && (long)a->B * a->NH <= 65535;
 }
 
-/* Forward into out of the activation type (f32 0) or fp32 (f32 1). */
+/* Forward into out of the activation type (f32 0) or fp32 (f32 1); every
+ * pointer is a host address. */
 static int attn_fwd(struct mr_cuda *cu, const struct mr_cuda_attn *a, void *out, int f32,
 		    size_t o_row, size_t o_batch, float *lse)
 {
@@ -616,27 +725,31 @@ static int attn_fwd(struct mr_cuda *cu, const struct mr_cuda_attn *a, void *out,
 int mr_cuda_attn_fwd(struct mr_cuda *cu, const struct mr_cuda_attn *a, void *out, size_t o_row,
 		     size_t o_batch, float *lse)
 {
-	return attn_fwd(cu, a, out, 0, o_row, o_batch, lse);
+	struct mr_cuda_attn h = attn_host(cu, a);
+
+	return attn_fwd(cu, &h, D(out), 0, o_row, o_batch, D(lse));
 }
 
 int mr_cuda_attn_fwd_f32(struct mr_cuda *cu, const struct mr_cuda_attn *a, float *out,
 			 size_t o_row, size_t o_batch, float *lse)
 {
-	return attn_fwd(cu, a, out, 1, o_row, o_batch, lse);
+	struct mr_cuda_attn h = attn_host(cu, a);
+
+	return attn_fwd(cu, &h, D(out), 1, o_row, o_batch, D(lse));
 }
 
 int mr_cuda_attn_merge(struct mr_cuda *cu, float *out_a, float *lse_a, const float *out_b,
 		       const float *lse_b, int B, int NH, int tq, int hs, size_t o_row,
 		       size_t o_batch)
 {
+	float *oa = D(out_a), *la = D(lse_a);
+	const float *ob = D(out_b), *lb = D(lse_b);
 	int b, h;
 
-	(void)cu;
 	for (b = 0; b < B; b++)
 		for (h = 0; h < NH; h++) {
 			size_t o = b * o_batch + (size_t)h * hs, r = ((size_t)b * NH + h) * tq;
-			mr_attn_merge(out_a + o, o_row, lse_a + r, out_b + o, o_row, lse_b + r, tq,
-				      hs);
+			mr_attn_merge(oa + o, o_row, la + r, ob + o, o_row, lb + r, tq, hs);
 		}
 	return 0;
 }
@@ -644,6 +757,8 @@ int mr_cuda_attn_merge(struct mr_cuda *cu, float *out_a, float *lse_a, const flo
 int mr_cuda_attn_delta(struct mr_cuda *cu, float *delta, const void *dout, const void *out,
 		       int B, int NH, int tq, int hs, size_t o_row, size_t o_batch)
 {
+	float *hd = D(delta);
+	const void *d = D(dout), *y = D(out);
 	int b, h, i, c;
 
 	for (b = 0; b < B; b++)
@@ -652,13 +767,14 @@ int mr_cuda_attn_delta(struct mr_cuda *cu, float *delta, const void *dout, const
 				size_t o = b * o_batch + i * o_row + (size_t)h * hs;
 				float s = 0.0f;
 				for (c = 0; c < hs; c++)
-					s += ld1(cu, dout, o + c) * ld1(cu, out, o + c);
-				delta[((size_t)b * NH + h) * tq + i] = s;
+					s += ld1(cu, d, o + c) * ld1(cu, y, o + c);
+				hd[((size_t)b * NH + h) * tq + i] = s;
 			}
 	return 0;
 }
 
-/* Backward adding into dq/dk/dv of the activation type (f32 0) or fp32. */
+/* Backward adding into dq/dk/dv of the activation type (f32 0) or fp32;
+ * every pointer is a host address. */
 static int attn_bwd(struct mr_cuda *cu, const struct mr_cuda_attn *a, const void *dout,
 		    size_t o_row, size_t o_batch, const float *lse, const float *delta, void *dq,
 		    size_t dq_row, size_t dq_batch, void *dk, void *dv, size_t dkv_row,
@@ -704,8 +820,10 @@ int mr_cuda_attn_bwd(struct mr_cuda *cu, const struct mr_cuda_attn *a, const voi
 		     size_t dq_row, size_t dq_batch, void *dk, void *dv, size_t dkv_row,
 		     size_t dkv_batch)
 {
-	return attn_bwd(cu, a, dout, o_row, o_batch, lse, delta, dq, dq_row, dq_batch, dk, dv,
-			dkv_row, dkv_batch, 0);
+	struct mr_cuda_attn h = attn_host(cu, a);
+
+	return attn_bwd(cu, &h, D(dout), o_row, o_batch, D(lse), D(delta), D(dq), dq_row,
+			dq_batch, D(dk), D(dv), dkv_row, dkv_batch, 0);
 }
 
 int mr_cuda_attn_bwd_f32(struct mr_cuda *cu, const struct mr_cuda_attn *a, const void *dout,
@@ -713,8 +831,10 @@ int mr_cuda_attn_bwd_f32(struct mr_cuda *cu, const struct mr_cuda_attn *a, const
 			 float *dq, size_t dq_row, size_t dq_batch, float *dk, float *dv,
 			 size_t dkv_row, size_t dkv_batch)
 {
-	return attn_bwd(cu, a, dout, o_row, o_batch, lse, delta, dq, dq_row, dq_batch, dk, dv,
-			dkv_row, dkv_batch, 1);
+	struct mr_cuda_attn h = attn_host(cu, a);
+
+	return attn_bwd(cu, &h, D(dout), o_row, o_batch, D(lse), D(delta), D(dq), dq_row,
+			dq_batch, D(dk), D(dv), dkv_row, dkv_batch, 1);
 }
 
 /* The layer entries: the CPU layer twins on the whole packed qkv (the
@@ -742,11 +862,11 @@ int mr_cuda_attn_layer_fwd(struct mr_cuda *cu, void *out, float *lse, const void
 
 	if (!layer_ok(cu, B, T, C, NH))
 		return MR_EINVAL;
-	fq = ld(cu, qkv, 3 * n);
+	fq = ld(cu, D(qkv), 3 * n);
 	fo = xalloc(sizeof(float) * n);
 	ws = xalloc(sizeof(float) * mr_attn_layer_ws_floats(NULL, T, C / NH));
-	mr_attn_layer_fwd(NULL, fo, lse, fq, B, T, C, NH, ws);
-	st(cu, out, fo, n);
+	mr_attn_layer_fwd(NULL, fo, D(lse), fq, B, T, C, NH, ws);
+	st(cu, D(out), fo, n);
 	free(fq);
 	free(fo);
 	free(ws);
@@ -761,13 +881,13 @@ int mr_cuda_attn_layer_bwd(struct mr_cuda *cu, void *dqkv, const void *dout, con
 
 	if (!layer_ok(cu, B, T, C, NH))
 		return MR_EINVAL;
-	fd = ld(cu, dout, n);
-	fq = ld(cu, qkv, 3 * n);
-	fo = ld(cu, out, n);
+	fd = ld(cu, D(dout), n);
+	fq = ld(cu, D(qkv), 3 * n);
+	fo = ld(cu, D(out), n);
 	fdq = xalloc(sizeof(float) * 3 * n);
 	ws = xalloc(sizeof(float) * mr_attn_layer_ws_floats(NULL, T, C / NH));
-	mr_attn_layer_bwd(NULL, fdq, fd, fq, fo, lse, B, T, C, NH, ws);
-	st(cu, dqkv, fdq, 3 * n);
+	mr_attn_layer_bwd(NULL, fdq, fd, fq, fo, D(lse), B, T, C, NH, ws);
+	st(cu, D(dqkv), fdq, 3 * n);
 	free(fd);
 	free(fq);
 	free(fo);
@@ -778,7 +898,8 @@ int mr_cuda_attn_layer_bwd(struct mr_cuda *cu, void *dqkv, const void *dout, con
 
 /* ---- mixture of experts (model/moe.c's pieces) --------------------------------- */
 
-/* A struct mr_moe_acts over the device tensors the entries name. */
+/* A struct mr_moe_acts over the tensors the entries name (host
+ * addresses). */
 static struct mr_moe_acts moe_view(float *probs, const int *topi, const float *gate,
 				   const int *slot, int *count, const int *routed)
 {
@@ -798,12 +919,13 @@ int mr_cuda_moe_route(struct mr_cuda *cu, const struct mr_moe_shape *s, float *p
 		      float *gate, int *slot, int *count, int *routed, const void *x,
 		      const void *routerw, int *count_host, float *aux_host, int *dropped_host)
 {
-	float *fx = ld(cu, x, (size_t)s->N * s->C), *fw = ld(cu, routerw, (size_t)s->E * s->C);
-	struct mr_moe_acts a = moe_view(probs, topi, gate, slot, count, routed);
+	float *fx = ld(cu, D(x), (size_t)s->N * s->C);
+	float *fw = ld(cu, D(routerw), (size_t)s->E * s->C);
+	struct mr_moe_acts a = moe_view(D(probs), D(topi), D(gate), D(slot), D(count), D(routed));
 
-	mr_matmul_fwd(NULL, probs, fx, fw, NULL, s->N, s->C, s->E);
+	mr_matmul_fwd(NULL, a.probs, fx, fw, NULL, s->N, s->C, s->E);
 	mr_moe_route(s, &a);
-	memcpy(count_host, count, sizeof(int) * (size_t)s->E);
+	memcpy(count_host, a.count, sizeof(int) * (size_t)s->E);
 	*aux_host = a.aux;
 	*dropped_host = a.dropped;
 	free(fx);
@@ -815,13 +937,16 @@ int mr_cuda_moe_dispatch(struct mr_cuda *cu, const struct mr_moe_shape *s, void 
 			 const void *x, const int *topi, const int *slot)
 {
 	size_t row = (size_t)s->C * esz(cu);
+	char *hin = D(xin);
+	const char *hx = D(x);
+	const int *ti = D(topi), *sl = D(slot);
 	int a;
 
 	/* a copy of rows: the same bytes in either activation type */
 	for (a = 0; a < s->N * s->k; a++)
-		if (slot[a] >= 0)
-			memcpy((char *)xin + ((size_t)topi[a] * s->cap + slot[a]) * row,
-			       (const char *)x + (size_t)(a / s->k) * row, row);
+		if (sl[a] >= 0)
+			memcpy(hin + ((size_t)ti[a] * s->cap + sl[a]) * row,
+			       hx + (size_t)(a / s->k) * row, row);
 	return 0;
 }
 
@@ -829,11 +954,11 @@ int mr_cuda_moe_combine(struct mr_cuda *cu, const struct mr_moe_shape *s, void *
 			const void *rows, const int *topi, const int *slot, const float *gate)
 {
 	size_t ny = (size_t)s->N * s->C;
-	float *fr = ld(cu, rows, (size_t)s->E * s->cap * s->C), *fy = xalloc(sizeof(float) * ny);
-	struct mr_moe_acts a = moe_view(NULL, topi, gate, slot, NULL, NULL);
+	float *fr = ld(cu, D(rows), (size_t)s->E * s->cap * s->C), *fy = xalloc(sizeof(float) * ny);
+	struct mr_moe_acts a = moe_view(NULL, D(topi), D(gate), D(slot), NULL, NULL);
 
 	mr_moe_combine(s, &a, gate != NULL, fy, fr);
-	st(cu, y, fy, ny);
+	st(cu, D(y), fy, ny);
 	free(fr);
 	free(fy);
 	return 0;
@@ -844,12 +969,13 @@ int mr_cuda_moe_combine_bwd(struct mr_cuda *cu, const struct mr_moe_shape *s, vo
 			    const int *slot, const float *gate)
 {
 	size_t nr = (size_t)s->E * s->cap * s->C;
-	float *fdy = ld(cu, dy, (size_t)s->N * s->C), *fyo = ld(cu, yo, nr);
-	float *fdyo = ld(cu, dyo, nr); /* rows it does not write keep their bytes */
-	struct mr_moe_acts a = moe_view(NULL, topi, gate, slot, NULL, NULL);
+	void *hdyo = D(dyo);
+	float *fdy = ld(cu, D(dy), (size_t)s->N * s->C), *fyo = ld(cu, D(yo), nr);
+	float *fdyo = ld(cu, hdyo, nr); /* rows it does not write keep their bytes */
+	struct mr_moe_acts a = moe_view(NULL, D(topi), D(gate), D(slot), NULL, NULL);
 
-	mr_moe_combine_bwd(s, &a, fdyo, dgate, fdy, fyo);
-	st(cu, dyo, fdyo, nr);
+	mr_moe_combine_bwd(s, &a, fdyo, D(dgate), fdy, fyo);
+	st(cu, hdyo, fdyo, nr);
 	free(fdy);
 	free(fyo);
 	free(fdyo);
@@ -862,10 +988,10 @@ int mr_cuda_moe_router_bwd(struct mr_cuda *cu, const struct mr_moe_shape *s, voi
 {
 	size_t n = (size_t)s->N * s->E;
 	float *f = xalloc(sizeof(float) * n);
-	struct mr_moe_acts a = moe_view((float *)(uintptr_t)probs, topi, gate, NULL, NULL, routed);
+	struct mr_moe_acts a = moe_view(D(probs), D(topi), D(gate), NULL, NULL, D(routed));
 
-	mr_moe_router_bwd(s, &a, f, dgate, aux_scale);
-	st(cu, dlogits, f, n);
+	mr_moe_router_bwd(s, &a, f, D(dgate), aux_scale);
+	st(cu, D(dlogits), f, n);
 	free(f);
 	return 0;
 }
@@ -876,7 +1002,8 @@ int mr_cuda_adamw_step(struct mr_cuda *cu, float *p, void *pc, const float *g, f
 		       float *v, size_t n, const struct mr_cuda_adamw *o)
 {
 	struct mr_adamw_config c;
-	float *gs = NULL;
+	float *hp = D(p), *gs = NULL;
+	const float *hg = D(g);
 	size_t i;
 
 	if (o->t < 1)
@@ -889,39 +1016,39 @@ int mr_cuda_adamw_step(struct mr_cuda *cu, float *p, void *pc, const float *g, f
 	if (o->grad_scale != 1.0f) {
 		gs = xalloc(sizeof(float) * (n ? n : 1));
 		for (i = 0; i < n; i++)
-			gs[i] = g[i] * o->grad_scale;
+			gs[i] = hg[i] * o->grad_scale;
 	}
-	mr_adamw_update_range(&c, o->t, o->lr, p, gs ? gs : g, m, v, n, o->weight_decay > 0.0f);
+	mr_adamw_update_range(&c, o->t, o->lr, hp, gs ? gs : hg, D(m), D(v), n,
+			      o->weight_decay > 0.0f);
 	if (pc && pc != (void *)p)
-		st(cu, pc, p, n);
+		st(cu, D(pc), hp, n);
 	free(gs);
 	return 0;
 }
 
 int mr_cuda_grad_sumsq(struct mr_cuda *cu, const float *g, size_t n, double *sumsq_host)
 {
-	(void)cu;
-	*sumsq_host = mr_grad_sumsq(g, n);
+	*sumsq_host = mr_grad_sumsq(D(g), n);
 	return 0;
 }
 
 int mr_cuda_grad_sumsq_ranges(struct mr_cuda *cu, const float *g, const size_t *off,
 			      const size_t *n, int k, double *out_host)
 {
+	const float *hg = D(g);
 	int i;
 
-	(void)cu;
 	for (i = 0; i < k; i++)
-		out_host[i] = mr_grad_sumsq(g + off[i], n[i]);
+		out_host[i] = mr_grad_sumsq(hg + off[i], n[i]);
 	return 0;
 }
 
 int mr_cuda_scale(struct mr_cuda *cu, float *g, size_t n, float scale)
 {
+	float *hg = D(g);
 	size_t i;
 
-	(void)cu;
 	for (i = 0; i < n; i++)
-		g[i] *= scale;
+		hg[i] *= scale;
 	return 0;
 }
