@@ -285,7 +285,8 @@ size_t mr_gpt_tensor_full_n(const struct mr_gpt_tensor *t);
 size_t mr_gpt_full_nparams(const struct mr_gpt *m);
 /*
  * Collective over the tp group: every tp rank passes its local parameters
- * (table order, m->nparams floats); on tp rank 0 *full gets a malloc'd
+ * in host memory (table order, m->nparams floats; a device model's come
+ * from mr_dp_gather_params); on tp rank 0 *full gets a malloc'd
  * copy of the whole model's parameters in single-rank table order
  * (mr_gpt_full_nparams floats), NULL elsewhere. Caller frees.
  */

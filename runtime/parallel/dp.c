@@ -203,6 +203,10 @@ static int init_params(struct mr_dp *d, uint64_t seed)
 						 n * sizeof(float));
 	}
 	free(tmp);
+	/* zero 1/2: the model reads the full parameters (a bf16 device: their
+	 * compute copy); zero 3 refreshes a unit when its gather is bound */
+	if (rc == 0 && d->zero < 3)
+		rc = mr_gpt_refresh_compute(m);
 	return rc;
 }
 

@@ -189,12 +189,11 @@ int mr_cuda_device_count(struct mr_errbuf *eb)
 	return (int)n;
 }
 
-/* Emulated device memory is host memory: the comm layer never stages it
- * and NCCL cannot move it. */
+/* A tagged pointer is device memory: the comm layer stages it through
+ * host memory. NCCL cannot move emulated memory. */
 int mr_cuda_is_device_ptr(const void *p)
 {
-	(void)p;
-	return 0;
+	return ((uintptr_t)p & TAG_BIT) != 0;
 }
 
 int mr_cuda_nccl_capable(void)

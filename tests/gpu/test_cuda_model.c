@@ -6,10 +6,9 @@
  * scale, the device's adamw writing the weights' compute copy), dense
  * and MoE, fp32 and bf16. Then the code a worker runs around such a
  * model: the step driver (DDP and ZeRO-1/2/3 over one replica), its
- * non-finite check, the weights file and the gather of the whole model -
- * against the emulation, whose device pointers fault on host access,
- * this is where host code touching device memory shows (tests of known
- * accesses are disabled, each naming its line: KNOWN HOST ACCESS).
+ * non-finite check and the weights file - against the emulation, whose
+ * device pointers fault on host access, this is where host code touching
+ * device memory shows.
  *
  * Built twice (Makefile): against the CPU emulation of mr_cuda.h
  * (-DMR_CUDA_EMUL, in make test everywhere) and against the real kernels
@@ -413,10 +412,8 @@ static void twins_release(struct mr_dev *cpu, struct mr_dev *gpu, struct mr_gpt 
 
 /* The weights file written from a cuda model holds its weights (read back
  * into a cpu model). */
-// KNOWN HOST ACCESS: mr_weights_write_buf:79 (runtime/model/weights.c) -
-// fwrite of m->params, device memory, via mr_weights_write:58
 // cppcheck-suppress unknownMacro
-Test(cuda_model, weights_file_written_from_device, .disabled = true)
+Test(cuda_model, weights_file_written_from_device)
 {
 	const char *p = "/tmp/mr-test-cuda-weights-w.bin";
 	struct mr_errbuf eb = { { 0 }, { 0 } };
@@ -436,10 +433,8 @@ Test(cuda_model, weights_file_written_from_device, .disabled = true)
 }
 
 /* A weights file loaded into a cuda model lands in its device memory. */
-// KNOWN HOST ACCESS: mr_weights_load:140 (runtime/model/weights.c) -
-// fread into m->params, device memory
 // cppcheck-suppress unknownMacro
-Test(cuda_model, weights_file_loaded_into_device, .disabled = true)
+Test(cuda_model, weights_file_loaded_into_device)
 {
 	const char *p = "/tmp/mr-test-cuda-weights-r.bin";
 	struct mr_errbuf eb = { { 0 }, { 0 } };
@@ -456,26 +451,5 @@ Test(cuda_model, weights_file_loaded_into_device, .disabled = true)
 		  "the device does not hold the file's weights");
 	free(h);
 	unlink(p);
-	twins_release(&cpu, &gpu, &c, &g);
-}
-
-/* The whole model's weights gathered as the worker's save_weights does
- * (runtime/gpt_worker.c:153,165: local = m->params, then
- * mr_gpt_gather_full), for a model on the cuda device. */
-// KNOWN HOST ACCESS: mr_gpt_tensor_slice:145 (runtime/model/gpt_table.c) -
-// memcpy from `local` = m->params, device memory, via mr_gpt_gather_full:334
-// cppcheck-suppress unknownMacro
-Test(cuda_model, gather_full_of_device_params, .disabled = true)
-{
-	struct mr_dev cpu, gpu;
-	struct mr_gpt c, g;
-	float *full = NULL;
-
-	twins(&cpu, &gpu, &c, &g);
-	cr_assert_eq(mr_gpt_gather_full(&g, g.params, &full), 0);
-	cr_assert_not_null(full);
-	cr_assert(memcmp(full, c.params, c.nparams * sizeof(float)) == 0,
-		  "gathered weights differ");
-	free(full);
 	twins_release(&cpu, &gpu, &c, &g);
 }
