@@ -140,13 +140,14 @@ $(BUILD)/tests/gpu/%: tests/gpu/%.c $(CUDA_LIB) $(call obj,$(test_helpers)) $(LI
 
 # The device layer's cuda backend (runtime/device/cuda.c) is host C over
 # mr_cuda.h, and tests/gpu/cuda_emul.c implements mr_cuda.h with the CPU
-# twins (bf16 rounding where the device rounds): test_device_cuda (every table op, cuda vs cpu) and
-# test_cuda_model (the model trained on cuda vs cpu) are built a second
-# time against the emulation, with -DMR_CUDA_EMUL (tight tolerances), in
-# every build - with or without CUDA, sanitizers included. The emul_only
-# ones exist only here: test_cuda_emul checks the emulation itself (its
-# tagged device pointers fault on host access), test_cuda_parallel runs ranks
-# on several emulated GPUs and reads the tag to tell device pointers.
+# twins (bf16 rounding where the device rounds): test_device_cuda (every
+# table op, cuda vs cpu) and test_cuda_model (the model trained on cuda vs
+# cpu) are built a second time against the emulation, with -DMR_CUDA_EMUL
+# (tight tolerances), in every build - with or without CUDA, sanitizers
+# included. The emul_only ones exist only here: test_cuda_emul checks the
+# emulation itself (its tagged device pointers fault on host access),
+# test_cuda_parallel runs ranks on several emulated GPUs. test_reference
+# (the PyTorch reference) runs on the emulated cuda device too.
 emul_dev_tests := $(BUILD)/tests/gpu-emul/test_device_cuda $(BUILD)/tests/gpu-emul/test_cuda_model \
                   $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu-emul/%,$(emul_only))
 test_bins  += $(emul_dev_tests)
@@ -155,6 +156,14 @@ $(emul_dev_tests): $(BUILD)/tests/gpu-emul/%: tests/gpu/%.c tests/gpu/cuda_emul.
 		runtime/device/cuda.c tests/gpu/gpu_harness.h $(call obj,$(test_helpers)) $(LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -DMR_CUDA_EMUL -Itests/support $(CFLAGS) $(LDFLAGS) -o $@ $< \
+		tests/gpu/cuda_emul.c runtime/device/cuda.c $(call obj,$(test_helpers)) $(LIBS) \
+		-lcriterion $(LDLIBS)
+
+test_bins  += $(BUILD)/tests/gpu-emul/test_reference
+$(BUILD)/tests/gpu-emul/test_reference: tests/runtime/test_reference.c tests/gpu/cuda_emul.c \
+		runtime/device/cuda.c $(call obj,$(test_helpers)) $(LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -DREF_CUDA_EMUL -Itests/support $(CFLAGS) $(LDFLAGS) -o $@ $< \
 		tests/gpu/cuda_emul.c runtime/device/cuda.c $(call obj,$(test_helpers)) $(LIBS) \
 		-lcriterion $(LDLIBS)
 

@@ -49,6 +49,9 @@ CONFIGS = [
     ("dense", 64, 32, 2, 64, 4, 0, 0, 0, 0.0, 0.0),
     ("moe1", 64, 32, 2, 32, 4, 2, 4, 1, 0.75, 0.01),
     ("moe2", 64, 32, 2, 32, 4, 2, 4, 2, 0.75, 0.01),
+    # head size 32: what the cuda device's attention takes (32 to 128)
+    ("dense_hs32", 64, 32, 2, 64, 2, 0, 0, 0, 0.0, 0.0),
+    ("moe2_hs32", 64, 32, 2, 64, 2, 2, 4, 2, 0.75, 0.01),
 ]
 B, T, SEED, STEPS, NBATCH, ACCUM = 4, 32, 1337, 10, 4, 2
 OPT = dict(lr=3e-3, min_lr_frac=0.1, warmup=2, total=STEPS, beta1=0.9,

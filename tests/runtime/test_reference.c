@@ -10,6 +10,12 @@
  *   every gradient tensor: rel = max|a - b| / max|b| over the tensor <= 1e-4
  *   10 AdamW steps (2 micro-batches each): each loss relative error <= 1e-4
  * PyTorch is not needed to run this test.
+ *
+ * Built a second time against the CUDA emulation (-DREF_CUDA_EMUL: the
+ * Makefile's gpu-emul/test_reference): the same checks with the model on
+ * the device layer's cuda backend in fp32, for the configurations whose
+ * head size the device's attention takes (32 to 128). Every buffer the
+ * checks read comes back through the device's download.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -18,6 +24,7 @@
 #include <string.h>
 
 #include "cpu/mr_pool.h"
+#include "device/dev_int.h"
 #include "model/mr_gpt.h"
 #include "model/mr_weights.h"
 #include "mr_step.h"
@@ -94,11 +101,36 @@ static double rel(double a, double b)
 	return fabs(a - b) / fmax(fabs(b), 1e-30);
 }
 
+/* n floats of device memory, downloaded (caller frees). */
+static float *host_copy(struct mr_dev *d, const void *p, size_t n)
+{
+	float *h = malloc(n * sizeof(float));
+
+	cr_assert_not_null(h);
+	cr_assert_eq(d->ops->download(d, h, p, n * sizeof(float)), 0);
+	return h;
+}
+
+/* The device the checks run on: cpu, or the emulated cuda device (fp32). */
+static void open_device(struct mr_dev *d, struct mr_pool *pool)
+{
+	struct mr_errbuf eb = { "", "" };
+
+#ifdef REF_CUDA_EMUL
+	(void)pool;
+	cr_assert_eq(mr__dev_cuda_open(d, 0, MR_DT_F32, &eb), 0, "%s", eb.msg);
+#else
+	cr_assert_eq(mr_dev_open(d, "cpu", 0, NULL, pool, &eb), 0, "%s", eb.msg);
+#endif
+}
+
 static void check_config(const char *name, int threads)
 {
 	struct ref r;
 	struct mr_gpt m;
+	struct mr_dev dev;
 	struct mr_pool *pool = NULL;
+	float *h;
 	struct mr_errbuf eb = { "", "" };
 	struct mr_step st;
 	struct mr_adamw_config oc;
@@ -109,11 +141,14 @@ static void check_config(const char *name, int threads)
 
 	read_ref(&r, name);
 	cr_assert_eq(mr_pool_create(&pool, threads), 0);
-	cr_assert_eq(mr_gpt_create(&m, &r.cfg, r.B, r.T, pool, &eb), 0, "%s", eb.msg);
+	open_device(&dev, pool);
+	cr_assert_eq(mr_gpt_create_on(&m, &r.cfg, r.B, r.T, &dev, NULL, 0, &eb), 0, "%s", eb.msg);
 	cr_assert_eq(m.nparams, r.nparams);
 	mr_gpt_init_params(&m, r.seed);
+	h = host_copy(&dev, m.params, m.nparams);
 	for (i = 0; i < m.nparams; i++)
-		ss += (double)m.params[i] * m.params[i];
+		ss += (double)h[i] * h[i];
+	free(h);
 	cr_assert(rel(ss, r.sumsq) < 1e-9,
 		  "%s: initial weights differ from the reference (sumsq %.12g vs %.12g); "
 		  "run make reference", name, ss, r.sumsq);
@@ -133,18 +168,19 @@ static void check_config(const char *name, int threads)
 		cr_expect(rel(m.aux_loss, r.aux) <= 1e-5, "%s: aux %.8f vs torch %.8f", name,
 			  (double)m.aux_loss, (double)r.aux);
 	}
-	for (i = 0; i < (size_t)r.nlog; i++) {
-		const float *lg = (const float *)(const void *)m.logits; /* the cpu device: fp32 */
-		cr_expect(fabsf(lg[i] - r.logits[i]) <= 1e-4f, "%s: logit %zu: %.7f vs torch %.7f",
-			  name, i, (double)lg[i], (double)r.logits[i]);
-	}
+	h = host_copy(&dev, m.logits, (size_t)r.nlog); /* fp32 activations */
+	for (i = 0; i < (size_t)r.nlog; i++)
+		cr_expect(fabsf(h[i] - r.logits[i]) <= 1e-4f, "%s: logit %zu: %.7f vs torch %.7f",
+			  name, i, (double)h[i], (double)r.logits[i]);
+	free(h);
 	mr_gpt_zero_grad(&m);
 	mr_gpt_backward(&m, 1.0f);
+	h = host_copy(&dev, m.grads, m.nparams);
 	for (ti = 0; ti < m.ntensors; ti++) {
 		const struct mr_gpt_tensor *t = &m.tensors[ti];
 		double md = 0.0, mb = 0.0, e;
 		for (i = 0; i < t->n; i++) {
-			double a = m.grads[t->off + i], b = r.grads[t->off + i];
+			double a = h[t->off + i], b = r.grads[t->off + i];
 			md = fmax(md, fabs(a - b));
 			mb = fmax(mb, fabs(b));
 		}
@@ -156,6 +192,7 @@ static void check_config(const char *name, int threads)
 			worst_name = t->name;
 		}
 	}
+	free(h);
 	cr_log_info("%s: worst gradient rel error %.3g ('%s')", name, worst, worst_name);
 
 	/* 10 AdamW steps from the same initial weights (the step driver
@@ -193,11 +230,18 @@ static void check_config(const char *name, int threads)
 	}
 	mr_step_release(&st);
 	mr_gpt_release(&m);
+	mr_dev_close(&dev);
 	mr_pool_free(pool);
 	free_ref(&r);
 }
 
+/* head size 16 and 8: the cpu device only */
+#ifndef REF_CUDA_EMUL
 Test(reference, dense) { check_config("dense", 1); }
 Test(reference, dense_threads) { check_config("dense", 2); }
 Test(reference, moe_top1_dropping) { check_config("moe1", 2); }
 Test(reference, moe_top2_dropping) { check_config("moe2", 1); }
+#endif
+/* head size 32: both devices */
+Test(reference, dense_hs32) { check_config("dense_hs32", 2); }
+Test(reference, moe_top2_dropping_hs32) { check_config("moe2_hs32", 1); }
