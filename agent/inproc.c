@@ -87,6 +87,7 @@ int mr_inproc_start(struct mr_inproc *ip, const struct mr_worker_ops *ops,
 
 		r->owner = ip;
 		r->env = envs[i];
+		r->env.cancel = &ip->aborting;
 		pthread_mutex_init(&r->lock, NULL);
 		r->stats.val_loss = NAN; /* mr_worker.h: NaN until an evaluation */
 		if (pthread_create(&r->thread, NULL, rank_main, r) != 0) {

@@ -159,6 +159,10 @@ void mr__sv_record_codes(struct mr_supervisor *sv)
 void mr__sv_workers_stop(struct mr_supervisor *sv, int grace_ms)
 {
 	if (mr__sv_inproc_mode(sv)) {
+		/* a rank still running would wait in a collective for the one
+		 * that stopped until the communicator's timeout: abort it (a
+		 * no-op for ranks that are done) */
+		mr_inproc_abort(&sv->inproc);
 		mr_inproc_join(&sv->inproc);
 	} else {
 		mr_exec_stop(&sv->exec, grace_ms);

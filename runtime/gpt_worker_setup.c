@@ -121,7 +121,7 @@ static int place(struct gw *w, const struct mr_worker_env *env, const struct mr_
 		mr_log_info("comm_backend", "backend=%s reason=%s staging=%s", gc.backend, why,
 			    gc.dev ? "per_buffer" : "none");
 	rc = mr_groups_create(&w->groups, env, w->hsdp_shard, w->sp, w->comm_timeout_ms,
-			      &w->aborted, &gc, eb);
+			      env->cancel ? env->cancel : &w->aborted, &gc, eb);
 	if (rc < 0)
 		return rc;
 	atomic_store(&w->groups_ready, 1);

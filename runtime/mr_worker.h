@@ -42,6 +42,10 @@ struct mr_worker_env {
 	const struct mr_kv *kv;   /* bootstrap store of this job and generation */
 	const json_t *config;     /* workload config (borrowed), may be NULL */
 	const char *checkpoint_dir; /* may be NULL */
+	/* the host's stop flag, may be NULL: create() gives up (MR_EABORTED)
+	 * soon after it becomes non-zero - a rank bootstrapping its
+	 * communicators has no state abort() could reach yet */
+	const _Atomic int *cancel;
 };
 
 /* Memory held per rank, by category, from the allocator itself. */

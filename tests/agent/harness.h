@@ -257,6 +257,10 @@ static inline int h_free_port(void)
  * loopback host, --health-port -1 unless extra has one) + extra
  * (NULL-terminated) + "--" + cmd (NULL-terminated).
  */
+/* The agent binary h_agent starts: a name in the build directory or a
+ * path (the emulated device's build/emul/meshrun-agent). */
+static const char *h_agent_bin = "meshrun-agent";
+
 static inline pid_t h_agent(const struct h_ctl *c, const char *job, int idx, char *const *extra,
 			    char *const *cmd, char *const *env, const char *log)
 {
@@ -266,7 +270,7 @@ static inline pid_t h_agent(const struct h_ctl *c, const char *job, int idx, cha
 
 	snprintf(node, sizeof(node), "node-%d", idx);
 	snprintf(pidx, sizeof(pidx), "%d", idx);
-	argv[n++] = "meshrun-agent";
+	argv[n++] = (char *)h_agent_bin;
 	argv[n++] = "--controller";
 	argv[n++] = (char *)c->url;
 	argv[n++] = "--job";

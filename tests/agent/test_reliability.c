@@ -6,8 +6,9 @@
  * the controller is down is not "succeeded"), an unreachable controller
  * is given up on after controller_timeout naming it (before the round,
  * while training, after training), a token mounted as a file is read,
- * and a missing data file fails at once with exit 2 instead of being
- * retried.
+ * a missing data file fails at once with exit 2 instead of being
+ * retried, and a rank that cannot start stops its node's other ranks at
+ * once instead of leaving them to wait out the communicator's timeout.
  */
 #include "harness.h"
 
@@ -201,5 +202,36 @@ Test(reliability, missing_data_file_fails_at_once_with_exit_2)
 	st = h_status(&c, "t/nodata", "nodata-status.log");
 	cr_expect(strstr(st, "state:       failed\n"), "%s", st);
 	free(st);
+	h_kill(c.pid);
+}
+
+/*
+ * Two in-process ranks on an emulated machine with one GPU: rank 1 cannot
+ * open GPU 1 (permanent, exit 2) while rank 0 waits in the communicators'
+ * bootstrap for it. The agent must abort rank 0 and exit at once, not
+ * after comm_timeout_ms (10 minutes here; the test gives it 2).
+ */
+Test(reliability, a_rank_that_cannot_start_stops_the_others_at_once, .timeout = 240)
+{
+	struct h_ctl c = {0};
+	char la[300], lb[300], bin[1024];
+	char *env[] = {"MR_CUDA_EMUL_DEVICES=1", NULL};
+	char *extra[] = {"--nproc-per-node", "2", "--workload-config",
+			 "{\"steps\": 5, \"d_model\": 128, \"n_head\": 4, \"n_layer\": 1, "
+			 "\"seq_len\": 16, \"batch_size\": 2, \"threads\": 1, "
+			 "\"device\": \"cuda\", \"precision\": \"fp32\", "
+			 "\"comm_timeout_ms\": 600000}",
+			 NULL};
+	pid_t a;
+
+	snprintf(bin, sizeof(bin), "%s/emul/meshrun-agent", h_build());
+	h_agent_bin = bin;
+	h_logs(la, lb, sizeof(la), "nogpu");
+	h_ctl_start(&c, 0);
+	a = h_agent(&c, "t/nogpu", 0, extra, NULL, env, la);
+	h_expect_exit(a, 2, 120000, la, &c);
+	cr_expect_geq(h_count(la, "cuda device '1' not available"), 1);
+	cr_expect_eq(h_count(la, "unable to get peer address"), 0,
+		     "rank 0 waited out its bootstrap");
 	h_kill(c.pid);
 }
