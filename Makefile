@@ -300,7 +300,7 @@ asan:
 
 # ---- quality -----------------------------------------------------------------
 lint: deps
-	cppcheck --quiet --error-exitcode=1 --std=c11 --inline-suppr \
+	cppcheck --quiet --error-exitcode=1 --std=c11 --inline-suppr --library=tests/criterion.cfg \
 		--enable=warning,portability --suppress=missingIncludeSystem \
 		-Icommon -Icontroller -Iagent -Iruntime -Icli \
 		common controller agent runtime cli bench tests

@@ -170,7 +170,8 @@ static int z1_issue(struct mr_dp *d, int u)
 				       MR_COMM_F32, MR_COMM_AVG, &d->req[u]);
 }
 
-int mr_dp_finish_grads(struct mr_dp *d)
+/* The gradient reductions of the step, done (see mr_dp.h). */
+static int finish(struct mr_dp *d)
 {
 	int b, u, rc = 0;
 
@@ -210,6 +211,14 @@ int mr_dp_finish_grads(struct mr_dp *d)
 					MR_COMM_F32, MR_COMM_AVG, &d->req[0]);
 	if (rc == 0)
 		rc = mr__dp_wait(d, &d->req[0], 1);
+	return rc;
+}
+
+int mr_dp_finish_grads(struct mr_dp *d)
+{
+	int rc = finish(d);
+
+	d->st.comm_s = d->t_last > d->t_first ? d->t_last - d->t_first : 0.0;
 	return rc;
 }
 

@@ -417,8 +417,10 @@ static int test_polls(struct mr_comm *c, void *arg)
 		return rc;
 	}
 	usleep(10 * 1000); /* the progress thread is idle by now */
-	if ((rc = mr_comm_irecv(c, &y, 1, MR_COMM_I32, 1, 5, &r)))
+	if ((rc = mr_comm_irecv(c, &y, 1, MR_COMM_I32, 1, 5, &r))) {
+		free(b);
 		return rc;
+	}
 	for (int i = 0; i < 50000 && !done; i++) {
 		if ((rc = mr_comm_test(r, &done)) < 0)
 			break;

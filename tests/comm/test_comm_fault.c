@@ -24,8 +24,10 @@ static int die_or_detect(struct mr_comm *c, void *arg)
 	float *buf = calloc(count, sizeof(float));
 	long long t0, dt;
 
-	if ((rc = mr_comm_barrier(c)))
+	if ((rc = mr_comm_barrier(c))) {
+		free(buf);
 		return rc;
+	}
 	if (me == n - 1)
 		raise(SIGKILL);
 	t0 = mr_test_now_ms();

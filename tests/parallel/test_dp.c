@@ -274,6 +274,11 @@ static int dp_rank(struct mr_comm *w, void *arg)
 				s, st.grad_colls, r->want_colls);
 			rc = -1;
 		}
+		if (rc == 0 && S * r->R > 1 && !(st.comm_s > 0.0)) {
+			fprintf(stderr, "rank %d step %d: comm_s %g, want > 0\n", rank, s,
+				st.comm_s);
+			rc = -1;
+		}
 	}
 	if (rc == 0 && r->check_mem)
 		rc = check_mem(&m, r->dc.zero, S, rank, "after steps");
