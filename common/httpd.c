@@ -142,6 +142,7 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 {
 	struct mr_httpd *srv = cls;
 	struct mr_http_req *req = calloc(1, sizeof(*req));
+	struct mr__httpd_conn *c = mr__httpd_conn_of(conn);
 
 	if (!req)
 		return NULL;
@@ -153,7 +154,14 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 	req->srv = srv;
 	req->conn = conn;
 	req->url = req->raw;
-	req->reserve = (unsigned char)mr__httpd_conn_reserve(conn);
+	if (c) {
+		if (c->open) { /* the previous request was never reported done */
+			mr_log_debug("httpd_request_dropped", "where=next_request");
+			mr__httpd_req_free(srv, c->open);
+		}
+		c->open = req;
+		req->reserve = (unsigned char)c->reserve;
+	}
 	return req;
 }
 
@@ -331,17 +339,8 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
 	return req->queue_failed ? MHD_NO : MHD_YES;
 }
 
-static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
-			 enum MHD_RequestTerminationCode toe)
+void mr__httpd_req_free(struct mr_httpd *srv, struct mr_http_req *req)
 {
-	struct mr_httpd *srv = cls;
-	struct mr_http_req *req = *con_cls;
-
-	(void)conn;
-	(void)toe;
-	if (!req)
-		return;
-	*con_cls = NULL;
 	if (req->suspended) /* only possible if MHD tears down a suspended one */
 		mr__httpd_susp_unlink(srv, req);
 	if (req->resumed)
@@ -351,6 +350,21 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 	free(req->raw);
 	free(req->body);
 	free(req);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+			 enum MHD_RequestTerminationCode toe)
+{
+	struct mr_http_req *req = *con_cls;
+	struct mr__httpd_conn *c = mr__httpd_conn_of(conn);
+
+	(void)toe;
+	if (!req)
+		return;
+	*con_cls = NULL;
+	if (c && c->open == req)
+		c->open = NULL;
+	mr__httpd_req_free(cls, req);
 }
 
 /* ---- the loop ------------------------------------------------------------- */

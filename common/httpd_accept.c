@@ -46,7 +46,6 @@ static const char overloaded_body[] =
 	"{\"error\":{\"code\":\"overloaded\","
 	"\"message\":\"the server is at its connection limit\",\"field\":null}}";
 
-static char reserve_mark; /* socket_context of a connection on a reserve slot */
 
 static uint64_t mono_ms(void)
 {
@@ -62,32 +61,48 @@ int mr__httpd_reserved_path(const char *path)
 	       !strcmp(path, "/metrics");
 }
 
-int mr__httpd_conn_reserve(struct MHD_Connection *conn)
+struct mr__httpd_conn *mr__httpd_conn_of(struct MHD_Connection *conn)
 {
 	const union MHD_ConnectionInfo *ci =
 		MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
 
-	return ci && ci->socket_context == &reserve_mark;
+	return ci ? ci->socket_context : NULL;
 }
 
 void mr__httpd_on_conn(void *cls, struct MHD_Connection *conn, void **socket_context,
 		       enum MHD_ConnectionNotificationCode code)
 {
 	struct mr_httpd *srv = cls;
+	struct mr__httpd_conn *c;
 
 	if (code == MHD_CONNECTION_NOTIFY_STARTED) {
 		srv->n_conns++;
+		c = calloc(1, sizeof(*c));
+		*socket_context = c;
 		if (srv->adding_reserve) {
-			*socket_context = &reserve_mark;
+			if (c)
+				c->reserve = 1;
 			srv->n_reserve++;
 			MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT,
 						  srv->reserve_timeout_s);
 		}
-	} else {
-		srv->n_conns--;
-		if (*socket_context == &reserve_mark)
-			srv->n_reserve--;
+		return;
 	}
+	c = *socket_context;
+	*socket_context = NULL;
+	srv->n_conns--;
+	if (!c) {
+		/* no record: a reserve slot cannot be told apart; recount */
+		srv->n_reserve = srv->n_reserve > srv->n_conns ? srv->n_conns : srv->n_reserve;
+		return;
+	}
+	if (c->reserve)
+		srv->n_reserve--;
+	if (c->open) {
+		mr_log_debug("httpd_request_dropped", "where=close");
+		mr__httpd_req_free(srv, c->open);
+	}
+	free(c);
 }
 
 /* The fixed 503: whatever the client sent so far is read first, so that

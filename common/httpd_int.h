@@ -105,11 +105,26 @@ int mr__httpd_listen(struct mr_httpd *srv, const char *addr, int port, struct mr
 /* Accepts what is pending on srv->lfd and hands each socket to
  * libmicrohttpd, or answers it 503 and closes it past the limits. */
 void mr__httpd_accept(struct mr_httpd *srv);
-/* libmicrohttpd's connection start/close notification: keeps the counts. */
+/*
+ * What the server keeps per connection (libmicrohttpd's socket context):
+ * whether it sits on a reserve slot, and the request record on_uri made
+ * that libmicrohttpd has not reported completed yet. libmicrohttpd 0.9.75
+ * can drop a request it rejects without that report (found by
+ * fuzz_http); the record is then freed when the connection's next request
+ * starts or when it closes.
+ */
+struct mr__httpd_conn {
+	int reserve;
+	struct mr_http_req *open;
+};
+/* libmicrohttpd's connection start/close notification: keeps the counts,
+ * makes and frees the connection's record. */
 void mr__httpd_on_conn(void *cls, struct MHD_Connection *conn, void **socket_context,
 		       enum MHD_ConnectionNotificationCode code);
-/* 1 if conn sits on a reserve slot. */
-int mr__httpd_conn_reserve(struct MHD_Connection *conn);
+/* conn's record, or NULL (out of memory when it opened). */
+struct mr__httpd_conn *mr__httpd_conn_of(struct MHD_Connection *conn);
+/* Frees a request record (httpd.c). */
+void mr__httpd_req_free(struct mr_httpd *srv, struct mr_http_req *req);
 /* 1 if path is one of the operational paths served on reserve slots. */
 int mr__httpd_reserved_path(const char *path);
 
