@@ -5,7 +5,9 @@
 #   make test       lint + unit/integration tests + test-k8s, then the same tests under
 #                   ASan+UBSan, then bounded fuzzing
 #   make asan       the sanitizer build only (build/asan)
-#   make test-gpu   CUDA kernels vs their CPU twins, NCCL collectives (skipped without a GPU)
+#   make test-gpu   CUDA kernels vs their CPU twins, NCCL collectives, the parity
+#                   matrix on the GPUs (skipped without a GPU)
+#   make bench-gpu  GPT-2 124M/350M tokens/s and MFU on the GPUs (skipped without one)
 #   make lint       cppcheck, shellcheck, yamllint
 #   make install    the binaries into $(DESTDIR)$(PREFIX)/bin (the images use it)
 #   make image      build the images (Docker or Buildah), or print how
@@ -108,7 +110,8 @@ CUDA_LIB   := $(BUILD)/libmeshrun_cuda.a
 CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
                -lcublasLt -lcublas -lcudart -lstdc++
 # tests/gpu files that only make sense against the emulation (below)
-emul_only  := tests/gpu/test_cuda_emul.c tests/gpu/test_cuda_parallel.c
+emul_only  := tests/gpu/test_cuda_emul.c tests/gpu/test_cuda_parallel.c \
+              tests/gpu/test_bench_gpu.c
 gpu_test_bins := $(patsubst tests/%.c,$(BUILD)/tests/%,$(filter-out $(emul_only),\
                  $(sort $(wildcard tests/gpu/test_*.c))))
 ifeq ($(CUDA_ON),1)
@@ -176,7 +179,8 @@ $(BUILD)/tests/gpu-emul/test_reference: tests/runtime/test_reference.c tests/gpu
 EMUL_DIR   := $(BUILD)/emul
 emul_link  := $(BUILD)/obj/emul/cuda_emul.o $(BUILD)/obj/emul/device_cuda.o \
               $(BUILD)/obj/emul/device.o
-EMUL_BINS  := $(EMUL_DIR)/meshrun $(EMUL_DIR)/meshrun-agent $(EMUL_DIR)/meshrun-controller
+EMUL_BINS  := $(EMUL_DIR)/meshrun $(EMUL_DIR)/meshrun-agent $(EMUL_DIR)/meshrun-controller \
+              $(EMUL_DIR)/bench-gpu
 EMUL_LIBS  := $(filter-out $(CUDA_LIB),$(LIBS))
 
 $(BUILD)/obj/emul/cuda_emul.o: tests/gpu/cuda_emul.c | deps
@@ -197,6 +201,11 @@ $(EMUL_DIR)/meshrun-agent: $(call obj,agent/main.c) $(emul_link) $(EMUL_LIBS)
 $(EMUL_DIR)/meshrun-controller: $(call obj,controller/main.c) $(emul_link) $(EMUL_LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $(CFLAGS) -o $@ $^ $(LDLIBS)
+# bench/gpu on the emulated GPUs (tests/gpu-emul/test_bench_gpu runs it tiny)
+$(EMUL_DIR)/bench-gpu: bench/gpu.c $(emul_link) $(EMUL_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -DMR_HAVE_CUDA $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/tests/gpu-emul/test_bench_gpu: $(EMUL_DIR)/bench-gpu
 
 # tests/parity's matrix with the parallel runs on the emulated cuda device:
 # fp32 against the cpu single-rank run, bf16 against the emulated
@@ -209,6 +218,20 @@ $(emul_parity): $(BUILD)/tests/gpu-emul/test_parity_%: tests/parity/test_parity.
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -DPARITY_EMUL_PRECISION='"$*"' -Itests/support $(CFLAGS) $(LDFLAGS) \
 		-o $@ $< $(call obj,$(test_helpers)) $(LIBS) -lcriterion $(LDLIBS)
+
+# ... and on the machine's real GPUs (make test-gpu; skipped without one):
+# each configuration against the single rank on the same GPU and precision.
+ifeq ($(CUDA_ON),1)
+gpu_parity  := $(BUILD)/tests/gpu/test_parity_fp32 $(BUILD)/tests/gpu/test_parity_bf16
+gpu_test_bins += $(gpu_parity)
+test_bins   += $(gpu_parity)
+
+$(gpu_parity): $(BUILD)/tests/gpu/test_parity_%: tests/parity/test_parity.c \
+		$(call obj,$(test_helpers)) $(LIBS) $(BINS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -DPARITY_GPU_PRECISION='"$*"' -Itests/support $(CFLAGS) $(LDFLAGS) \
+		-o $@ $< $(call obj,$(test_helpers)) $(LIBS) -lcriterion $(LDLIBS)
+endif
 
 .PHONY: test-gpu
 ifeq ($(CUDA_ON),1)
@@ -373,6 +396,12 @@ tsan-comm:
 .PHONY: bench-train
 bench-train: $(BUILD)/bench/train $(BUILD)/bench/sgemm_peak
 	bench/train.sh $(BUILD)
+
+# ---- GPT-2 124M/350M on the GPUs present, MFU (bench/gpu.c) -----------------
+# Prints `gpu tokens_per_s=<x> mfu=<y>`; says "skipped" where there is no GPU.
+.PHONY: bench-gpu
+bench-gpu: $(BUILD)/bench/gpu
+	$(BUILD)/bench/gpu
 
 # ---- data/tensor-parallel scaling vs PyTorch DDP (bench/parallel.sh) --------
 .PHONY: bench-parallel

@@ -85,12 +85,18 @@ static int gw_create(void **state, const struct mr_worker_env *env, struct mr_er
 	rc = mr__gw_open_data(w, env ? env->config : NULL, eb);
 	if (rc < 0)
 		goto fail;
-	if (w->peak_flops <= 0.0 && !w->dev.ops->is_device)
-		w->peak_flops = mr_cpu_sgemm_peak() * w->threads;
+	if (w->peak_flops <= 0.0)
+		w->peak_flops = w->dev.ops->is_device ? w->dev.peak_flops
+						      : mr_cpu_sgemm_peak() * w->threads;
+	if (w->peak_flops <= 0.0)
+		mr_log_warn("peak_flops_unknown",
+			    "model=%s mfu=0 hint=\"set peak_flops in the workload config\"",
+			    mr_log_q(w->dev.model));
 	mr_log_info("gpt_worker_ready",
-		    "device=%s precision=%s params=%zu layers=%d d_model=%d heads=%d "
+		    "device=%s model=%s precision=%s params=%zu layers=%d d_model=%d heads=%d "
 		    "moe_every=%d batch=%d seq=%d accum=%d threads=%d peak_gflops=%.1f",
-		    w->dev.ops->name, w->dev.act == MR_DT_BF16 ? "bf16" : "fp32",
+		    w->dev.ops->name, mr_log_q(w->dev.model),
+		    w->dev.act == MR_DT_BF16 ? "bf16" : "fp32",
 		    w->model.nparams, mc.n_layer, mc.d_model, mc.n_head, mc.moe_every, B, T,
 		    w->accum, w->threads, w->peak_flops * 1e-9);
 	*state = w;

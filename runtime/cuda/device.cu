@@ -105,6 +105,19 @@ extern "C" int mr_cuda_device_count(struct mr_errbuf *eb)
 	return n;
 }
 
+extern "C" int mr_cuda_device_name(int device, char *buf, size_t n)
+{
+	cudaDeviceProp p;
+
+	if (cudaGetDeviceProperties(&p, device) != cudaSuccess) {
+		cudaGetLastError();
+		snprintf(buf, n, "unknown GPU");
+		return MR_ENOTSUP;
+	}
+	snprintf(buf, n, "%s", p.name);
+	return 0;
+}
+
 extern "C" int mr_cuda_create(struct mr_cuda **out, int device, struct mr_errbuf *eb)
 {
 	struct mr_cuda *cu;

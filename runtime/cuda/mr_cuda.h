@@ -100,6 +100,9 @@ enum mr_cuda_dtype { MR_CUDA_BF16, MR_CUDA_F32 };
 /* Number of usable devices; 0 (and a reason in eb) when there is no driver
  * or no device. Never fails otherwise. */
 int mr_cuda_device_count(struct mr_errbuf *eb);
+/* The driver's name of GPU `device` ("NVIDIA H100 80GB HBM3") into buf;
+ * 0 or MR_ENOTSUP. */
+int mr_cuda_device_name(int device, char *buf, size_t n);
 /* Whether p is device memory (cudaMalloc'd; the host cannot read it). */
 int mr_cuda_is_device_ptr(const void *p);
 /* 1 where NCCL can move this build's device memory between ranks (a real

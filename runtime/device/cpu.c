@@ -9,6 +9,7 @@
  * to the largest row count seen (N floats, a few KiB).
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -473,6 +474,7 @@ int mr__dev_cpu_open(struct mr_dev *d, struct mr_pool *pool)
 	d->ops = &cpu_ops;
 	d->act = MR_DT_F32;
 	d->act_bytes = sizeof(float);
+	snprintf(d->model, sizeof(d->model), "cpu");
 	d->pool = pool;
 	d->impl = calloc(1, sizeof(struct cpu_state));
 	return d->impl ? 0 : MR_ENOMEM;

@@ -518,6 +518,8 @@ int mr__dev_cuda_open(struct mr_dev *d, int index, enum mr_dtype act, struct mr_
 	d->act_bytes = act == MR_DT_F32 ? sizeof(float) : sizeof(mr_bf16);
 	d->pool = NULL;
 	d->nccl = mr_cuda_nccl_capable();
+	mr_cuda_device_name(index, d->model, sizeof(d->model));
+	d->peak_flops = mr_dev_peak_flops(d->model, act);
 	d->impl = s;
 	return 0;
 }

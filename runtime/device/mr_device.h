@@ -176,18 +176,24 @@ struct mr_dev {
 	size_t act_bytes;       /* sizeof one mr_act */
 	struct mr_pool *pool;   /* cpu: the rank's threads (borrowed) */
 	int nccl;               /* NCCL can move this device's memory */
+	char model[64];         /* the hardware: "cpu", "NVIDIA H100 80GB HBM3" */
+	double peak_flops;      /* dense peak at act's precision, FLOP/s; 0: unknown */
 	void *impl;             /* the backend's state */
 };
 
 /*
- * Opens device `name` ("cpu"; "cuda": not yet a backend of this layer)
- * for a rank: index picks the GPU of a multi-GPU node, precision is "fp32"
- * or "bf16" (NULL: the device's default). An unknown or unavailable device
- * or precision fails naming the field ("device", "precision").
+ * Opens device `name` ("cpu" or "cuda") for a rank: index picks the GPU of
+ * a multi-GPU node, precision is "fp32" or "bf16" (NULL: the device's
+ * default). An unknown or unavailable device or precision fails naming
+ * the field ("device", "precision").
  */
 int mr_dev_open(struct mr_dev *d, const char *name, int index, const char *precision,
 		struct mr_pool *pool, struct mr_errbuf *eb);
 void mr_dev_close(struct mr_dev *d);
+
+/* The datasheet's dense peak FLOP/s of a GPU named `model` at precision
+ * act (runtime/device/peak.c), or 0 for a GPU the table does not know. */
+double mr_dev_peak_flops(const char *model, enum mr_dtype act);
 
 /* ---- helpers over the table ---- */
 /* Zeroed device memory accounted in mem under kind; NULL on failure. */

@@ -189,6 +189,13 @@ int mr_cuda_device_count(struct mr_errbuf *eb)
 	return (int)n;
 }
 
+/* No datasheet peak: MFU needs "peak_flops" on the emulated device. */
+int mr_cuda_device_name(int device, char *buf, size_t n)
+{
+	snprintf(buf, n, "emulated GPU %d (CPU twins)", device);
+	return 0;
+}
+
 /* A tagged pointer is device memory: the comm layer stages it through
  * host memory. NCCL cannot move emulated memory. */
 int mr_cuda_is_device_ptr(const void *p)

@@ -268,6 +268,33 @@ Test(device_cuda, open_names_the_field_it_refuses)
 #endif
 }
 
+/* MFU's denominator: the datasheet's dense peak by the driver's name */
+Test(device_cuda, peak_flops_by_gpu_name_and_precision)
+{
+	static const struct {
+		const char *model;
+		enum mr_dtype act;
+		double tflops;
+	} want[] = {
+		{ "NVIDIA H100 80GB HBM3", MR_DT_BF16, 989.4 }, /* SXM */
+		{ "NVIDIA H100 80GB HBM3", MR_DT_F32, 66.9 },
+		{ "NVIDIA H100 PCIe", MR_DT_BF16, 756.5 },
+		{ "NVIDIA H200", MR_DT_BF16, 989.4 },
+		{ "NVIDIA GH200 480GB", MR_DT_BF16, 989.4 },
+		{ "NVIDIA A100-SXM4-80GB", MR_DT_BF16, 312.0 },
+		{ "NVIDIA A100 80GB PCIe", MR_DT_F32, 19.5 },
+		{ "NVIDIA L40S", MR_DT_BF16, 362.05 },
+		{ "NVIDIA GeForce GTX 1080", MR_DT_BF16, 0.0 },
+		{ "cpu", MR_DT_F32, 0.0 },
+	};
+	size_t i;
+
+	for (i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+		cr_expect_float_eq(mr_dev_peak_flops(want[i].model, want[i].act),
+				   want[i].tflops * 1e12, 1.0, "%s", want[i].model);
+	cr_expect_eq(mr_dev_peak_flops(NULL, MR_DT_BF16), 0.0);
+}
+
 #ifdef MR_CUDA_EMUL
 Test(device_cuda, emulated_open_gives_the_precision_asked)
 {
@@ -277,6 +304,9 @@ Test(device_cuda, emulated_open_gives_the_precision_asked)
 	cr_assert_eq(mr__dev_cuda_open(&d, 0, MR_DT_BF16, &eb), 0, "%s", eb.msg);
 	cr_assert_str_eq(d.ops->name, "cuda");
 	cr_assert_eq(d.act, MR_DT_BF16);
+	/* the driver's name, and no datasheet peak for it */
+	cr_assert(strstr(d.model, "emulated GPU 0") != NULL, "%s", d.model);
+	cr_assert_eq(d.peak_flops, 0.0);
 	cr_assert_not_null(d.ops->moe_fwd);
 	mr_dev_close(&d);
 #ifdef MR_HAVE_CUDA

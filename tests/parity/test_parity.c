@@ -40,8 +40,20 @@
  *     MoE model's tensors 0.25 (worst 0.138, the experts' biases: a token
  *     whose two experts' gate probabilities tie to bf16 precision picks
  *     another expert, and its whole contribution moves, downstream layers
- *     included). dp2 runs are bit-identical to one rank. A missing compute-copy refresh moved the loss by 3.5% at step
- *     2 and the weights by 0.3 to 1.1.
+ *     included). dp2 runs are bit-identical to one rank. A missing
+ *     compute-copy refresh moved the loss by 3.5% at step 2 and the
+ *     weights by 0.3 to 1.1.
+ *
+ * Built twice more with PARITY_GPU_PRECISION for `make test-gpu`
+ * (tests/gpu/test_parity_fp32 and _bf16): the same matrix on the real
+ * GPUs of the machine, each configuration against the single rank on the
+ * same GPU in the same precision, at the emulated device's bounds (not
+ * yet measured on a GPU: cuBLAS picks other GEMM algorithms for the
+ * sharded shapes, which only reorders float sums). With a GPU per rank
+ * the ranks are one node's processes and the communicators NCCL; with
+ * fewer GPUs than ranks every rank is a node of its own on GPU 0 and the
+ * communicators are the host's, staging through host memory (NCCL refuses
+ * two ranks on one GPU). Skipped without a GPU.
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -58,17 +70,26 @@
 #define STEPS 10
 /* rows per micro-batch: the emulated device's wider model learns in 10
  * steps only with more rows per step */
-#define BATCH (EMUL ? 4 : 2)
+#define BATCH (ON_DEVICE ? 4 : 2)
 
-#ifdef PARITY_EMUL_PRECISION
+#if defined(PARITY_EMUL_PRECISION)
 #define EMUL 1
-#define BF16 (strcmp(PARITY_EMUL_PRECISION, "bf16") == 0)
+#define GPU 0
+#define PRECISION PARITY_EMUL_PRECISION
+#elif defined(PARITY_GPU_PRECISION)
+#include "cuda/mr_cuda.h"
+#define EMUL 0
+#define GPU 1
+#define PRECISION PARITY_GPU_PRECISION
 #else
 #define EMUL 0
-#define BF16 0
+#define GPU 0
+#define PRECISION "fp32"
 #endif
+#define ON_DEVICE (EMUL || GPU) /* the parallel runs train on a cuda device */
+#define BF16 (ON_DEVICE && strcmp(PRECISION, "bf16") == 0)
 #define LOSS_TOL (BF16 ? 1e-2 : 1e-5)
-#define WEIGHT_TOL (BF16 ? 5e-2 : EMUL ? 2e-4 : MR_PARITY_WEIGHT_TOL)
+#define WEIGHT_TOL (BF16 ? 5e-2 : ON_DEVICE ? 2e-4 : MR_PARITY_WEIGHT_TOL)
 #define MOE_BF16_TOL 0.25 /* a MoE model's tensors in bf16: see the header */
 
 static char tmp[256];
@@ -102,28 +123,42 @@ static const char *model_json(const struct job *j)
 	 * with 4 heads there (tp 4 still divides the heads). */
 	snprintf(buf, sizeof(buf),
 		 "\"n_layer\": 2, \"d_model\": %d, \"n_head\": 4, \"vocab_size\": %d%s",
-		 EMUL ? 128 : 32, j->vocab ? j->vocab : 64,
+		 ON_DEVICE ? 128 : 32, j->vocab ? j->vocab : 64,
 		 j->moe ? ", \"moe_every\": 2, \"n_experts\": 4, \"top_k\": 2, "
 			  "\"capacity_factor\": 0.75, \"aux_coef\": 0.01"
 			: "");
 	return buf;
 }
 
+/* GPUs of this machine (the real-GPU build; 0 elsewhere). */
+static int gpus(void)
+{
+#if GPU
+	struct mr_errbuf eb = { "", "" };
+	return mr_cuda_device_count(&eb);
+#else
+	return 0;
+#endif
+}
+
 /* Runs the job with outputs tag.loss / tag.bin in tmp; returns the exit
- * code, the log in tmp/tag.out. On the emulated device (dev = 1) with the
- * build's emul/ binaries. */
+ * code, the log in tmp/tag.out. dev = 1: on the cuda device - emulated,
+ * with the build's emul/ binaries, or this machine's GPUs, one node per
+ * rank on GPU 0 and host communicators when there are fewer GPUs than
+ * ranks (see the header). */
 static int run_job(const struct job *j, const char *tag, const char *extra, int dev)
 {
-	char cmd[4096], *bin = realpath(mr_proc_build_dir(), NULL), dir[1100], keys[128] = "";
-	int st;
+	char cmd[4096], *bin = realpath(mr_proc_build_dir(), NULL), dir[1100], keys[160] = "";
+	int st, nodes = j->nodes, nproc = j->nproc;
 
-	snprintf(dir, sizeof(dir), "%s%s", bin ? bin : "build", dev ? "/emul" : "");
-#ifdef PARITY_EMUL_PRECISION
-	if (dev)
-		snprintf(keys, sizeof(keys), ", \"device\": \"cuda\", \"precision\": \"%s\"",
-			 PARITY_EMUL_PRECISION);
-#endif
-
+	snprintf(dir, sizeof(dir), "%s%s", bin ? bin : "build", dev && EMUL ? "/emul" : "");
+	if (dev && ON_DEVICE)
+		snprintf(keys, sizeof(keys), ", \"device\": \"cuda\", \"precision\": \"%s\"%s",
+			 PRECISION, GPU && nodes * nproc > gpus() ? ", \"comm_backend\": \"host\"" : "");
+	if (dev && GPU && nodes * nproc > gpus()) {
+		nodes *= nproc;
+		nproc = 1;
+	}
 	snprintf(cmd, sizeof(cmd),
 		 "cd '%s' && MR_CUDA_EMUL_DEVICES=4 timeout 300 '%s/meshrun' local --nodes %d --nproc-per-node %d "
 		 "--tp %d --workload-config '{%s, \"steps\": %d, \"batch_size\": %d, "
@@ -131,7 +166,7 @@ static int run_job(const struct job *j, const char *tag, const char *extra, int 
 		 "\"threads\": 1, \"peak_flops\": 1e9, \"seed\": 11, \"zero\": %d, "
 		 "\"hsdp_shard\": %d, \"sequence_parallel\": %s, \"comm_timeout_ms\": 30000, "
 		 "\"loss_log\": \"%s.loss\", \"save_weights\": \"%s.bin\"%s%s}' >'%s.out' 2>&1",
-		 tmp, dir, j->nodes, j->nproc, j->tp, model_json(j), STEPS, BATCH, j->accum, j->zero,
+		 tmp, dir, nodes, nproc, j->tp, model_json(j), STEPS, BATCH, j->accum, j->zero,
 		 j->hsdp, j->sp ? "true" : "false", tag, tag, extra ? extra : "", keys, tag);
 	free(bin);
 	st = system(cmd);
@@ -225,12 +260,15 @@ static void check(const struct job *j)
 	struct mr_gpt a, b;
 	char why[192];
 
+	if (GPU && gpus() < 1)
+		cr_skip_test("no CUDA device, test skipped");
 	scratch();
 	ref.accum = dp * j->accum;
-	/* bf16's reference is the emulated device's own single rank */
-	cr_assert_eq(run_job(&ref, "ref", j->extra, BF16), 0, "reference run failed:\n%s",
+	/* bf16's reference is the emulated device's own single rank; on a real
+	 * GPU every reference is the GPU's */
+	cr_assert_eq(run_job(&ref, "ref", j->extra, BF16 || GPU), 0, "reference run failed:\n%s",
 		     tail_of("ref"));
-	cr_assert_eq(run_job(j, "par", j->extra, EMUL), 0, "parallel run failed:\n%s",
+	cr_assert_eq(run_job(j, "par", j->extra, ON_DEVICE), 0, "parallel run failed:\n%s",
 		     tail_of("par"));
 	if (EMUL && !BF16) {
 		cr_assert_eq(run_job(j, "cpu", j->extra, 0), 0, "cpu run failed:\n%s",
@@ -309,7 +347,7 @@ Test(parity, dp2_with_accumulation)
 	check(&j);
 }
 
-#if !EMUL
+#if !ON_DEVICE
 /* Bad placement fails at start, on every rank, before any step. */
 static void expect_rejected(const struct job *j, const char *extra, const char *field)
 {
