@@ -300,6 +300,23 @@ static inline pid_t h_agent(const struct h_ctl *c, const char *job, int idx, cha
 	return h_spawn(argv, env, log);
 }
 
+/* Starts `meshrun local args` in the background (env may be NULL); its
+ * output goes to the log file `name`, whose path is written to log. */
+static inline pid_t h_local(char *const *args, char *const *env, char *log, size_t cap,
+			    const char *name)
+{
+	char *argv[H_MAX_ARGS];
+	int n = 0;
+
+	h_path(log, cap, name);
+	argv[n++] = "meshrun";
+	argv[n++] = "local";
+	for (int i = 0; args[i] && n < H_MAX_ARGS - 1; i++)
+		argv[n++] = args[i];
+	argv[n] = NULL;
+	return h_spawn(argv, env, log);
+}
+
 /* Dumps a log to stderr (for failing tests). */
 static inline void h_dump(const char *path)
 {

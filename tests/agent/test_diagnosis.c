@@ -32,20 +32,6 @@ const char *__lsan_default_suppressions(void)
 	return "leak:libcriterion.so\n";
 }
 
-static pid_t start_local(char *const *args, char *log, size_t cap, const char *name)
-{
-	char *argv[H_MAX_ARGS];
-	int n = 0;
-
-	h_path(log, cap, name);
-	argv[n++] = "meshrun";
-	argv[n++] = "local";
-	for (int i = 0; args[i]; i++)
-		argv[n++] = args[i];
-	argv[n] = NULL;
-	return h_spawn(argv, NULL, log);
-}
-
 /* "meshrun local: controller on URL, N node(s), job JOB" */
 static void local_endpoint(const char *log, char *url, size_t ucap, char *job, size_t jcap)
 {
@@ -138,7 +124,7 @@ Test(diagnosis, a_rank_that_stops_calling_collectives_is_named, .timeout = 240)
 			"\"debug_stall_step\": 2}",
 			NULL};
 	char log[300], url[64], job[128], *out, *why, *metrics;
-	pid_t local = start_local(args, log, sizeof(log), "stall.log");
+	pid_t local = h_local(args, NULL, log, sizeof(log), "stall.log");
 	json_t *d, *c;
 
 	local_endpoint(log, url, sizeof(url), job, sizeof(job));
@@ -239,7 +225,7 @@ Test(diagnosis, a_frozen_node_is_named, .timeout = 240)
 			"\"comm_timeout_ms\": 300000}",
 			NULL};
 	char log[300], url[64], job[128];
-	pid_t local = start_local(args, log, sizeof(log), "sigstop.log"), victim;
+	pid_t local = h_local(args, NULL, log, sizeof(log), "sigstop.log"), victim;
 	long long end;
 	json_t *d = NULL;
 	int named = 0;
@@ -290,7 +276,7 @@ Test(diagnosis, a_slow_rank_is_flagged_and_no_other, .timeout = 240)
 			"\"debug_slow_rank\": 2, \"debug_slow_ms\": 250}",
 			NULL};
 	char log[300], url[64], job[128], *out, *st;
-	pid_t local = start_local(args, log, sizeof(log), "straggler.log");
+	pid_t local = h_local(args, NULL, log, sizeof(log), "straggler.log");
 	const char *p;
 	int flagged = 0;
 

@@ -8,22 +8,6 @@
  */
 #include "harness.h"
 
-/* Starts `meshrun local args` in the background; its output goes to log. */
-static pid_t start_local(char *const *args, char *const *env, char *log, size_t cap,
-			 const char *name)
-{
-	char *argv[H_MAX_ARGS];
-	int n = 0;
-
-	h_path(log, cap, name);
-	argv[n++] = "meshrun";
-	argv[n++] = "local";
-	for (int i = 0; args[i]; i++)
-		argv[n++] = args[i];
-	argv[n] = NULL;
-	return h_spawn(argv, env, log);
-}
-
 /* Waits for local (2 min at most); its exit code, *out its output. */
 static int finish_local(pid_t pid, const char *log, char **out)
 {
@@ -41,7 +25,7 @@ static int run_local(char *const *args, char **out)
 	static int seq;
 
 	snprintf(name, sizeof(name), "local-%d.log", seq++);
-	return finish_local(start_local(args, NULL, log, sizeof(log), name), log, out);
+	return finish_local(h_local(args, NULL, log, sizeof(log), name), log, out);
 }
 
 Test(local, demo_job_two_nodes)
@@ -199,7 +183,7 @@ Test(local, killed_agent_and_controller_are_restarted_and_the_job_succeeds)
 
 	h_path(go, sizeof(go), "go-restart");
 	snprintf(genv, sizeof(genv), "MR_TEST_GO=%s", go);
-	local = start_local(args, env, log, sizeof(log), "local-restart.log");
+	local = h_local(args, env, log, sizeof(log), "local-restart.log");
 	cr_assert_eq(h_wait_log(log, "UP 1 gen=1", 1, 60000), 0);
 	/* a pod dies: kill -9 of an agent (its worker dies with it) */
 	victim = h_child(local, "meshrun-agent", 1);
@@ -241,7 +225,7 @@ Test(local, a_controller_that_stays_dead_is_never_reported_as_success)
 
 	h_path(go, sizeof(go), "go-dead");
 	snprintf(genv, sizeof(genv), "MR_TEST_GO=%s", go);
-	local = start_local(args, env, log, sizeof(log), "local-dead.log");
+	local = h_local(args, env, log, sizeof(log), "local-dead.log");
 	cr_assert_eq(h_wait_log(log, "UP 1 gen=1", 1, 60000), 0);
 	kill(h_child(local, "meshrun-controller", 0), SIGKILL);
 	cr_assert_eq(h_wait_log(log, "restart limit reached", 1, 30000), 0, "%s", h_read(log));
@@ -267,7 +251,7 @@ Test(local, sigterm_stops_the_job_with_143)
 
 	h_path(go, sizeof(go), "go-never");
 	snprintf(genv, sizeof(genv), "MR_TEST_GO=%s", go);
-	local = start_local(args, env, log, sizeof(log), "local-term.log");
+	local = h_local(args, env, log, sizeof(log), "local-term.log");
 	cr_assert_eq(h_wait_log(log, "UP 1 gen=1", 1, 60000), 0);
 	kill(local, SIGTERM);
 	code = finish_local(local, log, &out);
