@@ -23,15 +23,6 @@
 #include "progress.h"
 #include "rdzv.h"
 
-/* Criterion 2.4's runner sometimes leaks one 48-byte block of its own when
- * tests run in parallel (--jobs 2; see tests/comm/harness.h): keep
- * LeakSanitizer quiet about libcriterion only. */
-const char *__lsan_default_suppressions(void);
-const char *__lsan_default_suppressions(void)
-{
-	return "leak:libcriterion.so\n";
-}
-
 /* "meshrun local: controller on URL, N node(s), job JOB" */
 static void local_endpoint(const char *log, char *url, size_t ucap, char *job, size_t jcap)
 {

@@ -25,17 +25,6 @@
 #include "comm/mr_comm.h"
 #include "kv_mem.h"
 
-/*
- * Criterion 2.4's runner sometimes leaks one 48-byte block of its own when
- * tests that fork run in parallel (--jobs 2); keep LeakSanitizer quiet about
- * libcriterion only. (Each comm test binary includes this header once.)
- */
-const char *__lsan_default_suppressions(void);
-const char *__lsan_default_suppressions(void)
-{
-	return "leak:libcriterion.so\n";
-}
-
 enum { HOSTS_SAME, HOSTS_DISTINCT, HOSTS_HALF };
 
 typedef int (*rank_fn)(struct mr_comm *world, void *arg);

@@ -66,6 +66,18 @@ function volumeFor(spec, c, path) {
   return best && (spec.volumes ?? []).find((v) => v.name === best.name);
 }
 
+/** ConfigMap cm's key as the workload's JSON object, or undefined after err. */
+function parseWorkload(cm, key, where, err) {
+  try {
+    const w = JSON.parse(cm.data[key]);
+    if (typeof w !== "object" || w === null || Array.isArray(w)) throw new Error("not an object");
+    return w;
+  } catch (x) {
+    err(`${where}: ConfigMap '${cm.metadata.name}' key '${key}' is not a JSON object: ${x.message}`);
+    return undefined;
+  }
+}
+
 function checkPod(p, bundle, opts, err) {
   const spec = p.tpl.spec ?? {};
   const where = `${label(p.owner)} ${p.path}`;
@@ -107,6 +119,7 @@ function checkPod(p, bundle, opts, err) {
         err(`${cw}: Secret '${v.secret.secretName}' is not in the bundle`);
     }
     const wl = env.get("MESHRUN_WORKLOAD_CONFIG")?.value;
+    let workload; // the parsed workload config, when it comes from a ConfigMap
     if (wl && !wl.trimStart().startsWith("{")) {
       // a path: the file of a ConfigMap volume, and a JSON object
       const v = volumeFor(spec, c, wl);
@@ -114,16 +127,10 @@ function checkPod(p, bundle, opts, err) {
       const key = m ? wl.slice(m.mountPath.replace(/\/$/, "").length + 1) : "";
       const cm = v?.configMap &&
         bundle.find((o) => o.kind === "ConfigMap" && o.metadata?.name === v.configMap.name);
-      if (!cm || cm.data?.[key] === undefined) {
+      if (!cm || cm.data?.[key] === undefined)
         err(`${cw}.env[MESHRUN_WORKLOAD_CONFIG]: '${wl}' is not a key of a ConfigMap volume in the bundle`);
-      } else {
-        try {
-          const w = JSON.parse(cm.data[key]);
-          if (typeof w !== "object" || Array.isArray(w)) throw new Error("not an object");
-        } catch (x) {
-          err(`${cw}.env[MESHRUN_WORKLOAD_CONFIG]: ConfigMap '${cm.metadata.name}' key '${key}' is not a JSON object: ${x.message}`);
-        }
-      }
+      else
+        workload = parseWorkload(cm, key, `${cw}.env[MESHRUN_WORKLOAD_CONFIG]`, err);
     }
     for (const e of c.env ?? []) {
       const r = e.valueFrom?.configMapKeyRef;
@@ -131,15 +138,12 @@ function checkPod(p, bundle, opts, err) {
       const cm = bundle.find((o) => o.kind === "ConfigMap" && o.metadata?.name === r.name);
       if (!cm || cm.data?.[r.key] === undefined)
         err(`${cw}.env[${e.name}]: ConfigMap '${r.name}' key '${r.key}' is not in the bundle`);
-      else if (e.name === "MESHRUN_WORKLOAD_CONFIG") {
-        try {
-          const w = JSON.parse(cm.data[r.key]);
-          if (typeof w !== "object" || Array.isArray(w)) throw new Error("not an object");
-        } catch (x) {
-          err(`${cw}.env[${e.name}]: ConfigMap '${r.name}' key '${r.key}' is not a JSON object: ${x.message}`);
-        }
-      }
+      else if (e.name === "MESHRUN_WORKLOAD_CONFIG")
+        workload = parseWorkload(cm, r.key, `${cw}.env[${e.name}]`, err);
     }
+    const gpus = Number(c.resources?.limits?.["nvidia.com/gpu"] ?? 0);
+    if (workload && gpus > 0 && workload.device !== "cuda")
+      err(`${cw}: the pod reserves ${gpus} nvidia.com/gpu but its workload trains on "${workload.device ?? "cpu"}"; set "device": "cuda"`);
     if (labels["app.kubernetes.io/name"] === AGENT) checkAgent(p, spec, c, cw, env, opts, err);
   }
 }
