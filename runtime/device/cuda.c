@@ -520,6 +520,9 @@ int mr__dev_cuda_open(struct mr_dev *d, int index, enum mr_dtype act, struct mr_
 	d->nccl = mr_cuda_nccl_capable();
 	mr_cuda_device_name(index, d->model, sizeof(d->model));
 	d->peak_flops = mr_dev_peak_flops(d->model, act);
+	d->attn_hs_align = 32; /* runtime/cuda/attention.cu: warps of 32 lanes */
+	d->attn_hs_max = 128;
+	d->attn_bh_max = 65535; /* one grid dimension per (batch row, head) */
 	d->impl = s;
 	return 0;
 }

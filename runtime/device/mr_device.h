@@ -178,6 +178,10 @@ struct mr_dev {
 	int nccl;               /* NCCL can move this device's memory */
 	char model[64];         /* the hardware: "cpu", "NVIDIA H100 80GB HBM3" */
 	double peak_flops;      /* dense peak at act's precision, FLOP/s; 0: unknown */
+	/* the attention kernels' limits (0: none): head size a multiple of
+	 * attn_hs_align up to attn_hs_max, batch rows x local heads at most
+	 * attn_bh_max - checked when a model is created on the device */
+	int attn_hs_align, attn_hs_max, attn_bh_max;
 	void *impl;             /* the backend's state */
 };
 

@@ -277,6 +277,27 @@ static int fill_ones(struct mr_gpt *m)
 	return rc;
 }
 
+/* The device's attention limits (mr_dev.attn_*), so a shape its kernels
+ * refuse fails here naming the field, not at the first forward. */
+static int check_device_shape(const struct mr_gpt_config *cfg, int B, int tp,
+			      const struct mr_dev *dev, struct mr_errbuf *eb)
+{
+	int hs = cfg->d_model / cfg->n_head;
+
+	if (dev->attn_hs_align > 0 && (hs % dev->attn_hs_align || hs > dev->attn_hs_max))
+		return mr_errf_field(eb, MR_EINVAL, "n_head",
+				     "'n_head' %d gives a head size of %d (d_model %d / n_head); "
+				     "device %s needs a multiple of %d up to %d",
+				     cfg->n_head, hs, cfg->d_model, dev->ops->name,
+				     dev->attn_hs_align, dev->attn_hs_max);
+	if (dev->attn_bh_max > 0 && (long)B * (cfg->n_head / tp) > dev->attn_bh_max)
+		return mr_errf_field(eb, MR_EINVAL, "batch_size",
+				     "'batch_size' %d x %d heads per rank exceeds device %s's "
+				     "attention limit of %d",
+				     B, cfg->n_head / tp, dev->ops->name, dev->attn_bh_max);
+	return 0;
+}
+
 int mr_gpt_create_on(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, int T,
 		     struct mr_dev *dev, const struct mr_place *place, unsigned flags,
 		     struct mr_errbuf *eb)
@@ -304,6 +325,8 @@ int mr_gpt_create_on(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, i
 	m->flags = flags;
 	rc = mr_gpt_check_placement(cfg, T, &m->place, eb);
 	if (rc < 0)
+		return rc;
+	if ((rc = check_device_shape(cfg, B, mr_place_size(&m->place, MR_AXIS_TP), dev, eb)) < 0)
 		return rc;
 	if (mr_place_size(&m->place, MR_AXIS_TP) > 1 && !m->place.comm[MR_AXIS_TP])
 		return mr_errf_field(eb, MR_EINVAL, "tp", "tp %d without a tp communicator",

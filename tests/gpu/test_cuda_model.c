@@ -355,6 +355,39 @@ Test(cuda_model, step_driver_trains_as_on_cpu_ddp_and_zero)
 	gpu_teardown();
 }
 
+/* Shapes the device's attention refuses fail at create naming the field
+ * (not at the first forward); the cpu device takes them. */
+Test(cuda_model, shapes_the_attention_refuses_fail_at_create)
+{
+	struct mr_errbuf eb = { { 0 }, { 0 } };
+	struct mr_gpt_config hs16 = dense, hs256 = dense;
+	struct mr_dev gpu, cpu;
+	struct mr_gpt m;
+
+	need_gpu();
+	open_cuda(&gpu, 1);
+	hs16.n_head = 4;   /* head size 16 */
+	hs256.d_model = 256;
+	hs256.n_head = 1;  /* head size 256 */
+	cr_assert_eq(mr_gpt_create_on(&m, &hs16, BATCH, SEQ, &gpu, NULL, 0, &eb), MR_EINVAL);
+	cr_assert_str_eq(eb.field, "n_head");
+	cr_assert(strstr(eb.msg, "head size of 16") != NULL, "%s", eb.msg);
+	mr_errbuf_clear(&eb);
+	cr_assert_eq(mr_gpt_create_on(&m, &hs256, BATCH, SEQ, &gpu, NULL, 0, &eb), MR_EINVAL);
+	cr_assert_str_eq(eb.field, "n_head");
+	mr_errbuf_clear(&eb);
+	/* 32,768 rows x 2 heads: past one grid dimension */
+	cr_assert_eq(mr_gpt_create_on(&m, &dense, 32768, SEQ, &gpu, NULL, 0, &eb), MR_EINVAL);
+	cr_assert_str_eq(eb.field, "batch_size");
+	mr_errbuf_clear(&eb);
+	cr_assert_eq(mr_dev_open(&cpu, "cpu", 0, NULL, NULL, &eb), 0, "%s", eb.msg);
+	cr_assert_eq(mr_gpt_create_on(&m, &hs16, BATCH, SEQ, &cpu, NULL, 0, &eb), 0, "%s", eb.msg);
+	mr_gpt_release(&m);
+	mr_dev_close(&cpu);
+	mr_dev_close(&gpu);
+	gpu_teardown();
+}
+
 /* A NaN weight fails the step, naming the step and the tensor. */
 Test(cuda_model, nonfinite_weight_fails_the_step_naming_it)
 {
