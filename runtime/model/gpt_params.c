@@ -102,20 +102,26 @@ static float *take_f32(struct carve *cv, size_t n)
 	return take_bytes(cv, n * sizeof(float));
 }
 
-/* Carves activations (cv) and workspace (wv); sizes only when bases are
- * NULL. With tp, the head-, hidden- and vocab-sized buffers are this
- * rank's slice; with sp, the residual stream holds this rank's rows only
- * (N/tp) while the LayerNorm outputs feeding GEMMs are kept gathered. */
-static void carve_all(struct mr_gpt *m, struct carve *cv, struct carve *wv)
+/* Device memory of the model (ledger m->mem). */
+static void *dalloc(struct mr_gpt *m, enum mr_mem_kind kind, size_t bytes)
+{
+	return mr_dev_alloc(m->dev, &m->mem, kind, bytes);
+}
+
+/* Carves a micro-batch slot's activations into m's fields; sizes only
+ * when cv's base is NULL. With tp, the head-, hidden- and vocab-sized
+ * buffers are this rank's slice; with sp, the residual stream holds this
+ * rank's rows only (N/tp) while the LayerNorm outputs feeding GEMMs are
+ * kept gathered. */
+static void carve_acts(struct mr_gpt *m, struct carve *cv)
 {
 	const struct mr_gpt_config *c = &m->cfg;
 	int tp = m->tp.size;
 	size_t N = (size_t)m->B * m->T, C = (size_t)c->d_model;
 	size_t Nl = (size_t)mr_tp_local_rows(&m->tp), Cl = C / (size_t)tp;
 	size_t Hl = 4 * Cl, Vl = (size_t)mr_tp_vocab_rows(&m->tp);
-	int l, any_moe = 0;
 	struct mr_moe_shape ms = { 0, 0, 0, 0, 0, 0 };
-	size_t kws, mws = 0;
+	int l;
 
 	if (c->moe_every > 0)
 		ms = mr_gpt_moe_shape(m);
@@ -139,7 +145,6 @@ static void carve_all(struct mr_gpt *m, struct carve *cv, struct carve *wv)
 			int *iv = take_bytes(cv, mr_moe_act_ints(&ms) * sizeof(int));
 			if (f)
 				mr_moe_acts_bind(&a->moe, &ms, f, iv);
-			any_moe = 1;
 		} else {
 			a->fch = take(m, cv, N * Hl);
 			a->fch_gelu = take(m, cv, N * Hl);
@@ -154,6 +159,16 @@ static void carve_all(struct mr_gpt *m, struct carve *cv, struct carve *wv)
 	m->losses = take_f32(cv, N);
 	m->tok_dev = take_bytes(cv, N * sizeof(int));
 	m->tgt_dev = take_bytes(cv, N * sizeof(int));
+}
+
+/* Carves the workspace every pass shares; sizes only when wv's base is NULL. */
+static void carve_ws(struct mr_gpt *m, struct carve *wv)
+{
+	const struct mr_gpt_config *c = &m->cfg;
+	int tp = m->tp.size;
+	size_t N = (size_t)m->B * m->T, C = (size_t)c->d_model;
+	size_t Nl = (size_t)mr_tp_local_rows(&m->tp), Cl = C / (size_t)tp, Hl = 4 * Cl;
+	size_t kws, mws = 0;
 
 	m->ones = take(m, wv, N);
 	m->dres = take(m, wv, Nl * C);
@@ -166,9 +181,137 @@ static void carve_all(struct mr_gpt *m, struct carve *cv, struct carve *wv)
 	m->tp.tmp = tp > 1 ? take(m, wv, N * C) : NULL;
 	m->tp.ce = tp > 1 ? take_f32(wv, 3 * N) : NULL;
 	kws = m->dev->ops->ws_bytes(m->dev, m->T, c->d_model, c->n_head);
-	if (any_moe)
+	if (c->moe_every > 0) {
+		struct mr_moe_shape ms = mr_gpt_moe_shape(m);
 		mws = mr_moe_ws_floats(&ms) * sizeof(float);
+	}
 	m->k_ws = take_bytes(wv, kws > mws ? kws : mws);
+}
+
+/* ---- micro-batch slots ---- */
+
+/* The model's fields that view the slot in use. */
+#define SLOT_FIELDS(X)                                                                      \
+	X(acts) X(la) X(encoded) X(lnf) X(logits) X(lnf_mean) X(lnf_rstd) X(ce_lse) X(losses) \
+	X(tok_dev) X(tgt_dev) X(inputs) X(targets) X(tok_tp) X(tgt_tp) X(tok_local)          \
+	X(losses_host) X(has_targets) X(loss) X(aux_loss) X(stash) X(stash_mem)
+
+static void slot_save(const struct mr_gpt *m, struct mr_gpt_slot *s)
+{
+#define X(f) s->f = m->f;
+	SLOT_FIELDS(X)
+#undef X
+}
+
+static void slot_load(struct mr_gpt *m, const struct mr_gpt_slot *s)
+{
+#define X(f) m->f = s->f;
+	SLOT_FIELDS(X)
+#undef X
+}
+
+void mr_gpt_use_slot(struct mr_gpt *m, int k)
+{
+	if (k == m->slot)
+		return;
+	slot_save(m, &m->slots[m->slot]);
+	slot_load(m, &m->slots[k]);
+	m->slot = k;
+}
+
+/* The split backward's stash of the slot whose state m's fields hold. */
+static int stash_alloc(struct mr_gpt *m)
+{
+	size_t N = (size_t)m->B * m->T, C = (size_t)m->cfg.d_model;
+	size_t Cl = C / (size_t)m->tp.size, per = N * (3 * Cl + C + 4 * Cl + C);
+	int l, L = m->cfg.n_layer;
+
+	if (m->stash)
+		return 0;
+	m->stash = calloc((size_t)L, sizeof(*m->stash));
+	m->nstash = mr_dev_act_bytes(m->dev, per * (size_t)L);
+	m->stash_mem = m->stash ? dalloc(m, MR_MEM_ACTS, m->nstash) : NULL;
+	if (!m->stash_mem) {
+		free(m->stash);
+		m->stash = NULL;
+		return MR_ENOMEM;
+	}
+	for (l = 0; l < L; l++) {
+		mr_act *b = mr_dev_at(m->dev, m->stash_mem, per * (size_t)l);
+		m->stash[l].dqkv = b;
+		m->stash[l].dproj1 = mr_dev_at(m->dev, b, N * 3 * Cl);
+		m->stash[l].dfc = mr_dev_at(m->dev, m->stash[l].dproj1, N * C);
+		m->stash[l].dproj2 = mr_dev_at(m->dev, m->stash[l].dfc, N * 4 * Cl);
+	}
+	return 0;
+}
+
+/* A new slot's state in m's fields (the caller saved the one in use);
+ * on failure what was allocated is in m's fields for slot_free. */
+static int slot_alloc(struct mr_gpt *m)
+{
+	size_t N = (size_t)m->B * m->T;
+	struct carve cv = { NULL, 0 };
+
+	m->la = calloc((size_t)m->cfg.n_layer, sizeof(*m->la));
+	m->inputs = calloc(4 * N, sizeof(int));
+	m->losses_host = calloc(N, sizeof(float));
+	m->stash = NULL;
+	m->stash_mem = NULL;
+	m->tok_local = NULL;
+	m->has_targets = 0;
+	m->loss = m->aux_loss = 0.0f;
+	m->acts = m->la && m->inputs && m->losses_host ? dalloc(m, MR_MEM_ACTS, m->nacts) : NULL;
+	if (!m->acts)
+		return MR_ENOMEM;
+	m->targets = m->inputs + N;
+	m->tok_tp = m->targets + N;
+	m->tgt_tp = m->tok_tp + N;
+	cv.base = m->acts;
+	carve_acts(m, &cv);
+	return m->split ? stash_alloc(m) : 0;
+}
+
+static void slot_free(struct mr_gpt *m, struct mr_gpt_slot *s)
+{
+	mr_dev_free(m->dev, &m->mem, MR_MEM_ACTS, s->stash_mem, m->nstash);
+	mr_dev_free(m->dev, &m->mem, MR_MEM_ACTS, s->acts, m->nacts);
+	free(s->stash);
+	free(s->la);
+	free(s->inputs);
+	free(s->losses_host);
+	memset(s, 0, sizeof(*s));
+}
+
+int mr_gpt_set_slots(struct mr_gpt *m, int n, struct mr_errbuf *eb)
+{
+	struct mr_gpt_slot *grown;
+	int cur = m->slot, rc = 0;
+
+	if (n <= m->nslots)
+		return 0;
+	grown = realloc(m->slots, (size_t)n * sizeof(*grown));
+	if (!grown)
+		return mr_errf(eb, MR_ENOMEM, "unable to allocate %d micro-batch slots", n);
+	m->slots = grown;
+	if (m->nslots > 0)
+		slot_save(m, &m->slots[cur]);
+	while (m->nslots < n) {
+		rc = slot_alloc(m);
+		slot_save(m, &m->slots[m->nslots]);
+		if (rc < 0) {
+			slot_free(m, &m->slots[m->nslots]);
+			break;
+		}
+		m->nslots++;
+	}
+	if (m->nslots > 0)
+		slot_load(m, &m->slots[cur]);
+	if (rc < 0)
+		return mr_errf(eb, rc, "unable to allocate micro-batch slot %d of %d (%zu bytes of "
+				       "activations each)",
+			       m->nslots + 1, n, m->nacts);
+	return 0;
 }
 
 struct mr_moe_shape mr_gpt_moe_shape(const struct mr_gpt *m)
@@ -252,12 +395,6 @@ int mr_gpt_create_placed(struct mr_gpt *m, const struct mr_gpt_config *cfg, int 
 	return 0;
 }
 
-/* Device memory of the model (ledger m->mem). */
-static void *dalloc(struct mr_gpt *m, enum mr_mem_kind kind, size_t bytes)
-{
-	return mr_dev_alloc(m->dev, &m->mem, kind, bytes);
-}
-
 /* m->ones := 1 (through a host copy and the device's conversion). */
 static int fill_ones(struct mr_gpt *m)
 {
@@ -303,7 +440,6 @@ int mr_gpt_create_on(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, i
 		     struct mr_errbuf *eb)
 {
 	struct carve cv = { NULL, 0 }, wv = { NULL, 0 };
-	size_t N = (size_t)B * T;
 	int rc, u;
 
 	memset(m, 0, sizeof(*m));
@@ -341,15 +477,8 @@ int mr_gpt_create_on(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, i
 		   B, T, cfg->d_model, cfg->vocab);
 	m->w.layer = calloc((size_t)cfg->n_layer, sizeof(*m->w.layer));
 	m->g.layer = calloc((size_t)cfg->n_layer, sizeof(*m->g.layer));
-	m->la = calloc((size_t)cfg->n_layer, sizeof(*m->la));
-	m->inputs = calloc(4 * N, sizeof(int));
-	m->losses_host = calloc(N, sizeof(float));
-	if (!m->w.layer || !m->g.layer || !m->la || !m->inputs || !m->losses_host ||
-	    mr__gpt_table_create(m) < 0)
+	if (!m->w.layer || !m->g.layer || mr__gpt_table_create(m) < 0)
 		goto nomem;
-	m->targets = m->inputs + N;
-	m->tok_tp = m->targets + N;
-	m->tgt_tp = m->tok_tp + N;
 	if (!(flags & MR_GPT_EXT_PARAMS) &&
 	    !(m->params = dalloc(m, MR_MEM_PARAMS, m->nparams * sizeof(float))))
 		goto nomem;
@@ -373,20 +502,27 @@ int mr_gpt_create_on(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, i
 		mr__gpt_bind_compute(m);
 	}
 
-	carve_all(m, &cv, &wv);
-	m->nacts = cv.used;
+	carve_ws(m, &wv);
 	m->nws = wv.used;
-	m->acts = dalloc(m, MR_MEM_ACTS, m->nacts);
-	m->ws = dalloc(m, MR_MEM_WORKSPACE, m->nws);
-	if (!m->acts || !m->ws)
+	if (!(m->ws = dalloc(m, MR_MEM_WORKSPACE, m->nws)))
 		goto nomem;
-	cv.base = m->acts;
-	cv.used = 0;
 	wv.base = m->ws;
 	wv.used = 0;
-	carve_all(m, &cv, &wv);
+	carve_ws(m, &wv);
 	if (fill_ones(m) < 0)
 		goto nomem;
+	/* a slot's arena size: carved once on a scratch layer table */
+	m->la = calloc((size_t)cfg->n_layer, sizeof(*m->la));
+	if (!m->la)
+		goto nomem;
+	carve_acts(m, &cv);
+	m->nacts = cv.used;
+	free(m->la);
+	m->la = NULL;
+	if ((rc = mr_gpt_set_slots(m, 1, eb)) < 0) {
+		mr_gpt_release(m);
+		return rc;
+	}
 	if (m->tp.size > 1) {
 		m->xchg.reduce = mr_tp_moe_reduce;
 		m->xchg.ctx = &m->tp;
@@ -402,54 +538,48 @@ nomem:
 
 int mr_gpt_split_bwd(struct mr_gpt *m)
 {
-	size_t N = (size_t)m->B * m->T, C = (size_t)m->cfg.d_model;
-	size_t Cl = C / (size_t)m->tp.size, per = N * (3 * Cl + C + 4 * Cl + C);
-	int l, L = m->cfg.n_layer;
+	int k, cur = m->slot, rc = 0;
 
-	if (m->stash)
+	if (m->split)
 		return 0;
-	m->stash = calloc((size_t)L, sizeof(*m->stash));
-	m->nstash = mr_dev_act_bytes(m->dev, per * (size_t)L);
-	m->stash_mem = m->stash ? dalloc(m, MR_MEM_ACTS, m->nstash) : NULL;
-	if (!m->stash_mem) {
-		free(m->stash);
-		m->stash = NULL;
-		return MR_ENOMEM;
+	slot_save(m, &m->slots[cur]);
+	for (k = 0; k < m->nslots && rc == 0; k++) {
+		slot_load(m, &m->slots[k]);
+		rc = stash_alloc(m);
+		slot_save(m, &m->slots[k]);
 	}
-	for (l = 0; l < L; l++) {
-		mr_act *b = mr_dev_at(m->dev, m->stash_mem, per * (size_t)l);
-		m->stash[l].dqkv = b;
-		m->stash[l].dproj1 = mr_dev_at(m->dev, b, N * 3 * Cl);
-		m->stash[l].dfc = mr_dev_at(m->dev, m->stash[l].dproj1, N * C);
-		m->stash[l].dproj2 = mr_dev_at(m->dev, m->stash[l].dfc, N * 4 * Cl);
-	}
-	return 0;
+	slot_load(m, &m->slots[cur]);
+	m->split = rc == 0;
+	return rc;
 }
 
 void mr_gpt_release(struct mr_gpt *m)
 {
 	struct mr_dev *d = m->dev;
+	int k;
 
 	if (d) {
-		mr_dev_free(d, &m->mem, MR_MEM_ACTS, m->stash_mem, m->nstash);
+		if (m->nslots > 0) {
+			slot_save(m, &m->slots[m->slot]);
+			m->la = NULL; /* the slot in use's, freed below */
+		}
+		for (k = 0; k < m->nslots; k++)
+			slot_free(m, &m->slots[k]);
 		mr_dev_free(d, &m->mem, MR_MEM_PARAMS, m->params, m->nparams * sizeof(float));
 		mr_dev_free(d, &m->mem, MR_MEM_PARAMS, m->params_c,
 			    mr_dev_act_bytes(d, m->nparams));
 		mr_dev_free(d, &m->mem, MR_MEM_GRADS, m->grads, m->nparams * sizeof(float));
-		mr_dev_free(d, &m->mem, MR_MEM_ACTS, m->acts, m->nacts);
 		mr_dev_free(d, &m->mem, MR_MEM_WORKSPACE, m->ws, m->nws);
 	}
 	if (d == &m->own_dev)
 		mr_dev_close(&m->own_dev);
-	free(m->stash);
-	free(m->inputs);
-	free(m->losses_host);
+	free(m->slots);
+	free(m->la); /* only set here if create failed while sizing a slot */
 	free(m->tensors);
 	free(m->unit_first);
 	free(m->w.layer);
 	free(m->g.layer);
 	free(m->wc.layer);
-	free(m->la);
 	memset(m, 0, sizeof(*m));
 }
 

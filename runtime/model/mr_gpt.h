@@ -148,6 +148,30 @@ struct mr_gpt_layer_stash {
 /* Phases of a block range's backward (mr_gpt_blocks_bwd). */
 enum { MR_GPT_BWD_ALL, MR_GPT_BWD_INPUT, MR_GPT_BWD_WEIGHT };
 
+/*
+ * One micro-batch's state between its forward and its backward: the
+ * activations (an arena accounted as MR_MEM_ACTS), the batch on the host
+ * and the device, the loss, and the split backward's stash. The model's
+ * fields of the same names are views of the slot in use
+ * (mr_gpt_use_slot); a pipeline stage keeps one slot per micro-batch in
+ * flight. Workspace (backward scratch, kernel workspace) is shared: one
+ * pass runs at a time.
+ */
+struct mr_gpt_slot {
+	void *acts;
+	struct mr_gpt_layer_acts *la;
+	mr_act *encoded, *lnf, *logits;
+	float *lnf_mean, *lnf_rstd, *ce_lse, *losses;
+	int *tok_dev, *tgt_dev;
+	int *inputs, *targets, *tok_tp, *tgt_tp;
+	const int *tok_local;
+	float *losses_host;
+	int has_targets;
+	float loss, aux_loss;
+	struct mr_gpt_layer_stash *stash;
+	void *stash_mem;
+};
+
 struct mr_comm;
 
 /* mr_gpt_create_placed flags: who holds the parameters and gradients. */
@@ -198,7 +222,12 @@ struct mr_gpt {
 	mr_act *params_c;
 	struct mr_gpt_weights wc;
 
-	size_t nacts, nws;      /* bytes of the two arenas */
+	/* the micro-batch slots (one after create; mr_gpt_set_slots) and the
+	 * one in use, whose state the fields from acts to aux_loss view */
+	struct mr_gpt_slot *slots;
+	int nslots, slot;
+	int split;              /* mr_gpt_split_bwd was called: every slot has a stash */
+	size_t nacts, nws;      /* bytes of a slot's arena and of the workspace */
 	void *acts, *ws;
 	struct mr_gpt_layer_acts *la;
 	struct mr_gpt_layer_stash *stash; /* (L) after mr_gpt_split_bwd, else NULL */
@@ -248,6 +277,12 @@ int mr_gpt_create_on(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, i
 int mr_gpt_check_placement(const struct mr_gpt_config *cfg, int T, const struct mr_place *place,
 			   struct mr_errbuf *eb);
 void mr_gpt_release(struct mr_gpt *m);
+/* Grows the model to n micro-batch slots (activations, batch, loss; a
+ * stash each after mr_gpt_split_bwd), each accounted in m->mem; never
+ * shrinks. The slot in use stays in use. */
+int mr_gpt_set_slots(struct mr_gpt *m, int n, struct mr_errbuf *eb);
+/* Makes slot k (< m->nslots) the one every pass reads and writes. */
+void mr_gpt_use_slot(struct mr_gpt *m, int k);
 /* GPT-2 init from (seed, tensor index) streams; see gpt_params.c. The
  * values are those of the single-rank model, sliced for this tp rank,
  * made on the host and uploaded to m->params (and the compute copy
