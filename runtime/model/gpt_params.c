@@ -210,13 +210,16 @@ static void slot_load(struct mr_gpt *m, const struct mr_gpt_slot *s)
 #undef X
 }
 
-void mr_gpt_use_slot(struct mr_gpt *m, int k)
+int mr_gpt_use_slot(struct mr_gpt *m, int k)
 {
-	if (k == m->slot)
-		return;
-	slot_save(m, &m->slots[m->slot]);
-	slot_load(m, &m->slots[k]);
-	m->slot = k;
+	if (k < 0 || k >= m->nslots)
+		return MR_EINVAL;
+	if (k != m->slot) {
+		slot_save(m, &m->slots[m->slot]);
+		slot_load(m, &m->slots[k]);
+		m->slot = k;
+	}
+	return 0;
 }
 
 /* The split backward's stash of the slot whose state m's fields hold. */

@@ -281,8 +281,9 @@ void mr_gpt_release(struct mr_gpt *m);
  * stash each after mr_gpt_split_bwd), each accounted in m->mem; never
  * shrinks. The slot in use stays in use. */
 int mr_gpt_set_slots(struct mr_gpt *m, int n, struct mr_errbuf *eb);
-/* Makes slot k (< m->nslots) the one every pass reads and writes. */
-void mr_gpt_use_slot(struct mr_gpt *m, int k);
+/* Makes slot k the one every pass reads and writes; MR_EINVAL (nothing
+ * changed) unless 0 <= k < m->nslots. */
+int mr_gpt_use_slot(struct mr_gpt *m, int k);
 /* GPT-2 init from (seed, tensor index) streams; see gpt_params.c. The
  * values are those of the single-rank model, sliced for this tp rank,
  * made on the host and uploaded to m->params (and the compute copy

@@ -144,11 +144,13 @@ static void slotted(struct mr_gpt *m, const char *order, int split, float *loss)
 	const char *o;
 
 	cr_assert_eq(mr_gpt_set_slots(m, MB, &eb), 0, "%s", eb.msg);
+	cr_assert_eq(mr_gpt_use_slot(m, MB), MR_EINVAL);
+	cr_assert_eq(mr_gpt_use_slot(m, -1), MR_EINVAL);
 	if (split)
 		cr_assert_eq(mr_gpt_split_bwd(m), 0);
 	for (o = order; *o; o += 2) {
 		int k = o[1] - '0';
-		mr_gpt_use_slot(m, k);
+		cr_assert_eq(mr_gpt_use_slot(m, k), 0);
 		if (*o == 'F') {
 			mr_synth_batch(5, 0, (uint64_t)k * B, m->cfg.vocab, B, T, in, tg);
 			cr_assert_eq(mr_gpt_forward(m, in, tg, &eb), 0, "%s", eb.msg);
@@ -164,16 +166,16 @@ static void slotted(struct mr_gpt *m, const char *order, int split, float *loss)
 			     0);
 		cr_assert_eq(mr_gpt_embed_bwd(m), 0);
 		if (pending >= 0) {
-			mr_gpt_use_slot(m, pending);
+			cr_assert_eq(mr_gpt_use_slot(m, pending), 0);
 			cr_assert_eq(mr_gpt_blocks_bwd(m, 0, L, m->encoded, 1.0f / MB,
 						       MR_GPT_BWD_WEIGHT), 0);
 		}
 		pending = k;
 	}
-	mr_gpt_use_slot(m, pending);
-	if (split)
-		cr_assert_eq(mr_gpt_blocks_bwd(m, 0, L, m->encoded, 1.0f / MB, MR_GPT_BWD_WEIGHT),
-			     0);
+	if (!split)
+		return;
+	cr_assert_eq(mr_gpt_use_slot(m, pending), 0);
+	cr_assert_eq(mr_gpt_blocks_bwd(m, 0, L, m->encoded, 1.0f / MB, MR_GPT_BWD_WEIGHT), 0);
 }
 
 static void check_slots(const struct mr_gpt_config *c, const char *order, int split)
