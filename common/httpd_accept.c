@@ -46,7 +46,6 @@ static const char overloaded_body[] =
 	"{\"error\":{\"code\":\"overloaded\","
 	"\"message\":\"the server is at its connection limit\",\"field\":null}}";
 
-
 static uint64_t mono_ms(void)
 {
 	struct timespec ts;
@@ -80,9 +79,12 @@ void mr__httpd_on_conn(void *cls, struct MHD_Connection *conn, void **socket_con
 		c = calloc(1, sizeof(*c));
 		*socket_context = c;
 		if (srv->adding_reserve) {
-			if (c)
+			/* without a record (out of memory) it is served but not
+			 * counted as a reserve slot: nothing could uncount it */
+			if (c) {
 				c->reserve = 1;
-			srv->n_reserve++;
+				srv->n_reserve++;
+			}
 			MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT,
 						  srv->reserve_timeout_s);
 		}
@@ -91,11 +93,8 @@ void mr__httpd_on_conn(void *cls, struct MHD_Connection *conn, void **socket_con
 	c = *socket_context;
 	*socket_context = NULL;
 	srv->n_conns--;
-	if (!c) {
-		/* no record: a reserve slot cannot be told apart; recount */
-		srv->n_reserve = srv->n_reserve > srv->n_conns ? srv->n_conns : srv->n_reserve;
+	if (!c)
 		return;
-	}
 	if (c->reserve)
 		srv->n_reserve--;
 	if (c->open) {

@@ -303,7 +303,9 @@ int mr_gpt_set_slots(struct mr_gpt *m, int n, struct mr_errbuf *eb)
 		rc = slot_alloc(m);
 		slot_save(m, &m->slots[m->nslots]);
 		if (rc < 0) {
+			/* freed, and m's fields no longer point into it */
 			slot_free(m, &m->slots[m->nslots]);
+			slot_load(m, &m->slots[m->nslots]);
 			break;
 		}
 		m->nslots++;
@@ -562,10 +564,8 @@ void mr_gpt_release(struct mr_gpt *m)
 	int k;
 
 	if (d) {
-		if (m->nslots > 0) {
+		if (m->nslots > 0)
 			slot_save(m, &m->slots[m->slot]);
-			m->la = NULL; /* the slot in use's, freed below */
-		}
 		for (k = 0; k < m->nslots; k++)
 			slot_free(m, &m->slots[k]);
 		mr_dev_free(d, &m->mem, MR_MEM_PARAMS, m->params, m->nparams * sizeof(float));
@@ -577,7 +577,6 @@ void mr_gpt_release(struct mr_gpt *m)
 	if (d == &m->own_dev)
 		mr_dev_close(&m->own_dev);
 	free(m->slots);
-	free(m->la); /* only set here if create failed while sizing a slot */
 	free(m->tensors);
 	free(m->unit_first);
 	free(m->w.layer);
