@@ -161,7 +161,7 @@ static int save_weights(struct gw *w, struct mr_errbuf *eb)
 	if (rc < 0)
 		rc = mr_errf(eb, rc, "unable to gather the weights: %s", mr_strerror(rc));
 	else if (full)
-		rc = mr_weights_write_buf(&m->cfg, m->ntensors, full, mr_gpt_full_nparams(m),
+		rc = mr_weights_write_buf(&m->cfg, m->ntensors_full, full, mr_gpt_full_nparams(m),
 					  w->save_weights, eb);
 	free(full);
 	free(local);

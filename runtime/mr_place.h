@@ -12,14 +12,19 @@
  * A zeroed struct (or NULL where one is taken) is one rank holding the
  * whole model: every size 1, no communicator. mr_place_one() fills it.
  *
+ * Pipeline: a stage holds one or more model chunks (virtual stages of an
+ * interleaved schedule, parallel/mr_pp_sched.h), each a contiguous range
+ * of blocks, ascending and disjoint; chunks == 0 is the whole model.
+ *
  * Ownership: the communicators are borrowed (mr_groups or the caller owns
  * them) and must outlive every model built on the placement.
- * Non-goals: virtual pipeline stages (the pipeline issue adds them).
  */
 #ifndef MR_PLACE_H
 #define MR_PLACE_H
 
 struct mr_comm;
+
+#define MR_PLACE_MAX_CHUNKS 64 /* == MR_PP_MAX_VIRTUAL */
 
 /* The axes, in the order of common/mr_mesh's rank formula (tp fastest). */
 enum mr_axis { MR_AXIS_TP, MR_AXIS_CP, MR_AXIS_DP, MR_AXIS_PP, MR_AXIS_EP, MR_AXIS__COUNT };
@@ -29,7 +34,9 @@ struct mr_place {
 	int index[MR_AXIS__COUNT];            /* this rank's coordinate on it */
 	struct mr_comm *comm[MR_AXIS__COUNT]; /* its group; NULL when the size is 1 */
 	int sp;                               /* sequence parallel over tp (tp > 1) */
-	int layer_lo, layer_hi;               /* blocks held: [lo, hi); hi 0 = all */
+	int chunks;                           /* model chunks held; 0: the whole model */
+	int layer_lo[MR_PLACE_MAX_CHUNKS];    /* chunk c holds blocks [lo[c], hi[c]) */
+	int layer_hi[MR_PLACE_MAX_CHUNKS];
 };
 
 /* One rank, the whole model. */
@@ -40,6 +47,10 @@ void mr_place_tp(struct mr_place *p, int tp, int index, struct mr_comm *comm, in
 /* Size of axis a (at least 1) and this rank's index on it. */
 int mr_place_size(const struct mr_place *p, enum mr_axis a);
 int mr_place_index(const struct mr_place *p, enum mr_axis a);
+/* Chunks held (at least 1) and chunk c's blocks [*lo, *hi) of a model of
+ * n_layer blocks. */
+int mr_place_chunks(const struct mr_place *p);
+void mr_place_chunk(const struct mr_place *p, int n_layer, int c, int *lo, int *hi);
 /* "tp", "cp", "dp", "pp", "ep". */
 const char *mr_axis_name(enum mr_axis a);
 

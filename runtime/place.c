@@ -29,6 +29,22 @@ int mr_place_index(const struct mr_place *p, enum mr_axis a)
 	return p && p->size[a] > 1 ? p->index[a] : 0;
 }
 
+int mr_place_chunks(const struct mr_place *p)
+{
+	return p && p->chunks > 0 ? p->chunks : 1;
+}
+
+void mr_place_chunk(const struct mr_place *p, int n_layer, int c, int *lo, int *hi)
+{
+	if (!p || p->chunks <= 0) {
+		*lo = 0;
+		*hi = n_layer;
+		return;
+	}
+	*lo = p->layer_lo[c];
+	*hi = p->layer_hi[c];
+}
+
 const char *mr_axis_name(enum mr_axis a)
 {
 	static const char *const names[MR_AXIS__COUNT] = { "tp", "cp", "dp", "pp", "ep" };

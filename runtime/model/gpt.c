@@ -108,7 +108,7 @@ static int block_fwd(struct mr_gpt *m, int l, const mr_act *res)
 	CK(mr_tp_row_linear_fwd(&m->tp, a->res2, a->atty, CW(w->attprojw), CW(w->attprojb), Cl,
 				m->dln));
 	CK(OP(m, add, a->res2, res, nl));
-	CK(HOOK(m, pre_fwd, 2 * l + 2));
+	CK(HOOK(m, pre_fwd, m->layer_unit[l] + 1));
 	CK(norm_for_gemm(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w->ln2w, w->ln2b));
 	if (mr_gpt_layer_is_moe(c, l)) {
 		CK(moe_fwd(m, l, a->res3));
@@ -164,7 +164,7 @@ int mr_gpt_blocks_fwd(struct mr_gpt *m, int lo, int hi, const mr_act *in)
 	int l, rc;
 
 	for (l = lo; l < hi; l++) {
-		CK(HOOK(m, pre_fwd, 2 * l + 1));
+		CK(HOOK(m, pre_fwd, m->layer_unit[l]));
 		CK(block_fwd(m, l, res));
 		res = m->la[l].res3;
 	}
@@ -193,17 +193,45 @@ int mr_gpt_head_fwd(struct mr_gpt *m, const mr_act *in)
 	return 0;
 }
 
+int mr_gpt_chunk_fwd(struct mr_gpt *m, int c, const mr_act *in)
+{
+	int lo, hi, rc;
+
+	mr_place_chunk(&m->place, m->cfg.n_layer, c, &lo, &hi);
+	if (c == 0 && m->first_stage) {
+		CK(mr_gpt_embed_fwd(m));
+		in = m->encoded;
+	} else if (c == 0) {
+		m->aux_loss = 0.0f;
+		if (m->tied_replica)
+			CK(HOOK(m, pre_fwd, 0)); /* the LM head's embeddings */
+	}
+	CK(mr_gpt_blocks_fwd(m, lo, hi, in));
+	if (c == mr_place_chunks(&m->place) - 1 && m->last_stage)
+		return mr_gpt_head_fwd(m, m->la[hi - 1].res3);
+	return 0;
+}
+
+mr_act *mr_gpt_chunk_out(const struct mr_gpt *m, int c)
+{
+	int lo, hi;
+
+	mr_place_chunk(&m->place, m->cfg.n_layer, c, &lo, &hi);
+	return m->la[hi - 1].res3;
+}
+
 int mr_gpt_forward(struct mr_gpt *m, const int *inputs, const int *targets,
 		   struct mr_errbuf *eb)
 {
-	int L = m->cfg.n_layer, rc = mr_gpt_set_batch(m, inputs, targets, eb);
+	int c, rc;
 
-	if (rc < 0)
+	if (!m->first_stage || !m->last_stage)
+		return mr_errf(eb, MR_ESTATE, "a pipeline stage's passes run in the step driver");
+	if ((rc = mr_gpt_set_batch(m, inputs, targets, eb)) < 0)
 		return rc;
-	if ((rc = mr_gpt_embed_fwd(m)) < 0 || (rc = mr_gpt_blocks_fwd(m, 0, L, m->encoded)) < 0 ||
-	    (rc = mr_gpt_head_fwd(m, m->la[L - 1].res3)) < 0)
-		return mr_errf(eb, rc, "forward pass failed: %s", mr_strerror(rc));
-	return 0;
+	for (c = 0; c < mr_place_chunks(&m->place) && rc == 0; c++)
+		rc = mr_gpt_chunk_fwd(m, c, c ? mr_gpt_chunk_out(m, c - 1) : NULL);
+	return rc < 0 ? mr_errf(eb, rc, "forward pass failed: %s", mr_strerror(rc)) : 0;
 }
 
 void mr_gpt_zero_grad(struct mr_gpt *m)
@@ -244,11 +272,11 @@ static int dense_weight_grads(struct mr_gpt *m, int l, const mr_act *dproj2, con
 		      CW(w->fcprojw), N, 4 * Cl, C, 0));
 		CK(OP(m, matmul_bwd, NULL, g->fcw, g->fcb, dfc, a->ln2, CW(w->fcw), N, C, 4 * Cl, 0));
 	}
-	CK(HOOK(m, post_bwd, 2 * l + 2));
+	CK(HOOK(m, post_bwd, m->layer_unit[l] + 1));
 	CK(OP(m, matmul_bwd, NULL, g->attprojw, g->attprojb, dproj1, a->atty, CW(w->attprojw), N,
 	      Cl, C, 0));
 	CK(OP(m, matmul_bwd, NULL, g->qkvw, g->qkvb, dqkv, a->ln1, CW(w->qkvw), N, C, 3 * Cl, 0));
-	return HOOK(m, post_bwd, 2 * l + 1);
+	return HOOK(m, post_bwd, m->layer_unit[l]);
 }
 
 /*
@@ -280,8 +308,8 @@ static int block_bwd(struct mr_gpt *m, int l, const mr_act *res, float dscale, i
 
 	if (phase == MR_GPT_BWD_WEIGHT)
 		return dense_weight_grads(m, l, st->dproj2, st->dfc, st->dproj1, st->dqkv, moe);
-	/* the MLP branch (unit 2l+2): dres = d(res3) */
-	CK(HOOK(m, pre_bwd, 2 * l + 2));
+	/* the MLP branch (the layer's second unit): dres = d(res3) */
+	CK(HOOK(m, pre_bwd, m->layer_unit[l] + 1));
 	CK(mr_tp_gather_rows(&m->tp, dfull, m->dres));
 	if (moe) {
 		struct mr_moe_shape s = mr_gpt_moe_shape(m);
@@ -299,9 +327,9 @@ static int block_bwd(struct mr_gpt *m, int l, const mr_act *res, float dscale, i
 	}
 	CK(norm_bwd(m, g->ln2w, g->ln2b, a->res2, w->ln2w, a->ln2_mean, a->ln2_rstd));
 	if (all)
-		CK(HOOK(m, post_bwd, 2 * l + 2));
-	/* the attention branch (unit 2l+1): dres = d(res2) */
-	CK(HOOK(m, pre_bwd, 2 * l + 1));
+		CK(HOOK(m, post_bwd, m->layer_unit[l] + 1));
+	/* the attention branch (the layer's first unit): dres = d(res2) */
+	CK(HOOK(m, pre_bwd, m->layer_unit[l]));
 	CK(mr_tp_gather_rows(&m->tp, dfull, m->dres));
 	if (dproj1 != dfull)
 		CK(OP(m, copy, dproj1, dfull, nc));
@@ -312,7 +340,7 @@ static int block_bwd(struct mr_gpt *m, int l, const mr_act *res, float dscale, i
 	CK(OP(m, matmul_bwd, m->dln, all ? g->qkvw : NULL, all ? g->qkvb : NULL, dqkv, a->ln1,
 	      CW(w->qkvw), N, C, 3 * Cl, 0));
 	CK(norm_bwd(m, g->ln1w, g->ln1b, res, w->ln1w, a->ln1_mean, a->ln1_rstd));
-	return all ? HOOK(m, post_bwd, 2 * l + 1) : 0;
+	return all ? HOOK(m, post_bwd, m->layer_unit[l]) : 0;
 }
 
 int mr_gpt_head_bwd(struct mr_gpt *m, const mr_act *in, float dscale)
@@ -352,11 +380,34 @@ int mr_gpt_embed_bwd(struct mr_gpt *m)
 	return HOOK(m, post_bwd, 0);
 }
 
+int mr_gpt_chunk_bwd(struct mr_gpt *m, int c, const mr_act *in, float dscale, int phase)
+{
+	int lo, hi, rc;
+
+	mr_place_chunk(&m->place, m->cfg.n_layer, c, &lo, &hi);
+	if (c == 0 && m->first_stage)
+		in = m->encoded;
+	if (phase == MR_GPT_BWD_WEIGHT)
+		return mr_gpt_blocks_bwd(m, lo, hi, in, dscale, phase);
+	if (c == mr_place_chunks(&m->place) - 1 && m->last_stage) {
+		CK(mr_gpt_head_bwd(m, m->la[hi - 1].res3, dscale));
+		/* the replica's embedding gradient (the LM head's) is complete */
+		if (m->tied_replica && ((rc = HOOK(m, pre_bwd, 0)) < 0 ||
+					(rc = HOOK(m, post_bwd, 0)) < 0))
+			return rc;
+	}
+	CK(mr_gpt_blocks_bwd(m, lo, hi, in, dscale, phase));
+	return c == 0 && m->first_stage ? mr_gpt_embed_bwd(m) : 0;
+}
+
 int mr_gpt_backward(struct mr_gpt *m, float dscale)
 {
-	int L = m->cfg.n_layer, rc;
+	int c, rc;
 
-	CK(mr_gpt_head_bwd(m, m->la[L - 1].res3, dscale));
-	CK(mr_gpt_blocks_bwd(m, 0, L, m->encoded, dscale, MR_GPT_BWD_ALL));
-	return mr_gpt_embed_bwd(m);
+	if (!m->first_stage || !m->last_stage)
+		return MR_ESTATE; /* a pipeline stage: the step driver */
+	for (c = mr_place_chunks(&m->place) - 1; c >= 0; c--)
+		CK(mr_gpt_chunk_bwd(m, c, c ? mr_gpt_chunk_out(m, c - 1) : NULL, dscale,
+				    MR_GPT_BWD_ALL));
+	return 0;
 }

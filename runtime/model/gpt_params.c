@@ -4,9 +4,9 @@
  * parameter table itself is gpt_table.c).
  *
  * Init follows each tensor's table entry (gpt_table.c: GPT-2 / nanoGPT
- * values). Tensor i draws from its own stream mr_rng_seed(seed, i), whole,
- * then is sliced: the values do not depend on which rank creates which
- * tensor or on the tp degree.
+ * values). Tensor i of the whole model draws from its own stream
+ * mr_rng_seed(seed, i), whole, then is sliced: the values do not depend on
+ * which rank creates which tensor, on the tp degree or on the stage.
  *
  * Non-goals: loading checkpoints (weights.c).
  */
@@ -125,10 +125,19 @@ static void carve_acts(struct mr_gpt *m, struct carve *cv)
 
 	if (c->moe_every > 0)
 		ms = mr_gpt_moe_shape(m);
-	m->encoded = take(m, cv, Nl * C);
+	m->encoded = m->first_stage ? take(m, cv, Nl * C) : NULL;
+	for (l = 0; l < mr_place_chunks(&m->place) && m->place.chunks > 0; l++) {
+		mr_act *in = take(m, cv, Nl * C), *g = take(m, cv, Nl * C);
+		if (m->xin) {
+			m->xin[l] = in;
+			m->xgrad[l] = g;
+		}
+	}
 	for (l = 0; l < c->n_layer; l++) {
 		struct mr_gpt_layer_acts *a = &m->la[l];
 		memset(a, 0, sizeof(*a));
+		if (m->layer_unit[l] < 0)
+			continue; /* another stage's */
 		a->ln1 = take(m, cv, N * C);
 		a->ln1_mean = take_f32(cv, Nl);
 		a->ln1_rstd = take_f32(cv, Nl);
@@ -151,13 +160,19 @@ static void carve_acts(struct mr_gpt *m, struct carve *cv)
 		}
 		a->res3 = take(m, cv, Nl * C);
 	}
+	m->tok_dev = m->first_stage ? take_bytes(cv, N * sizeof(int)) : NULL;
+	if (!m->last_stage) {
+		m->lnf = m->logits = NULL;
+		m->lnf_mean = m->lnf_rstd = m->ce_lse = m->losses = NULL;
+		m->tgt_dev = NULL;
+		return;
+	}
 	m->lnf = take(m, cv, N * C);
 	m->lnf_mean = take_f32(cv, Nl);
 	m->lnf_rstd = take_f32(cv, Nl);
 	m->logits = take(m, cv, N * Vl);
 	m->ce_lse = take_f32(cv, N);
 	m->losses = take_f32(cv, N);
-	m->tok_dev = take_bytes(cv, N * sizeof(int));
 	m->tgt_dev = take_bytes(cv, N * sizeof(int));
 }
 
@@ -194,7 +209,7 @@ static void carve_ws(struct mr_gpt *m, struct carve *wv)
 #define SLOT_FIELDS(X)                                                                      \
 	X(acts) X(la) X(encoded) X(lnf) X(logits) X(lnf_mean) X(lnf_rstd) X(ce_lse) X(losses) \
 	X(tok_dev) X(tgt_dev) X(inputs) X(targets) X(tok_tp) X(tgt_tp) X(tok_local)          \
-	X(losses_host) X(has_targets) X(loss) X(aux_loss) X(stash) X(stash_mem)
+	X(losses_host) X(has_targets) X(loss) X(aux_loss) X(stash) X(stash_mem) X(xin) X(xgrad)
 
 static void slot_save(const struct mr_gpt *m, struct mr_gpt_slot *s)
 {
@@ -227,12 +242,14 @@ static int stash_alloc(struct mr_gpt *m)
 {
 	size_t N = (size_t)m->B * m->T, C = (size_t)m->cfg.d_model;
 	size_t Cl = C / (size_t)m->tp.size, per = N * (3 * Cl + C + 4 * Cl + C);
-	int l, L = m->cfg.n_layer;
+	int l, k = 0, held = 0, L = m->cfg.n_layer;
 
 	if (m->stash)
 		return 0;
+	for (l = 0; l < L; l++)
+		held += m->layer_unit[l] >= 0;
 	m->stash = calloc((size_t)L, sizeof(*m->stash));
-	m->nstash = mr_dev_act_bytes(m->dev, per * (size_t)L);
+	m->nstash = mr_dev_act_bytes(m->dev, per * (size_t)held);
 	m->stash_mem = m->stash ? dalloc(m, MR_MEM_ACTS, m->nstash) : NULL;
 	if (!m->stash_mem) {
 		free(m->stash);
@@ -240,7 +257,10 @@ static int stash_alloc(struct mr_gpt *m)
 		return MR_ENOMEM;
 	}
 	for (l = 0; l < L; l++) {
-		mr_act *b = mr_dev_at(m->dev, m->stash_mem, per * (size_t)l);
+		mr_act *b;
+		if (m->layer_unit[l] < 0)
+			continue;
+		b = mr_dev_at(m->dev, m->stash_mem, per * (size_t)k++);
 		m->stash[l].dqkv = b;
 		m->stash[l].dproj1 = mr_dev_at(m->dev, b, N * 3 * Cl);
 		m->stash[l].dfc = mr_dev_at(m->dev, m->stash[l].dproj1, N * C);
@@ -255,16 +275,21 @@ static int slot_alloc(struct mr_gpt *m)
 {
 	size_t N = (size_t)m->B * m->T;
 	struct carve cv = { NULL, 0 };
+	int nx = m->place.chunks > 0 ? m->place.chunks : 0;
 
 	m->la = calloc((size_t)m->cfg.n_layer, sizeof(*m->la));
 	m->inputs = calloc(4 * N, sizeof(int));
 	m->losses_host = calloc(N, sizeof(float));
+	m->xin = nx ? calloc(2 * (size_t)nx, sizeof(*m->xin)) : NULL;
+	m->xgrad = m->xin ? m->xin + nx : NULL;
 	m->stash = NULL;
 	m->stash_mem = NULL;
 	m->tok_local = NULL;
 	m->has_targets = 0;
 	m->loss = m->aux_loss = 0.0f;
-	m->acts = m->la && m->inputs && m->losses_host ? dalloc(m, MR_MEM_ACTS, m->nacts) : NULL;
+	m->acts = m->la && m->inputs && m->losses_host && (m->xin || !nx)
+			  ? dalloc(m, MR_MEM_ACTS, m->nacts)
+			  : NULL;
 	if (!m->acts)
 		return MR_ENOMEM;
 	m->targets = m->inputs + N;
@@ -281,6 +306,7 @@ static void slot_free(struct mr_gpt *m, struct mr_gpt_slot *s)
 	mr_dev_free(m->dev, &m->mem, MR_MEM_ACTS, s->acts, m->nacts);
 	free(s->stash);
 	free(s->la);
+	free(s->xin);
 	free(s->inputs);
 	free(s->losses_host);
 	memset(s, 0, sizeof(*s));
@@ -333,10 +359,39 @@ struct mr_moe_shape mr_gpt_moe_shape(const struct mr_gpt *m)
 	return s;
 }
 
+/* A pipeline stage's chunks: ascending, disjoint, non-empty ranges of
+ * blocks; pp > 1 needs them. */
+static int check_chunks(const struct mr_gpt_config *c, const struct mr_place *place,
+			struct mr_errbuf *eb)
+{
+	int pp = mr_place_size(place, MR_AXIS_PP), k, prev = 0;
+
+	if (!place || place->chunks == 0)
+		return pp > 1 ? mr_errf_field(eb, MR_EINVAL, "pp_layers",
+					      "pipeline stage %d of %d holds no layer range",
+					      mr_place_index(place, MR_AXIS_PP), pp)
+			      : 0;
+	if (place->chunks < 0 || place->chunks > MR_PLACE_MAX_CHUNKS)
+		return mr_errf_field(eb, MR_EINVAL, "pp_virtual",
+				     "a stage holds 1 to %d model chunks, got %d",
+				     MR_PLACE_MAX_CHUNKS, place->chunks);
+	for (k = 0; k < place->chunks; k++) {
+		int lo = place->layer_lo[k], hi = place->layer_hi[k];
+		if (lo < prev || hi <= lo || hi > c->n_layer)
+			return mr_errf_field(eb, MR_EINVAL, "pp_layers",
+					     "chunk %d of pipeline stage %d holds layers [%d, %d): "
+					     "chunks must be non-empty, ascending ranges within "
+					     "n_layer=%d", k, mr_place_index(place, MR_AXIS_PP), lo,
+					     hi, c->n_layer);
+		prev = hi;
+	}
+	return 0;
+}
+
 int mr_gpt_check_placement(const struct mr_gpt_config *c, int T, const struct mr_place *place,
 			   struct mr_errbuf *eb)
 {
-	static const enum mr_axis later[] = { MR_AXIS_PP, MR_AXIS_CP, MR_AXIS_EP };
+	static const enum mr_axis later[] = { MR_AXIS_CP, MR_AXIS_EP };
 	int tp = mr_place_size(place, MR_AXIS_TP), sp = place && place->sp, rc;
 	size_t i;
 
@@ -346,15 +401,11 @@ int mr_gpt_check_placement(const struct mr_gpt_config *c, int T, const struct mr
 		if (mr_place_size(place, later[i]) > 1)
 			return mr_errf_field(eb, MR_EINVAL, mr_axis_name(later[i]),
 					     "the gpt runtime does not implement %s > 1 yet (mesh "
-					     "pp=%d cp=%d ep=%d)",
-					     mr_axis_name(later[i]), mr_place_size(place, MR_AXIS_PP),
-					     mr_place_size(place, MR_AXIS_CP),
+					     "cp=%d ep=%d)",
+					     mr_axis_name(later[i]), mr_place_size(place, MR_AXIS_CP),
 					     mr_place_size(place, MR_AXIS_EP));
-	if (place && place->layer_hi && (place->layer_lo != 0 || place->layer_hi != c->n_layer))
-		return mr_errf_field(eb, MR_EINVAL, "pp_layers",
-				     "a stage holding layers [%d, %d) of %d needs pipeline "
-				     "parallelism, which the gpt runtime does not implement yet",
-				     place->layer_lo, place->layer_hi, c->n_layer);
+	if ((rc = check_chunks(c, place, eb)) < 0)
+		return rc;
 	if (tp > 1024)
 		return mr_errf_field(eb, MR_EINVAL, "tp", "'tp' must be in [1, 1024], got %d", tp);
 	if (mr_place_index(place, MR_AXIS_TP) < 0 || mr_place_index(place, MR_AXIS_TP) >= tp)
@@ -476,6 +527,10 @@ int mr_gpt_create_on(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, i
 	m->B = B;
 	m->T = T;
 	m->dev = dev;
+	m->first_stage = mr_place_index(&m->place, MR_AXIS_PP) == 0;
+	m->last_stage = mr_place_index(&m->place, MR_AXIS_PP) ==
+			mr_place_size(&m->place, MR_AXIS_PP) - 1;
+	m->tied_replica = m->last_stage && !m->first_stage;
 	m->pool = dev->pool;
 	mr_tp_init(&m->tp, dev, mr_place_size(&m->place, MR_AXIS_TP),
 		   mr_place_index(&m->place, MR_AXIS_TP), m->place.sp, m->place.comm[MR_AXIS_TP],
@@ -579,6 +634,7 @@ void mr_gpt_release(struct mr_gpt *m)
 	free(m->slots);
 	free(m->tensors);
 	free(m->unit_first);
+	free(m->layer_unit);
 	free(m->w.layer);
 	free(m->g.layer);
 	free(m->wc.layer);
@@ -594,7 +650,7 @@ int mr_gpt_init_tensor(const struct mr_gpt *m, uint64_t seed, int i, float *dst)
 
 	if (!full)
 		return MR_ENOMEM;
-	mr_rng_seed(&r, seed, (uint64_t)i);
+	mr_rng_seed(&r, seed, (uint64_t)t->id);
 	for (j = 0; j < n; j++) {
 		if (t->init == MR_INIT_NORMAL)
 			full[j] = (float)(mr_rng_normal(&r) * t->std);
@@ -642,19 +698,22 @@ size_t mr_gpt_flops_per_token(const struct mr_gpt *m)
 {
 	/* 6N + 6 L C T (llm.c / torchtitan), for this rank's slice: N counts
 	 * the local parameters touched per token - for MoE experts only top_k
-	 * of E, and not wpe (a lookup) - and C is this rank's channels. */
+	 * of E, not wpe (a lookup), and wte once, as the LM head of the last
+	 * stage - C is this rank's channels and L its stage's blocks. */
 	const struct mr_gpt_config *c = &m->cfg;
-	size_t n = 0, C = (size_t)c->d_model / (size_t)m->tp.size;
+	size_t n = 0, C = (size_t)c->d_model / (size_t)m->tp.size, L = 0;
 	int i;
 
+	for (i = 0; i < c->n_layer; i++)
+		L += m->layer_unit[i] >= 0;
 	for (i = 0; i < m->ntensors; i++) {
 		const struct mr_gpt_tensor *t = &m->tensors[i];
-		if (strcmp(t->name, "wpe") == 0)
+		if (t->id == 1 || (t->id == 0 && !m->last_stage))
 			continue;
 		if (strstr(t->name, ".moe.") && !strstr(t->name, ".router."))
 			n += t->n / (size_t)c->n_experts * (size_t)c->top_k;
 		else
 			n += t->n;
 	}
-	return 6 * n + 6 * (size_t)c->n_layer * C * (size_t)m->T;
+	return 6 * n + 6 * L * C * (size_t)m->T;
 }

@@ -25,12 +25,20 @@ struct table {
 	size_t off;
 	int tp;            /* tensor parallel degree: local = full / tp on the tp split */
 	int *unit_first;   /* (units + 1), filled when t is */
-	int unit;
+	int unit;          /* units held so far */
+	const unsigned char *hold; /* per unit of the whole model: 1 held here; NULL: all */
+	int gunit, gi;     /* units and tensors of the whole model so far */
+	size_t full_off;   /* elements of the whole model so far */
+	int held;          /* the current unit is held */
 };
 
-/* Starts unit tb->unit at the next tensor. */
+/* Starts the next unit of the whole model at the next tensor. */
 static void unit_begin(struct table *tb)
 {
+	tb->held = !tb->hold || tb->hold[tb->gunit];
+	tb->gunit++;
+	if (!tb->held)
+		return;
 	if (tb->t)
 		tb->unit_first[tb->unit] = tb->n;
 	tb->unit++;
@@ -41,9 +49,14 @@ static void unit_begin(struct table *tb)
 static void add(struct table *tb, const char *name, int d0, int d1, int d2,
 		enum mr_gpt_init init, float std, int split, int parts)
 {
-	int full[3] = { d0, d1, d2 }, shape[3] = { d0, d1, d2 }, k;
-	size_t n = 1;
+	int full[3] = { d0, d1, d2 }, shape[3] = { d0, d1, d2 }, k, id = tb->gi++;
+	size_t n = 1, fn = 1, full_off = tb->full_off;
 
+	for (k = 0; k < 3; k++)
+		fn *= (size_t)(full[k] ? full[k] : 1);
+	tb->full_off += fn;
+	if (!tb->held)
+		return; /* another pipeline stage's */
 	/* a split dim not divisible by tp (only the vocabulary can be) is
 	 * padded: every rank holds ceil(d / tp) rows, the last ones zero */
 	if (split >= 0)
@@ -63,6 +76,8 @@ static void add(struct table *tb, const char *name, int d0, int d1, int d2,
 		t->split_parts = parts;
 		t->n = n;
 		t->off = tb->off;
+		t->id = id;
+		t->full_off = full_off;
 		t->init = init;
 		t->std = std;
 		t->decay = init == MR_INIT_NORMAL;
@@ -83,7 +98,8 @@ static void build_table(const struct mr_gpt_config *c, struct table *tb)
 	char nm[32];
 
 #define NAME(fmt) (snprintf(nm, sizeof(nm), "h.%d." fmt, l), nm)
-	tb->unit = 0;
+	tb->unit = tb->gunit = tb->gi = 0;
+	tb->full_off = 0;
 	unit_begin(tb);
 	add(tb, "wte", c->vocab, C, 0, MR_INIT_NORMAL, sd, 0, 1);
 	add(tb, "wpe", c->max_seq, C, 0, MR_INIT_NORMAL, sd, -1, 1);
@@ -119,8 +135,10 @@ static void build_table(const struct mr_gpt_config *c, struct table *tb)
 		tb->unit_first[tb->unit] = tb->n;
 }
 
-int mr_gpt_tp_counts(const struct mr_gpt *m, const struct mr_gpt_tensor *t)
+int mr_gpt_norm_counts(const struct mr_gpt *m, const struct mr_gpt_tensor *t)
 {
+	if (m->tied_replica && t->id < 2)
+		return 0; /* the embeddings: counted on the first stage */
 	return t->split[MR_AXIS_TP] >= 0 || m->tp.rank == 0;
 }
 
@@ -184,6 +202,7 @@ static float **view_of(struct mr_gpt *m, struct mr_gpt_weights *w, int i)
 {
 	int per = 0, l, k;
 
+	i = m->tensors[i].id;
 	if (i == 0)
 		return &w->wte;
 	if (i == 1)
@@ -256,22 +275,64 @@ int mr_gpt_refresh_compute(struct mr_gpt *m)
 	return 0;
 }
 
+/* The units of the whole model this stage holds, 1 each (2L + 2 of them:
+ * embeddings, two per block, final LayerNorm): the embeddings on the first
+ * stage and, for the tied LM head, the last; the blocks of its chunks; the
+ * final LayerNorm on the last. *hold NULL: the whole model. */
+static int stage_units(const struct mr_gpt *m, unsigned char **hold)
+{
+	int L = m->cfg.n_layer, c, l, lo, hi;
+	unsigned char *h;
+
+	*hold = NULL;
+	if (m->place.chunks <= 0 && m->first_stage && m->last_stage)
+		return 0;
+	if (!(h = calloc((size_t)(2 * L + 2), 1)))
+		return MR_ENOMEM;
+	h[0] = (unsigned char)(m->first_stage || m->last_stage);
+	h[2 * L + 1] = (unsigned char)m->last_stage;
+	for (c = 0; c < mr_place_chunks(&m->place); c++) {
+		mr_place_chunk(&m->place, L, c, &lo, &hi);
+		for (l = lo; l < hi; l++)
+			h[1 + 2 * l] = h[2 + 2 * l] = 1;
+	}
+	*hold = h;
+	return 0;
+}
+
 int mr__gpt_table_create(struct mr_gpt *m)
 {
-	struct table tb = { NULL, 0, 0, 0, m->tp.size, NULL, 0 };
+	struct table tb = { NULL, 0, 0, 0, m->tp.size, NULL, 0, NULL, 0, 0, 0, 0 };
+	unsigned char *hold;
+	int l, u = 0, rc = stage_units(m, &hold);
 
+	if (rc < 0)
+		return rc;
+	tb.hold = hold;
 	build_table(&m->cfg, &tb); /* count */
 	m->nunits = tb.unit;
+	m->ntensors_full = tb.gi;
+	m->nparams_full = tb.full_off;
 	m->tensors = calloc((size_t)tb.n, sizeof(*m->tensors));
 	m->unit_first = calloc((size_t)m->nunits + 1, sizeof(int));
-	if (!m->tensors || !m->unit_first)
+	m->layer_unit = calloc((size_t)m->cfg.n_layer, sizeof(int));
+	if (!m->tensors || !m->unit_first || !m->layer_unit) {
+		free(hold);
 		return MR_ENOMEM;
+	}
+	/* the local unit of each block's attention half (-1: not here) */
+	u = !hold || hold[0];
+	for (l = 0; l < m->cfg.n_layer; l++) {
+		m->layer_unit[l] = !hold || hold[1 + 2 * l] ? u : -1;
+		u += m->layer_unit[l] >= 0 ? 2 : 0;
+	}
 	tb.t = m->tensors;
 	tb.cap = tb.n;
 	tb.n = 0;
 	tb.off = 0;
 	tb.unit_first = m->unit_first;
 	build_table(&m->cfg, &tb);
+	free(hold);
 	m->ntensors = tb.n;
 	m->nparams = tb.off;
 	return 0;
@@ -279,25 +340,20 @@ int mr__gpt_table_create(struct mr_gpt *m)
 
 size_t mr_gpt_full_nparams(const struct mr_gpt *m)
 {
-	size_t n = 0;
-	int i;
-
-	for (i = 0; i < m->ntensors; i++)
-		n += mr_gpt_tensor_full_n(&m->tensors[i]);
-	return n;
+	return m->nparams_full;
 }
 
 int mr_gpt_gather_full(const struct mr_gpt *m, const float *local, float **full)
 {
 	int tp = m->tp.size, r = m->tp.rank, i, q, rc = 0;
-	size_t off = 0, most = 0;
+	size_t most = 0;
 	float *buf = NULL, *out = NULL;
 
 	*full = NULL;
 	for (i = 0; i < m->ntensors; i++)
 		if (m->tensors[i].n > most)
 			most = m->tensors[i].n;
-	if (r == 0 && !(out = malloc(sizeof(float) * mr_gpt_full_nparams(m))))
+	if (r == 0 && !(out = calloc(mr_gpt_full_nparams(m), sizeof(float))))
 		rc = MR_ENOMEM;
 	if (tp > 1 && !(buf = malloc(sizeof(float) * most * (size_t)tp)))
 		rc = MR_ENOMEM;
@@ -315,11 +371,11 @@ int mr_gpt_gather_full(const struct mr_gpt *m, const float *local, float **full)
 				break;
 			}
 		}
-		if (out && rc == 0)
+		/* the tied replica of the embeddings is the first stage's to give */
+		if (out && rc == 0 && !(m->tied_replica && i < m->unit_first[1]))
 			for (q = 0; q < tp; q++)
-				mr_gpt_tensor_slice(t, tp, q, out + off,
+				mr_gpt_tensor_slice(t, tp, q, out + t->full_off,
 						    tp > 1 ? buf + (size_t)q * t->n : (float *)src, 1);
-		off += mr_gpt_tensor_full_n(t);
 	}
 	free(buf);
 	if (rc < 0) {

@@ -27,9 +27,18 @@
  * and MLP projections row-parallel, the token embedding / LM head
  * vocab-parallel; everything else replicated. Forward and backward call
  * the tp layers of parallel/mr_tp.h on the placement's tp communicator;
- * with sp the residual stream is sharded along the sequence. Context,
- * expert and pipeline parallel are refused by mr_gpt_check_placement until
- * they land (they will split along their axes the same way).
+ * with sp the residual stream is sharded along the sequence. Context and
+ * expert parallel are refused by mr_gpt_check_placement until they land.
+ *
+ * Pipeline stage (pp > 1, or place->chunks set): the model holds only its
+ * chunks' blocks, the embeddings on the first stage, the final LayerNorm
+ * on the last; the last stage also holds a replica of the embeddings for
+ * the tied LM head (wte, and wpe with it so the unit has the same layout
+ * on both stages: the pipeline sums their gradients, so both copies stay
+ * equal). The table lists the held tensors only, in the whole model's
+ * order (t->id, t->full_off place each in the whole model); units are
+ * numbered locally (layer_unit). Passes run a chunk at a time
+ * (mr_gpt_chunk_fwd/bwd); parallel/mr_pp_sched.h says in which order.
  *
  * Units and hooks (data parallel, ZeRO): the parameter table is cut into
  * units - unit 0 the embeddings (wte, wpe), units 1+2l and 2+2l the
@@ -98,6 +107,8 @@ struct mr_gpt_tensor {
 	int split_parts;   /* the tp split dim viewed as this many blocks, each
 			    * split (3 for QKV: q, k and v rows; 1 otherwise) */
 	size_t off, n;     /* offset into params/grads, element count */
+	int id;            /* index in the whole model's table (init stream) */
+	size_t full_off;   /* offset in the whole (unsliced, all-stage) model */
 	int decay;         /* 1: weight decay applies (matrices, embeddings) */
 	enum mr_gpt_init init;
 	float std;         /* MR_INIT_NORMAL only */
@@ -170,6 +181,7 @@ struct mr_gpt_slot {
 	float loss, aux_loss;
 	struct mr_gpt_layer_stash *stash;
 	void *stash_mem;
+	mr_act **xin, **xgrad;
 };
 
 struct mr_comm;
@@ -212,6 +224,13 @@ struct mr_gpt {
 	int ntensors;
 	struct mr_gpt_tensor *tensors;
 	size_t nparams;         /* this rank's (local) parameter count */
+	int ntensors_full;      /* tensors of the whole model (every stage) */
+	size_t nparams_full;    /* its parameters (unsliced) */
+	int first_stage;        /* runs the embedding (1 without pipeline) */
+	int last_stage;         /* runs the final LayerNorm, LM head and loss */
+	int tied_replica;       /* holds the embeddings only for the LM head */
+	int *layer_unit;        /* (L) local unit of block l's attention half;
+				 * -1: another stage's block */
 	float *params, *grads;  /* NULL when ext_params / ext_grads */
 	int nunits;             /* 2L + 2 */
 	int *unit_first;        /* (nunits + 1) first tensor of each unit */
@@ -232,6 +251,10 @@ struct mr_gpt {
 	struct mr_gpt_layer_acts *la;
 	struct mr_gpt_layer_stash *stash; /* (L) after mr_gpt_split_bwd, else NULL */
 	void *stash_mem;        /* their allocation (MR_MEM_ACTS) */
+	/* pipeline (place.chunks > 0): per chunk, the (Nl,C) rows received
+	 * from the previous virtual stage (its input; after its backward, the
+	 * gradient sent back) and the gradient received from the next */
+	mr_act **xin, **xgrad;
 	size_t nstash;          /* bytes */
 	/* host: the current batch (N each) and the ids in this rank's vocab
 	 * slice (tp > 1), one allocation */
@@ -273,7 +296,9 @@ int mr_gpt_create_on(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, i
 		     struct mr_errbuf *eb);
 /* The config and placement checks of mr_gpt_create_placed alone (no
  * communicator needed): run before bootstrapping so bad input fails first.
- * cp, pp and ep > 1 are refused, naming the axis, until those modes land. */
+ * cp and ep > 1 are refused, naming the axis, until those modes land; a
+ * pipeline stage's chunks must be ascending, disjoint, non-empty ranges
+ * (field "pp_layers"). */
 int mr_gpt_check_placement(const struct mr_gpt_config *cfg, int T, const struct mr_place *place,
 			   struct mr_errbuf *eb);
 void mr_gpt_release(struct mr_gpt *m);
@@ -312,19 +337,21 @@ void mr_gpt_bind_unit(struct mr_gpt *m, int u, float *pbase, float *gbase);
  * slice: to_full = 0 extracts local from full, 1 writes local into full. */
 void mr_gpt_tensor_slice(const struct mr_gpt_tensor *t, int tp, int tp_rank, float *full,
 			 float *local, int to_full);
-/* 1 if this tp rank counts tensor t in a sum over the tp group (a grad
- * norm): a tensor replicated across tp is counted by tp rank 0 only. */
-int mr_gpt_tp_counts(const struct mr_gpt *m, const struct mr_gpt_tensor *t);
+/* 1 if this rank counts tensor t in a sum over the model-parallel group
+ * (a grad norm): a tensor replicated across tp is counted by tp rank 0
+ * only, the embeddings by the first pipeline stage only. */
+int mr_gpt_norm_counts(const struct mr_gpt *m, const struct mr_gpt_tensor *t);
 /* Elements of the whole tensor (product of full[]). */
 size_t mr_gpt_tensor_full_n(const struct mr_gpt_tensor *t);
-/* Parameters of the whole (unsliced) model. */
+/* Parameters of the whole (unsliced, every stage's) model. */
 size_t mr_gpt_full_nparams(const struct mr_gpt *m);
 /*
  * Collective over the tp group: every tp rank passes its local parameters
  * in host memory (table order, m->nparams floats; a device model's come
  * from mr_dp_gather_params); on tp rank 0 *full gets a malloc'd
  * copy of the whole model's parameters in single-rank table order
- * (mr_gpt_full_nparams floats), NULL elsewhere. Caller frees.
+ * (mr_gpt_full_nparams floats; a pipeline stage's tensors in place, the
+ * other stages' zero), NULL elsewhere. Caller frees.
  */
 int mr_gpt_gather_full(const struct mr_gpt *m, const float *local, float **full);
 /* The MoE layer shape of this model (N = B*T rows, H = 4C/tp). */
@@ -378,5 +405,22 @@ int mr_gpt_embed_bwd(struct mr_gpt *m);
 /* Allocates the per-layer stash a split backward needs (MR_MEM_ACTS);
  * 0 or MR_ENOMEM. Idempotent. */
 int mr_gpt_split_bwd(struct mr_gpt *m);
+
+/*
+ * A pipeline stage's passes over its chunk c (blocks of place chunk c):
+ * forward from in (the (Nl,C) rows the previous virtual stage sent; NULL
+ * on virtual stage 0, which runs the embedding of the batch set with
+ * mr_gpt_set_batch), its output in mr_gpt_chunk_out; on the last virtual
+ * stage also the head and the loss. Backward: on the last virtual stage
+ * from the loss, elsewhere from the gradient in m->dres; afterwards
+ * m->dres holds the gradient of in (virtual stage 0: the embedding's
+ * backward ran instead). phase as mr_gpt_blocks_bwd (the input phase also
+ * runs the head's and the embedding's backward; the weight phase only the
+ * blocks' weight gradients). The micro-batch's state is the slot in use.
+ */
+int mr_gpt_chunk_fwd(struct mr_gpt *m, int c, const mr_act *in);
+int mr_gpt_chunk_bwd(struct mr_gpt *m, int c, const mr_act *in, float dscale, int phase);
+/* The rows chunk c's forward produced (its last block's output). */
+mr_act *mr_gpt_chunk_out(const struct mr_gpt *m, int c);
 
 #endif

@@ -97,7 +97,7 @@ static int segments(struct mr_dp *d)
 			s->unit = u;
 			s->tensor = i;
 			s->decay = t->decay;
-			s->count = lead && mr_gpt_tp_counts(m, t);
+			s->count = lead && mr_gpt_norm_counts(m, t);
 			if (s->count) {
 				d->cnt_off[d->ncnt] = s->so;
 				d->cnt_n[d->ncnt++] = s->n;

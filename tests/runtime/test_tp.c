@@ -179,10 +179,24 @@ Test(tp, bad_placement_names_the_field)
 	mr_errbuf_clear(&eb);
 	cr_expect_eq(mr_gpt_create_placed(&m, &c, 2, 15, NULL, &where, 0, &eb), MR_EINVAL);
 	cr_expect_str_eq(eb.field, "seq_len", "%s", eb.msg);
-	/* the modes that have not landed are refused naming their axis */
+	/* a pipeline stage needs its layers, in ascending non-empty chunks */
 	mr_place_one(&where);
 	where.size[MR_AXIS_PP] = 2;
 	mr_errbuf_clear(&eb);
 	cr_expect_eq(mr_gpt_create_placed(&m, &c, 2, 16, NULL, &where, 0, &eb), MR_EINVAL);
-	cr_expect_str_eq(eb.field, "pp", "%s", eb.msg);
+	cr_expect_str_eq(eb.field, "pp_layers", "%s", eb.msg);
+	where.chunks = 2;
+	where.layer_lo[0] = 1;
+	where.layer_hi[0] = 2;
+	where.layer_lo[1] = 0;
+	where.layer_hi[1] = 1;
+	mr_errbuf_clear(&eb);
+	cr_expect_eq(mr_gpt_create_placed(&m, &c, 2, 16, NULL, &where, 0, &eb), MR_EINVAL);
+	cr_expect_str_eq(eb.field, "pp_layers", "%s", eb.msg);
+	/* the modes that have not landed are refused naming their axis */
+	mr_place_one(&where);
+	where.size[MR_AXIS_CP] = 2;
+	mr_errbuf_clear(&eb);
+	cr_expect_eq(mr_gpt_create_placed(&m, &c, 2, 16, NULL, &where, 0, &eb), MR_EINVAL);
+	cr_expect_str_eq(eb.field, "cp", "%s", eb.msg);
 }
