@@ -36,6 +36,7 @@ static void gw_destroy(void *state)
 		mr_shard_close(&w->val);
 	free(w->inputs);
 	free(w->targets);
+	free(w->pp_layers);
 	free(w);
 }
 
@@ -106,25 +107,31 @@ fail:
 	return rc;
 }
 
+/* The mean loss over eval_batches validation batches, a buffer (accum
+ * batches) at a time; a pipeline runs them through its stages. */
 static double eval_loss(struct gw *w, struct mr_errbuf *eb, int *rc)
 {
-	double sum = 0.0;
-	int i;
+	size_t N = (size_t)w->B * w->T;
+	double sum = 0.0, part;
+	int i, k, n;
 
 	*rc = 0;
-	for (i = 0; i < w->eval_batches; i++) {
-		if (w->have_val)
-			*rc = mr_shard_batch(&w->val, (uint64_t)i * w->B, w->B, w->inputs,
-					     w->targets, eb);
-		else
-			mr_synth_batch(w->seed, 1, (uint64_t)i * w->B, w->mc.vocab, w->B, w->T,
-				       w->inputs, w->targets);
+	for (i = 0; i < w->eval_batches; i += n) {
+		n = w->eval_batches - i < w->accum ? w->eval_batches - i : w->accum;
+		for (k = 0; k < n && *rc == 0; k++) {
+			uint64_t row = (uint64_t)(i + k) * w->B;
+			if (w->have_val)
+				*rc = mr_shard_batch(&w->val, row, w->B, w->inputs + k * N,
+						     w->targets + k * N, eb);
+			else
+				mr_synth_batch(w->seed, 1, row, w->mc.vocab, w->B, w->T,
+					       w->inputs + k * N, w->targets + k * N);
+		}
+		if (*rc == 0)
+			*rc = mr_step_eval(&w->step_drv, w->inputs, w->targets, n, &part, eb);
 		if (*rc < 0)
 			return NAN;
-		*rc = mr_gpt_forward(&w->model, w->inputs, w->targets, eb);
-		if (*rc < 0)
-			return NAN;
-		sum += w->model.loss;
+		sum += part * n;
 	}
 	return sum / w->eval_batches;
 }
@@ -144,12 +151,15 @@ static int log_loss(struct gw *w, const struct mr_worker_stats *st, struct mr_er
 	return 0;
 }
 
-/* Gathers the whole model (tp slices of data-parallel replica 0) and
- * writes it on rank 0 as a weights file (model/mr_weights.h). */
+/* Gathers the whole model (tp slices of data-parallel replica 0, then
+ * the pipeline stages: each holds its tensors in place and zeros
+ * elsewhere, so a sum over the stages assembles it) and writes it on rank
+ * 0 as a weights file (model/mr_weights.h). */
 static int save_weights(struct gw *w, struct mr_errbuf *eb)
 {
 	struct mr_gpt *m = &w->model;
 	float *local = malloc(sizeof(float) * m->nparams), *full = NULL;
+	struct mr_comm *pp = w->groups.group[MR_GROUP_PP];
 	int rc;
 
 	if (!local)
@@ -158,9 +168,12 @@ static int save_weights(struct gw *w, struct mr_errbuf *eb)
 	rc = mr_dp_gather_params(w->step_drv.dp, local);
 	if (rc == 0 && w->dp_rank == 0)
 		rc = mr_gpt_gather_full(m, local, &full);
+	if (rc == 0 && full && pp)
+		rc = mr_comm_allreduce(pp, full, full, mr_gpt_full_nparams(m), MR_COMM_F32,
+				       MR_COMM_SUM);
 	if (rc < 0)
 		rc = mr_errf(eb, rc, "unable to gather the weights: %s", mr_strerror(rc));
-	else if (full)
+	else if (full && m->first_stage)
 		rc = mr_weights_write_buf(&m->cfg, m->ntensors_full, full, mr_gpt_full_nparams(m),
 					  w->save_weights, eb);
 	free(full);

@@ -19,10 +19,10 @@ static const char *const keys[] = {
 	"weight_decay", "grad_clip", "seed", "threads", "peak_flops", "eval_every",
 	"eval_batches", "train_data", "val_data", "sequence_parallel", "zero", "hsdp_shard",
 	"comm_timeout_ms", "loss_log", "save_weights", "bucket_mb", "overlap_grad_reduce",
-	"device", "precision", "comm_backend", "debug_stall_rank", "debug_stall_step", "debug_slow_rank", "debug_slow_ms",
+	"device", "precision", "comm_backend", "debug_stall_rank", "debug_stall_step",
+	"debug_slow_rank", "debug_slow_ms", "pp_schedule", "pp_virtual", "pp_layers",
 	NULL,
 };
-
 
 static int geti(const json_t *c, const char *k, int64_t lo, int64_t hi, int def, int *out,
 		struct mr_errbuf *eb)
@@ -43,6 +43,55 @@ static int getf(const json_t *c, const char *k, double lo, double hi, double def
 	*out = (float)v;
 	return rc;
 }
+
+/* "pp_layers": an array of block counts (one per virtual stage), checked
+ * against the mesh at placement (mr_pp_split_check). */
+static int get_layers(const json_t *c, struct gw *w, struct mr_errbuf *eb)
+{
+	const json_t *a = c ? json_object_get(c, "pp_layers") : NULL;
+	size_t i, n;
+
+	w->n_pp_layers = 0;
+	if (!a)
+		return 0;
+	n = json_is_array(a) ? json_array_size(a) : 0;
+	if (n < 1 || n > MR_PP_MAX_VSTAGES)
+		return mr_errf_field(eb, MR_EINVAL, "pp_layers",
+				     "'pp_layers' must be an array of 1 to %d block counts",
+				     MR_PP_MAX_VSTAGES);
+	if (!(w->pp_layers = calloc(n, sizeof(int))))
+		return mr_errf(eb, MR_ENOMEM, "out of memory");
+	for (i = 0; i < n; i++) {
+		const json_t *e = json_array_get(a, i);
+		if (!json_is_integer(e) || json_integer_value(e) < 1 ||
+		    json_integer_value(e) > 1024)
+			return mr_errf_field(eb, MR_EINVAL, "pp_layers",
+					     "'pp_layers' entry %zu must be an integer in [1, "
+					     "1024]", i);
+		w->pp_layers[i] = (int)json_integer_value(e);
+	}
+	w->n_pp_layers = (int)n;
+	return 0;
+}
+
+/* The pipeline's keys: schedule (default 1f1b), chunks per stage
+ * (default 2 for interleaved, else 1) and the explicit split. */
+static int get_pipeline(const json_t *c, struct gw *w, struct mr_errbuf *eb)
+{
+	const char *name = NULL;
+	int rc;
+
+	w->pp_kind = MR_PP_1F1B;
+	if (c && (rc = mr_json_get_str(c, "pp_schedule", 0, 32, &name, eb)) < 0)
+		return rc;
+	if (name && (rc = mr_pp_kind_parse(name, &w->pp_kind, eb)) < 0)
+		return rc;
+	if ((rc = geti(c, "pp_virtual", 1, MR_PP_MAX_VIRTUAL,
+		       w->pp_kind == MR_PP_INTERLEAVED ? 2 : 1, &w->pp_virtual, eb)) < 0)
+		return rc;
+	return get_layers(c, w, eb);
+}
+
 
 int mr__gw_parse(const json_t *c, struct mr_gpt_config *mc, struct mr_adamw_config *oc,
 		 struct gw *w, int *B, int *T, struct mr_errbuf *eb)
@@ -88,7 +137,8 @@ int mr__gw_parse(const json_t *c, struct mr_gpt_config *mc, struct mr_adamw_conf
 	    (rc = geti(c, "debug_stall_rank", -1, 1 << 30, -1, &w->stall_rank, eb)) < 0 ||
 	    (rc = geti(c, "debug_stall_step", 0, 1 << 30, 0, &w->stall_step, eb)) < 0 ||
 	    (rc = geti(c, "debug_slow_rank", -1, 1 << 30, -1, &w->slow_rank, eb)) < 0 ||
-	    (rc = geti(c, "debug_slow_ms", 0, 3600000, 0, &w->slow_ms, eb)) < 0)
+	    (rc = geti(c, "debug_slow_ms", 0, 3600000, 0, &w->slow_ms, eb)) < 0 ||
+	    (rc = get_pipeline(c, w, eb)) < 0)
 		return rc;
 	w->comm_timeout_ms = tmo;
 	w->sp = 0;
@@ -164,6 +214,7 @@ int mr_gpt_worker_check_config(const json_t *c, struct mr_errbuf *eb)
 		rc = mr_json_get_str(c, "train_data", 0, 255, &s, eb);
 	if (rc == 0 && c)
 		rc = mr_json_get_str(c, "val_data", 0, 255, &s, eb);
+	free(w->pp_layers);
 	free(w);
 	return rc < 0 ? rc : 0;
 }

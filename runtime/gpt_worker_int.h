@@ -33,6 +33,9 @@ struct gw {
 	atomic_int groups_ready;
 	int rank, dp_rank, dp_size;
 	int sp, zero, hsdp_shard, overlap;
+	enum mr_pp_kind pp_kind; /* pipeline: schedule, chunks per stage, explicit split */
+	int pp_virtual, n_pp_layers;
+	int *pp_layers;          /* (n_pp_layers) or NULL: balanced */
 	float bucket_mb;
 	long comm_timeout_ms;
 	const char *loss_log, *save_weights; /* borrowed from env->config */

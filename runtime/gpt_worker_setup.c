@@ -91,6 +91,22 @@ static const char *pick_backend(const struct gw *w, const struct mr_worker_env *
 #endif
 }
 
+/* A pipeline's schedule against the mesh and the micro-batch count
+ * (fields "pp_schedule", "pp_virtual", "grad_accum"). */
+static int check_schedule(const struct gw *w, const struct mr_place *where,
+			  struct mr_errbuf *eb)
+{
+	struct mr_pp_spec sp = { w->pp_kind, mr_place_size(where, MR_AXIS_PP), w->accum,
+				 w->pp_virtual };
+
+	if (sp.p == 1 && sp.v == 1)
+		return 0;
+	if (sp.p == 1)
+		return mr_errf_field(eb, MR_EINVAL, "pp_virtual",
+				     "'pp_virtual' %d needs pipeline parallelism (pp > 1)", sp.v);
+	return mr_pp_check(&sp, eb);
+}
+
 /*
  * Where this rank sits: checks the model against the mesh (before any
  * communication, so bad input fails on every rank at once), then builds
@@ -112,7 +128,10 @@ static int place(struct gw *w, const struct mr_worker_env *env, const struct mr_
 	env = &one;
 	if ((rc = mr_groups_check(env, w->hsdp_shard, eb)) < 0 ||
 	    (rc = mr_groups_place_of(env, w->sp, &where, eb)) < 0 ||
-	    (rc = mr_gpt_check_placement(mc, T, &where, eb)) < 0)
+	    (rc = mr_groups_place_layers(&where, mc, T, w->pp_virtual, w->pp_layers,
+					 w->n_pp_layers, eb)) < 0 ||
+	    (rc = mr_gpt_check_placement(mc, T, &where, eb)) < 0 ||
+	    (rc = check_schedule(w, &where, eb)) < 0)
 		return rc;
 	gc.backend = pick_backend(w, env, &why);
 	gc.gpu = env->local_rank;
@@ -124,6 +143,9 @@ static int place(struct gw *w, const struct mr_worker_env *env, const struct mr_
 			      env->cancel ? env->cancel : &w->aborted, &gc, eb);
 	if (rc < 0)
 		return rc;
+	w->groups.place.chunks = where.chunks;
+	memcpy(w->groups.place.layer_lo, where.layer_lo, sizeof(where.layer_lo));
+	memcpy(w->groups.place.layer_hi, where.layer_hi, sizeof(where.layer_hi));
 	atomic_store(&w->groups_ready, 1);
 	if (atomic_load(&w->aborted))
 		mr_groups_abort(&w->groups);
@@ -155,5 +177,13 @@ int mr__gw_create_trainer(struct gw *w, const struct mr_worker_env *env,
 	cc.shard = w->groups.shard;
 	cc.replica = w->groups.replica;
 	cc.world = w->groups.group[MR_GROUP_WORLD];
+	if (w->groups.mesh.pp > 1) {
+		struct mr_pp_config pc = { w->pp_kind, w->pp_virtual, w->groups.group[MR_GROUP_PP],
+					   w->groups.embed };
+		mr_pp_dp_config(&dc);
+		if ((rc = mr_step_init(&w->step_drv, &w->model, oc, &dc, &cc, w->seed, eb)) < 0)
+			return rc;
+		return mr_step_pipeline(&w->step_drv, &pc, eb);
+	}
 	return mr_step_init(&w->step_drv, &w->model, oc, &dc, &cc, w->seed, eb);
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "mr_groups.h"
+#include "parallel/mr_pp_split.h"
 
 int mr_groups_mesh(const struct mr_worker_env *env, struct mr_mesh *m, struct mr_errbuf *eb)
 {
@@ -97,6 +98,12 @@ static int kinds(struct mr_groups *g, struct mr_errbuf *eb)
 		rc = hsdp_groups(g, mem + (size_t)MR_GROUP_DP * W, n[MR_GROUP_DP], eb);
 	else
 		g->shard = g->group[MR_GROUP_DP];
+	/* the first and last stage of this rank's pipeline */
+	if (rc == 0 && g->mesh.pp > 1 && (g->me.pp == 0 || g->me.pp == g->mesh.pp - 1)) {
+		int *pm = mem + (size_t)MR_GROUP_PP * W, two[2] = { pm[0], pm[g->mesh.pp - 1] };
+		snprintf(name, sizeof(name), "embed-%d", two[0]);
+		rc = split(g, two, 2, name, &g->embed, eb);
+	}
 	free(mem);
 	return rc;
 }
@@ -134,6 +141,30 @@ int mr_groups_place_of(const struct mr_worker_env *env, int sp, struct mr_place 
 		rc = mr_errf(eb, rc, "rank %d is outside the mesh", env->rank);
 	if (rc == 0)
 		fill_place(p, &m, &me, NULL, sp);
+	return rc;
+}
+
+int mr_groups_place_layers(struct mr_place *p, const struct mr_gpt_config *mc, int T, int v,
+			   const int *layers, int n_layers, struct mr_errbuf *eb)
+{
+	int P = mr_place_size(p, MR_AXIS_PP), c, rc, *split;
+
+	p->chunks = 0;
+	if (P == 1 && v == 1 && !layers)
+		return 0;
+	if (v < 1 || v > MR_PLACE_MAX_CHUNKS)
+		return mr_errf_field(eb, MR_EINVAL, "pp_virtual",
+				     "'pp_virtual' must be in [1, %d], got %d", MR_PLACE_MAX_CHUNKS,
+				     v);
+	if (!(split = calloc((size_t)P * (size_t)v, sizeof(int))))
+		return mr_errf(eb, MR_ENOMEM, "unable to allocate the pipeline split");
+	rc = mr_pp_split_model(mc, T, P, v, layers, n_layers, split, eb);
+	for (c = 0; c < v && rc == 0; c++)
+		mr_pp_split_range(split, P, mr_place_index(p, MR_AXIS_PP), c, &p->layer_lo[c],
+				  &p->layer_hi[c]);
+	if (rc == 0)
+		p->chunks = v;
+	free(split);
 	return rc;
 }
 
@@ -184,17 +215,18 @@ int mr_groups_create(struct mr_groups *g, const struct mr_worker_env *env, int h
 }
 
 /* Every distinct communicator of g, once: into out (room for
- * MR_GROUP__COUNT + 2); returns how many. */
+ * MR_GROUP__COUNT + 3); returns how many. */
 static int distinct(const struct mr_groups *g, struct mr_comm **out)
 {
-	struct mr_comm *all[MR_GROUP__COUNT + 2];
+	struct mr_comm *all[MR_GROUP__COUNT + 3];
 	int n = 0, i, j;
 
 	for (i = 0; i < MR_GROUP__COUNT; i++)
 		all[i] = g->group[i];
 	all[MR_GROUP__COUNT] = g->shard;
 	all[MR_GROUP__COUNT + 1] = g->replica;
-	for (i = 0; i < MR_GROUP__COUNT + 2; i++) {
+	all[MR_GROUP__COUNT + 2] = g->embed;
+	for (i = 0; i < MR_GROUP__COUNT + 3; i++) {
 		if (!all[i])
 			continue;
 		for (j = 0; j < n && out[j] != all[i]; j++)
@@ -207,7 +239,7 @@ static int distinct(const struct mr_groups *g, struct mr_comm **out)
 
 void mr_groups_abort(struct mr_groups *g)
 {
-	struct mr_comm *c[MR_GROUP__COUNT + 2];
+	struct mr_comm *c[MR_GROUP__COUNT + 3];
 	int n = distinct(g, c), i;
 
 	for (i = 0; i < n; i++)
@@ -216,13 +248,13 @@ void mr_groups_abort(struct mr_groups *g)
 
 void mr_groups_release(struct mr_groups *g)
 {
-	struct mr_comm *c[MR_GROUP__COUNT + 2];
+	struct mr_comm *c[MR_GROUP__COUNT + 3];
 	int n = distinct(g, c), i;
 
 	/* the world last: the others were split from it */
 	for (i = n - 1; i >= 0; i--)
 		mr_comm_free(c[i]);
 	memset(g->group, 0, sizeof(g->group));
-	g->shard = g->replica = NULL;
+	g->shard = g->replica = g->embed = NULL;
 	memset(&g->place, 0, sizeof(g->place));
 }

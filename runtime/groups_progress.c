@@ -26,6 +26,8 @@ const char *mr_groups_kind_name(int kind)
 		return mr_mesh_group_name((enum mr_mesh_group)kind);
 	if (kind == MR_WORKER_GROUP_HSDP_SHARD)
 		return "hsdp_shard";
+	if (kind == MR_WORKER_GROUP_EMBED)
+		return "embed";
 	return kind == MR_WORKER_GROUP_HSDP_REPLICA ? "hsdp_replica" : NULL;
 }
 
@@ -66,7 +68,8 @@ static void fill(struct mr_worker_group_progress *p, const struct mr_comm *c, in
 int mr_groups_progress(const struct mr_groups *g, struct mr_worker_group_progress *out, int cap,
 		       double *wait_s)
 {
-	struct mr_comm *seen[MR_GROUP__COUNT + 2] = { 0 };
+	struct mr_comm *seen[MR_GROUP__COUNT + 3] = { 0 };
+	struct mr_mesh_coord first = g->me;
 	struct mr_comm_progress cp;
 	double wait = 0.0;
 	int n = 0, k;
@@ -90,6 +93,13 @@ int mr_groups_progress(const struct mr_groups *g, struct mr_worker_group_progres
 		if (n < cap)
 			fill(&out[n], c, k ? MR_WORKER_GROUP_HSDP_REPLICA : MR_WORKER_GROUP_HSDP_SHARD,
 			     hsdp_id(g, k));
+		n++;
+	}
+	if (g->embed && !listed(seen, n, g->embed)) {
+		seen[n] = g->embed;
+		first.pp = 0;
+		if (n < cap)
+			fill(&out[n], g->embed, MR_WORKER_GROUP_EMBED, mr_mesh_rank(&g->mesh, &first));
 		n++;
 	}
 	for (k = 0; k < n; k++) {

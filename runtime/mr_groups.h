@@ -30,6 +30,8 @@
 #include "mr_place.h"
 #include "mr_worker.h"
 
+struct mr_gpt_config;
+
 struct mr_groups {
 	struct mr_mesh mesh;
 	struct mr_mesh_coord me;
@@ -39,6 +41,8 @@ struct mr_groups {
 						  * with the same members */
 	struct mr_comm *shard;   /* ZeRO sharding group: dp, or the HSDP shard */
 	struct mr_comm *replica; /* HSDP replicas; NULL otherwise */
+	struct mr_comm *embed;   /* pp > 1, first and last stage: the tied embeddings'
+				  * gradient sum (Megatron's embedding group); else NULL */
 	struct mr_place place;   /* the model's view: axes, their groups, sp */
 };
 
@@ -60,6 +64,13 @@ struct mr_groups_comm {
 	const struct mr_comm_device *dev;
 };
 
+/* The blocks each stage holds: the pipeline's split of mc at sequence
+ * length T (explicit: n_layers counts, or NULL for the balanced split)
+ * into p->chunks = v ranges of stage p->index[pp]; v = 1 without a
+ * pipeline leaves the whole model (chunks 0). Fields "pp_layers",
+ * "pp_virtual". */
+int mr_groups_place_layers(struct mr_place *p, const struct mr_gpt_config *mc, int T, int v,
+			   const int *layers, int n_layers, struct mr_errbuf *eb);
 /* Creates the communicators (collective over the job) and the placement
  * (sp as given); comm NULL: the host backend on host memory. */
 int mr_groups_create(struct mr_groups *g, const struct mr_worker_env *env, int hsdp_shard,

@@ -5,12 +5,14 @@
  *
  *   1. data parallelism begins the step (zeroes the gradients it owns);
  *   2. the schedule runs forward and backward of the step's micro-batches
- *      (mr_sched_sequential: one after the other; the pipeline schedules
- *      will be others), telling data parallelism which one is the last;
+ *      (mr_sched_sequential: one after the other; mr_sched_pipeline: the
+ *      stage's pipeline schedule, parallel/mr_pp.h), telling data
+ *      parallelism which one is the last;
  *   3. data parallelism finishes the gradients (waits for the bucket
- *      reductions, the HSDP replica reduction);
+ *      reductions, the HSDP replica reduction); a pipeline then sums the
+ *      tied embeddings' gradients of its first and last stage;
  *   4. the gradient norm over the whole job (every parameter counted once
- *      across tp, dp replicas and ZeRO shards) and the mean loss, summed
+ *      across tp, pp, dp replicas and ZeRO shards) and the mean loss, summed
  *      exactly so every rank sees the same values; non-finite losses and
  *      norms fail the step on every rank together, naming the step and the
  *      first non-finite tensor;
@@ -24,7 +26,7 @@
  * Ownership: struct mr_step is the caller's; it borrows the model and the
  * communicators, owns the data-parallel state (mr_step_release). The model
  * must be created with mr_dp_model_flags(dc->zero).
- * Non-goals: data loading, evaluation (the worker), pipeline stages (yet).
+ * Non-goals: data loading (the worker).
  */
 #ifndef MR_STEP_H
 #define MR_STEP_H
@@ -37,6 +39,7 @@
 #include "model/mr_gpt.h"
 #include "optim/mr_adamw.h"
 #include "parallel/mr_dp.h"
+#include "parallel/mr_pp.h"
 
 struct mr_step_result {
 	float loss;      /* mean cross-entropy over the step's micro-batches, all ranks */
@@ -59,10 +62,13 @@ struct mr_step_sched {
 
 /* Forward then backward, micro-batch after micro-batch. */
 extern const struct mr_step_sched mr_sched_sequential;
+/* The pipeline stage's schedule (mr_step_pipeline). */
+extern const struct mr_step_sched mr_sched_pipeline;
 
 struct mr_step {
 	struct mr_gpt *m;                  /* borrowed */
 	struct mr_dp *dp;                  /* owned */
+	struct mr_pp *pp;                  /* owned; NULL without a pipeline */
 	const struct mr_step_sched *sched; /* mr_sched_sequential after init */
 #ifndef __cplusplus /* CUDA sources use only struct mr_step_result */
 	atomic_int micro;                  /* micro-batch being run, -1 outside the
@@ -79,9 +85,16 @@ struct mr_step {
 int mr_step_init(struct mr_step *s, struct mr_gpt *m, const struct mr_adamw_config *oc,
 		 const struct mr_dp_config *dc, const struct mr_dp_comms *c, uint64_t seed,
 		 struct mr_errbuf *eb);
+/* Makes the step a pipeline stage's (mr_pp_create; dc given to init must
+ * have passed mr_pp_dp_config). */
+int mr_step_pipeline(struct mr_step *s, const struct mr_pp_config *c, struct mr_errbuf *eb);
 /* One optimizer step; see the header. */
 int mr_step_run(struct mr_step *s, const int *inputs, const int *targets, int accum,
 		struct mr_step_result *r, struct mr_errbuf *eb);
+/* The mean loss of n (B,T) batches, forward only (a pipeline: through its
+ * stages; every rank gets it). */
+int mr_step_eval(struct mr_step *s, const int *inputs, const int *targets, int n, double *loss,
+		 struct mr_errbuf *eb);
 /* Safe on a zeroed or released struct. */
 void mr_step_release(struct mr_step *s);
 

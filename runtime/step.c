@@ -37,6 +37,41 @@ static int sequential_run(struct mr_step *s, const int *inputs, const int *targe
 
 const struct mr_step_sched mr_sched_sequential = { "sequential", sequential_run };
 
+static int pipeline_run(struct mr_step *s, const int *inputs, const int *targets, int accum,
+			double loss[2], struct mr_errbuf *eb)
+{
+	return mr_pp_run(s->pp, s->dp, inputs, targets, accum, loss, &s->micro, eb);
+}
+
+const struct mr_step_sched mr_sched_pipeline = { "pipeline", pipeline_run };
+
+int mr_step_pipeline(struct mr_step *s, const struct mr_pp_config *c, struct mr_errbuf *eb)
+{
+	int rc = mr_pp_create(&s->pp, s->m, c, eb);
+
+	if (rc == 0)
+		s->sched = &mr_sched_pipeline;
+	return rc;
+}
+
+int mr_step_eval(struct mr_step *s, const int *inputs, const int *targets, int n, double *loss,
+		 struct mr_errbuf *eb)
+{
+	size_t N = (size_t)s->m->B * s->m->T;
+	double sum = 0.0;
+	int i, rc;
+
+	if (s->pp)
+		return mr_pp_eval(s->pp, inputs, targets, n, loss, eb);
+	for (i = 0; i < n; i++) {
+		if ((rc = mr_gpt_forward(s->m, inputs + i * N, targets + i * N, eb)) < 0)
+			return rc;
+		sum += s->m->loss;
+	}
+	*loss = sum / n;
+	return 0;
+}
+
 int mr_step_init(struct mr_step *s, struct mr_gpt *m, const struct mr_adamw_config *oc,
 		 const struct mr_dp_config *dc, const struct mr_dp_comms *c, uint64_t seed,
 		 struct mr_errbuf *eb)
@@ -53,7 +88,9 @@ int mr_step_init(struct mr_step *s, struct mr_gpt *m, const struct mr_adamw_conf
 
 void mr_step_release(struct mr_step *s)
 {
+	mr_pp_free(s->pp);
 	mr_dp_free(s->dp);
+	s->pp = NULL;
 	s->dp = NULL;
 }
 
@@ -71,7 +108,7 @@ static int nonfinite_loss(struct mr_step *s, long step, double loss, struct mr_e
 			       "loss is %g at step %ld: first non-finite tensor 'params.%s'", loss,
 			       step, p);
 	/* the logits to the host (an fp32 device: the model opens on no other) */
-	host = d->act == MR_DT_F32 ? malloc(n * sizeof(float)) : NULL;
+	host = d->act == MR_DT_F32 && m->last_stage ? malloc(n * sizeof(float)) : NULL;
 	if (host && d->ops->download(d, host, m->logits, n * sizeof(float)) == 0)
 		for (i = 0; i < n && !bad; i++)
 			bad = !isfinite(host[i]);
@@ -90,6 +127,7 @@ int mr_step_run(struct mr_step *s, const int *inputs, const int *targets, int ac
 {
 	long step = mr_dp_steps(s->dp);
 	double v[3] = { 0.0, 0.0, 0.0 }, loss[2] = { 0.0, 0.0 }, norm;
+	int pp = mr_place_size(&s->m->place, MR_AXIS_PP);
 	const char *g;
 	int rc;
 
@@ -98,11 +136,13 @@ int mr_step_run(struct mr_step *s, const int *inputs, const int *targets, int ac
 	mr_dp_begin(s->dp);
 	if ((rc = s->sched->run(s, inputs, targets, accum, loss, eb)) < 0)
 		return rc;
-	if ((rc = mr_dp_finish_grads(s->dp)) < 0)
+	if ((rc = mr_dp_finish_grads(s->dp)) < 0 || (s->pp && (rc = mr_pp_finish(s->pp, s->dp)) < 0))
 		return mr_errf(eb, rc, "gradient reduction failed at step %ld: %s", step,
 			       mr_strerror(rc));
-	v[1] = loss[0] / accum;
-	v[2] = loss[1] / accum;
+	/* the mean over the job divides by every rank; a stage holds its
+	 * share of the aux loss and the last one all of the loss */
+	v[1] = loss[0] / accum * pp;
+	v[2] = loss[1] / accum * pp;
 	if ((rc = mr_dp_reduce_stats(s->dp, v)) < 0)
 		return mr_errf(eb, rc, "grad norm reduction failed at step %ld: %s", step,
 			       mr_strerror(rc));

@@ -2,8 +2,9 @@
  * host_queue.c - the host communicator's request queue and progress thread
  * (see host_int.h): requests run in issue order; a run of consecutive
  * send/recv requests, also ones enqueued while it runs, is progressed as
- * one batch; small transfers are tried at once by the issuing thread; a
- * waiting thread runs queued work itself instead of sleeping. After a
+ * one batch by the progress thread; small transfers are tried at once by
+ * the issuing thread; a waiting thread runs other queued work itself
+ * instead of sleeping. After a
  * failure the communicator is broken and later requests fail with the
  * same code.
  */
@@ -236,9 +237,9 @@ int mr__host_start(struct mr_comm *c, struct mr__comm_op *op, struct mr_comm_req
 			h->qtail = r;
 		if (op->kind == MR__OP_RECV) {
 			/* a small receive waits where it is (its sender is not
-			 * held up) for the thread that waits on it: running it in
-			 * the progress thread costs two wake-ups (latency);
-			 * host_test and any later operation start it */
+			 * held up): the progress thread is woken only when a
+			 * thread waits on or tests it, or a later operation
+			 * comes (one wake-up less when it finishes in try_now) */
 			pthread_mutex_unlock(&h->mu);
 			return 0;
 		}
@@ -314,10 +315,19 @@ int mr__host_wait(struct mr_comm_req *req)
 	atomic_fetch_add(&h->waiters, 1);
 	pthread_mutex_lock(&h->mu);
 	while (!r->done) {
-		/* help instead of sleeping: run queued work (in order) ourselves */
-		if (h->qhead && !h->busy && !h->stop) {
+		/* help instead of sleeping: run queued work (in order) ourselves;
+		 * but not a send/recv batch, which runs until all of it is done:
+		 * a pipeline posts receives long before it needs them, and a
+		 * waiter whose transfer is done must not be held by the others.
+		 * The progress thread takes those (and completes each request
+		 * as soon as it is done). */
+		if (h->qhead && !h->busy && !h->stop && !is_p2p(h->qhead)) {
 			exec_head(h);
-		} else if (spins++ < WAIT_YIELDS) {
+			continue;
+		}
+		if (h->qhead && !h->busy && !h->stop)
+			pthread_cond_broadcast(&h->cv); /* a small receive left for its waiter */
+		if (spins++ < WAIT_YIELDS) {
 			/* the progress thread runs it: a wake-up from the condition
 			 * variable costs more than a small message (latency), and
 			 * yielding lets it run when both share a core */

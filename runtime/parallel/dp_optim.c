@@ -106,6 +106,14 @@ int mr_dp_reduce_stats(struct mr_dp *d, double v[3])
 	return 0;
 }
 
+void mr_dp_unit_grads(struct mr_dp *d, int u, float **g, size_t *n)
+{
+	const struct dp_unit *U = &d->u[u];
+
+	*g = d->zero ? d->gshard + U->soff : d->m->grads + U->off;
+	*n = d->zero ? U->sn : U->n;
+}
+
 long mr_dp_steps(const struct mr_dp *d)
 {
 	return d->t;

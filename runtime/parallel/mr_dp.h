@@ -64,7 +64,8 @@
  *
  * Ownership: struct mr_dp borrows the model and the communicators (they
  * must outlive it), sets m->hooks, and owns its buffers (mr_dp_free).
- * Non-goals: pipeline parallelism, mixed precision, CPU offload.
+ * A pipeline stage (mr_pp.h) is a model like any other here; mr_pp_dp_config
+ * says which config it runs. Non-goals: mixed precision, CPU offload.
  */
 #ifndef MR_DP_H
 #define MR_DP_H
@@ -133,6 +134,11 @@ const struct mr_adamw_config *mr_dp_adamw(const struct mr_dp *d);
  * owned range and shares the updated parameters (ZeRO). */
 int mr_dp_update(struct mr_dp *d, double norm, float lr);
 
+/* The gradients of unit u this rank holds after mr_dp_finish_grads: the
+ * whole unit (zero 0) or its shard (zero >= 1); device memory. The same
+ * unit layout gives the same shard on every rank of the same shard index
+ * (the pipeline sums the tied embeddings' this way). */
+void mr_dp_unit_grads(struct mr_dp *d, int u, float **g, size_t *n);
 /* This rank's full (tp-local) parameters into dst (m->nparams floats).
  * Collective over the shard group under zero 3. */
 int mr_dp_gather_params(struct mr_dp *d, float *dst);

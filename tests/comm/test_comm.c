@@ -543,6 +543,39 @@ Test(comm, many_p2p_in_flight, .timeout = 60)
 	cr_assert_eq(run_threads(2, HOSTS_DISTINCT, many_p2p, NULL), 0);
 }
 
+/* A pipeline stage posts receives long before it needs them: a thread
+ * waiting for one of them must get it back as soon as it is done, not
+ * when the others of its batch are (rank 1 sends the second only after
+ * rank 0, woken by the first, has sent it something). */
+static int early_receives(struct mr_comm *c, void *arg)
+{
+	int me = mr_comm_rank(c), a = 0, b = 0, x = 7, rc;
+	struct mr_comm_req *ra, *rb;
+
+	(void)arg;
+	if (me == 1) {
+		if ((rc = mr_comm_send(c, &x, 1, MR_COMM_I32, 0, 1)) < 0 ||
+		    (rc = mr_comm_recv(c, &a, 1, MR_COMM_I32, 0, 3)) < 0)
+			return rc;
+		return mr_comm_send(c, &a, 1, MR_COMM_I32, 0, 2);
+	}
+	if ((rc = mr_comm_irecv(c, &a, 1, MR_COMM_I32, 1, 1, &ra)) < 0)
+		return rc;
+	if ((rc = mr_comm_irecv(c, &b, 1, MR_COMM_I32, 1, 2, &rb)) < 0)
+		return rc;
+	if ((rc = mr_comm_wait(ra)) < 0 ||
+	    (rc = mr_comm_send(c, &(int){ a + 1 }, 1, MR_COMM_I32, 1, 3)) < 0 ||
+	    (rc = mr_comm_wait(rb)) < 0)
+		return rc;
+	return a == 7 && b == 8 ? 0 : -1007;
+}
+
+Test(comm, waiter_not_held_by_other_receives, .timeout = 60)
+{
+	cr_assert_eq(run_threads(2, HOSTS_SAME, early_receives, NULL), 0);
+	cr_assert_eq(run_threads(2, HOSTS_DISTINCT, early_receives, NULL), 0);
+}
+
 /* 64 MiB per rank: slow on a shared 2-core machine, so only with
  * MR_TEST_SLOW=1 (the benchmark covers 64 MiB every run). */
 static int huge_ops(struct mr_comm *c, void *arg)
