@@ -268,6 +268,14 @@ static int gw_step(void *state, struct mr_worker_stats *st, struct mr_errbuf *eb
 	for (k = 0; k < MR_MEM_KINDS; k++)
 		st->mem_bytes[k] = m->mem.bytes[k];
 	st->comm_wait_s = comm_wait(w) - wait0;
+	st->pp = w->groups.mesh.pp > 0 ? w->groups.mesh.pp : 1;
+	st->pp_stage = mr_place_index(&m->place, MR_AXIS_PP);
+	if (w->step_drv.pp) {
+		struct mr_pp_stats ps;
+		mr_pp_stats(w->step_drv.pp, &ps);
+		st->pp_bubble = ps.bubble;
+		st->pp_wait_s = ps.wait_s;
+	}
 	if (w->eval_every > 0 && (st->step % w->eval_every == 0 || st->step == w->steps)) {
 		st->val_loss = eval_loss(w, eb, &rc);
 		if (rc < 0)

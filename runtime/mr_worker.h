@@ -68,6 +68,10 @@ struct mr_worker_stats {
 				  * what compute did not hide), 0 if none */
 	int64_t tokens;          /* processed so far */
 	size_t mem_bytes[MR_MEM_KINDS];
+	int pp, pp_stage;        /* pipeline stages and this rank's (1, 0 without) */
+	double pp_bubble;        /* last step: idle / compute time of this stage, the
+				  * idle time measured against the longest stage */
+	double pp_wait_s;        /* last step: blocked on the pipeline's transfers */
 };
 
 /*
