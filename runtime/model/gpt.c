@@ -249,10 +249,12 @@ static int norm_bwd(struct mr_gpt *m, float *gw, float *gb, const mr_act *res, c
 		    const float *mean, const float *rstd)
 {
 	mr_act *dlocal = mr_tp_if_sp(&m->tp, m->dln, m->dtmp);
+	float *pw, *pb;
 	int rc;
 
 	CK(mr_tp_reduce_rows(&m->tp, dlocal, m->dln));
-	CK(OP(m, layernorm_bwd, m->dres, gw, gb, dlocal, res, CW(w), mean, rstd,
+	CK(mr_tp_norm_grads(&m->tp, gw, gb, &pw, &pb));
+	CK(OP(m, layernorm_bwd, m->dres, pw, pb, dlocal, res, CW(w), mean, rstd,
 	      mr_tp_local_rows(&m->tp), m->cfg.d_model, m->k_ws));
 	return mr_tp_sp_norm_grads(&m->tp, gw, gb);
 }

@@ -195,6 +195,7 @@ static void carve_ws(struct mr_gpt *m, struct carve *wv)
 	m->sp_full = m->tp.sp ? take(m, wv, N * C) : NULL;
 	m->tp.tmp = tp > 1 ? take(m, wv, N * C) : NULL;
 	m->tp.ce = tp > 1 ? take_f32(wv, 3 * N) : NULL;
+	m->tp.norm_g = m->tp.sp ? take_f32(wv, 2 * C) : NULL;
 	kws = m->dev->ops->ws_bytes(m->dev, m->T, c->d_model, c->n_head);
 	if (c->moe_every > 0) {
 		struct mr_moe_shape ms = mr_gpt_moe_shape(m);

@@ -49,6 +49,8 @@ struct mr_tp {
 	int B, T, C, V;       /* batch, sequence, model width, vocabulary */
 	mr_act *tmp;          /* scratch (N,C) when size > 1 (sp permutations) */
 	float *ce;            /* scratch 3N fp32 when size > 1 (loss pieces) */
+	float *norm_g;        /* scratch 2C fp32 under sp: one pass's LayerNorm
+			       * weight and bias gradients (mr_tp_norm_grads) */
 };
 
 void mr_tp_init(struct mr_tp *tp, struct mr_dev *dev, int size, int rank, int sp,
@@ -75,8 +77,14 @@ int mr_tp_gather_rows(struct mr_tp *tp, mr_act *full, const mr_act *local);
  * scratch (N,C) holds the partial sum when size > 1. */
 int mr_tp_row_linear_fwd(struct mr_tp *tp, mr_act *out, const mr_act *inp, const mr_act *w,
 			 const mr_act *bias, int IC, mr_act *scratch);
-/* LayerNorm gradients w, b (C) summed over tp under sp (each rank saw its
- * rows); nothing otherwise. */
+/* A LayerNorm backward's weight and bias gradient targets: w and b
+ * themselves, or under sp tp->norm_g (zeroed) and norm_g + C, because a
+ * rank's rows give only part of this pass's gradient. 0 or the device's
+ * error. */
+int mr_tp_norm_grads(struct mr_tp *tp, float *w, float *b, float **gw, float **gb);
+/* Under sp: the pass's partial gradients in tp->norm_g summed over tp and
+ * added into w and b (the gradients accumulated so far stay out of the
+ * sum); a no-op otherwise. */
 int mr_tp_sp_norm_grads(struct mr_tp *tp, float *w, float *b);
 
 /* Rows of wte (columns of the logits) per rank: ceil(V / size). */

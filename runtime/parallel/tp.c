@@ -132,16 +132,26 @@ int mr_tp_row_linear_fwd(struct mr_tp *tp, mr_act *out, const mr_act *inp, const
 	return d->ops->add_bias(d, out, bias, mr_tp_local_rows(tp), tp->C);
 }
 
+int mr_tp_norm_grads(struct mr_tp *tp, float *w, float *b, float **gw, float **gb)
+{
+	*gw = tp->sp ? tp->norm_g : w;
+	*gb = tp->sp ? tp->norm_g + tp->C : b;
+	return tp->sp ? tp->dev->ops->zero(tp->dev, tp->norm_g, 2 * sizeof(float) * (size_t)tp->C)
+		      : 0;
+}
+
 int mr_tp_sp_norm_grads(struct mr_tp *tp, float *w, float *b)
 {
+	struct mr_dev *d = tp->dev;
 	int rc;
 
 	if (!tp->sp)
 		return 0;
-	if ((rc = tp->dev->ops->sync(tp->dev)) < 0 ||
-	    (rc = mr_tp_allreduce(tp, w, (size_t)tp->C, 0)) < 0)
+	if ((rc = d->ops->sync(d)) < 0 ||
+	    (rc = mr_tp_allreduce(tp, tp->norm_g, 2 * (size_t)tp->C, 0)) < 0 ||
+	    (rc = d->ops->add_f32(d, w, tp->norm_g, (size_t)tp->C)) < 0)
 		return rc;
-	return mr_tp_allreduce(tp, b, (size_t)tp->C, 0);
+	return d->ops->add_f32(d, b, tp->norm_g + tp->C, (size_t)tp->C);
 }
 
 int mr_tp_vocab_rows(const struct mr_tp *tp)

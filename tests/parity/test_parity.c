@@ -111,6 +111,10 @@ struct job {
 	int accum;
 	const char *extra; /* more workload config keys, for both runs */
 	int vocab;         /* vocab_size; 0 = 64 */
+	int pp;            /* pipeline stages; 0 = 1 */
+	const char *sched; /* pp_schedule (pp > 1) */
+	int layers;        /* n_layer; 0 = 2 */
+	const char *pp_extra; /* more keys for the parallel run only ("pp_layers") */
 };
 
 /* The model's keys (a key given twice is an error in workload_config). */
@@ -122,8 +126,8 @@ static const char *model_json(const struct job *j)
 	 * The device's attention takes head sizes of 32 to 128: d_model 128
 	 * with 4 heads there (tp 4 still divides the heads). */
 	snprintf(buf, sizeof(buf),
-		 "\"n_layer\": 2, \"d_model\": %d, \"n_head\": 4, \"vocab_size\": %d%s",
-		 ON_DEVICE ? 128 : 32, j->vocab ? j->vocab : 64,
+		 "\"n_layer\": %d, \"d_model\": %d, \"n_head\": 4, \"vocab_size\": %d%s",
+		 j->layers ? j->layers : 2, ON_DEVICE ? 128 : 32, j->vocab ? j->vocab : 64,
 		 j->moe ? ", \"moe_every\": 2, \"n_experts\": 4, \"top_k\": 2, "
 			  "\"capacity_factor\": 0.75, \"aux_coef\": 0.01"
 			: "");
@@ -149,7 +153,8 @@ static int gpus(void)
 static int run_job(const struct job *j, const char *tag, const char *extra, int dev)
 {
 	char cmd[4096], *bin = realpath(mr_proc_build_dir(), NULL), dir[1100], keys[160] = "";
-	int st, nodes = j->nodes, nproc = j->nproc;
+	char ppkeys[256] = "";
+	int st, nodes = j->nodes, nproc = j->nproc, pp = j->pp > 1 ? j->pp : 1;
 
 	snprintf(dir, sizeof(dir), "%s%s", bin ? bin : "build", dev && EMUL ? "/emul" : "");
 	if (dev && ON_DEVICE)
@@ -159,15 +164,19 @@ static int run_job(const struct job *j, const char *tag, const char *extra, int 
 		nodes *= nproc;
 		nproc = 1;
 	}
+	if (pp > 1)
+		snprintf(ppkeys, sizeof(ppkeys), ", \"pp_schedule\": \"%s\", \"pp_virtual\": %d%s",
+			 j->sched, strcmp(j->sched, "interleaved") ? 1 : 2,
+			 j->pp_extra ? j->pp_extra : "");
 	snprintf(cmd, sizeof(cmd),
 		 "cd '%s' && MR_CUDA_EMUL_DEVICES=4 timeout 300 '%s/meshrun' local --nodes %d --nproc-per-node %d "
-		 "--tp %d --workload-config '{%s, \"steps\": %d, \"batch_size\": %d, "
+		 "--tp %d --pp %d --workload-config '{%s, \"steps\": %d, \"batch_size\": %d, "
 		 "\"seq_len\": 16, \"grad_accum\": %d, \"lr\": 0.003, \"warmup_steps\": 2, "
 		 "\"threads\": 1, \"peak_flops\": 1e9, \"seed\": 11, \"zero\": %d, "
 		 "\"hsdp_shard\": %d, \"sequence_parallel\": %s, \"comm_timeout_ms\": 30000, "
-		 "\"loss_log\": \"%s.loss\", \"save_weights\": \"%s.bin\"%s%s}' >'%s.out' 2>&1",
-		 tmp, dir, nodes, nproc, j->tp, model_json(j), STEPS, BATCH, j->accum, j->zero,
-		 j->hsdp, j->sp ? "true" : "false", tag, tag, extra ? extra : "", keys, tag);
+		 "\"loss_log\": \"%s.loss\", \"save_weights\": \"%s.bin\"%s%s%s}' >'%s.out' 2>&1",
+		 tmp, dir, nodes, nproc, j->tp, pp, model_json(j), STEPS, BATCH, j->accum, j->zero,
+		 j->hsdp, j->sp ? "true" : "false", tag, tag, extra ? extra : "", keys, ppkeys, tag);
 	free(bin);
 	st = system(cmd);
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
@@ -254,8 +263,8 @@ static int same_file(const char *a, const char *b)
 
 static void check(const struct job *j)
 {
-	struct job ref = { 1, 1, 1, 0, 0, 0, j->moe, 0, NULL, j->vocab };
-	int dp = j->nodes * j->nproc / j->tp, s, i;
+	struct job ref = { 1, 1, 1, 0, 0, 0, j->moe, 0, NULL, j->vocab, 0, NULL, j->layers, NULL };
+	int dp = j->nodes * j->nproc / (j->tp * (j->pp > 1 ? j->pp : 1)), s, i;
 	double lp[STEPS], lr[STEPS];
 	struct mr_gpt a, b;
 	char why[192];
@@ -300,7 +309,7 @@ static void check(const struct job *j)
  * nodes x nproc-per-node agents' ranks, tp, zero stage, hsdp shard, sp. */
 static void parity(int nodes, int nproc, int tp, int zero, int hsdp, int sp, int moe)
 {
-	struct job j = { nodes, nproc, tp, zero, hsdp, sp, moe, 1, NULL, 0 };
+	struct job j = { nodes, nproc, tp, zero, hsdp, sp, moe, 1, NULL, 0, 0, NULL, 0, NULL };
 
 	check(&j);
 }
@@ -335,17 +344,81 @@ Test(parity, tp2_dp2_zero3_sp_moe) { parity(2, 2, 2, 3, 0, 1, 1); }
 /* a vocabulary tp does not divide: padded on the tp ranks, exact */
 Test(parity, tp2_dp2_padded_vocab)
 {
-	struct job j = { 2, 2, 2, 1, 0, 1, 0, 1, NULL, 63 };
+	struct job j = { 2, 2, 2, 1, 0, 1, 0, 1, NULL, 63, 0, NULL, 0, NULL };
 
 	check(&j);
 }
 
 Test(parity, dp2_with_accumulation)
 {
-	struct job j = { 1, 2, 1, 0, 0, 0, 0, 2, NULL, 0 };
+	struct job j = { 1, 2, 1, 0, 0, 0, 0, 2, NULL, 0, 0, NULL, 0, NULL };
 
 	check(&j);
 }
+
+/* sequence parallel with accumulation: a LayerNorm's gradient summed over
+ * tp must be this micro-batch's only (the sum once multiplied the earlier
+ * micro-batches' by tp) */
+Test(parity, tp2_sp_with_accumulation)
+{
+	struct job j = { 1, 2, 2, 0, 0, 1, 0, 2, NULL, 0, 0, NULL, 0, NULL };
+
+	check(&j);
+}
+
+/*
+ * Pipeline parallel: pp stages of an 8-layer model (so pp4 x 2 chunks
+ * still gives every virtual stage a block; MoE on every second layer),
+ * 4 micro-batches per step (interleaved needs a multiple of pp), against
+ * one rank accumulating the same micro-batches: every schedule must give
+ * the single-rank losses and weights. nodes x nproc ranks, tp, zero.
+ */
+static void pipeline(int nodes, int nproc, int tp, int pp, const char *sched, int zero, int sp,
+		     int moe)
+{
+	struct job j = { nodes, nproc, tp, zero, 0, sp, moe, 4, NULL, 0, pp, sched, 8, NULL };
+
+	check(&j);
+}
+
+Test(parity, pp2_1f1b_dense) { pipeline(1, 2, 1, 2, "1f1b", 0, 0, 0); }
+Test(parity, pp2_zbh1_moe) { pipeline(1, 2, 1, 2, "zb-h1", 0, 0, 1); }
+#if !ON_DEVICE
+Test(parity, pp2_1f1b_moe) { pipeline(1, 2, 1, 2, "1f1b", 0, 0, 1); }
+Test(parity, pp2_gpipe_dense) { pipeline(1, 2, 1, 2, "gpipe", 0, 0, 0); }
+Test(parity, pp2_gpipe_moe) { pipeline(1, 2, 1, 2, "gpipe", 0, 0, 1); }
+Test(parity, pp2_interleaved_dense) { pipeline(1, 2, 1, 2, "interleaved", 0, 0, 0); }
+Test(parity, pp2_interleaved_moe) { pipeline(1, 2, 1, 2, "interleaved", 0, 0, 1); }
+Test(parity, pp2_zbh1_dense) { pipeline(1, 2, 1, 2, "zb-h1", 0, 0, 0); }
+Test(parity, pp4_1f1b_dense) { pipeline(1, 4, 1, 4, "1f1b", 0, 0, 0); }
+Test(parity, pp4_1f1b_moe) { pipeline(1, 4, 1, 4, "1f1b", 0, 0, 1); }
+Test(parity, pp4_gpipe_dense) { pipeline(1, 4, 1, 4, "gpipe", 0, 0, 0); }
+Test(parity, pp4_gpipe_moe) { pipeline(1, 4, 1, 4, "gpipe", 0, 0, 1); }
+Test(parity, pp4_interleaved_dense) { pipeline(2, 2, 1, 4, "interleaved", 0, 0, 0); }
+Test(parity, pp4_interleaved_moe) { pipeline(2, 2, 1, 4, "interleaved", 0, 0, 1); }
+Test(parity, pp4_zbh1_dense) { pipeline(1, 4, 1, 4, "zb-h1", 0, 0, 0); }
+Test(parity, pp4_zbh1_moe) { pipeline(1, 4, 1, 4, "zb-h1", 0, 0, 1); }
+Test(parity, pp2_dp2_zero1_dense) { pipeline(2, 2, 1, 2, "1f1b", 1, 0, 0); }
+Test(parity, pp2_dp2_zero1_moe) { pipeline(2, 2, 1, 2, "1f1b", 1, 0, 1); }
+Test(parity, pp2_dp2_zero3_dense) { pipeline(2, 2, 1, 2, "zb-h1", 3, 0, 0); }
+Test(parity, pp2_dp2_zero3_moe) { pipeline(2, 2, 1, 2, "interleaved", 3, 0, 1); }
+Test(parity, pp2_tp2_sp_dense) { pipeline(1, 4, 2, 2, "1f1b", 0, 1, 0); }
+Test(parity, pp2_tp2_sp_moe) { pipeline(1, 4, 2, 2, "zb-h1", 0, 1, 1); }
+Test(parity, pp2_tp2_dp2_dense) { pipeline(2, 4, 2, 2, "1f1b", 1, 1, 0); }
+Test(parity, pp2_tp2_dp2_moe) { pipeline(2, 4, 2, 2, "interleaved", 0, 0, 1); }
+
+/* an explicit, uneven split: 6 blocks on the first stage, 2 on the last */
+static void uneven(int moe)
+{
+	struct job j = { 1, 2, 1, 0, 0, 0, moe, 4, NULL, 0, 2, "1f1b", 8,
+			 ", \"pp_layers\": [6, 2]" };
+
+	check(&j);
+}
+
+Test(parity, pp2_uneven_split_dense) { uneven(0); }
+Test(parity, pp2_uneven_split_moe) { uneven(1); }
+#endif
 
 #if !ON_DEVICE
 /* Bad placement fails at start, on every rank, before any step. */
@@ -373,21 +446,21 @@ static void expect_rejected(const struct job *j, const char *extra, const char *
 
 Test(parity, tp_not_dividing_heads_is_rejected)
 {
-	struct job j = { 1, 3, 3, 0, 0, 0, 0, 1, NULL, 0 };
+	struct job j = { 1, 3, 3, 0, 0, 0, 0, 1, NULL, 0, 0, NULL, 0, NULL };
 
 	expect_rejected(&j, NULL, "n_head");
 }
 
 Test(parity, unknown_zero_stage_is_rejected)
 {
-	struct job j = { 1, 2, 1, 4, 0, 0, 0, 1, NULL, 0 };
+	struct job j = { 1, 2, 1, 4, 0, 0, 0, 1, NULL, 0, 0, NULL, 0, NULL };
 
 	expect_rejected(&j, NULL, "zero");
 }
 
 Test(parity, hsdp_shard_not_dividing_dp_is_rejected)
 {
-	struct job j = { 1, 2, 1, 3, 3, 0, 0, 1, NULL, 0 };
+	struct job j = { 1, 2, 1, 3, 3, 0, 0, 1, NULL, 0, 0, NULL, 0, NULL };
 
 	expect_rejected(&j, NULL, "hsdp_shard");
 }
