@@ -4,6 +4,7 @@
  * micro-batch schedule.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -94,8 +95,18 @@ void mr_step_release(struct mr_step *s)
 	s->dp = NULL;
 }
 
+/* " on pipeline stage N" for messages of a stage; "" otherwise. */
+static const char *on_stage(const struct mr_step *s, char *buf, size_t cap)
+{
+	buf[0] = 0;
+	if (s->pp)
+		snprintf(buf, cap, " on pipeline stage %d", mr_place_index(&s->m->place, MR_AXIS_PP));
+	return buf;
+}
+
 static int nonfinite_loss(struct mr_step *s, long step, double loss, struct mr_errbuf *eb)
 {
+	char st[40];
 	const struct mr_gpt *m = s->m;
 	struct mr_dev *d = m->dev;
 	const char *p = mr_dp_first_nonfinite(s->dp, 0);
@@ -105,8 +116,8 @@ static int nonfinite_loss(struct mr_step *s, long step, double loss, struct mr_e
 
 	if (p)
 		return mr_errf(eb, MR_ENONFINITE,
-			       "loss is %g at step %ld: first non-finite tensor 'params.%s'", loss,
-			       step, p);
+			       "loss is %g at step %ld: first non-finite tensor 'params.%s'%s", loss,
+			       step, p, on_stage(s, st, sizeof(st)));
 	/* the logits to the host (an fp32 device: the model opens on no other) */
 	host = d->act == MR_DT_F32 && m->last_stage ? malloc(n * sizeof(float)) : NULL;
 	if (host && d->ops->download(d, host, m->logits, n * sizeof(float)) == 0)
@@ -115,11 +126,11 @@ static int nonfinite_loss(struct mr_step *s, long step, double loss, struct mr_e
 	free(host);
 	if (bad)
 		return mr_errf(eb, MR_ENONFINITE,
-			       "loss is %g at step %ld: first non-finite tensor 'logits'", loss,
-			       step);
+			       "loss is %g at step %ld: first non-finite tensor 'logits'%s", loss,
+			       step, on_stage(s, st, sizeof(st)));
 	return mr_errf(eb, MR_ENONFINITE,
-		       "loss is %g at step %ld: no non-finite parameter or logit on this rank",
-		       loss, step);
+		       "loss is %g at step %ld: no non-finite parameter or logit on this rank%s",
+		       loss, step, on_stage(s, st, sizeof(st)));
 }
 
 int mr_step_run(struct mr_step *s, const int *inputs, const int *targets, int accum,
@@ -128,6 +139,7 @@ int mr_step_run(struct mr_step *s, const int *inputs, const int *targets, int ac
 	long step = mr_dp_steps(s->dp);
 	double v[3] = { 0.0, 0.0, 0.0 }, loss[2] = { 0.0, 0.0 }, norm;
 	int pp = mr_place_size(&s->m->place, MR_AXIS_PP);
+	char st[40];
 	const char *g;
 	int rc;
 
@@ -136,9 +148,11 @@ int mr_step_run(struct mr_step *s, const int *inputs, const int *targets, int ac
 	mr_dp_begin(s->dp);
 	if ((rc = s->sched->run(s, inputs, targets, accum, loss, eb)) < 0)
 		return rc;
-	if ((rc = mr_dp_finish_grads(s->dp)) < 0 || (s->pp && (rc = mr_pp_finish(s->pp, s->dp)) < 0))
+	if ((rc = mr_dp_finish_grads(s->dp)) < 0)
 		return mr_errf(eb, rc, "gradient reduction failed at step %ld: %s", step,
 			       mr_strerror(rc));
+	if (s->pp && (rc = mr_pp_finish(s->pp, s->dp, eb)) < 0)
+		return rc;
 	/* the mean over the job divides by every rank; a stage holds its
 	 * share of the aux loss and the last one all of the loss */
 	v[1] = loss[0] / accum * pp;
@@ -153,7 +167,8 @@ int mr_step_run(struct mr_step *s, const int *inputs, const int *targets, int ac
 		g = mr_dp_first_nonfinite(s->dp, 1);
 		return mr_errf(eb, MR_ENONFINITE,
 			       "gradient norm is %g at step %ld: first non-finite tensor "
-			       "'grads.%s'", norm, step, g ? g : "? (on another rank)");
+			       "'grads.%s'%s", norm, step, g ? g : "? (on another rank)",
+			       g ? on_stage(s, st, sizeof(st)) : "");
 	}
 	r->loss = (float)v[1];
 	r->aux_loss = (float)v[2];

@@ -90,7 +90,7 @@ int mr_pp_run(struct mr_pp *pp, struct mr_dp *dp, const int *inputs, const int *
 	      int accum, double loss[2], _Atomic int *micro, struct mr_errbuf *eb);
 /* After mr_dp_finish_grads: sums the embeddings' gradients of the first
  * and the last stage, and shares the step's makespan over the stages. */
-int mr_pp_finish(struct mr_pp *pp, struct mr_dp *dp);
+int mr_pp_finish(struct mr_pp *pp, struct mr_dp *dp, struct mr_errbuf *eb);
 /* Forward only, n (B,T) batches: the mean loss, on every stage. */
 int mr_pp_eval(struct mr_pp *pp, const int *inputs, const int *targets, int n, double *loss,
 	       struct mr_errbuf *eb);

@@ -3,6 +3,7 @@
  * (action list, transfers, slot of every micro-batch), the loop that runs
  * it, the tied embeddings' gradient sum and the forward-only evaluation.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -31,6 +32,8 @@ struct mr_pp {
 	struct mr_comm_req **rreq;   /* (ncomm) posted receives */
 	struct mr_comm_req **sreq;   /* (nslots * 2v) pending sends of each slot */
 	int *nsreq;                  /* (nslots) */
+	int *speer;                  /* (nslots * 2v) the stage each pending send goes to */
+	int failed_peer;             /* the stage a failed transfer was with, -1 */
 	struct mr_pp_stats st;
 };
 
@@ -162,10 +165,12 @@ static int plan_make(struct mr_pp *pp, int m, const struct mr_pp_action *acts, i
 	free(pp->rreq);
 	free(pp->sreq);
 	free(pp->nsreq);
+	free(pp->speer);
 	pp->rreq = calloc((size_t)pl->ncomm + 1, sizeof(*pp->rreq));
 	pp->sreq = calloc((size_t)pl->nslots * 2 * (size_t)sp.v + 1, sizeof(*pp->sreq));
+	pp->speer = calloc((size_t)pl->nslots * 2 * (size_t)sp.v + 1, sizeof(int));
 	pp->nsreq = calloc((size_t)pl->nslots + 1, sizeof(int));
-	if (!pp->rreq || !pp->sreq || !pp->nsreq) {
+	if (!pp->rreq || !pp->sreq || !pp->nsreq || !pp->speer) {
 		rc = MR_ENOMEM;
 		goto fail;
 	}
@@ -213,6 +218,7 @@ void mr_pp_free(struct mr_pp *pp)
 	free(pp->rreq);
 	free(pp->sreq);
 	free(pp->nsreq);
+	free(pp->speer);
 	free(pp);
 }
 
@@ -223,7 +229,8 @@ void mr_pp_stats(const struct mr_pp *pp, struct mr_pp_stats *st)
 
 /* ---- the step ---- */
 
-static int wait_req(struct mr_pp *pp, struct mr_comm_req **req)
+/* Waits for a transfer with stage peer (remembered if it fails). */
+static int wait_req(struct mr_pp *pp, struct mr_comm_req **req, int peer)
 {
 	double t0;
 	int rc;
@@ -234,17 +241,19 @@ static int wait_req(struct mr_pp *pp, struct mr_comm_req **req)
 	rc = mr_comm_wait(*req);
 	*req = NULL;
 	pp->st.wait_s += now() - t0;
+	if (rc < 0 && pp->failed_peer < 0)
+		pp->failed_peer = peer;
 	return rc;
 }
 
 /* Waits for the sends still pending from slot k (before it is reused). */
 static int settle_slot(struct mr_pp *pp, int k)
 {
-	struct mr_comm_req **r = pp->sreq + (size_t)k * 2 * (size_t)pp->spec.v;
+	size_t base = (size_t)k * 2 * (size_t)pp->spec.v;
 	int i, rc = 0, rc2;
 
 	for (i = 0; i < pp->nsreq[k]; i++)
-		if ((rc2 = wait_req(pp, &r[i])) < 0 && rc == 0)
+		if ((rc2 = wait_req(pp, &pp->sreq[base + i], pp->speer[base + i])) < 0 && rc == 0)
 			rc = rc2;
 	pp->nsreq[k] = 0;
 	return rc;
@@ -288,13 +297,14 @@ static int post_send(struct mr_pp *pp, const struct mr_pp_comm *x, const mr_act 
 {
 	struct mr_dev *d = pp->m->dev;
 	int k = pp->plan.slot_of[x->mb], rc;
-	struct mr_comm_req **r = pp->sreq + (size_t)k * 2 * (size_t)pp->spec.v;
+	size_t at = (size_t)k * 2 * (size_t)pp->spec.v + (size_t)pp->nsreq[k]++;
 
 	if ((rc = d->ops->sync(d)) < 0)
 		return rc;
 	pp->st.sends++;
+	pp->speer[at] = x->peer;
 	return mr_comm_isend(pp->c.pp, buf, rows_n(pp->m), comm_dtype(pp->m), x->peer, x->tag,
-			     &r[pp->nsreq[k]++]);
+			     &pp->sreq[at]);
 }
 
 /* One action of the plan: its receive waited, the pass, its send posted. */
@@ -310,7 +320,8 @@ static int run_action(struct mr_pp *pp, int i, const int *inputs, const int *tar
 	double t0;
 	mr_act *in;
 
-	if (pl->recv_of[i] >= 0 && (rc = wait_req(pp, &pp->rreq[pl->recv_of[i]])) < 0)
+	if (pl->recv_of[i] >= 0 &&
+	    (rc = wait_req(pp, &pp->rreq[pl->recv_of[i]], pl->comm[pl->recv_of[i]].peer)) < 0)
 		return rc;
 	if (pl->first[a->mb] == i && (rc = settle_slot(pp, pl->slot_of[a->mb])) < 0)
 		return rc;
@@ -366,6 +377,7 @@ static int run_plan(struct mr_pp *pp, struct mr_dp *dp, const int *inputs, const
 
 	pp->st.busy_s = pp->st.wait_s = 0.0;
 	pp->st.sends = pp->st.recvs = 0;
+	pp->failed_peer = -1;
 	for (i = 0; i < pl->n && rc == 0; i++) {
 		const struct mr_pp_action *a = &pl->act[i];
 		at = i;
@@ -377,7 +389,7 @@ static int run_plan(struct mr_pp *pp, struct mr_dp *dp, const int *inputs, const
 			rc = run_action(pp, i, inputs, targets, dscale, loss, eb);
 	}
 	for (i = 0; i < pl->ncomm; i++)
-		if ((rc2 = wait_req(pp, &pp->rreq[i])) < 0 && rc == 0)
+		if ((rc2 = wait_req(pp, &pp->rreq[i], pl->comm[i].peer)) < 0 && rc == 0)
 			rc = rc2;
 	for (k = 0; k < pl->nslots; k++)
 		if ((rc2 = settle_slot(pp, k)) < 0 && rc == 0)
@@ -387,9 +399,12 @@ static int run_plan(struct mr_pp *pp, struct mr_dp *dp, const int *inputs, const
 	pp->st.wall_s = now() - t0;
 	if (rc < 0 && !eb->msg[0]) {
 		const struct mr_pp_action *a = &pl->act[at];
+		char peer[48] = "";
+		if (pp->failed_peer >= 0)
+			snprintf(peer, sizeof(peer), " (transfer with stage %d)", pp->failed_peer);
 		mr_errf(eb, rc, "pipeline stage %d failed at %c of micro-batch %d (chunk %d, action "
-				"%d of %d): %s",
-			pp->stage, "FBW"[a->op], a->mb, a->chunk, at, pl->n, mr_strerror(rc));
+				"%d of %d)%s: %s",
+			pp->stage, "FBW"[a->op], a->mb, a->chunk, at, pl->n, peer, mr_strerror(rc));
 	}
 	return rc;
 }
@@ -424,7 +439,7 @@ static int over_stages(struct mr_pp *pp, double x, double *sum, double *max)
 	return 0;
 }
 
-int mr_pp_finish(struct mr_pp *pp, struct mr_dp *dp)
+int mr_pp_finish(struct mr_pp *pp, struct mr_dp *dp, struct mr_errbuf *eb)
 {
 	struct mr_dev *d = pp->m->dev;
 	double sum, span;
@@ -436,10 +451,14 @@ int mr_pp_finish(struct mr_pp *pp, struct mr_dp *dp)
 		mr_dp_unit_grads(dp, 0, &g, &n);
 		if ((rc = d->ops->sync(d)) < 0 ||
 		    (rc = mr_comm_allreduce(pp->c.embed, g, g, n, MR_COMM_F32, MR_COMM_SUM)) < 0)
-			return rc;
+			return mr_errf(eb, rc, "pipeline stage %d: summing the tied embeddings' "
+					       "gradients with stage %d failed: %s",
+				       pp->stage, pp->stage ? 0 : pp->spec.p - 1, mr_strerror(rc));
 	}
 	if ((rc = over_stages(pp, pp->st.wall_s, &sum, &span)) < 0)
-		return rc;
+		return mr_errf(eb, rc, "pipeline stage %d: sharing the step's times over the %d "
+				       "stages failed: %s",
+			       pp->stage, pp->spec.p, mr_strerror(rc));
 	pp->st.makespan_s = span;
 	pp->st.bubble = pp->st.busy_s > 0 ? (span - pp->st.busy_s) / pp->st.busy_s : 0.0;
 	return 0;
