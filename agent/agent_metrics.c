@@ -54,7 +54,9 @@ int mr_agent_metrics_init(struct mr_agent_metrics *m, const char *const *state_n
 					"128+N when killed by signal N).",
 					"local_rank");
 	m->rank_info = mr_metrics_gauge(m->reg, "meshrun_rank_info",
-					"Placement of each local rank in the mesh (always 1).",
+					"Placement of each local rank: its mesh coordinates and "
+					"pipeline stage (the pp coordinate). 1 for the ranks of the "
+					"current round, 0 for those of an earlier one.",
 					"rank,node_rank,tp,pp,dp,cp,ep,stage");
 	m->w_step = mr_metrics_gauge(m->reg, "meshrun_worker_step",
 				     "Optimizer steps completed by an in-process worker.", "rank");
