@@ -54,8 +54,10 @@ int mr_agent_metrics_init(struct mr_agent_metrics *m, const char *const *state_n
 					"128+N when killed by signal N).",
 					"local_rank");
 	m->rank_info = mr_metrics_gauge(m->reg, "meshrun_rank_info",
-					"Placement of each local rank in the mesh (always 1).",
-					"rank,node_rank,tp,pp,dp,cp,ep");
+					"Placement of each local rank: its mesh coordinates and "
+					"pipeline stage (the pp coordinate). 1 for the ranks of the "
+					"current round, 0 for those of an earlier one.",
+					"rank,node_rank,tp,pp,dp,cp,ep,stage");
 	m->w_step = mr_metrics_gauge(m->reg, "meshrun_worker_step",
 				     "Optimizer steps completed by an in-process worker.", "rank");
 	m->w_loss = mr_metrics_gauge(m->reg, "meshrun_worker_loss",
@@ -91,6 +93,17 @@ int mr_agent_metrics_init(struct mr_agent_metrics *m, const char *const *state_n
 	m->w_mem = mr_metrics_gauge(m->reg, "meshrun_worker_memory_bytes",
 				    "Bytes held by an in-process worker, by category "
 				    "(params, grads, optim, acts, workspace).", "rank,kind");
+	m->pp_bubble = mr_metrics_gauge(m->reg, "meshrun_pipeline_bubble_fraction",
+					"Pipeline bubble of the rank's stage in the last optimizer "
+					"step: (makespan - busy) / busy, busy the seconds the stage "
+					"computed its passes and makespan the longest schedule of any "
+					"stage in that step (Megatron's bubble time fraction; it can "
+					"exceed 1). 0 without a pipeline.", "rank");
+	m->pp_wait = mr_metrics_gauge(m->reg, "meshrun_pipeline_p2p_wait_seconds",
+				      "Seconds the rank's pipeline stage was blocked on its "
+				      "point-to-point sends and receives (activations and their "
+				      "gradients) in the last optimizer step. 0 without a "
+				      "pipeline.", "rank");
 	mr_gauge_set(m->node_rank, -1);
 	return 0;
 }
@@ -121,8 +134,8 @@ void mr_agent_metrics_ranks(struct mr_agent_metrics *m, const int *ranks, int n,
 		return;
 	for (int i = 0; i < n && i < (int)(sizeof(m->info) / sizeof(m->info[0])); i++) {
 		struct mr_mesh_coord c;
-		char v[7][16];
-		const char *vals[7];
+		char v[8][16];
+		const char *vals[8];
 
 		if (mr_mesh_coord(&mesh, ranks[i], &c))
 			continue;
@@ -133,7 +146,8 @@ void mr_agent_metrics_ranks(struct mr_agent_metrics *m, const int *ranks, int n,
 		snprintf(v[4], 16, "%d", c.dp);
 		snprintf(v[5], 16, "%d", c.cp);
 		snprintf(v[6], 16, "%d", c.ep);
-		for (int k = 0; k < 7; k++)
+		snprintf(v[7], 16, "%d", c.pp); /* the stage: named for joins by stage */
+		for (int k = 0; k < 8; k++)
 			vals[k] = v[k];
 		m->info[m->ninfo] = mr_metric_gauge_childv(m->rank_info, vals);
 		mr_gauge_set(m->info[m->ninfo], 1);
@@ -165,6 +179,8 @@ void mr_agent_metrics_worker(struct mr_agent_metrics *m, int rank,
 	mr_gauge_set(mr_metric_gauge_child(m->w_mfu, r), st->mfu);
 	mr_gauge_set(mr_metric_gauge_child(m->w_step_s, r), st->step_seconds);
 	mr_gauge_set(mr_metric_gauge_child(m->w_comm_wait, r), st->comm_wait_s);
+	mr_gauge_set(mr_metric_gauge_child(m->pp_bubble, r), st->pp > 1 ? st->pp_bubble : 0.0);
+	mr_gauge_set(mr_metric_gauge_child(m->pp_wait, r), st->pp > 1 ? st->pp_wait_s : 0.0);
 	for (int k = 0; k < MR_MEM_KINDS; k++) {
 		static const char *const kinds[MR_MEM_KINDS] = { "params", "grads", "optim",
 								  "acts", "workspace" };

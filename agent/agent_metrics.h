@@ -11,8 +11,10 @@
  *   meshrun_agent_world_size, meshrun_agent_node_rank
  *   meshrun_agent_workers_running                  local workers alive
  *   meshrun_agent_worker_exit_code{local_rank}     last exit code (-1 running)
- *   meshrun_rank_info{rank,node_rank,tp,pp,dp,cp,ep} 1 for each local rank
- *                                                  of the current round
+ *   meshrun_rank_info{rank,node_rank,tp,pp,dp,cp,ep,stage}
+ *                                  1 for each local rank of the current
+ *                                  round; stage: its pipeline stage (the
+ *                                  pp coordinate, "0" without a pipeline)
  *
  *   meshrun_worker_step{rank}, meshrun_worker_loss{rank},
  *   meshrun_worker_tokens_per_second{rank}, ...   in-process workers' stats
@@ -20,6 +22,11 @@
  *                                  time blocked in communication, by group
  *                                  kind and operation (every run of the
  *                                  workers adds to it)
+ *   meshrun_pipeline_bubble_fraction{rank}, meshrun_pipeline_p2p_wait_seconds{rank}
+ *                                  the last step's bubble of the rank's
+ *                                  pipeline stage and its time blocked on
+ *                                  the pipeline's sends and receives (0
+ *                                  without a pipeline)
  *
  * Thread safety: every update is an atomic store (mr_metrics).
  * Ownership: the struct owns the registry; release frees it.
@@ -41,6 +48,7 @@ struct mr_agent_metrics {
 	struct mr_metric_family *exit_code, *rank_info;
 	struct mr_metric_family *w_step, *w_loss, *w_val_loss, *w_tps, *w_grad_norm, *w_lr, *w_mfu;
 	struct mr_metric_family *w_step_s, *w_comm_wait, *w_mem, *w_comm_op;
+	struct mr_metric_family *pp_bubble, *pp_wait;
 	struct mr_agent_comm_seen *seen; /* last wait per (rank, group, op) */
 	int nseen, capseen;
 	struct mr_gauge *info[256]; /* rank_info children of the current round */

@@ -2,7 +2,8 @@
  * gpt_worker_setup.c - building a gpt worker (see mr_gpt_worker.h): data
  * files, the rank's device, its place in the mesh (communicators on the
  * backend that suits the device) and the trainer: the model placed there
- * under the step driver - one code path for every device and mode. The
+ * under the step driver - one code path for every device and mode; and
+ * the placement alone (mr_gpt_worker_place), for `meshrun mesh`. The
  * config's keys and bounds: gpt_worker_config.c.
  */
 #include <stdlib.h>
@@ -107,10 +108,47 @@ static int check_schedule(const struct gw *w, const struct mr_place *where,
 	return mr_pp_check(&sp, eb);
 }
 
+/* The rank's place in the mesh and the blocks it holds, checked against
+ * the model and the schedule: no communication, so bad input fails on
+ * every rank at once (and `meshrun mesh` shows the same split). */
+static int layout(const struct gw *w, const struct mr_worker_env *env,
+		  const struct mr_gpt_config *mc, int T, struct mr_place *where,
+		  struct mr_errbuf *eb)
+{
+	int rc;
+
+	if ((rc = mr_groups_check(env, w->hsdp_shard, eb)) < 0 ||
+	    (rc = mr_groups_place_of(env, w->sp, where, eb)) < 0 ||
+	    (rc = mr_groups_place_layers(where, mc, T, w->pp_virtual, w->pp_layers,
+					 w->n_pp_layers, eb)) < 0 ||
+	    (rc = mr_gpt_check_placement(mc, T, where, eb)) < 0)
+		return rc;
+	return check_schedule(w, where, eb);
+}
+
+int mr_gpt_worker_place(const json_t *config, const struct mr_worker_env *env,
+			struct mr_place *where, int *n_layer, struct mr_errbuf *eb)
+{
+	struct gw *w = calloc(1, sizeof(*w));
+	struct mr_adamw_config oc;
+	int B, T, rc;
+
+	if (!w)
+		return mr_errf(eb, MR_ENOMEM, "out of memory");
+	rc = mr__gw_parse(config, &w->mc, &oc, w, &B, &T, eb);
+	if (rc == 0)
+		rc = layout(w, env, &w->mc, T, where, eb);
+	if (rc == 0 && n_layer)
+		*n_layer = w->mc.n_layer;
+	free(w->pp_layers);
+	free(w);
+	return rc;
+}
+
 /*
- * Where this rank sits: checks the model against the mesh (before any
- * communication, so bad input fails on every rank at once), then builds
- * the mesh communicators. A single rank needs none.
+ * Where this rank sits: checks the model against the mesh (layout, before
+ * any communication), then builds the mesh communicators. A single rank
+ * needs none.
  */
 static int place(struct gw *w, const struct mr_worker_env *env, const struct mr_gpt_config *mc,
 		 int T, struct mr_errbuf *eb)
@@ -126,12 +164,7 @@ static int place(struct gw *w, const struct mr_worker_env *env, const struct mr_
 	if (one.world_size < 1)
 		one.world_size = 1;
 	env = &one;
-	if ((rc = mr_groups_check(env, w->hsdp_shard, eb)) < 0 ||
-	    (rc = mr_groups_place_of(env, w->sp, &where, eb)) < 0 ||
-	    (rc = mr_groups_place_layers(&where, mc, T, w->pp_virtual, w->pp_layers,
-					 w->n_pp_layers, eb)) < 0 ||
-	    (rc = mr_gpt_check_placement(mc, T, &where, eb)) < 0 ||
-	    (rc = check_schedule(w, &where, eb)) < 0)
+	if ((rc = layout(w, env, mc, T, &where, eb)) < 0)
 		return rc;
 	gc.backend = pick_backend(w, env, &why);
 	gc.gpu = env->local_rank;

@@ -70,4 +70,19 @@ extern const struct mr_worker_ops mr_gpt_worker;
  * workload config exits 2 before the job starts. */
 int mr_gpt_worker_check_config(const json_t *config, struct mr_errbuf *eb);
 
+struct mr_place;
+/*
+ * Where create() would place env->rank, without a device, a model or any
+ * communication: config read as create() reads it (defaults, bounds), the
+ * rank's coordinates in the mesh of env's sizes (rank, world_size, tp,
+ * pp, cp, ep; nothing else of env is read) and the pipeline split (the
+ * balanced one, or "pp_layers"), checked against the model and the
+ * schedule as create() checks them. *where gets the blocks the rank
+ * holds: where->chunks ranges [layer_lo, layer_hi), or chunks 0 for the
+ * whole model; *n_layer (may be NULL) the model's block count. Errors
+ * name the field. For `meshrun mesh`.
+ */
+int mr_gpt_worker_place(const json_t *config, const struct mr_worker_env *env,
+			struct mr_place *where, int *n_layer, struct mr_errbuf *eb);
+
 #endif

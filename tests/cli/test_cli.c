@@ -1,8 +1,10 @@
 /*
  * test_cli.c - the `meshrun` subcommands that need no controller: `mesh`
- * (the table comes from mr_mesh, so check it against the pure function) and
- * `data` (shards written by the CLI read back through the runtime's own
- * shard reader; bad files rejected naming the file).
+ * (the table comes from mr_mesh, so check it against the pure function;
+ * each pipeline stage's layers against the runtime's split, and a bad
+ * split refused naming the field) and `data` (shards written by the CLI
+ * read back through the runtime's own shard reader; bad files rejected
+ * naming the file).
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -13,7 +15,9 @@
 
 #include "data/mr_shard.h"
 #include "data/mr_synth.h"
+#include "model/mr_gpt.h"
 #include "mr_mesh.h"
+#include "parallel/mr_pp_split.h"
 
 static char tmp[64];
 
@@ -83,6 +87,128 @@ Test(cli, mesh_table_matches_the_mesh_function)
 	free(out);
 	cr_assert_eq(meshrun(&out, "mesh --world 12 --tp 8"), 2);
 	cr_expect(strstr(out, "not divisible"), "%s", out);
+	free(out);
+}
+
+/* The line `meshrun mesh` prints for stage s of the split layers (p stages
+ * of v chunks), as far as the block list: "stage 1: layers 2-4, 7 (". */
+static void stage_line(char *buf, size_t cap, const int *layers, int p, int v, int s)
+{
+	int lo, hi, n = 0, len;
+
+	for (int c = 0; c < v; c++) {
+		mr_pp_split_range(layers, p, s, c, &lo, &hi);
+		n += hi - lo;
+	}
+	len = snprintf(buf, cap, "stage %d: layer%s ", s, n == 1 ? "" : "s");
+	for (int c = 0; c < v; c++) {
+		mr_pp_split_range(layers, p, s, c, &lo, &hi);
+		len += hi - lo == 1 ? snprintf(buf + len, cap - (size_t)len, "%s%d", c ? ", " : "", lo)
+				    : snprintf(buf + len, cap - (size_t)len, "%s%d-%d",
+					       c ? ", " : "", lo, hi - 1);
+	}
+	snprintf(buf + len, cap - (size_t)len, " (%d block%s", n, n == 1 ? "" : "s");
+}
+
+/* A MoE model over 3 stages (the head and the MoE blocks weigh, so the
+ * balanced split is uneven) and an interleaved one (2 chunks a stage):
+ * the lines name the blocks mr_pp_split_model gives for the same model. */
+Test(cli, mesh_prints_each_stage_layers_as_the_runtime_splits)
+{
+	struct mr_gpt_config mc = { .vocab = 512, .max_seq = 16, .n_layer = 6, .d_model = 32,
+				    .n_head = 4, .moe_every = 2, .n_experts = 4, .top_k = 2,
+				    .capacity_factor = 1.25f, .aux_coef = 0.01f };
+	struct mr_errbuf eb = {0};
+	int layers[4], uneven = 0;
+	char *out, want[128];
+
+	scratch();
+	cr_assert_eq(meshrun(&out, "mesh --pp 3 --dp 2 --workload-config '{\"n_layer\": 6, "
+				   "\"moe_every\": 2, \"n_experts\": 4, \"top_k\": 2, "
+				   "\"d_model\": 32, \"n_head\": 4, \"vocab_size\": 512, "
+				   "\"seq_len\": 16}'"),
+		     0, "%s", out);
+	cr_assert_eq(mr_pp_split_model(&mc, 16, 3, 1, NULL, 0, layers, &eb), 0, "%s", eb.msg);
+	cr_expect(strstr(out, "pipeline: 6 layers over 3 stages x 1 chunk, balanced by cost\n"),
+		  "%s", out);
+	for (int s = 0; s < 3; s++) {
+		stage_line(want, sizeof(want), layers, 3, 1, s);
+		cr_expect(strstr(out, want), "'%s' missing:\n%s", want, out);
+		uneven |= layers[s] != 2;
+	}
+	cr_expect(uneven, "the costs should make the split uneven: %d %d %d", layers[0],
+		  layers[1], layers[2]);
+	cr_expect(strstr(out, "+ embedding\n"), "%s", out);
+	cr_expect(strstr(out, "+ final LayerNorm, LM head and loss\n"), "%s", out);
+	cr_expect(strstr(out, "     0    0    0    0    0    0    0 |"), "the table follows:\n%s",
+		  out);
+	free(out);
+
+	mc = (struct mr_gpt_config){ .vocab = 64, .max_seq = 16, .n_layer = 8, .d_model = 32,
+				     .n_head = 4 };
+	cr_assert_eq(meshrun(&out, "mesh --pp 2 --workload-config '{\"n_layer\": 8, "
+				   "\"d_model\": 32, \"n_head\": 4, \"vocab_size\": 64, "
+				   "\"seq_len\": 16, \"pp_schedule\": \"interleaved\", "
+				   "\"grad_accum\": 4}'"),
+		     0, "%s", out);
+	cr_assert_eq(mr_pp_split_model(&mc, 16, 2, 2, NULL, 0, layers, &eb), 0, "%s", eb.msg);
+	for (int s = 0; s < 2; s++) {
+		stage_line(want, sizeof(want), layers, 2, 2, s);
+		cr_expect(strstr(out, want), "'%s' missing:\n%s", want, out);
+	}
+	cr_expect(strstr(out, " in 2 chunks)"), "%s", out);
+	free(out);
+}
+
+/* An explicit split is printed as given; one that does not add up to
+ * n_layer, or has an entry per stage too few, is refused with exit 2,
+ * naming pp_layers, before the table. Without a workload config the
+ * table comes with a hint, not a split. */
+Test(cli, mesh_pp_layers_printed_or_refused_naming_the_field)
+{
+	char *out;
+
+	scratch();
+	cr_assert_eq(meshrun(&out, "mesh --pp 2 --tp 2 --workload-config "
+				   "'{\"n_layer\": 3, \"pp_layers\": [1, 2]}'"),
+		     0, "%s", out);
+	cr_expect(strstr(out, "pipeline: 3 layers over 2 stages x 1 chunk, split by pp_layers\n"
+			      "stage 0: layer 0 (1 block) + embedding\n"
+			      "stage 1: layers 1-2 (2 blocks) + final LayerNorm, LM head and "
+			      "loss\n"),
+		  "%s", out);
+	free(out);
+
+	cr_assert_eq(meshrun(&out, "mesh --pp 2 --workload-config "
+				   "'{\"n_layer\": 4, \"pp_layers\": [3, 2]}'"),
+		     2, "%s", out);
+	cr_expect(strstr(out, "meshrun mesh: workload_config: 'pp_layers' adds up to 5 blocks, "
+			      "the model has n_layer 4"),
+		  "%s", out);
+	cr_expect_null(strstr(out, "rank"), "no table after an error:\n%s", out);
+	free(out);
+
+	cr_assert_eq(meshrun(&out, "mesh --pp 2 --workload-config "
+				   "'{\"n_layer\": 4, \"pp_layers\": [4]}'"),
+		     2, "%s", out);
+	cr_expect(strstr(out, "'pp_layers' has 1 entries, pp 2 needs 2"), "%s", out);
+	free(out);
+
+	cr_assert_eq(meshrun(&out, "mesh --pp 4 --workload-config '{\"n_layer\": 2}'"), 2, "%s",
+		     out);
+	cr_expect(strstr(out, "'pp' 4: every stage needs a block, the model has n_layer 2"), "%s",
+		  out);
+	free(out);
+
+	cr_assert_eq(meshrun(&out, "mesh --pp 2 --workload-config '{\"n_layer\": 4, "
+				   "\"n_layers\": 4}'"),
+		     2, "%s", out);
+	cr_expect(strstr(out, "n_layers"), "an unknown key is named:\n%s", out);
+	free(out);
+
+	cr_assert_eq(meshrun(&out, "mesh --pp 2"), 0, "%s", out);
+	cr_expect(strstr(out, "pipeline: pass --workload-config"), "%s", out);
+	cr_expect_null(strstr(out, "stage 0:"), "%s", out);
 	free(out);
 }
 
