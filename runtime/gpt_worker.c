@@ -40,6 +40,27 @@ static void gw_destroy(void *state)
 	free(w);
 }
 
+/* One line per pipeline stage: which blocks it holds, under which schedule. */
+static void log_stage(const struct gw *w)
+{
+	const struct mr_place *p = &w->model.place;
+	char layers[256] = "";
+	size_t n = 0;
+	int c, lo, hi;
+
+	for (c = 0; c < mr_place_chunks(p) && n < sizeof(layers); c++) {
+		mr_place_chunk(p, w->mc.n_layer, c, &lo, &hi);
+		n += (size_t)snprintf(layers + n, sizeof(layers) - n, "%s%d-%d", c ? "," : "", lo,
+				      hi - 1);
+	}
+	mr_log_info("pipeline_stage",
+		    "stage=%d stages=%d schedule=%s chunks=%d layers=%s embedding=%d "
+		    "head=%d",
+		    mr_place_index(p, MR_AXIS_PP), mr_place_size(p, MR_AXIS_PP),
+		    mr_pp_kind_name(w->pp_kind), mr_place_chunks(p), layers, w->model.first_stage,
+		    w->model.last_stage);
+}
+
 static int gw_create(void **state, const struct mr_worker_env *env, struct mr_errbuf *eb)
 {
 	struct gw *w = calloc(1, sizeof(*w));
@@ -100,6 +121,8 @@ static int gw_create(void **state, const struct mr_worker_env *env, struct mr_er
 		    w->dev.act == MR_DT_BF16 ? "bf16" : "fp32",
 		    w->model.nparams, mc.n_layer, mc.d_model, mc.n_head, mc.moe_every, B, T,
 		    w->accum, w->threads, w->peak_flops * 1e-9);
+	if (w->step_drv.pp)
+		log_stage(w);
 	*state = w;
 	return 0;
 fail:

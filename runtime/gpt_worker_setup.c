@@ -214,6 +214,12 @@ int mr__gw_create_trainer(struct gw *w, const struct mr_worker_env *env,
 		struct mr_pp_config pc = { w->pp_kind, w->pp_virtual, w->groups.group[MR_GROUP_PP],
 					   w->groups.embed };
 		mr_pp_dp_config(&dc);
+		if (dc.zero != w->zero)
+			mr_log_info("pipeline_zero",
+				    "zero=%d runs=%d why=\"a pipeline stage keeps its parameters "
+				    "gathered and reduces gradients once per step "
+				    "(parallel/mr_pp.h)\"",
+				    w->zero, dc.zero);
 		if ((rc = mr_step_init(&w->step_drv, &w->model, oc, &dc, &cc, w->seed, eb)) < 0)
 			return rc;
 		return mr_step_pipeline(&w->step_drv, &pc, eb);

@@ -1,7 +1,7 @@
 /*
  * mr_gpt_worker.h - the GPT training workload behind struct mr_worker_ops
- * (mr_worker.h): one rank of a job, placed in the mesh by env (tp from the
- * mesh, dp = world / tp).
+ * (mr_worker.h): one rank of a job, placed in the mesh by env (tp and pp
+ * from the mesh, dp = world / (tp * pp)).
  *
  * env->config is a flat JSON object; every key is optional and unknown keys
  * are rejected (the message names them):
@@ -32,9 +32,15 @@
  *           j = (s*dp + dp_rank)*grad_accum + a, rows j*batch_size..: the
  *           same rows one rank reads with grad_accum*dp.
  *   parallel sequence_parallel false (needs tp > 1), zero 0 (0 DDP, 1, 2,
- *           3 = FSDP), hsdp_shard 0 (shard ZeRO state within groups of
- *           this many dp ranks, replicate across them), comm_timeout_ms
- *           60000 (every collective)
+ *           3 = FSDP; under a pipeline 2 and 3 run as 1, see
+ *           parallel/mr_pp.h), hsdp_shard 0 (shard ZeRO state within
+ *           groups of this many dp ranks, replicate across them),
+ *           comm_timeout_ms 60000 (every collective and pipeline transfer)
+ *   pipeline (pp > 1) pp_schedule "1f1b", "gpipe", "interleaved" or
+ *           "zb-h1" (parallel/mr_pp_sched.h); pp_virtual (model chunks per
+ *           stage: 2 for interleaved, else 1); pp_layers: blocks per
+ *           virtual stage, in order (default: balanced by cost,
+ *           parallel/mr_pp_split.h); grad_accum is the micro-batch count
  *   output  loss_log: rank 0 writes "step loss aux_loss grad_norm lr" per
  *           step; save_weights: the gathered model at the end, as a
  *           weights file (model/mr_weights.h)
@@ -54,8 +60,8 @@
  * dividing dp) fails create() before any communication, naming the field.
  * A vocabulary tp does not divide is padded, not rejected.
  *
- * Non-goals: checkpoints with optimizer state; pp, cp and ep > 1 (rejected
- * at create until those modes land).
+ * Non-goals: checkpoints with optimizer state; cp and ep > 1 (rejected at
+ * create until those modes land).
  */
 #ifndef MR_GPT_WORKER_H
 #define MR_GPT_WORKER_H

@@ -8,8 +8,7 @@
  * slowed with debug_slow_* is flagged as a straggler and no other rank is.
  * And a pipeline receive whose peer never sends, with real communicators,
  * the agent's progress reports and heartbeat thread against a real
- * controller (no pipeline runtime exists yet: pp > 1 is refused by the
- * model).
+ * controller (test_pipeline_faults.c runs whole pipeline jobs).
  *
  * No timing assertions: every wait is a bound on how long to wait for an
  * event, far above the configured hang timeout.
