@@ -466,6 +466,35 @@ Test(parity, unknown_zero_stage_is_rejected)
 	expect_rejected(&j, NULL, "zero");
 }
 
+/* pipeline splits and schedules that cannot run */
+Test(parity, pipeline_split_not_adding_up_is_rejected)
+{
+	struct job j = { 1, 2, 1, 0, 0, 0, 0, 4, NULL, 0, 2, "1f1b", 8, ", \"pp_layers\": [3, 3]" };
+
+	expect_rejected(&j, NULL, "pp_layers");
+}
+
+Test(parity, pipeline_stage_without_a_layer_is_rejected)
+{
+	struct job j = { 1, 4, 1, 0, 0, 0, 0, 4, NULL, 0, 4, "interleaved", 6, NULL };
+
+	expect_rejected(&j, NULL, "pp_virtual"); /* 4 stages x 2 chunks, 6 layers */
+}
+
+Test(parity, interleaved_micro_batches_not_a_multiple_of_pp_are_rejected)
+{
+	struct job j = { 1, 2, 1, 0, 0, 0, 0, 3, NULL, 0, 2, "interleaved", 8, NULL };
+
+	expect_rejected(&j, NULL, "grad_accum");
+}
+
+Test(parity, unknown_pipeline_schedule_is_rejected)
+{
+	struct job j = { 1, 2, 1, 0, 0, 0, 0, 4, NULL, 0, 2, "2f2b", 8, NULL };
+
+	expect_rejected(&j, NULL, "pp_schedule");
+}
+
 Test(parity, hsdp_shard_not_dividing_dp_is_rejected)
 {
 	struct job j = { 1, 2, 1, 3, 3, 0, 0, 1, NULL, 0, 0, NULL, 0, NULL };
