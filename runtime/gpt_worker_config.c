@@ -20,7 +20,7 @@ static const char *const keys[] = {
 	"eval_batches", "train_data", "val_data", "sequence_parallel", "zero", "hsdp_shard",
 	"comm_timeout_ms", "loss_log", "save_weights", "bucket_mb", "overlap_grad_reduce",
 	"device", "precision", "comm_backend", "debug_stall_rank", "debug_stall_step",
-	"debug_slow_rank", "debug_slow_ms", "pp_schedule", "pp_virtual", "pp_layers",
+	"debug_slow_rank", "debug_slow_ms", "pp_schedule", "pp_virtual", "pp_layers", "pp_p2p",
 	NULL,
 };
 
@@ -89,6 +89,17 @@ static int get_pipeline(const json_t *c, struct gw *w, struct mr_errbuf *eb)
 	if ((rc = geti(c, "pp_virtual", 1, MR_PP_MAX_VIRTUAL,
 		       w->pp_kind == MR_PP_INTERLEAVED ? 2 : 1, &w->pp_virtual, eb)) < 0)
 		return rc;
+	/* transfers: "auto" (paired where the backend needs it), "ahead", "paired" */
+	name = NULL;
+	w->pp_p2p = -1;
+	if (c && (rc = mr_json_get_str(c, "pp_p2p", 0, 16, &name, eb)) < 0)
+		return rc;
+	if (name && strcmp(name, "auto"))
+		w->pp_p2p = !strcmp(name, "paired") ? 1 : !strcmp(name, "ahead") ? 0 : -2;
+	if (name && w->pp_p2p == -2)
+		return mr_errf_field(eb, MR_EINVAL, "pp_p2p",
+				     "'pp_p2p' must be one of \"auto\", \"ahead\", \"paired\", "
+				     "got \"%s\"", name);
 	return get_layers(c, w, eb);
 }
 

@@ -35,6 +35,7 @@ struct gw {
 	int sp, zero, hsdp_shard, overlap;
 	enum mr_pp_kind pp_kind; /* pipeline: schedule, chunks per stage, explicit split */
 	int pp_virtual, n_pp_layers;
+	int pp_p2p;              /* 1 paired, 0 ahead, -1 auto (mr_comm_p2p_in_order) */
 	int *pp_layers;          /* (n_pp_layers) or NULL: balanced */
 	float bucket_mb;
 	long comm_timeout_ms;

@@ -211,8 +211,9 @@ int mr__gw_create_trainer(struct gw *w, const struct mr_worker_env *env,
 	cc.replica = w->groups.replica;
 	cc.world = w->groups.group[MR_GROUP_WORLD];
 	if (w->groups.mesh.pp > 1) {
-		struct mr_pp_config pc = { w->pp_kind, w->pp_virtual, w->groups.group[MR_GROUP_PP],
-					   w->groups.embed };
+		struct mr_comm *ppc = w->groups.group[MR_GROUP_PP];
+		struct mr_pp_config pc = { w->pp_kind, w->pp_virtual, ppc, w->groups.embed,
+					   w->pp_p2p >= 0 ? w->pp_p2p : mr_comm_p2p_in_order(ppc) };
 		mr_pp_dp_config(&dc);
 		if (dc.zero != w->zero)
 			mr_log_info("pipeline_zero",

@@ -40,7 +40,10 @@
  *           "zb-h1" (parallel/mr_pp_sched.h); pp_virtual (model chunks per
  *           stage: 2 for interleaved, else 1); pp_layers: blocks per
  *           virtual stage, in order (default: balanced by cost,
- *           parallel/mr_pp_split.h); grad_accum is the micro-batch count
+ *           parallel/mr_pp_split.h); grad_accum is the micro-batch count;
+ *           pp_p2p "auto" (= "paired" on NCCL, else "ahead"): receives
+ *           posted as early as their buffers allow, or each posted at its
+ *           pass, grouped with the send before it (parallel/mr_pp.h)
  *   output  loss_log: rank 0 writes "step loss aux_loss grad_norm lr" per
  *           step; save_weights: the gathered model at the end, as a
  *           weights file (model/mr_weights.h)

@@ -293,6 +293,21 @@ void mr_comm_set_timeout(struct mr_comm *c, long ms) { c->timeout_ms = ms > 0 ? 
 void mr_comm_set_device(struct mr_comm *c, const struct mr_comm_device *d) { c->dev = d; }
 void mr_comm_abort(struct mr_comm *c) { if (c) c->ops->abort(c); }
 
+int mr_comm_group_start(struct mr_comm *c)
+{
+	return c->ops->group_start ? c->ops->group_start(c) : 0;
+}
+
+int mr_comm_group_end(struct mr_comm *c)
+{
+	return c->ops->group_end ? c->ops->group_end(c) : 0;
+}
+
+int mr_comm_p2p_in_order(const struct mr_comm *c)
+{
+	return c->ops->group_start != NULL;
+}
+
 void mr_comm_free(struct mr_comm *c)
 {
 	if (!c)

@@ -58,6 +58,10 @@ struct mr__comm_ops {
 	int (*wait)(struct mr_comm_req *req);
 	void (*abort)(struct mr_comm *c);
 	void (*free)(struct mr_comm *c);
+	/* Optional (NULL: consecutive send/recv already progress together):
+	 * the send/recv started between them run as one group. */
+	int (*group_start)(struct mr_comm *c);
+	int (*group_end)(struct mr_comm *c);
 };
 
 struct mr_comm {

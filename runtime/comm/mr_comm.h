@@ -234,6 +234,20 @@ int mr_comm_irecv(struct mr_comm *c, void *buf, size_t count, int dtype, int pee
 int mr_comm_isendrecv(struct mr_comm *c, const void *sbuf, void *rbuf, size_t count, int dtype,
 		      int to, int from, int tag, struct mr_comm_req **req);
 int mr_comm_ibarrier(struct mr_comm *c, struct mr_comm_req **req);
+/*
+ * Send/recv groups (ncclGroupStart/End): the isend/irecv started between
+ * them progress together, so a pair of neighbours exchanging in opposite
+ * orders cannot deadlock. The host backend progresses consecutive
+ * send/recv together anyway (no-ops there). Nothing but isend/irecv
+ * between them; no nesting.
+ */
+int mr_comm_group_start(struct mr_comm *c);
+int mr_comm_group_end(struct mr_comm *c);
+/* 1 when the backend runs send/recv strictly in issue order on one stream
+ * (nccl): a receive posted long before its message arrives holds up every
+ * later operation of the communicator, so post receives only when needed,
+ * grouped with the sends before them. 0 for the host backend. */
+int mr_comm_p2p_in_order(const struct mr_comm *c);
 
 /* *done = 1 when finished (then call wait to get the result and free). */
 int mr_comm_test(struct mr_comm_req *req, int *done);

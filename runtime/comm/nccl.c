@@ -14,7 +14,9 @@
  * fails with the same code.
  *
  * Buffers are device pointers. Tags of send/recv are ignored (NCCL has
- * none): messages between a pair match in issue order. allgatherv with
+ * none): messages between a pair match in issue order. mr_comm_group_start/
+ * end wrap ncclGroupStart/End; the requests started inside record their
+ * events after ncclGroupEnd, when the group is on the stream. allgatherv with
  * unequal counts is a group of broadcasts; all-to-all(v) and send/recv are
  * ncclGroupStart/End of ncclSend/ncclRecv, and so is sendrecv.
  *
@@ -30,6 +32,8 @@
 
 #include "comm_int.h"
 
+#define GROUP_MAX 16 /* send/recv in one mr_comm_group_start/end */
+
 struct ncomm {
 	struct mr_comm base;
 	ncclComm_t nc;
@@ -39,6 +43,9 @@ struct ncomm {
 	int broken;
 	int dead;                 /* ncclCommAbort done */
 	void *one;                /* device int for barrier */
+	int grouped;              /* inside mr_comm_group_start/end */
+	struct nreq *grp[GROUP_MAX]; /* its requests: their events wait for the end */
+	int ngrp;
 };
 
 struct nreq {
@@ -268,6 +275,10 @@ static int nccl_start(struct mr_comm *c, struct mr__comm_op *op, struct mr_comm_
 		rc = n->broken;
 		goto out;
 	}
+	if (n->grouped && n->ngrp == GROUP_MAX) {
+		rc = MR_ELIMIT;
+		goto out;
+	}
 	nr = enqueue(n, op);
 	if (nr != ncclSuccess && nr != ncclInProgress) {
 		kill_comm(n, MR_EPEER);
@@ -275,10 +286,13 @@ static int nccl_start(struct mr_comm *c, struct mr__comm_op *op, struct mr_comm_
 		goto out;
 	}
 	if (cudaEventCreateWithFlags(&r->ev, cudaEventDisableTiming) != cudaSuccess ||
-	    cudaEventRecord(r->ev, n->stream) != cudaSuccess) {
+	    (!n->grouped && cudaEventRecord(r->ev, n->stream) != cudaSuccess)) {
 		rc = MR_ESYS;
 		goto out;
 	}
+	/* inside a group nothing is on the stream before ncclGroupEnd */
+	if (n->grouped)
+		n->grp[n->ngrp++] = r;
 	*req = &r->base;
 	r = NULL;
 out:
@@ -360,6 +374,41 @@ static void nccl_free(struct mr_comm *c)
 	free(n);
 }
 
+static int nccl_group_start(struct mr_comm *c)
+{
+	struct ncomm *n = (struct ncomm *)c;
+
+	if (n->grouped)
+		return MR_ESTATE;
+	if (ncclGroupStart() != ncclSuccess)
+		return MR_EPEER;
+	n->grouped = 1;
+	n->ngrp = 0;
+	return 0;
+}
+
+/* Launches the group, then records each request's event behind it. */
+static int nccl_group_end(struct mr_comm *c)
+{
+	struct ncomm *n = (struct ncomm *)c;
+	ncclResult_t nr;
+	int i, rc = 0;
+
+	if (!n->grouped)
+		return MR_ESTATE;
+	n->grouped = 0;
+	nr = ncclGroupEnd();
+	if (nr != ncclSuccess && nr != ncclInProgress) {
+		kill_comm(n, MR_EPEER);
+		rc = MR_EPEER;
+	}
+	for (i = 0; i < n->ngrp; i++)
+		if (cudaEventRecord(n->grp[i]->ev, n->stream) != cudaSuccess && rc == 0)
+			rc = MR_ESYS;
+	n->ngrp = 0;
+	return rc;
+}
+
 static const struct mr__comm_ops nccl_ops = {
 	.name = "nccl",
 	.device_memory = 1,
@@ -369,4 +418,6 @@ static const struct mr__comm_ops nccl_ops = {
 	.wait = nccl_wait,
 	.abort = nccl_abort,
 	.free = nccl_free,
+	.group_start = nccl_group_start,
+	.group_end = nccl_group_end,
 };

@@ -14,6 +14,11 @@
  * micro-batch, (Nl, C) rows in the activation type: with sequence
  * parallelism only the rank's sequence shard. Sends rely on the
  * communicator buffering them (the host backend does; see mr_comm.h).
+ * A backend that runs send/recv in issue order on one stream (NCCL) would
+ * stall behind a receive posted ahead: there the runner posts each
+ * receive at its action, grouped (mr_comm_group_start/end) with the send
+ * of the action before - Megatron-Core's batched p2p pattern
+ * (mr_pp_config.paired; "pp_p2p" in the worker's config).
  *
  * Micro-batch slots: a slot (mr_gpt_set_slots) holds a micro-batch's
  * activations from its first forward on the stage to its last backward
@@ -58,6 +63,9 @@ struct mr_pp_config {
 	int v;                 /* chunks per stage (the model's place.chunks) */
 	struct mr_comm *pp;    /* the stages of this pipeline, rank = stage */
 	struct mr_comm *embed; /* first and last stage (tied embeddings); NULL: p = 1 */
+	int paired;            /* 1: each send goes out grouped with the next receive,
+				* receives are not posted ahead (an in-order
+				* backend, mr_comm_p2p_in_order); 0: ahead */
 };
 
 struct mr_pp_stats {

@@ -34,6 +34,8 @@ struct mr_pp {
 	int *nsreq;                  /* (nslots) */
 	int *speer;                  /* (nslots * 2v) the stage each pending send goes to */
 	int failed_peer;             /* the stage a failed transfer was with, -1 */
+	int deferred;                /* paired: the send waiting for the next receive, -1 */
+	const mr_act *deferred_buf;
 	struct mr_pp_stats st;
 };
 
@@ -268,6 +270,16 @@ static mr_act *recv_buf(struct mr_pp *pp, const struct mr_pp_comm *x)
 	return x->what == MR_PP_ACT ? s->xin[x->chunk] : s->xgrad[x->chunk];
 }
 
+/* Posts receive x (plan comm index k) into its slot. */
+static int post_recv(struct mr_pp *pp, int k)
+{
+	const struct mr_pp_comm *x = &pp->plan.comm[k];
+
+	pp->st.recvs++;
+	return mr_comm_irecv(pp->c.pp, recv_buf(pp, x), rows_n(pp->m), comm_dtype(pp->m), x->peer,
+			     x->tag, &pp->rreq[k]);
+}
+
 /* Posts, in order, the receives whose slot has no earlier occupant left
  * once the actions before `at` are done. *next: the first not posted. */
 static int post_receives(struct mr_pp *pp, int at, int *next)
@@ -284,11 +296,8 @@ static int post_receives(struct mr_pp *pp, int at, int *next)
 		/* a micro-batch not started yet: the previous occupant's sends */
 		if (pl->first[x->mb] >= at && (rc = settle_slot(pp, pl->slot_of[x->mb])) < 0)
 			return rc;
-		rc = mr_comm_irecv(pp->c.pp, recv_buf(pp, x), rows_n(pp->m), comm_dtype(pp->m),
-				   x->peer, x->tag, &pp->rreq[*next]);
-		if (rc < 0)
+		if ((rc = post_recv(pp, *next)) < 0)
 			return rc;
-		pp->st.recvs++;
 	}
 	return 0;
 }
@@ -307,6 +316,37 @@ static int post_send(struct mr_pp *pp, const struct mr_pp_comm *x, const mr_act 
 			     &pp->sreq[at]);
 }
 
+/* Paired transfers (an in-order backend, mr_comm_p2p_in_order): the send
+ * the previous action deferred and this action's receive, as one group -
+ * Megatron's batched send_forward_recv_backward and the like. */
+static int exchange(struct mr_pp *pp, int i)
+{
+	const struct plan *pl = &pp->plan;
+	int rc, rc2;
+
+	if (pp->deferred < 0 && pl->recv_of[i] < 0)
+		return 0;
+	if ((rc = mr_comm_group_start(pp->c.pp)) < 0)
+		return rc;
+	if (pp->deferred >= 0)
+		rc = post_send(pp, &pl->comm[pp->deferred], pp->deferred_buf);
+	pp->deferred = -1;
+	if (rc == 0 && pl->recv_of[i] >= 0)
+		rc = post_recv(pp, pl->recv_of[i]);
+	rc2 = mr_comm_group_end(pp->c.pp);
+	return rc < 0 ? rc : rc2;
+}
+
+/* The send of action i: posted now, or (paired) with the next receive. */
+static int send_of(struct mr_pp *pp, int i, const mr_act *buf)
+{
+	if (!pp->c.paired)
+		return post_send(pp, &pp->plan.comm[pp->plan.send_of[i]], buf);
+	pp->deferred = pp->plan.send_of[i];
+	pp->deferred_buf = buf;
+	return 0;
+}
+
 /* One action of the plan: its receive waited, the pass, its send posted. */
 static int run_action(struct mr_pp *pp, int i, const int *inputs, const int *targets,
 		      float dscale, double loss[2], struct mr_errbuf *eb)
@@ -320,6 +360,8 @@ static int run_action(struct mr_pp *pp, int i, const int *inputs, const int *tar
 	double t0;
 	mr_act *in;
 
+	if (pp->c.paired && (rc = exchange(pp, i)) < 0)
+		return rc;
 	if (pl->recv_of[i] >= 0 &&
 	    (rc = wait_req(pp, &pp->rreq[pl->recv_of[i]], pl->comm[pl->recv_of[i]].peer)) < 0)
 		return rc;
@@ -362,8 +404,7 @@ static int run_action(struct mr_pp *pp, int i, const int *inputs, const int *tar
 	pp->st.busy_s += now() - t0;
 	if (pl->send_of[i] < 0)
 		return 0;
-	return post_send(pp, &pl->comm[pl->send_of[i]],
-			 a->op == MR_PP_F ? mr_gpt_chunk_out(m, a->chunk) : m->xgrad[a->chunk]);
+	return send_of(pp, i, a->op == MR_PP_F ? mr_gpt_chunk_out(m, a->chunk) : m->xgrad[a->chunk]);
 }
 
 /* Runs the plan; on failure the requests still posted are waited (the
@@ -378,6 +419,7 @@ static int run_plan(struct mr_pp *pp, struct mr_dp *dp, const int *inputs, const
 	pp->st.busy_s = pp->st.wait_s = 0.0;
 	pp->st.sends = pp->st.recvs = 0;
 	pp->failed_peer = -1;
+	pp->deferred = -1;
 	for (i = 0; i < pl->n && rc == 0; i++) {
 		const struct mr_pp_action *a = &pl->act[i];
 		at = i;
@@ -385,9 +427,14 @@ static int run_plan(struct mr_pp *pp, struct mr_dp *dp, const int *inputs, const
 			atomic_store_explicit(micro, a->mb, memory_order_relaxed);
 		if (dp)
 			mr_dp_micro_batch(dp, a->mb == pl->m - 1);
-		if ((rc = post_receives(pp, i, &next)) == 0)
+		if (!pp->c.paired)
+			rc = post_receives(pp, i, &next);
+		if (rc == 0)
 			rc = run_action(pp, i, inputs, targets, dscale, loss, eb);
 	}
+	if (rc == 0 && pp->deferred >= 0)
+		rc = post_send(pp, &pl->comm[pp->deferred], pp->deferred_buf);
+	pp->deferred = -1;
 	for (i = 0; i < pl->ncomm; i++)
 		if ((rc2 = wait_req(pp, &pp->rreq[i], pl->comm[i].peer)) < 0 && rc == 0)
 			rc = rc2;

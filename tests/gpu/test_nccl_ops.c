@@ -131,6 +131,58 @@ Test(nccl, allreduce_reduce_scatter_64mib, .timeout = 300)
 	cr_assert_eq(run_procs(n, HOSTS_SAME, 60000, huge, NULL, -1), 0);
 }
 
+/* A pipeline's exchange: neighbours send and receive 16 MiB in opposite
+ * orders, each pair in one group (mr_comm_group_start/end); without the
+ * group the first ncclSend of both would wait for a receive queued behind
+ * it on the other's stream. The requests of a group complete only after
+ * it: the received values are checked after wait. */
+static int opposite_orders(struct mr_comm *w, void *arg)
+{
+	size_t count = ((size_t)16 << 20) / sizeof(float);
+	int me = mr_comm_rank(w), peer = me ^ 1, rc = 0, rc2;
+	float *sb = managed_alloc(count * sizeof(float)), *rb = managed_alloc(count * sizeof(float));
+	struct mr_comm_req *rs = NULL, *rr = NULL;
+
+	(void)arg;
+	if (!mr_comm_p2p_in_order(w))
+		rc = -1011; /* nccl runs send/recv in issue order: the runner must know */
+	if (rc || !sb || !rb || peer >= mr_comm_size(w))
+		goto out;
+	for (size_t i = 0; i < count; i++)
+		sb[i] = (float)(me * 1000 + (int)(i % 997));
+	if ((rc = mr_comm_group_start(w)) < 0)
+		goto out;
+	if (me % 2 == 0) {
+		rc = mr_comm_isend(w, sb, count, MR_COMM_F32, peer, 1, &rs);
+		if (rc == 0)
+			rc = mr_comm_irecv(w, rb, count, MR_COMM_F32, peer, 2, &rr);
+	} else {
+		rc = mr_comm_irecv(w, rb, count, MR_COMM_F32, peer, 1, &rr);
+		if (rc == 0)
+			rc = mr_comm_isend(w, sb, count, MR_COMM_F32, peer, 2, &rs);
+	}
+	rc2 = mr_comm_group_end(w);
+	rc = rc ? rc : rc2;
+	if (rs && (rc2 = mr_comm_wait(rs)) < 0 && rc == 0)
+		rc = rc2;
+	if (rr && (rc2 = mr_comm_wait(rr)) < 0 && rc == 0)
+		rc = rc2;
+	for (size_t i = 0; rc == 0 && i < count; i++)
+		if (rb[i] != (float)(peer * 1000 + (int)(i % 997)))
+			rc = -1010;
+out:
+	managed_free(sb);
+	managed_free(rb);
+	return rc;
+}
+
+Test(nccl, grouped_exchange_in_opposite_orders, .timeout = 300)
+{
+	int n = world_or_skip(2);
+
+	cr_assert_eq(run_procs(n & ~1, HOSTS_SAME, 60000, opposite_orders, NULL, -1), 0);
+}
+
 /* The last rank dies by SIGKILL after a barrier; every other rank's next
  * allreduce must fail (async error or timeout) within the timeout. */
 static int die_or_detect(struct mr_comm *c, void *arg)

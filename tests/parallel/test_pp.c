@@ -35,6 +35,7 @@ struct run {
 	enum mr_pp_kind kind;
 	int v, m, steps;
 	int poison;                /* 1: stage p-1 gets a NaN weight before step 1 */
+	int paired;                /* mr_pp_config.paired */
 	/* per rank, out */
 	int slots[MAXP];
 	size_t acts[MAXP], nacts[MAXP], nstash[MAXP];
@@ -85,7 +86,7 @@ static int stage_main(struct mr_comm *world, void *arg)
 	    (rc = mr_gpt_create_placed(&m, &MC, B, T, pool, &where, 0, &eb)) < 0)
 		goto out;
 	mr_pp_dp_config(&dc);
-	struct mr_pp_config pc = { r->kind, r->v, world, embed };
+	struct mr_pp_config pc = { r->kind, r->v, world, embed, r->paired };
 	if ((rc = mr_step_init(&st, &m, &OC, &dc, &cc, 5, &eb)) < 0 ||
 	    (rc = mr_step_pipeline(&st, &pc, &eb)) < 0)
 		goto out;

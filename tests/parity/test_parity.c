@@ -415,6 +415,21 @@ Test(parity, pp2_tp2_sp_moe) { pipeline(1, 4, 2, 2, "zb-h1", 0, 1, 1); }
 Test(parity, pp2_tp2_dp2_dense) { pipeline(2, 4, 2, 2, "1f1b", 1, 1, 0); }
 Test(parity, pp2_tp2_dp2_moe) { pipeline(2, 4, 2, 2, "interleaved", 0, 0, 1); }
 
+/* transfers the way an in-order backend (NCCL) needs them: no receive
+ * posted ahead, each send grouped with the next receive */
+static void paired(int pp, const char *sched, int moe)
+{
+	struct job j = { 1, pp, 1, 0, 0, 0, moe, 4, NULL, 0, pp, sched, 8,
+			 ", \"pp_p2p\": \"paired\"" };
+
+	check(&j);
+}
+
+Test(parity, pp4_1f1b_paired_dense) { paired(4, "1f1b", 0); }
+Test(parity, pp4_gpipe_paired_moe) { paired(4, "gpipe", 1); }
+Test(parity, pp4_interleaved_paired_dense) { paired(4, "interleaved", 0); }
+Test(parity, pp4_zbh1_paired_moe) { paired(4, "zb-h1", 1); }
+
 /* an explicit, uneven split: 6 blocks on the first stage, 2 on the last */
 static void uneven(int moe)
 {
