@@ -538,6 +538,58 @@ Test(pp_sched, transfers_match)
 	each_spec(comms_match, NULL);
 }
 
+/*
+ * An in-order backend (NCCL: no tags) matches a pair's messages in issue
+ * order: for every directed pair of stages, the tags the sender sends, in
+ * its list's order, must be the tags the receiver receives, in its list's
+ * order.
+ */
+static void in_order(const struct mr_pp_spec *sp, void *arg)
+{
+	int p = sp->p, len = mr_pp_len(sp, NULL), bound = mr_pp_comms_bound(sp, NULL);
+	struct mr_pp_action *a = malloc((size_t)len * sizeof(*a));
+	struct mr_pp_comm *cm = malloc((size_t)p * bound * sizeof(*cm));
+	int *nc = calloc((size_t)p, sizeof(*nc));
+
+	(void)arg;
+	cr_assert(a && cm && nc);
+	for (int s = 0; s < p; s++) {
+		cr_assert_eq(mr_pp_actions(sp, s, a, len, NULL), len);
+		nc[s] = mr_pp_comms(sp, s, a, len, cm + (size_t)s * bound, bound, NULL);
+		cr_assert_geq(nc[s], 0);
+	}
+	for (int from = 0; from < p; from++)
+		for (int to = 0; to < p; to++) {
+			const struct mr_pp_comm *x = cm + (size_t)from * bound;
+			const struct mr_pp_comm *y = cm + (size_t)to * bound;
+			int i = 0, j = 0;
+
+			for (;;) {
+				while (i < nc[from] && !(x[i].send && x[i].peer == to))
+					i++;
+				while (j < nc[to] && !(!y[j].send && y[j].peer == from))
+					j++;
+				if (i == nc[from] || j == nc[to])
+					break;
+				cr_assert_eq(x[i].tag, y[j].tag,
+					     "%s p=%d m=%d v=%d: stage %d's sends to %d and %d's "
+					     "receives are in another order",
+					     mr_pp_kind_name(sp->kind), p, sp->m, sp->v, from, to, to);
+				i++;
+				j++;
+			}
+			cr_assert(i == nc[from] && j == nc[to]);
+		}
+	free(a);
+	free(cm);
+	free(nc);
+}
+
+Test(pp_sched, transfers_in_the_same_order_at_both_ends)
+{
+	each_spec(in_order, NULL);
+}
+
 Test(pp_sched, transfers_by_hand)
 {
 	/* 1f1b p=2 m=1: stage 0 sends F0's output to stage 1, receives B0's
