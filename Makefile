@@ -12,7 +12,7 @@
 #   make install    the binaries into $(DESTDIR)$(PREFIX)/bin (the images use it)
 #   make image      build the images (Docker or Buildah), or print how
 #   make test-k8s   the Kubernetes packaging tests (part of make test)
-#   make bench      every benchmark (bench-rdzv, bench-healthz, ..., bench-parallel)
+#   make bench      every benchmark (bench-rdzv, bench-healthz, ..., bench-pipeline)
 #   make clean
 #
 # Sources are found by wildcard: a new .c file in common/, controller/,
@@ -373,7 +373,7 @@ fuzz: deps
 	scripts/fuzz.sh $(BUILD)/fuzz
 
 # ---- benchmarks ----------------------------------------------------------------
-bench: bench-rdzv bench-healthz bench-comm bench-train bench-parallel
+bench: bench-rdzv bench-healthz bench-comm bench-train bench-parallel bench-pipeline
 
 bench-rdzv: all $(BUILD)/bench/rdzv
 	scripts/deps.sh bench
@@ -407,6 +407,12 @@ bench-gpu: $(BUILD)/bench/gpu
 .PHONY: bench-parallel
 bench-parallel: $(BUILD)/bench/parallel
 	bench/parallel.sh $(BUILD)
+
+# ---- pipeline bubble, activations, throughput vs one rank (bench/pipeline.c) -
+# pp 2 and 4, m 4/8/16, each schedule; PIPELINE_QUICK=1 for a smoke run.
+.PHONY: bench-pipeline
+bench-pipeline: $(BUILD)/bench/pipeline
+	$(BUILD)/bench/pipeline
 
 # ---- PyTorch reference for the runtime (tests/reference/gen_reference.py) ----
 .PHONY: reference
