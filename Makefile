@@ -295,7 +295,8 @@ $(BUILD)/bench/%: bench/%.c $(LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
 
-tests: $(BINS) $(test_bins)
+# benchmarks are built with the tests, so a change that breaks one fails `make test`
+tests: $(BINS) $(test_bins) $(bench_bins)
 
 $(BUILD)/fuzzers/%: tests/fuzz/%.c $(LIBS) | deps
 	@mkdir -p $(dir $@)

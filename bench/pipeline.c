@@ -180,7 +180,8 @@ static int stage_run(struct run *r, int rank)
 	{
 		struct mr_dp_config dc = { 0, 0, 0 };
 		struct mr_dp_comms cc = { g.shard, g.replica, g.group[MR_GROUP_WORLD] };
-		struct mr_pp_config pc = { r->kind, r->v, g.group[MR_GROUP_PP], g.embed };
+		struct mr_pp_config pc = { r->kind, r->v, g.group[MR_GROUP_PP], g.embed,
+					   mr_comm_p2p_in_order(g.group[MR_GROUP_PP]) };
 
 		mr_pp_dp_config(&dc);
 		if ((rc = mr_step_init(&drv, &m, &ocfg, &dc, &cc, 1, &eb)) < 0 ||

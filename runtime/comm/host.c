@@ -313,6 +313,7 @@ static void host_free(struct mr_comm *c)
 	free(h->ch);
 	free(h->maps);
 	free(h->scratch);
+	free(h->bxs); /* a batch left by a failed run: its requests failed with it */
 	free(h);
 }
 

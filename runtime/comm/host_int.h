@@ -185,6 +185,12 @@ struct mr__hcomm {
 	_Atomic int aborted;
 	long long deadline;
 	int busy;                  /* an operation is executing (thread or inline) */
+	/* a send/recv batch one executor left running (host_queue.c): a waiter
+	 * runs a batch only until its own request is done; the next executor
+	 * resumes the rest, transfers mid-flight included */
+	struct mr__xfer *bxs;
+	int bnx, bcap;
+	struct mr__hreq *yield_for; /* the executor's own request, or NULL */
 	char *scratch;             /* grow-only working buffer of the executor */
 	size_t scratch_cap;
 	uint64_t cma_cookie;       /* read by peers to verify single copy works */
@@ -218,7 +224,10 @@ void mr__inbox_sleep(struct mr__hcomm *h, uint32_t bell, long ms);
 /* host_xfer.c */
 /* Moves every transfer to completion; 0 or MR_ETIMEDOUT/EPEER/EABORTED/
  * EPROTO/ENOMEM. refill, when set, is called while waiting and may append
- * transfers (returns the new count); *xs may be reallocated by it. */
+ * transfers (returns the new count); *xs may be reallocated by it. With
+ * refill, MR__HX_YIELD when h->yield_for is done: the transfers left are
+ * consistent (a later call continues them). */
+#define MR__HX_YIELD 1
 typedef int (*mr__refill_fn)(struct mr__hcomm *h, struct mr__xfer **xs, int nx, int *cap);
 int mr__hx_run(struct mr__hcomm *h, struct mr__xfer **xs, int *nx, int *cap,
 	       mr__refill_fn refill);

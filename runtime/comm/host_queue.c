@@ -2,9 +2,10 @@
  * host_queue.c - the host communicator's request queue and progress thread
  * (see host_int.h): requests run in issue order; a run of consecutive
  * send/recv requests, also ones enqueued while it runs, is progressed as
- * one batch by the progress thread; small transfers are tried at once by
- * the issuing thread; a waiting thread runs other queued work itself
- * instead of sleeping. After a
+ * one batch; small transfers are tried at once by the issuing thread; a
+ * waiting thread runs queued work itself instead of sleeping - a batch
+ * only until its own request is done, leaving the rest to the next
+ * executor. After a
  * failure the communicator is broken and later requests fail with the
  * same code.
  */
@@ -100,17 +101,28 @@ static int p2p_refill(struct mr__hcomm *h, struct mr__xfer **xs, int nx, int *ca
 	return n2;
 }
 
+/* Runs the p2p batch (the one left running, or a new one from the head of
+ * the queue) until it is done - or, for a waiter (h->yield_for), until its
+ * own request is: the rest stays in h->bxs for the next executor. */
 static void run_p2p(struct mr__hcomm *h)
 {
-	int cap = 8, nx = 0, rc;
-	struct mr__xfer *xs = malloc(sizeof(*xs) * (size_t)cap);
+	int cap = h->bxs ? h->bcap : 8, nx = h->bxs ? h->bnx : 0, rc;
+	struct mr__xfer *xs = h->bxs ? h->bxs : malloc(sizeof(*xs) * (size_t)cap);
 
+	h->bxs = NULL;
 	if (!xs)
 		return;
-	nx = take_p2p(h, &xs, 0, &cap);
+	nx = take_p2p(h, &xs, nx, &cap);
 	h->deadline = mr__now_ms() + h->base.timeout_ms;
 	rc = h->broken ? h->broken : mr__hx_run(h, &xs, &nx, &cap, p2p_refill);
 	pthread_mutex_lock(&h->mu);
+	if (rc == MR__HX_YIELD) {
+		h->bxs = xs;
+		h->bnx = nx;
+		h->bcap = cap;
+		pthread_mutex_unlock(&h->mu);
+		return;
+	}
 	for (int i = 0; i < nx; i++) {
 		struct mr__hreq *r = xs[i].user;
 
@@ -134,7 +146,7 @@ static void exec_head(struct mr__hcomm *h)
 	int rc;
 
 	h->busy = 1;
-	if (is_p2p(h->qhead)) {
+	if (h->bxs || is_p2p(h->qhead)) {
 		pthread_mutex_unlock(&h->mu);
 		run_p2p(h);
 		pthread_mutex_lock(&h->mu);
@@ -156,7 +168,7 @@ static void exec_head(struct mr__hcomm *h)
 	/* free unless a thread sleeps on it: the idle progress thread is
 	 * woken only for queued work (a context switch per call) */
 	pthread_cond_broadcast(&h->done_cv);
-	if (h->qhead)
+	if (h->qhead || h->bxs)
 		pthread_cond_broadcast(&h->cv);
 }
 
@@ -166,7 +178,7 @@ void *mr__host_progress_main(void *arg)
 
 	pthread_mutex_lock(&h->mu);
 	for (;;) {
-		while (!h->stop && (!h->qhead || h->busy))
+		while (!h->stop && ((!h->qhead && !h->bxs) || h->busy))
 			pthread_cond_wait(&h->cv, &h->mu);
 		if (h->stop)
 			break;
@@ -226,7 +238,7 @@ int mr__host_start(struct mr_comm *c, struct mr__comm_op *op, struct mr_comm_req
 	r->op = op;
 	*req = &r->base;
 	pthread_mutex_lock(&h->mu);
-	if (is_p2p(r) && !h->qhead && !h->busy && !h->stop && !h->broken &&
+	if (is_p2p(r) && !h->qhead && !h->bxs && !h->busy && !h->stop && !h->broken &&
 	    !atomic_load(&h->aborted) && op->count * mr_comm_dtype_size(op->dtype) <= TRY_MAX) {
 		if (try_now(h, r))
 			return 0;
@@ -264,7 +276,7 @@ int mr__host_run_now(struct mr_comm *c, struct mr__comm_op *op)
 	int rc;
 
 	pthread_mutex_lock(&h->mu);
-	if (h->qhead || h->busy || h->stop) {
+	if (h->qhead || h->bxs || h->busy || h->stop) {
 		pthread_mutex_unlock(&h->mu);
 		return 1;
 	}
@@ -300,7 +312,7 @@ int mr__host_test(struct mr_comm_req *req, int *done)
 
 	pthread_mutex_lock(&h->mu);
 	*done = r->done;
-	if (!r->done && h->qhead && !h->busy)
+	if (!r->done && (h->qhead || h->bxs) && !h->busy)
 		pthread_cond_broadcast(&h->cv); /* a small receive left for its waiter */
 	pthread_mutex_unlock(&h->mu);
 	return *done ? r->rc : 0;
@@ -315,18 +327,17 @@ int mr__host_wait(struct mr_comm_req *req)
 	atomic_fetch_add(&h->waiters, 1);
 	pthread_mutex_lock(&h->mu);
 	while (!r->done) {
-		/* help instead of sleeping: run queued work (in order) ourselves;
-		 * but not a send/recv batch, which runs until all of it is done:
-		 * a pipeline posts receives long before it needs them, and a
-		 * waiter whose transfer is done must not be held by the others.
-		 * The progress thread takes those (and completes each request
-		 * as soon as it is done). */
-		if (h->qhead && !h->busy && !h->stop && !is_p2p(h->qhead)) {
+		/* help instead of sleeping: run queued work (in order) ourselves.
+		 * A send/recv batch only until our own request is done: a
+		 * pipeline posts receives long before it needs them, so the rest
+		 * of the batch may wait on what we send next - the next executor
+		 * (the progress thread, woken below) goes on with it. */
+		if ((h->qhead || h->bxs) && !h->busy && !h->stop) {
+			h->yield_for = r;
 			exec_head(h);
+			h->yield_for = NULL;
 			continue;
 		}
-		if (h->qhead && !h->busy && !h->stop)
-			pthread_cond_broadcast(&h->cv); /* a small receive left for its waiter */
 		if (spins++ < WAIT_YIELDS) {
 			/* the progress thread runs it: a wake-up from the condition
 			 * variable costs more than a small message (latency), and

@@ -458,7 +458,9 @@ static int hx_loop(struct mr__hcomm *h, struct mr__xfer **xsp, int *nxp, int *ca
 			/* a p2p batch may live long: it times out only without progress */
 			if (refill)
 				h->deadline = mr__now_ms() + h->base.timeout_ms;
-			continue;
+			/* a waiter checks after every move whether it may leave */
+			if (!refill || !h->yield_for)
+				continue;
 		}
 		if (refill) {
 			int n2;
@@ -476,6 +478,10 @@ static int hx_loop(struct mr__hcomm *h, struct mr__xfer **xsp, int *nxp, int *ca
 				continue;
 			if (!left)
 				return 0;
+			if (h->yield_for && h->yield_for->done)
+				return MR__HX_YIELD;
+			if (moved)
+				continue;
 			xs = *xsp;
 		}
 		if (mr__now_ms() > h->deadline)
