@@ -9,10 +9,15 @@
  *
  * Ranks are threads of this process, one pool thread each, with the
  * worker's own communicators (mr_groups_create over an in-memory KV: pp
- * group, tied-embedding group). Default model L8 d256 h4 T128, B4 rows
+ * group, tied-embedding group); stage s's threads are pinned to CPU
+ * s mod CPUs (unpinned, the two stages of pp 2 traded cores and ran up to
+ * 2 % apart, which alone moved the m = 16 bubble by +0.01). Default model L8 d256 h4 T128, B8 rows
  * per micro-batch, vocab 64: L8 so that interleaved at pp 4, v 2 gets a
- * block per virtual stage; B4 so that a pass (~30 ms forward on this
- * machine) dwarfs a transfer on the critical path (~0.1-0.2 ms); vocab 64
+ * block per virtual stage; B8 so that a pass (~60 ms forward on this
+ * machine) dwarfs the hand-offs on the critical path (a transfer is
+ * ~0.1-0.2 ms idle, but a step of 16 micro-batches loses ~11-14 ms to
+ * them in all: with B4 that alone is +0.008 on 1f1b's m = 16 bubble of
+ * 0.0625, a 13-17 % miss, with B8 +0.004, 4-5 %); vocab 64
  * so that the last stage's head leaves the stages within ~1 % of each
  * other - the formulas assume equal stages, and with vocab 256 the last
  * stage is ~4 % slower, which alone adds ~0.02 to the measured bubble
@@ -54,15 +59,15 @@
  * Each prints PASS or MISS; the exit status is 0 unless a run fails.
  * Last line, pp = 2 at m = 8: 10 % of its formula is 0.0125, above what
  * a 1 % stage imbalance (+0.005) and the transfers on 1f1b's critical
- * path (~2 per micro-batch, +0.002) add; at m = 16 the band is 0.006 and
- * those alone fill it:
+ * path (~2 per micro-batch) add; at m = 16 the band is 0.006, which
+ * B8's longer passes keep them under:
  *   pipeline bubble_1f1b=<measured> formula=<f> bubble_zb=<z>
  *   act_ratio_gpipe_1f1b=<r>
  * (act ratio: the largest stage's ACTS peak, gpipe over 1f1b.)
  *
- * Default 1 warm-up step (the stage's slots are allocated in it) and 4
- * timed steps: about 2.5 minutes on an idle 2-core machine. -q (or
- * PIPELINE_QUICK=1): 2 timed steps and pp = 2 only (under a minute);
+ * Default 1 warm-up step (the stage's slots are allocated in it) and 3
+ * timed steps: about 4 minutes on an idle 2-core machine. -q (or
+ * PIPELINE_QUICK=1): 2 timed steps and pp = 2 only (under 2 minutes);
  * -p 2 runs only pp = 2 (the rows the targets need; -p 4 skips the
  * targets and prints the pp4 rows alone).
  * Non-goals: validation (tests/parity), data parallelism under the pipe.
@@ -219,10 +224,25 @@ out_free:
 	return rc;
 }
 
+/* Stage s's compute thread on CPU s mod ncpu (with p <= CPUs one each, so
+ * the stages do not trade cores mid-step); unset when it cannot be. */
+static void pin(int s)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	cpu_set_t set;
+
+	if (n < 1)
+		return;
+	CPU_ZERO(&set);
+	CPU_SET((int)(s % n), &set);
+	pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+}
+
 static void *stage_thread(void *p)
 {
 	struct stage_arg *a = p;
 
+	pin(a->rank); /* before stage_run: its pool and comm threads inherit it */
 	a->r->rc[a->rank] = stage_run(a->r, a->rank);
 	return NULL;
 }
@@ -509,10 +529,10 @@ int main(int argc, char **argv)
 	memset(&b, 0, sizeof(b));
 	b.cfg = (struct mr_gpt_config){ .vocab = 64, .max_seq = 128, .n_layer = 8, .d_model = 256,
 					.n_head = 4 };
-	b.B = 4;
+	b.B = 8;
 	b.T = 128;
 	b.warm = 1;
-	b.steps = 4;
+	b.steps = 3;
 	b.np = 2;
 	b.pps[0] = 2;
 	b.pps[1] = 4;
