@@ -400,34 +400,19 @@ out:
 	return rc;
 }
 
-static const char *mib_list(char *buf, size_t n, const size_t *v, int p)
+/* v[0]/v[1]/... each printed with fmt (one double), scaled by 1/div. */
+static const char *list(char *buf, size_t n, const double *v, int p, const char *fmt, double div)
 {
 	size_t at = 0;
 	int i;
 
-	for (i = 0; i < p && at < n; i++)
-		at += (size_t)snprintf(buf + at, n - at, "%s%.1f", i ? "/" : "",
-				       (double)v[i] / 1048576.0);
-	return buf;
-}
-
-static const char *int_list(char *buf, size_t n, const int *v, int p)
-{
-	size_t at = 0;
-	int i;
-
-	for (i = 0; i < p && at < n; i++)
-		at += (size_t)snprintf(buf + at, n - at, "%s%d", i ? "/" : "", v[i]);
-	return buf;
-}
-
-static const char *ms_list(char *buf, size_t n, const double *v, int p)
-{
-	size_t at = 0;
-	int i;
-
-	for (i = 0; i < p && at < n; i++)
-		at += (size_t)snprintf(buf + at, n - at, "%s%.0f", i ? "/" : "", v[i]);
+	buf[0] = 0;
+	for (i = 0; i < p && at < n; i++) {
+		if (i)
+			at += (size_t)snprintf(buf + at, n - at, "/");
+		if (at < n)
+			at += (size_t)snprintf(buf + at, n - at, fmt, v[i] / div);
+	}
 	return buf;
 }
 
@@ -435,15 +420,21 @@ static void print_row(const struct bench *b, int p, int mi, enum mr_pp_kind k,
 		      const struct row *r)
 {
 	char s1[64], s2[64], s3[64];
-	double x1 = b->x1[mi];
+	double x1 = b->x1[mi], slots[MAX_P], acts[MAX_P];
+	int i;
 
+	for (i = 0; i < p; i++) {
+		slots[i] = r->slots[i];
+		acts[i] = (double)r->acts[i];
+	}
 	printf("pipeline pp%d m=%-2d %-11s bubble %6.3f sd %5.3f formula %6.3f ratio %5.2f "
 	       "sim %6.3f wait %4.1f%% busy_x1 %4.2f tokens/s %6.0f x1 %4.2f eff %4.2f busy_ms %s "
 	       "slots %s act_MiB %s%s\n",
 	       p, ms[mi], mr_pp_kind_name(k), r->bubble, r->sd, r->formula, r->bubble / r->formula,
 	       r->sim, 100.0 * r->wait, r->slow, r->tps, r->tps / x1, r->tps / (p * x1),
-	       ms_list(s1, sizeof(s1), r->busy_ms, p), int_list(s2, sizeof(s2), r->slots, p),
-	       mib_list(s3, sizeof(s3), r->acts, p), p > 2 ? " oversub" : "");
+	       list(s1, sizeof(s1), r->busy_ms, p, "%.0f", 1.0),
+	       list(s2, sizeof(s2), slots, p, "%.0f", 1.0),
+	       list(s3, sizeof(s3), acts, p, "%.1f", 1048576.0), p > 2 ? " oversub" : "");
 	fflush(stdout);
 }
 
