@@ -303,6 +303,12 @@ int mr_comm_group_end(struct mr_comm *c)
 	return c->ops->group_end ? c->ops->group_end(c) : 0;
 }
 
+void mr_comm_kick(struct mr_comm *c)
+{
+	if (c->ops->kick)
+		c->ops->kick(c);
+}
+
 int mr_comm_p2p_in_order(const struct mr_comm *c)
 {
 	return c->ops->group_start != NULL;

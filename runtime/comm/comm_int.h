@@ -62,6 +62,8 @@ struct mr__comm_ops {
 	 * the send/recv started between them run as one group. */
 	int (*group_start)(struct mr_comm *c);
 	int (*group_end)(struct mr_comm *c);
+	/* Optional: moves queued send/recv work once in the caller's thread. */
+	void (*kick)(struct mr_comm *c);
 };
 
 struct mr_comm {

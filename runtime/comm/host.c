@@ -592,6 +592,7 @@ static const struct mr__comm_ops host_ops = {
 	.run_now = mr__host_run_now,
 	.test = mr__host_test,
 	.wait = mr__host_wait,
+	.kick = mr__host_kick,
 	.abort = mr__host_abort,
 	.free = host_free,
 };

@@ -270,6 +270,7 @@ int mr__host_start(struct mr_comm *c, struct mr__comm_op *op, struct mr_comm_req
 int mr__host_run_now(struct mr_comm *c, struct mr__comm_op *op);
 int mr__host_test(struct mr_comm_req *req, int *done);
 int mr__host_wait(struct mr_comm_req *req);
+void mr__host_kick(struct mr_comm *c);
 void mr__host_abort(struct mr_comm *c);
 
 #endif

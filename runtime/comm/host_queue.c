@@ -356,6 +356,20 @@ int mr__host_wait(struct mr_comm_req *req)
 	return rc;
 }
 
+void mr__host_kick(struct mr_comm *c)
+{
+	struct mr__hcomm *h = (struct mr__hcomm *)c;
+	static struct mr__hreq one_pass = { .done = 1 }; /* yields after one pass */
+
+	pthread_mutex_lock(&h->mu);
+	if ((h->bxs || is_p2p(h->qhead)) && !h->busy && !h->stop) {
+		h->yield_for = &one_pass;
+		exec_head(h);
+		h->yield_for = NULL;
+	}
+	pthread_mutex_unlock(&h->mu);
+}
+
 void mr__host_abort(struct mr_comm *c)
 {
 	struct mr__hcomm *h = (struct mr__hcomm *)c;

@@ -243,6 +243,12 @@ int mr_comm_ibarrier(struct mr_comm *c, struct mr_comm_req **req);
  */
 int mr_comm_group_start(struct mr_comm *c);
 int mr_comm_group_end(struct mr_comm *c);
+/* Moves queued send/recv work one step in the calling thread, without
+ * waiting: a send just started is handed to its peer now instead of when
+ * the progress thread next gets a core (on a machine whose cores all
+ * compute, a scheduler tick later). A no-op where nothing is queued or
+ * another thread is executing, and on backends that need none (nccl). */
+void mr_comm_kick(struct mr_comm *c);
 /* 1 when the backend runs send/recv strictly in issue order on one stream
  * (nccl): a receive posted long before its message arrives holds up every
  * later operation of the communicator, so post receives only when needed,

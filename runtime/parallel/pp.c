@@ -312,8 +312,13 @@ static int post_send(struct mr_pp *pp, const struct mr_pp_comm *x, const mr_act 
 		return rc;
 	pp->st.sends++;
 	pp->speer[at] = x->peer;
-	return mr_comm_isend(pp->c.pp, buf, rows_n(pp->m), comm_dtype(pp->m), x->peer, x->tag,
-			     &pp->sreq[at]);
+	rc = mr_comm_isend(pp->c.pp, buf, rows_n(pp->m), comm_dtype(pp->m), x->peer, x->tag,
+			   &pp->sreq[at]);
+	/* under a busy core the progress thread would take it up only later;
+	 * the receiver is often waiting for it right now */
+	if (rc == 0 && !pp->c.paired)
+		mr_comm_kick(pp->c.pp);
+	return rc;
 }
 
 /* Paired transfers (an in-order backend, mr_comm_p2p_in_order): the send
