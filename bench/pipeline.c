@@ -11,13 +11,12 @@
  * worker's own communicators (mr_groups_create over an in-memory KV: pp
  * group, tied-embedding group); stage s's threads are pinned to CPU
  * s mod CPUs (unpinned, the two stages of pp 2 traded cores and ran up to
- * 2 % apart, which alone moved the m = 16 bubble by +0.01). Default model L8 d256 h4 T128, B8 rows
- * per micro-batch, vocab 64: L8 so that interleaved at pp 4, v 2 gets a
- * block per virtual stage; B8 so that a pass (~60 ms forward on this
- * machine) dwarfs the hand-offs on the critical path (a transfer is
- * ~0.1-0.2 ms idle, but a step of 16 micro-batches loses ~11-14 ms to
- * them in all: with B4 that alone is +0.008 on 1f1b's m = 16 bubble of
- * 0.0625, a 13-17 % miss, with B8 +0.004, 4-5 %); vocab 64
+ * 2 % apart, which alone moved the m = 16 bubble by +0.01). Default
+ * model L8 d256 h4 T128, B8 rows per micro-batch, vocab 64: L8 so that
+ * interleaved at pp 4, v 2 gets a block per virtual stage; B8 so that a
+ * pass (~60 ms forward on this machine) dwarfs the hand-offs on the
+ * critical path (1f1b's gradient hand-off has no slack at all; each cost
+ * ~1 ms until the runner kicked its sends, mr_comm_kick); vocab 64
  * so that the last stage's head leaves the stages within ~1 % of each
  * other - the formulas assume equal stages, and with vocab 256 the last
  * stage is ~4 % slower, which alone adds ~0.02 to the measured bubble
@@ -59,8 +58,8 @@
  * Each prints PASS or MISS; the exit status is 0 unless a run fails.
  * Last line, pp = 2 at m = 8: 10 % of its formula is 0.0125, above what
  * a 1 % stage imbalance (+0.005) and the transfers on 1f1b's critical
- * path (~2 per micro-batch) add; at m = 16 the band is 0.006, which
- * B8's longer passes keep them under:
+ * path (~2 per micro-batch) add; at m = 16 the band is 0.006 (measured
+ * 4-7 % over, see docs/PERFORMANCE.md):
  *   pipeline bubble_1f1b=<measured> formula=<f> bubble_zb=<z>
  *   act_ratio_gpipe_1f1b=<r>
  * (act ratio: the largest stage's ACTS peak, gpipe over 1f1b.)

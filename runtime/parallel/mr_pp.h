@@ -9,8 +9,10 @@
  * Transfers: every receive is posted as soon as its buffer is free (the
  * micro-batch slot it lands in has no earlier occupant left), so it
  * overlaps the passes before it; every send is posted right after the pass
- * that produced it and waited only when its slot is reused or at the end
- * of the step. What crosses a stage boundary is the residual stream of the
+ * that produced it - and kicked (mr_comm_kick), so a neighbour already
+ * waiting for it does not wait for this rank's progress thread to get a
+ * busy core - and waited only when its slot is reused or at the end of
+ * the step. What crosses a stage boundary is the residual stream of the
  * micro-batch, (Nl, C) rows in the activation type: with sequence
  * parallelism only the rank's sequence shard. Sends rely on the
  * communicator buffering them (the host backend does; see mr_comm.h).
