@@ -176,6 +176,8 @@ static int place(struct gw *w, const struct mr_worker_env *env, const struct mr_
 			      env->cancel ? env->cancel : &w->aborted, &gc, eb);
 	if (rc < 0)
 		return rc;
+	/* the groups' placement has the communicators, the checked one the
+	 * stage's layers */
 	w->groups.place.chunks = where.chunks;
 	memcpy(w->groups.place.layer_lo, where.layer_lo, sizeof(where.layer_lo));
 	memcpy(w->groups.place.layer_hi, where.layer_hi, sizeof(where.layer_hi));

@@ -78,10 +78,10 @@ static void plan_free(struct plan *pl)
  * after its occupant's last action. */
 static int assign_slots(struct plan *pl)
 {
-	int *occupant = malloc(sizeof(int) * (size_t)pl->m), *last_of_slot = NULL;
+	int *occupant = malloc(sizeof(int) * (size_t)pl->m);
+	int *last_of_slot = malloc(sizeof(int) * (size_t)pl->m);
 	int i, k, used = 0;
 
-	last_of_slot = malloc(sizeof(int) * (size_t)pl->m);
 	if (!occupant || !last_of_slot) {
 		free(occupant);
 		free(last_of_slot);
