@@ -398,11 +398,12 @@ tsan-comm:
 bench-train: $(BUILD)/bench/train $(BUILD)/bench/sgemm_peak
 	bench/train.sh $(BUILD)
 
-# ---- GPT-2 124M/350M on the GPUs present, MFU (bench/gpu.c) -----------------
-# Prints `gpu tokens_per_s=<x> mfu=<y>`; says "skipped" where there is no GPU.
+# ---- GPT-2 124M/350M on the GPUs present, MFU (bench/gpu.c), and PyTorch ----
+# (bench/gpu_torch.py) on the same shapes. Prints the ratios, then
+# `gpu tokens_per_s=<x> mfu=<y>`; says "skipped" where there is no GPU.
 .PHONY: bench-gpu
 bench-gpu: $(BUILD)/bench/gpu
-	$(BUILD)/bench/gpu
+	bench/gpu.sh $(BUILD)
 
 # ---- data/tensor-parallel scaling vs PyTorch DDP (bench/parallel.sh) --------
 .PHONY: bench-parallel

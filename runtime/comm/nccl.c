@@ -197,6 +197,16 @@ static int nccl_split(struct mr_comm *c, const char *id, int me, int size, struc
 	return 0;
 }
 
+/* Ends a group opened for one operation: the first failure of its calls,
+ * else ncclGroupEnd's own result (ncclInProgress on a non-blocking
+ * communicator while the group is still being enqueued). */
+static ncclResult_t group_end(ncclResult_t calls)
+{
+	ncclResult_t r = ncclGroupEnd();
+
+	return calls != ncclSuccess ? calls : r;
+}
+
 static ncclResult_t enqueue(struct ncomm *n, const struct mr__comm_op *op)
 {
 	size_t esz = mr_comm_dtype_size(op->dtype);
@@ -223,8 +233,7 @@ static ncclResult_t enqueue(struct ncomm *n, const struct mr__comm_op *op)
 							   : (char *)op->rbuf + op->rdispls[i] * esz,
 					  (char *)op->rbuf + op->rdispls[i] * esz, op->rcounts[i], dt,
 					  i, n->nc, n->stream);
-		ncclGroupEnd();
-		return r;
+		return group_end(r);
 	case MR__OP_ALLTOALLV:
 		ncclGroupStart();
 		for (int i = 0; i < size && r == ncclSuccess; i++) {
@@ -234,8 +243,7 @@ static ncclResult_t enqueue(struct ncomm *n, const struct mr__comm_op *op)
 				r = ncclRecv((char *)op->rbuf + op->rdispls[i] * esz, op->rcounts[i], dt,
 					     i, n->nc, n->stream);
 		}
-		ncclGroupEnd();
-		return r;
+		return group_end(r);
 	case MR__OP_BROADCAST:
 		return ncclBroadcast(op->rbuf, op->rbuf, op->count, dt, op->peer, n->nc, n->stream);
 	case MR__OP_SEND:
@@ -247,8 +255,7 @@ static ncclResult_t enqueue(struct ncomm *n, const struct mr__comm_op *op)
 		r = ncclSend(op->sbuf, op->count, dt, op->peer, n->nc, n->stream);
 		if (r == ncclSuccess)
 			r = ncclRecv(op->rbuf, op->count, dt, op->src, n->nc, n->stream);
-		ncclGroupEnd();
-		return r;
+		return group_end(r);
 	case MR__OP_BARRIER:
 		return ncclAllReduce(n->one, n->one, 1, ncclInt32, ncclSum, n->nc, n->stream);
 	default:
@@ -280,9 +287,14 @@ static int nccl_start(struct mr_comm *c, struct mr__comm_op *op, struct mr_comm_
 		goto out;
 	}
 	nr = enqueue(n, op);
-	if (nr != ncclSuccess && nr != ncclInProgress) {
-		kill_comm(n, MR_EPEER);
+	/* a non-blocking communicator may still be enqueueing: the event must
+	 * go on the stream behind the operation, not before it */
+	if (nr == ncclInProgress && !n->grouped)
+		rc = settle(n, nr, r->deadline);
+	else if (nr != ncclSuccess && nr != ncclInProgress)
 		rc = MR_EPEER;
+	if (rc < 0) {
+		kill_comm(n, rc);
 		goto out;
 	}
 	if (cudaEventCreateWithFlags(&r->ev, cudaEventDisableTiming) != cudaSuccess ||
@@ -398,10 +410,10 @@ static int nccl_group_end(struct mr_comm *c)
 		return MR_ESTATE;
 	n->grouped = 0;
 	nr = ncclGroupEnd();
-	if (nr != ncclSuccess && nr != ncclInProgress) {
-		kill_comm(n, MR_EPEER);
-		rc = MR_EPEER;
-	}
+	rc = nr == ncclInProgress ? settle(n, nr, mr__now_ms() + c->timeout_ms)
+	     : nr == ncclSuccess ? 0 : MR_EPEER;
+	if (rc < 0)
+		kill_comm(n, rc);
 	for (i = 0; i < n->ngrp; i++)
 		if (cudaEventRecord(n->grp[i]->ev, n->stream) != cudaSuccess && rc == 0)
 			rc = MR_ESYS;

@@ -15,7 +15,8 @@
 
 #include "cuda_int.cuh"
 
-/* out = wte[tok] (none for tok < 0) + wpe[t] (none when wpe is NULL) */
+/* out = wte[tok] + wpe[t] (none when wpe is NULL); a row of zeros for
+ * tok < 0, a token of another rank's vocabulary slice (as the cpu kernel) */
 template <typename T>
 __global__ void encoder_fwd_kernel(T *out, const int *tok, const T *wte, const T *wpe, int T_,
 				   int C, size_t n)
@@ -24,10 +25,11 @@ __global__ void encoder_fwd_kernel(T *out, const int *tok, const T *wte, const T
 	{
 		size_t row = i / (size_t)C;
 		int c = (int)(i % (size_t)C), t = (int)(row % (size_t)T_), k = tok[row];
-		float x = k >= 0 ? mr__ld(wte + (size_t)k * C + c) : 0.0f;
+		float x = 0.0f;
 
-		if (wpe)
-			x += mr__ld(wpe + (size_t)t * C + c);
+		if (k >= 0)
+			x = mr__ld(wte + (size_t)k * C + c) +
+			    (wpe ? mr__ld(wpe + (size_t)t * C + c) : 0.0f);
 		mr__st(out + i, x);
 	}
 }

@@ -99,7 +99,8 @@ static inline float *down_f32(const float *d, size_t n)
 {
 	float *h = xmalloc(n * sizeof(float));
 
-	cr_assert_eq(mr_cuda_download(cu, h, d, n * sizeof(float)), 0, "%s", mr_cuda_errmsg(cu));
+	cr_assert_eq(mr_cuda_download(cu, h, d, n * sizeof(float)), 0,
+		     "%zu floats from %p: %s", n, (const void *)d, mr_cuda_errmsg(cu));
 	return h;
 }
 

@@ -395,9 +395,11 @@ Test(cuda, grad_norm_matches_cpu_and_is_deterministic)
 Test(cuda, fp32_activations_match_cpu_without_tf32)
 {
 	int N = 37, IC = 96, OC = 72, C = IC, V = 50, i;
-	size_t nic = (size_t)N * IC, noc = (size_t)N * OC;
-	float *inp, *w, *b, *dout, *out, *dinp, *dw, *db, *ones, *mean, *rstd, *ws, *lg, *loss, *lse;
-	void *d_inp, *d_w, *d_b, *d_out, *d_dout, *d_dinp, *d_lg;
+	/* out holds the GEMM's rows (OC wide), then layernorm's and gelu's (IC) */
+	size_t nic = (size_t)N * IC, noc = (size_t)N * OC, nout = nic > noc ? nic : noc;
+	float *inp, *w, *b, *lb, *dout, *out, *dinp, *dw, *db, *ones, *mean, *rstd, *ws, *lg, *loss,
+		*lse;
+	void *d_inp, *d_w, *d_b, *d_lb, *d_out, *d_dout, *d_dinp, *d_lg;
 	float *d_dw, *d_db, *d_mean, *d_rstd, *d_loss, *d_lse;
 	int *tgt = xmalloc(sizeof(int) * N), *d_tgt;
 
@@ -407,7 +409,7 @@ Test(cuda, fp32_activations_match_cpu_without_tf32)
 	w = rand_bf((size_t)OC * IC, 0.2f);
 	b = rand_bf(OC, 0.5f);
 	dout = rand_bf(noc, 1.0f);
-	out = xmalloc(noc * sizeof(float));
+	out = xmalloc(nout * sizeof(float));
 	dinp = xcopy_zero(nic);
 	dw = xcopy_zero((size_t)OC * IC);
 	db = xcopy_zero(OC);
@@ -418,7 +420,7 @@ Test(cuda, fp32_activations_match_cpu_without_tf32)
 	d_w = up_act(w, (size_t)OC * IC);
 	d_b = up_act(b, OC);
 	d_dout = up_act(dout, noc);
-	d_out = act_alloc(noc);
+	d_out = act_alloc(nout);
 	d_dinp = act_alloc(nic);
 	d_dw = up_f32(dw, (size_t)OC * IC);
 	d_db = up_f32(db, OC);
@@ -431,20 +433,25 @@ Test(cuda, fp32_activations_match_cpu_without_tf32)
 	check_close("f32 matmul dinp", down_act(d_dinp, nic), dinp, nic, F32_TOL);
 	check_close("f32 matmul dw", down_f32(d_dw, (size_t)OC * IC), dw, (size_t)OC * IC, F32_TOL);
 	check_close("f32 matmul dbias", down_f32(d_db, OC), db, OC, F32_TOL);
-	/* layernorm over the GEMM input rows */
+	/* layernorm over the GEMM input rows, with C-sized weights (the
+	 * GEMM's first C weights) and bias, gradients accumulated on the
+	 * GEMM's */
 	mean = xmalloc(N * sizeof(float));
 	rstd = xmalloc(N * sizeof(float));
 	ws = xmalloc(mr_layernorm_ws_floats(NULL, C) * sizeof(float));
 	d_mean = dev_alloc(N * sizeof(float));
 	d_rstd = dev_alloc(N * sizeof(float));
-	mr_layernorm_fwd(NULL, out, mean, rstd, inp, w, b, N, C);
-	CU_OK(mr_cuda_layernorm_fwd(cu, d_out, d_mean, d_rstd, d_inp, d_w, d_b, N, C));
+	lb = rand_bf(C, 0.5f);
+	d_lb = up_act(lb, C);
+	mr_layernorm_fwd(NULL, out, mean, rstd, inp, w, lb, N, C);
+	CU_OK(mr_cuda_layernorm_fwd(cu, d_out, d_mean, d_rstd, d_inp, d_w, d_lb, N, C));
 	check_close("f32 layernorm out", down_act(d_out, nic), out, nic, F32_TOL);
-	mr_layernorm_bwd(NULL, dinp, dw, db, inp, inp, w, mean, rstd, N, C, ws);
-	CU_OK(mr_cuda_layernorm_bwd(cu, d_dinp, d_dw, d_db, d_inp, d_inp, d_w, d_mean, d_rstd, N,
-				    C));
+	mr_layernorm_bwd(NULL, dinp, dw, dw + C, inp, inp, w, mean, rstd, N, C, ws);
+	CU_OK(mr_cuda_layernorm_bwd(cu, d_dinp, d_dw, d_dw + C, d_inp, d_inp, d_w, d_mean, d_rstd,
+				    N, C));
 	check_close("f32 layernorm dinp", down_act(d_dinp, nic), dinp, nic, F32_TOL);
-	check_close("f32 layernorm dw", down_f32(d_dw, C), dw, C, F32_TOL);
+	check_close("f32 layernorm dw, db", down_f32(d_dw, 2 * (size_t)C), dw, 2 * (size_t)C,
+		    F32_TOL);
 	/* GELU and cross-entropy */
 	mr_gelu_fwd(NULL, out, inp, nic);
 	CU_OK(mr_cuda_gelu_fwd(cu, d_out, d_inp, nic));

@@ -45,15 +45,30 @@
  *     weights by 0.3 to 1.1.
  *
  * Built twice more with PARITY_GPU_PRECISION for `make test-gpu`
- * (tests/gpu/test_parity_fp32 and _bf16): the same matrix on the real
- * GPUs of the machine, each configuration against the single rank on the
- * same GPU in the same precision, at the emulated device's bounds (not
- * yet measured on a GPU: cuBLAS picks other GEMM algorithms for the
- * sharded shapes, which only reorders float sums). With a GPU per rank
- * the ranks are one node's processes and the communicators NCCL; with
- * fewer GPUs than ranks every rank is a node of its own on GPU 0 and the
+ * (tests/gpu/test_parity_fp32 and _bf16): the matrix, pipeline included,
+ * on the machine's real GPUs, each configuration against the single rank
+ * on the same GPU in the same precision. With a GPU per rank the ranks
+ * are one node's processes and the communicators NCCL; with fewer GPUs
+ * than ranks every rank is a node of its own on GPU 0 and the
  * communicators are the host's, staging through host memory (NCCL refuses
- * two ranks on one GPU). Skipped without a GPU.
+ * two ranks on one GPU). Skipped without a GPU. Measured on one H100
+ * (2026-11-25, MR_PARITY_VERBOSE=1 prints every step's deltas):
+ *   - fp32 dense: within the emulated device's bounds (loss 1e-5, weights
+ *     2e-4). fp32 MoE: every pipeline run is bit-identical to every other
+ *     (all schedules, pp2 and pp4), and equal to the single rank to the
+ *     last digit for 4 steps; then a 1e-6 difference in the gradient
+ *     norm (a sum order: the tied embedding's gradient, for one, is
+ *     summed per stage, then across stages) grows about 10x a step
+ *     through the 8-layer model's routing: loss 1.3e-4 and weights 4.5e-3
+ *     by step 10; dense runs stay within 2e-6. So MoE on a GPU: loss 1e-3, grad norm
+ *     1e-2, weights 2e-2.
+ *   - bf16: tensor parallelism rounds at other points from the first step
+ *     (loss 1e-5..4e-5 relative at step 1), and the 8-layer models
+ *     amplify it to 1e-3 by step 6 and 3 % by step 7 with MoE (grad norms
+ *     10-17 %): after that the runs are different trajectories. So bf16 on
+ *     a GPU compares the first 3 steps' losses (1e-2) and grad norms
+ *     (1e-1); the trained weights are not compared. A wrong gradient moves
+ *     step 2's loss by percents (the compute-copy bug above: 3.5 %).
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -94,6 +109,11 @@
 #define NORM_TOL (BF16 ? 1e-1 : ON_DEVICE ? 1e-4 : 1e-5)
 #define WEIGHT_TOL (BF16 ? 5e-2 : ON_DEVICE ? 2e-4 : MR_PARITY_WEIGHT_TOL)
 #define MOE_BF16_TOL 0.25 /* a MoE model's tensors in bf16: see the header */
+/* a real GPU's bounds (the header): fp32 MoE, and bf16's compared steps */
+#define GPU_MOE_LOSS_TOL 1e-3
+#define GPU_MOE_NORM_TOL 1e-2
+#define GPU_MOE_WEIGHT_TOL 2e-2
+#define GPU_BF16_STEPS 3
 
 static char tmp[256];
 
@@ -270,6 +290,9 @@ static void check(const struct job *j)
 	struct job ref = { 1, 1, 1, 0, 0, 0, j->moe, 0, NULL, j->vocab, 0, NULL, j->layers, NULL };
 	int dp = j->nodes * j->nproc / (j->tp * (j->pp > 1 ? j->pp : 1)), s, i;
 	double lp[STEPS], lr[STEPS], np[STEPS], nr[STEPS];
+	int gpu_moe = GPU && !BF16 && j->moe;
+	double loss_tol = gpu_moe ? GPU_MOE_LOSS_TOL : LOSS_TOL;
+	double norm_tol = gpu_moe ? GPU_MOE_NORM_TOL : NORM_TOL;
 	struct mr_gpt a, b;
 	char why[192];
 
@@ -291,20 +314,25 @@ static void check(const struct job *j)
 	}
 	read_losses("ref", lr, nr);
 	read_losses("par", lp, np);
-	for (s = 0; s < STEPS; s++) {
-		cr_expect(fabs(lp[s] - lr[s]) <= LOSS_TOL * fabs(lr[s]),
+	for (s = 0; getenv("MR_PARITY_VERBOSE") && s < STEPS; s++)
+		cr_log_info("step %d: loss rel %.2e, grad norm rel %.2e", s + 1,
+			    fabs(lp[s] - lr[s]) / fabs(lr[s]), fabs(np[s] - nr[s]) / fabs(nr[s]));
+	for (s = 0; s < (GPU && BF16 ? GPU_BF16_STEPS : STEPS); s++) {
+		cr_expect(fabs(lp[s] - lr[s]) <= loss_tol * fabs(lr[s]),
 			  "step %d: loss %.9g vs single rank %.9g", s + 1, lp[s], lr[s]);
 		/* every parameter counted once across tp, pp and dp */
-		cr_expect(fabs(np[s] - nr[s]) <= NORM_TOL * fabs(nr[s]),
+		cr_expect(fabs(np[s] - nr[s]) <= norm_tol * fabs(nr[s]),
 			  "step %d: grad norm %.9g vs single rank %.9g", s + 1, np[s], nr[s]);
 	}
 	cr_expect(lr[STEPS - 1] < lr[0], "the reference must learn (%g -> %g)", lr[0],
 		  lr[STEPS - 1]);
+	if (GPU && BF16)
+		return;
 	load_weights("ref", &b);
 	load_weights("par", &a);
 	for (i = 0; i < b.ntensors; i++) {
 		const struct mr_gpt_tensor *t = &b.tensors[i];
-		double tol = BF16 && j->moe ? MOE_BF16_TOL : WEIGHT_TOL;
+		double tol = BF16 && j->moe ? MOE_BF16_TOL : gpu_moe ? GPU_MOE_WEIGHT_TOL : WEIGHT_TOL;
 		cr_expect(!mr_parity_tensor(t, a.params + t->off, b.params + t->off, tol, why,
 					    sizeof(why)),
 			  "%s", why);
@@ -391,7 +419,7 @@ static void pipeline(int nodes, int nproc, int tp, int pp, const char *sched, in
 
 Test(parity, pp2_1f1b_dense) { pipeline(1, 2, 1, 2, "1f1b", 0, 0, 0); }
 Test(parity, pp2_zbh1_moe) { pipeline(1, 2, 1, 2, "zb-h1", 0, 0, 1); }
-#if !ON_DEVICE
+#if !EMUL /* the rest on the cpu and on a real GPU; the emulation is slow */
 Test(parity, pp2_1f1b_moe) { pipeline(1, 2, 1, 2, "1f1b", 0, 0, 1); }
 Test(parity, pp2_gpipe_dense) { pipeline(1, 2, 1, 2, "gpipe", 0, 0, 0); }
 Test(parity, pp2_gpipe_moe) { pipeline(1, 2, 1, 2, "gpipe", 0, 0, 1); }

@@ -1,0 +1,32 @@
+#!/bin/sh
+# gpu.sh - make bench-gpu: bench/gpu (meshrun's runtime on the GPUs) and its
+# PyTorch anchor (bench/gpu_torch.py: the same GPT-2 shapes, bf16 autocast,
+# flash attention, fused AdamW) side by side on one GPU, then the ratio.
+#
+#   bench/gpu.sh BUILD
+#
+# Last line, as bench/gpu's own: gpu tokens_per_s=<x> mfu=<y> (350M, one GPU).
+# Without a GPU bench/gpu says so and the anchor is not run.
+set -eu
+b=${1:-build}
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+"$b/bench/gpu" | tee "$log"
+last=$(tail -n 1 "$log")
+case $last in "gpu tokens_per_s="*) ;; *) exit 0 ;; esac
+py=$(command -v python3 || true)
+[ -n "$py" ] || { echo "gpu pytorch: no python3, anchor skipped"; exit 0; }
+"$py" bench/gpu_torch.py | tee -a "$log"
+# tokens_per_s= of the first line whose fields 2 and 3 are $1 $2
+rate() {
+	awk -v a="$1" -v b="$2" '$2 == a && $3 == b { for (i = 4; i <= NF; i++)
+		if ($i ~ /^tokens_per_s=/) { sub("tokens_per_s=", "", $i); print $i; exit } }' "$log"
+}
+for m in 124M 350M; do
+	ours=$(rate "$m" bf16)
+	theirs=$(rate pytorch "$m")
+	[ -n "$ours" ] && [ -n "$theirs" ] &&
+		awk -v m="$m" -v o="$ours" -v t="$theirs" \
+			'BEGIN { printf "gpu %s meshrun/pytorch=%.2f\n", m, o / t }'
+done
+echo "$last"
