@@ -195,7 +195,7 @@ int main(int argc, char **argv)
 	int opt;
 
 	memset(&b, 0, sizeof(b));
-	b.cfg = (struct mr_gpt_config){ 256, 256, 4, 256, 4, 0, 0, 0, 0.0f, 0.0f };
+	b.cfg = (struct mr_gpt_config){ 256, 256, 4, 256, 4, 0, 0, 0, 0.0f, 0.0f, 0 };
 	b.B = 8;
 	b.T = 256;
 	b.steps = 8;

@@ -21,8 +21,11 @@ static const char *const keys[] = {
 	"comm_timeout_ms", "loss_log", "save_weights", "bucket_mb", "overlap_grad_reduce",
 	"device", "precision", "comm_backend", "debug_stall_rank", "debug_stall_step",
 	"debug_slow_rank", "debug_slow_ms", "pp_schedule", "pp_virtual", "pp_layers", "pp_p2p",
-	NULL,
+	"moe_policy", NULL,
 };
+
+static int get_choice(const json_t *c, const char *key, const char *const *choices,
+		      const char **out, struct mr_errbuf *eb);
 
 static int geti(const json_t *c, const char *k, int64_t lo, int64_t hi, int def, int *out,
 		struct mr_errbuf *eb)
@@ -107,6 +110,8 @@ static int get_pipeline(const json_t *c, struct gw *w, struct mr_errbuf *eb)
 int mr__gw_parse(const json_t *c, struct mr_gpt_config *mc, struct mr_adamw_config *oc,
 		 struct gw *w, int *B, int *T, struct mr_errbuf *eb)
 {
+	static const char *const moe_policies[] = { "capacity", "dropless", NULL };
+	const char *policy = NULL;
 	int rc = 0, seed = 1337, tmo = 60000;
 	float peak = 0.0f;
 
@@ -151,6 +156,9 @@ int mr__gw_parse(const json_t *c, struct mr_gpt_config *mc, struct mr_adamw_conf
 	    (rc = geti(c, "debug_slow_ms", 0, 3600000, 0, &w->slow_ms, eb)) < 0 ||
 	    (rc = get_pipeline(c, w, eb)) < 0)
 		return rc;
+	if ((rc = get_choice(c, "moe_policy", moe_policies, &policy, eb)) < 0)
+		return rc;
+	mc->moe_dropless = policy && !strcmp(policy, "dropless");
 	w->comm_timeout_ms = tmo;
 	w->sp = 0;
 	w->overlap = 1;
@@ -163,6 +171,7 @@ int mr__gw_parse(const json_t *c, struct mr_gpt_config *mc, struct mr_adamw_conf
 	w->seed = (uint64_t)seed;
 	w->peak_flops = peak;
 	if (mc->moe_every == 0) {
+		mc->moe_dropless = 0;
 		mc->n_experts = 0;
 		mc->top_k = 0;
 		mc->capacity_factor = 0.0f;

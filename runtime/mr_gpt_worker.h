@@ -8,7 +8,10 @@
  *
  *   model   vocab_size 256, max_seq (= seq_len), n_layer 2, d_model 128,
  *           n_head 4, moe_every 0, n_experts 4, top_k 1,
- *           capacity_factor 1.25, aux_coef 0.01
+ *           capacity_factor 1.25, aux_coef 0.01, moe_policy "capacity"
+ *           (each expert takes ceil(capacity_factor * N * top_k / E) of a
+ *           micro-batch's N tokens, the rest dropped) or "dropless"
+ *           (model/mr_moe.h)
  *   train   batch_size 8, seq_len 64, steps 100, grad_accum 1, lr 1e-3,
  *           min_lr_frac 0.1, warmup_steps 10, beta1 0.9, beta2 0.95,
  *           eps 1e-8, weight_decay 0.1, grad_clip 1.0, seed 1337

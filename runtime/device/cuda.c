@@ -329,6 +329,7 @@ static int cuda_moe_fwd(struct mr_dev *d, const struct mr_moe_shape *s, struct m
 	mr_act *xin = ACT(a->xin), *h = ACT(a->h), *hg = ACT(a->hg), *yo = ACT(a->yo);
 	size_t C = (size_t)s->C, H = (size_t)s->H;
 	int *counts = counts_for(d, s->E), e, rc;
+	struct mr_moe_view v;
 
 	if (!counts)
 		return MR_ENOMEM;
@@ -338,8 +339,9 @@ static int cuda_moe_fwd(struct mr_dev *d, const struct mr_moe_shape *s, struct m
 	       "moe_route"));
 	TRY(ck(d, mr_cuda_moe_dispatch(cu, s, xin, x, a->topi, a->slot), "moe_dispatch"));
 	TRY(exchange(d, xg, MR_MOE_DISPATCH, xin, counts, s));
-	for (e = 0; e < s->E; e++) {
-		size_t r0 = (size_t)e * s->cap, m = (size_t)counts[e];
+	v = mr_moe_view_of(xg, s, counts);
+	for (e = 0; e < v.E; e++) {
+		size_t r0 = (size_t)e * (size_t)v.cap, m = (size_t)v.counts[e];
 		if (m == 0)
 			continue;
 		TRY(cuda_matmul_fwd(d, AT(d, h, r0 * H), AT(d, xin, r0 * C), AT(d, fcw, e * H * C),
@@ -366,6 +368,7 @@ static int cuda_moe_bwd(struct mr_dev *d, const struct mr_moe_shape *s,
 	mr_act *dl, *dyo, *dxin, *dh, *xin = ACT(a->xin), *h = ACT(a->h), *hg = ACT(a->hg);
 	float *dgate;
 	int *counts = counts_for(d, s->E), e, rc;
+	struct mr_moe_view v;
 
 	(void)ones; /* the bias gradients are column sums */
 	/* the cpu's pieces; the router's dlogits and the expert rows in the
@@ -388,8 +391,9 @@ static int cuda_moe_bwd(struct mr_dev *d, const struct mr_moe_shape *s,
 		TRY(xg->reduce(xg->ctx, dgate, N * (size_t)s->k));
 	}
 	TRY(exchange(d, xg, MR_MOE_DISPATCH_GRAD, dyo, counts, s));
-	for (e = 0; e < s->E; e++) {
-		size_t r0 = (size_t)e * s->cap, m = (size_t)counts[e];
+	v = mr_moe_view_of(xg, s, counts);
+	for (e = 0; e < v.E; e++) {
+		size_t r0 = (size_t)e * (size_t)v.cap, m = (size_t)v.counts[e];
 		if (m == 0)
 			continue;
 		TRY(cuda_matmul_bwd(d, AT(d, dh, r0 * H), dfcprojw + e * C * H, dfcprojb + e * C,

@@ -356,7 +356,9 @@ struct mr_moe_shape mr_gpt_moe_shape(const struct mr_gpt *m)
 	s.H = 4 * m->cfg.d_model / m->tp.size;
 	s.E = m->cfg.n_experts;
 	s.k = m->cfg.top_k;
-	s.cap = mr_moe_capacity(N, s.E, s.k, m->cfg.capacity_factor);
+	/* dropless: an expert can be chosen by every token of the
+	 * micro-batch (a token's k choices are distinct experts) */
+	s.cap = m->cfg.moe_dropless ? N : mr_moe_capacity(N, s.E, s.k, m->cfg.capacity_factor);
 	return s;
 }
 

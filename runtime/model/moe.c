@@ -247,7 +247,7 @@ int mr_moe_fwd(struct mr_pool *p, const struct mr_moe_shape *s, struct mr_moe_ac
 	       const float *fcprojb)
 {
 	int C = s->C, H = s->H, E = s->E, e, rc;
-	size_t ecap = (size_t)s->cap;
+	struct mr_moe_view v;
 
 	mr_matmul_fwd(p, a->probs, x, routerw, NULL, s->N, C, E);
 	mr_moe_route(s, a);
@@ -255,9 +255,10 @@ int mr_moe_fwd(struct mr_pool *p, const struct mr_moe_shape *s, struct mr_moe_ac
 	rc = xchg(xg, MR_MOE_DISPATCH, a->xin, a->count, s, (size_t)C);
 	if (rc < 0)
 		return rc;
-	for (e = 0; e < E; e++) {
-		int m = a->count[e];
-		size_t r0 = (size_t)e * ecap;
+	v = mr_moe_view_of(xg, s, a->count);
+	for (e = 0; e < v.E; e++) {
+		int m = v.counts[e];
+		size_t r0 = (size_t)e * (size_t)v.cap;
 		if (m == 0)
 			continue;
 		mr_matmul_fwd(p, a->h + r0 * H, a->xin + r0 * C, fcw + (size_t)e * H * C,
@@ -279,8 +280,8 @@ int mr_moe_bwd(struct mr_pool *p, const struct mr_moe_shape *s, const struct mr_
 	       float *dfcw, float *dfcb, float *dfcprojw, float *dfcprojb, float aux_scale,
 	       float *ws, const float *ones)
 {
-	int N = s->N, C = s->C, H = s->H, E = s->E, k = s->k, e, rc;
-	size_t ecap = (size_t)s->cap;
+	int N = s->N, C = s->C, H = s->H, k = s->k, e, rc;
+	struct mr_moe_view v;
 	struct mr_moe_ws w;
 	float *dprobs, *dyo, *dxin, *dh, *dgate;
 
@@ -298,9 +299,10 @@ int mr_moe_bwd(struct mr_pool *p, const struct mr_moe_shape *s, const struct mr_
 	rc = xchg(xg, MR_MOE_DISPATCH_GRAD, dyo, a->count, s, (size_t)C);
 	if (rc < 0)
 		return rc;
-	for (e = 0; e < E; e++) {
-		int m = a->count[e];
-		size_t r0 = (size_t)e * ecap;
+	v = mr_moe_view_of(xg, s, a->count);
+	for (e = 0; e < v.E; e++) {
+		int m = v.counts[e];
+		size_t r0 = (size_t)e * (size_t)v.cap;
 		if (m == 0)
 			continue;
 		mr_matmul_bwd(p, dh + r0 * H, dfcprojw + (size_t)e * C * H,
@@ -317,6 +319,6 @@ int mr_moe_bwd(struct mr_pool *p, const struct mr_moe_shape *s, const struct mr_
 	mr_moe_combine(s, a, 0, dx, dxin);
 	mr_moe_router_bwd(s, a, dprobs, dgate, aux_scale);
 	mr_matmul_bwd(p, xg && xg->router_dx_off ? NULL : dx, drouterw, NULL, dprobs, x, routerw,
-		      N, C, E, 1, ones);
+		      N, C, s->E, 1, ones);
 	return 0;
 }

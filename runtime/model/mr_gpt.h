@@ -88,8 +88,10 @@ struct mr_gpt_config {
 	int moe_every;    /* 0: dense; k: layers k-1, 2k-1, ... are MoE */
 	int n_experts;    /* E (MoE only) */
 	int top_k;        /* 1 or 2 (MoE only) */
-	float capacity_factor; /* > 0 (MoE only) */
+	float capacity_factor; /* > 0 (MoE only, policy capacity) */
 	float aux_coef;   /* load-balancing loss coefficient (MoE only) */
+	int moe_dropless; /* MoE policy: 0 capacity (drops past capacity_factor),
+			   * 1 dropless (every expert takes all N of its rows) */
 };
 
 /* Checks the config; the message names the offending field. */

@@ -10,7 +10,9 @@
  *    gradient); k = 2 renormalises g_j = p_j / (p_a + p_b) over the chosen
  *    pair (GShard/Mixtral), also when one of the pair is dropped.
  *  - capacity per expert: cap = ceil(capacity_factor * N * k / E), clamped
- *    to [1, N], N = tokens of the micro-batch on this rank.
+ *    to [1, N], N = tokens of the micro-batch on this rank; the dropless
+ *    policy (mr_gpt_config.moe_dropless) uses cap = N, which no expert
+ *    can exceed (a token's k choices are distinct experts).
  *  - dropping by position: assignments are taken in token order (flattened
  *    b*T + t), and within a token in choice order (best first); an expert
  *    accepts the first cap of them. A dropped assignment contributes zero;
@@ -43,6 +45,12 @@ enum mr_moe_phase {
 
 /* Moves expert-major rows (E, cap, row) between ranks. counts[e] rows of
  * expert e are valid. fn NULL = identity (one rank, in place).
+ * Expert parallel (parallel/mr_ep.h): this rank runs local_experts of the
+ * E experts. DISPATCH and DISPATCH_GRAD turn the buffer into its expert
+ * view, (local_experts, E * cap / local_experts, row): each local expert's
+ * rows from every rank, packed, view_counts[e] of them; COMBINE and
+ * COMBINE_GRAD turn a view back into (E, cap, row) at the source. The
+ * experts' weights are then the local ones, local_experts of them.
  * Under tensor parallelism each rank holds a slice of every expert's
  * hidden units, so expert outputs are partial sums: reduce (NULL = none)
  * sums the (N,k) partial gate gradients <dy, yo> across the tp ranks, and
@@ -54,13 +62,36 @@ struct mr_moe_xchg {
 	int (*reduce)(void *ctx, float *buf, size_t n);
 	void *ctx;
 	int router_dx_off;
+	int local_experts;  /* 0: every expert runs here (no expert parallel) */
+	const int *view_counts; /* (local_experts) set by DISPATCH(_GRAD) */
 };
+
 
 /* N tokens, C channels, H hidden units per expert on this rank (4C / tp),
  * E experts, top-k, capacity per expert. */
 struct mr_moe_shape {
 	int N, C, H, E, k, cap;
 };
+
+/* The experts a rank runs after a dispatch, and its rows: all E at cap
+ * and counts without expert parallelism, else xg's view. */
+struct mr_moe_view {
+	int E, cap;
+	const int *counts;
+};
+
+static inline struct mr_moe_view mr_moe_view_of(const struct mr_moe_xchg *xg,
+						 const struct mr_moe_shape *s, const int *counts)
+{
+	struct mr_moe_view v = { s->E, s->cap, counts };
+
+	if (xg && xg->local_experts > 0) {
+		v.E = xg->local_experts;
+		v.cap = s->E * s->cap / xg->local_experts;
+		v.counts = xg->view_counts;
+	}
+	return v;
+}
 
 struct mr_moe_acts {
 	float *probs;      /* (N,E) router softmax */
@@ -127,7 +158,8 @@ int mr_moe_fwd(struct mr_pool *p, const struct mr_moe_shape *s, struct mr_moe_ac
 	       const float *fcprojb);
 /* dx (N,C) written (=); parameter grads +=; aux_scale = aux_coef * dscale
  * is the weight of this layer's aux loss in the total loss. ws as above;
- * ones has N floats equal to 1. */
+ * ones has max(N, E * cap / xg->local_experts) floats equal to 1: the
+ * most rows an expert gets (N without expert parallelism). */
 int mr_moe_bwd(struct mr_pool *p, const struct mr_moe_shape *s, const struct mr_moe_acts *a,
 	       const struct mr_moe_xchg *xg, float *dx, const float *dy, const float *x,
 	       const float *routerw, const float *fcw, const float *fcprojw, float *drouterw,

@@ -75,8 +75,8 @@
 #define SEQ 16
 
 /* vocab, max_seq, L, C, NH, moe_every, E, top_k, capacity, aux */
-static const struct mr_gpt_config dense = { 96, 16, 2, 64, 2, 0, 0, 0, 0.0f, 0.0f };
-static const struct mr_gpt_config moe = { 96, 16, 2, 64, 2, 2, 4, 2, 1.0f, 0.01f };
+static const struct mr_gpt_config dense = { 96, 16, 2, 64, 2, 0, 0, 0, 0.0f, 0.0f, 0 };
+static const struct mr_gpt_config moe = { 96, 16, 2, 64, 2, 2, 4, 2, 1.0f, 0.01f, 0 };
 /* lr, min_lr_frac, warmup, total, beta1, beta2, eps, weight_decay, clip */
 static const struct mr_adamw_config ocfg = { 1e-2f, 0.1f, 2, STEPS, 0.9f, 0.95f, 1e-8f,
 					     0.1f, 1.0f };

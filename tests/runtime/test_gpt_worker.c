@@ -129,6 +129,8 @@ Test(gpt_worker, bad_configs_name_the_field)
 	expect_bad("{\"moe_every\":1,\"n_experts\":1,\"top_k\":2}", "top_k");
 	expect_bad("{\"moe_every\":1,\"capacity_factor\":0}", "capacity_factor");
 	expect_bad("{\"moe_every\":1,\"capacity_factor\":-1}", "capacity_factor");
+	expect_bad("{\"moe_every\":1,\"moe_policy\":\"dropfree\"}", "moe_policy");
+	expect_bad("{\"moe_every\":1,\"moe_policy\":2}", "moe_policy");
 	expect_bad("{\"n_layer\":0}", "n_layer");
 	expect_bad("{\"seq_len\":64,\"max_seq\":32}", "seq_len");
 	expect_bad("{\"n_layers\":2}", "n_layers");
@@ -187,7 +189,7 @@ Test(gpt_worker, abort_from_another_thread_stops_step)
 
 Test(gpt_worker, nonfinite_loss_names_step_and_tensor)
 {
-	struct mr_gpt_config c = { 16, 8, 2, 16, 2, 0, 0, 0, 0, 0 };
+	struct mr_gpt_config c = { 16, 8, 2, 16, 2, 0, 0, 0, 0, 0, 0 };
 	struct mr_adamw_config oc = { 1e-3f, 0.1f, 0, 10, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f };
 	struct mr_errbuf eb = { "", "" };
 	struct mr_gpt m;

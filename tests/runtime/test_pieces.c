@@ -23,8 +23,8 @@
 #define B 2
 #define T 16
 
-static const struct mr_gpt_config dense = { 64, 16, 4, 32, 4, 0, 0, 0, 0, 0 };
-static const struct mr_gpt_config moe = { 64, 16, 4, 32, 4, 2, 4, 2, 1.0f, 0.01f };
+static const struct mr_gpt_config dense = { 64, 16, 4, 32, 4, 0, 0, 0, 0, 0, 0 };
+static const struct mr_gpt_config moe = { 64, 16, 4, 32, 4, 2, 4, 2, 1.0f, 0.01f, 0 };
 
 static void open_model(struct mr_gpt *m, const struct mr_gpt_config *c)
 {

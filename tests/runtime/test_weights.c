@@ -10,7 +10,7 @@
 #include "model/mr_gpt.h"
 #include "model/mr_weights.h"
 
-static const struct mr_gpt_config moe = { 32, 16, 2, 16, 2, 2, 3, 2, 1.5f, 0.01f };
+static const struct mr_gpt_config moe = { 32, 16, 2, 16, 2, 2, 3, 2, 1.5f, 0.01f, 0 };
 
 Test(weights, round_trip_and_seeded_init)
 {
