@@ -10,6 +10,7 @@ Prints per model: gpu pytorch <name> tokens_per_s=<x>
 Exits 0 without printing a result when torch or CUDA is absent.
 """
 import argparse
+import os
 import sys
 import time
 
@@ -21,17 +22,15 @@ except ImportError:
     print("gpu pytorch: no torch here, anchor skipped")
     sys.exit(0)
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import train_torch  # noqa: E402  (the CPU anchor's layers)
+
 MODELS = {"124m": ("124M", 12, 768, 12), "350m": ("350M", 24, 1024, 16)}
 T, V = 1024, 50304
 
 
-class Block(nn.Module):
-    def __init__(self, C, H):
-        super().__init__()
-        self.H = H
-        self.ln1, self.ln2 = nn.LayerNorm(C), nn.LayerNorm(C)
-        self.qkv, self.proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
-        self.fc, self.fcp = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
+class Block(train_torch.Block):
+    """The CPU anchor's block with PyTorch 2's fused causal attention."""
 
     def forward(self, x):
         B, T_, C = x.shape

@@ -92,7 +92,7 @@ static int rank_run(struct bench *b, int rank, struct mr_comm *world)
 		goto out;
 	{
 		struct mr_dp_config dc = { 0, 0, b->overlap };
-		struct mr_dp_comms cc = { b->dp > 1 ? world : NULL, NULL, world };
+		struct mr_dp_comms cc = { b->dp > 1 ? world : NULL, NULL, world, NULL };
 		rc = mr_step_init(&drv, &m, &ocfg, &dc, &cc, 1, &eb);
 	}
 	if (rc < 0)

@@ -183,7 +183,8 @@ static int stage_run(struct run *r, int rank)
 	have_m = 1;
 	{
 		struct mr_dp_config dc = { 0, 0, 0 };
-		struct mr_dp_comms cc = { g.shard, g.replica, g.group[MR_GROUP_WORLD] };
+		struct mr_dp_comms cc = { g.shard, g.replica, g.group[MR_GROUP_WORLD],
+					  g.group[MR_GROUP_EDP] };
 		struct mr_pp_config pc = { r->kind, r->v, g.group[MR_GROUP_PP], g.embed,
 					   mr_comm_p2p_in_order(g.group[MR_GROUP_PP]) };
 

@@ -61,6 +61,18 @@ static void log_stage(const struct gw *w)
 		    w->model.last_stage);
 }
 
+/* One line per expert-parallel rank: its experts and the MoE policy. */
+static void log_experts(const struct gw *w)
+{
+	const struct mr_ep *ep = &w->model.ep;
+
+	mr_log_info("expert_parallel",
+		    "ep=%d ep_rank=%d edp=%d experts=%d-%d of=%d policy=%s capacity_factor=%g",
+		    ep->size, ep->rank, w->groups.mesh.edp, mr_ep_first_expert(ep, ep->rank),
+		    mr_ep_first_expert(ep, ep->rank) + ep->El - 1, ep->E,
+		    w->mc.moe_dropless ? "dropless" : "capacity", (double)w->mc.capacity_factor);
+}
+
 static int gw_create(void **state, const struct mr_worker_env *env, struct mr_errbuf *eb)
 {
 	struct gw *w = calloc(1, sizeof(*w));
@@ -123,6 +135,8 @@ static int gw_create(void **state, const struct mr_worker_env *env, struct mr_er
 		    w->accum, w->threads, w->peak_flops * 1e-9);
 	if (w->step_drv.pp)
 		log_stage(w);
+	if (w->model.ep.size > 1)
+		log_experts(w);
 	*state = w;
 	return 0;
 fail:
@@ -183,14 +197,24 @@ static int save_weights(struct gw *w, struct mr_errbuf *eb)
 	struct mr_gpt *m = &w->model;
 	float *local = malloc(sizeof(float) * m->nparams), *full = NULL;
 	struct mr_comm *pp = w->groups.group[MR_GROUP_PP];
+	struct mr_comm *ep = m->place.comm[MR_AXIS_EP];
 	int rc;
 
 	if (!local)
 		return mr_errf(eb, MR_ENOMEM, "unable to allocate the gathered weights");
 	/* to the host; collective over the shard group under ZeRO-3 */
 	rc = mr_dp_gather_params(w->step_drv.dp, local);
-	if (rc == 0 && w->dp_rank == 0)
+	/* under expert parallelism the ep group of dp rank 0 gathers: each
+	 * member's experts, summed into dp rank 0's copy */
+	if (rc == 0 && (ep ? w->groups.me.edp == 0 : w->dp_rank == 0))
 		rc = mr_gpt_gather_full(m, local, &full);
+	if (rc == 0 && full && ep)
+		rc = mr_comm_allreduce(ep, full, full, mr_gpt_full_nparams(m), MR_COMM_F32,
+				       MR_COMM_SUM);
+	if (w->dp_rank != 0) {
+		free(full);
+		full = NULL;
+	}
 	if (rc == 0 && full && pp)
 		rc = mr_comm_allreduce(pp, full, full, mr_gpt_full_nparams(m), MR_COMM_F32,
 				       MR_COMM_SUM);

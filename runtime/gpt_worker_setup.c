@@ -212,6 +212,7 @@ int mr__gw_create_trainer(struct gw *w, const struct mr_worker_env *env,
 	cc.shard = w->groups.shard;
 	cc.replica = w->groups.replica;
 	cc.world = w->groups.group[MR_GROUP_WORLD];
+	cc.expert = w->groups.group[MR_GROUP_EDP];
 	if (w->groups.mesh.pp > 1) {
 		struct mr_comm *ppc = w->groups.group[MR_GROUP_PP];
 		struct mr_pp_config pc = { w->pp_kind, w->pp_virtual, ppc, w->groups.embed,

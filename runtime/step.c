@@ -78,7 +78,7 @@ int mr_step_init(struct mr_step *s, struct mr_gpt *m, const struct mr_adamw_conf
 		 struct mr_errbuf *eb)
 {
 	struct mr_dp_config ddp = { 0, 0, 1 };
-	struct mr_dp_comms one = { NULL, NULL, m->tp.comm };
+	struct mr_dp_comms one = { NULL, NULL, m->tp.comm, NULL };
 
 	memset(s, 0, sizeof(*s));
 	atomic_init(&s->micro, -1);

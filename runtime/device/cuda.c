@@ -388,7 +388,7 @@ static int cuda_moe_bwd(struct mr_dev *d, const struct mr_moe_shape *s,
 	       "moe_combine_bwd"));
 	if (xg && xg->reduce) {
 		TRY(cuda_sync(d));
-		TRY(xg->reduce(xg->ctx, dgate, N * (size_t)s->k));
+		TRY(xg->reduce(xg->reduce_ctx, dgate, N * (size_t)s->k));
 	}
 	TRY(exchange(d, xg, MR_MOE_DISPATCH_GRAD, dyo, counts, s));
 	v = mr_moe_view_of(xg, s, counts);

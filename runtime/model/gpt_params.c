@@ -108,6 +108,21 @@ static void *dalloc(struct mr_gpt *m, enum mr_mem_kind kind, size_t bytes)
 	return mr_dev_alloc(m->dev, &m->mem, kind, bytes);
 }
 
+/* Rows of m->ones: a micro-batch's N, or under expert parallelism the
+ * most rows one expert can get, E * cap / (E / ep) (model/mr_moe.h). */
+static size_t ones_n(const struct mr_gpt *m)
+{
+	size_t N = (size_t)m->B * m->T;
+	int ep = mr_place_size(&m->place, MR_AXIS_EP);
+
+	if (ep > 1 && m->cfg.moe_every > 0) {
+		struct mr_moe_shape s = mr_gpt_moe_shape(m);
+		size_t rows = (size_t)ep * (size_t)s.cap;
+		return rows > N ? rows : N;
+	}
+	return N;
+}
+
 /* Carves a micro-batch slot's activations into m's fields; sizes only
  * when cv's base is NULL. With tp, the head-, hidden- and vocab-sized
  * buffers are this rank's slice; with sp, the residual stream holds this
@@ -185,7 +200,7 @@ static void carve_ws(struct mr_gpt *m, struct carve *wv)
 	size_t Nl = (size_t)mr_tp_local_rows(&m->tp), Cl = C / (size_t)tp, Hl = 4 * Cl;
 	size_t kws, mws = 0;
 
-	m->ones = take(m, wv, N);
+	m->ones = take(m, wv, ones_n(m));
 	m->dres = take(m, wv, Nl * C);
 	m->dln = take(m, wv, N * C);
 	m->datty = take(m, wv, N * Cl);
@@ -394,19 +409,21 @@ static int check_chunks(const struct mr_gpt_config *c, const struct mr_place *pl
 int mr_gpt_check_placement(const struct mr_gpt_config *c, int T, const struct mr_place *place,
 			   struct mr_errbuf *eb)
 {
-	static const enum mr_axis later[] = { MR_AXIS_CP, MR_AXIS_EP };
 	int tp = mr_place_size(place, MR_AXIS_TP), sp = place && place->sp, rc;
-	size_t i;
+	int ep = mr_place_size(place, MR_AXIS_EP);
 
 	if ((rc = mr_gpt_config_check(c, eb)) < 0)
 		return rc;
-	for (i = 0; i < sizeof(later) / sizeof(later[0]); i++)
-		if (mr_place_size(place, later[i]) > 1)
-			return mr_errf_field(eb, MR_EINVAL, mr_axis_name(later[i]),
-					     "the gpt runtime does not implement %s > 1 yet (mesh "
-					     "cp=%d ep=%d)",
-					     mr_axis_name(later[i]), mr_place_size(place, MR_AXIS_CP),
-					     mr_place_size(place, MR_AXIS_EP));
+	if (mr_place_size(place, MR_AXIS_CP) > 1)
+		return mr_errf_field(eb, MR_EINVAL, "cp",
+				     "the gpt runtime does not implement cp > 1 yet (mesh cp=%d)",
+				     mr_place_size(place, MR_AXIS_CP));
+	if (ep > 1 && c->moe_every == 0)
+		return mr_errf_field(eb, MR_EINVAL, "ep",
+				     "ep %d needs a MoE model ('moe_every' > 0)", ep);
+	if (ep > 1 && c->n_experts % ep != 0)
+		return mr_errf_field(eb, MR_EINVAL, "ep",
+				     "ep (%d) does not divide 'n_experts' (%d)", ep, c->n_experts);
 	if ((rc = check_chunks(c, place, eb)) < 0)
 		return rc;
 	if (tp > 1024)
@@ -454,21 +471,28 @@ int mr_gpt_create_placed(struct mr_gpt *m, const struct mr_gpt_config *cfg, int 
 	return 0;
 }
 
-/* m->ones := 1 (through a host copy and the device's conversion). */
+/* m->ones := 1 (through a host copy and the device's conversion, in
+ * pieces of the fp32 that dtmp's N*C activations have room for). */
 static int fill_ones(struct mr_gpt *m)
 {
-	size_t i, N = (size_t)m->B * m->T;
-	float *h = malloc(N * sizeof(float));
-	float *f32 = (float *)(void *)m->dtmp; /* N*C elements: room for N fp32 */
-	int rc;
+	size_t i, n = ones_n(m), done;
+	size_t piece = mr_dev_act_bytes(m->dev, (size_t)m->B * m->T * (size_t)m->cfg.d_model) /
+		       sizeof(float);
+	float *h, *f32 = (float *)(void *)m->dtmp;
+	int rc = 0;
 
-	if (!h)
+	if (piece > n)
+		piece = n;
+	if (!(h = malloc(piece * sizeof(float))))
 		return MR_ENOMEM;
-	for (i = 0; i < N; i++)
+	for (i = 0; i < piece; i++)
 		h[i] = 1.0f;
-	rc = m->dev->ops->upload(m->dev, f32, h, N * sizeof(float));
-	if (rc == 0)
-		rc = m->dev->ops->to_act(m->dev, m->ones, f32, N);
+	for (done = 0; done < n && rc == 0; done += piece) {
+		size_t k = n - done < piece ? n - done : piece;
+		rc = m->dev->ops->upload(m->dev, f32, h, k * sizeof(float));
+		if (rc == 0)
+			rc = m->dev->ops->to_act(m->dev, mr_dev_at(m->dev, m->ones, done), f32, k);
+	}
 	free(h);
 	return rc;
 }
@@ -526,6 +550,9 @@ int mr_gpt_create_on(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, i
 	if (mr_place_size(&m->place, MR_AXIS_TP) > 1 && !m->place.comm[MR_AXIS_TP])
 		return mr_errf_field(eb, MR_EINVAL, "tp", "tp %d without a tp communicator",
 				     mr_place_size(&m->place, MR_AXIS_TP));
+	if (mr_place_size(&m->place, MR_AXIS_EP) > 1 && !m->place.comm[MR_AXIS_EP])
+		return mr_errf_field(eb, MR_EINVAL, "ep", "ep %d without an ep communicator",
+				     mr_place_size(&m->place, MR_AXIS_EP));
 	m->cfg = *cfg;
 	m->B = B;
 	m->T = T;
@@ -588,8 +615,16 @@ int mr_gpt_create_on(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, i
 	}
 	if (m->tp.size > 1) {
 		m->xchg.reduce = mr_tp_moe_reduce;
-		m->xchg.ctx = &m->tp;
+		m->xchg.reduce_ctx = &m->tp;
 		m->xchg.router_dx_off = m->tp.rank != 0;
+	}
+	if (mr_place_size(&m->place, MR_AXIS_EP) > 1) {
+		if ((rc = mr_ep_create(&m->ep, m->place.comm[MR_AXIS_EP], dev, &m->mem,
+				       cfg->n_experts, eb)) < 0) {
+			mr_gpt_release(m);
+			return rc;
+		}
+		mr_ep_bind(&m->ep, &m->xchg);
 	}
 	return 0;
 nomem:
@@ -622,6 +657,7 @@ void mr_gpt_release(struct mr_gpt *m)
 	int k;
 
 	if (d) {
+		mr_ep_release(&m->ep);
 		if (m->nslots > 0)
 			slot_save(m, &m->slots[m->slot]);
 		for (k = 0; k < m->nslots; k++)
@@ -648,7 +684,9 @@ int mr_gpt_init_tensor(const struct mr_gpt *m, uint64_t seed, int i, float *dst)
 {
 	const struct mr_gpt_tensor *t = &m->tensors[i];
 	size_t j, n = mr_gpt_tensor_full_n(t);
-	float *full = t->split[MR_AXIS_TP] >= 0 ? malloc(n * sizeof(float)) : dst;
+	float *full = t->split[MR_AXIS_TP] >= 0 || t->split[MR_AXIS_EP] >= 0
+			      ? malloc(n * sizeof(float))
+			      : dst;
 	struct mr_rng r;
 
 	if (!full)
@@ -661,7 +699,7 @@ int mr_gpt_init_tensor(const struct mr_gpt *m, uint64_t seed, int i, float *dst)
 			full[j] = t->init == MR_INIT_ONE ? 1.0f : 0.0f;
 	}
 	if (full != dst) {
-		mr_gpt_tensor_slice(t, m->tp.size, m->tp.rank, full, dst, 0);
+		mr_gpt_tensor_slice(t, m->tp.size, m->tp.rank, m->ep.rank, full, dst, 0);
 		free(full);
 	}
 	return 0;

@@ -24,6 +24,8 @@ struct table {
 	int n, cap;
 	size_t off;
 	int tp;            /* tensor parallel degree: local = full / tp on the tp split */
+	int ep;            /* expert parallel degree: experts = full / ep on dim 0 */
+	int experts;       /* the tensors being added hold experts (dim 0) */
 	int *unit_first;   /* (units + 1), filled when t is */
 	int unit;          /* units held so far */
 	const unsigned char *hold; /* per unit of the whole model: 1 held here; NULL: all */
@@ -61,6 +63,8 @@ static void add(struct table *tb, const char *name, int d0, int d1, int d2,
 	 * padded: every rank holds ceil(d / tp) rows, the last ones zero */
 	if (split >= 0)
 		shape[split] = (shape[split] + tb->tp - 1) / tb->tp;
+	if (tb->experts)
+		shape[0] /= tb->ep;
 	for (k = 0; k < 3; k++)
 		n *= (size_t)(shape[k] ? shape[k] : 1);
 	if (tb->t && tb->n < tb->cap) {
@@ -73,6 +77,7 @@ static void add(struct table *tb, const char *name, int d0, int d1, int d2,
 		for (int a = 0; a < MR_AXIS__COUNT; a++)
 			t->split[a] = -1;
 		t->split[MR_AXIS_TP] = tb->tp > 1 ? split : -1;
+		t->split[MR_AXIS_EP] = tb->experts && tb->ep > 1 ? 0 : -1;
 		t->split_parts = parts;
 		t->n = n;
 		t->off = tb->off;
@@ -116,10 +121,14 @@ static void build_table(const struct mr_gpt_config *c, struct table *tb)
 		add(tb, NAME("ln2.b"), C, 0, 0, MR_INIT_ZERO, 0, -1, 1);
 		if (mr_gpt_layer_is_moe(c, l)) {
 			add(tb, NAME("moe.router.w"), E, C, 0, MR_INIT_NORMAL, sd, -1, 1);
+			/* the experts, last in the unit: one contiguous range
+			 * the data-parallel layer reduces over expert-data ranks */
+			tb->experts = 1;
 			add(tb, NAME("moe.fc.w"), E, 4 * C, C, MR_INIT_NORMAL, sd, 1, 1);
 			add(tb, NAME("moe.fc.b"), E, 4 * C, 0, MR_INIT_ZERO, 0, 1, 1);
 			add(tb, NAME("moe.proj.w"), E, C, 4 * C, MR_INIT_NORMAL, rsd, 2, 1);
 			add(tb, NAME("moe.proj.b"), E, C, 0, MR_INIT_ZERO, 0, -1, 1);
+			tb->experts = 0;
 		} else {
 			add(tb, NAME("mlp.fc.w"), 4 * C, C, 0, MR_INIT_NORMAL, sd, 0, 1);
 			add(tb, NAME("mlp.fc.b"), 4 * C, 0, 0, MR_INIT_ZERO, 0, 0, 1);
@@ -152,12 +161,20 @@ size_t mr_gpt_tensor_full_n(const struct mr_gpt_tensor *t)
 	return n;
 }
 
-void mr_gpt_tensor_slice(const struct mr_gpt_tensor *t, int tp, int tp_rank, float *full,
-			 float *local, int to_full)
+void mr_gpt_tensor_slice(const struct mr_gpt_tensor *t, int tp, int tp_rank, int ep_rank,
+			 float *full, float *local, int to_full)
 {
 	size_t outer = 1, inner = 1, D, pd, ld, lo, have, o, q;
 	int k, s = t->split[MR_AXIS_TP];
 
+	if (t->split[MR_AXIS_EP] >= 0) {
+		/* this rank's experts: a contiguous block of the full tensor,
+		 * whose own shape is the full one with shape[0] experts */
+		size_t per = 1;
+		for (k = 1; k < t->ndim; k++)
+			per *= (size_t)t->full[k];
+		full += (size_t)ep_rank * (size_t)t->shape[0] * per;
+	}
 	if (s < 0 || tp <= 1) {
 		if (to_full)
 			memcpy(full, local, sizeof(float) * t->n);
@@ -165,8 +182,8 @@ void mr_gpt_tensor_slice(const struct mr_gpt_tensor *t, int tp, int tp_rank, flo
 			memcpy(local, full, sizeof(float) * t->n);
 		return;
 	}
-	for (k = 0; k < s; k++)
-		outer *= (size_t)t->full[k];
+	for (k = 0; k < s; k++) /* an expert tensor's dim 0: this rank's experts */
+		outer *= (size_t)(k == 0 && t->split[MR_AXIS_EP] >= 0 ? t->shape[0] : t->full[k]);
 	for (k = s + 1; k < t->ndim; k++)
 		inner *= (size_t)t->full[k];
 	D = (size_t)t->full[s];
@@ -302,7 +319,8 @@ static int stage_units(const struct mr_gpt *m, unsigned char **hold)
 
 int mr__gpt_table_create(struct mr_gpt *m)
 {
-	struct table tb = { NULL, 0, 0, 0, m->tp.size, NULL, 0, NULL, 0, 0, 0, 0 };
+	struct table tb = { NULL, 0, 0, 0, m->tp.size, mr_place_size(&m->place, MR_AXIS_EP), 0,
+			    NULL, 0, NULL, 0, 0, 0, 0 };
 	unsigned char *hold;
 	int l, u = 0, rc = stage_units(m, &hold);
 
@@ -371,10 +389,13 @@ int mr_gpt_gather_full(const struct mr_gpt *m, const float *local, float **full)
 				break;
 			}
 		}
-		/* the tied replica of the embeddings is the first stage's to give */
-		if (out && rc == 0 && !(m->tied_replica && i < m->unit_first[1]))
+		/* the tied replica of the embeddings is the first stage's to give;
+		 * under expert parallelism every ep rank gives its experts, ep
+		 * rank 0 the rest (the caller sums over the ep group) */
+		if (out && rc == 0 && !(m->tied_replica && i < m->unit_first[1]) &&
+		    (t->split[MR_AXIS_EP] >= 0 || m->ep.rank == 0))
 			for (q = 0; q < tp; q++)
-				mr_gpt_tensor_slice(t, tp, q, out + t->full_off,
+				mr_gpt_tensor_slice(t, tp, q, m->ep.rank, out + t->full_off,
 						    tp > 1 ? buf + (size_t)q * t->n : (float *)src, 1);
 	}
 	free(buf);

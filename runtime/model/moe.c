@@ -294,7 +294,7 @@ int mr_moe_bwd(struct mr_pool *p, const struct mr_moe_shape *s, const struct mr_
 
 	/* combine backward: dyo = g * dy, dgate = <dy, yo> (partial under tp) */
 	mr_moe_combine_bwd(s, a, dyo, dgate, dy, a->yo);
-	if (xg && xg->reduce && (rc = xg->reduce(xg->ctx, dgate, (size_t)N * k)) < 0)
+	if (xg && xg->reduce && (rc = xg->reduce(xg->reduce_ctx, dgate, (size_t)N * k)) < 0)
 		return rc;
 	rc = xchg(xg, MR_MOE_DISPATCH_GRAD, dyo, a->count, s, (size_t)C);
 	if (rc < 0)

@@ -77,6 +77,7 @@
 #include "mr_mem.h"
 #include "mr_place.h"
 #include "model/mr_moe.h"
+#include "parallel/mr_ep.h"
 #include "parallel/mr_tp.h"
 
 struct mr_gpt_config {
@@ -279,7 +280,9 @@ struct mr_gpt {
 
 	float loss;             /* mean cross-entropy of the last forward */
 	float aux_loss;         /* sum over MoE layers (before aux_coef) */
-	struct mr_moe_xchg xchg; /* dispatch/combine exchange (identity) */
+	struct mr_moe_xchg xchg; /* dispatch/combine exchange (identity; all-to-all
+				  * over the ep group under expert parallelism) */
+	struct mr_ep ep;         /* ep > 1: E / ep experts per MoE layer here */
 };
 
 int mr_gpt_create(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, int T,
@@ -335,10 +338,12 @@ void mr_gpt_unit_range(const struct mr_gpt *m, int u, size_t *off, size_t *n);
  * (element 0 = the unit's first element; NULL leaves that side alone). */
 void mr_gpt_bind_unit(struct mr_gpt *m, int u, float *pbase, float *gbase);
 
-/* Copies between a tensor's whole (full-shape) values and this rank's
- * slice: to_full = 0 extracts local from full, 1 writes local into full. */
-void mr_gpt_tensor_slice(const struct mr_gpt_tensor *t, int tp, int tp_rank, float *full,
-			 float *local, int to_full);
+/* Copies between a tensor's whole (full-shape) values and the slice of
+ * tp rank tp_rank and ep rank ep_rank (an expert tensor holds experts
+ * [ep_rank * shape[0], ...) of the full[0]): to_full = 0 extracts local
+ * from full, 1 writes local into full. */
+void mr_gpt_tensor_slice(const struct mr_gpt_tensor *t, int tp, int tp_rank, int ep_rank,
+			 float *full, float *local, int to_full);
 /* 1 if this rank counts tensor t in a sum over the model-parallel group
  * (a grad norm): a tensor replicated across tp is counted by tp rank 0
  * only, the embeddings by the first pipeline stage only. */

@@ -60,7 +60,8 @@ struct mr_moe_xchg {
 	int (*fn)(void *ctx, enum mr_moe_phase phase, float *buf, const int *counts,
 		  int E, int cap, size_t row);
 	int (*reduce)(void *ctx, float *buf, size_t n);
-	void *ctx;
+	void *ctx;          /* fn's */
+	void *reduce_ctx;   /* reduce's */
 	int router_dx_off;
 	int local_experts;  /* 0: every expert runs here (no expert parallel) */
 	const int *view_counts; /* (local_experts) set by DISPATCH(_GRAD) */

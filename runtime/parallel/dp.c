@@ -66,11 +66,14 @@ static int layout(struct mr_dp *d)
 	return 0;
 }
 
-/* The owned pieces of every tensor and whether they count in the norm. */
+/* The owned pieces of every tensor and whether they count in the norm:
+ * one rank of the data-parallel replicas counts a tensor, for experts one
+ * of the expert-data-parallel ones (every ep rank holds other experts). */
 static int segments(struct mr_dp *d)
 {
 	struct mr_gpt *m = d->m;
 	int lead = d->zero ? d->rrank == 0 : d->srank == 0 && d->rrank == 0;
+	int elead = d->erank == 0 && d->rrank == 0;
 	int u, i;
 
 	d->seg = calloc((size_t)m->ntensors, sizeof(*d->seg));
@@ -97,13 +100,37 @@ static int segments(struct mr_dp *d)
 			s->unit = u;
 			s->tensor = i;
 			s->decay = t->decay;
-			s->count = lead && mr_gpt_norm_counts(m, t);
+			s->count = (t->split[MR_AXIS_EP] >= 0 ? elead : lead) &&
+				   mr_gpt_norm_counts(m, t);
 			if (s->count) {
 				d->cnt_off[d->ncnt] = s->so;
 				d->cnt_n[d->ncnt++] = s->n;
 			}
 			d->nseg++;
 		}
+	}
+	return 0;
+}
+
+/* Expert parallel: the table as maximal ranges of dense or expert tensors. */
+static int ranges(struct mr_dp *d)
+{
+	const struct mr_gpt *m = d->m;
+	int i;
+
+	if (d->ep <= 1)
+		return 0;
+	if (!(d->range = calloc((size_t)m->ntensors, sizeof(*d->range))))
+		return MR_ENOMEM;
+	for (i = 0; i < m->ntensors; i++) {
+		const struct mr_gpt_tensor *t = &m->tensors[i];
+		int ex = t->split[MR_AXIS_EP] >= 0;
+		struct dp_range *r = &d->range[d->nrange - 1];
+		if (d->nrange > 0 && r->experts == ex && r->off + r->n == t->off) {
+			r->n += t->n;
+			continue;
+		}
+		d->range[d->nrange++] = (struct dp_range){ t->off, t->n, ex };
 	}
 	return 0;
 }
@@ -275,7 +302,22 @@ int mr_dp_create(struct mr_dp **out, struct mr_gpt *m, const struct mr_adamw_con
 	d->rrank = comm_rank(d->c.replica);
 	d->W = comm_size(d->c.world);
 	d->dpn = d->S * d->R;
+	d->ep = mr_place_size(&m->place, MR_AXIS_EP);
+	d->erank = comm_rank(d->c.expert);
+	if (d->ep > 1 && (d->zero > 0 || d->R > 1)) {
+		rc = mr_errf_field(eb, MR_ENOTSUP, d->zero > 0 ? "zero" : "hsdp_shard",
+				   "expert parallelism (ep %d) runs with DDP only so far: "
+				   "'zero' must be 0 and 'hsdp_shard' unset (zero %d, replicas %d)",
+				   d->ep, d->zero, d->R);
+		free(d);
+		return rc;
+	}
+	/* the experts' grads reduce over another group than the rest: one
+	 * pass after the backward (no per-bucket overlap yet) */
+	if (d->ep > 1)
+		d->cfg.overlap = 0;
 	if ((rc = layout(d)) < 0 || (rc = segments(d)) < 0 || (rc = buckets(d)) < 0 ||
+	    (rc = ranges(d)) < 0 ||
 	    (rc = alloc_all(d)) < 0 || (rc = init_params(d, seed)) < 0) {
 		mr_dp_free(d);
 		return mr_errf(eb, rc, "unable to set up data parallelism (zero %d): %s",
@@ -314,6 +356,7 @@ void mr_dp_free(struct mr_dp *d)
 	free(d->boff);
 	free(d->bn);
 	free(d->req);
+	free(d->range);
 	free(d);
 }
 

@@ -170,11 +170,40 @@ static int z1_issue(struct mr_dp *d, int u)
 				       MR_COMM_F32, MR_COMM_AVG, &d->req[u]);
 }
 
+/*
+ * Expert parallel, DDP: the dense ranges averaged over the data-parallel
+ * group; each expert range over the expert-data-parallel group, then
+ * divided by ep. An expert's grad here already sums the ep ranks'
+ * micro-batches (their tokens came to it), so the mean over all dp
+ * micro-batches is (sum over edp of the sums over ep) / dp = (mean over
+ * edp) / ep.
+ */
+static int finish_ep(struct mr_dp *d)
+{
+	int i, rc = 0;
+
+	grad_issued(d);
+	if ((rc = d->dev->ops->sync(d->dev)) < 0)
+		return rc;
+	for (i = 0; i < d->nrange && rc == 0; i++) {
+		const struct dp_range *r = &d->range[i];
+		float *g = d->m->grads + r->off;
+		struct mr_comm *c = r->experts ? d->c.expert : d->c.shard;
+		if (c)
+			rc = mr_comm_allreduce(c, g, g, r->n, MR_COMM_F32, MR_COMM_AVG);
+		if (rc == 0 && r->experts)
+			rc = d->dev->ops->scale(d->dev, g, r->n, 1.0f / (float)d->ep);
+	}
+	return rc;
+}
+
 /* The gradient reductions of the step, done (see mr_dp.h). */
 static int finish(struct mr_dp *d)
 {
 	int b, u, rc = 0;
 
+	if (d->ep > 1)
+		return finish_ep(d);
 	if (d->zero == 0) {
 		if (!d->cfg.overlap && d->S > 1) {
 			grad_issued(d);

@@ -70,6 +70,11 @@ struct mr_dp {
 	size_t *boff, *bn;
 	struct mr_comm_req **req; /* (max(nunits, nbuckets)) pending grad ops */
 
+	/* expert parallel (ep > 1, DDP only): the table as ranges, each
+	 * reduced over the shard group (dense) or the expert group (experts) */
+	int ep, erank, nrange;
+	struct dp_range { size_t off, n; int experts; } *range;
+
 	int final;                /* current micro-batch is the last one */
 	double t_first, t_last;   /* grad collective span (comm_s) */
 	struct mr_dp_stats st;

@@ -79,13 +79,31 @@ static int copy_rows(struct mr_ep *ep, char *dst, const char *src, size_t rows, 
 	return rows ? ep->dev->ops->copy(ep->dev, dst, src, rows * rb) : 0;
 }
 
+/* Sends the packed rows (sc, sd set by the packing) and receives rrows[r]
+ * rows from each rank r, packed in rank order. */
+static int exchange(struct mr_ep *ep, const size_t *rrows, size_t row, int dtype)
+{
+	size_t off = 0;
+	int r, rc;
+
+	for (r = 0; r < ep->size; r++) {
+		ep->rd[r] = off;
+		ep->rc[r] = rrows[r] * row;
+		off += ep->rc[r];
+	}
+	if ((rc = ep->dev->ops->sync(ep->dev)) < 0)
+		return rc;
+	return mr_comm_alltoallv(ep->comm, ep->send, ep->sc, ep->sd, ep->recv, ep->rc, ep->rd,
+				 dtype);
+}
+
 /* Source layout -> packed by destination rank (experts in order) ->
- * alltoallv -> packed by source rank -> view. */
+ * exchange -> packed by source rank -> view. */
 static int to_view(struct mr_ep *ep, char *buf, const int *counts, int cap, size_t rb,
 		   size_t row, int dtype)
 {
 	int r, l, e, n = ep->size, El = ep->El, rc;
-	size_t off = 0, pos[1024];
+	size_t off = 0, pos[1024], rrows[1024];
 
 	for (r = 0; r < n; r++) {
 		ep->sd[r] = off / rb * row;
@@ -96,19 +114,10 @@ static int to_view(struct mr_ep *ep, char *buf, const int *counts, int cap, size
 			off += (size_t)counts[e] * rb;
 		}
 		ep->sc[r] = off / rb * row - ep->sd[r];
+		for (rrows[r] = 0, l = 0; l < El; l++)
+			rrows[r] += (size_t)ep->cnt[r * El + l];
 	}
-	off = 0;
-	for (r = 0; r < n; r++) {
-		size_t rows = 0;
-		for (l = 0; l < El; l++)
-			rows += (size_t)ep->cnt[r * El + l];
-		ep->rd[r] = off;
-		ep->rc[r] = rows * row;
-		off += rows * row;
-	}
-	if ((rc = ep->dev->ops->sync(ep->dev)) < 0 ||
-	    (rc = mr_comm_alltoallv(ep->comm, ep->send, ep->sc, ep->sd, ep->recv, ep->rc, ep->rd,
-				    dtype)) < 0)
+	if ((rc = exchange(ep, rrows, row, dtype)) < 0)
 		return rc;
 	for (l = 0; l < El; l++)
 		pos[l] = (size_t)l * (size_t)n * (size_t)cap;
@@ -125,12 +134,12 @@ static int to_view(struct mr_ep *ep, char *buf, const int *counts, int cap, size
 }
 
 /* The reverse: view -> packed by destination (the rows' source rank) ->
- * alltoallv -> packed by the rank of their experts -> source layout. */
+ * exchange -> packed by the rank of their experts -> source layout. */
 static int from_view(struct mr_ep *ep, char *buf, const int *counts, int cap, size_t rb,
 		     size_t row, int dtype)
 {
 	int r, l, e, n = ep->size, El = ep->El, rc;
-	size_t off = 0, pos[1024];
+	size_t off = 0, pos[1024], rrows[1024];
 
 	for (l = 0; l < El; l++)
 		pos[l] = (size_t)l * (size_t)n * (size_t)cap;
@@ -144,19 +153,10 @@ static int from_view(struct mr_ep *ep, char *buf, const int *counts, int cap, si
 			off += m * rb;
 		}
 		ep->sc[r] = off / rb * row - ep->sd[r];
+		for (rrows[r] = 0, e = r * El; e < (r + 1) * El; e++)
+			rrows[r] += (size_t)counts[e];
 	}
-	off = 0;
-	for (r = 0; r < n; r++) {
-		size_t rows = 0;
-		for (e = r * El; e < (r + 1) * El; e++)
-			rows += (size_t)counts[e];
-		ep->rd[r] = off;
-		ep->rc[r] = rows * row;
-		off += rows * row;
-	}
-	if ((rc = ep->dev->ops->sync(ep->dev)) < 0 ||
-	    (rc = mr_comm_alltoallv(ep->comm, ep->send, ep->sc, ep->sd, ep->recv, ep->rc, ep->rd,
-				    dtype)) < 0)
+	if ((rc = exchange(ep, rrows, row, dtype)) < 0)
 		return rc;
 	off = 0;
 	for (e = 0; e < ep->E; e++) {

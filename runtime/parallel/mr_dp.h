@@ -90,6 +90,9 @@ struct mr_dp_comms {
 	struct mr_comm *shard;   /* grads averaged, ZeRO state sharded; NULL = 1 rank */
 	struct mr_comm *replica; /* HSDP replica group (grads averaged too); NULL = none */
 	struct mr_comm *world;   /* every rank: grad norm and loss; NULL = single rank */
+	struct mr_comm *expert;  /* expert parallel (ep > 1): the expert-data-parallel
+				  * group (dp / ep ranks holding the same experts),
+				  * which averages the experts' grads; NULL = 1 rank */
 };
 
 struct mr_dp_stats {

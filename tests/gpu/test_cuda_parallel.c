@@ -56,7 +56,7 @@ static int train(struct run *r, struct mr_dev *d, struct mr_comm *world)
 {
 	struct mr_errbuf eb = { "", "" };
 	struct mr_dp_config dc = { r->zero, 0, 1 };
-	struct mr_dp_comms dpc = { world, NULL, world };
+	struct mr_dp_comms dpc = { world, NULL, world, NULL };
 	struct mr_place where;
 	struct mr_step_result res;
 	struct mr_step st;

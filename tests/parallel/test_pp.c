@@ -66,7 +66,7 @@ static int stage_main(struct mr_comm *world, void *arg)
 	int two[2] = { 0, p - 1 }, *in = NULL, *tg = NULL;
 	struct mr_errbuf eb = { "", "" };
 	struct mr_dp_config dc = { 0, 0, 1 };
-	struct mr_dp_comms cc = { NULL, NULL, world };
+	struct mr_dp_comms cc = { NULL, NULL, world, NULL };
 	struct mr_comm *embed = NULL;
 	struct mr_pool *pool = NULL;
 	struct mr_step st = { 0 };

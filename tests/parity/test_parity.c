@@ -138,6 +138,7 @@ struct job {
 	const char *sched; /* pp_schedule (pp > 1) */
 	int layers;        /* n_layer; 0 = 2 */
 	const char *pp_extra; /* more keys for the parallel run only ("pp_layers") */
+	int ep;            /* expert parallel degree (the parallel run); 0 = 1 */
 };
 
 /* The model's keys (a key given twice is an error in workload_config). */
@@ -193,12 +194,12 @@ static int run_job(const struct job *j, const char *tag, const char *extra, int 
 			 j->pp_extra ? j->pp_extra : "");
 	snprintf(cmd, sizeof(cmd),
 		 "cd '%s' && MR_CUDA_EMUL_DEVICES=4 timeout 300 '%s/meshrun' local --nodes %d --nproc-per-node %d "
-		 "--tp %d --pp %d --workload-config '{%s, \"steps\": %d, \"batch_size\": %d, "
+		 "--tp %d --pp %d --ep %d --workload-config '{%s, \"steps\": %d, \"batch_size\": %d, "
 		 "\"seq_len\": 16, \"grad_accum\": %d, \"lr\": 0.003, \"warmup_steps\": 2, "
 		 "\"threads\": 1, \"peak_flops\": 1e9, \"seed\": 11, \"zero\": %d, "
 		 "\"hsdp_shard\": %d, \"sequence_parallel\": %s, \"comm_timeout_ms\": 30000, "
 		 "\"loss_log\": \"%s.loss\", \"save_weights\": \"%s.bin\"%s%s%s}' >'%s.out' 2>&1",
-		 tmp, dir, nodes, nproc, j->tp, pp, model_json(j), STEPS, BATCH, j->accum, j->zero,
+		 tmp, dir, nodes, nproc, j->tp, pp, j->ep > 1 ? j->ep : 1, model_json(j), STEPS, BATCH, j->accum, j->zero,
 		 j->hsdp, j->sp ? "true" : "false", tag, tag, extra ? extra : "", keys, ppkeys, tag);
 	free(bin);
 	st = system(cmd);
@@ -287,7 +288,7 @@ static int same_file(const char *a, const char *b)
 
 static void check(const struct job *j)
 {
-	struct job ref = { 1, 1, 1, 0, 0, 0, j->moe, 0, NULL, j->vocab, 0, NULL, j->layers, NULL };
+	struct job ref = { 1, 1, 1, 0, 0, 0, j->moe, 0, NULL, j->vocab, 0, NULL, j->layers, NULL, 0 };
 	int dp = j->nodes * j->nproc / (j->tp * (j->pp > 1 ? j->pp : 1)), s, i;
 	double lp[STEPS], lr[STEPS], np[STEPS], nr[STEPS];
 	int gpu_moe = GPU && !BF16 && j->moe;
@@ -345,7 +346,7 @@ static void check(const struct job *j)
  * nodes x nproc-per-node agents' ranks, tp, zero stage, hsdp shard, sp. */
 static void parity(int nodes, int nproc, int tp, int zero, int hsdp, int sp, int moe)
 {
-	struct job j = { nodes, nproc, tp, zero, hsdp, sp, moe, 1, NULL, 0, 0, NULL, 0, NULL };
+	struct job j = { nodes, nproc, tp, zero, hsdp, sp, moe, 1, NULL, 0, 0, NULL, 0, NULL, 0 };
 
 	check(&j);
 }
@@ -380,14 +381,14 @@ Test(parity, tp2_dp2_zero3_sp_moe) { parity(2, 2, 2, 3, 0, 1, 1); }
 /* a vocabulary tp does not divide: padded on the tp ranks, exact */
 Test(parity, tp2_dp2_padded_vocab)
 {
-	struct job j = { 2, 2, 2, 1, 0, 1, 0, 1, NULL, 63, 0, NULL, 0, NULL };
+	struct job j = { 2, 2, 2, 1, 0, 1, 0, 1, NULL, 63, 0, NULL, 0, NULL, 0 };
 
 	check(&j);
 }
 
 Test(parity, dp2_with_accumulation)
 {
-	struct job j = { 1, 2, 1, 0, 0, 0, 0, 2, NULL, 0, 0, NULL, 0, NULL };
+	struct job j = { 1, 2, 1, 0, 0, 0, 0, 2, NULL, 0, 0, NULL, 0, NULL, 0 };
 
 	check(&j);
 }
@@ -397,7 +398,7 @@ Test(parity, dp2_with_accumulation)
  * micro-batches' by tp) */
 Test(parity, tp2_sp_with_accumulation)
 {
-	struct job j = { 1, 2, 2, 0, 0, 1, 0, 2, NULL, 0, 0, NULL, 0, NULL };
+	struct job j = { 1, 2, 2, 0, 0, 1, 0, 2, NULL, 0, 0, NULL, 0, NULL, 0 };
 
 	check(&j);
 }
@@ -412,7 +413,7 @@ Test(parity, tp2_sp_with_accumulation)
 static void pipeline(int nodes, int nproc, int tp, int pp, const char *sched, int zero, int sp,
 		     int moe)
 {
-	struct job j = { nodes, nproc, tp, zero, 0, sp, moe, 4, NULL, 0, pp, sched, 8, NULL };
+	struct job j = { nodes, nproc, tp, zero, 0, sp, moe, 4, NULL, 0, pp, sched, 8, NULL, 0 };
 
 	check(&j);
 }
@@ -448,7 +449,7 @@ Test(parity, pp2_tp2_dp2_moe) { pipeline(2, 4, 2, 2, "interleaved", 0, 0, 1); }
 static void paired(int pp, const char *sched, int moe)
 {
 	struct job j = { 1, pp, 1, 0, 0, 0, moe, 4, NULL, 0, pp, sched, 8,
-			 ", \"pp_p2p\": \"paired\"" };
+			 ", \"pp_p2p\": \"paired\"", 0 };
 
 	check(&j);
 }
@@ -462,13 +463,41 @@ Test(parity, pp4_zbh1_paired_moe) { paired(4, "zb-h1", 1); }
 static void uneven(int moe)
 {
 	struct job j = { 1, 2, 1, 0, 0, 0, moe, 4, NULL, 0, 2, "1f1b", 8,
-			 ", \"pp_layers\": [6, 2]" };
+			 ", \"pp_layers\": [6, 2]", 0 };
 
 	check(&j);
 }
 
 Test(parity, pp2_uneven_split_dense) { uneven(0); }
 Test(parity, pp2_uneven_split_moe) { uneven(1); }
+#endif
+
+/*
+ * Expert parallel: the MoE layers' 4 experts over ep ranks carved from
+ * dp (parallel/mr_ep.h), against one rank accumulating the dp
+ * micro-batches with all 4 experts. Capacity 0.75 drops tokens per
+ * source micro-batch, exactly as the single rank drops them; the dropless
+ * runs compare with a dropless single rank. ep2 over dp4 has an
+ * expert-data-parallel group of 2. nodes x nproc ranks, tp, pp.
+ */
+static void expert(int nodes, int nproc, int tp, int pp, int ep, int dropless)
+{
+	struct job j = { nodes, nproc, tp, 0, 0, 0, 1, pp > 1 ? 4 : 1, NULL, 0, pp,
+			 pp > 1 ? "1f1b" : NULL, pp > 1 ? 8 : 0, NULL, ep };
+
+	if (dropless)
+		j.extra = ", \"moe_policy\": \"dropless\"";
+	check(&j);
+}
+
+Test(parity, ep2_capacity) { expert(1, 2, 1, 1, 2, 0); }
+#if !EMUL
+Test(parity, ep2_dropless) { expert(1, 2, 1, 1, 2, 1); }
+Test(parity, ep4_capacity) { expert(2, 2, 1, 1, 4, 0); }
+Test(parity, ep4_dropless) { expert(1, 4, 1, 1, 4, 1); }
+Test(parity, ep2_dp4_capacity) { expert(2, 2, 1, 1, 2, 0); }
+Test(parity, ep2_tp2) { expert(1, 4, 2, 1, 2, 0); }
+Test(parity, ep2_pp2) { expert(1, 4, 1, 2, 2, 1); }
 #endif
 
 #if !ON_DEVICE
@@ -497,14 +526,14 @@ static void expect_rejected(const struct job *j, const char *extra, const char *
 
 Test(parity, tp_not_dividing_heads_is_rejected)
 {
-	struct job j = { 1, 3, 3, 0, 0, 0, 0, 1, NULL, 0, 0, NULL, 0, NULL };
+	struct job j = { 1, 3, 3, 0, 0, 0, 0, 1, NULL, 0, 0, NULL, 0, NULL, 0 };
 
 	expect_rejected(&j, NULL, "n_head");
 }
 
 Test(parity, unknown_zero_stage_is_rejected)
 {
-	struct job j = { 1, 2, 1, 4, 0, 0, 0, 1, NULL, 0, 0, NULL, 0, NULL };
+	struct job j = { 1, 2, 1, 4, 0, 0, 0, 1, NULL, 0, 0, NULL, 0, NULL, 0 };
 
 	expect_rejected(&j, NULL, "zero");
 }
@@ -512,35 +541,65 @@ Test(parity, unknown_zero_stage_is_rejected)
 /* pipeline splits and schedules that cannot run */
 Test(parity, pipeline_split_not_adding_up_is_rejected)
 {
-	struct job j = { 1, 2, 1, 0, 0, 0, 0, 4, NULL, 0, 2, "1f1b", 8, ", \"pp_layers\": [3, 3]" };
+	struct job j = { 1, 2, 1, 0, 0, 0, 0, 4, NULL, 0, 2, "1f1b", 8,
+			 ", \"pp_layers\": [3, 3]", 0 };
 
 	expect_rejected(&j, NULL, "pp_layers");
 }
 
 Test(parity, pipeline_stage_without_a_layer_is_rejected)
 {
-	struct job j = { 1, 4, 1, 0, 0, 0, 0, 4, NULL, 0, 4, "interleaved", 6, NULL };
+	struct job j = { 1, 4, 1, 0, 0, 0, 0, 4, NULL, 0, 4, "interleaved", 6, NULL, 0 };
 
 	expect_rejected(&j, NULL, "pp_virtual"); /* 4 stages x 2 chunks, 6 layers */
 }
 
 Test(parity, interleaved_micro_batches_not_a_multiple_of_pp_are_rejected)
 {
-	struct job j = { 1, 2, 1, 0, 0, 0, 0, 3, NULL, 0, 2, "interleaved", 8, NULL };
+	struct job j = { 1, 2, 1, 0, 0, 0, 0, 3, NULL, 0, 2, "interleaved", 8, NULL, 0 };
 
 	expect_rejected(&j, NULL, "grad_accum");
 }
 
 Test(parity, unknown_pipeline_schedule_is_rejected)
 {
-	struct job j = { 1, 2, 1, 0, 0, 0, 0, 4, NULL, 0, 2, "2f2b", 8, NULL };
+	struct job j = { 1, 2, 1, 0, 0, 0, 0, 4, NULL, 0, 2, "2f2b", 8, NULL, 0 };
 
 	expect_rejected(&j, NULL, "pp_schedule");
 }
 
+/* expert parallelism that cannot run */
+Test(parity, ep_not_dividing_experts_is_rejected)
+{
+	struct job j = { 1, 3, 1, 0, 0, 0, 1, 1, NULL, 0, 0, NULL, 0, NULL, 3 };
+
+	expect_rejected(&j, NULL, "does not divide 'n_experts'"); /* 4 over 3 */
+}
+
+Test(parity, ep_on_a_dense_model_is_rejected)
+{
+	struct job j = { 1, 2, 1, 0, 0, 0, 0, 1, NULL, 0, 0, NULL, 0, NULL, 2 };
+
+	expect_rejected(&j, NULL, "moe_every");
+}
+
+Test(parity, ep_with_zero_is_rejected)
+{
+	struct job j = { 1, 2, 1, 1, 0, 0, 1, 1, NULL, 0, 0, NULL, 0, NULL, 2 };
+
+	expect_rejected(&j, NULL, "zero");
+}
+
+Test(parity, unknown_moe_policy_is_rejected)
+{
+	struct job j = { 1, 2, 1, 0, 0, 0, 1, 1, NULL, 0, 0, NULL, 0, NULL, 0 };
+
+	expect_rejected(&j, ", \"moe_policy\": \"dropfree\"", "moe_policy");
+}
+
 Test(parity, hsdp_shard_not_dividing_dp_is_rejected)
 {
-	struct job j = { 1, 2, 1, 3, 3, 0, 0, 1, NULL, 0, 0, NULL, 0, NULL };
+	struct job j = { 1, 2, 1, 3, 3, 0, 0, 1, NULL, 0, 0, NULL, 0, NULL, 0 };
 
 	expect_rejected(&j, NULL, "hsdp_shard");
 }
