@@ -35,6 +35,8 @@ static void gw_destroy(void *state)
 	if (w->have_val)
 		mr_shard_close(&w->val);
 	free(w->inputs);
+	free(w->full_in);
+	free(w->full_tg);
 	free(w->targets);
 	free(w->pp_layers);
 	free(w);
@@ -112,7 +114,9 @@ static int gw_create(void **state, const struct mr_worker_env *env, struct mr_er
 	n = (size_t)B * T * (size_t)w->accum;
 	w->inputs = malloc(n * sizeof(int));
 	w->targets = malloc(n * sizeof(int));
-	if (!w->inputs || !w->targets) {
+	w->full_in = malloc((size_t)B * T * sizeof(int));
+	w->full_tg = malloc((size_t)B * T * sizeof(int));
+	if (!w->inputs || !w->targets || !w->full_in || !w->full_tg) {
 		rc = mr_errf(eb, MR_ENOMEM, "unable to allocate the batch buffers");
 		goto fail;
 	}
@@ -144,26 +148,40 @@ fail:
 	return rc;
 }
 
+/* The micro-batch of rows from `row` of the training (val 0) or the
+ * validation data into slot k of the batch buffers; under context
+ * parallelism only this rank's chunks of every sequence (mr_cp.h). */
+static int read_batch(struct gw *w, int val, uint64_t row, int k, struct mr_errbuf *eb)
+{
+	int cp = w->model.cp.size > 1 ? w->model.cp.size : 1;
+	size_t Nl = (size_t)w->B * w->T / (size_t)cp;
+	int *in = cp > 1 ? w->full_in : w->inputs + k * Nl;
+	int *tg = cp > 1 ? w->full_tg : w->targets + k * Nl;
+	int rc = 0;
+
+	if (val ? w->have_val : w->have_train)
+		rc = mr_shard_batch(val ? &w->val : &w->train, row, w->B, in, tg, eb);
+	else
+		mr_synth_batch(w->seed, (uint64_t)val, row, w->mc.vocab, w->B, w->T, in, tg);
+	if (rc == 0 && cp > 1) {
+		mr_cp_select(cp, w->model.cp.rank, in, w->B, w->T, w->inputs + k * Nl);
+		mr_cp_select(cp, w->model.cp.rank, tg, w->B, w->T, w->targets + k * Nl);
+	}
+	return rc;
+}
+
 /* The mean loss over eval_batches validation batches, a buffer (accum
  * batches) at a time; a pipeline runs them through its stages. */
 static double eval_loss(struct gw *w, struct mr_errbuf *eb, int *rc)
 {
-	size_t N = (size_t)w->B * w->T;
 	double sum = 0.0, part;
 	int i, k, n;
 
 	*rc = 0;
 	for (i = 0; i < w->eval_batches; i += n) {
 		n = w->eval_batches - i < w->accum ? w->eval_batches - i : w->accum;
-		for (k = 0; k < n && *rc == 0; k++) {
-			uint64_t row = (uint64_t)(i + k) * w->B;
-			if (w->have_val)
-				*rc = mr_shard_batch(&w->val, row, w->B, w->inputs + k * N,
-						     w->targets + k * N, eb);
-			else
-				mr_synth_batch(w->seed, 1, row, w->mc.vocab, w->B, w->T,
-					       w->inputs + k * N, w->targets + k * N);
-		}
+		for (k = 0; k < n && *rc == 0; k++)
+			*rc = read_batch(w, 1, (uint64_t)(i + k) * w->B, k, eb);
 		if (*rc == 0)
 			*rc = mr_step_eval(&w->step_drv, w->inputs, w->targets, n, &part, eb);
 		if (*rc < 0)
@@ -263,7 +281,7 @@ static int gw_step(void *state, struct mr_worker_stats *st, struct mr_errbuf *eb
 	struct gw *w = state;
 	struct mr_gpt *m = &w->model;
 	struct mr_step_result r;
-	size_t N = (size_t)w->B * w->T;
+	size_t N = (size_t)w->B * m->T; /* this rank's tokens of a micro-batch */
 	long step = w->step;
 	double t0, dt, wait0;
 	int a, rc, k;
@@ -280,16 +298,8 @@ static int gw_step(void *state, struct mr_worker_stats *st, struct mr_errbuf *eb
 	for (a = 0; a < w->accum; a++) {
 		/* micro-batch j = dp_rank * accum + a of the step's dp * accum */
 		uint64_t j = ((uint64_t)step * w->dp_size + w->dp_rank) * w->accum + a;
-		uint64_t row = j * (uint64_t)w->B;
-		if (w->have_train) {
-			rc = mr_shard_batch(&w->train, row, w->B, w->inputs + a * N,
-					    w->targets + a * N, eb);
-			if (rc < 0)
-				return rc;
-		} else {
-			mr_synth_batch(w->seed, 0, row, w->mc.vocab, w->B, w->T,
-				       w->inputs + a * N, w->targets + a * N);
-		}
+		if ((rc = read_batch(w, 0, j * (uint64_t)w->B, a, eb)) < 0)
+			return rc;
 	}
 	rc = mr_step_run(&w->step_drv, w->inputs, w->targets, w->accum, &r, eb);
 	if (rc < 0)

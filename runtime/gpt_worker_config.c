@@ -21,7 +21,7 @@ static const char *const keys[] = {
 	"comm_timeout_ms", "loss_log", "save_weights", "bucket_mb", "overlap_grad_reduce",
 	"device", "precision", "comm_backend", "debug_stall_rank", "debug_stall_step",
 	"debug_slow_rank", "debug_slow_ms", "pp_schedule", "pp_virtual", "pp_layers", "pp_p2p",
-	"moe_policy", NULL,
+	"moe_policy", "cp_algo", NULL,
 };
 
 static int get_choice(const json_t *c, const char *key, const char *const *choices,
@@ -111,7 +111,8 @@ int mr__gw_parse(const json_t *c, struct mr_gpt_config *mc, struct mr_adamw_conf
 		 struct gw *w, int *B, int *T, struct mr_errbuf *eb)
 {
 	static const char *const moe_policies[] = { "capacity", "dropless", NULL };
-	const char *policy = NULL;
+	static const char *const cp_algos[] = { "allgather", "ring", "ulysses", NULL };
+	const char *policy = NULL, *cp_algo = NULL;
 	int rc = 0, seed = 1337, tmo = 60000;
 	float peak = 0.0f;
 
@@ -159,6 +160,12 @@ int mr__gw_parse(const json_t *c, struct mr_gpt_config *mc, struct mr_adamw_conf
 	if ((rc = get_choice(c, "moe_policy", moe_policies, &policy, eb)) < 0)
 		return rc;
 	mc->moe_dropless = policy && !strcmp(policy, "dropless");
+	if ((rc = get_choice(c, "cp_algo", cp_algos, &cp_algo, eb)) < 0)
+		return rc;
+	if (cp_algo && strcmp(cp_algo, "allgather"))
+		return mr_errf_field(eb, MR_ENOTSUP, "cp_algo",
+				     "'cp_algo' \"%s\" is not implemented yet (only \"allgather\")",
+				     cp_algo);
 	w->comm_timeout_ms = tmo;
 	w->sp = 0;
 	w->overlap = 1;

@@ -42,7 +42,8 @@ struct gw {
 	const char *loss_log, *save_weights; /* borrowed from env->config */
 	uint64_t seed;
 	double peak_flops;
-	int *inputs, *targets;  /* accum x (B,T) */
+	int *inputs, *targets;  /* accum x (B,T) (context parallel: x (B,T/cp)) */
+	int *full_in, *full_tg; /* (B,T): one micro-batch before its cp chunks */
 	struct mr_shard train, val; /* llm.c shards, when configured */
 	int have_train, have_val;
 	int64_t tokens;

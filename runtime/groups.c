@@ -26,6 +26,9 @@ int mr_groups_check(const struct mr_worker_env *env, int hsdp_shard, struct mr_e
 		return mr_errf_field(eb, MR_EINVAL, "hsdp_shard",
 				     "'hsdp_shard' (%d) must divide the data-parallel size dp=%d",
 				     hsdp_shard, m.dp);
+	if (hsdp_shard > 0 && hsdp_shard < m.dp && m.cp > 1)
+		return mr_errf_field(eb, MR_ENOTSUP, "hsdp_shard",
+				     "'hsdp_shard' with cp > 1 is not implemented yet (cp %d)", m.cp);
 	return 0;
 }
 
@@ -96,8 +99,8 @@ static int kinds(struct mr_groups *g, struct mr_errbuf *eb)
 	}
 	if (rc == 0 && g->hsdp_shard > 0)
 		rc = hsdp_groups(g, mem + (size_t)MR_GROUP_DP * W, n[MR_GROUP_DP], eb);
-	else
-		g->shard = g->group[MR_GROUP_DP];
+	else /* dense gradients average over dp x cp (the dp group when cp is 1) */
+		g->shard = g->group[MR_GROUP_DP_CP];
 	/* the first and last stage of this rank's pipeline */
 	if (rc == 0 && g->mesh.pp > 1 && (g->me.pp == 0 || g->me.pp == g->mesh.pp - 1)) {
 		int *pm = mem + (size_t)MR_GROUP_PP * W, two[2] = { pm[0], pm[g->mesh.pp - 1] };

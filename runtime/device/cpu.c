@@ -275,6 +275,48 @@ static size_t cpu_ws_bytes(struct mr_dev *d, int T, int C, int NH)
 	return (a > l ? a : l) * sizeof(float);
 }
 
+static struct mr_attn_slice cpu_slice(const struct mr_dev_attn *a)
+{
+	struct mr_attn_slice s = { CF(a->q), CF(a->k), CF(a->v), a->q_row, a->q_batch,
+				   a->kv_row, a->kv_batch, a->B, a->NH, a->hs, a->tq,
+				   a->q_pos0, a->tk, a->k_pos0, a->causal, a->scale };
+	return s;
+}
+
+static int cpu_attn_part_fwd(struct mr_dev *d, const struct mr_dev_attn *a, float *out,
+			     size_t o_row, size_t o_batch, float *lse)
+{
+	struct mr_attn_slice s = cpu_slice(a);
+
+	return mr_attn_slice_fwd(d->pool, &s, out, o_row, o_batch, lse);
+}
+
+static int cpu_attn_merge(struct mr_dev *d, float *out_a, float *lse_a, const float *out_b,
+			  const float *lse_b, int B, int NH, int tq, int hs, size_t o_row,
+			  size_t o_batch)
+{
+	mr_attn_slice_merge(d->pool, out_a, lse_a, out_b, lse_b, B, NH, tq, hs, o_row, o_batch);
+	return 0;
+}
+
+static int cpu_attn_delta(struct mr_dev *d, float *delta, const mr_act *dout, const mr_act *out,
+			  int B, int NH, int tq, int hs, size_t o_row, size_t o_batch)
+{
+	mr_attn_slice_delta(d->pool, delta, CF(dout), CF(out), B, NH, tq, hs, o_row, o_batch);
+	return 0;
+}
+
+static int cpu_attn_part_bwd(struct mr_dev *d, const struct mr_dev_attn *a, const mr_act *dout,
+			     size_t o_row, size_t o_batch, const float *lse, const float *delta,
+			     float *dq, size_t dq_row, size_t dq_batch, float *dk, float *dv,
+			     size_t dkv_row, size_t dkv_batch)
+{
+	struct mr_attn_slice s = cpu_slice(a);
+
+	return mr_attn_slice_bwd(d->pool, &s, CF(dout), o_row, o_batch, lse, delta, dq, dq_row,
+				 dq_batch, dk, dv, dkv_row, dkv_batch);
+}
+
 static int cpu_moe_fwd(struct mr_dev *d, const struct mr_moe_shape *s, struct mr_moe_acts *a,
 		       const struct mr_moe_xchg *xg, mr_act *y, const mr_act *x,
 		       const mr_act *routerw, const mr_act *fcw, const mr_act *fcb,
@@ -459,6 +501,10 @@ static const struct mr_dev_ops cpu_ops = {
 	.attn_fwd = cpu_attn_fwd,
 	.attn_bwd = cpu_attn_bwd,
 	.ws_bytes = cpu_ws_bytes,
+	.attn_part_fwd = cpu_attn_part_fwd,
+	.attn_merge = cpu_attn_merge,
+	.attn_delta = cpu_attn_delta,
+	.attn_part_bwd = cpu_attn_part_bwd,
 	.moe_fwd = cpu_moe_fwd,
 	.moe_bwd = cpu_moe_bwd,
 	.adamw = cpu_adamw,

@@ -260,6 +260,55 @@ static int cuda_attn_fwd(struct mr_dev *d, mr_act *out, float *lse, const mr_act
 	return ck(d, mr_cuda_attn_layer_fwd(cu_of(d), out, lse, qkv, B, T, C, NH), "attn_fwd");
 }
 
+static struct mr_cuda_attn cuda_slice(const struct mr_dev_attn *a)
+{
+	struct mr_cuda_attn s = { a->q, a->k, a->v, a->q_row, a->q_batch, a->kv_row,
+				  a->kv_batch, a->B, a->NH, a->hs, a->tq, a->q_pos0,
+				  a->tk, a->k_pos0, a->causal, a->scale };
+	return s;
+}
+
+static int cuda_attn_part_fwd(struct mr_dev *d, const struct mr_dev_attn *a, float *out,
+			      size_t o_row, size_t o_batch, float *lse)
+{
+	struct mr_cuda_attn s = cuda_slice(a);
+
+	return ck(d, mr_cuda_attn_fwd_f32(cu_of(d), &s, out, o_row, o_batch, lse),
+		  "attn_part_fwd");
+}
+
+static int cuda_attn_merge(struct mr_dev *d, float *out_a, float *lse_a, const float *out_b,
+			   const float *lse_b, int B, int NH, int tq, int hs, size_t o_row,
+			   size_t o_batch)
+{
+	return ck(d,
+		  mr_cuda_attn_merge(cu_of(d), out_a, lse_a, out_b, lse_b, B, NH, tq, hs, o_row,
+				     o_batch),
+		  "attn_merge");
+}
+
+static int cuda_attn_delta(struct mr_dev *d, float *delta, const mr_act *dout,
+			   const mr_act *out, int B, int NH, int tq, int hs, size_t o_row,
+			   size_t o_batch)
+{
+	return ck(d,
+		  mr_cuda_attn_delta(cu_of(d), delta, dout, out, B, NH, tq, hs, o_row, o_batch),
+		  "attn_delta");
+}
+
+static int cuda_attn_part_bwd(struct mr_dev *d, const struct mr_dev_attn *a, const mr_act *dout,
+			      size_t o_row, size_t o_batch, const float *lse, const float *delta,
+			      float *dq, size_t dq_row, size_t dq_batch, float *dk, float *dv,
+			      size_t dkv_row, size_t dkv_batch)
+{
+	struct mr_cuda_attn s = cuda_slice(a);
+
+	return ck(d,
+		  mr_cuda_attn_bwd_f32(cu_of(d), &s, dout, o_row, o_batch, lse, delta, dq, dq_row,
+				       dq_batch, dk, dv, dkv_row, dkv_batch),
+		  "attn_part_bwd");
+}
+
 static int cuda_attn_bwd(struct mr_dev *d, mr_act *dqkv, const mr_act *dout, const mr_act *qkv,
 			 const mr_act *out, const float *lse, int B, int T, int C, int NH,
 			 void *ws)
@@ -301,6 +350,32 @@ static int *counts_for(struct mr_dev *d, int E)
 	return s->counts;
 }
 
+/* Context parallel (mr_moe.h count_reduce): routed summed over the ranks
+ * of the sequence split, and the aux loss from the sums - through the
+ * host, E ints and the (N,E) router probabilities. */
+static int sum_routed(struct mr_dev *d, const struct mr_moe_xchg *xg,
+		      const struct mr_moe_shape *s, struct mr_moe_acts *a)
+{
+	size_t np = (size_t)s->N * s->E;
+	int *routed = malloc(sizeof(int) * (size_t)s->E);
+	float *probs = malloc(sizeof(float) * np);
+	int rc = routed && probs ? 0 : MR_ENOMEM;
+
+	if (rc == 0)
+		rc = cuda_download(d, routed, a->routed, sizeof(int) * (size_t)s->E);
+	if (rc == 0)
+		rc = xg->count_reduce(xg->count_ctx, routed, s->E);
+	if (rc == 0)
+		rc = cuda_upload(d, a->routed, routed, sizeof(int) * (size_t)s->E);
+	if (rc == 0)
+		rc = cuda_download(d, probs, a->probs, sizeof(float) * np);
+	if (rc == 0)
+		a->aux = mr_moe_aux(s, probs, routed, xg->count_ranks);
+	free(routed);
+	free(probs);
+	return rc;
+}
+
 /* The exchange of one phase (none without a callback), after a sync. */
 static int exchange(struct mr_dev *d, const struct mr_moe_xchg *xg, enum mr_moe_phase ph,
 		    mr_act *rows, const int *counts, const struct mr_moe_shape *s)
@@ -337,6 +412,8 @@ static int cuda_moe_fwd(struct mr_dev *d, const struct mr_moe_shape *s, struct m
 	       mr_cuda_moe_route(cu, s, a->probs, a->topi, a->gate, a->slot, a->count, a->routed,
 				 x, routerw, counts, &a->aux, &a->dropped),
 	       "moe_route"));
+	if (xg && xg->count_reduce)
+		TRY(sum_routed(d, xg, s, a));
 	TRY(ck(d, mr_cuda_moe_dispatch(cu, s, xin, x, a->topi, a->slot), "moe_dispatch"));
 	TRY(exchange(d, xg, MR_MOE_DISPATCH, xin, counts, s));
 	v = mr_moe_view_of(xg, s, counts);
@@ -408,7 +485,7 @@ static int cuda_moe_bwd(struct mr_dev *d, const struct mr_moe_shape *s,
 	TRY(ck(d, mr_cuda_moe_combine(cu, s, dx, dxin, a->topi, a->slot, NULL), "moe_combine"));
 	TRY(ck(d,
 	       mr_cuda_moe_router_bwd(cu, s, dl, a->probs, a->topi, a->gate, dgate, a->routed,
-				      aux_scale),
+				      mr_moe_aux_scale(xg, aux_scale)),
 	       "moe_router_bwd"));
 	return cuda_matmul_bwd(d, xg && xg->router_dx_off ? NULL : dx, drouterw, NULL, dl, x,
 			       routerw, (int)N, (int)C, s->E, 1);
@@ -494,6 +571,10 @@ static const struct mr_dev_ops cuda_ops = {
 	.ce_bwd = cuda_ce_bwd,
 	.fill_cols = cuda_fill_cols,
 	.attn_fwd = cuda_attn_fwd,
+	.attn_part_fwd = cuda_attn_part_fwd,
+	.attn_merge = cuda_attn_merge,
+	.attn_delta = cuda_attn_delta,
+	.attn_part_bwd = cuda_attn_part_bwd,
 	.attn_bwd = cuda_attn_bwd,
 	.ws_bytes = cuda_ws_bytes,
 	.moe_fwd = cuda_moe_fwd,

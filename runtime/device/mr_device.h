@@ -54,6 +54,19 @@ struct mr_moe_shape;
 struct mr_moe_acts;
 struct mr_moe_xchg;
 
+/* Attention of a query slice against a key/value slice, each at its
+ * absolute sequence positions (context parallel): every (batch, head);
+ * head h of batch b's query i at q + b*q_batch + i*q_row + h*hs elements
+ * (k, v likewise with kv_*). As kernels/mr_attention.h's mr_attn_slice. */
+struct mr_dev_attn {
+	const mr_act *q, *k, *v;
+	size_t q_row, q_batch, kv_row, kv_batch;
+	int B, NH, hs;
+	int tq, q_pos0, tk, k_pos0;
+	int causal;
+	float scale;
+};
+
 /* AdamW of one range (optim/mr_adamw.h's arithmetic). */
 struct mr_dev_adamw {
 	float lr, beta1, beta2, eps;
@@ -145,6 +158,22 @@ struct mr_dev_ops {
 			const mr_act *out, const float *lse, int B, int T, int C, int NH, void *ws);
 	/* workspace bytes attn_* and layernorm_bwd need for these shapes */
 	size_t (*ws_bytes)(struct mr_dev *d, int T, int C, int NH);
+	/* context parallel pieces (struct mr_dev_attn): a slice's fp32 partial
+	 * out (rows at out + b*o_batch + i*o_row + h*hs) and lse (B,NH,tq);
+	 * merge of two partials over disjoint keys into a; delta = rowsum(dout
+	 * * out) (B,NH,tq); the slice's dq, dk, dv (fp32, +=) from the final
+	 * lse and delta */
+	int (*attn_part_fwd)(struct mr_dev *d, const struct mr_dev_attn *a, float *out,
+			     size_t o_row, size_t o_batch, float *lse);
+	int (*attn_merge)(struct mr_dev *d, float *out_a, float *lse_a, const float *out_b,
+			  const float *lse_b, int B, int NH, int tq, int hs, size_t o_row,
+			  size_t o_batch);
+	int (*attn_delta)(struct mr_dev *d, float *delta, const mr_act *dout, const mr_act *out,
+			  int B, int NH, int tq, int hs, size_t o_row, size_t o_batch);
+	int (*attn_part_bwd)(struct mr_dev *d, const struct mr_dev_attn *a, const mr_act *dout,
+			     size_t o_row, size_t o_batch, const float *lse, const float *delta,
+			     float *dq, size_t dq_row, size_t dq_batch, float *dk, float *dv,
+			     size_t dkv_row, size_t dkv_batch);
 	/* the MoE MLP of model/mr_moe.h (NULL: this device has none yet) */
 	int (*moe_fwd)(struct mr_dev *d, const struct mr_moe_shape *s, struct mr_moe_acts *a,
 		       const struct mr_moe_xchg *xg, mr_act *y, const mr_act *x,

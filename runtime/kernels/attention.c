@@ -25,21 +25,19 @@
 #endif
 #include <cblas.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu/mr_simd.h"
 #include "mr_fastmath.h"
 #include "mr_attention.h"
+#include "mr_err.h"
 
-/* Layer block sizes: forward 64 queries x 128 keys, backward 64 keys x 128
- * queries (from the first query that sees them). Twice the 64x64 tiles
- * halves the sgemm calls, while every NN/NT tile product of head size 64
- * stays under OpenBLAS's small-matrix limit (M*N*K <= 100^3 on
- * SkylakeX-class kernels: no packing); 256-wide tiles cross it. */
-#define ATTN_FWD_BQ 64
-#define ATTN_FWD_BK 128
-#define ATTN_BWD_BQ 128
-#define ATTN_BWD_BK 64
+/* The layer's and the slices' block sizes: mr_attention.h. */
+#define ATTN_FWD_BQ MR_ATTN_FWD_BQ
+#define ATTN_FWD_BK MR_ATTN_FWD_BK
+#define ATTN_BWD_BQ MR_ATTN_BWD_BQ
+#define ATTN_BWD_BK MR_ATTN_BWD_BK
 
 size_t mr_attn_head_ws_floats(int bq, int bk, int hs)
 {
@@ -361,4 +359,174 @@ void mr_attn_layer_bwd(struct mr_pool *p, float *dqkv, const float *dout,
 	a.ws_per_thread = layer_head_ws(C / NH) + (size_t)T;
 	/* every (b, head) zeroes its own dq|dk|dv columns first (in parallel) */
 	mr_pool_run(p, (size_t)B * NH, 1, layer_bwd_heads, &a);
+}
+
+/* ---- slices ------------------------------------------------------------------ */
+
+struct slice_args {
+	const struct mr_attn_slice *a;
+	const float *dout, *lse, *delta, *out_b, *lse_b;
+	float *out, *olse, *dq, *dk, *dv, *ws;
+	size_t o_row, o_batch, dq_row, dq_batch, dkv_row, dkv_batch, ws_per_thread;
+	int NH, tq, hs;
+};
+
+static void slice_head(const struct mr_attn_slice *a, size_t bh, int bq, int bk,
+		       struct mr_attn_head *h)
+{
+	size_t b = bh / (size_t)a->NH, hh = bh % (size_t)a->NH, c = hh * (size_t)a->hs;
+
+	h->q = a->q + b * a->q_batch + c;
+	h->k = a->k + b * a->kv_batch + c;
+	h->v = a->v + b * a->kv_batch + c;
+	h->q_stride = a->q_row;
+	h->kv_stride = a->kv_row;
+	h->tq = a->tq;
+	h->q_pos0 = a->q_pos0;
+	h->tk = a->tk;
+	h->k_pos0 = a->k_pos0;
+	h->hs = a->hs;
+	h->causal = a->causal;
+	h->scale = a->scale;
+	h->bq = bq;
+	h->bk = bk;
+}
+
+/* the (b, head) output offset in floats */
+static size_t slice_out(const struct slice_args *s, size_t bh)
+{
+	return bh / (size_t)s->NH * s->o_batch + bh % (size_t)s->NH * (size_t)s->hs;
+}
+
+static void slice_fwd_heads(void *ctxp, size_t i0, size_t i1, int tid)
+{
+	const struct slice_args *s = ctxp;
+	size_t bh;
+
+	for (bh = i0; bh < i1; bh++) {
+		struct mr_attn_head h;
+		slice_head(s->a, bh, ATTN_FWD_BQ, ATTN_FWD_BK, &h);
+		mr_attn_head_fwd(&h, s->out + slice_out(s, bh), s->o_row, s->olse + bh * s->tq,
+				 s->ws + (size_t)tid * s->ws_per_thread);
+	}
+}
+
+/* Runs fn over every (b, head) of s's slice with per-thread workspace. */
+static int slice_run(struct mr_pool *p, struct slice_args *s,
+		     void (*fn)(void *, size_t, size_t, int))
+{
+	s->NH = s->a->NH;
+	s->tq = s->a->tq;
+	s->hs = s->a->hs;
+	s->ws_per_thread = layer_head_ws(s->hs);
+	if (!(s->ws = malloc(sizeof(float) * s->ws_per_thread * (size_t)mr_pool_threads(p))))
+		return MR_ENOMEM;
+	/* heads write disjoint columns of every output: no two threads share one */
+	mr_pool_run(p, (size_t)s->a->B * s->NH, 1, fn, s);
+	free(s->ws);
+	return 0;
+}
+
+int mr_attn_slice_fwd(struct mr_pool *p, const struct mr_attn_slice *a, float *out,
+		      size_t o_row, size_t o_batch, float *lse)
+{
+	struct slice_args s = { 0 };
+
+	s.a = a;
+	s.out = out;
+	s.olse = lse;
+	s.o_row = o_row;
+	s.o_batch = o_batch;
+	return slice_run(p, &s, slice_fwd_heads);
+}
+
+static void slice_merge_heads(void *ctxp, size_t i0, size_t i1, int tid)
+{
+	const struct slice_args *s = ctxp;
+	size_t bh;
+
+	(void)tid;
+	for (bh = i0; bh < i1; bh++)
+		mr_attn_merge(s->out + slice_out(s, bh), s->o_row, s->olse + bh * s->tq,
+			      s->out_b + slice_out(s, bh), s->o_row, s->lse_b + bh * s->tq, s->tq,
+			      s->hs);
+}
+
+void mr_attn_slice_merge(struct mr_pool *p, float *out_a, float *lse_a, const float *out_b,
+			 const float *lse_b, int B, int NH, int tq, int hs, size_t o_row,
+			 size_t o_batch)
+{
+	struct slice_args s = { 0 };
+
+	s.out = out_a;
+	s.olse = lse_a;
+	s.out_b = out_b;
+	s.lse_b = lse_b;
+	s.o_row = o_row;
+	s.o_batch = o_batch;
+	s.NH = NH;
+	s.tq = tq;
+	s.hs = hs;
+	mr_pool_run(p, (size_t)B * NH, 1, slice_merge_heads, &s);
+}
+
+void mr_attn_slice_delta(struct mr_pool *p, float *delta, const float *dout, const float *out,
+			 int B, int NH, int tq, int hs, size_t o_row, size_t o_batch)
+{
+	size_t bh;
+	int t;
+
+	(void)p;
+	for (bh = 0; bh < (size_t)B * NH; bh++) {
+		size_t off = bh / (size_t)NH * o_batch + bh % (size_t)NH * (size_t)hs;
+		for (t = 0; t < tq; t++) {
+			const float *o = out + off + (size_t)t * o_row, *g = dout + off + (size_t)t * o_row;
+			float s = 0.0f;
+			int c;
+			/* in channel order, as the CUDA kernel's twin */
+			for (c = 0; c < hs; c++)
+				s += g[c] * o[c];
+			delta[bh * tq + t] = s;
+		}
+	}
+}
+
+static void slice_bwd_heads(void *ctxp, size_t i0, size_t i1, int tid)
+{
+	const struct slice_args *s = ctxp;
+	const struct mr_attn_slice *a = s->a;
+	size_t bh;
+
+	for (bh = i0; bh < i1; bh++) {
+		struct mr_attn_head h;
+		size_t b = bh / (size_t)a->NH, c = bh % (size_t)a->NH * (size_t)a->hs;
+		slice_head(a, bh, ATTN_BWD_BQ, ATTN_BWD_BK, &h);
+		mr_attn_head_bwd(&h, s->dout + slice_out(s, bh), s->o_row, s->lse + bh * s->tq,
+				 s->delta + bh * s->tq, s->dq + b * s->dq_batch + c, s->dq_row,
+				 s->dk + b * s->dkv_batch + c, s->dv + b * s->dkv_batch + c,
+				 s->dkv_row, s->ws + (size_t)tid * s->ws_per_thread);
+	}
+}
+
+int mr_attn_slice_bwd(struct mr_pool *p, const struct mr_attn_slice *a, const float *dout,
+		      size_t o_row, size_t o_batch, const float *lse, const float *delta,
+		      float *dq, size_t dq_row, size_t dq_batch, float *dk, float *dv,
+		      size_t dkv_row, size_t dkv_batch)
+{
+	struct slice_args s = { 0 };
+
+	s.a = a;
+	s.dout = dout;
+	s.lse = lse;
+	s.delta = delta;
+	s.dq = dq;
+	s.dk = dk;
+	s.dv = dv;
+	s.o_row = o_row;
+	s.o_batch = o_batch;
+	s.dq_row = dq_row;
+	s.dq_batch = dq_batch;
+	s.dkv_row = dkv_row;
+	s.dkv_batch = dkv_batch;
+	return slice_run(p, &s, slice_bwd_heads);
 }

@@ -34,6 +34,17 @@
 
 #include "cpu/mr_pool.h"
 
+/* Block sizes of the layer and slice entry points (a CPU twin that
+ * must give the same bits uses them too): forward 64 queries x 128 keys, backward 64 keys x 128
+ * queries (from the first query that sees them). Twice the 64x64 tiles
+ * halves the sgemm calls, while every NN/NT tile product of head size 64
+ * stays under OpenBLAS's small-matrix limit (M*N*K <= 100^3 on
+ * SkylakeX-class kernels: no packing); 256-wide tiles cross it. */
+#define MR_ATTN_FWD_BQ 64
+#define MR_ATTN_FWD_BK 128
+#define MR_ATTN_BWD_BQ 128
+#define MR_ATTN_BWD_BK 64
+
 struct mr_attn_head {
 	const float *q;       /* (tq, hs) rows with stride q_stride */
 	const float *k, *v;   /* (tk, hs) rows with stride kv_stride */
@@ -70,5 +81,35 @@ void mr_attn_layer_fwd(struct mr_pool *p, float *out, float *lse, const float *q
 void mr_attn_layer_bwd(struct mr_pool *p, float *dqkv, const float *dout,
 		       const float *qkv, const float *out, const float *lse, int B, int T,
 		       int C, int NH, float *ws);
+
+/* ---- slices (context parallel): every (batch, head) of a query slice
+ * against a key/value slice, each at its absolute positions; pointers and
+ * strides in floats, head h of batch b's query i at q + b*q_batch +
+ * i*q_row + h*hs (k, v likewise with kv_*). Outputs laid out as
+ * out + b*o_batch + i*o_row + h*hs; lse and delta (B, NH, tq). ---------- */
+struct mr_attn_slice {
+	const float *q, *k, *v;
+	size_t q_row, q_batch, kv_row, kv_batch;
+	int B, NH, hs;
+	int tq, q_pos0, tk, k_pos0;
+	int causal;
+	float scale;
+};
+/* out (=, normalised) and lse of the slice; rows seeing no key: 0, -inf.
+ * Returns MR_ENOMEM (workspace) or 0. */
+int mr_attn_slice_fwd(struct mr_pool *p, const struct mr_attn_slice *a, float *out,
+		      size_t o_row, size_t o_batch, float *lse);
+/* out_a, lse_a := merge(a, b) over disjoint key sets. */
+void mr_attn_slice_merge(struct mr_pool *p, float *out_a, float *lse_a, const float *out_b,
+			 const float *lse_b, int B, int NH, int tq, int hs, size_t o_row,
+			 size_t o_batch);
+/* delta = rowsum(dout * out) per (b, head, row). */
+void mr_attn_slice_delta(struct mr_pool *p, float *delta, const float *dout, const float *out,
+			 int B, int NH, int tq, int hs, size_t o_row, size_t o_batch);
+/* dq, dk, dv += this slice's contribution, from the FINAL lse and delta. */
+int mr_attn_slice_bwd(struct mr_pool *p, const struct mr_attn_slice *a, const float *dout,
+		      size_t o_row, size_t o_batch, const float *lse, const float *delta,
+		      float *dq, size_t dq_row, size_t dq_batch, float *dk, float *dv,
+		      size_t dkv_row, size_t dkv_batch);
 
 #endif

@@ -104,7 +104,11 @@ static int block_fwd(struct mr_gpt *m, int l, const mr_act *res)
 
 	CK(norm_for_gemm(m, a->ln1, a->ln1_mean, a->ln1_rstd, res, w->ln1w, w->ln1b));
 	CK(OP(m, matmul_fwd, a->qkv, a->ln1, CW(w->qkvw), CW(w->qkvb), N, C, 3 * Cl));
-	CK(OP(m, attn_fwd, a->atty, a->att_lse, a->qkv, m->B, m->T, Cl, c->n_head / tp, m->k_ws));
+	if (m->cp.size > 1)
+		CK(mr_cp_attn_fwd(&m->cp, a->atty, a->att_lse, a->qkv));
+	else
+		CK(OP(m, attn_fwd, a->atty, a->att_lse, a->qkv, m->B, m->T, Cl, c->n_head / tp,
+		      m->k_ws));
 	CK(mr_tp_row_linear_fwd(&m->tp, a->res2, a->atty, CW(w->attprojw), CW(w->attprojb), Cl,
 				m->dln));
 	CK(OP(m, add, a->res2, res, nl));
@@ -337,8 +341,11 @@ static int block_bwd(struct mr_gpt *m, int l, const mr_act *res, float dscale, i
 		CK(OP(m, copy, dproj1, dfull, nc));
 	CK(OP(m, matmul_bwd, m->datty, all ? g->attprojw : NULL, all ? g->attprojb : NULL, dfull,
 	      a->atty, CW(w->attprojw), N, Cl, C, 0));
-	CK(OP(m, attn_bwd, dqkv, m->datty, a->qkv, a->atty, a->att_lse, m->B, m->T, Cl,
-	      c->n_head / tp, m->k_ws));
+	if (m->cp.size > 1)
+		CK(mr_cp_attn_bwd(&m->cp, dqkv, m->datty, a->qkv, a->atty, a->att_lse));
+	else
+		CK(OP(m, attn_bwd, dqkv, m->datty, a->qkv, a->atty, a->att_lse, m->B, m->T, Cl,
+		      c->n_head / tp, m->k_ws));
 	CK(OP(m, matmul_bwd, m->dln, all ? g->qkvw : NULL, all ? g->qkvb : NULL, dqkv, a->ln1,
 	      CW(w->qkvw), N, C, 3 * Cl, 0));
 	CK(norm_bwd(m, g->ln1w, g->ln1b, res, w->ln1w, a->ln1_mean, a->ln1_rstd));

@@ -410,14 +410,18 @@ int mr_gpt_check_placement(const struct mr_gpt_config *c, int T, const struct mr
 			   struct mr_errbuf *eb)
 {
 	int tp = mr_place_size(place, MR_AXIS_TP), sp = place && place->sp, rc;
-	int ep = mr_place_size(place, MR_AXIS_EP);
+	int ep = mr_place_size(place, MR_AXIS_EP), cp = mr_place_size(place, MR_AXIS_CP);
 
 	if ((rc = mr_gpt_config_check(c, eb)) < 0)
 		return rc;
-	if (mr_place_size(place, MR_AXIS_CP) > 1)
-		return mr_errf_field(eb, MR_EINVAL, "cp",
-				     "the gpt runtime does not implement cp > 1 yet (mesh cp=%d)",
-				     mr_place_size(place, MR_AXIS_CP));
+	if (cp > 1 && T % (2 * cp) != 0)
+		return mr_errf_field(eb, MR_EINVAL, "seq_len",
+				     "'seq_len' (%d) is not divisible by 2 * cp (%d), as context "
+				     "parallel's load-balanced chunks need", T, 2 * cp);
+	if (cp > 1 && sp && (T / cp) % tp != 0)
+		return mr_errf_field(eb, MR_EINVAL, "seq_len",
+				     "'seq_len' / cp (%d) is not divisible by tp (%d), as sequence "
+				     "parallel needs", T / cp, tp);
 	if (ep > 1 && c->moe_every == 0)
 		return mr_errf_field(eb, MR_EINVAL, "ep",
 				     "ep %d needs a MoE model ('moe_every' > 0)", ep);
@@ -553,9 +557,13 @@ int mr_gpt_create_on(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, i
 	if (mr_place_size(&m->place, MR_AXIS_EP) > 1 && !m->place.comm[MR_AXIS_EP])
 		return mr_errf_field(eb, MR_EINVAL, "ep", "ep %d without an ep communicator",
 				     mr_place_size(&m->place, MR_AXIS_EP));
+	if (mr_place_size(&m->place, MR_AXIS_CP) > 1 && !m->place.comm[MR_AXIS_CP])
+		return mr_errf_field(eb, MR_EINVAL, "cp", "cp %d without a cp communicator",
+				     mr_place_size(&m->place, MR_AXIS_CP));
 	m->cfg = *cfg;
 	m->B = B;
-	m->T = T;
+	/* context parallel: this rank's rows of every sequence (mr_cp.h) */
+	m->T = T / mr_place_size(&m->place, MR_AXIS_CP);
 	m->dev = dev;
 	m->first_stage = mr_place_index(&m->place, MR_AXIS_PP) == 0;
 	m->last_stage = mr_place_index(&m->place, MR_AXIS_PP) ==
@@ -564,7 +572,9 @@ int mr_gpt_create_on(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, i
 	m->pool = dev->pool;
 	mr_tp_init(&m->tp, dev, mr_place_size(&m->place, MR_AXIS_TP),
 		   mr_place_index(&m->place, MR_AXIS_TP), m->place.sp, m->place.comm[MR_AXIS_TP],
-		   B, T, cfg->d_model, cfg->vocab);
+		   B, m->T, cfg->d_model, cfg->vocab);
+	m->tp.cp = mr_place_size(&m->place, MR_AXIS_CP);
+	m->tp.cp_rank = mr_place_index(&m->place, MR_AXIS_CP);
 	m->w.layer = calloc((size_t)cfg->n_layer, sizeof(*m->w.layer));
 	m->g.layer = calloc((size_t)cfg->n_layer, sizeof(*m->g.layer));
 	if (!m->w.layer || !m->g.layer || mr__gpt_table_create(m) < 0)
@@ -618,6 +628,17 @@ int mr_gpt_create_on(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, i
 		m->xchg.reduce_ctx = &m->tp;
 		m->xchg.router_dx_off = m->tp.rank != 0;
 	}
+	if (mr_place_size(&m->place, MR_AXIS_CP) > 1 &&
+	    (rc = mr_cp_create(&m->cp, m->place.comm[MR_AXIS_CP], dev, &m->mem, B, T,
+			       cfg->d_model / m->tp.size, cfg->n_head / m->tp.size, eb)) < 0) {
+		mr_gpt_release(m);
+		return rc;
+	}
+	if (m->cp.size > 1) {
+		m->xchg.count_reduce = mr_cp_sum_routed;
+		m->xchg.count_ctx = &m->cp;
+		m->xchg.count_ranks = m->cp.size;
+	}
 	if (mr_place_size(&m->place, MR_AXIS_EP) > 1) {
 		if ((rc = mr_ep_create(&m->ep, m->place.comm[MR_AXIS_EP], dev, &m->mem,
 				       cfg->n_experts, eb)) < 0) {
@@ -658,6 +679,7 @@ void mr_gpt_release(struct mr_gpt *m)
 
 	if (d) {
 		mr_ep_release(&m->ep);
+		mr_cp_release(&m->cp);
 		if (m->nslots > 0)
 			slot_save(m, &m->slots[m->slot]);
 		for (k = 0; k < m->nslots; k++)

@@ -134,13 +134,38 @@ void mr_moe_route(const struct mr_moe_shape *s, struct mr_moe_acts *a)
 			}
 		}
 	}
+	(void)aux;
+	a->aux = mr_moe_aux(s, a->probs, a->routed, 1);
+}
+
+float mr_moe_aux(const struct mr_moe_shape *s, const float *probs, const int *routed,
+		 int ranks)
+{
+	int N = s->N, E = s->E, n, e;
+	double aux = 0.0;
+
 	for (e = 0; e < E; e++) {
 		double P = 0.0;
 		for (n = 0; n < N; n++)
-			P += a->probs[(size_t)n * E + e];
-		aux += ((double)a->routed[e] / ((double)N * k)) * (P / N);
+			P += probs[(size_t)n * E + e];
+		aux += ((double)routed[e] / ((double)N * ranks * s->k)) * (P / N);
 	}
-	a->aux = (float)(aux * E);
+	return (float)(aux * E);
+}
+
+/* The sequence split over ranks: routed summed over them, aux from the
+ * sums (xg->count_reduce; see mr_moe.h). */
+static int sum_routed(const struct mr_moe_xchg *xg, const struct mr_moe_shape *s,
+		      struct mr_moe_acts *a)
+{
+	int rc;
+
+	if (!xg || !xg->count_reduce)
+		return 0;
+	if ((rc = xg->count_reduce(xg->count_ctx, a->routed, s->E)) < 0)
+		return rc;
+	a->aux = mr_moe_aux(s, a->probs, a->routed, xg->count_ranks);
+	return 0;
 }
 
 void mr_moe_dispatch(const struct mr_moe_shape *s, const struct mr_moe_acts *a, float *xin,
@@ -251,6 +276,8 @@ int mr_moe_fwd(struct mr_pool *p, const struct mr_moe_shape *s, struct mr_moe_ac
 
 	mr_matmul_fwd(p, a->probs, x, routerw, NULL, s->N, C, E);
 	mr_moe_route(s, a);
+	if ((rc = sum_routed(xg, s, a)) < 0)
+		return rc;
 	mr_moe_dispatch(s, a, a->xin, x);
 	rc = xchg(xg, MR_MOE_DISPATCH, a->xin, a->count, s, (size_t)C);
 	if (rc < 0)
@@ -317,7 +344,7 @@ int mr_moe_bwd(struct mr_pool *p, const struct mr_moe_shape *s, const struct mr_
 	if (rc < 0)
 		return rc;
 	mr_moe_combine(s, a, 0, dx, dxin);
-	mr_moe_router_bwd(s, a, dprobs, dgate, aux_scale);
+	mr_moe_router_bwd(s, a, dprobs, dgate, mr_moe_aux_scale(xg, aux_scale));
 	mr_matmul_bwd(p, xg && xg->router_dx_off ? NULL : dx, drouterw, NULL, dprobs, x, routerw,
 		      N, C, s->E, 1, ones);
 	return 0;

@@ -77,6 +77,7 @@
 #include "mr_mem.h"
 #include "mr_place.h"
 #include "model/mr_moe.h"
+#include "parallel/mr_cp.h"
 #include "parallel/mr_ep.h"
 #include "parallel/mr_tp.h"
 
@@ -283,6 +284,8 @@ struct mr_gpt {
 	struct mr_moe_xchg xchg; /* dispatch/combine exchange (identity; all-to-all
 				  * over the ep group under expert parallelism) */
 	struct mr_ep ep;         /* ep > 1: E / ep experts per MoE layer here */
+	struct mr_cp cp;         /* cp > 1: attention across the sequence split (T is
+				  * then this rank's rows, T / cp) */
 };
 
 int mr_gpt_create(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, int T,

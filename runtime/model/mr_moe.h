@@ -64,6 +64,13 @@ struct mr_moe_xchg {
 	void *reduce_ctx;   /* reduce's */
 	int router_dx_off;
 	int local_experts;  /* 0: every expert runs here (no expert parallel) */
+	/* context parallel: the micro-batch's tokens are split over
+	 * count_ranks ranks, and the aux loss's f_e counts every rank's
+	 * assignments (Megatron-Core sums them over the sequence split too):
+	 * count_reduce sums routed (E ints) over those ranks after routing */
+	int (*count_reduce)(void *ctx, int *routed, int E);
+	void *count_ctx;
+	int count_ranks;
 	const int *view_counts; /* (local_experts) set by DISPATCH(_GRAD) */
 };
 
@@ -107,6 +114,19 @@ struct mr_moe_acts {
 	float aux;         /* E * sum f_e P_e of the last forward */
 	int dropped;       /* assignments dropped in the last forward */
 };
+
+/* The aux loss E * sum_e f_e P_e of probs (N,E) with f_e = routed[e] /
+ * (N * ranks * k): routed summed over `ranks` ranks' N tokens each. */
+float mr_moe_aux(const struct mr_moe_shape *s, const float *probs, const int *routed,
+		 int ranks);
+/* The aux loss gradient's weight for the router backward: with routed
+ * summed over count_ranks ranks, each rank's share (its gradients are
+ * averaged over them later) is aux_scale / count_ranks of the sums. */
+static inline float mr_moe_aux_scale(const struct mr_moe_xchg *xg, float aux_scale)
+{
+	return xg && xg->count_reduce && xg->count_ranks > 1 ? aux_scale / (float)xg->count_ranks
+							      : aux_scale;
+}
 
 /* Capacity for a shape (see above). */
 int mr_moe_capacity(int N, int E, int k, float capacity_factor);

@@ -51,6 +51,8 @@ struct mr_tp {
 	float *ce;            /* scratch 3N fp32 when size > 1 (loss pieces) */
 	float *norm_g;        /* scratch 2C fp32 under sp: one pass's LayerNorm
 			       * weight and bias gradients (mr_tp_norm_grads) */
+	int cp, cp_rank;      /* context parallel (parallel/mr_cp.h): T is the local
+			       * rows, two chunks at their global positions */
 };
 
 void mr_tp_init(struct mr_tp *tp, struct mr_dev *dev, int size, int rank, int sp,

@@ -3,6 +3,7 @@
  * gathers with the sequence permutation, the row-parallel linear layer,
  * the vocab-parallel embedding and cross-entropy, over the model's device.
  */
+#include "mr_cp.h"
 #include "mr_tp.h"
 
 #include <string.h>
@@ -180,17 +181,52 @@ int mr_tp_mask_vocab_pad(const struct mr_tp *tp, mr_act *logits, float value)
 				       value);
 }
 
+/* Context parallel: the position rows of the local rows t in [t0, t1) of
+ * every sequence (its two chunks at their global positions; under sp the
+ * rank's slice of them) added to out, whose rows are those, or their
+ * gradients from dout (full local rows) added to dwpe. */
+static int cp_positions(struct mr_tp *tp, mr_act *out, const mr_act *wpe, float *dwpe,
+			const mr_act *dout, const int *tok, const int *tok_host)
+{
+	struct mr_dev *d = tp->dev;
+	int Tc = tp->T / 2, sp = out && tp->sp, n = sp ? tp->T / tp->size : tp->T;
+	int t0 = sp ? tp->rank * n : 0, b, t, rc = 0;
+
+	for (b = 0; b < tp->B && rc == 0; b++)
+		for (t = t0; t < t0 + n && rc == 0;) {
+			/* a run of rows inside one chunk */
+			int k = t / Tc, len = (k + 1) * Tc < t0 + n ? (k + 1) * Tc - t : t0 + n - t;
+			int p0 = mr_cp_pos0(tp->cp, Tc, tp->cp_rank, k) + t % Tc;
+			size_t r = (size_t)b * n + (size_t)(t - t0), rf = (size_t)b * tp->T + t;
+			if (out)
+				rc = d->ops->add_pos(d, mr_dev_at(d, out, r * tp->C), wpe, len, tp->C,
+						     len, p0);
+			else
+				rc = d->ops->embed_bwd(d, NULL, dwpe + (size_t)p0 * tp->C,
+						       mr_dev_at(d, dout, rf * tp->C), tok + rf,
+						       tok_host + rf, 1, len, tp->C);
+			t += len;
+		}
+	return rc;
+}
+
 int mr_tp_embedding_fwd(struct mr_tp *tp, mr_act *out, const int *tok, const mr_act *wte,
 			const mr_act *wpe, mr_act *scratch)
 {
 	struct mr_dev *d = tp->dev;
 	int rc;
 
+	if (tp->size == 1 && tp->cp > 1)
+		return (rc = d->ops->embed_fwd(d, out, tok, wte, NULL, tp->B, tp->T, tp->C)) < 0
+			       ? rc
+			       : cp_positions(tp, out, wpe, NULL, NULL, NULL, NULL);
 	if (tp->size == 1)
 		return d->ops->embed_fwd(d, out, tok, wte, wpe, tp->B, tp->T, tp->C);
 	if ((rc = d->ops->embed_fwd(d, scratch, tok, wte, NULL, tp->B, tp->T, tp->C)) < 0 ||
 	    (rc = mr_tp_reduce_rows(tp, out, scratch)) < 0)
 		return rc;
+	if (tp->cp > 1)
+		return cp_positions(tp, out, wpe, NULL, NULL, NULL, NULL);
 	/* the positions of the local rows: chunk rank of every sequence */
 	return d->ops->add_pos(d, out, wpe, mr_tp_local_rows(tp), tp->C,
 			       tp->sp ? tp->T / tp->size : tp->T,
@@ -206,6 +242,11 @@ int mr_tp_embedding_bwd(struct mr_tp *tp, float *dwte, float *dwpe, mr_act *dloc
 
 	if (rc < 0)
 		return rc;
+	if (tp->cp > 1)
+		return (rc = tp->dev->ops->embed_bwd(tp->dev, dwte, NULL, dfull, tok, tok_host,
+						     tp->B, tp->T, tp->C)) < 0
+			       ? rc
+			       : cp_positions(tp, NULL, NULL, dwpe, dfull, tok, tok_host);
 	return tp->dev->ops->embed_bwd(tp->dev, dwte, dwpe, dfull, tok, tok_host, tp->B, tp->T,
 				       tp->C);
 }

@@ -58,7 +58,6 @@
 #include "model/mr_moe.h"
 #include "optim/mr_adamw.h"
 
-#define EMUL_BLOCK 16 /* attention block sizes of the CPU twin */
 
 /* The tag of a device pointer (see the header): the mark, the bit that
  * faults on arm64 too, the device index. */
@@ -660,7 +659,7 @@ static struct mr_cuda_attn attn_host(struct mr_cuda *cu, const struct mr_cuda_at
 
 /* Head h of batch b (a holds host addresses). */
 static struct mr_attn_head head_of(const struct mr_cuda *cu, const struct mr_cuda_attn *a,
-				   int b, int h, float **q, float **k, float **v)
+				   int b, int h, int bq, int bk, float **q, float **k, float **v)
 {
 	struct mr_attn_head hd;
 	int hs = a->hs;
@@ -680,7 +679,8 @@ static struct mr_attn_head head_of(const struct mr_cuda *cu, const struct mr_cud
 	hd.hs = hs;
 	hd.causal = a->causal;
 	hd.scale = a->scale;
-	hd.bq = hd.bk = EMUL_BLOCK;
+	hd.bq = bq;
+	hd.bk = bk;
 	return hd;
 }
 
@@ -703,11 +703,12 @@ static int attn_fwd(struct mr_cuda *cu, const struct mr_cuda_attn *a, void *out,
 		snprintf(cu->err, sizeof(cu->err), "unsupported shape for 'attn_fwd'");
 		return MR_EINVAL;
 	}
-	ws = xalloc(sizeof(float) * mr_attn_head_ws_floats(EMUL_BLOCK, EMUL_BLOCK, hs));
+	ws = xalloc(sizeof(float) * mr_attn_head_ws_floats(MR_ATTN_FWD_BQ, MR_ATTN_FWD_BK, hs));
 	fo = xalloc(sizeof(float) * (size_t)a->tq * hs);
 	for (b = 0; b < a->B; b++)
 		for (h = 0; h < a->NH; h++) {
-			struct mr_attn_head hd = head_of(cu, a, b, h, &q, &k, &v);
+			struct mr_attn_head hd = head_of(cu, a, b, h, MR_ATTN_FWD_BQ,
+							 MR_ATTN_FWD_BK, &q, &k, &v);
 			mr_attn_head_fwd(&hd, fo, (size_t)hs,
 					 lse + ((size_t)b * a->NH + h) * a->tq, ws);
 			for (i = 0; i < a->tq; i++)
@@ -793,10 +794,11 @@ static int attn_bwd(struct mr_cuda *cu, const struct mr_cuda_attn *a, const void
 		snprintf(cu->err, sizeof(cu->err), "unsupported shape for 'attn_bwd'");
 		return MR_EINVAL;
 	}
-	ws = xalloc(sizeof(float) * mr_attn_head_ws_floats(EMUL_BLOCK, EMUL_BLOCK, hs));
+	ws = xalloc(sizeof(float) * mr_attn_head_ws_floats(MR_ATTN_BWD_BQ, MR_ATTN_BWD_BK, hs));
 	for (b = 0; b < a->B; b++)
 		for (h = 0; h < a->NH; h++) {
-			struct mr_attn_head hd = head_of(cu, a, b, h, &q, &k, &v);
+			struct mr_attn_head hd = head_of(cu, a, b, h, MR_ATTN_BWD_BQ,
+							 MR_ATTN_BWD_BK, &q, &k, &v);
 			size_t r = ((size_t)b * a->NH + h) * a->tq;
 			d = gather(cu, dout, b * o_batch + (size_t)h * hs, o_row, a->tq, hs);
 			fq = xcalloc((size_t)a->tq * hs, sizeof(float));

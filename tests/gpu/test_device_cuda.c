@@ -716,8 +716,8 @@ static void moe_layer(int k, float cf)
 	struct pr x, rw, fw, fb, pw, pb, y, dy, dx, drw, dfw, dfb, dpw, dpb, ones, ws;
 	struct mr_moe_acts ac, ag;
 	struct xrec rc_, rg_;
-	struct mr_moe_xchg xc = { record_xchg, NULL, &rc_, NULL, 0, 0, NULL };
-	struct mr_moe_xchg xg = { record_xchg, NULL, &rg_, NULL, 0, 0, NULL };
+	struct mr_moe_xchg xc = { .fn = record_xchg, .ctx = &rc_ };
+	struct mr_moe_xchg xg = { .fn = record_xchg, .ctx = &rg_ };
 
 	for (i = 0; i < N; i++)
 		one[i] = 1.0f;

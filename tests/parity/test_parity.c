@@ -139,6 +139,7 @@ struct job {
 	int layers;        /* n_layer; 0 = 2 */
 	const char *pp_extra; /* more keys for the parallel run only ("pp_layers") */
 	int ep;            /* expert parallel degree (the parallel run); 0 = 1 */
+	int cp;            /* context parallel degree (the parallel run); 0 = 1 */
 };
 
 /* The model's keys (a key given twice is an error in workload_config). */
@@ -194,12 +195,13 @@ static int run_job(const struct job *j, const char *tag, const char *extra, int 
 			 j->pp_extra ? j->pp_extra : "");
 	snprintf(cmd, sizeof(cmd),
 		 "cd '%s' && MR_CUDA_EMUL_DEVICES=4 timeout 300 '%s/meshrun' local --nodes %d --nproc-per-node %d "
-		 "--tp %d --pp %d --ep %d --workload-config '{%s, \"steps\": %d, \"batch_size\": %d, "
+		 "--tp %d --pp %d --ep %d --cp %d --workload-config '{%s, \"steps\": %d, \"batch_size\": %d, "
 		 "\"seq_len\": 16, \"grad_accum\": %d, \"lr\": 0.003, \"warmup_steps\": 2, "
 		 "\"threads\": 1, \"peak_flops\": 1e9, \"seed\": 11, \"zero\": %d, "
 		 "\"hsdp_shard\": %d, \"sequence_parallel\": %s, \"comm_timeout_ms\": 30000, "
 		 "\"loss_log\": \"%s.loss\", \"save_weights\": \"%s.bin\"%s%s%s}' >'%s.out' 2>&1",
-		 tmp, dir, nodes, nproc, j->tp, pp, j->ep > 1 ? j->ep : 1, model_json(j), STEPS, BATCH, j->accum, j->zero,
+		 tmp, dir, nodes, nproc, j->tp, pp, j->ep > 1 ? j->ep : 1,
+		 j->cp > 1 ? j->cp : 1, model_json(j), STEPS, BATCH, j->accum, j->zero,
 		 j->hsdp, j->sp ? "true" : "false", tag, tag, extra ? extra : "", keys, ppkeys, tag);
 	free(bin);
 	st = system(cmd);
@@ -288,8 +290,9 @@ static int same_file(const char *a, const char *b)
 
 static void check(const struct job *j)
 {
-	struct job ref = { 1, 1, 1, 0, 0, 0, j->moe, 0, NULL, j->vocab, 0, NULL, j->layers, NULL, 0 };
-	int dp = j->nodes * j->nproc / (j->tp * (j->pp > 1 ? j->pp : 1)), s, i;
+	struct job ref = { 1, 1, 1, 0, 0, 0, j->moe, 0, NULL, j->vocab, 0, NULL, j->layers, NULL, 0, 0 };
+	int dp = j->nodes * j->nproc / (j->tp * (j->pp > 1 ? j->pp : 1) * (j->cp > 1 ? j->cp : 1));
+	int s, i;
 	double lp[STEPS], lr[STEPS], np[STEPS], nr[STEPS];
 	int gpu_moe = GPU && !BF16 && j->moe;
 	double loss_tol = gpu_moe ? GPU_MOE_LOSS_TOL : LOSS_TOL;
@@ -346,7 +349,7 @@ static void check(const struct job *j)
  * nodes x nproc-per-node agents' ranks, tp, zero stage, hsdp shard, sp. */
 static void parity(int nodes, int nproc, int tp, int zero, int hsdp, int sp, int moe)
 {
-	struct job j = { nodes, nproc, tp, zero, hsdp, sp, moe, 1, NULL, 0, 0, NULL, 0, NULL, 0 };
+	struct job j = { nodes, nproc, tp, zero, hsdp, sp, moe, 1, NULL, 0, 0, NULL, 0, NULL, 0, 0 };
 
 	check(&j);
 }
@@ -381,14 +384,14 @@ Test(parity, tp2_dp2_zero3_sp_moe) { parity(2, 2, 2, 3, 0, 1, 1); }
 /* a vocabulary tp does not divide: padded on the tp ranks, exact */
 Test(parity, tp2_dp2_padded_vocab)
 {
-	struct job j = { 2, 2, 2, 1, 0, 1, 0, 1, NULL, 63, 0, NULL, 0, NULL, 0 };
+	struct job j = { 2, 2, 2, 1, 0, 1, 0, 1, NULL, 63, 0, NULL, 0, NULL, 0, 0 };
 
 	check(&j);
 }
 
 Test(parity, dp2_with_accumulation)
 {
-	struct job j = { 1, 2, 1, 0, 0, 0, 0, 2, NULL, 0, 0, NULL, 0, NULL, 0 };
+	struct job j = { 1, 2, 1, 0, 0, 0, 0, 2, NULL, 0, 0, NULL, 0, NULL, 0, 0 };
 
 	check(&j);
 }
@@ -398,7 +401,7 @@ Test(parity, dp2_with_accumulation)
  * micro-batches' by tp) */
 Test(parity, tp2_sp_with_accumulation)
 {
-	struct job j = { 1, 2, 2, 0, 0, 1, 0, 2, NULL, 0, 0, NULL, 0, NULL, 0 };
+	struct job j = { 1, 2, 2, 0, 0, 1, 0, 2, NULL, 0, 0, NULL, 0, NULL, 0, 0 };
 
 	check(&j);
 }
@@ -413,7 +416,7 @@ Test(parity, tp2_sp_with_accumulation)
 static void pipeline(int nodes, int nproc, int tp, int pp, const char *sched, int zero, int sp,
 		     int moe)
 {
-	struct job j = { nodes, nproc, tp, zero, 0, sp, moe, 4, NULL, 0, pp, sched, 8, NULL, 0 };
+	struct job j = { nodes, nproc, tp, zero, 0, sp, moe, 4, NULL, 0, pp, sched, 8, NULL, 0, 0 };
 
 	check(&j);
 }
@@ -449,7 +452,7 @@ Test(parity, pp2_tp2_dp2_moe) { pipeline(2, 4, 2, 2, "interleaved", 0, 0, 1); }
 static void paired(int pp, const char *sched, int moe)
 {
 	struct job j = { 1, pp, 1, 0, 0, 0, moe, 4, NULL, 0, pp, sched, 8,
-			 ", \"pp_p2p\": \"paired\"", 0 };
+			 ", \"pp_p2p\": \"paired\"", 0, 0 };
 
 	check(&j);
 }
@@ -463,7 +466,7 @@ Test(parity, pp4_zbh1_paired_moe) { paired(4, "zb-h1", 1); }
 static void uneven(int moe)
 {
 	struct job j = { 1, 2, 1, 0, 0, 0, moe, 4, NULL, 0, 2, "1f1b", 8,
-			 ", \"pp_layers\": [6, 2]", 0 };
+			 ", \"pp_layers\": [6, 2]", 0, 0 };
 
 	check(&j);
 }
@@ -483,7 +486,7 @@ Test(parity, pp2_uneven_split_moe) { uneven(1); }
 static void expert(int nodes, int nproc, int tp, int pp, int ep, int dropless)
 {
 	struct job j = { nodes, nproc, tp, 0, 0, 0, 1, pp > 1 ? 4 : 1, NULL, 0, pp,
-			 pp > 1 ? "1f1b" : NULL, pp > 1 ? 8 : 0, NULL, ep };
+			 pp > 1 ? "1f1b" : NULL, pp > 1 ? 8 : 0, NULL, ep, 0 };
 
 	if (dropless)
 		j.extra = ", \"moe_policy\": \"dropless\"";
@@ -498,6 +501,37 @@ Test(parity, ep4_dropless) { expert(1, 4, 1, 1, 4, 1); }
 Test(parity, ep2_dp4_capacity) { expert(2, 2, 1, 1, 2, 0); }
 Test(parity, ep2_tp2) { expert(1, 4, 2, 1, 2, 0); }
 Test(parity, ep2_pp2) { expert(1, 4, 1, 2, 2, 1); }
+#endif
+
+/*
+ * Context parallel: every sequence split over cp ranks in 2*cp chunks
+ * (rank r holds chunks r and 2cp-1-r; parallel/mr_cp.h), against one
+ * rank with the whole sequences. MoE models run dropless: capacity is per
+ * micro-batch of the tokens a rank routes, and a cp rank routes 1/cp of
+ * them. nodes x nproc ranks, tp (with sequence parallel), pp, ep, zero.
+ */
+static void context(int nodes, int nproc, int tp, int pp, int cp, int ep, int zero, int moe)
+{
+	struct job j = { nodes, nproc, tp, zero, 0, tp > 1, moe, pp > 1 ? 4 : 1, NULL, 0, pp,
+			 pp > 1 ? "1f1b" : NULL, pp > 1 ? 8 : 0, NULL, ep, cp };
+
+	if (moe)
+		j.extra = ", \"moe_policy\": \"dropless\"";
+	check(&j);
+}
+
+Test(parity, cp2_dense) { context(1, 2, 1, 1, 2, 1, 0, 0); }
+#if !EMUL
+Test(parity, cp4_dense) { context(1, 4, 1, 1, 4, 1, 0, 0); }
+Test(parity, cp2_moe_dropless) { context(1, 2, 1, 1, 2, 1, 0, 1); }
+Test(parity, cp2_dp2) { context(2, 2, 1, 1, 2, 1, 0, 0); }
+Test(parity, cp2_dp2_zero3) { context(2, 2, 1, 1, 2, 1, 3, 0); }
+Test(parity, cp2_tp2_sp) { context(1, 4, 2, 1, 2, 1, 0, 0); }
+Test(parity, cp2_pp2) { context(1, 4, 1, 2, 2, 1, 0, 1); }
+Test(parity, cp2_ep2) { context(1, 2, 1, 1, 2, 2, 0, 1); }
+/* all five at once, the default job's mesh: tp2 (sp) x cp2 x pp2 x dp2 =
+ * 16 ranks on 4 nodes, the experts over ep2 */
+Test(parity, five_modes_16_ranks, .timeout = 600) { context(4, 4, 2, 2, 2, 2, 0, 1); }
 #endif
 
 #if !ON_DEVICE
@@ -526,14 +560,14 @@ static void expect_rejected(const struct job *j, const char *extra, const char *
 
 Test(parity, tp_not_dividing_heads_is_rejected)
 {
-	struct job j = { 1, 3, 3, 0, 0, 0, 0, 1, NULL, 0, 0, NULL, 0, NULL, 0 };
+	struct job j = { 1, 3, 3, 0, 0, 0, 0, 1, NULL, 0, 0, NULL, 0, NULL, 0, 0 };
 
 	expect_rejected(&j, NULL, "n_head");
 }
 
 Test(parity, unknown_zero_stage_is_rejected)
 {
-	struct job j = { 1, 2, 1, 4, 0, 0, 0, 1, NULL, 0, 0, NULL, 0, NULL, 0 };
+	struct job j = { 1, 2, 1, 4, 0, 0, 0, 1, NULL, 0, 0, NULL, 0, NULL, 0, 0 };
 
 	expect_rejected(&j, NULL, "zero");
 }
@@ -542,64 +576,79 @@ Test(parity, unknown_zero_stage_is_rejected)
 Test(parity, pipeline_split_not_adding_up_is_rejected)
 {
 	struct job j = { 1, 2, 1, 0, 0, 0, 0, 4, NULL, 0, 2, "1f1b", 8,
-			 ", \"pp_layers\": [3, 3]", 0 };
+			 ", \"pp_layers\": [3, 3]", 0, 0 };
 
 	expect_rejected(&j, NULL, "pp_layers");
 }
 
 Test(parity, pipeline_stage_without_a_layer_is_rejected)
 {
-	struct job j = { 1, 4, 1, 0, 0, 0, 0, 4, NULL, 0, 4, "interleaved", 6, NULL, 0 };
+	struct job j = { 1, 4, 1, 0, 0, 0, 0, 4, NULL, 0, 4, "interleaved", 6, NULL, 0, 0 };
 
 	expect_rejected(&j, NULL, "pp_virtual"); /* 4 stages x 2 chunks, 6 layers */
 }
 
 Test(parity, interleaved_micro_batches_not_a_multiple_of_pp_are_rejected)
 {
-	struct job j = { 1, 2, 1, 0, 0, 0, 0, 3, NULL, 0, 2, "interleaved", 8, NULL, 0 };
+	struct job j = { 1, 2, 1, 0, 0, 0, 0, 3, NULL, 0, 2, "interleaved", 8, NULL, 0, 0 };
 
 	expect_rejected(&j, NULL, "grad_accum");
 }
 
 Test(parity, unknown_pipeline_schedule_is_rejected)
 {
-	struct job j = { 1, 2, 1, 0, 0, 0, 0, 4, NULL, 0, 2, "2f2b", 8, NULL, 0 };
+	struct job j = { 1, 2, 1, 0, 0, 0, 0, 4, NULL, 0, 2, "2f2b", 8, NULL, 0, 0 };
 
 	expect_rejected(&j, NULL, "pp_schedule");
+}
+
+/* context parallelism that cannot run (yet) */
+Test(parity, cp_not_dividing_the_chunks_is_rejected)
+{
+	struct job j = { 1, 3, 1, 0, 0, 0, 0, 1, NULL, 0, 0, NULL, 0, NULL, 0, 3 };
+
+	expect_rejected(&j, NULL, "seq_len"); /* 16 tokens in 2 * 3 chunks */
+}
+
+Test(parity, unknown_cp_algo_is_rejected)
+{
+	struct job j = { 1, 2, 1, 0, 0, 0, 0, 1, NULL, 0, 0, NULL, 0, NULL, 0, 2 };
+
+	expect_rejected(&j, ", \"cp_algo\": \"spiral\"", "cp_algo");
 }
 
 /* expert parallelism that cannot run */
 Test(parity, ep_not_dividing_experts_is_rejected)
 {
-	struct job j = { 1, 3, 1, 0, 0, 0, 1, 1, NULL, 0, 0, NULL, 0, NULL, 3 };
+	struct job j = { 1, 3, 1, 0, 0, 0, 1, 1, NULL, 0, 0, NULL, 0, NULL, 3, 0 };
 
 	expect_rejected(&j, NULL, "does not divide 'n_experts'"); /* 4 over 3 */
 }
 
 Test(parity, ep_on_a_dense_model_is_rejected)
 {
-	struct job j = { 1, 2, 1, 0, 0, 0, 0, 1, NULL, 0, 0, NULL, 0, NULL, 2 };
+	struct job j = { 1, 2, 1, 0, 0, 0, 0, 1, NULL, 0, 0, NULL, 0, NULL, 2, 0 };
 
 	expect_rejected(&j, NULL, "moe_every");
 }
 
 Test(parity, ep_with_zero_is_rejected)
 {
-	struct job j = { 1, 2, 1, 1, 0, 0, 1, 1, NULL, 0, 0, NULL, 0, NULL, 2 };
+	struct job j = { 1, 2, 1, 1, 0, 0, 1, 1, NULL, 0, 0, NULL, 0, NULL, 2, 0 };
 
 	expect_rejected(&j, NULL, "zero");
 }
 
 Test(parity, unknown_moe_policy_is_rejected)
 {
-	struct job j = { 1, 2, 1, 0, 0, 0, 1, 1, NULL, 0, 0, NULL, 0, NULL, 0 };
+	struct job j = { 1, 2, 1, 0, 0, 0, 1, 1, NULL, 0, 0, NULL, 0, NULL, 0, 0 };
 
 	expect_rejected(&j, ", \"moe_policy\": \"dropfree\"", "moe_policy");
 }
 
 Test(parity, hsdp_shard_not_dividing_dp_is_rejected)
 {
-	struct job j = { 1, 2, 1, 3, 3, 0, 0, 1, NULL, 0, 0, NULL, 0, NULL, 0 };
+	struct job j = { 1, 2, 1, 3, 3, 0, 0, 1, NULL, 0, 0, NULL, 0, NULL, 0, 0 };
 
 	expect_rejected(&j, NULL, "hsdp_shard");
 }

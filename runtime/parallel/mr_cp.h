@@ -1,0 +1,75 @@
+/*
+ * mr_cp.h - context parallelism: each sequence split over the cp group,
+ * attention computed across the split.
+ *
+ * Layout (load-balanced, as Megatron-Core and torchtitan lay out causal
+ * sequences): a sequence of T tokens is cut into 2*cp chunks of Tc =
+ * T/(2cp); cp rank r holds chunks r and 2cp-1-r, back to back, so its
+ * local sequence is Tl = T/cp rows and every rank has the same causal
+ * work. Every per-token layer (embeddings, LayerNorm, MLP, MoE, the loss)
+ * runs on the local rows unchanged; only positions (mr_cp_pos0) and
+ * attention cross ranks.
+ *
+ * Attention, "allgather" algorithm: the layer's packed q|k|v rows are
+ * all-gathered over cp (again in the backward: the buffer holds one layer
+ * at a time); each local query chunk attends to every key chunk
+ * at or before it (the later ones are skipped: causally invisible), one
+ * slice at a time (device attn_part_fwd), merged by log-sum-exp
+ * (attn_merge). Backward recomputes per slice against the final lse and
+ * delta (attn_part_bwd), accumulating dq locally and dk/dv at their
+ * owner's place in a gathered fp32 buffer, which is then reduce-scattered
+ * back to the owners. Memory: the gathered qkv and gradient buffers are
+ * whole-sequence (workspace, one layer at a time); what a layer keeps for
+ * its backward is local (Tl rows), so activations fall as 1/cp.
+ *
+ * Not yet: "ring" (K/V blocks passed around the ring while the current
+ * block computes) and "ulysses" (all-to-all to head-sharded); sequence
+ * parallelism together with cp.
+ */
+#ifndef MR_CP_H
+#define MR_CP_H
+
+#include "comm/mr_comm.h"
+#include "device/mr_device.h"
+#include "mr_mem.h"
+
+struct mr_cp {
+	struct mr_dev *dev;
+	struct mr_mem *mem;
+	struct mr_comm *comm;   /* the cp group; NULL when size 1 */
+	int size, rank;
+	int B, T, Tl, Tc;       /* batch, sequence, local rows, chunk rows */
+	int C, NH, hs;          /* this rank's attention channels (C/tp), heads */
+	mr_act *all;            /* (cp, B, Tl, 3C) gathered q|k|v */
+	float *o32, *p32;       /* (B, Tl, C) merged and partial outputs */
+	float *plse, *delta;    /* (2, B, NH, Tc) partial lse; delta */
+	float *dall, *dmine;    /* (cp, B, Tl, 3C) and (B, Tl, 3C) fp32 gradients */
+	size_t bytes[7];
+};
+
+/* The rows of sequence position: chunk k (0 or 1) of rank r starts at
+ * position mr_cp_pos0(cp, r, k); local row t of a sequence is chunk
+ * t / Tc, offset t % Tc. */
+static inline int mr_cp_pos0(int size, int Tc, int r, int k)
+{
+	return (k ? 2 * size - 1 - r : r) * Tc;
+}
+
+/* cp over comm for B sequences of T tokens (2 * cp must divide T, named
+ * "seq_len"), C attention channels in NH heads on this rank. */
+int mr_cp_create(struct mr_cp *cp, struct mr_comm *comm, struct mr_dev *dev, struct mr_mem *mem,
+		 int B, int T, int C, int NH, struct mr_errbuf *eb);
+void mr_cp_release(struct mr_cp *cp);
+/* out (B,Tl,C) (=) and lse ((2, B, NH, Tc): per local chunk) from the
+ * local qkv (B,Tl,3C). */
+int mr_cp_attn_fwd(struct mr_cp *cp, mr_act *out, float *lse, const mr_act *qkv);
+/* dqkv (B,Tl,3C) (=) from dout and the forward's qkv, out and lse. */
+int mr_cp_attn_bwd(struct mr_cp *cp, mr_act *dqkv, const mr_act *dout, const mr_act *qkv,
+		   const mr_act *out, const float *lse);
+/* struct mr_moe_xchg's count_reduce under cp (ctx: the struct mr_cp):
+ * the MoE routed counts summed over the sequence split. */
+int mr_cp_sum_routed(void *ctx, int *routed, int E);
+/* The local rows (B, T/cp) of full rows (B, T) of token ids. */
+void mr_cp_select(int size, int rank, const int *full, int B, int T, int *local);
+
+#endif
