@@ -374,7 +374,7 @@ fuzz: deps
 	scripts/fuzz.sh $(BUILD)/fuzz
 
 # ---- benchmarks ----------------------------------------------------------------
-bench: bench-rdzv bench-healthz bench-comm bench-train bench-parallel bench-pipeline
+bench: bench-rdzv bench-healthz bench-comm bench-train bench-parallel bench-pipeline bench-cp-ep
 
 bench-rdzv: all $(BUILD)/bench/rdzv
 	scripts/deps.sh bench
@@ -415,6 +415,12 @@ bench-parallel: $(BUILD)/bench/parallel
 .PHONY: bench-pipeline
 bench-pipeline: $(BUILD)/bench/pipeline
 	$(BUILD)/bench/pipeline
+
+# ---- context parallel memory, expert all-to-all share (bench/cp_ep.c) -------
+# Prints `cp_ep act_ratio_cp2=<x> a2a_share_ep2=<y>` (CP_EP_QUICK=1: T 2048).
+.PHONY: bench-cp-ep
+bench-cp-ep: $(BUILD)/bench/cp_ep
+	$(BUILD)/bench/cp_ep
 
 # ---- PyTorch reference for the runtime (tests/reference/gen_reference.py) ----
 .PHONY: reference

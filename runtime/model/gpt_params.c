@@ -472,6 +472,10 @@ int mr_gpt_create_placed(struct mr_gpt *m, const struct mr_gpt_config *cfg, int 
 	m->own_dev = own;
 	m->dev = &m->own_dev;
 	m->tp.dev = m->dev;
+	if (m->cp.dev)
+		m->cp.dev = m->dev;
+	if (m->ep.dev)
+		m->ep.dev = m->dev;
 	return 0;
 }
 

@@ -3,6 +3,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "mr_ep.h"
 
@@ -168,10 +169,17 @@ static int from_view(struct mr_ep *ep, char *buf, const int *counts, int cap, si
 	return 0;
 }
 
-static int ep_fn(void *ctx, enum mr_moe_phase phase, float *buf, const int *counts, int E,
-		 int cap, size_t row)
+static double now_s(void)
 {
-	struct mr_ep *ep = ctx;
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int exchange_phase(struct mr_ep *ep, enum mr_moe_phase phase, float *buf,
+			  const int *counts, int E, int cap, size_t row)
+{
 	size_t rb = mr_dev_act_bytes(ep->dev, row);
 	int dtype = ep->dev->act_bytes == 2 ? MR_COMM_BF16 : MR_COMM_F32, l, r, rc;
 
@@ -189,6 +197,19 @@ static int ep_fn(void *ctx, enum mr_moe_phase phase, float *buf, const int *coun
 	if (phase == MR_MOE_DISPATCH || phase == MR_MOE_DISPATCH_GRAD)
 		return to_view(ep, (char *)buf, counts, cap, rb, row, dtype);
 	return from_view(ep, (char *)buf, counts, cap, rb, row, dtype);
+}
+
+/* One exchange, timed (counts, rows and the device copies around them). */
+static int ep_fn(void *ctx, enum mr_moe_phase phase, float *buf, const int *counts, int E,
+		 int cap, size_t row)
+{
+	struct mr_ep *ep = ctx;
+	double t0 = now_s();
+	int rc = exchange_phase(ep, phase, buf, counts, E, cap, row);
+
+	ep->xchg_s += now_s() - t0;
+	ep->xchgs++;
+	return rc;
 }
 
 void mr_ep_bind(struct mr_ep *ep, struct mr_moe_xchg *xg)

@@ -42,6 +42,8 @@ struct mr_ep {
 	size_t *sc, *sd, *rc, *rd; /* (size each) alltoallv counts and displacements */
 	void *send, *recv;      /* device scratch, bytes each */
 	size_t bytes;
+	double xchg_s;          /* seconds in exchanges so far (bench/cp_ep's share) */
+	long xchgs;             /* exchanges so far */
 };
 
 /* E experts over comm (its size must divide E); the message names
