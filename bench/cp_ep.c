@@ -31,7 +31,7 @@
  * in expert exchanges (counts, rows, and the packing copies around them;
  * mr_ep's clock) over its step time, the mean over ranks.
  *
- * Last line: cp_ep act_ratio_cp2=<acts peak cp2 / cp1> a2a_share_ep2=<ep2
+ * Last line: cp_ep act_ratio_cp2=<acts peak cp2 ring / cp1> a2a_share_ep2=<ep2
  * capacity share>; the target is act_ratio_cp2 <= 0.55 (activations fall
  * as 1/cp, plus what every rank keeps whole: the embeddings' and head's
  * rows are local too, so only fixed-size pieces stay).
@@ -62,6 +62,7 @@ struct run {
 	struct mr_gpt_config cfg;
 	int B, T, warm, steps;
 	int cp, ep, n;              /* mesh: n ranks */
+	int algo;                   /* enum mr_cp_algo */
 	struct mr_kv kv;
 	int gen;
 	/* per rank, out */
@@ -113,6 +114,7 @@ static int rank_run(struct run *r, int rank)
 		rc = mr_errf(&eb, MR_ENOMEM, "unable to allocate the rank");
 		goto out;
 	}
+	g.place.cp_algo = r->algo;
 	if ((rc = mr_gpt_create_placed(&m, &r->cfg, r->B, r->T, pool, &g.place,
 				       mr_dp_model_flags(0), &eb)) < 0)
 		goto out;
@@ -216,7 +218,7 @@ int main(int argc, char **argv)
 {
 	static struct run r;
 	struct mr_gpt_config base = { .vocab = 256, .n_layer = 2, .d_model = 256, .n_head = 4 };
-	int T = 4096, steps = 3, quick = 0, opt, i, k, cps[3] = { 1, 2, 4 }, eps[3] = { 1, 2, 4 };
+	int T = 4096, steps = 3, quick = 0, opt, i, k, eps[3] = { 1, 2, 4 };
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	double tps1 = 0.0, tpe1[2] = { 0.0, 0.0 }, share_ep2 = NAN;
 	size_t acts1 = 0, acts2 = 0;
@@ -243,9 +245,10 @@ int main(int argc, char **argv)
 	}
 	printf("cp_ep %ld CPU(s); GPT L%d d%d h%d vocab %d, 1 warm-up + %d timed steps\n", ncpu,
 	       base.n_layer, base.d_model, base.n_head, base.vocab, steps);
-	printf("context parallel: one sequence of T %d per step, cp ranks; allgather algorithm\n",
-	       T);
-	for (i = 0; i < 3; i++) {
+	printf("context parallel: one sequence of T %d per step, cp ranks\n", T);
+	for (i = 0; i < 5; i++) {
+		/* cp 1, then ring and allgather at cp 2 and 4 */
+		int cp = i == 0 ? 1 : i < 3 ? 2 : 4, algo = i > 0 && i % 2 == 0;
 		memset(&r, 0, sizeof(r));
 		r.cfg = base;
 		r.cfg.max_seq = T;
@@ -253,8 +256,9 @@ int main(int argc, char **argv)
 		r.T = T;
 		r.warm = 1;
 		r.steps = steps;
-		r.cp = r.n = cps[i];
+		r.cp = r.n = cp;
 		r.ep = 1;
+		r.algo = algo ? MR_CP_ALLGATHER : MR_CP_RING;
 		if (run_mesh(&r) < 0)
 			return 1;
 		{
@@ -266,15 +270,14 @@ int main(int argc, char **argv)
 			}
 			if (i == 1)
 				acts2 = acts;
-			printf("cp %d allgather  acts_MiB=%.1f (x%.3f of cp 1)  workspace_MiB=%.1f  "
+			printf("cp %d %-9s  acts_MiB=%.1f (x%.3f of cp 1)  workspace_MiB=%.1f  "
 			       "tokens/s=%.0f (x%.2f)%s\n",
-			       r.cp, acts / 1048576.0, (double)acts / (double)acts1, ws / 1048576.0,
-			       tps, tps / tps1, r.n > ncpu ? "  oversub" : "");
+			       r.cp, i == 0 ? "" : algo ? "allgather" : "ring", acts / 1048576.0,
+			       (double)acts / (double)acts1, ws / 1048576.0, tps, tps / tps1,
+			       r.n > ncpu ? "  oversub" : "");
 		}
-		if (i > 0)
-			printf("cp %d ring       not implemented yet\ncp %d ulysses    not "
-			       "implemented yet\n", r.cp, r.cp);
 	}
+	printf("cp 2,4 ulysses    not implemented yet\n");
 	printf("expert parallel: every layer MoE, 8 experts top-2, T 256, 8 sequences per rank, "
 	       "dp = ep ranks\n");
 	for (k = 0; k < 2; k++)

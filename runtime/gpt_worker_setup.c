@@ -119,6 +119,7 @@ static int layout(const struct gw *w, const struct mr_worker_env *env,
 
 	if ((rc = mr_groups_check(env, w->hsdp_shard, eb)) < 0 ||
 	    (rc = mr_groups_place_of(env, w->sp, where, eb)) < 0 ||
+	    (where->cp_algo = w->cp_algo, 0) ||
 	    (rc = mr_groups_place_layers(where, mc, T, w->pp_virtual, w->pp_layers,
 					 w->n_pp_layers, eb)) < 0 ||
 	    (rc = mr_gpt_check_placement(mc, T, where, eb)) < 0)
@@ -179,6 +180,7 @@ static int place(struct gw *w, const struct mr_worker_env *env, const struct mr_
 	/* the groups' placement has the communicators, the checked one the
 	 * stage's layers */
 	w->groups.place.chunks = where.chunks;
+	w->groups.place.cp_algo = where.cp_algo;
 	memcpy(w->groups.place.layer_lo, where.layer_lo, sizeof(where.layer_lo));
 	memcpy(w->groups.place.layer_hi, where.layer_hi, sizeof(where.layer_hi));
 	atomic_store(&w->groups_ready, 1);

@@ -12,8 +12,9 @@
  *           (each expert takes ceil(capacity_factor * N * top_k / E) of a
  *           micro-batch's N tokens, the rest dropped) or "dropless"
  *           (model/mr_moe.h)
- *   context (cp > 1) cp_algo "allgather" (parallel/mr_cp.h; "ring" and
- *           "ulysses" are refused as not implemented yet)
+ *   context (cp > 1) cp_algo "ring" (K/V passed around the cp ring while
+ *           each block computes) or "allgather" (parallel/mr_cp.h);
+ *           "ulysses" is refused as not implemented yet
  *   train   batch_size 8, seq_len 64, steps 100, grad_accum 1, lr 1e-3,
  *           min_lr_frac 0.1, warmup_steps 10, beta1 0.9, beta2 0.95,
  *           eps 1e-8, weight_decay 0.1, grad_clip 1.0, seed 1337

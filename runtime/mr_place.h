@@ -26,6 +26,10 @@ struct mr_comm;
 
 #define MR_PLACE_MAX_CHUNKS 64 /* == MR_PP_MAX_VIRTUAL */
 
+/* Context parallel attention (parallel/mr_cp.h): K/V blocks passed
+ * around the cp ring, or all-gathered. */
+enum mr_cp_algo { MR_CP_RING = 0, MR_CP_ALLGATHER = 1 };
+
 /* The axes, in the order of common/mr_mesh's rank formula (tp fastest). */
 enum mr_axis { MR_AXIS_TP, MR_AXIS_CP, MR_AXIS_DP, MR_AXIS_PP, MR_AXIS_EP, MR_AXIS__COUNT };
 
@@ -34,6 +38,7 @@ struct mr_place {
 	int index[MR_AXIS__COUNT];            /* this rank's coordinate on it */
 	struct mr_comm *comm[MR_AXIS__COUNT]; /* its group; NULL when the size is 1 */
 	int sp;                               /* sequence parallel over tp (tp > 1) */
+	int cp_algo;                          /* cp > 1: enum mr_cp_algo */
 	int chunks;                           /* model chunks held; 0: the whole model */
 	int layer_lo[MR_PLACE_MAX_CHUNKS];    /* chunk c holds blocks [lo[c], hi[c]) */
 	int layer_hi[MR_PLACE_MAX_CHUNKS];

@@ -633,7 +633,8 @@ int mr_gpt_create_on(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, i
 		m->xchg.router_dx_off = m->tp.rank != 0;
 	}
 	if (mr_place_size(&m->place, MR_AXIS_CP) > 1 &&
-	    (rc = mr_cp_create(&m->cp, m->place.comm[MR_AXIS_CP], dev, &m->mem, B, T,
+	    (rc = mr_cp_create(&m->cp, m->place.comm[MR_AXIS_CP], dev, &m->mem, m->place.cp_algo,
+			       B, T,
 			       cfg->d_model / m->tp.size, cfg->n_head / m->tp.size, eb)) < 0) {
 		mr_gpt_release(m);
 		return rc;

@@ -1,21 +1,31 @@
 /*
  * cp.c - context parallelism's attention across the sequence split (see
- * mr_cp.h).
+ * mr_cp.h): the ring and the allgather algorithm over the same slices.
  */
 #include <math.h>
 #include <string.h>
 
 #include "mr_cp.h"
 
-enum { ALL, O32, P32, PLSE, DELTA, DALL, DMINE };
+enum { O32, P32, PLSE, DELTA, DMINE, ALL, DALL, KV0, KV1, DKV0, DKV1, NBUF };
+
+enum { TAG_KV = 1, TAG_DKV, TAG_HOME };
+
+/* Rows of one key chunk: k at k (v at k + C), and where its gradients go
+ * (dk at dk, dv at dk + C), with their row and batch strides. */
+struct kblock {
+	const mr_act *k;
+	size_t row, batch;
+	float *dk;
+	size_t drow, dbatch;
+};
 
 int mr_cp_create(struct mr_cp *cp, struct mr_comm *comm, struct mr_dev *dev, struct mr_mem *mem,
-		 int B, int T, int C, int NH, struct mr_errbuf *eb)
+		 int algo, int B, int T, int C, int NH, struct mr_errbuf *eb)
 {
-	int n = comm ? mr_comm_size(comm) : 1;
-	size_t rows;
-	void **p[7];
-	int i;
+	int n = comm ? mr_comm_size(comm) : 1, ring = algo == MR_CP_RING, i;
+	size_t rows, bytes[NBUF] = { 0 };
+	void **p[NBUF];
 
 	memset(cp, 0, sizeof(*cp));
 	if (T % (2 * n) != 0)
@@ -28,6 +38,7 @@ int mr_cp_create(struct mr_cp *cp, struct mr_comm *comm, struct mr_dev *dev, str
 	cp->dev = dev;
 	cp->mem = mem;
 	cp->comm = comm;
+	cp->algo = algo;
 	cp->size = n;
 	cp->rank = comm ? mr_comm_rank(comm) : 0;
 	cp->B = B;
@@ -38,32 +49,43 @@ int mr_cp_create(struct mr_cp *cp, struct mr_comm *comm, struct mr_dev *dev, str
 	cp->NH = NH;
 	cp->hs = C / NH;
 	rows = (size_t)B * (size_t)cp->Tl;
-	cp->bytes[ALL] = mr_dev_act_bytes(dev, (size_t)n * rows * 3 * (size_t)C);
-	cp->bytes[O32] = cp->bytes[P32] = rows * (size_t)C * sizeof(float);
-	cp->bytes[PLSE] = cp->bytes[DELTA] = rows * (size_t)NH * sizeof(float);
-	cp->bytes[DALL] = (size_t)n * rows * 3 * (size_t)C * sizeof(float);
-	cp->bytes[DMINE] = rows * 3 * (size_t)C * sizeof(float);
-	p[ALL] = (void **)&cp->all;
+	bytes[O32] = bytes[P32] = rows * (size_t)C * sizeof(float);
+	bytes[PLSE] = bytes[DELTA] = rows * (size_t)NH * sizeof(float);
+	bytes[DMINE] = rows * 3 * (size_t)C * sizeof(float);
+	/* allgather: the whole sequence's q|k|v and gradients; ring: two
+	 * blocks of k|v and of their gradients in flight */
+	bytes[ALL] = ring ? 0 : mr_dev_act_bytes(dev, (size_t)n * rows * 3 * (size_t)C);
+	bytes[DALL] = ring ? 0 : (size_t)n * rows * 3 * (size_t)C * sizeof(float);
+	bytes[KV0] = bytes[KV1] = ring ? mr_dev_act_bytes(dev, rows * 2 * (size_t)C) : 0;
+	bytes[DKV0] = bytes[DKV1] = ring ? rows * 2 * (size_t)C * sizeof(float) : 0;
 	p[O32] = (void **)&cp->o32;
 	p[P32] = (void **)&cp->p32;
 	p[PLSE] = (void **)&cp->plse;
 	p[DELTA] = (void **)&cp->delta;
-	p[DALL] = (void **)&cp->dall;
 	p[DMINE] = (void **)&cp->dmine;
-	for (i = 0; i < 7; i++)
-		if (!(*p[i] = dev->ops->alloc(dev, mem, MR_MEM_WORKSPACE, cp->bytes[i]))) {
+	p[ALL] = (void **)&cp->all;
+	p[DALL] = (void **)&cp->dall;
+	p[KV0] = (void **)&cp->kv[0];
+	p[KV1] = (void **)&cp->kv[1];
+	p[DKV0] = (void **)&cp->dkv[0];
+	p[DKV1] = (void **)&cp->dkv[1];
+	for (i = 0; i < NBUF; i++) {
+		cp->bytes[i] = bytes[i];
+		if (bytes[i] && !(*p[i] = dev->ops->alloc(dev, mem, MR_MEM_WORKSPACE, bytes[i]))) {
 			mr_cp_release(cp);
 			return mr_errf(eb, MR_ENOMEM, "unable to allocate context-parallel buffers");
 		}
+	}
 	return 0;
 }
 
 void mr_cp_release(struct mr_cp *cp)
 {
-	void *p[7] = { cp->all, cp->o32, cp->p32, cp->plse, cp->delta, cp->dall, cp->dmine };
+	void *p[NBUF] = { cp->o32, cp->p32,    cp->plse,   cp->delta,  cp->dmine, cp->all,
+			  cp->dall, cp->kv[0], cp->kv[1], cp->dkv[0], cp->dkv[1] };
 	int i;
 
-	for (i = 0; cp->dev && i < 7; i++)
+	for (i = 0; cp->dev && i < NBUF; i++)
 		if (p[i])
 			cp->dev->ops->free(cp->dev, cp->mem, MR_MEM_WORKSPACE, p[i], cp->bytes[i]);
 	memset(cp, 0, sizeof(*cp));
@@ -80,38 +102,107 @@ void mr_cp_select(int size, int rank, const int *full, int B, int T, int *local)
 			       sizeof(int) * (size_t)Tc);
 }
 
-/* The attention slice of local query chunk qk against global key chunk g
- * (rows of rank g < cp ? g : 2cp-1-g in the gathered buffer). */
-static struct mr_dev_attn slice(const struct mr_cp *cp, const mr_act *qkv, int qk, int g)
+int mr_cp_sum_routed(void *ctx, int *routed, int E)
+{
+	struct mr_cp *cp = ctx;
+
+	return mr_comm_allreduce(cp->comm, routed, routed, (size_t)E, MR_COMM_I32, MR_COMM_SUM);
+}
+
+/* The global chunk index of rank r's local chunk k. */
+static int chunk_of(const struct mr_cp *cp, int r, int k)
+{
+	return k ? 2 * cp->size - 1 - r : r;
+}
+
+static int act_dtype(const struct mr_cp *cp)
+{
+	return cp->dev->act_bytes == 2 ? MR_COMM_BF16 : MR_COMM_F32;
+}
+
+/* Local query chunk qk against key chunk g (global index) in kb. */
+static struct mr_dev_attn slice(const struct mr_cp *cp, const mr_act *qkv, int qk, int g,
+				const struct kblock *kb)
 {
 	struct mr_dev *d = cp->dev;
-	size_t C = (size_t)cp->C, row = 3 * C, batch = (size_t)cp->Tl * row;
-	int owner = g < cp->size ? g : 2 * cp->size - 1 - g, kk = g >= cp->size;
-	const mr_act *kv = mr_dev_at(d, cp->all, (size_t)owner * (size_t)cp->B * batch +
-						  (size_t)kk * cp->Tc * row);
+	size_t C = (size_t)cp->C;
 	struct mr_dev_attn a;
 
 	memset(&a, 0, sizeof(a));
-	a.q = mr_dev_at(d, qkv, (size_t)qk * cp->Tc * row);
-	a.k = mr_dev_at(d, kv, C);
-	a.v = mr_dev_at(d, kv, 2 * C);
-	a.q_row = a.kv_row = row;
-	a.q_batch = a.kv_batch = batch;
+	a.q = mr_dev_at(d, qkv, (size_t)qk * cp->Tc * 3 * C);
+	a.k = kb->k;
+	a.v = mr_dev_at(d, kb->k, C);
+	a.q_row = 3 * C;
+	a.q_batch = (size_t)cp->Tl * 3 * C;
+	a.kv_row = kb->row;
+	a.kv_batch = kb->batch;
 	a.B = cp->B;
 	a.NH = cp->NH;
 	a.hs = cp->hs;
 	a.tq = a.tk = cp->Tc;
-	a.q_pos0 = mr_cp_pos0(cp->size, cp->Tc, cp->rank, qk);
+	a.q_pos0 = chunk_of(cp, cp->rank, qk) * cp->Tc;
 	a.k_pos0 = g * cp->Tc;
 	a.causal = 1;
 	a.scale = 1.0f / sqrtf((float)cp->hs);
 	return a;
 }
 
-/* The global chunk index of local chunk qk. */
-static int chunk_of(const struct mr_cp *cp, int qk)
+/* Chunk kk of rank `owner`'s rows in the gathered buffers (allgather). */
+static struct kblock gathered(const struct mr_cp *cp, int owner, int kk)
 {
-	return qk ? 2 * cp->size - 1 - cp->rank : cp->rank;
+	size_t C = (size_t)cp->C, row = 3 * C, batch = (size_t)cp->Tl * row;
+	size_t off = (size_t)owner * cp->B * batch + (size_t)kk * cp->Tc * row;
+	struct kblock kb = { mr_dev_at(cp->dev, cp->all, off + C), row, batch,
+			     cp->dall ? cp->dall + off + C : NULL, row, batch };
+	return kb;
+}
+
+/* Chunk kk of the k|v block in kv and its gradients in dkv (ring). */
+static struct kblock ring_block(const struct mr_cp *cp, const mr_act *kv, float *dkv, int kk)
+{
+	size_t row = 2 * (size_t)cp->C, batch = (size_t)cp->Tl * row, off = (size_t)kk * cp->Tc * row;
+	struct kblock kb = { mr_dev_at(cp->dev, kv, off), row, batch, dkv ? dkv + off : NULL, row,
+			     batch };
+	return kb;
+}
+
+/* Forward: local query chunk qk attends to key chunk g of kb, merged into
+ * the running output and lse (the first one writes them). */
+static int attend(struct mr_cp *cp, const mr_act *qkv, float *lse, int qk, int g,
+		  const struct kblock *kb, int *first)
+{
+	struct mr_dev *d = cp->dev;
+	size_t C = (size_t)cp->C, o_batch = (size_t)cp->Tl * C, q0 = (size_t)qk * cp->Tc * C;
+	size_t nl = (size_t)cp->B * cp->NH * cp->Tc;
+	struct mr_dev_attn a = slice(cp, qkv, qk, g, kb);
+	float *l = lse + (size_t)qk * nl;
+	int rc;
+
+	if (first[qk]) {
+		first[qk] = 0;
+		return d->ops->attn_part_fwd(d, &a, cp->o32 + q0, C, o_batch, l);
+	}
+	if ((rc = d->ops->attn_part_fwd(d, &a, cp->p32 + q0, C, o_batch,
+					cp->plse + (size_t)qk * nl)) < 0)
+		return rc;
+	return d->ops->attn_merge(d, cp->o32 + q0, l, cp->p32 + q0, cp->plse + (size_t)qk * nl,
+				  cp->B, cp->NH, cp->Tc, cp->hs, C, o_batch);
+}
+
+/* Backward: query chunk qk against key chunk g of kb: dq into dq (rows
+ * of 3C: this rank's q|k|v gradient layout), dk and dv into kb's. */
+static int attend_bwd(struct mr_cp *cp, const mr_act *qkv, const mr_act *dout, const float *lse,
+		      float *dq, int qk, int g, const struct kblock *kb)
+{
+	struct mr_dev *d = cp->dev;
+	size_t C = (size_t)cp->C, row = 3 * C, q0 = (size_t)qk * cp->Tc;
+	size_t nl = (size_t)cp->B * cp->NH * cp->Tc;
+	struct mr_dev_attn a = slice(cp, qkv, qk, g, kb);
+
+	return d->ops->attn_part_bwd(d, &a, mr_dev_at(d, dout, q0 * C), C, (size_t)cp->Tl * C,
+				     lse + (size_t)qk * nl, cp->delta + (size_t)qk * nl,
+				     dq + q0 * row, row, (size_t)cp->Tl * row, kb->dk,
+				     kb->dk + C, kb->drow, kb->dbatch);
 }
 
 /* Every rank's q|k|v rows of this layer into cp->all (the buffer serves
@@ -122,83 +213,178 @@ static int gather(struct mr_cp *cp, const mr_act *qkv)
 	size_t n = (size_t)cp->B * cp->Tl * 3 * (size_t)cp->C;
 	int rc = d->ops->sync(d);
 
-	return rc < 0 ? rc
-		      : mr_comm_allgather(cp->comm, qkv, cp->all, n,
-					  d->act_bytes == 2 ? MR_COMM_BF16 : MR_COMM_F32);
+	return rc < 0 ? rc : mr_comm_allgather(cp->comm, qkv, cp->all, n, act_dtype(cp));
 }
+
+/* This rank's k|v rows out of its packed q|k|v, into kv (ring). */
+static int pack_kv(struct mr_cp *cp, mr_act *kv, const mr_act *qkv)
+{
+	struct mr_dev *d = cp->dev;
+	size_t C = (size_t)cp->C;
+
+	return d->ops->copy2d(d, kv, mr_dev_act_bytes(d, 2 * C), mr_dev_at(d, qkv, C),
+			      mr_dev_act_bytes(d, 3 * C), mr_dev_act_bytes(d, 2 * C),
+			      (size_t)cp->B * cp->Tl);
+}
+
+/* Starts passing `send` to the next rank of the ring and receiving the
+ * previous rank's into `recv`. */
+static int pass(struct mr_cp *cp, const void *send, void *recv, size_t n, int dtype, int tag,
+		struct mr_comm_req **req)
+{
+	int next = (cp->rank + 1) % cp->size, prev = (cp->rank + cp->size - 1) % cp->size;
+	int rc = cp->dev->ops->sync(cp->dev);
+
+	if (rc < 0 || (rc = mr_comm_isendrecv(cp->comm, send, recv, n, dtype, next, prev, tag,
+					     req)) < 0)
+		return rc;
+	mr_comm_kick(cp->comm);
+	return 0;
+}
+
+/* Calls fn for every (query chunk, key chunk) pair of the block rank s
+ * holds that the query sees (key chunk at or before it). */
+#define FOR_VISIBLE(cp, s, qk, kk, g)                                             \
+	for (qk = 0; qk < 2; qk++)                                                 \
+		for (kk = 0; kk < 2; kk++)                                         \
+			if ((g = chunk_of(cp, s, kk)) <= chunk_of(cp, (cp)->rank, qk))
 
 int mr_cp_attn_fwd(struct mr_cp *cp, mr_act *out, float *lse, const mr_act *qkv)
 {
 	struct mr_dev *d = cp->dev;
-	size_t C = (size_t)cp->C, rows = (size_t)cp->B * cp->Tl;
-	size_t o_batch = (size_t)cp->Tl * C, nl = (size_t)cp->B * cp->NH * cp->Tc;
-	int qk, g, rc;
+	size_t kvn = (size_t)cp->B * cp->Tl * 2 * (size_t)cp->C;
+	int first[2] = { 1, 1 }, qk, kk, g, i, rc = 0;
 
-	if ((rc = gather(cp, qkv)) < 0)
-		return rc;
-	for (qk = 0; qk < 2; qk++) {
-		float *o = cp->o32 + (size_t)qk * cp->Tc * C, *p = cp->p32 + (size_t)qk * cp->Tc * C;
-		float *l = lse + (size_t)qk * nl, *pl = cp->plse + (size_t)qk * nl;
-		/* key chunks in position order up to the query's own */
-		for (g = 0; g <= chunk_of(cp, qk); g++) {
-			struct mr_dev_attn a = slice(cp, qkv, qk, g);
-			if (g == 0) {
-				if ((rc = d->ops->attn_part_fwd(d, &a, o, C, o_batch, l)) < 0)
-					return rc;
-				continue;
+	if (cp->algo == MR_CP_ALLGATHER) {
+		if ((rc = gather(cp, qkv)) < 0)
+			return rc;
+		/* key chunks in position order up to each query's own */
+		for (qk = 0; qk < 2 && rc == 0; qk++)
+			for (g = 0; g <= chunk_of(cp, cp->rank, qk) && rc == 0; g++) {
+				int owner = g < cp->size ? g : 2 * cp->size - 1 - g;
+				struct kblock kb = gathered(cp, owner, g >= cp->size);
+				rc = attend(cp, qkv, lse, qk, g, &kb, first);
 			}
-			if ((rc = d->ops->attn_part_fwd(d, &a, p, C, o_batch, pl)) < 0 ||
-			    (rc = d->ops->attn_merge(d, o, l, p, pl, cp->B, cp->NH, cp->Tc, cp->hs,
-						     C, o_batch)) < 0)
-				return rc;
+	} else if ((rc = pack_kv(cp, cp->kv[0], qkv)) == 0) {
+		/* step i holds rank (rank - i)'s block, passing it on meanwhile */
+		for (i = 0; i < cp->size && rc == 0; i++) {
+			int s = (cp->rank - i + cp->size) % cp->size;
+			mr_act *cur = cp->kv[i % 2], *nxt = cp->kv[(i + 1) % 2];
+			struct mr_comm_req *req = NULL;
+			if (i + 1 < cp->size &&
+			    (rc = pass(cp, cur, nxt, kvn, act_dtype(cp), TAG_KV, &req)) < 0)
+				break;
+			FOR_VISIBLE(cp, s, qk, kk, g)
+			{
+				struct kblock kb = ring_block(cp, cur, NULL, kk);
+				if (rc == 0)
+					rc = attend(cp, qkv, lse, qk, g, &kb, first);
+			}
+			if (req) {
+				int wrc = mr_comm_wait(req);
+				rc = rc ? rc : wrc;
+			}
 		}
 	}
-	return d->ops->to_act(d, out, cp->o32, rows * C);
+	if (rc < 0)
+		return rc;
+	return d->ops->to_act(d, out, cp->o32, (size_t)cp->B * cp->Tl * (size_t)cp->C);
+}
+
+/* delta of both local query chunks; dmine zeroed (the ring's dq adds
+ * into it; allgather's reduce-scatter writes it). */
+static int bwd_begin(struct mr_cp *cp, const mr_act *dout, const mr_act *out)
+{
+	struct mr_dev *d = cp->dev;
+	size_t C = (size_t)cp->C, nl = (size_t)cp->B * cp->NH * cp->Tc;
+	int qk, rc;
+
+	if ((rc = d->ops->zero(d, cp->dmine, cp->bytes[DMINE])) < 0)
+		return rc;
+	for (qk = 0; qk < 2; qk++) {
+		size_t q0 = (size_t)qk * cp->Tc * C;
+		if ((rc = d->ops->attn_delta(d, cp->delta + (size_t)qk * nl, mr_dev_at(d, dout, q0),
+					     mr_dev_at(d, out, q0), cp->B, cp->NH, cp->Tc, cp->hs,
+					     C, (size_t)cp->Tl * C)) < 0)
+			return rc;
+	}
+	return 0;
+}
+
+static int ring_bwd(struct mr_cp *cp, const mr_act *dout, const mr_act *qkv, const float *lse)
+{
+	struct mr_dev *d = cp->dev;
+	size_t C = (size_t)cp->C, rows = (size_t)cp->B * cp->Tl, kvn = rows * 2 * C;
+	int qk, kk, g, i, rc;
+
+	if ((rc = pack_kv(cp, cp->kv[0], qkv)) < 0 ||
+	    (rc = d->ops->zero(d, cp->dkv[0], cp->bytes[DKV0])) < 0)
+		return rc;
+	/* each block travels with its gradients: every rank adds its
+	 * queries' share, then passes both on */
+	for (i = 0; i < cp->size && rc == 0; i++) {
+		int s = (cp->rank - i + cp->size) % cp->size, to = (i + 1) % 2;
+		mr_act *cur = cp->kv[i % 2];
+		float *dcur = cp->dkv[i % 2];
+		struct mr_comm_req *req = NULL;
+		if (i + 1 < cp->size &&
+		    (rc = pass(cp, cur, cp->kv[to], kvn, act_dtype(cp), TAG_KV, &req)) < 0)
+			break;
+		FOR_VISIBLE(cp, s, qk, kk, g)
+		{
+			struct kblock kb = ring_block(cp, cur, dcur, kk);
+			if (rc == 0)
+				rc = attend_bwd(cp, qkv, dout, lse, cp->dmine, qk, g, &kb);
+		}
+		if (req) {
+			int wrc = mr_comm_wait(req);
+			rc = rc ? rc : wrc;
+		}
+		/* the gradients follow their block; after the last step the
+		 * block's owner is the next rank: one hop home */
+		if (rc == 0)
+			rc = pass(cp, dcur, cp->dkv[to], kvn, MR_COMM_F32,
+				  i + 1 < cp->size ? TAG_DKV : TAG_HOME, &req);
+		if (rc == 0)
+			rc = mr_comm_wait(req);
+	}
+	if (rc < 0)
+		return rc;
+	/* this rank's own block's dk|dv into dmine beside dq */
+	return d->ops->copy2d(d, cp->dmine + C, 3 * C * sizeof(float), cp->dkv[cp->size % 2],
+			      2 * C * sizeof(float), 2 * C * sizeof(float), rows);
 }
 
 int mr_cp_attn_bwd(struct mr_cp *cp, mr_act *dqkv, const mr_act *dout, const mr_act *qkv,
 		   const mr_act *out, const float *lse)
 {
 	struct mr_dev *d = cp->dev;
-	size_t C = (size_t)cp->C, row = 3 * C, rows = (size_t)cp->B * cp->Tl, n = rows * row;
-	size_t o_batch = (size_t)cp->Tl * C, batch = (size_t)cp->Tl * row;
-	size_t nl = (size_t)cp->B * cp->NH * cp->Tc;
+	size_t n = (size_t)cp->B * cp->Tl * 3 * (size_t)cp->C;
 	int qk, g, rc;
 
-	if ((rc = gather(cp, qkv)) < 0 ||
-	    (rc = d->ops->zero(d, cp->dall, (size_t)cp->size * n * sizeof(float))) < 0)
+	if ((rc = bwd_begin(cp, dout, out)) < 0)
 		return rc;
-	for (qk = 0; qk < 2; qk++) {
-		size_t q0 = (size_t)qk * cp->Tc;
-		const mr_act *dq_out = mr_dev_at(d, dout, q0 * C), *o = mr_dev_at(d, out, q0 * C);
-		const float *l = lse + (size_t)qk * nl;
-		float *delta = cp->delta + (size_t)qk * nl;
-		float *dq = cp->dall + (size_t)cp->rank * cp->B * batch + q0 * row;
-		if ((rc = d->ops->attn_delta(d, delta, dq_out, o, cp->B, cp->NH, cp->Tc, cp->hs, C,
-					     o_batch)) < 0)
+	if (cp->algo == MR_CP_RING) {
+		if ((rc = ring_bwd(cp, dout, qkv, lse)) < 0)
 			return rc;
-		for (g = 0; g <= chunk_of(cp, qk); g++) {
-			struct mr_dev_attn a = slice(cp, qkv, qk, g);
-			int owner = g < cp->size ? g : 2 * cp->size - 1 - g, kk = g >= cp->size;
-			float *dkv = cp->dall + (size_t)owner * cp->B * batch +
-				     (size_t)kk * cp->Tc * row;
-			if ((rc = d->ops->attn_part_bwd(d, &a, dq_out, C, o_batch, l, delta, dq, row,
-							batch, dkv + C, dkv + 2 * C, row,
-							batch)) < 0)
+		return d->ops->to_act(d, dqkv, cp->dmine, n);
+	}
+	/* allgather: dq at this rank's place in dall, dk|dv at their owners' */
+	if ((rc = gather(cp, qkv)) < 0 ||
+	    (rc = d->ops->zero(d, cp->dall, cp->bytes[DALL])) < 0)
+		return rc;
+	for (qk = 0; qk < 2; qk++)
+		for (g = 0; g <= chunk_of(cp, cp->rank, qk); g++) {
+			int owner = g < cp->size ? g : 2 * cp->size - 1 - g;
+			struct kblock kb = gathered(cp, owner, g >= cp->size);
+			if ((rc = attend_bwd(cp, qkv, dout, lse, cp->dall + (size_t)cp->rank * n, qk,
+					     g, &kb)) < 0)
 				return rc;
 		}
-	}
 	/* every rank's contributions to this rank's q|k|v rows, summed */
 	if ((rc = d->ops->sync(d)) < 0 ||
 	    (rc = mr_comm_reduce_scatter(cp->comm, cp->dall, cp->dmine, n, MR_COMM_F32,
 					 MR_COMM_SUM)) < 0)
 		return rc;
 	return d->ops->to_act(d, dqkv, cp->dmine, n);
-}
-
-int mr_cp_sum_routed(void *ctx, int *routed, int E)
-{
-	struct mr_cp *cp = ctx;
-
-	return mr_comm_allreduce(cp->comm, routed, routed, (size_t)E, MR_COMM_I32, MR_COMM_SUM);
 }

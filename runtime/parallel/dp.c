@@ -125,8 +125,8 @@ static int ranges(struct mr_dp *d)
 	for (i = 0; i < m->ntensors; i++) {
 		const struct mr_gpt_tensor *t = &m->tensors[i];
 		int ex = t->split[MR_AXIS_EP] >= 0;
-		struct dp_range *r = &d->range[d->nrange - 1];
-		if (d->nrange > 0 && r->experts == ex && r->off + r->n == t->off) {
+		struct dp_range *r = d->nrange > 0 ? &d->range[d->nrange - 1] : NULL;
+		if (r && r->experts == ex && r->off + r->n == t->off) {
 			r->n += t->n;
 			continue;
 		}

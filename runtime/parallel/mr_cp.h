@@ -10,21 +10,25 @@
  * runs on the local rows unchanged; only positions (mr_cp_pos0) and
  * attention cross ranks.
  *
- * Attention, "allgather" algorithm: the layer's packed q|k|v rows are
- * all-gathered over cp (again in the backward: the buffer holds one layer
- * at a time); each local query chunk attends to every key chunk
- * at or before it (the later ones are skipped: causally invisible), one
- * slice at a time (device attn_part_fwd), merged by log-sum-exp
- * (attn_merge). Backward recomputes per slice against the final lse and
- * delta (attn_part_bwd), accumulating dq locally and dk/dv at their
- * owner's place in a gathered fp32 buffer, which is then reduce-scattered
- * back to the owners. Memory: the gathered qkv and gradient buffers are
- * whole-sequence (workspace, one layer at a time); what a layer keeps for
- * its backward is local (Tl rows), so activations fall as 1/cp.
+ * Attention works on slices: one local query chunk against one key chunk
+ * (device attn_part_fwd, at their absolute positions), merged by
+ * log-sum-exp (attn_merge); key chunks after a query's are causally
+ * invisible and skipped. The backward recomputes per slice against the
+ * final lse and delta (attn_part_bwd). Two algorithms ("cp_algo"):
+ *   ring (default; Liu et al. 2023, Megatron-Core's and torchtitan's):
+ *     the rank's k|v block goes around the cp ring, each block passed on
+ *     (mr_comm_isendrecv) while it is computed against, cp steps; in the
+ *     backward each block travels with its fp32 dk|dv, every rank adding
+ *     its queries' share, and after the last step takes one hop home.
+ *     Memory: two k|v blocks and two gradient blocks of the local rows;
+ *   allgather: the layer's q|k|v rows all-gathered over cp (again in the
+ *     backward: the buffer holds one layer at a time), dk|dv accumulated
+ *     at their owners' places of a gathered fp32 buffer and reduce-
+ *     scattered back. Simpler, with whole-sequence buffers.
+ * Either way what a layer keeps for its backward is local (Tl rows), so
+ * activations fall as 1/cp.
  *
- * Not yet: "ring" (K/V blocks passed around the ring while the current
- * block computes) and "ulysses" (all-to-all to head-sharded); sequence
- * parallelism together with cp.
+ * Not yet: "ulysses" (all-to-all from sequence- to head-sharded).
  */
 #ifndef MR_CP_H
 #define MR_CP_H
@@ -32,19 +36,24 @@
 #include "comm/mr_comm.h"
 #include "device/mr_device.h"
 #include "mr_mem.h"
+#include "mr_place.h"
 
 struct mr_cp {
 	struct mr_dev *dev;
 	struct mr_mem *mem;
 	struct mr_comm *comm;   /* the cp group; NULL when size 1 */
+	int algo;               /* enum mr_cp_algo (mr_place.h) */
 	int size, rank;
 	int B, T, Tl, Tc;       /* batch, sequence, local rows, chunk rows */
 	int C, NH, hs;          /* this rank's attention channels (C/tp), heads */
-	mr_act *all;            /* (cp, B, Tl, 3C) gathered q|k|v */
 	float *o32, *p32;       /* (B, Tl, C) merged and partial outputs */
 	float *plse, *delta;    /* (2, B, NH, Tc) partial lse; delta */
-	float *dall, *dmine;    /* (cp, B, Tl, 3C) and (B, Tl, 3C) fp32 gradients */
-	size_t bytes[7];
+	float *dmine;           /* (B, Tl, 3C) this rank's q|k|v gradients, fp32 */
+	mr_act *all;            /* allgather: (cp, B, Tl, 3C) gathered q|k|v */
+	float *dall;            /* allgather: (cp, B, Tl, 3C) their gradients, fp32 */
+	mr_act *kv[2];          /* ring: (B, Tl, 2C) the k|v block held, the next */
+	float *dkv[2];          /* ring: (B, Tl, 2C) its gradients, fp32 */
+	size_t bytes[11];
 };
 
 /* The rows of sequence position: chunk k (0 or 1) of rank r starts at
@@ -58,7 +67,7 @@ static inline int mr_cp_pos0(int size, int Tc, int r, int k)
 /* cp over comm for B sequences of T tokens (2 * cp must divide T, named
  * "seq_len"), C attention channels in NH heads on this rank. */
 int mr_cp_create(struct mr_cp *cp, struct mr_comm *comm, struct mr_dev *dev, struct mr_mem *mem,
-		 int B, int T, int C, int NH, struct mr_errbuf *eb);
+		 int algo, int B, int T, int C, int NH, struct mr_errbuf *eb);
 void mr_cp_release(struct mr_cp *cp);
 /* out (B,Tl,C) (=) and lse ((2, B, NH, Tc): per local chunk) from the
  * local qkv (B,Tl,3C). */

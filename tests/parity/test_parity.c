@@ -508,30 +508,38 @@ Test(parity, ep2_pp2) { expert(1, 4, 1, 2, 2, 1); }
  * (rank r holds chunks r and 2cp-1-r; parallel/mr_cp.h), against one
  * rank with the whole sequences. MoE models run dropless: capacity is per
  * micro-batch of the tokens a rank routes, and a cp rank routes 1/cp of
- * them. nodes x nproc ranks, tp (with sequence parallel), pp, ep, zero.
+ * them. nodes x nproc ranks, tp (with sequence parallel), pp, ep, zero;
+ * cp_algo "ring" (the default) or "allgather".
  */
-static void context(int nodes, int nproc, int tp, int pp, int cp, int ep, int zero, int moe)
+static void context(int nodes, int nproc, int tp, int pp, int cp, int ep, int zero, int moe,
+		    const char *algo)
 {
 	struct job j = { nodes, nproc, tp, zero, 0, tp > 1, moe, pp > 1 ? 4 : 1, NULL, 0, pp,
 			 pp > 1 ? "1f1b" : NULL, pp > 1 ? 8 : 0, NULL, ep, cp };
+	static char extra[128];
 
-	if (moe)
-		j.extra = ", \"moe_policy\": \"dropless\"";
+	snprintf(extra, sizeof(extra), ", \"cp_algo\": \"%s\"%s", algo,
+		 moe ? ", \"moe_policy\": \"dropless\"" : "");
+	j.extra = extra;
 	check(&j);
 }
 
-Test(parity, cp2_dense) { context(1, 2, 1, 1, 2, 1, 0, 0); }
+Test(parity, cp2_dense) { context(1, 2, 1, 1, 2, 1, 0, 0, "ring"); }
+Test(parity, cp2_allgather) { context(1, 2, 1, 1, 2, 1, 0, 0, "allgather"); }
 #if !EMUL
-Test(parity, cp4_dense) { context(1, 4, 1, 1, 4, 1, 0, 0); }
-Test(parity, cp2_moe_dropless) { context(1, 2, 1, 1, 2, 1, 0, 1); }
-Test(parity, cp2_dp2) { context(2, 2, 1, 1, 2, 1, 0, 0); }
-Test(parity, cp2_dp2_zero3) { context(2, 2, 1, 1, 2, 1, 3, 0); }
-Test(parity, cp2_tp2_sp) { context(1, 4, 2, 1, 2, 1, 0, 0); }
-Test(parity, cp2_pp2) { context(1, 4, 1, 2, 2, 1, 0, 1); }
-Test(parity, cp2_ep2) { context(1, 2, 1, 1, 2, 2, 0, 1); }
+Test(parity, cp4_dense) { context(1, 4, 1, 1, 4, 1, 0, 0, "ring"); }
+Test(parity, cp4_allgather) { context(1, 4, 1, 1, 4, 1, 0, 0, "allgather"); }
+Test(parity, cp2_tp2_sp_allgather) { context(1, 4, 2, 1, 2, 1, 0, 0, "allgather"); }
+Test(parity, cp2_pp2_allgather) { context(1, 4, 1, 2, 2, 1, 0, 1, "allgather"); }
+Test(parity, cp2_moe_dropless) { context(1, 2, 1, 1, 2, 1, 0, 1, "ring"); }
+Test(parity, cp2_dp2) { context(2, 2, 1, 1, 2, 1, 0, 0, "ring"); }
+Test(parity, cp2_dp2_zero3) { context(2, 2, 1, 1, 2, 1, 3, 0, "ring"); }
+Test(parity, cp2_tp2_sp) { context(1, 4, 2, 1, 2, 1, 0, 0, "ring"); }
+Test(parity, cp2_pp2) { context(1, 4, 1, 2, 2, 1, 0, 1, "ring"); }
+Test(parity, cp2_ep2) { context(1, 2, 1, 1, 2, 2, 0, 1, "ring"); }
 /* all five at once, the default job's mesh: tp2 (sp) x cp2 x pp2 x dp2 =
  * 16 ranks on 4 nodes, the experts over ep2 */
-Test(parity, five_modes_16_ranks, .timeout = 600) { context(4, 4, 2, 2, 2, 2, 0, 1); }
+Test(parity, five_modes_16_ranks, .timeout = 600) { context(4, 4, 2, 2, 2, 2, 0, 1, "ring"); }
 #endif
 
 #if !ON_DEVICE
@@ -615,6 +623,13 @@ Test(parity, unknown_cp_algo_is_rejected)
 	struct job j = { 1, 2, 1, 0, 0, 0, 0, 1, NULL, 0, 0, NULL, 0, NULL, 0, 2 };
 
 	expect_rejected(&j, ", \"cp_algo\": \"spiral\"", "cp_algo");
+}
+
+Test(parity, ulysses_is_not_implemented_yet)
+{
+	struct job j = { 1, 2, 1, 0, 0, 0, 0, 1, NULL, 0, 0, NULL, 0, NULL, 0, 2 };
+
+	expect_rejected(&j, ", \"cp_algo\": \"ulysses\"", "cp_algo");
 }
 
 /* expert parallelism that cannot run */
