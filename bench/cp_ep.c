@@ -18,9 +18,9 @@
  * lse, LayerNorm, MLP activations and the logits - all of the local T/cp
  * rows) and of MR_MEM_WORKSPACE (the gathered q|k|v and the fp32 gradient
  * buffers of the allgather algorithm, one layer at a time: whole-sequence
- * sized), tokens/s of the job and the ratio to cp 1 (the anchor: the same
- * sequence on one rank). "ring" and "ulysses" are not implemented yet:
- * their rows say so.
+ * sized; ulysses' all-to-all buffers and one head group's whole
+ * sequences), tokens/s of the job and the ratio to cp 1 (the anchor: the
+ * same sequence on one rank), for each cp_algo: ring, allgather, ulysses.
  *
  * Expert parallel: GPT L2 d256 h4, every layer MoE with 8 experts, top-2,
  * T 256, 8 sequences per rank, data parallel over ep ranks with the
@@ -246,9 +246,10 @@ int main(int argc, char **argv)
 	printf("cp_ep %ld CPU(s); GPT L%d d%d h%d vocab %d, 1 warm-up + %d timed steps\n", ncpu,
 	       base.n_layer, base.d_model, base.n_head, base.vocab, steps);
 	printf("context parallel: one sequence of T %d per step, cp ranks\n", T);
-	for (i = 0; i < 5; i++) {
-		/* cp 1, then ring and allgather at cp 2 and 4 */
-		int cp = i == 0 ? 1 : i < 3 ? 2 : 4, algo = i > 0 && i % 2 == 0;
+	for (i = 0; i < 7; i++) {
+		/* cp 1, then ring, allgather and ulysses at cp 2 and 4 */
+		static const char *const names[] = { "ring", "allgather", "ulysses" };
+		int cp = i == 0 ? 1 : i < 4 ? 2 : 4, algo = i ? (i - 1) % 3 : MR_CP_RING;
 		memset(&r, 0, sizeof(r));
 		r.cfg = base;
 		r.cfg.max_seq = T;
@@ -258,7 +259,7 @@ int main(int argc, char **argv)
 		r.steps = steps;
 		r.cp = r.n = cp;
 		r.ep = 1;
-		r.algo = algo ? MR_CP_ALLGATHER : MR_CP_RING;
+		r.algo = algo;
 		if (run_mesh(&r) < 0)
 			return 1;
 		{
@@ -272,12 +273,11 @@ int main(int argc, char **argv)
 				acts2 = acts;
 			printf("cp %d %-9s  acts_MiB=%.1f (x%.3f of cp 1)  workspace_MiB=%.1f  "
 			       "tokens/s=%.0f (x%.2f)%s\n",
-			       r.cp, i == 0 ? "" : algo ? "allgather" : "ring", acts / 1048576.0,
+			       r.cp, i == 0 ? "" : names[algo], acts / 1048576.0,
 			       (double)acts / (double)acts1, ws / 1048576.0, tps, tps / tps1,
 			       r.n > ncpu ? "  oversub" : "");
 		}
 	}
-	printf("cp 2,4 ulysses    not implemented yet\n");
 	printf("expert parallel: every layer MoE, 8 experts top-2, T 256, 8 sequences per rank, "
 	       "dp = ep ranks\n");
 	for (k = 0; k < 2; k++)

@@ -162,11 +162,9 @@ int mr__gw_parse(const json_t *c, struct mr_gpt_config *mc, struct mr_adamw_conf
 	mc->moe_dropless = policy && !strcmp(policy, "dropless");
 	if ((rc = get_choice(c, "cp_algo", cp_algos, &cp_algo, eb)) < 0)
 		return rc;
-	if (cp_algo && !strcmp(cp_algo, "ulysses"))
-		return mr_errf_field(eb, MR_ENOTSUP, "cp_algo",
-				     "'cp_algo' \"ulysses\" is not implemented yet (\"ring\" or "
-				     "\"allgather\")");
-	w->cp_algo = cp_algo && !strcmp(cp_algo, "allgather") ? MR_CP_ALLGATHER : MR_CP_RING;
+	w->cp_algo = !cp_algo || !strcmp(cp_algo, "ring") ? MR_CP_RING
+		     : !strcmp(cp_algo, "allgather")        ? MR_CP_ALLGATHER
+							    : MR_CP_ULYSSES;
 	w->comm_timeout_ms = tmo;
 	w->sp = 0;
 	w->overlap = 1;

@@ -13,8 +13,9 @@
  *           micro-batch's N tokens, the rest dropped) or "dropless"
  *           (model/mr_moe.h)
  *   context (cp > 1) cp_algo "ring" (K/V passed around the cp ring while
- *           each block computes) or "allgather" (parallel/mr_cp.h);
- *           "ulysses" is refused as not implemented yet
+ *           each block computes), "allgather" or "ulysses" (heads
+ *           exchanged all-to-all; n_head / tp divisible by cp)
+ *           (parallel/mr_cp.h)
  *   train   batch_size 8, seq_len 64, steps 100, grad_accum 1, lr 1e-3,
  *           min_lr_frac 0.1, warmup_steps 10, beta1 0.9, beta2 0.95,
  *           eps 1e-8, weight_decay 0.1, grad_clip 1.0, seed 1337
@@ -69,8 +70,7 @@
  * dividing dp) fails create() before any communication, naming the field.
  * A vocabulary tp does not divide is padded, not rejected.
  *
- * Non-goals: checkpoints with optimizer state; cp and ep > 1 (rejected at
- * create until those modes land).
+ * Non-goals: checkpoints with optimizer state.
  */
 #ifndef MR_GPT_WORKER_H
 #define MR_GPT_WORKER_H

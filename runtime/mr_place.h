@@ -27,8 +27,8 @@ struct mr_comm;
 #define MR_PLACE_MAX_CHUNKS 64 /* == MR_PP_MAX_VIRTUAL */
 
 /* Context parallel attention (parallel/mr_cp.h): K/V blocks passed
- * around the cp ring, or all-gathered. */
-enum mr_cp_algo { MR_CP_RING = 0, MR_CP_ALLGATHER = 1 };
+ * around the cp ring, all-gathered, or heads exchanged all-to-all. */
+enum mr_cp_algo { MR_CP_RING = 0, MR_CP_ALLGATHER = 1, MR_CP_ULYSSES = 2 };
 
 /* The axes, in the order of common/mr_mesh's rank formula (tp fastest). */
 enum mr_axis { MR_AXIS_TP, MR_AXIS_CP, MR_AXIS_DP, MR_AXIS_PP, MR_AXIS_EP, MR_AXIS__COUNT };

@@ -1,13 +1,17 @@
 /*
  * cp.c - context parallelism's attention across the sequence split (see
- * mr_cp.h): the ring and the allgather algorithm over the same slices.
+ * mr_cp.h): the ring and the allgather algorithm over the same slices,
+ * and ulysses' all-to-all around the device's plain attention.
  */
 #include <math.h>
 #include <string.h>
 
 #include "mr_cp.h"
 
-enum { O32, P32, PLSE, DELTA, DMINE, ALL, DALL, KV0, KV1, DKV0, DKV1, NBUF };
+enum {
+	O32, P32, PLSE, DELTA, DMINE, ALL, DALL, KV0, KV1, DKV0, DKV1,
+	XS, XR, HQ, HO, HD, DHQ, WS, NBUF
+};
 
 enum { TAG_KV = 1, TAG_DKV, TAG_HOME };
 
@@ -20,19 +24,63 @@ struct kblock {
 	size_t drow, dbatch;
 };
 
+/* Where each buffer lives in struct mr_cp, in enum order. */
+static void **buffer(struct mr_cp *cp, int i)
+{
+	void **p[NBUF] = {
+		(void **)&cp->o32,   (void **)&cp->p32,    (void **)&cp->plse,   (void **)&cp->delta,
+		(void **)&cp->dmine, (void **)&cp->all,    (void **)&cp->dall,   (void **)&cp->kv[0],
+		(void **)&cp->kv[1], (void **)&cp->dkv[0], (void **)&cp->dkv[1], (void **)&cp->xs,
+		(void **)&cp->xr,    (void **)&cp->hq,     (void **)&cp->ho,     (void **)&cp->hd,
+		(void **)&cp->dhq,   (void **)&cp->ws,
+	};
+	return p[i];
+}
+
+/* Bytes of every buffer the algorithm uses (0: not used). */
+static void buffer_bytes(const struct mr_cp *cp, struct mr_dev *dev, size_t *bytes)
+{
+	size_t rows = (size_t)cp->B * (size_t)cp->Tl, C = (size_t)cp->C, n = (size_t)cp->size;
+
+	memset(bytes, 0, NBUF * sizeof(*bytes));
+	if (cp->algo == MR_CP_ULYSSES) {
+		/* the head group's whole sequences hold as many elements as
+		 * the local rows of every head: rows * C per C-wide section */
+		bytes[XS] = bytes[XR] = bytes[HQ] = bytes[DHQ] = mr_dev_act_bytes(dev, rows * 3 * C);
+		bytes[HO] = bytes[HD] = mr_dev_act_bytes(dev, rows * C);
+		bytes[WS] = dev->ops->ws_bytes(dev, cp->T, cp->C / cp->size, cp->NH / cp->size);
+		return;
+	}
+	bytes[O32] = bytes[P32] = rows * C * sizeof(float);
+	bytes[PLSE] = bytes[DELTA] = rows * (size_t)cp->NH * sizeof(float);
+	bytes[DMINE] = rows * 3 * C * sizeof(float);
+	if (cp->algo == MR_CP_ALLGATHER) {
+		/* the whole sequence's q|k|v and gradients */
+		bytes[ALL] = mr_dev_act_bytes(dev, n * rows * 3 * C);
+		bytes[DALL] = n * rows * 3 * C * sizeof(float);
+	} else {
+		/* ring: two blocks of k|v and of their gradients in flight */
+		bytes[KV0] = bytes[KV1] = mr_dev_act_bytes(dev, rows * 2 * C);
+		bytes[DKV0] = bytes[DKV1] = rows * 2 * C * sizeof(float);
+	}
+}
+
 int mr_cp_create(struct mr_cp *cp, struct mr_comm *comm, struct mr_dev *dev, struct mr_mem *mem,
 		 int algo, int B, int T, int C, int NH, struct mr_errbuf *eb)
 {
-	int n = comm ? mr_comm_size(comm) : 1, ring = algo == MR_CP_RING, i;
-	size_t rows, bytes[NBUF] = { 0 };
-	void **p[NBUF];
+	int n = comm ? mr_comm_size(comm) : 1, i;
+	size_t bytes[NBUF];
 
 	memset(cp, 0, sizeof(*cp));
 	if (T % (2 * n) != 0)
 		return mr_errf_field(eb, MR_EINVAL, "seq_len",
 				     "'seq_len' (%d) is not divisible by 2 * cp (%d), as context "
 				     "parallel's load-balanced chunks need", T, 2 * n);
-	if (!dev->ops->attn_part_fwd)
+	if (algo == MR_CP_ULYSSES && NH % n != 0)
+		return mr_errf_field(eb, MR_EINVAL, "n_head",
+				     "'n_head' gives this rank %d heads (n_head / tp), not divisible "
+				     "by cp (%d), as cp_algo \"ulysses\" needs", NH, n);
+	if (algo != MR_CP_ULYSSES && !dev->ops->attn_part_fwd)
 		return mr_errf_field(eb, MR_ENOTSUP, "cp", "device %s has no attention slices",
 				     dev->ops->name);
 	cp->dev = dev;
@@ -48,30 +96,11 @@ int mr_cp_create(struct mr_cp *cp, struct mr_comm *comm, struct mr_dev *dev, str
 	cp->C = C;
 	cp->NH = NH;
 	cp->hs = C / NH;
-	rows = (size_t)B * (size_t)cp->Tl;
-	bytes[O32] = bytes[P32] = rows * (size_t)C * sizeof(float);
-	bytes[PLSE] = bytes[DELTA] = rows * (size_t)NH * sizeof(float);
-	bytes[DMINE] = rows * 3 * (size_t)C * sizeof(float);
-	/* allgather: the whole sequence's q|k|v and gradients; ring: two
-	 * blocks of k|v and of their gradients in flight */
-	bytes[ALL] = ring ? 0 : mr_dev_act_bytes(dev, (size_t)n * rows * 3 * (size_t)C);
-	bytes[DALL] = ring ? 0 : (size_t)n * rows * 3 * (size_t)C * sizeof(float);
-	bytes[KV0] = bytes[KV1] = ring ? mr_dev_act_bytes(dev, rows * 2 * (size_t)C) : 0;
-	bytes[DKV0] = bytes[DKV1] = ring ? rows * 2 * (size_t)C * sizeof(float) : 0;
-	p[O32] = (void **)&cp->o32;
-	p[P32] = (void **)&cp->p32;
-	p[PLSE] = (void **)&cp->plse;
-	p[DELTA] = (void **)&cp->delta;
-	p[DMINE] = (void **)&cp->dmine;
-	p[ALL] = (void **)&cp->all;
-	p[DALL] = (void **)&cp->dall;
-	p[KV0] = (void **)&cp->kv[0];
-	p[KV1] = (void **)&cp->kv[1];
-	p[DKV0] = (void **)&cp->dkv[0];
-	p[DKV1] = (void **)&cp->dkv[1];
+	buffer_bytes(cp, dev, bytes);
 	for (i = 0; i < NBUF; i++) {
 		cp->bytes[i] = bytes[i];
-		if (bytes[i] && !(*p[i] = dev->ops->alloc(dev, mem, MR_MEM_WORKSPACE, bytes[i]))) {
+		if (bytes[i] &&
+		    !(*buffer(cp, i) = dev->ops->alloc(dev, mem, MR_MEM_WORKSPACE, bytes[i]))) {
 			mr_cp_release(cp);
 			return mr_errf(eb, MR_ENOMEM, "unable to allocate context-parallel buffers");
 		}
@@ -81,13 +110,12 @@ int mr_cp_create(struct mr_cp *cp, struct mr_comm *comm, struct mr_dev *dev, str
 
 void mr_cp_release(struct mr_cp *cp)
 {
-	void *p[NBUF] = { cp->o32, cp->p32,    cp->plse,   cp->delta,  cp->dmine, cp->all,
-			  cp->dall, cp->kv[0], cp->kv[1], cp->dkv[0], cp->dkv[1] };
 	int i;
 
 	for (i = 0; cp->dev && i < NBUF; i++)
-		if (p[i])
-			cp->dev->ops->free(cp->dev, cp->mem, MR_MEM_WORKSPACE, p[i], cp->bytes[i]);
+		if (*buffer(cp, i))
+			cp->dev->ops->free(cp->dev, cp->mem, MR_MEM_WORKSPACE, *buffer(cp, i),
+					   cp->bytes[i]);
 	memset(cp, 0, sizeof(*cp));
 }
 
@@ -242,6 +270,119 @@ static int pass(struct mr_cp *cp, const void *send, void *recv, size_t n, int dt
 	return 0;
 }
 
+/* ---- ulysses: heads exchanged all-to-all ---------------------------------- */
+
+/* A (B, Tl, W) block of chunk-ordered local rows and (B, T, W) whole
+ * sequences, one direction or the other: rank j's chunks k go to their
+ * positions (whole = 1) or come from them (whole = 0). */
+static int reorder(struct mr_cp *cp, mr_act *whole, mr_act *local, size_t W, int j, int to_whole)
+{
+	struct mr_dev *d = cp->dev;
+	size_t tl = mr_dev_act_bytes(d, (size_t)cp->Tl * W), t = mr_dev_act_bytes(d, (size_t)cp->T * W);
+	size_t tc = mr_dev_act_bytes(d, (size_t)cp->Tc * W);
+	int k, rc = 0;
+
+	for (k = 0; k < 2 && rc == 0; k++) {
+		mr_act *w = mr_dev_at(d, whole, (size_t)mr_cp_pos0(cp->size, cp->Tc, j, k) * W);
+		mr_act *l = mr_dev_at(d, local, ((size_t)j * cp->B * cp->Tl + (size_t)k * cp->Tc) * W);
+		rc = to_whole ? d->ops->copy2d(d, w, t, l, tl, tc, (size_t)cp->B)
+			      : d->ops->copy2d(d, l, tl, w, t, tc, (size_t)cp->B);
+	}
+	return rc;
+}
+
+static int exchange(struct mr_cp *cp, size_t W)
+{
+	int rc = cp->dev->ops->sync(cp->dev);
+
+	return rc < 0 ? rc : mr_comm_alltoall(cp->comm, cp->xs, cp->xr,
+					      (size_t)cp->B * cp->Tl * W, act_dtype(cp));
+}
+
+/* nsec sections of local rows (src[s]: B*Tl rows of C channels, pitch
+ * spitch elements) into whole sequences of this rank's head group: dst
+ * (B, T, nsec*C/cp), rows [q|k|v] of the group's heads. */
+static int to_heads(struct mr_cp *cp, mr_act *dst, int nsec, const mr_act *const *src,
+		    size_t spitch)
+{
+	struct mr_dev *d = cp->dev;
+	size_t rows = (size_t)cp->B * cp->Tl, Ch = (size_t)cp->C / cp->size, W = nsec * Ch;
+	int j, s, rc = 0;
+
+	for (j = 0; j < cp->size && rc == 0; j++)
+		for (s = 0; s < nsec && rc == 0; s++)
+			rc = d->ops->copy2d(d, mr_dev_at(d, cp->xs, j * rows * W + s * Ch),
+					    mr_dev_act_bytes(d, W), mr_dev_at(d, src[s], j * Ch),
+					    mr_dev_act_bytes(d, spitch), mr_dev_act_bytes(d, Ch), rows);
+	if (rc < 0 || (rc = exchange(cp, W)) < 0)
+		return rc;
+	for (j = 0; j < cp->size && rc == 0; j++)
+		rc = reorder(cp, dst, cp->xr, W, j, 1);
+	return rc;
+}
+
+/* The reverse: whole sequences of this rank's head group (src, B x T
+ * rows of nsec*C/cp) into the group's columns of local rows dst[s]. */
+static int from_heads(struct mr_cp *cp, mr_act *const *dst, int nsec, size_t dpitch,
+		      mr_act *src)
+{
+	struct mr_dev *d = cp->dev;
+	size_t rows = (size_t)cp->B * cp->Tl, Ch = (size_t)cp->C / cp->size, W = nsec * Ch;
+	int j, s, rc = 0;
+
+	for (j = 0; j < cp->size && rc == 0; j++)
+		rc = reorder(cp, src, cp->xs, W, j, 0);
+	if (rc < 0 || (rc = exchange(cp, W)) < 0)
+		return rc;
+	for (j = 0; j < cp->size && rc == 0; j++)
+		for (s = 0; s < nsec && rc == 0; s++)
+			rc = d->ops->copy2d(d, mr_dev_at(d, dst[s], j * Ch),
+					    mr_dev_act_bytes(d, dpitch),
+					    mr_dev_at(d, cp->xr, j * rows * W + s * Ch),
+					    mr_dev_act_bytes(d, W), mr_dev_act_bytes(d, Ch), rows);
+	return rc;
+}
+
+/* This rank's head group's q|k|v, whole sequences, into cp->hq. */
+static int heads_qkv(struct mr_cp *cp, const mr_act *qkv)
+{
+	struct mr_dev *d = cp->dev;
+	size_t C = (size_t)cp->C;
+	const mr_act *src[3] = { qkv, mr_dev_at(d, qkv, C), mr_dev_at(d, qkv, 2 * C) };
+
+	return to_heads(cp, cp->hq, 3, src, 3 * C);
+}
+
+static int ulysses_fwd(struct mr_cp *cp, mr_act *out, float *lse, const mr_act *qkv)
+{
+	struct mr_dev *d = cp->dev;
+	int rc;
+
+	if ((rc = heads_qkv(cp, qkv)) < 0 ||
+	    (rc = d->ops->attn_fwd(d, cp->ho, lse, cp->hq, cp->B, cp->T, cp->C / cp->size,
+				   cp->NH / cp->size, cp->ws)) < 0)
+		return rc;
+	return from_heads(cp, &out, 1, (size_t)cp->C, cp->ho);
+}
+
+static int ulysses_bwd(struct mr_cp *cp, mr_act *dqkv, const mr_act *dout, const mr_act *qkv,
+		       const mr_act *out, const float *lse)
+{
+	struct mr_dev *d = cp->dev;
+	size_t C = (size_t)cp->C;
+	mr_act *dst[3] = { dqkv, mr_dev_at(d, dqkv, C), mr_dev_at(d, dqkv, 2 * C) };
+	int rc;
+
+	/* the forward's head-sharded tensors again (the buffers serve one
+	 * layer at a time), bit for bit */
+	if ((rc = heads_qkv(cp, qkv)) < 0 || (rc = to_heads(cp, cp->ho, 1, &out, C)) < 0 ||
+	    (rc = to_heads(cp, cp->hd, 1, &dout, C)) < 0 ||
+	    (rc = d->ops->attn_bwd(d, cp->dhq, cp->hd, cp->hq, cp->ho, lse, cp->B, cp->T,
+				   cp->C / cp->size, cp->NH / cp->size, cp->ws)) < 0)
+		return rc;
+	return from_heads(cp, dst, 3, 3 * C, cp->dhq);
+}
+
 /* Calls fn for every (query chunk, key chunk) pair of the block rank s
  * holds that the query sees (key chunk at or before it). */
 #define FOR_VISIBLE(cp, s, qk, kk, g)                                             \
@@ -255,6 +396,8 @@ int mr_cp_attn_fwd(struct mr_cp *cp, mr_act *out, float *lse, const mr_act *qkv)
 	size_t kvn = (size_t)cp->B * cp->Tl * 2 * (size_t)cp->C;
 	int first[2] = { 1, 1 }, qk, kk, g, i, rc = 0;
 
+	if (cp->algo == MR_CP_ULYSSES)
+		return ulysses_fwd(cp, out, lse, qkv);
 	if (cp->algo == MR_CP_ALLGATHER) {
 		if ((rc = gather(cp, qkv)) < 0)
 			return rc;
@@ -362,6 +505,8 @@ int mr_cp_attn_bwd(struct mr_cp *cp, mr_act *dqkv, const mr_act *dout, const mr_
 	size_t n = (size_t)cp->B * cp->Tl * 3 * (size_t)cp->C;
 	int qk, g, rc;
 
+	if (cp->algo == MR_CP_ULYSSES)
+		return ulysses_bwd(cp, dqkv, dout, qkv, out, lse);
 	if ((rc = bwd_begin(cp, dout, out)) < 0)
 		return rc;
 	if (cp->algo == MR_CP_RING) {

@@ -14,7 +14,7 @@
  * (device attn_part_fwd, at their absolute positions), merged by
  * log-sum-exp (attn_merge); key chunks after a query's are causally
  * invisible and skipped. The backward recomputes per slice against the
- * final lse and delta (attn_part_bwd). Two algorithms ("cp_algo"):
+ * final lse and delta (attn_part_bwd). Three algorithms ("cp_algo"):
  *   ring (default; Liu et al. 2023, Megatron-Core's and torchtitan's):
  *     the rank's k|v block goes around the cp ring, each block passed on
  *     (mr_comm_isendrecv) while it is computed against, cp steps; in the
@@ -24,11 +24,17 @@
  *   allgather: the layer's q|k|v rows all-gathered over cp (again in the
  *     backward: the buffer holds one layer at a time), dk|dv accumulated
  *     at their owners' places of a gathered fp32 buffer and reduce-
- *     scattered back. Simpler, with whole-sequence buffers.
- * Either way what a layer keeps for its backward is local (Tl rows), so
- * activations fall as 1/cp.
- *
- * Not yet: "ulysses" (all-to-all from sequence- to head-sharded).
+ *     scattered back. Simpler, with whole-sequence buffers;
+ *   ulysses (DeepSpeed-Ulysses, Jacobs et al. 2023): no slices. One all-
+ *     to-all turns the local rows of every head into the whole sequence
+ *     of NH/cp heads (head group j to cp rank j, rows put back in
+ *     position order), the device's plain causal attention runs on it
+ *     (attn_fwd/attn_bwd), and one all-to-all takes the output back. The
+ *     backward exchanges q|k|v, out and dout the same way again, and the
+ *     q|k|v gradients back. Needs the rank's heads (n_head / tp)
+ *     divisible by cp; its lse is (B, NH/cp, T), as many floats.
+ * Whatever the algorithm, what a layer keeps for its backward is local
+ * (Tl rows), so activations fall as 1/cp.
  */
 #ifndef MR_CP_H
 #define MR_CP_H
@@ -53,7 +59,12 @@ struct mr_cp {
 	float *dall;            /* allgather: (cp, B, Tl, 3C) their gradients, fp32 */
 	mr_act *kv[2];          /* ring: (B, Tl, 2C) the k|v block held, the next */
 	float *dkv[2];          /* ring: (B, Tl, 2C) its gradients, fp32 */
-	size_t bytes[11];
+	mr_act *xs, *xr;        /* ulysses: (B, Tl, 3C) all-to-all send, receive */
+	mr_act *hq, *ho, *hd;   /* ulysses: (B, T, 3C/cp) q|k|v of this rank's head
+				 * group; (B, T, C/cp) its out and dout */
+	mr_act *dhq;            /* ulysses: (B, T, 3C/cp) their gradients */
+	void *ws;               /* ulysses: the device's attention workspace */
+	size_t bytes[18];
 };
 
 /* The rows of sequence position: chunk k (0 or 1) of rank r starts at
@@ -65,7 +76,8 @@ static inline int mr_cp_pos0(int size, int Tc, int r, int k)
 }
 
 /* cp over comm for B sequences of T tokens (2 * cp must divide T, named
- * "seq_len"), C attention channels in NH heads on this rank. */
+ * "seq_len"), C attention channels in NH heads on this rank (ulysses: cp
+ * must divide NH, named "n_head"). */
 int mr_cp_create(struct mr_cp *cp, struct mr_comm *comm, struct mr_dev *dev, struct mr_mem *mem,
 		 int algo, int B, int T, int C, int NH, struct mr_errbuf *eb);
 void mr_cp_release(struct mr_cp *cp);

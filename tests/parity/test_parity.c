@@ -509,7 +509,7 @@ Test(parity, ep2_pp2) { expert(1, 4, 1, 2, 2, 1); }
  * rank with the whole sequences. MoE models run dropless: capacity is per
  * micro-batch of the tokens a rank routes, and a cp rank routes 1/cp of
  * them. nodes x nproc ranks, tp (with sequence parallel), pp, ep, zero;
- * cp_algo "ring" (the default) or "allgather".
+ * cp_algo "ring" (the default), "allgather" or "ulysses".
  */
 static void context(int nodes, int nproc, int tp, int pp, int cp, int ep, int zero, int moe,
 		    const char *algo)
@@ -526,7 +526,11 @@ static void context(int nodes, int nproc, int tp, int pp, int cp, int ep, int ze
 
 Test(parity, cp2_dense) { context(1, 2, 1, 1, 2, 1, 0, 0, "ring"); }
 Test(parity, cp2_allgather) { context(1, 2, 1, 1, 2, 1, 0, 0, "allgather"); }
+Test(parity, cp2_ulysses) { context(1, 2, 1, 1, 2, 1, 0, 0, "ulysses"); }
 #if !EMUL
+Test(parity, cp4_ulysses) { context(1, 4, 1, 1, 4, 1, 0, 0, "ulysses"); }
+Test(parity, cp2_tp2_sp_ulysses) { context(1, 4, 2, 1, 2, 1, 0, 0, "ulysses"); }
+Test(parity, cp2_pp2_ulysses) { context(1, 4, 1, 2, 2, 1, 0, 1, "ulysses"); }
 Test(parity, cp4_dense) { context(1, 4, 1, 1, 4, 1, 0, 0, "ring"); }
 Test(parity, cp4_allgather) { context(1, 4, 1, 1, 4, 1, 0, 0, "allgather"); }
 Test(parity, cp2_tp2_sp_allgather) { context(1, 4, 2, 1, 2, 1, 0, 0, "allgather"); }
@@ -610,7 +614,7 @@ Test(parity, unknown_pipeline_schedule_is_rejected)
 	expect_rejected(&j, NULL, "pp_schedule");
 }
 
-/* context parallelism that cannot run (yet) */
+/* context parallelism that cannot run */
 Test(parity, cp_not_dividing_the_chunks_is_rejected)
 {
 	struct job j = { 1, 3, 1, 0, 0, 0, 0, 1, NULL, 0, 0, NULL, 0, NULL, 0, 3 };
@@ -625,11 +629,12 @@ Test(parity, unknown_cp_algo_is_rejected)
 	expect_rejected(&j, ", \"cp_algo\": \"spiral\"", "cp_algo");
 }
 
-Test(parity, ulysses_is_not_implemented_yet)
+Test(parity, ulysses_heads_not_divisible_by_cp_is_rejected)
 {
-	struct job j = { 1, 2, 1, 0, 0, 0, 0, 1, NULL, 0, 0, NULL, 0, NULL, 0, 2 };
+	/* 4 heads over tp 2 leave 2 per rank, cp 4 */
+	struct job j = { 1, 8, 2, 0, 0, 0, 0, 1, NULL, 0, 0, NULL, 0, NULL, 0, 4 };
 
-	expect_rejected(&j, ", \"cp_algo\": \"ulysses\"", "cp_algo");
+	expect_rejected(&j, ", \"cp_algo\": \"ulysses\"", "n_head");
 }
 
 /* expert parallelism that cannot run */
