@@ -4,6 +4,7 @@
  *   meshrun local   run a whole job (controller + agents) on this machine
  *   meshrun status  jobs, members and generations from a controller
  *   meshrun mesh    print the rank <-> mesh coordinates table
+ *   meshrun plan    choose the mesh for a model and a cluster
  *   meshrun data    make llm.c token shards
  */
 #include <stdio.h>
@@ -23,6 +24,7 @@ static const struct subcommand subcommands[] = {
 	{"local", mr_cli_local, "run a whole job (controller + agents) on this machine"},
 	{"status", mr_cli_status, "jobs, members and generations from a controller"},
 	{"mesh", mr_cli_mesh, "print the rank <-> mesh coordinates table"},
+	{"plan", mr_cli_plan, "choose the mesh for a model and a cluster (memory, step time)"},
 	{"data", mr_cli_data, "make llm.c token shards (prepare, synth, inspect)"},
 	{NULL, NULL, NULL},
 };

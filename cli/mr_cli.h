@@ -12,6 +12,7 @@
 int mr_cli_status(int argc, char **argv);
 int mr_cli_local(int argc, char **argv);
 int mr_cli_mesh(int argc, char **argv);
+int mr_cli_plan(int argc, char **argv);
 int mr_cli_data(int argc, char **argv);
 
 #endif

@@ -1,0 +1,69 @@
+/*
+ * plan_comm.c - the cost of a collective (alpha-beta, ring algorithms as
+ * NCCL and the host backend run large messages) and whether a group of
+ * the mesh crosses a node boundary (common/mr_mesh.h: the same groups
+ * the agent and the runtime build; ranks of a node are consecutive).
+ *
+ * Bus-bandwidth convention (nccl-tests): a ring all-reduce of B bytes
+ * over n ranks sends 2(n-1)/n B per rank in 2(n-1) steps; an all-gather,
+ * a reduce-scatter or an all-to-all (n-1)/n B in n-1 steps. Each step
+ * costs the link's latency, each byte 1/bandwidth of the link; a group
+ * that spans nodes runs at the inter-node link (one NIC per GPU).
+ *
+ * Non-goals: tree or hierarchical algorithms, congestion, SHARP.
+ */
+#include <stdlib.h>
+
+#include "mr_mesh.h"
+#include "plan_int.h"
+
+double mr__plan_coll(const struct mr_plan_cluster *c, enum mr__plan_op op, int n, int inter,
+		     double bytes, double *sent)
+{
+	double bw = inter ? c->bw_inter : c->bw_intra, a = inter ? c->lat_inter : c->lat_intra;
+	double steps, frac;
+
+	*sent = 0;
+	if (op == MR__OP_P2P) {
+		*sent = bytes;
+		return a + bytes / bw;
+	}
+	if (n <= 1 || bytes <= 0)
+		return 0;
+	steps = op == MR__OP_ALLREDUCE ? 2.0 * (n - 1) : (double)(n - 1);
+	frac = steps / n;
+	*sent = frac * bytes;
+	return steps * a + frac * bytes / bw;
+}
+
+/* 1 when group id of kind g has members on different nodes. */
+static int spans(const struct mr_mesh *mesh, int g, int id, int per_node, int *buf)
+{
+	int n = mr_mesh_group_members(mesh, (enum mr_mesh_group)g, id, buf);
+
+	for (int i = 1; i < n; i++)
+		if (buf[i] / per_node != buf[0] / per_node)
+			return 1;
+	return 0;
+}
+
+int mr__plan_inter(const struct mr_plan_input *in, const struct mr_plan_mesh *m, int g)
+{
+	struct mr_mesh mesh;
+	int n, count, *buf, inter;
+
+	if (mr_mesh_init(&mesh, in->cluster.gpus, m->tp, m->pp, m->cp, m->ep, m->dp, NULL) < 0)
+		return 1;
+	n = mr_mesh_group_size(&mesh, (enum mr_mesh_group)g);
+	count = mr_mesh_group_count(&mesh, (enum mr_mesh_group)g);
+	if (n <= 1 || count < 1)
+		return 0;
+	if (!(buf = malloc(sizeof(int) * (size_t)n)))
+		return 1;
+	/* the first and the last group: with nodes of a size the group
+	 * strides do not divide, the last is where a boundary cuts first */
+	inter = spans(&mesh, g, 0, in->cluster.gpus_per_node, buf) ||
+		spans(&mesh, g, count - 1, in->cluster.gpus_per_node, buf);
+	free(buf);
+	return inter;
+}

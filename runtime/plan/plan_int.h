@@ -1,0 +1,109 @@
+/*
+ * plan_int.h - what the planner's files share (see mr_plan.h): the
+ * precision table, the implementations' rules, a stage's layers and
+ * units, the schedules' in-flight counts, and the collective cost model.
+ */
+#ifndef MR_PLAN_INT_H
+#define MR_PLAN_INT_H
+
+#include <stddef.h>
+
+#include "model/mr_gpt.h"
+#include "mr_plan.h"
+#include "parallel/mr_pp_sched.h"
+
+/* ---- precision (plan_presets.c) -------------------------------------- */
+
+enum { MR__PLAN_NEVER = 4 }; /* a part no ZeRO stage shards */
+
+/* Bytes per parameter of one part of the model states, the ledger kind it
+ * is counted under and the first ZeRO stage that shards it. */
+struct mr__plan_part {
+	double bytes;
+	int kind;
+	int shard_from;
+};
+
+struct mr__plan_prec {
+	const char *name;
+	double act;          /* bytes per activation element */
+	double grad_comm;    /* bytes per gradient element reduced */
+	double param_comm;   /* bytes per parameter element gathered */
+	int nparts;
+	struct mr__plan_part part[4];
+	const char *what;    /* for --help and docs */
+};
+
+const struct mr__plan_prec *mr__plan_prec(int prec);
+
+/* ---- rules (plan_rules.c) -------------------------------------------- */
+
+/* 0 or MR_ENOTSUP naming the field when impl refuses the mesh. */
+int mr__plan_rules(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
+		   struct mr_errbuf *eb);
+
+/* ---- a stage (plan_stage.c) ------------------------------------------ */
+
+struct mr__plan_stage {
+	int first, last;     /* runs the embedding / the head */
+	int chunks;          /* model chunks held (1 without a pipeline) */
+	int lo[MR_PLACE_MAX_CHUNKS], hi[MR_PLACE_MAX_CHUNKS];
+	int layers, moe_layers; /* blocks held, of which MoE */
+	int nunits;
+	size_t *unit;        /* (nunits) parameters of each local unit, table order */
+	size_t params;       /* sum of unit[] */
+	int slots;           /* micro-batches whose activations the runtime keeps at once */
+	int pairs;           /* (micro-batch, chunk) pairs alive at once (Megatron frees
+			      * a chunk's activations at its backward) */
+};
+
+/* The runtime's config of the plan's model (mr_gpt_config). */
+void mr__plan_gpt_config(const struct mr_plan_model *m, struct mr_gpt_config *gc);
+/* The runtime's split of the blocks over pp * v virtual stages (NULL
+ * with pp 1; malloc'd, the caller frees); 0 or an error naming a field. */
+int mr__plan_split(const struct mr_plan_input *in, const struct mr_plan_mesh *m, int **split,
+		   struct mr_errbuf *eb);
+/* Stage `stage` of mesh under split (mr__plan_split's): its layers, units
+ * and in-flight micro-batches. Release with mr__plan_stage_release. */
+int mr__plan_stage(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
+		   const int *split, int stage, struct mr__plan_stage *st, struct mr_errbuf *eb);
+void mr__plan_stage_release(struct mr__plan_stage *st);
+/* The ZeRO stage the runtime runs (a pipeline stage runs 2 and 3 as 1,
+ * parallel/mr_pp.h) and its shard group's size. */
+int mr__plan_zero(const struct mr_plan_input *in, const struct mr_plan_mesh *m);
+int mr__plan_shard(const struct mr_plan_mesh *m);
+
+/* ---- memory (plan_mem.c, plan_act.c) --------------------------------- */
+
+/* Activations of one micro-batch slot of stage st (meshrun: as the model
+ * carves them, 256-byte pieces) and the slots' total; workspace. */
+double mr__plan_acts(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
+		     const struct mr__plan_stage *st);
+double mr__plan_workspace(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
+			  const struct mr__plan_stage *st);
+
+/* ---- time (plan_time.c, plan_comm.c) --------------------------------- */
+
+enum mr__plan_op { MR__OP_ALLREDUCE, MR__OP_ALLGATHER, MR__OP_REDUCE_SCATTER,
+		   MR__OP_ALLTOALL, MR__OP_P2P };
+
+/* Time of one collective of `bytes` (the whole buffer: all-reduce input,
+ * all-gather output, reduce-scatter input, all-to-all send buffer, p2p
+ * message) over n ranks on the link inter (0 intra-node); *sent gets the
+ * bytes this rank sends. */
+double mr__plan_coll(const struct mr_plan_cluster *c, enum mr__plan_op op, int n, int inter,
+		     double bytes, double *sent);
+/* 1 when the groups of kind g (enum mr_mesh_group) span nodes. */
+int mr__plan_inter(const struct mr_plan_input *in, const struct mr_plan_mesh *m, int g);
+
+/* Training FLOPs of one micro-batch's forward on a rank of stage st. */
+double mr__plan_fwd_flops(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
+			  const struct mr__plan_stage *st);
+/* The step of mesh m under split; 0 or an error. */
+int mr__plan_time(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
+		  const int *split, struct mr_plan_time *t, struct mr_errbuf *eb);
+/* Memory of stage `stage` under split. */
+int mr__plan_mem(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
+		 const int *split, int stage, struct mr_plan_mem *out, struct mr_errbuf *eb);
+
+#endif

@@ -1,0 +1,201 @@
+/*
+ * plan_mem.c - the memory of a rank: model states by precision and ZeRO
+ * stage, activations (plan_act.c), workspace; per pipeline stage.
+ *
+ * Model states follow the precision table (plan_presets.c): each part's
+ * bytes per parameter, its ledger kind and the ZeRO stage from which it
+ * is sharded. Two layouts:
+ *   the ZeRO paper's (Rajbhandari et al. 2020, section 5): a part is
+ *     psi x bytes on every rank, divided by Nd from its stage on - used
+ *     for Megatron-LM and by mr_plan_states;
+ *   meshrun's (runtime/parallel/mr_dp.h), which its ledger reports: every
+ *     unit (embeddings, each block's attention and MLP half, the final
+ *     LayerNorm) padded to a multiple of the shard size S, so the shard
+ *     is s = sum(ceil(u / S)) and the padded whole S s; ZeRO-1 keeps full
+ *     padded gradients beside the reduced shard; ZeRO-2/3 keep four unit
+ *     slots (the first and last unit, two of the largest block half) of
+ *     what they shard, and ZeRO-2/3's reduce-scatter outputs (a slot / S)
+ *     are workspace. A part no stage shards (bf16's weight copy) is whole.
+ *
+ * Non-goals: allocator fragmentation, the CUDA context (the cluster's
+ * reserve_bytes stands for both).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/mr_moe.h"
+#include "plan_int.h"
+
+void mr_plan_states(double psi, int prec, int zero, int nd, double out[3])
+{
+	const struct mr__plan_prec *p = mr__plan_prec(prec);
+
+	out[0] = out[1] = out[2] = 0;
+	for (int i = 0; i < p->nparts; i++) {
+		double b = p->part[i].bytes * psi;
+		if (zero >= p->part[i].shard_from && nd > 0)
+			b /= nd;
+		out[p->part[i].kind] += b;
+	}
+}
+
+static double pad(size_t n, size_t S)
+{
+	return (double)((n + S - 1) / S * S);
+}
+
+/* meshrun's model states on a rank of stage st (mr_dp.h's layout). */
+static void meshrun_states(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
+			   const struct mr__plan_stage *st, double *bytes, double *ws)
+{
+	const struct mr__plan_prec *p = mr__plan_prec(in->prec);
+	int z = mr__plan_zero(in, m), U = st->nunits;
+	size_t S = (size_t)mr__plan_shard(m);
+	double N = (double)st->params, shard = 0, padded = 0, pm = 0, slots = 0;
+
+	for (int u = 0; u < U; u++) {
+		shard += pad(st->unit[u], S) / (double)S;
+		if (u > 0 && u < U - 1 && pad(st->unit[u], S) > pm)
+			pm = pad(st->unit[u], S);
+	}
+	padded = shard * (double)S;
+	if (z >= 2)
+		slots = pad(st->unit[0], S) + pad(st->unit[U - 1], S) + 2 * pm;
+	for (int i = 0; i < p->nparts; i++) {
+		const struct mr__plan_part *q = &p->part[i];
+		double n;
+		if (z == 0 || q->shard_from == MR__PLAN_NEVER)
+			n = N;
+		else if (z >= q->shard_from) /* the shard, and a stage's worth of slots */
+			n = shard + (q->shard_from >= 2 ? slots : 0);
+		else /* whole but padded; ZeRO-1's gradients also have the shard */
+			n = padded + (q->kind == MR_MEM_GRADS ? shard : 0);
+		bytes[q->kind] += q->bytes * n;
+	}
+	*ws = slots / (double)S * 4.0;
+}
+
+/* Megatron-LM's: the ZeRO paper's count on the stage's parameters. */
+static void paper_states(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
+			 const struct mr__plan_stage *st, double *bytes)
+{
+	double s[3];
+
+	mr_plan_states((double)st->params, in->prec, m->zero, mr__plan_shard(m), s);
+	for (int k = 0; k < 3; k++)
+		bytes[k] += s[k];
+}
+
+/* meshrun's workspace (gpt_params.c's carve_ws, cp.c's buffers, the ep
+ * exchange's scratch), 256-byte pieces where the model carves them. */
+static double meshrun_workspace(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
+				const struct mr__plan_stage *st)
+{
+	const struct mr_plan_model *md = &in->model;
+	double b = mr__plan_prec(in->prec)->act, N = (double)m->micro_batch * md->seq_len / m->cp;
+	double C = md->d_model, Cl = C / m->tp, Nl = m->sp ? N / m->tp : N, hs = C / md->n_head;
+	double ones = N, ws = 0, kws, mws = 0, T = (double)md->seq_len / m->cp;
+	double pieces[11];
+	struct mr_moe_shape ms = { (int)N, md->d_model, 4 * md->d_model / m->tp, md->n_experts,
+				   md->top_k, 0 };
+
+	if (md->moe_every) {
+		ms.cap = md->dropless ? ms.N
+				      : mr_moe_capacity(ms.N, ms.E, ms.k, (float)md->capacity_factor);
+		mws = (double)mr_moe_ws_floats(&ms) * 4;
+		if (m->ep > 1 && (double)m->ep * ms.cap > ones)
+			ones = (double)m->ep * ms.cap;
+	}
+	/* attention: per thread a 64 x 64 tile's scratch and a row of T */
+	kws = in->threads * (64 * hs + 128 + 2 * 64 * 64 + T) * 4;
+	if (in->threads * 2 * C * 4 > kws)
+		kws = in->threads * 2 * C * 4;
+	pieces[0] = ones * b;
+	pieces[1] = Nl * C * b;                  /* dres */
+	pieces[2] = N * C * b;                   /* dln */
+	pieces[3] = N * Cl * b;                  /* datty */
+	pieces[4] = N * 3 * Cl * b;              /* dqkv */
+	pieces[5] = N * 4 * Cl * b;              /* dfch */
+	pieces[6] = N * C * b;                   /* dtmp */
+	pieces[7] = m->sp ? N * C * b : 0;       /* the sp gather */
+	pieces[8] = m->tp > 1 ? N * C * b + 3 * N * 4 : 0; /* tp scratch, vocab-parallel CE */
+	pieces[9] = m->sp ? 2 * C * 4 : 0;
+	pieces[10] = kws > mws ? kws : mws;
+	for (int i = 0; i < 11; i++)
+		ws += pieces[i] > 0 ? ceil(pieces[i] / 256) * 256 : 0;
+	if (m->cp > 1) /* mr_cp.h: merged and partial outputs, lse, delta, dq|dk|dv */
+		ws += N * Cl * 4 * 2 + N * (md->n_head / m->tp) * 4 * 2 + N * 3 * Cl * 4 +
+		      (m->cp_algo == MR_CP_RING ? 2 * N * 2 * Cl * (b + 4)   /* two k|v blocks */
+						: m->cp * N * 3 * Cl * (b + 4)); /* gathered */
+	if (m->ep > 1 && st->moe_layers) /* the exchange's send and receive scratch */
+		ws += 2.0 * md->n_experts * ms.cap * C * b;
+	return ws;
+}
+
+/* Megatron-LM's: ZeRO-3's prefetched parameters (two block halves), the
+ * MoE dispatch buffers, tensor parallel's gather buffer. */
+static double megatron_workspace(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
+				 const struct mr__plan_stage *st)
+{
+	const struct mr_plan_model *md = &in->model;
+	const struct mr__plan_prec *p = mr__plan_prec(in->prec);
+	double N = (double)m->micro_batch * md->seq_len / m->cp, ws = 0, big = 0;
+
+	for (int u = 0; u < st->nunits; u++)
+		if ((double)st->unit[u] > big)
+			big = (double)st->unit[u];
+	if (m->zero >= 3)
+		ws += 2 * big * p->param_comm;
+	if (m->tp > 1)
+		ws += N * md->d_model * p->act;
+	if (m->ep > 1 && st->moe_layers)
+		ws += 2 * N * md->top_k * md->capacity_factor * md->d_model * p->act;
+	return ws;
+}
+
+double mr__plan_workspace(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
+			  const struct mr__plan_stage *st)
+{
+	return in->impl == MR_PLAN_MESHRUN ? meshrun_workspace(in, m, st)
+					   : megatron_workspace(in, m, st);
+}
+
+int mr__plan_mem(const struct mr_plan_input *in, const struct mr_plan_mesh *mesh,
+		 const int *split, int stage, struct mr_plan_mem *out, struct mr_errbuf *eb)
+{
+	struct mr__plan_stage st;
+	double ws = 0;
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	if ((rc = mr__plan_stage(in, mesh, split, stage, &st, eb)) < 0)
+		return rc;
+	if (in->impl == MR_PLAN_MESHRUN)
+		meshrun_states(in, mesh, &st, out->bytes, &ws);
+	else
+		paper_states(in, mesh, &st, out->bytes);
+	out->bytes[MR_MEM_ACTS] = mr__plan_acts(in, mesh, &st);
+	out->bytes[MR_MEM_WORKSPACE] = ws + mr__plan_workspace(in, mesh, &st);
+	for (int k = 0; k < MR_MEM_KINDS; k++)
+		out->total += out->bytes[k];
+	out->stage = stage;
+	mr__plan_stage_release(&st);
+	return 0;
+}
+
+int mr_plan_mem_stage(const struct mr_plan_input *in, const struct mr_plan_mesh *mesh,
+		      int stage, struct mr_plan_mem *out, struct mr_errbuf *eb)
+{
+	int *split, rc;
+
+	memset(out, 0, sizeof(*out));
+	if (stage < 0 || stage >= mesh->pp)
+		return mr_errf_field(eb, MR_ERANGE, "stage", "stage %d is outside [0, %d)", stage,
+				     mesh->pp);
+	if ((rc = mr__plan_split(in, mesh, &split, eb)) < 0)
+		return rc;
+	rc = mr__plan_mem(in, mesh, split, stage, out, eb);
+	free(split);
+	return rc;
+}

@@ -1,0 +1,401 @@
+/*
+ * plan_search.c - evaluating a mesh (the worst stage's memory, the step)
+ * and the search over every mesh the inputs allow: enumerate, check
+ * (plan_rules.c), evaluate, rank; and, when nothing fits, what limits the
+ * closest plan.
+ *
+ * Enumeration: tp over the divisors of the heads up to a node; cp over the
+ * divisors of seq_len / 2 up to 64; pp from 1 to the layers, where
+ * tp*cp*pp divides the GPUs; ep over the divisors of the experts that
+ * divide dp*cp; the micro-batch over the powers of two (and the fixed one)
+ * dividing the batch per replica; ZeRO 0-3, sp on and off, the four
+ * schedules (interleaved with 2 chunks), recomputation - each unless
+ * fixed. meshrun runs ZeRO-2/3 as ZeRO-1 under a pipeline, so those are
+ * not enumerated twice. The split of the layers is computed once per (pp,
+ * v) and shared.
+ *
+ * Non-goals: pruning by bounds (every candidate is evaluated; a 3,072-GPU
+ * search takes a second or two).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan_int.h"
+
+static int eval_split(const struct mr_plan_input *in, const struct mr_plan_mesh *mesh,
+		      const int *split, struct mr_plan *out, struct mr_errbuf *eb)
+{
+	double avail = in->cluster.mem_bytes - in->cluster.reserve_bytes;
+	int rc;
+
+	memset(out, 0, sizeof(*out));
+	out->mesh = *mesh;
+	out->mem.total = -1;
+	for (int s = 0; s < mesh->pp; s++) {
+		struct mr_plan_mem mm;
+		if ((rc = mr__plan_mem(in, mesh, split, s, &mm, eb)) < 0)
+			return rc;
+		if (mm.total > out->mem.total)
+			out->mem = mm;
+	}
+	if ((rc = mr__plan_time(in, mesh, split, &out->time, eb)) < 0)
+		return rc;
+	out->fits = out->mem.total <= avail;
+	return 0;
+}
+
+int mr_plan_eval(const struct mr_plan_input *in, const struct mr_plan_mesh *mesh,
+		 struct mr_plan *out, struct mr_errbuf *eb)
+{
+	int *split, rc;
+
+	if ((rc = mr__plan_split(in, mesh, &split, eb)) < 0)
+		return rc;
+	rc = eval_split(in, mesh, split, out, eb);
+	free(split);
+	return rc;
+}
+
+/* ---- search ----------------------------------------------------------------- */
+
+struct split_cache {
+	int pp, v;
+	int *split;
+};
+
+struct search {
+	const struct mr_plan_input *in;
+	struct mr_plan_result *res;
+	struct split_cache *sc;
+	int nsc, capsc;
+	struct mr_errbuf *eb;
+};
+
+static int push(struct search *s, const struct mr_plan *p)
+{
+	struct mr_plan_result *r = s->res;
+
+	if (r->n == r->cap) {
+		int cap = r->cap ? 2 * r->cap : 256;
+		struct mr_plan *g = realloc(r->plan, sizeof(*g) * (size_t)cap);
+		if (!g)
+			return mr_errf(s->eb, MR_ENOMEM, "out of memory");
+		r->plan = g;
+		r->cap = cap;
+	}
+	r->plan[r->n++] = *p;
+	r->fitting += p->fits;
+	return 0;
+}
+
+static int split_of(struct search *s, const struct mr_plan_mesh *m, const int **out)
+{
+	int rc;
+
+	*out = NULL;
+	if (m->pp == 1)
+		return 0;
+	for (int i = 0; i < s->nsc; i++)
+		if (s->sc[i].pp == m->pp && s->sc[i].v == m->v) {
+			*out = s->sc[i].split;
+			return 0;
+		}
+	if (s->nsc == s->capsc) {
+		int cap = s->capsc ? 2 * s->capsc : 16;
+		struct split_cache *g = realloc(s->sc, sizeof(*g) * (size_t)cap);
+		if (!g)
+			return mr_errf(s->eb, MR_ENOMEM, "out of memory");
+		s->sc = g;
+		s->capsc = cap;
+	}
+	if ((rc = mr__plan_split(s->in, m, &s->sc[s->nsc].split, s->eb)) < 0)
+		return rc;
+	s->sc[s->nsc].pp = m->pp;
+	s->sc[s->nsc].v = m->v;
+	*out = s->sc[s->nsc++].split;
+	return 0;
+}
+
+/* One candidate: checked, then evaluated. An invalid one is not an error. */
+static int try_mesh(struct search *s, struct mr_plan_mesh m)
+{
+	struct mr_errbuf why = { { 0 }, { 0 } };
+	struct mr_plan p;
+	const int *split;
+	int rc;
+
+	s->res->considered++;
+	if (mr_plan_mesh_check(s->in, &m, &why) < 0) {
+		if (!s->res->refused[0] || s->res->n == 0)
+			snprintf(s->res->refused, sizeof(s->res->refused), "%.250s", why.msg);
+		return 0;
+	}
+	if ((rc = split_of(s, &m, &split)) < 0)
+		return rc;
+	if ((rc = eval_split(s->in, &m, split, &p, s->eb)) < 0)
+		return rc;
+	return push(s, &p);
+}
+
+static int pick(int fixed, int v)
+{
+	return fixed <= 0 || fixed == v;
+}
+
+/* Micro-batch sizes to try for `per` sequences per replica: the fixed
+ * one, else the powers of two that divide it. */
+static int batches(int per, int fixed, int *out)
+{
+	int n = 0;
+
+	if (fixed > 0) {
+		out[0] = fixed;
+		return 1;
+	}
+	for (int b = 1; b <= per && n < 30; b *= 2)
+		if (per % b == 0)
+			out[n++] = b;
+	return n;
+}
+
+/* The pipeline and run-time choices of a mesh whose sizes are set. */
+static int choose_run(struct search *s, struct mr_plan_mesh m)
+{
+	const struct mr_plan_input *in = s->in;
+	const struct mr_plan_mesh *f = &in->fix;
+	int bs[32], nb = batches(in->global_batch / m.dp, f->micro_batch, bs), rc;
+	int kinds = m.pp > 1 ? MR_PP__KIND_COUNT : 1;
+
+	for (int zero = 0; zero <= 3; zero++) {
+		if (f->zero >= 0 ? zero != f->zero
+				 : in->impl == MR_PLAN_MESHRUN && m.pp > 1 && zero > 1)
+			continue;
+		for (int sp = 0; sp <= (m.tp > 1); sp++) {
+			if (f->sp >= 0 && sp != f->sp)
+				continue;
+			for (int r = 0; r < MR_PLAN__RCS; r++) {
+				if (f->recompute >= 0 ? r != f->recompute
+						      : in->impl == MR_PLAN_MESHRUN && r)
+					continue;
+				for (int i = 0; i < nb; i++) {
+					for (int k = 0; k < kinds; k++) {
+						if (m.pp > 1 && f->schedule >= 0 && k != f->schedule)
+							continue;
+						m.zero = zero;
+						m.sp = sp;
+						m.recompute = r;
+						m.micro_batch = bs[i];
+						m.schedule = m.pp > 1 ? k : MR_PP_1F1B;
+						m.v = f->v > 0 ? f->v : 0;
+						if ((rc = try_mesh(s, m)) < 0)
+							return rc;
+					}
+				}
+			}
+		}
+	}
+	return 0;
+}
+
+static int by_plan(const void *a, const void *b)
+{
+	const struct mr_plan *x = a, *y = b;
+
+	if (x->fits != y->fits)
+		return y->fits - x->fits;
+	if (x->fits && x->time.step_s != y->time.step_s)
+		return x->time.step_s < y->time.step_s ? -1 : 1;
+	if (x->mem.total != y->mem.total)
+		return x->mem.total < y->mem.total ? -1 : 1;
+	return x->time.step_s < y->time.step_s ? -1 : x->time.step_s > y->time.step_s;
+}
+
+int mr_plan_search(const struct mr_plan_input *in, struct mr_plan_result *res,
+		   struct mr_errbuf *eb)
+{
+	const struct mr_plan_model *md = &in->model;
+	const struct mr_plan_mesh *f = &in->fix;
+	struct search s = { in, res, NULL, 0, 0, eb };
+	int world = in->cluster.gpus, rc = 0;
+
+	memset(res, 0, sizeof(*res));
+	if ((rc = mr_plan_check(in, eb)) < 0)
+		return rc;
+	for (int tp = 1; tp <= md->n_head && rc == 0; tp++) {
+		if (md->n_head % tp || world % tp || !pick(f->tp, tp) ||
+		    tp > in->cluster.gpus_per_node)
+			continue;
+		for (int cp = 1; cp <= 64 && rc == 0; cp++) {
+			if ((cp > 1 && md->seq_len % (2 * cp)) || world % (tp * cp) || !pick(f->cp, cp))
+				continue;
+			for (int pp = 1; pp <= md->n_layer && rc == 0; pp++) {
+				struct mr_plan_mesh m = *f;
+				if (world % (tp * cp * pp) || !pick(f->pp, pp))
+					continue;
+				m.tp = tp;
+				m.cp = cp;
+				m.pp = pp;
+				m.dp = world / (tp * cp * pp);
+				if (!pick(f->dp, m.dp) || in->global_batch % m.dp)
+					continue;
+				for (int ep = 1; ep <= (md->moe_every ? md->n_experts : 1) && rc == 0;
+				     ep++) {
+					if ((md->moe_every && md->n_experts % ep) || !pick(f->ep, ep) ||
+					    (m.dp * cp) % ep)
+						continue;
+					m.ep = ep;
+					rc = choose_run(&s, m);
+				}
+			}
+		}
+	}
+	for (int i = 0; i < s.nsc; i++)
+		free(s.sc[i].split);
+	free(s.sc);
+	if (rc < 0) {
+		mr_plan_result_release(res);
+		return rc;
+	}
+	if (res->n > 1)
+		qsort(res->plan, (size_t)res->n, sizeof(*res->plan), by_plan);
+	return 0;
+}
+
+void mr_plan_result_release(struct mr_plan_result *res)
+{
+	free(res->plan);
+	res->plan = NULL;
+	res->n = res->cap = 0;
+}
+
+/* ---- what limits a plan -------------------------------------------------------- */
+
+void mr_plan_limit(const struct mr_plan_input *in, const struct mr_plan *p, char *buf,
+		   size_t cap)
+{
+	const struct mr_plan_mesh *m = &p->mesh;
+	double avail = in->cluster.mem_bytes - in->cluster.reserve_bytes;
+	double states = p->mem.bytes[MR_MEM_PARAMS] + p->mem.bytes[MR_MEM_GRADS] +
+			p->mem.bytes[MR_MEM_OPTIM];
+	double acts = p->mem.bytes[MR_MEM_ACTS];
+	char hint[160] = "";
+	size_t n = 0;
+
+#define HINT(...) (n += (size_t)snprintf(hint + n, n < sizeof(hint) ? sizeof(hint) - n : 0, \
+					 __VA_ARGS__))
+	if (p->fits) {
+		snprintf(buf, cap, "fits: %.1f GB per GPU of %.1f", p->mem.total / 1e9, avail / 1e9);
+		return;
+	}
+	if (states >= acts) {
+		if (m->pp < in->model.n_layer)
+			HINT("%sraise pp", n ? " or " : "");
+		if (m->zero < 3 && !(in->impl == MR_PLAN_MESHRUN && (m->pp > 1 || m->ep > 1)))
+			HINT("%sthe ZeRO stage", n ? " or " : "");
+		if (m->tp < in->cluster.gpus_per_node && m->tp < in->model.n_head)
+			HINT("%stp", n ? " or " : "");
+	} else {
+		if (m->micro_batch > 1)
+			HINT("%slower the micro-batch", n ? " or " : "");
+		if (in->impl == MR_PLAN_MEGATRON && m->recompute != MR_PLAN_RC_FULL)
+			HINT("%srecompute activations", n ? " or " : "");
+		if (m->tp > 1 && !m->sp)
+			HINT("%sturn on sequence parallel", n ? " or " : "");
+		if (m->tp < in->cluster.gpus_per_node && m->tp < in->model.n_head)
+			HINT("%sraise tp", n ? " or " : "");
+		if (in->model.seq_len % (4 * m->cp) == 0)
+			HINT("%scp", n ? " or " : "");
+		if (m->pp < in->model.n_layer)
+			HINT("%spp", n ? " or " : "");
+	}
+	if (!n)
+		HINT("more GPUs or GPUs with more memory");
+#undef HINT
+	snprintf(buf, cap,
+		 "needs %.1f GB per GPU, %.1f available (parameters %.1f, gradients %.1f, "
+		 "optimizer %.1f, activations %.1f, workspace %.1f): %s",
+		 p->mem.total / 1e9, avail / 1e9, p->mem.bytes[MR_MEM_PARAMS] / 1e9,
+		 p->mem.bytes[MR_MEM_GRADS] / 1e9, p->mem.bytes[MR_MEM_OPTIM] / 1e9, acts / 1e9,
+		 p->mem.bytes[MR_MEM_WORKSPACE] / 1e9, hint);
+}
+
+/* ---- a mesh as text ------------------------------------------------------------- */
+
+int mr_plan_mesh_format(const struct mr_plan_mesh *m, char *buf, size_t cap)
+{
+	char run[64] = "";
+
+	if (m->pp > 1)
+		snprintf(run, sizeof(run), " %s%s", mr_pp_kind_name((enum mr_pp_kind)m->schedule),
+			 m->v > 1 ? (m->v == 2 ? "/v2" : "/v4+") : "");
+	return snprintf(buf, cap, "tp=%d cp=%d pp=%d dp=%d ep=%d%s zero=%d mb=%dx%d%s%s%s%s",
+			m->tp, m->cp, m->pp, m->dp, m->ep, m->sp ? " sp" : "", m->zero,
+			m->micro_batch, m->micro_batches, run,
+			m->recompute > 0 ? " recompute=" : "",
+			m->recompute > 0 ? mr_plan_rc_name(m->recompute) : "",
+			m->hsdp_shard > 0 ? " hsdp" : "");
+}
+
+int mr_plan_mesh_parse(const char *text, struct mr_plan_mesh *out, struct mr_errbuf *eb)
+{
+	char buf[256], *save = NULL, *tok;
+	int rc = 0;
+
+	memset(out, 0, sizeof(*out));
+	out->sp = out->zero = out->schedule = out->recompute = -1;
+	if (!text || strlen(text) >= sizeof(buf))
+		return mr_errf_field(eb, MR_EINVAL, "mesh", "mesh: '%s' is empty or too long",
+				     text ? text : "");
+	snprintf(buf, sizeof(buf), "%s", text);
+	for (tok = strtok_r(buf, ", ", &save); tok && rc == 0; tok = strtok_r(NULL, ", ", &save)) {
+		char *eq = strchr(tok, '='), *end;
+		long v;
+		int *dst = NULL;
+		if (!eq)
+			return mr_errf_field(eb, MR_EINVAL, "mesh",
+					     "mesh: '%s' is not key=value (e.g. tp=8,pp=16,dp=12)",
+					     tok);
+		*eq++ = '\0';
+		if (!strcmp(tok, "schedule")) {
+			enum mr_pp_kind k;
+			if ((rc = mr_pp_kind_parse(eq, &k, eb)) == 0)
+				out->schedule = (int)k;
+			continue;
+		}
+		if (!strcmp(tok, "recompute")) {
+			rc = mr_plan_name_parse("recompute", eq, &out->recompute, eb);
+			continue;
+		}
+		if (!strcmp(tok, "cp_algo")) {
+			if (strcmp(eq, "ring") && strcmp(eq, "allgather"))
+				return mr_errf_field(eb, MR_EINVAL, "cp_algo",
+						     "cp_algo: '%s' is not ring or allgather", eq);
+			out->cp_algo = strcmp(eq, "ring") ? MR_CP_ALLGATHER : MR_CP_RING;
+			continue;
+		}
+		dst = !strcmp(tok, "tp")		   ? &out->tp
+		      : !strcmp(tok, "cp")		   ? &out->cp
+		      : !strcmp(tok, "pp")		   ? &out->pp
+		      : !strcmp(tok, "dp")		   ? &out->dp
+		      : !strcmp(tok, "ep")		   ? &out->ep
+		      : !strcmp(tok, "sp")		   ? &out->sp
+		      : !strcmp(tok, "zero")		   ? &out->zero
+		      : !strcmp(tok, "hsdp")		   ? &out->hsdp_shard
+		      : !strcmp(tok, "mb")		   ? &out->micro_batch
+		      : !strcmp(tok, "v")		   ? &out->v
+							   : NULL;
+		if (!dst)
+			return mr_errf_field(eb, MR_EINVAL, "mesh",
+					     "mesh: unknown key '%s' (tp, cp, pp, dp, ep, sp, zero, "
+					     "hsdp, mb, v, schedule, recompute, cp_algo)",
+					     tok);
+		v = strtol(eq, &end, 10);
+		if (!*eq || *end || v < 0 || v > (1 << 20))
+			return mr_errf_field(eb, MR_EINVAL, tok, "mesh: %s: '%s' is not a count", tok,
+					     eq);
+		*dst = (int)v;
+	}
+	return rc;
+}

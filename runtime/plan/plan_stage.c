@@ -1,0 +1,215 @@
+/*
+ * plan_stage.c - a pipeline stage as the runtime builds it: which blocks
+ * it holds (the runtime's own split, parallel/mr_pp_split.h), its
+ * parameter units in table order (model/mr_gpt.h: the embeddings on the
+ * first stage and, for the tied LM head, on the last; each block's
+ * attention and MLP halves; the final LayerNorm on the last), sliced by
+ * tp and ep as the table slices them, and how many micro-batches it keeps
+ * in flight under its schedule (counted on the schedule's action lists,
+ * as parallel/pp.c assigns its slots).
+ *
+ * Non-goals: bytes (plan_mem.c).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "parallel/mr_pp_split.h"
+#include "plan_int.h"
+
+void mr__plan_gpt_config(const struct mr_plan_model *m, struct mr_gpt_config *gc)
+{
+	memset(gc, 0, sizeof(*gc));
+	gc->vocab = m->vocab;
+	gc->max_seq = m->max_seq > 0 ? m->max_seq : m->seq_len;
+	gc->n_layer = m->n_layer;
+	gc->d_model = m->d_model;
+	gc->n_head = m->n_head;
+	gc->moe_every = m->moe_every;
+	gc->n_experts = m->moe_every ? m->n_experts : 0;
+	gc->top_k = m->moe_every ? m->top_k : 0;
+	gc->capacity_factor = (float)m->capacity_factor;
+	gc->moe_dropless = m->moe_every ? m->dropless : 0;
+}
+
+int mr__plan_zero(const struct mr_plan_input *in, const struct mr_plan_mesh *m)
+{
+	return in->impl == MR_PLAN_MESHRUN && m->pp > 1 && m->zero > 1 ? 1 : m->zero;
+}
+
+int mr__plan_shard(const struct mr_plan_mesh *m)
+{
+	return m->hsdp_shard > 0 && m->hsdp_shard < m->dp ? m->hsdp_shard : m->dp * m->cp;
+}
+
+/* Parameters of layer l's halves on a rank (tp, ep slices as the table
+ * cuts them: QKV and fc column-parallel, the projections row-parallel with
+ * replicated biases, experts E/ep per rank, the router replicated). */
+static void layer_units(const struct mr_plan_model *md, const struct mr_plan_mesh *m, int l,
+			size_t *attn, size_t *mlp)
+{
+	size_t C = (size_t)md->d_model, t = (size_t)m->tp, Cl = C / t;
+	struct mr_gpt_config gc;
+
+	mr__plan_gpt_config(md, &gc);
+	*attn = 2 * C + 3 * Cl * C + 3 * Cl + C * Cl + C;
+	if (mr_gpt_layer_is_moe(&gc, l)) {
+		size_t E = (size_t)md->n_experts, El = E / (size_t)m->ep;
+		*mlp = 2 * C + E * C + El * (4 * Cl * C + 4 * Cl + C * 4 * Cl + C);
+	} else {
+		*mlp = 2 * C + 4 * Cl * C + 4 * Cl + C * 4 * Cl + C;
+	}
+}
+
+/* Micro-batches (and micro-batch x chunk pairs) alive at once on a stage:
+ * from a micro-batch's first action there to its last (the runtime's
+ * slot, parallel/pp.c), and from each F to its B on a chunk. The counts
+ * stop growing once m covers the schedule's warm-up, so for a long step
+ * the list of a shorter one that already does is walked. */
+static int in_flight(const struct mr_plan_mesh *m, int stage, int *slots, int *pairs,
+		     struct mr_errbuf *eb)
+{
+	struct mr_pp_spec sp = { (enum mr_pp_kind)m->schedule, m->pp, m->micro_batches, m->v };
+	struct mr_pp_action *a;
+	int *first, *last, n, i, live = 0, lp = 0, cap;
+
+	*slots = *pairs = 1;
+	if (m->pp == 1)
+		return 0;
+	if (m->schedule == MR_PP_GPIPE) { /* every forward before any backward */
+		*slots = m->micro_batches;
+		*pairs = m->micro_batches * m->v;
+		return 0;
+	}
+	cap = 4 * m->pp * m->v; /* a multiple of p (interleaved), >= every warm-up */
+	if (sp.m > cap)
+		sp.m = cap;
+	if ((n = mr_pp_len(&sp, eb)) < 0)
+		return n;
+	a = malloc(sizeof(*a) * (size_t)n);
+	first = malloc(sizeof(int) * 2 * (size_t)sp.m);
+	if (!a || !first) {
+		free(a);
+		free(first);
+		return mr_errf(eb, MR_ENOMEM, "out of memory");
+	}
+	last = first + sp.m;
+	if ((n = mr_pp_actions(&sp, stage, a, n, eb)) < 0)
+		goto out;
+	for (i = 0; i < sp.m; i++)
+		first[i] = last[i] = -1;
+	for (i = 0; i < n; i++) {
+		if (first[a[i].mb] < 0)
+			first[a[i].mb] = i;
+		last[a[i].mb] = i;
+	}
+	*slots = *pairs = 0;
+	for (i = 0; i < n; i++) {
+		if (first[a[i].mb] == i && ++live > *slots)
+			*slots = live;
+		if (a[i].op == MR_PP_F && ++lp > *pairs)
+			*pairs = lp;
+		if (a[i].op == MR_PP_B)
+			lp--;
+		if (last[a[i].mb] == i)
+			live--;
+	}
+	n = 0;
+out:
+	free(a);
+	free(first);
+	return n;
+}
+
+int mr__plan_split(const struct mr_plan_input *in, const struct mr_plan_mesh *m, int **split,
+		   struct mr_errbuf *eb)
+{
+	struct mr_gpt_config gc;
+	int rc;
+
+	*split = NULL;
+	if (m->pp == 1)
+		return 0;
+	if (!(*split = calloc((size_t)m->pp * (size_t)m->v, sizeof(int))))
+		return mr_errf(eb, MR_ENOMEM, "out of memory");
+	mr__plan_gpt_config(&in->model, &gc);
+	rc = mr_pp_split_model(&gc, in->model.seq_len, m->pp, m->v, NULL, 0, *split, eb);
+	if (rc < 0) {
+		free(*split);
+		*split = NULL;
+	}
+	return rc;
+}
+
+int mr__plan_stage(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
+		   const int *split, int stage, struct mr__plan_stage *st, struct mr_errbuf *eb)
+{
+	const struct mr_plan_model *md = &in->model;
+	struct mr_gpt_config gc;
+	int L = md->n_layer, c, l, u = 0, rc;
+	size_t C = (size_t)md->d_model, Vl, maxT;
+	unsigned char *held;
+
+	memset(st, 0, sizeof(*st));
+	mr__plan_gpt_config(md, &gc);
+	st->first = stage == 0;
+	st->last = stage == m->pp - 1;
+	st->chunks = m->pp > 1 ? m->v : 1;
+	if (m->pp > 1 && !split)
+		return mr_errf(eb, MR_EINVAL, "a pipeline stage needs the split");
+	held = calloc((size_t)L, 1);
+	st->unit = calloc(2 * (size_t)L + 2, sizeof(size_t));
+	if (!held || !st->unit) {
+		free(held);
+		mr__plan_stage_release(st);
+		return mr_errf(eb, MR_ENOMEM, "out of memory");
+	}
+	st->lo[0] = 0;
+	st->hi[0] = L;
+	for (c = 0; m->pp > 1 && c < m->v; c++)
+		mr_pp_split_range(split, m->pp, stage, c, &st->lo[c], &st->hi[c]);
+	for (c = 0; c < st->chunks; c++)
+		for (l = st->lo[c]; l < st->hi[c]; l++)
+			held[l] = 1;
+	Vl = ((size_t)md->vocab + (size_t)m->tp - 1) / (size_t)m->tp;
+	maxT = (size_t)(md->max_seq > 0 ? md->max_seq : md->seq_len);
+	if (st->first || st->last)
+		st->unit[u++] = Vl * C + maxT * C;
+	for (l = 0; l < L; l++) {
+		if (!held[l])
+			continue;
+		layer_units(md, m, l, &st->unit[u], &st->unit[u + 1]);
+		u += 2;
+		st->layers++;
+		st->moe_layers += mr_gpt_layer_is_moe(&gc, l);
+	}
+	if (st->last)
+		st->unit[u++] = 2 * C;
+	st->nunits = u;
+	for (u = 0; u < st->nunits; u++)
+		st->params += st->unit[u];
+	free(held);
+	if ((rc = in_flight(m, stage, &st->slots, &st->pairs, eb)) < 0)
+		mr__plan_stage_release(st);
+	return rc;
+}
+
+void mr__plan_stage_release(struct mr__plan_stage *st)
+{
+	free(st->unit);
+	st->unit = NULL;
+}
+
+double mr_plan_params(const struct mr_plan_model *md)
+{
+	struct mr_plan_mesh one = { .tp = 1, .cp = 1, .pp = 1, .dp = 1, .ep = 1, .v = 1 };
+	double n = (double)md->vocab * md->d_model +
+		   (double)(md->max_seq > 0 ? md->max_seq : md->seq_len) * md->d_model +
+		   2.0 * md->d_model;
+
+	for (int l = 0; l < md->n_layer; l++) {
+		size_t a, b;
+		layer_units(md, &one, l, &a, &b);
+		n += (double)a + (double)b;
+	}
+	return n;
+}

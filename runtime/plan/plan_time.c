@@ -1,0 +1,305 @@
+/*
+ * plan_time.c - the step time of a mesh: each stage's passes (compute at
+ * the cluster's mfu plus the communication inside them that the runtime
+ * does not hide), the pipeline's makespan under its schedule, and the
+ * data-parallel reduction that ends the step.
+ *
+ * FLOPs as the runtime counts them (model/gpt_params.c: 6N + 6LCT per
+ * token in all, a third of it forward): per token and layer 2 x 12C^2/tp
+ * for the GEMMs (MoE: 8C^2 for attention, 2CE for the router, top_k x
+ * 16C^2 for the experts a token visits) and 2sC/tp for causal attention
+ * over s positions; 2CV/tp for the LM head. Backward costs twice the
+ * forward; full recompute adds a forward, selective the attention core.
+ *
+ * What each mode issues per micro-batch and layer, and what hides it:
+ *   tp  2 all-reduces forward and 2 backward (sp: 2 all-gathers and 2
+ *       reduce-scatters each way) of the (b s/cp, C) rows, the embedding
+ *       and LM head's and the vocab-parallel loss's; never hidden;
+ *   cp  ring: cp-1 hops of the k|v block forward (and k|v with the fp32
+ *       dk|dv backward), hidden behind the attention blocks they feed;
+ *       allgather: the q|k|v rows all-gathered (and the fp32 gradients
+ *       reduce-scattered), not hidden;
+ *   ep  a dispatch and a combine all-to-all each way of the routed rows;
+ *       not hidden;
+ *   pp  the residual rows to the next stage and their gradient back:
+ *       posted ahead, only the fill and drain's 2(p-1) transfers count;
+ *   dp  per step (mr_dp.h): DDP all-reduces the gradients from the last
+ *       backward (hidden behind it where the runtime overlaps: no
+ *       pipeline, no expert parallelism); ZeRO-1 reduce-scatters them and
+ *       all-gathers the parameters after the update; ZeRO-2 reduce-
+ *       scatters every micro-batch's, behind its backward; ZeRO-3 also
+ *       all-gathers the parameters before each forward and backward,
+ *       prefetched behind the pass; HSDP all-reduces the shards across
+ *       replicas; experts' gradients reduce over the expert-data group.
+ *
+ * Non-goals: the optimizer's own time (memory-bound, a small share at
+ * these batch sizes), kernel launch overheads, stragglers.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mr_mesh.h"
+#include "plan_int.h"
+
+struct ctx {
+	const struct mr_plan_input *in;
+	const struct mr_plan_mesh *m;
+	const struct mr_plan_cluster *c;
+	double act, tok, C, rate;
+	int inter[MR_GROUP__COUNT];
+};
+
+double mr__plan_fwd_flops(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
+			  const struct mr__plan_stage *st)
+{
+	const struct mr_plan_model *md = &in->model;
+	double C = md->d_model, t = m->tp, s = md->seq_len, tok;
+	double attn = 2 * s * C / t, dense = 24 * C * C / t + attn;
+	double moe = 8 * C * C / t + attn + 2 * C * md->n_experts + md->top_k * 16 * C * C / t;
+	double f = (st->layers - st->moe_layers) * dense + st->moe_layers * moe;
+
+	tok = (double)m->micro_batch * s / m->cp;
+	if (st->last)
+		f += 2 * C * md->vocab / t;
+	return tok * f;
+}
+
+/* One collective, counted under mode a: its time (count times). */
+static double coll(struct ctx *x, struct mr_plan_time *t, int a, enum mr__plan_op op, int n,
+		   int inter, double bytes, double count)
+{
+	double sent, s = mr__plan_coll(x->c, op, n, inter, bytes, &sent);
+
+	if (op != MR__OP_P2P && n <= 1)
+		return 0;
+	t->comm[a].bytes += sent * count;
+	t->comm[a].time_s += s * count;
+	t->comm[a].ops += (long)count;
+	t->comm[a].inter |= inter;
+	return s * count;
+}
+
+/* Tensor parallel in one micro-batch's forward and backward on stage st
+ * (cnt micro-batches): per layer 2 all-reduces each way (sp: 2
+ * all-gathers and 2 reduce-scatters each way); the embedding's sum and
+ * the LM head's input, each way; the vocab-parallel loss's 3 row sums. */
+static double tp_pass(struct ctx *x, struct mr_plan_time *t, const struct mr__plan_stage *st,
+		      double cnt)
+{
+	const struct mr_plan_mesh *m = x->m;
+	int n = m->tp, in = x->inter[MR_GROUP_TP];
+	double rows = x->tok * x->C * x->act, s = 0, ends = st->first + st->last;
+
+	if (n <= 1)
+		return 0;
+	if (m->sp) {
+		s += coll(x, t, MR_AXIS_TP, MR__OP_ALLGATHER, n, in, rows,
+			  (4.0 * st->layers + ends) * cnt);
+		s += coll(x, t, MR_AXIS_TP, MR__OP_REDUCE_SCATTER, n, in, rows,
+			  (4.0 * st->layers + ends) * cnt);
+	} else {
+		s += coll(x, t, MR_AXIS_TP, MR__OP_ALLREDUCE, n, in, rows,
+			  (4.0 * st->layers + 2 * ends) * cnt);
+	}
+	if (st->last)
+		s += coll(x, t, MR_AXIS_TP, MR__OP_ALLREDUCE, n, in, x->tok * 4, 3 * cnt);
+	return s;
+}
+
+/* Context parallel in one layer's forward (bwd 0) or backward (1):
+ * the time not hidden behind the attention (attn_s its compute). */
+static double cp_layer(struct ctx *x, struct mr_plan_time *t, int bwd, double attn_s,
+		       double cnt)
+{
+	const struct mr_plan_mesh *m = x->m;
+	int n = m->cp, in = x->inter[MR_GROUP_CP];
+	double Cl = x->C / m->tp, kv = x->tok * 2 * Cl, s;
+
+	if (n <= 1)
+		return 0;
+	if (m->cp_algo == MR_CP_RING) {
+		double hop = kv * x->act + (bwd ? kv * 4 : 0);
+		s = coll(x, t, MR_AXIS_CP, MR__OP_P2P, 2, in, hop, (n - 1 + bwd) * cnt);
+		return fmax(0, s - attn_s * cnt * (n - 1) / n);
+	}
+	s = coll(x, t, MR_AXIS_CP, MR__OP_ALLGATHER, n, in, n * x->tok * 3 * Cl * x->act, cnt);
+	if (bwd)
+		s += coll(x, t, MR_AXIS_CP, MR__OP_REDUCE_SCATTER, n, in, n * x->tok * 3 * Cl * 4,
+			  cnt);
+	return s;
+}
+
+/* Expert parallel in one micro-batch's forward and backward: per MoE
+ * layer four exchanges (dispatch and combine, each way), each the rows'
+ * all-to-all after a counts' one. */
+static double ep_pass(struct ctx *x, struct mr_plan_time *t, const struct mr__plan_stage *st,
+		      double cnt)
+{
+	const struct mr_plan_model *md = &x->in->model;
+	int n = x->m->ep, in = x->inter[MR_GROUP_EP];
+	double routed = x->tok * md->top_k * (md->dropless ? 1.0 : fmin(1.0, md->capacity_factor));
+
+	if (n <= 1 || !st->moe_layers)
+		return 0;
+	return coll(x, t, MR_AXIS_EP, MR__OP_ALLTOALL, n, in, routed * x->C * x->act,
+		    4.0 * st->moe_layers * cnt) +
+	       coll(x, t, MR_AXIS_EP, MR__OP_ALLTOALL, n, in, 4.0 * md->n_experts,
+		    4.0 * st->moe_layers * cnt);
+}
+
+/* Forward (F) and backward (B) of one micro-batch on stage st, with the
+ * communication they do not hide; Fc, Bc the compute alone. Volumes are
+ * counted into t only when count > 0 (m micro-batches of the critical
+ * stage). */
+static void passes(struct ctx *x, struct mr_plan_time *t, const struct mr__plan_stage *st,
+		   double count, double *F, double *B, double *Fc, double *Bc)
+{
+	const struct mr_plan_mesh *m = x->m;
+	struct mr_plan_time scratch;
+	struct mr_plan_time *tt = count > 0 ? t : &scratch;
+	double cnt = count > 0 ? count : 1;
+	double s = x->in->model.seq_len, attn_f = x->tok * 2 * s * x->C / m->tp / x->rate;
+	double f = mr__plan_fwd_flops(x->in, m, st) / x->rate, cf, cb;
+
+	memset(&scratch, 0, sizeof(scratch));
+	*Fc = f;
+	*Bc = 2 * f + (m->recompute == MR_PLAN_RC_FULL	    ? f
+		       : m->recompute == MR_PLAN_RC_SELECTIVE ? attn_f * st->layers
+							      : 0);
+	cf = (tp_pass(x, tt, st, cnt) + ep_pass(x, tt, st, cnt)) / cnt / 2;
+	cb = cf;
+	cf += cp_layer(x, tt, 0, attn_f, cnt) / cnt * st->layers;
+	cb += cp_layer(x, tt, 1, 2 * attn_f, cnt) / cnt * st->layers;
+	*F = *Fc + cf;
+	*B = *Bc + cb;
+}
+
+/* The data-parallel reduction of stage st's gradients: exposed seconds. */
+static double dp_step(struct ctx *x, struct mr_plan_time *t, const struct mr__plan_stage *st,
+		      double Fc, double Bc)
+{
+	const struct mr_plan_mesh *m = x->m;
+	const struct mr__plan_prec *p = mr__plan_prec(x->in->prec);
+	const struct mr_plan_model *md = &x->in->model;
+	int z = mr__plan_zero(x->in, m), S = mr__plan_shard(m), R = m->dp * m->cp / S;
+	int sin = S == m->dp * m->cp ? x->inter[MR_GROUP_DP_CP]
+				     : m->tp * m->cp * S > x->c->gpus_per_node;
+	double El = 0, G, Ge, mb = m->micro_batches, ex = 0, rs, ag, ar;
+	int overlap = m->ep == 1 && (m->pp == 1 || x->in->impl == MR_PLAN_MEGATRON);
+
+	if (m->ep > 1) /* the experts' share of the stage: reduced over edp */
+		El = (double)st->moe_layers * md->n_experts / m->ep *
+		     (8.0 * md->d_model * md->d_model / m->tp + 4.0 * md->d_model / m->tp +
+		      md->d_model);
+	G = ((double)st->params - El) * p->grad_comm;
+	Ge = El * p->grad_comm;
+	switch (z) {
+	case 0:
+		ar = coll(x, t, MR_AXIS_DP, MR__OP_ALLREDUCE, S, sin, G, 1);
+		ex = overlap ? fmax(0, ar - Bc) : ar;
+		break;
+	case 1:
+		rs = coll(x, t, MR_AXIS_DP, MR__OP_REDUCE_SCATTER, S, sin, G, 1);
+		ag = coll(x, t, MR_AXIS_DP, MR__OP_ALLGATHER, S, sin,
+			  G / p->grad_comm * p->param_comm, 1);
+		ex = (overlap ? fmax(0, rs - Bc) : rs) + ag;
+		break;
+	case 2:
+		rs = coll(x, t, MR_AXIS_DP, MR__OP_REDUCE_SCATTER, S, sin, G, mb) / mb;
+		ag = coll(x, t, MR_AXIS_DP, MR__OP_ALLGATHER, S, sin,
+			  G / p->grad_comm * p->param_comm, 1);
+		ex = mb * fmax(0, rs - Bc) + ag;
+		break;
+	default:
+		ag = coll(x, t, MR_AXIS_DP, MR__OP_ALLGATHER, S, sin,
+			  G / p->grad_comm * p->param_comm, 2 * mb) / (2 * mb);
+		rs = coll(x, t, MR_AXIS_DP, MR__OP_REDUCE_SCATTER, S, sin, G, mb) / mb;
+		ex = mb * (fmax(0, ag - Fc) + fmax(0, ag + rs - Bc));
+		break;
+	}
+	if (R > 1) /* HSDP: the shards across the replicas */
+		ex += coll(x, t, MR_AXIS_DP, MR__OP_ALLREDUCE, R, 1, z ? G / S : G, 1);
+	if (Ge > 0)
+		ex += coll(x, t, MR_AXIS_DP, MR__OP_ALLREDUCE, m->dp * m->cp / m->ep,
+			   x->inter[MR_GROUP_EDP], Ge, 1);
+	return ex;
+}
+
+/* The schedule's makespan for m micro-batches of F and B (W of B is the
+ * weight-gradient pass zb-h1 defers: half the backward's compute). */
+static double makespan(const struct mr_plan_mesh *m, double F, double B, double Bc)
+{
+	double mb = m->micro_batches, p = m->pp;
+
+	if (m->pp == 1)
+		return mb * (F + B);
+	switch (m->schedule) {
+	case MR_PP_INTERLEAVED:
+		return mb * (F + B) + (p - 1) * (F + B) / m->v;
+	case MR_PP_ZBH1: {
+		double W = Bc / 2, Bi = B - W;
+		return mb * (F + B) + (p - 1) * fmax(F + Bi - W, fmax(F, Bi));
+	}
+	default: /* gpipe, 1f1b */
+		return (mb + p - 1) * (F + B);
+	}
+}
+
+int mr__plan_time(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
+		  const int *split, struct mr_plan_time *t, struct mr_errbuf *eb)
+{
+	struct ctx x = { in, m, &in->cluster, mr__plan_prec(in->prec)->act,
+			 (double)m->micro_batch * in->model.seq_len / m->cp, in->model.d_model,
+			 in->cluster.peak_flops * in->cluster.mfu, { 0 } };
+	struct mr__plan_stage st, worst;
+	double best = -1, F = 0, B = 0, Fc = 0, Bc = 0, span, p2p = 0, dp;
+	int s, g, rc, ws = 0;
+
+	memset(t, 0, sizeof(*t));
+	for (g = 0; g < MR_GROUP__COUNT; g++)
+		x.inter[g] = mr__plan_inter(in, m, g);
+	/* the critical stage: the one whose passes take longest */
+	for (s = 0; s < m->pp; s++) {
+		double f, b, fc, bc;
+		if ((rc = mr__plan_stage(in, m, split, s, &st, eb)) < 0)
+			return rc;
+		passes(&x, t, &st, 0, &f, &b, &fc, &bc);
+		if (f + b > best) {
+			best = f + b;
+			ws = s;
+		}
+		mr__plan_stage_release(&st);
+	}
+	if ((rc = mr__plan_stage(in, m, split, ws, &worst, eb)) < 0)
+		return rc;
+	passes(&x, t, &worst, m->micro_batches, &F, &B, &Fc, &Bc);
+	span = makespan(m, F, B, Bc);
+	if (m->pp > 1) {
+		double rows = x.tok / (m->sp ? m->tp : 1) * x.C * x.act;
+		p2p = coll(&x, t, MR_AXIS_PP, MR__OP_P2P, 2, x.inter[MR_GROUP_PP], rows,
+			   2.0 * (m->pp - 1));
+		/* the rest of the stage's transfers overlap its passes */
+		coll(&x, t, MR_AXIS_PP, MR__OP_P2P, 2, x.inter[MR_GROUP_PP], rows,
+		     2.0 * m->micro_batches * m->v - 2.0 * (m->pp - 1) > 0
+			     ? 2.0 * m->micro_batches * m->v - 2.0 * (m->pp - 1)
+			     : 0);
+		t->comm[MR_AXIS_PP].exposed_s = p2p;
+	}
+	dp = dp_step(&x, t, &worst, Fc, Bc);
+	t->comm[MR_AXIS_DP].exposed_s = dp;
+	for (int a = 0; a < MR_AXIS__COUNT; a++)
+		if (a != MR_AXIS_DP && a != MR_AXIS_PP)
+			t->comm[a].exposed_s = t->comm[a].time_s;
+	/* cp's ring hides part of its time: what the passes carry */
+	t->comm[MR_AXIS_CP].exposed_s =
+		fmax(0, (F + B - Fc - Bc) * m->micro_batches - t->comm[MR_AXIS_TP].exposed_s -
+				t->comm[MR_AXIS_EP].exposed_s);
+	t->compute_s = m->micro_batches * (Fc + Bc);
+	t->bubble_s = span - m->micro_batches * (F + B);
+	t->step_s = span + p2p + dp;
+	t->exposed_s = t->step_s - t->compute_s - t->bubble_s;
+	t->tokens_per_s = (double)in->global_batch * in->model.seq_len / t->step_s;
+	mr__plan_stage_release(&worst);
+	return 0;
+}
