@@ -3,7 +3,10 @@
  *
  * One thread, one epoll set, non-blocking keep-alive sockets and a minimal
  * hand-written HTTP/1.1 client (request writer, response parser with
- * Content-Length). Each agent runs the sequence an agent runs at start-up:
+ * Content-Length). Two scenarios.
+ *
+ * Rendezvous (default). Each agent runs the sequence an agent runs at
+ * start-up:
  *
  *   POST join -> GET wait (long-poll) -> PUT kv peer/<rank>
  *   -> GET kv peer/<(rank+1)%world>?wait_ms -> POST heartbeat -> close
@@ -11,15 +14,59 @@
  * after the job was created with min_nodes = max_nodes = N (the round closes
  * exactly when the last agent joins). Every reply is checked: distinct ranks
  * in [0,N) ordered by pod index, world_size == N, one generation, and each
- * KV get returns exactly the value the neighbour put. Any failure makes the
- * exit status non-zero.
+ * KV get returns exactly the value the neighbour put.
+ *
+ * Recovery (--recover timeout|leave). N members run, one of them (the
+ * victim, pod index --victim) dies, and the bench times how long it takes
+ * until every survivor holds its rank in the new generation. The job is
+ * elastic (min_nodes N-1, max_nodes N), so the new round closes with the
+ * N-1 survivors once its last-call window (--last-call) after the last
+ * rejoin has passed. Each survivor makes the calls a real agent makes
+ * (agent/rdzv.c, rdzv_hb.c, supervisor.c), with the same bodies:
+ *
+ *   POST join (with the job spec) -> GET wait -> POST heartbeat
+ *   -> GET kv/meshrun/watch?generation=G&wait_ms (the heartbeat thread's
+ *      watch, parked; 409 when the generation ends; on a timeout the
+ *      thread beats and parks it again)
+ *   -> POST join -> GET wait?generation=G+1&timeout_ms=1000 (the
+ *      supervisor's slice, called again while "waiting") -> its new rank
+ *
+ * The victim joins first, alone, on a connection of its own, long-polls
+ * its wait and beats once. With "timeout" that beat is its last call (its
+ * connection is closed: a killed pod) and the controller declares it dead
+ * heartbeat_timeout after it. A third of that timeout after the victim's
+ * last call every survivor beats once more (a real agent beats every
+ * heartbeat_timeout / 4; this beat is what keeps a survivor younger than
+ * the victim in the controller's expiry order, with that third of the
+ * timeout to spare for its rejoin). With "leave" the victim leaves once
+ * every connection has sent its watch (what an agent does on SIGTERM: a
+ * deleted pod). The last survivor's first join is held until the other
+ * N-1 are in, so the first round closes with all N (max_nodes reached),
+ * never by its last call. While waiting for the death the controller is
+ * quiet: the survivors' watches are parked (a real agent parks its watch
+ * until its next beat is due and then beats again; here a watch that runs
+ * out is followed by a beat too, but it parks for the whole timeout).
+ *
+ * Checked in recovery: the first round as above (world N, pod order, the
+ * victim included), every 409 names the next generation and the job's
+ * restart count (1 after a death, 0 after a leave), every rejoin lands in
+ * the new generation, the survivors get distinct ranks in [0, N-1) in pod
+ * order (the victim's slot closed up), world and num_nodes N-1; at the end
+ * the job's status says generation G+1, running, N-1 nodes and members.
+ * recover seconds = the death (timeout: the victim's last call +
+ * heartbeat_timeout, or the first 409 if that came earlier; leave: the
+ * leave sent) -> the last survivor's new rank.
+ *
+ * Any failure makes the exit status non-zero.
  *
  * Normally every agent has its own connection. When the fd limit is below N
  * (a container without CAP_SYS_RESOURCE keeps the hard limit), agents share
  * connections: each connection runs its agents phase by phase (all joins,
  * then all waits, ...), which keeps the per-agent requests and the
  * controller's per-member work identical and cannot deadlock; the output
- * says how many agents rode on one connection.
+ * says how many agents rode on one connection. In recovery that means one
+ * parked watch per connection: the connection's other agents send theirs
+ * after it was answered, and get their 409 at once.
  *
  * With --controller-bin the bench starts the controller itself (fresh data
  * dir and token in a temp dir, port 0 + --port-file) and reports its CPU
@@ -35,10 +82,11 @@
  * seconds with and without.
  *
  * The last line is `rdzv N=<n> seconds=<s>` (seconds from the first connect
- * to the last rendezvous reply). Output lines are key=value for scripts.
+ * to the last rendezvous reply), or `rdzv_recover N=<n> seconds=<s>`.
+ * Output lines are key=value for scripts.
  *
  * Non-goals: being an agent (no retries through controller restarts, no
- * elastic rounds), chunked transfer encoding, TLS, IPv6.
+ * communicators, no workers), chunked transfer encoding, TLS, IPv6.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -65,13 +113,28 @@
 #define MAX_FAIL_PRINT 8  /* failures printed in full */
 #define MAX_RETRIES 8     /* reconnects per connection */
 #define BASE_KIB (50 * 1024)
+#define SLICE_MS 1000     /* the agent's wait slice (agent/supervisor_int.h) */
+#define WATCH_KEY "meshrun/watch" /* the agent's watch key (agent/rdzv_int.h) */
 
-enum phase { PH_JOIN, PH_WAIT, PH_PUT, PH_GET, PH_HB, PH_DONE };
-#define NPHASES PH_DONE
-static const char *const phase_name[NPHASES] = {"join", "wait", "kv_put", "kv_get",
-						"heartbeat"};
+/* What one step of an agent sends. */
+enum kind {
+	K_JOIN, K_WAIT, K_PUT, K_GET, K_HB, K_HB2, K_WATCH, K_REJOIN, K_REWAIT, K_LEAVE, NKINDS
+};
+static const char *const kind_name[NKINDS] = {
+	"join", "wait", "kv_put", "kv_get", "heartbeat", "heartbeat2", "watch", "rejoin",
+	"rewait", "leave"};
 
-enum cstate { C_IDLE, C_CONNECTING, C_OPEN, C_DONE, C_DEAD };
+/* Sequences of steps: the rendezvous scenario, and recovery's survivors
+ * and victim (K_HB2: the survivors' beat after the victim's last call). */
+static const uint8_t seq_rdzv[] = {K_JOIN, K_WAIT, K_PUT, K_GET, K_HB};
+static const uint8_t seq_survivor_timeout[] = {K_JOIN,  K_WAIT,   K_HB,    K_HB2,
+					       K_WATCH, K_REJOIN, K_REWAIT};
+static const uint8_t seq_survivor_leave[] = {K_JOIN, K_WAIT, K_HB, K_WATCH, K_REJOIN, K_REWAIT};
+static const uint8_t seq_victim_timeout[] = {K_JOIN, K_WAIT, K_HB};
+static const uint8_t seq_victim_leave[] = {K_JOIN, K_WAIT, K_HB, K_LEAVE};
+
+enum cstate { C_IDLE, C_CONNECTING, C_OPEN, C_HELD, C_DONE, C_DEAD };
+enum recover { REC_NONE, REC_TIMEOUT, REC_LEAVE };
 
 struct opts {
 	char host[64];
@@ -88,12 +151,20 @@ struct opts {
 	double timeout_s;
 	int keep_tmp;
 	int progress; /* heartbeats carry progress (3 groups, tp=8 mesh) */
+	int recover;  /* enum recover */
+	int victim;   /* pod index of the member that dies; -1 = N/2 */
+	int hb_timeout_ms, last_call_ms; /* recovery's job */
 };
 
 struct conn {
 	int fd;
 	int lo, cnt, idx; /* agents lo .. lo+cnt-1, the current one lo+idx */
-	uint8_t state, phase;
+	const uint8_t *seq;
+	uint8_t nseq;
+	uint8_t state, phase; /* phase: index into seq; nseq = done */
+	uint8_t beat;         /* recovery's watch step: a heartbeat comes next */
+	uint8_t reopen;       /* C_HELD without a socket: connect when released */
+	uint8_t watching;     /* recovery: its first watch went out */
 	uint16_t retries;
 	uint32_t wlen, woff, rlen;
 	int64_t t_step; /* start of the current agent's phase step, ns */
@@ -106,18 +177,32 @@ struct bench {
 	struct sockaddr_in dst;
 	char auth[300];
 	char jobpath[160];
-	struct conn *conns;
-	int nconns;
+	char spec[512];          /* recovery: the job spec an agent sends with join */
+	struct conn *conns;      /* pool connections, then the victim's */
+	int nconns;              /* pool connections */
+	int ntotal;              /* nconns + the victim's */
+	int npool;               /* agents on pool connections */
 	int next_conn, connecting, finished;
 	int32_t *rank;           /* agent -> rank, -1 */
 	int32_t *rank_agent;     /* rank -> agent, -1 */
 	int64_t gen;
-	uint32_t *lat[NPHASES];  /* microseconds */
-	int nlat[NPHASES];
+	uint32_t *lat[NKINDS];   /* microseconds */
+	int nlat[NKINDS];
 	int waits_done;
 	int64_t t0, t_rdzv, t_end;
 	long wait_again, get_again, reconnects;
 	int failures;
+	/* recovery (agents 0..N-2 survive; agent N-1 is the victim) */
+	struct conn *victim;
+	struct conn **held;      /* connections waiting for a gate (ntotal) */
+	int nheld;
+	int joins_ok, conns_watching, recovered, learned;
+	int32_t *new_rank_agent; /* new rank -> agent, -1 */
+	int64_t *t_learn, *t_new; /* agent -> when it got its 409 / its new rank */
+	int64_t t_victim_last, t_pool, t_watching, t_death, t_first_stale, t_last_rejoin,
+		t_recovered;
+	long rewait_again, watch_timeouts, watch_beats;
+	double cpu_watching_s, cpu_recovered_s, bench_cpu_watching_s, bench_cpu_recovered_s;
 	/* controller child */
 	pid_t pid;
 	char tmpdir[128];
@@ -153,22 +238,27 @@ static void fail(struct bench *b, const char *fmt, ...)
 	fputc('\n', stderr);
 }
 
-/* Finds "key" : <value> in a flat JSON text; returns a pointer to the value. */
+/* Finds "key" : <value> in a flat JSON text (the first occurrence of the
+ * key as a key, not as a string value); returns a pointer to the value. */
 static const char *json_at(const char *body, const char *key)
 {
 	char pat[64];
-	const char *p;
+	const char *p = body;
 	int n = snprintf(pat, sizeof pat, "\"%s\"", key);
-	if (n < 0 || (size_t)n >= sizeof pat || !(p = strstr(body, pat)))
+	if (n < 0 || (size_t)n >= sizeof pat)
 		return NULL;
-	p += n;
-	while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')
+	while ((p = strstr(p, pat))) {
+		p += n;
+		while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')
+			p++;
+		if (*p != ':')
+			continue;
 		p++;
-	if (*p++ != ':')
-		return NULL;
-	while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')
-		p++;
-	return p;
+		while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')
+			p++;
+		return p;
+	}
+	return NULL;
 }
 
 static int json_long(const char *body, const char *key, long *out)
@@ -229,38 +319,103 @@ static double proc_cpu_s(pid_t pid)
 	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
-/* ---- requests ---- */
+static double self_cpu_s(void)
+{
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru);
+	return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
+	       (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
+}
+
+/* ---- agents ---- */
+
+/* The pod index of agent a: itself in the rendezvous scenario; in
+ * recovery agents 0..N-2 are the survivors in pod order around the
+ * victim's pod, agent N-1 the victim. A survivor's new rank is its agent
+ * number. */
+static int agent_pod(const struct bench *b, int a)
+{
+	if (!b->o.recover)
+		return a;
+	if (a == b->o.n - 1)
+		return b->o.victim;
+	return a < b->o.victim ? a : a + 1;
+}
 
 static void agent_value(char *out, size_t cap, int agent)
 {
 	snprintf(out, cap, "agent-%d@127.0.0.1:%d", agent, 29500 + agent % 30000);
 }
 
+static int cur_kind(const struct conn *c)
+{
+	return c->seq[c->phase];
+}
+
+/* ---- requests ---- */
+
+/* The join body of agent/rdzv.c (mr_rdzv_join): node id, host, host id,
+ * the health port, the pod index and the job spec. */
+static int agent_join_body(struct bench *b, int pod, char *body, size_t cap)
+{
+	return snprintf(body, cap,
+			"{\"node_id\":\"agent-%d\",\"host\":\"127.0.%d.%d\",\"host_id\":"
+			"\"bench-boot-0123456789abcdef-ipc-%d\",\"ports\":{\"agent\":%d},"
+			"\"pod_index\":%d,\"spec\":%s}",
+			pod, pod / 250 % 250, 1 + pod % 250, pod, 29400 + pod % 30000, pod, b->spec);
+}
+
 /* Writes the request of the connection's current (phase, agent) to c->buf. */
 static void build_request(struct bench *b, struct conn *c)
 {
-	int a = c->lo + c->idx;
-	char path[400], body[600];
+	int a = c->lo + c->idx, pod = agent_pod(b, a);
+	char path[400], body[900];
 	const char *method = "GET", *ctype = NULL;
-	int blen = 0, n;
+	int blen = 0, n, kind = cur_kind(c);
 	long wait_ms = (long)(b->o.timeout_s * 1000) + 60000;
 	if (wait_ms > 300000)
 		wait_ms = 300000;
-	switch (c->phase) {
-	case PH_JOIN:
+	if ((kind == K_WATCH && c->beat) || kind == K_HB2)
+		kind = K_HB; /* the heartbeat thread beats between watches */
+	switch (kind) {
+	case K_JOIN:
+	case K_REJOIN:
 		method = "POST";
 		ctype = "application/json";
 		snprintf(path, sizeof path, "%s/join", b->jobpath);
-		blen = snprintf(body, sizeof body,
-				"{\"node_id\":\"agent-%d\",\"host\":\"127.0.0.1\","
-				"\"ports\":{\"agent\":29400,\"comm\":%d},\"pod_index\":%d}",
-				a, 29500 + a % 30000, a);
+		if (b->o.recover)
+			blen = agent_join_body(b, pod, body, sizeof body);
+		else
+			blen = snprintf(body, sizeof body,
+					"{\"node_id\":\"agent-%d\",\"host\":\"127.0.0.1\","
+					"\"ports\":{\"agent\":29400,\"comm\":%d},\"pod_index\":%d}",
+					a, 29500 + a % 30000, a);
 		break;
-	case PH_WAIT:
+	case K_WAIT:
 		snprintf(path, sizeof path, "%s/wait?node_id=agent-%d&generation=%lld&timeout_ms=%ld",
-			 b->jobpath, a, (long long)b->gen, wait_ms);
+			 b->jobpath, pod, (long long)b->gen, wait_ms);
 		break;
-	case PH_PUT:
+	case K_REWAIT:
+		snprintf(path, sizeof path, "%s/wait?node_id=agent-%d&generation=%lld&timeout_ms=%d",
+			 b->jobpath, pod, (long long)b->gen + 1, SLICE_MS);
+		break;
+	case K_WATCH:
+		/* parked until the generation ends; the agent parks it until its
+		 * next beat is due, the bench for the whole heartbeat timeout */
+		snprintf(path, sizeof path, "%s/kv/" WATCH_KEY "?generation=%lld&wait_ms=%d",
+			 b->jobpath, (long long)b->gen,
+			 b->o.hb_timeout_ms < 300000 ? b->o.hb_timeout_ms : 300000);
+		break;
+	case K_LEAVE:
+		method = "POST";
+		ctype = "application/json";
+		snprintf(path, sizeof path, "%s/leave", b->jobpath);
+		blen = snprintf(body, sizeof body,
+				"{\"node_id\":\"agent-%d\",\"generation\":%lld,"
+				"\"reason\":\"agent stopped\"}",
+				pod, (long long)b->gen);
+		break;
+	case K_PUT:
 		method = "PUT";
 		ctype = "application/octet-stream";
 		snprintf(path, sizeof path, "%s/kv/peer/%d?generation=%lld", b->jobpath,
@@ -268,7 +423,7 @@ static void build_request(struct bench *b, struct conn *c)
 		agent_value(body, sizeof body, a);
 		blen = (int)strlen(body);
 		break;
-	case PH_GET:
+	case K_GET:
 		snprintf(path, sizeof path, "%s/kv/peer/%d?generation=%lld&wait_ms=%ld",
 			 b->jobpath, (int)((b->rank[a] + 1) % b->o.n), (long long)b->gen, wait_ms);
 		break;
@@ -290,7 +445,7 @@ static void build_request(struct bench *b, struct conn *c)
 					b->o.n);
 		} else {
 			blen = snprintf(body, sizeof body,
-					"{\"node_id\":\"agent-%d\",\"generation\":%lld}", a,
+					"{\"node_id\":\"agent-%d\",\"generation\":%lld}", pod,
 					(long long)b->gen);
 		}
 		break;
@@ -303,8 +458,25 @@ static void build_request(struct bench *b, struct conn *c)
 	else
 		n = snprintf(c->buf, WBUF, "%s %s HTTP/1.1\r\nHost: %s:%d\r\n%s\r\n", method, path,
 			     b->o.host, b->o.port, b->auth);
+	if (n >= WBUF)
+		fail(b, "agent-%d %s: request of %d bytes does not fit %d", pod, kind_name[kind], n,
+		     WBUF);
 	c->wlen = (uint32_t)(n < WBUF ? n : WBUF - 1);
 	c->woff = 0;
+	if (c == b->victim && kind == K_HB)
+		b->t_victim_last = now_ns(); /* with "timeout", its last call */
+	if (kind == K_LEAVE)
+		b->t_death = now_ns();
+	if (cur_kind(c) == K_WATCH && !c->watching) {
+		c->watching = 1;
+		if (++b->conns_watching == b->nconns) {
+			/* every connection has its watch out: the job runs, quietly */
+			b->t_watching = now_ns();
+			if (b->pid > 0)
+				b->cpu_watching_s = proc_cpu_s(b->pid);
+			b->bench_cpu_watching_s = self_cpu_s();
+		}
+	}
 }
 
 /* ---- responses ---- */
@@ -358,66 +530,195 @@ static void sample_waiting(struct bench *b)
 	}
 }
 
-/* Checks one reply; 1 = step done, 0 = repeat the request, -1 = failure. */
+/* The restart count the job must report after the death. */
+static long want_restarts(const struct bench *b)
+{
+	return b->o.recover == REC_TIMEOUT ? 1 : 0;
+}
+
+/* A survivor learned that the generation ended (409 on its watch or its
+ * beat): it must name the next generation and the job's restarts. */
+static int learned_stale(struct bench *b, int a, const struct resp *r)
+{
+	long gen, restarts;
+	int64_t t = now_ns();
+	if (!json_str_is(r->body, "code", "stale_generation") ||
+	    json_long(r->body, "generation", &gen) < 0 ||
+	    json_long(r->body, "restarts", &restarts) < 0 || gen != b->gen + 1 ||
+	    restarts != want_restarts(b)) {
+		fail(b, "agent-%d watch: 409 '%.*s', want stale_generation, generation %lld, "
+			"restarts %ld",
+		     agent_pod(b, a), (int)(r->body_len > 200 ? 200 : r->body_len), r->body,
+		     (long long)b->gen + 1, want_restarts(b));
+		return -1;
+	}
+	b->t_learn[a] = t;
+	if (!b->t_first_stale)
+		b->t_first_stale = t;
+	b->learned++;
+	return 1;
+}
+
+/* The first round's wait reply: rank = pod index, world N, generation G. */
+static int check_running(struct bench *b, int a, const char *body)
+{
+	long gen, rank, world, node_rank;
+	int pod = agent_pod(b, a);
+	if (json_long(body, "rank_base", &rank) < 0 || json_long(body, "world_size", &world) < 0 ||
+	    json_long(body, "node_rank", &node_rank) < 0 || json_long(body, "generation", &gen) < 0)
+		return -2;
+	if (world != b->o.n || gen != b->gen || rank < 0 || rank >= b->o.n || node_rank != rank) {
+		fail(b, "agent-%d wait: rank %ld node_rank %ld world %ld generation %ld "
+			"(want world %d generation %lld)",
+		     pod, rank, node_rank, world, gen, b->o.n, (long long)b->gen);
+		return -1;
+	}
+	if (b->rank_agent[rank] >= 0) {
+		fail(b, "agent-%d wait: rank %ld already given to agent-%d", pod, rank,
+		     agent_pod(b, b->rank_agent[rank]));
+		return -1;
+	}
+	if (rank != pod) {
+		fail(b, "agent-%d wait: rank %ld is not ordered by pod_index %d", pod, rank, pod);
+		return -1;
+	}
+	b->rank[a] = (int32_t)rank;
+	b->rank_agent[rank] = a;
+	if (++b->waits_done == b->o.n)
+		sample_waiting(b);
+	return 1;
+}
+
+/* A survivor's wait in the new generation answered "running": generation
+ * G+1, world and num_nodes N-1, a rank of its own in [0, N-1), in pod
+ * order without the victim (= its agent number). */
+static int check_recovered(struct bench *b, int a, const char *body)
+{
+	long gen, rank, world, nodes, node_rank, restarts;
+	int pod = agent_pod(b, a), n1 = b->o.n - 1;
+	if (json_long(body, "rank_base", &rank) < 0 || json_long(body, "world_size", &world) < 0 ||
+	    json_long(body, "num_nodes", &nodes) < 0 || json_long(body, "node_rank", &node_rank) < 0 ||
+	    json_long(body, "generation", &gen) < 0 || json_long(body, "restarts", &restarts) < 0)
+		return -2;
+	if (world != n1 || nodes != n1 || gen != b->gen + 1 || rank < 0 || rank >= n1 ||
+	    node_rank != rank || restarts != want_restarts(b)) {
+		fail(b, "agent-%d new round: rank %ld node_rank %ld world %ld num_nodes %ld "
+			"generation %ld restarts %ld (want world %d generation %lld restarts %ld)",
+		     pod, rank, node_rank, world, nodes, gen, restarts, n1, (long long)b->gen + 1,
+		     want_restarts(b));
+		return -1;
+	}
+	if (b->new_rank_agent[rank] >= 0) {
+		fail(b, "agent-%d new round: rank %ld already given to agent-%d", pod, rank,
+		     agent_pod(b, b->new_rank_agent[rank]));
+		return -1;
+	}
+	if (rank != a) {
+		fail(b, "agent-%d new round: rank %ld, want %d (pod order without pod %d)", pod, rank,
+		     a, b->o.victim);
+		return -1;
+	}
+	b->new_rank_agent[rank] = a;
+	b->t_new[a] = now_ns();
+	if (++b->recovered == n1) {
+		b->t_recovered = b->t_new[a];
+		if (b->pid > 0)
+			b->cpu_recovered_s = proc_cpu_s(b->pid);
+		b->bench_cpu_recovered_s = self_cpu_s();
+	}
+	return 1;
+}
+
+/* Checks one reply; 1 = step done, 0 = repeat the request, -1 = failure
+ * (reported), -2 = unexpected reply (reported by the caller). */
 static int handle_reply(struct bench *b, struct conn *c, const struct resp *r)
 {
-	int a = c->lo + c->idx;
+	int a = c->lo + c->idx, pod = agent_pod(b, a);
 	const char *body = r->body;
-	long gen, rank, world, node_rank;
+	long gen, rank;
 	char want[256];
-	switch (c->phase) {
-	case PH_JOIN:
+	switch (cur_kind(c)) {
+	case K_JOIN:
 		if (r->status != 200 || json_long(body, "generation", &gen) < 0)
-			goto bad;
+			return -2;
 		if (b->gen < 0)
 			b->gen = gen;
 		if (gen != b->gen) {
-			fail(b, "agent-%d join: generation %ld, others got %lld", a, gen,
+			fail(b, "agent-%d join: generation %ld, others got %lld", pod, gen,
 			     (long long)b->gen);
 			return -1;
 		}
+		b->joins_ok++;
 		return 1;
-	case PH_WAIT:
+	case K_WAIT:
 		if (r->status == 200 && json_str_is(body, "state", "waiting")) {
 			b->wait_again++;
 			return 0;
 		}
-		if (r->status != 200 || !json_str_is(body, "state", "running") ||
-		    json_long(body, "rank_base", &rank) < 0 ||
-		    json_long(body, "world_size", &world) < 0 ||
-		    json_long(body, "node_rank", &node_rank) < 0 ||
-		    json_long(body, "generation", &gen) < 0)
-			goto bad;
-		if (world != b->o.n || gen != b->gen || rank < 0 || rank >= b->o.n ||
-		    node_rank != rank) {
-			fail(b, "agent-%d wait: rank %ld node_rank %ld world %ld generation %ld "
-				"(want world %d generation %lld)",
-			     a, rank, node_rank, world, gen, b->o.n, (long long)b->gen);
-			return -1;
-		}
-		if (b->rank_agent[rank] >= 0) {
-			fail(b, "agent-%d wait: rank %ld already given to agent-%d", a, rank,
-			     (int)b->rank_agent[rank]);
-			return -1;
-		}
-		if (rank != a) {
-			fail(b, "agent-%d wait: rank %ld is not ordered by pod_index %d", a, rank, a);
-			return -1;
-		}
-		b->rank[a] = (int32_t)rank;
-		b->rank_agent[rank] = a;
-		if (++b->waits_done == b->o.n)
-			sample_waiting(b);
-		return 1;
-	case PH_PUT:
+		if (r->status != 200 || !json_str_is(body, "state", "running"))
+			return -2;
+		return check_running(b, a, body);
+	case K_HB:
+	case K_HB2:
+		if (r->status == 409 && b->o.recover)
+			fail(b, "agent-%d heartbeat: the generation ended before every survivor "
+				"beat after the victim (raise --heartbeat-timeout)", pod);
 		return r->status == 200 ? 1 : -2;
-	case PH_GET:
+	case K_WATCH:
+		if (r->status == 409) {
+			c->beat = 0;
+			return learned_stale(b, a, r);
+		}
+		if (c->beat && r->status == 200) { /* beaten: park the watch again */
+			c->beat = 0;
+			b->watch_beats++;
+			return 0;
+		}
+		if (!c->beat && r->status == 404 && json_str_is(body, "code", "wait_timeout")) {
+			c->beat = 1; /* the agent's heartbeat thread beats when it ran out */
+			b->watch_timeouts++;
+			return 0;
+		}
+		return -2;
+	case K_REJOIN:
+		if (r->status != 200 || json_long(body, "generation", &gen) < 0)
+			return -2;
+		if (gen != b->gen + 1 || !(json_str_is(body, "state", "waiting") ||
+					   json_str_is(body, "state", "running"))) {
+			fail(b, "agent-%d rejoin: generation %ld, want %lld waiting: '%.*s'", pod, gen,
+			     (long long)b->gen + 1, (int)(r->body_len > 200 ? 200 : r->body_len),
+			     body);
+			return -1;
+		}
+		b->t_last_rejoin = now_ns();
+		return 1;
+	case K_REWAIT:
+		if (r->status == 200 && json_str_is(body, "state", "waiting")) {
+			b->rewait_again++;
+			return 0;
+		}
+		if (r->status != 200 || !json_str_is(body, "state", "running"))
+			return -2;
+		return check_recovered(b, a, body);
+	case K_LEAVE:
+		if (r->status != 200 || json_long(body, "generation", &gen) < 0)
+			return -2;
+		if (gen != b->gen + 1 || !json_str_is(body, "state", "forming")) {
+			fail(b, "agent-%d leave: '%.*s', want generation %lld forming", pod,
+			     (int)(r->body_len > 200 ? 200 : r->body_len), body,
+			     (long long)b->gen + 1);
+			return -1;
+		}
+		return 1;
+	case K_PUT:
+		return r->status == 200 ? 1 : -2;
+	case K_GET:
 		if (r->status == 404 && json_str_is(body, "code", "wait_timeout")) {
 			b->get_again++;
 			return 0;
 		}
 		if (r->status != 200)
-			goto bad;
+			return -2;
 		rank = (b->rank[a] + 1) % b->o.n;
 		if (b->rank_agent[rank] < 0) {
 			fail(b, "agent-%d kv_get: peer/%ld has a value before its owner had a rank",
@@ -432,12 +733,36 @@ static int handle_reply(struct bench *b, struct conn *c, const struct resp *r)
 		}
 		return 1;
 	default:
-		return r->status == 200 ? 1 : -2;
+		return -2;
 	}
-bad:
-	fail(b, "agent-%d %s: status %d body '%.*s'", a, phase_name[c->phase], r->status,
-	     (int)(r->body_len > 200 ? 200 : r->body_len), body);
-	return -1;
+}
+/* ---- gates (recovery) ---- */
+
+/* 1 if the connection's next request may go now: the last survivor's
+ * first join waits for the other N-1 joins (so the first round closes
+ * with max_nodes, never by its last call); with "timeout" the survivors'
+ * second beat waits until a third of the timeout has passed since the
+ * victim's last call; with "leave" the victim's leave waits for every
+ * connection's watch. */
+static int may_send(const struct bench *b, const struct conn *c)
+{
+	int kind = cur_kind(c);
+	if (!b->o.recover)
+		return 1;
+	if (kind == K_JOIN && c->lo + c->idx == b->npool - 1)
+		return b->joins_ok >= b->o.n - 1;
+	if (kind == K_HB2)
+		return b->t_victim_last &&
+		       now_ns() >= b->t_victim_last + (int64_t)b->o.hb_timeout_ms * 1000000 / 3;
+	if (kind == K_LEAVE)
+		return b->conns_watching == b->nconns;
+	return 1;
+}
+
+/* 1 once the survivors may connect: the victim is in first. */
+static int pool_may_start(const struct bench *b)
+{
+	return !b->o.recover || b->joins_ok > 0;
 }
 
 /* ---- connections ---- */
@@ -459,6 +784,8 @@ static void conn_close(struct bench *b, struct conn *c, int state)
 	}
 }
 
+/* Connects and prepares the current step's request (nothing when its gate
+ * is closed: the connection is held once connected). */
 static int conn_open(struct bench *b, struct conn *c)
 {
 	struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET};
@@ -487,10 +814,13 @@ static int conn_open(struct bench *b, struct conn *c)
 	c->fd = fd;
 	c->state = C_CONNECTING;
 	c->rlen = 0;
+	c->reopen = 0;
 	b->connecting++;
 	if (!c->t_step)
 		c->t_step = now_ns();
-	build_request(b, c); /* the current step, again after a reconnect */
+	c->wlen = c->woff = 0;
+	if (may_send(b, c))
+		build_request(b, c); /* the current step, again after a reconnect */
 	return 0;
 err:
 	one = -errno;
@@ -522,12 +852,54 @@ static int conn_flush(struct bench *b, struct conn *c)
 	return 0;
 }
 
+/* Parks an open connection with nothing to send until its gate opens. */
+static void conn_hold(struct bench *b, struct conn *c)
+{
+	c->state = C_HELD;
+	b->held[b->nheld++] = c;
+}
+
+/* Sends the current step's request, or holds the connection. */
+static void conn_next(struct bench *b, struct conn *c)
+{
+	int rc;
+	if (!may_send(b, c)) {
+		conn_hold(b, c);
+		return;
+	}
+	build_request(b, c);
+	if ((rc = conn_flush(b, c)) < 0)
+		conn_retry(b, c, "send", -rc);
+}
+
+/* Sends what held connections wait for once their gate is open. */
+static void release_held(struct bench *b)
+{
+	int i = 0;
+	while (i < b->nheld) {
+		struct conn *c = b->held[i];
+		if (!may_send(b, c)) {
+			i++;
+			continue;
+		}
+		b->held[i] = b->held[--b->nheld];
+		if (c->reopen) { /* the controller closed it while it was held */
+			c->state = C_IDLE;
+			if (conn_open(b, c) < 0)
+				conn_retry(b, c, "reconnect", errno);
+		} else {
+			c->state = C_OPEN;
+			conn_next(b, c);
+		}
+	}
+}
+
 /* Records the finished step and moves to the next agent or phase. */
 static void conn_advance(struct bench *b, struct conn *c)
 {
 	int64_t t = now_ns();
-	int ph = c->phase;
-	b->lat[ph][b->nlat[ph]++] = (uint32_t)((t - c->t_step) / 1000);
+	int k = cur_kind(c);
+	b->lat[k][b->nlat[k]++] = (uint32_t)((t - c->t_step) / 1000);
 	if (++c->idx == c->cnt) {
 		c->idx = 0;
 		c->phase++;
@@ -566,8 +938,8 @@ static void conn_readable(struct bench *b, struct conn *c)
 		c->rlen = 0;
 		rc = handle_reply(b, c, &r);
 		if (rc == -2)
-			fail(b, "agent-%d %s: status %d body '%.*s'", c->lo + c->idx,
-			     phase_name[c->phase], r.status,
+			fail(b, "agent-%d %s: status %d body '%.*s'", agent_pod(b, c->lo + c->idx),
+			     kind_name[cur_kind(c)], r.status,
 			     (int)(r.body_len > 200 ? 200 : r.body_len), r.body);
 		if (rc < 0) {
 			conn_close(b, c, C_DEAD);
@@ -575,7 +947,7 @@ static void conn_readable(struct bench *b, struct conn *c)
 		}
 		if (rc > 0)
 			conn_advance(b, c);
-		if (c->phase == PH_DONE) {
+		if (c->phase == c->nseq) {
 			conn_close(b, c, C_DONE);
 			return;
 		}
@@ -585,11 +957,9 @@ static void conn_readable(struct bench *b, struct conn *c)
 				conn_retry(b, c, "reconnect", errno);
 			return;
 		}
-		build_request(b, c);
-		if ((rc = conn_flush(b, c)) < 0) {
-			conn_retry(b, c, "send", -rc);
+		conn_next(b, c);
+		if (c->state != C_OPEN)
 			return;
-		}
 	}
 }
 
@@ -597,6 +967,15 @@ static void conn_event(struct bench *b, struct conn *c, uint32_t ev)
 {
 	int err = 0, rc;
 	socklen_t len = sizeof err;
+	if (c->state == C_HELD) {
+		if (c->fd >= 0 && (ev & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))) {
+			epoll_ctl(b->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+			close(c->fd);
+			c->fd = -1;
+			c->reopen = 1;
+		}
+		return;
+	}
 	if (c->state == C_CONNECTING) {
 		if (!(ev & (EPOLLOUT | EPOLLERR | EPOLLHUP)))
 			return;
@@ -607,6 +986,10 @@ static void conn_event(struct bench *b, struct conn *c, uint32_t ev)
 		}
 		b->connecting--;
 		c->state = C_OPEN;
+		if (!c->wlen) { /* its gate was closed when it connected */
+			conn_hold(b, c);
+			return;
+		}
 	}
 	if (c->state != C_OPEN)
 		return;
@@ -623,11 +1006,22 @@ static int run_agents(struct bench *b)
 {
 	struct epoll_event evs[1024];
 	int64_t deadline = now_ns() + (int64_t)(b->o.timeout_s * 1e9);
-	while (b->finished < b->nconns) {
+	if (b->victim) {
+		int rc = conn_open(b, b->victim);
+		if (rc < 0) {
+			fail(b, "victim's connection: %s", strerror(-rc));
+			return -1;
+		}
+	}
+	while (b->finished < b->ntotal) {
 		int n, i;
-		while (b->next_conn < b->nconns && b->connecting < b->o.concurrency) {
+		while (b->next_conn < b->nconns && b->connecting < b->o.concurrency &&
+		       pool_may_start(b)) {
 			struct conn *c = &b->conns[b->next_conn++];
-			int rc = conn_open(b, c);
+			int rc;
+			if (!b->t_pool)
+				b->t_pool = now_ns();
+			rc = conn_open(b, c);
 			if (rc < 0) {
 				fail(b, "connection %ld: %s", (long)(c - b->conns), strerror(-rc));
 				conn_close(b, c, C_DEAD);
@@ -635,7 +1029,7 @@ static int run_agents(struct bench *b)
 		}
 		if (now_ns() > deadline) {
 			fail(b, "timed out after %.0f s with %d of %d connections unfinished",
-			     b->o.timeout_s, b->nconns - b->finished, b->nconns);
+			     b->o.timeout_s, b->ntotal - b->finished, b->ntotal);
 			return -1;
 		}
 		n = epoll_wait(b->epfd, evs, 1024, 100);
@@ -643,6 +1037,7 @@ static int run_agents(struct bench *b)
 			return -1;
 		for (i = 0; i < n; i++)
 			conn_event(b, &b->conns[evs[i].data.u32], evs[i].events);
+		release_held(b);
 	}
 	b->t_end = now_ns();
 	return 0;
@@ -821,29 +1216,31 @@ static double pct_ms(const uint32_t *v, int n, double p)
 	return n ? v[i] / 1000.0 : 0;
 }
 
+static void print_latencies(struct bench *b)
+{
+	int k;
+	for (k = 0; k < NKINDS; k++) {
+		if (!b->nlat[k])
+			continue;
+		qsort(b->lat[k], (size_t)b->nlat[k], sizeof(uint32_t), cmp_u32);
+		printf("latency_ms type=%s count=%d p50=%.2f p99=%.2f max=%.2f\n", kind_name[k],
+		       b->nlat[k], pct_ms(b->lat[k], b->nlat[k], 0.5),
+		       pct_ms(b->lat[k], b->nlat[k], 0.99), pct_ms(b->lat[k], b->nlat[k], 1.0));
+	}
+}
+
 static void report(struct bench *b)
 {
-	int ph;
-	double bench_cpu;
-	struct rusage ru;
 	printf("N=%d connections=%d agents_per_connection=%.2f sources=%d concurrency=%d "
 	       "loadavg_at_start=%.2f\n",
 	       b->o.n, b->nconns, (double)b->o.n / b->nconns, b->o.sources, b->o.concurrency,
 	       b->load_start);
 	printf("rendezvous_seconds=%.3f\n", secs(b->t_rdzv - b->t0));
 	printf("total_seconds=%.3f\n", secs(b->t_end - b->t0));
-	for (ph = 0; ph < NPHASES; ph++) {
-		qsort(b->lat[ph], (size_t)b->nlat[ph], sizeof(uint32_t), cmp_u32);
-		printf("latency_ms type=%s count=%d p50=%.2f p99=%.2f max=%.2f\n", phase_name[ph],
-		       b->nlat[ph], pct_ms(b->lat[ph], b->nlat[ph], 0.5),
-		       pct_ms(b->lat[ph], b->nlat[ph], 0.99), pct_ms(b->lat[ph], b->nlat[ph], 1.0));
-	}
+	print_latencies(b);
 	printf("repeats wait=%ld kv_get=%ld reconnects=%ld\n", b->wait_again, b->get_again,
 	       b->reconnects);
-	getrusage(RUSAGE_SELF, &ru);
-	bench_cpu = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
-		    (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
-	printf("bench_cpu_seconds=%.3f\n", bench_cpu);
+	printf("bench_cpu_seconds=%.3f\n", self_cpu_s());
 	if (b->pid > 0) {
 		long rss_run, hwm_end;
 		usleep(300000); /* let the controller drop the closed connections */
@@ -864,6 +1261,75 @@ static void report(struct bench *b)
 	}
 }
 
+/* Milliseconds from t0 to each t[i] (i < n, all set), sorted, in v. */
+static void since_ms(const int64_t *t, int n, int64_t t0, uint32_t *v)
+{
+	int i;
+	for (i = 0; i < n; i++)
+		v[i] = (uint32_t)(t[i] > t0 ? (t[i] - t0) / 1000 : 0);
+	qsort(v, (size_t)n, sizeof *v, cmp_u32);
+}
+
+static int64_t max_i64(const int64_t *t, int n)
+{
+	int64_t m = 0;
+	int i;
+	for (i = 0; i < n; i++)
+		m = t[i] > m ? t[i] : m;
+	return m;
+}
+
+/* Recovery: the figures from the death on. */
+static void report_recover(struct bench *b)
+{
+	int n1 = b->o.n - 1;
+	int64_t hb_ns = (int64_t)b->o.hb_timeout_ms * 1000000;
+	uint32_t *v = b->lat[K_PUT]; /* unused in recovery: N entries of scratch */
+
+	if (b->o.recover == REC_TIMEOUT) {
+		/* declared dead once silent for the timeout; the controller's
+		 * clock moves in ticks, so the first 409 may come a little earlier */
+		b->t_death = b->t_victim_last + hb_ns;
+		if (b->t_first_stale < b->t_death)
+			b->t_death = b->t_first_stale;
+	}
+	printf("N=%d survivors=%d connections=%d agents_per_connection=%.2f sources=%d "
+	       "concurrency=%d loadavg_at_start=%.2f\n",
+	       b->o.n, n1, b->nconns + 1, (double)n1 / b->nconns, b->o.sources,
+	       b->o.concurrency, b->load_start);
+	printf("recover=%s victim_pod=%d heartbeat_timeout_ms=%d last_call_ms=%d\n",
+	       b->o.recover == REC_TIMEOUT ? "timeout" : "leave", b->o.victim, b->o.hb_timeout_ms,
+	       b->o.last_call_ms);
+	printf("initial_rendezvous_seconds=%.3f\n", secs(b->t_rdzv - b->t_pool));
+	if (b->o.recover == REC_TIMEOUT)
+		printf("detect_ms=%.1f (first 409 after the victim's last call + the timeout)\n",
+		       secs(b->t_first_stale - (b->t_victim_last + hb_ns)) * 1e3);
+	printf("recover_first_409_ms=%.1f\n", secs(b->t_first_stale - b->t_death) * 1e3);
+	printf("recover_all_learned_seconds=%.3f\n", secs(max_i64(b->t_learn, n1) - b->t_death));
+	printf("recover_last_rejoin_seconds=%.3f\n", secs(b->t_last_rejoin - b->t_death));
+	printf("recover_seconds=%.3f (the last call window of %d ms included)\n",
+	       secs(b->t_recovered - b->t_death), b->o.last_call_ms);
+	since_ms(b->t_learn, n1, b->t_death, v);
+	printf("survivor_ms event=learned p50=%.1f p99=%.1f max=%.1f\n", pct_ms(v, n1, 0.5),
+	       pct_ms(v, n1, 0.99), pct_ms(v, n1, 1.0));
+	since_ms(b->t_new, n1, b->t_death, v);
+	printf("survivor_ms event=new_rank p50=%.1f p99=%.1f max=%.1f\n", pct_ms(v, n1, 0.5),
+	       pct_ms(v, n1, 0.99), pct_ms(v, n1, 1.0));
+	b->nlat[K_PUT] = 0;
+	print_latencies(b);
+	printf("repeats wait=%ld rewait=%ld watch_timeouts=%ld watch_beats=%ld reconnects=%ld\n",
+	       b->wait_again, b->rewait_again, b->watch_timeouts, b->watch_beats, b->reconnects);
+	printf("bench_cpu_seconds_recovery=%.3f\n",
+	       b->bench_cpu_recovered_s - b->bench_cpu_watching_s);
+	if (b->pid > 0) {
+		printf("controller_cpu_seconds_recovery=%.3f (every watch out -> the last new rank)\n",
+		       b->cpu_recovered_s - b->cpu_watching_s);
+		printf("controller_cpu_seconds=%.3f controller_rss_kib=%ld controller_hwm_kib=%ld\n",
+		       proc_cpu_s(b->pid), proc_status_kib(b->pid, "VmRSS"),
+		       proc_status_kib(b->pid, "VmHWM"));
+	}
+}
+
 /* The JSON value of "key" in text (spaces after the colon skipped), or "". */
 static const char *json_after(const char *text, const char *key)
 {
@@ -877,6 +1343,32 @@ static const char *json_after(const char *text, const char *key)
 	for (p += strlen(k); *p == ' '; p++)
 		;
 	return p;
+}
+
+/* Recovery: the job's status agrees with what the survivors were told.
+ * 0 or -1. */
+static int check_job_after(struct bench *b)
+{
+	static char out[1 << 14];
+	long gen = -1, nodes = -1, world = -1, restarts = -1, total = -1;
+	int status = simple_request(b, "GET", b->jobpath, NULL, out, sizeof out);
+
+	if (status == 200) {
+		json_long(out, "generation", &gen);
+		json_long(out, "num_nodes", &nodes);
+		json_long(out, "world_size", &world);
+		json_long(out, "restarts", &restarts);
+		json_long(out, "total", &total);
+	}
+	if (status != 200 || !json_str_is(out, "state", "running") || gen != b->gen + 1 ||
+	    nodes != b->o.n - 1 || world != b->o.n - 1 || restarts != want_restarts(b) ||
+	    total != b->o.n - 1) {
+		fail(b, "job status after recovery: status %d '%.400s', want generation %lld, "
+			"running, %d nodes and members, restarts %ld",
+		     status, out, (long long)b->gen + 1, b->o.n - 1, want_restarts(b));
+		return -1;
+	}
+	return 0;
 }
 
 /* --progress: one diagnosis of the whole job, timed; it must name no
@@ -912,10 +1404,18 @@ static void usage(FILE *f)
 	fputs("usage: rdzv [--controller HOST:PORT | --controller-bin PATH] [--n N]\n"
 	      "            [--job NS/NAME] [--token T] [--sources K] [--concurrency C]\n"
 	      "            [--conns M] [--timeout S] [--progress] [--keep-tmp]\n"
-	      "            [-- CONTROLLER FLAGS...]\n"
+	      "            [--recover timeout|leave [--victim POD] [--heartbeat-timeout MS]\n"
+	      "             [--last-call MS]] [-- CONTROLLER FLAGS...]\n"
 	      "  --progress        heartbeats carry hang-diagnosis progress (1 rank, 3 groups;\n"
 	      "                    the job's mesh is tp=8, N a multiple of 8), then one\n"
 	      "                    diagnosis of the whole job is timed\n"
+	      "  --recover         the recovery scenario: N members run, the one with pod\n"
+	      "                    index --victim (N/2) is declared dead by its heartbeat\n"
+	      "                    timeout (killed) or leaves (a deleted pod); the time until\n"
+	      "                    every survivor has its rank in the new generation\n"
+	      "  --heartbeat-timeout  recovery's job heartbeat_timeout_ms (30000)\n"
+	      "  --last-call       recovery's job last_call_ms (500); the new round of N-1\n"
+	      "                    closes this long after the last rejoin\n"
 	      "  --controller      a running controller (default 127.0.0.1:8080)\n"
 	      "  --controller-bin  start this controller (temp data dir, port 0, token)\n"
 	      "  --n               simulated agents (default 1000)\n"
@@ -971,6 +1471,21 @@ static int parse_opts(struct opts *o, int argc, char **argv)
 			o->conns = atoi(v);
 		} else if (!strcmp(a, "--timeout")) {
 			o->timeout_s = atof(v);
+		} else if (!strcmp(a, "--recover")) {
+			if (!strcmp(v, "timeout")) {
+				o->recover = REC_TIMEOUT;
+			} else if (!strcmp(v, "leave")) {
+				o->recover = REC_LEAVE;
+			} else {
+				fprintf(stderr, "rdzv: --recover: '%s' is not timeout or leave\n", v);
+				return -1;
+			}
+		} else if (!strcmp(a, "--victim")) {
+			o->victim = atoi(v);
+		} else if (!strcmp(a, "--heartbeat-timeout")) {
+			o->hb_timeout_ms = atoi(v);
+		} else if (!strcmp(a, "--last-call")) {
+			o->last_call_ms = atoi(v);
 		} else {
 			fprintf(stderr, "rdzv: '%s': unknown option\n", a);
 			usage(stderr);
@@ -997,43 +1512,82 @@ static long raise_nofile(long want)
 	return (long)rl.rlim_cur;
 }
 
-static int setup(struct bench *b)
+static int check_opts(struct opts *o)
 {
-	long nofile = raise_nofile(b->o.n + 1024L);
-	int i, ph;
-	const char *slash = strchr(b->o.job, '/');
-	if (b->o.n < 2 || b->o.sources < 1 || b->o.sources > 250 || b->o.concurrency < 1 ||
-	    !slash || strchr(slash + 1, '/') || (b->o.progress && b->o.n % 8)) {
+	const char *slash = strchr(o->job, '/');
+	if (o->n < 2 || o->sources < 1 || o->sources > 250 || o->concurrency < 1 || !slash ||
+	    strchr(slash + 1, '/') || (o->progress && o->n % 8)) {
 		fprintf(stderr, "rdzv: need --n >= 2 (a multiple of 8 with --progress), --sources "
 				"1..250, --concurrency >= 1, --job ns/name\n");
 		return -1;
 	}
-	b->nconns = b->o.conns > 0 ? b->o.conns : b->o.n;
-	if (b->nconns > nofile - 256)
-		b->nconns = (int)(nofile - 256);
-	if (b->nconns > b->o.n)
-		b->nconns = b->o.n;
+	if (!o->recover)
+		return 0;
+	if (o->victim < 0)
+		o->victim = o->n / 2;
+	if (o->progress || o->victim >= o->n || o->hb_timeout_ms < 100 ||
+	    o->hb_timeout_ms > 3600000 || o->last_call_ms < 0 || o->last_call_ms > 3600000) {
+		fprintf(stderr, "rdzv: --recover: need --victim in [0, N), --heartbeat-timeout "
+				"100..3600000, --last-call 0..3600000, no --progress\n");
+		return -1;
+	}
+	return 0;
+}
+
+static int setup(struct bench *b)
+{
+	long nofile = raise_nofile(b->o.n + 1024L);
+	int i, k, n = b->o.n;
+	if (check_opts(&b->o) < 0)
+		return -1;
+	b->npool = b->o.recover ? n - 1 : n;
+	b->nconns = b->o.conns > 0 ? b->o.conns : b->npool;
+	if (b->nconns > nofile - 257)
+		b->nconns = (int)(nofile - 257);
+	if (b->nconns > b->npool)
+		b->nconns = b->npool;
 	if (b->nconns < 1)
 		return -1;
-	if (b->nconns < b->o.n)
+	if (b->nconns < b->npool)
 		fprintf(stderr, "rdzv: fd limit %ld < N: %d agents share %d connections "
 				"(%.2f per connection)\n",
-			nofile, b->o.n, b->nconns, (double)b->o.n / b->nconns);
-	b->conns = calloc((size_t)b->nconns, sizeof *b->conns);
-	b->rank = malloc(sizeof(int32_t) * (size_t)b->o.n);
-	b->rank_agent = malloc(sizeof(int32_t) * (size_t)b->o.n);
-	for (ph = 0; ph < NPHASES; ph++)
-		if (!(b->lat[ph] = malloc(sizeof(uint32_t) * (size_t)b->o.n)))
+			nofile, b->npool, b->nconns, (double)b->npool / b->nconns);
+	b->ntotal = b->nconns + (b->o.recover ? 1 : 0);
+	b->conns = calloc((size_t)b->ntotal, sizeof *b->conns);
+	b->held = calloc((size_t)b->ntotal, sizeof *b->held);
+	b->rank = malloc(sizeof(int32_t) * (size_t)n);
+	b->rank_agent = malloc(sizeof(int32_t) * (size_t)n);
+	b->new_rank_agent = malloc(sizeof(int32_t) * (size_t)n);
+	b->t_learn = calloc((size_t)n, sizeof(int64_t));
+	b->t_new = calloc((size_t)n, sizeof(int64_t));
+	for (k = 0; k < NKINDS; k++)
+		if (!(b->lat[k] = malloc(sizeof(uint32_t) * (size_t)n)))
 			return -1;
-	if (!b->conns || !b->rank || !b->rank_agent)
+	if (!b->conns || !b->held || !b->rank || !b->rank_agent || !b->new_rank_agent || !b->t_learn ||
+	    !b->t_new)
 		return -1;
-	for (i = 0; i < b->o.n; i++)
-		b->rank[i] = b->rank_agent[i] = -1;
+	for (i = 0; i < n; i++)
+		b->rank[i] = b->rank_agent[i] = b->new_rank_agent[i] = -1;
 	for (i = 0; i < b->nconns; i++) {
 		struct conn *c = &b->conns[i];
 		c->fd = -1;
-		c->lo = (int)((long long)b->o.n * i / b->nconns);
-		c->cnt = (int)((long long)b->o.n * (i + 1) / b->nconns) - c->lo;
+		c->lo = (int)((long long)b->npool * i / b->nconns);
+		c->cnt = (int)((long long)b->npool * (i + 1) / b->nconns) - c->lo;
+		c->seq = b->o.recover == REC_TIMEOUT ? seq_survivor_timeout
+			 : b->o.recover		     ? seq_survivor_leave
+						     : seq_rdzv;
+		c->nseq = b->o.recover == REC_TIMEOUT ? sizeof seq_survivor_timeout
+			  : b->o.recover	      ? sizeof seq_survivor_leave
+						      : sizeof seq_rdzv;
+	}
+	if (b->o.recover) {
+		struct conn *c = b->victim = &b->conns[b->nconns];
+		c->fd = -1;
+		c->lo = n - 1;
+		c->cnt = 1;
+		c->seq = b->o.recover == REC_TIMEOUT ? seq_victim_timeout : seq_victim_leave;
+		c->nseq = b->o.recover == REC_TIMEOUT ? sizeof seq_victim_timeout
+						      : sizeof seq_victim_leave;
 	}
 	snprintf(b->jobpath, sizeof b->jobpath, "/v1/jobs/%s", b->o.job);
 	b->dst.sin_family = AF_INET;
@@ -1054,11 +1608,30 @@ static void set_auth(struct bench *b)
 		snprintf(b->auth, sizeof b->auth, "Authorization: Bearer %s\r\n", b->o.token);
 }
 
+/* The job's spec: the rendezvous scenario's, or recovery's elastic one
+ * (what the agent's job_spec() sends with every join). */
+static void job_spec(struct bench *b, char *body, size_t cap)
+{
+	if (b->o.recover)
+		snprintf(body, cap,
+			 "{\"name\":\"%.127s\",\"min_nodes\":%d,\"max_nodes\":%d,"
+			 "\"nproc_per_node\":1,\"mesh\":{\"tp\":1,\"pp\":1,\"cp\":1,\"ep\":1,"
+			 "\"dp\":0},\"last_call_ms\":%d,\"heartbeat_timeout_ms\":%d,"
+			 "\"max_restarts\":3}",
+			 b->o.job, b->o.n - 1, b->o.n, b->o.last_call_ms, b->o.hb_timeout_ms);
+	else
+		snprintf(body, cap,
+			 "{\"name\":\"%.127s\",\"min_nodes\":%d,\"max_nodes\":%d,\"nproc_per_node\":1,"
+			 "\"heartbeat_timeout_ms\":%ld,\"last_call_ms\":1000%s}",
+			 b->o.job, b->o.n, b->o.n, (long)(b->o.timeout_s * 1000) + 600000,
+			 b->o.progress ? ",\"mesh\":{\"tp\":8}" : "");
+}
+
 int main(int argc, char **argv)
 {
 	static struct bench bench;
 	struct bench *b = &bench;
-	char body[1024], resp[2048];
+	char resp[2048];
 	int status, rc = 1;
 	snprintf(b->o.host, sizeof b->o.host, "127.0.0.1");
 	b->o.port = 8080;
@@ -1067,6 +1640,9 @@ int main(int argc, char **argv)
 	b->o.sources = 4;
 	b->o.concurrency = 1000;
 	b->o.timeout_s = 120;
+	b->o.victim = -1;
+	b->o.hb_timeout_ms = 30000;
+	b->o.last_call_ms = 500;
 	signal(SIGPIPE, SIG_IGN);
 	if (parse_opts(&b->o, argc, argv) < 0)
 		return 2;
@@ -1087,31 +1663,35 @@ int main(int argc, char **argv)
 		fprintf(stderr, "rdzv: started %s pid %d on 127.0.0.1:%d\n", b->o.controller_bin,
 			(int)b->pid, b->o.port);
 	}
-	snprintf(body, sizeof body,
-		 "{\"name\":\"%.127s\",\"min_nodes\":%d,\"max_nodes\":%d,\"nproc_per_node\":1,"
-		 "\"heartbeat_timeout_ms\":%ld,\"last_call_ms\":1000%s}",
-		 b->o.job, b->o.n, b->o.n, (long)(b->o.timeout_s * 1000) + 600000,
-		 b->o.progress ? ",\"mesh\":{\"tp\":8}" : "");
-	status = simple_request(b, "POST", "/v1/jobs", body, resp, sizeof resp);
+	job_spec(b, b->spec, sizeof b->spec);
+	status = simple_request(b, "POST", "/v1/jobs", b->spec, resp, sizeof resp);
 	if (status != 200 && status != 201) {
 		fprintf(stderr, "rdzv: creating job '%s' failed: status %d: %.300s\n", b->o.job,
 			status, status > 0 ? resp : "no response");
 		goto out;
 	}
 	if (run_agents(b) == 0 && b->failures == 0) {
-		report(b);
-		rc = b->o.progress ? report_diagnosis(b) : 0;
+		if (b->o.recover) {
+			report_recover(b);
+			rc = check_job_after(b);
+		} else {
+			report(b);
+			rc = b->o.progress ? report_diagnosis(b) : 0;
+		}
 	} else if (!b->t_end) {
-		int ph;
-		for (ph = 0; ph < NPHASES; ph++)
-			fprintf(stderr, "rdzv: %s completed by %d of %d agents\n", phase_name[ph],
-				b->nlat[ph], b->o.n);
+		int k;
+		for (k = 0; k < NKINDS; k++)
+			if (b->nlat[k])
+				fprintf(stderr, "rdzv: %s completed %d times of %d agents\n",
+					kind_name[k], b->nlat[k], b->o.n);
 	}
 out:
 	stop_controller(b);
 	if (b->failures)
 		fprintf(stderr, "rdzv: %d failure(s)\n", b->failures);
-	if (rc == 0)
+	if (rc == 0 && b->o.recover)
+		printf("rdzv_recover N=%d seconds=%.3f\n", b->o.n, secs(b->t_recovered - b->t_death));
+	else if (rc == 0)
 		printf("rdzv N=%d seconds=%.3f\n", b->o.n, secs(b->t_rdzv - b->t0));
 	fflush(stdout);
 	return rc;

@@ -1,17 +1,25 @@
 #!/usr/bin/env bash
 # bench-rdzv.sh - the rendezvous benchmark of issue 2: bench/rdzv against a
-# fresh meshrun-controller for N = 1,000, 10,000 and 100,000, then a PASS or
-# MISS line per target.
+# fresh meshrun-controller for N = 1,000, 10,000 and 100,000, then the
+# recovery scenario (100,000 members, one declared dead by its heartbeat
+# timeout, until every survivor holds its new rank), then a PASS or MISS
+# line per target.
 #
 #   scripts/bench-rdzv.sh [BUILD]        (make bench-rdzv)
 #   RDZV_NS="1000 10000" scripts/bench-rdzv.sh build
 #   RDZV_CTL_ARGS="--no-fsync" scripts/bench-rdzv.sh build   (extra controller flags)
 #   RDZV_PROGRESS=1 scripts/bench-rdzv.sh build   (heartbeats carry hang-diagnosis
 #                                                  progress; one diagnosis is timed)
+#   RDZV_RECOVER_NS="10000 100000" scripts/bench-rdzv.sh build  (recovery sizes;
+#                                                  "" skips the scenario)
+#   RDZV_RECOVER_BY=leave scripts/bench-rdzv.sh build  (the victim leaves instead
+#                                                  of going silent: a deleted pod)
 #
 # Targets (2-core machine): 10,000 agents in <= 3 s; 100,000 in <= 30 s;
 # controller RSS <= 50 MiB + 4 KiB/member while all wait and <= 50 MiB +
-# 1 KiB/member once running; seconds(100K) / seconds(10K) <= 12.
+# 1 KiB/member once running; seconds(100K) / seconds(10K) <= 12; after a
+# member of 100,000 dies, every survivor has its new rank in <= 5 s (the
+# job's last-call window of 500 ms included).
 #
 # As root it raises the fd limit and the listen backlog sysctls (and says
 # so); otherwise it skips the 100,000 run. Where even root cannot raise the
@@ -28,6 +36,8 @@ build=${1:-build}
 bench="$build/bench/rdzv"
 ctl="$build/meshrun-controller"
 ns=${RDZV_NS:-"1000 10000 100000"}
+rns=${RDZV_RECOVER_NS-"100000"}
+recover_by=${RDZV_RECOVER_BY:-timeout}
 read -r -a ctl_args <<<"${RDZV_CTL_ARGS:-}"
 bench_args=()
 suffix=""
@@ -56,6 +66,7 @@ else
 	echo "bench-rdzv: not root: fd limit $(ulimit -n), backlog sysctls unchanged;" \
 		"skipping N=100000 (run as root for it)"
 	ns=$(echo "$ns" | tr ' ' '\n' | awk '$1 < 100000' | tr '\n' ' ')
+	rns=$(echo "$rns" | tr ' ' '\n' | awk '$1 < 100000' | tr '\n' ' ')
 fi
 
 # value KEY FILE: the value of KEY=... on its first line in FILE
@@ -102,6 +113,25 @@ for n in $ns; do
 	le "$run" $((51200 + n)); check "N=$n rss running ${run} KiB <= $((51200 + n)) KiB$note" $?
 	[ "$n" = 10000 ] && { le "$s" 3; check "N=10000 in ${s} s <= 3 s" $?; }
 	[ "$n" = 100000 ] && { le "$s" 30; check "N=100000 in ${s} s <= 30 s$note" $?; }
+done
+# recovery: N members run, one dies (heartbeat timeout) or leaves, until
+# every survivor holds its rank in the new generation
+for n in $rns; do
+	log="$build/bench/rdzv-recover-$n-$recover_by.log"
+	echo "bench-rdzv: recovery N=$n ($recover_by)"
+	if ! "$bench" --controller-bin "$ctl" --n "$n" --recover "$recover_by" --timeout 300 \
+		-- "${ctl_args[@]}" >"$log" 2>&1; then
+		cat "$log"
+		echo "bench-rdzv: FAIL recovery N=$n (correctness or run failure, log: $log)"
+		fails=$((fails + 1))
+		continue
+	fi
+	sed 's/^/  /' "$log"
+	s=$(tail -n 1 "$log" | sed -n 's/^rdzv_recover N=[0-9]* seconds=\([0-9.]*\)$/\1/p')
+	apc=$(value agents_per_connection "$log")
+	note=""
+	le "$apc" 1 || note=" [$apc agents per connection: fd limit]"
+	[ "$n" = 100000 ] && { le "$s" 5; check "N=100000 recovery ($recover_by) in ${s} s <= 5 s$note" $?; }
 done
 if [ -n "$s10k" ] && [ -n "$s100k" ]; then
 	r=$(awk -v a="$s100k" -v b="$s10k" 'BEGIN { printf "%.2f", a / b }')
