@@ -36,7 +36,7 @@ struct plan_opts {
 	int n_layer, d_model, n_head, vocab, seq_len, moe_every, n_experts, top_k, dropless;
 	double capacity_factor;
 	int gpus, gpus_per_node, threads;
-	double mem_gb, reserve_gb, peak_tflops, mfu, bw_intra, bw_inter, lat_intra, lat_inter;
+	double mem_gb, reserve_gb, peak_tflops, mfu, mem_bw, overlap, bw_intra, bw_inter, lat_intra, lat_inter;
 	int global_batch, micro_batch, impl, precision, zero, recompute, sp, schedule, v;
 	int tp, pp, cp, ep, hsdp_shard, cp_algo, top, presets;
 };
@@ -46,7 +46,7 @@ static const char *const precs[] = { "auto", "fp32", "bf16", "mixed", NULL };
 static const char *const rcs[] = { "auto", "none", "selective", "full", NULL };
 static const char *const sps[] = { "auto", "off", "on", NULL };
 static const char *const scheds[] = { "auto", "gpipe", "1f1b", "interleaved", "zb-h1", NULL };
-static const char *const algos[] = { "ring", "allgather", NULL };
+static const char *const algos[] = { "ring", "allgather", "ulysses", NULL };
 
 #define O struct plan_opts
 static const struct mr_config_opt plan_table[] = {
@@ -81,6 +81,11 @@ static const struct mr_config_opt plan_table[] = {
 			 "Dense peak per GPU, TFLOP/s; 0 the cluster's."),
 	MR_CONFIG_DOUBLE("mfu", O, mfu, "0", 0, 1,
 			 "Fraction of peak the compute reaches; 0 the cluster's."),
+	MR_CONFIG_DOUBLE("mem_bw_gbs", O, mem_bw, "0", 0, 1e6,
+			 "Memory bandwidth per GPU (the optimizer's pace), GB/s; 0 the cluster's."),
+	MR_CONFIG_DOUBLE("overlap", O, overlap, "-1", -1, 1,
+			 "How much of the overlappable communication compute hides, 0..1; -1 "
+			 "the cluster's (1 on GPUs, 0 on the local CPU ranks)."),
 	MR_CONFIG_DOUBLE("bw_intra_gbs", O, bw_intra, "0", 0, 1e6,
 			 "Intra-node collective bandwidth per GPU, GB/s; 0 the cluster's."),
 	MR_CONFIG_DOUBLE("bw_inter_gbs", O, bw_inter, "0", 0, 1e6,
@@ -207,6 +212,10 @@ static int cluster_of(const struct plan_opts *o, struct mr_plan_input *in,
 		c->peak_flops = o->peak_tflops * 1e12;
 	if (o->mfu > 0)
 		c->mfu = o->mfu;
+	if (o->overlap >= 0)
+		c->overlap = o->overlap;
+	if (o->mem_bw > 0)
+		c->mem_bw = o->mem_bw * 1e9;
 	if (o->bw_intra > 0)
 		c->bw_intra = o->bw_intra * 1e9;
 	if (o->bw_inter > 0)
@@ -334,8 +343,9 @@ static void comm_lines(const struct mr_plan *p)
 		       what[order[i]]);
 	}
 	printf("step %.4g s = compute %.4g + pipeline bubble %.4g + exposed communication "
-	       "%.4g\n",
-	       p->time.step_s, p->time.compute_s, p->time.bubble_s, p->time.exposed_s);
+	       "%.4g + optimizer %.4g\n",
+	       p->time.step_s, p->time.compute_s, p->time.bubble_s, p->time.exposed_s,
+	       p->time.optim_s);
 }
 
 static int explain(const struct mr_plan_input *in, const struct mr_plan *p)

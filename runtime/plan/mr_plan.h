@@ -34,7 +34,8 @@
  * else the inter-node one); the pipeline's makespan under its schedule
  * (gpipe and 1F1B (m + p - 1)(F + B), interleaved with v chunks
  * m(F + B) + (p - 1)(F + B)/v, zb-h1 (Qi et al. 2024) m(F + B + W) +
- * (p - 1)(F + B - W)); and overlap where the runtime overlaps (DDP
+ * (p - 1)(F + B - W)); the optimizer's pass over the parameters a
+ * rank owns at its memory bandwidth; and overlap where the runtime overlaps (DDP
  * buckets and ZeRO-2 reduce-scatters with the backward, ZeRO-3 gathers
  * prefetched, ring attention's transfers with its blocks).
  *
@@ -95,6 +96,10 @@ struct mr_plan_cluster {
 	double reserve_bytes; /* per GPU, not for the model (context, allocator) */
 	double peak_flops;    /* per GPU, dense, at the activations' precision */
 	double mfu;           /* the fraction of peak a GEMM-bound step reaches */
+	double mem_bw;        /* per GPU, bytes/s of its memory (the optimizer's pace) */
+	double overlap;       /* 0..1: how much of the overlappable communication
+			       * compute hides (1 on GPUs; 0 on CPU ranks, whose
+			       * cores do the copies themselves) */
 	double bw_intra, lat_intra;
 	double bw_inter, lat_inter;
 };
@@ -141,6 +146,7 @@ struct mr_plan_time {
 	double compute_s;     /* the busiest stage's passes, at mfu */
 	double bubble_s;      /* pipeline idle time on the critical path */
 	double exposed_s;     /* communication not hidden */
+	double optim_s;       /* the optimizer step on the owned parameters */
 	double tokens_per_s;
 	struct mr_plan_comm comm[MR_AXIS__COUNT]; /* by mode (enum mr_axis) */
 };
@@ -193,6 +199,11 @@ const char *mr_plan_impl_name(int impl);
 const char *mr_plan_prec_name(int prec);
 const char *mr_plan_rc_name(int rc);
 int mr_plan_name_parse(const char *field, const char *s, int *out, struct mr_errbuf *eb);
+
+/* "ring", "allgather", "ulysses" (enum mr_cp_algo); parse: MR_EINVAL
+ * naming "cp_algo". */
+const char *mr_plan_cp_algo_name(int algo);
+int mr_plan_cp_algo_parse(const char *s, int *out, struct mr_errbuf *eb);
 
 /* Checks the inputs, naming the field ("n_head", "global_batch",
  * "gpus_per_node", ...). */

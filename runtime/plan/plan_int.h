@@ -29,12 +29,47 @@ struct mr__plan_prec {
 	double act;          /* bytes per activation element */
 	double grad_comm;    /* bytes per gradient element reduced */
 	double param_comm;   /* bytes per parameter element gathered */
+	double optim_touch;  /* bytes the optimizer reads and writes per owned parameter */
 	int nparts;
 	struct mr__plan_part part[4];
 	const char *what;    /* for --help and docs */
 };
 
 const struct mr__plan_prec *mr__plan_prec(int prec);
+
+/* ---- collectives ----------------------------------------------------- */
+
+enum mr__plan_op { MR__OP_ALLREDUCE, MR__OP_ALLGATHER, MR__OP_REDUCE_SCATTER,
+		   MR__OP_ALLTOALL, MR__OP_P2P };
+
+/* ---- context parallel's algorithms (plan_cp.c) ------------------------ */
+
+/* A layer's shape on a cp rank: local tokens, attention channels and
+ * heads per tp rank, cp, activation bytes, the whole sequence, threads. */
+struct mr__plan_cpx {
+	double rows, Cl, NHl, cp, act, T, threads;
+};
+
+/* count collectives of bytes each (mr__plan_coll's convention) */
+struct mr__plan_xfer {
+	enum mr__plan_op op;
+	double bytes, count;
+};
+
+struct mr__plan_cp {
+	int algo;            /* enum mr_cp_algo */
+	const char *name;
+	int hides;           /* its transfers overlap the attention they feed */
+	int (*refuses)(const struct mr_plan_input *in, const struct mr_plan_mesh *m);
+	const char *why;     /* what refuses() checks (field n_head) */
+	double (*workspace)(const struct mr__plan_cpx *x);
+	/* a layer's forward (bwd 0) or backward transfers into out (room for
+	 * 4); returns how many */
+	int (*xfers)(const struct mr__plan_cpx *x, int bwd, struct mr__plan_xfer *out);
+};
+
+/* The row of algo; NULL if the runtime has none. */
+const struct mr__plan_cp *mr__plan_cp(int algo);
 
 /* ---- rules (plan_rules.c) -------------------------------------------- */
 
@@ -82,10 +117,12 @@ double mr__plan_acts(const struct mr_plan_input *in, const struct mr_plan_mesh *
 double mr__plan_workspace(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
 			  const struct mr__plan_stage *st);
 
-/* ---- time (plan_time.c, plan_comm.c) --------------------------------- */
+/* The cpu attention kernels' workspace (kernels/mr_attention.h): per
+ * thread the larger tile's scratch and a row of T; at least LayerNorm's
+ * 2C floats per thread. Bytes. */
+double mr__plan_attn_ws(int threads, double T, double hs, double C);
 
-enum mr__plan_op { MR__OP_ALLREDUCE, MR__OP_ALLGATHER, MR__OP_REDUCE_SCATTER,
-		   MR__OP_ALLTOALL, MR__OP_P2P };
+/* ---- time (plan_time.c, plan_comm.c) --------------------------------- */
 
 /* Time of one collective of `bytes` (the whole buffer: all-reduce input,
  * all-gather output, reduce-scatter input, all-to-all send buffer, p2p

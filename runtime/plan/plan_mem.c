@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/mr_attention.h"
 #include "model/mr_moe.h"
 #include "plan_int.h"
 
@@ -76,6 +77,15 @@ static void meshrun_states(const struct mr_plan_input *in, const struct mr_plan_
 	*ws = slots / (double)S * 4.0;
 }
 
+double mr__plan_attn_ws(int threads, double T, double hs, double C)
+{
+	double f = (double)mr_attn_head_ws_floats(MR_ATTN_FWD_BQ, MR_ATTN_FWD_BK, (int)hs);
+	double b = (double)mr_attn_head_ws_floats(MR_ATTN_BWD_BQ, MR_ATTN_BWD_BK, (int)hs);
+	double a = threads * ((f > b ? f : b) + T) * 4, l = threads * 2 * C * 4;
+
+	return a > l ? a : l;
+}
+
 /* Megatron-LM's: the ZeRO paper's count on the stage's parameters. */
 static void paper_states(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
 			 const struct mr__plan_stage *st, double *bytes)
@@ -107,10 +117,7 @@ static double meshrun_workspace(const struct mr_plan_input *in, const struct mr_
 		if (m->ep > 1 && (double)m->ep * ms.cap > ones)
 			ones = (double)m->ep * ms.cap;
 	}
-	/* attention: per thread a 64 x 64 tile's scratch and a row of T */
-	kws = in->threads * (64 * hs + 128 + 2 * 64 * 64 + T) * 4;
-	if (in->threads * 2 * C * 4 > kws)
-		kws = in->threads * 2 * C * 4;
+	kws = mr__plan_attn_ws(in->threads, T, hs, C);
 	pieces[0] = ones * b;
 	pieces[1] = Nl * C * b;                  /* dres */
 	pieces[2] = N * C * b;                   /* dln */
@@ -124,10 +131,11 @@ static double meshrun_workspace(const struct mr_plan_input *in, const struct mr_
 	pieces[10] = kws > mws ? kws : mws;
 	for (int i = 0; i < 11; i++)
 		ws += pieces[i] > 0 ? ceil(pieces[i] / 256) * 256 : 0;
-	if (m->cp > 1) /* mr_cp.h: merged and partial outputs, lse, delta, dq|dk|dv */
-		ws += N * Cl * 4 * 2 + N * (md->n_head / m->tp) * 4 * 2 + N * 3 * Cl * 4 +
-		      (m->cp_algo == MR_CP_RING ? 2 * N * 2 * Cl * (b + 4)   /* two k|v blocks */
-						: m->cp * N * 3 * Cl * (b + 4)); /* gathered */
+	if (m->cp > 1) { /* mr_cp.h's buffers, by algorithm */
+		struct mr__plan_cpx x = { N, Cl, (double)md->n_head / m->tp, m->cp, b,
+					  md->seq_len, in->threads };
+		ws += mr__plan_cp(m->cp_algo)->workspace(&x);
+	}
 	if (m->ep > 1 && st->moe_layers) /* the exchange's send and receive scratch */
 		ws += 2.0 * md->n_experts * ms.cap * C * b;
 	return ws;

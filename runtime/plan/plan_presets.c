@@ -17,23 +17,29 @@
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "cpu/mr_peak.h"
 #include "plan_int.h"
 
 /* ---- precision rows ----------------------------------------------------- */
 
+/* The optimizer touches per owned parameter (AdamW): fp32 reads p, g, m,
+ * v and writes p, m, v (28 bytes); bf16 also writes the weight copy (30);
+ * mixed reads the fp32 master, m, v and a 16-bit gradient and writes them
+ * and the 16-bit weight (28). */
+
 static const struct mr__plan_prec precs[MR_PLAN__PRECS] = {
-	[MR_PLAN_FP32] = { "fp32", 4, 4, 4, 3,
+	[MR_PLAN_FP32] = { "fp32", 4, 4, 4, 28, 3,
 			   { { 4, MR_MEM_PARAMS, 3 }, { 4, MR_MEM_GRADS, 2 },
 			     { 8, MR_MEM_OPTIM, 1 } },
 			   "fp32 weights, gradients and AdamW m, v (meshrun on the cpu)" },
-	[MR_PLAN_BF16] = { "bf16", 2, 4, 4, 4,
+	[MR_PLAN_BF16] = { "bf16", 2, 4, 4, 30, 4,
 			   { { 2, MR_MEM_PARAMS, MR__PLAN_NEVER }, { 4, MR_MEM_PARAMS, 3 },
 			     { 4, MR_MEM_GRADS, 2 }, { 8, MR_MEM_OPTIM, 1 } },
 			   "bf16 activations and weight copy, fp32 master, gradients and "
 			   "AdamW (meshrun on cuda)" },
-	[MR_PLAN_MIXED] = { "mixed", 2, 2, 2, 3,
+	[MR_PLAN_MIXED] = { "mixed", 2, 2, 2, 28, 3,
 			    { { 2, MR_MEM_PARAMS, 3 }, { 2, MR_MEM_GRADS, 2 },
 			      { 12, MR_MEM_OPTIM, 1 } },
 			    "16-bit weights and gradients, fp32 master + Adam m, v (K = 12; "
@@ -152,20 +158,20 @@ int mr_plan_model_preset(const char *name, struct mr_plan_model *out, struct mr_
 struct cluster_row {
 	const char *name;
 	int per_node;
-	double mem, peak, mfu, bw_in, lat_in, bw_out, lat_out;
+	double mem, peak, mfu, mem_bw, bw_in, lat_in, bw_out, lat_out;
 	const char *what;
 };
 
 static const struct cluster_row clusters[] = {
-	{ "h100", 8, 80e9, 989e12, 0.40, 360e9, 3e-6, 45e9, 8e-6,
+	{ "h100", 8, 80e9, 989e12, 0.40, 3.35e12, 360e9, 3e-6, 45e9, 8e-6,
 	  "nodes of 8 x H100 80GB SXM, NVLink 4, 400 Gb/s InfiniBand per GPU" },
-	{ "h200", 8, 141e9, 989e12, 0.40, 360e9, 3e-6, 45e9, 8e-6,
+	{ "h200", 8, 141e9, 989e12, 0.40, 4.8e12, 360e9, 3e-6, 45e9, 8e-6,
 	  "nodes of 8 x H200 141GB, NVLink 4, 400 Gb/s InfiniBand per GPU" },
-	{ "a100-80g", 8, 80e9, 312e12, 0.45, 230e9, 4e-6, 23e9, 8e-6,
+	{ "a100-80g", 8, 80e9, 312e12, 0.45, 2.0e12, 230e9, 4e-6, 23e9, 8e-6,
 	  "nodes of 8 x A100 80GB, NVLink 3, 200 Gb/s HDR per GPU (Selene)" },
-	{ "a100-40g", 8, 40e9, 312e12, 0.45, 230e9, 4e-6, 23e9, 8e-6,
+	{ "a100-40g", 8, 40e9, 312e12, 0.45, 1.55e12, 230e9, 4e-6, 23e9, 8e-6,
 	  "nodes of 8 x A100 40GB, NVLink 3, 200 Gb/s HDR per GPU" },
-	{ "v100-32g", 16, 32e9, 125e12, 0.30, 120e9, 5e-6, 5.6e9, 10e-6,
+	{ "v100-32g", 16, 32e9, 125e12, 0.30, 0.9e12, 120e9, 5e-6, 5.6e9, 10e-6,
 	  "DGX-2 nodes of 16 x V100 32GB, NVSwitch, 8 x 100 Gb/s per node" },
 };
 
@@ -188,6 +194,8 @@ int mr_plan_cluster_preset(const char *name, int gpus, struct mr_plan_cluster *o
 			out->mem_bytes = r->mem;
 			out->peak_flops = r->peak;
 			out->mfu = r->mfu;
+			out->mem_bw = r->mem_bw;
+			out->overlap = 1.0;
 			out->bw_intra = r->bw_in;
 			out->lat_intra = r->lat_in;
 			out->bw_inter = r->bw_out;
@@ -219,7 +227,8 @@ static double mem_total(void)
 int mr_plan_cluster_local(int ranks, int threads, struct mr_plan_cluster *out,
 			  struct mr_errbuf *eb)
 {
-	double mem = mem_total(), peak = mr_cpu_sgemm_peak();
+	double mem = mem_total(), peak = mr_cpu_sgemm_peak(), share;
+	long cores = sysconf(_SC_NPROCESSORS_ONLN);
 
 	if (ranks < 1 || threads < 1)
 		return mr_errf_field(eb, MR_EINVAL, "gpus",
@@ -229,13 +238,20 @@ int mr_plan_cluster_local(int ranks, int threads, struct mr_plan_cluster *out,
 	snprintf(out->name, sizeof(out->name), "local");
 	out->gpus = out->gpus_per_node = ranks;
 	out->mem_bytes = mem > 0 ? mem / ranks : 1e9;
+	/* a rank's threads, or its share of the cores when the ranks'
+	 * threads are more than the cores */
+	share = cores > 0 && (double)ranks * threads > (double)cores
+			? (double)cores / ((double)ranks * threads)
+			: 1.0;
 	/* one thread's sgemm peak (0 where it could not be measured: a
 	 * nominal 50 GFLOP/s keeps the ranking, which is all a guess gives) */
-	out->peak_flops = (peak > 0 ? peak : 50e9) * threads;
-	out->mfu = 0.3;
+	out->peak_flops = (peak > 0 ? peak : 50e9) * threads * share;
+	out->mfu = 0.6;
+	out->mem_bw = 8e9 * threads * share;
+	out->overlap = 0.0; /* the host backend's copies take the same cores */
 	/* the host backend between ranks of a machine: shared memory; TCP
 	 * figures for completeness (every rank is in the one node) */
-	out->bw_intra = 4e9;
+	out->bw_intra = 4e9 * share;
 	out->lat_intra = 20e-6;
 	out->bw_inter = 1e9;
 	out->lat_inter = 50e-6;

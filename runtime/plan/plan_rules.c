@@ -4,8 +4,8 @@
  * and a table of what each implementation refuses today.
  *
  * The table is the one place a mode landing in the runtime changes: when
- * expert parallelism runs under ZeRO, its row goes; Ulysses attention
- * gets a row of cp_algo's table in plan_comm.c and loses its row here.
+ * expert parallelism runs under ZeRO, its row goes (context parallel's
+ * algorithms are rows of plan_cp.c's table, Ulysses the latest).
  *
  * Non-goals: costs (plan_mem.c, plan_time.c).
  */
@@ -42,6 +42,8 @@ int mr_plan_check(const struct mr_plan_input *in, struct mr_errbuf *eb)
 	    (rc = in_range(eb, "reserve_gb", c->reserve_bytes / 1e9, 0, c->mem_bytes / 1e9)) < 0 ||
 	    (rc = in_range(eb, "peak_tflops", c->peak_flops / 1e12, 1e-6, 1e6)) < 0 ||
 	    (rc = in_range(eb, "mfu", c->mfu, 1e-3, 1)) < 0 ||
+	    (rc = in_range(eb, "mem_bw_gbs", c->mem_bw / 1e9, 1e-3, 1e6)) < 0 ||
+	    (rc = in_range(eb, "overlap", c->overlap, 0, 1)) < 0 ||
 	    (rc = in_range(eb, "bw_intra_gbs", c->bw_intra / 1e9, 1e-6, 1e6)) < 0 ||
 	    (rc = in_range(eb, "bw_inter_gbs", c->bw_inter / 1e9, 1e-6, 1e6)) < 0 ||
 	    (rc = in_range(eb, "lat_intra_us", c->lat_intra * 1e6, 0, 1e6)) < 0 ||
@@ -122,12 +124,6 @@ static int bf16_copy(const struct mr_plan_input *in, const struct mr_plan_mesh *
 	return in->prec == MR_PLAN_BF16;
 }
 
-static int cp_algo(const struct mr_plan_input *in, const struct mr_plan_mesh *m)
-{
-	(void)in;
-	return m->cp > 1 && m->cp_algo != MR_CP_RING && m->cp_algo != MR_CP_ALLGATHER;
-}
-
 static const struct rule rules[] = {
 	{ MR_PLAN_MESHRUN, "recompute", recomputes,
 	  "the meshrun runtime keeps every activation (no recomputation yet)" },
@@ -140,12 +136,19 @@ static const struct rule rules[] = {
 	  "meshrun keeps fp32 master weights and gradients: precision fp32 or bf16" },
 	{ MR_PLAN_MEGATRON, "precision", bf16_copy,
 	  "bf16 is meshrun's layout; Megatron-LM's mixed precision is \"mixed\"" },
-	{ MR_PLAN__IMPLS, "cp_algo", cp_algo, "cp_algo: ring or allgather" },
 };
 
 int mr__plan_rules(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
 		   struct mr_errbuf *eb)
 {
+	const struct mr__plan_cp *cp = mr__plan_cp(m->cp_algo);
+
+	if (m->cp > 1 && !cp)
+		return mr_errf_field(eb, MR_ENOTSUP, "cp_algo", "cp_algo: %d is unknown",
+				     m->cp_algo);
+	if (m->cp > 1 && cp->refuses(in, m))
+		return mr_errf_field(eb, MR_EINVAL, "n_head", "n_head: %s (%d heads, tp %d, cp %d)",
+				     cp->why, in->model.n_head, m->tp, m->cp);
 	for (size_t i = 0; i < sizeof(rules) / sizeof(rules[0]); i++) {
 		const struct rule *r = &rules[i];
 		if ((r->impl == MR_PLAN__IMPLS || r->impl == (int)in->impl) && r->refuses(in, m))

@@ -369,10 +369,7 @@ int mr_plan_mesh_parse(const char *text, struct mr_plan_mesh *out, struct mr_err
 			continue;
 		}
 		if (!strcmp(tok, "cp_algo")) {
-			if (strcmp(eq, "ring") && strcmp(eq, "allgather"))
-				return mr_errf_field(eb, MR_EINVAL, "cp_algo",
-						     "cp_algo: '%s' is not ring or allgather", eq);
-			out->cp_algo = strcmp(eq, "ring") ? MR_CP_ALLGATHER : MR_CP_RING;
+			rc = mr_plan_cp_algo_parse(eq, &out->cp_algo, eb);
 			continue;
 		}
 		dst = !strcmp(tok, "tp")		   ? &out->tp

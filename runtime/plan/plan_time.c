@@ -15,10 +15,8 @@
  *   tp  2 all-reduces forward and 2 backward (sp: 2 all-gathers and 2
  *       reduce-scatters each way) of the (b s/cp, C) rows, the embedding
  *       and LM head's and the vocab-parallel loss's; never hidden;
- *   cp  ring: cp-1 hops of the k|v block forward (and k|v with the fp32
- *       dk|dv backward), hidden behind the attention blocks they feed;
- *       allgather: the q|k|v rows all-gathered (and the fp32 gradients
- *       reduce-scattered), not hidden;
+ *   cp  per algorithm (plan_cp.c): the ring's hops hidden behind the
+ *       attention blocks they feed, allgather's and ulysses' not;
  *   ep  a dispatch and a combine all-to-all each way of the routed rows;
  *       not hidden;
  *   pp  the residual rows to the next stage and their gradient back:
@@ -32,8 +30,15 @@
  *       prefetched behind the pass; HSDP all-reduces the shards across
  *       replicas; experts' gradients reduce over the expert-data group.
  *
- * Non-goals: the optimizer's own time (memory-bound, a small share at
- * these batch sizes), kernel launch overheads, stragglers.
+ * Hiding needs hardware that moves data while the cores compute (a GPU's
+ * copy engines and NIC); the cluster's overlap (1 on GPUs, 0 for CPU
+ * ranks, whose cores do the copies) scales what compute can hide.
+ *
+ * The optimizer reads and writes what a rank owns (its parameters, or its
+ * ZeRO shard) once a step: the precision row's bytes per parameter at the
+ * GPU's memory bandwidth.
+ *
+ * Non-goals: kernel launch overheads, stragglers, contention for cores.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -107,27 +112,26 @@ static double tp_pass(struct ctx *x, struct mr_plan_time *t, const struct mr__pl
 	return s;
 }
 
-/* Context parallel in one layer's forward (bwd 0) or backward (1):
- * the time not hidden behind the attention (attn_s its compute). */
+/* Context parallel in one layer's forward (bwd 0) or backward (1): the
+ * time not hidden behind the attention (attn_s its compute). */
 static double cp_layer(struct ctx *x, struct mr_plan_time *t, int bwd, double attn_s,
 		       double cnt)
 {
 	const struct mr_plan_mesh *m = x->m;
-	int n = m->cp, in = x->inter[MR_GROUP_CP];
-	double Cl = x->C / m->tp, kv = x->tok * 2 * Cl, s;
+	const struct mr__plan_cp *alg = mr__plan_cp(m->cp_algo);
+	struct mr__plan_cpx cx = { x->tok, x->C / m->tp, (double)x->in->model.n_head / m->tp,
+				   m->cp, x->act, x->in->model.seq_len, x->in->threads };
+	struct mr__plan_xfer xf[4];
+	int in = x->inter[MR_GROUP_CP], n;
+	double s = 0;
 
-	if (n <= 1)
+	if (m->cp <= 1 || !alg)
 		return 0;
-	if (m->cp_algo == MR_CP_RING) {
-		double hop = kv * x->act + (bwd ? kv * 4 : 0);
-		s = coll(x, t, MR_AXIS_CP, MR__OP_P2P, 2, in, hop, (n - 1 + bwd) * cnt);
-		return fmax(0, s - attn_s * cnt * (n - 1) / n);
-	}
-	s = coll(x, t, MR_AXIS_CP, MR__OP_ALLGATHER, n, in, n * x->tok * 3 * Cl * x->act, cnt);
-	if (bwd)
-		s += coll(x, t, MR_AXIS_CP, MR__OP_REDUCE_SCATTER, n, in, n * x->tok * 3 * Cl * 4,
-			  cnt);
-	return s;
+	n = alg->xfers(&cx, bwd, xf);
+	for (int i = 0; i < n; i++)
+		s += coll(x, t, MR_AXIS_CP, xf[i].op, xf[i].op == MR__OP_P2P ? 2 : m->cp, in,
+			  xf[i].bytes, xf[i].count * cnt);
+	return alg->hides ? fmax(0, s - x->c->overlap * attn_s * cnt * (m->cp - 1) / m->cp) : s;
 }
 
 /* Expert parallel in one micro-batch's forward and backward: per MoE
@@ -179,6 +183,10 @@ static void passes(struct ctx *x, struct mr_plan_time *t, const struct mr__plan_
 static double dp_step(struct ctx *x, struct mr_plan_time *t, const struct mr__plan_stage *st,
 		      double Fc, double Bc)
 {
+	/* what the link can hide behind compute: all of it where the GPU's
+	 * copy engines move it, none where the same cores copy (cpu ranks) */
+	Fc *= x->c->overlap;
+	Bc *= x->c->overlap;
 	const struct mr_plan_mesh *m = x->m;
 	const struct mr__plan_prec *p = mr__plan_prec(x->in->prec);
 	const struct mr_plan_model *md = &x->in->model;
@@ -295,10 +303,14 @@ int mr__plan_time(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
 	t->comm[MR_AXIS_CP].exposed_s =
 		fmax(0, (F + B - Fc - Bc) * m->micro_batches - t->comm[MR_AXIS_TP].exposed_s -
 				t->comm[MR_AXIS_EP].exposed_s);
+	/* the optimizer's pass over what the rank owns (mr_dp.h: all of its
+	 * parameters, or its ZeRO shard), at the memory's pace */
+	t->optim_s = (double)worst.params / (mr__plan_zero(in, m) ? mr__plan_shard(m) : 1) *
+		     mr__plan_prec(in->prec)->optim_touch / in->cluster.mem_bw;
 	t->compute_s = m->micro_batches * (Fc + Bc);
 	t->bubble_s = span - m->micro_batches * (F + B);
-	t->step_s = span + p2p + dp;
-	t->exposed_s = t->step_s - t->compute_s - t->bubble_s;
+	t->step_s = span + p2p + dp + t->optim_s;
+	t->exposed_s = t->step_s - t->compute_s - t->bubble_s - t->optim_s;
 	t->tokens_per_s = (double)in->global_batch * in->model.seq_len / t->step_s;
 	mr__plan_stage_release(&worst);
 	return 0;

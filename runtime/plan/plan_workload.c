@@ -101,8 +101,8 @@ int mr_plan_from_workload(const struct json_t *cfg_, int world, struct mr_plan_i
 		in->fix.v = v;
 	if (rc < 0)
 		goto out;
-	in->fix.cp_algo = (s = gets(c, "cp_algo")) && !strcmp(s, "allgather") ? MR_CP_ALLGATHER
-										: MR_CP_RING;
+	if ((s = gets(c, "cp_algo")) && (rc = mr_plan_cp_algo_parse(s, &in->fix.cp_algo, eb)) < 0)
+		goto out;
 	in->fix.recompute = MR_PLAN_RC_NONE;
 	rc = 0;
 out:

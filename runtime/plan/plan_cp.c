@@ -1,0 +1,123 @@
+/*
+ * plan_cp.c - context parallel's algorithms as rows of a table
+ * (parallel/mr_cp.h): what each sends per layer forward and backward,
+ * whether the runtime hides it behind the attention, what it keeps as
+ * workspace, and what it refuses. A new algorithm is a new row.
+ *
+ * Per layer and micro-batch, rows = b s/cp local tokens, Cl = C/tp
+ * attention channels, NHl = heads/tp, act = activation bytes:
+ *   ring       forward cp-1 hops of the k|v block (2 rows Cl act), each
+ *              passed on while the block it brought is computed against;
+ *              backward cp hops (cp-1 and one home) of k|v with its fp32
+ *              dk|dv; workspace two k|v and two dk|dv blocks, the merged
+ *              and partial outputs, lse, delta, fp32 dq|dk|dv;
+ *   allgather  the layer's q|k|v all-gathered (cp rows 3Cl act) forward
+ *              and again backward, the fp32 gradients reduce-scattered;
+ *              workspace the gathered buffers;
+ *   ulysses    all-to-alls (DeepSpeed-Ulysses): q|k|v to head groups and
+ *              the output back forward; q|k|v, out, dout and the q|k|v
+ *              gradients backward; workspace the send/receive and head
+ *              group buffers; needs NHl divisible by cp.
+ *
+ * Non-goals: the attention's compute (plan_time.c counts it).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "plan_int.h"
+
+static int never(const struct mr_plan_input *in, const struct mr_plan_mesh *m)
+{
+	(void)in;
+	(void)m;
+	return 0;
+}
+
+static int heads_split(const struct mr_plan_input *in, const struct mr_plan_mesh *m)
+{
+	return (in->model.n_head / m->tp) % m->cp != 0;
+}
+
+/* The outputs, lse, delta and dq|dk|dv the sliced algorithms share. */
+static double sliced_ws(const struct mr__plan_cpx *x)
+{
+	return x->rows * x->Cl * 4 * 2 + x->rows * x->NHl * 4 * 2 + x->rows * 3 * x->Cl * 4;
+}
+
+static double ring_ws(const struct mr__plan_cpx *x)
+{
+	return sliced_ws(x) + 2 * x->rows * 2 * x->Cl * (x->act + 4);
+}
+
+static double allgather_ws(const struct mr__plan_cpx *x)
+{
+	return sliced_ws(x) + x->cp * x->rows * 3 * x->Cl * (x->act + 4);
+}
+
+static double ulysses_ws(const struct mr__plan_cpx *x)
+{
+	return 4 * x->rows * 3 * x->Cl * x->act + 2 * x->rows * x->Cl * x->act +
+	       mr__plan_attn_ws((int)x->threads, x->T, x->Cl / x->NHl, x->Cl / x->cp);
+}
+
+static int ring_xfers(const struct mr__plan_cpx *x, int bwd, struct mr__plan_xfer *o)
+{
+	double kv = x->rows * 2 * x->Cl;
+
+	o[0] = (struct mr__plan_xfer){ MR__OP_P2P, bwd ? kv * (x->act + 4) : kv * x->act,
+				       bwd ? x->cp : x->cp - 1 };
+	return 1;
+}
+
+static int allgather_xfers(const struct mr__plan_cpx *x, int bwd, struct mr__plan_xfer *o)
+{
+	double qkv = x->cp * x->rows * 3 * x->Cl;
+
+	o[0] = (struct mr__plan_xfer){ MR__OP_ALLGATHER, qkv * x->act, 1 };
+	if (!bwd)
+		return 1;
+	o[1] = (struct mr__plan_xfer){ MR__OP_REDUCE_SCATTER, qkv * 4, 1 };
+	return 2;
+}
+
+static int ulysses_xfers(const struct mr__plan_cpx *x, int bwd, struct mr__plan_xfer *o)
+{
+	double row = x->rows * x->Cl * x->act;
+
+	o[0] = (struct mr__plan_xfer){ MR__OP_ALLTOALL, 3 * row, bwd ? 2 : 1 };
+	o[1] = (struct mr__plan_xfer){ MR__OP_ALLTOALL, row, bwd ? 2 : 1 };
+	return 2;
+}
+
+static const struct mr__plan_cp rows[] = {
+	{ MR_CP_RING, "ring", 1, never, NULL, ring_ws, ring_xfers },
+	{ MR_CP_ALLGATHER, "allgather", 0, never, NULL, allgather_ws, allgather_xfers },
+	{ MR_CP_ULYSSES, "ulysses", 0, heads_split,
+	  "heads per tp rank must divide by cp for cp_algo ulysses", ulysses_ws, ulysses_xfers },
+};
+
+const struct mr__plan_cp *mr__plan_cp(int algo)
+{
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+		if (rows[i].algo == algo)
+			return &rows[i];
+	return NULL;
+}
+
+const char *mr_plan_cp_algo_name(int algo)
+{
+	const struct mr__plan_cp *r = mr__plan_cp(algo);
+
+	return r ? r->name : "?";
+}
+
+int mr_plan_cp_algo_parse(const char *s, int *out, struct mr_errbuf *eb)
+{
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+		if (s && !strcmp(s, rows[i].name)) {
+			*out = rows[i].algo;
+			return 0;
+		}
+	return mr_errf_field(eb, MR_EINVAL, "cp_algo",
+			     "cp_algo: '%s' is not one of ring, allgather, ulysses", s ? s : "");
+}
