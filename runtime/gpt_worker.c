@@ -132,11 +132,14 @@ static int gw_create(void **state, const struct mr_worker_env *env, struct mr_er
 			    mr_log_q(w->dev.model));
 	mr_log_info("gpt_worker_ready",
 		    "device=%s model=%s precision=%s params=%zu layers=%d d_model=%d heads=%d "
-		    "moe_every=%d batch=%d seq=%d accum=%d threads=%d peak_gflops=%.1f",
+		    "moe_every=%d batch=%d seq=%d accum=%d threads=%d peak_gflops=%.1f tp=%d "
+		    "cp=%d pp=%d dp=%d ep=%d zero=%d",
 		    w->dev.ops->name, mr_log_q(w->dev.model),
 		    w->dev.act == MR_DT_BF16 ? "bf16" : "fp32",
 		    w->model.nparams, mc.n_layer, mc.d_model, mc.n_head, mc.moe_every, B, T,
-		    w->accum, w->threads, w->peak_flops * 1e-9);
+		    w->accum, w->threads, w->peak_flops * 1e-9, w->groups.mesh.tp,
+		    w->groups.mesh.cp, w->groups.mesh.pp, w->groups.mesh.dp, w->groups.mesh.ep,
+		    w->zero);
 	if (w->step_drv.pp)
 		log_stage(w);
 	if (w->model.ep.size > 1)

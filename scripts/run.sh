@@ -11,14 +11,14 @@
 # x pipeline parallel 2 (zero-bubble schedule, 4 micro-batches a step)
 # x data parallel 2 across the agents, on a 4-layer GPT with a MoE MLP
 # every second layer whose 4 experts are split over 2 ranks (expert
-# parallel 2, carved from dp x cp; dropless routing). About 30 s on 2
-# cores. Expert parallelism runs with DDP so far, so the default shows no
-# ZeRO (`MESHRUN_RUN_ARGS="--ep 1 --zero 1"` does). Extra options come
-# from MESHRUN_RUN_ARGS.
+# parallel 2, carved from dp x cp; dropless routing), the optimizer
+# state sharded ZeRO-1 (the dense tensors' over dp x cp, the experts' over
+# the expert-data-parallel ranks). About 30 s on 2 cores. Extra options
+# come from MESHRUN_RUN_ARGS.
 set -eu
 build=${1:-build}
 config='{"n_layer": 4, "moe_every": 2, "n_experts": 4, "top_k": 2, "steps": 100,
  "grad_accum": 4, "pp_schedule": "zb-h1", "moe_policy": "dropless"}'
 # shellcheck disable=SC2086
 exec "$build/meshrun" local --nodes 4 --nproc-per-node 4 --tp 2 --cp 2 --pp 2 \
-	--sequence-parallel --ep 2 --workload-config "$config" ${MESHRUN_RUN_ARGS:-}
+	--sequence-parallel --ep 2 --zero 1 --workload-config "$config" ${MESHRUN_RUN_ARGS:-}

@@ -243,18 +243,23 @@ static float **view_of(struct mr_gpt *m, struct mr_gpt_weights *w, int i)
 	return i == 0 ? &w->lnfw : &w->lnfb;
 }
 
-void mr_gpt_bind_unit(struct mr_gpt *m, int u, float *pbase, float *gbase)
+void mr_gpt_bind_tensors(struct mr_gpt *m, int t0, int t1, float *pbase, float *gbase)
 {
-	size_t off0 = m->tensors[m->unit_first[u]].off;
+	size_t off0 = m->tensors[t0].off;
 	int i;
 
-	for (i = m->unit_first[u]; i < m->unit_first[u + 1]; i++) {
+	for (i = t0; i < t1; i++) {
 		size_t d = m->tensors[i].off - off0;
 		if (pbase)
 			*view_of(m, &m->w, i) = pbase + d;
 		if (gbase)
 			*view_of(m, &m->g, i) = gbase + d;
 	}
+}
+
+void mr_gpt_bind_unit(struct mr_gpt *m, int u, float *pbase, float *gbase)
+{
+	mr_gpt_bind_tensors(m, m->unit_first[u], m->unit_first[u + 1], pbase, gbase);
 }
 
 void mr__gpt_bind_compute(struct mr_gpt *m)
@@ -273,13 +278,20 @@ mr_act *mr_gpt_compute_at(const struct mr_gpt *m, size_t off)
 
 int mr_gpt_refresh_unit(struct mr_gpt *m, int u)
 {
-	size_t off, n;
+	int i = m->unit_first[u], end = m->unit_first[u + 1], rc = 0;
 
 	if (!m->params_c)
 		return 0;
-	mr_gpt_unit_range(m, u, &off, &n);
-	return m->dev->ops->to_act(m->dev, mr_dev_at(m->dev, m->params_c, off),
-				   *view_of(m, &m->w, m->unit_first[u]), n);
+	/* one conversion per run of tensors bound back to back (a unit may
+	 * be bound in pieces: mr_gpt_bind_tensors) */
+	while (i < end && rc == 0) {
+		const float *p = *view_of(m, &m->w, i);
+		size_t off = m->tensors[i].off, n = m->tensors[i].n;
+		while (++i < end && *view_of(m, &m->w, i) == p + n)
+			n += m->tensors[i].n;
+		rc = m->dev->ops->to_act(m->dev, mr_dev_at(m->dev, m->params_c, off), p, n);
+	}
+	return rc;
 }
 
 int mr_gpt_refresh_compute(struct mr_gpt *m)

@@ -340,6 +340,9 @@ void mr_gpt_unit_range(const struct mr_gpt *m, int u, size_t *off, size_t *n);
 /* Points unit u's parameter views at pbase and gradient views at gbase
  * (element 0 = the unit's first element; NULL leaves that side alone). */
 void mr_gpt_bind_unit(struct mr_gpt *m, int u, float *pbase, float *gbase);
+/* The same for tensors [t0, t1) of the table (element 0 = tensor t0's
+ * first): a unit bound in pieces, each in its own buffer. */
+void mr_gpt_bind_tensors(struct mr_gpt *m, int t0, int t1, float *pbase, float *gbase);
 
 /* Copies between a tensor's whole (full-shape) values and the slice of
  * tp rank tp_rank and ep rank ep_rank (an expert tensor holds experts

@@ -41,7 +41,35 @@ static int comm_rank(struct mr_comm *c)
 	return c ? mr_comm_rank(c) : 0;
 }
 
-/* Units, padded offsets and shard offsets. */
+/* Appends unit u's piece of tensors [t0, t1), sharded over comm. */
+static void add_piece(struct mr_dp *d, int u, int t0, int t1, int experts, struct mr_comm *comm,
+		      size_t *np, size_t *ns)
+{
+	const struct mr_gpt *m = d->m;
+	struct dp_piece *P = &d->pc[d->npieces++];
+	const struct mr_gpt_tensor *z = &m->tensors[t1 - 1];
+
+	P->unit = u;
+	P->t0 = t0;
+	P->t1 = t1;
+	P->experts = experts;
+	P->off = m->tensors[t0].off;
+	P->n = z->off + z->n - P->off;
+	P->comm = comm;
+	P->S = comm_size(comm);
+	P->srank = comm_rank(comm);
+	P->sn = d->zero ? (P->n + (size_t)P->S - 1) / (size_t)P->S : P->n;
+	P->pn = d->zero ? P->sn * (size_t)P->S : P->n;
+	P->poff = *np;
+	P->loff = *np - d->pc[d->pfirst[u]].poff;
+	P->soff = *ns;
+	*np += P->pn;
+	*ns += P->sn;
+}
+
+/* Pieces, padded offsets and shard offsets: one piece per unit, two for a
+ * MoE unit under ZeRO with expert parallelism (its experts, last in the
+ * unit, shard over the expert-data-parallel group). */
 static int layout(struct mr_dp *d)
 {
 	struct mr_gpt *m = d->m;
@@ -49,32 +77,60 @@ static int layout(struct mr_dp *d)
 	int u;
 
 	d->nunits = m->nunits;
-	d->u = calloc((size_t)d->nunits, sizeof(*d->u));
-	if (!d->u)
+	d->pc = calloc((size_t)d->nunits * DP_MAX_PIECES, sizeof(*d->pc));
+	d->pfirst = calloc((size_t)d->nunits + 1, sizeof(*d->pfirst));
+	if (!d->pc || !d->pfirst)
 		return MR_ENOMEM;
 	for (u = 0; u < d->nunits; u++) {
-		struct dp_unit *U = &d->u[u];
-		mr_gpt_unit_range(m, u, &U->off, &U->n);
-		U->sn = d->zero ? (U->n + (size_t)d->S - 1) / (size_t)d->S : U->n;
-		U->poff = np;
-		U->soff = ns;
-		np += d->zero ? U->sn * (size_t)d->S : U->n;
-		ns += U->sn;
+		int t0 = m->unit_first[u], t1 = m->unit_first[u + 1], te = t1;
+		d->pfirst[u] = d->npieces;
+		if (d->zero && d->ep > 1)
+			for (te = t0; te < t1 && m->tensors[te].split[MR_AXIS_EP] < 0; te++)
+				;
+		if (te > t0)
+			add_piece(d, u, t0, te, 0, d->c.shard, &np, &ns);
+		if (te < t1)
+			add_piece(d, u, te, t1, 1, d->c.expert, &np, &ns);
 	}
+	d->pfirst[d->nunits] = d->npieces;
 	d->np = np;
 	d->nshard = d->zero ? ns : m->nparams;
 	return 0;
 }
 
+size_t mr__dp_unit_padded(const struct mr_dp *d, int u)
+{
+	const struct dp_piece *z = &d->pc[d->pfirst[u + 1] - 1];
+
+	return z->loff + z->pn;
+}
+
+size_t mr__dp_unit_shard(const struct mr_dp *d, int u)
+{
+	const struct dp_piece *z = &d->pc[d->pfirst[u + 1] - 1];
+
+	return z->soff + z->sn - d->pc[d->pfirst[u]].soff;
+}
+
+void mr__dp_bind_unit(struct mr_dp *d, int u, float *buf, int grads)
+{
+	int k;
+
+	for (k = d->pfirst[u]; k < d->pfirst[u + 1]; k++) {
+		const struct dp_piece *P = &d->pc[k];
+		mr_gpt_bind_tensors(d->m, P->t0, P->t1, grads ? NULL : buf + P->loff,
+				    grads ? buf + P->loff : NULL);
+	}
+}
+
 /* The owned pieces of every tensor and whether they count in the norm:
- * one rank of the data-parallel replicas counts a tensor, for experts one
- * of the expert-data-parallel ones (every ep rank holds other experts). */
+ * under DDP one rank of the data-parallel replicas counts a tensor, for
+ * experts one of the expert-data-parallel ones (every ep rank holds other
+ * experts); a ZeRO shard is this rank's alone (one replica counts it). */
 static int segments(struct mr_dp *d)
 {
 	struct mr_gpt *m = d->m;
-	int lead = d->zero ? d->rrank == 0 : d->srank == 0 && d->rrank == 0;
-	int elead = d->erank == 0 && d->rrank == 0;
-	int u, i;
+	int k, i;
 
 	d->seg = calloc((size_t)m->ntensors, sizeof(*d->seg));
 	d->part = calloc((size_t)m->ntensors, sizeof(*d->part));
@@ -82,25 +138,26 @@ static int segments(struct mr_dp *d)
 	d->cnt_n = calloc((size_t)m->ntensors, sizeof(*d->cnt_n));
 	if (!d->seg || !d->part || !d->cnt_off || !d->cnt_n)
 		return MR_ENOMEM;
-	for (u = 0; u < d->nunits; u++) {
-		const struct dp_unit *U = &d->u[u];
-		size_t lo = d->zero ? (size_t)d->srank * U->sn : 0, hi = lo + U->sn;
-		for (i = m->unit_first[u]; i < m->unit_first[u + 1]; i++) {
+	for (k = 0; k < d->npieces; k++) {
+		const struct dp_piece *P = &d->pc[k];
+		size_t lo = d->zero ? (size_t)P->srank * P->sn : 0, hi = lo + P->sn;
+		for (i = P->t0; i < P->t1; i++) {
 			const struct mr_gpt_tensor *t = &m->tensors[i];
-			size_t a = t->off - U->off, b = a + t->n;
+			size_t a = t->off - P->off, b = a + t->n;
 			struct dp_seg *s = &d->seg[d->nseg];
+			int ex = t->split[MR_AXIS_EP] >= 0;
 			if (a < lo)
 				a = lo;
 			if (b > hi)
 				b = hi;
 			if (a >= b)
 				continue;
-			s->so = d->zero ? U->soff + (a - lo) : t->off;
+			s->so = d->zero ? P->soff + (a - lo) : t->off;
 			s->n = b - a;
-			s->unit = u;
+			s->piece = k;
 			s->tensor = i;
 			s->decay = t->decay;
-			s->count = (t->split[MR_AXIS_EP] >= 0 ? elead : lead) &&
+			s->count = d->rrank == 0 && (d->zero || (ex ? d->erank : d->srank) == 0) &&
 				   mr_gpt_norm_counts(m, t);
 			if (s->count) {
 				d->cnt_off[d->ncnt] = s->so;
@@ -138,22 +195,23 @@ static int ranges(struct mr_dp *d)
 /* DDP buckets: whole units from the last down, closed at >= bucket_bytes. */
 static int buckets(struct mr_dp *d)
 {
-	size_t cap = d->cfg.bucket_bytes, bytes = 0;
+	size_t cap = d->cfg.bucket_bytes, bytes = 0, off, un;
 	int u, b = 0, n = d->nunits;
 
 	d->bucket_of = calloc((size_t)n, sizeof(int));
 	d->bucket_low = calloc((size_t)n, sizeof(int));
 	d->boff = calloc((size_t)n, sizeof(size_t));
 	d->bn = calloc((size_t)n, sizeof(size_t));
-	d->req = calloc((size_t)n, sizeof(*d->req));
+	d->req = calloc((size_t)d->npieces, sizeof(*d->req));
 	if (!d->bucket_of || !d->bucket_low || !d->boff || !d->bn || !d->req)
 		return MR_ENOMEM;
 	for (u = n - 1; u >= 0; u--) {
+		mr_gpt_unit_range(d->m, u, &off, &un);
 		d->bucket_of[u] = b;
 		d->bucket_low[b] = u;
-		d->boff[b] = d->u[u].off;
-		d->bn[b] += d->u[u].n;
-		bytes += d->u[u].n * sizeof(float);
+		d->boff[b] = off;
+		d->bn[b] += un;
+		bytes += un * sizeof(float);
 		if (bytes >= cap || u == 0) {
 			b++;
 			bytes = 0;
@@ -163,70 +221,71 @@ static int buckets(struct mr_dp *d)
 	return 0;
 }
 
-static size_t max_layer_padded(const struct mr_dp *d)
+/* The largest padded (shard: shard = 1) span of the layers' units. */
+static size_t max_layer_span(const struct mr_dp *d, int shard)
 {
-	size_t mx = 0;
+	size_t mx = 0, n;
 	int u;
 
-	for (u = 1; u < d->nunits - 1; u++)
-		if (d->u[u].sn * (size_t)d->S > mx)
-			mx = d->u[u].sn * (size_t)d->S;
+	for (u = 1; u < d->nunits - 1; u++) {
+		n = shard ? mr__dp_unit_shard(d, u) : mr__dp_unit_padded(d, u);
+		if (n > mx)
+			mx = n;
+	}
 	return mx;
 }
 
 static int alloc_slots(struct mr_dp *d, struct dp_slot *sl, int kind, int with_out)
 {
-	size_t cap[4], pm = max_layer_padded(d);
-	int s, last = d->nunits - 1;
+	int s, last = d->nunits - 1, unit[2] = { 0, last };
 
-	cap[0] = d->u[0].sn * (size_t)d->S;
-	cap[1] = d->u[last].sn * (size_t)d->S;
-	cap[2] = cap[3] = pm;
 	for (s = 0; s < 4; s++) {
+		size_t cap = s < 2 ? mr__dp_unit_padded(d, unit[s]) : max_layer_span(d, 0);
+		size_t out = s < 2 ? mr__dp_unit_shard(d, unit[s]) : max_layer_span(d, 1);
 		sl[s].unit = -1;
-		if (cap[s] == 0)
+		if (cap == 0)
 			continue;
-		if (!(sl[s].buf = dalloc(d, kind, cap[s])))
+		if (!(sl[s].buf = dalloc(d, kind, cap)))
 			return MR_ENOMEM;
-		if (with_out && !(sl[s].out = dalloc(d, MR_MEM_WORKSPACE, cap[s] / (size_t)d->S)))
+		if (with_out && !(sl[s].out = dalloc(d, MR_MEM_WORKSPACE, out)))
 			return MR_ENOMEM;
 	}
 	return 0;
 }
 
 /* Parameters from seed: full (zero < 3) or this rank's shards (zero 3),
- * made on the host a unit at a time and uploaded. */
+ * made on the host a piece at a time and uploaded. */
 static int init_params(struct mr_dp *d, uint64_t seed)
 {
 	struct mr_gpt *m = d->m;
 	float *tmp;
 	size_t mx = 0, lo, n;
-	int u, i, rc = 0;
+	int k, i, rc = 0;
 
 	if (d->zero == 0)
 		return mr_gpt_init_params(m, seed);
-	for (u = 0; u < d->nunits; u++)
-		if (d->u[u].n > mx)
-			mx = d->u[u].n;
+	for (k = 0; k < d->npieces; k++)
+		if (d->pc[k].n > mx)
+			mx = d->pc[k].n;
 	if (!(tmp = malloc(mx * sizeof(float))))
 		return MR_ENOMEM;
-	for (u = 0; u < d->nunits && rc == 0; u++) {
-		const struct dp_unit *U = &d->u[u];
-		for (i = m->unit_first[u]; i < m->unit_first[u + 1] && rc == 0; i++)
-			rc = mr_gpt_init_tensor(m, seed, i, tmp + (m->tensors[i].off - U->off));
+	for (k = 0; k < d->npieces && rc == 0; k++) {
+		const struct dp_piece *P = &d->pc[k];
+		for (i = P->t0; i < P->t1 && rc == 0; i++)
+			rc = mr_gpt_init_tensor(m, seed, i, tmp + (m->tensors[i].off - P->off));
 		if (rc < 0)
 			break;
 		if (d->zero < 3) {
-			rc = d->dev->ops->upload(d->dev, d->P + U->poff, tmp, U->n * sizeof(float));
+			rc = d->dev->ops->upload(d->dev, d->P + P->poff, tmp, P->n * sizeof(float));
 			continue;
 		}
-		/* the shard's tail past the unit is padding: zero already */
-		lo = (size_t)d->srank * U->sn;
-		n = lo < U->n ? U->n - lo : 0;
-		if (n > U->sn)
-			n = U->sn;
+		/* the shard's tail past the piece is padding: zero already */
+		lo = (size_t)P->srank * P->sn;
+		n = lo < P->n ? P->n - lo : 0;
+		if (n > P->sn)
+			n = P->sn;
 		if (n)
-			rc = d->dev->ops->upload(d->dev, d->pshard + U->soff, tmp + lo,
+			rc = d->dev->ops->upload(d->dev, d->pshard + P->soff, tmp + lo,
 						 n * sizeof(float));
 	}
 	free(tmp);
@@ -258,9 +317,12 @@ static int alloc_all(struct mr_dp *d)
 		return MR_ENOMEM;
 	if (d->zero == 3 && alloc_slots(d, d->ps, MR_MEM_PARAMS, 0) < 0)
 		return MR_ENOMEM;
-	for (u = 0; u < d->nunits && d->zero < 3; u++)
-		mr_gpt_bind_unit(d->m, u, d->P + d->u[u].poff,
-				 d->zero == 1 ? d->G + d->u[u].poff : NULL);
+	for (u = 0; u < d->nunits && d->zero < 3; u++) {
+		size_t poff = d->pc[d->pfirst[u]].poff;
+		mr__dp_bind_unit(d, u, d->P + poff, 0);
+		if (d->zero == 1)
+			mr__dp_bind_unit(d, u, d->G + poff, 1);
+	}
 	return 0;
 }
 
@@ -304,17 +366,17 @@ int mr_dp_create(struct mr_dp **out, struct mr_gpt *m, const struct mr_adamw_con
 	d->dpn = d->S * d->R;
 	d->ep = mr_place_size(&m->place, MR_AXIS_EP);
 	d->erank = comm_rank(d->c.expert);
-	if (d->ep > 1 && (d->zero > 0 || d->R > 1)) {
-		rc = mr_errf_field(eb, MR_ENOTSUP, d->zero > 0 ? "zero" : "hsdp_shard",
-				   "expert parallelism (ep %d) runs with DDP only so far: "
-				   "'zero' must be 0 and 'hsdp_shard' unset (zero %d, replicas %d)",
-				   d->ep, d->zero, d->R);
+	if (d->ep > 1 && d->R > 1) {
+		rc = mr_errf_field(eb, MR_ENOTSUP, "hsdp_shard",
+				   "expert parallelism (ep %d) does not run with HSDP yet: "
+				   "'hsdp_shard' must be unset (replicas %d)", d->ep, d->R);
 		free(d);
 		return rc;
 	}
-	/* the experts' grads reduce over another group than the rest: one
-	 * pass after the backward (no per-bucket overlap yet) */
-	if (d->ep > 1)
+	/* DDP: the experts' grads reduce over another group than the rest,
+	 * in one pass after the backward (no per-bucket overlap yet); ZeRO
+	 * gives them pieces of their own */
+	if (d->ep > 1 && d->zero == 0)
 		d->cfg.overlap = 0;
 	if ((rc = layout(d)) < 0 || (rc = segments(d)) < 0 || (rc = buckets(d)) < 0 ||
 	    (rc = ranges(d)) < 0 ||
@@ -335,18 +397,19 @@ void mr_dp_free(struct mr_dp *d)
 	if (!d)
 		return;
 	/* a step that failed half-way may have left requests in flight */
-	for (i = 0; i < 4; i++) {
-		mr__dp_wait(d, &d->ps[i].req, 0);
-		mr__dp_wait(d, &d->gs[i].req, 0);
+	for (i = 0; i < 4 * DP_MAX_PIECES; i++) {
+		mr__dp_wait(d, &d->ps[i / DP_MAX_PIECES].req[i % DP_MAX_PIECES], 0);
+		mr__dp_wait(d, &d->gs[i / DP_MAX_PIECES].req[i % DP_MAX_PIECES], 0);
 	}
-	for (i = 0; d->req && i < d->nunits; i++)
+	for (i = 0; d->req && i < d->npieces; i++)
 		mr__dp_wait(d, &d->req[i], 0);
 	if (d->m->hooks == &d->hooks)
 		d->m->hooks = NULL;
 	for (i = 0; i < d->nal; i++)
 		mr_dev_free(d->dev, &d->m->mem, (enum mr_mem_kind)d->al[i].kind, d->al[i].p,
 			    d->al[i].bytes);
-	free(d->u);
+	free(d->pc);
+	free(d->pfirst);
 	free(d->seg);
 	free(d->part);
 	free(d->cnt_off);

@@ -53,17 +53,35 @@ int mr__dp_slot_of(const struct mr_dp *d, int u)
 
 int mr__dp_gather_unit(struct mr_dp *d, int u, float *dst, struct mr_comm_req **req)
 {
-	const struct dp_unit *U = &d->u[u];
-	int rc;
+	int k, rc = 0;
 
-	*req = NULL;
 	d->st.param_colls++;
-	if (d->S == 1)
-		return d->dev->ops->copy(d->dev, dst, d->pshard + U->soff, U->sn * sizeof(float));
+	for (k = d->pfirst[u]; k < d->pfirst[u + 1]; k++)
+		req[k - d->pfirst[u]] = NULL;
 	if ((rc = d->dev->ops->sync(d->dev)) < 0)
 		return rc;
-	return mr_comm_iallgather(d->c.shard, d->pshard + U->soff, dst, U->sn, MR_COMM_F32,
-				  req);
+	for (k = d->pfirst[u]; k < d->pfirst[u + 1] && rc == 0; k++) {
+		const struct dp_piece *P = &d->pc[k];
+		if (P->S == 1)
+			rc = d->dev->ops->copy(d->dev, dst + P->loff, d->pshard + P->soff,
+					       P->sn * sizeof(float));
+		else
+			rc = mr_comm_iallgather(P->comm, d->pshard + P->soff, dst + P->loff, P->sn,
+						MR_COMM_F32, &req[k - d->pfirst[u]]);
+	}
+	return rc;
+}
+
+/* Waits for every piece's request of the slot. */
+static int slot_wait(struct mr_dp *d, struct dp_slot *sl, int grad)
+{
+	int k, rc = 0;
+
+	for (k = 0; k < DP_MAX_PIECES; k++) {
+		int w = mr__dp_wait(d, &sl->req[k], grad);
+		rc = rc ? rc : w;
+	}
+	return rc;
 }
 
 /* ---- zero 3: parameter slots ---- */
@@ -75,10 +93,10 @@ static int pslot_issue(struct mr_dp *d, int u)
 
 	if (sl->unit == u)
 		return 0; /* present or in flight */
-	if ((rc = mr__dp_wait(d, &sl->req, 0)) < 0)
+	if ((rc = slot_wait(d, sl, 0)) < 0)
 		return rc;
 	sl->unit = u;
-	return mr__dp_gather_unit(d, u, sl->buf, &sl->req);
+	return mr__dp_gather_unit(d, u, sl->buf, sl->req);
 }
 
 static int pslot_ready(struct mr_dp *d, int u)
@@ -86,27 +104,27 @@ static int pslot_ready(struct mr_dp *d, int u)
 	struct dp_slot *sl = &d->ps[mr__dp_slot_of(d, u)];
 	int rc;
 
-	if ((rc = pslot_issue(d, u)) < 0 || (rc = mr__dp_wait(d, &sl->req, 0)) < 0)
+	if ((rc = pslot_issue(d, u)) < 0 || (rc = slot_wait(d, sl, 0)) < 0)
 		return rc;
-	mr_gpt_bind_unit(d->m, u, sl->buf, NULL);
+	mr__dp_bind_unit(d, u, sl->buf, 0);
 	return mr_gpt_refresh_unit(d->m, u); /* a bf16 device's compute copy */
 }
 
 /* ---- zero >= 2: gradient slots ---- */
 
-/* Waits for the slot's reduce-scatter and adds its output to the shard. */
+/* Waits for the slot's reduce-scatters and adds their output to the shard
+ * (the unit's shard span is contiguous: one add). */
 static int gslot_settle(struct mr_dp *d, struct dp_slot *sl)
 {
-	const struct dp_unit *U;
 	int rc;
 
-	if ((rc = mr__dp_wait(d, &sl->req, 1)) < 0)
+	if ((rc = slot_wait(d, sl, 1)) < 0)
 		return rc;
 	if (!sl->pending)
 		return 0;
-	U = &d->u[sl->unit];
 	sl->pending = 0;
-	return d->dev->ops->add_f32(d->dev, d->gshard + U->soff, sl->out, U->sn);
+	return d->dev->ops->add_f32(d->dev, d->gshard + d->pc[d->pfirst[sl->unit]].soff, sl->out,
+				    mr__dp_unit_shard(d, sl->unit));
 }
 
 static int gslot_acquire(struct mr_dp *d, int u)
@@ -115,26 +133,33 @@ static int gslot_acquire(struct mr_dp *d, int u)
 	int rc;
 
 	if ((rc = gslot_settle(d, sl)) < 0 ||
-	    (rc = d->dev->ops->zero(d->dev, sl->buf, d->S * d->u[u].sn * sizeof(float))) < 0)
+	    (rc = d->dev->ops->zero(d->dev, sl->buf, mr__dp_unit_padded(d, u) * sizeof(float))) < 0)
 		return rc;
 	sl->unit = u;
-	mr_gpt_bind_unit(d->m, u, NULL, sl->buf);
+	mr__dp_bind_unit(d, u, sl->buf, 1);
 	return 0;
 }
 
 static int gslot_release(struct mr_dp *d, int u)
 {
 	struct dp_slot *sl = &d->gs[mr__dp_slot_of(d, u)];
-	size_t sn = d->u[u].sn;
-	int rc = 0;
+	size_t s0 = d->pc[d->pfirst[u]].soff;
+	int k, rc;
 
 	grad_issued(d);
 	sl->pending = 1;
-	if (d->S == 1)
-		rc = d->dev->ops->copy(d->dev, sl->out, sl->buf, sn * sizeof(float));
-	else if ((rc = d->dev->ops->sync(d->dev)) == 0)
-		rc = mr_comm_ireduce_scatter(d->c.shard, sl->buf, sl->out, sn, MR_COMM_F32,
-					     MR_COMM_AVG, &sl->req);
+	if ((rc = d->dev->ops->sync(d->dev)) < 0)
+		return rc;
+	for (k = d->pfirst[u]; k < d->pfirst[u + 1] && rc == 0; k++) {
+		const struct dp_piece *P = &d->pc[k];
+		float *out = sl->out + (P->soff - s0);
+		if (P->S == 1)
+			rc = d->dev->ops->copy(d->dev, out, sl->buf + P->loff, P->sn * sizeof(float));
+		else
+			rc = mr_comm_ireduce_scatter(P->comm, sl->buf + P->loff, out, P->sn,
+						     MR_COMM_F32, MR_COMM_AVG,
+						     &sl->req[k - d->pfirst[u]]);
+	}
 	if (rc == 0 && !d->cfg.overlap)
 		rc = gslot_settle(d, sl);
 	return rc;
@@ -157,17 +182,21 @@ static int ddp_issue(struct mr_dp *d, int b)
 
 static int z1_issue(struct mr_dp *d, int u)
 {
-	const struct dp_unit *U = &d->u[u];
-	int rc;
+	int k, rc;
 
 	grad_issued(d);
-	if (d->S == 1)
-		return d->dev->ops->copy(d->dev, d->gshard + U->soff, d->G + U->poff,
-					 U->sn * sizeof(float));
 	if ((rc = d->dev->ops->sync(d->dev)) < 0)
 		return rc;
-	return mr_comm_ireduce_scatter(d->c.shard, d->G + U->poff, d->gshard + U->soff, U->sn,
-				       MR_COMM_F32, MR_COMM_AVG, &d->req[u]);
+	for (k = d->pfirst[u]; k < d->pfirst[u + 1] && rc == 0; k++) {
+		const struct dp_piece *P = &d->pc[k];
+		if (P->S == 1)
+			rc = d->dev->ops->copy(d->dev, d->gshard + P->soff, d->G + P->poff,
+					       P->sn * sizeof(float));
+		else
+			rc = mr_comm_ireduce_scatter(P->comm, d->G + P->poff, d->gshard + P->soff,
+						     P->sn, MR_COMM_F32, MR_COMM_AVG, &d->req[k]);
+	}
+	return rc;
 }
 
 /*
@@ -197,12 +226,25 @@ static int finish_ep(struct mr_dp *d)
 	return rc;
 }
 
+/* ZeRO with expert parallel: the expert shards, averaged over the
+ * expert-data-parallel group, divided by ep (as finish_ep says why). */
+static int scale_experts(struct mr_dp *d)
+{
+	int k, rc = 0;
+
+	for (k = 0; k < d->npieces && rc == 0; k++)
+		if (d->pc[k].experts)
+			rc = d->dev->ops->scale(d->dev, d->gshard + d->pc[k].soff, d->pc[k].sn,
+						1.0f / (float)d->ep);
+	return rc;
+}
+
 /* The gradient reductions of the step, done (see mr_dp.h). */
 static int finish(struct mr_dp *d)
 {
-	int b, u, rc = 0;
+	int b, u, k, rc = 0;
 
-	if (d->ep > 1)
+	if (d->ep > 1 && d->zero == 0)
 		return finish_ep(d);
 	if (d->zero == 0) {
 		if (!d->cfg.overlap && d->S > 1) {
@@ -220,13 +262,15 @@ static int finish(struct mr_dp *d)
 		for (u = d->nunits - 1; u >= 0 && rc == 0; u--) {
 			if (!d->cfg.overlap)
 				rc = z1_issue(d, u);
-			if (rc == 0)
-				rc = mr__dp_wait(d, &d->req[u], 1);
+			for (k = d->pfirst[u]; k < d->pfirst[u + 1] && rc == 0; k++)
+				rc = mr__dp_wait(d, &d->req[k], 1);
 		}
 	} else {
 		for (b = 0; b < 4 && rc == 0; b++)
 			rc = gslot_settle(d, &d->gs[b]);
 	}
+	if (rc == 0 && d->zero && d->ep > 1)
+		rc = scale_experts(d);
 	if (rc < 0 || d->R == 1)
 		return rc;
 	grad_issued(d);

@@ -13,17 +13,27 @@
 #define DP_MAX_ALLOCS 20
 #define DP_MAX_WORLD 64 /* ranks whose norm and loss are summed exactly */
 
-/* One unit: [off, off+n) of the model's table; padded to S*sn elements at
- * poff of the padded full buffers; this rank's shard at soff (sn). */
-struct dp_unit {
-	size_t off, n, sn, poff, soff;
+/* A piece of one model unit: the whole unit or, under expert parallelism
+ * with ZeRO, its dense tensors or its experts (last in the unit), which
+ * shard over the expert-data-parallel group. Tensors [t0, t1), elements
+ * [off, off+n) of the model's table; padded to pn = S*sn elements at poff
+ * of the padded full buffers (loff within its unit's padded span, the
+ * unit's pieces back to back); this rank's shard at soff (sn). */
+struct dp_piece {
+	size_t off, n, sn, pn, poff, loff, soff;
+	int unit, t0, t1;
+	int experts;          /* the expert tensors of a MoE unit */
+	struct mr_comm *comm; /* the group it shards (and averages) over; NULL: 1 rank */
+	int S, srank;         /* that group's size and this rank's index */
 };
+
+#define DP_MAX_PIECES 2 /* per unit */
 
 /* A piece of one tensor inside the arrays this rank updates (DDP: the
  * whole table; ZeRO: the shard arrays): so = offset there. */
 struct dp_seg {
 	size_t so, n;
-	int unit, tensor, decay, count; /* count: contributes to the grad norm */
+	int piece, tensor, decay, count; /* count: contributes to the grad norm */
 };
 
 /* A unit-sized buffer (gather slot or grad scratch) and its request. */
@@ -32,7 +42,7 @@ struct dp_slot {
 	float *out;               /* (sn) reduce-scatter output (grad slots) */
 	int unit;                 /* held unit, -1 none */
 	int pending;              /* grad slot: out not yet added to the shard */
-	struct mr_comm_req *req;  /* in flight, or NULL */
+	struct mr_comm_req *req[DP_MAX_PIECES]; /* in flight per piece, or NULL */
 };
 
 struct dp_alloc {
@@ -51,8 +61,9 @@ struct mr_dp {
 	long t;                   /* optimizer steps taken */
 	float *om, *ov;           /* AdamW m, v over the owned arrays (nshard) */
 	int zero, S, srank, R, rrank, W, dpn;
-	int nunits;
-	struct dp_unit *u;        /* (nunits) */
+	int nunits, npieces;
+	struct dp_piece *pc;      /* (npieces) in table order */
+	int *pfirst;              /* (nunits + 1) unit u's pieces start at pfirst[u] */
 	size_t np, nshard;        /* padded total, shard total */
 	struct dp_seg *seg;
 	int nseg;
@@ -68,10 +79,10 @@ struct mr_dp {
 	/* DDP buckets: unit -> bucket, bucket's table range */
 	int nbuckets, *bucket_of, *bucket_low;
 	size_t *boff, *bn;
-	struct mr_comm_req **req; /* (max(nunits, nbuckets)) pending grad ops */
+	struct mr_comm_req **req; /* (npieces >= nbuckets) pending grad ops */
 
-	/* expert parallel (ep > 1, DDP only): the table as ranges, each
-	 * reduced over the shard group (dense) or the expert group (experts) */
+	/* expert parallel with DDP: the table as ranges, each reduced over
+	 * the shard group (dense) or the expert group (experts) */
 	int ep, erank, nrange;
 	struct dp_range { size_t off, n; int experts; } *range;
 
@@ -89,7 +100,14 @@ int mr__dp_wait(struct mr_dp *d, struct mr_comm_req **req, int grad);
 void mr__dp_set_hooks(struct mr_dp *d);
 /* Slot index of unit u: 0 embeddings, 1 final LN, 2 + (u & 1) layers. */
 int mr__dp_slot_of(const struct mr_dp *d, int u);
-/* zero 3: all-gathers the padded unit u from the shards into dst. */
+/* Unit u's padded span (its pieces' pn) and shard span (their sn). */
+size_t mr__dp_unit_padded(const struct mr_dp *d, int u);
+size_t mr__dp_unit_shard(const struct mr_dp *d, int u);
+/* zero 3: all-gathers the padded unit u from the shards into dst, one
+ * request per piece into req[] (NULL where nothing is in flight). */
 int mr__dp_gather_unit(struct mr_dp *d, int u, float *dst, struct mr_comm_req **req);
+/* Points unit u's views at its padded span in buf (parameters: grads =
+ * 0; gradients: grads = 1). */
+void mr__dp_bind_unit(struct mr_dp *d, int u, float *buf, int grads);
 
 #endif

@@ -15,13 +15,13 @@
 /* The params this rank updates for segment s. */
 static float *seg_params(struct mr_dp *d, const struct dp_seg *s)
 {
-	const struct dp_unit *U = &d->u[s->unit];
+	const struct dp_piece *P = &d->pc[s->piece];
 
 	if (d->zero == 0)
 		return d->m->params + s->so;
 	if (d->zero == 3)
 		return d->pshard + s->so;
-	return d->P + U->poff + (size_t)d->srank * U->sn + (s->so - U->soff);
+	return d->P + P->poff + (size_t)P->srank * P->sn + (s->so - P->soff);
 }
 
 static float *owned_grads(struct mr_dp *d)
@@ -108,10 +108,10 @@ int mr_dp_reduce_stats(struct mr_dp *d, double v[3])
 
 void mr_dp_unit_grads(struct mr_dp *d, int u, float **g, size_t *n)
 {
-	const struct dp_unit *U = &d->u[u];
+	const struct dp_piece *P = &d->pc[d->pfirst[u]];
 
-	*g = d->zero ? d->gshard + U->soff : d->m->grads + U->off;
-	*n = d->zero ? U->sn : U->n;
+	*g = d->zero ? d->gshard + P->soff : d->m->grads + P->off;
+	*n = d->zero ? mr__dp_unit_shard(d, u) : P->n;
 }
 
 long mr_dp_steps(const struct mr_dp *d)
@@ -124,28 +124,29 @@ const struct mr_adamw_config *mr_dp_adamw(const struct mr_dp *d)
 	return &d->oc;
 }
 
-/* zero 1/2: every rank's updated shard back into the full params. */
+/* zero 1/2: every rank's updated shard back into the full params (the
+ * grad shard, spent, carries this rank's part). */
 static int gather_updated(struct mr_dp *d)
 {
-	int u, rc = 0;
+	int k, rc = 0;
 
-	if (d->S == 1)
-		return 0;
-	for (u = d->nunits - 1; u >= 0 && rc == 0; u--) {
-		const struct dp_unit *U = &d->u[u];
-		rc = d->dev->ops->copy(d->dev, d->gshard + U->soff,
-				       d->P + U->poff + (size_t)d->srank * U->sn,
-				       U->sn * sizeof(float));
+	for (k = d->npieces - 1; k >= 0 && rc == 0; k--) {
+		const struct dp_piece *P = &d->pc[k];
+		if (P->S == 1)
+			continue; /* updated in place */
+		rc = d->dev->ops->copy(d->dev, d->gshard + P->soff,
+				       d->P + P->poff + (size_t)P->srank * P->sn,
+				       P->sn * sizeof(float));
 		if (rc == 0)
 			rc = d->dev->ops->sync(d->dev);
 		if (rc < 0)
 			break;
 		d->st.param_colls++;
-		rc = mr_comm_iallgather(d->c.shard, d->gshard + U->soff, d->P + U->poff, U->sn,
-					MR_COMM_F32, &d->req[u]);
+		rc = mr_comm_iallgather(P->comm, d->gshard + P->soff, d->P + P->poff, P->sn,
+					MR_COMM_F32, &d->req[k]);
 	}
-	for (u = d->nunits - 1; u >= 0; u--) {
-		int w = mr__dp_wait(d, &d->req[u], 0);
+	for (k = d->npieces - 1; k >= 0; k--) {
+		int w = mr__dp_wait(d, &d->req[k], 0);
 		if (rc == 0)
 			rc = w;
 	}
@@ -176,42 +177,55 @@ int mr_dp_update(struct mr_dp *d, double norm, float lr)
 	if (rc == 0 && (d->zero == 1 || d->zero == 2) && (rc = gather_updated(d)) == 0)
 		rc = mr_gpt_refresh_compute(d->m);
 	for (u = 0; u < 4 && d->zero == 3; u++) {
-		mr__dp_wait(d, &d->ps[u].req, 0);
+		for (i = 0; i < DP_MAX_PIECES; i++)
+			mr__dp_wait(d, &d->ps[u].req[i], 0);
 		d->ps[u].unit = -1; /* stale: re-gathered on next use */
 	}
+	return rc;
+}
+
+/* Unit u's pieces from their padded span at src into dst's table places. */
+static int download_unit(struct mr_dp *d, float *dst, const float *src, int u)
+{
+	int k, rc = 0;
+
+	for (k = d->pfirst[u]; k < d->pfirst[u + 1] && rc == 0; k++)
+		rc = d->dev->ops->download(d->dev, dst + d->pc[k].off, src + d->pc[k].loff,
+					   d->pc[k].n * sizeof(float));
 	return rc;
 }
 
 int mr_dp_gather_params(struct mr_dp *d, float *dst)
 {
 	struct mr_gpt *m = d->m;
-	struct mr_comm_req *req;
+	struct mr_comm_req *req[DP_MAX_PIECES];
 	size_t cap = 0;
 	long pc = d->st.param_colls;
 	float *tmp;
-	int u, rc = 0;
+	int u, k, rc = 0;
 
 	if (d->zero == 0)
 		return d->dev->ops->download(d->dev, dst, m->params, m->nparams * sizeof(float));
 	if (d->zero < 3) {
 		for (u = 0; u < d->nunits && rc == 0; u++)
-			rc = d->dev->ops->download(d->dev, dst + d->u[u].off, d->P + d->u[u].poff,
-						   d->u[u].n * sizeof(float));
+			rc = download_unit(d, dst, d->P + d->pc[d->pfirst[u]].poff, u);
 		return rc;
 	}
 	for (u = 0; u < d->nunits; u++)
-		if (d->u[u].sn * (size_t)d->S > cap)
-			cap = d->u[u].sn * (size_t)d->S;
+		if (mr__dp_unit_padded(d, u) > cap)
+			cap = mr__dp_unit_padded(d, u);
 	tmp = mr_dev_alloc(d->dev, &m->mem, MR_MEM_WORKSPACE, cap * sizeof(float));
 	if (!tmp)
 		return MR_ENOMEM;
 	for (u = 0; u < d->nunits && rc == 0; u++) {
-		rc = mr__dp_gather_unit(d, u, tmp, &req);
-		if (rc == 0 && req)
-			rc = mr_comm_wait(req);
+		rc = mr__dp_gather_unit(d, u, tmp, req);
+		for (k = 0; k < d->pfirst[u + 1] - d->pfirst[u]; k++)
+			if (req[k]) {
+				int w = mr_comm_wait(req[k]);
+				rc = rc ? rc : w;
+			}
 		if (rc == 0)
-			rc = d->dev->ops->download(d->dev, dst + d->u[u].off, tmp,
-						   d->u[u].n * sizeof(float));
+			rc = download_unit(d, dst, tmp, u);
 	}
 	mr_dev_free(d->dev, &m->mem, MR_MEM_WORKSPACE, tmp, cap * sizeof(float));
 	d->st.param_colls = pc;

@@ -40,14 +40,24 @@
  *   HSDP: with comms.replica, the shard (ZeRO) or full (DDP) gradients are
  *     all-reduced (AVG) across the replica group after the shard-group
  *     reduction.
+ *   Expert parallel (comms.expert, the expert-data-parallel group): an
+ *     expert's gradient already sums its ep ranks' micro-batches, so it
+ *     averages over that group and is divided by ep. DDP: after the
+ *     backward, the table's dense and expert ranges each all-reduced over
+ *     their group. ZeRO: a MoE unit is two pieces - its dense tensors and
+ *     its experts (last in the unit) - each padded and sharded over its
+ *     own group (the shard group; the expert group), so every collective
+ *     above runs per piece over the piece's group. Not with HSDP.
  *
  * Model flags: the caller creates the model with mr_dp_model_flags(zero)
  * (zero >= 1: MR_GPT_EXT_PARAMS and _GRADS - this module owns padded
  * buffers and binds the units; zero 0: the model allocates both).
  *
  * Memory per rank (all through mr_mem_alloc on m->mem; Np = sum over units
- * of the unit size rounded up to a multiple of S = shard size; P_u = unit
- * u's padded size; Pm = largest padded layer unit; s_u = P_u / S, sm = Pm/S):
+ * of the unit size rounded up to a multiple of S = shard size - with ep >
+ * 1 each unit's experts separately to a multiple of the expert group's
+ * size Se, their shard 1/Se; P_u = unit u's padded size; Pm = largest
+ * padded layer unit; s_u, sm their shards = P_u / S, Pm / S without ep):
  *   zero 0: PARAMS 4N, GRADS 4N (the model's), OPTIM 8N
  *   zero 1: PARAMS 4Np, GRADS 4Np + 4Np/S (shard), OPTIM 8Np/S
  *   zero 2: PARAMS 4Np, GRADS 4Np/S + 4(P_0 + P_U-1 + 2Pm) (slots),

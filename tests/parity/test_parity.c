@@ -483,9 +483,9 @@ Test(parity, pp2_uneven_split_moe) { uneven(1); }
  * runs compare with a dropless single rank. ep2 over dp4 has an
  * expert-data-parallel group of 2. nodes x nproc ranks, tp, pp.
  */
-static void expert(int nodes, int nproc, int tp, int pp, int ep, int dropless)
+static void expert(int nodes, int nproc, int tp, int pp, int ep, int dropless, int zero)
 {
-	struct job j = { nodes, nproc, tp, 0, 0, 0, 1, pp > 1 ? 4 : 1, NULL, 0, pp,
+	struct job j = { nodes, nproc, tp, zero, 0, 0, 1, pp > 1 ? 4 : 1, NULL, 0, pp,
 			 pp > 1 ? "1f1b" : NULL, pp > 1 ? 8 : 0, NULL, ep, 0 };
 
 	if (dropless)
@@ -493,14 +493,25 @@ static void expert(int nodes, int nproc, int tp, int pp, int ep, int dropless)
 	check(&j);
 }
 
-Test(parity, ep2_capacity) { expert(1, 2, 1, 1, 2, 0); }
+Test(parity, ep2_capacity) { expert(1, 2, 1, 1, 2, 0, 0); }
 #if !EMUL
-Test(parity, ep2_dropless) { expert(1, 2, 1, 1, 2, 1); }
-Test(parity, ep4_capacity) { expert(2, 2, 1, 1, 4, 0); }
-Test(parity, ep4_dropless) { expert(1, 4, 1, 1, 4, 1); }
-Test(parity, ep2_dp4_capacity) { expert(2, 2, 1, 1, 2, 0); }
-Test(parity, ep2_tp2) { expert(1, 4, 2, 1, 2, 0); }
-Test(parity, ep2_pp2) { expert(1, 4, 1, 2, 2, 1); }
+Test(parity, ep2_dropless) { expert(1, 2, 1, 1, 2, 1, 0); }
+Test(parity, ep4_capacity) { expert(2, 2, 1, 1, 4, 0, 0); }
+Test(parity, ep4_dropless) { expert(1, 4, 1, 1, 4, 1, 0); }
+Test(parity, ep2_dp4_capacity) { expert(2, 2, 1, 1, 2, 0, 0); }
+Test(parity, ep2_tp2) { expert(1, 4, 2, 1, 2, 0, 0); }
+Test(parity, ep2_pp2) { expert(1, 4, 1, 2, 2, 1, 0); }
+/* ZeRO: the experts shard over the expert-data-parallel group (dp / ep
+ * ranks; one rank at dp2 ep2), the rest over dp */
+Test(parity, ep2_zero1) { expert(1, 2, 1, 1, 2, 0, 1); }
+Test(parity, ep2_dp4_zero1) { expert(2, 2, 1, 1, 2, 0, 1); }
+Test(parity, ep2_dp4_zero2) { expert(2, 2, 1, 1, 2, 1, 2); }
+Test(parity, ep2_dp4_zero3) { expert(2, 2, 1, 1, 2, 0, 3); }
+Test(parity, ep2_tp2_zero3) { expert(1, 4, 2, 1, 2, 0, 3); }
+Test(parity, ep2_pp2_zero1) { expert(1, 4, 1, 2, 2, 1, 1); }
+#endif
+#if EMUL
+Test(parity, ep2_dp4_zero3) { expert(2, 2, 1, 1, 2, 0, 3); }
 #endif
 
 /*
@@ -542,8 +553,8 @@ Test(parity, cp2_tp2_sp) { context(1, 4, 2, 1, 2, 1, 0, 0, "ring"); }
 Test(parity, cp2_pp2) { context(1, 4, 1, 2, 2, 1, 0, 1, "ring"); }
 Test(parity, cp2_ep2) { context(1, 2, 1, 1, 2, 2, 0, 1, "ring"); }
 /* all five at once, the default job's mesh: tp2 (sp) x cp2 x pp2 x dp2 =
- * 16 ranks on 4 nodes, the experts over ep2 */
-Test(parity, five_modes_16_ranks, .timeout = 600) { context(4, 4, 2, 2, 2, 2, 0, 1, "ring"); }
+ * 16 ranks on 4 nodes, the experts over ep2, ZeRO-1 */
+Test(parity, five_modes_16_ranks, .timeout = 600) { context(4, 4, 2, 2, 2, 2, 1, 1, "ring"); }
 #endif
 
 #if !ON_DEVICE
@@ -652,11 +663,11 @@ Test(parity, ep_on_a_dense_model_is_rejected)
 	expect_rejected(&j, NULL, "moe_every");
 }
 
-Test(parity, ep_with_zero_is_rejected)
+Test(parity, ep_with_hsdp_is_rejected)
 {
-	struct job j = { 1, 2, 1, 1, 0, 0, 1, 1, NULL, 0, 0, NULL, 0, NULL, 2, 0 };
+	struct job j = { 2, 2, 1, 3, 2, 0, 1, 1, NULL, 0, 0, NULL, 0, NULL, 2, 0 };
 
-	expect_rejected(&j, NULL, "zero");
+	expect_rejected(&j, NULL, "hsdp_shard");
 }
 
 Test(parity, unknown_moe_policy_is_rejected)
