@@ -238,8 +238,16 @@ int mr_plan_search(const struct mr_plan_input *in, struct mr_plan_result *res,
 				m.cp = cp;
 				m.pp = pp;
 				m.dp = world / (tp * cp * pp);
-				if (!pick(f->dp, m.dp) || in->global_batch % m.dp)
+				if (!pick(f->dp, m.dp))
 					continue;
+				if (in->global_batch % m.dp) {
+					if (!res->refused[0])
+						snprintf(res->refused, sizeof(res->refused),
+							 "dp %d (tp %d, cp %d, pp %d) does not divide "
+							 "the global batch %d", m.dp, tp, cp, pp,
+							 in->global_batch);
+					continue;
+				}
 				for (int ep = 1; ep <= (md->moe_every ? md->n_experts : 1) && rc == 0;
 				     ep++) {
 					if ((md->moe_every && md->n_experts % ep) || !pick(f->ep, ep) ||
@@ -258,6 +266,11 @@ int mr_plan_search(const struct mr_plan_input *in, struct mr_plan_result *res,
 		mr_plan_result_release(res);
 		return rc;
 	}
+	if (res->n == 0 && !res->refused[0])
+		snprintf(res->refused, sizeof(res->refused),
+			 "no tp x cp x pp divides %d GPUs within the rules (tp divides the %d "
+			 "heads and fits a node of %d, pp <= %d layers, 2 cp divides seq_len %d)",
+			 world, md->n_head, in->cluster.gpus_per_node, md->n_layer, md->seq_len);
 	if (res->n > 1)
 		qsort(res->plan, (size_t)res->n, sizeof(*res->plan), by_plan);
 	return 0;
