@@ -552,6 +552,16 @@ Test(parity, cp2_dp2_zero3) { context(2, 2, 1, 1, 2, 1, 3, 0, "ring"); }
 Test(parity, cp2_tp2_sp) { context(1, 4, 2, 1, 2, 1, 0, 0, "ring"); }
 Test(parity, cp2_pp2) { context(1, 4, 1, 2, 2, 1, 0, 1, "ring"); }
 Test(parity, cp2_ep2) { context(1, 2, 1, 1, 2, 2, 0, 1, "ring"); }
+/*
+ * Every pair of modes at degree 2, dense and MoE where it applies (ep only
+ * has MoE): dp x tp tp2_dp2_zero3_sp_*, dp x pp pp2_dp2_zero1_*, dp x cp
+ * cp2_dp2 and cp2_dp2_moe, dp x ep ep2_capacity, tp x pp pp2_tp2_sp_*,
+ * tp x cp cp2_tp2_sp and cp2_tp2_sp_moe, tp x ep ep2_tp2, pp x cp
+ * cp2_pp2_dense and cp2_pp2, pp x ep ep2_pp2, cp x ep cp2_ep2.
+ */
+Test(parity, cp2_dp2_moe) { context(2, 2, 1, 1, 2, 1, 0, 1, "ring"); }
+Test(parity, cp2_tp2_sp_moe) { context(1, 4, 2, 1, 2, 1, 0, 1, "ring"); }
+Test(parity, cp2_pp2_dense) { context(1, 4, 1, 2, 2, 1, 0, 0, "ring"); }
 /* all five at once, the default job's mesh: tp2 (sp) x cp2 x pp2 x dp2 =
  * 16 ranks on 4 nodes, the experts over ep2, ZeRO-1 */
 Test(parity, five_modes_16_ranks, .timeout = 600) { context(4, 4, 2, 2, 2, 2, 1, 1, "ring"); }
