@@ -129,6 +129,27 @@ static const struct mr_config_opt plan_table[] = {
 };
 #undef O
 
+/* Rewrites eb's "field: reason" as "--field-name: reason" (flag, or the
+ * field eb names, with '_' as '-'). Returns rc. */
+static int as_flag(struct mr_errbuf *eb, int rc, const char *flag)
+{
+	char msg[sizeof(eb->msg)], name[64];
+	const char *colon = strchr(eb->msg, ':');
+
+	snprintf(name, sizeof(name), "%.60s", flag ? flag : eb->field);
+	for (char *p = name; *p; p++)
+		if (*p == '_')
+			*p = '-';
+	/* a leading "field:" (one word) goes; the reason stays */
+	if (colon && !memchr(eb->msg, ' ', (size_t)(colon - eb->msg)))
+		snprintf(msg, sizeof(msg), "%.*s", (int)sizeof(msg) - 80, colon + 1);
+	else
+		snprintf(msg, sizeof(msg), " %.*s", (int)sizeof(msg) - 80, eb->msg);
+	mr_errbuf_clear(eb);
+	mr_errf_field(eb, rc, name, "--%s:%s", name, msg);
+	return rc;
+}
+
 /* Inline JSON (starting with '{') or a file; NULL with eb set. */
 static json_t *load_json(const char *src, const char *field, struct mr_errbuf *eb)
 {
@@ -161,12 +182,16 @@ static int model_of(const struct plan_opts *o, struct mr_plan_input *in, struct 
 			return MR_EINVAL;
 		rc = mr_plan_from_workload(j, o->gpus, in, eb);
 		json_decref(j);
-		if (rc < 0)
+		if (rc < 0) {
+			char msg[sizeof(eb->msg)];
+			snprintf(msg, sizeof(msg), "%s", eb->msg);
+			mr_errbuf_clear(eb);
 			return mr_errf_field(eb, rc, "workload-config", "--workload-config: %s",
-					     eb->msg);
+					     msg);
+		}
 	} else if (o->model[0]) {
 		if ((rc = mr_plan_model_preset(o->model, m, eb)) < 0)
-			return mr_errf_field(eb, rc, "model", "--%s", eb->msg);
+			return as_flag(eb, rc, "model");
 	} else {
 		snprintf(m->name, sizeof(m->name), "custom");
 	}
@@ -202,7 +227,7 @@ static int cluster_of(const struct plan_opts *o, struct mr_plan_input *in,
 					      : mr_plan_cluster_preset(o->cluster, o->gpus, c, eb);
 
 	if (rc < 0)
-		return mr_errf_field(eb, rc, "cluster", "--%s", eb->msg);
+		return as_flag(eb, rc, "cluster");
 	if (o->gpus_per_node > 0)
 		c->gpus_per_node = o->gpus_per_node;
 	if (o->mem_gb > 0)
@@ -265,9 +290,7 @@ static int inputs_of(const struct plan_opts *o, const struct mr_config *cfg,
 	f->pp = o->pp;
 	f->cp = o->cp;
 	f->ep = o->ep;
-	return mr_plan_check(in, eb) < 0
-		       ? mr_errf_field(eb, MR_EINVAL, eb->field, "--%s", eb->msg)
-		       : 0;
+	return (rc = mr_plan_check(in, eb)) < 0 ? as_flag(eb, rc, NULL) : 0;
 }
 
 /* ---- printing ------------------------------------------------------------------ */
@@ -388,8 +411,28 @@ static int run(const struct mr_plan_input *in, const struct plan_opts *o)
 		fprintf(stderr, "meshrun plan: %s\n", eb.msg);
 		return eb.field[0] ? 2 : 1;
 	}
+	if (o->explain[0] && res.n == 0) {
+		/* the mesh asked for, with what it leaves open at its simplest */
+		struct mr_plan_mesh m = in->fix;
+		m.tp = m.tp ? m.tp : 1;
+		m.cp = m.cp ? m.cp : 1;
+		m.pp = m.pp ? m.pp : 1;
+		m.ep = m.ep ? m.ep : 1;
+		m.sp = m.sp < 0 ? 0 : m.sp;
+		m.zero = m.zero < 0 ? 0 : m.zero;
+		m.schedule = m.schedule < 0 ? MR_PP_1F1B : m.schedule;
+		m.recompute = m.recompute < 0 ? 0 : m.recompute;
+		m.micro_batch = m.micro_batch ? m.micro_batch : 1;
+		if (mr_plan_mesh_check(in, &m, &eb) < 0)
+			fprintf(stderr, "meshrun plan: --explain: %s\n", eb.msg);
+		else
+			fprintf(stderr, "meshrun plan: --explain: %s\n", res.refused);
+		mr_plan_result_release(&res);
+		return MR_CONFIG_EXIT_USAGE;
+	}
 	header(in);
 	printf("%ld meshes considered, %d valid, %d fit\n", res.considered, res.n, res.fitting);
+	fflush(stdout);
 	if (res.n == 0) {
 		fprintf(stderr, "meshrun plan: no valid mesh for %d GPUs: %s\n", in->cluster.gpus,
 			res.refused);
@@ -400,7 +443,9 @@ static int run(const struct mr_plan_input *in, const struct plan_opts *o)
 		int rc = explain(in, &res.plan[0]);
 		if (!res.plan[0].fits) {
 			mr_plan_limit(in, &res.plan[0], why, sizeof(why));
-			printf("does not fit: %s\n", why);
+			fflush(stdout);
+			fprintf(stderr, "meshrun plan: this mesh does not fit: %s\n", why);
+			rc = 1;
 		}
 		mr_plan_result_release(&res);
 		return rc;
@@ -409,6 +454,7 @@ static int run(const struct mr_plan_input *in, const struct plan_opts *o)
 	n = res.fitting ? res.fitting : 1;
 	for (int i = 0; i < n && i < o->top; i++)
 		row(i + 1, &res.plan[i]);
+	fflush(stdout);
 	if (!res.fitting) {
 		mr_plan_limit(in, &res.plan[0], why, sizeof(why));
 		fprintf(stderr, "meshrun plan: nothing fits in %.1f GB per GPU; the closest plan "

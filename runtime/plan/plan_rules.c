@@ -204,16 +204,16 @@ int mr_plan_mesh_check(const struct mr_plan_input *in, struct mr_plan_mesh *m,
 	if (m->tp < 1 || m->cp < 1 || m->pp < 1 || m->ep < 1)
 		return bad(eb, "tp", "tp, cp, pp and ep must be >= 1 (tp %d, pp %d)", m->tp,
 			   m->pp);
-	mp = m->tp * m->cp * m->pp;
-	if (m->dp == 0 && world % mp == 0)
-		m->dp = world / mp;
-	if (m->dp < 1 || m->dp * mp != world)
-		return bad(eb, "dp", "tp*cp*pp*dp must be the %d GPUs (tp*cp*pp = %d)", world, mp);
 	if (md->n_head % m->tp)
 		return bad(eb, "tp", "tp %d does not divide the %d heads", m->tp, md->n_head);
 	if (m->tp > in->cluster.gpus_per_node)
 		return bad(eb, "tp", "tp %d does not fit in a node of %d GPUs", m->tp,
 			   in->cluster.gpus_per_node);
+	mp = m->tp * m->cp * m->pp;
+	if (m->dp == 0 && world % mp == 0)
+		m->dp = world / mp;
+	if (m->dp < 1 || m->dp * mp != world)
+		return bad(eb, "dp", "tp*cp*pp*dp must be the %d GPUs (tp*cp*pp = %d)", world, mp);
 	if (m->sp < 0 || m->sp > 1 || (m->sp && m->tp == 1))
 		return bad(eb, "sp", "sequence parallel needs tp > 1 (tp %d, sp %d)", m->tp, m->sp);
 	if (m->cp > 1 && T % (2 * m->cp))

@@ -285,15 +285,21 @@ void mr_plan_result_release(struct mr_plan_result *res)
 
 /* ---- what limits a plan -------------------------------------------------------- */
 
+/* What the inputs fixed may be raised (or lowered) to save memory: the
+ * search already tried every free choice, so only a fixed one, a bigger
+ * cluster or bigger GPUs can help. */
 void mr_plan_limit(const struct mr_plan_input *in, const struct mr_plan *p, char *buf,
 		   size_t cap)
 {
-	const struct mr_plan_mesh *m = &p->mesh;
-	double avail = in->cluster.mem_bytes - in->cluster.reserve_bytes;
+	const struct mr_plan_mesh *m = &p->mesh, *f = &in->fix;
+	const struct mr_plan_cluster *c = &in->cluster;
+	double avail = c->mem_bytes - c->reserve_bytes;
 	double states = p->mem.bytes[MR_MEM_PARAMS] + p->mem.bytes[MR_MEM_GRADS] +
 			p->mem.bytes[MR_MEM_OPTIM];
 	double acts = p->mem.bytes[MR_MEM_ACTS];
-	char hint[160] = "";
+	int tp_max = c->gpus_per_node < in->model.n_head ? c->gpus_per_node : in->model.n_head;
+	int zero_ok = !(in->impl == MR_PLAN_MESHRUN && (m->pp > 1 || m->ep > 1));
+	char hint[200] = "";
 	size_t n = 0;
 
 #define HINT(...) (n += (size_t)snprintf(hint + n, n < sizeof(hint) ? sizeof(hint) - n : 0, \
@@ -302,29 +308,35 @@ void mr_plan_limit(const struct mr_plan_input *in, const struct mr_plan *p, char
 		snprintf(buf, cap, "fits: %.1f GB per GPU of %.1f", p->mem.total / 1e9, avail / 1e9);
 		return;
 	}
+	/* phrases joined by " or ", "raise" said once: "raise pp or the ZeRO stage" */
+#define RAISE(what) HINT("%s%s", n ? " or " : "raise ", what)
 	if (states >= acts) {
-		if (m->pp < in->model.n_layer)
-			HINT("%sraise pp", n ? " or " : "");
-		if (m->zero < 3 && !(in->impl == MR_PLAN_MESHRUN && (m->pp > 1 || m->ep > 1)))
-			HINT("%sthe ZeRO stage", n ? " or " : "");
-		if (m->tp < in->cluster.gpus_per_node && m->tp < in->model.n_head)
-			HINT("%stp", n ? " or " : "");
+		if (f->pp > 0 && m->pp < in->model.n_layer)
+			RAISE("pp");
+		if (f->zero >= 0 && m->zero < 3 && zero_ok)
+			RAISE("the ZeRO stage");
+		if (f->tp > 0 && m->tp < tp_max)
+			RAISE("tp");
 	} else {
-		if (m->micro_batch > 1)
+		if (f->tp > 0 && m->tp < tp_max)
+			RAISE("tp");
+		if (f->cp > 0 && in->model.seq_len % (4 * m->cp) == 0)
+			RAISE("cp");
+		if (f->pp > 0 && m->pp < in->model.n_layer)
+			RAISE("pp");
+		if (f->micro_batch > 1)
 			HINT("%slower the micro-batch", n ? " or " : "");
-		if (in->impl == MR_PLAN_MEGATRON && m->recompute != MR_PLAN_RC_FULL)
+		if (in->impl == MR_PLAN_MEGATRON && f->recompute >= 0 &&
+		    m->recompute != MR_PLAN_RC_FULL)
 			HINT("%srecompute activations", n ? " or " : "");
-		if (m->tp > 1 && !m->sp)
+		if (f->sp == 0 && m->tp > 1)
 			HINT("%sturn on sequence parallel", n ? " or " : "");
-		if (m->tp < in->cluster.gpus_per_node && m->tp < in->model.n_head)
-			HINT("%sraise tp", n ? " or " : "");
-		if (in->model.seq_len % (4 * m->cp) == 0)
-			HINT("%scp", n ? " or " : "");
-		if (m->pp < in->model.n_layer)
-			HINT("%spp", n ? " or " : "");
 	}
-	if (!n)
-		HINT("more GPUs or GPUs with more memory");
+#undef RAISE
+	if (!n) /* every mesh was tried: the model states shrink with the GPUs */
+		HINT("use more GPUs (about %d) or GPUs with more memory",
+		     (int)ceil(c->gpus * p->mem.total / avail / c->gpus_per_node) *
+			     c->gpus_per_node);
 #undef HINT
 	snprintf(buf, cap,
 		 "needs %.1f GB per GPU, %.1f available (parameters %.1f, gradients %.1f, "

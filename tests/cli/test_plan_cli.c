@@ -1,0 +1,182 @@
+/*
+ * test_plan_cli.c - `meshrun plan` as a user runs it: the best plans that
+ * fit, inputs from flags, a JSON file or a job's workload config; --explain
+ * prints the rank table of the mesh function and each mode's volume; bad
+ * input exits 2 naming the flag; nothing fitting, or no valid mesh, exits
+ * 1 with the closest plan and what limits it.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "mr_mesh.h"
+
+static char tmp[64];
+
+static void rmtmp(void)
+{
+	char cmd[128];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
+	(void)!system(cmd);
+}
+
+static void scratch(void)
+{
+	snprintf(tmp, sizeof(tmp), "/tmp/mr-plan-cli-XXXXXX");
+	cr_assert_not_null(mkdtemp(tmp));
+	atexit(rmtmp); /* each test is its own process */
+}
+
+/* `meshrun ARGS` in tmp: the exit code; stdout and stderr in *out and
+ * *err (malloc'd). */
+static int meshrun(char **out, char **err, const char *args)
+{
+	const char *b = getenv("MESHRUN_BUILD");
+	char cmd[4096], path[2][128];
+	char **dst[2] = { out, err };
+	int st;
+
+	snprintf(path[0], sizeof(path[0]), "%s/out.log", tmp);
+	snprintf(path[1], sizeof(path[1]), "%s/err.log", tmp);
+	snprintf(cmd, sizeof(cmd), "cd '%s' && '%s/meshrun' %s >'%s' 2>'%s'", tmp,
+		 b && b[0] ? b : "build", args, path[0], path[1]);
+	st = system(cmd);
+	for (int i = 0; i < 2; i++) {
+		FILE *f = fopen(path[i], "rb");
+		long n;
+		cr_assert_not_null(f);
+		fseek(f, 0, SEEK_END);
+		n = ftell(f);
+		rewind(f);
+		*dst[i] = calloc(1, (size_t)n + 1);
+		cr_assert_eq(fread(*dst[i], 1, (size_t)n, f), (size_t)n);
+		fclose(f);
+	}
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+Test(plan_cli, prints_the_fastest_plans_that_fit)
+{
+	char *out, *err;
+
+	scratch();
+	cr_assert_eq(meshrun(&out, &err, "plan --model gpt2-350m --cluster h100 --gpus 16 "
+					 "--global-batch 256 --top 3"),
+		     0, "%s%s", out, err);
+	cr_expect(strstr(out, "model gpt2-350m") && strstr(out, "cluster h100: 16 GPUs"), "%s",
+		  out);
+	cr_expect(strstr(out, "\n  1 ") && strstr(out, "\n  3 ") && !strstr(out, "\n  4 "),
+		  "three ranked rows: %s", out);
+	cr_expect(strstr(out, "communication per step") && strstr(out, "step "), "%s", out);
+	free(out);
+	free(err);
+}
+
+Test(plan_cli, inputs_from_a_json_file_and_a_workload_config)
+{
+	char *out, *err, path[160];
+	FILE *f;
+
+	scratch();
+	snprintf(path, sizeof(path), "%s/in.json", tmp);
+	f = fopen(path, "w");
+	cr_assert_not_null(f);
+	fprintf(f, "{\"model\": \"gpt2-124m\", \"gpus\": 8, \"global_batch\": 64, "
+		   "\"cluster\": \"a100-40g\"}\n");
+	fclose(f);
+	cr_assert_eq(meshrun(&out, &err, "plan --config in.json"), 0, "%s%s", out, err);
+	cr_expect(strstr(out, "cluster a100-40g: 8 GPUs") && strstr(out, "global batch 64"),
+		  "%s", out);
+	free(out);
+	free(err);
+	cr_assert_eq(meshrun(&out, &err, "plan --cluster local --gpus 2 --workload-config "
+					 "'{\"n_layer\": 4, \"batch_size\": 4, \"zero\": 1}'"),
+		     0, "%s%s", out, err);
+	cr_expect(strstr(out, "model workload") && strstr(out, "global batch 8") &&
+			  strstr(out, "precision fp32"),
+		  "%s", out);
+	free(out);
+	free(err);
+}
+
+Test(plan_cli, explain_prints_the_mesh_functions_table_and_volumes)
+{
+	struct mr_mesh m;
+	struct mr_mesh_coord c;
+	char *out, *err, want[160];
+
+	scratch();
+	cr_assert_eq(meshrun(&out, &err, "plan --model gpt2-124m --gpus 8 --global-batch 16 "
+					 "--explain tp=2,pp=2,mb=1,zero=1,schedule=1f1b"),
+		     0, "%s%s", out, err);
+	cr_expect(strstr(out, "plan tp=2 cp=1 pp=2 dp=2") && strstr(out, "stage 1:"), "%s", out);
+	cr_expect(strstr(out, "\n  tp ") && strstr(out, "\n  pp ") && strstr(out, "\n  dp "),
+		  "a volume per mode: %s", out);
+	cr_assert_eq(mr_mesh_init(&m, 8, 2, 2, 1, 1, 0, NULL), 0);
+	for (int r = 0; r < 8; r++) {
+		mr_mesh_coord(&m, r, &c);
+		snprintf(want, sizeof(want), "\n%6d %4d %4d %4d %4d %4d %4d |", r, c.pp, c.dp, c.cp,
+			 c.tp, c.ep, c.edp);
+		cr_expect(strstr(out, want), "rank %d's coordinates as mr_mesh gives them", r);
+	}
+	free(out);
+	free(err);
+}
+
+Test(plan_cli, bad_input_exits_2_naming_the_flag)
+{
+	static const struct {
+		const char *args, *flag;
+	} bad[] = {
+		{ "plan --model gpt-5 --global-batch 8", "--model" },
+		{ "plan --model gpt2-124m --global-batch 8 --cluster tpu", "--cluster" },
+		{ "plan --model gpt2-124m", "--global-batch" },
+		{ "plan --model gpt2-124m --global-batch 8 --n-head 7", "--n-head" },
+		{ "plan --model gpt2-124m --global-batch 8 --zero 4", "--zero" },
+		{ "plan --model gpt2-124m --global-batch 8 --explain tp=5", "tp" },
+		{ "plan --model gpt2-124m --global-batch 8 --explain tpp=2", "tpp" },
+		{ "plan --cluster local --gpus 2 --workload-config '{\"n_layers\": 4}'",
+		  "n_layers" },
+	};
+
+	scratch();
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char *out, *err;
+		cr_expect_eq(meshrun(&out, &err, bad[i].args), 2, "%s: %s", bad[i].args, err);
+		cr_expect(strstr(err, bad[i].flag), "%s: '%s' names %s", bad[i].args, err,
+			  bad[i].flag);
+		free(out);
+		free(err);
+	}
+}
+
+Test(plan_cli, nothing_fits_exits_1_with_the_closest_plan)
+{
+	char *out, *err;
+
+	scratch();
+	cr_expect_eq(meshrun(&out, &err, "plan --model gpt3-175b --cluster a100-80g --gpus 8 "
+					 "--global-batch 8 --impl megatron"),
+		     1, "%s%s", out, err);
+	cr_expect(strstr(out, "\n  1 "), "the closest plan is shown: %s", out);
+	cr_expect(strstr(err, "nothing fits") && strstr(err, "GB per GPU, 80.0 available") &&
+			  strstr(err, "more GPUs"),
+		  "%s", err);
+	free(out);
+	free(err);
+	/* a fixed mesh that does not fit names the knobs to turn */
+	cr_expect_eq(meshrun(&out, &err, "plan --model llama-7b-like --gpus 8 --global-batch 64 "
+					 "--explain tp=1,pp=1,zero=0,mb=8"),
+		     1);
+	cr_expect(strstr(err, "raise pp or the ZeRO stage"), "%s", err);
+	free(out);
+	free(err);
+	cr_expect_eq(meshrun(&out, &err, "plan --model gpt2-124m --gpus 13 --global-batch 8"), 1);
+	cr_expect(strstr(err, "no valid mesh for 13 GPUs"), "%s", err);
+	free(out);
+	free(err);
+}
