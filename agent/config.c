@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "mr_log.h"
+#include "mesh_auto.h"
 #include "mr_mesh.h"
 #include "mr_gpt_worker.h"
 #include "mr_token.h"
@@ -112,6 +113,14 @@ static const struct mr_config_opt agent_opts[] = {
 			 "JSON object given to the in-process workload, e.g. "
 			 "'{\"steps\": 20, \"d_model\": 64}', or the path of a file holding one "
 			 "(a mounted ConfigMap); checked at start."),
+	MR_CONFIG_STRING("mesh", C, mesh, NULL,
+			 "auto: the mesh (and ZeRO stage, micro-batches, schedule) of meshrun "
+			 "plan's top plan for the world the job gets, from workload_config's "
+			 "model; --tp/--pp/--cp/--ep given too are kept (docs/PLANNER.md)."),
+	MR_CONFIG_STRING("plan_cluster", C, plan_cluster, "local",
+			 "The cluster --mesh auto plans for: a preset of meshrun plan "
+			 "(h100, a100-80g, ...; nproc_per_node to a node) or local (this "
+			 "machine's CPU ranks)."),
 };
 #undef C
 
@@ -438,6 +447,50 @@ static int parse_workload(struct mr_agent_config *cfg, struct mr_errbuf *eb)
 	return rc;
 }
 
+/*
+ * --mesh auto: the flags' tp, pp, cp and ep become what the planner keeps
+ * (1 when not given), dp is derived; a job of fixed size is planned now,
+ * so its spec carries the mesh, an elastic one each round (workers.c).
+ */
+static int mesh_auto(const struct mr_config *mc, struct mr_agent_config *cfg,
+		     struct mr_errbuf *eb)
+{
+	struct mr_agent_mesh m;
+	json_t *planned;
+	int rc;
+
+	if (!cfg->mesh[0])
+		return 0;
+	if (strcmp(cfg->mesh, "auto"))
+		return mr_errf_field(eb, MR_EINVAL, "mesh",
+				     "mesh: '%s' is not auto (leave it out for --tp, --pp ... as "
+				     "given)",
+				     cfg->mesh);
+	if (mc->nargs > 0 || cfg->mode == MR_AGENT_MODE_EXEC)
+		return mr_errf_field(eb, MR_EINVAL, "mesh",
+				     "mesh: auto plans the in-process runtime's model; exec mode "
+				     "has none to plan for");
+	if (mr_config_is_set(mc, "dp") && cfg->dp)
+		return mr_errf_field(eb, MR_EINVAL, "dp", "dp: --mesh auto derives it; leave it out");
+	cfg->fix_tp = mr_config_is_set(mc, "tp") ? cfg->tp : 0;
+	cfg->fix_pp = mr_config_is_set(mc, "pp") ? cfg->pp : 0;
+	cfg->fix_cp = mr_config_is_set(mc, "cp") ? cfg->cp : 0;
+	cfg->fix_ep = mr_config_is_set(mc, "ep") ? cfg->ep : 0;
+	if (cfg->min_nodes != cfg->max_nodes) /* each round plans the world it gets */
+		return 0;
+	rc = mr_agent_mesh_auto(cfg, cfg->min_nodes * cfg->nproc_per_node, &m, &planned, eb);
+	if (rc < 0)
+		return rc;
+	cfg->tp = m.tp;
+	cfg->pp = m.pp;
+	cfg->cp = m.cp;
+	cfg->ep = m.ep;
+	cfg->dp = 0;
+	json_decref(cfg->workload_json);
+	cfg->workload_json = planned;
+	return 0;
+}
+
 /* token_file (or MESHRUN_TOKEN_FILE) wins over token, as in the controller. */
 static int read_token(struct mr_agent_config *cfg, struct mr_errbuf *eb)
 {
@@ -519,9 +572,11 @@ int mr_agent_config_load(struct mr_agent_config *cfg, const char *prog, int argc
 	if (!err)
 		err = check_job(cfg->job, eb);
 	if (!err)
-		err = check_mesh(cfg, eb);
-	if (!err)
 		err = parse_workload(cfg, eb);
+	if (!err)
+		err = mesh_auto(&mc, cfg, eb);
+	if (!err)
+		err = check_mesh(cfg, eb);
 	if (!err)
 		err = read_token(cfg, eb);
 	if (!err && cfg->straggler_factor > 0.0 && cfg->straggler_factor < 1.01)

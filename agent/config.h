@@ -73,12 +73,15 @@ struct mr_agent_config {
 	int log_level;
 	char workload[64];      /* in-process workload name */
 	char workload_config[4096]; /* JSON object text for the workload */
+	char mesh[16];          /* "auto": the planner's mesh (mesh_auto.h); "" the flags' */
+	char plan_cluster[32];  /* --mesh auto's cluster: a preset, or "local" */
 
 	/* derived by mr_agent_config_load() */
 	int min_nodes, max_nodes;
 	int permanent[MR_AGENT_MAX_PERMANENT];
 	int npermanent;
 	json_t *workload_json;  /* parsed workload_config, NULL if empty; owned */
+	int fix_tp, fix_pp, fix_cp, fix_ep; /* --mesh auto: what the flags fixed, 0 = any */
 	char **cmd;             /* exec mode: command and args (into argv) */
 	int ncmd;
 };

@@ -183,6 +183,8 @@ void mr_supervisor_release(struct mr_supervisor *sv)
 	mr_exec_stop(&sv->exec, 0);
 	mr_agent_progress_detach(&sv->progress);
 	mr_inproc_stop(&sv->inproc);
+	json_decref(sv->plan_json); /* after the workers that borrowed it */
+	sv->plan_json = NULL;
 	mr_rdzv_free(sv->rdzv);
 	sv->rdzv = NULL;
 	mr_agent_progress_release(&sv->progress);

@@ -89,6 +89,8 @@ struct mr_supervisor {
 	volatile sig_atomic_t stop_sig; /* signal to forward, 0 = none */
 	int health_port;        /* advertised in join; set before run */
 	char reason[1024];       /* why FAILED (or what the last restart was for) */
+	json_t *plan_json;       /* --mesh auto on an elastic job: this round's planned
+				  * workload config (the workers borrow it); owned */
 };
 
 const char *mr_agent_state_name(int state);

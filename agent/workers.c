@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "mesh_auto.h"
 #include "mr_gpt_worker.h"
 #include "mr_log.h"
 #include "supervisor_int.h"
@@ -174,7 +175,9 @@ int mr__sv_start_workers(struct mr_supervisor *sv, const char *maddr, int mport,
 			 struct mr_errbuf *eb)
 {
 	const struct mr_agent_config *cfg = sv->cfg;
-	const struct mr_rdzv_round *rd = &sv->round;
+	struct mr_rdzv_round planned = sv->round;
+	const struct mr_rdzv_round *rd = &planned;
+	json_t *config = cfg->workload_json, *previous = NULL;
 	int n = rd->nproc_per_node;
 	struct mr_workenv *envs = calloc((size_t)n, sizeof(*envs));
 	char ***ev = calloc((size_t)n, sizeof(*ev));
@@ -188,6 +191,20 @@ int mr__sv_start_workers(struct mr_supervisor *sv, const char *maddr, int mport,
 		err = mr_errf(eb, MR_ENOMEM, "unable to prepare %d workers", n);
 		goto out;
 	}
+	if (cfg->mesh[0] && cfg->min_nodes != cfg->max_nodes) {
+		/* --mesh auto, elastic: the plan for the world this round has */
+		struct mr_agent_mesh m;
+		json_t *j;
+		if ((err = mr_agent_mesh_auto(cfg, rd->world_size, &m, &j, eb)) < 0)
+			goto out;
+		planned.tp = m.tp;
+		planned.pp = m.pp;
+		planned.cp = m.cp;
+		planned.ep = m.ep;
+		planned.dp = m.dp;
+		previous = sv->plan_json;
+		sv->plan_json = config = j;
+	}
 	for (int i = 0; i < n; i++) {
 		struct mr_worker_env w = {
 			.job = cfg->job, .run_id = cfg->run_id, .generation = rd->generation,
@@ -198,7 +215,7 @@ int mr__sv_start_workers(struct mr_supervisor *sv, const char *maddr, int mport,
 			.host = cfg->host, .host_id = cfg->host_id};
 
 		ranks[i] = w.rank;
-		w.config = cfg->workload_json;
+		w.config = config;
 		wenv[i] = w;
 		if (mr__sv_inproc_mode(sv))
 			continue;
@@ -216,6 +233,8 @@ int mr__sv_start_workers(struct mr_supervisor *sv, const char *maddr, int mport,
 		/* the heartbeat thread reads the workers: not while they change */
 		mr_agent_progress_detach(&sv->progress);
 		mr_inproc_stop(&sv->inproc); /* the previous run's threads and state */
+		json_decref(previous);        /* the config they borrowed */
+		previous = NULL;
 		mr_agent_metrics_comm_restart(&sv->metrics);
 		err = mr_inproc_start(&sv->inproc, &mr_gpt_worker, wenv, n, &sv->ropts, eb);
 		if (!err && mr_agent_progress_attach(&sv->progress, &sv->inproc))
@@ -230,6 +249,10 @@ int mr__sv_start_workers(struct mr_supervisor *sv, const char *maddr, int mport,
 			mr_agent_metrics_exit_code(&sv->metrics, i, -1);
 	}
 out:
+	if (previous) { /* not reached the stop: the old workers may still read it */
+		json_decref(sv->plan_json);
+		sv->plan_json = previous;
+	}
 	for (int i = 0; envs && i < n; i++)
 		if (envs[i].v)
 			mr_workenv_release(&envs[i]);

@@ -180,3 +180,80 @@ Test(plan_cli, nothing_fits_exits_1_with_the_closest_plan)
 	free(out);
 	free(err);
 }
+
+/* ---- --mesh auto ------------------------------------------------------------------ */
+
+#define AUTO_CFG "'{\"n_layer\": 4, \"d_model\": 64, \"n_head\": 4, \"seq_len\": 32, " \
+		 "\"batch_size\": 2, \"steps\": 2, \"vocab_size\": 512, \"loss_log\": \"loss.txt\"}'"
+
+/* The plan each agent logged ("plan=\"...\""), the first one after from. */
+static const char *logged_plan(const char *from, char *buf, size_t cap)
+{
+	const char *p = strstr(from, "event=mesh_auto"), *q, *e;
+
+	if (!p || !(q = strstr(p, "plan=\"")) || !(e = strchr(q + 6, '"')))
+		return NULL;
+	snprintf(buf, cap, "%.*s", (int)(e - q - 6), q + 6);
+	return e;
+}
+
+Test(plan_cli, local_mesh_auto_trains_on_the_top_plan, .timeout = 240)
+{
+	char *out, *err, plan[160], path[160], line[256];
+	FILE *f;
+	int lines = 0;
+
+	scratch();
+	cr_assert_eq(meshrun(&out, &err, "local --nodes 1 --nproc-per-node 2 --mesh auto --tp 2 "
+					 "--workload-config " AUTO_CFG),
+		     0, "%s%s", out, err);
+	cr_assert_not_null(logged_plan(err, plan, sizeof(plan)), "the plan is logged: %s", err);
+	cr_expect(strstr(plan, "tp=2 "), "a fixed --tp is kept: %s", plan);
+	cr_expect(strstr(err, "succeeded"), "%s", err);
+	snprintf(path, sizeof(path), "%s/loss.txt", tmp);
+	f = fopen(path, "r");
+	cr_assert_not_null(f, "rank 0 wrote its loss log");
+	while (fgets(line, sizeof(line), f))
+		lines++;
+	fclose(f);
+	cr_expect_eq(lines, 2, "both steps trained");
+	free(out);
+	free(err);
+}
+
+Test(plan_cli, elastic_agents_plan_each_round_alike, .timeout = 240)
+{
+	char *out, *err, a[160], b[160];
+	const char *next;
+
+	scratch();
+	cr_assert_eq(meshrun(&out, &err, "local --nodes 2 --nnodes 1:2 --last-call 2s "
+					 "--nproc-per-node 1 --mesh auto --workload-config " AUTO_CFG),
+		     0, "%s%s", out, err);
+	next = logged_plan(err, a, sizeof(a));
+	cr_assert_not_null(next, "%s", err);
+	cr_assert_not_null(logged_plan(next, b, sizeof(b)), "both agents plan: %s", err);
+	cr_expect_str_eq(a, b, "every agent plans the same mesh");
+	cr_expect(strstr(err, "world=2"), "for the world the round has: %s", err);
+	free(out);
+	free(err);
+}
+
+Test(plan_cli, mesh_auto_that_cannot_fit_exits_2)
+{
+	char *out, *err;
+
+	scratch();
+	cr_expect_eq(meshrun(&out, &err, "local --nodes 1 --nproc-per-node 2 --mesh auto "
+					 "--workload-config '{\"n_layer\": 12, \"d_model\": 8192, "
+					 "\"n_head\": 64, \"vocab_size\": 50000, \"seq_len\": 2048}'"),
+		     2);
+	cr_expect(strstr(err, "mesh: auto: nothing fits") && strstr(err, "GB per GPU"), "%s",
+		  err);
+	free(out);
+	free(err);
+	cr_expect_eq(meshrun(&out, &err, "local --nodes 1 --mesh sideways"), 2);
+	cr_expect(strstr(err, "mesh: 'sideways'"), "%s", err);
+	free(out);
+	free(err);
+}
