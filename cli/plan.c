@@ -306,8 +306,8 @@ static void header(const struct mr_plan_input *in)
 	if (m->moe_every)
 		printf(", MoE every %d: %d experts top-%d", m->moe_every, m->n_experts, m->top_k);
 	printf("; global batch %d\n", in->global_batch);
-	printf("cluster %s: %d GPUs, %d per node, %.1f GB (%.1f for the model), %.0f TFLOP/s at "
-	       "mfu %.2f, links %.0f / %.0f GB/s\n",
+	printf("cluster %s: %d GPUs, %d per node, %.1f GB (%.1f for the model), %.3g TFLOP/s at "
+	       "mfu %.2f, links %.3g / %.3g GB/s\n",
 	       c->name, c->gpus, c->gpus_per_node, c->mem_bytes / 1e9,
 	       (c->mem_bytes - c->reserve_bytes) / 1e9, c->peak_flops / 1e12, c->mfu,
 	       c->bw_intra / 1e9, c->bw_inter / 1e9);

@@ -223,6 +223,10 @@ int mr_plan_search(const struct mr_plan_input *in, struct mr_plan_result *res,
 	memset(res, 0, sizeof(*res));
 	if ((rc = mr_plan_check(in, eb)) < 0)
 		return rc;
+	if (f->tp > 0 && (md->n_head % f->tp || f->tp > in->cluster.gpus_per_node))
+		snprintf(res->refused, sizeof(res->refused),
+			 "tp %d must divide the %d heads and fit a node of %d GPUs", f->tp,
+			 md->n_head, in->cluster.gpus_per_node);
 	for (int tp = 1; tp <= md->n_head && rc == 0; tp++) {
 		if (md->n_head % tp || world % tp || !pick(f->tp, tp) ||
 		    tp > in->cluster.gpus_per_node)

@@ -310,7 +310,10 @@ int mr__plan_time(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
 	t->compute_s = m->micro_batches * (Fc + Bc);
 	t->bubble_s = span - m->micro_batches * (F + B);
 	t->step_s = span + p2p + dp + t->optim_s;
+	/* what is left is communication (rounding aside) */
 	t->exposed_s = t->step_s - t->compute_s - t->bubble_s - t->optim_s;
+	if (t->exposed_s < 1e-9 * t->step_s)
+		t->exposed_s = 0;
 	t->tokens_per_s = (double)in->global_batch * in->model.seq_len / t->step_s;
 	mr__plan_stage_release(&worst);
 	return 0;
