@@ -402,7 +402,7 @@ static int explain(const struct mr_plan_input *in, const struct mr_plan *p)
 
 static int run(const struct mr_plan_input *in, const struct plan_opts *o)
 {
-	struct mr_plan_result res;
+	struct mr_plan_result res = { 0 };
 	struct mr_errbuf eb = { { 0 }, { 0 } };
 	char why[512];
 	int n;

@@ -172,7 +172,7 @@ static int choose_run(struct search *s, struct mr_plan_mesh m)
 		if (f->zero >= 0 ? zero != f->zero
 				 : in->impl == MR_PLAN_MESHRUN && m.pp > 1 && zero > 1)
 			continue;
-		for (int sp = 0; sp <= (m.tp > 1); sp++) {
+		for (int sp = 0; sp <= (m.tp > 1 ? 1 : 0); sp++) {
 			if (f->sp >= 0 && sp != f->sp)
 				continue;
 			for (int r = 0; r < MR_PLAN__RCS; r++) {

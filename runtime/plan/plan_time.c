@@ -160,13 +160,12 @@ static void passes(struct ctx *x, struct mr_plan_time *t, const struct mr__plan_
 		   double count, double *F, double *B, double *Fc, double *Bc)
 {
 	const struct mr_plan_mesh *m = x->m;
-	struct mr_plan_time scratch;
+	struct mr_plan_time scratch = { 0 };
 	struct mr_plan_time *tt = count > 0 ? t : &scratch;
 	double cnt = count > 0 ? count : 1;
 	double s = x->in->model.seq_len, attn_f = x->tok * 2 * s * x->C / m->tp / x->rate;
 	double f = mr__plan_fwd_flops(x->in, m, st) / x->rate, cf, cb;
 
-	memset(&scratch, 0, sizeof(scratch));
 	*Fc = f;
 	*Bc = 2 * f + (m->recompute == MR_PLAN_RC_FULL	    ? f
 		       : m->recompute == MR_PLAN_RC_SELECTIVE ? attn_f * st->layers

@@ -143,7 +143,7 @@ static int published_fits(const struct mr_plan_result *r, int t, int p)
 Test(plan, megatron_gpt3_175b_tp8_pp16_fits_80gb)
 {
 	struct mr_plan_input in;
-	struct mr_plan_result r;
+	struct mr_plan_result r = { 0 };
 	struct mr_errbuf eb = { { 0 }, { 0 } };
 
 	megatron_input(&in, "gpt3-175b", 1024, 1536);
@@ -173,7 +173,7 @@ Test(plan, megatron_2021_table1_meshes_fit_80gb)
 
 	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
 		struct mr_plan_input in;
-		struct mr_plan_result r;
+		struct mr_plan_result r = { 0 };
 		struct mr_errbuf eb = { { 0 }, { 0 } };
 
 		megatron_input(&in, rows[i].model, rows[i].gpus, rows[i].batch);
@@ -194,7 +194,7 @@ Test(plan, megatron_2021_table1_meshes_fit_80gb)
 Test(plan, every_plan_obeys_the_mesh_rules)
 {
 	struct mr_plan_input in;
-	struct mr_plan_result r;
+	struct mr_plan_result r = { 0 };
 	struct mr_errbuf eb = { { 0 }, { 0 } };
 
 	mr_plan_input_init(&in);
@@ -317,7 +317,7 @@ Test(plan, unknown_presets_and_bad_inputs_name_the_field)
 Test(plan, nothing_fits_shows_the_closest_plan_and_its_limit)
 {
 	struct mr_plan_input in;
-	struct mr_plan_result r;
+	struct mr_plan_result r = { 0 };
 	struct mr_errbuf eb = { { 0 }, { 0 } };
 	char why[512];
 
@@ -337,7 +337,7 @@ Test(plan, nothing_fits_shows_the_closest_plan_and_its_limit)
 Test(plan, a_world_with_no_valid_mesh_says_why)
 {
 	struct mr_plan_input in;
-	struct mr_plan_result r;
+	struct mr_plan_result r = { 0 };
 	struct mr_errbuf eb = { { 0 }, { 0 } };
 
 	mr_plan_input_init(&in);
@@ -386,7 +386,7 @@ Test(plan, workload_config_in_and_out)
 			       "\"batch_size\":2,\"grad_accum\":3,\"zero\":1}",
 			       0, NULL);
 	struct mr_plan_input in;
-	struct mr_plan_result r;
+	struct mr_plan_result r = { 0 };
 	struct mr_errbuf eb = { { 0 }, { 0 } };
 
 	cr_assert_not_null(c);
