@@ -124,6 +124,9 @@ int mr_plan_to_workload(const struct mr_plan_mesh *m, struct json_t *cfg_)
 			c, "pp_schedule",
 			json_string(mr_pp_kind_name((enum mr_pp_kind)m->schedule)));
 		rc |= json_object_set_new(c, "pp_virtual", json_integer(m->v));
+	} else if (json_object_get(c, "pp_schedule")) {
+		/* interleaved's default of 2 chunks needs a pipeline */
+		rc |= json_object_set_new(c, "pp_virtual", json_integer(1));
 	} else {
 		json_object_del(c, "pp_virtual");
 	}

@@ -18,6 +18,8 @@
 #include <string.h>
 
 #include "mr_gpt_worker.h"
+#include "mr_mesh.h"
+#include "mr_place.h"
 #include "parallel/mr_pp_sched.h"
 #include "plan/mr_plan.h"
 
@@ -420,4 +422,60 @@ Test(plan, workload_config_in_and_out)
 	cr_expect(mr_plan_from_workload(c, 2, &in, &eb) < 0);
 	cr_expect(strstr(eb.msg, "n_layers"), "an unknown key is named: %s", eb.msg);
 	json_decref(c);
+}
+
+/* Every plan the search finds is a job the runtime accepts: its workload
+ * config placed on every rank of its mesh as the worker places it (the
+ * mesh, the split, the schedule against the micro-batches). */
+static void runtime_accepts_every_plan(const char *js, int world)
+{
+	json_t *c = json_loads(js, 0, NULL);
+	struct mr_plan_input in;
+	struct mr_plan_result r = { 0 };
+	struct mr_errbuf eb = { { 0 }, { 0 } };
+
+	cr_assert_not_null(c);
+	cr_assert_eq(mr_plan_cluster_local(world, 1, &in.cluster, &eb), 0);
+	cr_assert_eq(mr_plan_from_workload(c, world, &in, &eb), 0, "%s", eb.msg);
+	cr_assert_eq(mr_plan_search(&in, &r, &eb), 0, "%s", eb.msg);
+	cr_assert(r.n > 0);
+	for (int i = 0; i < r.n; i++) {
+		const struct mr_plan_mesh *m = &r.plan[i].mesh;
+		json_t *planned = json_deep_copy(c);
+		struct mr_worker_env env = { 0 };
+		struct mr_place where;
+		char line[160];
+
+		mr_plan_mesh_format(m, line, sizeof(line));
+		cr_assert_eq(mr_plan_to_workload(m, planned), 0);
+		env.world_size = world;
+		env.tp = m->tp;
+		env.pp = m->pp;
+		env.cp = m->cp;
+		env.ep = m->ep;
+		for (int rank = 0; rank < world; rank++) {
+			mr_errbuf_clear(&eb);
+			env.rank = rank;
+			cr_expect_eq(mr_gpt_worker_place(planned, &env, &where, NULL, &eb), 0,
+				     "%s: plan %s, rank %d: %s", js, line, rank, eb.msg);
+		}
+		json_decref(planned);
+	}
+	mr_plan_result_release(&r);
+	json_decref(c);
+}
+
+Test(plan, the_runtime_accepts_every_plan)
+{
+	runtime_accepts_every_plan("{\"n_layer\":4,\"d_model\":64,\"n_head\":4,\"seq_len\":32,"
+				   "\"batch_size\":1,\"grad_accum\":2}",
+				   8);
+	runtime_accepts_every_plan("{\"n_layer\":4,\"d_model\":64,\"n_head\":4,\"seq_len\":32,"
+				   "\"batch_size\":1,\"grad_accum\":4,\"moe_every\":2,"
+				   "\"n_experts\":4,\"top_k\":2,\"cp_algo\":\"ulysses\"}",
+				   4);
+	runtime_accepts_every_plan("{\"n_layer\":4,\"d_model\":64,\"n_head\":4,\"seq_len\":32,"
+				   "\"batch_size\":1,\"grad_accum\":4,"
+				   "\"pp_schedule\":\"interleaved\"}",
+				   4);
 }
