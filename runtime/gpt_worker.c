@@ -23,6 +23,7 @@ static void gw_destroy(void *state)
 
 	if (!w)
 		return;
+	mr_ckpt_free(w->ckpt); /* before the state it snapshots */
 	mr_step_release(&w->step_drv);
 	if (w->have_model)
 		mr_gpt_release(&w->model);
@@ -121,6 +122,12 @@ static int gw_create(void **state, const struct mr_worker_env *env, struct mr_er
 		goto fail;
 	}
 	rc = mr__gw_open_data(w, env ? env->config : NULL, eb);
+	if (rc == 0) {
+		const char *train = NULL;
+		if (env && env->config)
+			mr_json_get_str(env->config, "train_data", 0, 255, &train, NULL);
+		rc = mr__gw_open_ckpt(w, env, train, eb);
+	}
 	if (rc < 0)
 		goto fail;
 	if (w->peak_flops <= 0.0)
@@ -249,6 +256,29 @@ static int save_weights(struct gw *w, struct mr_errbuf *eb)
 	return rc;
 }
 
+/* A checkpoint when one is due (a failed write is logged, training goes
+ * on); at the last step the write in flight is waited for, so a job that
+ * succeeds has its checkpoint. The stats carry the last one's figures. */
+static int checkpoint(struct gw *w, struct mr_worker_stats *st, struct mr_errbuf *eb)
+{
+	struct mr_ckpt_stats cs;
+	struct mr_errbuf ce = { "", "" };
+
+	if (!w->ckpt)
+		return 0;
+	if (mr_ckpt_due(w->ckpt, w->step) && mr_ckpt_save(w->ckpt, w->step, &ce) < 0)
+		mr_log_warn("checkpoint_not_saved", "step=%ld msg=%s", w->step, mr_log_q(ce.msg));
+	if (w->step >= w->steps && mr_ckpt_wait(w->ckpt, &ce) < 0)
+		return mr_errf(eb, MR_EIO, "%s", ce.msg);
+	mr_ckpt_stats(w->ckpt, &cs);
+	st->ckpt_step = cs.last_step;
+	st->resumed_step = cs.resumed_step;
+	st->ckpt_seconds = cs.last_seconds;
+	st->ckpt_stall_s = cs.stall_seconds;
+	st->ckpt_bytes = cs.last_bytes;
+	return 0;
+}
+
 /* Seconds blocked in communication so far, every group of the rank. */
 static double comm_wait(const struct gw *w)
 {
@@ -344,6 +374,8 @@ static int gw_step(void *state, struct mr_worker_stats *st, struct mr_errbuf *eb
 	if (w->loss_log && w->rank == 0 && (rc = log_loss(w, st, eb)) < 0)
 		return rc;
 	if (st->step >= w->steps && w->save_weights && (rc = save_weights(w, eb)) < 0)
+		return rc;
+	if ((rc = checkpoint(w, st, eb)) < 0)
 		return rc;
 	if (atomic_load(&w->aborted))
 		return mr_errf(eb, MR_EABORTED, "gpt worker aborted at step %ld", step);

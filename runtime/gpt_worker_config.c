@@ -21,7 +21,8 @@ static const char *const keys[] = {
 	"comm_timeout_ms", "loss_log", "save_weights", "bucket_mb", "overlap_grad_reduce",
 	"device", "precision", "comm_backend", "debug_stall_rank", "debug_stall_step",
 	"debug_slow_rank", "debug_slow_ms", "pp_schedule", "pp_virtual", "pp_layers", "pp_p2p",
-	"moe_policy", "cp_algo", NULL,
+	"moe_policy", "cp_algo", "ckpt_dir", "ckpt_every", "ckpt_keep", "ckpt_async", "resume",
+	NULL,
 };
 
 static int get_choice(const json_t *c, const char *key, const char *const *choices,
@@ -112,7 +113,8 @@ int mr__gw_parse(const json_t *c, struct mr_gpt_config *mc, struct mr_adamw_conf
 {
 	static const char *const moe_policies[] = { "capacity", "dropless", NULL };
 	static const char *const cp_algos[] = { "allgather", "ring", "ulysses", NULL };
-	const char *policy = NULL, *cp_algo = NULL;
+	static const char *const resumes[] = { "auto", "never", NULL };
+	const char *policy = NULL, *cp_algo = NULL, *resume = NULL;
 	int rc = 0, seed = 1337, tmo = 60000;
 	float peak = 0.0f;
 
@@ -155,6 +157,8 @@ int mr__gw_parse(const json_t *c, struct mr_gpt_config *mc, struct mr_adamw_conf
 	    (rc = geti(c, "debug_stall_step", 0, 1 << 30, 0, &w->stall_step, eb)) < 0 ||
 	    (rc = geti(c, "debug_slow_rank", -1, 1 << 30, -1, &w->slow_rank, eb)) < 0 ||
 	    (rc = geti(c, "debug_slow_ms", 0, 3600000, 0, &w->slow_ms, eb)) < 0 ||
+	    (rc = geti(c, "ckpt_every", 0, 1 << 30, 0, &w->ckpt_every, eb)) < 0 ||
+	    (rc = geti(c, "ckpt_keep", 1, 1 << 20, 2, &w->ckpt_keep, eb)) < 0 ||
 	    (rc = get_pipeline(c, w, eb)) < 0)
 		return rc;
 	if ((rc = get_choice(c, "moe_policy", moe_policies, &policy, eb)) < 0)
@@ -162,17 +166,26 @@ int mr__gw_parse(const json_t *c, struct mr_gpt_config *mc, struct mr_adamw_conf
 	mc->moe_dropless = policy && !strcmp(policy, "dropless");
 	if ((rc = get_choice(c, "cp_algo", cp_algos, &cp_algo, eb)) < 0)
 		return rc;
+	if ((rc = get_choice(c, "resume", resumes, &resume, eb)) < 0)
+		return rc;
+	w->resume = !resume || !strcmp(resume, "auto");
 	w->cp_algo = !cp_algo || !strcmp(cp_algo, "ring") ? MR_CP_RING
 		     : !strcmp(cp_algo, "allgather")        ? MR_CP_ALLGATHER
 							    : MR_CP_ULYSSES;
 	w->comm_timeout_ms = tmo;
 	w->sp = 0;
 	w->overlap = 1;
+	w->ckpt_async = 1;
 	if (c && ((rc = mr_json_get_bool(c, "sequence_parallel", 0, &w->sp, eb)) < 0 ||
+		  (rc = mr_json_get_bool(c, "ckpt_async", 0, &w->ckpt_async, eb)) < 0 ||
+		  (rc = mr_json_get_str(c, "ckpt_dir", 0, 4095, &w->ckpt_dir, eb)) < 0 ||
 		  (rc = mr_json_get_bool(c, "overlap_grad_reduce", 0, &w->overlap, eb)) < 0 ||
 		  (rc = mr_json_get_str(c, "loss_log", 0, 4095, &w->loss_log, eb)) < 0 ||
 		  (rc = mr_json_get_str(c, "save_weights", 0, 4095, &w->save_weights, eb)) < 0))
 		return rc;
+	if (w->ckpt_every > 0 && !w->ckpt_dir)
+		return mr_errf_field(eb, MR_EINVAL, "ckpt_every",
+				     "'ckpt_every' needs 'ckpt_dir' (where to write)");
 	oc->total_steps = w->steps;
 	w->seed = (uint64_t)seed;
 	w->peak_flops = peak;

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <jansson.h>
 
+#include "ckpt/mr_ckpt.h"
 #include "cpu/mr_pool.h"
 #include "data/mr_shard.h"
 #include "device/mr_dev_comm.h"
@@ -41,6 +42,9 @@ struct gw {
 	float bucket_mb;
 	long comm_timeout_ms;
 	const char *loss_log, *save_weights; /* borrowed from env->config */
+	const char *ckpt_dir;   /* borrowed; NULL: no checkpoints */
+	int ckpt_every, ckpt_keep, ckpt_async, resume;
+	struct mr_ckpt *ckpt;   /* with ckpt_dir */
 	uint64_t seed;
 	double peak_flops;
 	int *inputs, *targets;  /* accum x (B,T) (context parallel: x (B,T/cp)) */
@@ -72,5 +76,11 @@ int mr__gw_open_data(struct gw *w, const json_t *c, struct mr_errbuf *eb);
  * step driver. */
 int mr__gw_create_trainer(struct gw *w, const struct mr_worker_env *env,
 			  const struct mr_adamw_config *oc, struct mr_errbuf *eb);
+
+/* Checkpoints (ckpt_dir): the writer, and with "resume" "auto" the newest
+ * loadable checkpoint loaded (w->step, the loss log trimmed to it).
+ * Collective over the job. */
+int mr__gw_open_ckpt(struct gw *w, const struct mr_worker_env *env, const char *train_data,
+		     struct mr_errbuf *eb);
 
 #endif

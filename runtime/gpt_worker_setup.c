@@ -232,3 +232,71 @@ int mr__gw_create_trainer(struct gw *w, const struct mr_worker_env *env,
 	}
 	return mr_step_init(&w->step_drv, &w->model, oc, &dc, &cc, w->seed, eb);
 }
+
+/* Keeps the lines of the loss log up to `step` (rank 0 after a resume):
+ * the steps after it are trained again. */
+static void trim_loss_log(const char *path, long step)
+{
+	char tmp[4200], *line = NULL;
+	size_t cap = 0;
+	FILE *in = fopen(path, "r"), *out;
+
+	if (!in)
+		return;
+	snprintf(tmp, sizeof(tmp), "%s.trim", path);
+	if (!(out = fopen(tmp, "w"))) {
+		fclose(in);
+		return;
+	}
+	while (getline(&line, &cap, in) > 0)
+		if (atol(line) <= step)
+			fputs(line, out);
+	free(line);
+	fclose(in);
+	if (fclose(out) == 0)
+		rename(tmp, path);
+}
+
+int mr__gw_open_ckpt(struct gw *w, const struct mr_worker_env *env, const char *train_data,
+		     struct mr_errbuf *eb)
+{
+	struct mr_ckpt_opts o = { w->ckpt_dir, w->ckpt_every, w->ckpt_keep, w->ckpt_async,
+				  w->comm_timeout_ms > 600000 ? w->comm_timeout_ms : 600000 };
+	struct mr_ckpt_job job = { 0 };
+	long step = 0;
+	int rc;
+
+	if (!w->ckpt_dir)
+		return 0;
+	job.rank = w->rank;
+	job.world = env && env->world_size > 0 ? env->world_size : 1;
+	job.tp = w->groups.mesh.tp;
+	job.cp = w->groups.mesh.cp;
+	job.dp = w->groups.mesh.dp;
+	job.pp = w->groups.mesh.pp;
+	job.ep = w->groups.mesh.ep;
+	job.zero = w->step_drv.pp && w->zero > 1 ? 1 : w->zero;
+	job.batch_size = w->B;
+	job.seq_len = w->T;
+	job.grad_accum = w->accum;
+	job.seed = w->seed;
+	job.total_steps = w->steps;
+	job.opt = mr_dp_adamw(w->step_drv.dp);
+	job.m = &w->model;
+	job.dp_state = w->step_drv.dp;
+	job.world_comm = w->groups.group[MR_GROUP_WORLD];
+	job.train_data = train_data;
+	if ((rc = mr_ckpt_create(&w->ckpt, &o, &job, eb)) < 0)
+		return rc;
+	if (!w->resume || (rc = mr_ckpt_resume(w->ckpt, &step, eb)) < 0)
+		return rc;
+	if (step > w->steps)
+		return mr_errf_field(eb, MR_EINVAL, "steps",
+				     "the checkpoint is at step %ld, past 'steps' (%d)", step,
+				     w->steps);
+	w->step = step;
+	w->tokens = (int64_t)step * w->B * w->model.T * w->accum;
+	if (step > 0 && w->loss_log && w->rank == 0)
+		trim_loss_log(w->loss_log, step);
+	return 0;
+}

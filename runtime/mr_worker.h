@@ -72,6 +72,11 @@ struct mr_worker_stats {
 	double pp_bubble;        /* last step: idle / compute time of this stage, the
 				  * idle time measured against the longest stage */
 	double pp_wait_s;        /* last step: blocked on the pipeline's transfers */
+	int64_t ckpt_step;       /* last checkpoint written or resumed from; 0 = none */
+	int64_t resumed_step;    /* the step this run resumed from; 0 = from scratch */
+	double ckpt_seconds;     /* the last checkpoint's snapshot + write time */
+	double ckpt_stall_s;     /* training time its save took (snapshot, waiting) */
+	uint64_t ckpt_bytes;     /* bytes this rank wrote for it */
 };
 
 /*

@@ -77,6 +77,8 @@ static void add(struct table *tb, const char *name, int d0, int d1, int d2,
 		for (int a = 0; a < MR_AXIS__COUNT; a++)
 			t->split[a] = -1;
 		t->split[MR_AXIS_TP] = tb->tp > 1 ? split : -1;
+		t->tp_dim = split;
+		t->expert = tb->experts;
 		t->split[MR_AXIS_EP] = tb->experts && tb->ep > 1 ? 0 : -1;
 		t->split_parts = parts;
 		t->n = n;

@@ -108,6 +108,10 @@ struct mr_gpt_tensor {
 	int ndim, shape[3]; /* this rank's (local) shape */
 	int full[3];       /* shape of the whole tensor (== shape when tp = 1) */
 	int split[MR_AXIS__COUNT]; /* per axis: -1 replicated, else the dim split */
+	int tp_dim;        /* the dim tensor parallelism splits (-1: replicated),
+			    * whatever this model's tp degree */
+	int expert;        /* holds a MoE layer's experts on dim 0 (split by ep
+			    * when ep > 1) */
 	int split_parts;   /* the tp split dim viewed as this many blocks, each
 			    * split (3 for QKV: q, k and v rows; 1 otherwise) */
 	size_t off, n;     /* offset into params/grads, element count */

@@ -154,6 +154,7 @@ static int segments(struct mr_dp *d)
 				continue;
 			s->so = d->zero ? P->soff + (a - lo) : t->off;
 			s->n = b - a;
+			s->at = a - (t->off - P->off);
 			s->piece = k;
 			s->tensor = i;
 			s->decay = t->decay;

@@ -33,7 +33,9 @@ struct dp_piece {
  * whole table; ZeRO: the shard arrays): so = offset there. */
 struct dp_seg {
 	size_t so, n;
-	int piece, tensor, decay, count; /* count: contributes to the grad norm */
+	size_t at;                       /* its first element's offset in the tensor */
+	int piece, tensor, decay, count; /* count: contributes to the grad norm (and is
+					  * the one copy a checkpoint writes) */
 };
 
 /* A unit-sized buffer (gather slot or grad scratch) and its request. */

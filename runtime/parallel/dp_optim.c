@@ -184,6 +184,39 @@ int mr_dp_update(struct mr_dp *d, double norm, float lr)
 	return rc;
 }
 
+int mr_dp_nslices(const struct mr_dp *d)
+{
+	return d->nseg;
+}
+
+void mr_dp_slice(struct mr_dp *d, int i, struct mr_dp_slice *out)
+{
+	const struct dp_seg *s = &d->seg[i];
+
+	out->tensor = s->tensor;
+	out->at = s->at;
+	out->n = s->n;
+	out->owner = s->count;
+	out->param = seg_params(d, s);
+	out->m = d->om + s->so;
+	out->v = d->ov + s->so;
+}
+
+int mr_dp_restore(struct mr_dp *d, long t)
+{
+	int u, i, rc = 0;
+
+	d->t = t;
+	if (d->zero == 1 || d->zero == 2)
+		rc = gather_updated(d);
+	for (u = 0; u < 4 && d->zero == 3; u++) {
+		for (i = 0; i < DP_MAX_PIECES; i++)
+			mr__dp_wait(d, &d->ps[u].req[i], 0);
+		d->ps[u].unit = -1;
+	}
+	return rc == 0 && d->zero < 3 ? mr_gpt_refresh_compute(d->m) : rc;
+}
+
 /* Unit u's pieces from their padded span at src into dst's table places. */
 static int download_unit(struct mr_dp *d, float *dst, const float *src, int u)
 {

@@ -156,6 +156,28 @@ void mr_dp_unit_grads(struct mr_dp *d, int u, float **g, size_t *n);
  * Collective over the shard group under zero 3. */
 int mr_dp_gather_params(struct mr_dp *d, float *dst);
 void mr_dp_stats(const struct mr_dp *d, struct mr_dp_stats *st);
+
+/* What this rank holds and updates of one tensor: elements [at, at+n) of
+ * the rank's (tp, ep) slice of table tensor `tensor`, its parameters and
+ * AdamW moments (device memory, n floats each). owner: this rank holds
+ * the one copy of those elements a checkpoint writes (DDP: data-parallel
+ * rank 0, experts: expert-data-parallel rank 0; ZeRO: the shard's holder;
+ * of a tensor tp replicates, tp rank 0; never the tied embedding's replica
+ * on the last pipeline stage). Valid until mr_dp_free. */
+struct mr_dp_slice {
+	int tensor;
+	size_t at, n;
+	int owner;
+	float *param, *m, *v;
+};
+int mr_dp_nslices(const struct mr_dp *d);
+void mr_dp_slice(struct mr_dp *d, int i, struct mr_dp_slice *out);
+/* After the caller wrote every slice's param, m and v (a checkpoint
+ * loaded): t optimizer steps taken, the parameters shared again (ZeRO-1/2
+ * all-gather the shards into the full copy; ZeRO-3 gathers afresh on
+ * next use), the compute copy refreshed. Collective over the shard and
+ * expert groups. */
+int mr_dp_restore(struct mr_dp *d, long t);
 /* NULL is a no-op; clears m->hooks. */
 void mr_dp_free(struct mr_dp *d);
 

@@ -1,0 +1,139 @@
+/*
+ * ckpt_offline.c - checkpoints outside a job (see mr_ckpt.h): whole
+ * tensors read back, every record verified, and a one-rank checkpoint of
+ * a model's parameters written (what `meshrun ckpt` uses).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt_int.h"
+#include "mr_crc32c.h"
+
+int mr_ckpt_read_full(const struct mr_ckpt_manifest *mf, int i, int kind, float *full,
+		      struct mr_errbuf *eb)
+{
+	int *index = NULL, *start = NULL, *fds, nr, k, rc;
+	const int *rs;
+
+	if (i < 0 || i >= mf->ntensors || kind < 0 || kind >= MR_CKPT_KINDS)
+		return mr_errf(eb, MR_EINVAL, "no tensor %d of kind %d", i, kind);
+	if (!(fds = malloc((size_t)mf->nshards * sizeof(int))) ||
+	    mr__ckpt_group_recs(mf, &index, &start) < 0) {
+		free(fds);
+		free(index);
+		free(start);
+		return mr_errf(eb, MR_ENOMEM, "out of memory reading '%s'", mf->dir);
+	}
+	for (k = 0; k < mf->nshards; k++)
+		fds[k] = -1;
+	memset(full, 0, mr__ckpt_full_n(&mf->tensors[i]) * sizeof(float));
+	nr = mr__ckpt_recs_of(i, kind, &rs, index, start);
+	rc = nr == 0 ? mr_errf(eb, MR_ENOTFOUND, "'%s' holds no %s of '%s'", mf->dir,
+			       kind == MR_CKPT_PARAM ? "parameters" : "optimizer state",
+			       mf->tensors[i].name)
+		     : mr__ckpt_assemble(mf, rs, nr, fds, full, eb);
+	mr__ckpt_close_fds(fds, mf->nshards);
+	free(fds);
+	free(index);
+	free(start);
+	return rc;
+}
+
+int mr_ckpt_verify(const struct mr_ckpt_manifest *mf, uint64_t *bytes, struct mr_errbuf *eb)
+{
+	int *fds = malloc((size_t)mf->nshards * sizeof(int)), i, rc = 0;
+	uint64_t most = 0, done = 0;
+	float *buf;
+
+	for (i = 0; i < mf->nrecs; i++)
+		if (mf->recs[i].n > most)
+			most = mf->recs[i].n;
+	buf = malloc((size_t)(most ? most : 1) * sizeof(float));
+	if (!fds || !buf) {
+		free(fds);
+		free(buf);
+		return mr_errf(eb, MR_ENOMEM, "out of memory verifying '%s'", mf->dir);
+	}
+	for (i = 0; i < mf->nshards; i++)
+		fds[i] = -1;
+	for (i = 0; i < mf->nrecs && rc == 0; i++) {
+		rc = mr__ckpt_read_rec(mf, &mf->recs[i], fds, buf, eb);
+		done += mf->recs[i].n * sizeof(float);
+	}
+	mr__ckpt_close_fds(fds, mf->nshards);
+	free(fds);
+	free(buf);
+	if (bytes)
+		*bytes = rc == 0 ? done : 0;
+	return rc;
+}
+
+int mr_ckpt_write_params(const char *ckpt_dir, const struct mr_gpt_config *cfg, long step,
+			 const float *params, struct mr_errbuf *eb)
+{
+	struct mr_adamw_config opt = { 0 };
+	struct mr_ckpt_job job = { 0 };
+	struct ckpt_piece *pc = NULL;
+	char tmp[4200], path[4400], final[4200], head[CKPT_HEADER];
+	uint64_t off = CKPT_HEADER;
+	uint32_t ver = MR_CKPT_VERSION;
+	json_t *idx = NULL, *doc = NULL;
+	char *text = NULL;
+	struct mr_gpt m;
+	int i, rc;
+
+	if ((rc = mr_gpt_create(&m, cfg, 1, 1, NULL, eb)) < 0)
+		return rc;
+	job.world = job.tp = job.cp = job.dp = job.pp = job.ep = 1;
+	job.batch_size = job.seq_len = job.grad_accum = 1;
+	job.opt = &opt;
+	job.m = &m;
+	mr__ckpt_step_dir(final, sizeof(final), ckpt_dir, step);
+	snprintf(tmp, sizeof(tmp), "%s/.tmp-step-%08ld.import", ckpt_dir, step);
+	if (mkdir(ckpt_dir, 0755) != 0 && errno != EEXIST)
+		rc = mr_errf(eb, MR_EIO, "unable to create '%s': %s", ckpt_dir, strerror(errno));
+	else if (access(final, F_OK) == 0)
+		rc = mr_errf(eb, MR_EEXISTS, "'%s' exists: nothing is overwritten", final);
+	else if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+		rc = mr_errf(eb, MR_EIO, "unable to create '%s': %s", tmp, strerror(errno));
+	else if (!(pc = calloc((size_t)m.ntensors, sizeof(*pc))))
+		rc = mr_errf(eb, MR_ENOMEM, "out of memory");
+	for (i = 0; rc == 0 && i < m.ntensors; i++) {
+		pc[i].tensor = i;
+		pc[i].n = m.tensors[i].n;
+		pc[i].offset = off;
+		pc[i].crc[0] = mr_crc32c(0, params + m.tensors[i].off, m.tensors[i].n * sizeof(float));
+		off += m.tensors[i].n * sizeof(float);
+	}
+	memset(head, 0, sizeof(head));
+	memcpy(head, CKPT_MAGIC, 8);
+	memcpy(head + 8, &ver, 4);
+	memcpy(head + 16, &step, sizeof(step));
+	snprintf(path, sizeof(path), "%s/rank-00000.bin", tmp);
+	if (rc == 0)
+		rc = mr__ckpt_write_file(path, head, sizeof(head), params,
+					 m.nparams * sizeof(float), eb);
+	if (rc == 0 && (!(idx = mr__ckpt_index_json(&job, pc, m.ntensors, 1, off)) ||
+			!(doc = mr__ckpt_manifest_json(&job, step, 0, &idx, 1, eb)) ||
+			!(text = json_dumps(doc, JSON_COMPACT))))
+		rc = mr_errf(eb, MR_ENOMEM, "unable to build the manifest");
+	snprintf(path, sizeof(path), "%s/manifest.json", tmp);
+	if (rc == 0)
+		rc = mr__ckpt_write_file(path, NULL, 0, text, strlen(text), eb);
+	if (rc == 0 && rename(tmp, final) != 0)
+		rc = mr_errf(eb, MR_EIO, "unable to publish '%s': %s", final, strerror(errno));
+	if (rc == 0)
+		rc = mr__ckpt_sync_dir(ckpt_dir, eb);
+	else
+		mr__ckpt_remove_dir(tmp);
+	free(text);
+	json_decref(doc);
+	json_decref(idx);
+	free(pc);
+	mr_gpt_release(&m);
+	return rc;
+}
