@@ -12,8 +12,6 @@
  *
  * Non-goals: tree or hierarchical algorithms, congestion, SHARP.
  */
-#include <stdlib.h>
-
 #include "mr_mesh.h"
 #include "plan_int.h"
 
@@ -36,21 +34,20 @@ double mr__plan_coll(const struct mr_plan_cluster *c, enum mr__plan_op op, int n
 	return steps * a + frac * bytes / bw;
 }
 
-/* 1 when group id of kind g has members on different nodes. */
-static int spans(const struct mr_mesh *mesh, int g, int id, int per_node, int *buf)
+/* 1 when group id of kind g has members on different nodes: its members
+ * ascend and a node's ranks are consecutive, so its first and last tell. */
+static int spans(const struct mr_mesh *mesh, int g, int id, int n, int per_node)
 {
-	int n = mr_mesh_group_members(mesh, (enum mr_mesh_group)g, id, buf);
+	int lo = mr_mesh_group_member(mesh, (enum mr_mesh_group)g, id, 0);
+	int hi = mr_mesh_group_member(mesh, (enum mr_mesh_group)g, id, n - 1);
 
-	for (int i = 1; i < n; i++)
-		if (buf[i] / per_node != buf[0] / per_node)
-			return 1;
-	return 0;
+	return lo < 0 || hi < 0 || lo / per_node != hi / per_node;
 }
 
 int mr__plan_inter(const struct mr_plan_input *in, const struct mr_plan_mesh *m, int g)
 {
 	struct mr_mesh mesh;
-	int n, count, *buf, inter;
+	int n, count;
 
 	if (mr_mesh_init(&mesh, in->cluster.gpus, m->tp, m->pp, m->cp, m->ep, m->dp, NULL) < 0)
 		return 1;
@@ -58,12 +55,8 @@ int mr__plan_inter(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
 	count = mr_mesh_group_count(&mesh, (enum mr_mesh_group)g);
 	if (n <= 1 || count < 1)
 		return 0;
-	if (!(buf = malloc(sizeof(int) * (size_t)n)))
-		return 1;
 	/* the first and the last group: with nodes of a size the group
 	 * strides do not divide, the last is where a boundary cuts first */
-	inter = spans(&mesh, g, 0, in->cluster.gpus_per_node, buf) ||
-		spans(&mesh, g, count - 1, in->cluster.gpus_per_node, buf);
-	free(buf);
-	return inter;
+	return spans(&mesh, g, 0, n, in->cluster.gpus_per_node) ||
+	       spans(&mesh, g, count - 1, n, in->cluster.gpus_per_node);
 }

@@ -99,9 +99,11 @@ void mr__plan_gpt_config(const struct mr_plan_model *m, struct mr_gpt_config *gc
 int mr__plan_split(const struct mr_plan_input *in, const struct mr_plan_mesh *m, int **split,
 		   struct mr_errbuf *eb);
 /* Stage `stage` of mesh under split (mr__plan_split's): its layers, units
- * and in-flight micro-batches. Release with mr__plan_stage_release. */
+ * and, with flight set, its in-flight micro-batches (else slots and pairs
+ * are 1). Release with mr__plan_stage_release. */
 int mr__plan_stage(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
-		   const int *split, int stage, struct mr__plan_stage *st, struct mr_errbuf *eb);
+		   const int *split, int stage, int flight, struct mr__plan_stage *st,
+		   struct mr_errbuf *eb);
 void mr__plan_stage_release(struct mr__plan_stage *st);
 /* The ZeRO stage the runtime runs (a pipeline stage runs 2 and 3 as 1,
  * parallel/mr_pp.h) and its shard group's size. */

@@ -177,7 +177,7 @@ int mr__plan_mem(const struct mr_plan_input *in, const struct mr_plan_mesh *mesh
 	int rc;
 
 	memset(out, 0, sizeof(*out));
-	if ((rc = mr__plan_stage(in, mesh, split, stage, &st, eb)) < 0)
+	if ((rc = mr__plan_stage(in, mesh, split, stage, 1, &st, eb)) < 0)
 		return rc;
 	if (in->impl == MR_PLAN_MESHRUN)
 		meshrun_states(in, mesh, &st, out->bytes, &ws);

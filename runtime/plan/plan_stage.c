@@ -41,32 +41,67 @@ int mr__plan_shard(const struct mr_plan_mesh *m)
 	return m->hsdp_shard > 0 && m->hsdp_shard < m->dp ? m->hsdp_shard : m->dp * m->cp;
 }
 
-/* Parameters of layer l's halves on a rank (tp, ep slices as the table
+/* Parameters of a layer's halves on a rank (tp, ep slices as the table
  * cuts them: QKV and fc column-parallel, the projections row-parallel with
- * replicated biases, experts E/ep per rank, the router replicated). */
-static void layer_units(const struct mr_plan_model *md, const struct mr_plan_mesh *m, int l,
-			size_t *attn, size_t *mlp)
+ * replicated biases, experts E/ep per rank, the router replicated): the
+ * attention half, a dense MLP half and a MoE one. */
+static void layer_units(const struct mr_plan_model *md, const struct mr_plan_mesh *m,
+			size_t *attn, size_t *dense, size_t *moe)
 {
 	size_t C = (size_t)md->d_model, t = (size_t)m->tp, Cl = C / t;
-	struct mr_gpt_config gc;
+	size_t E = (size_t)md->n_experts, El = m->ep > 0 ? E / (size_t)m->ep : E;
 
-	mr__plan_gpt_config(md, &gc);
 	*attn = 2 * C + 3 * Cl * C + 3 * Cl + C * Cl + C;
-	if (mr_gpt_layer_is_moe(&gc, l)) {
-		size_t E = (size_t)md->n_experts, El = E / (size_t)m->ep;
-		*mlp = 2 * C + E * C + El * (4 * Cl * C + 4 * Cl + C * 4 * Cl + C);
-	} else {
-		*mlp = 2 * C + 4 * Cl * C + 4 * Cl + C * 4 * Cl + C;
-	}
+	*dense = 2 * C + 4 * Cl * C + 4 * Cl + C * 4 * Cl + C;
+	*moe = 2 * C + E * C + El * (4 * Cl * C + 4 * Cl + C * 4 * Cl + C);
 }
 
 /* Micro-batches (and micro-batch x chunk pairs) alive at once on a stage:
  * from a micro-batch's first action there to its last (the runtime's
  * slot, parallel/pp.c), and from each F to its B on a chunk. The counts
  * stop growing once m covers the schedule's warm-up, so for a long step
- * the list of a shorter one that already does is walked. */
+ * the list of a shorter one that already does is walked; GPipe's and
+ * 1F1B's are the schedules' own formulas. */
+static int walk(const struct mr_plan_mesh *m, int stage, int *slots, int *pairs,
+		struct mr_errbuf *eb);
+
+/* The walks repeat across a search (the ZeRO stage, sp, recomputation do
+ * not change them): a small per-thread memo of the last ones. */
+struct flight_memo {
+	int kind, p, m, v, stage, slots, pairs;
+};
+
+#define MEMO 4096
+static _Thread_local struct flight_memo memo[MEMO];
+
 static int in_flight(const struct mr_plan_mesh *m, int stage, int *slots, int *pairs,
 		     struct mr_errbuf *eb)
+{
+	int mc = m->micro_batches < 2 * m->pp * m->v ? m->micro_batches : 2 * m->pp * m->v;
+	unsigned h = (unsigned)m->schedule;
+	struct flight_memo *e;
+	int rc;
+
+	h = (h * 31u + (unsigned)m->pp) * 2654435761u;
+	h = (h ^ (unsigned)mc) * 2246822519u;
+	h = (h ^ (unsigned)m->v) * 3266489917u;
+	h = ((h ^ (unsigned)stage) * 668265263u) >> 7;
+	h %= MEMO;
+	e = &memo[h];
+
+	if (m->pp > 1 && m->schedule != MR_PP_GPIPE && e->p == m->pp && e->kind == m->schedule &&
+	    e->m == mc && e->v == m->v && e->stage == stage) {
+		*slots = e->slots;
+		*pairs = e->pairs;
+		return 0;
+	}
+	if ((rc = walk(m, stage, slots, pairs, eb)) == 0 && m->pp > 1)
+		*e = (struct flight_memo){ m->schedule, m->pp, mc, m->v, stage, *slots, *pairs };
+	return rc;
+}
+
+static int walk(const struct mr_plan_mesh *m, int stage, int *slots, int *pairs,
+		struct mr_errbuf *eb)
 {
 	struct mr_pp_spec sp = { (enum mr_pp_kind)m->schedule, m->pp, m->micro_batches, m->v };
 	struct mr_pp_action *a;
@@ -80,7 +115,14 @@ static int in_flight(const struct mr_plan_mesh *m, int stage, int *slots, int *p
 		*pairs = m->micro_batches * m->v;
 		return 0;
 	}
-	cap = 4 * m->pp * m->v; /* a multiple of p (interleaved), >= every warm-up */
+	if (m->schedule == MR_PP_1F1B) { /* mr_pp_sched.h: min(p - s, m) */
+		*slots = *pairs = m->pp - stage < m->micro_batches ? m->pp - stage : m->micro_batches;
+		return 0;
+	}
+	/* 2pv is a multiple of p (interleaved) and covers every warm-up; the
+	 * counts for any longer step equal its (checked for p <= 16, v <= 4
+	 * against 8pv when this was written) */
+	cap = 2 * m->pp * m->v;
 	if (sp.m > cap)
 		sp.m = cap;
 	if ((n = mr_pp_len(&sp, eb)) < 0)
@@ -141,56 +183,50 @@ int mr__plan_split(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
 }
 
 int mr__plan_stage(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
-		   const int *split, int stage, struct mr__plan_stage *st, struct mr_errbuf *eb)
+		   const int *split, int stage, int flight, struct mr__plan_stage *st,
+		   struct mr_errbuf *eb)
 {
 	const struct mr_plan_model *md = &in->model;
 	struct mr_gpt_config gc;
-	int L = md->n_layer, c, l, u = 0, rc;
-	size_t C = (size_t)md->d_model, Vl, maxT;
-	unsigned char *held;
+	int L = md->n_layer, c, l, u = 0, rc = 0;
+	size_t C = (size_t)md->d_model, Vl, maxT, attn, dense, moe;
 
 	memset(st, 0, sizeof(*st));
 	mr__plan_gpt_config(md, &gc);
+	layer_units(md, m, &attn, &dense, &moe);
 	st->first = stage == 0;
 	st->last = stage == m->pp - 1;
 	st->chunks = m->pp > 1 ? m->v : 1;
 	if (m->pp > 1 && !split)
 		return mr_errf(eb, MR_EINVAL, "a pipeline stage needs the split");
-	held = calloc((size_t)L, 1);
-	st->unit = calloc(2 * (size_t)L + 2, sizeof(size_t));
-	if (!held || !st->unit) {
-		free(held);
-		mr__plan_stage_release(st);
+	if (!(st->unit = malloc((2 * (size_t)L + 2) * sizeof(size_t))))
 		return mr_errf(eb, MR_ENOMEM, "out of memory");
-	}
 	st->lo[0] = 0;
 	st->hi[0] = L;
 	for (c = 0; m->pp > 1 && c < m->v; c++)
 		mr_pp_split_range(split, m->pp, stage, c, &st->lo[c], &st->hi[c]);
-	for (c = 0; c < st->chunks; c++)
-		for (l = st->lo[c]; l < st->hi[c]; l++)
-			held[l] = 1;
 	Vl = ((size_t)md->vocab + (size_t)m->tp - 1) / (size_t)m->tp;
 	maxT = (size_t)(md->max_seq > 0 ? md->max_seq : md->seq_len);
 	if (st->first || st->last)
 		st->unit[u++] = Vl * C + maxT * C;
-	for (l = 0; l < L; l++) {
-		if (!held[l])
-			continue;
-		layer_units(md, m, l, &st->unit[u], &st->unit[u + 1]);
-		u += 2;
-		st->layers++;
-		st->moe_layers += mr_gpt_layer_is_moe(&gc, l);
-	}
+	/* the chunks ascend: their blocks in order are the table's */
+	for (c = 0; c < st->chunks; c++)
+		for (l = st->lo[c]; l < st->hi[c]; l++) {
+			int is_moe = mr_gpt_layer_is_moe(&gc, l);
+			st->unit[u++] = attn;
+			st->unit[u++] = is_moe ? moe : dense;
+			st->layers++;
+			st->moe_layers += is_moe;
+		}
 	if (st->last)
 		st->unit[u++] = 2 * C;
 	st->nunits = u;
 	for (u = 0; u < st->nunits; u++)
 		st->params += st->unit[u];
-	free(held);
-	if ((rc = in_flight(m, stage, &st->slots, &st->pairs, eb)) < 0)
+	st->slots = st->pairs = 1;
+	if (flight && (rc = in_flight(m, stage, &st->slots, &st->pairs, eb)) < 0)
 		mr__plan_stage_release(st);
-	return rc;
+	return flight ? rc : 0;
 }
 
 void mr__plan_stage_release(struct mr__plan_stage *st)
@@ -202,14 +238,15 @@ void mr__plan_stage_release(struct mr__plan_stage *st)
 double mr_plan_params(const struct mr_plan_model *md)
 {
 	struct mr_plan_mesh one = { .tp = 1, .cp = 1, .pp = 1, .dp = 1, .ep = 1, .v = 1 };
+	struct mr_gpt_config gc;
+	size_t attn, dense, moe;
 	double n = (double)md->vocab * md->d_model +
 		   (double)(md->max_seq > 0 ? md->max_seq : md->seq_len) * md->d_model +
 		   2.0 * md->d_model;
 
-	for (int l = 0; l < md->n_layer; l++) {
-		size_t a, b;
-		layer_units(md, &one, l, &a, &b);
-		n += (double)a + (double)b;
-	}
+	mr__plan_gpt_config(md, &gc);
+	layer_units(md, &one, &attn, &dense, &moe);
+	for (int l = 0; l < md->n_layer; l++)
+		n += (double)attn + (double)(mr_gpt_layer_is_moe(&gc, l) ? moe : dense);
 	return n;
 }

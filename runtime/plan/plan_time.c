@@ -264,12 +264,14 @@ int mr__plan_time(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
 	int s, g, rc, ws = 0;
 
 	memset(t, 0, sizeof(*t));
-	for (g = 0; g < MR_GROUP__COUNT; g++)
-		x.inter[g] = mr__plan_inter(in, m, g);
+	for (g = 0; g < MR_GROUP__COUNT; g++) /* the groups the modes use */
+		if (g == MR_GROUP_TP || g == MR_GROUP_CP || g == MR_GROUP_PP || g == MR_GROUP_EP ||
+		    g == MR_GROUP_EDP || g == MR_GROUP_DP_CP)
+			x.inter[g] = mr__plan_inter(in, m, g);
 	/* the critical stage: the one whose passes take longest */
 	for (s = 0; s < m->pp; s++) {
 		double f, b, fc, bc;
-		if ((rc = mr__plan_stage(in, m, split, s, &st, eb)) < 0)
+		if ((rc = mr__plan_stage(in, m, split, s, 0, &st, eb)) < 0)
 			return rc;
 		passes(&x, t, &st, 0, &f, &b, &fc, &bc);
 		if (f + b > best) {
@@ -278,7 +280,7 @@ int mr__plan_time(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
 		}
 		mr__plan_stage_release(&st);
 	}
-	if ((rc = mr__plan_stage(in, m, split, ws, &worst, eb)) < 0)
+	if ((rc = mr__plan_stage(in, m, split, ws, 0, &worst, eb)) < 0)
 		return rc;
 	passes(&x, t, &worst, m->micro_batches, &F, &B, &Fc, &Bc);
 	span = makespan(m, F, B, Bc);
