@@ -47,8 +47,9 @@
  * plan and what limits it.
  *
  * What an implementation refuses is a table of rules (plan_rules.c), one
- * row per combination, so a mode landing in the runtime (expert parallel
- * with ZeRO, Ulysses attention) is a row removed or added, not new code.
+ * row per combination, and context parallel's algorithms are rows too
+ * (plan_cp.c), so a mode landing in the runtime is a row removed or added
+ * (expert parallel with ZeRO and Ulysses attention came that way).
  *
  * Ownership: every struct is the caller's; mr_plan_search allocates the
  * result's array (mr_plan_result_release). Non-goals: measuring the

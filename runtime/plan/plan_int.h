@@ -86,6 +86,9 @@ struct mr__plan_stage {
 	int layers, moe_layers; /* blocks held, of which MoE */
 	int nunits;
 	size_t *unit;        /* (nunits) parameters of each local unit, table order */
+	size_t *expert;      /* (nunits) of which experts split by ep (a MoE MLP
+			      * half's, last in the unit); 0 elsewhere */
+	size_t experts;      /* sum of expert[] */
 	size_t params;       /* sum of unit[] */
 	int slots;           /* micro-batches whose activations the runtime keeps at once */
 	int pairs;           /* (micro-batch, chunk) pairs alive at once (Megatron frees

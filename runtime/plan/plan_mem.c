@@ -46,6 +46,18 @@ static double pad(size_t n, size_t S)
 	return (double)((n + S - 1) / S * S);
 }
 
+/* A unit's pieces under meshrun's ZeRO (mr_dp.h): the unit whole over
+ * the shard group of S; with ep a MoE half's experts apart over the
+ * expert-data group of Se. Its padded size and its shard. */
+static void unit_layout(const struct mr__plan_stage *st, int u, size_t S, size_t Se,
+			double *padded, double *shard)
+{
+	size_t e = Se ? st->expert[u] : 0, d = st->unit[u] - e;
+
+	*padded = pad(d, S) + (e ? pad(e, Se) : 0);
+	*shard = pad(d, S) / (double)S + (e ? pad(e, Se) / (double)Se : 0);
+}
+
 /* meshrun's model states on a rank of stage st (mr_dp.h's layout). */
 static void meshrun_states(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
 			   const struct mr__plan_stage *st, double *bytes, double *ws)
@@ -53,16 +65,27 @@ static void meshrun_states(const struct mr_plan_input *in, const struct mr_plan_
 	const struct mr__plan_prec *p = mr__plan_prec(in->prec);
 	int z = mr__plan_zero(in, m), U = st->nunits;
 	size_t S = (size_t)mr__plan_shard(m);
-	double N = (double)st->params, shard = 0, padded = 0, pm = 0, slots = 0;
+	size_t Se = z && m->ep > 1 ? (size_t)(m->dp * m->cp / m->ep) : 0;
+	double N = (double)st->params, shard = 0, padded = 0, pm = 0, sm = 0, slots = 0, outs = 0;
+	double up[2] = { 0, 0 }, us[2] = { 0, 0 };
 
 	for (int u = 0; u < U; u++) {
-		shard += pad(st->unit[u], S) / (double)S;
-		if (u > 0 && u < U - 1 && pad(st->unit[u], S) > pm)
-			pm = pad(st->unit[u], S);
+		double pu, su;
+		unit_layout(st, u, S, Se, &pu, &su);
+		padded += pu;
+		shard += su;
+		if (u == 0 || u == U - 1) {
+			up[u != 0] = pu;
+			us[u != 0] = su;
+		} else {
+			pm = pu > pm ? pu : pm;
+			sm = su > sm ? su : sm;
+		}
 	}
-	padded = shard * (double)S;
-	if (z >= 2)
-		slots = pad(st->unit[0], S) + pad(st->unit[U - 1], S) + 2 * pm;
+	if (z >= 2) { /* four slots: the first unit, the last, two of the largest half */
+		slots = up[0] + up[1] + 2 * pm;
+		outs = us[0] + us[1] + 2 * sm;
+	}
 	for (int i = 0; i < p->nparts; i++) {
 		const struct mr__plan_part *q = &p->part[i];
 		double n;
@@ -74,7 +97,7 @@ static void meshrun_states(const struct mr_plan_input *in, const struct mr_plan_
 			n = padded + (q->kind == MR_MEM_GRADS ? shard : 0);
 		bytes[q->kind] += q->bytes * n;
 	}
-	*ws = slots / (double)S * 4.0;
+	*ws = outs * 4.0;
 }
 
 double mr__plan_attn_ws(int threads, double T, double hs, double C)
@@ -90,11 +113,13 @@ double mr__plan_attn_ws(int threads, double T, double hs, double C)
 static void paper_states(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
 			 const struct mr__plan_stage *st, double *bytes)
 {
-	double s[3];
+	double s[3], e[3], Ne = m->ep > 1 ? (double)st->experts : 0;
 
-	mr_plan_states((double)st->params, in->prec, m->zero, mr__plan_shard(m), s);
+	/* experts shard over the dp cp / ep ranks that hold the same ones */
+	mr_plan_states((double)st->params - Ne, in->prec, m->zero, mr__plan_shard(m), s);
+	mr_plan_states(Ne, in->prec, m->zero, m->dp * m->cp / m->ep, e);
 	for (int k = 0; k < 3; k++)
-		bytes[k] += s[k];
+		bytes[k] += s[k] + e[k];
 }
 
 /* meshrun's workspace (gpt_params.c's carve_ws, cp.c's buffers, the ep

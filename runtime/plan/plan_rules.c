@@ -4,8 +4,9 @@
  * and a table of what each implementation refuses today.
  *
  * The table is the one place a mode landing in the runtime changes: when
- * expert parallelism runs under ZeRO, its row goes (context parallel's
- * algorithms are rows of plan_cp.c's table, Ulysses the latest).
+ * expert parallelism came to run under ZeRO, its row went (and the
+ * experts' own shards joined plan_mem.c's layout); context parallel's
+ * algorithms are rows of plan_cp.c's table, Ulysses the latest.
  *
  * Non-goals: costs (plan_mem.c, plan_time.c).
  */
@@ -94,12 +95,6 @@ static int recomputes(const struct mr_plan_input *in, const struct mr_plan_mesh 
 	return m->recompute != MR_PLAN_RC_NONE;
 }
 
-static int ep_zero(const struct mr_plan_input *in, const struct mr_plan_mesh *m)
-{
-	(void)in;
-	return m->ep > 1 && m->zero > 0;
-}
-
 static int ep_hsdp(const struct mr_plan_input *in, const struct mr_plan_mesh *m)
 {
 	(void)in;
@@ -127,8 +122,6 @@ static int bf16_copy(const struct mr_plan_input *in, const struct mr_plan_mesh *
 static const struct rule rules[] = {
 	{ MR_PLAN_MESHRUN, "recompute", recomputes,
 	  "the meshrun runtime keeps every activation (no recomputation yet)" },
-	{ MR_PLAN_MESHRUN, "zero", ep_zero,
-	  "expert parallelism runs with DDP only so far (zero 0)" },
 	{ MR_PLAN_MESHRUN, "hsdp_shard", ep_hsdp,
 	  "expert parallelism runs without HSDP so far" },
 	{ MR_PLAN_MESHRUN, "hsdp_shard", cp_hsdp, "HSDP with cp > 1 is not implemented yet" },

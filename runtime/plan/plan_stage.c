@@ -46,14 +46,15 @@ int mr__plan_shard(const struct mr_plan_mesh *m)
  * replicated biases, experts E/ep per rank, the router replicated): the
  * attention half, a dense MLP half and a MoE one. */
 static void layer_units(const struct mr_plan_model *md, const struct mr_plan_mesh *m,
-			size_t *attn, size_t *dense, size_t *moe)
+			size_t *attn, size_t *dense, size_t *moe, size_t *experts)
 {
 	size_t C = (size_t)md->d_model, t = (size_t)m->tp, Cl = C / t;
 	size_t E = (size_t)md->n_experts, El = m->ep > 0 ? E / (size_t)m->ep : E;
 
 	*attn = 2 * C + 3 * Cl * C + 3 * Cl + C * Cl + C;
 	*dense = 2 * C + 4 * Cl * C + 4 * Cl + C * 4 * Cl + C;
-	*moe = 2 * C + E * C + El * (4 * Cl * C + 4 * Cl + C * 4 * Cl + C);
+	*experts = El * (4 * Cl * C + 4 * Cl + C * 4 * Cl + C);
+	*moe = 2 * C + E * C + *experts;
 }
 
 /* Micro-batches (and micro-batch x chunk pairs) alive at once on a stage:
@@ -189,18 +190,20 @@ int mr__plan_stage(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
 	const struct mr_plan_model *md = &in->model;
 	struct mr_gpt_config gc;
 	int L = md->n_layer, c, l, u = 0, rc = 0;
-	size_t C = (size_t)md->d_model, Vl, maxT, attn, dense, moe;
+	size_t C = (size_t)md->d_model, Vl, maxT, attn, dense, moe, experts;
 
 	memset(st, 0, sizeof(*st));
 	mr__plan_gpt_config(md, &gc);
-	layer_units(md, m, &attn, &dense, &moe);
+	layer_units(md, m, &attn, &dense, &moe, &experts);
 	st->first = stage == 0;
 	st->last = stage == m->pp - 1;
 	st->chunks = m->pp > 1 ? m->v : 1;
 	if (m->pp > 1 && !split)
 		return mr_errf(eb, MR_EINVAL, "a pipeline stage needs the split");
-	if (!(st->unit = malloc((2 * (size_t)L + 2) * sizeof(size_t))))
+	st->unit = calloc(2 * (2 * (size_t)L + 2), sizeof(size_t));
+	if (!st->unit)
 		return mr_errf(eb, MR_ENOMEM, "out of memory");
+	st->expert = st->unit + 2 * (size_t)L + 2;
 	st->lo[0] = 0;
 	st->hi[0] = L;
 	for (c = 0; m->pp > 1 && c < m->v; c++)
@@ -214,6 +217,8 @@ int mr__plan_stage(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
 		for (l = st->lo[c]; l < st->hi[c]; l++) {
 			int is_moe = mr_gpt_layer_is_moe(&gc, l);
 			st->unit[u++] = attn;
+			st->expert[u] = is_moe ? experts : 0;
+			st->experts += st->expert[u];
 			st->unit[u++] = is_moe ? moe : dense;
 			st->layers++;
 			st->moe_layers += is_moe;
@@ -231,21 +236,21 @@ int mr__plan_stage(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
 
 void mr__plan_stage_release(struct mr__plan_stage *st)
 {
-	free(st->unit);
-	st->unit = NULL;
+	free(st->unit); /* expert[] is its second half */
+	st->unit = st->expert = NULL;
 }
 
 double mr_plan_params(const struct mr_plan_model *md)
 {
 	struct mr_plan_mesh one = { .tp = 1, .cp = 1, .pp = 1, .dp = 1, .ep = 1, .v = 1 };
 	struct mr_gpt_config gc;
-	size_t attn, dense, moe;
+	size_t attn, dense, moe, experts;
 	double n = (double)md->vocab * md->d_model +
 		   (double)(md->max_seq > 0 ? md->max_seq : md->seq_len) * md->d_model +
 		   2.0 * md->d_model;
 
 	mr__plan_gpt_config(md, &gc);
-	layer_units(md, &one, &attn, &dense, &moe);
+	layer_units(md, &one, &attn, &dense, &moe, &experts);
 	for (int l = 0; l < md->n_layer; l++)
 		n += (double)attn + (double)(mr_gpt_layer_is_moe(&gc, l) ? moe : dense);
 	return n;

@@ -178,58 +178,63 @@ static void passes(struct ctx *x, struct mr_plan_time *t, const struct mr__plan_
 	*B = *Bc + cb;
 }
 
-/* The data-parallel reduction of stage st's gradients: exposed seconds. */
+/* One ZeRO stage's collectives for n gradient elements over a group of S
+ * ranks (mr_dp.h): exposed seconds, what compute (Fc, Bc: one
+ * micro-batch's passes, already scaled by the overlap) can hide taken off
+ * where the runtime overlaps. */
+static double zero_colls(struct ctx *x, struct mr_plan_time *t, int z, double n, int S,
+			 int inter, double Fc, double Bc, int overlap)
+{
+	const struct mr__plan_prec *p = mr__plan_prec(x->in->prec);
+	double G = n * p->grad_comm, P = n * p->param_comm, mb = x->m->micro_batches, rs, ag;
+
+	switch (z) {
+	case 0:
+		rs = coll(x, t, MR_AXIS_DP, MR__OP_ALLREDUCE, S, inter, G, 1);
+		return overlap ? fmax(0, rs - Bc) : rs;
+	case 1:
+		rs = coll(x, t, MR_AXIS_DP, MR__OP_REDUCE_SCATTER, S, inter, G, 1);
+		ag = coll(x, t, MR_AXIS_DP, MR__OP_ALLGATHER, S, inter, P, 1);
+		return (overlap ? fmax(0, rs - Bc) : rs) + ag;
+	case 2: /* every micro-batch's, behind its backward */
+		rs = coll(x, t, MR_AXIS_DP, MR__OP_REDUCE_SCATTER, S, inter, G, mb) / mb;
+		ag = coll(x, t, MR_AXIS_DP, MR__OP_ALLGATHER, S, inter, P, 1);
+		return mb * fmax(0, rs - Bc) + ag;
+	default: /* and the parameters before each pass, prefetched */
+		ag = coll(x, t, MR_AXIS_DP, MR__OP_ALLGATHER, S, inter, P, 2 * mb) / (2 * mb);
+		rs = coll(x, t, MR_AXIS_DP, MR__OP_REDUCE_SCATTER, S, inter, G, mb) / mb;
+		return mb * (fmax(0, ag - Fc) + fmax(0, ag + rs - Bc));
+	}
+}
+
+/* The data-parallel reduction of stage st's gradients: exposed seconds.
+ * The dense parameters over the shard group; under expert parallelism the
+ * experts over the expert-data group (dp cp / ep ranks holding the same
+ * ones), sharded there too under ZeRO. */
 static double dp_step(struct ctx *x, struct mr_plan_time *t, const struct mr__plan_stage *st,
 		      double Fc, double Bc)
 {
+	const struct mr_plan_mesh *m = x->m;
+	const struct mr__plan_prec *p = mr__plan_prec(x->in->prec);
+	int z = mr__plan_zero(x->in, m), S = mr__plan_shard(m), R = m->dp * m->cp / S;
+	int sin = S == m->dp * m->cp ? x->inter[MR_GROUP_DP_CP]
+				     : m->tp * m->cp * S > x->c->gpus_per_node;
+	double Ne = m->ep > 1 ? (double)st->experts : 0, Nd = (double)st->params - Ne, ex;
+	/* DDP reduces from the backward's hooks without ep (with it, after the
+	 * backward); ZeRO always; a pipeline stage once, after its last */
+	int overlap = (m->ep == 1 || z > 0) && (m->pp == 1 || x->in->impl == MR_PLAN_MEGATRON);
+
 	/* what the link can hide behind compute: all of it where the GPU's
 	 * copy engines move it, none where the same cores copy (cpu ranks) */
 	Fc *= x->c->overlap;
 	Bc *= x->c->overlap;
-	const struct mr_plan_mesh *m = x->m;
-	const struct mr__plan_prec *p = mr__plan_prec(x->in->prec);
-	const struct mr_plan_model *md = &x->in->model;
-	int z = mr__plan_zero(x->in, m), S = mr__plan_shard(m), R = m->dp * m->cp / S;
-	int sin = S == m->dp * m->cp ? x->inter[MR_GROUP_DP_CP]
-				     : m->tp * m->cp * S > x->c->gpus_per_node;
-	double El = 0, G, Ge, mb = m->micro_batches, ex = 0, rs, ag, ar;
-	int overlap = m->ep == 1 && (m->pp == 1 || x->in->impl == MR_PLAN_MEGATRON);
-
-	if (m->ep > 1) /* the experts' share of the stage: reduced over edp */
-		El = (double)st->moe_layers * md->n_experts / m->ep *
-		     (8.0 * md->d_model * md->d_model / m->tp + 4.0 * md->d_model / m->tp +
-		      md->d_model);
-	G = ((double)st->params - El) * p->grad_comm;
-	Ge = El * p->grad_comm;
-	switch (z) {
-	case 0:
-		ar = coll(x, t, MR_AXIS_DP, MR__OP_ALLREDUCE, S, sin, G, 1);
-		ex = overlap ? fmax(0, ar - Bc) : ar;
-		break;
-	case 1:
-		rs = coll(x, t, MR_AXIS_DP, MR__OP_REDUCE_SCATTER, S, sin, G, 1);
-		ag = coll(x, t, MR_AXIS_DP, MR__OP_ALLGATHER, S, sin,
-			  G / p->grad_comm * p->param_comm, 1);
-		ex = (overlap ? fmax(0, rs - Bc) : rs) + ag;
-		break;
-	case 2:
-		rs = coll(x, t, MR_AXIS_DP, MR__OP_REDUCE_SCATTER, S, sin, G, mb) / mb;
-		ag = coll(x, t, MR_AXIS_DP, MR__OP_ALLGATHER, S, sin,
-			  G / p->grad_comm * p->param_comm, 1);
-		ex = mb * fmax(0, rs - Bc) + ag;
-		break;
-	default:
-		ag = coll(x, t, MR_AXIS_DP, MR__OP_ALLGATHER, S, sin,
-			  G / p->grad_comm * p->param_comm, 2 * mb) / (2 * mb);
-		rs = coll(x, t, MR_AXIS_DP, MR__OP_REDUCE_SCATTER, S, sin, G, mb) / mb;
-		ex = mb * (fmax(0, ag - Fc) + fmax(0, ag + rs - Bc));
-		break;
-	}
+	ex = zero_colls(x, t, z, Nd, S, sin, Fc, Bc, overlap);
+	if (Ne > 0)
+		ex += zero_colls(x, t, z, Ne, m->dp * m->cp / m->ep, x->inter[MR_GROUP_EDP], Fc,
+				 Bc, overlap);
 	if (R > 1) /* HSDP: the shards across the replicas */
-		ex += coll(x, t, MR_AXIS_DP, MR__OP_ALLREDUCE, R, 1, z ? G / S : G, 1);
-	if (Ge > 0)
-		ex += coll(x, t, MR_AXIS_DP, MR__OP_ALLREDUCE, m->dp * m->cp / m->ep,
-			   x->inter[MR_GROUP_EDP], Ge, 1);
+		ex += coll(x, t, MR_AXIS_DP, MR__OP_ALLREDUCE, R, 1,
+			   (z ? Nd / S : Nd) * p->grad_comm, 1);
 	return ex;
 }
 
@@ -306,8 +311,13 @@ int mr__plan_time(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
 				t->comm[MR_AXIS_EP].exposed_s);
 	/* the optimizer's pass over what the rank owns (mr_dp.h: all of its
 	 * parameters, or its ZeRO shard), at the memory's pace */
-	t->optim_s = (double)worst.params / (mr__plan_zero(in, m) ? mr__plan_shard(m) : 1) *
-		     mr__plan_prec(in->prec)->optim_touch / in->cluster.mem_bw;
+	{
+		double Ne = m->ep > 1 ? (double)worst.experts : 0, Nd = (double)worst.params - Ne;
+		double owned = mr__plan_zero(in, m)
+				       ? Nd / mr__plan_shard(m) + Ne * m->ep / (m->dp * m->cp)
+				       : Nd + Ne;
+		t->optim_s = owned * mr__plan_prec(in->prec)->optim_touch / in->cluster.mem_bw;
+	}
 	t->compute_s = m->micro_batches * (Fc + Bc);
 	t->bubble_s = span - m->micro_batches * (F + B);
 	t->step_s = span + p2p + dp + t->optim_s;

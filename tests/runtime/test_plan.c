@@ -205,14 +205,14 @@ Test(plan, every_plan_obeys_the_mesh_rules)
 	in.global_batch = 64;
 	cr_assert_eq(mr_plan_search(&in, &r, &eb), 0, "%s", eb.msg);
 	cr_assert(r.n > 0 && r.fitting > 0);
-	int ep_seen = 0;
+	int ep_seen = 0, ep_zero_seen = 0;
 	for (int i = 0; i < r.n; i++) {
 		const struct mr_plan_mesh *m = &r.plan[i].mesh;
 		cr_expect_eq(m->tp * m->cp * m->pp * m->dp, 32);
 		cr_expect(in.model.n_head % m->tp == 0 && m->tp <= 8, "tp %d", m->tp);
 		cr_expect(m->cp == 1 || in.model.seq_len % (2 * m->cp) == 0, "cp %d", m->cp);
 		cr_expect(m->ep == 1 || (8 % m->ep == 0 && (m->dp * m->cp) % m->ep == 0), "ep");
-		cr_expect(!(m->ep > 1 && m->zero > 0), "meshrun runs ep with DDP only");
+		cr_expect(!(m->ep > 1 && m->hsdp_shard), "meshrun runs ep without HSDP");
 		cr_expect_eq(m->recompute, MR_PLAN_RC_NONE, "meshrun does not recompute");
 		cr_expect_eq(m->dp * m->micro_batch * m->micro_batches, 64);
 		if (m->pp > 1 && (m->schedule == MR_PP_1F1B || m->schedule == MR_PP_ZBH1))
@@ -223,8 +223,10 @@ Test(plan, every_plan_obeys_the_mesh_rules)
 			cr_expect(r.plan[i - 1].time.step_s <= r.plan[i].time.step_s);
 		cr_expect(i < r.fitting ? r.plan[i].fits : !r.plan[i].fits, "fitting plans first");
 		ep_seen |= m->ep > 1;
+		ep_zero_seen |= m->ep > 1 && m->zero > 0;
 	}
 	cr_expect(ep_seen, "expert parallel meshes are enumerated for a MoE model");
+	cr_expect(ep_zero_seen, "and with ZeRO, which the runtime runs");
 	mr_plan_result_release(&r);
 }
 

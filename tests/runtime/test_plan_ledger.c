@@ -4,7 +4,8 @@
  * communicators, bootstrapped through an in-memory KV) train a step of
  * each parity configuration that runs here - one rank, dp under DDP and
  * ZeRO-1/2/3, HSDP, tp, tp+sp, the pipeline under each schedule and with
- * dp, cp under each algorithm, ep, and their mixes - and every rank's
+ * dp, cp under each algorithm, ep under DDP and ZeRO-1/2/3, and their
+ * mixes - and every rank's
  * ledger (stats mem_bytes, runtime/mr_mem.h) is compared with the
  * planner's prediction for its stage: parameters, gradients and
  * optimizer state to the byte, activations and workspace within 10 %
@@ -112,3 +113,12 @@ Test(plan_ledger, ep2_dropless)
 	check_ledger("{" MOE ",\"moe_policy\":\"dropless\"}", 2, 1, 1, 1, 2);
 }
 Test(plan_ledger, ep2_capacity_tp2) { check_ledger("{" MOE "}", 4, 2, 1, 1, 2); }
+Test(plan_ledger, ep2_zero1_edp1) { check_ledger("{" MOE ",\"zero\":1}", 2, 1, 1, 1, 2); }
+Test(plan_ledger, ep2_over_dp4_zero1) { check_ledger("{" MOE ",\"zero\":1}", 4, 1, 1, 1, 2); }
+Test(plan_ledger, ep2_over_dp4_zero2) { check_ledger("{" MOE ",\"zero\":2}", 4, 1, 1, 1, 2); }
+Test(plan_ledger, ep2_over_dp4_zero3) { check_ledger("{" MOE ",\"zero\":3}", 4, 1, 1, 1, 2); }
+Test(plan_ledger, ep2_tp2_zero3) { check_ledger("{" MOE ",\"zero\":3}", 4, 2, 1, 1, 2); }
+Test(plan_ledger, ep2_pp2_zero1)
+{
+	check_ledger("{" MOE ",\"zero\":1,\"grad_accum\":2}", 4, 1, 2, 1, 2);
+}
