@@ -6,6 +6,7 @@
  *   meshrun mesh    print the rank <-> mesh coordinates table
  *   meshrun plan    choose the mesh for a model and a cluster
  *   meshrun data    make llm.c token shards
+ *   meshrun ckpt    inspect, export and import checkpoints
  */
 #include <stdio.h>
 #include <string.h>
@@ -26,6 +27,7 @@ static const struct subcommand subcommands[] = {
 	{"mesh", mr_cli_mesh, "print the rank <-> mesh coordinates table"},
 	{"plan", mr_cli_plan, "choose the mesh for a model and a cluster (memory, step time)"},
 	{"data", mr_cli_data, "make llm.c token shards (prepare, synth, inspect)"},
+	{"ckpt", mr_cli_ckpt, "inspect, verify, export (safetensors) and import checkpoints"},
 	{NULL, NULL, NULL},
 };
 
