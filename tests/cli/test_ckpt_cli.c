@@ -26,7 +26,8 @@
  *    byte-mutating fuzz loop never crashes the reader.
  *  - a plain Hugging Face GPT-2 file (no metadata, no "transformer."
  *    prefix, mask buffers, a tied lm_head) imports with --n-head, and
- *    without it exits 2 asking for it.
+ *    without it exits 2 asking for it; a job loads the import at step 0
+ *    (fine-tuning) and its first loss is that of the same weights.
  *  - usage errors exit 2.
  */
 #include <criterion/criterion.h>
@@ -957,22 +958,27 @@ Test(ckpt_cli, fuzzed_files_never_crash_the_reader, .timeout = 600)
 
 /* ---- a plain Hugging Face GPT-2 file ---- */
 
-Test(ckpt_cli, plain_gpt2_file_imports_with_n_head)
+Test(ckpt_cli, plain_gpt2_file_imports_with_n_head_and_a_job_fine_tunes_it, .timeout = 600)
 {
 	struct mr_errbuf eb = { "", "" };
 	struct mr_gpt_config c;
 	struct mr_gpt m, back;
 	struct mr_st_writer w;
 	struct mr_st_spec sp[64];
-	char names[64][96], path[160], *out;
+	char names[64][96], path[160], *out, *a, *b;
 	float *mask, *bufs[64];
 	int n = 0, i, T;
 
 	scratch();
-	small_config(&c);
-	T = c.max_seq;
+	/* the jobs' model (MODEL), initialised as a job with their seed does */
+	memset(&c, 0, sizeof(c));
+	c.vocab = 96;
+	c.max_seq = T = 16;
+	c.n_layer = 2;
+	c.d_model = 64;
+	c.n_head = 4;
 	cr_assert_eq(mr_gpt_create(&m, &c, 1, 1, NULL, &eb), 0, "%s", eb.msg);
-	cr_assert_eq(mr_gpt_init_params(&m, 3), 0);
+	cr_assert_eq(mr_gpt_init_params(&m, 11), 0);
 	mask = calloc((size_t)(T * T), sizeof(float));
 	for (i = 0; i < m.ntensors; i++) {
 		const struct mr_gpt_tensor *t = &m.tensors[i];
@@ -1023,9 +1029,13 @@ Test(ckpt_cli, plain_gpt2_file_imports_with_n_head)
 	cr_assert_eq(MESHRUN(&out, "ckpt import --safetensors gpt2.safetensors hf"), 2, "%s", out);
 	cr_expect(strstr(out, "--n-head") && strstr(out, "n_head"), "%s", out);
 	free(out);
-	cr_assert_eq(MESHRUN(&out, "ckpt import --safetensors gpt2.safetensors hf --n-head 2"), 0,
+	cr_assert_eq(MESHRUN(&out, "ckpt import --safetensors gpt2.safetensors hf --n-head 3"), 2,
 		     "%s", out);
-	cr_expect(strstr(out, "GPT-2 shapes") && strstr(out, "n_layer 2 d_model 16 n_head 2") &&
+	cr_expect(strstr(out, "--n-head 3") && strstr(out, "divide"), "%s", out);
+	free(out);
+	cr_assert_eq(MESHRUN(&out, "ckpt import --safetensors gpt2.safetensors hf --n-head 4"), 0,
+		     "%s", out);
+	cr_expect(strstr(out, "GPT-2 shapes") && strstr(out, "n_layer 2 d_model 64 n_head 4") &&
 			  strstr(out, "step-00000000"),
 		  "%s", out);
 	free(out);
@@ -1037,12 +1047,27 @@ Test(ckpt_cli, plain_gpt2_file_imports_with_n_head)
 	cr_expect(back.cfg.vocab == c.vocab && back.cfg.max_seq == c.max_seq &&
 		  back.cfg.n_layer == c.n_layer && back.cfg.d_model == c.d_model);
 	mr_gpt_release(&back);
+	/* fine-tuning from it: a job loads step 0 and trains from there - the
+	 * values a job with the same seed initialises, so the same first loss */
+	cr_assert_eq(job("from_hf", "--nproc-per-node 1",
+			 ", \"steps\": 1, \"ckpt_dir\": \"hf\", \"loss_log\": \"hf.loss\""),
+		     0, "%s", job_log("from_hf"));
+	cr_expect(strstr(job_log("from_hf"), "checkpoint_resumed step=0"), "%s",
+		  job_log("from_hf"));
+	cr_assert_eq(job("fresh", "--nproc-per-node 1",
+			 ", \"steps\": 1, \"loss_log\": \"fresh.loss\""), 0, "%s", job_log("fresh"));
+	a = first_line("hf.loss");
+	b = first_line("fresh.loss");
+	cr_expect(!strncmp(a, "1 ", 2), "%s", a);
+	cr_expect_str_eq(a, b, "from the import %s, fresh %s", a, b);
+	free(a);
+	free(b);
 	/* --step and an existing step */
-	cr_assert_eq(MESHRUN(&out, "ckpt import --safetensors gpt2.safetensors hf --n-head 2"), 1,
+	cr_assert_eq(MESHRUN(&out, "ckpt import --safetensors gpt2.safetensors hf --n-head 4"), 1,
 		     "%s", out);
 	cr_expect(strstr(out, "exists"), "%s", out);
 	free(out);
-	cr_assert_eq(MESHRUN(&out, "ckpt import --safetensors gpt2.safetensors hf --n-head 2 "
+	cr_assert_eq(MESHRUN(&out, "ckpt import --safetensors gpt2.safetensors hf --n-head 4 "
 				   "--step 7"), 0, "%s", out);
 	free(out);
 	cr_assert_eq(MESHRUN(&out, "ckpt inspect hf"), 0, "%s", out);
