@@ -9,8 +9,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "mr_log.h"
+
+static long long mr__now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 static void *rank_main(void *arg)
 {
@@ -53,6 +63,8 @@ static void *rank_main(void *arg)
 		rc = MR_EABORTED;
 	if (rc == MR_WORKER_DONE) {
 		r->code = 0;
+	} else if (rc == MR_WORKER_STOPPED) {
+		r->code = 128 + SIGTERM; /* stopped as asked, checkpoint written */
 	} else {
 		r->code = rc == MR_EABORTED ? 128 + SIGTERM : 1;
 		/* a workload that rejects its config at create (or cannot find its
@@ -132,6 +144,29 @@ void mr_inproc_abort(struct mr_inproc *ip)
 		if (r->state)
 			ip->ops->abort(r->state);
 		pthread_mutex_unlock(&r->lock);
+	}
+}
+
+void mr_inproc_preempt(struct mr_inproc *ip, int grace_ms)
+{
+	long long end;
+
+	for (int i = 0; i < ip->n; i++) {
+		struct mr_inproc_rank *r = &ip->rank[i];
+
+		pthread_mutex_lock(&r->lock);
+		if (r->state)
+			(ip->ops->preempt ? ip->ops->preempt : ip->ops->abort)(r->state);
+		pthread_mutex_unlock(&r->lock);
+	}
+	end = mr__now_ms() + grace_ms;
+	for (;;) {
+		int running = 0;
+		for (int i = 0; i < ip->n; i++)
+			running += !atomic_load(&ip->rank[i].done);
+		if (!running || mr__now_ms() >= end)
+			break;
+		usleep(20 * 1000);
 	}
 }
 

@@ -56,6 +56,10 @@ int mr_inproc_start(struct mr_inproc *ip, const struct mr_worker_ops *ops,
 void mr_inproc_poll(struct mr_inproc *ip, struct mr_exec_status *st);
 /* Makes every step return MR_EABORTED promptly. */
 void mr_inproc_abort(struct mr_inproc *ip);
+/* Preempts every rank (struct mr_worker_ops.preempt: a checkpoint at the
+ * step's end, then stop; abort without it) and waits up to grace_ms for
+ * them to finish. */
+void mr_inproc_preempt(struct mr_inproc *ip, int grace_ms);
 /* Aborts (if running) and joins every thread; codes and stats stay
  * readable until mr_inproc_stop(). */
 void mr_inproc_join(struct mr_inproc *ip);

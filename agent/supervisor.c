@@ -450,7 +450,7 @@ static int stop_gracefully(struct mr_supervisor *sv, int joined, int workers)
 	atomic_store(&sv->ready, 0);
 	mr_log_info("stopping", "signal=%d", sig);
 	if (workers) {
-		mr__sv_workers_signal(sv, sig);
+		mr__sv_workers_preempt(sv, sig);
 		mr__sv_workers_stop(sv, cfg->grace_period_ms);
 	}
 	mr_rdzv_hb_stop(sv->rdzv);

@@ -38,6 +38,10 @@ int mr__sv_start_workers(struct mr_supervisor *sv, const char *maddr, int mport,
 			 struct mr_errbuf *eb);
 void mr__sv_workers_poll(struct mr_supervisor *sv, struct mr_exec_status *st);
 void mr__sv_workers_signal(struct mr_supervisor *sv, int sig);
+/* The agent is being stopped (pod eviction): in-process ranks write a
+ * checkpoint with the whole job and stop, within the grace period; exec
+ * workers get sig. */
+void mr__sv_workers_preempt(struct mr_supervisor *sv, int sig);
 int mr__sv_workers_count(const struct mr_supervisor *sv);
 /* Records every local worker's exit code in the metrics. */
 void mr__sv_record_codes(struct mr_supervisor *sv);

@@ -135,6 +135,14 @@ void mr__sv_workers_signal(struct mr_supervisor *sv, int sig)
 		mr_exec_signal(&sv->exec, sig);
 }
 
+void mr__sv_workers_preempt(struct mr_supervisor *sv, int sig)
+{
+	if (mr__sv_inproc_mode(sv))
+		mr_inproc_preempt(&sv->inproc, sv->cfg->grace_period_ms);
+	else
+		mr_exec_signal(&sv->exec, sig);
+}
+
 int mr__sv_workers_count(const struct mr_supervisor *sv)
 {
 	return mr__sv_inproc_mode(sv) ? sv->inproc.n : sv->exec.n;

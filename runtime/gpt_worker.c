@@ -88,6 +88,7 @@ static int gw_create(void **state, const struct mr_worker_env *env, struct mr_er
 	if (!w)
 		return mr_errf(eb, MR_ENOMEM, "unable to allocate the gpt worker");
 	atomic_init(&w->aborted, 0);
+	atomic_init(&w->preempted, 0);
 	rc = mr__gw_parse(env ? env->config : NULL, &mc, &oc, w, &B, &T, eb);
 	if (rc == 0)
 		rc = mr__gw_run_keys(env ? env->config : NULL, w, eb);
@@ -256,19 +257,22 @@ static int save_weights(struct gw *w, struct mr_errbuf *eb)
 	return rc;
 }
 
-/* A checkpoint when one is due (a failed write is logged, training goes
- * on); at the last step the write in flight is waited for, so a job that
- * succeeds has its checkpoint. The stats carry the last one's figures. */
-static int checkpoint(struct gw *w, struct mr_worker_stats *st, struct mr_errbuf *eb)
+/* A checkpoint when one is due or a rank asked for one (`requested`: a
+ * preemption; a failed write is logged, training goes on); at the last
+ * step and when requested the write is waited for, so a job that
+ * succeeds, or a rank that stops, has its checkpoint. The stats carry the
+ * last one's figures. */
+static int checkpoint(struct gw *w, int requested, struct mr_worker_stats *st,
+		      struct mr_errbuf *eb)
 {
 	struct mr_ckpt_stats cs;
 	struct mr_errbuf ce = { "", "" };
 
 	if (!w->ckpt)
 		return 0;
-	if (mr_ckpt_due(w->ckpt, w->step) && mr_ckpt_save(w->ckpt, w->step, &ce) < 0)
+	if ((requested || mr_ckpt_due(w->ckpt, w->step)) && mr_ckpt_save(w->ckpt, w->step, &ce) < 0)
 		mr_log_warn("checkpoint_not_saved", "step=%ld msg=%s", w->step, mr_log_q(ce.msg));
-	if (w->step >= w->steps && mr_ckpt_wait(w->ckpt, &ce) < 0)
+	if ((requested || w->step >= w->steps) && mr_ckpt_wait(w->ckpt, &ce) < 0)
 		return mr_errf(eb, MR_EIO, "%s", ce.msg);
 	mr_ckpt_stats(w->ckpt, &cs);
 	st->ckpt_step = cs.last_step;
@@ -334,6 +338,8 @@ static int gw_step(void *state, struct mr_worker_stats *st, struct mr_errbuf *eb
 		if ((rc = read_batch(w, 0, j * (uint64_t)w->B, a, eb)) < 0)
 			return rc;
 	}
+	if (atomic_load(&w->preempted))
+		atomic_store(&w->step_drv.request, 1);
 	rc = mr_step_run(&w->step_drv, w->inputs, w->targets, w->accum, &r, eb);
 	if (rc < 0)
 		return rc;
@@ -375,8 +381,15 @@ static int gw_step(void *state, struct mr_worker_stats *st, struct mr_errbuf *eb
 		return rc;
 	if (st->step >= w->steps && w->save_weights && (rc = save_weights(w, eb)) < 0)
 		return rc;
-	if ((rc = checkpoint(w, st, eb)) < 0)
+	if ((rc = checkpoint(w, r.requested, st, eb)) < 0)
 		return rc;
+	/* stopped at the step every rank agreed to checkpoint (the request
+	 * may have come after this step's agreement: then at the next) */
+	if (atomic_load(&w->preempted) && r.requested) {
+		mr_log_info("preempted", "step=%lld checkpoint_step=%lld", (long long)st->step,
+			    (long long)st->ckpt_step);
+		return MR_WORKER_STOPPED;
+	}
 	if (atomic_load(&w->aborted))
 		return mr_errf(eb, MR_EABORTED, "gpt worker aborted at step %ld", step);
 	return st->step >= w->steps ? MR_WORKER_DONE : MR_WORKER_MORE;
@@ -391,6 +404,14 @@ static void gw_abort(void *state)
 	atomic_store(&w->aborted, 1);
 	if (atomic_load(&w->groups_ready))
 		mr_groups_abort(&w->groups);
+}
+
+static void gw_preempt(void *state)
+{
+	struct gw *w = state;
+
+	if (w)
+		atomic_store(&w->preempted, 1);
 }
 
 /* Another thread's view while step() runs: atomics and communicators
@@ -415,4 +436,5 @@ const struct mr_worker_ops mr_gpt_worker = {
 	.abort = gw_abort,
 	.destroy = gw_destroy,
 	.progress = gw_progress,
+	.preempt = gw_preempt,
 };

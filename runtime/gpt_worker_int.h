@@ -57,6 +57,7 @@ struct gw {
 	int stall_rank, stall_step; /* debug_stall_*: -1 = off */
 	int slow_rank, slow_ms;     /* debug_slow_*: -1 = off */
 	atomic_int aborted;
+	atomic_int preempted;   /* preempt(): checkpoint at this step's end, then stop */
 };
 
 /* Monotonic seconds. */

@@ -46,6 +46,7 @@ struct mr_step_result {
 	float aux_loss;  /* mean MoE aux loss (before aux_coef) */
 	float grad_norm; /* global, before clipping */
 	float lr;
+	int requested;   /* some rank set its request flag for this step */
 };
 
 struct mr_step;
@@ -73,6 +74,9 @@ struct mr_step {
 #ifndef __cplusplus /* CUDA sources use only struct mr_step_result */
 	atomic_int micro;                  /* micro-batch being run, -1 outside the
 					    * schedule (progress reports) */
+	atomic_int request;                /* any thread: ask every rank (a flag agreed
+					    * on in the step's statistics; the
+					    * result's `requested`), e.g. a checkpoint */
 #endif
 };
 

@@ -115,8 +115,9 @@ struct mr_worker_progress {
 };
 
 enum mr_worker_status {
-	MR_WORKER_MORE = 0, /* step() done, call again */
-	MR_WORKER_DONE = 1, /* training finished */
+	MR_WORKER_MORE = 0,    /* step() done, call again */
+	MR_WORKER_DONE = 1,    /* training finished */
+	MR_WORKER_STOPPED = 2, /* stopped as preempt() asked, its checkpoint written */
 };
 
 struct mr_worker_ops {
@@ -132,6 +133,12 @@ struct mr_worker_ops {
 	/* Optional (NULL: the workload reports none). Fills out; called from
 	 * another thread while step() runs, so it only reads (atomics). */
 	void (*progress)(void *state, struct mr_worker_progress *out);
+	/* Optional (NULL: stop at once). Thread-safe: the rank is being
+	 * preempted (its pod evicted): at the end of the current step every
+	 * rank of the job writes a checkpoint, then this one's step() returns
+	 * MR_WORKER_STOPPED (the others go on until their agents restart
+	 * them). A workload without checkpoints stops at the step's end. */
+	void (*preempt)(void *state);
 };
 
 #endif

@@ -82,6 +82,7 @@ int mr_step_init(struct mr_step *s, struct mr_gpt *m, const struct mr_adamw_conf
 
 	memset(s, 0, sizeof(*s));
 	atomic_init(&s->micro, -1);
+	atomic_init(&s->request, 0);
 	s->m = m;
 	s->sched = &mr_sched_sequential;
 	return mr_dp_create(&s->dp, m, oc, dc ? dc : &ddp, c ? c : &one, seed, eb);
@@ -137,7 +138,7 @@ int mr_step_run(struct mr_step *s, const int *inputs, const int *targets, int ac
 		struct mr_step_result *r, struct mr_errbuf *eb)
 {
 	long step = mr_dp_steps(s->dp);
-	double v[3] = { 0.0, 0.0, 0.0 }, loss[2] = { 0.0, 0.0 }, norm;
+	double v[MR_DP_NSTATS] = { 0.0, 0.0, 0.0, 0.0 }, loss[2] = { 0.0, 0.0 }, norm;
 	int pp = mr_place_size(&s->m->place, MR_AXIS_PP);
 	char st[40];
 	const char *g;
@@ -157,6 +158,7 @@ int mr_step_run(struct mr_step *s, const int *inputs, const int *targets, int ac
 	 * share of the aux loss and the last one all of the loss */
 	v[1] = loss[0] / accum * pp;
 	v[2] = loss[1] / accum * pp;
+	v[3] = atomic_load(&s->request) ? 1.0 : 0.0;
 	if ((rc = mr_dp_reduce_stats(s->dp, v)) < 0)
 		return mr_errf(eb, rc, "grad norm reduction failed at step %ld: %s", step,
 			       mr_strerror(rc));
@@ -174,6 +176,7 @@ int mr_step_run(struct mr_step *s, const int *inputs, const int *targets, int ac
 	r->aux_loss = (float)v[2];
 	r->grad_norm = (float)norm;
 	r->lr = mr_lr_at(mr_dp_adamw(s->dp), step);
+	r->requested = v[3] > 0.0;
 	if ((rc = mr_dp_update(s->dp, norm, r->lr)) < 0)
 		return mr_errf(eb, rc, "parameter all-gather failed at step %ld: %s", step,
 			       mr_strerror(rc));

@@ -75,13 +75,14 @@ const char *mr_dp_first_nonfinite(struct mr_dp *d, int grads)
 /*
  * v[0] = this rank's sum of squares (each counted segment one sum in
  * element order, added in segment order: the same value on any device
- * thread count); v[1], v[2] this rank's mean loss and aux loss. Every
- * rank's doubles are all-gathered bit for bit (as I64) and added in rank
- * order, so the result is identical everywhere and has no fp32 rounding.
+ * thread count); v[1], v[2] this rank's mean loss and aux loss, v[3] its
+ * flag. Every rank's doubles are all-gathered bit for bit (as I64) and
+ * added in rank order, so the result is identical everywhere and has no
+ * fp32 rounding.
  */
-int mr_dp_reduce_stats(struct mr_dp *d, double v[3])
+int mr_dp_reduce_stats(struct mr_dp *d, double v[MR_DP_NSTATS])
 {
-	double all[3 * DP_MAX_WORLD];
+	double all[MR_DP_NSTATS * DP_MAX_WORLD];
 	int r, k, rc;
 
 	rc = d->dev->ops->sumsq(d->dev, owned_grads(d), d->cnt_off, d->cnt_n, d->ncnt, d->part);
@@ -96,13 +97,14 @@ int mr_dp_reduce_stats(struct mr_dp *d, double v[3])
 		return MR_ELIMIT;
 	v[1] /= d->W;
 	v[2] /= d->W;
-	rc = mr_comm_allgather(d->c.world, v, all, 3, MR_COMM_I64);
+	rc = mr_comm_allgather(d->c.world, v, all, MR_DP_NSTATS, MR_COMM_I64);
 	if (rc < 0)
 		return rc;
-	v[0] = v[1] = v[2] = 0.0;
+	for (k = 0; k < MR_DP_NSTATS; k++)
+		v[k] = 0.0;
 	for (r = 0; r < d->W; r++)
-		for (k = 0; k < 3; k++)
-			v[k] += all[3 * r + k];
+		for (k = 0; k < MR_DP_NSTATS; k++)
+			v[k] += all[MR_DP_NSTATS * r + k];
 	return 0;
 }
 

@@ -133,10 +133,13 @@ void mr_dp_micro_batch(struct mr_dp *d, int final);
  * overlap = 0 left, waits for every gradient reduction of the step, then
  * the HSDP replica all-reduce. */
 int mr_dp_finish_grads(struct mr_dp *d);
-/* In: v[1], v[2] this rank's mean loss and aux loss over its micro-batches.
+/* In: v[1], v[2] this rank's mean loss and aux loss over its micro-batches,
+ * v[3] a flag of this rank (0 or 1: the step driver's request).
  * Out: v[0] the sum of squares of every gradient of the job (each counted
- * once), v[1], v[2] the means over every rank; identical on every rank. */
-int mr_dp_reduce_stats(struct mr_dp *d, double v[3]);
+ * once), v[1], v[2] the means over every rank, v[3] the flags' sum;
+ * identical on every rank. */
+#define MR_DP_NSTATS 4
+int mr_dp_reduce_stats(struct mr_dp *d, double v[MR_DP_NSTATS]);
 /* Name of the first tensor with a non-finite value in this rank's owned
  * params (grads = 0) or grads (grads = 1), or NULL. */
 const char *mr_dp_first_nonfinite(struct mr_dp *d, int grads);
