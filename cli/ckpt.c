@@ -100,8 +100,9 @@ int mr__ckpt_resolve(const char *cmd, const char *dir, char ***dirs, int *n, int
 	*n = 0;
 	*is_step = 0;
 	if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
-		fprintf(stderr, "meshrun ckpt %s: '%s' is not a directory%s%s\n", cmd, dir,
-			errno == ENOENT ? ": " : "", errno == ENOENT ? strerror(errno) : "");
+		int missing = errno == ENOENT && access(dir, F_OK) != 0;
+		fprintf(stderr, "meshrun ckpt %s: '%s' is not a directory%s\n", cmd, dir,
+			missing ? " (no such file)" : "");
 		return CKPT_EXIT_USAGE;
 	}
 	snprintf(path, sizeof(path), "%s/manifest.json", dir);

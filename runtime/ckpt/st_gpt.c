@@ -246,6 +246,23 @@ static int meta_float(const struct mr_st_file *f, const char *key, float *out,
 	return 0;
 }
 
+/* A name "h.<l>.<rest>" (l a plain decimal below 2^20): *l and the
+ * length of "h.<l>."; else 0. */
+static int block_of(const char *nm, int *l)
+{
+	const char *p = nm + 2;
+	long v = 0;
+
+	if (strncmp(nm, "h.", 2) || *p < '0' || *p > '9')
+		return 0;
+	while (*p >= '0' && *p <= '9' && v < 1 << 20)
+		v = v * 10 + (*p++ - '0');
+	if (*p != '.' || v >= 1 << 20)
+		return 0;
+	*l = (int)v;
+	return (int)(p + 1 - nm);
+}
+
 /* The config from meshrun's metadata; *step its step. */
 static int config_from_meta(const struct mr_st_file *f, struct mr_gpt_config *c, long *step,
 			    struct mr_errbuf *eb)
@@ -306,8 +323,8 @@ static int config_from_shapes(const struct mr_st_file *f, const char *pre, int n
 			       "(max_seq, d_model)", f->path, pre, pre);
 	for (i = 0; i < f->ntensors; i++) {
 		const char *nm = f->t[i].name;
-		int l, at = 0;
-		if (strncmp(nm, pre, pl) || sscanf(nm + pl, "h.%d.%n", &l, &at) != 1 || at == 0)
+		int l, at;
+		if (strncmp(nm, pre, pl) || (at = block_of(nm + pl, &l)) == 0)
 			continue;
 		if (strstr(nm + pl + at, "moe."))
 			return mr_errf(eb, MR_EINVAL,
@@ -354,9 +371,9 @@ static double nparams_of(const struct mr_gpt_config *c)
  * holds that is no parameter: the attention mask buffers. */
 static int ignorable(const char *nm)
 {
-	int l, at = 0;
+	int l, at;
 
-	if (sscanf(nm, "h.%d.%n", &l, &at) != 1 || at == 0)
+	if ((at = block_of(nm, &l)) == 0)
 		return 0;
 	return !strcmp(nm + at, "attn.bias") || !strcmp(nm + at, "attn.masked_bias");
 }

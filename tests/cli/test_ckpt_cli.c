@@ -700,7 +700,7 @@ static void write_raw(const char *name, uint64_t n, const char *header, const vo
  * document) and extra data bytes appended, as tmp/name. */
 static void mutate(const char *name, void (*edit)(json_t *), size_t extra)
 {
-	char path[160], *raw, *text, *pad;
+	char path[160], *raw, *text, *pad, *data;
 	uint64_t n;
 	size_t len, tl, dn;
 	json_t *doc;
@@ -719,9 +719,11 @@ static void mutate(const char *name, void (*edit)(json_t *), size_t extra)
 	while (tl % 8)
 		pad[tl++] = ' ';
 	dn = len - 8 - n;
-	raw = realloc(raw, len + extra);
-	memset(raw + len, 0, extra);
-	write_raw(name, tl, pad, raw + 8 + n, dn + extra);
+	data = calloc(1, dn + extra + 1);
+	cr_assert_not_null(data);
+	memcpy(data, raw + 8 + n, dn);
+	write_raw(name, tl, pad, data, dn + extra);
+	free(data);
 	json_decref(doc);
 	free(text);
 	free(pad);
