@@ -110,7 +110,9 @@ static int gw_create(void **state, const struct mr_worker_env *env, struct mr_er
 	w->mc = mc;
 	w->B = B;
 	w->T = T;
-	rc = mr__gw_create_trainer(w, env, &oc, eb);
+	rc = mr__gw_keep_global_batch(w, env, eb);
+	if (rc == 0)
+		rc = mr__gw_create_trainer(w, env, &oc, eb);
 	if (rc < 0)
 		goto fail;
 	n = (size_t)B * T * (size_t)w->accum;

@@ -84,4 +84,11 @@ int mr__gw_create_trainer(struct gw *w, const struct mr_worker_env *env,
 int mr__gw_open_ckpt(struct gw *w, const struct mr_worker_env *env, const char *train_data,
 		     struct mr_errbuf *eb);
 
+/* Elastic resume: when the data-parallel size differs from the newest
+ * checkpoint's, grad_accum becomes what keeps its global batch (the same
+ * micro-batches every step, so the same losses); fails naming grad_accum
+ * when dp cannot share it evenly. Before the trainer is built. */
+int mr__gw_keep_global_batch(struct gw *w, const struct mr_worker_env *env,
+			     struct mr_errbuf *eb);
+
 #endif

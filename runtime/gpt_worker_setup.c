@@ -233,8 +233,9 @@ int mr__gw_create_trainer(struct gw *w, const struct mr_worker_env *env,
 	return mr_step_init(&w->step_drv, &w->model, oc, &dc, &cc, w->seed, eb);
 }
 
-/* Keeps the lines of the loss log up to `step` (rank 0 after a resume):
- * the steps after it are trained again. */
+/* Keeps the whole lines of the loss log up to `step` (rank 0 after a
+ * resume): the steps after it are trained again, and a line a killed run
+ * left half-written goes. */
 static void trim_loss_log(const char *path, long step)
 {
 	char tmp[4200], *line = NULL;
@@ -248,8 +249,8 @@ static void trim_loss_log(const char *path, long step)
 		fclose(in);
 		return;
 	}
-	while (getline(&line, &cap, in) > 0)
-		if (atol(line) <= step)
+	for (ssize_t n; (n = getline(&line, &cap, in)) > 0;)
+		if (line[n - 1] == '\n' && atol(line) <= step)
 			fputs(line, out);
 	free(line);
 	fclose(in);
@@ -298,5 +299,40 @@ int mr__gw_open_ckpt(struct gw *w, const struct mr_worker_env *env, const char *
 	w->tokens = (int64_t)step * w->B * w->model.T * w->accum;
 	if (step > 0 && w->loss_log && w->rank == 0)
 		trim_loss_log(w->loss_log, step);
+	return 0;
+}
+
+int mr__gw_keep_global_batch(struct gw *w, const struct mr_worker_env *env, struct mr_errbuf *eb)
+{
+	struct mr_ckpt_manifest mf;
+	struct mr_mesh mesh;
+	char **dirs = NULL;
+	int n = 0, i, found = 0, global, dp, accum;
+
+	if (!w->ckpt_dir || !w->resume || !env || mr_groups_mesh(env, &mesh, NULL) < 0 ||
+	    mr_ckpt_list(w->ckpt_dir, &dirs, &n, NULL) < 0)
+		return 0;
+	/* the newest readable manifest (the resume itself verifies more) */
+	for (i = 0; i < n && !found; i++)
+		found = mr_ckpt_manifest_read(&mf, dirs[i], NULL) == 0;
+	mr_ckpt_list_free(dirs, n);
+	if (!found)
+		return 0;
+	dp = mf.dp;
+	accum = mf.grad_accum;
+	global = dp * accum;
+	mr_ckpt_manifest_release(&mf);
+	if (dp == mesh.dp || global == mesh.dp * w->accum)
+		return 0;
+	if (global % mesh.dp != 0)
+		return mr_errf_field(eb, MR_EINVAL, "grad_accum",
+				     "the checkpoint's step is %d micro-batches (dp %d x grad_accum "
+				     "%d), which dp %d cannot share evenly",
+				     global, dp, accum, mesh.dp);
+	if (env->rank == 0)
+		mr_log_info("elastic_batch",
+			    "dp_was=%d dp=%d grad_accum_was=%d grad_accum=%d micro_batches=%d",
+			    dp, mesh.dp, w->accum, global / mesh.dp, global);
+	w->accum = global / mesh.dp;
 	return 0;
 }

@@ -40,7 +40,7 @@ for t in $(find "$build/tests" -type f -name 'test_*' -perm -u+x | sort); do
 		echo "test: ok   $name: $p passed (${secs}s)"
 	fi
 	# summary lines a test prints for the log (e.g. test_chaos)
-	grep '^chaos kills=' "$out" | sed "s|^|test:      $name: |"
+	grep -E "^(chaos|recovery) kills=" "$out" | sed "s|^|test:      $name: |"
 	rm -f "$out"
 done
 [ -n "$bad" ] && echo "test: failing:$bad"

@@ -9,9 +9,19 @@
  * every process's exit must read as what was done to it, every
  * acknowledged KV write must be in the journal (read back by a fresh
  * controller on the kept data dir), and the in-process run's final loss
- * must equal an uninterrupted run's (each generation trains from step 0
- * with the same seed until checkpoints land). Prints
+ * must equal an uninterrupted run's (each generation resumes from the
+ * newest checkpoint). Prints
  *   chaos kills=<n> recovered=<n> lost_writes=0 ...
+ *
+ * The recovery campaign: kill -9 of a random agent at a random moment, 5
+ * times in each of four jobs checkpointing every 5 steps (dp with ZeRO-1;
+ * tp + sp with ZeRO-2; pp 1F1B; cp x ep MoE with ZeRO-1): every job must
+ * finish with a loss log - every step's loss, aux loss, grad norm and lr
+ * - byte for byte the uninterrupted run's, having resumed from a
+ * checkpoint rather than from step 0. The runs under faults are paced
+ * (debug_slow_ms: rank 0 sleeps in each step, which changes no number)
+ * so that they outlast the faults. Prints
+ *   recovery kills=20 finished=<n> exact=<n> resumed=<n>
  *
  * Bounded: a fixed number of faults, each waited out with a timeout.
  */
@@ -267,12 +277,14 @@ static void final_loss(const char *out, char *buf, size_t cap)
 }
 
 #define TRAIN_CONFIG "{\"steps\": 400, \"d_model\": 64, \"n_layer\": 2, \"seq_len\": 32, " \
-		     "\"batch_size\": 8, \"threads\": 1, \"peak_flops\": 1e9}"
+		     "\"batch_size\": 8, \"threads\": 1, \"peak_flops\": 1e9, " \
+		     "\"ckpt_every\": 25, \"ckpt_dir\": \"%s\"}"
 
 Test(chaos, in_process_dp_tp_training_survives_kills_of_agents_and_controller)
 {
+	char cfg[2][1400], ck[2][300];
 	char *args[] = {"--nodes", "2", "--nproc-per-node", "2", "--tp", "2", "--max-restarts",
-			"20", "--heartbeat-timeout", "2s", "--workload-config", TRAIN_CONFIG, NULL};
+			"20", "--heartbeat-timeout", "2s", "--workload-config", cfg[0], NULL};
 	struct ledger *l = calloc(1, sizeof(*l));
 	struct chaos ref = {0}, ch = {0};
 	char want[64], got[64], *out;
@@ -280,12 +292,17 @@ Test(chaos, in_process_dp_tp_training_survives_kills_of_agents_and_controller)
 
 	cr_assert_not_null(l);
 	rng_state = chaos_seed();
+	for (int i = 0; i < 2; i++) {
+		h_path(ck[i], sizeof(ck[i]), i ? "chaos-ckpt" : "chaos-ref-ckpt");
+		snprintf(cfg[i], sizeof(cfg[i]), TRAIN_CONFIG, ck[i]);
+	}
 	/* the uninterrupted run: its final loss is the target */
 	chaos_start(&ref, args, NULL, "chaos-ref.log");
 	out = chaos_finish(&ref);
 	final_loss(out, want, sizeof(want));
 	free(out);
 
+	args[11] = cfg[1];
 	chaos_start(&ch, args, NULL, "chaos.log");
 	ledger_start(l, ch.ctl_url);
 	for (int i = 0; i < CHAOS_KILLS; i++) {
@@ -373,4 +390,99 @@ Test(chaos, exec_workers_agents_and_controller_killed_at_random)
 	cr_expect_eq(lost, 0, "%d of %d acknowledged writes lost", lost, l->nacked);
 	cr_expect_gt(l->nacked, 0);
 	free(l);
+}
+
+/* ---- the recovery campaign ---- */
+
+#define CAMPAIGN_KILLS 5
+
+/* Whether files a and b hold the same bytes. */
+static int same_bytes(const char *a, const char *b)
+{
+	char *x = h_read(a), *y = h_read(b);
+	int same = x && y && !strcmp(x, y);
+
+	free(x);
+	free(y);
+	return same;
+}
+
+/* One job of the campaign: `mesh` flags and workload keys `keys`, run
+ * once uninterrupted and once under CAMPAIGN_KILLS kills of agents. */
+static void campaign(const char *name, const char *mesh, const char *keys, int *finished,
+		     int *exact, int *resumed)
+{
+	char cfg[2][1400], ck[2][300], loss[2][300], logname[2][80], flags[128];
+	char *args[H_MAX_ARGS];
+	struct chaos ch[2];
+	int n = 0, i;
+	char *out;
+
+	snprintf(flags, sizeof(flags), "%s", mesh);
+	args[n++] = "--nodes";
+	args[n++] = "2";
+	args[n++] = "--nproc-per-node";
+	args[n++] = "2";
+	for (char *t = strtok(flags, " "); t; t = strtok(NULL, " "))
+		args[n++] = t;
+	args[n++] = "--max-restarts";
+	args[n++] = "20";
+	args[n++] = "--heartbeat-timeout";
+	args[n++] = "2s";
+	args[n++] = "--workload-config";
+	args[n + 1] = NULL;
+	for (i = 0; i < 2; i++) {
+		char what[64];
+		snprintf(what, sizeof(what), "recovery-%s-%s", name, i ? "kills" : "ref");
+		h_path(ck[i], sizeof(ck[i]), what);
+		snprintf(logname[i], sizeof(logname[i]), "%s.loss", what);
+		h_path(loss[i], sizeof(loss[i]), logname[i]);
+		snprintf(cfg[i], sizeof(cfg[i]),
+			 "{\"steps\": 200, \"d_model\": 32, \"n_layer\": 4, \"n_head\": 4, "
+			 "\"seq_len\": 32, \"batch_size\": 4, \"threads\": 1, \"peak_flops\": 1e9, "
+			 "\"ckpt_every\": 5, \"ckpt_dir\": \"%s\", \"loss_log\": \"%s\", "
+			 "\"comm_timeout_ms\": 60000, %s%s}",
+			 ck[i], loss[i], keys,
+			 i ? ", \"debug_slow_rank\": 0, \"debug_slow_ms\": 80" : "");
+		args[n] = cfg[i];
+		memset(&ch[i], 0, sizeof(ch[i]));
+		snprintf(what, sizeof(what), "recovery-%s-%s.log", name, i ? "kills" : "ref");
+		chaos_start(&ch[i], args, NULL, what);
+		for (int k = 0; i && k < CAMPAIGN_KILLS; k++) {
+			usleep((useconds_t)(500 + rnd(2500)) * 1000);
+			fault(&ch[i], 'a', (int)rnd(2));
+		}
+		out = chaos_finish(&ch[i]);
+		if (i) {
+			*finished += ch[i].recovered == CAMPAIGN_KILLS && strstr(out, "succeeded\n");
+			*resumed += strstr(out, "event=checkpoint_resumed") != NULL;
+		}
+		free(out);
+	}
+	*exact += same_bytes(loss[0], loss[1]);
+	cr_expect(same_bytes(loss[0], loss[1]), "%s: the loss log differs from the uninterrupted "
+		  "run's (%s, %s)", name, loss[0], loss[1]);
+	cr_expect_eq(ch[1].recovered, CAMPAIGN_KILLS, "%s: %d of %d kills recovered", name,
+		     ch[1].recovered, CAMPAIGN_KILLS);
+}
+
+Test(chaos, recovery_campaign_20_kills_across_dp_tp_pp_cp_ep, .timeout = 1500)
+{
+	int finished = 0, exact = 0, resumed = 0;
+
+	rng_state = chaos_seed() + 2;
+	campaign("dp", "", "\"zero\": 1", &finished, &exact, &resumed);
+	campaign("tp", "--tp 2 --sequence-parallel", "\"zero\": 2", &finished, &exact, &resumed);
+	campaign("pp", "--pp 2", "\"grad_accum\": 4, \"pp_schedule\": \"1f1b\"", &finished,
+		 &exact, &resumed);
+	campaign("cp_ep", "--cp 2 --ep 2",
+		 "\"zero\": 1, \"moe_every\": 2, \"n_experts\": 4, \"top_k\": 2, "
+		 "\"moe_policy\": \"dropless\"",
+		 &finished, &exact, &resumed);
+	fprintf(stderr, "recovery kills=%d finished=%d exact=%d resumed=%d seed=%llu\n",
+		4 * CAMPAIGN_KILLS, finished, exact, resumed,
+		(unsigned long long)chaos_seed() + 2);
+	cr_expect_eq(finished, 4);
+	cr_expect_eq(exact, 4);
+	cr_expect_eq(resumed, 4, "every job resumes from a checkpoint at least once");
 }
