@@ -321,8 +321,10 @@ int mr__gw_keep_global_batch(struct gw *w, const struct mr_worker_env *env, stru
 	dp = mf.dp;
 	accum = mf.grad_accum;
 	global = dp * accum;
+	found = mr_ckpt_model_diff(&mf.model, &w->mc) == NULL;
 	mr_ckpt_manifest_release(&mf);
-	if (dp == mesh.dp || global == mesh.dp * w->accum)
+	/* another model's: the resume refuses it, naming the field */
+	if (!found || dp == mesh.dp || global == mesh.dp * w->accum)
 		return 0;
 	if (global % mesh.dp != 0)
 		return mr_errf_field(eb, MR_EINVAL, "grad_accum",

@@ -18,6 +18,7 @@
 #define CKPT_MAGIC "MRCKPT01"      /* a shard's first 8 bytes */
 #define CKPT_MAX_STEPS 64          /* published steps a resume considers */
 #define CKPT_MAX_BYTES ((uint64_t)1 << 44) /* a shard or record larger is refused */
+#define CKPT_MAX_MANIFEST ((uint64_t)1 << 30) /* a manifest larger is refused */
 
 struct mr_ckpt {
 	struct mr_ckpt_opts o;
@@ -44,6 +45,8 @@ struct mr_ckpt {
  * of the directory. head (hn bytes, may be NULL) first, then body. */
 int mr__ckpt_write_file(const char *path, const void *head, size_t hn, const void *body,
 			size_t n, struct mr_errbuf *eb);
+/* mkdir -p; errors name the field "ckpt_dir". */
+int mr__ckpt_make_dirs(const char *dir, struct mr_errbuf *eb);
 /* fsync of a directory. */
 int mr__ckpt_sync_dir(const char *dir, struct mr_errbuf *eb);
 /* Removes a directory tree (checkpoint directories hold plain files). */
@@ -53,6 +56,9 @@ int mr__ckpt_steps(const char *dir, long *steps, int cap, struct mr_errbuf *eb);
 /* "<dir>/step-%08ld" into buf. */
 void mr__ckpt_step_dir(char *buf, size_t cap, const char *dir, long step);
 
+/* Opens shard s of mf, checking its size and header (magic, version, its
+ * rank, the manifest's step); the descriptor or an MR_E* code. */
+int mr__ckpt_open_shard(const struct mr_ckpt_manifest *mf, int s, struct mr_errbuf *eb);
 /* Reads record r of mf into out (r->n floats), verifying the shard's
  * header and the record's CRC; fds caches one open descriptor per shard
  * (-1 = not yet open; mr__ckpt_close_fds). */
@@ -97,7 +103,5 @@ json_t *mr__ckpt_manifest_json(const struct mr_ckpt_job *job, long step, long op
 			       json_t *const *indexes, int n, struct mr_errbuf *eb);
 /* The model config as the manifest writes it. New ref. */
 json_t *mr__ckpt_model_json(const struct mr_gpt_config *c);
-/* The first model field that differs between a and b, or NULL. */
-const char *mr__ckpt_model_diff(const struct mr_gpt_config *a, const struct mr_gpt_config *b);
 
 #endif

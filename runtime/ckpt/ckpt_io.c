@@ -21,6 +21,27 @@ void mr__ckpt_step_dir(char *buf, size_t cap, const char *dir, long step)
 	snprintf(buf, cap, "%s/step-%08ld", dir, step);
 }
 
+/* mkdir -p of a directory. */
+int mr__ckpt_make_dirs(const char *dir, struct mr_errbuf *eb)
+{
+	char buf[4096];
+	size_t i, n = strlen(dir);
+
+	if (n == 0 || n >= sizeof(buf))
+		return mr_errf_field(eb, MR_EINVAL, "ckpt_dir", "'ckpt_dir' is empty or too long");
+	memcpy(buf, dir, n + 1);
+	for (i = 1; i <= n; i++) {
+		if (buf[i] != '/' && buf[i] != 0)
+			continue;
+		buf[i] = 0;
+		if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+			return mr_errf_field(eb, MR_EIO, "ckpt_dir", "unable to create '%s': %s", buf,
+					     strerror(errno));
+		buf[i] = dir[i];
+	}
+	return 0;
+}
+
 static int write_all(int fd, const void *buf, size_t n)
 {
 	const char *p = buf;
@@ -158,11 +179,12 @@ void mr__ckpt_close_fds(int *fds, int n)
 		}
 }
 
-/* Opens shard s of mf and checks its header and size. */
-static int open_shard(const struct mr_ckpt_manifest *mf, int s, struct mr_errbuf *eb)
+int mr__ckpt_open_shard(const struct mr_ckpt_manifest *mf, int s, struct mr_errbuf *eb)
 {
 	const struct mr_ckpt_shard *sh = &mf->shards[s];
 	char path[4200], head[CKPT_HEADER];
+	uint32_t ver, rank;
+	int64_t step;
 	struct stat st;
 	int fd;
 
@@ -171,7 +193,12 @@ static int open_shard(const struct mr_ckpt_manifest *mf, int s, struct mr_errbuf
 	if (fd < 0)
 		return mr_errf(eb, errno == ENOENT ? MR_ENOTFOUND : MR_EIO, "unable to open '%s': %s",
 			       path, strerror(errno));
-	if (fstat(fd, &st) != 0 || (uint64_t)st.st_size != sh->bytes) {
+	if (fstat(fd, &st) != 0) {
+		mr_errf(eb, MR_EIO, "unable to stat '%s': %s", path, strerror(errno));
+		close(fd);
+		return MR_EIO;
+	}
+	if ((uint64_t)st.st_size != sh->bytes) {
 		close(fd);
 		return mr_errf(eb, MR_ECORRUPT,
 			       "'%s' is %lld bytes, the manifest says %llu (truncated or replaced)",
@@ -182,6 +209,16 @@ static int open_shard(const struct mr_ckpt_manifest *mf, int s, struct mr_errbuf
 		close(fd);
 		return mr_errf(eb, MR_ECORRUPT, "'%s' is not a meshrun checkpoint shard", path);
 	}
+	memcpy(&ver, head + 8, 4);
+	memcpy(&rank, head + 12, 4);
+	memcpy(&step, head + 16, 8);
+	if (ver != MR_CKPT_VERSION || (int)rank != sh->rank || step != mf->step) {
+		close(fd);
+		return mr_errf(eb, MR_ECORRUPT,
+			       "'%s' is version %u of rank %u at step %lld; the manifest wants "
+			       "version %d of rank %d at step %ld (a shard of another checkpoint)",
+			       path, ver, rank, (long long)step, MR_CKPT_VERSION, sh->rank, mf->step);
+	}
 	return fd;
 }
 
@@ -191,7 +228,7 @@ int mr__ckpt_read_rec(const struct mr_ckpt_manifest *mf, const struct mr_ckpt_re
 	size_t bytes = (size_t)r->n * sizeof(float), done = 0;
 	int fd = fds[r->shard];
 
-	if (fd < 0 && (fd = fds[r->shard] = open_shard(mf, r->shard, eb)) < 0) {
+	if (fd < 0 && (fd = fds[r->shard] = mr__ckpt_open_shard(mf, r->shard, eb)) < 0) {
 		fds[r->shard] = -1;
 		return fd;
 	}

@@ -173,7 +173,7 @@ static int load_one(struct mr_ckpt *c, const char *dir, struct mr_ckpt_manifest 
 
 	if (mr_ckpt_manifest_read(mf, dir, eb) < 0)
 		return LOAD_BAD;
-	if ((field = mr__ckpt_model_diff(&mf->model, &m->cfg))) {
+	if ((field = mr_ckpt_model_diff(&mf->model, &m->cfg))) {
 		mr_errf_field(eb, MR_EINVAL, field,
 			      "checkpoint '%s' is of another model: '%s' differs (n_layer %d d_model "
 			      "%d vocab_size %d there)", dir, field, mf->model.n_layer,

@@ -58,8 +58,12 @@ int mr_ckpt_verify(const struct mr_ckpt_manifest *mf, uint64_t *bytes, struct mr
 		free(buf);
 		return mr_errf(eb, MR_ENOMEM, "out of memory verifying '%s'", mf->dir);
 	}
+	/* every shard's size and header, records or not */
 	for (i = 0; i < mf->nshards; i++)
-		fds[i] = -1;
+		if ((fds[i] = rc == 0 ? mr__ckpt_open_shard(mf, i, eb) : -1) < 0) {
+			rc = rc ? rc : fds[i];
+			fds[i] = -1;
+		}
 	for (i = 0; i < mf->nrecs && rc == 0; i++) {
 		rc = mr__ckpt_read_rec(mf, &mf->recs[i], fds, buf, eb);
 		done += mf->recs[i].n * sizeof(float);
@@ -93,9 +97,9 @@ int mr_ckpt_write_params(const char *ckpt_dir, const struct mr_gpt_config *cfg, 
 	job.opt = &opt;
 	job.m = &m;
 	mr__ckpt_step_dir(final, sizeof(final), ckpt_dir, step);
-	snprintf(tmp, sizeof(tmp), "%s/.tmp-step-%08ld.import", ckpt_dir, step);
-	if (mkdir(ckpt_dir, 0755) != 0 && errno != EEXIST)
-		rc = mr_errf(eb, MR_EIO, "unable to create '%s': %s", ckpt_dir, strerror(errno));
+	snprintf(tmp, sizeof(tmp), "%s/.tmp-step-%08ld.import-%d", ckpt_dir, step, (int)getpid());
+	if ((rc = mr__ckpt_make_dirs(ckpt_dir, eb)) < 0)
+		;
 	else if (access(final, F_OK) == 0)
 		rc = mr_errf(eb, MR_EEXISTS, "'%s' exists: nothing is overwritten", final);
 	else if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
@@ -112,7 +116,7 @@ int mr_ckpt_write_params(const char *ckpt_dir, const struct mr_gpt_config *cfg, 
 	memset(head, 0, sizeof(head));
 	memcpy(head, CKPT_MAGIC, 8);
 	memcpy(head + 8, &ver, 4);
-	memcpy(head + 16, &step, sizeof(step));
+	memcpy(head + 16, &(int64_t){ step }, 8);
 	snprintf(path, sizeof(path), "%s/rank-00000.bin", tmp);
 	if (rc == 0)
 		rc = mr__ckpt_write_file(path, head, sizeof(head), params,
@@ -121,6 +125,14 @@ int mr_ckpt_write_params(const char *ckpt_dir, const struct mr_gpt_config *cfg, 
 			!(doc = mr__ckpt_manifest_json(&job, step, 0, &idx, 1, eb)) ||
 			!(text = json_dumps(doc, JSON_COMPACT))))
 		rc = mr_errf(eb, MR_ENOMEM, "unable to build the manifest");
+	if (rc == 0) {
+		/* the rank's index, as a job writes it beside its shard */
+		char *itext = json_dumps(idx, JSON_COMPACT);
+		snprintf(path, sizeof(path), "%s/rank-00000.json", tmp);
+		rc = itext ? mr__ckpt_write_file(path, NULL, 0, itext, strlen(itext), eb)
+			   : mr_errf(eb, MR_ENOMEM, "out of memory");
+		free(itext);
+	}
 	snprintf(path, sizeof(path), "%s/manifest.json", tmp);
 	if (rc == 0)
 		rc = mr__ckpt_write_file(path, NULL, 0, text, strlen(text), eb);

@@ -31,27 +31,6 @@ static void tmp_dir(const struct mr_ckpt *c, long step, char *buf, size_t cap)
 		 (unsigned long long)c->nonce);
 }
 
-/* mkdir -p of a directory. */
-static int make_dirs(const char *dir, struct mr_errbuf *eb)
-{
-	char buf[4096];
-	size_t i, n = strlen(dir);
-
-	if (n == 0 || n >= sizeof(buf))
-		return mr_errf_field(eb, MR_EINVAL, "ckpt_dir", "'ckpt_dir' is empty or too long");
-	memcpy(buf, dir, n + 1);
-	for (i = 1; i <= n; i++) {
-		if (buf[i] != '/' && buf[i] != 0)
-			continue;
-		buf[i] = 0;
-		if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-			return mr_errf_field(eb, MR_EIO, "ckpt_dir", "unable to create '%s': %s", buf,
-					     strerror(errno));
-		buf[i] = dir[i];
-	}
-	return 0;
-}
-
 /* Rank 0 at start: temporary and replaced directories of earlier attempts
  * (a writer killed mid-save) go. */
 static void remove_leftovers(const char *dir)
@@ -131,7 +110,7 @@ int mr_ckpt_create(struct mr_ckpt **out, const struct mr_ckpt_opts *o,
 		c->o.keep = 1;
 	pthread_mutex_init(&c->lock, NULL);
 	atomic_init(&c->cancel, 0);
-	if ((rc = make_dirs(c->dir, eb)) < 0 || (rc = plan_pieces(c, eb)) < 0) {
+	if ((rc = mr__ckpt_make_dirs(c->dir, eb)) < 0 || (rc = plan_pieces(c, eb)) < 0) {
 		mr_ckpt_free(c);
 		return rc;
 	}
@@ -267,7 +246,7 @@ static int write_step(struct mr_ckpt *c, struct mr_errbuf *eb)
 	memcpy(head, CKPT_MAGIC, 8);
 	memcpy(head + 8, &ver, 4);
 	memcpy(head + 12, &rank, 4);
-	memcpy(head + 16, &step, sizeof(step));
+	memcpy(head + 16, &(int64_t){ step }, 8);
 	snprintf(path, sizeof(path), "%s/rank-%05d.bin", tmp, c->job.rank);
 	if ((rc = mr__ckpt_write_file(path, head, sizeof(head), c->snap,
 				      c->snap_floats * sizeof(float), eb)) < 0)

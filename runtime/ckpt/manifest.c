@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "ckpt_int.h"
 #include "mr_crc32c.h"
@@ -28,7 +29,7 @@ json_t *mr__ckpt_model_json(const struct mr_gpt_config *c)
 			 c->moe_dropless ? "dropless" : "capacity");
 }
 
-const char *mr__ckpt_model_diff(const struct mr_gpt_config *a, const struct mr_gpt_config *b)
+const char *mr_ckpt_model_diff(const struct mr_gpt_config *a, const struct mr_gpt_config *b)
 {
 	return a->vocab != b->vocab		      ? "vocab_size"
 	       : a->max_seq != b->max_seq	      ? "max_seq"
@@ -419,29 +420,80 @@ static int parse_shards(struct mr_ckpt_manifest *mf, json_t *ss, struct mr_errbu
 	return 0;
 }
 
-/* Every tensor's parameters covered exactly once by the slices of one
- * (tp, ep) layout. */
+static int by_slice_then_at(const void *x, const void *y)
+{
+	const struct mr_ckpt_rec *a = x, *b = y;
+
+	if (a->tensor != b->tensor)
+		return a->tensor < b->tensor ? -1 : 1;
+	if (a->kind != b->kind)
+		return a->kind < b->kind ? -1 : 1;
+	if (a->tp_rank != b->tp_rank)
+		return a->tp_rank < b->tp_rank ? -1 : 1;
+	if (a->ep_rank != b->ep_rank)
+		return a->ep_rank < b->ep_rank ? -1 : 1;
+	return a->at < b->at ? -1 : a->at > b->at;
+}
+
+/* Every kind a tensor has tiles each slice of one (tp, ep) layout exactly
+ * - no gap, no overlap - and every tensor has its parameters. */
 static int check_coverage(struct mr_ckpt_manifest *mf, struct mr_errbuf *eb)
 {
-	uint64_t *have = calloc((size_t)mf->ntensors, sizeof(*have));
-	int i, rc = 0;
+	struct mr_ckpt_rec *r = malloc((size_t)(mf->nrecs ? mf->nrecs : 1) * sizeof(*r));
+	unsigned char *params = calloc((size_t)mf->ntensors, 1);
+	int i = 0, j, rc = 0;
 
-	if (!have)
+	if (!r || !params) {
+		free(r);
+		free(params);
 		return mr_errf(eb, MR_ENOMEM, "out of memory reading '%s'", mf->dir);
-	for (i = 0; i < mf->nrecs; i++)
-		if (mf->recs[i].kind == MR_CKPT_PARAM)
-			have[mf->recs[i].tensor] += mf->recs[i].n;
-	for (i = 0; i < mf->ntensors && rc == 0; i++) {
-		const struct mr_ckpt_tensor *t = &mf->tensors[i];
-		int tp = t->tp_dim >= 0 ? mf->tp : 1, ep = t->expert ? mf->ep : 1;
-		uint64_t want = mr__ckpt_slice_n(t, tp, ep) * (uint64_t)tp * (uint64_t)ep;
-		if (have[i] != want)
-			rc = mr_errf(eb, MR_ECORRUPT,
-				     "'%s/manifest.json': tensor '%s' has %llu of its %llu parameters "
-				     "(inconsistent manifest)", mf->dir, t->name,
-				     (unsigned long long)have[i], (unsigned long long)want);
 	}
-	free(have);
+	memcpy(r, mf->recs, (size_t)mf->nrecs * sizeof(*r));
+	qsort(r, (size_t)mf->nrecs, sizeof(*r), by_slice_then_at);
+	while (i < mf->nrecs && rc == 0) {
+		/* one (tensor, kind): its slices in order, each tiled by `at` */
+		const struct mr_ckpt_tensor *t = &mf->tensors[r[i].tensor];
+		uint64_t slice = mr__ckpt_slice_n(t, r[i].tp, r[i].ep), end = 0;
+		int slices = 0, want = r[i].tp * r[i].ep;
+		for (j = i; j < mf->nrecs && r[j].tensor == r[i].tensor && r[j].kind == r[i].kind;
+		     j++) {
+			int first = j == i || r[j].tp_rank != r[j - 1].tp_rank ||
+				    r[j].ep_rank != r[j - 1].ep_rank;
+			if (r[j].tp != r[i].tp || r[j].ep != r[i].ep) {
+				rc = mr_errf(eb, MR_ECORRUPT,
+					     "'%s/manifest.json': tensor '%s' is saved in two layouts",
+					     mf->dir, t->name);
+				break;
+			}
+			if (first && j > i && end != slice)
+				break;
+			if (first) {
+				slices++;
+				end = 0;
+			}
+			if (r[j].at != end)
+				break;
+			end += r[j].n;
+		}
+		if (rc == 0 && (end != slice || slices != want ||
+				(j < mf->nrecs && r[j].tensor == r[i].tensor && r[j].kind == r[i].kind)))
+			rc = mr_errf(eb, MR_ECORRUPT,
+				     "'%s/manifest.json': the records of tensor '%s' do not cover its "
+				     "%d slice(s) of %llu elements exactly once (inconsistent manifest)",
+				     mf->dir, t->name, want, (unsigned long long)slice);
+		if (r[i].kind == MR_CKPT_PARAM)
+			params[r[i].tensor] = 1;
+		while (j < mf->nrecs && r[j].tensor == r[i].tensor && r[j].kind == r[i].kind)
+			j++;
+		i = j;
+	}
+	for (i = 0; i < mf->ntensors && rc == 0; i++)
+		if (!params[i])
+			rc = mr_errf(eb, MR_ECORRUPT,
+				     "'%s/manifest.json': tensor '%s' has no parameters (inconsistent "
+				     "manifest)", mf->dir, mf->tensors[i].name);
+	free(r);
+	free(params);
 	return rc;
 }
 
@@ -449,12 +501,16 @@ int mr_ckpt_manifest_read(struct mr_ckpt_manifest *mf, const char *dir, struct m
 {
 	char path[4200];
 	json_error_t je;
+	struct stat st;
 	json_t *doc;
 	int rc;
 
 	memset(mf, 0, sizeof(*mf));
 	snprintf(mf->dir, sizeof(mf->dir), "%s", dir);
 	snprintf(path, sizeof(path), "%s/manifest.json", dir);
+	if (stat(path, &st) == 0 && (uint64_t)st.st_size > CKPT_MAX_MANIFEST)
+		return mr_errf(eb, MR_ELIMIT, "'%s' is %lld bytes, more than a manifest may be (%llu)",
+			       path, (long long)st.st_size, (unsigned long long)CKPT_MAX_MANIFEST);
 	doc = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
 	if (!doc)
 		return mr_errf(eb, MR_ECORRUPT, "'%s': %s (line %d)", path, je.text, je.line);

@@ -158,6 +158,9 @@ struct mr_ckpt_manifest {
  * once). The message names the file and the reason. */
 int mr_ckpt_manifest_read(struct mr_ckpt_manifest *mf, const char *dir, struct mr_errbuf *eb);
 void mr_ckpt_manifest_release(struct mr_ckpt_manifest *mf);
+/* The first model field (the workload key) that differs between a and b,
+ * or NULL when they are the same model. */
+const char *mr_ckpt_model_diff(const struct mr_gpt_config *a, const struct mr_gpt_config *b);
 /* Index of tensor `name`, or -1. */
 int mr_ckpt_manifest_find(const struct mr_ckpt_manifest *mf, const char *name);
 /* The published step directories of ckpt_dir, newest first: *dirs is a

@@ -300,7 +300,20 @@ Test(ckpt, manifest_missing_a_record_falls_back_to_the_previous)
 	damaged("python3 -c \"import json,sys; p=sys.argv[1]+'/manifest.json'; "
 		"m=json.load(open(p)); m['shards'][0]['records'].pop(0); "
 		"json.dump(m, open(p,'w'))\" %s",
-		"parameters");
+		"exactly once");
+}
+
+Test(ckpt, manifest_with_overlapping_records_falls_back_to_the_previous)
+{
+	/* wpe's parameters as its first half twice: the right count, not
+	 * every element */
+	damaged("python3 -c \"import json,sys; p=sys.argv[1]+'/manifest.json'; "
+		"m=json.load(open(p)); t=[x['name'] for x in m['tensors']].index('wpe'); "
+		"rs=[s['records'] for s in m['shards'] if any(r[0]==t for r in s['records'])][0]; "
+		"i=[k for k,r in enumerate(rs) if r[0]==t and r[1]==0][0]; r=rs[i]; h=r[7]//2; "
+		"rs[i:i+1]=[r[:7]+[h]+r[8:], r[:7]+[h]+r[8:]]; "
+		"json.dump(m, open(p,'w'))\" %s",
+		"exactly once");
 }
 
 Test(ckpt, nothing_loadable_fails_the_job_naming_why)
