@@ -104,8 +104,40 @@ int mr_agent_metrics_init(struct mr_agent_metrics *m, const char *const *state_n
 				      "point-to-point sends and receives (activations and their "
 				      "gradients) in the last optimizer step. 0 without a "
 				      "pipeline.", "rank");
+	m->ck_s = mr_metrics_gauge(m->reg, "meshrun_checkpoint_seconds",
+				   "Snapshot and write time of the rank's last checkpoint (the "
+				   "write runs beside training when ckpt_async).", "rank");
+	m->ck_stall = mr_metrics_gauge(m->reg, "meshrun_checkpoint_stall_seconds",
+				       "Training time the rank's last checkpoint took: its "
+				       "snapshot, and waiting for the previous write.", "rank");
+	m->ck_step = mr_metrics_gauge(m->reg, "meshrun_checkpoint_last_step",
+				      "Step of the rank's last checkpoint written or resumed "
+				      "from (0: none).", "rank");
+	m->ck_bytes = mr_metrics_gauge(m->reg, "meshrun_checkpoint_bytes",
+				       "Bytes the rank wrote for its last checkpoint.", "rank");
+	m->restart_cause = mr_metrics_counter(m->reg, "meshrun_agent_restarts_by_cause_total",
+					      "Restarts of the local workers by cause: member_lost "
+					      "(a member of the job died or failed), worker_failed "
+					      "(here), scale_up (a member joined an elastic job).",
+					      "cause");
+	m->lost_total = mr_metric_counter_child(mr_metrics_counter(
+		m->reg, "meshrun_agent_restart_steps_lost_total",
+		"Optimizer steps trained again after restarts: the step reached before "
+		"each minus the step the next run resumed from (its checkpoint).", NULL));
+	m->lost_last = mr_metric_gauge_child(mr_metrics_gauge(
+		m->reg, "meshrun_agent_restart_steps_lost",
+		"Optimizer steps the last restart cost (see _total).", NULL));
 	mr_gauge_set(m->node_rank, -1);
 	return 0;
+}
+
+void mr_agent_metrics_restart(struct mr_agent_metrics *m, const char *cause)
+{
+	mr_counter_inc(mr_metric_counter_child(m->restart_cause, cause));
+	if (m->resume_seen) /* else the run trained nothing: the earlier stands */
+		m->prev_run_step = m->run_step;
+	m->run_step = 0;
+	m->resume_seen = 0;
 }
 
 void mr_agent_metrics_release(struct mr_agent_metrics *m)
@@ -181,6 +213,21 @@ void mr_agent_metrics_worker(struct mr_agent_metrics *m, int rank,
 	mr_gauge_set(mr_metric_gauge_child(m->w_comm_wait, r), st->comm_wait_s);
 	mr_gauge_set(mr_metric_gauge_child(m->pp_bubble, r), st->pp > 1 ? st->pp_bubble : 0.0);
 	mr_gauge_set(mr_metric_gauge_child(m->pp_wait, r), st->pp > 1 ? st->pp_wait_s : 0.0);
+	mr_gauge_set(mr_metric_gauge_child(m->ck_s, r), st->ckpt_seconds);
+	mr_gauge_set(mr_metric_gauge_child(m->ck_stall, r), st->ckpt_stall_s);
+	mr_gauge_set(mr_metric_gauge_child(m->ck_step, r), (double)st->ckpt_step);
+	mr_gauge_set(mr_metric_gauge_child(m->ck_bytes, r), (double)st->ckpt_bytes);
+	if (st->step > 0 && !m->resume_seen) {
+		/* the run's first stats: what the last restart cost */
+		int64_t lost = m->prev_run_step - st->resumed_step;
+		m->resume_seen = 1;
+		if (m->prev_run_step > 0 && lost > 0) {
+			mr_counter_add(m->lost_total, (double)lost);
+			mr_gauge_set(m->lost_last, (double)lost);
+		}
+	}
+	if (st->step > m->run_step)
+		m->run_step = st->step;
 	for (int k = 0; k < MR_MEM_KINDS; k++) {
 		static const char *const kinds[MR_MEM_KINDS] = { "params", "grads", "optim",
 								  "acts", "workspace" };

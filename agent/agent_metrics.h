@@ -6,6 +6,13 @@
  *   meshrun_agent_state{state}                     1 for the current state
  *   meshrun_agent_generation                       rendezvous generation
  *   meshrun_agent_restarts_total                   worker restarts
+ *   meshrun_agent_restarts_by_cause_total{cause}   every restart of the workers:
+ *                                  member_lost, worker_failed, scale_up
+ *   meshrun_agent_restart_steps_lost_total, meshrun_agent_restart_steps_lost
+ *                                  optimizer steps trained again after
+ *                                  restarts (the step reached before one
+ *                                  minus the step the next run resumed
+ *                                  from), in all and at the last one
  *   meshrun_agent_heartbeat_latency_seconds        histogram of beats
  *   meshrun_agent_heartbeat_failures_total         beats that got no answer
  *   meshrun_agent_world_size, meshrun_agent_node_rank
@@ -22,6 +29,10 @@
  *                                  time blocked in communication, by group
  *                                  kind and operation (every run of the
  *                                  workers adds to it)
+ *   meshrun_checkpoint_seconds{rank}, meshrun_checkpoint_stall_seconds{rank},
+ *   meshrun_checkpoint_last_step{rank}, meshrun_checkpoint_bytes{rank}
+ *                                  the rank's last checkpoint: write time,
+ *                                  training time it took, its step, bytes
  *   meshrun_pipeline_bubble_fraction{rank}, meshrun_pipeline_p2p_wait_seconds{rank}
  *                                  the last step's bubble of the rank's
  *                                  pipeline stage and its time blocked on
@@ -34,6 +45,8 @@
  */
 #ifndef MR_AGENT_METRICS_H
 #define MR_AGENT_METRICS_H
+
+#include <stdint.h>
 
 #include "mr_metrics.h"
 
@@ -49,6 +62,12 @@ struct mr_agent_metrics {
 	struct mr_metric_family *w_step, *w_loss, *w_val_loss, *w_tps, *w_grad_norm, *w_lr, *w_mfu;
 	struct mr_metric_family *w_step_s, *w_comm_wait, *w_mem, *w_comm_op;
 	struct mr_metric_family *pp_bubble, *pp_wait;
+	struct mr_metric_family *ck_s, *ck_stall, *ck_step, *ck_bytes, *restart_cause;
+	struct mr_counter *lost_total;
+	struct mr_gauge *lost_last;
+	int64_t run_step;       /* highest step the current run's workers reported */
+	int64_t prev_run_step;  /* the run before the last restart's */
+	int resume_seen;        /* the current run's first stats were counted */
 	struct mr_agent_comm_seen *seen; /* last wait per (rank, group, op) */
 	int nseen, capseen;
 	struct mr_gauge *info[256]; /* rank_info children of the current round */
@@ -64,6 +83,10 @@ void mr_agent_metrics_ranks(struct mr_agent_metrics *m, const int *ranks, int n,
 			    int tp, int pp, int cp, int ep, int dp);
 void mr_agent_metrics_exit_code(struct mr_agent_metrics *m, int local_rank, int code);
 struct mr_worker_stats;
+/* A restart of the workers for `cause` (member_lost, worker_failed,
+ * scale_up): counted, and the steps the next run trains again measured
+ * from its first stats. Not thread-safe: the supervisor's thread. */
+void mr_agent_metrics_restart(struct mr_agent_metrics *m, const char *cause);
 /* Copies an in-process worker's stats into the meshrun_worker_* gauges. */
 void mr_agent_metrics_worker(struct mr_agent_metrics *m, int rank,
 			     const struct mr_worker_stats *st);

@@ -378,7 +378,8 @@ static int job_ended(struct mr_supervisor *sv, int workers)
 
 /* Stops workers and heartbeats; counts the restart against max_restarts
  * unless !counted (a membership change). 0 = go again. */
-static int restart(struct mr_supervisor *sv, const char *why, int report, int counted)
+static int restart(struct mr_supervisor *sv, const char *why, const char *cause, int report,
+		   int counted)
 {
 	const struct mr_agent_config *cfg = sv->cfg;
 	int gen = atomic_load(&sv->generation);
@@ -390,6 +391,7 @@ static int restart(struct mr_supervisor *sv, const char *why, int report, int co
 	mr_log_warn("restarting", "gen=%d why=%s", gen, mr_log_q(why));
 	mr__sv_workers_stop(sv, cfg->grace_period_ms);
 	mr_gauge_set(sv->metrics.running, 0);
+	mr_agent_metrics_restart(&sv->metrics, cause);
 	mr_rdzv_hb_stop(sv->rdzv);
 	if (report) {
 		struct mr_errbuf eb = {0};
@@ -428,11 +430,11 @@ static int stale_restart(struct mr_supervisor *sv, char *why, size_t cap)
 	if (now >= 0 && sv->round.restarts >= 0 && now == sv->round.restarts) {
 		snprintf(why, cap, "generation %d ended: a member was added",
 			 sv->round.generation);
-		return restart(sv, why, 0, 0);
+		return restart(sv, why, "scale_up", 0, 0);
 	}
 	snprintf(why, cap, "generation %d ended: a member was lost or failed",
 		 sv->round.generation);
-	return restart(sv, why, 0, 1);
+	return restart(sv, why, "member_lost", 0, 1);
 }
 
 /*
@@ -630,7 +632,7 @@ int mr_supervisor_run(struct mr_supervisor *sv)
 				fail_with(sv, "%s", msg);
 				return MR_AGENT_EXIT_USAGE;
 			}
-			rc = restart(sv, why, 1, 1);
+			rc = restart(sv, why, "worker_failed", 1, 1);
 			break;
 		}
 		if (rc)
