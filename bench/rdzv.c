@@ -1,9 +1,10 @@
 /*
  * rdzv.c - rendezvous benchmark: N simulated agents against one controller.
  *
- * One thread, one epoll set, non-blocking keep-alive sockets and a minimal
- * hand-written HTTP/1.1 client (request writer, response parser with
- * Content-Length). Two scenarios.
+ * One thread, one epoll set (level-triggered: one recv per response),
+ * non-blocking keep-alive sockets and a minimal hand-written HTTP/1.1
+ * client (request writer, response parser with Content-Length). Two
+ * scenarios.
  *
  * Rendezvous (default). Each agent runs the sequence an agent runs at
  * start-up:
@@ -34,11 +35,11 @@
  * The victim joins first, alone, on a connection of its own, long-polls
  * its wait and beats once. With "timeout" that beat is its last call (its
  * connection is closed: a killed pod) and the controller declares it dead
- * heartbeat_timeout after it. A third of that timeout after the victim's
- * last call every survivor beats once more (a real agent beats every
+ * heartbeat_timeout after it. Half that timeout after the victim's last
+ * call every survivor beats once more (a real agent beats every
  * heartbeat_timeout / 4; this beat is what keeps a survivor younger than
- * the victim in the controller's expiry order, with that third of the
- * timeout to spare for its rejoin). With "leave" the victim leaves once
+ * the victim in the controller's expiry order, with half the timeout to
+ * spare for its rejoin). With "leave" the victim leaves once
  * every connection has sent its watch (what an agent does on SIGTERM: a
  * deleted pod). The last survivor's first join is held until the other
  * N-1 are in, so the first round closes with all N (max_nodes reached),
@@ -53,9 +54,9 @@
  * the new generation, the survivors get distinct ranks in [0, N-1) in pod
  * order (the victim's slot closed up), world and num_nodes N-1; at the end
  * the job's status says generation G+1, running, N-1 nodes and members.
- * recover seconds = the death (timeout: the victim's last call +
- * heartbeat_timeout, or the first 409 if that came earlier; leave: the
- * leave sent) -> the last survivor's new rank.
+ * recover seconds = the death (timeout: heartbeat_timeout after the reply
+ * to the victim's last call, or the first 409 if that came earlier; leave:
+ * the leave sent) -> the last survivor's new rank.
  *
  * Any failure makes the exit status non-zero.
  *
@@ -165,10 +166,11 @@ struct conn {
 	uint8_t beat;         /* recovery's watch step: a heartbeat comes next */
 	uint8_t reopen;       /* C_HELD without a socket: connect when released */
 	uint8_t watching;     /* recovery: its first watch went out */
+	uint8_t want_out;     /* polled for EPOLLOUT (connecting, or a send left bytes) */
 	uint16_t retries;
 	uint32_t wlen, woff, rlen;
 	int64_t t_step; /* start of the current agent's phase step, ns */
-	char *buf;      /* WBUF + RBUF + 1 while connected */
+	char *buf;      /* WBUF + RBUF + 1, a slice of bench.bufs */
 };
 
 struct bench {
@@ -179,6 +181,9 @@ struct bench {
 	char jobpath[160];
 	char spec[512];          /* recovery: the job spec an agent sends with join */
 	struct conn *conns;      /* pool connections, then the victim's */
+	char *bufs;              /* every connection's buffer, in one block: no
+				  * malloc/free churn (glibc giving memory back
+				  * costs a TLB shootdown on every CPU) */
 	int nconns;              /* pool connections */
 	int ntotal;              /* nconns + the victim's */
 	int npool;               /* agents on pool connections */
@@ -463,8 +468,6 @@ static void build_request(struct bench *b, struct conn *c)
 		     WBUF);
 	c->wlen = (uint32_t)(n < WBUF ? n : WBUF - 1);
 	c->woff = 0;
-	if (c == b->victim && kind == K_HB)
-		b->t_victim_last = now_ns(); /* with "timeout", its last call */
 	if (kind == K_LEAVE)
 		b->t_death = now_ns();
 	if (cur_kind(c) == K_WATCH && !c->watching) {
@@ -472,6 +475,9 @@ static void build_request(struct bench *b, struct conn *c)
 		if (++b->conns_watching == b->nconns) {
 			/* every connection has its watch out: the job runs, quietly */
 			b->t_watching = now_ns();
+			fprintf(stderr, "rdzv: every connection has its watch out, %.1f s after "
+					"the victim's last call\n",
+				secs(b->t_watching - b->t_victim_last));
 			if (b->pid > 0)
 				b->cpu_watching_s = proc_cpu_s(b->pid);
 			b->bench_cpu_watching_s = self_cpu_s();
@@ -553,8 +559,11 @@ static int learned_stale(struct bench *b, int a, const struct resp *r)
 		return -1;
 	}
 	b->t_learn[a] = t;
-	if (!b->t_first_stale)
+	if (!b->t_first_stale) {
 		b->t_first_stale = t;
+		fprintf(stderr, "rdzv: the first survivor learned of generation %lld\n",
+			(long long)b->gen + 1);
+	}
 	b->learned++;
 	return 1;
 }
@@ -660,6 +669,8 @@ static int handle_reply(struct bench *b, struct conn *c, const struct resp *r)
 		return check_running(b, a, body);
 	case K_HB:
 	case K_HB2:
+		if (c == b->victim && r->status == 200) /* with "timeout", its last call: */
+			b->t_victim_last = now_ns(); /* last seen no later than this */
 		if (r->status == 409 && b->o.recover)
 			fail(b, "agent-%d heartbeat: the generation ended before every survivor "
 				"beat after the victim (raise --heartbeat-timeout)", pod);
@@ -741,8 +752,8 @@ static int handle_reply(struct bench *b, struct conn *c, const struct resp *r)
 /* 1 if the connection's next request may go now: the last survivor's
  * first join waits for the other N-1 joins (so the first round closes
  * with max_nodes, never by its last call); with "timeout" the survivors'
- * second beat waits until a third of the timeout has passed since the
- * victim's last call; with "leave" the victim's leave waits for every
+ * second beat waits until half the timeout has passed since the victim's
+ * last call; with "leave" the victim's leave waits for every
  * connection's watch. */
 static int may_send(const struct bench *b, const struct conn *c)
 {
@@ -753,7 +764,7 @@ static int may_send(const struct bench *b, const struct conn *c)
 		return b->joins_ok >= b->o.n - 1;
 	if (kind == K_HB2)
 		return b->t_victim_last &&
-		       now_ns() >= b->t_victim_last + (int64_t)b->o.hb_timeout_ms * 1000000 / 3;
+		       now_ns() >= b->t_victim_last + (int64_t)b->o.hb_timeout_ms * 1000000 / 2;
 	if (kind == K_LEAVE)
 		return b->conns_watching == b->nconns;
 	return 1;
@@ -777,22 +788,17 @@ static void conn_close(struct bench *b, struct conn *c, int state)
 	if (c->state == C_CONNECTING)
 		b->connecting--;
 	c->state = (uint8_t)state;
-	if (state == C_DONE || state == C_DEAD) {
-		free(c->buf);
-		c->buf = NULL;
+	if (state == C_DONE || state == C_DEAD)
 		b->finished++;
-	}
 }
 
 /* Connects and prepares the current step's request (nothing when its gate
  * is closed: the connection is held once connected). */
 static int conn_open(struct bench *b, struct conn *c)
 {
-	struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET};
+	struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP};
 	int one = 1, fd;
 	long ci = c - b->conns;
-	if (!c->buf && !(c->buf = malloc(WBUF + RBUF + 1)))
-		return -ENOMEM;
 	fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
@@ -812,6 +818,7 @@ static int conn_open(struct bench *b, struct conn *c)
 	if (!b->t0)
 		b->t0 = now_ns();
 	c->fd = fd;
+	c->want_out = 1;
 	c->state = C_CONNECTING;
 	c->rlen = 0;
 	c->reopen = 0;
@@ -840,15 +847,31 @@ static void conn_retry(struct bench *b, struct conn *c, const char *why, int err
 	}
 }
 
+/* Polls the connection for EPOLLOUT too, or not (level-triggered: only
+ * while something waits to be sent). */
+static void conn_want_out(struct bench *b, struct conn *c, int on)
+{
+	struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | (on ? EPOLLOUT : 0)};
+	if (c->want_out == on)
+		return;
+	ev.data.u32 = (uint32_t)(c - b->conns);
+	epoll_ctl(b->epfd, EPOLL_CTL_MOD, c->fd, &ev);
+	c->want_out = (uint8_t)on;
+}
+
 static int conn_flush(struct bench *b, struct conn *c)
 {
-	(void)b;
 	while (c->woff < c->wlen) {
 		ssize_t n = send(c->fd, c->buf + c->woff, c->wlen - c->woff, MSG_NOSIGNAL);
-		if (n < 0)
-			return errno == EAGAIN ? 0 : -errno;
+		if (n < 0) {
+			if (errno != EAGAIN)
+				return -errno;
+			conn_want_out(b, c, 1);
+			return 0;
+		}
 		c->woff += (uint32_t)n;
 	}
+	conn_want_out(b, c, 0);
 	return 0;
 }
 
@@ -907,60 +930,58 @@ static void conn_advance(struct bench *b, struct conn *c)
 	c->t_step = t;
 }
 
+/* One recv per readiness event (level-triggered: a rest is reported
+ * again); a whole response is checked and the next request sent. */
 static void conn_readable(struct bench *b, struct conn *c)
 {
 	char *rb = c->buf + WBUF;
-	for (;;) {
-		struct resp r;
-		long used;
-		int rc;
-		ssize_t n = recv(c->fd, rb + c->rlen, RBUF - c->rlen, 0);
-		if (n < 0) {
-			if (errno != EAGAIN)
-				conn_retry(b, c, "recv", errno);
-			return;
-		}
-		if (n == 0) {
-			conn_retry(b, c, "closed by the controller", ECONNRESET);
-			return;
-		}
-		c->rlen += (uint32_t)n;
-		used = parse_response(rb, c->rlen, RBUF, &r);
-		if (used == 0)
-			continue;
-		if (used < 0 || (size_t)used != c->rlen || c->woff < c->wlen) {
-			fail(b, "connection %ld: malformed or unexpected response '%.*s'",
-			     (long)(c - b->conns), (int)(c->rlen > 200 ? 200 : c->rlen), rb);
-			conn_close(b, c, C_DEAD);
-			return;
-		}
-		rb[c->rlen] = 0;
-		c->rlen = 0;
-		rc = handle_reply(b, c, &r);
-		if (rc == -2)
-			fail(b, "agent-%d %s: status %d body '%.*s'", agent_pod(b, c->lo + c->idx),
-			     kind_name[cur_kind(c)], r.status,
-			     (int)(r.body_len > 200 ? 200 : r.body_len), r.body);
-		if (rc < 0) {
-			conn_close(b, c, C_DEAD);
-			return;
-		}
-		if (rc > 0)
-			conn_advance(b, c);
-		if (c->phase == c->nseq) {
-			conn_close(b, c, C_DONE);
-			return;
-		}
-		if (r.close) {
-			conn_close(b, c, C_IDLE);
-			if (conn_open(b, c) < 0)
-				conn_retry(b, c, "reconnect", errno);
-			return;
-		}
-		conn_next(b, c);
-		if (c->state != C_OPEN)
-			return;
+	struct resp r;
+	long used;
+	int rc;
+	ssize_t n = recv(c->fd, rb + c->rlen, RBUF - c->rlen, 0);
+	if (n < 0) {
+		if (errno != EAGAIN)
+			conn_retry(b, c, "recv", errno);
+		return;
 	}
+	if (n == 0) {
+		conn_retry(b, c, "closed by the controller", ECONNRESET);
+		return;
+	}
+	c->rlen += (uint32_t)n;
+	used = parse_response(rb, c->rlen, RBUF, &r);
+	if (used == 0)
+		return;
+	if (used < 0 || (size_t)used != c->rlen || c->woff < c->wlen) {
+		fail(b, "connection %ld: malformed or unexpected response '%.*s'",
+		     (long)(c - b->conns), (int)(c->rlen > 200 ? 200 : c->rlen), rb);
+		conn_close(b, c, C_DEAD);
+		return;
+	}
+	rb[c->rlen] = 0;
+	c->rlen = 0;
+	rc = handle_reply(b, c, &r);
+	if (rc == -2)
+		fail(b, "agent-%d %s: status %d body '%.*s'", agent_pod(b, c->lo + c->idx),
+		     kind_name[cur_kind(c)], r.status, (int)(r.body_len > 200 ? 200 : r.body_len),
+		     r.body);
+	if (rc < 0) {
+		conn_close(b, c, C_DEAD);
+		return;
+	}
+	if (rc > 0)
+		conn_advance(b, c);
+	if (c->phase == c->nseq) {
+		conn_close(b, c, C_DONE);
+		return;
+	}
+	if (r.close) {
+		conn_close(b, c, C_IDLE);
+		if (conn_open(b, c) < 0)
+			conn_retry(b, c, "reconnect", errno);
+		return;
+	}
+	conn_next(b, c);
 }
 
 static void conn_event(struct bench *b, struct conn *c, uint32_t ev)
@@ -987,6 +1008,7 @@ static void conn_event(struct bench *b, struct conn *c, uint32_t ev)
 		b->connecting--;
 		c->state = C_OPEN;
 		if (!c->wlen) { /* its gate was closed when it connected */
+			conn_want_out(b, c, 0);
 			conn_hold(b, c);
 			return;
 		}
@@ -1302,7 +1324,7 @@ static void report_recover(struct bench *b)
 	       b->o.last_call_ms);
 	printf("initial_rendezvous_seconds=%.3f\n", secs(b->t_rdzv - b->t_pool));
 	if (b->o.recover == REC_TIMEOUT)
-		printf("detect_ms=%.1f (first 409 after the victim's last call + the timeout)\n",
+		printf("detect_ms=%.1f (first 409 after the victim's last reply + the timeout)\n",
 		       secs(b->t_first_stale - (b->t_victim_last + hb_ns)) * 1e3);
 	printf("recover_first_409_ms=%.1f\n", secs(b->t_first_stale - b->t_death) * 1e3);
 	printf("recover_all_learned_seconds=%.3f\n", secs(max_i64(b->t_learn, n1) - b->t_death));
@@ -1555,6 +1577,7 @@ static int setup(struct bench *b)
 	b->ntotal = b->nconns + (b->o.recover ? 1 : 0);
 	b->conns = calloc((size_t)b->ntotal, sizeof *b->conns);
 	b->held = calloc((size_t)b->ntotal, sizeof *b->held);
+	b->bufs = malloc((size_t)b->ntotal * (WBUF + RBUF + 1));
 	b->rank = malloc(sizeof(int32_t) * (size_t)n);
 	b->rank_agent = malloc(sizeof(int32_t) * (size_t)n);
 	b->new_rank_agent = malloc(sizeof(int32_t) * (size_t)n);
@@ -1563,11 +1586,13 @@ static int setup(struct bench *b)
 	for (k = 0; k < NKINDS; k++)
 		if (!(b->lat[k] = malloc(sizeof(uint32_t) * (size_t)n)))
 			return -1;
-	if (!b->conns || !b->held || !b->rank || !b->rank_agent || !b->new_rank_agent || !b->t_learn ||
+	if (!b->conns || !b->held || !b->bufs || !b->rank || !b->rank_agent || !b->new_rank_agent || !b->t_learn ||
 	    !b->t_new)
 		return -1;
 	for (i = 0; i < n; i++)
 		b->rank[i] = b->rank_agent[i] = b->new_rank_agent[i] = -1;
+	for (i = 0; i < b->ntotal; i++)
+		b->conns[i].buf = b->bufs + (size_t)i * (WBUF + RBUF + 1);
 	for (i = 0; i < b->nconns; i++) {
 		struct conn *c = &b->conns[i];
 		c->fd = -1;
