@@ -84,6 +84,17 @@ static void join_key(struct call *k, const char *const *seg, size_t n)
 	k->key[o] = 0;
 }
 
+/* k->job = "ns/name" of two valid job parts (at most 63 bytes each, so it
+ * fits; no snprintf on every request). */
+static void set_job(struct call *k, const char *ns, const char *name)
+{
+	size_t a = strlen(ns), b = strlen(name);
+
+	memcpy(k->job, ns, a);
+	k->job[a] = '/';
+	memcpy(k->job + a + 1, name, b + 1);
+}
+
 /*
  * Routes on the decoded segments (mr_http_req_segments), never on the
  * joined path, so a "%2F" inside a job part does not become a separator.
@@ -118,7 +129,7 @@ static int route(struct call *k, const char **allow)
 			return RT_OTHER;
 		}
 	}
-	snprintf(k->job, sizeof(k->job), "%s/%s", s[2], s[3]);
+	set_job(k, s[2], s[3]);
 	if (n == 4 || (n == 5 && !s[4][0]))
 		return *allow = "GET, DELETE", RT_JOB;
 	op = s[4];

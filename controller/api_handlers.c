@@ -39,8 +39,10 @@ static json_t *body_obj(struct call *k)
 	struct mr_errbuf eb = { { 0 }, { 0 } };
 	size_t len = 0;
 	const char *b = mr_http_req_body(k->req, &len);
-	json_t *o = NULL;
+	json_t *o = mr__jparse_object(b, len);
 
+	if (o)
+		return o;
 	if (mr_json_parse_object(b ? b : "", len, &o, &eb)) {
 		mr__res_err(&k->res, 400, "invalid_json", eb.field[0] ? eb.field : "body", "%s",
 			    eb.msg);
@@ -184,6 +186,7 @@ void mr__api_join(struct call *k)
 	struct ctl_join j = { .pod_index = -1 };
 	struct ctl_spec sp;
 	char *ports_txt = NULL;
+	size_t ports_len = 0;
 	int64_t pod = -1;
 
 	if (!o)
@@ -217,7 +220,7 @@ void mr__api_join(struct call *k)
 				goto out;
 			}
 		}
-		ports_txt = mr_json_dump(ports, NULL);
+		ports_txt = mr__jtext(ports, &ports_len);
 		j.ports = ports_txt;
 	}
 	if (spec) {

@@ -177,6 +177,8 @@ struct ctl_job {
 	uint32_t count[CTL_M_NSTATES];
 	int64_t min_reached_ms; /* 0 = fewer than min_nodes waiting */
 	int32_t num_nodes, world_size, dp; /* of the closed round */
+	uint64_t gen_seq; /* journal batch of the last record of the job itself, its
+			   * round close or bump: what a 409 or a rank shows */
 	struct mr_dict kv;
 	uint64_t kv_seq;
 	size_t kv_bytes;
@@ -204,6 +206,12 @@ struct ctl_res {
 	size_t raw_len;
 	uint64_t etag;        /* 0 = none */
 	int suspended;        /* the request was parked as a waiter */
+	/* dep_set: the reply shows only state recorded in journal batches up
+	 * to dep_seq (mr__jr_seq), so it leaves as soon as that batch is on
+	 * disk; unset, it waits for every batch collected or in flight.
+	 * mr__res_ok/mr__res_err clear it. */
+	int dep_set;
+	uint64_t dep_seq;
 };
 
 struct ctl_stats {
@@ -248,6 +256,22 @@ void mr__res_ok(struct ctl_res *res, json_t *body);
 void mr__res_release(struct ctl_res *res);
 /* 409 stale_generation with the job's current generation. */
 void mr__res_stale(struct ctl_res *res, const struct ctl_job *job);
+/* The reply shows only the job's generation, round and ranks (see
+ * ctl_res.dep_set). */
+void mr__res_dep_round(struct ctl_res *res, const struct ctl_job *job);
+
+/* ---- reply text (jtext.c) ---- */
+/* The compact JSON text of v (malloc'd, NUL-terminated, *len bytes): the
+ * same bytes as json_dumps(JSON_COMPACT | JSON_ENCODE_ANY), written
+ * without its per-container costs. NULL on OOM. */
+char *mr__jtext(const json_t *v, size_t *len);
+/* The text of an error reply: {"error":{"code","message","field"}} and
+ * then res->body's fields (extra top-level fields). NULL on OOM. */
+char *mr__jtext_error(const struct ctl_res *res, size_t *len);
+/* A request body that is a plain object (jparse.c says which) as jansson
+ * would parse it; NULL for anything else, which jansson then reads and
+ * judges. */
+json_t *mr__jparse_object(const char *buf, size_t len);
 
 /* ---- spec and names (parse.c) ---- */
 int mr__ctl_valid_job_part(const char *s);
@@ -406,6 +430,9 @@ void mr__rec_member_delete(struct ctl *ctl, const struct ctl_job *job, const cha
 void mr__rec_close(struct ctl *ctl, const struct ctl_job *job, int32_t n);
 void mr__rec_bump(struct ctl *ctl, const struct ctl_job *job);
 void mr__rec_end(struct ctl *ctl, const struct ctl_job *job);
+/* The journal batch records go into now; 0 while replaying or without a
+ * journal (state that is durable already). */
+uint64_t mr__rec_seq(const struct ctl *ctl);
 void mr__rec_kv_put(struct ctl *ctl, const struct ctl_job *job, const struct ctl_kv *e);
 void mr__rec_kv_del(struct ctl *ctl, const struct ctl_job *job, const char *key);
 /* Opens the journal of o->dir into ctl->jr: locks the dir, replays it

@@ -40,6 +40,21 @@ int mr__jr_inflight(const struct ctl_journal *jr)
 	return jr && jr->inflight;
 }
 
+uint64_t mr__jr_seq(const struct ctl_journal *jr)
+{
+	return jr ? jr->seq : 0;
+}
+
+uint64_t mr__jr_inflight_seq(const struct ctl_journal *jr)
+{
+	return jr && jr->inflight ? jr->wseq : 0;
+}
+
+uint64_t mr__jr_durable(const struct ctl_journal *jr)
+{
+	return jr ? jr->durable : UINT64_MAX;
+}
+
 uint64_t mr__jr_size(const struct ctl_journal *jr)
 {
 	return jr ? jr->size : 0;
@@ -66,6 +81,7 @@ static int prepare(struct ctl_journal *jr, int force)
 	int must = jr->batch.failed || jr->need_compact;
 
 	jr->wbatch = jr->batch;
+	jr->wseq = jr->seq++;
 	jr->batch = spare;
 	jr->batch.len = jr->batch.rec_start = 0;
 	jr->batch.failed = 0;
@@ -156,6 +172,8 @@ static int finish(struct ctl_journal *jr, int err)
 	} else if (!jr->wreplaced) {
 		jr->size += jr->wbatch.len;
 	}
+	if (!err)
+		jr->durable = jr->wseq;
 	jr->wbatch.len = 0;
 	if (jr->wbatch.cap > (1u << 20)) /* give back a burst's buffer */
 		mr__jbuf_release(&jr->wbatch);

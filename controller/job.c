@@ -32,6 +32,7 @@ void mr__res_err(struct ctl_res *res, int status, const char *code, const char *
 {
 	va_list ap;
 
+	res->dep_set = 0;
 	res->status = status;
 	res->code = code;
 	res->field = NULL;
@@ -48,8 +49,15 @@ void mr__res_ok(struct ctl_res *res, json_t *body)
 {
 	res->status = 200;
 	res->code = NULL;
+	res->dep_set = 0;
 	json_decref(res->body);
 	res->body = body;
+}
+
+void mr__res_dep_round(struct ctl_res *res, const struct ctl_job *job)
+{
+	res->dep_set = 1;
+	res->dep_seq = job->gen_seq;
 }
 
 void mr__res_release(struct ctl_res *res)
@@ -66,6 +74,7 @@ void mr__res_stale(struct ctl_res *res, const struct ctl_job *job)
 	json_decref(res->body);
 	res->body = json_pack("{sI si}", "generation", (json_int_t)job->generation, "restarts",
 			      (int)job->restarts);
+	mr__res_dep_round(res, job);
 }
 
 const char *mr__ctl_member_state_name(int st)
@@ -354,6 +363,7 @@ struct ctl_job *mr__ctl_apply_job(struct ctl *ctl, const char *name, const struc
 		mr__ctl_mesh_fits(spec, num_nodes, &job->dp);
 	mr__ctl_update_min(ctl, job);
 	mr__rec_job(ctl, job);
+	job->gen_seq = mr__rec_seq(ctl);
 	return job;
 oom:
 	if (job)

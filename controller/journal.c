@@ -81,6 +81,7 @@ int mr__jr_open(struct ctl_journal **out, const struct ctl_journal_opts *o,
 	if (!jr)
 		return mr_errf(eb, MR_ENOMEM, "out of memory");
 	jr->fd = jr->lock_fd = -1;
+	jr->seq = 1; /* batch 0: what was replayed, durable */
 	jr->do_fsync = o->fsync;
 	jr->compact_factor = o->compact_factor;
 	jr->compact_min = o->compact_min;

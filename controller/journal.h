@@ -218,6 +218,17 @@ int mr__jr_commit_start(struct ctl_journal *jr, void (*done)(void *arg), void *a
 int mr__jr_commit_finish(struct ctl_journal *jr);
 /* 1 while a handed-off batch is not yet finished. */
 int mr__jr_inflight(const struct ctl_journal *jr);
+/*
+ * Batches are numbered from 1 in the order they are collected:
+ * mr__jr_seq() is the number of the batch records go into now,
+ * mr__jr_inflight_seq() that of the batch in flight (0 if none), and
+ * mr__jr_durable() the last one on disk (a failed batch is not; the
+ * compaction after it, which holds its effects, is). Everything replayed
+ * at open is durable. Without a journal every number is durable.
+ */
+uint64_t mr__jr_seq(const struct ctl_journal *jr);
+uint64_t mr__jr_inflight_seq(const struct ctl_journal *jr);
+uint64_t mr__jr_durable(const struct ctl_journal *jr);
 /* Stops the writer thread after it wrote the batch handed to it, if any
  * (its done() is still called). Later commits are synchronous only. */
 void mr__jr_free_writer(struct ctl_journal *jr);

@@ -36,10 +36,13 @@ struct ctl_journal {
 	uint64_t compactions;
 	int need_compact;       /* a batch was lost: the next commit compacts */
 	int inflight;
+	uint64_t seq;           /* number of the batch being collected (from 1) */
+	uint64_t durable;       /* the last batch known to be on disk */
 	/* the job handed to the writer (its fields are the writer's while
 	 * inflight; job/stop/werr under mu) */
 	struct ctl_jbuf wbatch; /* the batch: appended, or the fallback */
 	struct ctl_jbuf wsnap;  /* a snapshot to replace the file with, if len */
+	uint64_t wseq;          /* the batch's number */
 	int wcompact;           /* the job is a compaction */
 	int wmust;              /* ... that may not fall back to appending */
 	int werr;

@@ -9,6 +9,7 @@
  *
  * Non-goals: anything else (see controller/server.c).
  */
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -32,6 +33,7 @@ int main(int argc, char **argv)
 	struct mr_controller *c = NULL;
 	struct mr_config cfg;
 	struct sigaction sa;
+	sigset_t stopsigs, old;
 	int rc;
 
 	memset(&o, 0, sizeof(o));
@@ -57,14 +59,23 @@ int main(int argc, char **argv)
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
+	/* blocked here and in every thread the start creates (they inherit the
+	 * mask), so a stop signal reaches this thread, and only inside
+	 * sigsuspend: none is lost between the check of stop and the wait */
+	sigemptyset(&stopsigs);
+	sigaddset(&stopsigs, SIGINT);
+	sigaddset(&stopsigs, SIGTERM);
+	pthread_sigmask(SIG_BLOCK, &stopsigs, &old);
 	rc = mr_controller_start(&c, &o, &eb);
 	if (rc) {
 		mr_log_error("start_failed", "err=%s", mr_log_q(eb.msg));
 		fprintf(stderr, "meshrun-controller: %s\n", eb.msg);
 		return rc == MR_ECORRUPT || rc == MR_ECONFLICT ? MR_CONTROLLER_EXIT_DATA : 1;
 	}
+	sigdelset(&old, SIGINT);
+	sigdelset(&old, SIGTERM);
 	while (!stop)
-		pause();
+		sigsuspend(&old);
 	mr_log_info("stopping", "signal=1");
 	mr_controller_stop(c);
 	return 0;

@@ -93,6 +93,11 @@ static void enc_kv(struct ctl_jbuf *b, const struct ctl_kv *e)
 	mr__jbuf_end(b);
 }
 
+uint64_t mr__rec_seq(const struct ctl *ctl)
+{
+	return ctl->jr && !ctl->replaying ? mr__jr_seq(ctl->jr) : 0;
+}
+
 void mr__rec_job(struct ctl *ctl, const struct ctl_job *job)
 {
 	struct ctl_jbuf *b = rec_begin(ctl, R_JOB, job->name);

@@ -46,16 +46,38 @@ static int cmp_id(const void *a, const void *b)
 	return strcmp(x->node_id, y->node_id);
 }
 
+static void set_int(json_t *o, const char *key, json_int_t v)
+{
+	json_object_set_new_nocheck(o, key, json_integer(v));
+}
+
+/* A member's rank in the closed round. Built field by field: every member
+ * of every round gets one, and json_pack parses its format each time. */
 static json_t *running_json(const struct ctl_job *job, const struct ctl_member *m)
 {
 	const struct ctl_spec *s = &job->spec;
+	json_t *o = json_object(), *mesh = json_object();
 
-	return json_pack("{ss sI si si si si si si s{si si si si si}}", "state", "running",
-			 "generation", (json_int_t)job->generation, "num_nodes", job->num_nodes,
-			 "node_rank", m->node_rank, "nproc_per_node", s->nproc_per_node,
-			 "world_size", job->world_size, "rank_base",
-			 m->node_rank * s->nproc_per_node, "restarts", (int)job->restarts, "mesh",
-			 "tp", s->tp, "pp", s->pp, "cp", s->cp, "ep", s->ep, "dp", job->dp);
+	if (!o || !mesh) {
+		json_decref(o);
+		json_decref(mesh);
+		return NULL;
+	}
+	json_object_set_new_nocheck(o, "state", json_string_nocheck("running"));
+	set_int(o, "generation", (json_int_t)job->generation);
+	set_int(o, "num_nodes", job->num_nodes);
+	set_int(o, "node_rank", m->node_rank);
+	set_int(o, "nproc_per_node", s->nproc_per_node);
+	set_int(o, "world_size", job->world_size);
+	set_int(o, "rank_base", (json_int_t)m->node_rank * s->nproc_per_node);
+	set_int(o, "restarts", job->restarts);
+	set_int(mesh, "tp", s->tp);
+	set_int(mesh, "pp", s->pp);
+	set_int(mesh, "cp", s->cp);
+	set_int(mesh, "ep", s->ep);
+	set_int(mesh, "dp", job->dp);
+	json_object_set_new_nocheck(o, "mesh", mesh);
+	return o;
 }
 
 void mr__ctl_apply_close(struct ctl *ctl, struct ctl_job *job, int32_t n)
@@ -97,6 +119,7 @@ void mr__ctl_apply_close(struct ctl *ctl, struct ctl_job *job, int32_t n)
 	job->min_reached_ms = 0;
 	ctl->stats.rounds++;
 	mr__rec_close(ctl, job, n);
+	job->gen_seq = mr__rec_seq(ctl);
 	if (!ctl->replaying)
 		mr_log_info("round_closed", "job=%s gen=%llu nodes=%d world=%d",
 			    mr_log_q(job->name), (unsigned long long)job->generation, n,
@@ -133,6 +156,7 @@ void mr__ctl_apply_bump(struct ctl *ctl, struct ctl_job *job, uint64_t gen, int3
 	mr__ctl_kv_clear(ctl, job);
 	mr__ctl_diag_reset(job);
 	mr__rec_bump(ctl, job);
+	job->gen_seq = mr__rec_seq(ctl);
 	if (failed) {
 		struct ctl_res r;
 
@@ -155,6 +179,7 @@ void mr__ctl_apply_end(struct ctl *ctl, struct ctl_job *job, int state, const ch
 	job->min_reached_ms = 0;
 	mr__ctl_set_reason(job, reason);
 	mr__rec_end(ctl, job);
+	job->gen_seq = mr__rec_seq(ctl);
 	memset(&r, 0, sizeof(r));
 	mr__res_over(&r, job);
 	mr__ctl_waiters_fail(ctl, job, r.status, r.code, "job", r.body, r.msg);
@@ -296,6 +321,7 @@ void mr__ctl_wait(struct ctl *ctl, const char *name, const char *node_id, int64_
 	if (m->state == CTL_M_RUNNING) {
 		m->confirmed = 1;
 		mr__res_ok(res, running_json(job, m));
+		mr__res_dep_round(res, job); /* the rank is the close's */
 		return;
 	}
 	if (timeout_ms <= 0 || !req) {
@@ -336,6 +362,8 @@ void mr__ctl_heartbeat(struct ctl *ctl, const char *name, const char *node_id, i
 		m->confirmed = 1;
 	mr__res_ok(res, json_pack("{sI ss}", "generation", (json_int_t)job->generation, "state",
 				  mr__ctl_member_state_name(m->state)));
+	if (m->state == CTL_M_RUNNING && !progress)
+		mr__res_dep_round(res, job); /* running: the close's state */
 }
 
 void mr__ctl_leave(struct ctl *ctl, const char *name, const char *node_id, int64_t gen,

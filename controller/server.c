@@ -78,14 +78,7 @@ static char *res_body(struct ctl_res *res, size_t *len, int *json)
 
 	*json = 1;
 	if (res->code) {
-		json_t *o = json_pack("{s{ss ss so}}", "error", "code", res->code, "message",
-				      res->msg, "field",
-				      res->field ? json_string(res->field) : json_null());
-
-		if (o && res->body)
-			json_object_update(o, res->body);
-		out = o ? mr_json_dump(o, len) : NULL;
-		json_decref(o);
+		out = mr__jtext_error(res, len);
 	} else if (res->raw || !res->body) {
 		*json = 0;
 		out = malloc(res->raw_len ? res->raw_len : 1);
@@ -93,7 +86,7 @@ static char *res_body(struct ctl_res *res, size_t *len, int *json)
 			memcpy(out, res->raw, res->raw_len);
 		*len = res->raw_len;
 	} else {
-		out = mr_json_dump(res->body, len);
+		out = mr__jtext(res->body, len);
 	}
 	return out;
 }
@@ -112,6 +105,26 @@ static void reply_now(struct mr_controller *c, struct mr_http_req *req, int rout
 	mr__ctl_observe(c, route, status, t0);
 }
 
+/* 1 if the reply may show state not yet on disk: it waits for a batch.
+ * While a batch is collected or in flight, a reply that says what it
+ * shows (dep_set) waits only if that batch is not durable yet; any other
+ * waits. */
+static int must_wait(const struct ctl_journal *jr, const struct ctl_res *res)
+{
+	if (!mr__jr_pending(jr) && !mr__jr_inflight(jr))
+		return 0;
+	return !res->dep_set || res->dep_seq > mr__jr_durable(jr);
+}
+
+/* 1 if the batch in flight is the one the reply waits for; else it waits
+ * for the batch being collected. */
+static int wait_inflight(const struct ctl_journal *jr, const struct ctl_res *res)
+{
+	if (res->dep_set && mr__jr_inflight(jr))
+		return res->dep_seq <= mr__jr_inflight_seq(jr);
+	return !mr__jr_pending(jr);
+}
+
 void mr__ctl_send(struct mr_controller *c, struct mr_http_req *req, int route, int64_t t0_us,
 		  struct ctl_res *res)
 {
@@ -126,7 +139,7 @@ void mr__ctl_send(struct mr_controller *c, struct mr_http_req *req, int route, i
 		mr__ctl_observe(c, route, 503, t0_us);
 		return;
 	}
-	if (mr__jr_pending(c->ctl.jr) || mr__jr_inflight(c->ctl.jr)) {
+	if (must_wait(c->ctl.jr, res)) {
 		struct ctl_pending *p = malloc(sizeof(*p) + len);
 
 		if (p) {
@@ -138,7 +151,7 @@ void mr__ctl_send(struct mr_controller *c, struct mr_http_req *req, int route, i
 			p->etag = res->etag;
 			p->len = len;
 			memcpy(p->body, body, len);
-			if (mr__jr_pending(c->ctl.jr)) { /* its state is in the next batch */
+			if (!wait_inflight(c->ctl.jr, res)) { /* its state is in the next batch */
 				p->next = NULL;
 				if (c->pend_tail)
 					c->pend_tail->next = p;

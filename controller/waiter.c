@@ -144,7 +144,7 @@ void mr__ctl_waiters_fail(struct ctl *ctl, struct ctl_job *job, int status, cons
 
 		memset(&res, 0, sizeof(res));
 		mr__res_err(&res, status, code, field, "%s", msg);
-		res.body = extra ? json_deep_copy(extra) : NULL;
+		res.body = json_incref(extra); /* read only: shared by every reply */
 		mr__ctl_waiter_finish(ctl, job->waiters, &res);
 	}
 	json_decref(extra);
