@@ -374,7 +374,8 @@ fuzz: deps
 	scripts/fuzz.sh $(BUILD)/fuzz
 
 # ---- benchmarks ----------------------------------------------------------------
-bench: bench-rdzv bench-healthz bench-comm bench-train bench-parallel bench-pipeline bench-cp-ep
+bench: bench-rdzv bench-healthz bench-comm bench-train bench-parallel bench-pipeline bench-cp-ep \
+       bench-ckpt
 
 bench-rdzv: all $(BUILD)/bench/rdzv
 	scripts/deps.sh bench
@@ -421,6 +422,12 @@ bench-pipeline: $(BUILD)/bench/pipeline
 .PHONY: bench-cp-ep
 bench-cp-ep: $(BUILD)/bench/cp_ep
 	$(BUILD)/bench/cp_ep
+
+# What a checkpoint costs a training step, background against blocking
+# (bench/ckpt.c). Prints `ckpt async_share=<a> blocking_share=<b>`.
+.PHONY: bench-ckpt
+bench-ckpt: $(BUILD)/bench/ckpt
+	$(BUILD)/bench/ckpt
 
 # ---- PyTorch reference for the runtime (tests/reference/gen_reference.py) ----
 .PHONY: reference

@@ -4,6 +4,7 @@
  * directory once every rank's index is there.
  */
 #include <dirent.h>
+#include <sched.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -270,7 +271,15 @@ static int write_step(struct mr_ckpt *c, struct mr_errbuf *eb)
 static void *writer(void *arg)
 {
 	struct mr_ckpt *c = arg;
+	struct sched_param sp = { 0 };
 
+	/* a background write takes only CPU time training leaves idle: on a
+	 * CPU rank the compute threads keep every core busy, and a writer at
+	 * normal priority would stall a whole parallel region each time it
+	 * preempts one of them (the next save waits for this one, so it
+	 * cannot starve) */
+	if (c->o.async)
+		pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
 	c->wrc = write_step(c, &c->web);
 	return NULL;
 }
