@@ -208,6 +208,7 @@ struct bench {
 		t_recovered;
 	long rewait_again, watch_timeouts, watch_beats;
 	double cpu_watching_s, cpu_recovered_s, bench_cpu_watching_s, bench_cpu_recovered_s;
+	double ucpu_watching_s, ucpu_recovered_s; /* the controller's user part */
 	/* controller child */
 	pid_t pid;
 	char tmpdir[128];
@@ -303,8 +304,9 @@ static long proc_status_kib(pid_t pid, const char *key)
 	return v;
 }
 
-/* utime + stime of pid in seconds from /proc/<pid>/stat; -1 if unknown. */
-static double proc_cpu_s(pid_t pid)
+/* utime + stime of pid in seconds from /proc/<pid>/stat (user gets utime
+ * when not NULL); -1 if unknown. */
+static double proc_cpu_split_s(pid_t pid, double *user)
 {
 	char path[64], buf[1024];
 	unsigned long ut, st;
@@ -321,7 +323,14 @@ static double proc_cpu_s(pid_t pid)
 	if (!(p = strrchr(buf, ')')) ||
 	    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
 		return -1;
+	if (user)
+		*user = (double)ut / (double)sysconf(_SC_CLK_TCK);
 	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+static double proc_cpu_s(pid_t pid)
+{
+	return proc_cpu_split_s(pid, NULL);
 }
 
 static double self_cpu_s(void)
@@ -479,7 +488,7 @@ static void build_request(struct bench *b, struct conn *c)
 					"the victim's last call\n",
 				secs(b->t_watching - b->t_victim_last));
 			if (b->pid > 0)
-				b->cpu_watching_s = proc_cpu_s(b->pid);
+				b->cpu_watching_s = proc_cpu_split_s(b->pid, &b->ucpu_watching_s);
 			b->bench_cpu_watching_s = self_cpu_s();
 		}
 	}
@@ -632,7 +641,7 @@ static int check_recovered(struct bench *b, int a, const char *body)
 	if (++b->recovered == n1) {
 		b->t_recovered = b->t_new[a];
 		if (b->pid > 0)
-			b->cpu_recovered_s = proc_cpu_s(b->pid);
+			b->cpu_recovered_s = proc_cpu_split_s(b->pid, &b->ucpu_recovered_s);
 		b->bench_cpu_recovered_s = self_cpu_s();
 	}
 	return 1;
@@ -1344,8 +1353,12 @@ static void report_recover(struct bench *b)
 	printf("bench_cpu_seconds_recovery=%.3f\n",
 	       b->bench_cpu_recovered_s - b->bench_cpu_watching_s);
 	if (b->pid > 0) {
-		printf("controller_cpu_seconds_recovery=%.3f (every watch out -> the last new rank)\n",
-		       b->cpu_recovered_s - b->cpu_watching_s);
+		printf("controller_cpu_seconds_recovery=%.3f user=%.3f system=%.3f (every watch out -> "
+		       "the last new rank)\n",
+		       b->cpu_recovered_s - b->cpu_watching_s,
+		       b->ucpu_recovered_s - b->ucpu_watching_s,
+		       (b->cpu_recovered_s - b->ucpu_recovered_s) -
+			       (b->cpu_watching_s - b->ucpu_watching_s));
 		printf("controller_cpu_seconds=%.3f controller_rss_kib=%ld controller_hwm_kib=%ld\n",
 		       proc_cpu_s(b->pid), proc_status_kib(b->pid, "VmRSS"),
 		       proc_status_kib(b->pid, "VmHWM"));
