@@ -45,6 +45,8 @@ struct mr_ckpt {
  * of the directory. head (hn bytes, may be NULL) first, then body. */
 int mr__ckpt_write_file(const char *path, const void *head, size_t hn, const void *body,
 			size_t n, struct mr_errbuf *eb);
+/* write(2) of all n bytes (EINTR and short writes retried); 0 or -1. */
+int mr__ckpt_write_all(int fd, const void *buf, size_t n);
 /* mkdir -p; errors name the field "ckpt_dir". */
 int mr__ckpt_make_dirs(const char *dir, struct mr_errbuf *eb);
 /* fsync of a directory. */

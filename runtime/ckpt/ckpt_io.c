@@ -42,7 +42,7 @@ int mr__ckpt_make_dirs(const char *dir, struct mr_errbuf *eb)
 	return 0;
 }
 
-static int write_all(int fd, const void *buf, size_t n)
+int mr__ckpt_write_all(int fd, const void *buf, size_t n)
 {
 	const char *p = buf;
 
@@ -80,7 +80,7 @@ int mr__ckpt_write_file(const char *path, const void *head, size_t hn, const voi
 	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return mr_errf(eb, MR_EIO, "unable to create '%s': %s", tmp, strerror(errno));
-	if ((head && write_all(fd, head, hn) != 0) || write_all(fd, body, n) != 0)
+	if ((head && mr__ckpt_write_all(fd, head, hn) != 0) || mr__ckpt_write_all(fd, body, n) != 0)
 		rc = mr_errf(eb, MR_EIO, "unable to write '%s': %s", tmp, strerror(errno));
 	if (rc == 0 && fsync(fd) != 0)
 		rc = mr_errf(eb, MR_EIO, "unable to sync '%s': %s", tmp, strerror(errno));

@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ckpt_int.h"
 #include "mr_safetensors.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -66,22 +67,6 @@ static int read_at(int fd, void *buf, size_t n, uint64_t at)
 		if (got <= 0)
 			return -1;
 		done += (size_t)got;
-	}
-	return 0;
-}
-
-static int write_all(int fd, const void *buf, size_t n)
-{
-	const char *p = buf;
-
-	while (n > 0) {
-		ssize_t w = write(fd, p, n > ((size_t)1 << 30) ? (size_t)1 << 30 : n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return -1;
-		p += w;
-		n -= (size_t)w;
 	}
 	return 0;
 }
@@ -517,7 +502,7 @@ int mr_st_writer_open(struct mr_st_writer *w, const char *path, const struct mr_
 	w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (w->fd < 0)
 		rc = mr_errf(eb, MR_EIO, "unable to create '%s': %s", w->tmp, strerror(errno));
-	else if (write_all(w->fd, len8, 8) < 0 || write_all(w->fd, text, len) < 0)
+	else if (mr__ckpt_write_all(w->fd, len8, 8) < 0 || mr__ckpt_write_all(w->fd, text, len) < 0)
 		rc = mr_errf(eb, MR_EIO, "unable to write '%s': %s", w->tmp, strerror(errno));
 	free(text);
 	if (rc < 0) {
@@ -534,7 +519,7 @@ int mr_st_writer_put(struct mr_st_writer *w, const float *data, uint64_t count,
 	if (w->next >= w->n || count * sizeof(float) != w->bytes[w->next])
 		return mr_errf(eb, MR_EINVAL, "'%s': tensor %d: %llu values, not what its shape says",
 			       w->path, w->next, (unsigned long long)count);
-	if (write_all(w->fd, data, (size_t)count * sizeof(float)) < 0)
+	if (mr__ckpt_write_all(w->fd, data, (size_t)count * sizeof(float)) < 0)
 		return mr_errf(eb, MR_EIO, "unable to write '%s': %s", w->tmp, strerror(errno));
 	w->next++;
 	return 0;

@@ -62,19 +62,12 @@ static const int tokens[] = { 3, 17, 42, 5, 88, 0, 63, 21, 9, 77, 50, 11 };
 
 static char tmp[64];
 
-static void rmtmp(void)
-{
-	char cmd[128];
-
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
-	(void)!system(cmd);
-}
-
 static void scratch(void)
 {
-	snprintf(tmp, sizeof(tmp), "/tmp/mr-ckpt-cli-XXXXXX");
-	cr_assert_not_null(mkdtemp(tmp));
-	atexit(rmtmp); /* each test is its own process */
+	const char *d = mr_test_scratch("mr-ckpt-cli");
+
+	cr_assert_not_null(d);
+	snprintf(tmp, sizeof(tmp), "%s", d);
 }
 
 /* tmp/name (one of 4 rotating buffers). */

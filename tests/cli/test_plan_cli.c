@@ -13,22 +13,16 @@
 #include <unistd.h>
 
 #include "mr_mesh.h"
+#include "proc.h"
 
 static char tmp[64];
 
-static void rmtmp(void)
-{
-	char cmd[128];
-
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
-	(void)!system(cmd);
-}
-
 static void scratch(void)
 {
-	snprintf(tmp, sizeof(tmp), "/tmp/mr-plan-cli-XXXXXX");
-	cr_assert_not_null(mkdtemp(tmp));
-	atexit(rmtmp); /* each test is its own process */
+	const char *d = mr_test_scratch("mr-plan-cli");
+
+	cr_assert_not_null(d);
+	snprintf(tmp, sizeof(tmp), "%s", d);
 }
 
 /* `meshrun ARGS` in tmp: the exit code; stdout and stderr in *out and

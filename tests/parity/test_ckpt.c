@@ -40,15 +40,12 @@
 
 static char tmp[256];
 
-static void rmtmp(void)
-{
-	mr_test_rmdir(tmp);
-}
-
 static void scratch(void)
 {
-	cr_assert_eq(mr_test_tmpdir(tmp, sizeof(tmp), "mr-ckpt"), 0);
-	atexit(rmtmp);
+	const char *d = mr_test_scratch("mr-ckpt");
+
+	cr_assert_not_null(d);
+	snprintf(tmp, sizeof(tmp), "%s", d);
 }
 
 /* A job's shape: ranks and mesh flags, and its workload keys beyond the
@@ -85,19 +82,9 @@ static const char *tail_of(const char *tag)
 {
 	static char buf[3000];
 	char path[512];
-	FILE *f;
-	long n;
 
 	snprintf(path, sizeof(path), "%s/%s.out", tmp, tag);
-	buf[0] = 0;
-	if (!(f = fopen(path, "r")))
-		return buf;
-	fseek(f, 0, SEEK_END);
-	n = ftell(f);
-	fseek(f, n > (long)sizeof(buf) - 1 ? n - (long)sizeof(buf) + 1 : 0, SEEK_SET);
-	n = (long)fread(buf, 1, sizeof(buf) - 1, f);
-	buf[n > 0 ? n : 0] = 0;
-	fclose(f);
+	mr_test_tail(path, buf, sizeof(buf));
 	return buf;
 }
 

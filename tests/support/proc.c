@@ -165,13 +165,51 @@ void mr_test_rmdir(const char *dir)
 	if (!d)
 		return;
 	while ((e = readdir(d))) {
+		struct stat st;
 		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-		unlink(path);
+		if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode))
+			mr_test_rmdir(path);
+		else
+			unlink(path);
 	}
 	closedir(d);
 	rmdir(dir);
+}
+
+static char scratch_dir[256];
+
+static void scratch_remove(void)
+{
+	mr_test_rmdir(scratch_dir);
+}
+
+const char *mr_test_scratch(const char *prefix)
+{
+	int first = !scratch_dir[0];
+
+	if (mr_test_tmpdir(scratch_dir, sizeof(scratch_dir), prefix) != 0)
+		return NULL;
+	if (first)
+		atexit(scratch_remove);
+	return scratch_dir;
+}
+
+void mr_test_tail(const char *path, char *buf, size_t cap)
+{
+	FILE *f = fopen(path, "r");
+	long n;
+
+	buf[0] = 0;
+	if (!f)
+		return;
+	fseek(f, 0, SEEK_END);
+	n = ftell(f);
+	fseek(f, n > (long)cap - 1 ? n - (long)cap + 1 : 0, SEEK_SET);
+	n = (long)fread(buf, 1, cap - 1, f);
+	buf[n > 0 ? n : 0] = 0;
+	fclose(f);
 }
 
 /* ---- test HTTP client ---- */

@@ -61,8 +61,15 @@ int mr_test_raw_request(int port, const char *req, char *buf, size_t cap);
 /* Makes a fresh directory under /tmp, prefix like "mr-ctl"; writes its path
  * into buf. 0 or -1. */
 int mr_test_tmpdir(char *buf, size_t cap, const char *prefix);
-/* rm -r of a directory made by mr_test_tmpdir (one level of files). */
+/* rm -r of a directory (made by mr_test_tmpdir). */
 void mr_test_rmdir(const char *dir);
+/* The test's scratch directory: a fresh mr_test_tmpdir removed when the
+ * process exits (Criterion runs each test in a process of its own). The
+ * path stays valid; NULL when it cannot be made. */
+const char *mr_test_scratch(const char *prefix);
+/* The last cap - 1 bytes of the file at path into buf ("" when absent):
+ * a log's end for a failure message. */
+void mr_test_tail(const char *path, char *buf, size_t cap);
 /* Monotonic milliseconds. */
 long long mr_test_now_ms(void);
 
