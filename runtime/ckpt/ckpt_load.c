@@ -231,8 +231,9 @@ static int agree_steps(struct mr_ckpt *c, long *steps, struct mr_errbuf *eb)
 	memset(buf, 0, sizeof(buf));
 	if (c->job.rank == 0) {
 		long s[CKPT_MAX_STEPS];
-		if ((n = mr__ckpt_steps(c->dir, s, CKPT_MAX_STEPS, eb)) < 0)
-			n = 0; /* an unreadable directory: no checkpoint (logged below) */
+		/* an unreadable directory is an error everywhere, never "no
+		 * checkpoint": training from scratch would write over it */
+		n = mr__ckpt_steps(c->dir, s, CKPT_MAX_STEPS, eb);
 		buf[0] = n;
 		for (i = 0; i < n; i++)
 			buf[i + 1] = s[i];
@@ -240,6 +241,8 @@ static int agree_steps(struct mr_ckpt *c, long *steps, struct mr_errbuf *eb)
 	if (c->job.world_comm &&
 	    (rc = mr_comm_broadcast(c->job.world_comm, buf, CKPT_MAX_STEPS + 1, MR_COMM_I64, 0)) < 0)
 		return mr_errf(eb, rc, "unable to agree on the checkpoints: %s", mr_strerror(rc));
+	if (buf[0] < 0)
+		return mr_errf(eb, MR_EIO, "rank 0 cannot list the checkpoints in '%s'", c->dir);
 	n = (int)buf[0];
 	for (i = 0; i < n; i++)
 		steps[i] = (long)buf[i + 1];

@@ -155,7 +155,12 @@ static json_t *collect(struct mr_ckpt *c, const char *tmp, long step, long opt_s
 		json_error_t je;
 		snprintf(path, sizeof(path), "%s/rank-%05d.json", tmp, r);
 		while (access(path, F_OK) != 0) {
-			if (atomic_load(&c->cancel) || now_s() > until) {
+			if (atomic_load(&c->cancel)) {
+				mr_errf(eb, MR_EABORTED, "step %ld not published: the workers stopped "
+					"before rank %d wrote its part", step, r);
+				goto out;
+			}
+			if (now_s() > until) {
 				mr_errf(eb, MR_ETIMEDOUT,
 					"rank %d did not write its part of step %ld within %ld ms", r,
 					step, c->o.timeout_ms);
