@@ -219,6 +219,7 @@ static void *writer_main(void *arg)
 		pthread_mutex_lock(&jr->mu);
 		jr->werr = err;
 		jr->job = 0; /* before done(): the loop may hand off the next at once */
+		atomic_store(&jr->wdone, 1);
 		pthread_mutex_unlock(&jr->mu);
 		jr->done(jr->done_arg);
 		pthread_mutex_lock(&jr->mu);
@@ -244,11 +245,17 @@ int mr__jr_commit_start(struct ctl_journal *jr, void (*done)(void *arg), void *a
 	jr->done = done;
 	jr->done_arg = arg;
 	jr->inflight = 1;
+	atomic_store(&jr->wdone, 0);
 	pthread_mutex_lock(&jr->mu);
 	jr->job = 1;
 	pthread_cond_signal(&jr->cv);
 	pthread_mutex_unlock(&jr->mu);
 	return 1;
+}
+
+int mr__jr_writer_done(const struct ctl_journal *jr)
+{
+	return jr && jr->inflight && atomic_load(&((struct ctl_journal *)jr)->wdone);
 }
 
 int mr__jr_commit_finish(struct ctl_journal *jr)

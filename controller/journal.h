@@ -216,6 +216,10 @@ int mr__jr_compact(struct ctl_journal *jr);
 int mr__jr_commit_start(struct ctl_journal *jr, void (*done)(void *arg), void *arg);
 /* After done() ran: ends the in-flight batch and returns its result. */
 int mr__jr_commit_finish(struct ctl_journal *jr);
+/* 1 if a batch is in flight and the writer is through with it (done()
+ * may not have run yet): mr__jr_commit_finish() may end it now. Loop
+ * thread; a load of an atomic, cheap enough for every request. */
+int mr__jr_writer_done(const struct ctl_journal *jr);
 /* 1 while a handed-off batch is not yet finished. */
 int mr__jr_inflight(const struct ctl_journal *jr);
 /*

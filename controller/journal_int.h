@@ -11,6 +11,7 @@
 
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -52,6 +53,8 @@ struct ctl_journal {
 	void *done_arg;
 	pthread_t writer;
 	int writer_started, job, stop;
+	atomic_int wdone;       /* the writer finished the job in flight (read
+				 * without mu by the loop: mr__jr_writer_done) */
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 };

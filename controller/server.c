@@ -246,16 +246,31 @@ static void start_commit(struct mr_controller *c)
 	flush_list(c, p, rc < 0 ? rc : 0);
 }
 
-/* On the loop thread, posted by the writer: the batch in flight is durable. */
+/* On the loop thread: ends the batch in flight once the writer is through
+ * with it (its replies leave) and hands over the next. Posted by the
+ * writer, and called after every request too (mr__ctl_pump), so a stale
+ * post finds nothing to end - or a later batch already done. */
 static void commit_finished(void *arg)
 {
 	struct mr_controller *c = arg;
-	int err = mr__jr_commit_finish(c->ctl.jr);
-	struct ctl_pending *p = c->infl_head;
+	struct ctl_pending *p;
+	int err;
 
+	if (!mr__jr_writer_done(c->ctl.jr))
+		return;
+	err = mr__jr_commit_finish(c->ctl.jr);
+	p = c->infl_head;
 	c->infl_head = NULL;
 	flush_list(c, p, err);
 	start_commit(c);
+}
+
+void mr__ctl_pump(struct mr_controller *c)
+{
+	if (mr__jr_inflight(c->ctl.jr))
+		commit_finished(c);
+	else if (mr__jr_pending(c->ctl.jr))
+		start_commit(c);
 }
 
 /* On the writer thread. */

@@ -93,5 +93,14 @@ void mr__ctl_send(struct mr_controller *c, struct mr_http_req *req, int route, i
 		  struct ctl_res *res);
 /* Counts a finished request in the metrics. */
 void mr__ctl_observe(struct mr_controller *c, int route, int status, int64_t t0_us);
+/*
+ * Group commit between two ticks. libmicrohttpd serves every ready
+ * connection once per pass, and at tens of thousands of busy connections a
+ * pass lasts a large part of a second, with the tick only between passes.
+ * Before each request the pump ends the batch the writer is through with
+ * (its replies leave) and hands the next one over, so a mutation waits for
+ * an fsync rather than for the pass to end.
+ */
+void mr__ctl_pump(struct mr_controller *c);
 
 #endif

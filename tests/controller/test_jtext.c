@@ -95,16 +95,22 @@ static void agrees(const char *text, size_t len)
 	json_decref(ref);
 }
 
+/* what agent/rdzv.c sends with a join, and a beat with progress */
+static const char join_body[] =
+	"{\"node_id\":\"agent-7\",\"host\":\"127.0.0.1\",\"host_id\":\"b1c2\",\"ports\":"
+	"{\"agent\":29400},\"pod_index\":7,\"spec\":{\"name\":\"a/b\",\"min_nodes\":2,"
+	"\"max_nodes\":4,\"nproc_per_node\":1,\"mesh\":{\"tp\":1,\"pp\":1,\"cp\":1,"
+	"\"ep\":1,\"dp\":0},\"last_call_ms\":500,\"heartbeat_timeout_ms\":30000,"
+	"\"max_restarts\":3}}";
+static const char beat_body[] =
+	"{\"node_id\":\"a\",\"generation\":3,\"progress\":[{\"rank\":6,\"step\":120,"
+	"\"micro\":-1,\"g\":[[1,3,2,4521,1,-1,4521],[3,0,4,812,1,-1,811]]}]}";
+
 Test(jparse, takes_agent_bodies_as_jansson_does)
 {
 	static const char *const bodies[] = {
-		"{\"node_id\":\"agent-7\",\"host\":\"127.0.0.1\",\"host_id\":\"b1c2\",\"ports\":"
-		"{\"agent\":29400},\"pod_index\":7,\"spec\":{\"name\":\"a/b\",\"min_nodes\":2,"
-		"\"max_nodes\":4,\"nproc_per_node\":1,\"mesh\":{\"tp\":1,\"pp\":1,\"cp\":1,"
-		"\"ep\":1,\"dp\":0},\"last_call_ms\":500,\"heartbeat_timeout_ms\":30000,"
-		"\"max_restarts\":3}}",
-		"{\"node_id\":\"a\",\"generation\":3,\"progress\":[{\"rank\":6,\"step\":120,"
-		"\"micro\":-1,\"g\":[[1,3,2,4521,1,-1,4521],[3,0,4,812,1,-1,811]]}]}",
+		join_body,
+		beat_body,
 		" \t\r\n{ \"a\" : [ ] , \"b\" : { } , \"c\" : true , \"d\" : null } \n",
 		"{\"permanent\":false,\"reason\":\"exit 3\"}",
 		"{}", "{\"\":0}", "{\"a\":-0}", "{\"a\":999999999999999999}",
