@@ -19,6 +19,7 @@
 #define CKPT_MAX_STEPS 64          /* published steps a resume considers */
 #define CKPT_MAX_BYTES ((uint64_t)1 << 44) /* a shard or record larger is refused */
 #define CKPT_MAX_MANIFEST ((uint64_t)1 << 30) /* a manifest larger is refused */
+#define CKPT_ALIGN 4096            /* a shard image's alignment and length unit */
 
 struct mr_ckpt {
 	struct mr_ckpt_opts o;
@@ -27,8 +28,9 @@ struct mr_ckpt {
 	uint64_t nonce;            /* this attempt's: names its temporary directories */
 	struct ckpt_piece *pc;     /* (npc) the owned slices, file order */
 	int npc;
-	float *snap;               /* their param|m|v, as the file's body */
-	size_t snap_floats;
+	unsigned char *image;      /* the shard file: header, their param|m|v records
+				    * at their offsets, zeros to a CKPT_ALIGN multiple */
+	size_t image_bytes;
 	pthread_t thread;
 	int running;               /* a write in flight (thread or not yet joined) */
 	long wstep;                /* its step */
@@ -45,6 +47,10 @@ struct mr_ckpt {
  * of the directory. head (hn bytes, may be NULL) first, then body. */
 int mr__ckpt_write_file(const char *path, const void *head, size_t hn, const void *body,
 			size_t n, struct mr_errbuf *eb);
+/* The same for a whole file in buf, CKPT_ALIGN-aligned in address and
+ * length: written past the page cache (O_DIRECT) where the filesystem
+ * allows, so a background write costs training no copy. */
+int mr__ckpt_write_image(const char *path, const void *buf, size_t n, struct mr_errbuf *eb);
 /* write(2) of all n bytes (EINTR and short writes retried); 0 or -1. */
 int mr__ckpt_write_all(int fd, const void *buf, size_t n);
 /* mkdir -p; errors name the field "ckpt_dir". */

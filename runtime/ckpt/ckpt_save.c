@@ -86,10 +86,14 @@ static int plan_pieces(struct mr_ckpt *c, struct mr_errbuf *eb)
 		off += (uint64_t)MR_CKPT_KINDS * s.n * sizeof(float);
 		c->npc++;
 	}
-	c->snap_floats = (size_t)(off - CKPT_HEADER) / sizeof(float);
-	if (!(c->snap = malloc(c->snap_floats ? c->snap_floats * sizeof(float) : 1)))
+	c->image_bytes = (size_t)((off + CKPT_ALIGN - 1) / CKPT_ALIGN * CKPT_ALIGN);
+	if (posix_memalign((void **)&c->image, CKPT_ALIGN, c->image_bytes) != 0) {
+		c->image = NULL;
 		return mr_errf(eb, MR_ENOMEM, "unable to allocate the checkpoint snapshot (%zu MiB)",
-			       c->snap_floats * sizeof(float) >> 20);
+			       c->image_bytes >> 20);
+	}
+	/* touched now, not in the first save's step */
+	memset(c->image, 0, c->image_bytes);
 	return 0;
 }
 
@@ -231,9 +235,9 @@ static int publish(struct mr_ckpt *c, const char *tmp, long step, long opt_steps
  * (rank 0) publishing. */
 static int write_step(struct mr_ckpt *c, struct mr_errbuf *eb)
 {
-	char tmp[4200], path[4400], head[CKPT_HEADER];
+	char tmp[4200], path[4400], *head = (char *)c->image;
 	long step = c->wstep;
-	uint64_t bytes = CKPT_HEADER + (uint64_t)c->snap_floats * sizeof(float);
+	uint64_t bytes = c->image_bytes;
 	uint32_t ver = MR_CKPT_VERSION, rank = (uint32_t)c->job.rank;
 	json_t *idx;
 	char *text;
@@ -245,17 +249,15 @@ static int write_step(struct mr_ckpt *c, struct mr_errbuf *eb)
 	for (i = 0; i < c->npc; i++)
 		for (k = 0; k < MR_CKPT_KINDS; k++)
 			c->pc[i].crc[k] = mr_crc32c(
-				0, c->snap + (c->pc[i].offset - CKPT_HEADER) / sizeof(float) +
-					   (size_t)k * c->pc[i].n,
+				0, (float *)(void *)(c->image + c->pc[i].offset) + (size_t)k * c->pc[i].n,
 				c->pc[i].n * sizeof(float));
-	memset(head, 0, sizeof(head));
+	memset(head, 0, CKPT_HEADER);
 	memcpy(head, CKPT_MAGIC, 8);
 	memcpy(head + 8, &ver, 4);
 	memcpy(head + 12, &rank, 4);
 	memcpy(head + 16, &(int64_t){ step }, 8);
 	snprintf(path, sizeof(path), "%s/rank-%05d.bin", tmp, c->job.rank);
-	if ((rc = mr__ckpt_write_file(path, head, sizeof(head), c->snap,
-				      c->snap_floats * sizeof(float), eb)) < 0)
+	if ((rc = mr__ckpt_write_image(path, c->image, c->image_bytes, eb)) < 0)
 		return rc;
 	idx = mr__ckpt_index_json(&c->job, c->pc, c->npc, MR_CKPT_KINDS, bytes);
 	text = idx ? json_dumps(idx, JSON_COMPACT) : NULL;
@@ -338,8 +340,7 @@ int mr_ckpt_save(struct mr_ckpt *c, long step, struct mr_errbuf *eb)
 			continue;
 		for (k = 0; k < MR_CKPT_KINDS; k++) {
 			const float *src = k == 0 ? s.param : k == 1 ? s.m : s.v;
-			float *dst = c->snap + (c->pc[j].offset - CKPT_HEADER) / sizeof(float) +
-				     (size_t)k * s.n;
+			float *dst = (float *)(void *)(c->image + c->pc[j].offset) + (size_t)k * s.n;
 			int drc = dev->ops->download(dev, dst, src, s.n * sizeof(float));
 			if (drc < 0)
 				return mr_errf(eb, drc, "unable to snapshot '%s' for step %ld",
@@ -379,7 +380,7 @@ void mr_ckpt_free(struct mr_ckpt *c)
 	atomic_store(&c->cancel, 1);
 	finish_write(c, NULL);
 	free(c->pc);
-	free(c->snap);
+	free(c->image);
 	pthread_mutex_destroy(&c->lock);
 	free(c);
 }
