@@ -652,6 +652,13 @@ Test(parity, ep_not_dividing_experts_is_rejected)
 	expect_rejected(&j, NULL, "does not divide 'n_experts'"); /* 4 over 3 */
 }
 
+Test(parity, ep_not_dividing_dp_cp_is_rejected)
+{
+	struct job j = { 1, 2, 1, 0, 0, 0, 1, 1, NULL, 0, 0, NULL, 0, NULL, 4, 0 };
+
+	expect_rejected(&j, NULL, "does not divide dp*cp"); /* ep 4 over 2 ranks */
+}
+
 Test(parity, ep_on_a_dense_model_is_rejected)
 {
 	struct job j = { 1, 2, 1, 0, 0, 0, 0, 1, NULL, 0, 0, NULL, 0, NULL, 2, 0 };
