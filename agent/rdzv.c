@@ -69,6 +69,7 @@ static void free_fields(struct mr_rdzv *r)
 	pthread_mutex_destroy(&r->hb_lock);
 	pthread_cond_destroy(&r->hb_cond);
 	pthread_mutex_destroy(&r->end_lock);
+	pthread_mutex_destroy(&r->note_lock);
 	free(r);
 }
 
@@ -94,6 +95,7 @@ int mr_rdzv_new(struct mr_rdzv **out, const struct mr_rdzv_opts *o, struct mr_er
 	pthread_mutex_init(&r->hb_lock, NULL);
 	pthread_cond_init(&r->hb_cond, NULL);
 	pthread_mutex_init(&r->end_lock, NULL);
+	pthread_mutex_init(&r->note_lock, NULL);
 	if (!r->node_id || !r->host || !r->host_id || (o->spec && !r->spec)) {
 		err = MR_ENOMEM;
 		goto fail;
@@ -191,8 +193,83 @@ int mr_rdzv_ended(struct mr_rdzv *r, char *reason, size_t cap)
 	return end;
 }
 
-/* Maps a non-2xx answer to an MR_E* code; 409 fills *gen_out; 410 records
- * the end of the job. */
+static int get_int(json_t *j, const char *k, int *out)
+{
+	json_t *v = json_object_get(j, k);
+
+	if (!json_is_integer(v))
+		return MR_EPROTO;
+	*out = (int)json_integer_value(v);
+	return 0;
+}
+
+/* A wait's "running" reply (or a 409's "member" of that state) into
+ * round: 0, or MR_EPROTO when a field is missing. */
+static int parse_round(json_t *reply, struct mr_rdzv_round *round)
+{
+	json_t *mesh = json_object_get(reply, "mesh");
+
+	memset(round, 0, sizeof(*round));
+	if (get_int(reply, "generation", &round->generation) ||
+	    get_int(reply, "num_nodes", &round->num_nodes) ||
+	    get_int(reply, "node_rank", &round->node_rank) ||
+	    get_int(reply, "nproc_per_node", &round->nproc_per_node) ||
+	    get_int(reply, "world_size", &round->world_size) ||
+	    get_int(reply, "rank_base", &round->rank_base) || get_int(mesh, "tp", &round->tp) ||
+	    get_int(mesh, "pp", &round->pp) || get_int(mesh, "cp", &round->cp) ||
+	    get_int(mesh, "ep", &round->ep) || get_int(mesh, "dp", &round->dp))
+		return MR_EPROTO;
+	if (get_int(reply, "restarts", &round->restarts))
+		round->restarts = -1; /* an older controller */
+	return 0;
+}
+
+/* A 409's "member" (docs/API.md): the controller carried this member into
+ * a newer round. Kept unless a note of a newer generation, or of the same
+ * one and running, is there already. */
+static void note_member(struct mr_rdzv *r, json_t *member)
+{
+	const char *st = json_string_value(json_object_get(member, "state"));
+	struct mr_rdzv_round round;
+	int gen = 0, state;
+
+	if (!st || get_int(member, "generation", &gen))
+		return;
+	if (!strcmp(st, "running") && !parse_round(member, &round))
+		state = MR_RDZV_CARRIED_RUNNING;
+	else if (!strcmp(st, "waiting") || !strcmp(st, "standby"))
+		state = MR_RDZV_CARRIED_WAITING;
+	else
+		return;
+	pthread_mutex_lock(&r->note_lock);
+	if (gen > r->note_gen || (gen == r->note_gen && state > r->note_state)) {
+		r->note_gen = gen;
+		r->note_state = state;
+		if (state == MR_RDZV_CARRIED_RUNNING)
+			r->note_round = round;
+	}
+	pthread_mutex_unlock(&r->note_lock);
+}
+
+int mr_rdzv_carried(struct mr_rdzv *r, int after_gen, int *gen, struct mr_rdzv_round *round)
+{
+	int state;
+
+	pthread_mutex_lock(&r->note_lock);
+	state = r->note_gen > after_gen ? r->note_state : MR_RDZV_NOT_CARRIED;
+	if (state) {
+		*gen = r->note_gen;
+		if (state == MR_RDZV_CARRIED_RUNNING)
+			*round = r->note_round;
+	}
+	r->note_gen = 0;
+	r->note_state = MR_RDZV_NOT_CARRIED;
+	pthread_mutex_unlock(&r->note_lock);
+	return state;
+}
+
+/* Maps a non-2xx answer to an MR_E* code; 409 fills *gen_out (and notes a
+ * carried member); 410 records the end of the job. */
 int mr__rdzv_map_status(struct mr_rdzv *r, long status, const char *body, size_t len,
 		      int *gen_out, struct mr_errbuf *eb)
 {
@@ -208,11 +285,14 @@ int mr__rdzv_map_status(struct mr_rdzv *r, long status, const char *body, size_t
 	if (status == 409) {
 		json_t *g = j ? json_object_get(j, "generation") : NULL;
 		json_t *rs = j ? json_object_get(j, "restarts") : NULL;
+		json_t *mem = j ? json_object_get(j, "member") : NULL;
 
 		if (gen_out && json_is_integer(g))
 			*gen_out = (int)json_integer_value(g);
 		if (json_is_integer(rs))
 			atomic_store(&r->stale_restarts, (int)json_integer_value(rs));
+		if (json_is_object(mem))
+			note_member(r, mem);
 		err = MR_ESTALE;
 	} else if (status == 404 && code && !strcmp(code, "wait_timeout")) {
 		err = MR_ETIMEDOUT;
@@ -283,16 +363,6 @@ static int call_json(struct mr_rdzv *r, struct mr_httpc *c, const char *method,
 	return err;
 }
 
-static int get_int(json_t *j, const char *k, int *out)
-{
-	json_t *v = json_object_get(j, k);
-
-	if (!json_is_integer(v))
-		return MR_EPROTO;
-	*out = (int)json_integer_value(v);
-	return 0;
-}
-
 int mr_rdzv_join(struct mr_rdzv *r, int *gen, int *standby, struct mr_errbuf *eb)
 {
 	char path[PATH_MAX_LEN + 16];
@@ -330,7 +400,7 @@ int mr_rdzv_wait(struct mr_rdzv *r, int gen, long timeout_ms, struct mr_rdzv_rou
 {
 	char path[PATH_MAX_LEN + 1024];
 	const char *state;
-	json_t *reply = NULL, *mesh;
+	json_t *reply = NULL;
 	int err = 0;
 
 	snprintf(path, sizeof(path), "%s/wait?node_id=%s&generation=%d&timeout_ms=%ld", r->base,
@@ -344,19 +414,8 @@ int mr_rdzv_wait(struct mr_rdzv *r, int gen, long timeout_ms, struct mr_rdzv_rou
 		json_decref(reply);
 		return MR_ETIMEDOUT;
 	}
-	memset(round, 0, sizeof(*round));
-	mesh = json_object_get(reply, "mesh");
-	if (get_int(reply, "generation", &round->generation) ||
-	    get_int(reply, "num_nodes", &round->num_nodes) ||
-	    get_int(reply, "node_rank", &round->node_rank) ||
-	    get_int(reply, "nproc_per_node", &round->nproc_per_node) ||
-	    get_int(reply, "world_size", &round->world_size) ||
-	    get_int(reply, "rank_base", &round->rank_base) || get_int(mesh, "tp", &round->tp) ||
-	    get_int(mesh, "pp", &round->pp) || get_int(mesh, "cp", &round->cp) ||
-	    get_int(mesh, "ep", &round->ep) || get_int(mesh, "dp", &round->dp))
+	if (parse_round(reply, round))
 		err = mr_errf(eb, MR_EPROTO, "wait reply misses a field of the round");
-	else if (get_int(reply, "restarts", &round->restarts))
-		round->restarts = -1; /* an older controller */
 	json_decref(reply);
 	return err;
 }
@@ -421,14 +480,15 @@ int mr_rdzv_complete(struct mr_rdzv *r, int gen, struct mr_errbuf *eb)
 int mr_rdzv_kv_put(struct mr_rdzv *r, int gen, const char *key, const void *val, size_t len,
 		   struct mr_errbuf *eb)
 {
-	char path[PATH_MAX_LEN + 600];
+	char path[PATH_MAX_LEN + 1600];
 	struct mr_httpc_req rq = {.method = "PUT", .path = path,
 				  .content_type = "application/octet-stream", .body = val,
 				  .body_len = len, .max_retries = -1};
 	struct mr_http_resp resp = {0};
 	int err;
 
-	snprintf(path, sizeof(path), "%s/kv/%s?generation=%d", r->base, key, gen);
+	snprintf(path, sizeof(path), "%s/kv/%s?generation=%d&node_id=%s", r->base, key, gen,
+		 r->node_q);
 	err = mr__rdzv_request(r, &r->c, &rq, &resp, eb);
 	if (err)
 		return err;
@@ -441,17 +501,18 @@ int mr_rdzv_kv_put(struct mr_rdzv *r, int gen, const char *key, const void *val,
 int mr_rdzv_kv_get(struct mr_rdzv *r, int gen, const char *key, void *buf, size_t cap,
 		   size_t *len, long wait_ms, struct mr_errbuf *eb)
 {
-	char path[PATH_MAX_LEN + 600];
+	char path[PATH_MAX_LEN + 1600];
 	struct mr_httpc_req rq = {.method = "GET", .path = path,
 				  .timeout_ms = wait_ms + r->call_timeout_ms, .max_retries = -1};
 	struct mr_http_resp resp = {0};
 	int err;
 
 	if (wait_ms > 0)
-		snprintf(path, sizeof(path), "%s/kv/%s?generation=%d&wait_ms=%ld", r->base, key,
-			 gen, wait_ms);
+		snprintf(path, sizeof(path), "%s/kv/%s?generation=%d&wait_ms=%ld&node_id=%s",
+			 r->base, key, gen, wait_ms, r->node_q);
 	else
-		snprintf(path, sizeof(path), "%s/kv/%s?generation=%d", r->base, key, gen);
+		snprintf(path, sizeof(path), "%s/kv/%s?generation=%d&node_id=%s", r->base, key,
+			 gen, r->node_q);
 	err = mr__rdzv_request(r, &r->c, &rq, &resp, eb);
 	if (err)
 		return err;
@@ -468,14 +529,15 @@ int mr_rdzv_kv_get(struct mr_rdzv *r, int gen, const char *key, void *buf, size_
 int mr_rdzv_kv_add(struct mr_rdzv *r, int gen, const char *key, long long delta,
 		   long long *out, struct mr_errbuf *eb)
 {
-	char path[PATH_MAX_LEN + 600];
+	char path[PATH_MAX_LEN + 1600];
 	json_t *body = json_pack("{s:I}", "delta", (json_int_t)delta), *reply = NULL;
 	json_t *v;
 	int err;
 
 	if (!body)
 		return MR_ENOMEM;
-	snprintf(path, sizeof(path), "%s/kv/%s/add?generation=%d", r->base, key, gen);
+	snprintf(path, sizeof(path), "%s/kv/%s/add?generation=%d&node_id=%s", r->base, key, gen,
+		 r->node_q);
 	/* not idempotent: never resent */
 	err = call_json(r, &r->c, "POST", path, body, 0, 0, &reply, NULL, eb);
 	json_decref(body);

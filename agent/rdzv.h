@@ -5,7 +5,9 @@
  *
  * Every call maps the controller's answer to an MR_E* code:
  *   2xx -> 0;  409 stale_generation -> MR_ESTALE with *gen_out set to the
- *   job's current generation;  404 -> MR_ENOTFOUND;  412 -> MR_ECONFLICT;
+ *   job's current generation (and, when the 409 says the controller
+ *   carried this member into the new round, a note for
+ *   mr_rdzv_carried());  404 -> MR_ENOTFOUND;  412 -> MR_ECONFLICT;
  *   410 (job_failed, job_succeeded, job_deleted) -> MR_ECLOSED, and the end
  *   of the job is recorded for mr_rdzv_ended() (first one wins);
  *   401/403 -> MR_EAUTH;  other 4xx -> MR_EPROTO (message in eb);
@@ -102,6 +104,19 @@ int mr_rdzv_kv_add(struct mr_rdzv *r, int gen, const char *key, long long delta,
 void mr_rdzv_set_agent_port(struct mr_rdzv *r, int port);
 void mr_rdzv_abort(struct mr_rdzv *r);
 void mr_rdzv_resume(struct mr_rdzv *r);
+
+/*
+ * At a generation bump the controller carries the live members of the
+ * round into the new one (docs/API.md): the 409 a member then gets names
+ * it as waiting there, or - once the new round closed - running with its
+ * rank. Such a member need not join again. mr_rdzv_carried() takes that
+ * note (once; thread-safe): MR_RDZV_CARRIED_WAITING with *gen set (wait
+ * for that round, join if the wait says 409 or 404), or
+ * MR_RDZV_CARRIED_RUNNING with *round filled (the round is closed: no
+ * join, no wait). Notes of generations <= after_gen are dropped.
+ */
+enum mr_rdzv_carried { MR_RDZV_NOT_CARRIED = 0, MR_RDZV_CARRIED_WAITING, MR_RDZV_CARRIED_RUNNING };
+int mr_rdzv_carried(struct mr_rdzv *r, int after_gen, int *gen, struct mr_rdzv_round *round);
 
 /* ---- heartbeat thread ---- */
 typedef void (*mr_rdzv_latency_fn)(void *user, double seconds);

@@ -28,15 +28,16 @@ static double mono_s(void)
  * wait ran out, else the error (MR_ESTALE with *newgen set). */
 static int hb_watch(struct mr_rdzv *r, long ms, int *newgen)
 {
-	char path[PATH_MAX_LEN + 128];
+	char path[PATH_MAX_LEN + 1024];
 	struct mr_httpc_req rq = {.method = "GET", .path = path,
 				  .timeout_ms = ms + r->call_timeout_ms, .max_retries = 0};
 	struct mr_http_resp resp = {0};
 	struct mr_errbuf eb = {0};
 	int err;
 
-	snprintf(path, sizeof(path), "%s/kv/" WATCH_KEY "?generation=%d&wait_ms=%ld", r->base,
-		 r->hb_gen, ms);
+	/* naming the node: a 409 then says whether it was carried (rdzv.h) */
+	snprintf(path, sizeof(path), "%s/kv/" WATCH_KEY "?generation=%d&wait_ms=%ld&node_id=%s",
+		 r->base, r->hb_gen, ms, r->node_q);
 	err = mr__rdzv_request(r, &r->hbc, &rq, &resp, &eb);
 	if (err)
 		return err;

@@ -41,6 +41,12 @@ struct mr_rdzv {
 	mr_rdzv_beat_fn beat_fn; /* extra body of each beat (progress), may be NULL */
 	void *beat_user;
 	int beat_off;            /* the controller refused the extra fields: stop */
+	/* a 409 said this member is in a newer round (the controller carried
+	 * it): its generation, state (enum mr_rdzv_carried) and, running,
+	 * its rank; taken once by mr_rdzv_carried() */
+	pthread_mutex_t note_lock;
+	int note_gen, note_state;
+	struct mr_rdzv_round note_round;
 	/* the job is over (any thread may learn it first) */
 	atomic_int ended; /* enum mr_rdzv_end */
 	pthread_mutex_t end_lock;

@@ -200,7 +200,10 @@ void mr_supervisor_stop(struct mr_supervisor *sv, int sig)
 
 /* JOINING + WAITING until the round closes: 0, MR_EABORTED (stop),
  * MR_ETIMEDOUT (join_timeout) or an error with the reason set (a
- * permanent one, or MR_ECONN past controller_timeout). */
+ * permanent one, or MR_ECONN past controller_timeout). A member the
+ * controller carried into the new round (the 409 that ended the last one
+ * said so) does not join: it waits, or already has its rank; should the
+ * wait say otherwise (409, 404), it joins. */
 static int rendezvous(struct mr_supervisor *sv, int *joined)
 {
 	const struct mr_agent_config *cfg = sv->cfg;
@@ -210,14 +213,25 @@ static int rendezvous(struct mr_supervisor *sv, int *joined)
 	*joined = 0;
 	for (;;) {
 		struct mr_errbuf eb = {0};
-		int gen = 0, standby = 0, err;
+		int gen = 0, standby = 0, err, carried;
 
 		if (sv->stop_sig)
 			return MR_EABORTED;
 		if (mr__sv_now_ms() >= deadline)
 			return MR_ETIMEDOUT;
 		set_state(sv, MR_AGENT_JOINING);
-		err = mr_rdzv_join(sv->rdzv, &gen, &standby, &eb);
+		carried = mr_rdzv_carried(sv->rdzv, atomic_load(&sv->generation), &gen, &sv->round);
+		if (carried == MR_RDZV_CARRIED_RUNNING) {
+			*joined = 1;
+			mr_log_info("carried", "gen=%d state=running", gen);
+			return 0;
+		}
+		if (carried) {
+			err = 0;
+			mr_log_info("carried", "gen=%d state=waiting", gen);
+		} else {
+			err = mr_rdzv_join(sv->rdzv, &gen, &standby, &eb);
+		}
 		if (err == MR_ECONN) {
 			if (mr__sv_controller_lost(sv))
 				return err;
@@ -239,7 +253,8 @@ static int rendezvous(struct mr_supervisor *sv, int *joined)
 		atomic_store(&sv->generation, gen);
 		mr_gauge_set(sv->metrics.generation, gen);
 		set_state(sv, MR_AGENT_WAITING);
-		mr_log_info("joined", "gen=%d standby=%d", gen, standby);
+		if (!carried)
+			mr_log_info("joined", "gen=%d standby=%d", gen, standby);
 		for (;;) {
 			long left = (long)(deadline - mr__sv_now_ms());
 			int newgen = 0;

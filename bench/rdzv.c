@@ -20,26 +20,34 @@
  * Recovery (--recover timeout|leave). N members run, one of them (the
  * victim, pod index --victim) dies, and the bench times how long it takes
  * until every survivor holds its rank in the new generation. The job is
- * elastic (min_nodes N-1, max_nodes N), so the new round closes with the
- * N-1 survivors once its last-call window (--last-call) after the last
- * rejoin has passed. Each survivor makes the calls a real agent makes
- * (agent/rdzv.c, rdzv_hb.c, supervisor.c), with the same bodies:
+ * elastic (min_nodes N-1, max_nodes N); the controller carries the live
+ * survivors into the new round, so it closes with the N-1 of them once
+ * its last-call window (--last-call) after the death has passed. Each
+ * survivor makes the calls a real agent makes (agent/rdzv.c, rdzv_hb.c,
+ * supervisor.c), with the same bodies:
  *
  *   POST join (with the job spec) -> GET wait -> POST heartbeat
- *   -> GET kv/meshrun/watch?generation=G&wait_ms (the heartbeat thread's
- *      watch, parked; 409 when the generation ends; on a timeout the
- *      thread beats and parks it again)
- *   -> POST join -> GET wait?generation=G+1&timeout_ms=1000 (the
- *      supervisor's slice, called again while "waiting") -> its new rank
+ *   -> GET kv/meshrun/watch?generation=G&wait_ms&node_id (the heartbeat
+ *      thread's watch, parked; 409 when the generation ends, whose
+ *      "member" says the survivor is waiting in G+1 - or running there
+ *      with its new rank once the round closed: then it is done; on a
+ *      timeout the thread beats and parks it again)
+ *   -> GET wait?generation=G+1&timeout_ms=1000 (the supervisor's slice,
+ *      called again while "waiting") -> its new rank
+ *
+ * With --rejoin survivors ignore "member" and join again after the 409
+ * (POST join, then the wait), as agents did before the carry.
  *
  * The victim joins first, alone, on a connection of its own, long-polls
  * its wait and beats once. With "timeout" that beat is its last call (its
  * connection is closed: a killed pod) and the controller declares it dead
- * heartbeat_timeout after it. Half that timeout after the victim's last
- * call every survivor beats once more (a real agent beats every
- * heartbeat_timeout / 4; this beat is what keeps a survivor younger than
- * the victim in the controller's expiry order, with half the timeout to
- * spare for its rejoin). With "leave" the victim leaves once
+ * heartbeat_timeout after it. 55 % of that timeout after the victim's
+ * last call every survivor beats once more (a real agent beats every
+ * heartbeat_timeout / 4; this beat keeps a survivor younger than the
+ * victim in the controller's expiry order, and heard from within the last
+ * half timeout when the victim dies, as the controller wants of a member
+ * it carries; it leaves 45 % of the timeout to spare). With "leave" the
+ * victim leaves once
  * every connection has sent its watch (what an agent does on SIGTERM: a
  * deleted pod). The last survivor's first join is held until the other
  * N-1 are in, so the first round closes with all N (max_nodes reached),
@@ -50,8 +58,10 @@
  *
  * Checked in recovery: the first round as above (world N, pod order, the
  * victim included), every 409 names the next generation and the job's
- * restart count (1 after a death, 0 after a leave), every rejoin lands in
- * the new generation, the survivors get distinct ranks in [0, N-1) in pod
+ * restart count (1 after a death, 0 after a leave) and, unless --rejoin,
+ * the survivor as a member of it (waiting, or running with its rank),
+ * every rejoin lands in the new generation, the survivors get distinct
+ * ranks in [0, N-1) in pod
  * order (the victim's slot closed up), world and num_nodes N-1; at the end
  * the job's status says generation G+1, running, N-1 nodes and members.
  * recover seconds = the death (timeout: heartbeat_timeout after the reply
@@ -128,9 +138,14 @@ static const char *const kind_name[NKINDS] = {
 /* Sequences of steps: the rendezvous scenario, and recovery's survivors
  * and victim (K_HB2: the survivors' beat after the victim's last call). */
 static const uint8_t seq_rdzv[] = {K_JOIN, K_WAIT, K_PUT, K_GET, K_HB};
-static const uint8_t seq_survivor_timeout[] = {K_JOIN,  K_WAIT,   K_HB,    K_HB2,
-					       K_WATCH, K_REJOIN, K_REWAIT};
-static const uint8_t seq_survivor_leave[] = {K_JOIN, K_WAIT, K_HB, K_WATCH, K_REJOIN, K_REWAIT};
+static const uint8_t seq_survivor_timeout[] = {K_JOIN, K_WAIT, K_HB, K_HB2, K_WATCH, K_REWAIT};
+static const uint8_t seq_survivor_leave[] = {K_JOIN, K_WAIT, K_HB, K_WATCH, K_REWAIT};
+/* --rejoin: survivors that join again after the 409 (agents before the
+ * controller carried members, or ones that ignore "member") */
+static const uint8_t seq_survivor_timeout_rejoin[] = {K_JOIN,  K_WAIT,   K_HB,    K_HB2,
+						      K_WATCH, K_REJOIN, K_REWAIT};
+static const uint8_t seq_survivor_leave_rejoin[] = {K_JOIN,   K_WAIT,  K_HB,
+						    K_WATCH, K_REJOIN, K_REWAIT};
 static const uint8_t seq_victim_timeout[] = {K_JOIN, K_WAIT, K_HB};
 static const uint8_t seq_victim_leave[] = {K_JOIN, K_WAIT, K_HB, K_LEAVE};
 
@@ -154,6 +169,7 @@ struct opts {
 	int progress; /* heartbeats carry progress (3 groups, tp=8 mesh) */
 	int recover;  /* enum recover */
 	int victim;   /* pod index of the member that dies; -1 = N/2 */
+	int rejoin;   /* survivors join again after the 409, ignoring "member" */
 	int hb_timeout_ms, last_call_ms; /* recovery's job */
 };
 
@@ -207,6 +223,7 @@ struct bench {
 	int64_t t_victim_last, t_pool, t_watching, t_death, t_first_stale, t_last_rejoin,
 		t_recovered;
 	long rewait_again, watch_timeouts, watch_beats;
+	long carried_waiting, carried_running; /* 409s whose "member" said so */
 	double cpu_watching_s, cpu_recovered_s, bench_cpu_watching_s, bench_cpu_recovered_s;
 	double ucpu_watching_s, ucpu_recovered_s; /* the controller's user part */
 	/* controller child */
@@ -416,9 +433,10 @@ static void build_request(struct bench *b, struct conn *c)
 	case K_WATCH:
 		/* parked until the generation ends; the agent parks it until its
 		 * next beat is due, the bench for the whole heartbeat timeout */
-		snprintf(path, sizeof path, "%s/kv/" WATCH_KEY "?generation=%lld&wait_ms=%d",
+		snprintf(path, sizeof path,
+			 "%s/kv/" WATCH_KEY "?generation=%lld&wait_ms=%d&node_id=agent-%d",
 			 b->jobpath, (long long)b->gen,
-			 b->o.hb_timeout_ms < 300000 ? b->o.hb_timeout_ms : 300000);
+			 b->o.hb_timeout_ms < 300000 ? b->o.hb_timeout_ms : 300000, pod);
 		break;
 	case K_LEAVE:
 		method = "POST";
@@ -551,6 +569,37 @@ static long want_restarts(const struct bench *b)
 	return b->o.recover == REC_TIMEOUT ? 1 : 0;
 }
 
+static int check_recovered(struct bench *b, int a, const char *body);
+
+/* The 409's "member" (the watch names its node): a live survivor was
+ * carried into the new round, so it is waiting there, or running with its
+ * new rank once the round closed (checked like a wait's reply; it then
+ * waits no more). */
+static int check_member(struct bench *b, int a, const struct resp *r)
+{
+	const char *mem = json_at(r->body, "member");
+	long gen;
+	int rc;
+	if (!mem || *mem != '{' || json_long(mem, "generation", &gen) < 0 ||
+	    gen != b->gen + 1) {
+		fail(b, "agent-%d watch: 409 '%.*s', want \"member\" in generation %lld "
+			"(a live survivor is carried into the new round)",
+		     agent_pod(b, a), (int)(r->body_len > 300 ? 300 : r->body_len), r->body,
+		     (long long)b->gen + 1);
+		return -1;
+	}
+	if (json_str_is(mem, "state", "waiting")) {
+		b->carried_waiting++;
+		return 1;
+	}
+	if (!json_str_is(mem, "state", "running"))
+		return -2;
+	rc = check_recovered(b, a, mem);
+	if (rc > 0)
+		b->carried_running++;
+	return rc;
+}
+
 /* A survivor learned that the generation ended (409 on its watch or its
  * beat): it must name the next generation and the job's restarts. */
 static int learned_stale(struct bench *b, int a, const struct resp *r)
@@ -574,7 +623,7 @@ static int learned_stale(struct bench *b, int a, const struct resp *r)
 			(long long)b->gen + 1);
 	}
 	b->learned++;
-	return 1;
+	return b->o.rejoin ? 1 : check_member(b, a, r);
 }
 
 /* The first round's wait reply: rank = pod index, world N, generation G. */
@@ -761,8 +810,8 @@ static int handle_reply(struct bench *b, struct conn *c, const struct resp *r)
 /* 1 if the connection's next request may go now: the last survivor's
  * first join waits for the other N-1 joins (so the first round closes
  * with max_nodes, never by its last call); with "timeout" the survivors'
- * second beat waits until half the timeout has passed since the victim's
- * last call; with "leave" the victim's leave waits for every
+ * second beat waits until 55 % of the timeout has passed since the
+ * victim's last call; with "leave" the victim's leave waits for every
  * connection's watch. */
 static int may_send(const struct bench *b, const struct conn *c)
 {
@@ -773,7 +822,7 @@ static int may_send(const struct bench *b, const struct conn *c)
 		return b->joins_ok >= b->o.n - 1;
 	if (kind == K_HB2)
 		return b->t_victim_last &&
-		       now_ns() >= b->t_victim_last + (int64_t)b->o.hb_timeout_ms * 1000000 / 2;
+		       now_ns() >= b->t_victim_last + (int64_t)b->o.hb_timeout_ms * 1000000 / 100 * 55;
 	if (kind == K_LEAVE)
 		return b->conns_watching == b->nconns;
 	return 1;
@@ -926,6 +975,18 @@ static void release_held(struct bench *b)
 	}
 }
 
+/* Skips the steps an agent need not make: a survivor whose 409 brought
+ * its new rank does not wait for it. */
+static void conn_skip(struct bench *b, struct conn *c)
+{
+	while (c->phase < c->nseq && cur_kind(c) == K_REWAIT && b->t_new[c->lo + c->idx]) {
+		if (++c->idx == c->cnt) {
+			c->idx = 0;
+			c->phase++;
+		}
+	}
+}
+
 /* Records the finished step and moves to the next agent or phase. */
 static void conn_advance(struct bench *b, struct conn *c)
 {
@@ -978,8 +1039,10 @@ static void conn_readable(struct bench *b, struct conn *c)
 		conn_close(b, c, C_DEAD);
 		return;
 	}
-	if (rc > 0)
+	if (rc > 0) {
 		conn_advance(b, c);
+		conn_skip(b, c);
+	}
 	if (c->phase == c->nseq) {
 		conn_close(b, c, C_DONE);
 		return;
@@ -1328,16 +1391,28 @@ static void report_recover(struct bench *b)
 	       "concurrency=%d loadavg_at_start=%.2f\n",
 	       b->o.n, n1, b->nconns + 1, (double)n1 / b->nconns, b->o.sources,
 	       b->o.concurrency, b->load_start);
-	printf("recover=%s victim_pod=%d heartbeat_timeout_ms=%d last_call_ms=%d\n",
+	printf("recover=%s victim_pod=%d heartbeat_timeout_ms=%d last_call_ms=%d survivors=%s\n",
 	       b->o.recover == REC_TIMEOUT ? "timeout" : "leave", b->o.victim, b->o.hb_timeout_ms,
-	       b->o.last_call_ms);
+	       b->o.last_call_ms, b->o.rejoin ? "rejoin" : "carried");
 	printf("initial_rendezvous_seconds=%.3f\n", secs(b->t_rdzv - b->t_pool));
 	if (b->o.recover == REC_TIMEOUT)
 		printf("detect_ms=%.1f (first 409 after the victim's last reply + the timeout)\n",
 		       secs(b->t_first_stale - (b->t_victim_last + hb_ns)) * 1e3);
 	printf("recover_first_409_ms=%.1f\n", secs(b->t_first_stale - b->t_death) * 1e3);
 	printf("recover_all_learned_seconds=%.3f\n", secs(max_i64(b->t_learn, n1) - b->t_death));
-	printf("recover_last_rejoin_seconds=%.3f\n", secs(b->t_last_rejoin - b->t_death));
+	if (b->o.rejoin)
+		printf("recover_last_rejoin_seconds=%.3f\n", secs(b->t_last_rejoin - b->t_death));
+	else
+		printf("recover_carried waiting=%ld running=%ld (the 409's \"member\": still "
+		       "forming / the new rank)\n",
+		       b->carried_waiting, b->carried_running);
+	{
+		int64_t first = 0;
+		for (int i = 0; i < n1; i++)
+			if (b->t_new[i] && (!first || b->t_new[i] < first))
+				first = b->t_new[i];
+		printf("recover_first_rank_seconds=%.3f\n", secs(first - b->t_death));
+	}
 	printf("recover_seconds=%.3f (the last call window of %d ms included)\n",
 	       secs(b->t_recovered - b->t_death), b->o.last_call_ms);
 	since_ms(b->t_learn, n1, b->t_death, v);
@@ -1440,7 +1515,7 @@ static void usage(FILE *f)
 	      "            [--job NS/NAME] [--token T] [--sources K] [--concurrency C]\n"
 	      "            [--conns M] [--timeout S] [--progress] [--keep-tmp]\n"
 	      "            [--recover timeout|leave [--victim POD] [--heartbeat-timeout MS]\n"
-	      "             [--last-call MS]] [-- CONTROLLER FLAGS...]\n"
+	      "             [--last-call MS] [--rejoin]] [-- CONTROLLER FLAGS...]\n"
 	      "  --progress        heartbeats carry hang-diagnosis progress (1 rank, 3 groups;\n"
 	      "                    the job's mesh is tp=8, N a multiple of 8), then one\n"
 	      "                    diagnosis of the whole job is timed\n"
@@ -1450,7 +1525,11 @@ static void usage(FILE *f)
 	      "                    every survivor has its rank in the new generation\n"
 	      "  --heartbeat-timeout  recovery's job heartbeat_timeout_ms (30000)\n"
 	      "  --last-call       recovery's job last_call_ms (500); the new round of N-1\n"
-	      "                    closes this long after the last rejoin\n"
+	      "                    closes this long after the death (the survivors are\n"
+	      "                    carried into it), or after the last rejoin (--rejoin)\n"
+	      "  --rejoin          survivors join again after the 409 and ignore its\n"
+	      "                    \"member\", as agents did before the controller carried\n"
+	      "                    live members into the next round\n"
 	      "  --controller      a running controller (default 127.0.0.1:8080)\n"
 	      "  --controller-bin  start this controller (temp data dir, port 0, token)\n"
 	      "  --n               simulated agents (default 1000)\n"
@@ -1478,6 +1557,9 @@ static int parse_opts(struct opts *o, int argc, char **argv)
 			continue;
 		} else if (!strcmp(a, "--progress")) {
 			o->progress = 1;
+			continue;
+		} else if (!strcmp(a, "--rejoin")) {
+			o->rejoin = 1;
 			continue;
 		} else if (!v) {
 			fprintf(stderr, "rdzv: '%s' needs a value\n", a);
@@ -1611,12 +1693,22 @@ static int setup(struct bench *b)
 		c->fd = -1;
 		c->lo = (int)((long long)b->npool * i / b->nconns);
 		c->cnt = (int)((long long)b->npool * (i + 1) / b->nconns) - c->lo;
-		c->seq = b->o.recover == REC_TIMEOUT ? seq_survivor_timeout
-			 : b->o.recover		     ? seq_survivor_leave
-						     : seq_rdzv;
-		c->nseq = b->o.recover == REC_TIMEOUT ? sizeof seq_survivor_timeout
-			  : b->o.recover	      ? sizeof seq_survivor_leave
-						      : sizeof seq_rdzv;
+		if (b->o.recover == REC_TIMEOUT && b->o.rejoin) {
+			c->seq = seq_survivor_timeout_rejoin;
+			c->nseq = sizeof seq_survivor_timeout_rejoin;
+		} else if (b->o.recover == REC_TIMEOUT) {
+			c->seq = seq_survivor_timeout;
+			c->nseq = sizeof seq_survivor_timeout;
+		} else if (b->o.recover && b->o.rejoin) {
+			c->seq = seq_survivor_leave_rejoin;
+			c->nseq = sizeof seq_survivor_leave_rejoin;
+		} else if (b->o.recover) {
+			c->seq = seq_survivor_leave;
+			c->nseq = sizeof seq_survivor_leave;
+		} else {
+			c->seq = seq_rdzv;
+			c->nseq = sizeof seq_rdzv;
+		}
 	}
 	if (b->o.recover) {
 		struct conn *c = b->victim = &b->conns[b->nconns];

@@ -306,12 +306,13 @@ void mr__api_wait(struct call *k)
 void mr__api_kv(struct call *k, enum mr_http_method method)
 {
 	struct ctl *ctl = &k->c->ctl;
+	const char *node = mr_http_req_query(k->req, "node_id"); /* the caller, optional */
 	struct ctl_job *job;
 	int64_t gen = -1;
 
-	if (q_int(k, "generation", 0, INT64_MAX, &gen))
+	if (q_int(k, "generation", 0, INT64_MAX, &gen) || (node && !node_id_ok(k, node)))
 		return;
-	job = mr__ctl_job_for(ctl, k->job, gen, &k->res);
+	job = mr__ctl_job_for_member(ctl, k->job, gen, node, &k->res);
 	if (!job)
 		return;
 	if (k->route == RT_KV_LIST) {
@@ -370,7 +371,7 @@ void mr__api_kv(struct call *k, enum mr_http_method method)
 
 		if (q_int(k, "wait_ms", 0, CTL_MAX_WAIT_MS, &wait))
 			return;
-		mr__ctl_kv_get(ctl, job, k->key, wait, k->req, &k->res);
+		mr__ctl_kv_get_as(ctl, job, k->key, wait, node, k->req, &k->res);
 	}
 }
 

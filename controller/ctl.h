@@ -131,7 +131,9 @@ struct ctl_waiter {
 	void *req;                 /* opaque, owned by the API layer */
 	struct ctl_job *job;
 	struct ctl_member *member; /* CTL_W_ROUND */
-	char *key;                 /* CTL_W_KV: owned copy */
+	char *key;                 /* CTL_W_KV: owned copy (with node after it) */
+	const char *node;          /* CTL_W_KV: the caller's node id (in key's
+				    * allocation), or NULL */
 	int64_t deadline_ms;
 	size_t heap_idx;
 	uint8_t kind;
@@ -179,6 +181,7 @@ struct ctl_job {
 	int32_t num_nodes, world_size, dp; /* of the closed round */
 	uint64_t gen_seq; /* journal batch of the last record of the job itself, its
 			   * round close or bump: what a 409 or a rank shows */
+	uint64_t member_seq; /* journal batch of the last member record of the job */
 	struct mr_dict kv;
 	uint64_t kv_seq;
 	size_t kv_bytes;
@@ -256,6 +259,12 @@ void mr__res_ok(struct ctl_res *res, json_t *body);
 void mr__res_release(struct ctl_res *res);
 /* 409 stale_generation with the job's current generation. */
 void mr__res_stale(struct ctl_res *res, const struct ctl_job *job);
+/* A member of the job's current round (waiting, running or standby)
+ * that called with an older generation: the 409 in res also carries
+ * "member", what a wait would answer it now (docs/API.md). Nothing for
+ * another member or reply; no state changes. */
+void mr__ctl_stale_member(const struct ctl_job *job, const char *node_id,
+			  struct ctl_res *res);
 /* The reply shows only the job's generation, round and ranks (see
  * ctl_res.dep_set). */
 void mr__res_dep_round(struct ctl_res *res, const struct ctl_job *job);
@@ -332,6 +341,11 @@ const char *mr__ctl_job_state_name(int st);
  * means "not given". */
 struct ctl_job *mr__ctl_job_for(struct ctl *ctl, const char *name, int64_t gen,
 				struct ctl_res *res);
+/* The same for a call naming a member (node_id may be NULL): a 409 also
+ * says where that member stands (mr__ctl_stale_member); a running member
+ * of the job's round that calls is confirmed (it knows its rank). */
+struct ctl_job *mr__ctl_job_for_member(struct ctl *ctl, const char *name, int64_t gen,
+				       const char *node_id, struct ctl_res *res);
 
 /* apply functions shared by live paths and replay */
 struct ctl_job *mr__ctl_apply_job(struct ctl *ctl, const char *name, const struct ctl_spec *spec,
@@ -344,9 +358,13 @@ struct ctl_member *mr__ctl_apply_member(struct ctl *ctl, struct ctl_job *job,
 					int state, int32_t node_rank);
 void mr__ctl_apply_member_delete(struct ctl *ctl, struct ctl_job *job, struct ctl_member *m);
 void mr__ctl_apply_close(struct ctl *ctl, struct ctl_job *job, int32_t n);
-/* failed: the bump exceeded max_restarts; reason (may be NULL) says why. */
+/* failed: the bump exceeded max_restarts; reason (may be NULL) says why.
+ * carry: the live running and standby members go on waiting in the new
+ * round (live: a parked wait, or heard from within half the heartbeat
+ * timeout; while replaying every one of them, and the records after the
+ * bump make the others stale); the rest become stale. */
 void mr__ctl_apply_bump(struct ctl *ctl, struct ctl_job *job, uint64_t gen, int32_t restarts,
-			int failed, const char *reason);
+			int failed, const char *reason, int carry);
 /* Makes the job terminal (CTL_JOB_FAILED or CTL_JOB_SUCCEEDED) with a
  * reason (copied, truncated to CTL_MAX_REASON) and answers every parked
  * call of the job 410 job_failed / job_succeeded. */
@@ -389,6 +407,10 @@ void mr__ctl_kv_put(struct ctl *ctl, struct ctl_job *job, const char *key,
 		    const struct ctl_put *p, struct ctl_res *res);
 void mr__ctl_kv_get(struct ctl *ctl, struct ctl_job *job, const char *key, int64_t wait_ms,
 		    void *req, struct ctl_res *res);
+/* The same for a caller naming its node (node_id may be NULL): a parked
+ * GET answered 409 by a bump says where that member stands. */
+void mr__ctl_kv_get_as(struct ctl *ctl, struct ctl_job *job, const char *key, int64_t wait_ms,
+		       const char *node_id, void *req, struct ctl_res *res);
 void mr__ctl_kv_add(struct ctl *ctl, struct ctl_job *job, const char *key, int64_t delta,
 		    struct ctl_res *res);
 void mr__ctl_kv_delete(struct ctl *ctl, struct ctl_job *job, const char *key,
@@ -428,7 +450,7 @@ void mr__rec_job_delete(struct ctl *ctl, const char *name);
 void mr__rec_member(struct ctl *ctl, const struct ctl_job *job, const struct ctl_member *m);
 void mr__rec_member_delete(struct ctl *ctl, const struct ctl_job *job, const char *node_id);
 void mr__rec_close(struct ctl *ctl, const struct ctl_job *job, int32_t n);
-void mr__rec_bump(struct ctl *ctl, const struct ctl_job *job);
+void mr__rec_bump(struct ctl *ctl, const struct ctl_job *job, int carry);
 void mr__rec_end(struct ctl *ctl, const struct ctl_job *job);
 /* The journal batch records go into now; 0 while replaying or without a
  * journal (state that is durable already). */

@@ -282,6 +282,7 @@ struct ctl_member *mr__ctl_apply_member(struct ctl *ctl, struct ctl_job *job, co
 	m->node_rank = state == CTL_M_RUNNING ? node_rank : -1;
 	mr__ctl_member_touch(ctl, job, m);
 	mr__rec_member(ctl, job, m);
+	job->member_seq = mr__rec_seq(ctl);
 	return m;
 }
 
@@ -296,6 +297,7 @@ void mr__ctl_apply_member_delete(struct ctl *ctl, struct ctl_job *job, struct ct
 		mr__ctl_waiter_finish(ctl, m->waiter, &res);
 	}
 	mr__rec_member_delete(ctl, job, m->node_id);
+	job->member_seq = mr__rec_seq(ctl);
 	mr__ctl_progress_drop(ctl, job, m);
 	lru_unlink(job, m);
 	job->count[m->state]--;

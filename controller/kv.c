@@ -134,11 +134,17 @@ void mr__ctl_kv_put(struct ctl *ctl, struct ctl_job *job, const char *key,
 void mr__ctl_kv_get(struct ctl *ctl, struct ctl_job *job, const char *key, int64_t wait_ms,
 		    void *req, struct ctl_res *res)
 {
+	mr__ctl_kv_get_as(ctl, job, key, wait_ms, NULL, req, res);
+}
+
+void mr__ctl_kv_get_as(struct ctl *ctl, struct ctl_job *job, const char *key, int64_t wait_ms,
+		       const char *node_id, void *req, struct ctl_res *res)
+{
 	const struct ctl_kv *e;
 	struct ctl_waitq *q;
 	struct ctl_waiter *w;
 	char *kc;
-	size_t klen;
+	size_t klen, nlen = node_id ? strlen(node_id) + 1 : 0;
 
 	if (!check_key(key, res))
 		return;
@@ -166,7 +172,12 @@ void mr__ctl_kv_get(struct ctl *ctl, struct ctl_job *job, const char *key, int64
 			goto oom;
 		}
 	}
-	kc = strdup(key);
+	kc = malloc(klen + 1 + nlen); /* the key, then the node id */
+	if (kc) {
+		memcpy(kc, key, klen + 1);
+		if (nlen)
+			memcpy(kc + klen + 1, node_id, nlen);
+	}
 	w = kc ? mr__ctl_waiter_add(ctl, job, req, CTL_W_KV, wait_ms) : NULL;
 	if (!w) {
 		free(kc);
@@ -177,6 +188,7 @@ void mr__ctl_kv_get(struct ctl *ctl, struct ctl_job *job, const char *key, int64
 		goto oom;
 	}
 	w->key = kc;
+	w->node = nlen ? kc + klen + 1 : NULL;
 	w->knext = q->head;
 	if (q->head)
 		q->head->kprev = w;

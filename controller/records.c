@@ -143,7 +143,7 @@ void mr__rec_close(struct ctl *ctl, const struct ctl_job *job, int32_t n)
 	mr__jbuf_end(b);
 }
 
-void mr__rec_bump(struct ctl *ctl, const struct ctl_job *job)
+void mr__rec_bump(struct ctl *ctl, const struct ctl_job *job, int carry)
 {
 	struct ctl_jbuf *b = rec_begin(ctl, R_BUMP, job->name);
 
@@ -154,6 +154,8 @@ void mr__rec_bump(struct ctl *ctl, const struct ctl_job *job)
 	mr__jbuf_uv(b, job->state == CTL_JOB_FAILED);
 	if (job->state == CTL_JOB_FAILED)
 		mr__jbuf_str(b, job->reason); /* optional: absent in older journals */
+	else if (carry)
+		mr__jbuf_uv(b, 1); /* optional too: older bumps carried nobody */
 	mr__jbuf_end(b);
 }
 
@@ -315,10 +317,11 @@ static int ap_bump(void *state, struct ctl_jdec *d)
 	int32_t restarts = mr__jdec_i32(d, 0, INT32_MAX);
 	int32_t failed = mr__jdec_i32(d, 0, 1);
 	const char *s = failed && mr__jdec_more(d) ? mr__jdec_str(d, why, sizeof(why)) : NULL;
+	int32_t carry = !failed && mr__jdec_more(d) ? mr__jdec_i32(d, 0, 1) : 0;
 
 	if (!job || !mr__jdec_done(d) || gen != job->generation + 1 || mr__ctl_job_over(job))
 		return MR_ECORRUPT;
-	mr__ctl_apply_bump(state, job, gen, restarts, failed, s);
+	mr__ctl_apply_bump(state, job, gen, restarts, failed, s, carry);
 	return 0;
 }
 

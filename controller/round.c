@@ -137,8 +137,58 @@ void mr__ctl_apply_close(struct ctl *ctl, struct ctl_job *job, int32_t n)
 	free(arr);
 }
 
+/* A member the controller may carry into the next round: parked in a
+ * wait, or heard from within half the heartbeat timeout (an agent beats
+ * every quarter of it by default; a member that missed two beats - as one
+ * that died with the lost one does - joins again if it is alive). */
+static int live(const struct ctl *ctl, const struct ctl_job *job, const struct ctl_member *m)
+{
+	return m->waiter || ctl->now_ms - m->last_seen_ms <= job->spec.heartbeat_timeout_ms / 2;
+}
+
+/* What a wait of m answers now: m waiting, standby, or running in a closed
+ * round (its rank; it is not confirmed by this: a member that learned its
+ * rank from a 409 confirms it with its next call of the new generation). */
+static json_t *member_view(const struct ctl_job *job, const struct ctl_member *m)
+{
+	if (m->state == CTL_M_RUNNING && job->state == CTL_JOB_RUNNING)
+		return running_json(job, m);
+	return json_pack("{sI ss}", "generation", (json_int_t)job->generation, "state",
+			 mr__ctl_member_state_name(m->state));
+}
+
+/* Every parked call of the job gets 409 with the new generation; one whose
+ * member was carried (a wait, or a KV GET naming its node) also gets
+ * "member" (waiting). Two bodies, each shared by its replies. */
+static void answer_stale(struct ctl *ctl, struct ctl_job *job)
+{
+	json_t *plain = json_pack("{sI si}", "generation", (json_int_t)job->generation,
+				  "restarts", (int)job->restarts);
+	json_t *carried = json_deep_copy(plain);
+
+	if (carried)
+		json_object_set_new(carried, "member",
+				    json_pack("{sI ss}", "generation", (json_int_t)job->generation,
+					      "state", "waiting"));
+	while (job->waiters) {
+		struct ctl_waiter *w = job->waiters;
+		struct ctl_member *m = w->kind == CTL_W_ROUND ? w->member
+				       : w->node ? mr_dict_get(&job->members, w->node)
+						 : NULL;
+		struct ctl_res res;
+
+		memset(&res, 0, sizeof(res));
+		mr__res_err(&res, 409, "stale_generation", "generation", "%s",
+			    "the generation moved on");
+		res.body = json_incref(m && m->state == CTL_M_WAITING && carried ? carried : plain);
+		mr__ctl_waiter_finish(ctl, w, &res);
+	}
+	json_decref(plain);
+	json_decref(carried);
+}
+
 void mr__ctl_apply_bump(struct ctl *ctl, struct ctl_job *job, uint64_t gen, int32_t restarts,
-			int failed, const char *reason)
+			int failed, const char *reason, int carry)
 {
 	job->generation = gen;
 	job->restarts = restarts;
@@ -146,17 +196,32 @@ void mr__ctl_apply_bump(struct ctl *ctl, struct ctl_job *job, uint64_t gen, int3
 	mr__ctl_set_reason(job, failed ? (reason ? reason : "max_restarts exceeded") : NULL);
 	job->num_nodes = job->world_size = job->dp = 0;
 	job->min_reached_ms = 0;
-	/* everybody joins the new round again, standby members included: each
-	 * learns of it through a 409, so nobody is put in a round it has not
-	 * asked for (a rejoin would otherwise look like a restart) */
+	carry = carry && !failed;
+	mr__rec_bump(ctl, job, carry);
+	/* Without carry everybody joins the new round again, standby members
+	 * included: each learns of it through a 409, so nobody is put in a
+	 * round it has not asked for. With carry the live members of the
+	 * round go on waiting in the new one (a 409 tells them so) and only
+	 * the others must join; a carried member that is in fact gone is
+	 * dropped when silent for the heartbeat timeout, or declared dead
+	 * (another bump) if the round closed with it. */
 	for (struct ctl_member *m = job->lru_head; m; m = m->lru_next) {
-		if (m->state != CTL_M_STALE)
-			mr__ctl_set_state(ctl, job, m, CTL_M_STALE);
+		int was = m->state;
+
+		if (was == CTL_M_STALE)
+			continue;
+		if (carry && (was == CTL_M_RUNNING || was == CTL_M_STANDBY) &&
+		    (ctl->replaying || live(ctl, job, m))) {
+			mr__ctl_set_state(ctl, job, m, CTL_M_WAITING);
+			continue;
+		}
+		mr__ctl_set_state(ctl, job, m, CTL_M_STALE);
+		if (carry && (was == CTL_M_RUNNING || was == CTL_M_STANDBY))
+			mr__rec_member(ctl, job, m); /* replay carried it: not so */
 	}
 	mr__ctl_kv_clear(ctl, job);
 	mr__ctl_diag_reset(job);
-	mr__rec_bump(ctl, job);
-	job->gen_seq = mr__rec_seq(ctl);
+	job->gen_seq = job->member_seq = mr__rec_seq(ctl);
 	if (failed) {
 		struct ctl_res r;
 
@@ -164,10 +229,7 @@ void mr__ctl_apply_bump(struct ctl *ctl, struct ctl_job *job, uint64_t gen, int3
 		mr__res_over(&r, job);
 		mr__ctl_waiters_fail(ctl, job, r.status, r.code, "job", r.body, r.msg);
 	} else {
-		mr__ctl_waiters_fail(ctl, job, 409, "stale_generation", "generation",
-				     json_pack("{sI si}", "generation", (json_int_t)gen, "restarts",
-					       (int)job->restarts),
-				     "the generation moved on");
+		answer_stale(ctl, job);
 	}
 }
 
@@ -202,10 +264,11 @@ static void bump(struct ctl *ctl, struct ctl_job *job, int failure, const char *
 		 job->spec.max_restarts, why, node_id);
 	ctl->stats.bumps++;
 	mr__ctl_apply_bump(ctl, job, job->generation + 1, restarts, failed,
-			   failed ? reason : NULL);
+			   failed ? reason : NULL, 1);
 	mr_log(failed ? MR_LOG_WARN : MR_LOG_INFO, failed ? "job_failed" : "generation_bumped",
-	       "job=%s gen=%llu reason=%s node=%s restarts=%d", mr_log_q(job->name),
-	       (unsigned long long)job->generation, why, mr_log_q(node_id), restarts);
+	       "job=%s gen=%llu reason=%s node=%s restarts=%d carried=%u", mr_log_q(job->name),
+	       (unsigned long long)job->generation, why, mr_log_q(node_id), restarts,
+	       job->count[CTL_M_WAITING]);
 }
 
 /* Closes the forming round if it may close now. */
@@ -226,6 +289,42 @@ static void maybe_close(struct ctl *ctl, struct ctl_job *job)
 			return;
 		}
 	}
+}
+
+void mr__ctl_stale_member(const struct ctl_job *job, const char *node_id,
+			  struct ctl_res *res)
+{
+	const struct ctl_member *m = job && node_id ? mr_dict_get(&job->members, node_id) : NULL;
+	json_t *view;
+
+	if (!m || res->status != 409 || !res->code || strcmp(res->code, "stale_generation") ||
+	    !res->body || (m->state != CTL_M_WAITING && m->state != CTL_M_RUNNING &&
+			   m->state != CTL_M_STANDBY))
+		return;
+	view = member_view(job, m);
+	if (!view)
+		return;
+	json_object_set_new(res->body, "member", view);
+	/* a waiting or standby member's state may come from a join after the
+	 * bump: the reply shows that member record too */
+	if (m->state != CTL_M_RUNNING && job->member_seq > res->dep_seq)
+		res->dep_seq = job->member_seq;
+}
+
+struct ctl_job *mr__ctl_job_for_member(struct ctl *ctl, const char *name, int64_t gen,
+				       const char *node_id, struct ctl_res *res)
+{
+	struct ctl_job *job = mr__ctl_job_for(ctl, name, gen, res);
+	struct ctl_member *m;
+
+	if (!job && node_id && res->status == 409)
+		mr__ctl_stale_member(mr__ctl_job(ctl, name), node_id, res);
+	/* a running member calling in its round knows its rank (it may have
+	 * learned it from a 409): from now on its join is a restart */
+	if (job && node_id && job->state == CTL_JOB_RUNNING &&
+	    (m = mr_dict_get(&job->members, node_id)) && m->state == CTL_M_RUNNING)
+		m->confirmed = 1;
+	return job;
 }
 
 /* ---- operations ------------------------------------------------------------- */
@@ -311,7 +410,7 @@ static struct ctl_member *member_for(struct ctl_job *job, const char *node_id,
 void mr__ctl_wait(struct ctl *ctl, const char *name, const char *node_id, int64_t gen,
 		  int64_t timeout_ms, void *req, struct ctl_res *res)
 {
-	struct ctl_job *job = mr__ctl_job_for(ctl, name, gen, res);
+	struct ctl_job *job = mr__ctl_job_for_member(ctl, name, gen, node_id, res);
 	struct ctl_member *m = job ? member_for(job, node_id, res) : NULL;
 	struct ctl_waiter *w;
 
@@ -350,7 +449,7 @@ void mr__ctl_wait(struct ctl *ctl, const char *name, const char *node_id, int64_
 void mr__ctl_heartbeat(struct ctl *ctl, const char *name, const char *node_id, int64_t gen,
 		       const json_t *progress, struct ctl_res *res)
 {
-	struct ctl_job *job = mr__ctl_job_for(ctl, name, gen, res);
+	struct ctl_job *job = mr__ctl_job_for_member(ctl, name, gen, node_id, res);
 	struct ctl_member *m = job ? member_for(job, node_id, res) : NULL;
 
 	if (!m)
@@ -369,7 +468,7 @@ void mr__ctl_heartbeat(struct ctl *ctl, const char *name, const char *node_id, i
 void mr__ctl_leave(struct ctl *ctl, const char *name, const char *node_id, int64_t gen,
 		   int failure, struct ctl_res *res)
 {
-	struct ctl_job *job = mr__ctl_job_for(ctl, name, gen, res);
+	struct ctl_job *job = mr__ctl_job_for_member(ctl, name, gen, node_id, res);
 	struct ctl_member *m = job ? member_for(job, node_id, res) : NULL;
 
 	if (!m)
@@ -409,7 +508,7 @@ void mr__ctl_fail_job(struct ctl *ctl, const char *name, const char *node_id,
 void mr__ctl_complete(struct ctl *ctl, const char *name, const char *node_id, int64_t gen,
 		      struct ctl_res *res)
 {
-	struct ctl_job *job = mr__ctl_job_for(ctl, name, gen, res);
+	struct ctl_job *job = mr__ctl_job_for_member(ctl, name, gen, node_id, res);
 	struct ctl_member *m = job ? member_for(job, node_id, res) : NULL;
 
 	if (!m)

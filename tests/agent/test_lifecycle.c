@@ -195,6 +195,9 @@ Test(lifecycle, lost_pod_restarts_survivor_within_timeout)
 	h_expect_exit(b, 0, 30000, lb2, &c);
 	cr_expect_eq(h_count(la, "DONE 0"), 1);
 	cr_expect_eq(h_count(lb2, "DONE 1"), 1);
+	/* the survivor was carried into the new round: it waited, no join */
+	cr_expect_eq(h_count(la, "event=carried gen=2 state=waiting"), 1);
+	cr_expect_eq(h_count(la, "event=joined gen=2"), 0);
 	h_kill(c.pid);
 }
 

@@ -2,19 +2,22 @@
  * test_rdzv.c - the agent's rendezvous client (agent/rdzv.c) and its KV
  * (agent/kv_http.c) against a real meshrun-controller: a round of two
  * members, KV put/get/add and wait semantics, 409 -> MR_ESTALE with the
- * new generation, and the heartbeat thread noticing a bump.
+ * new generation, the heartbeat thread noticing a bump, and a member the
+ * controller carried into the next round learning it from the 409
+ * (mr_rdzv_carried: waiting, or running with its rank).
  */
 #include "harness.h"
 
 #include "kv_http.h"
 #include "rdzv.h"
 
-static struct mr_rdzv *member(const struct h_ctl *c, const char *node, int pod, int nnodes)
+static struct mr_rdzv *member_of(const struct h_ctl *c, const char *job, const char *node,
+				 int pod, int min, int max, int hb_ms)
 {
-	json_t *spec = json_pack("{s:s, s:i, s:i, s:i, s:i}", "name", "t/rdzv", "min_nodes", nnodes,
-				 "max_nodes", nnodes, "nproc_per_node", 2, "heartbeat_timeout_ms",
-				 1000);
-	struct mr_rdzv_opts o = {.controller = c->url, .job = "t/rdzv", .node_id = node,
+	json_t *spec = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i}", "name", job, "min_nodes", min,
+				 "max_nodes", max, "nproc_per_node", 2, "heartbeat_timeout_ms",
+				 hb_ms, "last_call_ms", 1000);
+	struct mr_rdzv_opts o = {.controller = c->url, .job = job, .node_id = node,
 				 .host = "127.0.0.1", .host_id = "h", .pod_index = pod,
 				 .spec = spec};
 	struct mr_errbuf eb = {0};
@@ -23,6 +26,11 @@ static struct mr_rdzv *member(const struct h_ctl *c, const char *node, int pod, 
 	cr_assert_eq(mr_rdzv_new(&r, &o, &eb), 0, "%s", eb.msg);
 	json_decref(spec);
 	return r;
+}
+
+static struct mr_rdzv *member(const struct h_ctl *c, const char *node, int pod, int nnodes)
+{
+	return member_of(c, "t/rdzv", node, pod, nnodes, nnodes, 1000);
 }
 
 Test(rdzv, round_kv_and_stale_generation)
@@ -113,4 +121,64 @@ Test(rdzv, unreachable_controller_is_econn)
 	mr_rdzv_abort(r);
 	cr_expect_eq(mr_rdzv_heartbeat(r, 1, &gen, &eb), MR_EABORTED);
 	mr_rdzv_free(r);
+}
+
+Test(rdzv, a_carried_member_waits_or_has_its_rank_without_joining)
+{
+	struct h_ctl c = {0};
+	struct mr_rdzv *m[3];
+	struct mr_rdzv_round r[3], nr;
+	struct mr_errbuf eb = {0};
+	int gen = 0, sb = 0, newgen = 0, g = 0;
+	long long t0;
+
+	h_ctl_start(&c, 0);
+	for (int i = 0; i < 3; i++) {
+		char id[16];
+
+		snprintf(id, sizeof(id), "n%d", i);
+		m[i] = member_of(&c, "t/carry", id, i, 2, 3, 5000);
+		cr_assert_eq(mr_rdzv_join(m[i], &gen, &sb, &eb), 0, "%s", eb.msg);
+	}
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(mr_rdzv_wait(m[i], gen, 3000, &r[i], &newgen, &eb), 0, "%s", eb.msg);
+	cr_assert_eq(r[1].node_rank, 1);
+	/* n0 beats (its watch names it); n2 leaves: the generation ends */
+	cr_assert_eq(mr_rdzv_hb_start(m[0], r[0].generation, 50, NULL, NULL), 0);
+	usleep(100 * 1000);
+	cr_assert_eq(mr_rdzv_leave(m[2], r[2].generation, "test", &eb), 0, "%s", eb.msg);
+	t0 = h_now_ms();
+	while (!mr_rdzv_hb_stale(m[0]) && h_now_ms() - t0 < 2000)
+		usleep(5000);
+	cr_assert_gt(mr_rdzv_hb_stale(m[0]), r[0].generation);
+	mr_rdzv_hb_stop(m[0]);
+	/* the 409 said n0 waits in the new round: no join, just the wait */
+	cr_assert_eq(mr_rdzv_carried(m[0], r[0].generation, &g, &nr), MR_RDZV_CARRIED_WAITING);
+	cr_assert_eq(g, r[0].generation + 1);
+	cr_assert_eq(mr_rdzv_carried(m[0], r[0].generation, &g, &nr), MR_RDZV_NOT_CARRIED,
+		     "a note is taken once");
+	cr_assert_eq(mr_rdzv_wait(m[0], g, 5000, &nr, &newgen, &eb), 0, "%s", eb.msg);
+	cr_assert_eq(nr.generation, g);
+	cr_assert_eq(nr.node_rank, 0);
+	cr_assert_eq(nr.num_nodes, 2);
+	/* n1 calls with the old generation after the close: the 409 brings
+	 * its whole rank */
+	cr_assert_eq(mr_rdzv_heartbeat(m[1], r[1].generation, &newgen, &eb), MR_ESTALE);
+	cr_assert_eq(newgen, g);
+	cr_assert_eq(mr_rdzv_carried(m[1], g, &gen, &nr), MR_RDZV_NOT_CARRIED,
+		     "a note of a generation already had is dropped");
+	cr_assert_eq(mr_rdzv_kv_put(m[1], r[1].generation, "x", "1", 1, &eb), MR_ESTALE);
+	memset(&nr, 0, sizeof(nr));
+	cr_assert_eq(mr_rdzv_carried(m[1], r[1].generation, &gen, &nr), MR_RDZV_CARRIED_RUNNING);
+	cr_assert_eq(gen, g);
+	cr_assert_eq(nr.generation, g);
+	cr_assert_eq(nr.node_rank, 1);
+	cr_assert_eq(nr.num_nodes, 2);
+	cr_assert_eq(nr.world_size, 4);
+	cr_assert_eq(nr.rank_base, 2);
+	cr_assert_eq(nr.dp, 4);
+	cr_assert_eq(nr.restarts, 0, "a leave costs no restart");
+	for (int i = 0; i < 3; i++)
+		mr_rdzv_free(m[i]);
+	h_kill(c.pid);
 }

@@ -4,7 +4,10 @@
  * checks is right: the rendezvous scenario (200 agents), and the recovery
  * scenario with 200 members, one of them declared dead by its heartbeat
  * timeout or leaving, until every survivor holds its rank in the new
- * generation (distinct, in pod order without the victim, world 199). The
+ * generation (distinct, in pod order without the victim, world 199): the
+ * survivors carried into the new round (each 409 names it waiting, or
+ * running with its rank), on shared connections too, and survivors that
+ * join again regardless (--rejoin). The
  * bench exits non-zero on any wrong reply, so a controller that answers
  * wrongly fails here. How fast it is is the benchmark's business, not this
  * test's: only correctness is asserted.
@@ -80,6 +83,25 @@ Test(bench_rdzv, recovery_after_the_first_pod_leaves, .timeout = 300)
 	cr_expect(last_line_is(out, "rdzv_recover N=200 seconds="), "%s", out);
 	cr_expect(strstr(out, "recover=leave victim_pod=0 ") != NULL, "%s", out);
 	cr_expect(strstr(out, "latency_ms type=leave count=1 ") != NULL, "%s", out);
+}
+
+Test(bench_rdzv, recovery_on_shared_connections_and_with_rejoins, .timeout = 300)
+{
+	static char out[16384];
+
+	/* 5 agents a connection: the later ones' 409s come after the close and
+	 * bring their ranks */
+	cr_assert_eq(run_bench("--n 200 --conns 40 --recover timeout --heartbeat-timeout 4000",
+			       out, sizeof(out)),
+		     0, "%s", out);
+	cr_expect(last_line_is(out, "rdzv_recover N=200 seconds="), "%s", out);
+	cr_expect(strstr(out, "recover_carried waiting=") != NULL, "%s", out);
+	/* agents that ignore "member" and join again get the same ranks */
+	cr_assert_eq(run_bench("--n 200 --conns 40 --recover leave --rejoin", out, sizeof(out)), 0,
+		     "%s", out);
+	cr_expect(last_line_is(out, "rdzv_recover N=200 seconds="), "%s", out);
+	cr_expect(strstr(out, "survivors=rejoin") != NULL, "%s", out);
+	cr_expect(strstr(out, "latency_ms type=rejoin count=199 ") != NULL, "%s", out);
 }
 
 Test(bench_rdzv, bad_recovery_arguments_are_refused, .timeout = 60)

@@ -1,8 +1,10 @@
 /*
  * test_ctl.c - unit tests of the controller core without HTTP: rank
- * ordering, round close at max and after last-call, generation bumps,
- * KV semantics, journal encode/replay (including a torn tail), and the
- * terminal states (permanent fail, completion) with their replay.
+ * ordering, round close at max and after last-call, generation bumps
+ * (the live members carried into the next round, what their 409s say,
+ * their replay), KV semantics, journal encode/replay (including a torn
+ * tail), and the terminal states (permanent fail, completion) with their
+ * replay.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -17,17 +19,22 @@ struct woke {
 	int n;
 	int status[64];
 	json_int_t rank[64];
+	char member[64][16]; /* a 409's member.state, "" when absent */
+	void *req[64];
 };
 
 static void on_wake(struct ctl *ctl, void *req, struct ctl_res *res)
 {
 	struct woke *w = ctl->user;
 	json_t *r = res->body ? json_object_get(res->body, "node_rank") : NULL;
+	json_t *m = res->body ? json_object_get(res->body, "member") : NULL;
+	const char *ms = json_string_value(json_object_get(m, "state"));
 
-	(void)req;
 	if (w->n < 64) {
 		w->status[w->n] = res->status;
 		w->rank[w->n] = r ? json_integer_value(r) : -1;
+		snprintf(w->member[w->n], sizeof(w->member[0]), "%s", ms ? ms : "");
+		w->req[w->n] = req;
 	}
 	w->n++;
 }
@@ -555,4 +562,258 @@ Test(ctl, complete_needs_a_running_member)
 	mr__res_release(&res);
 	cr_assert_eq(mr__ctl_job(&ctl, "ns/job")->state, CTL_JOB_FORMING);
 	mr__ctl_release(&ctl);
+}
+
+/* ---- carried members ---------------------------------------------------------- */
+
+static struct ctl_member *member_of(struct ctl *ctl, const char *id)
+{
+	return mr_dict_get(&mr__ctl_job(ctl, "ns/job")->members, id);
+}
+
+/* The "member" of a 409 (NULL when absent). */
+static json_t *member_in(const struct ctl_res *res)
+{
+	cr_assert_eq(res->status, 409, "%d %s", res->status, res->msg);
+	cr_assert_str_eq(res->code, "stale_generation");
+	return json_object_get(res->body, "member");
+}
+
+/* m was last heard from ago_ms before now (call oldest first: this also
+ * orders the expiry list). */
+static void seen(struct ctl *ctl, const char *id, int64_t ago_ms)
+{
+	int64_t keep = ctl->now_ms;
+
+	ctl->now_ms = mr__ctl_now_ms() - ago_ms;
+	mr__ctl_member_touch(ctl, mr__ctl_job(ctl, "ns/job"), member_of(ctl, id));
+	ctl->now_ms = keep;
+}
+
+static void wait_now(struct ctl *ctl, const char *id, int64_t gen, struct ctl_res *res)
+{
+	memset(res, 0, sizeof(*res));
+	mr__ctl_wait(ctl, "ns/job", id, gen, 0, NULL, res);
+}
+
+/* Joins sp->max_nodes members (pods 0.., ids "a".."d") so that the round
+ * closes with all of them, and lets each learn its rank; later rounds
+ * close as soon as min_nodes wait (last call 0). */
+static void run_round(struct ctl *ctl, const struct ctl_spec *sp, int n)
+{
+	static const char *const ids[] = { "a", "b", "c", "d" };
+	struct ctl_spec first = *sp;
+	struct ctl_res res;
+
+	cr_assert_eq(n, sp->max_nodes);
+	first.last_call_ms = 3600000;
+	for (int i = 0; i < n; i++)
+		join(ctl, ids[i], i, &first);
+	cr_assert_eq(mr__ctl_job(ctl, "ns/job")->state, CTL_JOB_RUNNING);
+	mr__ctl_job(ctl, "ns/job")->spec.last_call_ms = 0;
+	for (int i = 0; i < n; i++) {
+		wait_now(ctl, ids[i], -1, &res);
+		cr_assert_eq(res.status, 200);
+		cr_assert_eq(json_integer_value(json_object_get(res.body, "node_rank")), i);
+		mr__res_release(&res);
+	}
+}
+
+Test(ctl, a_bump_carries_the_live_members_into_the_next_round)
+{
+	struct ctl ctl;
+	struct woke w;
+	struct ctl_spec sp = spec(3, 4);
+	struct ctl_res res;
+	struct ctl_job *job;
+	json_t *m;
+
+	sp.max_restarts = 5;
+	setup(&ctl, &w);
+	run_round(&ctl, &sp, 4);
+	job = mr__ctl_job(&ctl, "ns/job");
+	/* b's watch is parked, naming b; c was last heard from 0.6 of the
+	 * heartbeat timeout ago (two missed beats): not live */
+	memset(&res, 0, sizeof(res));
+	mr__ctl_kv_get_as(&ctl, job, "meshrun/watch", 60000, "b", (void *)7, &res);
+	cr_assert(res.suspended);
+	member_of(&ctl, "c")->last_seen_ms = ctl.now_ms - 600;
+	/* d leaves (a deleted pod): the generation bumps without a restart */
+	memset(&res, 0, sizeof(res));
+	mr__ctl_leave(&ctl, "ns/job", "d", 1, 0, &res);
+	cr_assert_eq(res.status, 200);
+	mr__res_release(&res);
+	cr_assert_eq(job->generation, 2);
+	cr_assert_eq(job->restarts, 0);
+	cr_assert_eq(job->state, CTL_JOB_FORMING);
+	cr_assert_eq(member_of(&ctl, "a")->state, CTL_M_WAITING, "a is carried");
+	cr_assert_eq(member_of(&ctl, "b")->state, CTL_M_WAITING, "b is carried");
+	cr_assert_eq(member_of(&ctl, "c")->state, CTL_M_STALE, "c is not live: it must join");
+	cr_assert_eq(job->count[CTL_M_WAITING], 2);
+	/* the parked watch got 409 saying b waits in generation 2 */
+	cr_assert_eq(w.n, 1);
+	cr_assert_eq(w.status[0], 409);
+	cr_assert_str_eq(w.member[0], "waiting");
+	/* a's beat of generation 1: 409, and a is waiting in generation 2 */
+	memset(&res, 0, sizeof(res));
+	mr__ctl_heartbeat(&ctl, "ns/job", "a", 1, NULL, &res);
+	m = member_in(&res);
+	cr_assert_not_null(m, "a carried member's 409 says where it stands");
+	cr_assert_eq(json_integer_value(json_object_get(m, "generation")), 2);
+	cr_assert_str_eq(json_string_value(json_object_get(m, "state")), "waiting");
+	cr_assert_eq(json_integer_value(json_object_get(res.body, "restarts")), 0);
+	mr__res_release(&res);
+	/* c's 409 says nothing of it: c joins */
+	memset(&res, 0, sizeof(res));
+	mr__ctl_heartbeat(&ctl, "ns/job", "c", 1, NULL, &res);
+	cr_assert_null(member_in(&res));
+	mr__res_release(&res);
+	memset(&res, 0, sizeof(res));
+	cr_assert_null(mr__ctl_job_for_member(&ctl, "ns/job", 1, "c", &res));
+	cr_assert_null(member_in(&res));
+	mr__res_release(&res);
+	/* a that joins anyway (an agent that ignores "member") changes nothing */
+	join(&ctl, "a", 0, &sp);
+	cr_assert_eq(job->generation, 2);
+	cr_assert_eq(job->count[CTL_M_WAITING], 2);
+	/* c joins: min_nodes (3) waiting, last call 0: the round closes, ranks
+	 * in pod order as before */
+	join(&ctl, "c", 2, &sp);
+	cr_assert_eq(job->state, CTL_JOB_RUNNING);
+	cr_assert_eq(job->num_nodes, 3);
+	cr_assert_eq(rank_of(&ctl, "a"), 0);
+	cr_assert_eq(rank_of(&ctl, "b"), 1);
+	cr_assert_eq(rank_of(&ctl, "c"), 2);
+	/* a late 409 of a call naming b brings b's whole rank */
+	memset(&res, 0, sizeof(res));
+	cr_assert_null(mr__ctl_job_for_member(&ctl, "ns/job", 1, "b", &res));
+	m = member_in(&res);
+	cr_assert_not_null(m);
+	cr_assert_str_eq(json_string_value(json_object_get(m, "state")), "running");
+	cr_assert_eq(json_integer_value(json_object_get(m, "generation")), 2);
+	cr_assert_eq(json_integer_value(json_object_get(m, "node_rank")), 1);
+	cr_assert_eq(json_integer_value(json_object_get(m, "world_size")), 3);
+	cr_assert_eq(json_integer_value(json_object_get(json_object_get(m, "mesh"), "dp")), 3);
+	mr__res_release(&res);
+	/* ...which does not count as b having learned it: b's join now is a
+	 * retried one (an agent that ignored the 409), not a restart */
+	cr_assert_eq(member_of(&ctl, "b")->confirmed, 0);
+	memset(&res, 0, sizeof(res));
+	mr__ctl_join(&ctl, "ns/job", &(struct ctl_join){ .node_id = "b", .pod_index = 1 }, &res);
+	cr_assert_eq(res.status, 200);
+	cr_assert_eq(json_integer_value(json_object_get(res.body, "node_rank")), 1);
+	mr__res_release(&res);
+	cr_assert_eq(job->generation, 2, "no bump for b's join");
+	/* a KV call of the round naming a confirms a: its join is a restart */
+	memset(&res, 0, sizeof(res));
+	cr_assert_not_null(mr__ctl_job_for_member(&ctl, "ns/job", 2, "a", &res));
+	cr_assert_eq(member_of(&ctl, "a")->confirmed, 1);
+	join(&ctl, "a", 0, &sp);
+	cr_assert_eq(job->generation, 3);
+	cr_assert_eq(job->restarts, 1);
+	mr__ctl_release(&ctl);
+}
+
+Test(ctl, a_carried_member_that_is_gone_is_dropped_or_declared_dead)
+{
+	struct ctl ctl;
+	struct woke w;
+	struct ctl_spec sp = spec(3, 3);
+	struct ctl_job *job;
+
+	sp.max_restarts = 5;
+	setup(&ctl, &w);
+	run_round(&ctl, &sp, 3);
+	job = mr__ctl_job(&ctl, "ns/job");
+	/* c dies; a and b are carried, the round (min 3) forms */
+	seen(&ctl, "c", 2000);
+	seen(&ctl, "b", 400);
+	seen(&ctl, "a", 0);
+	ctl.last_scan_ms = 0;
+	mr__ctl_tick(&ctl);
+	cr_assert_eq(job->generation, 2);
+	cr_assert_eq(job->restarts, 1);
+	cr_assert_eq(job->count[CTL_M_WAITING], 2);
+	/* b was carried but is gone too: silent for the timeout while the round
+	 * forms, it is dropped - no bump */
+	seen(&ctl, "b", 2000);
+	seen(&ctl, "a", 0);
+	ctl.last_scan_ms = 0;
+	mr__ctl_tick(&ctl);
+	cr_assert_null(member_of(&ctl, "b"));
+	cr_assert_eq(job->generation, 2);
+	cr_assert_eq(job->count[CTL_M_WAITING], 1);
+	mr__ctl_release(&ctl);
+
+	/* min 2: a and b carried, the round closes with both (last call 0) */
+	sp = spec(2, 3);
+	sp.max_restarts = 5;
+	setup(&ctl, &w);
+	run_round(&ctl, &sp, 3);
+	job = mr__ctl_job(&ctl, "ns/job");
+	seen(&ctl, "c", 2000);
+	seen(&ctl, "b", 400);
+	seen(&ctl, "a", 0);
+	ctl.last_scan_ms = 0;
+	mr__ctl_tick(&ctl);
+	cr_assert_eq(job->generation, 2);
+	ctl.last_scan_ms = 0;
+	mr__ctl_tick(&ctl);
+	cr_assert_eq(job->state, CTL_JOB_RUNNING, "the carried members close the round");
+	cr_assert_eq(job->num_nodes, 2);
+	/* b was gone after all: declared dead, the generation bumps again */
+	seen(&ctl, "b", 2000);
+	seen(&ctl, "a", 0);
+	ctl.last_scan_ms = 0;
+	mr__ctl_tick(&ctl);
+	cr_assert_null(member_of(&ctl, "b"));
+	cr_assert_eq(job->generation, 3);
+	cr_assert_eq(job->restarts, 2);
+	cr_assert_eq(ctl.stats.dead, 2);
+	mr__ctl_release(&ctl);
+}
+
+Test(ctl, a_bump_that_carried_members_replays_the_same)
+{
+	char dir[] = "/tmp/mr-ctl-test-XXXXXX";
+	struct ctl a, b;
+	struct woke w;
+	struct ctl_journal_info ji;
+	struct mr_errbuf eb = { { 0 }, { 0 } };
+	struct ctl_spec sp = spec(3, 4);
+	struct ctl_res res;
+	static const char *const ids[] = { "a", "b", "c" };
+
+	cr_assert(mkdtemp(dir));
+	sp.max_restarts = 5;
+	setup(&a, &w);
+	cr_assert_eq(jopen(&a, dir, &ji, &eb), 0, "%s", eb.msg);
+	run_round(&a, &sp, 4);
+	member_of(&a, "c")->last_seen_ms = a.now_ms - 600; /* not live */
+	memset(&res, 0, sizeof(res));
+	mr__ctl_leave(&a, "ns/job", "d", 1, 1, &res); /* fail: d stays, carried */
+	mr__res_release(&res);
+	cr_assert_eq(member_of(&a, "c")->state, CTL_M_STALE);
+	cr_assert_eq(member_of(&a, "d")->state, CTL_M_WAITING);
+	cr_assert_eq(mr__jr_commit(a.jr), 0);
+	mr__ctl_journal_close(&a);
+
+	reopen(&b, &w, dir);
+	cr_assert_eq(mr__ctl_job(&b, "ns/job")->generation, 2);
+	cr_assert_eq(mr__ctl_job(&b, "ns/job")->restarts, 1);
+	for (size_t i = 0; i < 3; i++)
+		cr_assert_eq(member_of(&b, ids[i])->state, member_of(&a, ids[i])->state,
+			     "member %s", ids[i]);
+	cr_assert_eq(member_of(&b, "d")->state, CTL_M_WAITING);
+	cr_assert_eq(mr__ctl_job(&b, "ns/job")->count[CTL_M_WAITING], 3);
+	/* and again from the snapshot the open compacted to */
+	mr__ctl_journal_close(&b);
+	mr__ctl_release(&b);
+	reopen(&b, &w, dir);
+	cr_assert_eq(member_of(&b, "c")->state, CTL_M_STALE);
+	cr_assert_eq(mr__ctl_job(&b, "ns/job")->count[CTL_M_WAITING], 3);
+	mr__ctl_journal_close(&b);
+	mr__ctl_release(&b);
+	mr__ctl_release(&a);
+	remove_journal_dir(dir);
 }

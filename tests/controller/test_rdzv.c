@@ -3,7 +3,9 @@
  * 8 agents (threads) meet and get ordered, distinct ranks; elastic
  * min/max with last-call; a late joiner waits on standby and enters the
  * next round; a silent member is declared dead and survivors learn at once
- * (409); a restarted pod keeps its rank; the controller is killed with
+ * (409) and are carried into the next round (a 409 naming them says so,
+ * later with their rank; an agent that joins anyway gets the same answer);
+ * a restarted pod keeps its rank; the controller is killed with
  * SIGKILL mid-rendezvous and restarted on the same port and data dir, and
  * every agent still completes with no duplicate or missing rank.
  */
@@ -295,6 +297,127 @@ Test(rdzv, silent_member_dies_and_survivors_get_409_at_once)
 	cr_assert(!strstr(r.body, "\"m2\""), "the dead member is gone: %s", r.body);
 	ctl_call(&c, &r, "GET", NULL, NULL, "/metrics");
 	cr_assert(strstr(r.body, "meshrun_controller_dead_members_total 1"), "%s", r.body);
+	ctlp_stop(&c, 1);
+}
+
+struct watch {
+	struct ctlp *c;
+	const char *id;
+	long status;
+	struct mr_test_resp r;
+};
+
+/* The agent's heartbeat watch: a parked GET of a key nobody writes,
+ * naming its node. */
+static void *watcher(void *arg)
+{
+	struct watch *w = arg;
+
+	w->status = ctl_call(w->c, &w->r, "GET", NULL, NULL,
+			     "/v1/jobs/t/carry/kv/meshrun/watch?generation=1&wait_ms=20000"
+			     "&node_id=%s", w->id);
+	return NULL;
+}
+
+/* The "member" of a 409 reply: its state and (running) node rank and
+ * number of nodes; -1 where absent. */
+static void member_of_409(const struct mr_test_resp *r, long long gen, char *state,
+			  size_t cap, long long *rank, long long *nodes)
+{
+	json_t *o = resp_json(r), *m = json_object_get(o, "member");
+
+	cr_assert_eq(r->status, 409, "%s", r->body);
+	cr_assert(json_is_object(m), "no member in %s", r->body);
+	cr_assert_eq(json_integer_value(json_object_get(m, "generation")), gen, "%s", r->body);
+	snprintf(state, cap, "%s", json_string_value(json_object_get(m, "state")));
+	*rank = json_is_integer(json_object_get(m, "node_rank"))
+			? json_integer_value(json_object_get(m, "node_rank")) : -1;
+	*nodes = json_is_integer(json_object_get(m, "num_nodes"))
+			 ? json_integer_value(json_object_get(m, "num_nodes")) : -1;
+	json_decref(o);
+}
+
+Test(rdzv, survivors_are_carried_into_the_next_round)
+{
+	struct ctlp c = { 0 };
+	struct agent ag[3];
+	pthread_t th[3], wt;
+	struct watch *w = calloc(1, sizeof(*w));
+	struct mr_test_resp r;
+	long long t0, rank, nodes;
+	char st[32];
+
+	ctlp_start(&c, 0, NULL);
+	create_job(&c, "{\"name\":\"t/carry\",\"min_nodes\":2,\"max_nodes\":3,"
+		       "\"heartbeat_timeout_ms\":1000,\"last_call_ms\":300,\"max_restarts\":5}");
+	for (int i = 0; i < 3; i++) {
+		memset(&ag[i], 0, sizeof(ag[i]));
+		ag[i].c = &c;
+		ag[i].job = "t/carry";
+		ag[i].pod = i;
+		snprintf(ag[i].id, sizeof(ag[i].id), "m%d", i);
+	}
+	run_agents(ag, 3, th);
+	join_agents(3, th);
+	for (int i = 0; i < 3; i++)
+		cr_assert(ag[i].done && ag[i].rank == i);
+	w->c = &c;
+	w->id = "m0";
+	pthread_create(&wt, NULL, watcher, w);
+	/* m0 and m1 beat, m2 is silent: declared dead, the generation bumps */
+	t0 = mr_test_now_ms();
+	for (;;) {
+		hb(&c, &r, "t/carry", "m1", 1);
+		if (r.status != 200)
+			break;
+		hb(&c, &r, "t/carry", "m0", 1);
+		cr_assert_lt(mr_test_now_ms() - t0, 5000, "m2 was never declared dead");
+		usleep(100000);
+	}
+	/* m1's beat and m0's parked watch: 409, and each is waiting in
+	 * generation 2 already: no join needed */
+	member_of_409(&r, 2, st, sizeof(st), &rank, &nodes);
+	cr_assert_str_eq(st, "waiting");
+	pthread_join(wt, NULL);
+	cr_assert_lt(mr_test_now_ms() - t0, 5000);
+	member_of_409(&w->r, 2, st, sizeof(st), &rank, &nodes);
+	cr_assert_str_eq(st, "waiting");
+	/* m0 just waits: the round closes after its last call with m0 and m1 */
+	ctl_call(&c, &r, "GET", NULL, NULL,
+		 "/v1/jobs/t/carry/wait?node_id=m0&generation=2&timeout_ms=5000");
+	cr_assert_eq(r.status, 200, "%s", r.body);
+	cr_assert(strstr(r.body, "\"state\":\"running\""), "%s", r.body);
+	cr_assert_eq(jint(&r, "node_rank"), 0);
+	cr_assert_eq(jint(&r, "num_nodes"), 2);
+	cr_assert_eq(jint(&r, "restarts"), 1);
+	/* m1's watch of generation 1, sent after the close: 409 with its rank */
+	w->id = "m1";
+	watcher(w);
+	member_of_409(&w->r, 2, st, sizeof(st), &rank, &nodes);
+	cr_assert_str_eq(st, "running");
+	cr_assert_eq(rank, 1);
+	cr_assert_eq(nodes, 2);
+	/* an agent that ignores "member" joins anyway: the same rank, no bump */
+	ag[1].done = 0;
+	agent_main(&ag[1]);
+	cr_assert(ag[1].done);
+	cr_assert_eq(ag[1].gen, 2);
+	cr_assert_eq(ag[1].rank, 1);
+	/* m2's pod comes back: an elastic scale-up (no restart); m0 and m1 are
+	 * carried again, so its join fills the round and closes it */
+	do_join(&ag[2], &r);
+	cr_assert_eq(r.status, 200, "%s", r.body);
+	cr_assert_eq(jint(&r, "generation"), 3);
+	cr_assert(strstr(r.body, "\"running\""), "%s", r.body);
+	cr_assert_eq(jint(&r, "node_rank"), 2);
+	hb(&c, &r, "t/carry", "m0", 2);
+	member_of_409(&r, 3, st, sizeof(st), &rank, &nodes);
+	cr_assert_str_eq(st, "running");
+	cr_assert_eq(rank, 0);
+	cr_assert_eq(nodes, 3);
+	ctl_call(&c, &r, "GET", NULL, NULL, "/v1/jobs/t/carry");
+	cr_assert(strstr(r.body, "\"restarts\":1"), "the scale-up costs no restart: %s", r.body);
+	free(w);
 	ctlp_stop(&c, 1);
 }
 
