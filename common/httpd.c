@@ -121,21 +121,6 @@ static unsigned char parse_method(const char *m)
 	return MR_HTTP_OTHER;
 }
 
-static void fill_peer(struct mr_http_req *req)
-{
-	const union MHD_ConnectionInfo *ci =
-		MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-	const struct sockaddr *sa = ci ? ci->client_addr : NULL;
-
-	req->peer[0] = '\0';
-	if (sa && sa->sa_family == AF_INET)
-		inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, req->peer,
-			  sizeof(req->peer));
-	else if (sa && sa->sa_family == AF_INET6)
-		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, req->peer,
-			  sizeof(req->peer));
-}
-
 /* URI log callback: runs once per request, before libmicrohttpd decodes
  * the target; the request record it returns becomes *con_cls. */
 static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
@@ -206,7 +191,6 @@ static void begin(struct mr_httpd *srv, struct mr_http_req *req)
 
 	req->begun = 1;
 	req->meth = parse_method(req->method);
-	fill_peer(req);
 	rc = mr__http_target_parse(&req->tgt, req->raw, plen, &eb);
 	if (rc == 0)
 		req->url = req->tgt.path;

@@ -47,6 +47,7 @@ struct mr_http_req {
 	unsigned char begun, in_handler, replied, suspend_req, suspended, resumed;
 	unsigned char too_large, queue_failed;
 	unsigned char reserve; /* on a reserve slot: close after the reply */
+	unsigned char peer_done; /* peer filled (on first use: inet_ntop is not free) */
 	char peer[INET6_ADDRSTRLEN];
 };
 

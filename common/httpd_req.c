@@ -87,6 +87,23 @@ void mr_http_reply(struct mr_http_req *req, int status, const char *content_type
 	reply_resp(req, status, resp);
 }
 
+void mr_http_reply_take(struct mr_http_req *req, int status, const char *content_type,
+			void *body, size_t len)
+{
+	struct MHD_Response *resp = NULL;
+
+	if (body && len)
+		resp = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+	if (!resp) { /* empty, or no memory for the response: the copying way */
+		mr_http_reply(req, status, content_type, body, len);
+		free(body);
+		return;
+	}
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+				content_type ? content_type : "text/plain; charset=utf-8");
+	reply_resp(req, status, resp);
+}
+
 void mr_http_reply_json(struct mr_http_req *req, int status, json_t *obj)
 {
 	struct MHD_Response *resp = NULL;
@@ -204,7 +221,23 @@ int mr_http_req_json(struct mr_http_req *req, json_t **out, struct mr_errbuf *eb
 
 const char *mr_http_req_peer(const struct mr_http_req *req)
 {
-	return req->peer;
+	struct mr_http_req *r = (struct mr_http_req *)req; /* filled once, when asked */
+	const union MHD_ConnectionInfo *ci;
+	const struct sockaddr *sa;
+
+	if (r->peer_done)
+		return r->peer;
+	r->peer_done = 1;
+	ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	sa = ci ? ci->client_addr : NULL;
+	r->peer[0] = '\0';
+	if (sa && sa->sa_family == AF_INET)
+		inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, r->peer,
+			  sizeof(r->peer));
+	else if (sa && sa->sa_family == AF_INET6)
+		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, r->peer,
+			  sizeof(r->peer));
+	return r->peer;
 }
 
 void mr_http_req_set_user(struct mr_http_req *req, void *user)

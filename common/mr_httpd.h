@@ -143,6 +143,10 @@ void mr_http_add_header(struct mr_http_req *req, const char *name, const char *v
 /* Body is copied. content_type NULL = "text/plain; charset=utf-8". */
 void mr_http_reply(struct mr_http_req *req, int status, const char *content_type,
 		   const void *body, size_t len);
+/* The same with a body from malloc() that the server frees once sent (no
+ * copy); freed at once if the reply cannot be made. */
+void mr_http_reply_take(struct mr_http_req *req, int status, const char *content_type,
+			void *body, size_t len);
 /* Steals the reference to obj; compact JSON, application/json. */
 void mr_http_reply_json(struct mr_http_req *req, int status, json_t *obj);
 /* {"error":{"code":code,"message":...,"field":field}}; field may be NULL.

@@ -216,8 +216,9 @@ void mr__ctl_handle(struct mr_http_req *req, void *user)
 	int write = m == MR_HTTP_POST || m == MR_HTTP_PUT || m == MR_HTTP_DELETE;
 	int64_t t0 = mr__now_us();
 
-	/* first: the batches of earlier requests move on (this one's reply is
-	 * in no list yet, so nothing resumes the connection being served) */
+	/* first: timers and the batches of earlier requests move on (this
+	 * one's reply is in no list yet, so nothing resumes the connection
+	 * being served) */
 	mr__ctl_pump(c);
 	if (!k) {
 		mr_http_reply_error(req, 503, "out_of_memory", NULL, NULL, "out of memory");

@@ -205,6 +205,10 @@ struct ctl_res {
 	char fieldbuf[128];
 	char msg[256];
 	json_t *body;         /* success body, or extra top-level error fields; owned */
+	char *text;           /* instead of body, written directly (jtext.c): the
+			       * success body, or the extra fields of an error
+			       * without braces ("generation":2,...); owned */
+	size_t text_len;
 	const void *raw;      /* raw success body (KV value), borrowed */
 	size_t raw_len;
 	uint64_t etag;        /* 0 = none */
@@ -256,6 +260,9 @@ void mr__ctl_touch_all(struct ctl *ctl);
 void mr__res_err(struct ctl_res *res, int status, const char *code, const char *field,
 		 const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 void mr__res_ok(struct ctl_res *res, json_t *body);
+/* 200 with a body already written (owned by res from now on; NULL: 503
+ * out_of_memory). */
+void mr__res_text(struct ctl_res *res, char *text, size_t len);
 void mr__res_release(struct ctl_res *res);
 /* 409 stale_generation with the job's current generation. */
 void mr__res_stale(struct ctl_res *res, const struct ctl_job *job);
@@ -277,6 +284,16 @@ char *mr__jtext(const json_t *v, size_t *len);
 /* The text of an error reply: {"error":{"code","message","field"}} and
  * then res->body's fields (extra top-level fields). NULL on OOM. */
 char *mr__jtext_error(const struct ctl_res *res, size_t *len);
+/* The core's frequent replies, written without building a json_t (the
+ * bytes mr__jtext would write for the objects the API describes); each
+ * malloc'd, NUL-terminated, *len bytes, or NULL on OOM. A member's rank in
+ * the closed round (the wait's "running" reply): */
+char *mr__jtext_round(const struct ctl_job *job, const struct ctl_member *m, size_t *len);
+/* {"generation":<the job's>,"state":state} */
+char *mr__jtext_state(const struct ctl_job *job, const char *state, size_t *len);
+/* The extra fields of a 409 stale_generation: the job's generation and
+ * restarts and, m not NULL, "member": what a wait of m answers now. */
+char *mr__jtext_stale(const struct ctl_job *job, const struct ctl_member *m, size_t *len);
 /* A request body that is a plain object (jparse.c says which) as jansson
  * would parse it; NULL for anything else, which jansson then reads and
  * judges. */

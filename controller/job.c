@@ -32,6 +32,9 @@ void mr__res_err(struct ctl_res *res, int status, const char *code, const char *
 {
 	va_list ap;
 
+	free(res->text);
+	res->text = NULL;
+	res->text_len = 0;
 	res->dep_set = 0;
 	res->status = status;
 	res->code = code;
@@ -52,6 +55,20 @@ void mr__res_ok(struct ctl_res *res, json_t *body)
 	res->dep_set = 0;
 	json_decref(res->body);
 	res->body = body;
+	free(res->text);
+	res->text = NULL;
+	res->text_len = 0;
+}
+
+void mr__res_text(struct ctl_res *res, char *text, size_t len)
+{
+	if (!text) {
+		mr__res_err(res, 503, "out_of_memory", NULL, "out of memory");
+		return;
+	}
+	mr__res_ok(res, NULL);
+	res->text = text;
+	res->text_len = len;
 }
 
 void mr__res_dep_round(struct ctl_res *res, const struct ctl_job *job)
@@ -64,6 +81,9 @@ void mr__res_release(struct ctl_res *res)
 {
 	json_decref(res->body);
 	res->body = NULL;
+	free(res->text);
+	res->text = NULL;
+	res->text_len = 0;
 }
 
 void mr__res_stale(struct ctl_res *res, const struct ctl_job *job)
@@ -72,8 +92,8 @@ void mr__res_stale(struct ctl_res *res, const struct ctl_job *job)
 		    "generation is stale, the current one is %llu",
 		    (unsigned long long)job->generation);
 	json_decref(res->body);
-	res->body = json_pack("{sI si}", "generation", (json_int_t)job->generation, "restarts",
-			      (int)job->restarts);
+	res->body = NULL;
+	res->text = mr__jtext_stale(job, NULL, &res->text_len); /* NULL: a plain 409 */
 	mr__res_dep_round(res, job);
 }
 

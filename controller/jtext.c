@@ -228,6 +228,85 @@ char *mr__jtext(const json_t *v, size_t *len)
 	return s ? s : mr_json_dump(v, len);
 }
 
+/* ---- the core's frequent replies ---- */
+
+#define JT_LIT(t, s) jt_put((t), (s), sizeof(s) - 1)
+
+static void jt_state(struct jt *t, const struct ctl_job *job, const char *state)
+{
+	JT_LIT(t, "{\"generation\":");
+	jt_int(t, (json_int_t)job->generation);
+	JT_LIT(t, ",\"state\":");
+	jt_str(t, state, strlen(state));
+	JT_LIT(t, "}");
+}
+
+/* In the order round.c's rank reply always had. */
+static void jt_round(struct jt *t, const struct ctl_job *job, const struct ctl_member *m)
+{
+	const struct ctl_spec *s = &job->spec;
+
+	JT_LIT(t, "{\"state\":\"running\",\"generation\":");
+	jt_int(t, (json_int_t)job->generation);
+	JT_LIT(t, ",\"num_nodes\":");
+	jt_int(t, job->num_nodes);
+	JT_LIT(t, ",\"node_rank\":");
+	jt_int(t, m->node_rank);
+	JT_LIT(t, ",\"nproc_per_node\":");
+	jt_int(t, s->nproc_per_node);
+	JT_LIT(t, ",\"world_size\":");
+	jt_int(t, job->world_size);
+	JT_LIT(t, ",\"rank_base\":");
+	jt_int(t, (json_int_t)m->node_rank * s->nproc_per_node);
+	JT_LIT(t, ",\"restarts\":");
+	jt_int(t, job->restarts);
+	JT_LIT(t, ",\"mesh\":{\"tp\":");
+	jt_int(t, s->tp);
+	JT_LIT(t, ",\"pp\":");
+	jt_int(t, s->pp);
+	JT_LIT(t, ",\"cp\":");
+	jt_int(t, s->cp);
+	JT_LIT(t, ",\"ep\":");
+	jt_int(t, s->ep);
+	JT_LIT(t, ",\"dp\":");
+	jt_int(t, job->dp);
+	JT_LIT(t, "}}");
+}
+
+char *mr__jtext_round(const struct ctl_job *job, const struct ctl_member *m, size_t *len)
+{
+	struct jt t = { 0 };
+
+	jt_round(&t, job, m);
+	return jt_end(&t, len);
+}
+
+char *mr__jtext_state(const struct ctl_job *job, const char *state, size_t *len)
+{
+	struct jt t = { 0 };
+
+	jt_state(&t, job, state);
+	return jt_end(&t, len);
+}
+
+char *mr__jtext_stale(const struct ctl_job *job, const struct ctl_member *m, size_t *len)
+{
+	struct jt t = { 0 };
+
+	JT_LIT(&t, "\"generation\":");
+	jt_int(&t, (json_int_t)job->generation);
+	JT_LIT(&t, ",\"restarts\":");
+	jt_int(&t, job->restarts);
+	if (m) {
+		JT_LIT(&t, ",\"member\":");
+		if (m->state == CTL_M_RUNNING && job->state == CTL_JOB_RUNNING)
+			jt_round(&t, job, m);
+		else
+			jt_state(&t, job, mr__ctl_member_state_name(m->state));
+	}
+	return jt_end(&t, len);
+}
+
 char *mr__jtext_error(const struct ctl_res *res, size_t *len)
 {
 	struct jt t = { 0 };
@@ -243,7 +322,10 @@ char *mr__jtext_error(const struct ctl_res *res, size_t *len)
 	else
 		jt_put(&t, "null", 4);
 	jt_put(&t, "}", 1);
-	if (json_is_object(res->body)) { /* extra top-level fields */
+	if (res->text && res->text_len) { /* extra fields, written already */
+		jt_put(&t, ",", 1);
+		jt_put(&t, res->text, res->text_len);
+	} else if (json_is_object(res->body)) { /* extra top-level fields */
 		void *it = json_object_iter(res->body);
 
 		for (; it && !t.bad; it = json_object_iter_next(res->body, it)) {
@@ -269,6 +351,21 @@ char *mr__jtext_error(const struct ctl_res *res, size_t *len)
 
 		if (o && res->body)
 			json_object_update(o, res->body);
+		if (o && res->text && res->text_len) {
+			char *w = malloc(res->text_len + 2);
+			json_t *x = NULL;
+
+			if (w) {
+				w[0] = '{';
+				memcpy(w + 1, res->text, res->text_len);
+				w[res->text_len + 1] = '}';
+				x = json_loadb(w, res->text_len + 2, 0, NULL);
+				free(w);
+			}
+			if (x)
+				json_object_update(o, x);
+			json_decref(x);
+		}
 		s = o ? mr_json_dump(o, len) : NULL;
 		json_decref(o);
 	}

@@ -46,38 +46,22 @@ static int cmp_id(const void *a, const void *b)
 	return strcmp(x->node_id, y->node_id);
 }
 
-static void set_int(json_t *o, const char *key, json_int_t v)
+/* 200 with m's rank in the closed round (jtext.c writes it). */
+static void res_round(struct ctl_res *res, const struct ctl_job *job, const struct ctl_member *m)
 {
-	json_object_set_new_nocheck(o, key, json_integer(v));
+	size_t len = 0;
+	char *t = mr__jtext_round(job, m, &len);
+
+	mr__res_text(res, t, len);
 }
 
-/* A member's rank in the closed round. Built field by field: every member
- * of every round gets one, and json_pack parses its format each time. */
-static json_t *running_json(const struct ctl_job *job, const struct ctl_member *m)
+/* 200 {"generation":G,"state":state} */
+static void res_state(struct ctl_res *res, const struct ctl_job *job, const char *state)
 {
-	const struct ctl_spec *s = &job->spec;
-	json_t *o = json_object(), *mesh = json_object();
+	size_t len = 0;
+	char *t = mr__jtext_state(job, state, &len);
 
-	if (!o || !mesh) {
-		json_decref(o);
-		json_decref(mesh);
-		return NULL;
-	}
-	json_object_set_new_nocheck(o, "state", json_string_nocheck("running"));
-	set_int(o, "generation", (json_int_t)job->generation);
-	set_int(o, "num_nodes", job->num_nodes);
-	set_int(o, "node_rank", m->node_rank);
-	set_int(o, "nproc_per_node", s->nproc_per_node);
-	set_int(o, "world_size", job->world_size);
-	set_int(o, "rank_base", (json_int_t)m->node_rank * s->nproc_per_node);
-	set_int(o, "restarts", job->restarts);
-	set_int(mesh, "tp", s->tp);
-	set_int(mesh, "pp", s->pp);
-	set_int(mesh, "cp", s->cp);
-	set_int(mesh, "ep", s->ep);
-	set_int(mesh, "dp", job->dp);
-	json_object_set_new_nocheck(o, "mesh", mesh);
-	return o;
+	mr__res_text(res, t, len);
 }
 
 void mr__ctl_apply_close(struct ctl *ctl, struct ctl_job *job, int32_t n)
@@ -130,7 +114,7 @@ void mr__ctl_apply_close(struct ctl *ctl, struct ctl_job *job, int32_t n)
 		if (!arr[i]->waiter)
 			continue;
 		memset(&res, 0, sizeof(res));
-		mr__res_ok(&res, running_json(job, arr[i]));
+		res_round(&res, job, arr[i]);
 		arr[i]->confirmed = 1;
 		mr__ctl_waiter_finish(ctl, arr[i]->waiter, &res);
 	}
@@ -146,45 +130,38 @@ static int live(const struct ctl *ctl, const struct ctl_job *job, const struct c
 	return m->waiter || ctl->now_ms - m->last_seen_ms <= job->spec.heartbeat_timeout_ms / 2;
 }
 
-/* What a wait of m answers now: m waiting, standby, or running in a closed
- * round (its rank; it is not confirmed by this: a member that learned its
- * rank from a 409 confirms it with its next call of the new generation). */
-static json_t *member_view(const struct ctl_job *job, const struct ctl_member *m)
-{
-	if (m->state == CTL_M_RUNNING && job->state == CTL_JOB_RUNNING)
-		return running_json(job, m);
-	return json_pack("{sI ss}", "generation", (json_int_t)job->generation, "state",
-			 mr__ctl_member_state_name(m->state));
-}
-
 /* Every parked call of the job gets 409 with the new generation; one whose
  * member was carried (a wait, or a KV GET naming its node) also gets
  * "member" (waiting). Two bodies, each shared by its replies. */
 static void answer_stale(struct ctl *ctl, struct ctl_job *job)
 {
-	json_t *plain = json_pack("{sI si}", "generation", (json_int_t)job->generation,
-				  "restarts", (int)job->restarts);
-	json_t *carried = json_deep_copy(plain);
+	size_t plen = 0, clen = 0;
+	char *plain = mr__jtext_stale(job, NULL, &plen);
+	char *carried = NULL;
 
-	if (carried)
-		json_object_set_new(carried, "member",
-				    json_pack("{sI ss}", "generation", (json_int_t)job->generation,
-					      "state", "waiting"));
 	while (job->waiters) {
 		struct ctl_waiter *w = job->waiters;
 		struct ctl_member *m = w->kind == CTL_W_ROUND ? w->member
 				       : w->node ? mr_dict_get(&job->members, w->node)
 						 : NULL;
+		int c = m && m->state == CTL_M_WAITING;
 		struct ctl_res res;
 
+		if (c && !carried) /* every carried member's: "member":{"generation":G,"state":"waiting"} */
+			carried = mr__jtext_stale(job, m, &clen);
 		memset(&res, 0, sizeof(res));
 		mr__res_err(&res, 409, "stale_generation", "generation", "%s",
 			    "the generation moved on");
-		res.body = json_incref(m && m->state == CTL_M_WAITING && carried ? carried : plain);
+		res.text_len = c ? clen : plen;
+		res.text = res.text_len ? malloc(res.text_len) : NULL;
+		if (res.text)
+			memcpy(res.text, c ? carried : plain, res.text_len);
+		else
+			res.text_len = 0;
 		mr__ctl_waiter_finish(ctl, w, &res);
 	}
-	json_decref(plain);
-	json_decref(carried);
+	free(plain);
+	free(carried);
 }
 
 void mr__ctl_apply_bump(struct ctl *ctl, struct ctl_job *job, uint64_t gen, int32_t restarts,
@@ -295,16 +272,19 @@ void mr__ctl_stale_member(const struct ctl_job *job, const char *node_id,
 			  struct ctl_res *res)
 {
 	const struct ctl_member *m = job && node_id ? mr_dict_get(&job->members, node_id) : NULL;
-	json_t *view;
+	size_t len = 0;
+	char *t;
 
 	if (!m || res->status != 409 || !res->code || strcmp(res->code, "stale_generation") ||
-	    !res->body || (m->state != CTL_M_WAITING && m->state != CTL_M_RUNNING &&
-			   m->state != CTL_M_STANDBY))
+	    (m->state != CTL_M_WAITING && m->state != CTL_M_RUNNING &&
+	     m->state != CTL_M_STANDBY))
 		return;
-	view = member_view(job, m);
-	if (!view)
-		return;
-	json_object_set_new(res->body, "member", view);
+	t = mr__jtext_stale(job, m, &len);
+	if (!t)
+		return; /* no memory: a plain 409 (the member joins) */
+	free(res->text);
+	res->text = t;
+	res->text_len = len;
 	/* a waiting or standby member's state may come from a join after the
 	 * bump: the reply shows that member record too */
 	if (m->state != CTL_M_RUNNING && job->member_seq > res->dep_seq)
@@ -419,13 +399,12 @@ void mr__ctl_wait(struct ctl *ctl, const char *name, const char *node_id, int64_
 	mr__ctl_member_touch(ctl, job, m);
 	if (m->state == CTL_M_RUNNING) {
 		m->confirmed = 1;
-		mr__res_ok(res, running_json(job, m));
+		res_round(res, job, m);
 		mr__res_dep_round(res, job); /* the rank is the close's */
 		return;
 	}
 	if (timeout_ms <= 0 || !req) {
-		mr__res_ok(res, json_pack("{sI ss}", "generation", (json_int_t)job->generation,
-					  "state", mr__ctl_member_state_name(m->state)));
+		res_state(res, job, mr__ctl_member_state_name(m->state));
 		return;
 	}
 	if (m->waiter) { /* a newer wait of the same member supersedes the older */
@@ -459,9 +438,8 @@ void mr__ctl_heartbeat(struct ctl *ctl, const char *name, const char *node_id, i
 	mr__ctl_member_touch(ctl, job, m);
 	if (m->state == CTL_M_RUNNING)
 		m->confirmed = 1;
-	mr__res_ok(res, json_pack("{sI ss}", "generation", (json_int_t)job->generation, "state",
-				  mr__ctl_member_state_name(m->state)));
-	if (m->state == CTL_M_RUNNING && !progress)
+	res_state(res, job, mr__ctl_member_state_name(m->state));
+	if (m->state == CTL_M_RUNNING && !progress && !res->code)
 		mr__res_dep_round(res, job); /* running: the close's state */
 }
 

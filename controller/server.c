@@ -71,7 +71,8 @@ void mr__ctl_observe(struct mr_controller *c, int route, int status, int64_t t0_
 	mr_histogram_observe(c->h_dur[route], (double)(mr__now_us() - t0_us) / 1e6);
 }
 
-/* Builds the body of res: error JSON, raw bytes or the JSON body. */
+/* Builds the body of res (malloc'd): error JSON, the text written
+ * already (taken from res), raw bytes or the JSON body. */
 static char *res_body(struct ctl_res *res, size_t *len, int *json)
 {
 	char *out = NULL;
@@ -79,6 +80,11 @@ static char *res_body(struct ctl_res *res, size_t *len, int *json)
 	*json = 1;
 	if (res->code) {
 		out = mr__jtext_error(res, len);
+	} else if (res->text) {
+		out = res->text;
+		*len = res->text_len;
+		res->text = NULL;
+		res->text_len = 0;
 	} else if (res->raw || !res->body) {
 		*json = 0;
 		out = malloc(res->raw_len ? res->raw_len : 1);
@@ -91,8 +97,9 @@ static char *res_body(struct ctl_res *res, size_t *len, int *json)
 	return out;
 }
 
+/* Replies with body (malloc'd; taken). */
 static void reply_now(struct mr_controller *c, struct mr_http_req *req, int route, int status,
-		      int json, const char *body, size_t len, uint64_t etag, int64_t t0)
+		      int json, char *body, size_t len, uint64_t etag, int64_t t0)
 {
 	if (etag) {
 		char tag[32];
@@ -100,8 +107,8 @@ static void reply_now(struct mr_controller *c, struct mr_http_req *req, int rout
 		snprintf(tag, sizeof(tag), "\"%llu\"", (unsigned long long)etag);
 		mr_http_add_header(req, "ETag", tag);
 	}
-	mr_http_reply(req, status, json ? "application/json" : "application/octet-stream",
-		      body, len);
+	mr_http_reply_take(req, status, json ? "application/json" : "application/octet-stream",
+			   body, len);
 	mr__ctl_observe(c, route, status, t0);
 }
 
@@ -140,7 +147,7 @@ void mr__ctl_send(struct mr_controller *c, struct mr_http_req *req, int route, i
 		return;
 	}
 	if (must_wait(c->ctl.jr, res)) {
-		struct ctl_pending *p = malloc(sizeof(*p) + len);
+		struct ctl_pending *p = malloc(sizeof(*p));
 
 		if (p) {
 			p->req = req;
@@ -150,7 +157,7 @@ void mr__ctl_send(struct mr_controller *c, struct mr_http_req *req, int route, i
 			p->t0_us = t0_us;
 			p->etag = res->etag;
 			p->len = len;
-			memcpy(p->body, body, len);
+			p->body = body;
 			if (!wait_inflight(c->ctl.jr, res)) { /* its state is in the next batch */
 				p->next = NULL;
 				if (c->pend_tail)
@@ -167,14 +174,12 @@ void mr__ctl_send(struct mr_controller *c, struct mr_http_req *req, int route, i
 				mr_http_suspend(req);
 				mr_http_req_set_user(req, mr__ctl_reqtag(t0_us, route));
 			}
-			free(body);
 			mr__res_release(res);
 			return;
 		}
 		/* no memory to wait: reply now, durability of this one is best effort */
 	}
 	reply_now(c, req, route, status, json, body, len, res->etag, t0_us);
-	free(body);
 	mr__res_release(res);
 }
 
@@ -203,6 +208,7 @@ static void flush_list(struct mr_controller *c, struct ctl_pending *p, int err)
 					    "the journal could not be written: %s",
 					    mr_strerror(err));
 			mr__ctl_observe(c, p->route, 503, p->t0_us);
+			free(p->body);
 		} else {
 			reply_now(c, p->req, p->route, p->status, p->json, p->body, p->len,
 				  p->etag, p->t0_us);
@@ -218,6 +224,7 @@ static void free_list(struct ctl_pending *p)
 	while (p) {
 		struct ctl_pending *next = p->next;
 
+		free(p->body);
 		free(p);
 		p = next;
 	}
@@ -267,6 +274,7 @@ static void commit_finished(void *arg)
 
 void mr__ctl_pump(struct mr_controller *c)
 {
+	mr__ctl_tick(&c->ctl); /* cheap unless a timer is due */
 	if (mr__jr_inflight(c->ctl.jr))
 		commit_finished(c);
 	else if (mr__jr_pending(c->ctl.jr))

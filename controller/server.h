@@ -32,7 +32,7 @@ struct ctl_pending {
 	int64_t t0_us;
 	uint64_t etag;
 	size_t len;
-	char body[]; /* len bytes */
+	char *body; /* len bytes, malloc'd, owned */
 };
 
 /* A suspended request's user pointer packs its start time and route (no
@@ -97,7 +97,9 @@ void mr__ctl_observe(struct mr_controller *c, int route, int status, int64_t t0_
  * Group commit between two ticks. libmicrohttpd serves every ready
  * connection once per pass, and at tens of thousands of busy connections a
  * pass lasts a large part of a second, with the tick only between passes.
- * Before each request the pump ends the batch the writer is through with
+ * Before each request the pump runs the core's timers when due (a round
+ * whose last call ran out closes then, not when the pass ends; waits time
+ * out, silent members expire), ends the batch the writer is through with
  * (its replies leave) and hands the next one over, so a mutation waits for
  * an fsync rather than for the pass to end.
  */

@@ -183,10 +183,10 @@ void mr__ctl_waiters_expire(struct ctl *ctl)
 				    "key '%.256s' did not appear before the wait ended", w->key);
 		} else {
 			struct ctl_member *m = w->member;
+			size_t len = 0;
+			char *t = mr__jtext_state(job, mr__ctl_member_state_name(m->state), &len);
 
-			mr__res_ok(&res, json_pack("{sIss}", "generation",
-						   (json_int_t)job->generation, "state",
-						   mr__ctl_member_state_name(m->state)));
+			mr__res_text(&res, t, len);
 			/* a member parked in a long-poll was alive all along */
 			mr__ctl_member_touch(ctl, job, m);
 		}

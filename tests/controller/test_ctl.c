@@ -15,6 +15,23 @@
 #include "ctl.h"
 #include "journal.h"
 
+/* res's body as JSON, whichever way the core wrote it (a json_t, or text:
+ * a success body, or an error's extra fields); kept in res->body. */
+static json_t *body_json(struct ctl_res *res)
+{
+	if (!res->body && res->text) {
+		char buf[4096];
+
+		if (res->code)
+			snprintf(buf, sizeof(buf), "{%.*s}", (int)res->text_len, res->text);
+		else
+			snprintf(buf, sizeof(buf), "%.*s", (int)res->text_len, res->text);
+		res->body = json_loads(buf, 0, NULL);
+		cr_assert_not_null(res->body, "reply text is not JSON: %s", buf);
+	}
+	return res->body;
+}
+
 struct woke {
 	int n;
 	int status[64];
@@ -26,8 +43,9 @@ struct woke {
 static void on_wake(struct ctl *ctl, void *req, struct ctl_res *res)
 {
 	struct woke *w = ctl->user;
-	json_t *r = res->body ? json_object_get(res->body, "node_rank") : NULL;
-	json_t *m = res->body ? json_object_get(res->body, "member") : NULL;
+	json_t *b = body_json(res);
+	json_t *r = b ? json_object_get(b, "node_rank") : NULL;
+	json_t *m = b ? json_object_get(b, "member") : NULL;
 	const char *ms = json_string_value(json_object_get(m, "state"));
 
 	if (w->n < 64) {
@@ -166,8 +184,8 @@ Test(ctl, death_bumps_generation_and_answers_waiters)
 	memset(&res, 0, sizeof(res));
 	mr__ctl_heartbeat(&ctl, "ns/job", "a", 1, NULL, &res);
 	cr_assert_eq(res.status, 409);
-	cr_expect_eq(json_integer_value(json_object_get(res.body, "generation")), 2);
-	cr_expect_eq(json_integer_value(json_object_get(res.body, "restarts")), 1);
+	cr_expect_eq(json_integer_value(json_object_get(body_json(&res), "generation")), 2);
+	cr_expect_eq(json_integer_value(json_object_get(body_json(&res), "restarts")), 1);
 	mr__res_release(&res);
 	mr__ctl_release(&ctl);
 }
@@ -208,19 +226,19 @@ Test(ctl, kv_cas_add_and_list)
 	cr_assert_eq(res.status, 409, "add on a non-number");
 	memset(&res, 0, sizeof(res));
 	mr__ctl_kv_add(&ctl, job, "n", 5, &res);
-	cr_assert_eq(json_integer_value(json_object_get(res.body, "value")), 5);
+	cr_assert_eq(json_integer_value(json_object_get(body_json(&res), "value")), 5);
 	mr__res_release(&res);
 	memset(&res, 0, sizeof(res));
 	mr__ctl_kv_add(&ctl, job, "n", -7, &res);
-	cr_assert_eq(json_integer_value(json_object_get(res.body, "value")), -2);
+	cr_assert_eq(json_integer_value(json_object_get(body_json(&res), "value")), -2);
 	mr__res_release(&res);
 	memset(&res, 0, sizeof(res));
 	mr__ctl_kv_list(&ctl, job, "", 0, 1, &res);
-	cr_assert_eq(json_array_size(json_object_get(res.body, "keys")), 1);
-	cr_assert_eq(json_integer_value(json_object_get(res.body, "total")), 2);
-	cr_assert_eq(json_integer_value(json_object_get(res.body, "next")), 1);
+	cr_assert_eq(json_array_size(json_object_get(body_json(&res), "keys")), 1);
+	cr_assert_eq(json_integer_value(json_object_get(body_json(&res), "total")), 2);
+	cr_assert_eq(json_integer_value(json_object_get(body_json(&res), "next")), 1);
 	cr_assert_str_eq(json_string_value(json_object_get(
-		json_array_get(json_object_get(res.body, "keys"), 0), "key")), "k");
+		json_array_get(json_object_get(body_json(&res), "keys"), 0), "key")), "k");
 	mr__res_release(&res);
 	mr__ctl_release(&ctl);
 }
@@ -386,7 +404,7 @@ Test(ctl, retried_join_before_the_rank_was_seen_is_idempotent)
 	memset(&res, 0, sizeof(res));
 	mr__ctl_wait(&ctl, "ns/job", "a", 1, 1000, (void *)1, &res);
 	cr_assert_eq(res.status, 200);
-	cr_assert_eq(json_integer_value(json_object_get(res.body, "node_rank")), 0);
+	cr_assert_eq(json_integer_value(json_object_get(body_json(&res), "node_rank")), 0);
 	mr__res_release(&res);
 	join(&ctl, "a", -1, &sp); /* a knew its rank: this is a restarted pod */
 	cr_assert_eq(job->generation, 2);
@@ -414,7 +432,7 @@ static void expect_over(struct ctl *ctl, const char *id, const char *code, const
 	mr__ctl_heartbeat(ctl, "ns/job", id, -1, NULL, &res);
 	cr_assert_eq(res.status, 410, "heartbeat: %d %s", res.status, res.msg);
 	cr_assert_str_eq(res.code, code);
-	r = json_string_value(json_object_get(res.body, "reason"));
+	r = json_string_value(json_object_get(body_json(&res), "reason"));
 	cr_assert(r && strstr(r, reason), "reason '%s' lacks '%s'", r ? r : "", reason);
 	cr_assert(strstr(res.msg, reason), "message '%s' lacks '%s'", res.msg, reason);
 	mr__res_release(&res);
@@ -453,7 +471,7 @@ Test(ctl, permanent_fail_ends_the_job_and_survives_restart)
 	memset(&res, 0, sizeof(res));
 	mr__ctl_fail_job(&ctl, "ns/job", "a", "rank 0 exited with code 2", &res);
 	cr_assert_eq(res.status, 200, "%d %s", res.status, res.msg);
-	cr_assert_str_eq(json_string_value(json_object_get(res.body, "state")), "failed");
+	cr_assert_str_eq(json_string_value(json_object_get(body_json(&res), "state")), "failed");
 	mr__res_release(&res);
 	cr_assert_eq(job->state, CTL_JOB_FAILED);
 	cr_assert_eq(job->generation, 1, "a permanent failure does not bump");
@@ -509,7 +527,7 @@ Test(ctl, completion_of_every_member_succeeds_without_a_bump)
 	memset(&res, 0, sizeof(res));
 	mr__ctl_complete(&ctl, "ns/job", "a", 1, &res);
 	cr_assert_eq(res.status, 200, "%d %s", res.status, res.msg);
-	cr_assert_str_eq(json_string_value(json_object_get(res.body, "state")), "running");
+	cr_assert_str_eq(json_string_value(json_object_get(body_json(&res), "state")), "running");
 	mr__res_release(&res);
 	cr_assert_eq(job->count[CTL_M_DONE], 1);
 	cr_assert_eq(job->generation, 1);
@@ -524,7 +542,7 @@ Test(ctl, completion_of_every_member_succeeds_without_a_bump)
 	memset(&res, 0, sizeof(res));
 	mr__ctl_complete(&ctl, "ns/job", "b", 1, &res);
 	cr_assert_eq(res.status, 200);
-	cr_assert_str_eq(json_string_value(json_object_get(res.body, "state")), "succeeded");
+	cr_assert_str_eq(json_string_value(json_object_get(body_json(&res), "state")), "succeeded");
 	mr__res_release(&res);
 	cr_assert_eq(job->state, CTL_JOB_SUCCEEDED);
 	cr_assert_eq(job->generation, 1, "completion never bumps");
@@ -572,11 +590,11 @@ static struct ctl_member *member_of(struct ctl *ctl, const char *id)
 }
 
 /* The "member" of a 409 (NULL when absent). */
-static json_t *member_in(const struct ctl_res *res)
+static json_t *member_in(struct ctl_res *res)
 {
 	cr_assert_eq(res->status, 409, "%d %s", res->status, res->msg);
 	cr_assert_str_eq(res->code, "stale_generation");
-	return json_object_get(res->body, "member");
+	return json_object_get(body_json(res), "member");
 }
 
 /* m was last heard from ago_ms before now (call oldest first: this also
@@ -614,7 +632,7 @@ static void run_round(struct ctl *ctl, const struct ctl_spec *sp, int n)
 	for (int i = 0; i < n; i++) {
 		wait_now(ctl, ids[i], -1, &res);
 		cr_assert_eq(res.status, 200);
-		cr_assert_eq(json_integer_value(json_object_get(res.body, "node_rank")), i);
+		cr_assert_eq(json_integer_value(json_object_get(body_json(&res), "node_rank")), i);
 		mr__res_release(&res);
 	}
 }
@@ -661,7 +679,7 @@ Test(ctl, a_bump_carries_the_live_members_into_the_next_round)
 	cr_assert_not_null(m, "a carried member's 409 says where it stands");
 	cr_assert_eq(json_integer_value(json_object_get(m, "generation")), 2);
 	cr_assert_str_eq(json_string_value(json_object_get(m, "state")), "waiting");
-	cr_assert_eq(json_integer_value(json_object_get(res.body, "restarts")), 0);
+	cr_assert_eq(json_integer_value(json_object_get(body_json(&res), "restarts")), 0);
 	mr__res_release(&res);
 	/* c's 409 says nothing of it: c joins */
 	memset(&res, 0, sizeof(res));
@@ -701,7 +719,7 @@ Test(ctl, a_bump_carries_the_live_members_into_the_next_round)
 	memset(&res, 0, sizeof(res));
 	mr__ctl_join(&ctl, "ns/job", &(struct ctl_join){ .node_id = "b", .pod_index = 1 }, &res);
 	cr_assert_eq(res.status, 200);
-	cr_assert_eq(json_integer_value(json_object_get(res.body, "node_rank")), 1);
+	cr_assert_eq(json_integer_value(json_object_get(body_json(&res), "node_rank")), 1);
 	mr__res_release(&res);
 	cr_assert_eq(job->generation, 2, "no bump for b's join");
 	/* a KV call of the round naming a confirms a: its join is a restart */

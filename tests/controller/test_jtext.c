@@ -4,8 +4,10 @@
  * writes, mr__jtext_error() the error object the server built before, and
  * mr__jparse_object() either declines a body or builds exactly what
  * json_loadb(JSON_REJECT_DUPLICATES) builds - never taking a body jansson
- * refuses. Bodies come from a list of cases and from random mutations of
- * agent bodies.
+ * refuses; the replies the core writes directly (a rank, a state, a 409's
+ * extra fields with and without "member") are the bytes json_dumps writes
+ * for the objects docs/API.md describes. Bodies come from a list of cases
+ * and from random mutations of agent bodies.
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -75,6 +77,94 @@ Test(jtext, error_bodies_are_what_jansson_built)
 	cr_expect_str_eq(mine, "{\"error\":{\"code\":\"not_found\",\"message\":\"no \\u0001 "
 			       "route\",\"field\":null}}");
 	free(mine);
+}
+
+/* text (len bytes) is what json_dumps writes for ref (stolen). */
+static void is_dump_of(char *text, size_t len, json_t *ref)
+{
+	char *want = json_dumps(ref, JSON_COMPACT | JSON_ENCODE_ANY);
+
+	cr_assert_not_null(text);
+	cr_assert_not_null(want);
+	cr_expect_str_eq(text, want);
+	cr_expect_eq(len, strlen(want));
+	free(want);
+	free(text);
+	json_decref(ref);
+}
+
+static json_t *rank_ref(const struct ctl_job *job, const struct ctl_member *m)
+{
+	return json_pack("{ss sI si si si si sI si s{si si si si si}}", "state", "running",
+			 "generation", (json_int_t)job->generation, "num_nodes", job->num_nodes,
+			 "node_rank", m->node_rank, "nproc_per_node", job->spec.nproc_per_node,
+			 "world_size", job->world_size, "rank_base",
+			 (json_int_t)m->node_rank * job->spec.nproc_per_node, "restarts",
+			 job->restarts, "mesh", "tp", job->spec.tp, "pp", job->spec.pp, "cp",
+			 job->spec.cp, "ep", job->spec.ep, "dp", job->dp);
+}
+
+Test(jtext, direct_replies_are_what_json_dumps_writes)
+{
+	struct ctl_job job;
+	struct ctl_member m;
+	size_t len = 0;
+	char *t;
+
+	memset(&job, 0, sizeof(job));
+	memset(&m, 0, sizeof(m));
+	job.spec = (struct ctl_spec){ .min_nodes = 2, .max_nodes = 100000, .nproc_per_node = 8,
+				      .tp = 8, .pp = 4, .cp = 2, .ep = 2, .dp = 0 };
+	job.generation = 12345678901ULL;
+	job.restarts = 7;
+	job.state = CTL_JOB_RUNNING;
+	job.num_nodes = 99999;
+	job.world_size = 799992;
+	job.dp = 12499;
+	m.node_rank = 4321;
+	m.state = CTL_M_RUNNING;
+	t = mr__jtext_round(&job, &m, &len);
+	is_dump_of(t, len, rank_ref(&job, &m));
+	t = mr__jtext_state(&job, "waiting", &len);
+	is_dump_of(t, len, json_pack("{sI ss}", "generation", (json_int_t)job.generation, "state",
+				     "waiting"));
+	/* a 409's extra fields, as an object */
+	t = mr__jtext_stale(&job, NULL, &len);
+	cr_assert_not_null(t);
+	cr_expect_str_eq(t, "\"generation\":12345678901,\"restarts\":7");
+	free(t);
+	t = mr__jtext_stale(&job, &m, &len);
+	{
+		size_t n = len + 2;
+		char *o = malloc(n + 1);
+		json_t *ref = json_pack("{sI si so}", "generation", (json_int_t)job.generation,
+					"restarts", job.restarts, "member", rank_ref(&job, &m));
+
+		snprintf(o, n + 1, "{%s}", t);
+		free(t);
+		is_dump_of(o, n, ref);
+	}
+	m.state = CTL_M_WAITING;
+	job.state = CTL_JOB_FORMING;
+	t = mr__jtext_stale(&job, &m, &len);
+	cr_expect_str_eq(t, "\"generation\":12345678901,\"restarts\":7,\"member\":"
+			    "{\"generation\":12345678901,\"state\":\"waiting\"}");
+	free(t);
+	/* and inside an error reply */
+	{
+		struct ctl_res res;
+		char *e;
+
+		memset(&res, 0, sizeof(res));
+		mr__res_stale(&res, &job);
+		e = mr__jtext_error(&res, &len);
+		cr_expect_str_eq(e, "{\"error\":{\"code\":\"stale_generation\",\"message\":"
+				    "\"generation is stale, the current one is 12345678901\","
+				    "\"field\":\"generation\"},\"generation\":12345678901,"
+				    "\"restarts\":7}");
+		free(e);
+		mr__res_release(&res);
+	}
 }
 
 /* mr__jparse_object(text) is NULL, or equal to jansson's parse; and never
