@@ -148,6 +148,8 @@ struct ctl_member {
 	int32_t node_rank;            /* -1 until the round closes */
 	uint8_t state;                /* enum ctl_member_state */
 	uint8_t confirmed;            /* running, and told so (wait/heartbeat) */
+	uint8_t heard;                /* last_seen is a call of it, not the grace
+				       * every member gets at a controller start */
 	int64_t last_seen_ms;
 	struct ctl_member *lru_prev, *lru_next; /* ordered by last_seen */
 	struct ctl_waiter *waiter;              /* suspended wait, or NULL */
@@ -350,7 +352,8 @@ json_t *mr__ctl_member_json(const struct ctl_member *m);
 void mr__ctl_set_state(struct ctl *ctl, struct ctl_job *job, struct ctl_member *m, int st);
 /* Starts/stops the last-call window from the number of waiting members. */
 void mr__ctl_update_min(struct ctl *ctl, struct ctl_job *job);
-/* last_seen = now, moved to the tail of the job's expiry list. */
+/* last_seen = now (heard from), moved to the tail of the job's expiry
+ * list. */
 void mr__ctl_member_touch(struct ctl *ctl, struct ctl_job *job, struct ctl_member *m);
 const char *mr__ctl_member_state_name(int st);
 const char *mr__ctl_job_state_name(int st);

@@ -235,6 +235,7 @@ static void lru_append(struct ctl_job *job, struct ctl_member *m)
 void mr__ctl_member_touch(struct ctl *ctl, struct ctl_job *job, struct ctl_member *m)
 {
 	m->last_seen_ms = ctl->now_ms;
+	m->heard = 1;
 	if (job->lru_tail != m) {
 		lru_unlink(job, m);
 		lru_append(job, m);

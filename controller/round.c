@@ -124,10 +124,13 @@ void mr__ctl_apply_close(struct ctl *ctl, struct ctl_job *job, int32_t n)
 /* A member the controller may carry into the next round: parked in a
  * wait, or heard from within half the heartbeat timeout (an agent beats
  * every quarter of it by default; a member that missed two beats - as one
- * that died with the lost one does - joins again if it is alive). */
+ * that died with the lost one does - joins again if it is alive). Not
+ * heard from since the controller started: its last_seen is the start's
+ * grace, no sign of life. */
 static int live(const struct ctl *ctl, const struct ctl_job *job, const struct ctl_member *m)
 {
-	return m->waiter || ctl->now_ms - m->last_seen_ms <= job->spec.heartbeat_timeout_ms / 2;
+	return m->waiter ||
+	       (m->heard && ctl->now_ms - m->last_seen_ms <= job->spec.heartbeat_timeout_ms / 2);
 }
 
 /* Every parked call of the job gets 409 with the new generation; one whose
@@ -229,9 +232,12 @@ void mr__ctl_apply_end(struct ctl *ctl, struct ctl_job *job, int state, const ch
 		       (unsigned long long)job->generation, mr_log_q(job->reason ? job->reason : ""));
 }
 
-/* why: what ended the generation (also the reason if the job fails). */
+/* why: what ended the generation (also the reason if the job fails);
+ * carry: the live members go on in the next round (not after a failure
+ * report: a worker fails most often because a peer was lost, and that peer
+ * may not look lost yet - everybody joins again instead). */
 static void bump(struct ctl *ctl, struct ctl_job *job, int failure, const char *why,
-		 const char *node_id)
+		 const char *node_id, int carry)
 {
 	int32_t restarts = job->restarts + (failure ? 1 : 0);
 	int failed = restarts > job->spec.max_restarts;
@@ -241,7 +247,7 @@ static void bump(struct ctl *ctl, struct ctl_job *job, int failure, const char *
 		 job->spec.max_restarts, why, node_id);
 	ctl->stats.bumps++;
 	mr__ctl_apply_bump(ctl, job, job->generation + 1, restarts, failed,
-			   failed ? reason : NULL, 1);
+			   failed ? reason : NULL, carry);
 	mr_log(failed ? MR_LOG_WARN : MR_LOG_INFO, failed ? "job_failed" : "generation_bumped",
 	       "job=%s gen=%llu reason=%s node=%s restarts=%d carried=%u", mr_log_q(job->name),
 	       (unsigned long long)job->generation, why, mr_log_q(node_id), restarts,
@@ -343,11 +349,11 @@ void mr__ctl_join(struct ctl *ctl, const char *name, const struct ctl_join *j,
 						  "node_rank", m->node_rank));
 			return;
 		} else if (m && m->state == CTL_M_RUNNING) {
-			bump(ctl, job, 1, "rejoin", j->node_id); /* the pod restarted */
+			bump(ctl, job, 1, "rejoin", j->node_id, 1); /* the pod restarted */
 		} else if (m && m->state == CTL_M_STANDBY) {
 			st = CTL_M_STANDBY;
 		} else if (job->count[CTL_M_RUNNING] < (uint32_t)job->spec.max_nodes) {
-			bump(ctl, job, 0, "scale_up", j->node_id);
+			bump(ctl, job, 0, "scale_up", j->node_id, 1);
 		} else {
 			st = CTL_M_STANDBY;
 		}
@@ -454,7 +460,7 @@ void mr__ctl_leave(struct ctl *ctl, const char *name, const char *node_id, int64
 	if (m->state == CTL_M_RUNNING && job->state == CTL_JOB_RUNNING) {
 		if (!failure)
 			mr__ctl_apply_member_delete(ctl, job, m);
-		bump(ctl, job, failure, failure ? "fail" : "leave", node_id);
+		bump(ctl, job, failure, failure ? "fail" : "leave", node_id, !failure);
 	} else {
 		mr__ctl_apply_member_delete(ctl, job, m);
 	}
@@ -535,7 +541,7 @@ static void expire_members(struct ctl *ctl, struct ctl_job *job)
 			snprintf(id, sizeof(id), "%s", m->node_id);
 			ctl->stats.dead++;
 			mr__ctl_apply_member_delete(ctl, job, m);
-			bump(ctl, job, 1, "heartbeat_timeout", id);
+			bump(ctl, job, 1, "heartbeat_timeout", id, 1);
 		} else {
 			mr_log_info("member_expired", "job=%s node=%s state=%s",
 				    mr_log_q(job->name), mr_log_q(m->node_id),
@@ -578,6 +584,7 @@ void mr__ctl_touch_all(struct ctl *ctl)
 		 * every running member as confirmed, so a rejoin means a restart */
 		for (struct ctl_member *m = job->lru_head; m; m = m->lru_next) {
 			m->last_seen_ms = ctl->now_ms;
+			m->heard = 0; /* a grace, not a sign of life */
 			m->confirmed = m->state == CTL_M_RUNNING;
 		}
 		job->min_reached_ms = 0;
