@@ -33,7 +33,8 @@ struct mr__http_target {
 struct mr_http_req {
 	struct mr_httpd *srv;
 	struct MHD_Connection *conn;
-	char *raw;          /* the request target as sent (path and query) */
+	char *raw;          /* the request target as sent (path and query), in
+			     * this record's allocation */
 	const char *url;    /* decoded path (tgt.path once parsed, else raw) */
 	const char *method; /* libmicrohttpd's, valid for the request */
 	struct mr__http_target tgt;

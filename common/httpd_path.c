@@ -179,8 +179,8 @@ void mr__http_target_release(struct mr__http_target *t)
 
 int mr__http_query_check(const char *q, size_t len, struct mr_errbuf *eb)
 {
-	char key[SHOW + 4], s[SHOW + 4], bad[16];
-	char *tmp = malloc(len + 1);
+	char key[SHOW + 4], s[SHOW + 4], bad[16], small[512];
+	char *tmp = len < sizeof(small) ? small : malloc(len + 1); /* most are short */
 	const char *why = NULL;
 	size_t i = 0, at = 0;
 	int rc = 0;
@@ -211,6 +211,7 @@ int mr__http_query_check(const char *q, size_t len, struct mr_errbuf *eb)
 		}
 		i = end + 1;
 	}
-	free(tmp);
+	if (tmp != small)
+		free(tmp);
 	return rc;
 }

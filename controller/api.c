@@ -12,6 +12,7 @@
  * (server.c).
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -209,7 +210,7 @@ static void ops_route(struct call *k)
 
 void mr__ctl_handle(struct mr_http_req *req, void *user)
 {
-	struct call *k = calloc(1, sizeof(*k));
+	struct call kc, *k = &kc; /* per request: on the stack */
 	struct mr_controller *c = user;
 	enum mr_http_method m = mr_http_req_method(req);
 	const char *allow = NULL;
@@ -220,10 +221,9 @@ void mr__ctl_handle(struct mr_http_req *req, void *user)
 	 * one's reply is in no list yet, so nothing resumes the connection
 	 * being served) */
 	mr__ctl_pump(c);
-	if (!k) {
-		mr_http_reply_error(req, 503, "out_of_memory", NULL, NULL, "out of memory");
-		return;
-	}
+	memset(k, 0, offsetof(struct call, job)); /* the buffers are written before read */
+	k->job[0] = k->key[0] = '\0';
+	memset(&k->path, 0, sizeof(*k) - offsetof(struct call, path));
 	k->c = c;
 	k->req = req;
 	k->t0 = t0;
@@ -282,5 +282,4 @@ void mr__ctl_handle(struct mr_http_req *req, void *user)
 	} else {
 		mr__ctl_send(c, req, k->route, t0, &k->res);
 	}
-	free(k);
 }

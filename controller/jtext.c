@@ -33,7 +33,7 @@ static void jt_need(struct jt *t, size_t n)
 
 	if (t->bad || t->len + n < t->cap)
 		return;
-	cap = t->cap ? t->cap : 256;
+	cap = t->cap ? t->cap : 512; /* an error or a rank reply fits at once */
 	while (t->len + n >= cap)
 		cap *= 2;
 	np = realloc(t->p, cap);

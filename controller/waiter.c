@@ -78,9 +78,10 @@ struct ctl_waiter *mr__ctl_waiter_add(struct ctl *ctl, struct ctl_job *job, void
 		ctl->heap = nh;
 		ctl->heap_cap = ncap;
 	}
-	w = calloc(1, sizeof(*w));
+	w = malloc(sizeof(*w)); /* not calloc: glibc's skips the thread cache */
 	if (!w)
 		return NULL;
+	memset(w, 0, sizeof(*w));
 	w->req = req;
 	w->job = job;
 	w->kind = (uint8_t)kind;
