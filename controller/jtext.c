@@ -20,11 +20,18 @@
 
 #define JT_DEPTH 64 /* deeper values (none in a reply) go to json_dumps */
 
+/* Written into the stack buffer first (a reply of the core fits), then
+ * into the heap as it grows; jt_end() hands out exactly the bytes written,
+ * so a reply that waits for the journal or for its send holds no slack
+ * (10,000 of them wait at once when a round closes). */
 struct jt {
 	char *p;
 	size_t len, cap;
 	int bad; /* out of memory, or a value this writer leaves to jansson */
+	char small[512];
 };
+
+#define JT_INIT(t) ((t)->p = (t)->small, (t)->len = 0, (t)->cap = sizeof((t)->small), (t)->bad = 0)
 
 static void jt_need(struct jt *t, size_t n)
 {
@@ -33,14 +40,16 @@ static void jt_need(struct jt *t, size_t n)
 
 	if (t->bad || t->len + n < t->cap)
 		return;
-	cap = t->cap ? t->cap : 512; /* an error or a rank reply fits at once */
+	cap = t->cap * 2;
 	while (t->len + n >= cap)
 		cap *= 2;
-	np = realloc(t->p, cap);
+	np = t->p == t->small ? malloc(cap) : realloc(t->p, cap);
 	if (!np) {
 		t->bad = 1;
 		return;
 	}
+	if (t->p == t->small)
+		memcpy(np, t->small, t->len);
 	t->p = np;
 	t->cap = cap;
 }
@@ -203,24 +212,35 @@ static void jt_cstr(struct jt *t, const char *s)
 		jt_str(t, s, n);
 }
 
-/* Ends t: its text (NUL-terminated, *len bytes), or NULL. */
+/* Ends t: its text (malloc'd, exactly len + 1 bytes, NUL-terminated, *len
+ * bytes), or NULL. */
 static char *jt_end(struct jt *t, size_t *len)
 {
+	char *out;
+
 	jt_need(t, 1);
 	if (t->bad) {
-		free(t->p);
+		if (t->p != t->small)
+			free(t->p);
 		return NULL;
 	}
 	t->p[t->len] = '\0';
+	if (t->p != t->small) {
+		out = realloc(t->p, t->len + 1); /* shrinks in place */
+		out = out ? out : t->p;
+	} else if ((out = malloc(t->len + 1)) != NULL) {
+		memcpy(out, t->small, t->len + 1);
+	}
 	*len = t->len;
-	return t->p;
+	return out;
 }
 
 char *mr__jtext(const json_t *v, size_t *len)
 {
-	struct jt t = { 0 };
+	struct jt t;
 	char *s;
 
+	JT_INIT(&t);
 	if (!v)
 		return NULL;
 	jt_value(&t, v, 0);
@@ -275,24 +295,27 @@ static void jt_round(struct jt *t, const struct ctl_job *job, const struct ctl_m
 
 char *mr__jtext_round(const struct ctl_job *job, const struct ctl_member *m, size_t *len)
 {
-	struct jt t = { 0 };
+	struct jt t;
 
+	JT_INIT(&t);
 	jt_round(&t, job, m);
 	return jt_end(&t, len);
 }
 
 char *mr__jtext_state(const struct ctl_job *job, const char *state, size_t *len)
 {
-	struct jt t = { 0 };
+	struct jt t;
 
+	JT_INIT(&t);
 	jt_state(&t, job, state);
 	return jt_end(&t, len);
 }
 
 char *mr__jtext_stale(const struct ctl_job *job, const struct ctl_member *m, size_t *len)
 {
-	struct jt t = { 0 };
+	struct jt t;
 
+	JT_INIT(&t);
 	JT_LIT(&t, "\"generation\":");
 	jt_int(&t, (json_int_t)job->generation);
 	JT_LIT(&t, ",\"restarts\":");
@@ -309,9 +332,10 @@ char *mr__jtext_stale(const struct ctl_job *job, const struct ctl_member *m, siz
 
 char *mr__jtext_error(const struct ctl_res *res, size_t *len)
 {
-	struct jt t = { 0 };
+	struct jt t;
 	char *s;
 
+	JT_INIT(&t);
 	jt_put(&t, "{\"error\":{\"code\":", 17);
 	jt_cstr(&t, res->code);
 	jt_put(&t, ",\"message\":", 11);
