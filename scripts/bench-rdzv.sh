@@ -14,6 +14,9 @@
 #                                                  "" skips the scenario)
 #   RDZV_RECOVER_BY=leave scripts/bench-rdzv.sh build  (the victim leaves instead
 #                                                  of going silent: a deleted pod)
+#   RDZV_RECOVER_REJOIN=1 scripts/bench-rdzv.sh build  (survivors join again after
+#                                                  the 409, as agents did before the
+#                                                  controller carried them)
 #
 # Targets (2-core machine): 10,000 agents in <= 3 s; 100,000 in <= 30 s;
 # controller RSS <= 50 MiB + 4 KiB/member while all wait and <= 50 MiB +
@@ -38,6 +41,12 @@ ctl="$build/meshrun-controller"
 ns=${RDZV_NS:-"1000 10000 100000"}
 rns=${RDZV_RECOVER_NS-"100000"}
 recover_by=${RDZV_RECOVER_BY:-timeout}
+recover_args=()
+rsuffix=""
+if [ "${RDZV_RECOVER_REJOIN:-0}" = 1 ]; then
+	recover_args=(--rejoin)
+	rsuffix="-rejoin"
+fi
 read -r -a ctl_args <<<"${RDZV_CTL_ARGS:-}"
 bench_args=()
 suffix=""
@@ -117,10 +126,10 @@ done
 # recovery: N members run, one dies (heartbeat timeout) or leaves, until
 # every survivor holds its rank in the new generation
 for n in $rns; do
-	log="$build/bench/rdzv-recover-$n-$recover_by.log"
-	echo "bench-rdzv: recovery N=$n ($recover_by)"
+	log="$build/bench/rdzv-recover-$n-$recover_by$rsuffix.log"
+	echo "bench-rdzv: recovery N=$n ($recover_by${rsuffix:+, survivors rejoin})"
 	if ! "$bench" --controller-bin "$ctl" --n "$n" --recover "$recover_by" --timeout 300 \
-		-- "${ctl_args[@]}" >"$log" 2>&1; then
+		"${recover_args[@]}" -- "${ctl_args[@]}" >"$log" 2>&1; then
 		cat "$log"
 		echo "bench-rdzv: FAIL recovery N=$n (correctness or run failure, log: $log)"
 		fails=$((fails + 1))
@@ -131,7 +140,7 @@ for n in $rns; do
 	apc=$(value agents_per_connection "$log")
 	note=""
 	le "$apc" 1 || note=" [$apc agents per connection: fd limit]"
-	[ "$n" = 100000 ] && { le "$s" 5; check "N=100000 recovery ($recover_by) in ${s} s <= 5 s$note" $?; }
+	[ "$n" = 100000 ] && { le "$s" 5; check "N=100000 recovery ($recover_by${rsuffix:+, rejoin}) in ${s} s <= 5 s$note" $?; }
 done
 if [ -n "$s10k" ] && [ -n "$s100k" ]; then
 	r=$(awk -v a="$s100k" -v b="$s10k" 'BEGIN { printf "%.2f", a / b }')
