@@ -129,7 +129,7 @@ struct mr__chan {
 	struct mr__wire_hdr hdr;
 	size_t hdr_got;
 	struct mr__xfer *cur;
-	long cur_idx;              /* cur as an index while the batch may move */
+	long cur_idx;              /* grow_batch: cur as an index while the batch moves */
 	struct mr__stash *cur_stash;
 	size_t stash_got;
 	struct mr__stash *stash, **stash_tail;

@@ -46,6 +46,29 @@ static void finish(struct mr__hcomm *h, struct mr__hreq *r, int rc)
 	mark_broken(h, rc);
 }
 
+/*
+ * Doubles the batch array. A receive being filled is known to its channel
+ * by address (ch->cur): where the array moves, the channel follows it. A
+ * batch a waiter left running (h->bxs) can hold one, so this matters each
+ * time that batch takes more requests.
+ */
+static int grow_batch(struct mr__hcomm *h, struct mr__xfer **xs, int *cap)
+{
+	int nc = *cap * 2;
+	struct mr__xfer *g;
+
+	for (int i = 0; i < h->n; i++)
+		h->ch[i].cur_idx = h->ch[i].cur ? (long)(h->ch[i].cur - *xs) : -1;
+	if (!(g = realloc(*xs, sizeof(**xs) * (size_t)nc)))
+		return MR_ENOMEM;
+	for (int i = 0; i < h->n; i++)
+		if (h->ch[i].cur_idx >= 0)
+			h->ch[i].cur = g + h->ch[i].cur_idx;
+	*xs = g;
+	*cap = nc;
+	return 0;
+}
+
 /* Appends p2p requests waiting at the head of the queue to the batch. */
 static int take_p2p(struct mr__hcomm *h, struct mr__xfer **xs, int nx, int *cap)
 {
@@ -55,15 +78,8 @@ static int take_p2p(struct mr__hcomm *h, struct mr__xfer **xs, int nx, int *cap)
 		const struct mr__comm_op *op = r->op;
 		size_t esz = mr_comm_dtype_size(op->dtype);
 
-		if (nx == *cap) {
-			int nc = *cap * 2;
-			struct mr__xfer *g = realloc(*xs, sizeof(**xs) * (size_t)nc);
-
-			if (!g)
-				break;
-			*xs = g;
-			*cap = nc;
-		}
+		if (nx == *cap && grow_batch(h, xs, cap) < 0)
+			break;
 		h->qhead = r->next;
 		if (!h->qhead)
 			h->qtail = NULL;

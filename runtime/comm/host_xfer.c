@@ -465,12 +465,8 @@ static int hx_loop(struct mr__hcomm *h, struct mr__xfer **xsp, int *nxp, int *ca
 		if (refill) {
 			int n2;
 
-			/* refill may move the array: keep in-progress receives by index */
-			for (int i = 0; i < h->n; i++)
-				h->ch[i].cur_idx = h->ch[i].cur ? (long)(h->ch[i].cur - xs) : -1;
+			/* refill may move the array; the channels follow it */
 			n2 = refill(h, xsp, nx, cap);
-			for (int i = 0; i < h->n; i++)
-				h->ch[i].cur = h->ch[i].cur_idx >= 0 ? *xsp + h->ch[i].cur_idx : NULL;
 			if (n2 < 0)
 				return n2;
 			*nxp = n2;

@@ -616,6 +616,61 @@ Test(comm, kick_returns_with_receives_pending, .timeout = 60)
 	cr_assert_eq(run_threads(2, HOSTS_DISTINCT, kick_send, NULL), 0);
 }
 
+/* A batch left running with a receive half filled (mr_comm_kick yields
+ * after one pass; with a 4 KiB ring 32 KiB arrive in pieces) takes more
+ * receives than its array holds: the array moves, and the half-filled
+ * receive must be finished where it now is. A small receive queued first
+ * does not wake the progress thread, so the kick runs the batch; the
+ * progress thread may still resume it before the other receives are
+ * queued (then they join it one by one): ROUNDS tries. */
+#define HALF_N ((size_t)8 << 10)
+#define SMALL_K 16
+#define ROUNDS 50
+
+static int moved_batch(struct mr_comm *c, void *arg)
+{
+	int me = mr_comm_rank(c), rc = 0, small[SMALL_K];
+	int32_t half[HALF_N];
+	struct mr_comm_req *rq[1 + SMALL_K];
+
+	(void)arg;
+	for (int round = 0; round < ROUNDS && rc == 0; round++) {
+		for (size_t i = 0; i < HALF_N; i++)
+			half[i] = me == 1 ? (int32_t)(i * 7 + (size_t)round) : -1;
+		for (int k = 0; k < SMALL_K; k++)
+			small[k] = me == 1 ? round * 100 + k : -1;
+		if (me == 1) {
+			rc = mr_comm_isend(c, half, HALF_N, MR_COMM_I32, 0, 1, &rq[0]);
+			for (int k = 0; k < SMALL_K && rc == 0; k++)
+				rc = mr_comm_isend(c, &small[k], 1, MR_COMM_I32, 0, 10 + k,
+						   &rq[1 + k]);
+		} else {
+			rc = mr_comm_irecv(c, half, HALF_N, MR_COMM_I32, 1, 1, &rq[0]);
+			usleep(5000); /* the sender filled the ring */
+			mr_comm_kick(c);
+			for (int k = 0; k < SMALL_K && rc == 0; k++)
+				rc = mr_comm_irecv(c, &small[k], 1, MR_COMM_I32, 1, 10 + k,
+						   &rq[1 + k]);
+		}
+		for (int k = 0; k < 1 + SMALL_K && rc == 0; k++)
+			rc = mr_comm_wait(rq[k]);
+		for (size_t i = 0; me == 0 && rc == 0 && i < HALF_N; i++)
+			if (half[i] != (int32_t)(i * 7 + (size_t)round))
+				rc = -1010;
+		for (int k = 0; me == 0 && rc == 0 && k < SMALL_K; k++)
+			if (small[k] != round * 100 + k)
+				rc = -1011;
+	}
+	return rc;
+}
+
+Test(comm, half_filled_receive_follows_a_moved_batch, .timeout = 120)
+{
+	setenv("MR_COMM_SHM_RING", "4096", 1);
+	setenv("MR_COMM_CMA", "0", 1);
+	cr_assert_eq(run_threads(2, HOSTS_SAME, moved_batch, NULL), 0);
+}
+
 Test(comm, host_p2p_out_of_order_groups_no_op, .timeout = 60)
 {
 	cr_assert_eq(run_threads(2, HOSTS_SAME, host_groups, NULL), 0);
