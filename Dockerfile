@@ -58,6 +58,8 @@ RUN apt-get update \
       --no-create-home --shell /usr/sbin/nologin meshrun \
  && install -d -o 65532 -g 65532 -m 0750 /var/lib/meshrun
 COPY --from=build /out/usr/local/bin/meshrun /out/usr/local/bin/meshrun-agent /out/usr/local/bin/meshrun-controller /usr/local/bin/
+# the CUDA side (kernels, cuBLAS, NCCL), loaded by a process that opens a GPU
+COPY --from=build /out/usr/local/lib/meshrun/meshrun-cuda.so /usr/local/lib/meshrun/
 LABEL org.opencontainers.image.title="meshrun" \
       org.opencontainers.image.description="Kubernetes-native distributed-training job daemon: controller, agent, CLI (CUDA, NCCL)" \
       org.opencontainers.image.version="${VERSION}" \

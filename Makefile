@@ -40,6 +40,8 @@ CFLAGS     := -O1 -g -std=c11 -Wall -Wextra -Werror -pthread -MMD -MP \
               -fsanitize=address,undefined -fno-omit-frame-pointer \
               -fno-sanitize-recover=undefined
 LDFLAGS    += -fsanitize=address,undefined
+# tests run a shorter matrix under the sanitizers (tests/parity, test_chaos)
+CPPFLAGS   += -DMR_SANITIZED
 endif
 ifeq ($(FUZZ),1)
 CC         := clang
@@ -63,21 +65,17 @@ common_src     := $(wildcard common/*.c)
 controller_src := $(filter-out controller/main.c,$(wildcard controller/*.c))
 agent_src      := $(filter-out agent/main.c,$(wildcard agent/*.c))
 runtime_src    := $(shell find runtime -name '*.c' 2>/dev/null | sort)
-# NCCL comm backend: only with CUDA + nccl.h (runtime/comm/nccl.c)
-ifeq ($(CUDA_ON)$(if $(HAVE_NCCL),1,),11)
-CPPFLAGS       += -DMR_HAVE_NCCL
-LDLIBS         += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcudart
-$(BUILD)/obj/runtime/comm/nccl.o: CPPFLAGS += -I$(CUDA_HOME)/include
-else
-runtime_src    := $(filter-out runtime/comm/nccl.c,$(runtime_src))
-endif
-# the cuda device backend (runtime/device/cuda.c): only with CUDA
-ifneq ($(CUDA_ON),1)
-runtime_src    := $(filter-out runtime/device/cuda.c,$(runtime_src))
-endif
+# The CUDA side - the cuda device, its table and the NCCL communicator -
+# is not in libmeshrun.a: it is meshrun-cuda.so (below), loaded on first use
+# (runtime/device/cuda_entry.h), or linked in by the emulation and GPU tests.
+plugin_c       := runtime/device/cuda.c runtime/device/cuda_entry.c \
+                  $(if $(HAVE_NCCL),runtime/comm/nccl.c,)
+runtime_src    := $(filter-out runtime/device/cuda.c runtime/device/cuda_entry.c \
+                  runtime/comm/nccl.c,$(runtime_src))
 cli_src        := $(filter-out cli/main.c,$(wildcard cli/*.c))
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+comma := ,
 
 LIBS := $(BUILD)/libmrcli.a $(BUILD)/libmragent.a $(BUILD)/libmrcontroller.a \
         $(BUILD)/libmeshrun.a $(BUILD)/libmrcommon.a
@@ -121,25 +119,46 @@ endif
 $(BUILD)/obj/%.cu.o: %.cu | deps
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_ARCH) $(NVCCFLAGS) -std=c++17 -Icommon -Iruntime \
-		-Xcompiler -Wall,-Wextra -Werror all-warnings -MMD -MP -c -o $@ $<
+		-Xcompiler -Wall,-Wextra,-fPIC -Werror all-warnings -MMD -MP -c -o $@ $<
 
 $(CUDA_LIB): $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(cuda_src))
 
-# With CUDA the runtime's cuda device (runtime/device/cuda.c) links the
-# kernels; they call back into libmrcommon (errors), so the CUDA library
-# sits between them.
+# meshrun-cuda.so: the kernels, the cuda device, its table and NCCL, with
+# cuBLAS(Lt), cudart and NCCL; position-independent objects under obj/pic.
+# Its references to the core (errors, log, ledger, MoE helpers) resolve
+# against the program that loads it: every program is linked with
+# -rdynamic and keeps the core symbols the plugin names (plugin_needs;
+# the plugin's link fails naming any it names that the list lacks).
+CUDA_PLUGIN  := $(BUILD)/meshrun-cuda.so
+plugin_obj   := $(patsubst %.c,$(BUILD)/obj/pic/%.o,$(plugin_c))
+plugin_needs := mr__log mr__log_level mr__now_ms mr__op_free mr_comm_dtype_size \
+                mr_dev_peak_flops mr_errf mr_log_q mr_mem_count mr_mem_uncount mr_moe_aux \
+                mr_moe_ws_bind
 ifeq ($(CUDA_ON),1)
 CPPFLAGS   += -DMR_HAVE_CUDA
-LIBS       := $(BUILD)/libmrcli.a $(BUILD)/libmragent.a $(BUILD)/libmrcontroller.a \
-              $(BUILD)/libmeshrun.a $(CUDA_LIB) $(BUILD)/libmrcommon.a
-LDLIBS     += $(CUDA_LDLIBS)
+LDFLAGS    += -rdynamic $(patsubst %,-Wl$(comma)--undefined=%,$(plugin_needs))
 endif
 
-$(BUILD)/tests/gpu/%: CPPFLAGS += -I$(CUDA_HOME)/include
-$(BUILD)/tests/gpu/%: tests/gpu/%.c $(CUDA_LIB) $(call obj,$(test_helpers)) $(LIBS)
+$(BUILD)/obj/pic/%.o: %.c | deps
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) -Itests/support $(CFLAGS) $(LDFLAGS) -o $@ $< \
-		$(call obj,$(test_helpers)) $(CUDA_LIB) $(LIBS) -lcriterion $(LDLIBS) $(CUDA_LDLIBS)
+	$(CC) $(CPPFLAGS) -I$(CUDA_HOME)/include $(if $(HAVE_NCCL),-DMR_HAVE_NCCL,) $(CFLAGS) \
+		-fPIC -c -o $@ $<
+
+$(CUDA_PLUGIN): $(plugin_obj) $(CUDA_LIB)
+	$(CC) -shared $(CFLAGS) -o $@ -Wl,--whole-archive $(CUDA_LIB) -Wl,--no-whole-archive \
+		$(plugin_obj) $(CUDA_LDLIBS) $(if $(HAVE_NCCL),-lnccl,)
+	@for s in $$(nm -u --format=posix $@ | awk '$$1 ~ /^mr_|^mr__/ {print $$1}'); do \
+		case " $(plugin_needs) " in *" $$s "*) ;; \
+		*) echo "$@ names $$s: add it to plugin_needs in the Makefile" >&2; \
+		   rm -f $@; exit 1;; esac; done
+
+# the GPU tests link the CUDA side in (they call the kernels directly)
+$(BUILD)/tests/gpu/%: CPPFLAGS += -I$(CUDA_HOME)/include
+$(BUILD)/tests/gpu/%: tests/gpu/%.c $(CUDA_LIB) $(plugin_obj) $(call obj,$(test_helpers)) $(LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -Itests/support $(CFLAGS) $(LDFLAGS) -o $@ $< $(plugin_obj) \
+		$(call obj,$(test_helpers)) $(CUDA_LIB) $(LIBS) -lcriterion $(LDLIBS) $(CUDA_LDLIBS) \
+		$(if $(HAVE_NCCL),-lnccl,)
 
 # The device layer's cuda backend (runtime/device/cuda.c) is host C over
 # mr_cuda.h, and tests/gpu/cuda_emul.c implements mr_cuda.h with the CPU
@@ -156,29 +175,33 @@ emul_dev_tests := $(BUILD)/tests/gpu-emul/test_device_cuda $(BUILD)/tests/gpu-em
 test_bins  += $(emul_dev_tests)
 
 $(emul_dev_tests): $(BUILD)/tests/gpu-emul/%: tests/gpu/%.c tests/gpu/cuda_emul.c \
-		runtime/device/cuda.c tests/gpu/gpu_harness.h $(call obj,$(test_helpers)) $(LIBS)
+		runtime/device/cuda.c runtime/device/cuda_entry.c tests/gpu/gpu_harness.h \
+		$(call obj,$(test_helpers)) $(LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -DMR_CUDA_EMUL -Itests/support $(CFLAGS) $(LDFLAGS) -o $@ $< \
-		tests/gpu/cuda_emul.c runtime/device/cuda.c $(call obj,$(test_helpers)) $(LIBS) \
+		tests/gpu/cuda_emul.c runtime/device/cuda.c runtime/device/cuda_entry.c \
+		$(call obj,$(test_helpers)) $(LIBS) \
 		-lcriterion $(LDLIBS)
 
 test_bins  += $(BUILD)/tests/gpu-emul/test_reference
 $(BUILD)/tests/gpu-emul/test_reference: tests/runtime/test_reference.c tests/gpu/cuda_emul.c \
-		runtime/device/cuda.c $(call obj,$(test_helpers)) $(LIBS)
+		runtime/device/cuda.c runtime/device/cuda_entry.c $(call obj,$(test_helpers)) $(LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -DREF_CUDA_EMUL -Itests/support $(CFLAGS) $(LDFLAGS) -o $@ $< \
-		tests/gpu/cuda_emul.c runtime/device/cuda.c $(call obj,$(test_helpers)) $(LIBS) \
+		tests/gpu/cuda_emul.c runtime/device/cuda.c runtime/device/cuda_entry.c \
+		$(call obj,$(test_helpers)) $(LIBS) \
 		-lcriterion $(LDLIBS)
 
 # The whole stack on the emulated device: meshrun, meshrun-agent and
 # meshrun-controller under $(BUILD)/emul, linked with tests/gpu/cuda_emul.c
 # instead of the CUDA kernels, so `meshrun local` jobs with "device":
 # "cuda" run on any machine (the parity matrix on the emulated device,
-# tests/gpu-emul/test_parity_*). device.c is rebuilt with MR_HAVE_CUDA so
-# it opens the cuda backend in every build, sanitizers included.
+# tests/gpu-emul/test_parity_*). The emulated CUDA side's table
+# (cuda_entry.c, without NCCL) is linked in, so device.c opens it in every
+# build, sanitizers included.
 EMUL_DIR   := $(BUILD)/emul
 emul_link  := $(BUILD)/obj/emul/cuda_emul.o $(BUILD)/obj/emul/device_cuda.o \
-              $(BUILD)/obj/emul/device.o
+              $(BUILD)/obj/emul/cuda_entry.o
 EMUL_BINS  := $(EMUL_DIR)/meshrun $(EMUL_DIR)/meshrun-agent $(EMUL_DIR)/meshrun-controller \
               $(EMUL_DIR)/bench-gpu
 EMUL_LIBS  := $(filter-out $(CUDA_LIB),$(LIBS))
@@ -189,9 +212,9 @@ $(BUILD)/obj/emul/cuda_emul.o: tests/gpu/cuda_emul.c | deps
 $(BUILD)/obj/emul/device_cuda.o: runtime/device/cuda.c | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
-$(BUILD)/obj/emul/device.o: runtime/device/device.c | deps
+$(BUILD)/obj/emul/cuda_entry.o: runtime/device/cuda_entry.c | deps
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) -DMR_HAVE_CUDA $(CFLAGS) -c -o $@ $<
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
 $(EMUL_DIR)/meshrun: $(call obj,cli/main.c) $(emul_link) $(EMUL_LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) $(CFLAGS) -o $@ $^ $(LDLIBS)
@@ -248,7 +271,7 @@ endif
 # keep object files of test helpers (otherwise deleted as intermediates)
 .SECONDARY:
 
-all: deps cuda-info $(BINS)
+all: deps cuda-info $(BINS) $(if $(CUDA_ON),$(CUDA_PLUGIN),)
 
 # DEPS=build checks only the build packages (the image build, Dockerfile)
 deps:
@@ -296,7 +319,7 @@ $(BUILD)/bench/%: bench/%.c $(LIBS)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
 
 # benchmarks are built with the tests, so a change that breaks one fails `make test`
-tests: $(BINS) $(test_bins) $(bench_bins)
+tests: $(BINS) $(if $(CUDA_ON),$(CUDA_PLUGIN),) $(test_bins) $(bench_bins)
 
 $(BUILD)/fuzzers/%: tests/fuzz/%.c $(LIBS) | deps
 	@mkdir -p $(dir $@)
@@ -350,6 +373,10 @@ REVISION   := $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin
 	install -m 0755 $(BINS) $(DESTDIR)$(PREFIX)/bin/
+ifeq ($(CUDA_ON),1)
+	install -d $(DESTDIR)$(PREFIX)/lib/meshrun
+	install -m 0755 $(CUDA_PLUGIN) $(DESTDIR)$(PREFIX)/lib/meshrun/
+endif
 
 image_cmds = \
   "-f Dockerfile --target agent -t $(IMAGE_REPO)/meshrun-agent:$(VERSION)" \

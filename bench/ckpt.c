@@ -123,7 +123,7 @@ static double fastest(double *v, int n)
 
 int main(int argc, char **argv)
 {
-	int steps = 24, k = 4, rounds = 3, opt, r, m;
+	int steps = 24, k = 4, rounds = 6, opt, r, m;
 	char dir[512] = "";
 	double secs[3][MAX_ROUNDS], step_s, c1, c2;
 	int nck[3] = { 0, 0, 0 };

@@ -40,9 +40,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#ifdef MR_HAVE_CUDA
-#include "cuda/mr_cuda.h"
-#endif
+#include "device/mr_device.h"
 #include "mr_gpt_worker.h"
 #include "../tests/comm/kv_mem.h"
 
@@ -190,12 +188,7 @@ static double run(struct run *r, const struct model *m, int gpus, int tp, double
 /* GPUs this process can use: 0 with the reason in why. */
 static int gpu_count(struct mr_errbuf *why)
 {
-#ifdef MR_HAVE_CUDA
-	return mr_cuda_device_count(why);
-#else
-	snprintf(why->msg, sizeof(why->msg), "this build has no CUDA");
-	return 0;
-#endif
+	return mr_dev_cuda_count(why);
 }
 
 int main(int argc, char **argv)

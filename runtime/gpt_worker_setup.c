@@ -14,9 +14,7 @@
 #include "mr_json.h"
 #include "mr_log.h"
 
-#ifdef MR_HAVE_CUDA
-#include "cuda/mr_cuda.h"
-#endif
+#include "device/cuda_entry.h"
 
 double mr__gw_now(void)
 {
@@ -62,6 +60,7 @@ static const char *pick_backend(const struct gw *w, const struct mr_worker_env *
 {
 	struct mr_errbuf eb = { { 0 }, { 0 } };
 	int local = env->local_world_size > 0 ? env->local_world_size : 1;
+	const struct mr__cuda_entry *e;
 
 	if (w->comm_backend && strcmp(w->comm_backend, "auto")) {
 		*why = "configured";
@@ -75,21 +74,17 @@ static const char *pick_backend(const struct gw *w, const struct mr_worker_env *
 		*why = "device_not_reachable_by_nccl";
 		return "host";
 	}
-#ifndef MR_HAVE_NCCL
-	(void)eb;
-	(void)local;
-	*why = "no_nccl_in_build";
-	return "host";
-#else
-#ifdef MR_HAVE_CUDA
-	if (mr_cuda_device_count(&eb) < local) {
+	e = mr__cuda_entry(&eb);
+	if (!e || !e->nccl_init) {
+		*why = "no_nccl_in_build";
+		return "host";
+	}
+	if (e->device_count(&eb) < local) {
 		*why = "fewer_gpus_than_local_ranks";
 		return "host";
 	}
-#endif
 	*why = "gpu_per_rank";
 	return "nccl";
-#endif
 }
 
 /* A pipeline's schedule against the mesh and the micro-batch count

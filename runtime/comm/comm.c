@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "comm_int.h"
+#include "device/cuda_entry.h"
 
 static uint64_t now_ns(void)
 {
@@ -231,6 +232,19 @@ void mr_comm_progress(const struct mr_comm *c, struct mr_comm_progress *p)
 	}
 }
 
+/* NCCL lives in the CUDA side (device/cuda_entry.h), loaded on first use. */
+static int nccl_init(struct mr_comm **out, const struct mr_comm_config *cfg, struct mr_errbuf *eb)
+{
+	struct mr_errbuf why = { { 0 }, { 0 } };
+	const struct mr__cuda_entry *e = mr__cuda_entry(&why);
+
+	*out = NULL;
+	if (!e || !e->nccl_init)
+		return mr_errf_field(eb, MR_ENOTSUP, "backend", "backend 'nccl' not built in%s%s",
+				     why.msg[0] ? ": " : "", why.msg);
+	return e->nccl_init(out, cfg, cfg->kv, eb);
+}
+
 int mr_comm_init(struct mr_comm **out, const struct mr_comm_config *cfg,
 		 struct mr_errbuf *eb)
 {
@@ -248,7 +262,7 @@ int mr_comm_init(struct mr_comm **out, const struct mr_comm_config *cfg,
 	if (!strcmp(be, "host"))
 		rc = mr__host_init(out, cfg, cfg->kv, eb);
 	else if (!strcmp(be, "nccl"))
-		rc = mr__nccl_init(out, cfg, cfg->kv, eb);
+		rc = nccl_init(out, cfg, eb);
 	else
 		return mr_errf_field(eb, MR_EINVAL, "backend", "unknown backend '%s'", be);
 	if (rc == 0)
@@ -626,13 +640,3 @@ int mr_comm_barrier(struct mr_comm *c)
 	BLOCKING(mr_comm_ibarrier(c, NULL));
 }
 
-#ifndef MR_HAVE_NCCL
-int mr__nccl_init(struct mr_comm **out, const struct mr_comm_config *cfg,
-		  const struct mr_kv *kv, struct mr_errbuf *eb)
-{
-	(void)cfg;
-	(void)kv;
-	*out = NULL;
-	return mr_errf_field(eb, MR_ENOTSUP, "backend", "backend 'nccl' not built in");
-}
-#endif

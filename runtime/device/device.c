@@ -1,24 +1,20 @@
 /*
  * device.c - opening a device by name and precision (see mr_device.h).
- * The cuda backend exists only in a build with CUDA (MR_HAVE_CUDA, set by
- * the Makefile when it finds nvcc); elsewhere "cuda" fails naming
- * "device", as it does where the driver reports no GPU.
+ * The cuda backend is reached through the CUDA side's table
+ * (device/cuda_entry.h): where this build has none, or the machine no GPU,
+ * "cuda" fails naming "device".
  */
 #include <string.h>
 
+#include "device/cuda_entry.h"
 #include "device/dev_int.h"
-
-#ifdef MR_HAVE_CUDA
-#include "cuda/mr_cuda.h"
-#endif
 
 static int open_cuda(struct mr_dev *d, int index, const char *precision, struct mr_errbuf *eb)
 {
-	enum mr_dtype act = MR_DT_BF16;
-#ifdef MR_HAVE_CUDA
 	struct mr_errbuf why = { { 0 }, { 0 } };
+	const struct mr__cuda_entry *e;
+	enum mr_dtype act = MR_DT_BF16;
 	int rc;
-#endif
 
 	if (precision && !strcmp(precision, "fp32"))
 		act = MR_DT_F32;
@@ -27,24 +23,15 @@ static int open_cuda(struct mr_dev *d, int index, const char *precision, struct 
 				     "'precision' \"%s\" is not available on device cuda (bf16, "
 				     "fp32)",
 				     precision);
-#ifdef MR_HAVE_CUDA
-	if (mr_cuda_device_count(&why) < 1)
+	if (!(e = mr__cuda_entry(&why)) || e->device_count(&why) < 1)
 		return mr_errf_field(eb, MR_ENOTSUP, "device",
 				     "'device' \"cuda\" is not available: %s", why.msg);
-	rc = mr__dev_cuda_open(d, index, act, &why);
+	rc = e->dev_open(d, index, act, &why);
 	if (rc < 0)
 		return mr_errf_field(eb, rc, "device",
 				     "'device' \"cuda\" is not available as GPU %d: %s", index,
 				     why.msg);
 	return 0;
-#else
-	(void)d;
-	(void)index;
-	(void)act;
-	return mr_errf_field(eb, MR_ENOTSUP, "device",
-			     "'device' \"cuda\" is not available: this build has no CUDA (nvcc "
-			     "was not found when it was built)");
-#endif
 }
 
 int mr_dev_open(struct mr_dev *d, const char *name, int index, const char *precision,

@@ -228,6 +228,11 @@ void mr_dev_close(struct mr_dev *d);
  * act (runtime/device/peak.c), or 0 for a GPU the table does not know. */
 double mr_dev_peak_flops(const char *model, enum mr_dtype act);
 
+/* GPUs this process can use through the cuda device: 0 with the reason
+ * in why (no GPU, no driver, or no CUDA in this build). Loads the CUDA
+ * side on first use (device/cuda_entry.h). */
+int mr_dev_cuda_count(struct mr_errbuf *why);
+
 /* ---- helpers over the table ---- */
 /* Zeroed device memory accounted in mem under kind; NULL on failure. */
 static inline void *mr_dev_alloc(struct mr_dev *d, struct mr_mem *mem, enum mr_mem_kind kind,
