@@ -331,13 +331,16 @@ fuzzers: $(fuzz_bins)
 run: all
 	scripts/run.sh $(BUILD)
 
+# the builds inside use every core (a plain `make test` would build serially)
+JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
+
 test: deps lint
-	$(MAKE) --no-print-directory tests
+	$(MAKE) --no-print-directory -j$(JOBS) tests
 	scripts/test.sh $(BUILD)
 	$(MAKE) --no-print-directory test-k8s
-	$(MAKE) --no-print-directory asan
+	$(MAKE) --no-print-directory -j$(JOBS) asan
 	scripts/test.sh $(BUILD)/asan
-	$(MAKE) --no-print-directory fuzz
+	$(MAKE) --no-print-directory -j$(JOBS) fuzz
 
 test-unit: tests
 	scripts/test.sh $(BUILD)

@@ -55,6 +55,23 @@ static const char *jp_str(struct jp *j, size_t *n)
 
 static json_t *jp_value(struct jp *j, int depth);
 
+/* After a member of an object or array: 1 past a ',' (another follows),
+ * 0 past the closing bracket, -1 at anything else. */
+static int jp_after_member(struct jp *j, char close)
+{
+	jp_ws(j);
+	if (j->p < j->end && *j->p == ',') {
+		j->p++;
+		jp_ws(j);
+		return 1;
+	}
+	if (j->p < j->end && *j->p == close) {
+		j->p++;
+		return 0;
+	}
+	return -1;
+}
+
 static json_t *jp_object(struct jp *j, int depth)
 {
 	json_t *o = json_object();
@@ -70,6 +87,7 @@ static json_t *jp_object(struct jp *j, int depth)
 		const char *k;
 		size_t kn;
 		json_t *v;
+		int more;
 
 		if (j->p == j->end || *j->p != '"' || !(k = jp_str(j, &kn)) || kn > JP_KEY_MAX)
 			break;
@@ -83,17 +101,10 @@ static json_t *jp_object(struct jp *j, int depth)
 			break; /* a duplicate: jansson says so */
 		if (json_object_set_new_nocheck(o, key, v))
 			break;
-		jp_ws(j);
-		if (j->p < j->end && *j->p == ',') {
-			j->p++;
-			jp_ws(j);
-			continue;
-		}
-		if (j->p < j->end && *j->p == '}') {
-			j->p++;
+		if ((more = jp_after_member(j, '}')) == 0)
 			return o;
-		}
-		break;
+		if (more < 0)
+			break;
 	}
 	json_decref(o);
 	return NULL;
@@ -111,20 +122,14 @@ static json_t *jp_array(struct jp *j, int depth)
 	}
 	while (a) {
 		json_t *v = jp_value(j, depth + 1);
+		int more;
 
 		if (!v || json_array_append_new(a, v))
 			break;
-		jp_ws(j);
-		if (j->p < j->end && *j->p == ',') {
-			j->p++;
-			jp_ws(j);
-			continue;
-		}
-		if (j->p < j->end && *j->p == ']') {
-			j->p++;
+		if ((more = jp_after_member(j, ']')) == 0)
 			return a;
-		}
-		break;
+		if (more < 0)
+			break;
 	}
 	json_decref(a);
 	return NULL;

@@ -132,8 +132,11 @@ static int unmatched(struct mr_comm *c, void *arg)
 	(void)arg;
 	rc = mr_comm_recv(c, &x, 1, MR_COMM_I32, 1 - mr_comm_rank(c), 77);
 	dt = mr_test_now_ms() - t0;
-	/* the first to time out shuts its sockets: the other may see EPEER */
-	if ((rc != MR_ETIMEDOUT && rc != MR_EPEER) || dt < 250 || dt > 2000) {
+	/* the first to time out shuts its sockets: the other may see EPEER,
+	 * at any time before its own timeout (the ranks' clocks start apart
+	 * on a busy machine); a timeout never comes early, and neither comes
+	 * late enough to be a hang */
+	if (!((rc == MR_ETIMEDOUT && dt >= 250) || rc == MR_EPEER) || dt > 5000) {
 		fprintf(stderr, "unmatched: %s after %lld ms\n", mr_err_name(rc), dt);
 		return -4000;
 	}
