@@ -251,11 +251,12 @@ char *mr__jtext(const json_t *v, size_t *len)
 /* ---- the core's frequent replies ---- */
 
 #define JT_LIT(t, s) jt_put((t), (s), sizeof(s) - 1)
+/* a literal (the key and what comes before it), then an integer */
+#define JT_KINT(t, s, v) (JT_LIT(t, s), jt_int((t), (json_int_t)(v)))
 
 static void jt_state(struct jt *t, const struct ctl_job *job, const char *state)
 {
-	JT_LIT(t, "{\"generation\":");
-	jt_int(t, (json_int_t)job->generation);
+	JT_KINT(t, "{\"generation\":", job->generation);
 	JT_LIT(t, ",\"state\":");
 	jt_str(t, state, strlen(state));
 	JT_LIT(t, "}");
@@ -266,30 +267,18 @@ static void jt_round(struct jt *t, const struct ctl_job *job, const struct ctl_m
 {
 	const struct ctl_spec *s = &job->spec;
 
-	JT_LIT(t, "{\"state\":\"running\",\"generation\":");
-	jt_int(t, (json_int_t)job->generation);
-	JT_LIT(t, ",\"num_nodes\":");
-	jt_int(t, job->num_nodes);
-	JT_LIT(t, ",\"node_rank\":");
-	jt_int(t, m->node_rank);
-	JT_LIT(t, ",\"nproc_per_node\":");
-	jt_int(t, s->nproc_per_node);
-	JT_LIT(t, ",\"world_size\":");
-	jt_int(t, job->world_size);
-	JT_LIT(t, ",\"rank_base\":");
-	jt_int(t, (json_int_t)m->node_rank * s->nproc_per_node);
-	JT_LIT(t, ",\"restarts\":");
-	jt_int(t, job->restarts);
-	JT_LIT(t, ",\"mesh\":{\"tp\":");
-	jt_int(t, s->tp);
-	JT_LIT(t, ",\"pp\":");
-	jt_int(t, s->pp);
-	JT_LIT(t, ",\"cp\":");
-	jt_int(t, s->cp);
-	JT_LIT(t, ",\"ep\":");
-	jt_int(t, s->ep);
-	JT_LIT(t, ",\"dp\":");
-	jt_int(t, job->dp);
+	JT_KINT(t, "{\"state\":\"running\",\"generation\":", job->generation);
+	JT_KINT(t, ",\"num_nodes\":", job->num_nodes);
+	JT_KINT(t, ",\"node_rank\":", m->node_rank);
+	JT_KINT(t, ",\"nproc_per_node\":", s->nproc_per_node);
+	JT_KINT(t, ",\"world_size\":", job->world_size);
+	JT_KINT(t, ",\"rank_base\":", (json_int_t)m->node_rank * s->nproc_per_node);
+	JT_KINT(t, ",\"restarts\":", job->restarts);
+	JT_KINT(t, ",\"mesh\":{\"tp\":", s->tp);
+	JT_KINT(t, ",\"pp\":", s->pp);
+	JT_KINT(t, ",\"cp\":", s->cp);
+	JT_KINT(t, ",\"ep\":", s->ep);
+	JT_KINT(t, ",\"dp\":", job->dp);
 	JT_LIT(t, "}}");
 }
 
@@ -316,10 +305,8 @@ char *mr__jtext_stale(const struct ctl_job *job, const struct ctl_member *m, siz
 	struct jt t;
 
 	JT_INIT(&t);
-	JT_LIT(&t, "\"generation\":");
-	jt_int(&t, (json_int_t)job->generation);
-	JT_LIT(&t, ",\"restarts\":");
-	jt_int(&t, job->restarts);
+	JT_KINT(&t, "\"generation\":", job->generation);
+	JT_KINT(&t, ",\"restarts\":", job->restarts);
 	if (m) {
 		JT_LIT(&t, ",\"member\":");
 		if (m->state == CTL_M_RUNNING && job->state == CTL_JOB_RUNNING)

@@ -35,6 +35,7 @@ static char why[2 * PATH_MAX + 256];
  * missing libcublasLt, an unresolved symbol) is the reason to report. */
 static int try_path(const char *path)
 {
+	char *real;
 	void *h;
 
 	if (access(path, F_OK) != 0)
@@ -49,12 +50,9 @@ static int try_path(const char *path)
 			dlclose(h);
 		return 0;
 	}
-	{
-		char *real = realpath(path, NULL);
-
-		mr_log_info("cuda_plugin_loaded", "path=%s", mr_log_q(real ? real : path));
-		free(real);
-	}
+	real = realpath(path, NULL);
+	mr_log_info("cuda_plugin_loaded", "path=%s", mr_log_q(real ? real : path));
+	free(real);
 	return 1;
 }
 

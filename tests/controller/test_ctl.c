@@ -742,6 +742,22 @@ Test(ctl, a_bump_carries_the_live_members_into_the_next_round)
 	mr__ctl_release(&ctl);
 }
 
+/* A running round of a, b and c (up to 5 restarts) in which c falls
+ * silent for the heartbeat timeout and b was last heard 400 ms ago: the
+ * tick declares c dead and carries a and b into generation 2. */
+static struct ctl_job *lose_c(struct ctl *ctl, struct woke *w, struct ctl_spec *sp)
+{
+	sp->max_restarts = 5;
+	setup(ctl, w);
+	run_round(ctl, sp, 3);
+	seen(ctl, "c", 2000);
+	seen(ctl, "b", 400);
+	seen(ctl, "a", 0);
+	ctl->last_scan_ms = 0;
+	mr__ctl_tick(ctl);
+	return mr__ctl_job(ctl, "ns/job");
+}
+
 Test(ctl, a_carried_member_that_is_gone_is_dropped_or_declared_dead)
 {
 	struct ctl ctl;
@@ -749,16 +765,8 @@ Test(ctl, a_carried_member_that_is_gone_is_dropped_or_declared_dead)
 	struct ctl_spec sp = spec(3, 3);
 	struct ctl_job *job;
 
-	sp.max_restarts = 5;
-	setup(&ctl, &w);
-	run_round(&ctl, &sp, 3);
-	job = mr__ctl_job(&ctl, "ns/job");
 	/* c dies; a and b are carried, the round (min 3) forms */
-	seen(&ctl, "c", 2000);
-	seen(&ctl, "b", 400);
-	seen(&ctl, "a", 0);
-	ctl.last_scan_ms = 0;
-	mr__ctl_tick(&ctl);
+	job = lose_c(&ctl, &w, &sp);
 	cr_assert_eq(job->generation, 2);
 	cr_assert_eq(job->restarts, 1);
 	cr_assert_eq(job->count[CTL_M_WAITING], 2);
@@ -775,15 +783,7 @@ Test(ctl, a_carried_member_that_is_gone_is_dropped_or_declared_dead)
 
 	/* min 2: a and b carried, the round closes with both (last call 0) */
 	sp = spec(2, 3);
-	sp.max_restarts = 5;
-	setup(&ctl, &w);
-	run_round(&ctl, &sp, 3);
-	job = mr__ctl_job(&ctl, "ns/job");
-	seen(&ctl, "c", 2000);
-	seen(&ctl, "b", 400);
-	seen(&ctl, "a", 0);
-	ctl.last_scan_ms = 0;
-	mr__ctl_tick(&ctl);
+	job = lose_c(&ctl, &w, &sp);
 	cr_assert_eq(job->generation, 2);
 	ctl.last_scan_ms = 0;
 	mr__ctl_tick(&ctl);
