@@ -34,8 +34,8 @@ Test(lifecycle, two_nodes_get_torchrun_env)
 	h_ctl_start(&c, 0);
 	a = h_agent(&c, "t/env", 0, extra, cmd, NULL, la);
 	b = h_agent(&c, "t/env", 1, extra, cmd, NULL, lb);
-	h_expect_exit(a, 0, 30000, la, &c);
-	h_expect_exit(b, 0, 30000, lb, &c);
+	h_expect_exit(a, 0, 120000, la, &c);
+	h_expect_exit(b, 0, 120000, lb, &c);
 	sa = h_read(la);
 	sb = h_read(lb);
 	cr_expect(strstr(sa, "[rank 0] ENV rank=0 local=0 world=4 lws=2 group=0/2 "
@@ -76,8 +76,8 @@ Test(lifecycle, worker_failure_restarts_the_whole_job)
 	h_ctl_start(&c, 0);
 	a = h_agent(&c, "t/fail", 0, extra, cmd, NULL, la);
 	b = h_agent(&c, "t/fail", 1, extra, cmd, NULL, lb);
-	h_expect_exit(a, 0, 30000, la, &c);
-	h_expect_exit(b, 0, 30000, lb, &c);
+	h_expect_exit(a, 0, 120000, la, &c);
+	h_expect_exit(b, 0, 120000, lb, &c);
 	cr_expect_eq(h_count(la, "restart=1"), 2);
 	cr_expect_eq(h_count(lb, "restart=1"), 2);
 	cr_expect_eq(h_count(la, "FINISHED rank=1 restart=0"), 0);
@@ -98,7 +98,7 @@ Test(lifecycle, exhausted_restarts_fail_with_reason)
 	h_logs(la, lb, sizeof(la), "exhaust");
 	h_ctl_start(&c, 0);
 	a = h_agent(&c, "t/exhaust", 0, extra, cmd, NULL, la);
-	h_expect_exit(a, 1, 30000, la, &c);
+	h_expect_exit(a, 1, 120000, la, &c);
 	cr_expect_eq(h_count(la, "event=restarting"), 2);
 	cr_expect_eq(h_count(la, "restarts exhausted (max_restarts 1); last: rank 0 exited "
 				 "with code 1"),
@@ -116,7 +116,7 @@ Test(lifecycle, permanent_exit_code_is_not_retried)
 	h_logs(la, lb, sizeof(la), "perm");
 	h_ctl_start(&c, 0);
 	a = h_agent(&c, "t/perm", 0, NULL, cmd, NULL, la);
-	h_expect_exit(a, 2, 30000, la, &c); /* permanent here: 2, as a config error */
+	h_expect_exit(a, 2, 120000, la, &c); /* permanent here: 2, as a config error */
 	cr_expect_eq(h_count(la, "event=restarting"), 0);
 	cr_expect_geq(h_count(la, "exited with code 127 (permanent"), 1);
 	h_kill(c.pid);
@@ -141,7 +141,7 @@ Test(lifecycle, sigterm_is_forwarded_and_agent_leaves)
 	t0 = h_now_ms();
 	kill(a, SIGTERM);
 	/* the workers exit 0 on TERM, but the job did not succeed: stopped */
-	h_expect_exit(a, 128 + SIGTERM, 30000, la, &c);
+	h_expect_exit(a, 128 + SIGTERM, 120000, la, &c);
 	cr_expect_lt(h_now_ms() - t0, 3000);
 	cr_expect_eq(h_count(la, "GOT-TERM"), 2);
 	cr_expect_eq(h_count(la, "event=exit code=143 state=stopped"), 1);
@@ -191,8 +191,8 @@ Test(lifecycle, lost_pod_restarts_survivor_within_timeout)
 	cr_expect_leq(t_restart, 3000, "restart took %lld ms", t_restart);
 	/* the pod comes back under the same node id and the job finishes */
 	b = h_agent(&c, "t/lost", 1, extra, cmd, NULL, lb2);
-	h_expect_exit(a, 0, 30000, la, &c);
-	h_expect_exit(b, 0, 30000, lb2, &c);
+	h_expect_exit(a, 0, 120000, la, &c);
+	h_expect_exit(b, 0, 120000, lb2, &c);
 	cr_expect_eq(h_count(la, "DONE 0"), 1);
 	cr_expect_eq(h_count(lb2, "DONE 1"), 1);
 	/* the survivor was carried into the new round: it waited, no join */
@@ -219,7 +219,7 @@ Test(lifecycle, controller_outage_does_not_stop_workers)
 	cr_assert_eq(h_wait_log(la, "event=heartbeat_failed", 1, 3000), 0);
 	usleep(300 * 1000);
 	h_ctl_start(&c, port); /* same port, same data dir */
-	h_expect_exit(a, 0, 30000, la, &c);
+	h_expect_exit(a, 0, 120000, la, &c);
 	cr_expect_eq(h_count(la, "FINISHED"), 1);
 	cr_expect_eq(h_count(la, "event=restarting"), 0);
 	h_kill(c.pid);
@@ -243,7 +243,7 @@ Test(lifecycle, inproc_workers_are_aborted_by_sigterm)
 	usleep(200 * 1000);
 	t0 = h_now_ms();
 	kill(a, SIGTERM);
-	h_expect_exit(a, 128 + SIGTERM, 30000, la, &c);
+	h_expect_exit(a, 128 + SIGTERM, 120000, la, &c);
 	cr_expect_lt(h_now_ms() - t0, 2000);
 	cr_expect_eq(h_count(la, "event=worker_failed"), 0);
 	h_kill(c.pid);
@@ -265,7 +265,7 @@ Test(lifecycle, sigterm_while_waiting_for_the_round)
 	usleep(100 * 1000); /* inside the long-poll */
 	t0 = h_now_ms();
 	kill(a, SIGTERM);
-	h_expect_exit(a, 128 + SIGTERM, 30000, la, &c);
+	h_expect_exit(a, 128 + SIGTERM, 120000, la, &c);
 	cr_expect_lt(h_now_ms() - t0, 1000, "took %lld ms", h_now_ms() - t0);
 	cr_expect_eq(h_count(la, "state=stopped"), 2); /* the state line and the exit line */
 	h_kill(c.pid);
@@ -323,7 +323,7 @@ Test(lifecycle, exhausted_restarts_fail_the_job_durably)
 	h_ctl_start(&c, 0);
 	a = h_agent(&c, "t/exhaust2", 0, extra, cmd, NULL, la);
 	b = h_agent(&c, "t/exhaust2", 1, extra, cmd, NULL, lb);
-	h_expect_exit(a, 1, 30000, la, &c);
+	h_expect_exit(a, 1, 120000, la, &c);
 	h_expect_exit(b, 1, 2500, lb, &c);
 	cr_expect_eq(h_count(la, "restarts exhausted (max_restarts 1)"), 2);
 	cr_expect_geq(h_count(lb, "job failed (controller): max_restarts (1) exceeded"), 1);
@@ -392,9 +392,9 @@ Test(lifecycle, elastic_scale_up_restarts_the_job_with_the_new_node)
 	/* a third pod arrives: the running job scales up to it, and a
 	 * scale-up is not a failure (max_restarts 0 still succeeds) */
 	d = h_agent(&c, "t/elastic", 2, extra, cmd, NULL, lc);
-	h_expect_exit(a, 0, 30000, la, &c);
-	h_expect_exit(b, 0, 30000, lb, &c);
-	h_expect_exit(d, 0, 30000, lc, &c);
+	h_expect_exit(a, 0, 120000, la, &c);
+	h_expect_exit(b, 0, 120000, lb, &c);
+	h_expect_exit(d, 0, 120000, lc, &c);
 	cr_expect_eq(h_count(la, "RUN gen=2 world=3"), 1);
 	cr_expect_eq(h_count(la, "a member was added"), 1);
 	cr_expect_eq(h_count(lc, "DONE 2"), 1);
@@ -438,8 +438,8 @@ Test(lifecycle, lost_pod_during_parallel_training_restarts_and_finishes)
 	 * play no part: the ranks are aborted, not timed out */
 	cr_expect_leq(t_restart, 4000, "restart took %lld ms", t_restart);
 	b = h_agent(&c, "t/ptrain", 1, extra, NULL, NULL, lb2);
-	h_expect_exit(a, 0, 30000, la, &c);
-	h_expect_exit(b, 0, 30000, lb2, &c);
+	h_expect_exit(a, 0, 120000, la, &c);
+	h_expect_exit(b, 0, 120000, lb2, &c);
 	/* the last generation's ranks all trained to the end: one worker_done
 	 * line per finished rank (a progress line may show the last step too;
 	 * an earlier generation may have finished on a slow machine: >= 2) */
