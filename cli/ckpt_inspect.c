@@ -79,24 +79,7 @@ static void layout_text(const struct mr_ckpt_tensor *t, const struct tinfo *ti, 
 		snprintf(buf + at, cap - (size_t)at, "%sexperts, ep %d", at ? "; " : "", ti->ep);
 }
 
-/* manifest.json's data.train_data (not in struct mr_ckpt_manifest); a
- * new reference or NULL. */
-static json_t *train_data(const char *dir)
-{
-	char path[4200];
-	json_t *doc, *v;
-
-	snprintf(path, sizeof(path), "%s/manifest.json", dir);
-	if (!(doc = json_load_file(path, 0, NULL)))
-		return NULL;
-	v = json_object_get(json_object_get(doc, "data"), "train_data");
-	v = json_is_string(v) ? json_incref(v) : NULL;
-	json_decref(doc);
-	return v;
-}
-
-static void print_text(const struct mr_ckpt_manifest *mf, const struct tinfo *ti, unsigned kinds,
-		       json_t *td)
+static void print_text(const struct mr_ckpt_manifest *mf, const struct tinfo *ti, unsigned kinds)
 {
 	const struct mr_gpt_config *c = &mf->model;
 	uint64_t params = 0;
@@ -118,7 +101,7 @@ static void print_text(const struct mr_ckpt_manifest *mf, const struct tinfo *ti
 	       mf->tp, mf->cp, mf->dp, mf->pp, mf->ep, mf->zero);
 	printf("  data    %llu micro-batches consumed, train_data %s\n",
 	       (unsigned long long)mf->micro_batches,
-	       td ? json_string_value(td) : "synthetic (the built-in task)");
+	       mf->train_data ? mf->train_data : "synthetic (the built-in task)");
 	printf("  train   batch_size %d  seq_len %d  grad_accum %d  steps %ld  seed %llu\n",
 	       mf->batch_size, mf->seq_len, mf->grad_accum, mf->total_steps,
 	       (unsigned long long)mf->seed);
@@ -150,7 +133,7 @@ static void print_text(const struct mr_ckpt_manifest *mf, const struct tinfo *ti
 }
 
 static json_t *step_json(const struct mr_ckpt_manifest *mf, const struct tinfo *ti,
-			 unsigned kinds, json_t *td)
+			 unsigned kinds)
 {
 	const struct mr_gpt_config *c = &mf->model;
 	json_t *ts = json_array(), *ss = json_array(), *ks = json_array();
@@ -179,7 +162,7 @@ static json_t *step_json(const struct mr_ckpt_manifest *mf, const struct tinfo *
 		"{s:s, s:I, s:I,"
 		" s:{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:s},"
 		" s:{s:i, s:i, s:i, s:i, s:i, s:i, s:i},"
-		" s:{s:I, s:O?},"
+		" s:{s:I, s:s?},"
 		" s:{s:i, s:i, s:i, s:I, s:I, s:f, s:f, s:i, s:f, s:f, s:f, s:f, s:f},"
 		" s:o, s:o, s:o}",
 		"dir", mf->dir, "step", (json_int_t)mf->step, "optimizer_steps",
@@ -189,7 +172,8 @@ static json_t *step_json(const struct mr_ckpt_manifest *mf, const struct tinfo *
 		(double)c->capacity_factor, "aux_coef", (double)c->aux_coef, "moe_policy",
 		c->moe_dropless ? "dropless" : "capacity", "mesh", "world", mf->world, "tp",
 		mf->tp, "cp", mf->cp, "dp", mf->dp, "pp", mf->pp, "ep", mf->ep, "zero", mf->zero,
-		"data", "micro_batches", (json_int_t)mf->micro_batches, "train_data", td, "train",
+		"data", "micro_batches", (json_int_t)mf->micro_batches, "train_data", mf->train_data,
+		"train",
 		"batch_size", mf->batch_size, "seq_len", mf->seq_len, "grad_accum",
 		mf->grad_accum, "seed", (json_int_t)mf->seed, "steps", (json_int_t)mf->total_steps,
 		"lr", (double)mf->opt.lr, "min_lr_frac", (double)mf->opt.min_lr_frac,
@@ -206,7 +190,7 @@ static int inspect_step(const char *dir, json_t *arr)
 	struct mr_errbuf eb = { "", "" };
 	struct mr_ckpt_manifest mf;
 	struct tinfo *ti = NULL;
-	json_t *js = NULL, *td = NULL;
+	json_t *js = NULL;
 	uint64_t bytes = 0;
 	unsigned kinds = 0;
 	int rc;
@@ -217,11 +201,10 @@ static int inspect_step(const char *dir, json_t *arr)
 	if (rc == 0 && !(ti = tensor_info(&mf, &kinds)))
 		rc = mr_errf(&eb, MR_ENOMEM, "out of memory");
 	if (rc == 0) {
-		td = train_data(dir);
 		if (arr)
-			js = step_json(&mf, ti, kinds, td);
+			js = step_json(&mf, ti, kinds);
 		else
-			print_text(&mf, ti, kinds, td);
+			print_text(&mf, ti, kinds);
 		rc = mr_ckpt_verify(&mf, &bytes, &eb);
 	}
 	if (!js)
@@ -242,7 +225,6 @@ static int inspect_step(const char *dir, json_t *arr)
 		json_array_append_new(arr, js);
 	else
 		json_decref(js);
-	json_decref(td);
 	free(ti);
 	mr_ckpt_manifest_release(&mf); /* a failed read left it empty */
 	return rc;

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "journal_int.h"
+#include "mr_file.h"
 #include "mr_log.h"
 
 struct ctl_jbuf *mr__jr_batch(struct ctl_journal *jr)
@@ -109,12 +110,12 @@ static int prepare(struct ctl_journal *jr, int force)
  * its last good size, so no partial record stays in its middle. */
 static int append(struct ctl_journal *jr)
 {
-	int err = mr__jr_write_all(jr->fd, jr->wbatch.p, jr->wbatch.len);
+	int err = mr_file_write_all(jr->fd, jr->wbatch.p, jr->wbatch.len) ? MR_EIO : 0;
 
 	if (!err && jr->do_fsync && fdatasync(jr->fd))
 		err = MR_EIO;
 	if (!err && jr->dir_dirty && jr->do_fsync) { /* a rename not yet durable */
-		if (mr__jr_sync_dir(jr->dir))
+		if (mr_file_sync_dir(jr->dir, NULL))
 			err = MR_EIO;
 		else
 			jr->dir_dirty = 0;

@@ -12,98 +12,32 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "journal_int.h"
-
-int mr__jr_write_all(int fd, const void *buf, size_t n)
-{
-	const unsigned char *p = buf;
-
-	while (n) {
-		ssize_t w = write(fd, p, n);
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w < 0)
-			return MR_EIO;
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
-int mr__jr_sync_dir(const char *dir)
-{
-	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	int err = 0;
-
-	if (fd < 0)
-		return MR_EIO;
-	if (fsync(fd))
-		err = MR_EIO;
-	close(fd);
-	return err;
-}
-
-/* The holder's "pid host" from the lock file, or "pid unknown". */
-static void lock_holder(int fd, char *out, size_t cap)
-{
-	char buf[300];
-	ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
-	long pid;
-	char host[256];
-
-	snprintf(out, cap, "pid unknown");
-	if (n <= 0)
-		return;
-	buf[n] = 0;
-	host[0] = 0;
-	if (sscanf(buf, "%ld %255s", &pid, host) < 1 || pid <= 0)
-		return;
-	if (host[0])
-		snprintf(out, cap, "pid %ld on '%s'", pid, host);
-	else
-		snprintf(out, cap, "pid %ld", pid);
-}
+#include "mr_file.h"
 
 int mr__jr_lock(const char *dir, int *out, struct mr_errbuf *eb)
 {
-	char path[PATH_MAX + 8], who[320], host[256] = "";
-	int fd, n, ok;
+	char path[PATH_MAX + 8], holder[320], who[320], host[256] = "";
+	struct mr_errbuf le = {0};
+	int rc;
 
 	*out = -1;
 	if (snprintf(path, sizeof(path), "%s/lock", dir) >= (int)sizeof(path))
 		return mr_errf_field(eb, MR_EINVAL, "data_dir", "data dir '%.200s' is too long",
 				     dir);
-	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-	if (fd < 0)
-		return mr_errf_field(eb, MR_EIO, "data_dir", "unable to open '%s': %s", path,
-				     strerror(errno));
-	while (flock(fd, LOCK_EX | LOCK_NB)) {
-		if (errno == EINTR)
-			continue;
-		if (errno == EWOULDBLOCK) {
-			lock_holder(fd, who, sizeof(who));
-			close(fd);
-			return mr_errf_field(eb, MR_ECONFLICT, "data_dir",
-					     "data dir '%s' is in use by another controller (%s); "
-					     "stop it first or give this one another --data-dir",
-					     dir, who);
-		}
-		n = errno;
-		close(fd);
-		return mr_errf_field(eb, MR_EIO, "data_dir", "unable to lock '%s': %s", path,
-				     strerror(n));
-	}
 	gethostname(host, sizeof(host) - 1);
-	n = snprintf(who, sizeof(who), "%ld %s\n", (long)getpid(), host[0] ? host : "-");
-	/* best effort: the pid only makes a second controller's message better */
-	ok = ftruncate(fd, 0) == 0 && pwrite(fd, who, (size_t)n, 0) == n;
-	(void)ok;
-	*out = fd;
+	snprintf(holder, sizeof(holder), "pid %ld on '%s'", (long)getpid(), host[0] ? host : "-");
+	rc = mr_file_lock(path, holder, out, who, sizeof(who), &le);
+	if (rc == MR_ECONFLICT)
+		return mr_errf_field(eb, MR_ECONFLICT, "data_dir",
+				     "data dir '%s' is in use by another controller (%s); "
+				     "stop it first or give this one another --data-dir",
+				     dir, who);
+	if (rc < 0)
+		return mr_errf_field(eb, rc == MR_ENOTSUP ? MR_EIO : rc, "data_dir", "%s", le.msg);
 	return 0;
 }
 
@@ -165,7 +99,7 @@ int mr__jr_replace(const char *tmp, const char *path, const char *dir, const voi
 	*renamed = 0;
 	if (fd < 0)
 		return mr_errf(eb, MR_EIO, "unable to create '%s': %s", tmp, strerror(errno));
-	if (mr__jr_write_all(fd, buf, len) || (do_fsync && fsync(fd))) {
+	if (mr_file_write_all(fd, buf, len) || (do_fsync && fsync(fd))) {
 		err = mr_errf(eb, MR_EIO, "unable to write '%s': %s", tmp, strerror(errno));
 		goto out;
 	}
@@ -177,7 +111,7 @@ int mr__jr_replace(const char *tmp, const char *path, const char *dir, const voi
 	*renamed = 1;
 	*out = fd; /* the renamed file: appends go on in it */
 	fd = -1;
-	if (do_fsync && mr__jr_sync_dir(dir))
+	if (do_fsync && mr_file_sync_dir(dir, NULL))
 		err = mr_errf(eb, MR_EIO, "unable to sync the directory '%s': %s", dir,
 			      strerror(errno));
 out:
@@ -208,14 +142,14 @@ int mr__jr_preserve(const char *path, const char *dir, const void *buf, size_t l
 	if (fd < 0)
 		return mr_errf(eb, MR_EEXISTS, "unable to find a free name for a copy of '%s'",
 			       path);
-	if (mr__jr_write_all(fd, buf, len) || fsync(fd)) {
+	if (mr_file_write_all(fd, buf, len) || fsync(fd)) {
 		err = mr_errf(eb, MR_EIO, "unable to write '%s': %s", out, strerror(errno));
 		close(fd);
 		unlink(out); /* an incomplete copy is not a copy; the original is intact */
 		return err;
 	}
 	close(fd);
-	if (mr__jr_sync_dir(dir))
+	if (mr_file_sync_dir(dir, NULL))
 		return mr_errf(eb, MR_EIO, "unable to sync the directory '%s': %s", dir,
 			       strerror(errno));
 	return 0;

@@ -60,14 +60,12 @@ struct ctl_journal {
 };
 
 /* ---- jfile.c ---- */
-/* Takes the lock of dir (dir/lock; flock LOCK_EX | LOCK_NB, O_CLOEXEC)
- * and writes "pid host" into it; *fd keeps it. MR_ECONFLICT if another
+/* Takes the lock of dir (dir/lock, mr_file_lock) naming this process
+ * as "pid N on 'host'"; *fd keeps it. MR_ECONFLICT if another
  * process holds it (the message names dir and the holder). */
 int mr__jr_lock(const char *dir, int *fd, struct mr_errbuf *eb);
 /* Reads the whole file; a missing file is empty. *out is malloc'd. */
 int mr__jr_read_file(const char *path, unsigned char **out, size_t *len, struct mr_errbuf *eb);
-int mr__jr_write_all(int fd, const void *p, size_t n);
-int mr__jr_sync_dir(const char *dir);
 /* Writes len bytes of buf to tmp (created or truncated), syncs it, renames
  * it over path and syncs dir (syncs only if do_fsync). On success *fd is
  * the new file, open for appends. *renamed is set once the rename is done:

@@ -260,10 +260,11 @@ static int save_weights(struct gw *w, struct mr_errbuf *eb)
 }
 
 /* A checkpoint when one is due or a rank asked for one (`requested`: a
- * preemption; a failed write is logged, training goes on); at the last
- * step and when requested the write is waited for, so a job that
- * succeeds, or a rank that stops, has its checkpoint. The stats carry the
- * last one's figures. */
+ * preemption). A failed write is logged by the checkpoint (on the ranks
+ * that failed it and rank 0) and training goes on from the previous one;
+ * at the last step and when requested the write is waited for, so a job
+ * that succeeds, or a rank that stops, has its checkpoint - or fails on
+ * every rank. The stats carry the last one's figures. */
 static int checkpoint(struct gw *w, int requested, struct mr_worker_stats *st,
 		      struct mr_errbuf *eb)
 {
@@ -272,8 +273,8 @@ static int checkpoint(struct gw *w, int requested, struct mr_worker_stats *st,
 
 	if (!w->ckpt)
 		return 0;
-	if ((requested || mr_ckpt_due(w->ckpt, w->step)) && mr_ckpt_save(w->ckpt, w->step, &ce) < 0)
-		mr_log_warn("checkpoint_not_saved", "step=%ld msg=%s", w->step, mr_log_q(ce.msg));
+	if (requested || mr_ckpt_due(w->ckpt, w->step))
+		mr_ckpt_save(w->ckpt, w->step, NULL); /* a failure is logged there */
 	if ((requested || w->step >= w->steps) && mr_ckpt_wait(w->ckpt, &ce) < 0)
 		return mr_errf(eb, MR_EIO, "%s", ce.msg);
 	mr_ckpt_stats(w->ckpt, &cs);
@@ -282,6 +283,7 @@ static int checkpoint(struct gw *w, int requested, struct mr_worker_stats *st,
 	st->ckpt_seconds = cs.last_seconds;
 	st->ckpt_stall_s = cs.stall_seconds;
 	st->ckpt_bytes = cs.last_bytes;
+	st->ckpt_failures = cs.failures;
 	return 0;
 }
 
@@ -404,6 +406,7 @@ static void gw_abort(void *state)
 	if (!w)
 		return;
 	atomic_store(&w->aborted, 1);
+	mr_ckpt_abort(w->ckpt); /* a publish waiting for other ranks' parts */
 	if (atomic_load(&w->groups_ready))
 		mr_groups_abort(&w->groups);
 }

@@ -22,7 +22,7 @@ static const char *const keys[] = {
 	"device", "precision", "comm_backend", "debug_stall_rank", "debug_stall_step",
 	"debug_slow_rank", "debug_slow_ms", "pp_schedule", "pp_virtual", "pp_layers", "pp_p2p",
 	"moe_policy", "cp_algo", "ckpt_dir", "ckpt_every", "ckpt_keep", "ckpt_async", "resume",
-	NULL,
+	"debug_ckpt_fail_rank", "debug_ckpt_fail_step", "debug_ckpt_fail_unmarked", NULL,
 };
 
 static int get_choice(const json_t *c, const char *key, const char *const *choices,
@@ -157,6 +157,8 @@ int mr__gw_parse(const json_t *c, struct mr_gpt_config *mc, struct mr_adamw_conf
 	    (rc = geti(c, "debug_stall_step", 0, 1 << 30, 0, &w->stall_step, eb)) < 0 ||
 	    (rc = geti(c, "debug_slow_rank", -1, 1 << 30, -1, &w->slow_rank, eb)) < 0 ||
 	    (rc = geti(c, "debug_slow_ms", 0, 3600000, 0, &w->slow_ms, eb)) < 0 ||
+	    (rc = geti(c, "debug_ckpt_fail_rank", -1, 1 << 30, -1, &w->ckpt_fail_rank, eb)) < 0 ||
+	    (rc = geti(c, "debug_ckpt_fail_step", 0, 1 << 30, 0, &w->ckpt_fail_step, eb)) < 0 ||
 	    (rc = geti(c, "ckpt_every", 0, 1 << 30, 0, &w->ckpt_every, eb)) < 0 ||
 	    (rc = geti(c, "ckpt_keep", 1, 1 << 20, 2, &w->ckpt_keep, eb)) < 0 ||
 	    (rc = get_pipeline(c, w, eb)) < 0)
@@ -178,6 +180,8 @@ int mr__gw_parse(const json_t *c, struct mr_gpt_config *mc, struct mr_adamw_conf
 	w->ckpt_async = 1;
 	if (c && ((rc = mr_json_get_bool(c, "sequence_parallel", 0, &w->sp, eb)) < 0 ||
 		  (rc = mr_json_get_bool(c, "ckpt_async", 0, &w->ckpt_async, eb)) < 0 ||
+		  (rc = mr_json_get_bool(c, "debug_ckpt_fail_unmarked", 0, &w->ckpt_fail_unmarked,
+					 eb)) < 0 ||
 		  (rc = mr_json_get_str(c, "ckpt_dir", 0, 4095, &w->ckpt_dir, eb)) < 0 ||
 		  (rc = mr_json_get_bool(c, "overlap_grad_reduce", 0, &w->overlap, eb)) < 0 ||
 		  (rc = mr_json_get_str(c, "loss_log", 0, 4095, &w->loss_log, eb)) < 0 ||

@@ -56,6 +56,7 @@ struct gw {
 	_Atomic int64_t progress_step; /* the step being run, for progress reports */
 	int stall_rank, stall_step; /* debug_stall_*: -1 = off */
 	int slow_rank, slow_ms;     /* debug_slow_*: -1 = off */
+	int ckpt_fail_rank, ckpt_fail_step, ckpt_fail_unmarked; /* debug_ckpt_fail_* */
 	atomic_int aborted;
 	atomic_int preempted;   /* preempt(): checkpoint at this step's end, then stop */
 };

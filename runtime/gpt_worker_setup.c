@@ -257,7 +257,9 @@ int mr__gw_open_ckpt(struct gw *w, const struct mr_worker_env *env, const char *
 		     struct mr_errbuf *eb)
 {
 	struct mr_ckpt_opts o = { w->ckpt_dir, w->ckpt_every, w->ckpt_keep, w->ckpt_async,
-				  w->comm_timeout_ms > 600000 ? w->comm_timeout_ms : 600000 };
+				  w->comm_timeout_ms > 600000 ? w->comm_timeout_ms : 600000,
+				  w->ckpt_fail_rank == w->rank ? w->ckpt_fail_step : 0,
+				  w->ckpt_fail_unmarked };
 	struct mr_ckpt_job job = { 0 };
 	long step = 0;
 	int rc;
@@ -282,6 +284,8 @@ int mr__gw_open_ckpt(struct gw *w, const struct mr_worker_env *env, const char *
 	job.dp_state = w->step_drv.dp;
 	job.world_comm = w->groups.group[MR_GROUP_WORLD];
 	job.train_data = train_data;
+	job.job_name = env ? env->job : NULL;
+	job.run_id = env ? env->run_id : NULL;
 	if ((rc = mr_ckpt_create(&w->ckpt, &o, &job, eb)) < 0)
 		return rc;
 	if (!w->resume || (rc = mr_ckpt_resume(w->ckpt, &step, eb)) < 0)

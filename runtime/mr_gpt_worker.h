@@ -60,7 +60,11 @@
  *           the start of that step - no collective, no progress - until
  *           the worker is aborted, as a hung rank would (a "debug_stall"
  *           warning is logged); debug_slow_rank -1, debug_slow_ms 0: that
- *           rank sleeps so long in every step (a straggler)
+ *           rank sleeps so long in every step (a straggler);
+ *           debug_ckpt_fail_rank -1, debug_ckpt_fail_step 0: that rank's
+ *           part of the checkpoint at that step fails as on a full disk,
+ *           leaving no marker for rank 0 with debug_ckpt_fail_unmarked
+ *           (docs/CHECKPOINTS.md "When a write fails")
  *
  * Every device and mode runs one code path: the model on the rank's
  * device, placed in the mesh, under the step driver (gpt_worker_setup.c).

@@ -77,6 +77,8 @@ struct mr_worker_stats {
 	double ckpt_seconds;     /* the last checkpoint's snapshot + write time */
 	double ckpt_stall_s;     /* training time its save took (snapshot, waiting) */
 	uint64_t ckpt_bytes;     /* bytes this rank wrote for it */
+	int64_t ckpt_failures;   /* checkpoints of this run that failed: the rank's own
+				  * part, or (rank 0) any rank's */
 };
 
 /*

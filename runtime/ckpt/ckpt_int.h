@@ -13,12 +13,14 @@
 #include <stdatomic.h>
 
 #include "mr_ckpt.h"
+#include "mr_file.h"
 
 #define CKPT_HEADER 64             /* bytes before a shard's first record */
 #define CKPT_MAGIC "MRCKPT01"      /* a shard's first 8 bytes */
 #define CKPT_MAX_STEPS 64          /* published steps a resume considers */
 #define CKPT_MAX_BYTES ((uint64_t)1 << 44) /* a shard or record larger is refused */
-#define CKPT_MAX_MANIFEST ((uint64_t)1 << 30) /* a manifest larger is refused */
+#define CKPT_MAX_MANIFEST ((uint64_t)1 << 28) /* a manifest larger is refused (~6 M records) */
+#define CKPT_MAX_REST (1 << 23)    /* ... and its members besides "shards" larger */
 #define CKPT_ALIGN 4096            /* a shard image's alignment and length unit */
 
 struct mr_ckpt {
@@ -26,20 +28,26 @@ struct mr_ckpt {
 	char dir[4096];
 	struct mr_ckpt_job job;
 	uint64_t nonce;            /* this attempt's: names its temporary directories */
+	int lock_fd;               /* rank 0: <dir>/lock held (-1: none) */
 	struct ckpt_piece *pc;     /* (npc) the owned slices, file order */
 	int npc;
 	unsigned char *image;      /* the shard file: header, their param|m|v records
 				    * at their offsets, zeros to a CKPT_ALIGN multiple */
 	size_t image_bytes;
 	pthread_t thread;
+	int threaded;              /* thread runs the write in flight (to be joined) */
 	int running;               /* a write in flight (thread or not yet joined) */
 	long wstep;                /* its step */
 	long wopt;                 /* the optimizer steps it holds */
-	int wrc;                   /* its result */
+	int part_done;             /* its rank's part written or failed (lock, part_cond) */
+	int part_rc;               /* that part's result */
+	int wrc;                   /* the whole write's result */
 	struct mr_errbuf web;
 	double t0;                 /* its start */
-	atomic_int cancel;         /* rank 0 stops waiting for the others */
-	pthread_mutex_t lock;      /* st */
+	atomic_int cancel;         /* the job stops: rank 0 stops waiting for the others */
+	atomic_int abandon;        /* rank 0: rank abandon - 1 failed its part: stop waiting */
+	pthread_mutex_t lock;      /* st, part_done */
+	pthread_cond_t part_cond;
 	struct mr_ckpt_stats st;
 };
 
@@ -51,12 +59,8 @@ int mr__ckpt_write_file(const char *path, const void *head, size_t hn, const voi
  * length: written past the page cache (O_DIRECT) where the filesystem
  * allows, so a background write costs training no copy. */
 int mr__ckpt_write_image(const char *path, const void *buf, size_t n, struct mr_errbuf *eb);
-/* write(2) of all n bytes (EINTR and short writes retried); 0 or -1. */
-int mr__ckpt_write_all(int fd, const void *buf, size_t n);
 /* mkdir -p; errors name the field "ckpt_dir". */
 int mr__ckpt_make_dirs(const char *dir, struct mr_errbuf *eb);
-/* fsync of a directory. */
-int mr__ckpt_sync_dir(const char *dir, struct mr_errbuf *eb);
 /* Removes a directory tree (checkpoint directories hold plain files). */
 int mr__ckpt_remove_dir(const char *dir);
 /* The step numbers of <dir>/step-N, newest first, at most cap. */
@@ -111,5 +115,12 @@ json_t *mr__ckpt_manifest_json(const struct mr_ckpt_job *job, long step, long op
 			       json_t *const *indexes, int n, struct mr_errbuf *eb);
 /* The model config as the manifest writes it. New ref. */
 json_t *mr__ckpt_model_json(const struct mr_gpt_config *c);
+/* "config_crc32c": the CRC-32C of model dumped compactly, keys sorted. */
+uint32_t mr__ckpt_model_crc(const json_t *model);
+/* The manifest's text, sealed: doc dumped compactly with a last member
+ * "manifest_crc32c", the CRC-32C of every byte before its comma (so
+ * readers tell a damaged manifest from another model). malloc'd, *n its
+ * length; NULL when out of memory. */
+char *mr__ckpt_manifest_text(const json_t *doc, size_t *n);
 
 #endif

@@ -15,6 +15,7 @@
 
 #include "ckpt_int.h"
 #include "mr_crc32c.h"
+#include "mr_file.h"
 
 void mr__ckpt_step_dir(char *buf, size_t cap, const char *dir, long step)
 {
@@ -42,34 +43,6 @@ int mr__ckpt_make_dirs(const char *dir, struct mr_errbuf *eb)
 	return 0;
 }
 
-int mr__ckpt_write_all(int fd, const void *buf, size_t n)
-{
-	const char *p = buf;
-
-	while (n > 0) {
-		ssize_t w = write(fd, p, n > ((size_t)1 << 30) ? (size_t)1 << 30 : n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return -1;
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
-int mr__ckpt_sync_dir(const char *dir, struct mr_errbuf *eb)
-{
-	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), rc = 0;
-
-	if (fd < 0)
-		return mr_errf(eb, MR_EIO, "unable to open '%s': %s", dir, strerror(errno));
-	if (fsync(fd) != 0)
-		rc = mr_errf(eb, MR_EIO, "unable to sync '%s': %s", dir, strerror(errno));
-	close(fd);
-	return rc;
-}
-
 /* The durable write of head then body; direct: body is the whole file,
  * 4096-aligned in address and length, written with O_DIRECT where the
  * filesystem takes it (no copy into the page cache), else as usual. */
@@ -77,16 +50,20 @@ static int write_durably(const char *path, const void *head, size_t hn, const vo
 			 size_t n, int direct, struct mr_errbuf *eb)
 {
 	char tmp[4200], dir[4200], *slash;
-	int fd = -1, rc = 0;
+	int fd = -1, rc = 0, flags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC;
 
 	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	if (direct)
-		fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0644);
+	/* a new file: whatever was at the temporary name (a FIFO would block
+	 * the open) goes first */
+	if (unlink(tmp) != 0 && errno != ENOENT)
+		return mr_errf(eb, MR_EIO, "unable to remove '%s': %s", tmp, strerror(errno));
+	if (direct && (fd = open(tmp, flags | O_DIRECT, 0644)) < 0)
+		unlink(tmp); /* refused O_DIRECT (it may have created the file) */
 	if (fd < 0)
-		fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		fd = open(tmp, flags, 0644);
 	if (fd < 0)
 		return mr_errf(eb, MR_EIO, "unable to create '%s': %s", tmp, strerror(errno));
-	if ((head && mr__ckpt_write_all(fd, head, hn) != 0) || mr__ckpt_write_all(fd, body, n) != 0)
+	if ((head && mr_file_write_all(fd, head, hn) != 0) || mr_file_write_all(fd, body, n) != 0)
 		rc = mr_errf(eb, MR_EIO, "unable to write '%s': %s", tmp, strerror(errno));
 	if (rc == 0 && fsync(fd) != 0)
 		rc = mr_errf(eb, MR_EIO, "unable to sync '%s': %s", tmp, strerror(errno));
@@ -102,7 +79,7 @@ static int write_durably(const char *path, const void *head, size_t hn, const vo
 	slash = strrchr(dir, '/');
 	if (slash)
 		*slash = 0;
-	return mr__ckpt_sync_dir(slash ? dir : ".", eb);
+	return mr_file_sync_dir(slash ? dir : ".", eb);
 }
 
 int mr__ckpt_write_file(const char *path, const void *head, size_t hn, const void *body,
@@ -138,6 +115,19 @@ int mr__ckpt_remove_dir(const char *dir)
 	return rc;
 }
 
+/* Whether entry e of dir is a directory (a file named like a step is
+ * not one: it is nobody's checkpoint). */
+static int is_dir(const char *dir, const struct dirent *e)
+{
+	char path[4400];
+	struct stat st;
+
+	if (e->d_type != DT_UNKNOWN)
+		return e->d_type == DT_DIR;
+	snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+	return lstat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
 static int newest_first(const void *a, const void *b)
 {
 	long x = *(const long *)a, y = *(const long *)b;
@@ -164,7 +154,7 @@ int mr__ckpt_steps(const char *dir, long *steps, int cap, struct mr_errbuf *eb)
 		if (strncmp(e->d_name, "step-", 5) != 0)
 			continue;
 		s = strtol(e->d_name + 5, &end, 10);
-		if (*end || end == e->d_name + 5 || s < 0)
+		if (*end || end == e->d_name + 5 || s < 0 || !is_dir(dir, e))
 			continue;
 		if (n == room) {
 			room = room ? 2 * room : 16;
@@ -202,24 +192,17 @@ int mr__ckpt_open_shard(const struct mr_ckpt_manifest *mf, int s, struct mr_errb
 	char path[4200], head[CKPT_HEADER];
 	uint32_t ver, rank;
 	int64_t step;
-	struct stat st;
+	size_t size;
 	int fd;
 
 	snprintf(path, sizeof(path), "%s/%s", mf->dir, sh->file);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return mr_errf(eb, errno == ENOENT ? MR_ENOTFOUND : MR_EIO, "unable to open '%s': %s",
-			       path, strerror(errno));
-	if (fstat(fd, &st) != 0) {
-		mr_errf(eb, MR_EIO, "unable to stat '%s': %s", path, strerror(errno));
-		close(fd);
-		return MR_EIO;
-	}
-	if ((uint64_t)st.st_size != sh->bytes) {
+	if ((fd = mr_file_open_regular(path, &size, eb)) < 0)
+		return fd;
+	if ((uint64_t)size != sh->bytes) {
 		close(fd);
 		return mr_errf(eb, MR_ECORRUPT,
-			       "'%s' is %lld bytes, the manifest says %llu (truncated or replaced)",
-			       path, (long long)st.st_size, (unsigned long long)sh->bytes);
+			       "'%s' is %zu bytes, the manifest says %llu (truncated or replaced)",
+			       path, size, (unsigned long long)sh->bytes);
 	}
 	if (pread(fd, head, sizeof(head), 0) != (ssize_t)sizeof(head) ||
 	    memcmp(head, CKPT_MAGIC, 8) != 0) {

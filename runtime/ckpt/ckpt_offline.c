@@ -76,6 +76,22 @@ int mr_ckpt_verify(const struct mr_ckpt_manifest *mf, uint64_t *bytes, struct mr
 	return rc;
 }
 
+/* The checkpoint directory's lock (a job's, mr_ckpt_create): an import
+ * writes nowhere a job or another import is writing. */
+static int lock_dir(const char *ckpt_dir, int *fd, struct mr_errbuf *eb)
+{
+	char path[4200], who[600], holder[64];
+	int rc;
+
+	snprintf(path, sizeof(path), "%s/lock", ckpt_dir);
+	snprintf(holder, sizeof(holder), "meshrun ckpt import (pid %ld)", (long)getpid());
+	rc = mr_file_lock(path, holder, fd, who, sizeof(who), eb);
+	if (rc == MR_ECONFLICT)
+		return mr_errf(eb, rc, "'%s' is in use by %s: one writer per checkpoint directory",
+			       ckpt_dir, who);
+	return rc == MR_ENOTSUP ? 0 : rc; /* no locks there: as a job, unlocked */
+}
+
 int mr_ckpt_write_params(const char *ckpt_dir, const struct mr_gpt_config *cfg, long step,
 			 const float *params, struct mr_errbuf *eb)
 {
@@ -88,7 +104,8 @@ int mr_ckpt_write_params(const char *ckpt_dir, const struct mr_gpt_config *cfg, 
 	json_t *idx = NULL, *doc = NULL;
 	char *text = NULL;
 	struct mr_gpt m;
-	int i, rc;
+	size_t tn = 0;
+	int i, rc, lock_fd = -1;
 
 	if ((rc = mr_gpt_create(&m, cfg, 1, 1, NULL, eb)) < 0)
 		return rc;
@@ -98,7 +115,9 @@ int mr_ckpt_write_params(const char *ckpt_dir, const struct mr_gpt_config *cfg, 
 	job.m = &m;
 	mr__ckpt_step_dir(final, sizeof(final), ckpt_dir, step);
 	snprintf(tmp, sizeof(tmp), "%s/.tmp-step-%08ld.import-%d", ckpt_dir, step, (int)getpid());
-	if ((rc = mr__ckpt_make_dirs(ckpt_dir, eb)) < 0)
+	if ((rc = mr__ckpt_make_dirs(ckpt_dir, eb)) == 0)
+		rc = lock_dir(ckpt_dir, &lock_fd, eb);
+	if (rc < 0)
 		;
 	else if (access(final, F_OK) == 0)
 		rc = mr_errf(eb, MR_EEXISTS, "'%s' exists: nothing is overwritten", final);
@@ -123,7 +142,7 @@ int mr_ckpt_write_params(const char *ckpt_dir, const struct mr_gpt_config *cfg, 
 					 m.nparams * sizeof(float), eb);
 	if (rc == 0 && (!(idx = mr__ckpt_index_json(&job, pc, m.ntensors, 1, off)) ||
 			!(doc = mr__ckpt_manifest_json(&job, step, 0, &idx, 1, eb)) ||
-			!(text = json_dumps(doc, JSON_COMPACT))))
+			!(text = mr__ckpt_manifest_text(doc, &tn))))
 		rc = mr_errf(eb, MR_ENOMEM, "unable to build the manifest");
 	if (rc == 0) {
 		/* the rank's index, as a job writes it beside its shard */
@@ -135,13 +154,15 @@ int mr_ckpt_write_params(const char *ckpt_dir, const struct mr_gpt_config *cfg, 
 	}
 	snprintf(path, sizeof(path), "%s/manifest.json", tmp);
 	if (rc == 0)
-		rc = mr__ckpt_write_file(path, NULL, 0, text, strlen(text), eb);
+		rc = mr__ckpt_write_file(path, NULL, 0, text, tn, eb);
 	if (rc == 0 && rename(tmp, final) != 0)
 		rc = mr_errf(eb, MR_EIO, "unable to publish '%s': %s", final, strerror(errno));
 	if (rc == 0)
-		rc = mr__ckpt_sync_dir(ckpt_dir, eb);
+		rc = mr_file_sync_dir(ckpt_dir, eb);
 	else
 		mr__ckpt_remove_dir(tmp);
+	if (lock_fd >= 0)
+		close(lock_fd);
 	free(text);
 	json_decref(doc);
 	json_decref(idx);

@@ -73,6 +73,8 @@ struct mr_ckpt_job {
 	struct mr_dp *dp_state;       /* its data-parallel state (owned slices) */
 	struct mr_comm *world_comm;   /* every rank; NULL: one rank */
 	const char *train_data;       /* recorded for inspection; NULL: synthetic */
+	const char *job_name;         /* "namespace/name", names the lock's holder; may be NULL */
+	const char *run_id;           /* stable across the job's restarts; may be NULL */
 };
 
 struct mr_ckpt_opts {
@@ -81,6 +83,10 @@ struct mr_ckpt_opts {
 	int keep;         /* published steps kept (>= 1) */
 	int async;        /* 1: write in the background; 0: wait for each save */
 	long timeout_ms;  /* rank 0 waits this long for every rank's index */
+	/* testing: this rank's part of the save at step fail_step fails as on
+	 * a full disk (0: never), leaving no marker with fail_unmarked */
+	long fail_step;
+	int fail_unmarked;
 };
 
 struct mr_ckpt_stats {
@@ -89,6 +95,7 @@ struct mr_ckpt_stats {
 	double stall_seconds;  /* training time the last save took (snapshot, waiting) */
 	uint64_t last_bytes;   /* bytes this rank wrote for it */
 	long saves;            /* checkpoints written so far */
+	long failures;         /* checkpoints that failed (this rank's part; rank 0: any) */
 	long resumed_step;     /* step resumed from; 0 = none */
 };
 
@@ -102,13 +109,19 @@ int mr_ckpt_create(struct mr_ckpt **out, const struct mr_ckpt_opts *o,
 int mr_ckpt_resume(struct mr_ckpt *c, long *step, struct mr_errbuf *eb);
 /* 1 when a checkpoint is due after `step` steps (every > 0). */
 int mr_ckpt_due(const struct mr_ckpt *c, long step);
-/* Saves the state after `step` optimizer steps: waits for the previous
- * save, snapshots (collective-free), then writes (async or here). A
- * failure of the previous background write is returned here (and
- * logged); the training state is never touched. */
+/* Collective: saves the state after `step` optimizer steps: waits for
+ * the previous save (the ranks agree whether all its parts were written),
+ * snapshots, then writes (async or here). A failed write is logged
+ * (checkpoint_failed) by the ranks whose part failed and by rank 0, and
+ * returned to them; the previous step stays the newest and the training
+ * state is never touched. */
 int mr_ckpt_save(struct mr_ckpt *c, long step, struct mr_errbuf *eb);
-/* Waits for the write in flight; its result. */
+/* Collective: waits for the write in flight; its result on every rank
+ * (a part that failed on any rank fails it everywhere). */
 int mr_ckpt_wait(struct mr_ckpt *c, struct mr_errbuf *eb);
+/* Any thread: the job stops - a write in flight stops waiting for other
+ * ranks' parts (mr_worker.h's abort). NULL is a no-op. */
+void mr_ckpt_abort(struct mr_ckpt *c);
 void mr_ckpt_stats(struct mr_ckpt *c, struct mr_ckpt_stats *st);
 /* Waits for a write in flight. NULL is a no-op. */
 void mr_ckpt_free(struct mr_ckpt *c);
@@ -147,15 +160,18 @@ struct mr_ckpt_manifest {
 	long total_steps;
 	struct mr_adamw_config opt;
 	uint64_t micro_batches;      /* consumed: the data position */
+	char *train_data;            /* the token shard trained on; NULL: synthetic */
 	int ntensors, nrecs, nshards;
 	struct mr_ckpt_tensor *tensors;
 	struct mr_ckpt_rec *recs;
 	struct mr_ckpt_shard *shards;
 };
 
-/* Parses <dir>/manifest.json and checks it against itself (every record
- * inside its tensor and its shard's bytes, every tensor's params covered
- * once). The message names the file and the reason. */
+/* Parses <dir>/manifest.json and checks it against itself: its seal
+ * (the CRC-32C of the whole text), every record inside its tensor and
+ * its shard's bytes, no two records of a shard overlapping in the file,
+ * every tensor's params covered once. The message names the file and
+ * the reason; a damaged manifest is MR_ECORRUPT. */
 int mr_ckpt_manifest_read(struct mr_ckpt_manifest *mf, const char *dir, struct mr_errbuf *eb);
 void mr_ckpt_manifest_release(struct mr_ckpt_manifest *mf);
 /* The first model field (the workload key) that differs between a and b,

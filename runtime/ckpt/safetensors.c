@@ -264,19 +264,15 @@ int mr_st_open(struct mr_st_file *f, const char *path, struct mr_errbuf *eb)
 {
 	unsigned char len8[8];
 	uint64_t n = 0;
-	struct stat st;
+	size_t size;
 	char *text = NULL;
 	int rc = 0;
 
 	memset(f, 0, sizeof(*f));
 	snprintf(f->path, sizeof(f->path), "%s", path);
-	f->fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (f->fd < 0)
-		return mr_errf(eb, errno == ENOENT ? MR_ENOTFOUND : MR_EIO, "unable to open '%s': %s",
-			       path, strerror(errno));
-	if (fstat(f->fd, &st) != 0 || !S_ISREG(st.st_mode))
-		rc = mr_errf(eb, MR_EIO, "'%s' is not a regular file", path);
-	else if ((f->size = (uint64_t)st.st_size) < 8)
+	if ((f->fd = mr_file_open_regular(path, &size, eb)) < 0)
+		return f->fd;
+	if ((f->size = (uint64_t)size) < 8)
 		rc = mr_errf(eb, MR_ECORRUPT,
 			     "'%s': %llu bytes, shorter than the 8-byte header length (truncated?)",
 			     path, (unsigned long long)f->size);
@@ -502,7 +498,7 @@ int mr_st_writer_open(struct mr_st_writer *w, const char *path, const struct mr_
 	w->fd = open(w->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (w->fd < 0)
 		rc = mr_errf(eb, MR_EIO, "unable to create '%s': %s", w->tmp, strerror(errno));
-	else if (mr__ckpt_write_all(w->fd, len8, 8) < 0 || mr__ckpt_write_all(w->fd, text, len) < 0)
+	else if (mr_file_write_all(w->fd, len8, 8) < 0 || mr_file_write_all(w->fd, text, len) < 0)
 		rc = mr_errf(eb, MR_EIO, "unable to write '%s': %s", w->tmp, strerror(errno));
 	free(text);
 	if (rc < 0) {
@@ -519,7 +515,7 @@ int mr_st_writer_put(struct mr_st_writer *w, const float *data, uint64_t count,
 	if (w->next >= w->n || count * sizeof(float) != w->bytes[w->next])
 		return mr_errf(eb, MR_EINVAL, "'%s': tensor %d: %llu values, not what its shape says",
 			       w->path, w->next, (unsigned long long)count);
-	if (mr__ckpt_write_all(w->fd, data, (size_t)count * sizeof(float)) < 0)
+	if (mr_file_write_all(w->fd, data, (size_t)count * sizeof(float)) < 0)
 		return mr_errf(eb, MR_EIO, "unable to write '%s': %s", w->tmp, strerror(errno));
 	w->next++;
 	return 0;

@@ -5,8 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "data/mr_shard.h"
+#include "mr_file.h"
 #include "mr_rng.h"
 
 #define HDR_INTS 256
@@ -40,16 +42,22 @@ int mr_shard_open(struct mr_shard *s, const char *path, int vocab, int T, uint64
 	FILE *f;
 	long size;
 	size_t i;
-	int rc = 0;
+	struct mr_errbuf oe = { "", "" };
+	int rc = 0, fd;
 
 	memset(s, 0, sizeof(*s));
 	s->epoch = -1;
 	if (T < 1)
 		return mr_errf_field(eb, MR_EINVAL, "seq_len", "'seq_len' must be >= 1");
-	f = fopen(path, "rb");
-	if (!f) /* a missing file stays missing: not worth a retry */
-		return mr_errf(eb, errno == ENOENT || errno == ENOTDIR ? MR_ENOTFOUND : MR_EIO,
-			       "unable to open shard '%s': %s", path, strerror(errno));
+	/* a regular file only (a FIFO would block the open); a missing file
+	 * stays missing: not worth a retry */
+	if ((fd = mr_file_open_regular(path, NULL, &oe)) < 0)
+		return mr_errf(eb, fd, "shard: %s", oe.msg);
+	if (!(f = fdopen(fd, "rb"))) {
+		close(fd);
+		return mr_errf(eb, MR_ENOMEM, "unable to open shard '%s': %s", path,
+			       strerror(errno));
+	}
 	snprintf(s->path, sizeof(s->path), "%s", path);
 	if (fread(hdr, sizeof(hdr), 1, f) != 1) {
 		rc = mr_errf(eb, MR_ECORRUPT, "shard '%s': truncated header (need 1024 bytes)", path);

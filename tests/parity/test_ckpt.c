@@ -24,6 +24,7 @@
  * step, naming the reason or the field.
  */
 #include <criterion/criterion.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,111 +34,30 @@
 #include <unistd.h>
 
 #include "model/mr_weights.h"
+#include "ckjob.h"
 #include "parity.h"
 #include "proc.h"
 
 #define STEPS 8
 
-static char tmp[256];
-
-static void scratch(void)
+/* Every step saved and kept, in `ckdir`. */
+static int run(const struct mr_ckjob *j, const char *tag, const char *ckdir)
 {
-	const char *d = mr_test_scratch("mr-ckpt");
+	char keys[256];
 
-	cr_assert_not_null(d);
-	snprintf(tmp, sizeof(tmp), "%s", d);
+	snprintf(keys, sizeof(keys),
+		 "\"comm_timeout_ms\": 30000, \"ckpt_dir\": \"%s\", \"ckpt_every\": 1, "
+		 "\"ckpt_keep\": %d", ckdir, STEPS);
+	return mr_ckjob_run(j, tag, STEPS, keys);
 }
 
-/* A job's shape: ranks and mesh flags, and its workload keys beyond the
- * common ones. */
-struct job {
-	int nodes, nproc;
-	const char *flags; /* e.g. "--tp 2 --pp 2" */
-	const char *keys;  /* e.g. "\"zero\": 1" */
-};
-
-/* Runs job with outputs tag.loss, tag.bin, tag.out in tmp and the
- * checkpoints in tmp/<ckdir>; the exit code. */
-static int run(const struct job *j, const char *tag, const char *ckdir)
-{
-	char cmd[4096], *bin = realpath(mr_proc_build_dir(), NULL);
-	int st;
-
-	snprintf(cmd, sizeof(cmd),
-		 "cd '%s' && timeout 300 '%s/meshrun' local --nodes %d --nproc-per-node %d %s "
-		 "--workload-config '{\"n_layer\": 4, \"d_model\": 32, \"n_head\": 4, "
-		 "\"vocab_size\": 64, \"seq_len\": 16, \"batch_size\": 2, \"steps\": %d, "
-		 "\"lr\": 0.003, \"warmup_steps\": 2, \"threads\": 1, \"seed\": 7, "
-		 "\"comm_timeout_ms\": 30000, \"loss_log\": \"%s.loss\", \"save_weights\": "
-		 "\"%s.bin\", \"ckpt_dir\": \"%s\", \"ckpt_every\": 1, \"ckpt_keep\": %d%s%s}' "
-		 ">'%s.out' 2>&1",
-		 tmp, bin ? bin : "build", j->nodes, j->nproc, j->flags, STEPS, tag, tag, ckdir,
-		 STEPS, j->keys ? ", " : "", j->keys ? j->keys : "", tag);
-	free(bin);
-	st = system(cmd);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static const char *tail_of(const char *tag)
-{
-	static char buf[3000];
-	char path[512];
-
-	snprintf(path, sizeof(path), "%s/%s.out", tmp, tag);
-	mr_test_tail(path, buf, sizeof(buf));
-	return buf;
-}
-
-/* Whether tmp/<tag>.out has a line containing every one of a, b. */
-static int logged(const char *tag, const char *a, const char *b)
-{
-	char path[512], *line = NULL;
-	size_t cap = 0;
-	FILE *f;
-	int found = 0;
-
-	snprintf(path, sizeof(path), "%s/%s.out", tmp, tag);
-	if (!(f = fopen(path, "r")))
-		return 0;
-	while (!found && getline(&line, &cap, f) > 0)
-		found = strstr(line, a) && (!b || strstr(line, b));
-	free(line);
-	fclose(f);
-	return found;
-}
-
-static int exists(const char *name)
-{
-	char path[512];
-
-	snprintf(path, sizeof(path), "%s/%s", tmp, name);
-	return access(path, F_OK) == 0;
-}
-
-static int same_file(const char *a, const char *b)
-{
-	char cmd[1200];
-
-	snprintf(cmd, sizeof(cmd), "cmp -s '%s/%s' '%s/%s'", tmp, a, tmp, b);
-	return system(cmd) == 0;
-}
-
-static void sh(const char *fmt, const char *arg)
-{
-	char cmd[1200], c2[1600];
-
-	snprintf(cmd, sizeof(cmd), fmt, arg);
-	snprintf(c2, sizeof(c2), "cd '%s' && %s", tmp, cmd);
-	cr_assert_eq(system(c2), 0, "%s", c2);
-}
-
-/* The steps 1..STEPS of tmp/<tag>.loss: loss and grad norm. */
+/* The steps 1..STEPS of <scratch>/<tag>.loss: loss and grad norm. */
 static void read_losses(const char *tag, double *loss, double *norm)
 {
 	char path[512];
 	FILE *f;
 
-	snprintf(path, sizeof(path), "%s/%s.loss", tmp, tag);
+	snprintf(path, sizeof(path), "%s/%s.loss", mr_ckjob_dir(), tag);
 	f = fopen(path, "r");
 	cr_assert_not_null(f, "no loss log %s", path);
 	for (int i = 0; i < STEPS; i++) {
@@ -151,39 +71,38 @@ static void read_losses(const char *tag, double *loss, double *norm)
 
 /* The full run ("full", checkpoints in ck) and the run resumed at step 3
  * after the later checkpoints are gone ("again"): equal byte for byte. */
-static void exact_resume(const struct job *j)
+static void exact_resume(const struct mr_ckjob *j)
 {
-	scratch();
-	cr_assert_eq(run(j, "full", "ck"), 0, "%s", tail_of("full"));
+	cr_assert_eq(run(j, "full", "ck"), 0, "%s", mr_ckjob_tail("full"));
 	/* the log as the killed run would have left it: the resume trims it */
-	sh("test -d ck/step-00000008 && rm -r ck/step-0000000[4-8] && cp full.loss again.loss%s",
+	mr_ckjob_sh("test -d ck/step-00000008 && rm -r ck/step-0000000[4-8] && cp full.loss again.loss%s",
 	   "");
-	cr_assert_eq(run(j, "again", "ck"), 0, "%s", tail_of("again"));
-	cr_expect(logged("again", "checkpoint_resumed", "step=3"), "no resume at step 3:\n%s",
-		  tail_of("again"));
-	cr_expect(same_file("full.loss", "again.loss"), "the resumed run's losses differ");
-	cr_expect(same_file("full.bin", "again.bin"), "the resumed run's weights differ");
+	cr_assert_eq(run(j, "again", "ck"), 0, "%s", mr_ckjob_tail("again"));
+	cr_expect(mr_ckjob_count("again", "checkpoint_resumed", "step=3"), "no resume at step 3:\n%s",
+		  mr_ckjob_tail("again"));
+	cr_expect(mr_ckjob_same("full.loss", "again.loss"), "the resumed run's losses differ");
+	cr_expect(mr_ckjob_same("full.bin", "again.bin"), "the resumed run's weights differ");
 }
 
-Test(ckpt, resume_dp2_is_exact) { exact_resume(&(struct job){ 1, 2, "", NULL }); }
+Test(ckpt, resume_dp2_is_exact) { exact_resume(&(struct mr_ckjob){ 1, 2, "", NULL }); }
 Test(ckpt, resume_tp2_dp2_zero2_is_exact)
 {
-	exact_resume(&(struct job){ 2, 2, "--tp 2 --sequence-parallel", "\"zero\": 2" });
+	exact_resume(&(struct mr_ckjob){ 2, 2, "--tp 2 --sequence-parallel", "\"zero\": 2" });
 }
 Test(ckpt, resume_pp2_tp2_zero1_is_exact)
 {
-	exact_resume(&(struct job){ 1, 4, "--tp 2 --pp 2",
+	exact_resume(&(struct mr_ckjob){ 1, 4, "--tp 2 --pp 2",
 				    "\"zero\": 1, \"grad_accum\": 4, \"pp_schedule\": \"1f1b\"" });
 }
 Test(ckpt, resume_cp2_ep2_moe_zero3_is_exact)
 {
-	exact_resume(&(struct job){ 2, 2, "--cp 2 --ep 2",
+	exact_resume(&(struct mr_ckjob){ 2, 2, "--cp 2 --ep 2",
 				    "\"zero\": 3, \"moe_every\": 2, \"n_experts\": 4, \"top_k\": 2, "
 				    "\"moe_policy\": \"dropless\"" });
 }
 
 /* Step 4 of `from` continued on `to`: steps 5..8 against from's own. */
-static void reshard(const struct job *from, const struct job *to)
+static void reshard(const struct mr_ckjob *from, const struct mr_ckjob *to)
 {
 	double la[STEPS], na[STEPS], lb[STEPS], nb[STEPS];
 	struct mr_errbuf eb = { "", "" };
@@ -192,12 +111,11 @@ static void reshard(const struct job *from, const struct job *to)
 	char path[512], why[192];
 	int s, i;
 
-	scratch();
-	cr_assert_eq(run(from, "from", "ck"), 0, "%s", tail_of("from"));
-	sh("mkdir ck2 && cp -r ck/step-00000004 ck2/ && cp from.loss to.loss%s", "");
-	cr_assert_eq(run(to, "to", "ck2"), 0, "%s", tail_of("to"));
-	cr_expect(logged("to", "checkpoint_resumed", "step=4"), "no resume at step 4:\n%s",
-		  tail_of("to"));
+	cr_assert_eq(run(from, "from", "ck"), 0, "%s", mr_ckjob_tail("from"));
+	mr_ckjob_sh("mkdir ck2 && cp -r ck/step-00000004 ck2/ && cp from.loss to.loss%s", "");
+	cr_assert_eq(run(to, "to", "ck2"), 0, "%s", mr_ckjob_tail("to"));
+	cr_expect(mr_ckjob_count("to", "checkpoint_resumed", "step=4"), "no resume at step 4:\n%s",
+		  mr_ckjob_tail("to"));
 	read_losses("from", la, na);
 	read_losses("to", lb, nb);
 	for (s = 4; s < STEPS; s++) {
@@ -206,12 +124,12 @@ static void reshard(const struct job *from, const struct job *to)
 		cr_expect(fabs(nb[s] - na[s]) <= 1e-5 * fabs(na[s]),
 			  "step %d: grad norm %.9g vs %.9g", s + 1, nb[s], na[s]);
 	}
-	snprintf(path, sizeof(path), "%s/from.bin", tmp);
+	snprintf(path, sizeof(path), "%s/from.bin", mr_ckjob_dir());
 	cr_assert_eq(mr_weights_read_config(path, &c, &eb), 0, "%s", eb.msg);
 	cr_assert_eq(mr_gpt_create(&a, &c, 1, 1, NULL, &eb), 0, "%s", eb.msg);
 	cr_assert_eq(mr_gpt_create(&b, &c, 1, 1, NULL, &eb), 0, "%s", eb.msg);
 	cr_assert_eq(mr_weights_load(&a, path, &eb), 0, "%s", eb.msg);
-	snprintf(path, sizeof(path), "%s/to.bin", tmp);
+	snprintf(path, sizeof(path), "%s/to.bin", mr_ckjob_dir());
 	cr_assert_eq(mr_weights_load(&b, path, &eb), 0, "%s", eb.msg);
 	for (i = 0; i < a.ntensors; i++) {
 		const struct mr_gpt_tensor *t = &a.tensors[i];
@@ -225,17 +143,17 @@ static void reshard(const struct job *from, const struct job *to)
 
 Test(ckpt, reshard_tp2_pp2_dp2_zero3_to_pp4_dp2_zero1, .timeout = 600)
 {
-	reshard(&(struct job){ 2, 4, "--tp 2 --pp 2",
+	reshard(&(struct mr_ckjob){ 2, 4, "--tp 2 --pp 2",
 			       "\"zero\": 3, \"grad_accum\": 4, \"pp_schedule\": \"1f1b\"" },
-		&(struct job){ 2, 4, "--pp 4",
+		&(struct mr_ckjob){ 2, 4, "--pp 4",
 			       "\"zero\": 1, \"grad_accum\": 4, \"pp_schedule\": \"1f1b\"" });
 }
 
 Test(ckpt, reshard_dp4_to_dp2_keeps_the_global_batch)
 {
 	/* dp4 x 1 micro-batch = dp2 x 2: the same rows every step */
-	reshard(&(struct job){ 2, 2, "", "\"zero\": 1" },
-		&(struct job){ 1, 2, "", "\"zero\": 3, \"grad_accum\": 2" });
+	reshard(&(struct mr_ckjob){ 2, 2, "", "\"zero\": 1" },
+		&(struct mr_ckjob){ 1, 2, "", "\"zero\": 3, \"grad_accum\": 2" });
 }
 
 Test(ckpt, reshard_ep2_tp2_to_ep1_tp1)
@@ -246,7 +164,7 @@ Test(ckpt, reshard_ep2_tp2_to_ep1_tp1)
 
 	snprintf(from, sizeof(from), "%s, \"zero\": 1", moe);
 	snprintf(to, sizeof(to), "%s, \"grad_accum\": 2", moe);
-	reshard(&(struct job){ 1, 4, "--tp 2 --ep 2", from }, &(struct job){ 1, 1, "", to });
+	reshard(&(struct mr_ckjob){ 1, 4, "--tp 2 --ep 2", from }, &(struct mr_ckjob){ 1, 1, "", to });
 }
 
 /* The full run; of its checkpoints 1, 2, 3 and 6 are kept and `damage`
@@ -254,19 +172,18 @@ Test(ckpt, reshard_ep2_tp2_to_ep1_tp1)
  * at step 3 and ends equal to the full run. */
 static void damaged(const char *damage, const char *names)
 {
-	struct job j = { 1, 2, "", "\"zero\": 1" };
+	struct mr_ckjob j = { 1, 2, "", "\"zero\": 1" };
 
-	scratch();
-	cr_assert_eq(run(&j, "full", "ck"), 0, "%s", tail_of("full"));
-	sh("rm -r ck/step-0000000[4578] && cp full.loss again.loss%s", "");
-	sh(damage, "ck/step-00000006");
-	cr_assert_eq(run(&j, "again", "ck"), 0, "%s", tail_of("again"));
-	cr_expect(logged("again", "checkpoint_skipped", names), "no skip naming '%s':\n%s",
-		  names, tail_of("again"));
-	cr_expect(logged("again", "checkpoint_resumed", "step=3"), "no resume at step 3:\n%s",
-		  tail_of("again"));
-	cr_expect(same_file("full.loss", "again.loss"), "the resumed run's losses differ");
-	cr_expect(same_file("full.bin", "again.bin"), "the resumed run's weights differ");
+	cr_assert_eq(run(&j, "full", "ck"), 0, "%s", mr_ckjob_tail("full"));
+	mr_ckjob_sh("rm -r ck/step-0000000[4578] && cp full.loss again.loss%s", "");
+	mr_ckjob_sh(damage, "ck/step-00000006");
+	cr_assert_eq(run(&j, "again", "ck"), 0, "%s", mr_ckjob_tail("again"));
+	cr_expect(mr_ckjob_count("again", "checkpoint_skipped", names), "no skip naming '%s':\n%s",
+		  names, mr_ckjob_tail("again"));
+	cr_expect(mr_ckjob_count("again", "checkpoint_resumed", "step=3"), "no resume at step 3:\n%s",
+		  mr_ckjob_tail("again"));
+	cr_expect(mr_ckjob_same("full.loss", "again.loss"), "the resumed run's losses differ");
+	cr_expect(mr_ckjob_same("full.bin", "again.bin"), "the resumed run's weights differ");
 }
 
 Test(ckpt, truncated_shard_falls_back_to_the_previous)
@@ -281,48 +198,77 @@ Test(ckpt, flipped_byte_falls_back_to_the_previous)
 		"checksum mismatch");
 }
 
+/* Runs python3 tests/support/manifest_edit.py [--unsealed] on the step
+ * directory damaged() passes, with code editing the manifest `m`. */
+static void edit_manifest(int sealed, const char *code, const char *names)
+{
+	static char tool[PATH_MAX];
+	char cmd[6000];
+
+	if (!tool[0])
+		cr_assert_not_null(realpath("tests/support/manifest_edit.py", tool));
+	snprintf(cmd, sizeof(cmd), "python3 '%s' %s %%s \"%s\"", tool,
+		 sealed ? "" : "--unsealed", code);
+	damaged(cmd, names);
+}
+
 Test(ckpt, manifest_missing_a_record_falls_back_to_the_previous)
 {
 	/* the first shard's first record dropped from the manifest */
-	damaged("python3 -c \"import json,sys; p=sys.argv[1]+'/manifest.json'; "
-		"m=json.load(open(p)); m['shards'][0]['records'].pop(0); "
-		"json.dump(m, open(p,'w'))\" %s",
-		"exactly once");
+	edit_manifest(1, "m['shards'][0]['records'].pop(0)", "exactly once");
 }
 
 Test(ckpt, manifest_with_overlapping_records_falls_back_to_the_previous)
 {
-	/* wpe's parameters as its first half twice: the right count, not
-	 * every element */
-	damaged("python3 -c \"import json,sys; p=sys.argv[1]+'/manifest.json'; "
-		"m=json.load(open(p)); t=[x['name'] for x in m['tensors']].index('wpe'); "
-		"rs=[s['records'] for s in m['shards'] if any(r[0]==t for r in s['records'])][0]; "
-		"i=[k for k,r in enumerate(rs) if r[0]==t and r[1]==0][0]; r=rs[i]; h=r[7]//2; "
-		"rs[i:i+1]=[r[:7]+[h]+r[8:], r[:7]+[h]+r[8:]]; "
-		"json.dump(m, open(p,'w'))\" %s",
-		"exactly once");
+	/* wpe's parameters as its first half twice (from the record's two
+	 * halves of bytes): the right count, not every element */
+	edit_manifest(1, "t=[x['name'] for x in m['tensors']].index('wpe'); "
+		      "rs=[s['records'] for s in m['shards'] if any(r[0]==t for r in "
+		      "s['records'])][0]; "
+		      "i=[k for k,r in enumerate(rs) if r[0]==t and r[1]==0][0]; r=rs[i]; "
+		      "h=r[7]//2; rs[i:i+1]=[r[:7]+[h]+r[8:], r[:7]+[h,r[8]+4*h]+r[9:]]",
+		      "exactly once");
+}
+
+Test(ckpt, records_sharing_bytes_of_a_shard_fall_back_to_the_previous)
+{
+	/* record 1 given record 0's offset and CRC: every slice still
+	 * covered once, but AdamW's m would be read from the parameters */
+	edit_manifest(1, "r=m['shards'][0]['records']; r[1][8]=r[0][8]; r[1][9]=r[0][9]",
+		      "overlap");
+}
+
+Test(ckpt, flipped_bit_in_the_manifest_falls_back_to_the_previous)
+{
+	/* "n_layer":4 -> "n_layer":5 is one bit: a damaged manifest, not
+	 * another model */
+	damaged("sed -i 's/\"n_layer\":4/\"n_layer\":5/' %s/manifest.json",
+		"checksum mismatch");
+}
+
+Test(ckpt, config_checksum_not_matching_the_model_falls_back_to_the_previous)
+{
+	edit_manifest(1, "m['config_crc32c']=1", "config_crc32c");
 }
 
 Test(ckpt, nothing_loadable_fails_the_job_naming_why)
 {
-	struct job j = { 1, 2, "", NULL };
+	struct mr_ckjob j = { 1, 2, "", NULL };
 
-	scratch();
-	cr_assert_eq(run(&j, "full", "ck"), 0, "%s", tail_of("full"));
-	sh("for d in ck/step-*; do rm $d/rank-00000.bin; done%s", "");
+	cr_assert_eq(run(&j, "full", "ck"), 0, "%s", mr_ckjob_tail("full"));
+	mr_ckjob_sh("for d in ck/step-*; do rm $d/rank-00000.bin; done%s", "");
 	cr_expect_neq(run(&j, "again", "ck"), 0, "the job must fail");
-	cr_expect(logged("again", "no loadable checkpoint", "rank-00000.bin"),
-		  "no message naming the missing shard:\n%s", tail_of("again"));
-	cr_expect(!exists("again.loss"), "a step was trained");
+	cr_expect(mr_ckjob_count("again", "no loadable checkpoint", "rank-00000.bin"),
+		  "no message naming the missing shard:\n%s", mr_ckjob_tail("again"));
+	cr_expect(!mr_ckjob_exists("again.loss"), "a step was trained");
 }
 
 Test(ckpt, another_model_is_refused_naming_the_field)
 {
-	struct job a = { 1, 2, "--tp 2", NULL };
+	struct mr_ckjob a = { 1, 2, "--tp 2", NULL };
 	char cmd[4096], *bin = realpath(mr_proc_build_dir(), NULL);
 
-	scratch();
-	cr_assert_eq(run(&a, "full", "ck"), 0, "%s", tail_of("full"));
+	cr_assert_eq(run(&a, "full", "ck"), 0, "%s", mr_ckjob_tail("full"));
 	/* the same job but three layers */
 	snprintf(cmd, sizeof(cmd),
 		 "cd '%s' && timeout 300 '%s/meshrun' local --nodes 1 --nproc-per-node 2 "
@@ -330,12 +276,12 @@ Test(ckpt, another_model_is_refused_naming_the_field)
 		 "\"vocab_size\": 64, \"seq_len\": 16, \"batch_size\": 2, \"steps\": 8, "
 		 "\"threads\": 1, \"loss_log\": \"again.loss\", \"ckpt_dir\": \"ck\"}' "
 		 ">again.out 2>&1",
-		 tmp, bin ? bin : "build");
+		 mr_ckjob_dir(), bin ? bin : "build");
 	free(bin);
 	cr_expect_neq(system(cmd), 0, "the job must fail");
-	cr_expect(logged("again", "another model", "n_layer"), "no message naming n_layer:\n%s",
-		  tail_of("again"));
-	cr_expect(logged("again", "worker_failed", "MR_EINVAL"), "not a config error:\n%s",
-		  tail_of("again"));
-	cr_expect(!exists("again.loss"), "a step was trained");
+	cr_expect(mr_ckjob_count("again", "another model", "n_layer"), "no message naming n_layer:\n%s",
+		  mr_ckjob_tail("again"));
+	cr_expect(mr_ckjob_count("again", "worker_failed", "MR_EINVAL"), "not a config error:\n%s",
+		  mr_ckjob_tail("again"));
+	cr_expect(!mr_ckjob_exists("again.loss"), "a step was trained");
 }
