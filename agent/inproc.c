@@ -68,10 +68,11 @@ static void *rank_main(void *arg)
 	} else {
 		r->code = rc == MR_EABORTED ? 128 + SIGTERM : 1;
 		/* a workload that rejects its config at create (or cannot find its
-		 * data file) fails the same way on every run: exit 2, permanent
-		 * under the exit-code policy */
+		 * data file, or cannot allocate its model) fails the same way on
+		 * every run: exit 2, permanent under the exit-code policy */
 		if (!created && (rc == MR_EINVAL || rc == MR_ERANGE || rc == MR_ECORRUPT ||
-				 rc == MR_ENOTSUP || rc == MR_ENOTFOUND))
+				 rc == MR_ENOTSUP || rc == MR_ENOTFOUND || rc == MR_ELIMIT ||
+				 rc == MR_ENOMEM))
 			r->code = 2;
 		snprintf(r->err, sizeof(r->err), "%s", eb.msg[0] ? eb.msg : mr_strerror(rc));
 		if (rc != MR_EABORTED)

@@ -572,10 +572,12 @@ int mr_supervisor_run(struct mr_supervisor *sv)
 				return stop_gracefully(sv, 1, 0);
 			continue;
 		}
-		if (mr__sv_start_workers(sv, maddr, mport, &eb)) {
+		if ((err = mr__sv_start_workers(sv, maddr, mport, &eb))) {
 			mr_rdzv_hb_stop(sv->rdzv);
 			fail_job(sv, eb.msg);
-			return fail_with(sv, "%s", eb.msg);
+			fail_with(sv, "%s", eb.msg);
+			/* a job this machine cannot hold fails so on every run */
+			return err == MR_ELIMIT ? MR_AGENT_EXIT_USAGE : MR_AGENT_EXIT_FAILED;
 		}
 		atomic_store(&sv->ready, 1);
 		set_state(sv, MR_AGENT_RUNNING);

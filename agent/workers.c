@@ -244,7 +244,13 @@ int mr__sv_start_workers(struct mr_supervisor *sv, const char *maddr, int mport,
 		json_decref(previous);        /* the config they borrowed */
 		previous = NULL;
 		mr_agent_metrics_comm_restart(&sv->metrics);
-		err = mr_inproc_start(&sv->inproc, &mr_gpt_worker, wenv, n, &sv->ropts, eb);
+		err = mr_gpt_worker_fits(config,
+					 &(struct mr_gpt_worker_ranks){ rd->world_size, rd->tp, rd->pp,
+									rd->cp, rd->ep, rd->rank_base,
+									n },
+					 eb);
+		if (!err)
+			err = mr_inproc_start(&sv->inproc, &mr_gpt_worker, wenv, n, &sv->ropts, eb);
 		if (!err && mr_agent_progress_attach(&sv->progress, &sv->inproc))
 			mr_log_warn("progress_off", "reason=%s", "out of memory");
 	} else {

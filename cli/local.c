@@ -50,6 +50,7 @@
 #include "config.h"
 #include "local_int.h"
 #include "mr_cli.h"
+#include "mr_gpt_worker.h"
 #include "mr_httpc.h"
 #include "pview.h"
 #include "workenv.h"
@@ -266,6 +267,16 @@ static int agent_argv(struct local_run *r)
 	if (!err) {
 		snprintf(r->job, sizeof(r->job), "%s", check.job);
 		r->max_restarts = check.max_restarts;
+	}
+	/* every rank is on this machine: a model it cannot hold is refused
+	 * before anything starts (an in-process job; --mesh auto plans one
+	 * that fits) */
+	if (!err && check.mode == MR_AGENT_MODE_INPROC && !check.mesh[0]) {
+		int world = r->nodes * check.nproc_per_node;
+		err = mr_gpt_worker_fits(check.workload_json,
+					 &(struct mr_gpt_worker_ranks){ world, check.tp, check.pp,
+									check.cp, check.ep, 0, world },
+					 &eb);
 	}
 	mr_agent_config_release(&check);
 	if (err) {

@@ -158,6 +158,20 @@ static int gw_create(void **state, const struct mr_worker_env *env, struct mr_er
 	return 0;
 fail:
 	gw_destroy(w);
+	if (rc == MR_ENOMEM && env && eb) {
+		/* everything is freed again: what did this rank need? (a
+		 * process limit - ulimit -v, a container's - may be lower than
+		 * what the machine has) */
+		struct mr_gpt_worker_ranks me = { env->world_size, env->tp, env->pp, env->cp,
+						  env->ep, env->rank, 1 };
+		char was[sizeof(eb->msg)], what[400];
+		if (mr_gpt_worker_need(env->config, &me, what, sizeof(what)) >= 0) {
+			snprintf(was, sizeof(was), "%s", eb->msg);
+			mr_errbuf_clear(eb);
+			mr_errf(eb, rc, "%s: %s; a limit on this process (ulimit -v, a "
+				"container's) may be lower", was, what);
+		}
+	}
 	return rc;
 }
 

@@ -89,6 +89,25 @@ extern const struct mr_worker_ops mr_gpt_worker;
  * workload config exits 2 before the job starts. */
 int mr_gpt_worker_check_config(const json_t *config, struct mr_errbuf *eb);
 
+/* Ranks first .. first + n - 1 of a job of `world` ranks in the mesh
+ * tp x pp x cp x ep (dp derived): those of one machine. */
+struct mr_gpt_worker_ranks {
+	int world, tp, pp, cp, ep;
+	int first, n;
+};
+
+/* Whether ranks r of config's job fit this machine's host memory
+ * (MemAvailable, within the memory cgroup's limit) by the planner's
+ * ledger, before anything is allocated: 0 (also when it cannot tell: a
+ * cuda device, a fixed pp_layers split), or MR_ELIMIT naming what they
+ * need, what the machine has and what to change (gpt_worker_fit.c). */
+int mr_gpt_worker_fits(const json_t *config, const struct mr_gpt_worker_ranks *r,
+		       struct mr_errbuf *eb);
+/* What ranks r need and the machine has, for people, into buf: 1 when it
+ * does not fit, 0 when it does, -1 when the planner cannot tell. */
+int mr_gpt_worker_need(const json_t *config, const struct mr_gpt_worker_ranks *r, char *buf,
+		       size_t cap);
+
 struct mr_place;
 /*
  * Where create() would place env->rank, without a device, a model or any

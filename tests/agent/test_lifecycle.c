@@ -453,3 +453,25 @@ Test(lifecycle, lost_pod_during_parallel_training_restarts_and_finishes)
 		     h_count(lb2, "event=worker_done"));
 	h_kill(c.pid);
 }
+
+/* An agent whose ranks the machine cannot hold refuses to start them
+ * (exit 2, the job failed at once, the sizes named) instead of retrying
+ * an allocation that fails the same way every time. */
+Test(lifecycle, ranks_the_machine_cannot_hold_are_refused_before_they_start)
+{
+	struct h_ctl c = {0};
+	char la[300], lb[300];
+	char *extra[] = {"--nproc-per-node", "1", "--workload-config",
+			 "{\"n_layer\": 48, \"d_model\": 6144, \"n_head\": 48, \"steps\": 2}",
+			 NULL};
+	pid_t a;
+
+	h_logs(la, lb, sizeof(la), "huge");
+	h_ctl_start(&c, 0);
+	a = h_agent(&c, "t/huge", 0, extra, NULL, NULL, la);
+	h_expect_exit(a, 2, 120000, la, &c);
+	cr_expect_geq(h_count(la, "the model does not fit: 1 rank(s) here need"), 1);
+	cr_expect_eq(h_count(la, "event=workers_started"), 0);
+	cr_expect_eq(h_count(la, "event=restarting"), 0);
+	h_kill(c.pid);
+}

@@ -261,3 +261,48 @@ Test(local, sigterm_stops_the_job_with_143)
 	cr_expect_null(strstr(out, "succeeded\n"), "%s", out); /* the report line */
 	free(out);
 }
+
+/* 48 layers of d_model 6144 on CPU ranks: about 320 GiB a rank */
+#define HUGE_MODEL "{\"n_layer\": 48, \"d_model\": 6144, \"n_head\": 48, \"steps\": 2}"
+
+Test(local, a_model_the_machine_cannot_hold_exits_2_before_starting)
+{
+	char *args[] = {"--nodes", "1", "--nproc-per-node", "2", "--workload-config", HUGE_MODEL,
+			NULL};
+	char *out = NULL;
+
+	cr_assert_eq(run_local(args, &out), 2, "%s", out);
+	cr_expect(strstr(out, "the model does not fit: 2 rank(s) here need") &&
+			  strstr(out, "parameters 81.0"),
+		  "no sizes named:\n%s", out);
+	cr_expect_null(strstr(out, "controller on"), "%s", out);
+	free(out);
+}
+
+/* A limit lower than what the machine has (ulimit -v): the planner lets
+ * the job start, its allocation fails, and that is permanent - exit 2,
+ * not retried - with what the rank needed. */
+Test(local, a_model_a_process_limit_cannot_hold_is_not_retried)
+{
+	char cmd[1024], log[300];
+	char *out;
+	int st;
+
+#ifdef MR_SANITIZED
+	cr_skip_test("ASan reserves more address space than the limit allows");
+#endif
+	h_path(log, sizeof(log), "ulimit.log");
+	snprintf(cmd, sizeof(cmd),
+		 "ulimit -v 3000000 && '%s/meshrun' local --nodes 1 --nproc-per-node 1 "
+		 "--workload-config '{\"n_layer\": 24, \"d_model\": 1024, \"n_head\": 16, "
+		 "\"steps\": 2, \"threads\": 1}' >'%s' 2>&1",
+		 h_build(), log);
+	st = system(cmd);
+	out = h_read(log);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2, "status %d:\n%s", st, out);
+	cr_expect(strstr(out, "err=MR_ENOMEM") && strstr(out, "1 rank(s) here need") &&
+			  strstr(out, "ulimit -v"),
+		  "no sizes named:\n%s", out);
+	cr_expect_null(strstr(out, "event=restarting"), "retried:\n%s", out);
+	free(out);
+}
