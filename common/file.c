@@ -44,22 +44,26 @@ int mr_file_sync_dir(const char *dir, struct mr_errbuf *eb)
 	return rc;
 }
 
-int mr_file_open_regular(const char *path, size_t *size, struct mr_errbuf *eb)
+int mr_file_open_regular(const char *path, const char *what, size_t *size,
+			 struct mr_errbuf *eb)
 {
+	const char *sp = what ? " " : "";
 	struct stat st;
 	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC), err;
 
+	what = what ? what : "";
 	if (fd < 0)
 		return mr_errf(eb, errno == ENOENT || errno == ENOTDIR ? MR_ENOTFOUND : MR_EIO,
-			       "unable to open '%s': %s", path, strerror(errno));
+			       "unable to open %s%s'%s': %s", what, sp, path, strerror(errno));
 	if (fstat(fd, &st) != 0) {
 		err = errno;
 		close(fd);
-		return mr_errf(eb, MR_EIO, "unable to stat '%s': %s", path, strerror(err));
+		return mr_errf(eb, MR_EIO, "unable to stat %s%s'%s': %s", what, sp, path,
+			       strerror(err));
 	}
 	if (!S_ISREG(st.st_mode)) {
 		close(fd);
-		return mr_errf(eb, MR_ECORRUPT, "'%s' is not a regular file (%s)", path,
+		return mr_errf(eb, MR_ECORRUPT, "%s%s'%s' is not a regular file (%s)", what, sp, path,
 			       S_ISFIFO(st.st_mode)  ? "a FIFO"
 			       : S_ISDIR(st.st_mode) ? "a directory"
 			       : S_ISSOCK(st.st_mode) ? "a socket"

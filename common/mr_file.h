@@ -29,8 +29,10 @@ int mr_file_sync_dir(const char *dir, struct mr_errbuf *eb);
  * regular file (a FIFO, device or directory placed where a file should
  * be is refused, not waited on); the descriptor (close-on-exec, blocking
  * again) or MR_ENOTFOUND (absent), MR_ECORRUPT (not a regular file),
- * MR_EIO, with eb naming the path. *size (may be NULL): its length. */
-int mr_file_open_regular(const char *path, size_t *size, struct mr_errbuf *eb);
+ * MR_EIO, with eb naming what the file should be (`what`, e.g. "shard";
+ * may be NULL) and the path. *size (may be NULL): its length. */
+int mr_file_open_regular(const char *path, const char *what, size_t *size,
+			 struct mr_errbuf *eb);
 
 /* Takes the exclusive lock on path (created if missing) without
  * waiting and writes holder (one line, e.g. "pid 12 on 'ctl-0'") into

@@ -196,7 +196,7 @@ int mr__ckpt_open_shard(const struct mr_ckpt_manifest *mf, int s, struct mr_errb
 	int fd;
 
 	snprintf(path, sizeof(path), "%s/%s", mf->dir, sh->file);
-	if ((fd = mr_file_open_regular(path, &size, eb)) < 0)
+	if ((fd = mr_file_open_regular(path, NULL, &size, eb)) < 0)
 		return fd;
 	if ((uint64_t)size != sh->bytes) {
 		close(fd);

@@ -236,7 +236,7 @@ static int part_failed(struct mr_ckpt *c, const char *tmp, int r, long step,
 	ssize_t n;
 
 	snprintf(path, sizeof(path), "%s/rank-%05d.failed", tmp, r);
-	if ((fd = mr_file_open_regular(path, NULL, NULL)) >= 0) {
+	if ((fd = mr_file_open_regular(path, NULL, NULL, NULL)) >= 0) {
 		n = read(fd, why, sizeof(why) - 1);
 		why[n > 0 ? n : 0] = '\0';
 		close(fd);
@@ -284,7 +284,7 @@ static json_t *collect(struct mr_ckpt *c, const char *tmp, long step, long opt_s
 			}
 			usleep(5000);
 		}
-		if ((fd = mr_file_open_regular(path, NULL, eb)) < 0)
+		if ((fd = mr_file_open_regular(path, NULL, NULL, eb)) < 0)
 			goto out;
 		idx[r] = json_loadfd(fd, 0, &je);
 		close(fd);

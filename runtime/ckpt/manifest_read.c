@@ -671,7 +671,7 @@ int mr_ckpt_manifest_read(struct mr_ckpt_manifest *mf, const char *dir, struct m
 	memset(mf, 0, sizeof(*mf));
 	snprintf(mf->dir, sizeof(mf->dir), "%s", dir);
 	snprintf(path, sizeof(path), "%s/manifest.json", dir);
-	if ((fd = mr_file_open_regular(path, &n, eb)) < 0)
+	if ((fd = mr_file_open_regular(path, NULL, &n, eb)) < 0)
 		return fd;
 	if (n == 0 || n > CKPT_MAX_MANIFEST) {
 		close(fd);

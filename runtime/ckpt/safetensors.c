@@ -270,7 +270,7 @@ int mr_st_open(struct mr_st_file *f, const char *path, struct mr_errbuf *eb)
 
 	memset(f, 0, sizeof(*f));
 	snprintf(f->path, sizeof(f->path), "%s", path);
-	if ((f->fd = mr_file_open_regular(path, &size, eb)) < 0)
+	if ((f->fd = mr_file_open_regular(path, NULL, &size, eb)) < 0)
 		return f->fd;
 	if ((f->size = (uint64_t)size) < 8)
 		rc = mr_errf(eb, MR_ECORRUPT,

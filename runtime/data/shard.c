@@ -42,7 +42,6 @@ int mr_shard_open(struct mr_shard *s, const char *path, int vocab, int T, uint64
 	FILE *f;
 	long size;
 	size_t i;
-	struct mr_errbuf oe = { "", "" };
 	int rc = 0, fd;
 
 	memset(s, 0, sizeof(*s));
@@ -51,8 +50,8 @@ int mr_shard_open(struct mr_shard *s, const char *path, int vocab, int T, uint64
 		return mr_errf_field(eb, MR_EINVAL, "seq_len", "'seq_len' must be >= 1");
 	/* a regular file only (a FIFO would block the open); a missing file
 	 * stays missing: not worth a retry */
-	if ((fd = mr_file_open_regular(path, NULL, &oe)) < 0)
-		return mr_errf(eb, fd, "shard: %s", oe.msg);
+	if ((fd = mr_file_open_regular(path, "shard", NULL, eb)) < 0)
+		return fd;
 	if (!(f = fdopen(fd, "rb"))) {
 		close(fd);
 		return mr_errf(eb, MR_ENOMEM, "unable to open shard '%s': %s", path,
