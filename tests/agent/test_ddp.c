@@ -62,7 +62,8 @@ static void run_job(const char *name, char *const *env, int want_restart)
 	char *cmd[] = {"/usr/bin/python3", (char *)script(), NULL};
 	const char *logs[2] = {la, lb};
 	pid_t a, b;
-	int ca, cb;
+	int ca, cb, ok, reduced[4], done[4];
+	double l0[4], l7[4];
 
 	snprintf(n, sizeof(n), "%s-a.log", name);
 	h_path(la, sizeof(la), n);
@@ -74,32 +75,42 @@ static void run_job(const char *name, char *const *env, int want_restart)
 	b = h_agent(&c, job, 1, extra, cmd, env, lb);
 	ca = h_wait(a, 120000);
 	cb = h_wait(b, 120000);
-	if (ca || cb) {
-		h_dump(la);
-		h_dump(lb);
-		h_kill(a);
-		h_kill(b);
-	}
-	cr_assert_eq(ca, 0);
-	cr_assert_eq(cb, 0);
+	h_kill(a);
+	h_kill(b);
+	ok = ca == 0 && cb == 0;
 	for (int r = 0; r < 4; r++) {
 		const char *log = logs[r / 2];
 		char needle[96];
-		double l0 = loss_at(log, r, 0), l7 = loss_at(log, r, 7);
 
+		l0[r] = loss_at(log, r, 0);
+		l7[r] = loss_at(log, r, 7);
 		snprintf(needle, sizeof(needle), "[rank %d] ALLREDUCE rank=%d value=10 expected=10",
 			 r, r);
-		/* every generation all-reduced correctly */
-		cr_expect_eq(h_count(log, needle), want_restart + 1,
-			     "missing all-reduce lines for rank %d", r);
+		reduced[r] = h_count(log, needle);
 		snprintf(needle, sizeof(needle), "[rank %d] DONE rank=%d restart=%d", r, r,
 			 want_restart);
-		cr_expect_eq(h_count(log, needle), 1, "rank %d did not finish run %d", r,
-			     want_restart);
-		cr_expect_gt(l0, 0);
-		cr_expect_lt(l7, l0 * 0.8, "rank %d loss %g -> %g does not fall", r, l0, l7);
+		done[r] = h_count(log, needle);
+		ok = ok && reduced[r] == want_restart + 1 && done[r] == 1 && l0[r] > 0 &&
+		     l7[r] < l0[r] * 0.8;
+	}
+	/* whatever went wrong, both agents' whole story */
+	if (!ok) {
+		h_dump(c.log);
+		h_dump(la);
+		h_dump(lb);
 	}
 	h_kill(c.pid);
+	cr_assert_eq(ca, 0);
+	cr_assert_eq(cb, 0);
+	for (int r = 0; r < 4; r++) {
+		/* every generation all-reduced correctly */
+		cr_expect_eq(reduced[r], want_restart + 1, "rank %d all-reduced in %d generations, "
+			     "not %d", r, reduced[r], want_restart + 1);
+		cr_expect_eq(done[r], 1, "rank %d did not finish run %d", r, want_restart);
+		cr_expect_gt(l0[r], 0);
+		cr_expect_lt(l7[r], l0[r] * 0.8, "rank %d loss %g -> %g does not fall", r, l0[r],
+			     l7[r]);
+	}
 }
 
 /*

@@ -52,6 +52,15 @@ Test(lifecycle, two_nodes_get_torchrun_env)
 	cr_assert(pa && pb);
 	cr_expect_eq(atoi(pa + 17), atoi(pb + 17));
 	cr_expect_gt(atoi(pa + 17), 0);
+	/* outside the range outgoing connections take their ports from */
+	{
+		FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+		int lo = 0, hi = 0;
+		cr_assert(f && fscanf(f, "%d %d", &lo, &hi) == 2);
+		fclose(f);
+		cr_expect(atoi(pa + 17) < lo || atoi(pa + 17) > hi,
+			  "MASTER_PORT %d is in the ephemeral range %d-%d", atoi(pa + 17), lo, hi);
+	}
 	free(sa);
 	free(sb);
 	h_kill(c.pid);
