@@ -5,73 +5,21 @@
  * running the workload), polling, signalling, stopping, exit codes, and the
  * in-process stats turned into metrics and progress lines.
  */
-#include <arpa/inet.h>
 #include <errno.h>
 #include <math.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "mesh_auto.h"
 #include "mr_gpt_worker.h"
 #include "mr_log.h"
+#include "mr_port.h"
 #include "supervisor_int.h"
 #include "workenv.h"
 
 extern char **environ;
-
-/* Whether port is free for a listener (SO_REUSEADDR, as the frameworks'
- * stores bind: a TIME-WAIT socket on it does not count). */
-static int bindable(int port)
-{
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), on = 1, ok;
-
-	if (fd < 0)
-		return 0;
-	a.sin_addr.s_addr = htonl(INADDR_ANY);
-	ok = setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on)) == 0 &&
-	     bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
-	close(fd);
-	return ok;
-}
-
-/*
- * MASTER_PORT: free now, and below the kernel's ephemeral range
- * (ip_local_port_range), from which every outgoing connection on the host
- * draws its local port - rank 0's store binds this port only seconds
- * later, after importing its framework, and a busy host holds hundreds
- * of ephemeral ports at any moment (up to 538 at once under make test),
- * any of which taking it in between would fail the job's start. torchrun's
- * default port, 29500, sits below the range for the same reason. Random
- * over [MASTER_PORT_MIN, range start), so jobs on one host rarely try the
- * same port; -1 when nothing there is free.
- */
-#define MASTER_PORT_MIN 20000
-static int free_port(void)
-{
-	FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
-	unsigned seed = (unsigned)getpid() ^ (unsigned)time(NULL) ^ (unsigned)clock();
-	int lo = 32768, hi = 60999;
-
-	if (f) {
-		if (fscanf(f, "%d %d", &lo, &hi) != 2)
-			lo = 32768;
-		fclose(f);
-	}
-	if (lo - MASTER_PORT_MIN < 64)
-		lo = MASTER_PORT_MIN + 64; /* an unusual range: still mostly outside it */
-	for (int tries = 0; tries < 256; tries++) {
-		int port = MASTER_PORT_MIN + (int)(rand_r(&seed) % (unsigned)(lo - MASTER_PORT_MIN));
-		if (bindable(port))
-			return port;
-	}
-	return -1;
-}
 
 /* Reads key of the round, long-polling in slices; 0, MR_ESTALE, MR_EABORTED,
  * MR_ETIMEDOUT or another error. */
@@ -125,7 +73,8 @@ int mr__sv_master_endpoint(struct mr_supervisor *sv, char *addr, size_t cap, int
 	if (sv->round.node_rank == 0) {
 		struct mr_errbuf eb = {0};
 
-		*port = free_port();
+		/* rank 0's store binds it later: outside the ephemeral range */
+		*port = mr_port_free();
 		if (*port <= 0)
 			return MR_ESYS;
 		snprintf(addr, cap, "%s", cfg->host);

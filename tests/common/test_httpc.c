@@ -16,6 +16,7 @@
 
 #include "mr_httpc.h"
 #include "mr_httpd.h"
+#include "mr_port.h"
 
 static atomic_int flaky_left; /* /flaky answers 503 while > 0 */
 static atomic_int hits;
@@ -62,17 +63,13 @@ static struct mr_httpd *start_on(int port)
 }
 
 /* A loopback port nobody listens on (bound then released). */
+/* A port for a server started later (mr_port.h). */
 static int free_port(void)
 {
-	struct sockaddr_in sa = {.sin_family = AF_INET};
-	socklen_t sl = sizeof(sa);
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	int port = mr_port_free();
 
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	cr_assert_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	cr_assert_eq(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
-	close(fd);
-	return ntohs(sa.sin_port);
+	cr_assert_gt(port, 0, "no free port");
+	return port;
 }
 
 static void client(struct mr_httpc *c, int port, const char *token, int retries)
