@@ -160,8 +160,10 @@ static json_t *load_json(const char *src, const char *field, struct mr_errbuf *e
 		src++;
 	j = *src == '{' ? json_loads(src, JSON_REJECT_DUPLICATES, &je)
 			: json_load_file(src, JSON_REJECT_DUPLICATES, &je);
-	if (!j)
+	if (!j && je.line > 0)
 		mr_errf_field(eb, MR_EINVAL, field, "--%s: %s (line %d)", field, je.text, je.line);
+	else if (!j) /* no line: the file could not be read */
+		mr_errf_field(eb, MR_EINVAL, field, "--%s: %s", field, je.text);
 	else if (!json_is_object(j)) {
 		mr_errf_field(eb, MR_EINVAL, field, "--%s: not a JSON object", field);
 		json_decref(j);

@@ -213,8 +213,9 @@ Test(ckpt_dir, junk_named_like_steps_never_costs_a_good_step)
 
 /* ---- what is not a file ---- */
 
-/* A FIFO where a shard, and one where a manifest should be: inspect and
- * export refuse them at once, and a resume falls back past them. */
+/* A FIFO where a shard, and one where a manifest should be, and a
+ * manifest that is not there: inspect and export refuse them at once,
+ * naming them, and a resume falls back past them. */
 Test(ckpt_dir, a_fifo_for_a_shard_or_manifest_is_refused_not_waited_on, .timeout = 300)
 {
 	static const char *keys = "\"ckpt_dir\": \"ck\", \"ckpt_every\": 2, \"ckpt_keep\": 8";
@@ -231,10 +232,16 @@ Test(ckpt_dir, a_fifo_for_a_shard_or_manifest_is_refused_not_waited_on, .timeout
 		  "%s", mr_ckjob_tail("inspect"));
 	cr_expect_eq(meshrun("export", "ckpt export ck --safetensors out.safetensors"), 1, "%s",
 		     mr_ckjob_tail("export"));
+	/* a manifest that is not there: named plainly (not "(line -1)") */
+	mr_ckjob_sh("rm ck/step-00000004/manifest.json%s", "");
+	cr_expect_eq(meshrun("missing", "ckpt inspect ck"), 1, "%s", mr_ckjob_tail("missing"));
+	cr_expect(mr_ckjob_count("missing", "step-00000004/manifest.json': No such file", NULL) &&
+			  !mr_ckjob_count("missing", "line -1", NULL),
+		  "%s", mr_ckjob_tail("missing"));
 	cr_expect(mr_ckjob_count("export", "is not a regular file", NULL), "%s",
 		  mr_ckjob_tail("export"));
 	cr_assert_eq(mr_ckjob_run(&dp2, "again", 10, keys), 0, "%s", mr_ckjob_tail("again"));
-	cr_expect(mr_ckjob_count("again", "checkpoint_resumed", "step=4"), "%s",
+	cr_expect(mr_ckjob_count("again", "checkpoint_resumed", "step=2"), "%s",
 		  mr_ckjob_tail("again"));
 }
 

@@ -135,6 +135,8 @@ Test(plan_cli, bad_input_exits_2_naming_the_flag)
 		{ "plan --model gpt2-124m --global-batch 8 --explain tpp=2", "tpp" },
 		{ "plan --cluster local --gpus 2 --workload-config '{\"n_layers\": 4}'",
 		  "n_layers" },
+		{ "plan --cluster local --gpus 2 --workload-config /nonexistent/w.json",
+		  "No such file" },
 	};
 
 	scratch();
@@ -143,6 +145,7 @@ Test(plan_cli, bad_input_exits_2_naming_the_flag)
 		cr_expect_eq(meshrun(&out, &err, bad[i].args), 2, "%s: %s", bad[i].args, err);
 		cr_expect(strstr(err, bad[i].flag), "%s: '%s' names %s", bad[i].args, err,
 			  bad[i].flag);
+		cr_expect(!strstr(err, "line -1"), "%s: '%s'", bad[i].args, err);
 		free(out);
 		free(err);
 	}
