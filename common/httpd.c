@@ -51,14 +51,6 @@
 
 /* ---- small helpers ------------------------------------------------------ */
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 static void wake(struct mr_httpd *srv)
 {
 	uint64_t one = 1;
@@ -140,6 +132,7 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 	req->srv = srv;
 	req->conn = conn;
 	req->url = req->raw;
+	req->c = c;
 	if (c) {
 		if (c->open) { /* the previous request was never reported done */
 			mr_log_debug("httpd_request_dropped", "where=next_request");
@@ -147,6 +140,10 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 		}
 		c->open = req;
 		req->reserve = (unsigned char)c->reserve;
+		/* no deadline when the last request ended unreported: the
+		 * headers get header_ms from here */
+		if (c->phase == MR__HTTPD_PH_NONE)
+			mr__httpd_dl_arm(srv, c, MR__HTTPD_PH_HEADER, mr__httpd_now_ms());
 	}
 	return req;
 }
@@ -236,6 +233,14 @@ static void begin(struct mr_httpd *srv, struct mr_http_req *req)
 			req->expect = (size_t)n;
 		}
 	}
+	/* The headers are in: a body now has its own deadline; without one
+	 * the handler runs next. A reserve slot keeps its deadline for the
+	 * whole request, an early reply the one it has (the connection
+	 * closes after it). */
+	if (!req->reserve && !req->replied)
+		mr__httpd_dl_arm(srv, req->c,
+				 f.te || req->expect ? MR__HTTPD_PH_BODY : MR__HTTPD_PH_NONE,
+				 mr__httpd_now_ms());
 }
 
 /* Appends upload data; past max_body the rest is discarded and 413 sent. */
@@ -292,10 +297,15 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
 		return MHD_YES;
 	}
 	if (*upload_data_size) {
+		if (req->c) /* the rate that extends the body deadline */
+			req->c->body_bytes += *upload_data_size;
 		req_append(req, upload_data, *upload_data_size);
 		*upload_data_size = 0;
 		return MHD_YES;
 	}
+	/* the whole request is in: no deadline while it is handled,
+	 * suspended or answered (the idle timeout still applies) */
+	mr__httpd_dl_arm(srv, req->c, MR__HTTPD_PH_NONE, 0);
 	if (req->too_large) {
 		mr_http_reply_error(req, 413, "body_too_large", NULL, NULL,
 				    "request body exceeds %zu bytes", srv->max_body);
@@ -343,6 +353,12 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 	struct mr__httpd_conn *c = mr__httpd_conn_of(conn);
 
 	(void)toe;
+	/* the next request on a keep-alive connection must come in time */
+	if (c) {
+		c->served = 1;
+		mr__httpd_dl_arm(cls, c, c->reserve ? MR__HTTPD_PH_RESERVE : MR__HTTPD_PH_HEADER,
+				 mr__httpd_now_ms());
+	}
 	if (!req)
 		return;
 	*con_cls = NULL;
@@ -397,6 +413,14 @@ static void *loop_main(void *arg)
 
 		if (MHD_get_timeout(srv->mhd, &mto) == MHD_YES && mto < (unsigned)timeout)
 			timeout = (int)mto;
+		if (srv->dl_n) { /* the next deadline (httpd_deadline.c) */
+			uint64_t now = mr__httpd_now_ms(), d = srv->dl_heap[0]->deadline_ms;
+
+			if (d <= now)
+				timeout = 0;
+			else if (d - now < (uint64_t)timeout)
+				timeout = (int)(d - now);
+		}
 		if (srv->stopping && timeout > 10)
 			timeout = 10;
 		if (srv->resumed_since_run)
@@ -415,8 +439,9 @@ static void *loop_main(void *arg)
 		srv->resumed_since_run = 0;
 		if (MHD_run(srv->mhd) != MHD_YES)
 			mr_log_warn("httpd_run_failed", "msg=%s", mr_log_q(srv->last_log));
+		mr__httpd_dl_expire(srv, mr__httpd_now_ms());
 		if (srv->stopping) {
-			if (srv->n_resumed == 0 || now_ms() >= stop_deadline)
+			if (srv->n_resumed == 0 || mr__httpd_now_ms() >= stop_deadline)
 				break;
 			continue;
 		}
@@ -425,7 +450,7 @@ static void *loop_main(void *arg)
 		run_posts(srv, 0);
 		if (atomic_load(&srv->stop_req)) {
 			begin_stop(srv);
-			stop_deadline = now_ms() + STOP_DRAIN_MS;
+			stop_deadline = mr__httpd_now_ms() + STOP_DRAIN_MS;
 		}
 	}
 	return NULL;
@@ -437,6 +462,7 @@ static void srv_free(struct mr_httpd *srv)
 {
 	if (srv->mhd)
 		MHD_stop_daemon(srv->mhd);
+	mr__httpd_dl_release(srv); /* after the connections are gone */
 	if (srv->epfd >= 0)
 		close(srv->epfd);
 	if (srv->wakefd >= 0)
@@ -484,8 +510,13 @@ int mr_httpd_start(struct mr_httpd **out, const struct mr_httpd_opts *o,
 	srv->max_body = o->max_body ? o->max_body : (size_t)1 << 20;
 	srv->tick_ms = o->tick_ms ? o->tick_ms : 100;
 	srv->max_conns = o->max_connections ? o->max_connections : 1024;
-	srv->reserve = o->reserve_connections ? o->reserve_connections : 16;
+	srv->reserve = o->reserve_connections ? o->reserve_connections : MR_HTTPD_RESERVE_DEFAULT;
 	srv->reserve_timeout_s = idle < RESERVE_IDLE_S ? idle : RESERVE_IDLE_S;
+	srv->header_ms = 1000ull * (o->header_timeout_s ? o->header_timeout_s : 20);
+	srv->body_ms = 1000ull * (o->body_timeout_s ? o->body_timeout_s : 20);
+	srv->body_min_rate = o->body_min_rate ? o->body_min_rate : 500;
+	srv->reserve_req_ms = 1000ull * (o->reserve_request_s ? o->reserve_request_s : 2);
+	srv->adding_fd = -1;
 
 	rc = mr__httpd_listen(srv, o->bind_addr, o->port, eb);
 	if (rc)

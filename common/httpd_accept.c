@@ -11,7 +11,8 @@
  *
  *   - below max_connections: an ordinary connection;
  *   - past it, while fewer than `reserve` reserve slots are taken: a reserve
- *     connection, with a short idle timeout; its request is served if the
+ *     connection, with a short idle timeout and a short deadline for its
+ *     whole request (httpd_deadline.c); its request is served if the
  *     path is operational (/healthz, /readyz, /metrics), else answered
  *     503 "overloaded"; either way the connection closes after the reply
  *     (httpd.c, httpd_req.c);
@@ -33,7 +34,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "httpd_int.h"
@@ -45,14 +45,6 @@
 static const char overloaded_body[] =
 	"{\"error\":{\"code\":\"overloaded\","
 	"\"message\":\"the server is at its connection limit\",\"field\":null}}";
-
-static uint64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 int mr__httpd_reserved_path(const char *path)
 {
@@ -88,6 +80,12 @@ void mr__httpd_on_conn(void *cls, struct MHD_Connection *conn, void **socket_con
 			MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT,
 						  srv->reserve_timeout_s);
 		}
+		if (c) { /* the request (headers) must come in time */
+			c->fd = srv->adding_fd;
+			mr__httpd_dl_arm(srv, c,
+					 c->reserve ? MR__HTTPD_PH_RESERVE : MR__HTTPD_PH_HEADER,
+					 mr__httpd_now_ms());
+		}
 		return;
 	}
 	c = *socket_context;
@@ -95,6 +93,7 @@ void mr__httpd_on_conn(void *cls, struct MHD_Connection *conn, void **socket_con
 	srv->n_conns--;
 	if (!c)
 		return;
+	mr__httpd_dl_arm(srv, c, MR__HTTPD_PH_NONE, 0);
 	if (c->reserve)
 		srv->n_reserve--;
 	if (c->open) {
@@ -127,7 +126,7 @@ static void refuse(struct mr_httpd *srv, int fd)
 
 static void log_overload(struct mr_httpd *srv)
 {
-	uint64_t now = mono_ms();
+	uint64_t now = mr__httpd_now_ms();
 
 	if (srv->overload_logged_ms && now - srv->overload_logged_ms < OVERLOAD_LOG_MS)
 		return;
@@ -173,6 +172,7 @@ void mr__httpd_accept(struct mr_httpd *srv)
 				mr_log_warn("httpd_accept_failed", "errno=%d", errno);
 			return;
 		}
+		srv->adding_fd = fd; /* for the deadline (mr__httpd_on_conn) */
 		if (srv->n_conns < srv->max_conns) {
 			MHD_add_connection(srv->mhd, fd, (struct sockaddr *)&ss, sl);
 		} else if (srv->n_reserve < srv->reserve) {
@@ -186,6 +186,7 @@ void mr__httpd_accept(struct mr_httpd *srv)
 		}
 		/* MHD_add_connection closes the socket itself when it fails
 		 * (per-IP limit, out of memory). */
+		srv->adding_fd = -1;
 	}
 }
 

@@ -1,8 +1,9 @@
 /*
  * httpd_int.h - the server's structures, shared by httpd.c (daemon, loop,
  * libmicrohttpd callbacks), httpd_accept.c (the listen socket and the
- * connection limit), httpd_req.c (request accessors, replies, suspend) and
- * httpd_path.c (the request target); see mr_httpd.h.
+ * connection limit), httpd_deadline.c (the deadlines of slow clients),
+ * httpd_req.c (request accessors, replies, suspend) and httpd_path.c (the
+ * request target); see mr_httpd.h.
  */
 #ifndef MR_HTTPD_INT_H
 #define MR_HTTPD_INT_H
@@ -15,6 +16,14 @@
 #include <stdint.h>
 
 #include "mr_httpd.h"
+
+/* What a connection's armed deadline bounds (httpd_deadline.c). */
+enum mr__httpd_phase {
+	MR__HTTPD_PH_NONE,    /* no deadline: handler running, suspended, replying */
+	MR__HTTPD_PH_HEADER,  /* the request headers, from accept or the last reply */
+	MR__HTTPD_PH_BODY,    /* the body, with its minimum rate */
+	MR__HTTPD_PH_RESERVE, /* a reserve slot's whole request */
+};
 
 struct hdr {
 	struct hdr *next;
@@ -30,9 +39,12 @@ struct mr__http_target {
 	void *mem;   /* the one allocation holding all of it */
 };
 
+struct mr__httpd_conn;
+
 struct mr_http_req {
 	struct mr_httpd *srv;
 	struct MHD_Connection *conn;
+	struct mr__httpd_conn *c; /* the connection's record (NULL: out of memory) */
 	char *raw;          /* the request target as sent (path and query), in
 			     * this record's allocation */
 	const char *url;    /* decoded path (tgt.path once parsed, else raw) */
@@ -79,9 +91,19 @@ struct mr_httpd {
 
 	/* loop thread only */
 	unsigned max_conns, reserve;   /* limits, see mr_httpd.h */
+	uint64_t header_ms, body_ms;   /* deadlines (httpd_deadline.c) */
+	uint64_t reserve_req_ms;
+	unsigned body_min_rate;        /* bytes per second that extend body_ms */
+	struct mr__httpd_conn **dl_heap; /* armed connections, min-heap by deadline */
+	size_t dl_n, dl_cap;
+	struct mr__httpd_slow {
+		unsigned long long dropped, logged; /* closed at the deadline; logged */
+		uint64_t logged_ms;
+	} slow[4]; /* per class: header, body, reserve, keepalive */
 	unsigned reserve_timeout_s;    /* idle timeout on a reserve slot */
 	size_t n_conns, n_reserve;     /* open connections; on reserve slots */
 	int adding_reserve;            /* set around MHD_add_connection */
+	int adding_fd;                 /* the socket being added, else -1 */
 	unsigned long long n_refused;  /* answered 503 at accept */
 	unsigned long long n_overload; /* answered 503 on a reserve slot */
 	uint64_t overload_logged_ms;
@@ -109,15 +131,22 @@ int mr__httpd_listen(struct mr_httpd *srv, const char *addr, int port, struct mr
 void mr__httpd_accept(struct mr_httpd *srv);
 /*
  * What the server keeps per connection (libmicrohttpd's socket context):
- * whether it sits on a reserve slot, and the request record on_uri made
- * that libmicrohttpd has not reported completed yet. libmicrohttpd 0.9.75
- * can drop a request it rejects without that report (found by
- * fuzz_http); the record is then freed when the connection's next request
- * starts or when it closes.
+ * whether it sits on a reserve slot, the request record on_uri made that
+ * libmicrohttpd has not reported completed yet, and its deadline.
+ * libmicrohttpd 0.9.75 can drop a request it rejects without that report
+ * (found by fuzz_http); the record is then freed when the connection's
+ * next request starts or when it closes.
  */
 struct mr__httpd_conn {
 	int reserve;
+	int fd; /* the socket (libmicrohttpd's): shut down at a deadline */
 	struct mr_http_req *open;
+	uint64_t deadline_ms;   /* armed: closed past it (body: re-checked, see below) */
+	uint64_t body_start_ms; /* the body phase's start */
+	size_t body_bytes;      /* body bytes received so far */
+	size_t heap_idx;        /* index in srv->dl_heap while armed */
+	unsigned char phase;    /* enum mr__httpd_phase */
+	unsigned char served;   /* a request of it completed (keep-alive) */
 };
 /* libmicrohttpd's connection start/close notification: keeps the counts,
  * makes and frees the connection's record. */
@@ -129,6 +158,18 @@ struct mr__httpd_conn *mr__httpd_conn_of(struct MHD_Connection *conn);
 void mr__httpd_req_free(struct mr_httpd *srv, struct mr_http_req *req);
 /* 1 if path is one of the operational paths served on reserve slots. */
 int mr__httpd_reserved_path(const char *path);
+
+/* httpd_deadline.c: arms c's deadline for phase (NONE disarms), from now
+ * (monotonic ms). Loop thread; c may be NULL (no record: no deadline). */
+void mr__httpd_dl_arm(struct mr_httpd *srv, struct mr__httpd_conn *c,
+		      enum mr__httpd_phase phase, uint64_t now);
+/* Shuts down the connections past their deadline (libmicrohttpd then sees
+ * the end and closes them) and logs the drops; O(1) when none is due. */
+void mr__httpd_dl_expire(struct mr_httpd *srv, uint64_t now);
+/* Frees the heap (the connections are gone). */
+void mr__httpd_dl_release(struct mr_httpd *srv);
+/* Monotonic milliseconds. */
+uint64_t mr__httpd_now_ms(void);
 
 /* Takes req off the suspended list (loop thread). */
 void mr__httpd_susp_unlink(struct mr_httpd *srv, struct mr_http_req *req);

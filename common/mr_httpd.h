@@ -35,18 +35,39 @@
  * Connection limit: the server accepts every connection itself. Up to
  * max_connections they are served as usual. Past it, up to
  * reserve_connections more go to reserve slots (idle timeout
- * min(idle_timeout_s, 5 s)): a request for /healthz, /readyz or /metrics
- * is served there, anything else gets 503 "overloaded" with Retry-After: 1;
- * either way the connection closes after that one reply. Past the reserve
- * too (or when the process is out of file descriptors), the connection
- * gets a fixed 503 "overloaded" JSON reply at once, without its request
- * being read, and is closed. So probes keep answering while the server is
- * full, and nobody waits in the listen backlog.
+ * min(idle_timeout_s, 5 s), and the whole request due within
+ * reserve_request_s of the accept): a request for /healthz, /readyz or
+ * /metrics is served there, anything else gets 503 "overloaded" with
+ * Retry-After: 1; either way the connection closes after that one reply.
+ * Past the reserve too (or when the process is out of file descriptors),
+ * the connection gets a fixed 503 "overloaded" JSON reply at once, without
+ * its request being read, and is closed. So probes keep answering while
+ * the server is full, and nobody waits in the listen backlog.
+ *
+ * Slow clients (slowloris; as Apache's mod_reqtimeout
+ * "header=20 body=20,MinRate=500"): the idle timeout restarts with every
+ * byte, so a request also has deadlines. Its headers must be complete
+ * within header_timeout_s (default 20 s) of the accept, or of the end of
+ * the previous request on a keep-alive connection (so an idle keep-alive
+ * connection closes after min(idle_timeout_s, header_timeout_s)). Its
+ * body must be complete within body_timeout_s (default 20 s) of the end
+ * of the headers plus 1 s for every body_min_rate bytes received (default
+ * 500 B/s; counted up to max_body): a steady upload above that rate is
+ * never cut, a trickle is. On a reserve slot the whole request is due
+ * within reserve_request_s (default 2 s). A connection past its deadline
+ * is closed without a reply (the client sees the end of the stream or a
+ * reset) and counted; one warn line per class (header, body, reserve) at
+ * most every 10 s: event httpd_slow_client with the counts (an idle
+ * keep-alive connection closed so is class keepalive, at debug). A request
+ * whose handler runs, that is suspended, or whose reply is being sent has
+ * no deadline (the idle timeout still applies, except to suspended ones).
+ * The deadlines cost O(log n) per request and nothing per idle connection
+ * and loop pass (a heap by deadline).
  *
  * Other limits: per-IP connections (extra ones are closed at once, by
  * libmicrohttpd), body size (413 JSON error), header memory per
  * connection (431 from libmicrohttpd), and an idle timeout per connection
- * (slow or silent clients are dropped; keep-alive connections too).
+ * (silent clients are dropped; keep-alive connections too).
  *
  * Non-goals: TLS (terminate it in front), HTTP/2, chunked uploads beyond
  * max_body, routing tables (the user matches paths).
@@ -76,14 +97,24 @@ typedef void (*mr_http_handler)(struct mr_http_req *req, void *user);
 /* Called after each loop iteration, and at least every tick_ms. */
 typedef void (*mr_http_tick)(void *user);
 
+/* Reserve slots when reserve_connections is 0 (a process sizing its file
+ * descriptors counts them: each is an open socket). */
+#define MR_HTTPD_RESERVE_DEFAULT 16
+
 struct mr_httpd_opts {
 	const char *bind_addr;       /* "127.0.0.1", "0.0.0.0"; NULL = any */
 	int port;                    /* 0 = ephemeral, see mr_httpd_port() */
 	unsigned max_connections;    /* 0 = 1024 */
-	unsigned reserve_connections; /* past max_connections, for probes; 0 = 16 */
+	unsigned reserve_connections; /* past max_connections, for probes;
+				       * 0 = MR_HTTPD_RESERVE_DEFAULT */
 	unsigned per_ip_connections; /* 0 = unlimited */
 	size_t max_body;             /* 0 = 1 MiB */
 	unsigned idle_timeout_s;     /* 0 = 30; suspended requests are exempt */
+	/* deadlines of slow clients (see the header comment); 0 = default */
+	unsigned header_timeout_s;   /* headers, from accept or the last reply; 0 = 20 */
+	unsigned body_timeout_s;     /* body, from the headers; 0 = 20 ... */
+	unsigned body_min_rate;      /* ... plus 1 s per this many bytes; 0 = 500 */
+	unsigned reserve_request_s;  /* a reserve slot's whole request; 0 = 2 */
 	size_t conn_memory;          /* libmicrohttpd pool per connection (request
 				      * line + headers + reply headers), 0 = 8 KiB,
 				      * min 1 KiB; headers of up to about half of it

@@ -306,7 +306,9 @@ Test(httpd_guard, over_the_limit_503_at_once_and_probes_answer)
 
 Test(httpd_guard, past_the_reserve_a_fixed_503_and_close)
 {
-	struct mr_httpd_opts o = {.max_connections = 1, .reserve_connections = 1};
+	/* the idle reserve client must hold its slot for the whole test */
+	struct mr_httpd_opts o = {.max_connections = 1, .reserve_connections = 1,
+				  .reserve_request_s = 60};
 	struct mr_httpd *srv = start(&o);
 	int port = mr_httpd_port(srv), idle[2], fd;
 	char buf[4096];
@@ -339,7 +341,8 @@ Test(httpd_guard, an_idle_reserve_slot_is_reclaimed_first)
 	char buf[4096];
 
 	fill(port, idle, 2);
-	/* the reserve slot times out after at most 5 s, the ordinary one not */
+	/* the reserve slot is closed after at most 5 s (idle) or 2 s (its
+	 * request is due), the ordinary one not */
 	p.fd = idle[1];
 	cr_assert_eq(poll(&p, 1, 10000), 1, "idle reserve connection kept open");
 	cr_assert_eq(recv(idle[1], buf, sizeof(buf), 0), 0);
