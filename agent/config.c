@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "mr_jobname.h"
 #include "mr_log.h"
 #include "mesh_auto.h"
 #include "mr_mesh.h"
@@ -314,16 +315,9 @@ static int check_mesh(const struct mr_agent_config *cfg, struct mr_errbuf *eb)
 
 static int check_job(const char *job, struct mr_errbuf *eb)
 {
-	const char *slash = strchr(job, '/');
-
-	if (!slash || slash == job || !slash[1] || strchr(slash + 1, '/'))
-		return mr_errf_field(eb, MR_EINVAL, "job",
-				     "job: '%s' is not namespace/name", job);
-	for (const char *p = job; *p; p++)
-		if (!(islower((unsigned char)*p) || isdigit((unsigned char)*p) || *p == '-' ||
-		      *p == '.' || *p == '/'))
-			return mr_errf_field(eb, MR_EINVAL, "job",
-					     "job: '%s' has a character outside [a-z0-9.-]", job);
+	if (!mr_job_name_valid(job))
+		return mr_errf_field(eb, MR_EINVAL, "job", "job: '%s' is not a valid job name: %s",
+				     job, MR_JOB_NAME_RULE);
 	return 0;
 }
 

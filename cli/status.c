@@ -12,6 +12,11 @@
  * Options: --controller URL (MESHRUN_CONTROLLER, default
  * http://127.0.0.1:29400), --token / MESHRUN_TOKEN, --token-file.
  *
+ * A job name is checked with the controller's own grammar (mr_jobname.h)
+ * before any URL is built: "zz/../team/a" or "team/a?x=1" would otherwise
+ * reach another job (libcurl folds "..") or smuggle a query. A bad name
+ * exits 2.
+ *
  * Non-goals: watching (run it under `watch`), changing anything.
  */
 #include <stdio.h>
@@ -21,6 +26,7 @@
 #include "mr_cli.h"
 #include "mr_config.h"
 #include "mr_httpc.h"
+#include "mr_jobname.h"
 #include "mr_json.h"
 #include "mr_token.h"
 
@@ -310,6 +316,12 @@ int mr_cli_status(int argc, char **argv)
 	}
 	if (cfg.nargs == 1)
 		job = cfg.args[0];
+	if (job && !mr_job_name_valid(job)) {
+		fprintf(stderr, "meshrun status: invalid job name '%.300s': %s\n", job,
+			MR_JOB_NAME_RULE);
+		mr_config_release(&cfg);
+		return 2;
+	}
 	if (o.token_file[0] &&
 	    mr_token_read_file(o.token_file, o.token, sizeof(o.token), "token_file", &eb)) {
 		fprintf(stderr, "meshrun status: %s\n", eb.msg);

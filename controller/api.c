@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mr_jobname.h"
 #include "mr_json.h"
 #include "mr_log.h"
 #include "api_int.h"
@@ -124,7 +125,7 @@ static int route(struct call *k, const char **allow)
 	if (n < 4)
 		return RT_OTHER;
 	for (int i = 2; i < 4; i++) {
-		if (!mr__ctl_valid_job_part(s[i])) {
+		if (!mr_job_part_valid(s[i])) {
 			k->bad_seg = s[i];
 			k->bad_idx = i;
 			return RT_OTHER;

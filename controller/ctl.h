@@ -302,7 +302,6 @@ char *mr__jtext_stale(const struct ctl_job *job, const struct ctl_member *m, siz
 json_t *mr__jparse_object(const char *buf, size_t len);
 
 /* ---- spec and names (parse.c) ---- */
-int mr__ctl_valid_job_part(const char *s);
 int mr__ctl_valid_node_id(const char *s);
 int mr__ctl_valid_key(const char *s, size_t len);
 /* Fills spec from a JSON object (defaults from lim); 0 or error in res

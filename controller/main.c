@@ -1,11 +1,13 @@
 /*
- * main.c - meshrun-controller: parse the config table, start the
- * controller, run until SIGINT/SIGTERM, stop.
+ * main.c - meshrun-controller: parse the config table, fit the connection
+ * limit to the file descriptors, start the controller, run until
+ * SIGINT/SIGTERM, stop.
  *
- * Exit status: 0 after a clean stop; 2 for a usage or config error, a
- * corrupt journal (see --journal-recover) or a data dir locked by another
- * controller; 1 for any other start failure (token files, the data dir,
- * the port, memory).
+ * Exit status: 0 after a clean stop; 2 for a usage or config error (a
+ * --max-connections that does not fit the fd limit too), a corrupt journal
+ * (see --journal-recover) or a data dir locked by another controller; 1
+ * for any other start failure (token files, the data dir, the port,
+ * memory).
  *
  * Non-goals: anything else (see controller/server.c).
  */
@@ -18,12 +20,11 @@
 #include "mr_controller.h"
 #include "mr_log.h"
 
-static volatile sig_atomic_t stop;
+static volatile sig_atomic_t stop; /* the stop signal's number, 0 = none yet */
 
 static void on_signal(int sig)
 {
-	(void)sig;
-	stop = 1;
+	stop = sig;
 }
 
 int main(int argc, char **argv)
@@ -46,6 +47,10 @@ int main(int argc, char **argv)
 			      "agents (HTTP API: docs/API.md).";
 		rc = mr_config_parse(&cfg, argc, argv, &eb);
 	}
+	if (!rc) {
+		mr_log_set_level((enum mr_log_level)o.log_level);
+		rc = mr_controller_fit_fds(&o, &cfg, &eb);
+	}
 	mr_config_release(&cfg);
 	if (rc == MR_CONFIG_HELP)
 		return 0;
@@ -53,7 +58,6 @@ int main(int argc, char **argv)
 		fprintf(stderr, "meshrun-controller: %s\n", eb.msg);
 		return MR_CONFIG_EXIT_USAGE;
 	}
-	mr_log_set_level((enum mr_log_level)o.log_level);
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = on_signal;
 	sigaction(SIGINT, &sa, NULL);
@@ -76,7 +80,8 @@ int main(int argc, char **argv)
 	sigdelset(&old, SIGTERM);
 	while (!stop)
 		sigsuspend(&old);
-	mr_log_info("stopping", "signal=1");
+	mr_log_info("stopping", "signal=%d name=%s", (int)stop,
+		    stop == SIGTERM ? "SIGTERM" : stop == SIGINT ? "SIGINT" : "?");
 	mr_controller_stop(c);
 	return 0;
 }

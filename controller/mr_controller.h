@@ -64,6 +64,19 @@ extern const size_t mr_controller_config_len;
 /* Defaults as if parsed from an empty command line. */
 int mr_controller_opts_default(struct mr_controller_opts *o, struct mr_errbuf *eb);
 
+/* File descriptors the controller keeps besides its connections and
+ * reserve slots: stdio, the listen socket, epoll and event fds, the
+ * journal and its lock, compaction files; with room to spare. */
+#define MR_CONTROLLER_FD_MARGIN 64
+/* Raises the soft RLIMIT_NOFILE to the hard one where allowed, then fits
+ * o->max_connections to it (cfg: the parsed table, to know whether it was
+ * set): not set, it becomes at most the limit less the reserve slots and
+ * MR_CONTROLLER_FD_MARGIN; set, it must fit, else MR_ERANGE with eb naming
+ * the source (flag, env var, file), the value and the limit (exit 2).
+ * Logs event=max_connections once. */
+int mr_controller_fit_fds(struct mr_controller_opts *o, const struct mr_config *cfg,
+			  struct mr_errbuf *eb);
+
 struct mr_controller;
 
 /*

@@ -2,7 +2,8 @@
  * parse.c - validation of names, keys and job specs for the controller.
  *
  * Job names are "ns/name", each part a Kubernetes DNS label
- * ([a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?). Node ids are 1..253 printable
+ * ([a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?; the grammar is common/mr_jobname.h,
+ * shared with the CLI). Node ids are 1..253 printable
  * ASCII bytes without spaces. KV keys are 1..256 bytes of [A-Za-z0-9._/-].
  * Every failure is a 400 in the ctl_res naming the field.
  *
@@ -12,23 +13,8 @@
 #include <string.h>
 
 #include "ctl.h"
+#include "mr_jobname.h"
 #include "mr_json.h"
-
-int mr__ctl_valid_job_part(const char *s)
-{
-	size_t n = strlen(s);
-
-	if (n < 1 || n > 63)
-		return 0;
-	for (size_t i = 0; i < n; i++) {
-		char c = s[i];
-		int alnum = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
-
-		if (!alnum && !((c == '-' || c == '.') && i > 0 && i + 1 < n))
-			return 0;
-	}
-	return 1;
-}
 
 int mr__ctl_valid_node_id(const char *s)
 {
@@ -100,7 +86,6 @@ int mr__ctl_parse_spec(const json_t *obj, const struct ctl_limits *lim, struct c
 	struct mr_errbuf eb = { { 0 }, { 0 } };
 	const char *nm = NULL, *slash;
 	json_t *mesh = NULL;
-	char part[64];
 	int64_t v = 0;
 
 	*spec = lim->defaults;
@@ -120,14 +105,12 @@ int mr__ctl_parse_spec(const json_t *obj, const struct ctl_limits *lim, struct c
 		return MR_EINVAL;
 	}
 	slash = strchr(nm, '/');
-	if (!slash || (size_t)(slash - nm) >= sizeof(part)) {
+	if (!slash) {
 		mr__res_err(res, 400, "invalid_field", "name",
 			    "'name' must be 'namespace/name', got '%.127s'", nm);
 		return MR_EINVAL;
 	}
-	memcpy(part, nm, (size_t)(slash - nm));
-	part[slash - nm] = 0;
-	if (!mr__ctl_valid_job_part(part) || !mr__ctl_valid_job_part(slash + 1)) {
+	if (!mr_job_name_valid(nm)) {
 		mr__res_err(res, 400, "invalid_field", "name",
 			    "'name': '%.127s' is not two DNS labels joined by '/'", nm);
 		return MR_EINVAL;

@@ -47,6 +47,19 @@ Test(agent_config, bad_flag_value_exits_2)
 	expect_usage_error(args, NULL, "--nproc-per-node", "abc");
 }
 
+/* the controller's grammar (common/mr_jobname.h): a name that a URL
+ * would read otherwise ('..' collapsed, '?' a query) never leaves */
+Test(agent_config, job_names_the_controller_would_refuse_exit_2)
+{
+	static const char *bad[] = { "zz/..", "team/a?x=1", "team/a/b", "Team/a", "team/-a",
+				     "/a", "team/" };
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char *args[] = {"--job", (char *)bad[i], "--", "true", NULL};
+		expect_usage_error(args, NULL, "is not a valid job name", bad[i]);
+	}
+}
+
 Test(agent_config, unknown_flag_exits_2)
 {
 	char *args[] = {"--bogus", "1", "--", "true", NULL};
