@@ -321,8 +321,10 @@ Test(ckpt_dir, large_manifests_are_read_in_bounded_memory_or_refused, .timeout =
 	kib = inspect_peak_kib(dir);
 	cr_log_info("manifest %ld bytes: inspect peak %ld KiB (%.1fx)", bytes, kib,
 		    kib * 1024.0 / (double)bytes);
+#ifndef MR_SANITIZED /* ASan's shadow and quarantine are not the reader's */
 	cr_expect_lt(kib * 1024, 4 * bytes, "inspect took %ld KiB for a %ld-byte manifest", kib,
 		     bytes);
+#endif
 	cr_expect_eq(meshrun("big", "ckpt inspect ck/step-00000002"), 1, "%s",
 		     mr_ckjob_tail("big"));
 	cr_expect(mr_ckjob_count("big", "do not cover", NULL), "%s", mr_ckjob_tail("big"));
