@@ -250,7 +250,7 @@ gpu_test_bins += $(gpu_parity)
 test_bins   += $(gpu_parity)
 
 $(gpu_parity): $(BUILD)/tests/gpu/test_parity_%: tests/parity/test_parity.c \
-		$(call obj,$(test_helpers)) $(LIBS) $(BINS)
+		$(call obj,$(test_helpers)) $(LIBS) $(BINS) $(CUDA_PLUGIN)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -DPARITY_GPU_PRECISION='"$*"' -Itests/support $(CFLAGS) $(LDFLAGS) \
 		-o $@ $< $(call obj,$(test_helpers)) $(LIBS) -lcriterion $(LDLIBS)
@@ -258,7 +258,7 @@ endif
 
 .PHONY: test-gpu
 ifeq ($(CUDA_ON),1)
-test-gpu: $(gpu_test_bins)
+test-gpu: $(gpu_test_bins) $(CUDA_PLUGIN)
 	@for t in $(gpu_test_bins); do echo "test-gpu: $$t"; $$t --jobs 1 --verbose || exit 1; done
 	@echo "test-gpu: ok (tests marked SKIP need a CUDA device)"
 else
@@ -433,7 +433,7 @@ bench-train: $(BUILD)/bench/train $(BUILD)/bench/sgemm_peak
 # (bench/gpu_torch.py) on the same shapes. Prints the ratios, then
 # `gpu tokens_per_s=<x> mfu=<y>`; says "skipped" where there is no GPU.
 .PHONY: bench-gpu
-bench-gpu: $(BUILD)/bench/gpu
+bench-gpu: $(BUILD)/bench/gpu $(BINS) $(if $(CUDA_ON),$(CUDA_PLUGIN),)
 	bench/gpu.sh $(BUILD)
 
 # ---- data/tensor-parallel scaling vs PyTorch DDP (bench/parallel.sh) --------

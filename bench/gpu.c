@@ -29,7 +29,10 @@
  * every run, for tests/gpu-emul on the emulated device: it checks that this
  * program runs, not how fast.
  *
- * Without a GPU (or without CUDA in the build) it says so and exits 0.
+ * On a machine without a GPU it says "skipped" and exits 0; where a GPU
+ * is (an NVIDIA device node) and the CUDA side cannot load or see it (the
+ * plugin missing, a library it needs), it says FAILED naming the file and
+ * the reason, and exits 1.
  * Built a second time against the CUDA emulation ($(BUILD)/emul/bench-gpu,
  * tests/gpu-emul/test_bench_gpu runs it with -t).
  */
@@ -185,12 +188,6 @@ static double run(struct run *r, const struct model *m, int gpus, int tp, double
 	return tps;
 }
 
-/* GPUs this process can use: 0 with the reason in why. */
-static int gpu_count(struct mr_errbuf *why)
-{
-	return mr_dev_cuda_count(why);
-}
-
 int main(int argc, char **argv)
 {
 	static struct run r;
@@ -225,8 +222,12 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bench gpu: -B and -s must be >= 1, -m 124m, 350m or all\n");
 		return 2;
 	}
-	gpus = gpu_count(&why);
-	if (gpus < 1) {
+	gpus = mr_dev_cuda_count(&why);
+	if (gpus < 0) { /* a GPU is here and the CUDA side cannot use it */
+		printf("bench gpu: FAILED - %s\n", why.msg);
+		return 1;
+	}
+	if (gpus == 0) {
 		printf("bench gpu: skipped - %s\n", why.msg);
 		return 0;
 	}

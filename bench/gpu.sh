@@ -6,17 +6,25 @@
 #   bench/gpu.sh BUILD
 #
 # Last line, as bench/gpu's own: gpu tokens_per_s=<x> mfu=<y> (350M, one GPU).
-# Without a GPU bench/gpu says so and the anchor is not run.
+# Without a GPU bench/gpu says so and the anchor is not run; its failure
+# (a GPU it cannot use, a run that fails) is this script's exit status.
 set -eu
 b=${1:-build}
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
-"$b/bench/gpu" | tee "$log"
+trap 'rm -f "$log" "$log.torch"' EXIT
+rc=0
+"$b/bench/gpu" >"$log" || rc=$?
+cat "$log"
+[ "$rc" -eq 0 ] || exit "$rc"
 last=$(tail -n 1 "$log")
 case $last in "gpu tokens_per_s="*) ;; *) exit 0 ;; esac
 py=$(command -v python3 || true)
 [ -n "$py" ] || { echo "gpu pytorch: no python3, anchor skipped"; exit 0; }
-"$py" bench/gpu_torch.py | tee -a "$log"
+rc=0
+"$py" bench/gpu_torch.py >"$log.torch" || rc=$?
+cat "$log.torch"
+[ "$rc" -eq 0 ] || { echo "gpu pytorch: the anchor failed (exit $rc)"; exit "$rc"; }
+cat "$log.torch" >>"$log"
 # tokens_per_s= of the first line whose fields 2 and 3 are $1 $2
 rate() {
 	awk -v a="$1" -v b="$2" '$2 == a && $3 == b { for (i = 4; i <= NF; i++)

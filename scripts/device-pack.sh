@@ -1,23 +1,36 @@
 #!/bin/sh
-# device-pack.sh - pack the GPU tests, bench/gpu and the meshrun binaries,
-# with the shared libraries they need beyond glibc, libstdc++ and CUDA, into
-# one folder for a GPU machine that has CUDA but none of our build
-# dependencies (no libjansson, libcriterion, libcurl, OpenBLAS).
+# device-pack.sh - pack what the GPU lease runs into one folder for a GPU
+# machine that has CUDA but none of our build dependencies (no libjansson,
+# libcriterion, libcurl, OpenBLAS): the meshrun binaries and the CUDA
+# plugin they load (meshrun-cuda.so), bench/gpu, the GPU tests, the
+# emulated device's twins (to check the pack and its script here), and
+# every shared library they need beyond glibc, libstdc++ and CUDA's own.
 #
 #   scripts/device-pack.sh [BUILD] [OUT]     (defaults: build .devpkg)
 #
-# On the GPU machine: OUT/run.sh [test|bench|all] runs `make test-gpu` and
-# `make bench-gpu`'s programs from the pack, with libnccl and cuBLAS found
-# wherever that machine keeps them (the CUDA toolkit or the pip wheels).
+# On the GPU machine: OUT/run.sh all (scripts/device-run.sh) runs the
+# lease's check from the pack, with libnccl and cuBLAS found wherever that
+# machine keeps them (the CUDA toolkit or the pip wheels). A build without
+# the plugin (no nvcc) cannot make a pack: on a GPU its binaries could not
+# use the GPU, so it fails here rather than there.
 set -eu
 build=${1:-build}
 out=${2:-.devpkg}
+[ -f "$build/meshrun-cuda.so" ] || {
+	echo "device-pack: no $build/meshrun-cuda.so (a build with nvcc: make all)" >&2
+	exit 1
+}
 rm -rf "$out"
-mkdir -p "$out/build/tests/gpu" "$out/build/bench" "$out/lib"
+mkdir -p "$out/build/tests/gpu" "$out/build/tests/gpu-emul" "$out/build/bench" \
+	"$out/build/emul" "$out/lib"
 
-bins="$build/meshrun $build/meshrun-agent $build/meshrun-controller $build/bench/gpu"
-for t in "$build"/tests/gpu/test_*; do
-	case $t in *.d) ;; *) bins="$bins $t" ;; esac
+bins="$build/meshrun $build/meshrun-agent $build/meshrun-controller $build/meshrun-cuda.so"
+bins="$bins $build/bench/gpu"
+# the emulated twins of what run.sh runs (EMUL=1: the script's own check)
+for t in "$build"/tests/gpu/test_* "$build"/emul/* \
+	"$build"/tests/gpu-emul/test_device_cuda "$build"/tests/gpu-emul/test_cuda_model \
+	"$build"/tests/gpu-emul/test_parity_fp32 "$build"/tests/gpu-emul/test_parity_bf16; do
+	case $t in *.d) ;; *) [ -f "$t" ] && bins="$bins $t" ;; esac
 done
 for b in $bins; do
 	dst="$out/build/${b#"$build"/}"

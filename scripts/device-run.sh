@@ -1,19 +1,46 @@
 #!/bin/bash
-# device-run.sh - run on a GPU machine from the repository root, after
-# scripts/device-pack.sh's folder has been unpacked there: `make test-gpu`'s
-# programs and `make bench-gpu` from the pack, each under a time limit,
-# each log into $LOGS (default: .devpkg/logs).
+# device-run.sh - the GPU lease's one script: run on a GPU machine from the
+# repository root, after scripts/device-pack.sh's folder has been carried
+# there (it is this script, as .devpkg/run.sh). Each step runs from the
+# pack under a time limit, its whole log in $OUT (the lease's folder that
+# comes back; default .devpkg/logs); a short table is printed last.
 #
-#   .devpkg/run.sh [probe] [test] [bench] [torch] [parity] [sanitize]
-#                  [NAME ...]
+#   .devpkg/run.sh all                 the lease's check, inside BUDGET s
+#                                      (default 450; 8 minutes of one H100
+#                                      with the machine's start)
+#   .devpkg/run.sh [probe] [kernels] [model] [parity] [bench] [torch]
+#                  [nccl] [sanitize] [NAME ...]
+#   EMUL=1 .devpkg/run.sh all          the same steps on the emulated
+#                                      device, here (tests/runtime/
+#                                      test_device_pack.c): the script's
+#                                      own check, not the GPU's
 #
-# torch: bench/gpu_torch.py, bench-gpu's PyTorch anchor. sanitize: the
-# kernel tests under compute-sanitizer. NAME: one test program of
-# build/tests/gpu (test_cuda_kernels, ...).
+# all = probe kernels model parity bench torch (and nccl with two or more
+# GPUs):
+#   kernels  test_cuda_kernels, test_cuda_attention, test_device_cuda: every
+#            kernel against its CPU twin, at the test shapes and at real
+#            ones (T 1024 and 4096, head sizes 64 and 128, vocab 50304,
+#            rows past 65,535)
+#   model    test_cuda_model: the model on the GPU against the CPU, and
+#            GPT-2 124M's shape in bf16 against fp32 on the same GPU (the
+#            table's bf16_vs_fp32 row: loss, gradient norm, worst tensor)
+#   parity   one parity job per mode and schedule on one GPU (PARITY_SET),
+#            fp32 and bf16, each against the single rank on the same GPU
+#   bench    bench/gpu (GPT-2 124M and 350M, tokens/s and MFU)
+#   torch    bench/gpu_torch.py, its PyTorch anchor, and the ratios
+# A step's verdict is its exit code; a GPU entry point that cannot load the
+# CUDA side fails (the plugin, a library) - never "skipped" where a GPU is.
+# NAME: one program of build/tests/gpu (test_cuda_kernels, ...).
 set -u
 pk=$(cd "$(dirname "$0")" && pwd)
-logs=${LOGS:-$pk/logs}
+logs=${OUT:-${LOGS:-$pk/logs}}
 mkdir -p "$logs"
+emul=${EMUL:-0}
+budget=${BUDGET:-450}
+t0=$(date +%s)
+table=$logs/table.txt
+: >"$table"
+PARITY_SET=${PARITY_SET:-'parity/@(dp2_moe|zero3_dp2_moe|hsdp_2x2_dense|tp2_sp_moe|pp2_1f1b_dense|pp2_gpipe_moe|pp2_interleaved_dense|pp2_zbh1_moe|cp2_dense|cp2_allgather|cp2_ulysses|ep2_capacity|ep2_dropless)'}
 libdirs=$pk/lib
 for so in libnccl.so.2 libcublasLt.so.13 libcudart.so.13; do
 	f=$(find /usr/local/cuda*/ /usr/lib /opt -name "$so" 2>/dev/null | head -1)
@@ -21,41 +48,126 @@ for so in libnccl.so.2 libcublasLt.so.13 libcudart.so.13; do
 done
 export LD_LIBRARY_PATH=$libdirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export MESHRUN_BUILD=$pk/build
+# the emulated device's twins where they exist (its tests/gpu-emul)
+tests=$pk/build/tests/gpu
+[ "$emul" = 1 ] && tests=$pk/build/tests/gpu-emul
 
-one() {	# one() LIMIT NAME COMMAND... : run, log, print the verdict
-	limit=$1 name=$2; shift 2
+# row NAME RC SECONDS WHAT: one line of the table
+row() { printf '%-22s %-5s %5ss  %s\n' "$1" "$2" "$3" "$4" >>"$table"; }
+
+# one LIMIT NAME COMMAND...: runs it under the smaller of LIMIT and the
+# budget left, logs it, adds its row (what: the Criterion synthesis, or
+# the log's last line)
+one() {
+	limit=$1 name=$2
+	shift 2
+	left=$((budget - ($(date +%s) - t0)))
+	if [ "$left" -lt 10 ]; then
+		row "$name" skip 0 "the budget of ${budget}s is spent"
+		return
+	fi
+	[ "$limit" -gt "$left" ] && limit=$left
 	start=$(date +%s)
 	timeout -k 10 "$limit" "$@" >"$logs/$name.log" 2>&1
 	rc=$?
-	echo "device-run: $name rc=$rc seconds=$(( $(date +%s) - start ))"
-	tail -n 4 "$logs/$name.log"
+	secs=$(($(date +%s) - start))
+	what=$(grep 'Synthesis:' "$logs/$name.log" | tail -1 | sed 's/.*Synthesis: //')
+	[ -n "$what" ] || what=$(tail -n 1 "$logs/$name.log")
+	[ "$rc" = 124 ] && what="timed out after ${limit}s"
+	row "$name" "$rc" "$secs" "$what"
+	echo "device-run: $name rc=$rc seconds=$secs"
 }
 
-for what in "${@:-probe test bench}"; do
+# test PROGRAM LIMIT [CRITERION ARGS]: one program of $tests, if it is there
+crit() {
+	prog=$1 limit=$2
+	shift 2
+	if [ ! -x "$tests/$prog" ]; then
+		row "$prog" n/a 0 "not in this pack (no emulated twin)"
+		return
+	fi
+	one "$limit" "$prog" "$tests/$prog" --jobs 1 --verbose "$@"
+}
+
+gpus=0
+if [ "$emul" != 1 ] && command -v nvidia-smi >/dev/null; then
+	gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+fi
+
+steps=${*:-all}
+if [ "$steps" = all ]; then
+	steps="probe kernels model parity bench torch"
+	[ "$gpus" -ge 2 ] && steps="$steps nccl"
+fi
+for what in $steps; do
 	for w in $what; do
 		case $w in
 		probe)
-			nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
-			echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
-			ldd "$pk/build/meshrun" | grep "not found" ;;
-		test)
-			for t in test_device_cuda test_cuda_kernels test_cuda_attention \
-				 test_cuda_model test_nccl_ops; do
-				one 300 "$t" "$pk/build/tests/gpu/$t" --jobs 1 --verbose
-			done ;;
+			{
+				nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+				echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+				for b in "$pk"/build/meshrun "$pk"/build/meshrun-cuda.so; do
+					[ -e "$b" ] && ldd "$b" | grep "not found"
+				done
+			} >"$logs/probe.log" 2>&1
+			row probe - 0 "$(head -2 "$logs/probe.log" | tail -1) ($gpus GPU(s))" ;;
+		kernels)
+			crit test_cuda_kernels 150
+			crit test_cuda_attention 150
+			crit test_device_cuda 90 ;;
+		model)
+			crit test_cuda_model 150
+			line=$(grep -ho 'bf16 vs fp32: .*' "$logs/test_cuda_model.log" 2>/dev/null)
+			[ -n "$line" ] && row bf16_vs_fp32 - 0 "${line#bf16 vs fp32: }" ;;
 		parity)
 			for p in fp32 bf16; do
-				one 400 "parity_$p" "$pk/build/tests/gpu/test_parity_$p" --jobs 1 --verbose
+				if [ "$emul" = 1 ]; then
+					prog=$pk/build/tests/gpu-emul/test_parity_$p
+				else
+					prog=$pk/build/tests/gpu/test_parity_$p
+				fi
+				one 150 "parity_$p" "$prog" --jobs 1 --filter "$PARITY_SET"
+				# a filter that runs nothing would pass: it fails
+				grep -q 'Tested: [1-9]' "$logs/parity_$p.log" ||
+					row "parity_$p" 1 0 "PARITY_SET ran no test"
 			done ;;
-		bench)	one 300 bench_gpu "$pk/build/bench/gpu" ;;
-		torch)	one 300 bench_gpu_torch python3 bench/gpu_torch.py ;;
+		bench)
+			if [ "$emul" = 1 ]; then
+				one 120 bench_gpu "$pk/build/emul/bench-gpu" -t
+			else
+				one 200 bench_gpu "$pk/build/bench/gpu"
+			fi ;;
+		torch)
+			if [ "$emul" = 1 ]; then
+				row bench_gpu_torch n/a 0 "no GPU for the PyTorch anchor"
+				continue
+			fi
+			one 150 bench_gpu_torch python3 bench/gpu_torch.py
+			for m in 124M 350M; do
+				ours=$(awk -v m="$m" '$2 == m && $3 == "bf16" { for (i = 4; i <= NF; i++)
+					if ($i ~ /^tokens_per_s=/) { sub("tokens_per_s=", "", $i); print $i; exit } }' \
+					"$logs/bench_gpu.log" 2>/dev/null)
+				theirs=$(awk -v m="$m" '$2 == "pytorch" && $3 == m { for (i = 4; i <= NF; i++)
+					if ($i ~ /^tokens_per_s=/) { sub("tokens_per_s=", "", $i); print $i; exit } }' \
+					"$logs/bench_gpu_torch.log" 2>/dev/null)
+				[ -n "$ours" ] && [ -n "$theirs" ] &&
+					row "gpu_$m" - 0 "$(awk -v o="$ours" -v t="$theirs" \
+						'BEGIN { printf "meshrun %s / pytorch %s = %.2f", o, t, o / t }')"
+			done ;;
+		nccl)	crit test_nccl_ops 120 ;;
 		sanitize)
 			for t in test_cuda_kernels test_device_cuda; do
 				one 300 "sanitize_$t" compute-sanitizer --target-processes all \
 					"$pk/build/tests/gpu/$t" --jobs 1
 			done ;;
-		test_*)	one 300 "$w" "$pk/build/tests/gpu/$w" --jobs 1 --verbose ;;
+		test_*)	crit "$w" 300 ;;
 		*)	echo "device-run: unknown '$w'" >&2; exit 2 ;;
 		esac
 	done
 done
+echo "device-run: $(($(date +%s) - t0))s of ${budget}s; logs in $logs"
+printf '%-22s %-5s %6s  %s\n' step rc time result
+cat "$table"
+# the verdict: any step that failed (a skip for want of budget is not one)
+! awk '$2 != "-" && $2 != "0" && $2 != "n/a" && $2 != "skip" { bad = 1 } END { exit !bad }' \
+	"$table"

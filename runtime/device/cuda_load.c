@@ -107,9 +107,34 @@ const struct mr__cuda_entry *mr__cuda_entry(struct mr_errbuf *eb)
 	return table;
 }
 
-int mr_dev_cuda_count(struct mr_errbuf *why_none)
+const char *mr_dev_gpu_node(void)
 {
-	const struct mr__cuda_entry *e = mr__cuda_entry(why_none);
+	const char *env = getenv("MESHRUN_NVIDIA_DEV");
+	static const char *const nodes[] = { "/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia2",
+					     "/dev/nvidia3" };
 
-	return e ? e->device_count(why_none) : 0;
+	if (env && *env) /* tests: this path stands for the device node */
+		return access(env, F_OK) == 0 ? env : NULL;
+	for (size_t i = 0; i < sizeof(nodes) / sizeof(nodes[0]); i++)
+		if (access(nodes[i], F_OK) == 0)
+			return nodes[i];
+	return NULL;
+}
+
+int mr_dev_cuda_count(struct mr_errbuf *why)
+{
+	struct mr_errbuf own = { "", "" };
+	const struct mr__cuda_entry *e = mr__cuda_entry(&own);
+	const char *node;
+	int n = e ? e->device_count(&own) : 0;
+
+	if (n > 0)
+		return n;
+	/* none: a machine without a GPU is a skip; one with a GPU the CUDA
+	 * side cannot use is an error, never a skip */
+	if ((node = mr_dev_gpu_node()))
+		return mr_errf(why, MR_ENOTSUP, "an NVIDIA GPU is present (%s) but %s", node,
+			       own.msg);
+	mr_errf(why, MR_ENOTSUP, "%s", own.msg);
+	return 0;
 }

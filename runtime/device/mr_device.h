@@ -228,10 +228,17 @@ void mr_dev_close(struct mr_dev *d);
  * act (runtime/device/peak.c), or 0 for a GPU the table does not know. */
 double mr_dev_peak_flops(const char *model, enum mr_dtype act);
 
-/* GPUs this process can use through the cuda device: 0 with the reason
- * in why (no GPU, no driver, or no CUDA in this build). Loads the CUDA
- * side on first use (device/cuda_entry.h). */
+/* GPUs this process can use through the cuda device; 0 with the reason
+ * in why when the machine has none (no NVIDIA device node); a negative
+ * code, why naming the device node and the reason (the plugin's path and
+ * dlerror, the driver's error), when it has one the CUDA side cannot load
+ * or count - an error for every GPU entry point, never a skip. Loads the
+ * CUDA side on first use (device/cuda_entry.h). */
 int mr_dev_cuda_count(struct mr_errbuf *why);
+/* The machine's first NVIDIA device node (/dev/nvidia0 ...), or NULL
+ * when it has none; MESHRUN_NVIDIA_DEV names another path to stand for
+ * it (tests). */
+const char *mr_dev_gpu_node(void);
 
 /* ---- helpers over the table ---- */
 /* Zeroed device memory accounted in mem under kind; NULL on failure. */

@@ -17,19 +17,25 @@
 #include <stdlib.h>
 
 #include "cuda/mr_cuda.h"
+#include "device/mr_device.h"
 #include "mr_rng.h"
 
 static struct mr_cuda *cu;
 static struct mr_rng rng;
 
-/* Call first in every test that needs a device: skips (not fails) the test
- * when cudaGetDeviceCount fails or reports 0 devices. */
+/* Call first in every test that needs a device: skips the test on a
+ * machine without a GPU; where one is (an NVIDIA device node) and CUDA
+ * sees none, fails it - a GPU check never passes by skipping. */
 static inline void need_gpu(void)
 {
 	struct mr_errbuf eb = { { 0 }, { 0 } };
 
-	if (mr_cuda_device_count(&eb) <= 0)
+	if (mr_cuda_device_count(&eb) <= 0) {
+		const char *node = mr_dev_gpu_node();
+		cr_assert_null(node, "an NVIDIA GPU is present (%s) but CUDA sees none: %s", node,
+			       eb.msg);
 		cr_skip_test("no CUDA device, test skipped (%s)", eb.msg);
+	}
 	cr_assert_eq(mr_cuda_create(&cu, 0, &eb), 0, "cuda context: %s", eb.msg);
 	mr_rng_seed(&rng, 1234, 0);
 }

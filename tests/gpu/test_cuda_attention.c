@@ -93,6 +93,17 @@ Test(cuda_attn, layer_hs128_matches_cpu)
 	gpu_teardown();
 }
 
+/* Real shapes: GPT-2's T 1024 with head size 64, and T 4096 with head
+ * sizes 64 and 128 (part of the device script, scripts/device-run.sh). */
+Test(cuda_attn, real_shapes_T1024_and_T4096_match_cpu, .timeout = 600)
+{
+	need_gpu();
+	layer_case(1, 1024, 768, 12);
+	layer_case(1, 4096, 256, 4);
+	layer_case(1, 4096, 256, 2);
+	gpu_teardown();
+}
+
 /* The layer entries the device layer calls (dqkv written, delta in the
  * context's scratch), in the activation type f32 or bf16. */
 static void layer_entry_case(int f32, int B, int T, int C, int NH)

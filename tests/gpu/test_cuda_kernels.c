@@ -73,9 +73,8 @@ Test(cuda, missing_device_is_reported_not_fatal)
 		cr_log_info("no CUDA device here: the kernel comparisons will be skipped");
 }
 
-static void matmul_case(int use_lt)
+static void matmul_case(int use_lt, int N, int IC, int OC)
 {
-	int N = 70, IC = 96, OC = 136;
 	float *inp = rand_bf((size_t)N * IC, 1.0f), *w = rand_bf((size_t)OC * IC, 0.1f);
 	float *bias = rand_bf(OC, 0.5f), *dout = rand_bf((size_t)N * OC, 1.0f);
 	float *dinp0 = rand_bf((size_t)N * IC, 1.0f), *dw0 = rand_bf((size_t)OC * IC, 1.0f);
@@ -119,14 +118,14 @@ Test(cuda, matmul_cublaslt_matches_cpu)
 {
 	need_gpu();
 	cr_assert(mr_cuda_using_lt(cu), "cuBLASLt not in use");
-	matmul_case(1);
+	matmul_case(1, 70, 96, 136);
 	gpu_teardown();
 }
 
 Test(cuda, matmul_cublas_fallback_matches_cpu)
 {
 	need_gpu();
-	matmul_case(0);
+	matmul_case(0, 70, 96, 136);
 	cr_assert_not(mr_cuda_using_lt(cu));
 	gpu_teardown();
 }
@@ -198,14 +197,12 @@ Test(cuda, encoder_matches_cpu_and_is_deterministic)
 	gpu_teardown();
 }
 
-Test(cuda, layernorm_matches_cpu)
+static void layernorm_case(int N, int C)
 {
-	int N = 37, C = 200;
 	float *inp, *w, *b, *dout, *out, *mean, *rstd, *dinp, *dw, *db, *ws, *g;
 	mr_bf16 *d_inp, *d_w, *d_out, *d_dinp;
 	float *d_mean, *d_rstd, *d_dw, *d_db;
 
-	need_gpu();
 	inp = rand_bf((size_t)N * C, 2.0f);
 	w = rand_bf(C, 1.0f);
 	b = rand_bf(C, 1.0f);
@@ -240,6 +237,12 @@ Test(cuda, layernorm_matches_cpu)
 		    4e-3);
 	check_close("layernorm dw", down_f32(d_dw, C), dw, C, 1e-4, 1e-5);
 	check_close("layernorm db", down_f32(d_db, C), db, C, 1e-4, 1e-5);
+}
+
+Test(cuda, layernorm_matches_cpu)
+{
+	need_gpu();
+	layernorm_case(37, 200);
 	gpu_teardown();
 }
 
@@ -275,14 +278,12 @@ Test(cuda, gelu_residual_add_match_cpu)
 	gpu_teardown();
 }
 
-Test(cuda, crossentropy_matches_cpu)
+static void crossentropy_case(int N, int V)
 {
-	int N = 19, V = 1000, i;
 	float *logits, *losses, *lse, *d_losses, *d_lse;
-	int *tgt = xmalloc(sizeof(int) * N), *d_tgt;
+	int *tgt = xmalloc(sizeof(int) * N), *d_tgt, i;
 	mr_bf16 *d_logits;
 
-	need_gpu();
 	logits = rand_bf((size_t)N * V, 3.0f);
 	losses = xmalloc(sizeof(float) * N);
 	lse = xmalloc(sizeof(float) * N);
@@ -301,6 +302,27 @@ Test(cuda, crossentropy_matches_cpu)
 	CU_OK(mr_cuda_crossentropy_bwd_inplace(cu, d_logits, d_lse, d_tgt, N, V, 1.0f / N));
 	check_close("ce dlogits", down_bf(d_logits, (size_t)N * V), logits, (size_t)N * V,
 		    BF_RTOL, BF_ATOL);
+}
+
+Test(cuda, crossentropy_matches_cpu)
+{
+	need_gpu();
+	crossentropy_case(19, 1000);
+	gpu_teardown();
+}
+
+/* The shapes a GPT-2 124M step runs (T 1024, C 768, the MLP's 3072,
+ * vocab 50304) and rows past 65,535 (a grid's y and z limit): what the
+ * small cases above cannot show. Part of make test-gpu and of the device
+ * script (scripts/device-run.sh). */
+Test(cuda, real_shapes_match_cpu, .timeout = 600)
+{
+	need_gpu();
+	matmul_case(1, 2048, 768, 3072);
+	matmul_case(1, 70000, 64, 96);
+	layernorm_case(70000, 768);
+	crossentropy_case(64, 50304);
+	crossentropy_case(70000, 64);
 	gpu_teardown();
 }
 

@@ -7,15 +7,21 @@
  *   - asking for the cuda device where no GPU can be opened fails naming
  *     "device" and the reason: in a build with CUDA it is the plugin's (it
  *     was loaded), in one without (the sanitizer build) "no CUDA";
- *   - MESHRUN_CUDA_PLUGIN naming a missing file is reported by its path.
+ *   - MESHRUN_CUDA_PLUGIN naming a missing file is reported by its path;
+ *   - where a GPU is (a device node; MESHRUN_NVIDIA_DEV stands for one
+ *     here) and the CUDA side cannot use it, bench/gpu, make bench-gpu's
+ *     script and the GPU parity tests fail naming why - never "skipped".
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/wait.h>
+
 #include "device/mr_device.h"
 #include "mr_gpt_worker.h"
+#include "proc.h"
 
 /* 1 if a mapping of this process has needle in its path. */
 static int mapped(const char *needle)
@@ -84,4 +90,61 @@ Test(cuda_load, a_missing_plugin_path_is_named)
 	cr_assert_eq(mr_dev_open(&d, "cuda", 0, NULL, NULL, &eb), MR_ENOTSUP);
 	cr_assert_str_eq(eb.field, "device");
 	cr_assert(strstr(eb.msg, "/nonexistent/meshrun-cuda.so") != NULL, "%s", eb.msg);
+}
+
+/* Runs cmd (a shell command line) with MESHRUN_NVIDIA_DEV standing for a
+ * GPU's device node (a file of the test's) when fake_gpu; its exit code,
+ * its output in out (cap bytes). */
+static int run_as_on(int fake_gpu, const char *cmd, char *out, size_t cap)
+{
+	char node[512], full[2048];
+	const char *dir = mr_test_scratch("mr-cuda-load");
+	FILE *p;
+	size_t n = 0;
+	int st;
+
+	cr_assert_not_null(dir);
+	snprintf(node, sizeof(node), "%s/nvidia0", dir);
+	if (fake_gpu)
+		cr_assert_not_null(fopen(node, "w"));
+	/* a Criterion program inside this one: not as its worker (BXFI_MAP) */
+	snprintf(full, sizeof(full), "env -u BXFI_MAP MESHRUN_NVIDIA_DEV='%s' %s 2>&1", node, cmd);
+	cr_assert_not_null(p = popen(full, "r"));
+	while (n + 1 < cap && fgets(out + n, (int)(cap - n), p))
+		n += strlen(out + n);
+	out[n] = '\0';
+	st = pclose(p);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* Where a GPU is, a GPU entry point that cannot use it fails, naming why;
+ * "skipped" is only for a machine without one: bench/gpu, bench/gpu.sh
+ * (make bench-gpu: its exit status is bench/gpu's) and, in a build with
+ * CUDA, the GPU parity tests. */
+Test(cuda_load, a_gpu_the_cuda_side_cannot_use_fails_every_entry_point, .timeout = 300)
+{
+	char cmd[1024], out[16384];
+	const char *b = mr_proc_build_dir();
+
+	if (mr_dev_gpu_node() && !getenv("MESHRUN_NVIDIA_DEV"))
+		cr_skip_test("this machine has a GPU: the fake one would be no test");
+	snprintf(cmd, sizeof(cmd), "'%s/bench/gpu' -t", b);
+	cr_expect_eq(run_as_on(0, cmd, out, sizeof(out)), 0, "%s", out);
+	cr_expect(strstr(out, "bench gpu: skipped"), "%s", out);
+	cr_expect_eq(run_as_on(1, cmd, out, sizeof(out)), 1, "%s", out);
+	cr_expect(strstr(out, "bench gpu: FAILED - an NVIDIA GPU is present"), "%s", out);
+	snprintf(cmd, sizeof(cmd), "MESHRUN_CUDA_PLUGIN=/nonexistent/meshrun-cuda.so '%s/bench/gpu'",
+		 b);
+	cr_expect_eq(run_as_on(1, cmd, out, sizeof(out)), 1, "%s", out);
+	cr_expect(strstr(out, "/nonexistent/meshrun-cuda.so"), "the plugin is not named: %s", out);
+	snprintf(cmd, sizeof(cmd), "sh bench/gpu.sh '%s'", b);
+	cr_expect_eq(run_as_on(1, cmd, out, sizeof(out)), 1, "make bench-gpu passed: %s", out);
+#ifdef MR_HAVE_CUDA
+	snprintf(cmd, sizeof(cmd), "'%s/tests/gpu/test_parity_fp32' --filter 'parity/dp2_moe'", b);
+	cr_expect_neq(run_as_on(1, cmd, out, sizeof(out)), 0, "a GPU parity test passed: %s",
+		      out);
+	cr_expect(strstr(out, "an NVIDIA GPU is present"), "%s", out);
+	cr_expect(!strstr(out, "Skipping"), "%s", out);
+	cr_expect_eq(run_as_on(0, cmd, out, sizeof(out)), 0, "without a GPU it skips: %s", out);
+#endif
 }
