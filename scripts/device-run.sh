@@ -99,71 +99,69 @@ if [ "$steps" = all ]; then
 	steps="probe kernels model parity bench torch"
 	[ "$gpus" -ge 2 ] && steps="$steps nccl"
 fi
-for what in $steps; do
-	for w in $what; do
-		case $w in
-		probe)
-			{
-				nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
-				echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
-				for b in "$pk"/build/meshrun "$pk"/build/meshrun-cuda.so; do
-					[ -e "$b" ] && ldd "$b" | grep "not found"
-				done
-			} >"$logs/probe.log" 2>&1
-			row probe - 0 "$(head -2 "$logs/probe.log" | tail -1) ($gpus GPU(s))" ;;
-		kernels)
-			crit test_cuda_kernels 150
-			crit test_cuda_attention 150
-			crit test_device_cuda 90 ;;
-		model)
-			crit test_cuda_model 150
-			line=$(grep -ho 'bf16 vs fp32: .*' "$logs/test_cuda_model.log" 2>/dev/null)
-			[ -n "$line" ] && row bf16_vs_fp32 - 0 "${line#bf16 vs fp32: }" ;;
-		parity)
-			for p in fp32 bf16; do
-				if [ "$emul" = 1 ]; then
-					prog=$pk/build/tests/gpu-emul/test_parity_$p
-				else
-					prog=$pk/build/tests/gpu/test_parity_$p
-				fi
-				one 150 "parity_$p" "$prog" --jobs 1 --filter "$PARITY_SET"
-				# a filter that runs nothing would pass: it fails
-				grep -q 'Tested: [1-9]' "$logs/parity_$p.log" ||
-					row "parity_$p" 1 0 "PARITY_SET ran no test"
-			done ;;
-		bench)
+for w in $steps; do
+	case $w in
+	probe)
+		{
+			nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+			echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+			for b in "$pk"/build/meshrun "$pk"/build/meshrun-cuda.so; do
+				[ -e "$b" ] && ldd "$b" | grep "not found"
+			done
+		} >"$logs/probe.log" 2>&1
+		row probe - 0 "$(head -2 "$logs/probe.log" | tail -1) ($gpus GPU(s))" ;;
+	kernels)
+		crit test_cuda_kernels 150
+		crit test_cuda_attention 150
+		crit test_device_cuda 90 ;;
+	model)
+		crit test_cuda_model 150
+		line=$(grep -ho 'bf16 vs fp32: .*' "$logs/test_cuda_model.log" 2>/dev/null)
+		[ -n "$line" ] && row bf16_vs_fp32 - 0 "${line#bf16 vs fp32: }" ;;
+	parity)
+		for p in fp32 bf16; do
 			if [ "$emul" = 1 ]; then
-				one 120 bench_gpu "$pk/build/emul/bench-gpu" -t
+				prog=$pk/build/tests/gpu-emul/test_parity_$p
 			else
-				one 200 bench_gpu "$pk/build/bench/gpu"
-			fi ;;
-		torch)
-			if [ "$emul" = 1 ]; then
-				row bench_gpu_torch n/a 0 "no GPU for the PyTorch anchor"
-				continue
+				prog=$pk/build/tests/gpu/test_parity_$p
 			fi
-			one 150 bench_gpu_torch python3 bench/gpu_torch.py
-			for m in 124M 350M; do
-				ours=$(awk -v m="$m" '$2 == m && $3 == "bf16" { for (i = 4; i <= NF; i++)
-					if ($i ~ /^tokens_per_s=/) { sub("tokens_per_s=", "", $i); print $i; exit } }' \
-					"$logs/bench_gpu.log" 2>/dev/null)
-				theirs=$(awk -v m="$m" '$2 == "pytorch" && $3 == m { for (i = 4; i <= NF; i++)
-					if ($i ~ /^tokens_per_s=/) { sub("tokens_per_s=", "", $i); print $i; exit } }' \
-					"$logs/bench_gpu_torch.log" 2>/dev/null)
-				[ -n "$ours" ] && [ -n "$theirs" ] &&
-					row "gpu_$m" - 0 "$(awk -v o="$ours" -v t="$theirs" \
-						'BEGIN { printf "meshrun %s / pytorch %s = %.2f", o, t, o / t }')"
-			done ;;
-		nccl)	crit test_nccl_ops 120 ;;
-		sanitize)
-			for t in test_cuda_kernels test_device_cuda; do
-				one 300 "sanitize_$t" compute-sanitizer --target-processes all \
-					"$pk/build/tests/gpu/$t" --jobs 1
-			done ;;
-		test_*)	crit "$w" 300 ;;
-		*)	echo "device-run: unknown '$w'" >&2; exit 2 ;;
-		esac
-	done
+			one 150 "parity_$p" "$prog" --jobs 1 --filter "$PARITY_SET"
+			# a filter that runs nothing would pass: it fails
+			grep -q 'Tested: [1-9]' "$logs/parity_$p.log" ||
+				row "parity_$p" 1 0 "PARITY_SET ran no test"
+		done ;;
+	bench)
+		if [ "$emul" = 1 ]; then
+			one 120 bench_gpu "$pk/build/emul/bench-gpu" -t
+		else
+			one 200 bench_gpu "$pk/build/bench/gpu"
+		fi ;;
+	torch)
+		if [ "$emul" = 1 ]; then
+			row bench_gpu_torch n/a 0 "no GPU for the PyTorch anchor"
+			continue
+		fi
+		one 150 bench_gpu_torch python3 bench/gpu_torch.py
+		for m in 124M 350M; do
+			ours=$(awk -v m="$m" '$2 == m && $3 == "bf16" { for (i = 4; i <= NF; i++)
+				if ($i ~ /^tokens_per_s=/) { sub("tokens_per_s=", "", $i); print $i; exit } }' \
+				"$logs/bench_gpu.log" 2>/dev/null)
+			theirs=$(awk -v m="$m" '$2 == "pytorch" && $3 == m { for (i = 4; i <= NF; i++)
+				if ($i ~ /^tokens_per_s=/) { sub("tokens_per_s=", "", $i); print $i; exit } }' \
+				"$logs/bench_gpu_torch.log" 2>/dev/null)
+			[ -n "$ours" ] && [ -n "$theirs" ] &&
+				row "gpu_$m" - 0 "$(awk -v o="$ours" -v t="$theirs" \
+					'BEGIN { printf "meshrun %s / pytorch %s = %.2f", o, t, o / t }')"
+		done ;;
+	nccl)	crit test_nccl_ops 120 ;;
+	sanitize)
+		for t in test_cuda_kernels test_device_cuda; do
+			one 300 "sanitize_$t" compute-sanitizer --target-processes all \
+				"$pk/build/tests/gpu/$t" --jobs 1
+		done ;;
+	test_*)	crit "$w" 300 ;;
+	*)	echo "device-run: unknown '$w'" >&2; exit 2 ;;
+	esac
 done
 echo "device-run: $(($(date +%s) - t0))s of ${budget}s; logs in $logs"
 printf '%-22s %-5s %6s  %s\n' step rc time result

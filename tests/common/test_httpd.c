@@ -83,14 +83,6 @@ static long http(const char *method, int port, const char *path, const char *bod
 	return status;
 }
 
-static int raw_connect(int port)
-{
-	int fd = mr_test_connect(port);
-
-	cr_assert(fd >= 0, "unable to connect to port %d", port);
-	return fd;
-}
-
 /* Waits up to ms for fd to be readable; returns recv()'s result, or -2 on
  * timeout. */
 static ssize_t raw_recv(int fd, char *buf, size_t n, int ms)
@@ -313,7 +305,7 @@ Test(httpd, chunked_oversized_body_is_413)
 			  "\r\n50\r\n"
 			  "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
 			  "\r\n0\r\n\r\n";
-	int fd = raw_connect(mr_httpd_port(srv));
+	int fd = mr_test_connect_ok(mr_httpd_port(srv));
 	ssize_t n;
 
 	cr_assert_eq(send(fd, req, strlen(req), 0), (ssize_t)strlen(req));
@@ -505,7 +497,7 @@ Test(httpd, slowloris_dropped_after_idle_timeout)
 	struct mr_httpd_opts o = {.idle_timeout_s = 1};
 	struct mr_httpd *srv = start(&o);
 	const char *part = "GET /echo HTTP/1.1\r\nHost: x\r\nX-Slow: ";
-	int fd = raw_connect(mr_httpd_port(srv));
+	int fd = mr_test_connect_ok(mr_httpd_port(srv));
 	char buf[256];
 	struct buf b;
 	double t0 = now_s(), dt;
@@ -540,7 +532,7 @@ Test(httpd, stop_answers_suspended_503)
 	double t0;
 
 	for (i = 0; i < N; i++) {
-		fd[i] = raw_connect(mr_httpd_port(srv));
+		fd[i] = mr_test_connect_ok(mr_httpd_port(srv));
 		cr_assert_eq(send(fd[i], req, strlen(req), 0), (ssize_t)strlen(req));
 	}
 	t0 = now_s();
@@ -591,13 +583,13 @@ Test(httpd, per_ip_limit_closes_extra_connections)
 {
 	struct mr_httpd_opts o = {.per_ip_connections = 1};
 	struct mr_httpd *srv = start(&o);
-	int a = raw_connect(mr_httpd_port(srv));
+	int a = mr_test_connect_ok(mr_httpd_port(srv));
 	int b;
 	char buf[64];
 	ssize_t n;
 
 	usleep(100000);
-	b = raw_connect(mr_httpd_port(srv));
+	b = mr_test_connect_ok(mr_httpd_port(srv));
 	n = raw_recv(b, buf, sizeof(buf), 2000);
 	cr_assert(n == 0 || n == -1, "second connection from one ip not closed (n=%zd)", n);
 	close(a);

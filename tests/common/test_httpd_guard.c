@@ -58,14 +58,6 @@ static struct mr_httpd *start(struct mr_httpd_opts *o)
 
 /* ---- raw client ------------------------------------------------------------- */
 
-static int raw_connect(int port)
-{
-	int fd = mr_test_connect(port);
-
-	cr_assert(fd >= 0, "unable to connect to port %d", port);
-	return fd;
-}
-
 /* Sends req (NUL-free text) on a new connection and reads the whole reply
  * (every reply here closes the connection or is asked to). */
 static int send_raw(int port, const char *req, char *buf, size_t cap)
@@ -268,7 +260,7 @@ Test(httpd_guard, transfer_encoding_rules)
 static void fill(int port, int *fds, int n)
 {
 	for (int i = 0; i < n; i++)
-		fds[i] = raw_connect(port);
+		fds[i] = mr_test_connect_ok(port);
 	usleep(200000);
 }
 
@@ -315,7 +307,7 @@ Test(httpd_guard, past_the_reserve_a_fixed_503_and_close)
 
 	fill(port, idle, 2); /* the one slot and the one reserve slot */
 	/* nothing sent: the reply comes without the request being read */
-	fd = raw_connect(port);
+	fd = mr_test_connect_ok(port);
 	mr_test_read_all(fd, buf, sizeof(buf));
 	close(fd);
 	cr_assert(strncmp(buf, "HTTP/1.1 503", 12) == 0, "%s", buf);

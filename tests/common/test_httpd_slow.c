@@ -73,14 +73,6 @@ static struct mr_httpd *start(struct mr_httpd_opts *o)
 
 /* ---- raw clients ------------------------------------------------------------- */
 
-static int raw_connect(int port)
-{
-	int fd = mr_test_connect(port);
-
-	cr_assert(fd >= 0, "unable to connect to port %d", port);
-	return fd;
-}
-
 /* What a slow socket has seen so far. */
 enum { OPEN, CLOSED_SILENT, CLOSED_AFTER_REPLY };
 
@@ -184,7 +176,7 @@ Test(httpd_slow, slowloris_headers_are_cut_and_probes_answer_again)
 
 	memset(s, 0, sizeof(s));
 	for (int i = 0; i < N; i++)
-		s[i].fd = raw_connect(port);
+		s[i].fd = mr_test_connect_ok(port);
 	/* up to 60 s (the deadlines are 2 s): one byte per socket per second */
 	while (mr_test_now_ms() - t0 < 60000 && (open_n || !t_ok)) {
 		long long next = mr_test_now_ms() + 1000;
@@ -232,12 +224,12 @@ Test(httpd_slow, a_reserve_slot_must_send_its_request_at_once)
 	struct mr_httpd_opts o = {.max_connections = 1, .reserve_connections = 1,
 				  .header_timeout_s = 60};
 	struct mr_httpd *srv = start(&o);
-	int port = mr_httpd_port(srv), idle = raw_connect(port);
+	int port = mr_httpd_port(srv), idle = mr_test_connect_ok(port);
 	struct pollfd p = {.fd = idle, .events = POLLIN};
 	struct slow s = {0};
 
 	usleep(200000); /* the idle one holds the ordinary slot */
-	s.fd = raw_connect(port);
+	s.fd = mr_test_connect_ok(port);
 	/* one byte per 250 ms: the whole request would take over 20 s */
 	while (s.state == OPEN && req[s.sent]) {
 		slow_send(&s, req);
@@ -267,7 +259,7 @@ Test(httpd_slow, a_trickled_body_is_cut)
 	long long t0;
 	int i;
 
-	s.fd = raw_connect(mr_httpd_port(srv));
+	s.fd = mr_test_connect_ok(mr_httpd_port(srv));
 	cr_assert_eq(send(s.fd, head, strlen(head), MSG_NOSIGNAL), (ssize_t)strlen(head));
 	t0 = mr_test_now_ms();
 	/* the whole body at this pace would take 250 s; give it 20 */
@@ -294,7 +286,7 @@ Test(httpd_slow, a_steady_slow_upload_is_not_cut)
 				   "Content-Length: 2000\r\n\r\n";
 	struct mr_httpd_opts o = {.body_timeout_s = 1, .body_min_rate = 100};
 	struct mr_httpd *srv = start(&o);
-	int fd = raw_connect(mr_httpd_port(srv));
+	int fd = mr_test_connect_ok(mr_httpd_port(srv));
 	char chunk[STEP], buf[4096];
 	long long t0;
 
@@ -323,7 +315,7 @@ Test(httpd_slow, keep_alive_gets_the_header_deadline_from_its_last_reply)
 	static const char req[] = "GET /one HTTP/1.1\r\nHost: x\r\n\r\n";
 	struct mr_httpd_opts o = {.header_timeout_s = 1, .idle_timeout_s = 30};
 	struct mr_httpd *srv = start(&o);
-	int fd = raw_connect(mr_httpd_port(srv));
+	int fd = mr_test_connect_ok(mr_httpd_port(srv));
 	char buf[4096];
 
 	cr_assert_eq(send(fd, req, strlen(req), MSG_NOSIGNAL), (ssize_t)strlen(req));

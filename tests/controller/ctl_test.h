@@ -24,6 +24,7 @@ struct ctlp {
 	char log[300];
 	int port;
 	char token[64];
+	const char *log_level; /* the controller's --log-level; NULL: warn */
 };
 
 /* Spawns the controller without waiting for it (ctlp_start waits). extra:
@@ -50,7 +51,7 @@ static inline void ctlp_spawn(struct ctlp *c, int port, const char *const *extra
 	args[n++] = "--data-dir";
 	args[n++] = c->dir;
 	args[n++] = "--log-level";
-	args[n++] = "warn";
+	args[n++] = c->log_level ? c->log_level : "warn";
 	for (int i = 0; extra && extra[i] && n < 46; i++)
 		args[n++] = extra[i];
 	args[n] = NULL;

@@ -7,7 +7,7 @@
  *
  * The fd limits are set with setrlimit() in the test process (Criterion
  * runs each test in a process of its own) and inherited by the controller.
- * Each controller gets a data dir under the test's scratch dir.
+ * Each controller gets a data dir of its own (ctl_test.h).
  */
 #include <criterion/criterion.h>
 
@@ -15,67 +15,31 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "proc.h"
+#include "ctl_test.h"
 
-struct ctl {
-	struct mr_proc proc;
-	char dir[256], port_file[300], log[300];
-	int port;
-};
-
-/* Spawns the controller at log level info with extra flags and env
- * entries (NULL-terminated, may be NULL); does not wait for it. */
-static void spawn(struct ctl *c, const char *const *extra, const char *const *env)
+/* A controller at log level info (the lines these tests read). */
+static void spawn(struct ctlp *c, const char *const *extra)
 {
-	static const char *scratch; /* removed when the test process exits */
-	static int runs;
-	const char *args[32];
-	int n = 0;
-
-	if (!scratch)
-		scratch = mr_test_scratch("mr-ctlmain");
-	cr_assert_not_null(scratch);
-	snprintf(c->dir, sizeof(c->dir), "%s/run%d", scratch, runs++);
-	cr_assert_eq(mkdir(c->dir, 0700), 0, "mkdir %s", c->dir);
-	snprintf(c->port_file, sizeof(c->port_file), "%s/port", c->dir);
-	snprintf(c->log, sizeof(c->log), "%s/controller.log", c->dir);
-	args[n++] = "--listen";
-	args[n++] = "127.0.0.1";
-	args[n++] = "--port";
-	args[n++] = "0";
-	args[n++] = "--port-file";
-	args[n++] = c->port_file;
-	args[n++] = "--data-dir";
-	args[n++] = c->dir;
-	args[n++] = "--log-level";
-	args[n++] = "info";
-	for (int i = 0; extra && extra[i] && n < 31; i++)
-		args[n++] = extra[i];
-	args[n] = NULL;
-	cr_assert_eq(mr_proc_spawn(&c->proc, "meshrun-controller", args, env, c->log), 0);
+	c->log_level = "info";
+	ctlp_spawn(c, 0, extra);
 }
 
-static void start(struct ctl *c, const char *const *extra)
+static void start(struct ctlp *c, const char *const *extra)
 {
-	char tail[4096];
-
-	spawn(c, extra, NULL);
-	c->port = mr_proc_wait_port(&c->proc, c->port_file, 20000);
-	mr_test_tail(c->log, tail, sizeof(tail));
-	cr_assert_gt(c->port, 0, "controller did not start: %s", tail);
+	c->log_level = "info";
+	ctlp_start(c, 0, extra);
 }
 
 /* Reaps the controller (it must exit by itself within 20 s); its exit
- * code; the log's end in tail. */
-static int reap(struct ctl *c, char *tail, size_t cap)
+ * code; the log's end in tail. Its data dir goes. */
+static int reap(struct ctlp *c, char *tail, size_t cap)
 {
 	cr_assert_eq(mr_proc_reap(&c->proc, 20000), 0, "controller did not exit");
 	mr_test_tail(c->log, tail, cap);
+	mr_test_rmdir(c->dir);
 	return WIFEXITED(c->proc.status) ? WEXITSTATUS(c->proc.status) : -1;
 }
 
@@ -110,7 +74,7 @@ Test(ctl_main, stopping_logs_the_signal_that_stopped_it)
 	char tail[8192];
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		struct ctl c = {0};
+		struct ctlp c = {0};
 
 		start(&c, NULL);
 		cr_assert_eq(mr_proc_kill(&c.proc, cases[i].sig), 0);
@@ -129,7 +93,7 @@ Test(ctl_main, default_max_connections_fits_the_fd_limit)
 {
 	enum { HOLD = 176 + 15 };
 	static int fds[HOLD];
-	struct ctl c = {0};
+	struct ctlp c = {0};
 	char tail[8192];
 
 	set_nofile(256, 256);
@@ -155,7 +119,7 @@ Test(ctl_main, default_max_connections_fits_the_fd_limit)
 Test(ctl_main, the_soft_fd_limit_is_raised_to_the_hard_one)
 {
 	struct rlimit rl;
-	struct ctl c = {0};
+	struct ctlp c = {0};
 	char tail[8192], want[128];
 
 	cr_assert_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
@@ -176,13 +140,12 @@ Test(ctl_main, the_soft_fd_limit_is_raised_to_the_hard_one)
 Test(ctl_main, an_explicit_max_connections_that_cannot_fit_is_refused)
 {
 	const char *const flag[] = {"--max-connections", "1000", NULL};
-	const char *const env[] = {"MESHRUN_MAX_CONNECTIONS=500", NULL};
 	const char *const fits[] = {"--max-connections", "100", NULL};
-	struct ctl c = {0};
+	struct ctlp c = {0};
 	char tail[8192];
 
 	set_nofile(256, 256);
-	spawn(&c, flag, NULL);
+	spawn(&c, flag);
 	cr_assert_eq(reap(&c, tail, sizeof(tail)), 2, "%s", tail);
 	cr_assert(strstr(tail, "--max-connections: 1000 connections do not fit the file "
 			       "descriptor limit 256"), "%s", tail);
@@ -190,7 +153,9 @@ Test(ctl_main, an_explicit_max_connections_that_cannot_fit_is_refused)
 	cr_assert(access(c.port_file, F_OK) != 0, "it listened before refusing");
 
 	memset(&c, 0, sizeof(c));
-	spawn(&c, NULL, env);
+	setenv("MESHRUN_MAX_CONNECTIONS", "500", 1); /* the controller inherits it */
+	spawn(&c, NULL);
+	unsetenv("MESHRUN_MAX_CONNECTIONS");
 	cr_assert_eq(reap(&c, tail, sizeof(tail)), 2, "%s", tail);
 	cr_assert(strstr(tail, "MESHRUN_MAX_CONNECTIONS: 500 connections do not fit the file "
 			       "descriptor limit 256"), "%s", tail);

@@ -4,6 +4,8 @@
  */
 #include "proc.h"
 
+#include <criterion/criterion.h>
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -298,6 +300,14 @@ int mr_test_connect(int port)
 		close(fd);
 		fd = -1;
 	}
+	return fd;
+}
+
+int mr_test_connect_ok(int port)
+{
+	int fd = mr_test_connect(port);
+
+	cr_assert(fd >= 0, "unable to connect to port %d", port);
 	return fd;
 }
 

@@ -50,6 +50,8 @@ int mr_proc_alive(struct mr_proc *p);
 
 /* A TCP connection to 127.0.0.1:port; the fd, or -1. */
 int mr_test_connect(int port);
+/* The same, failing the test when the connection cannot be made. */
+int mr_test_connect_ok(int port);
 /* Reads from fd until the peer closes it or 10 s pass without data into
  * buf (NUL-terminated); returns the bytes read. */
 size_t mr_test_read_all(int fd, char *buf, size_t cap);
