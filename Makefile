@@ -116,10 +116,14 @@ ifeq ($(CUDA_ON),1)
 test_bins  += $(gpu_test_bins)
 endif
 
+# ptxas reports each kernel's registers and spills (-Xptxas -v): a kernel
+# that spills fails the build (scripts/ptxas-check.sh names it).
 $(BUILD)/obj/%.cu.o: %.cu | deps
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_ARCH) $(NVCCFLAGS) -std=c++17 -Icommon -Iruntime \
-		-Xcompiler -Wall,-Wextra,-fPIC -Werror all-warnings -MMD -MP -c -o $@ $<
+		-Xcompiler -Wall,-Wextra,-fPIC -Werror all-warnings -Xptxas -v -MMD -MP -c -o $@ $< \
+		2> $@.ptxas || { cat $@.ptxas >&2; rm -f $@; exit 1; }
+	@scripts/ptxas-check.sh $@.ptxas || { rm -f $@; exit 1; }
 
 $(CUDA_LIB): $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(cuda_src))
 

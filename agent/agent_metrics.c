@@ -119,6 +119,10 @@ int mr_agent_metrics_init(struct mr_agent_metrics *m, const char *const *state_n
 					"Checkpoints that failed in the rank's current run (its own "
 					"part; rank 0: any rank's part): the previous step is the "
 					"newest, training goes on.", "rank");
+	m->dev_fallbacks = mr_metrics_gauge(m->reg, "meshrun_worker_device_fallbacks",
+					    "Operations the rank's device ran on a slow path it "
+					    "should not need (cuda: a GEMM cuBLASLt did not run; "
+					    "the agent's log names the first).", "rank");
 	m->restart_cause = mr_metrics_counter(m->reg, "meshrun_agent_restarts_by_cause_total",
 					      "Restarts of the local workers by cause: member_lost "
 					      "(a member of the job died or failed), worker_failed "
@@ -222,6 +226,7 @@ void mr_agent_metrics_worker(struct mr_agent_metrics *m, int rank,
 	mr_gauge_set(mr_metric_gauge_child(m->ck_step, r), (double)st->ckpt_step);
 	mr_gauge_set(mr_metric_gauge_child(m->ck_bytes, r), (double)st->ckpt_bytes);
 	mr_gauge_set(mr_metric_gauge_child(m->ck_failed, r), (double)st->ckpt_failures);
+	mr_gauge_set(mr_metric_gauge_child(m->dev_fallbacks, r), (double)st->dev_fallbacks);
 	if (st->step > 0 && !m->resume_seen) {
 		/* the run's first stats: what the last restart cost */
 		int64_t lost = m->prev_run_step - st->resumed_step;

@@ -24,6 +24,7 @@ extern char **environ;
 
 #define C struct mr_agent_config
 static const char *const mode_names[] = {"auto", "exec", "inproc", NULL};
+static const char *const rank_process_names[] = {"auto", "thread", "process", NULL};
 static const char *const level_names[] = {"debug", "info", "warn", "error", "off", NULL};
 
 static const struct mr_config_opt agent_opts[] = {
@@ -104,6 +105,10 @@ static const struct mr_config_opt agent_opts[] = {
 	MR_CONFIG_ENUM("mode", C, mode, "auto", mode_names,
 		       "Workers: exec (the command after --), inproc (the built-in runtime), "
 		       "auto (exec when a command is given)."),
+	MR_CONFIG_ENUM("rank_process", C, rank_process, "auto", rank_process_names,
+		       "In-process ranks (inproc mode): a worker process each, which a "
+		       "restart replaces (a sticky CUDA error poisons its process), or a "
+		       "thread of the agent; auto: processes on device cuda, threads on cpu."),
 	MR_CONFIG_STRING("permanent_exit_codes", C, permanent_exit_codes, "2,126,127",
 			 "Worker exit codes that fail the job at once (comma list); every "
 			 "other non-zero code is retried."),

@@ -36,6 +36,12 @@ enum mr_agent_mode {
 	MR_AGENT_MODE_INPROC,
 };
 
+enum mr_agent_rank_process {
+	MR_AGENT_RANK_AUTO = 0, /* processes on device cuda, threads otherwise */
+	MR_AGENT_RANK_THREAD,
+	MR_AGENT_RANK_PROCESS,
+};
+
 #define MR_AGENT_MAX_PERMANENT 32
 #define MR_AGENT_MAX_WORKLOAD_FILE (1 << 20) /* bytes of a workload_config file */
 
@@ -69,6 +75,7 @@ struct mr_agent_config {
 	char role[64];
 	char run_id[256];
 	int mode;               /* enum mr_agent_mode */
+	int rank_process;       /* enum mr_agent_rank_process */
 	char permanent_exit_codes[256];
 	int log_level;
 	char workload[64];      /* in-process workload name */

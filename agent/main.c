@@ -17,6 +17,7 @@
 #include "config.h"
 #include "http.h"
 #include "mr_log.h"
+#include "rankproc.h"
 #include "supervisor.h"
 
 /* SIGTERM/SIGINT go through a pipe to a normal thread: any thread may
@@ -60,6 +61,8 @@ int main(int argc, char **argv)
 	pthread_t sigthr;
 	int rc, err, sig_on = 0;
 
+	if (argc == 2 && !strcmp(argv[1], MR_RANK_WORKER_ARG))
+		return mr_rank_worker_main(); /* a rank of an agent (rankproc.h) */
 	signal(SIGPIPE, SIG_IGN);
 	err = mr_agent_config_load(&cfg, "meshrun-agent", argc, argv, &eb);
 	if (err == MR_CONFIG_HELP)

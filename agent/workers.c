@@ -96,6 +96,16 @@ int mr__sv_master_endpoint(struct mr_supervisor *sv, char *addr, size_t cap, int
 	return err;
 }
 
+/* Whether in-process ranks run as worker processes (inproc.h). */
+static int rank_processes(const struct mr_agent_config *cfg, const json_t *config)
+{
+	const char *dev = json_string_value(json_object_get(config, "device"));
+
+	if (cfg->rank_process != MR_AGENT_RANK_AUTO)
+		return cfg->rank_process == MR_AGENT_RANK_PROCESS;
+	return dev && !strcmp(dev, "cuda");
+}
+
 int mr__sv_inproc_mode(const struct mr_supervisor *sv)
 {
 	return sv->cfg->mode == MR_AGENT_MODE_INPROC;
@@ -231,8 +241,13 @@ int mr__sv_start_workers(struct mr_supervisor *sv, const char *maddr, int mport,
 									rd->cp, rd->ep, rd->rank_base,
 									n },
 					 eb);
-		if (!err)
-			err = mr_inproc_start(&sv->inproc, &mr_gpt_worker, wenv, n, &sv->ropts, eb);
+		if (!err) {
+			struct mr_inproc_opts io = { rank_processes(cfg, config),
+						     cfg->grace_period_ms };
+
+			err = mr_inproc_start(&sv->inproc, &mr_gpt_worker, wenv, n, &sv->ropts,
+					      &io, eb);
+		}
 		if (!err && mr_agent_progress_attach(&sv->progress, &sv->inproc))
 			mr_log_warn("progress_off", "reason=%s", "out of memory");
 	} else {

@@ -381,6 +381,7 @@ static int gw_step(void *state, struct mr_worker_stats *st, struct mr_errbuf *eb
 				    : 0.0;
 	for (k = 0; k < MR_MEM_KINDS; k++)
 		st->mem_bytes[k] = m->mem.bytes[k];
+	st->dev_fallbacks = m->dev->fallbacks;
 	st->comm_wait_s = comm_wait(w) - wait0;
 	st->pp = w->groups.mesh.pp > 0 ? w->groups.mesh.pp : 1;
 	st->pp_stage = mr_place_index(&m->place, MR_AXIS_PP);

@@ -79,6 +79,7 @@ struct mr_worker_stats {
 	uint64_t ckpt_bytes;     /* bytes this rank wrote for it */
 	int64_t ckpt_failures;   /* checkpoints of this run that failed: the rank's own
 				  * part, or (rank 0) any rank's */
+	int64_t dev_fallbacks;   /* the device's slow paths taken so far (mr_dev.fallbacks) */
 };
 
 /*

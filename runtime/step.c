@@ -30,7 +30,8 @@ static int sequential_run(struct mr_step *s, const int *inputs, const int *targe
 		rc = mr_gpt_backward(m, 1.0f / (float)accum);
 		if (rc < 0)
 			return mr_errf(eb, rc, "backward pass failed at step %ld: %s",
-				       mr_dp_steps(s->dp), mr_strerror(rc));
+				       mr_dp_steps(s->dp),
+				       m->dev->fault[0] ? m->dev->fault : mr_strerror(rc));
 	}
 	atomic_store_explicit(&s->micro, -1, memory_order_relaxed);
 	return 0;

@@ -119,6 +119,11 @@ struct mr_comm_device {
 	int (*upload)(void *ctx, void *dev, const void *host, size_t bytes);
 	void *(*alloc)(void *ctx, size_t bytes); /* device stand-ins (nccl) */
 	void (*free)(void *ctx, void *p, size_t bytes);
+	/* The device's compute stream (a cudaStream_t), or NULL: a backend on
+	 * a stream of its own (nccl) makes it wait for the work queued there
+	 * before each operation - a fresh buffer's zeroing included. May be
+	 * NULL. */
+	void *(*stream)(void *ctx);
 };
 
 /* Kinds of operation, as progress reports them. Append-only: the numbers

@@ -20,6 +20,11 @@
  * unequal counts is a group of broadcasts; all-to-all(v) and send/recv are
  * ncclGroupStart/End of ncclSend/ncclRecv, and so is sendrecv.
  *
+ * Each operation first makes the communicator's stream wait (an event,
+ * not the host) for what the device's compute stream holds
+ * (mr_comm_device.stream): the kernels that wrote its buffers and the
+ * zeroing of a freshly allocated one.
+ *
  * Non-goals: CUDA graphs, user streams (callers sync through wait).
  */
 #include <cuda_runtime.h>
@@ -38,6 +43,7 @@ struct ncomm {
 	struct mr_comm base;
 	ncclComm_t nc;
 	cudaStream_t stream;
+	cudaEvent_t ready;        /* recorded on the compute stream, waited on ours */
 	const struct mr_kv *kv;
 	_Atomic int aborted;
 	int broken;
@@ -131,6 +137,7 @@ static int nccl_create(struct ncomm **out, const struct mr_comm *tmpl, const cha
 	}
 	if (cudaSetDevice(tmpl->device) != cudaSuccess ||
 	    cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking) != cudaSuccess ||
+	    cudaEventCreateWithFlags(&n->ready, cudaEventDisableTiming) != cudaSuccess ||
 	    cudaMalloc(&n->one, sizeof(int)) != cudaSuccess) {
 		rc = mr_errf(eb, MR_ESYS, "unable to set up cuda device %d", tmpl->device);
 		goto fail;
@@ -161,6 +168,8 @@ static int nccl_create(struct ncomm **out, const struct mr_comm *tmpl, const cha
 	return 0;
 fail:
 	kill_comm(n, rc);
+	if (n->ready)
+		cudaEventDestroy(n->ready);
 	if (n->stream)
 		cudaStreamDestroy(n->stream);
 	if (n->one)
@@ -263,6 +272,21 @@ static ncclResult_t enqueue(struct ncomm *n, const struct mr__comm_op *op)
 	}
 }
 
+/* Orders our stream after the device's compute stream (if the comm has a
+ * device that names one). */
+static int after_compute(struct ncomm *n)
+{
+	const struct mr_comm_device *d = n->base.dev;
+	cudaStream_t compute = d && d->stream ? (cudaStream_t)d->stream(d->ctx) : NULL;
+
+	if (!compute)
+		return 0;
+	if (cudaEventRecord(n->ready, compute) != cudaSuccess ||
+	    cudaStreamWaitEvent(n->stream, n->ready, 0) != cudaSuccess)
+		return MR_ESYS;
+	return 0;
+}
+
 static int nccl_start(struct mr_comm *c, struct mr__comm_op *op, struct mr_comm_req **req)
 {
 	struct ncomm *n = (struct ncomm *)c;
@@ -286,6 +310,11 @@ static int nccl_start(struct mr_comm *c, struct mr__comm_op *op, struct mr_comm_
 		rc = MR_ELIMIT;
 		goto out;
 	}
+	/* whatever the compute stream holds before this operation - the
+	 * kernels that wrote its send buffer, the zeroing of a fresh receive
+	 * buffer - runs first: an event, not a host wait */
+	if ((rc = after_compute(n)) < 0)
+		goto out;
 	nr = enqueue(n, op);
 	/* a non-blocking communicator may still be enqueueing: the event must
 	 * go on the stream behind the operation, not before it */
@@ -379,6 +408,8 @@ static void nccl_free(struct mr_comm *c)
 		else
 			ncclCommDestroy(n->nc);
 	}
+	if (n->ready)
+		cudaEventDestroy(n->ready);
 	if (n->stream)
 		cudaStreamDestroy(n->stream);
 	if (n->one)

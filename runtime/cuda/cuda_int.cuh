@@ -22,6 +22,10 @@ struct mr_cuda {
 	cublasHandle_t blas;
 	cublasLtHandle_t lt;
 	int use_lt;
+	struct mr__lt_plan *plans; /* MR__LT_PLANS of them (gemm.cu); NULL: none kept */
+	int nplans;
+	long lt_fallbacks;       /* GEMMs cuBLASLt did not run although in use */
+	char lt_why[160];        /* the first one's reason */
 	void *gemm_ws;           /* cuBLASLt workspace */
 	size_t gemm_ws_bytes;
 	float *scratch;          /* partial sums; grown stream-ordered */
@@ -37,6 +41,13 @@ struct mr_cuda {
 	size_t moe_host_n;
 	char err[256];
 };
+
+/* cuBLASLt plans a context keeps (one per GEMM shape: a model has ~10). */
+#define MR__LT_PLANS 64
+struct mr__lt_plan;
+size_t mr__cuda_lt_plan_size(void);
+/* Releases the context's plans (before cublasLtDestroy). */
+void mr__cuda_lt_plans_free(struct mr_cuda *cu);
 
 /* Records "what: cuda message" and returns MR_ESYS; 0 for cudaSuccess. */
 int mr__cuda_check(struct mr_cuda *cu, cudaError_t e, const char *what);

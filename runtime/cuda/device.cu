@@ -154,6 +154,8 @@ extern "C" int mr_cuda_create(struct mr_cuda **out, int device, struct mr_errbuf
 		cu->lt = NULL;
 		cu->use_lt = 0; /* the cuBLAS fallback still works */
 	}
+	/* without room for plans every GEMM plans per call: slower, not wrong */
+	cu->plans = (struct mr__lt_plan *)calloc(MR__LT_PLANS, mr__cuda_lt_plan_size());
 	*out = cu;
 	return 0;
 fail:
@@ -168,6 +170,7 @@ extern "C" void mr_cuda_free(struct mr_cuda *cu)
 		return;
 	if (cu->stream)
 		cudaStreamSynchronize(cu->stream);
+	mr__cuda_lt_plans_free(cu);
 	if (cu->lt)
 		cublasLtDestroy(cu->lt);
 	if (cu->blas)
@@ -194,6 +197,11 @@ extern "C" const char *mr_cuda_errmsg(const struct mr_cuda *cu)
 	return cu ? cu->err : "no cuda context";
 }
 
+extern "C" void *mr_cuda_stream(struct mr_cuda *cu)
+{
+	return (void *)cu->stream;
+}
+
 extern "C" int mr_cuda_sync(struct mr_cuda *cu)
 {
 	return mr__cuda_check(cu, cudaStreamSynchronize(cu->stream), "cuda stream");
@@ -202,6 +210,13 @@ extern "C" int mr_cuda_sync(struct mr_cuda *cu)
 extern "C" int mr_cuda_using_lt(const struct mr_cuda *cu)
 {
 	return cu->use_lt;
+}
+
+extern "C" long mr_cuda_lt_fallbacks(const struct mr_cuda *cu, const char **why)
+{
+	if (why)
+		*why = cu->lt_why;
+	return cu->lt_fallbacks;
 }
 
 extern "C" void mr_cuda_disable_lt(struct mr_cuda *cu)

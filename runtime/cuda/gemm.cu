@@ -6,10 +6,12 @@
  *   dinp (N,IC) = dout @ w    is  dinp^T (IC,N) = w^T * dout^T
  *   dw (OC,IC) += dout^T inp  is  dw^T (IC,OC) += inp^T * op_T(dout^T)
  * Each GEMM goes through cuBLASLt (A/B of the activation type, fp32
- * compute, bias in the epilogue); if cuBLASLt is disabled, finds no
- * algorithm or fails, the same call runs through cublasGemmEx (the bias
- * is then broadcast into the output first and added with beta = 1, as the
- * CPU twin does).
+ * compute, bias in the epilogue), with its descriptor, layouts and
+ * algorithm planned once per shape and kept in the context
+ * (struct mr__lt_plan); if cuBLASLt is disabled, finds no algorithm or
+ * fails, the same call runs through cublasGemmEx (the bias is then
+ * broadcast into the output first and added with beta = 1, as the CPU
+ * twin does) - counted as a fallback (mr_cuda_lt_fallbacks).
  * dbias is a fixed-order column sum (partials per row chunk, then one sum
  * per column) rather than cuBLASLt's BGRADB epilogue, so it is fp32 and
  * deterministic whatever algorithm cuBLASLt picks.
@@ -21,6 +23,8 @@
  * Non-goals: fused GELU epilogues, fp8, batched GEMMs (MoE experts loop).
  */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cuda_int.cuh"
 
@@ -46,64 +50,144 @@ static unsigned int align_of(const void *p)
 	return al;
 }
 
-/* 0 on success, 1 when cuBLASLt cannot do it (caller falls back). */
-static int gemm_lt(struct mr_cuda *cu, const struct gemm_args *g)
+/* What a cuBLASLt plan depends on besides its pointers (memcmp'd: zero
+ * the padding with memset before filling). */
+struct lt_key {
+	cublasOperation_t ta, tb;
+	int m, n, k, lda, ldb, ldc, bias;
+	cudaDataType_t ab_type, c_type;
+	uint32_t al_a, al_b, al_c; /* the pointers' alignments */
+};
+
+/* One shape's matmul descriptor, layouts and chosen algorithm, made the
+ * first time the shape runs and reused after (the heuristic is asked
+ * once per shape, not per call). */
+struct mr__lt_plan {
+	struct lt_key key;
+	cublasLtMatmulDesc_t desc;
+	cublasLtMatrixLayout_t la, lb, lc;
+	cublasLtMatmulAlgo_t algo;
+	int has_algo; /* 0: cuBLASLt has none for the shape (the fallback runs) */
+};
+
+static void plan_release(struct mr__lt_plan *p)
 {
-	cublasLtMatmulDesc_t desc = NULL;
-	cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
+	if (p->lc)
+		cublasLtMatrixLayoutDestroy(p->lc);
+	if (p->lb)
+		cublasLtMatrixLayoutDestroy(p->lb);
+	if (p->la)
+		cublasLtMatrixLayoutDestroy(p->la);
+	if (p->desc)
+		cublasLtMatmulDescDestroy(p->desc);
+	memset(p, 0, sizeof(*p));
+}
+
+size_t mr__cuda_lt_plan_size(void)
+{
+	return sizeof(struct mr__lt_plan);
+}
+
+void mr__cuda_lt_plans_free(struct mr_cuda *cu)
+{
+	for (int i = 0; i < cu->nplans; i++)
+		plan_release(&cu->plans[i]);
+	free(cu->plans);
+	cu->plans = NULL;
+	cu->nplans = 0;
+}
+
+/* Fills p for k: descriptor, layouts, the heuristic's best algorithm
+ * within the workspace. 0, or 1 when cuBLASLt cannot do the shape. */
+static int plan_build(struct mr_cuda *cu, struct mr__lt_plan *p, const struct lt_key *k)
+{
 	cublasLtMatmulPreference_t pref = NULL;
 	cublasLtMatmulHeuristicResult_t heur;
-	cublasLtEpilogue_t epi = g->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+	cublasLtEpilogue_t epi = k->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
 	size_t ws = cu->gemm_ws_bytes;
-	uint32_t al_a = align_of(g->A), al_b = align_of(g->B), al_c = align_of(g->C);
-	float alpha = 1.0f;
 	int nres = 0, ret = 1;
 
-	if (cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) ||
-	    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &g->ta,
-					   sizeof(g->ta)) ||
-	    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &g->tb,
-					   sizeof(g->tb)) ||
-	    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)))
+	p->key = *k;
+	if (cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) ||
+	    cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &k->ta,
+					   sizeof(k->ta)) ||
+	    cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &k->tb,
+					   sizeof(k->tb)) ||
+	    cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+					   sizeof(epi)))
 		goto out;
-	if (g->bias && cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-						      &g->bias, sizeof(g->bias)))
-		goto out;
-	if (cublasLtMatrixLayoutCreate(&la, g->ab_type, g->ta == CUBLAS_OP_N ? g->m : g->k,
-				       g->ta == CUBLAS_OP_N ? g->k : g->m, g->lda) ||
-	    cublasLtMatrixLayoutCreate(&lb, g->ab_type, g->tb == CUBLAS_OP_N ? g->k : g->n,
-				       g->tb == CUBLAS_OP_N ? g->n : g->k, g->ldb) ||
-	    cublasLtMatrixLayoutCreate(&lc, g->c_type, g->m, g->n, g->ldc))
+	if (cublasLtMatrixLayoutCreate(&p->la, k->ab_type, k->ta == CUBLAS_OP_N ? k->m : k->k,
+				       k->ta == CUBLAS_OP_N ? k->k : k->m, k->lda) ||
+	    cublasLtMatrixLayoutCreate(&p->lb, k->ab_type, k->tb == CUBLAS_OP_N ? k->k : k->n,
+				       k->tb == CUBLAS_OP_N ? k->n : k->k, k->ldb) ||
+	    cublasLtMatrixLayoutCreate(&p->lc, k->c_type, k->m, k->n, k->ldc))
 		goto out;
 	if (cublasLtMatmulPreferenceCreate(&pref) ||
 	    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
 						 &ws, sizeof(ws)) ||
 	    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-						 &al_a, sizeof(al_a)) ||
+						 &k->al_a, sizeof(k->al_a)) ||
 	    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-						 &al_b, sizeof(al_b)) ||
+						 &k->al_b, sizeof(k->al_b)) ||
 	    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-						 &al_c, sizeof(al_c)) ||
+						 &k->al_c, sizeof(k->al_c)) ||
 	    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-						 &al_c, sizeof(al_c)))
+						 &k->al_c, sizeof(k->al_c)))
 		goto out;
-	if (cublasLtMatmulAlgoGetHeuristic(cu->lt, desc, la, lb, lc, lc, pref, 1, &heur, &nres) ||
-	    nres < 1)
-		goto out;
-	if (cublasLtMatmul(cu->lt, desc, &alpha, g->A, la, g->B, lb, &g->beta, g->C, lc, g->C, lc,
-			   &heur.algo, cu->gemm_ws, ws, cu->stream) == CUBLAS_STATUS_SUCCESS)
+	if (cublasLtMatmulAlgoGetHeuristic(cu->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1,
+					   &heur, &nres) == CUBLAS_STATUS_SUCCESS &&
+	    nres >= 1) {
+		p->algo = heur.algo;
 		ret = 0;
+	}
 out:
 	if (pref)
 		cublasLtMatmulPreferenceDestroy(pref);
-	if (lc)
-		cublasLtMatrixLayoutDestroy(lc);
-	if (lb)
-		cublasLtMatrixLayoutDestroy(lb);
-	if (la)
-		cublasLtMatrixLayoutDestroy(la);
-	if (desc)
-		cublasLtMatmulDescDestroy(desc);
+	return ret;
+}
+
+/* 0 on success, 1 when cuBLASLt cannot do it (caller falls back). */
+static int gemm_lt(struct mr_cuda *cu, const struct gemm_args *g)
+{
+	struct mr__lt_plan tmp, *p = NULL;
+	struct lt_key k;
+	float alpha = 1.0f;
+	int ret = 1;
+
+	memset(&k, 0, sizeof(k));
+	k.ta = g->ta;
+	k.tb = g->tb;
+	k.m = g->m;
+	k.n = g->n;
+	k.k = g->k;
+	k.lda = g->lda;
+	k.ldb = g->ldb;
+	k.ldc = g->ldc;
+	k.bias = g->bias != NULL;
+	k.ab_type = g->ab_type;
+	k.c_type = g->c_type;
+	k.al_a = align_of(g->A);
+	k.al_b = align_of(g->B);
+	k.al_c = align_of(g->C);
+	for (int i = 0; i < cu->nplans && !p; i++)
+		if (!memcmp(&cu->plans[i].key, &k, sizeof(k)))
+			p = &cu->plans[i];
+	if (!p) {
+		/* a full cache (more shapes than a model has) plans per call */
+		p = cu->plans && cu->nplans < MR__LT_PLANS ? &cu->plans[cu->nplans++] : &tmp;
+		memset(p, 0, sizeof(*p));
+		p->has_algo = plan_build(cu, p, &k) == 0;
+	}
+	if (p->has_algo &&
+	    (!g->bias || cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+							&g->bias, sizeof(g->bias)) ==
+				 CUBLAS_STATUS_SUCCESS) &&
+	    cublasLtMatmul(cu->lt, p->desc, &alpha, g->A, p->la, g->B, p->lb, &g->beta, g->C, p->lc,
+			   g->C, p->lc, &p->algo, cu->gemm_ws, cu->gemm_ws_bytes,
+			   cu->stream) == CUBLAS_STATUS_SUCCESS)
+		ret = 0;
+	if (p == &tmp)
+		plan_release(&tmp);
 	return ret;
 }
 
@@ -123,8 +207,17 @@ static int gemm(struct mr_cuda *cu, struct gemm_args g, const char *what)
 	float alpha = 1.0f;
 	cublasStatus_t st;
 
-	if (cu->use_lt && cu->lt && gemm_lt(cu, &g) == 0)
-		return mr__cuda_launched(cu, what);
+	if (cu->use_lt && cu->lt) {
+		if (gemm_lt(cu, &g) == 0)
+			return mr__cuda_launched(cu, what);
+		/* counted, never silent: the device layer logs the first and
+		 * the worker's stats carry the count */
+		if (!cu->lt_fallbacks++)
+			snprintf(cu->lt_why, sizeof(cu->lt_why),
+				 "%s: cuBLASLt has no algorithm or failed for m %d n %d k %d: "
+				 "cublasGemmEx instead",
+				 what, g.m, g.n, g.k);
+	}
 	if (g.bias) {
 		/* column-major (m, n) with bias per row m == row-major (n, m) rows */
 		unsigned int nb = mr__cu_blocks((size_t)g.m * g.n, MR__CU_THREADS);

@@ -118,10 +118,17 @@ void mr_cuda_free(struct mr_cuda *cu);
 void mr_cuda_set_act(struct mr_cuda *cu, enum mr_cuda_dtype t);
 /* The last error message of the context ("" if none). */
 const char *mr_cuda_errmsg(const struct mr_cuda *cu);
+/* The context's stream (a cudaStream_t) for another stream to wait on;
+ * NULL in the CPU emulation. */
+void *mr_cuda_stream(struct mr_cuda *cu);
 /* Waits for the stream; reports errors of kernels that ran. */
 int mr_cuda_sync(struct mr_cuda *cu);
 /* 1 if GEMMs run through cuBLASLt, 0 if through the cuBLAS fallback. */
 int mr_cuda_using_lt(const struct mr_cuda *cu);
+/* GEMMs that fell back to cuBLAS although cuBLASLt is in use (it had no
+ * algorithm for the shape, or failed); *why (may be NULL) gets the first
+ * one's reason. */
+long mr_cuda_lt_fallbacks(const struct mr_cuda *cu, const char **why);
 /* Forces the cuBLAS fallback (tests; also set by MESHRUN_CUBLASLT=0). */
 void mr_cuda_disable_lt(struct mr_cuda *cu);
 

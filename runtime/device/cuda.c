@@ -25,8 +25,12 @@
  * multiple of 32; MR_ESYS for CUDA errors); the table has no error buffer,
  * so the reason is logged (event cuda_op_failed) where it happened.
  *
- * Non-goals: a caching allocator, more than one stream, events (the comm
- * layer syncs the device before a collective), overlapping copy regions.
+ * The stream is the device's .stream: NCCL's stream waits on it through an
+ * event before each collective (comm/nccl.c), so a fresh buffer's zeroing
+ * here is done before NCCL writes it.
+ *
+ * Non-goals: a caching allocator, more than one stream, overlapping copy
+ * regions.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -47,12 +51,19 @@ static struct mr_cuda *cu_of(const struct mr_dev *d)
 	return ((const struct cuda_state *)d->impl)->cu;
 }
 
-/* rc of a kernel-layer call; logs its reason when it failed. */
+/* rc of a kernel-layer call; logs its reason when it failed and keeps
+ * the first as the device's fault. */
 static int ck(const struct mr_dev *d, int rc, const char *op)
 {
-	if (rc < 0)
+	struct mr_dev *w = (struct mr_dev *)d; /* const for the ops' sake */
+
+	if (rc < 0) {
 		mr_log_error("cuda_op_failed", "op=%s err=%s", op,
 			     mr_log_q(mr_cuda_errmsg(cu_of(d))));
+		if (!w->fault[0])
+			snprintf(w->fault, sizeof(w->fault), "%s: %s", op,
+				 mr_cuda_errmsg(cu_of(d)));
+	}
 	return rc;
 }
 
@@ -126,8 +137,19 @@ static int cuda_to_f32(struct mr_dev *d, float *dst, const mr_act *src, size_t n
 		  "to_f32");
 }
 
+static void *cuda_stream(struct mr_dev *d)
+{
+	return mr_cuda_stream(cu_of(d));
+}
+
 static int cuda_sync(struct mr_dev *d)
 {
+	const char *why = "";
+	long n = mr_cuda_lt_fallbacks(cu_of(d), &why);
+
+	if (n > 0 && d->fallbacks == 0) /* once; the count rides in the stats */
+		mr_log_warn("gemm_fallback", "reason=%s", mr_log_q(why));
+	d->fallbacks = n;
 	return ck(d, mr_cuda_sync(cu_of(d)), "sync");
 }
 
@@ -543,6 +565,7 @@ static const struct mr_dev_ops cuda_ops = {
 	.name = "cuda",
 	.close = cuda_close,
 	.alloc = cuda_alloc,
+	.stream = cuda_stream,
 	.free = cuda_free,
 	.upload = cuda_upload,
 	.download = cuda_download,

@@ -1,6 +1,6 @@
 /*
  * dev_comm.c - a device as the comm layer sees it (see mr_dev_comm.h):
- * the device table's is_device, download, upload, alloc and free behind
+ * the device table's is_device, download, upload, alloc, free and stream behind
  * struct mr_comm_device's callbacks.
  */
 #include <string.h>
@@ -42,12 +42,19 @@ static void release(void *ctx, void *p, size_t bytes)
 	mr_dev_free(c->dev, &c->mem, MR_MEM_WORKSPACE, p, bytes);
 }
 
+static void *stream(void *ctx)
+{
+	struct mr_dev_comm *c = ctx;
+
+	return c->dev->ops->stream ? c->dev->ops->stream(c->dev) : NULL;
+}
+
 const struct mr_comm_device *mr_dev_comm_init(struct mr_dev_comm *c, struct mr_dev *d)
 {
 	memset(c, 0, sizeof(*c));
 	if (!d->ops->is_device)
 		return NULL;
 	c->dev = d;
-	c->cd = (struct mr_comm_device){ c, is_device, download, upload, alloc, release };
+	c->cd = (struct mr_comm_device){ c, is_device, download, upload, alloc, release, stream };
 	return &c->cd;
 }

@@ -98,6 +98,10 @@ struct mr_dev_ops {
 	/* whether p is this device's memory, which the host cannot read
 	 * (NULL: the device's memory is host memory) */
 	int (*is_device)(struct mr_dev *d, const void *p);
+	/* the stream everything above is queued on (a cudaStream_t), so a
+	 * communicator on another stream can wait for it; NULL op or NULL
+	 * result: none (the cpu device; the CUDA emulation) */
+	void *(*stream)(struct mr_dev *d);
 
 	/* ---- the GPT's kernels ---- */
 	/* out (N,OC) = inp (N,IC) @ w^T + bias (OC, may be NULL) */
@@ -211,6 +215,14 @@ struct mr_dev {
 	 * attn_hs_align up to attn_hs_max, batch rows x local heads at most
 	 * attn_bh_max - checked when a model is created on the device */
 	int attn_hs_align, attn_hs_max, attn_bh_max;
+	/* the first error the backend reported, "" while none: on a GPU a
+	 * sticky one (an illegal address) fails every later call of the
+	 * process, allocations included - the reason to name, not "out of
+	 * memory" */
+	char fault[160];
+	/* fast paths the backend did not take although it should have (cuda:
+	 * a GEMM cuBLASLt did not run), counted as of the last sync */
+	long fallbacks;
 	void *impl;             /* the backend's state */
 };
 

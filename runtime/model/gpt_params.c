@@ -654,8 +654,12 @@ int mr_gpt_create_on(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, i
 	}
 	return 0;
 nomem:
-	rc = mr_errf(eb, MR_ENOMEM, "unable to allocate the model (%zu parameters)",
-		     m->nparams);
+	if (m->dev->fault[0]) /* not memory: the device failed */
+		rc = mr_errf(eb, MR_ESYS, "unable to allocate the model: device error (%s)",
+			     m->dev->fault);
+	else
+		rc = mr_errf(eb, MR_ENOMEM, "unable to allocate the model (%zu parameters)",
+			     m->nparams);
 	mr_gpt_release(m);
 	return rc;
 }

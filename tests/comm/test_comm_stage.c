@@ -64,8 +64,8 @@ static void dfree(void *ctx, void *p, size_t bytes)
 	free(untag(p));
 }
 
-static const struct mr_comm_device fake_dev = { NULL, is_device, download, upload, dalloc,
-						dfree };
+static const struct mr_comm_device fake_dev = { NULL, is_device, download, upload,
+						dalloc, dfree, NULL };
 
 /* n floats of device memory holding f(rank, i). */
 static float *dev_fill(int rank, size_t n, float base)

@@ -31,6 +31,15 @@
  * that ranks of one job can open device local_rank;
  * MR_CUDA_EMUL_NODEV=1 reports none.
  *
+ * A sticky error: MR_CUDA_EMUL_STICKY=DEV:N:FILE makes the N-th
+ * mr_cuda_sync() of device DEV in a process fail as an illegal memory
+ * access does on a GPU - and from then on every sync, allocation and
+ * copy of that device in this process fails too, as a poisoned CUDA
+ * context does until the process exits. It fires once per FILE (created
+ * when it fires; if FILE exists it never fires), so a test can tell a
+ * fresh process (which recovers) from a restart inside the same one
+ * (which cannot).
+ *
  * Kernels: every kernel is its CPU twin (kernels/, optim/, model/moe.c)
  * run on fp32 copies of its inputs, its outputs stored back in the
  * context's activation type - bf16: rounded to nearest even once, where
@@ -47,10 +56,12 @@
  * builds catch those on the untagged buffers).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cuda/mr_cuda.h"
 #include "kernels/mr_attention.h"
@@ -166,6 +177,38 @@ static void st(const struct mr_cuda *cu, void *dst, const float *f, size_t n)
 
 /* ---- context and memory ------------------------------------------------------ */
 
+#define STICKY_MSG "an illegal memory access was encountered (emulated)"
+
+static _Atomic int poisoned[MAX_DEVICES]; /* the device's context, this process */
+static _Atomic long syncs[MAX_DEVICES];
+
+/* MR_CUDA_EMUL_STICKY: 1 when this sync of cu's device is the one to fail. */
+static int sticky_fires(const struct mr_cuda *cu)
+{
+	const char *s = getenv("MR_CUDA_EMUL_STICKY");
+	char file[512];
+	int dev, fd;
+	long n;
+
+	if (!s || sscanf(s, "%d:%ld:%511s", &dev, &n, file) != 3 || dev != cu->device ||
+	    ++syncs[cu->device] != n)
+		return 0;
+	fd = open(file, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return 0; /* fired before */
+	close(fd);
+	return 1;
+}
+
+/* In an entry that can report a sticky error: fails once it struck. */
+#define POISONED(cu)                                                         \
+	do {                                                                 \
+		if (poisoned[(cu)->device]) {                                \
+			snprintf((cu)->err, sizeof((cu)->err), STICKY_MSG);  \
+			return MR_ESYS;                                      \
+		}                                                            \
+	} while (0)
+
 int mr_cuda_device_count(struct mr_errbuf *eb)
 {
 	const char *s = getenv("MR_CUDA_EMUL_DEVICES");
@@ -238,15 +281,32 @@ const char *mr_cuda_errmsg(const struct mr_cuda *cu)
 	return cu ? cu->err : "no cuda context";
 }
 
-int mr_cuda_sync(struct mr_cuda *cu)
+/* No asynchrony here: nothing to wait for. */
+void *mr_cuda_stream(struct mr_cuda *cu)
 {
 	(void)cu;
+	return NULL;
+}
+
+int mr_cuda_sync(struct mr_cuda *cu)
+{
+	if (sticky_fires(cu))
+		poisoned[cu->device] = 1;
+	POISONED(cu);
 	return 0;
 }
 
 int mr_cuda_using_lt(const struct mr_cuda *cu)
 {
 	(void)cu;
+	return 0;
+}
+
+long mr_cuda_lt_fallbacks(const struct mr_cuda *cu, const char **why)
+{
+	(void)cu;
+	if (why)
+		*why = "";
 	return 0;
 }
 
@@ -257,8 +317,10 @@ void mr_cuda_disable_lt(struct mr_cuda *cu)
 
 int mr_cuda_alloc(struct mr_cuda *cu, void **p, size_t bytes)
 {
-	void *h = xalloc(bytes);
+	void *h;
 
+	POISONED(cu);
+	h = xalloc(bytes);
 	memset(h, 0xff, bytes);
 	*p = tag(cu, h);
 	return 0;
@@ -271,6 +333,7 @@ void mr_cuda_dfree(struct mr_cuda *cu, void *p)
 
 int mr_cuda_memset0(struct mr_cuda *cu, void *p, size_t bytes)
 {
+	POISONED(cu);
 	if (bytes)
 		memset(D(p), 0, bytes);
 	return 0;
@@ -278,6 +341,7 @@ int mr_cuda_memset0(struct mr_cuda *cu, void *p, size_t bytes)
 
 int mr_cuda_upload(struct mr_cuda *cu, void *dst, const void *src_host, size_t bytes)
 {
+	POISONED(cu);
 	if (bytes)
 		memcpy(D(dst), src_host, bytes);
 	return 0;
@@ -285,6 +349,7 @@ int mr_cuda_upload(struct mr_cuda *cu, void *dst, const void *src_host, size_t b
 
 int mr_cuda_download(struct mr_cuda *cu, void *dst_host, const void *src, size_t bytes)
 {
+	POISONED(cu);
 	if (bytes)
 		memcpy(dst_host, D(src), bytes);
 	return 0;
@@ -292,6 +357,7 @@ int mr_cuda_download(struct mr_cuda *cu, void *dst_host, const void *src, size_t
 
 int mr_cuda_copy(struct mr_cuda *cu, void *dst, const void *src, size_t bytes)
 {
+	POISONED(cu);
 	if (dst != src && bytes)
 		memcpy(D(dst), D(src), bytes);
 	return 0;

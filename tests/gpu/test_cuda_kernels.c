@@ -116,9 +116,29 @@ static void matmul_case(int use_lt, int N, int IC, int OC)
 
 Test(cuda, matmul_cublaslt_matches_cpu)
 {
+	const char *why = "";
+
 	need_gpu();
 	cr_assert(mr_cuda_using_lt(cu), "cuBLASLt not in use");
 	matmul_case(1, 70, 96, 136);
+	/* again: the second run reuses each shape's cached plan */
+	matmul_case(1, 70, 96, 136);
+	cr_expect_eq(mr_cuda_lt_fallbacks(cu, &why), 0, "the fast path did not run: %s", why);
+	gpu_teardown();
+}
+
+/* GPT-2 124M's GEMM shapes in bf16 (one sequence of T 1024 rows): each
+ * runs through cuBLASLt, none through the fallback. */
+Test(cuda, matmul_gpt2_shapes_take_the_cublaslt_path)
+{
+	static const int shapes[][2] = { { 768, 2304 }, { 768, 768 }, { 768, 3072 },
+					 { 3072, 768 }, { 768, 50304 } };
+	const char *why = "";
+
+	need_gpu();
+	for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
+		matmul_case(1, 1024, shapes[i][0], shapes[i][1]);
+	cr_expect_eq(mr_cuda_lt_fallbacks(cu, &why), 0, "the fast path did not run: %s", why);
 	gpu_teardown();
 }
 
