@@ -187,11 +187,17 @@ $(emul_dev_tests): $(BUILD)/tests/gpu-emul/%: tests/gpu/%.c tests/gpu/cuda_emul.
 		$(call obj,$(test_helpers)) $(LIBS) \
 		-lcriterion $(LDLIBS)
 
-test_bins  += $(BUILD)/tests/gpu-emul/test_reference
-$(BUILD)/tests/gpu-emul/test_reference: tests/runtime/test_reference.c tests/gpu/cuda_emul.c \
+# tests/runtime files built a second time on the emulated device, each
+# with its switch: test_reference (the PyTorch reference on cuda),
+# test_plan_ledger (the planner's bf16 model states)
+emul_runtime := $(BUILD)/tests/gpu-emul/test_reference $(BUILD)/tests/gpu-emul/test_plan_ledger
+test_bins  += $(emul_runtime)
+$(BUILD)/tests/gpu-emul/test_reference: EMUL_SWITCH := -DREF_CUDA_EMUL
+$(BUILD)/tests/gpu-emul/test_plan_ledger: EMUL_SWITCH := -DLEDGER_CUDA_EMUL
+$(emul_runtime): $(BUILD)/tests/gpu-emul/%: tests/runtime/%.c tests/gpu/cuda_emul.c \
 		runtime/device/cuda.c runtime/device/cuda_entry.c $(call obj,$(test_helpers)) $(LIBS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) -DREF_CUDA_EMUL -Itests/support $(CFLAGS) $(LDFLAGS) -o $@ $< \
+	$(CC) $(CPPFLAGS) $(EMUL_SWITCH) -Itests/support $(CFLAGS) $(LDFLAGS) -o $@ $< \
 		tests/gpu/cuda_emul.c runtime/device/cuda.c runtime/device/cuda_entry.c \
 		$(call obj,$(test_helpers)) $(LIBS) \
 		-lcriterion $(LDLIBS)

@@ -42,7 +42,7 @@
  * activation type is not fp32, else the master's (bound by hooks too). */
 static inline const struct mr_gpt_weights *WV(const struct mr_gpt *m)
 {
-	return m->params_c ? &m->wc : &m->w;
+	return m->dev->act != MR_DT_F32 ? &m->wc : &m->w;
 }
 
 /* A view of WV as the activation type it holds. */

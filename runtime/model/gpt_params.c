@@ -598,12 +598,14 @@ int mr_gpt_create_on(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, i
 	/* the weights' compute copy where the kernels do not read fp32 */
 	if (dev->act != MR_DT_F32) {
 		m->wc.layer = calloc((size_t)cfg->n_layer, sizeof(*m->wc.layer));
-		m->params_c = m->wc.layer ? dalloc(m, MR_MEM_PARAMS,
-						   mr_dev_act_bytes(dev, m->nparams))
-					  : NULL;
-		if (!m->params_c)
+		if (!m->wc.layer)
 			goto nomem;
-		mr__gpt_bind_compute(m);
+		if (!(flags & MR_GPT_EXT_COMPUTE)) {
+			m->params_c = dalloc(m, MR_MEM_PARAMS, mr_dev_act_bytes(dev, m->nparams));
+			if (!m->params_c)
+				goto nomem;
+			mr__gpt_bind_compute(m);
+		}
 	}
 
 	carve_ws(m, &wv);

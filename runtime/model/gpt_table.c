@@ -278,20 +278,31 @@ mr_act *mr_gpt_compute_at(const struct mr_gpt *m, size_t off)
 	return m->params_c ? mr_dev_at(m->dev, m->params_c, off) : NULL;
 }
 
+void mr_gpt_bind_compute_unit(struct mr_gpt *m, int u, mr_act *cbase)
+{
+	size_t first = m->tensors[m->unit_first[u]].off;
+
+	for (int i = m->unit_first[u]; i < m->unit_first[u + 1]; i++)
+		*view_of(m, &m->wc, i) =
+			(float *)(void *)mr_dev_at(m->dev, cbase, m->tensors[i].off - first);
+}
+
 int mr_gpt_refresh_unit(struct mr_gpt *m, int u)
 {
 	int i = m->unit_first[u], end = m->unit_first[u + 1], rc = 0;
 
-	if (!m->params_c)
+	if (m->dev->act == MR_DT_F32)
 		return 0;
-	/* one conversion per run of tensors bound back to back (a unit may
-	 * be bound in pieces: mr_gpt_bind_tensors) */
+	/* one conversion per run of tensors bound back to back on both sides
+	 * (a unit may be bound in pieces: mr_gpt_bind_tensors) */
 	while (i < end && rc == 0) {
 		const float *p = *view_of(m, &m->w, i);
-		size_t off = m->tensors[i].off, n = m->tensors[i].n;
-		while (++i < end && *view_of(m, &m->w, i) == p + n)
+		mr_act *c = (mr_act *)(void *)*view_of(m, &m->wc, i);
+		size_t n = m->tensors[i].n;
+		while (++i < end && *view_of(m, &m->w, i) == p + n &&
+		       (mr_act *)(void *)*view_of(m, &m->wc, i) == mr_dev_at(m->dev, c, n))
 			n += m->tensors[i].n;
-		rc = m->dev->ops->to_act(m->dev, mr_dev_at(m->dev, m->params_c, off), p, n);
+		rc = m->dev->ops->to_act(m->dev, c, p, n);
 	}
 	return rc;
 }

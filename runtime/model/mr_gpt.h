@@ -61,7 +61,9 @@
  * it through the device's adamw (pc = mr_gpt_compute_at), and whoever
  * changes master weights otherwise (init, a load, a ZeRO-3 gather) calls
  * mr_gpt_refresh_unit. On an fp32 device the kernels read the master
- * itself and both are no-ops.
+ * itself and both are no-ops. With MR_GPT_EXT_COMPUTE (ZeRO-3) there is
+ * no whole copy: a unit's compute views are bound to the caller's buffer
+ * when its parameters are (mr_gpt_bind_compute_unit), and refreshed there.
  *
  * Non-goals: dropout, generation/sampling.
  */
@@ -198,6 +200,9 @@ struct mr_comm;
 enum {
 	MR_GPT_EXT_PARAMS = 1, /* params not allocated: the caller binds units */
 	MR_GPT_EXT_GRADS = 2,  /* grads not allocated: the caller binds units */
+	/* no whole compute copy (a bf16 device): the caller binds each unit's
+	 * compute views with its parameters (mr_gpt_bind_compute_unit) */
+	MR_GPT_EXT_COMPUTE = 4,
 };
 
 /*
@@ -338,6 +343,10 @@ mr_act *mr_gpt_compute_at(const struct mr_gpt *m, size_t off);
 int mr_gpt_refresh_unit(struct mr_gpt *m, int u);
 /* Every unit. */
 int mr_gpt_refresh_compute(struct mr_gpt *m);
+/* MR_GPT_EXT_COMPUTE: points unit u's compute views at cbase (element 0 =
+ * the unit's first element; room for its whole range in the activation
+ * type). */
+void mr_gpt_bind_compute_unit(struct mr_gpt *m, int u, mr_act *cbase);
 
 /* Unit u's range of the (local) table: first element and element count. */
 void mr_gpt_unit_range(const struct mr_gpt *m, int u, size_t *off, size_t *n);

@@ -12,23 +12,30 @@
 
 unsigned mr_dp_model_flags(int zero)
 {
-	return zero >= 1 ? MR_GPT_EXT_PARAMS | MR_GPT_EXT_GRADS : 0;
+	return zero >= 3   ? MR_GPT_EXT_PARAMS | MR_GPT_EXT_GRADS | MR_GPT_EXT_COMPUTE
+	       : zero >= 1 ? MR_GPT_EXT_PARAMS | MR_GPT_EXT_GRADS
+			   : 0;
 }
 
 /* Zeroed device memory in the model's ledger, freed by mr_dp_free. */
-static float *dalloc(struct mr_dp *d, int kind, size_t nfloats)
+static void *dalloc_bytes(struct mr_dp *d, int kind, size_t bytes)
 {
 	struct dp_alloc *a;
 
 	if (d->nal == DP_MAX_ALLOCS)
 		return NULL;
 	a = &d->al[d->nal];
-	a->bytes = (nfloats ? nfloats : 1) * sizeof(float);
+	a->bytes = bytes ? bytes : 1;
 	a->kind = kind;
 	a->p = mr_dev_alloc(d->dev, &d->m->mem, (enum mr_mem_kind)kind, a->bytes);
 	if (a->p)
 		d->nal++;
 	return a->p;
+}
+
+static float *dalloc(struct mr_dp *d, int kind, size_t nfloats)
+{
+	return dalloc_bytes(d, kind, nfloats * sizeof(float));
 }
 
 static int comm_size(struct mr_comm *c)
@@ -236,9 +243,13 @@ static size_t max_layer_span(const struct mr_dp *d, int shard)
 	return mx;
 }
 
+/* The four slots of grads (with their reduce-scatter outputs) or params
+ * (on a bf16 device with their compute copy too: ZeRO-3 keeps no whole
+ * one, mr_gpt.h's MR_GPT_EXT_COMPUTE). */
 static int alloc_slots(struct mr_dp *d, struct dp_slot *sl, int kind, int with_out)
 {
 	int s, last = d->nunits - 1, unit[2] = { 0, last };
+	size_t act = mr_dev_act_bytes(d->dev, 1);
 
 	for (s = 0; s < 4; s++) {
 		size_t cap = s < 2 ? mr__dp_unit_padded(d, unit[s]) : max_layer_span(d, 0);
@@ -249,6 +260,9 @@ static int alloc_slots(struct mr_dp *d, struct dp_slot *sl, int kind, int with_o
 		if (!(sl[s].buf = dalloc(d, kind, cap)))
 			return MR_ENOMEM;
 		if (with_out && !(sl[s].out = dalloc(d, MR_MEM_WORKSPACE, out)))
+			return MR_ENOMEM;
+		if (!with_out && d->dev->act != MR_DT_F32 &&
+		    !(sl[s].cbuf = dalloc_bytes(d, kind, cap * act)))
 			return MR_ENOMEM;
 	}
 	return 0;

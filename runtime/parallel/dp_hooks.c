@@ -107,7 +107,9 @@ static int pslot_ready(struct mr_dp *d, int u)
 	if ((rc = pslot_issue(d, u)) < 0 || (rc = slot_wait(d, sl, 0)) < 0)
 		return rc;
 	mr__dp_bind_unit(d, u, sl->buf, 0);
-	return mr_gpt_refresh_unit(d->m, u); /* a bf16 device's compute copy */
+	if (sl->cbuf) /* a bf16 device: the unit's compute copy lives here too */
+		mr_gpt_bind_compute_unit(d->m, u, sl->cbuf);
+	return mr_gpt_refresh_unit(d->m, u);
 }
 
 /* ---- zero >= 2: gradient slots ---- */

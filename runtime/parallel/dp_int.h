@@ -10,7 +10,7 @@
 #include "device/mr_device.h"
 #include "mr_dp.h"
 
-#define DP_MAX_ALLOCS 20
+#define DP_MAX_ALLOCS 24
 #define DP_MAX_WORLD 64 /* ranks whose norm and loss are summed exactly */
 
 /* A piece of one model unit: the whole unit or, under expert parallelism
@@ -42,6 +42,7 @@ struct dp_seg {
 struct dp_slot {
 	float *buf;               /* (S * sn) padded unit */
 	float *out;               /* (sn) reduce-scatter output (grad slots) */
+	mr_act *cbuf;             /* param slots on a bf16 device: the compute copy */
 	int unit;                 /* held unit, -1 none */
 	int pending;              /* grad slot: out not yet added to the shard */
 	struct mr_comm_req *req[DP_MAX_PIECES]; /* in flight per piece, or NULL */

@@ -14,7 +14,9 @@
 
 /* ---- precision (plan_presets.c) -------------------------------------- */
 
-enum { MR__PLAN_NEVER = 4 }; /* a part no ZeRO stage shards */
+/* A part's shard_from for a weight copy (bf16's): no ZeRO stage shards
+ * it, and at ZeRO-3 it lives only in the four parameter slots. */
+enum { MR__PLAN_SLOTS = 5 };
 
 /* Bytes per parameter of one part of the model states, the ledger kind it
  * is counted under and the first ZeRO stage that shards it. */

@@ -15,7 +15,8 @@
  *     padded gradients beside the reduced shard; ZeRO-2/3 keep four unit
  *     slots (the first and last unit, two of the largest block half) of
  *     what they shard, and ZeRO-2/3's reduce-scatter outputs (a slot / S)
- *     are workspace. A part no stage shards (bf16's weight copy) is whole.
+ *     are workspace. bf16's weight copy is whole, except at ZeRO-3: it
+ *     lives in the four parameter slots, beside their fp32 gather.
  *
  * Non-goals: allocator fragmentation, the CUDA context (the cluster's
  * reserve_bytes stands for both).
@@ -89,7 +90,9 @@ static void meshrun_states(const struct mr_plan_input *in, const struct mr_plan_
 	for (int i = 0; i < p->nparts; i++) {
 		const struct mr__plan_part *q = &p->part[i];
 		double n;
-		if (z == 0 || q->shard_from == MR__PLAN_NEVER)
+		if (q->shard_from == MR__PLAN_SLOTS)
+			n = z >= 3 ? slots : N;
+		else if (z == 0)
 			n = N;
 		else if (z >= q->shard_from) /* the shard, and a stage's worth of slots */
 			n = shard + (q->shard_from >= 2 ? slots : 0);

@@ -35,7 +35,7 @@ static const struct mr__plan_prec precs[MR_PLAN__PRECS] = {
 			     { 8, MR_MEM_OPTIM, 1 } },
 			   "fp32 weights, gradients and AdamW m, v (meshrun on the cpu)" },
 	[MR_PLAN_BF16] = { "bf16", 2, 4, 4, 30, 4,
-			   { { 2, MR_MEM_PARAMS, MR__PLAN_NEVER }, { 4, MR_MEM_PARAMS, 3 },
+			   { { 2, MR_MEM_PARAMS, MR__PLAN_SLOTS }, { 4, MR_MEM_PARAMS, 3 },
 			     { 4, MR_MEM_GRADS, 2 }, { 8, MR_MEM_OPTIM, 1 } },
 			   "bf16 activations and weight copy, fp32 master, gradients and "
 			   "AdamW (meshrun on cuda)" },
