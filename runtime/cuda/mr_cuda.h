@@ -195,6 +195,27 @@ int mr_cuda_layernorm_bwd(struct mr_cuda *cu, void *dinp, float *dw, float *db, 
 			  const void *inp, const void *w, const float *mean, const float *rstd,
 			  int N, int C);
 
+/* ---- the Llama family: RMSNorm, rotary positions, SwiGLU (llama.cu) ------ */
+/* out (N,C) = inp / sqrt(mean(inp^2) + eps) * w; rstd (N) fp32.
+ * Twin: mr_rmsnorm_fwd. */
+int mr_cuda_rmsnorm_fwd(struct mr_cuda *cu, void *out, float *rstd, const void *inp,
+			const void *w, int N, int C, float eps);
+/* dinp (N,C) +=, dw (C) += (fp32). Twin: mr_rmsnorm_bwd. */
+int mr_cuda_rmsnorm_bwd(struct mr_cuda *cu, void *dinp, float *dw, const void *dout,
+			const void *inp, const void *w, const float *rstd, int N, int C);
+/* In place: nheads heads of size D (even) at the start of N rows stride
+ * elements apart, row n rotated for position pos[n] (device ints) by
+ * inv_freq (D/2, device floats). Twins: mr_rope_fwd, mr_rope_bwd. */
+int mr_cuda_rope_fwd(struct mr_cuda *cu, void *x, size_t stride, int N, int nheads, int D,
+		     const int *pos, const float *inv_freq);
+int mr_cuda_rope_bwd(struct mr_cuda *cu, void *dx, size_t stride, int N, int nheads, int D,
+		     const int *pos, const float *inv_freq);
+/* out (N,F) = silu(a) * b, ab (N,2F) = [a | b]. Twin: mr_swiglu_fwd. */
+int mr_cuda_swiglu_fwd(struct mr_cuda *cu, void *out, const void *ab, int N, int F);
+/* dab (N,2F) = [da | db] (=; may alias ab). Twin: mr_swiglu_bwd. */
+int mr_cuda_swiglu_bwd(struct mr_cuda *cu, void *dab, const void *ab, const void *dout, int N,
+		       int F);
+
 /* ---- elementwise (fp32 math) ---------------------------------------------- */
 /* out = gelu(inp) (=). Twin: mr_gelu_fwd. */
 int mr_cuda_gelu_fwd(struct mr_cuda *cu, void *out, const void *inp, size_t n);

@@ -255,7 +255,7 @@ static int cpu_fill_cols(struct mr_dev *d, mr_act *x, int N, int V, int from, fl
 static int cpu_attn_fwd(struct mr_dev *d, mr_act *out, float *lse, const mr_act *qkv, int B,
 			int T, int C, int NH, void *ws)
 {
-	mr_attn_layer_fwd(d->pool, F(out), lse, CF(qkv), B, T, C, NH, ws);
+	mr_attn_layer_fwd(d->pool, F(out), lse, CF(qkv), B, T, C, NH, NH, ws);
 	return 0;
 }
 
@@ -263,7 +263,8 @@ static int cpu_attn_bwd(struct mr_dev *d, mr_act *dqkv, const mr_act *dout, cons
 			const mr_act *out, const float *lse, int B, int T, int C, int NH,
 			void *ws)
 {
-	mr_attn_layer_bwd(d->pool, F(dqkv), CF(dout), CF(qkv), CF(out), lse, B, T, C, NH, ws);
+	mr_attn_layer_bwd(d->pool, F(dqkv), CF(dout), CF(qkv), CF(out), lse, B, T, C, NH, NH,
+			  ws);
 	return 0;
 }
 
@@ -279,7 +280,7 @@ static struct mr_attn_slice cpu_slice(const struct mr_dev_attn *a)
 {
 	struct mr_attn_slice s = { CF(a->q), CF(a->k), CF(a->v), a->q_row, a->q_batch,
 				   a->kv_row, a->kv_batch, a->B, a->NH, a->hs, a->tq,
-				   a->q_pos0, a->tk, a->k_pos0, a->causal, a->scale };
+				   a->q_pos0, a->tk, a->k_pos0, a->causal, a->scale, a->NH };
 	return s;
 }
 

@@ -253,9 +253,15 @@ struct layer_args {
 	float *out, *dqkv, *ws;
 	const float *qkv, *dout, *cout, *lse;
 	float *wlse;
-	int B, T, C, NH;
+	int B, T, C, NH, NKV;
 	size_t ws_per_thread;
 };
+
+/* Floats of a qkv row: NH query heads, then NKV key and NKV value heads. */
+static size_t qkv_row(const struct layer_args *a)
+{
+	return (size_t)a->C + 2 * (size_t)a->NKV * (size_t)(a->C / a->NH);
+}
 
 /* Per-thread floats: the larger of the forward and backward head
  * workspaces, then delta (T). */
@@ -272,17 +278,18 @@ size_t mr_attn_layer_ws_floats(const struct mr_pool *p, int T, int hs)
 	return (size_t)mr_pool_threads(p) * (layer_head_ws(hs) + (size_t)T);
 }
 
+/* Query head hh of batch b and the key/value head it reads (hh / group). */
 static void head_of(const struct layer_args *a, size_t bh, int bq, int bk,
 		    struct mr_attn_head *h)
 {
 	int b = (int)(bh / (size_t)a->NH), hh = (int)(bh % (size_t)a->NH);
-	int hs = a->C / a->NH;
-	const float *base = a->qkv + (size_t)b * a->T * 3 * a->C + (size_t)hh * hs;
+	int hs = a->C / a->NH, kvh = hh / (a->NH / a->NKV);
+	const float *row = a->qkv + (size_t)b * a->T * qkv_row(a);
 
-	h->q = base;
-	h->k = base + a->C;
-	h->v = base + 2 * a->C;
-	h->q_stride = h->kv_stride = 3 * (size_t)a->C;
+	h->q = row + (size_t)hh * hs;
+	h->k = row + a->C + (size_t)kvh * hs;
+	h->v = row + a->C + (size_t)(a->NKV + kvh) * hs;
+	h->q_stride = h->kv_stride = qkv_row(a);
 	h->tq = h->tk = a->T;
 	h->q_pos0 = h->k_pos0 = 0;
 	h->hs = hs;
@@ -310,55 +317,62 @@ static void layer_fwd_heads(void *ctxp, size_t i0, size_t i1, int tid)
 }
 
 void mr_attn_layer_fwd(struct mr_pool *p, float *out, float *lse, const float *qkv,
-		       int B, int T, int C, int NH, float *ws)
+		       int B, int T, int C, int NH, int NKV, float *ws)
 {
-	struct layer_args a = { out, NULL, ws, qkv, NULL, NULL, NULL, lse, B, T, C, NH, 0 };
+	struct layer_args a = { out, NULL, ws, qkv, NULL, NULL, NULL, lse, B, T, C, NH, NKV, 0 };
 
 	a.ws_per_thread = layer_head_ws(C / NH) + (size_t)T;
 	mr_pool_run(p, (size_t)B * NH, 1, layer_fwd_heads, &a);
 }
 
+/* One item per (batch, key/value head): its dk, dv take the sum over the
+ * query heads that share it, added in head order by one thread. */
 MR_HOT static void layer_bwd_heads(void *ctxp, size_t i0, size_t i1, int tid)
 {
 	const struct layer_args *a = ctxp;
 	float *ws = a->ws + (size_t)tid * a->ws_per_thread;
 	float *delta = ws + layer_head_ws(a->C / a->NH);
-	size_t bh;
+	int hs = a->C / a->NH, group = a->NH / a->NKV;
+	size_t W = qkv_row(a);
 
-	for (bh = i0; bh < i1; bh++) {
-		struct mr_attn_head h;
-		size_t b = bh / (size_t)a->NH, hh = bh % (size_t)a->NH;
-		int hs = a->C / a->NH, t;
-		size_t off = b * a->T * a->C + hh * hs;
-		float *dbase = a->dqkv + b * a->T * 3 * a->C + hh * hs;
+	for (size_t bk = i0; bk < i1; bk++) {
+		size_t b = bk / (size_t)a->NKV, kvh = bk % (size_t)a->NKV;
+		float *drow = a->dqkv + b * a->T * W;
+		float *dk = drow + a->C + kvh * hs, *dv = dk + (size_t)a->NKV * hs;
 
-		head_of(a, bh, ATTN_BWD_BQ, ATTN_BWD_BK, &h);
-		for (t = 0; t < a->T; t++) {
-			const float *o = a->cout + off + (size_t)t * a->C;
-			const float *d = a->dout + off + (size_t)t * a->C;
-			float *dr = dbase + (size_t)t * 3 * a->C;
-
-			delta[t] = dot(o, d, hs);
-			/* this head's dq, dk, dv rows start at 0 (bwd adds) */
-			memset(dr, 0, sizeof(float) * (size_t)hs);
-			memset(dr + a->C, 0, sizeof(float) * (size_t)hs);
-			memset(dr + 2 * a->C, 0, sizeof(float) * (size_t)hs);
+		for (int t = 0; t < a->T; t++) { /* bwd adds: from 0 */
+			memset(dk + (size_t)t * W, 0, sizeof(float) * (size_t)hs);
+			memset(dv + (size_t)t * W, 0, sizeof(float) * (size_t)hs);
 		}
-		mr_attn_head_bwd(&h, a->dout + off, (size_t)a->C, a->lse + bh * a->T, delta,
-				 dbase, 3 * (size_t)a->C, dbase + a->C, dbase + 2 * a->C,
-				 3 * (size_t)a->C, ws);
+		for (int g = 0; g < group; g++) {
+			size_t hh = kvh * group + g, bh = b * a->NH + hh;
+			size_t off = b * a->T * a->C + hh * hs;
+			float *dq = drow + hh * hs;
+			struct mr_attn_head h;
+
+			head_of(a, bh, ATTN_BWD_BQ, ATTN_BWD_BK, &h);
+			for (int t = 0; t < a->T; t++) {
+				const float *o = a->cout + off + (size_t)t * a->C;
+				const float *d = a->dout + off + (size_t)t * a->C;
+
+				delta[t] = dot(o, d, hs);
+				memset(dq + (size_t)t * W, 0, sizeof(float) * (size_t)hs);
+			}
+			mr_attn_head_bwd(&h, a->dout + off, (size_t)a->C, a->lse + bh * a->T, delta,
+					 dq, W, dk, dv, W, ws);
+		}
 	}
 }
 
 void mr_attn_layer_bwd(struct mr_pool *p, float *dqkv, const float *dout,
 		       const float *qkv, const float *out, const float *lse, int B, int T,
-		       int C, int NH, float *ws)
+		       int C, int NH, int NKV, float *ws)
 {
-	struct layer_args a = { NULL, dqkv, ws, qkv, dout, out, lse, NULL, B, T, C, NH, 0 };
+	struct layer_args a = { NULL, dqkv, ws, qkv, dout, out, lse, NULL, B, T, C, NH, NKV, 0 };
 
 	a.ws_per_thread = layer_head_ws(C / NH) + (size_t)T;
-	/* every (b, head) zeroes its own dq|dk|dv columns first (in parallel) */
-	mr_pool_run(p, (size_t)B * NH, 1, layer_bwd_heads, &a);
+	/* every (b, kv head) zeroes its own dq|dk|dv columns first (in parallel) */
+	mr_pool_run(p, (size_t)B * NKV, 1, layer_bwd_heads, &a);
 }
 
 /* ---- slices ------------------------------------------------------------------ */
@@ -371,14 +385,21 @@ struct slice_args {
 	int NH, tq, hs;
 };
 
+/* Key/value heads of a slice (NKV 0: one per query head). */
+static int slice_nkv(const struct mr_attn_slice *a)
+{
+	return a->NKV > 0 ? a->NKV : a->NH;
+}
+
 static void slice_head(const struct mr_attn_slice *a, size_t bh, int bq, int bk,
 		       struct mr_attn_head *h)
 {
 	size_t b = bh / (size_t)a->NH, hh = bh % (size_t)a->NH, c = hh * (size_t)a->hs;
+	size_t ckv = hh / (size_t)(a->NH / slice_nkv(a)) * (size_t)a->hs;
 
 	h->q = a->q + b * a->q_batch + c;
-	h->k = a->k + b * a->kv_batch + c;
-	h->v = a->v + b * a->kv_batch + c;
+	h->k = a->k + b * a->kv_batch + ckv;
+	h->v = a->v + b * a->kv_batch + ckv;
 	h->q_stride = a->q_row;
 	h->kv_stride = a->kv_row;
 	h->tq = a->tq;
@@ -411,8 +432,10 @@ static void slice_fwd_heads(void *ctxp, size_t i0, size_t i1, int tid)
 	}
 }
 
-/* Runs fn over every (b, head) of s's slice with per-thread workspace. */
-static int slice_run(struct mr_pool *p, struct slice_args *s,
+/* Runs fn over items of s's slice with per-thread workspace: n_heads
+ * per batch row (query heads for the forward, key/value heads for the
+ * backward, whose dk/dv a group of query heads shares). */
+static int slice_run(struct mr_pool *p, struct slice_args *s, int n_heads,
 		     void (*fn)(void *, size_t, size_t, int))
 {
 	s->NH = s->a->NH;
@@ -421,8 +444,8 @@ static int slice_run(struct mr_pool *p, struct slice_args *s,
 	s->ws_per_thread = layer_head_ws(s->hs);
 	if (!(s->ws = malloc(sizeof(float) * s->ws_per_thread * (size_t)mr_pool_threads(p))))
 		return MR_ENOMEM;
-	/* heads write disjoint columns of every output: no two threads share one */
-	mr_pool_run(p, (size_t)s->a->B * s->NH, 1, fn, s);
+	/* items write disjoint columns of every output: no two threads share one */
+	mr_pool_run(p, (size_t)s->a->B * (size_t)n_heads, 1, fn, s);
 	free(s->ws);
 	return 0;
 }
@@ -437,7 +460,7 @@ int mr_attn_slice_fwd(struct mr_pool *p, const struct mr_attn_slice *a, float *o
 	s.olse = lse;
 	s.o_row = o_row;
 	s.o_batch = o_batch;
-	return slice_run(p, &s, slice_fwd_heads);
+	return slice_run(p, &s, a->NH, slice_fwd_heads);
 }
 
 static void slice_merge_heads(void *ctxp, size_t i0, size_t i1, int tid)
@@ -491,20 +514,28 @@ void mr_attn_slice_delta(struct mr_pool *p, float *delta, const float *dout, con
 	}
 }
 
+/* One item per (batch, key/value head); its query heads in order. */
 static void slice_bwd_heads(void *ctxp, size_t i0, size_t i1, int tid)
 {
 	const struct slice_args *s = ctxp;
 	const struct mr_attn_slice *a = s->a;
-	size_t bh;
+	size_t nkv = (size_t)slice_nkv(a), group = (size_t)a->NH / nkv;
 
-	for (bh = i0; bh < i1; bh++) {
-		struct mr_attn_head h;
-		size_t b = bh / (size_t)a->NH, c = bh % (size_t)a->NH * (size_t)a->hs;
-		slice_head(a, bh, ATTN_BWD_BQ, ATTN_BWD_BK, &h);
-		mr_attn_head_bwd(&h, s->dout + slice_out(s, bh), s->o_row, s->lse + bh * s->tq,
-				 s->delta + bh * s->tq, s->dq + b * s->dq_batch + c, s->dq_row,
-				 s->dk + b * s->dkv_batch + c, s->dv + b * s->dkv_batch + c,
-				 s->dkv_row, s->ws + (size_t)tid * s->ws_per_thread);
+	for (size_t bk = i0; bk < i1; bk++) {
+		size_t b = bk / nkv, ckv = bk % nkv * (size_t)a->hs;
+
+		for (size_t g = 0; g < group; g++) {
+			size_t bh = b * (size_t)a->NH + bk % nkv * group + g;
+			size_t c = bh % (size_t)a->NH * (size_t)a->hs;
+			struct mr_attn_head h;
+
+			slice_head(a, bh, ATTN_BWD_BQ, ATTN_BWD_BK, &h);
+			mr_attn_head_bwd(&h, s->dout + slice_out(s, bh), s->o_row,
+					 s->lse + bh * s->tq, s->delta + bh * s->tq,
+					 s->dq + b * s->dq_batch + c, s->dq_row,
+					 s->dk + b * s->dkv_batch + ckv, s->dv + b * s->dkv_batch + ckv,
+					 s->dkv_row, s->ws + (size_t)tid * s->ws_per_thread);
+		}
 	}
 }
 
@@ -528,5 +559,5 @@ int mr_attn_slice_bwd(struct mr_pool *p, const struct mr_attn_slice *a, const fl
 	s.dq_batch = dq_batch;
 	s.dkv_row = dkv_row;
 	s.dkv_batch = dkv_batch;
-	return slice_run(p, &s, slice_bwd_heads);
+	return slice_run(p, &s, slice_nkv(a), slice_bwd_heads);
 }

@@ -3,7 +3,7 @@
  *
  * Rows are split across the pool. Backward reduces dw/db through per-thread
  * partial sums in ws (threads x 2C floats) added in thread order, so the
- * result depends only on the thread count. Non-goals: RMSNorm.
+ * result depends only on the thread count. RMSNorm is rmsnorm.c.
  */
 #if defined(__GNUC__) && !defined(__clang__)
 /* -O2 only vectorises loops without an epilogue; these need O3. */

@@ -20,9 +20,13 @@
  * Memory is O(T) per head: only lse (and the output) are kept for backward;
  * scores are recomputed block by block.
  *
- * The layer entry points run every (batch, head) of a packed qkv (B,T,3C)
- * buffer (q | k | v along channels, head h at channels [h*hs, (h+1)*hs)) on
- * the pool. Tile products are single-threaded cblas_sgemm calls on the
+ * The layer entry points run every (batch, head) of a packed qkv buffer
+ * (B,T,C+2*NKV*hs): NH query heads, then NKV key heads and NKV value heads
+ * along channels, head h of each at [h*hs, (h+1)*hs) of its part; with
+ * NKV = NH that is (B,T,3C) multi-head attention, with fewer key/value
+ * heads grouped-query attention (Ainslie et al. 2023): query head h reads
+ * key/value head h / (NH/NKV), and each key/value head's gradient sums its
+ * group's. Tile products are single-threaded cblas_sgemm calls on the
  * strided rows (OpenBLAS must run one thread when the pool has several).
  *
  * Non-goals: dropout, attention bias, sliding windows.
@@ -73,14 +77,15 @@ void mr_attn_head_bwd(const struct mr_attn_head *h, const float *dout, size_t do
 		      const float *lse, const float *delta, float *dq, size_t dq_stride,
 		      float *dk, float *dv, size_t dkv_stride, float *ws);
 
-/* ---- whole layer: qkv (B,T,3C) -> out (B,T,C), lse (B,NH,T) ---------------- */
+/* ---- whole layer: qkv (B,T,C+2*NKV*hs) -> out (B,T,C), lse (B,NH,T) -------- */
+/* C = NH*hs; NKV divides NH. */
 size_t mr_attn_layer_ws_floats(const struct mr_pool *p, int T, int hs);
 void mr_attn_layer_fwd(struct mr_pool *p, float *out, float *lse, const float *qkv,
-		       int B, int T, int C, int NH, float *ws);
-/* dqkv (B,T,3C) written (=); out/lse from the forward. */
+		       int B, int T, int C, int NH, int NKV, float *ws);
+/* dqkv (the qkv layout) written (=); out/lse from the forward. */
 void mr_attn_layer_bwd(struct mr_pool *p, float *dqkv, const float *dout,
 		       const float *qkv, const float *out, const float *lse, int B, int T,
-		       int C, int NH, float *ws);
+		       int C, int NH, int NKV, float *ws);
 
 /* ---- slices (context parallel): every (batch, head) of a query slice
  * against a key/value slice, each at its absolute positions; pointers and
@@ -94,6 +99,8 @@ struct mr_attn_slice {
 	int tq, q_pos0, tk, k_pos0;
 	int causal;
 	float scale;
+	int NKV;  /* key/value heads (dividing NH; k and v hold NKV heads a row);
+		   * 0: NH */
 };
 /* out (=, normalised) and lse of the slice; rows seeing no key: 0, -inf.
  * Returns MR_ENOMEM (workspace) or 0. */

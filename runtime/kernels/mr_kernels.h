@@ -54,6 +54,38 @@ void mr_layernorm_bwd(struct mr_pool *p, float *dinp, float *dw, float *db,
 		      const float *mean, const float *rstd, int N, int C, float *ws);
 size_t mr_layernorm_ws_floats(const struct mr_pool *p, int C);
 
+/* ---- the Llama family: RMSNorm, rotary positions, SwiGLU ------------------- */
+/* out (N,C) = inp / sqrt(mean(inp^2) + eps) * w; rstd (N) saved for backward. */
+void mr_rmsnorm_fwd(struct mr_pool *p, float *out, float *rstd, const float *inp, const float *w,
+		    int N, int C, float eps);
+/* dinp (N,C) += ...; dw (C) += .... ws: mr_rmsnorm_ws_floats(). */
+void mr_rmsnorm_bwd(struct mr_pool *p, float *dinp, float *dw, const float *dout,
+		    const float *inp, const float *w, const float *rstd, int N, int C, float *ws);
+size_t mr_rmsnorm_ws_floats(const struct mr_pool *p, int C);
+
+#define MR_ROPE_MAX_D 512 /* head sizes up to this (even) */
+/* Llama 3.1's frequency scaling ("rope_scaling"); factor 0: none. */
+struct mr_rope_scaling {
+	float factor, low_freq_factor, high_freq_factor;
+	int original_max_pos;
+};
+/* inv_freq (D/2) = theta^(-2i/D), scaled by sc (may be NULL). */
+void mr_rope_freqs(float *inv_freq, int D, float theta, const struct mr_rope_scaling *sc);
+/* Rotates, in place, nheads heads of size D at the start of each of N rows
+ * stride floats apart, row n at position pos[n] (rope.c: the rotate-half
+ * layout). */
+void mr_rope_fwd(struct mr_pool *p, float *x, size_t stride, int N, int nheads, int D,
+		 const int *pos, const float *inv_freq);
+/* The gradient through mr_rope_fwd, in place on dx (same layout). */
+void mr_rope_bwd(struct mr_pool *p, float *dx, size_t stride, int N, int nheads, int D,
+		 const int *pos, const float *inv_freq);
+
+/* out (N,F) = silu(a) * b where ab (N,2F) holds [a | b] per row. */
+void mr_swiglu_fwd(struct mr_pool *p, float *out, const float *ab, int N, int F);
+/* dab (N,2F) = [da | db] from dout (N,F) (writes; may alias ab). */
+void mr_swiglu_bwd(struct mr_pool *p, float *dab, const float *ab, const float *dout, int N,
+		   int F);
+
 /* ---- elementwise ------------------------------------------------------------ */
 /* GELU, tanh approximation (GPT-2): out = 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))). */
 void mr_gelu_fwd(struct mr_pool *p, float *out, const float *inp, size_t n);

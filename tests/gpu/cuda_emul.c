@@ -549,6 +549,94 @@ int mr_cuda_layernorm_bwd(struct mr_cuda *cu, void *dinp, float *dw, float *db, 
 	return 0;
 }
 
+int mr_cuda_rmsnorm_fwd(struct mr_cuda *cu, void *out, float *rstd, const void *inp,
+			const void *w, int N, int C, float eps)
+{
+	size_t n = (size_t)N * C;
+	float *fi = ld(cu, D(inp), n), *fw = ld(cu, D(w), (size_t)C);
+	float *fo = xalloc(sizeof(float) * n);
+
+	mr_rmsnorm_fwd(NULL, fo, D(rstd), fi, fw, N, C, eps);
+	st(cu, D(out), fo, n);
+	free(fi);
+	free(fw);
+	free(fo);
+	return 0;
+}
+
+int mr_cuda_rmsnorm_bwd(struct mr_cuda *cu, void *dinp, float *dw, const void *dout,
+			const void *inp, const void *w, const float *rstd, int N, int C)
+{
+	size_t n = (size_t)N * C;
+	void *di = D(dinp);
+	float *fdi = ld(cu, di, n), *fd = ld(cu, D(dout), n), *fi = ld(cu, D(inp), n);
+	float *fw = ld(cu, D(w), (size_t)C);
+	float *ws = xalloc(sizeof(float) * (mr_rmsnorm_ws_floats(NULL, C) + 1));
+
+	mr_rmsnorm_bwd(NULL, fdi, D(dw), fd, fi, fw, D(rstd), N, C, ws);
+	st(cu, di, fdi, n);
+	free(fdi);
+	free(fd);
+	free(fi);
+	free(fw);
+	free(ws);
+	return 0;
+}
+
+/* The rows' whole span (the twin rotates only the heads; the rest goes
+ * back as it came, bf16 -> fp32 -> bf16 being exact). */
+static int rope_emul(struct mr_cuda *cu, void *x, size_t stride, int N, int nheads, int Dh,
+		     const int *pos, const float *inv_freq, int fwd)
+{
+	size_t n = (size_t)(N - 1) * stride + (size_t)nheads * Dh;
+	void *h = D(x);
+	float *f;
+
+	if (N <= 0 || nheads <= 0 || Dh <= 0 || Dh % 2 || stride < (size_t)nheads * Dh)
+		return MR_EINVAL;
+	f = ld(cu, h, n);
+
+	(fwd ? mr_rope_fwd : mr_rope_bwd)(NULL, f, stride, N, nheads, Dh, D(pos), D(inv_freq));
+	st(cu, h, f, n);
+	free(f);
+	return 0;
+}
+
+int mr_cuda_rope_fwd(struct mr_cuda *cu, void *x, size_t stride, int N, int nheads, int D,
+		     const int *pos, const float *inv_freq)
+{
+	return rope_emul(cu, x, stride, N, nheads, D, pos, inv_freq, 1);
+}
+
+int mr_cuda_rope_bwd(struct mr_cuda *cu, void *dx, size_t stride, int N, int nheads, int D,
+		     const int *pos, const float *inv_freq)
+{
+	return rope_emul(cu, dx, stride, N, nheads, D, pos, inv_freq, 0);
+}
+
+int mr_cuda_swiglu_fwd(struct mr_cuda *cu, void *out, const void *ab, int N, int F)
+{
+	float *fab = ld(cu, D(ab), (size_t)N * 2 * F), *fo = xalloc(sizeof(float) * N * F);
+
+	mr_swiglu_fwd(NULL, fo, fab, N, F);
+	st(cu, D(out), fo, (size_t)N * F);
+	free(fab);
+	free(fo);
+	return 0;
+}
+
+int mr_cuda_swiglu_bwd(struct mr_cuda *cu, void *dab, const void *ab, const void *dout, int N,
+		       int F)
+{
+	float *fab = ld(cu, D(ab), (size_t)N * 2 * F), *fd = ld(cu, D(dout), (size_t)N * F);
+
+	mr_swiglu_bwd(NULL, fab, fab, fd, N, F);
+	st(cu, D(dab), fab, (size_t)N * 2 * F);
+	free(fab);
+	free(fd);
+	return 0;
+}
+
 int mr_cuda_gelu_fwd(struct mr_cuda *cu, void *out, const void *inp, size_t n)
 {
 	float *f = ld(cu, D(inp), n);
@@ -939,7 +1027,7 @@ int mr_cuda_attn_layer_fwd(struct mr_cuda *cu, void *out, float *lse, const void
 	fq = ld(cu, D(qkv), 3 * n);
 	fo = xalloc(sizeof(float) * n);
 	ws = xalloc(sizeof(float) * mr_attn_layer_ws_floats(NULL, T, C / NH));
-	mr_attn_layer_fwd(NULL, fo, D(lse), fq, B, T, C, NH, ws);
+	mr_attn_layer_fwd(NULL, fo, D(lse), fq, B, T, C, NH, NH, ws);
 	st(cu, D(out), fo, n);
 	free(fq);
 	free(fo);
@@ -960,7 +1048,7 @@ int mr_cuda_attn_layer_bwd(struct mr_cuda *cu, void *dqkv, const void *dout, con
 	fo = ld(cu, D(out), n);
 	fdq = xalloc(sizeof(float) * 3 * n);
 	ws = xalloc(sizeof(float) * mr_attn_layer_ws_floats(NULL, T, C / NH));
-	mr_attn_layer_bwd(NULL, fdq, fd, fq, fo, D(lse), B, T, C, NH, ws);
+	mr_attn_layer_bwd(NULL, fdq, fd, fq, fo, D(lse), B, T, C, NH, NH, ws);
 	st(cu, D(dqkv), fdq, 3 * n);
 	free(fd);
 	free(fq);

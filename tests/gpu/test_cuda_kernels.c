@@ -266,6 +266,85 @@ Test(cuda, layernorm_matches_cpu)
 	gpu_teardown();
 }
 
+/* RMSNorm, rotary (q heads inside wider rows, far positions out of order,
+ * Llama 3.1's scaled frequencies) and SwiGLU against their CPU twins,
+ * bf16 activations. */
+Test(cuda, llama_kernels_match_cpu)
+{
+	enum { N = 300, C = 512, H = 4, HD = 128, ROW = 8 * 128, F = 704 };
+	static const struct mr_rope_scaling sc = { 8.0f, 1.0f, 4.0f, 8192 };
+	float *inp, *w, *dout, *out, *rstd, *dinp, *dw, *ws, *x, *dx, *ab, *gs, *sw, *dab;
+	float inv[HD / 2];
+	int pos[N], i;
+	mr_bf16 *d_inp, *d_w, *d_out, *d_dinp, *d_x, *d_dx, *d_ab, *d_sw, *d_dab;
+	float *d_rstd, *d_dw, *d_inv;
+	int *d_pos;
+
+	need_gpu();
+	/* RMSNorm */
+	inp = rand_bf((size_t)N * C, 2.0f);
+	w = rand_bf(C, 1.0f);
+	dout = rand_bf((size_t)N * C, 1.0f);
+	dinp = rand_bf((size_t)N * C, 1.0f);
+	dw = rand_bf(C, 1.0f);
+	out = xmalloc(sizeof(float) * N * C);
+	rstd = xmalloc(sizeof(float) * N);
+	ws = xmalloc(sizeof(float) * mr_rmsnorm_ws_floats(NULL, C));
+	d_inp = up_bf(inp, (size_t)N * C);
+	d_w = up_bf(w, C);
+	d_out = dev_alloc(sizeof(mr_bf16) * N * C);
+	d_rstd = dev_alloc(sizeof(float) * N);
+	d_dinp = up_bf(dinp, (size_t)N * C);
+	d_dw = up_f32(dw, C);
+	mr_rmsnorm_fwd(NULL, out, rstd, inp, w, N, C, 1e-5f);
+	CU_OK(mr_cuda_rmsnorm_fwd(cu, d_out, d_rstd, d_inp, d_w, N, C, 1e-5f));
+	check_close("rmsnorm out", down_bf(d_out, (size_t)N * C), out, (size_t)N * C, BF_RTOL,
+		    BF_ATOL);
+	check_close("rmsnorm rstd", down_f32(d_rstd, N), rstd, N, 1e-4, 1e-5);
+	mr_rmsnorm_bwd(NULL, dinp, dw, dout, inp, w, rstd, N, C, ws);
+	CU_OK(mr_cuda_rmsnorm_bwd(cu, d_dinp, d_dw, up_bf(dout, (size_t)N * C), d_inp, d_w,
+				  d_rstd, N, C));
+	check_close("rmsnorm dinp", down_bf(d_dinp, (size_t)N * C), dinp, (size_t)N * C, 1e-2,
+		    4e-3);
+	check_close("rmsnorm dw", down_f32(d_dw, C), dw, C, 1e-4, 1e-5);
+
+	/* rotary: the first H heads of each ROW-wide row; the rest untouched */
+	for (i = 0; i < N; i++)
+		pos[i] = (i * 977 + 13) % 131072;
+	mr_rope_freqs(inv, HD, 500000.0f, &sc);
+	x = rand_bf((size_t)N * ROW, 1.0f);
+	dx = rand_bf((size_t)N * ROW, 1.0f);
+	d_x = up_bf(x, (size_t)N * ROW);
+	d_dx = up_bf(dx, (size_t)N * ROW);
+	d_pos = up_int(pos, N);
+	d_inv = up_f32(inv, HD / 2);
+	mr_rope_fwd(NULL, x, ROW, N, H, HD, pos, inv);
+	mr_rope_bwd(NULL, dx, ROW, N, H, HD, pos, inv);
+	CU_OK(mr_cuda_rope_fwd(cu, d_x, ROW, N, H, HD, d_pos, d_inv));
+	CU_OK(mr_cuda_rope_bwd(cu, d_dx, ROW, N, H, HD, d_pos, d_inv));
+	check_close("rope x", down_bf(d_x, (size_t)N * ROW), x, (size_t)N * ROW, BF_RTOL, BF_ATOL);
+	check_close("rope dx", down_bf(d_dx, (size_t)N * ROW), dx, (size_t)N * ROW, BF_RTOL,
+		    BF_ATOL);
+
+	/* SwiGLU, the backward in place as a model would run it */
+	ab = rand_bf((size_t)N * 2 * F, 4.0f);
+	gs = rand_bf((size_t)N * F, 1.0f);
+	sw = xmalloc(sizeof(float) * N * F);
+	dab = xmalloc(sizeof(float) * N * 2 * F);
+	d_ab = up_bf(ab, (size_t)N * 2 * F);
+	d_sw = dev_alloc(sizeof(mr_bf16) * N * F);
+	d_dab = d_ab;
+	mr_swiglu_fwd(NULL, sw, ab, N, F);
+	mr_swiglu_bwd(NULL, dab, ab, gs, N, F);
+	CU_OK(mr_cuda_swiglu_fwd(cu, d_sw, d_ab, N, F));
+	check_close("swiglu out", down_bf(d_sw, (size_t)N * F), sw, (size_t)N * F, BF_RTOL,
+		    BF_ATOL);
+	CU_OK(mr_cuda_swiglu_bwd(cu, d_dab, d_ab, up_bf(gs, (size_t)N * F), N, F));
+	check_close("swiglu dab", down_bf(d_dab, (size_t)N * 2 * F), dab, (size_t)N * 2 * F,
+		    1e-2, 4e-3);
+	gpu_teardown();
+}
+
 Test(cuda, gelu_residual_add_match_cpu)
 {
 	size_t n = 5000;

@@ -3,7 +3,8 @@
  * double-precision reference: forward (out, lse) and backward (dq, dk, dv)
  * for several sequence lengths and block sizes, the merge of two partial
  * results over disjoint key blocks (what context parallelism does), and
- * the whole-layer entry points on a pool.
+ * the whole-layer and slice entry points on a pool, multi-head and
+ * grouped-query (fewer key/value heads than query heads).
  */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -263,52 +264,128 @@ Test(attention, fully_masked_rows_have_zero_output)
 		cr_expect_eq(out[c], 0.0f);
 }
 
-Test(attention, layer_on_pool_matches_per_head_naive)
+/* The layer on a pool of two threads against the naive reference per
+ * query head, which reads key/value head h / (NH/NKV); a key/value head's
+ * gradient is the sum over its group's (summed here in double). */
+static void layer_vs_naive(int NH, int NKV)
 {
-	const int B = 2, T = 40, NH = 3, C = NH * HS;
+	enum { B = 2, T = 40 };
+	const int C = NH * HS, W = C + 2 * NKV * HS, group = NH / NKV;
 	struct mr_pool *pool;
 	struct mr_rng r;
 	int b, h, t, c;
 
 	mr_rng_seed(&r, 3, 0);
 	cr_assert_eq(mr_pool_create(&pool, 2), 0);
-	float *qkv = randv(&r, (size_t)B * T * 3 * C), *dout = randv(&r, (size_t)B * T * C);
+	float *qkv = randv(&r, (size_t)B * T * W), *dout = randv(&r, (size_t)B * T * C);
 	float *out = zeros((size_t)B * T * C), *lse = zeros((size_t)B * NH * T);
-	float *dqkv = zeros((size_t)B * T * 3 * C);
+	float *dqkv = zeros((size_t)B * T * W);
 	float *ws = zeros(mr_attn_layer_ws_floats(pool, T, HS));
 	float q[T * HS], k[T * HS], v[T * HS], d[T * HS];
 	double o[T * HS], l[T], dq[T * HS], dk[T * HS], dv[T * HS];
+	double *dkv = calloc((size_t)B * T * 2 * NKV * HS, sizeof(double));
 
-	mr_attn_layer_fwd(pool, out, lse, qkv, B, T, C, NH, ws);
-	mr_attn_layer_bwd(pool, dqkv, dout, qkv, out, lse, B, T, C, NH, ws);
+	cr_assert_not_null(dkv);
+	mr_attn_layer_fwd(pool, out, lse, qkv, B, T, C, NH, NKV, ws);
+	mr_attn_layer_bwd(pool, dqkv, dout, qkv, out, lse, B, T, C, NH, NKV, ws);
 	for (b = 0; b < B; b++)
 		for (h = 0; h < NH; h++) {
+			int kvh = h / group;
+
 			for (t = 0; t < T; t++)
 				for (c = 0; c < HS; c++) {
-					const float *row = qkv + ((size_t)b * T + t) * 3 * C + h * HS + c;
-					q[t * HS + c] = row[0];
-					k[t * HS + c] = row[C];
-					v[t * HS + c] = row[2 * C];
+					const float *row = qkv + ((size_t)b * T + t) * W;
+					q[t * HS + c] = row[h * HS + c];
+					k[t * HS + c] = row[C + kvh * HS + c];
+					v[t * HS + c] = row[C + (NKV + kvh) * HS + c];
 					d[t * HS + c] = dout[((size_t)b * T + t) * C + h * HS + c];
 				}
 			naive(q, k, v, T, 0, T, 0, o, l, d, dq, dk, dv);
 			for (t = 0; t < T; t++) {
+				double *g = dkv + ((size_t)b * T + t) * 2 * NKV * HS;
 				cr_expect(fabs(lse[((size_t)b * NH + h) * T + t] - l[t]) < 2e-5);
 				for (c = 0; c < HS; c++) {
 					size_t i = ((size_t)b * T + t) * C + h * HS + c;
-					size_t j = ((size_t)b * T + t) * 3 * C + h * HS + c;
+					size_t j = ((size_t)b * T + t) * W + h * HS + c;
 					cr_expect(fabs(out[i] - o[t * HS + c]) < 2e-5);
 					cr_expect(fabs(dqkv[j] - dq[t * HS + c]) < 5e-5);
-					cr_expect(fabs(dqkv[j + C] - dk[t * HS + c]) < 5e-5);
-					cr_expect(fabs(dqkv[j + 2 * C] - dv[t * HS + c]) < 5e-5);
+					g[kvh * HS + c] += dk[t * HS + c];
+					g[(NKV + kvh) * HS + c] += dv[t * HS + c];
 				}
 			}
 		}
+	for (b = 0; b < B; b++)
+		for (t = 0; t < T; t++)
+			for (c = 0; c < 2 * NKV * HS; c++) {
+				float got = dqkv[((size_t)b * T + t) * W + C + c];
+				double want = dkv[((size_t)b * T + t) * 2 * NKV * HS + c];
+				cr_expect(fabs(got - want) < 1e-4, "NH %d NKV %d: d%s[%d][%d][%d] %g vs %g",
+					  NH, NKV, c < NKV * HS ? "k" : "v", b, t, c % (NKV * HS),
+					  (double)got, want);
+			}
 	free(qkv);
 	free(dout);
 	free(out);
 	free(lse);
 	free(dqkv);
 	free(ws);
+	free(dkv);
+	mr_pool_free(pool);
+}
+
+Test(attention, layer_on_pool_matches_per_head_naive) { layer_vs_naive(3, 3); }
+Test(attention, grouped_query_layer_matches_naive) { layer_vs_naive(4, 2); }
+Test(attention, multi_query_layer_matches_naive) { layer_vs_naive(3, 1); }
+
+/* Context parallelism's entry points with grouped-query heads: the slice
+ * over the whole sequence gives the layer's numbers, and so do two key
+ * blocks merged, their backward adding into the same dk, dv. */
+Test(attention, grouped_query_slices_equal_the_layer)
+{
+	enum { B = 2, T = 48, NH = 4, NKV = 2, C = NH * HS, W = C + 2 * NKV * HS, K0 = 20 };
+	struct mr_pool *pool;
+	struct mr_rng r;
+
+	mr_rng_seed(&r, 9, 0);
+	cr_assert_eq(mr_pool_create(&pool, 3), 0);
+	float *qkv = randv(&r, (size_t)B * T * W), *dout = randv(&r, (size_t)B * T * C);
+	float *out = zeros((size_t)B * T * C), *lse = zeros((size_t)B * NH * T);
+	float *dqkv = zeros((size_t)B * T * W), *ws = zeros(mr_attn_layer_ws_floats(pool, T, HS));
+	float *so = zeros((size_t)B * T * C), *slse = zeros((size_t)B * NH * T);
+	float *so2 = zeros((size_t)B * T * C), *slse2 = zeros((size_t)B * NH * T);
+	float *sd = zeros((size_t)B * T * W), *delta = zeros((size_t)B * NH * T);
+	struct mr_attn_slice a = { qkv, qkv + C, qkv + C + NKV * HS, W, (size_t)T * W, W,
+				   (size_t)T * W, B, NH, HS, T, 0, K0, 0, 1,
+				   1.0f / sqrtf((float)HS), NKV };
+	struct mr_attn_slice a2 = a;
+
+	mr_attn_layer_fwd(pool, out, lse, qkv, B, T, C, NH, NKV, ws);
+	mr_attn_layer_bwd(pool, dqkv, dout, qkv, out, lse, B, T, C, NH, NKV, ws);
+	/* keys [0, K0) and [K0, T): two partials, merged */
+	a2.k += (size_t)K0 * W;
+	a2.v += (size_t)K0 * W;
+	a2.tk = T - K0;
+	a2.k_pos0 = K0;
+	cr_assert_eq(mr_attn_slice_fwd(pool, &a, so, C, (size_t)T * C, slse), 0);
+	cr_assert_eq(mr_attn_slice_fwd(pool, &a2, so2, C, (size_t)T * C, slse2), 0);
+	mr_attn_slice_merge(pool, so, slse, so2, slse2, B, NH, T, HS, C, (size_t)T * C);
+	mr_attn_slice_delta(pool, delta, dout, so, B, NH, T, HS, C, (size_t)T * C);
+	cr_assert_eq(mr_attn_slice_bwd(pool, &a, dout, C, (size_t)T * C, slse, delta, sd, W,
+				       (size_t)T * W, sd + C, sd + C + NKV * HS, W, (size_t)T * W),
+		     0);
+	cr_assert_eq(mr_attn_slice_bwd(pool, &a2, dout, C, (size_t)T * C, slse, delta, sd, W,
+				       (size_t)T * W, sd + C + (size_t)K0 * W,
+				       sd + C + NKV * HS + (size_t)K0 * W, W, (size_t)T * W),
+		     0);
+	for (size_t i = 0; i < (size_t)B * T * C; i++)
+		cr_expect(fabsf(so[i] - out[i]) < 2e-5f, "out[%zu] %g vs %g", i, (double)so[i],
+			  (double)out[i]);
+	for (size_t i = 0; i < (size_t)B * NH * T; i++)
+		cr_expect(fabsf(slse[i] - lse[i]) < 2e-5f, "lse[%zu]", i);
+	for (size_t i = 0; i < (size_t)B * T * W; i++)
+		cr_expect(fabsf(sd[i] - dqkv[i]) < 5e-5f, "dqkv[%zu] %g vs %g", i, (double)sd[i],
+			  (double)dqkv[i]);
+	free(qkv), free(dout), free(out), free(lse), free(dqkv), free(ws), free(so), free(slse);
+	free(so2), free(slse2), free(sd), free(delta);
 	mr_pool_free(pool);
 }

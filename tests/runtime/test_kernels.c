@@ -530,8 +530,8 @@ Test(kernels, attention_layer_and_offset_head_match_naive)
 	int hh;
 
 	cr_assert(o && dq && dk && dv);
-	mr_attn_layer_fwd(pool, out, lse, qkv, 1, T, C, NH, ws);
-	mr_attn_layer_bwd(pool, dqkv, dout, qkv, out, lse, 1, T, C, NH, ws);
+	mr_attn_layer_fwd(pool, out, lse, qkv, 1, T, C, NH, NH, ws);
+	mr_attn_layer_bwd(pool, dqkv, dout, qkv, out, lse, 1, T, C, NH, NH, ws);
 	for (hh = 0; hh < NH; hh++) {
 		const float *q = qkv + hh * AHS, *k = q + C, *v = q + 2 * C;
 		attn_naive(q, 3 * C, k, v, 3 * C, T, 0, T, 0, dout + hh * AHS, C, o, dq, dk, dv);
