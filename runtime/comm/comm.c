@@ -175,6 +175,7 @@ static void progress_reset(struct mr_comm *c)
 	c->splits = NULL;
 	c->nsplits = c->capsplits = 0;
 	memset(c->stage_cache, 0, sizeof(c->stage_cache));
+	c->stage_allocs = 0;
 	atomic_store_explicit(&c->entered, 0, memory_order_relaxed);
 	atomic_store_explicit(&c->completed, 0, memory_order_relaxed);
 	atomic_store_explicit(&c->peer, -1, memory_order_relaxed);
@@ -303,6 +304,7 @@ int mr_comm_split(struct mr_comm *c, const int *ranks, int n, const char *name,
 int mr_comm_rank(const struct mr_comm *c) { return c->rank; }
 int mr_comm_size(const struct mr_comm *c) { return c->size; }
 const char *mr_comm_backend(const struct mr_comm *c) { return c->ops->name; }
+uint64_t mr_comm_stage_allocs(const struct mr_comm *c) { return c->stage_allocs; }
 void mr_comm_set_timeout(struct mr_comm *c, long ms) { c->timeout_ms = ms > 0 ? ms : 60000; }
 void mr_comm_set_device(struct mr_comm *c, const struct mr_comm_device *d) { c->dev = d; }
 void mr_comm_abort(struct mr_comm *c) { if (c) c->ops->abort(c); }

@@ -40,7 +40,7 @@ struct mr__comm_op {
 	size_t *scounts, *sdispls, *rcounts, *rdispls;
 };
 
-#define MR__STAGE_CACHE 4
+#define MR__STAGE_CACHE 8
 
 struct mr__comm_ops {
 	const char *name;
@@ -82,6 +82,7 @@ struct mr_comm {
 	 * without device_memory stages them through these host buffers */
 	const struct mr_comm_device *dev;
 	struct { void *p; size_t cap; } stage_cache[MR__STAGE_CACHE];
+	uint64_t stage_allocs; /* stand-ins allocated (stage.c's pool missed) */
 	const _Atomic int *cancel; /* bootstrap cancel flag, may be NULL */
 	/* progress (comm.c): number << 8 | enum mr_comm_op, written by the
 	 * issuing thread with relaxed stores; a backend that copies a

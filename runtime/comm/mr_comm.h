@@ -194,6 +194,9 @@ const char *mr_comm_backend(const struct mr_comm *c);
 void mr_comm_set_timeout(struct mr_comm *c, long timeout_ms);
 /* See struct mr_comm_device; NULL: every buffer is in the backend's memory. */
 void mr_comm_set_device(struct mr_comm *c, const struct mr_comm_device *d);
+/* Stand-ins this communicator has allocated for buffers in the other
+ * memory (its pool's misses; a steady step makes none). */
+uint64_t mr_comm_stage_allocs(const struct mr_comm *c);
 /* Thread-safe (relaxed atomic loads): may run while another thread has
  * an operation in flight. The peer may belong to a newer operation than
  * the number while the rank is progressing; a stuck rank's view is exact. */

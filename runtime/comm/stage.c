@@ -6,7 +6,10 @@
  * replaced by a stand-in (the send side copied into it); when the
  * operation has finished (mr_comm_wait, or the blocking form) the receive
  * side is copied back and the stand-ins return to a small per-communicator
- * cache.
+ * pool: MR__STAGE_CACHE buffers in power-of-two sizes (at least 4 KiB),
+ * the largest kept when it is full, so a step's mix of message sizes
+ * allocates in its first step and not again (mr_comm_stage_allocs
+ * counts): no malloc/mmap, no cudaMalloc, per operation.
  *
  * The buffers an operation reads and writes follow its kind (counts in
  * elements of its dtype): allreduce count/count, reduce-scatter
@@ -16,6 +19,7 @@
  * Threading: a staged operation is started and waited by one thread at a
  * time per communicator (the rank's), so the cache takes no lock.
  */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,6 +38,16 @@ static int dev_standins(const struct mr_comm *c)
 	return c->ops->device_memory;
 }
 
+/* The pool's size class of a request: a power of two, at least 4 KiB. */
+static size_t size_class(size_t bytes)
+{
+	size_t cap = 4096;
+
+	while (cap < bytes && cap <= SIZE_MAX / 2)
+		cap <<= 1;
+	return cap < bytes ? bytes : cap;
+}
+
 static void *take(struct mr_comm *c, size_t bytes, size_t *cap)
 {
 	const struct mr_comm_device *d = c->dev;
@@ -50,8 +64,11 @@ static void *take(struct mr_comm *c, size_t bytes, size_t *cap)
 		c->stage_cache[best].p = NULL;
 		return p;
 	}
-	*cap = bytes ? bytes : 1;
-	return dev_standins(c) ? d->alloc(d->ctx, *cap) : malloc(*cap);
+	*cap = size_class(bytes);
+	p = dev_standins(c) ? d->alloc(d->ctx, *cap) : malloc(*cap);
+	if (p)
+		c->stage_allocs++;
+	return p;
 }
 
 static void drop(struct mr_comm *c, void *p, size_t cap)
@@ -62,16 +79,28 @@ static void drop(struct mr_comm *c, void *p, size_t cap)
 		free(p);
 }
 
+/* Back to the pool; a full pool keeps its largest buffers. */
 static void give(struct mr_comm *c, void *p, size_t cap)
 {
+	int small = 0;
+
 	if (!p)
 		return;
-	for (int i = 0; i < MR__STAGE_CACHE; i++)
+	for (int i = 0; i < MR__STAGE_CACHE; i++) {
 		if (!c->stage_cache[i].p) {
 			c->stage_cache[i].p = p;
 			c->stage_cache[i].cap = cap;
 			return;
 		}
+		if (c->stage_cache[i].cap < c->stage_cache[small].cap)
+			small = i;
+	}
+	if (c->stage_cache[small].cap < cap) {
+		drop(c, c->stage_cache[small].p, c->stage_cache[small].cap);
+		c->stage_cache[small].p = p;
+		c->stage_cache[small].cap = cap;
+		return;
+	}
 	drop(c, p, cap);
 }
 

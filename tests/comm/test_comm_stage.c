@@ -6,7 +6,8 @@
  * or upload through the device's table) faults and fails the test. Every
  * operation kind, in place and not, mixed host and device buffers, several
  * asynchronous operations in flight on one communicator, and a split that
- * inherits the device, against values computed on the host.
+ * inherits the device, against values computed on the host; and a step
+ * repeated allocates its stand-ins once.
  */
 #include <criterion/criterion.h>
 #include <stdatomic.h>
@@ -221,4 +222,45 @@ Test(comm_stage, async_operations_in_flight_and_p2p, .timeout = 120)
 {
 	cr_assert_eq(run_threads(2, HOSTS_SAME, inflight, NULL), 0);
 	cr_assert_eq(run_threads(3, HOSTS_HALF, inflight, NULL), 0);
+}
+
+/* A step's mix of message sizes - more distinct sizes than the pool has
+ * buffers, rising, as a model's collectives are - repeated: the stand-ins
+ * are allocated in the first step, none after (stage.c's pool). */
+static int steady(struct mr_comm *w, void *arg)
+{
+	static const size_t sizes[] = { 100, 900, 5000, 20000, 70000, 250000, 600000, 1000 };
+	enum { NS = sizeof(sizes) / sizeof(sizes[0]) };
+	int me = mr_comm_rank(w), rc = 0;
+	float *buf[NS] = { 0 };
+	uint64_t first = 0;
+
+	(void)arg;
+	mr_comm_set_device(w, &fake_dev);
+	for (int k = 0; k < NS; k++)
+		buf[k] = dev_fill(me, sizes[k], 0.0f);
+	for (int step = 0; step < 4; step++) {
+		for (int k = 0; k < NS; k++)
+			if ((rc = mr_comm_allreduce(w, buf[k], buf[k], sizes[k], MR_COMM_F32,
+						    MR_COMM_SUM)))
+				FAIL("step %d allreduce of %zu: %s", step, sizes[k],
+				     mr_err_name(rc));
+		if (step == 0)
+			first = mr_comm_stage_allocs(w);
+	}
+	if (first == 0)
+		FAIL("nothing was staged");
+	if (mr_comm_stage_allocs(w) != first)
+		FAIL("%llu stand-ins allocated after the first step (%llu in it)",
+		     (unsigned long long)(mr_comm_stage_allocs(w) - first),
+		     (unsigned long long)first);
+out:
+	for (int k = 0; k < NS; k++)
+		dfree(NULL, buf[k], 0);
+	return rc;
+}
+
+Test(comm_stage, a_repeated_step_allocates_no_stand_ins_after_the_first, .timeout = 120)
+{
+	cr_assert_eq(run_threads(2, HOSTS_SAME, steady, NULL), 0);
 }
