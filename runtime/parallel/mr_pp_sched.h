@@ -120,6 +120,32 @@ int mr_pp_len(const struct mr_pp_spec *sp, struct mr_errbuf *eb);
 int mr_pp_actions(const struct mr_pp_spec *sp, int stage, struct mr_pp_action *out, int cap,
 		  struct mr_errbuf *eb);
 
+/* ---- what a schedule keeps and costs (the runtime's slots, the planner) -- */
+
+/*
+ * Of stage's list: the most micro-batches alive at once (from a
+ * micro-batch's first action on the stage to its last: the slots
+ * parallel/pp.c assigns) into *slots, and the most (micro-batch, chunk)
+ * pairs alive at once (from each F to its B: the activation sets kept)
+ * into *pairs. gpipe and 1f1b by their formulas (m; min(p - s, m)); the
+ * others by walking the list, of at most 2pv micro-batches (the counts
+ * stop growing once m covers the warm-up). 0 or a negative MR_E* code.
+ */
+int mr_pp_in_flight(const struct mr_pp_spec *sp, int stage, int *slots, int *pairs,
+		    struct mr_errbuf *eb);
+
+/*
+ * The step's makespan in closed form, for the planner: m micro-batches
+ * whose forward costs f and backward b + w on a whole stage (w: the
+ * weight-gradient part zb-h1 defers; the other schedules run it inside B).
+ * gpipe, 1f1b: (m + p - 1)(f + b + w); interleaved: m(f + b + w) +
+ * (p - 1)(f + b + w)/v; zb-h1: m(f + b + w) + (p - 1) max(f + b - w, f, b).
+ * Equal to mr_pp_simulate's makespan of the same costs split over the
+ * chunks (f/v ...) for gpipe, 1f1b and interleaved, and for zb-h1 with
+ * m >= p and w <= min(f, b) (tests/parallel/test_pp_sched.c).
+ */
+double mr_pp_makespan(const struct mr_pp_spec *sp, double f, double b, double w);
+
 /* ---- communication ---------------------------------------------------- */
 
 enum mr_pp_msg {

@@ -558,3 +558,86 @@ out:
 	free(all);
 	return rc;
 }
+
+/* ---- what a schedule keeps and costs --------------------------------------- */
+
+int mr_pp_in_flight(const struct mr_pp_spec *sp, int stage, int *slots, int *pairs,
+		    struct mr_errbuf *eb)
+{
+	struct mr_pp_spec w = *sp;
+	struct mr_pp_action *a;
+	int *first, *last, n, i, live = 0, lp = 0, rc;
+
+	*slots = *pairs = 1;
+	if ((rc = mr_pp_check(sp, eb)) < 0)
+		return rc;
+	if (stage < 0 || stage >= sp->p)
+		return mr_errf(eb, MR_EINVAL, "stage %d of %d", stage, sp->p);
+	if (sp->p == 1)
+		return 0;
+	if (sp->kind == MR_PP_GPIPE) { /* every forward before any backward */
+		*slots = sp->m;
+		*pairs = sp->m * sp->v;
+		return 0;
+	}
+	if (sp->kind == MR_PP_1F1B) {
+		*slots = *pairs = sp->p - stage < sp->m ? sp->p - stage : sp->m;
+		return 0;
+	}
+	/* 2pv is a multiple of p (interleaved) and covers every warm-up: the
+	 * counts of any longer step equal its (test_pp_sched.c checks them
+	 * against whole lists) */
+	if (w.m > 2 * w.p * w.v)
+		w.m = 2 * w.p * w.v;
+	if ((n = mr_pp_len(&w, eb)) < 0)
+		return n;
+	a = malloc(sizeof(*a) * (size_t)n);
+	first = malloc(sizeof(int) * 2 * (size_t)w.m);
+	if (!a || !first) {
+		free(a);
+		free(first);
+		return mr_errf(eb, MR_ENOMEM, "out of memory");
+	}
+	last = first + w.m;
+	if ((n = mr_pp_actions(&w, stage, a, n, eb)) < 0)
+		goto out;
+	for (i = 0; i < w.m; i++)
+		first[i] = last[i] = -1;
+	for (i = 0; i < n; i++) {
+		if (first[a[i].mb] < 0)
+			first[a[i].mb] = i;
+		last[a[i].mb] = i;
+	}
+	*slots = *pairs = 0;
+	for (i = 0; i < n; i++) {
+		if (first[a[i].mb] == i && ++live > *slots)
+			*slots = live;
+		if (a[i].op == MR_PP_F && ++lp > *pairs)
+			*pairs = lp;
+		if (a[i].op == MR_PP_B)
+			lp--;
+		if (last[a[i].mb] == i)
+			live--;
+	}
+	n = 0;
+out:
+	free(a);
+	free(first);
+	return n;
+}
+
+double mr_pp_makespan(const struct mr_pp_spec *sp, double f, double b, double w)
+{
+	double m = sp->m, p = sp->p, step = f + b + w;
+
+	if (sp->p == 1)
+		return m * step;
+	switch (sp->kind) {
+	case MR_PP_INTERLEAVED:
+		return m * step + (p - 1) * step / sp->v;
+	case MR_PP_ZBH1:
+		return m * step + (p - 1) * fmax(f + b - w, fmax(f, b));
+	default: /* gpipe, 1f1b */
+		return (m + p - 1) * step;
+	}
+}

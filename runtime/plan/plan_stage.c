@@ -58,16 +58,9 @@ static void layer_units(const struct mr_plan_model *md, const struct mr_plan_mes
 }
 
 /* Micro-batches (and micro-batch x chunk pairs) alive at once on a stage:
- * from a micro-batch's first action there to its last (the runtime's
- * slot, parallel/pp.c), and from each F to its B on a chunk. The counts
- * stop growing once m covers the schedule's warm-up, so for a long step
- * the list of a shorter one that already does is walked; GPipe's and
- * 1F1B's are the schedules' own formulas. */
-static int walk(const struct mr_plan_mesh *m, int stage, int *slots, int *pairs,
-		struct mr_errbuf *eb);
-
-/* The walks repeat across a search (the ZeRO stage, sp, recomputation do
- * not change them): a small per-thread memo of the last ones. */
+ * the schedule's own count (mr_pp_in_flight: the runtime's slots), which
+ * repeats across a search (the ZeRO stage, sp, recomputation do not change
+ * it): a small per-thread memo of the last ones. */
 struct flight_memo {
 	int kind, p, m, v, stage, slots, pairs;
 };
@@ -78,89 +71,30 @@ static _Thread_local struct flight_memo memo[MEMO];
 static int in_flight(const struct mr_plan_mesh *m, int stage, int *slots, int *pairs,
 		     struct mr_errbuf *eb)
 {
+	struct mr_pp_spec sp = { (enum mr_pp_kind)m->schedule, m->pp, m->micro_batches, m->v };
 	int mc = m->micro_batches < 2 * m->pp * m->v ? m->micro_batches : 2 * m->pp * m->v;
 	unsigned h = (unsigned)m->schedule;
 	struct flight_memo *e;
 	int rc;
 
+	*slots = *pairs = 1;
+	if (m->pp == 1)
+		return 0;
 	h = (h * 31u + (unsigned)m->pp) * 2654435761u;
 	h = (h ^ (unsigned)mc) * 2246822519u;
 	h = (h ^ (unsigned)m->v) * 3266489917u;
 	h = ((h ^ (unsigned)stage) * 668265263u) >> 7;
 	h %= MEMO;
 	e = &memo[h];
-
-	if (m->pp > 1 && m->schedule != MR_PP_GPIPE && e->p == m->pp && e->kind == m->schedule &&
-	    e->m == mc && e->v == m->v && e->stage == stage) {
+	if (m->schedule != MR_PP_GPIPE && e->p == m->pp && e->kind == m->schedule && e->m == mc &&
+	    e->v == m->v && e->stage == stage) {
 		*slots = e->slots;
 		*pairs = e->pairs;
 		return 0;
 	}
-	if ((rc = walk(m, stage, slots, pairs, eb)) == 0 && m->pp > 1)
+	if ((rc = mr_pp_in_flight(&sp, stage, slots, pairs, eb)) == 0)
 		*e = (struct flight_memo){ m->schedule, m->pp, mc, m->v, stage, *slots, *pairs };
 	return rc;
-}
-
-static int walk(const struct mr_plan_mesh *m, int stage, int *slots, int *pairs,
-		struct mr_errbuf *eb)
-{
-	struct mr_pp_spec sp = { (enum mr_pp_kind)m->schedule, m->pp, m->micro_batches, m->v };
-	struct mr_pp_action *a;
-	int *first, *last, n, i, live = 0, lp = 0, cap;
-
-	*slots = *pairs = 1;
-	if (m->pp == 1)
-		return 0;
-	if (m->schedule == MR_PP_GPIPE) { /* every forward before any backward */
-		*slots = m->micro_batches;
-		*pairs = m->micro_batches * m->v;
-		return 0;
-	}
-	if (m->schedule == MR_PP_1F1B) { /* mr_pp_sched.h: min(p - s, m) */
-		*slots = *pairs = m->pp - stage < m->micro_batches ? m->pp - stage : m->micro_batches;
-		return 0;
-	}
-	/* 2pv is a multiple of p (interleaved) and covers every warm-up; the
-	 * counts for any longer step equal its (checked for p <= 16, v <= 4
-	 * against 8pv when this was written) */
-	cap = 2 * m->pp * m->v;
-	if (sp.m > cap)
-		sp.m = cap;
-	if ((n = mr_pp_len(&sp, eb)) < 0)
-		return n;
-	a = malloc(sizeof(*a) * (size_t)n);
-	first = malloc(sizeof(int) * 2 * (size_t)sp.m);
-	if (!a || !first) {
-		free(a);
-		free(first);
-		return mr_errf(eb, MR_ENOMEM, "out of memory");
-	}
-	last = first + sp.m;
-	if ((n = mr_pp_actions(&sp, stage, a, n, eb)) < 0)
-		goto out;
-	for (i = 0; i < sp.m; i++)
-		first[i] = last[i] = -1;
-	for (i = 0; i < n; i++) {
-		if (first[a[i].mb] < 0)
-			first[a[i].mb] = i;
-		last[a[i].mb] = i;
-	}
-	*slots = *pairs = 0;
-	for (i = 0; i < n; i++) {
-		if (first[a[i].mb] == i && ++live > *slots)
-			*slots = live;
-		if (a[i].op == MR_PP_F && ++lp > *pairs)
-			*pairs = lp;
-		if (a[i].op == MR_PP_B)
-			lp--;
-		if (last[a[i].mb] == i)
-			live--;
-	}
-	n = 0;
-out:
-	free(a);
-	free(first);
-	return n;
 }
 
 int mr__plan_split(const struct mr_plan_input *in, const struct mr_plan_mesh *m, int **split,

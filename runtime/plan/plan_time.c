@@ -242,20 +242,10 @@ static double dp_step(struct ctx *x, struct mr_plan_time *t, const struct mr__pl
  * weight-gradient pass zb-h1 defers: half the backward's compute). */
 static double makespan(const struct mr_plan_mesh *m, double F, double B, double Bc)
 {
-	double mb = m->micro_batches, p = m->pp;
+	struct mr_pp_spec sp = { (enum mr_pp_kind)m->schedule, m->pp, m->micro_batches, m->v };
+	double W = m->schedule == MR_PP_ZBH1 ? Bc / 2 : 0;
 
-	if (m->pp == 1)
-		return mb * (F + B);
-	switch (m->schedule) {
-	case MR_PP_INTERLEAVED:
-		return mb * (F + B) + (p - 1) * (F + B) / m->v;
-	case MR_PP_ZBH1: {
-		double W = Bc / 2, Bi = B - W;
-		return mb * (F + B) + (p - 1) * fmax(F + Bi - W, fmax(F, Bi));
-	}
-	default: /* gpipe, 1f1b */
-		return (mb + p - 1) * (F + B);
-	}
+	return mr_pp_makespan(&sp, F, B - W, W);
 }
 
 int mr__plan_time(const struct mr_plan_input *in, const struct mr_plan_mesh *m,

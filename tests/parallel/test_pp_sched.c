@@ -352,6 +352,62 @@ Test(pp_sched, simulate_every_spec)
 	}
 }
 
+/* The planner's closed forms (mr_pp_makespan, mr_pp_in_flight) against
+ * the simulator and the whole lists: the makespan of per-chunk costs c is
+ * the closed form's of per-stage costs v*c (zb-h1: with m >= p); the
+ * (micro-batch, chunk) pairs alive are the simulator's peak; the slots
+ * (first to last action of a micro-batch) are those of the whole list,
+ * also where mr_pp_in_flight walks a shorter one (m > 2pv). */
+static void closed_forms(const struct mr_pp_spec *sp, void *arg)
+{
+	const struct mr_pp_cost *c = arg;
+	int peak[8], p = sp->p, m = sp->m, v = sp->v, n = mr_pp_len(sp, NULL);
+	struct mr_pp_sim r = { .peak = peak };
+	struct mr_pp_action *a = malloc(sizeof(*a) * (size_t)n);
+	const char *kn = mr_pp_kind_name(sp->kind);
+
+	cr_assert_not_null(a);
+	cr_assert_eq(mr_pp_simulate(sp, c, &r, NULL), 0);
+	if (sp->kind != MR_PP_ZBH1 || m >= p) {
+		double want = mr_pp_makespan(sp, v * c->f, v * c->b, v * c->w);
+		cr_assert(fabs(r.makespan - want) < 1e-9 * want,
+			  "%s p=%d m=%d v=%d: simulated %.12g, closed form %.12g", kn, p, m, v,
+			  r.makespan, want);
+	}
+	for (int s = 0; s < p; s++) {
+		int slots, pairs, first[16], last[16], live = 0, most = 0;
+
+		cr_assert_eq(mr_pp_in_flight(sp, s, &slots, &pairs, NULL), 0);
+		cr_assert_eq(pairs, p > 1 ? peak[s] : 1, "%s p=%d m=%d v=%d stage %d: pairs %d, peak %d",
+			     kn, p, m, v, s, pairs, peak[s]);
+		cr_assert_eq(mr_pp_actions(sp, s, a, n, NULL), n);
+		for (int i = 0; i < m; i++)
+			first[i] = last[i] = -1;
+		for (int i = 0; i < n; i++) {
+			if (first[a[i].mb] < 0)
+				first[a[i].mb] = i;
+			last[a[i].mb] = i;
+		}
+		for (int i = 0; i < n; i++) {
+			if (first[a[i].mb] == i && ++live > most)
+				most = live;
+			if (last[a[i].mb] == i)
+				live--;
+		}
+		cr_assert_eq(slots, p > 1 ? most : 1, "%s p=%d m=%d v=%d stage %d: slots %d, list %d",
+			     kn, p, m, v, s, slots, most);
+	}
+	free(a);
+}
+
+Test(pp_sched, closed_forms_equal_the_simulator_and_the_lists)
+{
+	static const struct mr_pp_cost costs[] = { { 1, 1, 1 }, { 0.3, 1.7, 0.25 }, { 1, 0.5, 3 } };
+
+	for (size_t i = 0; i < sizeof(costs) / sizeof(costs[0]); i++)
+		each_spec(closed_forms, (void *)&costs[i]);
+}
+
 Test(pp_sched, zero_bubble_beats_1f1b)
 {
 	struct mr_pp_cost unit = { 1, 1, 1 }, fb2 = { 1, 2, 0 };
