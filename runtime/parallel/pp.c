@@ -164,6 +164,18 @@ static int plan_make(struct mr_pp *pp, int m, const struct mr_pp_action *acts, i
 	}
 	if ((rc = assign_slots(pl)) < 0)
 		goto fail;
+	if (!acts) { /* the planner sizes memory by the schedule's count: the same */
+		int slots, pairs;
+		if ((rc = mr_pp_in_flight(&sp, pp->stage, &slots, &pairs, eb)) < 0)
+			goto fail;
+		if (slots != pl->nslots) {
+			rc = mr_errf(eb, MR_ESTATE,
+				     "pipeline stage %d uses %d micro-batch slots, its schedule "
+				     "counts %d",
+				     pp->stage, pl->nslots, slots);
+			goto fail;
+		}
+	}
 	free(pp->rreq);
 	free(pp->sreq);
 	free(pp->nsreq);
