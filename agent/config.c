@@ -118,7 +118,8 @@ static const struct mr_config_opt agent_opts[] = {
 	MR_CONFIG_STRING("workload_config", C, workload_config, NULL,
 			 "JSON object given to the in-process workload, e.g. "
 			 "'{\"steps\": 20, \"d_model\": 64}', or the path of a file holding one "
-			 "(a mounted ConfigMap); checked at start."),
+			 "(a mounted ConfigMap); checked at start. Its keys: docs/WORKLOAD.md "
+			 "(meshrun local --help-workload)."),
 	MR_CONFIG_STRING("mesh", C, mesh, NULL,
 			 "auto: the mesh (and ZeRO stage, micro-batches, schedule) of meshrun "
 			 "plan's top plan for the world the job gets, from workload_config's "

@@ -85,8 +85,8 @@ static void usage(FILE *out)
 		"directory, removed at the end). Every other option is a meshrun-agent option (see\n"
 		"`meshrun-agent --help`), e.g. --nproc-per-node, --tp, --max-restarts.\n"
 		"Without a command the agents train the in-process GPT runtime\n"
-		"(--workload-config '{\"steps\": 20}'); --demo runs a shell command\n"
-		"printing each rank's placement instead.\n");
+		"(--workload-config '{\"steps\": 20}'; --help-workload lists its keys);\n"
+		"--demo runs a shell command printing each rank's placement instead.\n");
 }
 
 static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
@@ -177,6 +177,10 @@ static int parse_args(struct local_run *r, int argc, char **argv)
 		}
 		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
 			usage(stdout);
+			return -1;
+		}
+		if (!strcmp(argv[i], "--help-workload")) { /* docs/WORKLOAD.md */
+			mr_gpt_worker_keys_doc(stdout);
 			return -1;
 		}
 		if (!strcmp(argv[i], "--demo")) {

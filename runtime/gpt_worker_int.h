@@ -73,6 +73,24 @@ int mr__gw_parse(const json_t *c, struct mr_gpt_config *mc, struct mr_adamw_conf
 int mr__gw_run_keys(const json_t *c, struct gw *w, struct mr_errbuf *eb);
 /* Opens train_data / val_data when the config names them. */
 int mr__gw_open_data(struct gw *w, const json_t *c, struct mr_errbuf *eb);
+
+/* The config's keys (gpt_worker_keys.c): what the parser takes its bounds,
+ * defaults and choices from, and what docs/WORKLOAD.md prints. */
+enum mr__gw_key_type { GWK_INT, GWK_NUM, GWK_BOOL, GWK_STR, GWK_CHOICE, GWK_LIST };
+struct mr__gw_key {
+	const char *name;
+	enum mr__gw_key_type type;
+	double lo, hi;       /* INT, NUM: the value's bounds; LIST: its entries' */
+	const char *def;     /* the default as a person reads it */
+	const char *choices; /* CHOICE: "a|b|c" */
+	const char *group, *help;
+};
+extern const struct mr__gw_key mr__gw_keys[]; /* ends with a NULL name */
+/* The key named name, or NULL. */
+const struct mr__gw_key *mr__gw_key(const char *name);
+/* Fails on the first key of c the table lacks, naming the nearest valid
+ * one (at most 3 edits away). */
+int mr__gw_check_keys(const json_t *c, struct mr_errbuf *eb);
 /* The rank's trainer: its device, its place in the mesh (communicators
  * on the backend chosen for the device), the model placed there and the
  * step driver. */
