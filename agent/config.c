@@ -17,6 +17,7 @@
 #include "mr_log.h"
 #include "mesh_auto.h"
 #include "mr_mesh.h"
+#include "device/mr_device.h"
 #include "mr_gpt_worker.h"
 #include "mr_token.h"
 
@@ -447,6 +448,21 @@ static int parse_workload(struct mr_agent_config *cfg, struct mr_errbuf *eb)
 	return rc;
 }
 
+/* The in-process workload's device exists here: a job asking for GPUs on
+ * a node without one fails before it joins, naming why, instead of in its
+ * ranks after the round formed. */
+static int check_device(const struct mr_agent_config *cfg, struct mr_errbuf *eb)
+{
+	const char *dev = json_string_value(json_object_get(cfg->workload_json, "device"));
+	struct mr_errbuf why = { "", "" };
+
+	if (!dev || strcmp(dev, "cuda") || mr_dev_cuda_count(&why) > 0)
+		return 0;
+	return mr_errf_field(eb, MR_ENOTSUP, "device",
+			     "workload_config: 'device' \"cuda\" is not available on this node: %s",
+			     why.msg);
+}
+
 /*
  * --mesh auto: the flags' tp, pp, cp and ep become what the planner keeps
  * (1 when not given), dp is derived; a job of fixed size is planned now,
@@ -608,6 +624,8 @@ int mr_agent_config_load(struct mr_agent_config *cfg, const char *prog, int argc
 				    "mode: 'exec' needs a worker command after --");
 		goto out;
 	}
+	if (cfg->mode == MR_AGENT_MODE_INPROC && (err = check_device(cfg, eb)) < 0)
+		goto out;
 	fill_defaults(cfg);
 out:
 	mr_config_release(&mc);

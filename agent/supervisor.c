@@ -637,8 +637,10 @@ int mr_supervisor_run(struct mr_supervisor *sv)
 			break;
 		case OUT_FAILED:
 		default:
-			snprintf(why, sizeof(why), "rank %d exited with code %d",
-				 st.first_failed_rank, st.first_failed_code);
+			snprintf(why, sizeof(why), "rank %d exited with code %d%s%s",
+				 st.first_failed_rank, st.first_failed_code,
+				 mr__sv_worker_reason(sv, st.first_failed_rank)[0] ? ": " : "",
+				 mr__sv_worker_reason(sv, st.first_failed_rank));
 			if (mr_agent_config_permanent(cfg, st.first_failed_code)) {
 				char msg[sizeof(sv->reason)];
 

@@ -43,6 +43,9 @@ void mr__sv_workers_signal(struct mr_supervisor *sv, int sig);
  * workers get sig. */
 void mr__sv_workers_preempt(struct mr_supervisor *sv, int sig);
 int mr__sv_workers_count(const struct mr_supervisor *sv);
+/* Why in-process rank `rank` (global) failed, "" when unknown (exec mode,
+ * not this node's, still running). */
+const char *mr__sv_worker_reason(const struct mr_supervisor *sv, int rank);
 /* Records every local worker's exit code in the metrics. */
 void mr__sv_record_codes(struct mr_supervisor *sv);
 /* Stops the workers (grace for exec mode) and records their codes; the

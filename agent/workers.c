@@ -140,6 +140,16 @@ int mr__sv_workers_count(const struct mr_supervisor *sv)
 	return mr__sv_inproc_mode(sv) ? sv->inproc.n : sv->exec.n;
 }
 
+const char *mr__sv_worker_reason(const struct mr_supervisor *sv, int rank)
+{
+	int i = rank - sv->round.rank_base;
+
+	if (!mr__sv_inproc_mode(sv) || i < 0 || i >= sv->inproc.n ||
+	    !atomic_load(&sv->inproc.rank[i].done))
+		return "";
+	return sv->inproc.rank[i].err;
+}
+
 /* Exit code of local rank i, -1 while it runs. */
 static int worker_code(const struct mr_supervisor *sv, int i)
 {

@@ -253,6 +253,30 @@ Test(agent_config, duplicate_workload_key_exits_2_naming_it)
 	expect_usage_error(args, NULL, "workload_config", "duplicate object key near '\"steps\"'");
 }
 
+/* Errors a rank would only meet after launch, found at start: bf16 on the
+ * cpu device; a GPU job on a node without a GPU (the emulated device told
+ * to have none), before it joins any round. */
+Test(agent_config, device_errors_exit_2_before_joining)
+{
+	char *args[] = {"--workload-config", "{\"precision\": \"bf16\"}", NULL};
+	char bin[1024], log[300], *out;
+	char *argv[] = {bin, "--controller", "http://127.0.0.1:1", "--health-port", "-1",
+			"--workload-config", "{\"device\": \"cuda\"}", NULL};
+	char *env[] = {"MR_CUDA_EMUL_NODEV=1", NULL};
+	int code;
+
+	expect_usage_error(args, NULL, "precision", "not available on device cpu");
+	snprintf(bin, sizeof(bin), "%s/emul/meshrun-agent", h_build());
+	h_path(log, sizeof(log), "nogpu-config.log");
+	code = h_wait(h_spawn(argv, env, log), 30000);
+	out = h_read(log);
+	cr_expect_eq(code, 2, "exit %d: %s", code, out);
+	cr_expect(strstr(out, "'device' \"cuda\" is not available on this node"), "%s", out);
+	cr_expect(strstr(out, "emulation told so"), "the reason is not named: %s", out);
+	cr_expect_null(strstr(out, "event=joined"), "it joined first: %s", out);
+	free(out);
+}
+
 Test(agent_config, unreadable_or_empty_token_file_exits_2_naming_it)
 {
 	char empty[300], missing[300];

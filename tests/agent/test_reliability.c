@@ -199,6 +199,10 @@ Test(reliability, missing_data_file_fails_at_once_with_exit_2)
 	h_expect_exit(a, 2, 60000, la, &c);
 	cr_expect_geq(h_count(la, "unable to open shard '/nonexistent/meshrun/train.bin'"), 1);
 	cr_expect_eq(h_count(la, "event=restarting"), 0);
+	/* the agent's last word carries the worker's reason, not only a code */
+	cr_expect_geq(h_count(la, "event=failed reason=\"rank 0 exited with code 2: unable to "
+				  "open shard"),
+		      1, "the failure does not say why");
 	st = h_status(&c, "t/nodata", "nodata-status.log");
 	cr_expect(strstr(st, "state:       failed\n"), "%s", st);
 	free(st);
