@@ -111,6 +111,7 @@ static int gw_create(void **state, const struct mr_worker_env *env, struct mr_er
 	w->B = B;
 	w->T = T;
 	rc = mr__gw_keep_global_batch(w, env, eb);
+	B = w->B; /* a resume on another dp may split the micro-batch */
 	if (rc == 0)
 		rc = mr__gw_create_trainer(w, env, &oc, eb);
 	if (rc < 0)

@@ -105,8 +105,10 @@ int mr__gw_open_ckpt(struct gw *w, const struct mr_worker_env *env, const char *
 
 /* Elastic resume: when the data-parallel size differs from the newest
  * checkpoint's, grad_accum becomes what keeps its global batch (the same
- * micro-batches every step, so the same losses); fails naming grad_accum
- * when dp cannot share it evenly. Before the trainer is built. */
+ * micro-batches every step, so the same losses), or, when dp cannot share
+ * the micro-batches but can their rows, one micro-batch of rows / dp per
+ * rank (batch_size changes: the same rows); fails naming grad_accum when
+ * dp divides neither. Before the trainer is built. */
 int mr__gw_keep_global_batch(struct gw *w, const struct mr_worker_env *env,
 			     struct mr_errbuf *eb);
 

@@ -306,7 +306,8 @@ int mr__gw_keep_global_batch(struct gw *w, const struct mr_worker_env *env, stru
 	struct mr_ckpt_manifest mf;
 	struct mr_mesh mesh;
 	char **dirs = NULL;
-	int n = 0, i, found = 0, global, dp, accum;
+	int n = 0, i, found = 0, global, dp, accum, B;
+	long rows;
 
 	if (!w->ckpt_dir || !w->resume || !env || mr_groups_mesh(env, &mesh, NULL) < 0 ||
 	    mr_ckpt_list(w->ckpt_dir, &dirs, &n, NULL) < 0)
@@ -319,17 +320,33 @@ int mr__gw_keep_global_batch(struct gw *w, const struct mr_worker_env *env, stru
 		return 0;
 	dp = mf.dp;
 	accum = mf.grad_accum;
+	B = mf.batch_size;
 	global = dp * accum;
 	found = mr_ckpt_model_diff(&mf.model, &w->mc) == NULL;
 	mr_ckpt_manifest_release(&mf);
 	/* another model's: the resume refuses it, naming the field */
 	if (!found || dp == mesh.dp || global == mesh.dp * w->accum)
 		return 0;
+	rows = (long)global * B;
+	if (global % mesh.dp != 0 && rows % mesh.dp == 0 && rows / mesh.dp <= (1 << 16)) {
+		/* the step's micro-batches cannot be shared, its rows can: one
+		 * micro-batch of rows / dp each - the same rows, in order */
+		if (env->rank == 0)
+			mr_log_info("elastic_batch",
+				    "dp_was=%d dp=%d grad_accum_was=%d grad_accum=1 batch_size_was=%d "
+				    "batch_size=%ld rows=%ld",
+				    dp, mesh.dp, accum, B, rows / mesh.dp, rows);
+		w->accum = 1;
+		w->B = (int)(rows / mesh.dp);
+		return 0;
+	}
 	if (global % mesh.dp != 0)
 		return mr_errf_field(eb, MR_EINVAL, "grad_accum",
-				     "the checkpoint's step is %d micro-batches (dp %d x grad_accum "
-				     "%d), which dp %d cannot share evenly",
-				     global, dp, accum, mesh.dp);
+				     "the checkpoint's step is %d micro-batches of %d rows (dp %d x "
+				     "grad_accum %d), which dp %d cannot share evenly: resume on a dp "
+				     "that divides %ld rows, or set \"resume\": \"never\" to start "
+				     "afresh",
+				     global, B, dp, accum, mesh.dp, rows);
 	if (env->rank == 0)
 		mr_log_info("elastic_batch",
 			    "dp_was=%d dp=%d grad_accum_was=%d grad_accum=%d micro_batches=%d",

@@ -156,6 +156,14 @@ Test(ckpt, reshard_dp4_to_dp2_keeps_the_global_batch)
 		&(struct mr_ckjob){ 1, 2, "", "\"zero\": 3, \"grad_accum\": 2" });
 }
 
+Test(ckpt, reshard_dp1_to_dp2_splits_the_micro_batch)
+{
+	/* one micro-batch of 2 rows a step = dp2 x one micro-batch of 1 row */
+	reshard(&(struct mr_ckjob){ 1, 1, "", NULL }, &(struct mr_ckjob){ 1, 2, "", NULL });
+	cr_expect(mr_ckjob_count("to", "elastic_batch", "batch_size=1"), "%s",
+		  mr_ckjob_tail("to"));
+}
+
 Test(ckpt, reshard_ep2_tp2_to_ep1_tp1)
 {
 	static const char *moe = "\"moe_every\": 2, \"n_experts\": 4, \"top_k\": 2, "
