@@ -35,7 +35,9 @@ const struct mr_config_opt mr_controller_config[] = {
 			 "ReadWriteOnce volume at /var/lib/meshrun, set this to it, and use a "
 			 "Deployment with strategy Recreate."),
 	MR_CONFIG_STRING("token_file", O, token_file, "",
-			 "File holding the bearer token for every call (write and read)."),
+			 "File holding the bearer token every write needs (and every read "
+			 "under /v1 unless read_token_file is set); /healthz, /readyz and "
+			 "/metrics need none."),
 	MR_CONFIG_STRING("read_token_file", O, read_token_file, "",
 			 "File holding an extra token that may only read (GET)."),
 	MR_CONFIG_STRING("token", O, token, "",
