@@ -301,15 +301,19 @@ void mr__sv_report_stats(struct mr_supervisor *sv, long long *last, int final)
 			mr_agent_metrics_comm(&sv->metrics, sv->inproc.rank[i].env.rank, &wp);
 		mr_agent_progress_step(&sv->progress, i, &ws);
 		if (final) {
-			char val[32] = ""; /* only when the last step evaluated */
+			/* losses only where there are some: the last step
+			 * evaluated; a finished job run again trained none */
+			char loss[32] = "", val[32] = "";
 
+			if (isfinite(ws.loss))
+				snprintf(loss, sizeof(loss), " loss=%.4f", ws.loss);
 			if (isfinite(ws.val_loss))
 				snprintf(val, sizeof(val), " val_loss=%.4f", ws.val_loss);
 			mr_log_info("worker_done",
-				    "rank=%d step=%lld/%lld loss=%.4f%s tokens=%lld "
-				    "tokens_per_s=%.0f mfu=%.3f",
+				    "rank=%d step=%lld/%lld%s%s tokens=%lld tokens_per_s=%.0f "
+				    "mfu=%.3f",
 				    sv->inproc.rank[i].env.rank, (long long)ws.step,
-				    (long long)ws.total_steps, ws.loss, val, (long long)ws.tokens,
+				    (long long)ws.total_steps, loss, val, (long long)ws.tokens,
 				    ws.tokens_per_s, ws.mfu);
 		} else if (print && i == 0 && ws.step > 0) {
 			mr_log_info("progress",

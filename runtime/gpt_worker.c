@@ -344,8 +344,21 @@ static int gw_step(void *state, struct mr_worker_stats *st, struct mr_errbuf *eb
 
 	if (atomic_load(&w->aborted))
 		return mr_errf(eb, MR_EABORTED, "gpt worker aborted at step %ld", step);
-	if (step >= w->steps)
+	if (step >= w->steps) {
+		/* resumed at the end (a finished job run again): nothing to
+		 * train; the stats say where it stands, not zeros */
+		st->step = step;
+		st->total_steps = w->steps;
+		st->resumed_step = step;
+		st->ckpt_step = step;
+		st->loss = st->val_loss = NAN;
+		if (w->rank == 0)
+			mr_log_info("already_finished",
+				    "step=%ld steps=%ld msg=%s", step, (long)w->steps,
+				    mr_log_q("the newest checkpoint is the last step: nothing to "
+					     "train (raise \"steps\" to continue)"));
 		return MR_WORKER_DONE;
+	}
 	atomic_store_explicit(&w->progress_step, step, memory_order_relaxed);
 	t0 = mr__gw_now();
 	wait0 = comm_wait(w);

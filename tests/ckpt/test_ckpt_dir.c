@@ -334,3 +334,21 @@ Test(ckpt_dir, large_manifests_are_read_in_bounded_memory_or_refused, .timeout =
 	cr_expect(mr_ckjob_count("huge", "more than a manifest may be", NULL), "%s",
 		  mr_ckjob_tail("huge"));
 }
+
+/* A finished job run again has nothing to train: it says so, shows where
+ * it stands (step N/N) with no made-up losses, and succeeds. */
+Test(ckpt_dir, a_finished_job_run_again_says_it_is_done, .timeout = 300)
+{
+	const char *keys = "\"ckpt_dir\": \"done\", \"ckpt_every\": 2";
+
+	cr_assert_eq(mr_ckjob_run(&dp2, "first", 4, keys), 0, "%s", mr_ckjob_tail("first"));
+	cr_assert_eq(mr_ckjob_run(&dp2, "again", 4, keys), 0, "%s", mr_ckjob_tail("again"));
+	cr_expect_eq(mr_ckjob_count("again", "event=already_finished", "step=4 steps=4"), 1, "%s",
+		     mr_ckjob_tail("again"));
+	cr_expect_eq(mr_ckjob_count("again", "event=worker_done", "step=4/4"), 2, "%s",
+		     mr_ckjob_tail("again"));
+	cr_expect_eq(mr_ckjob_count("again", "loss=0.0000", NULL), 0, "%s",
+		     mr_ckjob_tail("again"));
+	cr_expect_eq(mr_ckjob_count("again", "event=worker_done", "loss="), 0, "%s",
+		     mr_ckjob_tail("again"));
+}
