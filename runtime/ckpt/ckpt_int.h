@@ -44,6 +44,8 @@ struct mr_ckpt {
 	int wrc;                   /* the whole write's result */
 	struct mr_errbuf web;
 	double t0;                 /* its start */
+	double wsecs;              /* rank 0, async: when its writer published it
+				    * (seconds from t0; logged there), 0 = not */
 	atomic_int cancel;         /* the job stops: rank 0 stops waiting for the others */
 	atomic_int abandon;        /* rank 0: rank abandon - 1 failed its part: stop waiting */
 	pthread_mutex_t lock;      /* st, part_done */

@@ -450,6 +450,14 @@ static void *writer(void *arg)
 	pthread_mutex_unlock(&c->lock);
 	if (rc == 0 && c->job.rank == 0 && c->o.async)
 		rc = publish(c, tmp, c->wstep, c->wopt, &c->web);
+	if (rc == 0 && c->job.rank == 0 && c->o.async) {
+		/* saved: say so now, not when the ranks next agree on it (at the
+		 * next save or the end) */
+		c->wsecs = now_s() - c->t0;
+		mr_log_info("checkpoint_saved", "step=%ld seconds=%.3f bytes=%llu dir=%s",
+			    c->wstep, c->wsecs, (unsigned long long)c->st.last_bytes,
+			    mr_log_q(c->dir));
+	}
 	c->wrc = rc;
 	return NULL;
 }
@@ -516,10 +524,10 @@ static int finish_write(struct mr_ckpt *c, int collective, int *peer, struct mr_
 	}
 	pthread_mutex_lock(&c->lock);
 	c->st.last_step = c->wstep;
-	c->st.last_seconds = secs;
+	c->st.last_seconds = c->wsecs > 0 ? c->wsecs : secs;
 	c->st.saves++;
 	pthread_mutex_unlock(&c->lock);
-	if (c->job.rank == 0)
+	if (c->job.rank == 0 && c->wsecs <= 0) /* else its writer said it */
 		mr_log_info("checkpoint_saved", "step=%ld seconds=%.3f bytes=%llu dir=%s", c->wstep,
 			    secs, (unsigned long long)c->st.last_bytes, mr_log_q(c->dir));
 	return 0;
@@ -550,6 +558,7 @@ int mr_ckpt_save(struct mr_ckpt *c, long step, struct mr_errbuf *eb)
 	c->part_rc = 0;
 	mr_errbuf_clear(&c->web);
 	c->t0 = t0;
+	c->wsecs = 0;
 	c->running = 1;
 	/* the snapshot: every owned slice's param, m and v to host memory */
 	for (i = 0; i < n && c->wrc == 0; i++) {
