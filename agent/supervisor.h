@@ -81,6 +81,8 @@ struct mr_supervisor {
 	struct mr_rdzv_opts ropts; /* for per-rank KV clients (inproc) */
 	struct mr_agent_metrics metrics;
 	struct mr_agent_progress progress; /* inproc ranks' progress for the beats */
+	int64_t shown_step;      /* the progress line's last step, and since when */
+	long long shown_since_ms;
 	struct mr_rdzv_round round;
 	atomic_int state;       /* enum mr_agent_state */
 	atomic_int ready;       /* round closed and workers running */

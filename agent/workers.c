@@ -316,14 +316,28 @@ void mr__sv_report_stats(struct mr_supervisor *sv, long long *last, int final)
 				    (long long)ws.total_steps, loss, val, (long long)ws.tokens,
 				    ws.tokens_per_s, ws.mfu);
 		} else if (print && i == 0 && ws.step > 0) {
+			/* no ETA while the steps stall (past 3 steps' time and 10 s
+			 * with no new one): how long it has stalled instead */
+			long long now = mr__sv_now_ms(), idle;
+			char eta[48];
+
+			if (ws.step != sv->shown_step) {
+				sv->shown_step = ws.step;
+				sv->shown_since_ms = now;
+			}
+			idle = now - sv->shown_since_ms;
+			if (idle > 10000 && idle > 3000 * ws.step_seconds)
+				snprintf(eta, sizeof(eta), "stalled_s=%lld", idle / 1000);
+			else
+				snprintf(eta, sizeof(eta), "eta_s=%.0f",
+					 ws.total_steps > ws.step
+						 ? (double)(ws.total_steps - ws.step) *
+							   ws.step_seconds
+						 : 0.0);
 			mr_log_info("progress",
-				    "rank=%d step=%lld/%lld loss=%.4f tokens_per_s=%.0f mfu=%.3f "
-				    "eta_s=%.0f",
+				    "rank=%d step=%lld/%lld loss=%.4f tokens_per_s=%.0f mfu=%.3f %s",
 				    sv->inproc.rank[i].env.rank, (long long)ws.step,
-				    (long long)ws.total_steps, ws.loss, ws.tokens_per_s, ws.mfu,
-				    ws.total_steps > ws.step
-					    ? (double)(ws.total_steps - ws.step) * ws.step_seconds
-					    : 0.0);
+				    (long long)ws.total_steps, ws.loss, ws.tokens_per_s, ws.mfu, eta);
 		}
 	}
 	if (print && last)

@@ -163,6 +163,10 @@ Test(diagnosis, a_rank_that_stops_calling_collectives_is_named, .timeout = 240)
 		  "%s", metrics);
 	free(metrics);
 	json_decref(d);
+	/* rank 0's progress line stops promising an ETA: it says how long the
+	 * steps have stalled */
+	cr_expect_eq(h_wait_log(log, "event=progress rank=0 step=2/200", 1, 60000), 0);
+	cr_expect_eq(h_wait_log(log, "stalled_s=", 1, 60000), 0, "no stalled progress line");
 	stop_local(local, log);
 }
 
