@@ -15,12 +15,15 @@
 
 #include "gpt_worker_int.h"
 
-/* The config {"ckpt_dir": "/tmp/x", key: v} checked; its error into eb. */
+/* The config {"ckpt_dir": "/tmp/x", key: v} checked (on device cuda when
+ * the key is its precision); its error into eb. */
 static int check(const char *key, json_t *v, struct mr_errbuf *eb)
 {
 	json_t *c = json_pack("{s:s}", "ckpt_dir", "/tmp/mr-keys");
 	int rc;
 
+	if (!strcmp(key, "precision"))
+		json_object_set_new(c, "device", json_string("cuda"));
 	json_object_set_new(c, key, v);
 	memset(eb, 0, sizeof(*eb));
 	rc = mr_gpt_worker_check_config(c, eb);
