@@ -387,6 +387,16 @@ json_t *mr__ctl_diagnose(struct ctl *ctl, struct ctl_job *job, char *msg, size_t
 			o = NULL;
 		}
 	}
+	if (o && !strcmp(verdict, "progressing")) {
+		/* who waits for whom is a snapshot of a healthy job here, not a
+		 * hang: say so first */
+		char now[sizeof(line)];
+
+		snprintf(now, sizeof(now),
+			 "not stuck: the last progress was %.1f s ago; right now %.900s", stalled,
+			 line);
+		snprintf(line, sizeof(line), "%s", now);
+	}
 	if (o) {
 		json_object_set_new(o, "message", json_string(line));
 		json_object_set_new(o, "stragglers", mr__diag_stragglers_json(d));
