@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "mr_file.h"
 #include "mr_gpt_worker.h"
 #include "mr_log.h"
 
@@ -36,23 +37,6 @@ _Static_assert(sizeof(struct mr_worker_progress) <= REC_MAX + 4096, "PROGRESS fi
 
 /* The workloads a worker process can run, by struct mr_worker_ops.name. */
 static const struct mr_worker_ops *const workloads[] = { &mr_gpt_worker };
-
-static int write_all(int fd, const void *buf, size_t len)
-{
-	const char *p = buf;
-
-	while (len) {
-		ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return -1;
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
 
 /* Reads exactly len bytes; -1 at EOF or on an error. */
 static int read_all(int fd, void *buf, size_t len)
@@ -213,8 +197,8 @@ int mr__rankproc_run(struct mr_inproc_rank *r)
 		    r->env.local_rank);
 	len = (uint32_t)strlen(text);
 	/* a worker that died at once shows as EOF below */
-	if (write_all(sv[0], &len, sizeof(len)) == 0)
-		(void)write_all(sv[0], text, len);
+	if (mr_file_write_all(sv[0], &len, sizeof(len)) == 0)
+		(void)mr_file_write_all(sv[0], text, len);
 	free(text);
 	pthread_mutex_lock(&r->lock);
 	r->pid = pid;
@@ -274,9 +258,9 @@ static void send_rec(uint32_t kind, const void *a, size_t alen, const void *b, s
 
 	pthread_mutex_lock(&out_lock);
 	/* the agent gone: the control thread sees EOF and aborts */
-	if (write_all(WORKER_FD, &h, sizeof(h)) == 0 && write_all(WORKER_FD, a, alen) == 0 &&
-	    blen)
-		(void)write_all(WORKER_FD, b, blen);
+	if (mr_file_write_all(WORKER_FD, &h, sizeof(h)) == 0 &&
+	    mr_file_write_all(WORKER_FD, a, alen) == 0 && blen)
+		(void)mr_file_write_all(WORKER_FD, b, blen);
 	pthread_mutex_unlock(&out_lock);
 }
 
