@@ -452,8 +452,9 @@ Test(diagnosis, a_pipeline_recv_whose_peer_never_sends, .timeout = 120)
 		d = diagnosis(ctl.url, "t/pp");
 	} while (json_array_size(json_object_get(d, "culprits")) && h_now_ms() < end);
 	cr_assert_eq(json_array_size(json_object_get(d, "culprits")), 0, "%s", json_dumps(d, 0));
-	cr_assert_str_eq(json_string_value(json_object_get(d, "message")),
-			 "no rank is waiting in communication");
+	cr_assert(strstr(json_string_value(json_object_get(d, "message")),
+			 "no rank is waiting in communication"),
+		  "%s", json_string_value(json_object_get(d, "message")));
 	json_decref(d);
 	for (int i = 0; i < 2; i++) {
 		mr_rdzv_free(node[i].rdzv);
