@@ -531,6 +531,7 @@ int mr_supervisor_run(struct mr_supervisor *sv)
 		struct mr_exec_status st;
 		struct mr_errbuf eb = {0};
 		char maddr[256] = "", why[512];
+		const char *reason;
 		int joined = 0, mport = 0, err, rc;
 		enum outcome out;
 
@@ -637,10 +638,10 @@ int mr_supervisor_run(struct mr_supervisor *sv)
 			break;
 		case OUT_FAILED:
 		default:
+			reason = mr__sv_worker_reason(sv, st.first_failed_rank);
 			snprintf(why, sizeof(why), "rank %d exited with code %d%s%s",
-				 st.first_failed_rank, st.first_failed_code,
-				 mr__sv_worker_reason(sv, st.first_failed_rank)[0] ? ": " : "",
-				 mr__sv_worker_reason(sv, st.first_failed_rank));
+				 st.first_failed_rank, st.first_failed_code, reason[0] ? ": " : "",
+				 reason);
 			if (mr_agent_config_permanent(cfg, st.first_failed_code)) {
 				char msg[sizeof(sv->reason)];
 

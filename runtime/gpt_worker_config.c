@@ -234,11 +234,7 @@ int mr__gw_run_keys(const json_t *c, struct gw *w, struct mr_errbuf *eb)
 		return rc;
 	if (!w->device)
 		w->device = "cpu";
-	if (!strcmp(w->device, "cpu") && w->precision && strcmp(w->precision, "fp32"))
-		return mr_errf_field(eb, MR_EINVAL, "precision",
-				     "'precision' \"%s\" is not available on device cpu (fp32 only)",
-				     w->precision);
-	return 0;
+	return mr_dev_check_precision(w->device, w->precision, eb);
 }
 
 int mr_gpt_worker_check_config(const json_t *c, struct mr_errbuf *eb)

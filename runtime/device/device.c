@@ -9,20 +9,24 @@
 #include "device/cuda_entry.h"
 #include "device/dev_int.h"
 
+int mr_dev_check_precision(const char *name, const char *precision, struct mr_errbuf *eb)
+{
+	int cuda = name && !strcmp(name, "cuda");
+
+	if (!precision || !strcmp(precision, "fp32") || (cuda && !strcmp(precision, "bf16")))
+		return 0;
+	return mr_errf_field(eb, MR_EINVAL, "precision",
+			     "'precision' \"%s\" is not available on device %s (%s)", precision,
+			     cuda ? "cuda" : "cpu", cuda ? "bf16, fp32" : "fp32 only");
+}
+
 static int open_cuda(struct mr_dev *d, int index, const char *precision, struct mr_errbuf *eb)
 {
 	struct mr_errbuf why = { { 0 }, { 0 } };
 	const struct mr__cuda_entry *e;
-	enum mr_dtype act = MR_DT_BF16;
+	enum mr_dtype act = precision && !strcmp(precision, "fp32") ? MR_DT_F32 : MR_DT_BF16;
 	int rc;
 
-	if (precision && !strcmp(precision, "fp32"))
-		act = MR_DT_F32;
-	else if (precision && strcmp(precision, "bf16"))
-		return mr_errf_field(eb, MR_EINVAL, "precision",
-				     "'precision' \"%s\" is not available on device cuda (bf16, "
-				     "fp32)",
-				     precision);
 	if (!(e = mr__cuda_entry(&why)) || e->device_count(&why) < 1)
 		return mr_errf_field(eb, MR_ENOTSUP, "device",
 				     "'device' \"cuda\" is not available: %s", why.msg);
@@ -38,12 +42,10 @@ int mr_dev_open(struct mr_dev *d, const char *name, int index, const char *preci
 		struct mr_pool *pool, struct mr_errbuf *eb)
 {
 	memset(d, 0, sizeof(*d));
+	if ((!name || !strcmp(name, "cpu") || !strcmp(name, "cuda")) &&
+	    mr_dev_check_precision(name, precision, eb) < 0)
+		return MR_EINVAL;
 	if (!name || !strcmp(name, "cpu")) {
-		if (precision && strcmp(precision, "fp32"))
-			return mr_errf_field(eb, MR_EINVAL, "precision",
-					     "'precision' \"%s\" is not available on device cpu "
-					     "(fp32 only)",
-					     precision);
 		if (mr__dev_cpu_open(d, pool) < 0)
 			return mr_errf(eb, MR_ENOMEM, "unable to open device cpu");
 		return 0;

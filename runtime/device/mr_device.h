@@ -226,6 +226,11 @@ struct mr_dev {
 	void *impl;             /* the backend's state */
 };
 
+/* Whether device `name` ("cpu" when NULL) computes in `precision` (NULL:
+ * its default): cpu fp32 only, cuda bf16 or fp32; 0 or MR_EINVAL naming
+ * "precision". What mr_dev_open checks first, without opening anything. */
+int mr_dev_check_precision(const char *name, const char *precision, struct mr_errbuf *eb);
+
 /*
  * Opens device `name` ("cpu" or "cuda") for a rank: index picks the GPU of
  * a multi-GPU node, precision is "fp32" or "bf16" (NULL: the device's
