@@ -199,22 +199,39 @@ static void child_fail(const char *msg, int code)
 	_exit(code);
 }
 
+pid_t mr_exec_fork(void)
+{
+	struct sigaction dfl;
+	sigset_t all, old;
+	pid_t pid;
+	int saved;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	pid = fork();
+	if (pid == 0) {
+		memset(&dfl, 0, sizeof(dfl));
+		dfl.sa_handler = SIG_DFL;
+		for (int sig = 1; sig < NSIG; sig++)
+			sigaction(sig, &dfl, NULL); /* KILL, STOP, libc's own: refused */
+		sigemptyset(&all);
+		sigprocmask(SIG_SETMASK, &all, NULL);
+		return 0;
+	}
+	saved = errno;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	errno = saved;
+	return pid;
+}
+
 /* Runs in the child between fork and execve: async-signal-safe calls only. */
 static void child_exec(const char *path, char *const *argv, char *const *envp, int out,
 		       int err, pid_t parent)
 {
-	sigset_t all;
-	static const int sigs[] = {SIGTERM, SIGINT, SIGHUP, SIGPIPE, SIGCHLD, SIGQUIT, SIGUSR1,
-				   SIGUSR2};
-
 	setpgid(0, 0);
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	if (getppid() != parent)
 		_exit(128 + SIGKILL);
-	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
-		signal(sigs[i], SIG_DFL);
-	sigemptyset(&all);
-	sigprocmask(SIG_SETMASK, &all, NULL);
 	if (dup2(out, 1) < 0 || dup2(err, 2) < 0)
 		_exit(126);
 	execve(path, argv, envp);
@@ -265,7 +282,7 @@ int mr_exec_start(struct mr_exec *ex, char *const *argv, int n, char **const *en
 			err = mr_errf(eb, MR_ESYS, "unable to create pipe: %s", strerror(errno));
 			goto out;
 		}
-		pid = fork();
+		pid = mr_exec_fork();
 		if (pid == 0)
 			child_exec(path, argv, envs[i], po[1], pe[1], self);
 		close(po[1]);

@@ -77,6 +77,16 @@ struct mr_exec_status {
  */
 int mr_exec_start(struct mr_exec *ex, char *const *argv, int n, char **const *envs,
 		  const int *ranks, const char *label, int out_fd, int err_fd, struct mr_errbuf *eb);
+/*
+ * fork(2) for a child that will execute a worker: the parent's signal
+ * mask is full across the fork, and the child resets every handler to its
+ * default before it unblocks. Without it a stop signal sent to the new
+ * process group before the child had reset its handlers ran the agent's
+ * own handler in the child: the agent then read it as its own SIGTERM and
+ * the worker lived on. After fork in the child: async-signal-safe calls
+ * only.
+ */
+pid_t mr_exec_fork(void);
 /* Reaps children that exited (non-blocking) and summarises. */
 void mr_exec_poll(struct mr_exec *ex, struct mr_exec_status *st);
 /* Sends sig to the process group of every running child. */

@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "exec.h"
 #include "mr_file.h"
 #include "mr_gpt_worker.h"
 #include "mr_log.h"
@@ -102,8 +103,7 @@ static char *describe(const struct mr_inproc_rank *r)
 static pid_t spawn(const char *exe, int fd)
 {
 	char *argv[] = { (char *)exe, MR_RANK_WORKER_ARG, NULL };
-	pid_t parent = getpid(), pid = fork();
-	sigset_t none;
+	pid_t parent = getpid(), pid = mr_exec_fork();
 
 	if (pid != 0)
 		return pid;
@@ -111,10 +111,6 @@ static pid_t spawn(const char *exe, int fd)
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	if (getppid() != parent)
 		_exit(128 + SIGKILL);
-	signal(SIGTERM, SIG_DFL);
-	signal(SIGINT, SIG_DFL);
-	sigemptyset(&none);
-	sigprocmask(SIG_SETMASK, &none, NULL);
 	if (fd == WORKER_FD ? fcntl(fd, F_SETFD, 0) < 0 : dup2(fd, WORKER_FD) < 0)
 		_exit(126);
 	close_range(WORKER_FD + 1, ~0U, 0);

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "exec.h"
@@ -210,4 +211,50 @@ Test(workenv, torchrun_contract)
 	cr_assert_str_eq(mr_workenv_get(&e, "OMP_NUM_THREADS"), "1");
 	cr_assert_null(e.v[e.n]);
 	mr_workenv_release(&e);
+}
+
+static int fork_test_pipe[2] = {-1, -1};
+
+static void fork_test_handler(int sig)
+{
+	unsigned char b = (unsigned char)sig;
+
+	if (write(fork_test_pipe[1], &b, 1) < 0) {
+		/* the test reads the pipe: nothing else to do */
+	}
+}
+
+/* The agent's SIGTERM handler writes to a pipe its signal thread reads. A
+ * stop signal that reached a new worker before the worker reset its
+ * handlers ran that handler in the worker: the agent read the byte as its
+ * own SIGTERM and the worker lived on (the rare lifecycle failure in CI,
+ * 2026-11-28). A signal sent the moment fork returns must kill the child
+ * and write nothing, whether it lands before or after the reset. */
+Test(exec, signal_right_after_fork_kills_the_child_not_the_agent)
+{
+	struct sigaction sa, old;
+	unsigned char b;
+
+	cr_assert_eq(pipe2(fork_test_pipe, O_NONBLOCK | O_CLOEXEC), 0);
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = fork_test_handler;
+	cr_assert_eq(sigaction(SIGTERM, &sa, &old), 0);
+	for (int i = 0; i < 200; i++) {
+		pid_t pid = mr_exec_fork();
+		int ws = 0;
+
+		cr_assert_geq(pid, 0);
+		if (pid == 0) {
+			usleep(20 * 1000);
+			_exit(0);
+		}
+		kill(pid, SIGTERM);
+		cr_assert_eq(waitpid(pid, &ws, 0), pid);
+		cr_assert(WIFSIGNALED(ws) && WTERMSIG(ws) == SIGTERM,
+			  "iteration %d: the child survived SIGTERM (status 0x%x)", i, ws);
+	}
+	cr_expect_lt(read(fork_test_pipe[0], &b, 1), 0, "a child ran the parent's handler");
+	sigaction(SIGTERM, &old, NULL);
+	close(fork_test_pipe[0]);
+	close(fork_test_pipe[1]);
 }
