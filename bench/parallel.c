@@ -195,7 +195,8 @@ int main(int argc, char **argv)
 	int opt;
 
 	memset(&b, 0, sizeof(b));
-	b.cfg = (struct mr_gpt_config){ 256, 256, 4, 256, 4, 0, 0, 0, 0.0f, 0.0f, 0 };
+	b.cfg = (struct mr_gpt_config){ .vocab = 256, .max_seq = 256, .n_layer = 4, .d_model = 256,
+					.n_head = 4 };
 	b.B = 8;
 	b.T = 256;
 	b.steps = 8;

@@ -253,17 +253,17 @@ static int cpu_fill_cols(struct mr_dev *d, mr_act *x, int N, int V, int from, fl
 }
 
 static int cpu_attn_fwd(struct mr_dev *d, mr_act *out, float *lse, const mr_act *qkv, int B,
-			int T, int C, int NH, void *ws)
+			int T, int C, int NH, int NKV, void *ws)
 {
-	mr_attn_layer_fwd(d->pool, F(out), lse, CF(qkv), B, T, C, NH, NH, ws);
+	mr_attn_layer_fwd(d->pool, F(out), lse, CF(qkv), B, T, C, NH, NKV, ws);
 	return 0;
 }
 
 static int cpu_attn_bwd(struct mr_dev *d, mr_act *dqkv, const mr_act *dout, const mr_act *qkv,
-			const mr_act *out, const float *lse, int B, int T, int C, int NH,
+			const mr_act *out, const float *lse, int B, int T, int C, int NH, int NKV,
 			void *ws)
 {
-	mr_attn_layer_bwd(d->pool, F(dqkv), CF(dout), CF(qkv), CF(out), lse, B, T, C, NH, NH,
+	mr_attn_layer_bwd(d->pool, F(dqkv), CF(dout), CF(qkv), CF(out), lse, B, T, C, NH, NKV,
 			  ws);
 	return 0;
 }
@@ -272,8 +272,48 @@ static size_t cpu_ws_bytes(struct mr_dev *d, int T, int C, int NH)
 {
 	size_t a = mr_attn_layer_ws_floats(d->pool, T, C / NH);
 	size_t l = mr_layernorm_ws_floats(d->pool, C);
+	size_t r = mr_rmsnorm_ws_floats(d->pool, C);
 
-	return (a > l ? a : l) * sizeof(float);
+	a = a > l ? a : l;
+	return (a > r ? a : r) * sizeof(float);
+}
+
+static int cpu_rmsnorm_fwd(struct mr_dev *d, mr_act *out, float *rstd, const mr_act *inp,
+			   const mr_act *w, int N, int C, float eps)
+{
+	mr_rmsnorm_fwd(d->pool, F(out), rstd, CF(inp), CF(w), N, C, eps);
+	return 0;
+}
+
+static int cpu_rmsnorm_bwd(struct mr_dev *d, mr_act *dinp, float *dw, const mr_act *dout,
+			   const mr_act *inp, const mr_act *w, const float *rstd, int N, int C,
+			   void *ws)
+{
+	mr_rmsnorm_bwd(d->pool, F(dinp), dw, CF(dout), CF(inp), CF(w), rstd, N, C, ws);
+	return 0;
+}
+
+static int cpu_rope(struct mr_dev *d, mr_act *x, size_t stride, int N, int nheads, int D,
+		    const int *pos, const float *inv_freq, int dir)
+{
+	if (dir > 0)
+		mr_rope_fwd(d->pool, F(x), stride, N, nheads, D, pos, inv_freq);
+	else
+		mr_rope_bwd(d->pool, F(x), stride, N, nheads, D, pos, inv_freq);
+	return 0;
+}
+
+static int cpu_swiglu_fwd(struct mr_dev *d, mr_act *out, const mr_act *ab, int N, int H)
+{
+	mr_swiglu_fwd(d->pool, F(out), CF(ab), N, H);
+	return 0;
+}
+
+static int cpu_swiglu_bwd(struct mr_dev *d, mr_act *dab, const mr_act *ab, const mr_act *dout,
+			  int N, int H)
+{
+	mr_swiglu_bwd(d->pool, F(dab), CF(ab), CF(dout), N, H);
+	return 0;
 }
 
 static struct mr_attn_slice cpu_slice(const struct mr_dev_attn *a)
@@ -502,6 +542,11 @@ static const struct mr_dev_ops cpu_ops = {
 	.attn_fwd = cpu_attn_fwd,
 	.attn_bwd = cpu_attn_bwd,
 	.ws_bytes = cpu_ws_bytes,
+	.rmsnorm_fwd = cpu_rmsnorm_fwd,
+	.rmsnorm_bwd = cpu_rmsnorm_bwd,
+	.rope = cpu_rope,
+	.swiglu_fwd = cpu_swiglu_fwd,
+	.swiglu_bwd = cpu_swiglu_bwd,
 	.attn_part_fwd = cpu_attn_part_fwd,
 	.attn_merge = cpu_attn_merge,
 	.attn_delta = cpu_attn_delta,
@@ -520,6 +565,7 @@ int mr__dev_cpu_open(struct mr_dev *d, struct mr_pool *pool)
 	memset(d, 0, sizeof(*d));
 	d->ops = &cpu_ops;
 	d->act = MR_DT_F32;
+	d->attn_gqa = 1;
 	d->act_bytes = sizeof(float);
 	snprintf(d->model, sizeof(d->model), "cpu");
 	d->pool = pool;

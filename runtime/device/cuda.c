@@ -276,9 +276,11 @@ static int cuda_fill_cols(struct mr_dev *d, mr_act *x, int N, int V, int from, f
 }
 
 static int cuda_attn_fwd(struct mr_dev *d, mr_act *out, float *lse, const mr_act *qkv, int B,
-			 int T, int C, int NH, void *ws)
+			 int T, int C, int NH, int NKV, void *ws)
 {
 	(void)ws;
+	if (NKV != NH) /* d->attn_gqa is 0: the model refuses it at create */
+		return MR_ENOTSUP;
 	return ck(d, mr_cuda_attn_layer_fwd(cu_of(d), out, lse, qkv, B, T, C, NH), "attn_fwd");
 }
 
@@ -333,11 +335,49 @@ static int cuda_attn_part_bwd(struct mr_dev *d, const struct mr_dev_attn *a, con
 
 static int cuda_attn_bwd(struct mr_dev *d, mr_act *dqkv, const mr_act *dout, const mr_act *qkv,
 			 const mr_act *out, const float *lse, int B, int T, int C, int NH,
-			 void *ws)
+			 int NKV, void *ws)
 {
 	(void)ws; /* delta lives in the context's scratch */
+	if (NKV != NH)
+		return MR_ENOTSUP;
 	return ck(d, mr_cuda_attn_layer_bwd(cu_of(d), dqkv, dout, qkv, out, lse, B, T, C, NH),
 		  "attn_bwd");
+}
+
+static int cuda_rmsnorm_fwd(struct mr_dev *d, mr_act *out, float *rstd, const mr_act *inp,
+			    const mr_act *w, int N, int C, float eps)
+{
+	return ck(d, mr_cuda_rmsnorm_fwd(cu_of(d), out, rstd, inp, w, N, C, eps), "rmsnorm_fwd");
+}
+
+static int cuda_rmsnorm_bwd(struct mr_dev *d, mr_act *dinp, float *dw, const mr_act *dout,
+			    const mr_act *inp, const mr_act *w, const float *rstd, int N, int C,
+			    void *ws)
+{
+	(void)ws; /* the column sums' chunks live in the context's scratch */
+	return ck(d, mr_cuda_rmsnorm_bwd(cu_of(d), dinp, dw, dout, inp, w, rstd, N, C),
+		  "rmsnorm_bwd");
+}
+
+static int cuda_rope(struct mr_dev *d, mr_act *x, size_t stride, int N, int nheads, int D,
+		     const int *pos, const float *inv_freq, int dir)
+{
+	if (dir > 0)
+		return ck(d, mr_cuda_rope_fwd(cu_of(d), x, stride, N, nheads, D, pos, inv_freq),
+			  "rope_fwd");
+	return ck(d, mr_cuda_rope_bwd(cu_of(d), x, stride, N, nheads, D, pos, inv_freq),
+		  "rope_bwd");
+}
+
+static int cuda_swiglu_fwd(struct mr_dev *d, mr_act *out, const mr_act *ab, int N, int H)
+{
+	return ck(d, mr_cuda_swiglu_fwd(cu_of(d), out, ab, N, H), "swiglu_fwd");
+}
+
+static int cuda_swiglu_bwd(struct mr_dev *d, mr_act *dab, const mr_act *ab, const mr_act *dout,
+			   int N, int H)
+{
+	return ck(d, mr_cuda_swiglu_bwd(cu_of(d), dab, ab, dout, N, H), "swiglu_bwd");
 }
 
 static size_t cuda_ws_bytes(struct mr_dev *d, int T, int C, int NH)
@@ -600,6 +640,11 @@ static const struct mr_dev_ops cuda_ops = {
 	.attn_part_bwd = cuda_attn_part_bwd,
 	.attn_bwd = cuda_attn_bwd,
 	.ws_bytes = cuda_ws_bytes,
+	.rmsnorm_fwd = cuda_rmsnorm_fwd,
+	.rmsnorm_bwd = cuda_rmsnorm_bwd,
+	.rope = cuda_rope,
+	.swiglu_fwd = cuda_swiglu_fwd,
+	.swiglu_bwd = cuda_swiglu_bwd,
 	.moe_fwd = cuda_moe_fwd,
 	.moe_bwd = cuda_moe_bwd,
 	.adamw = cuda_adamw,

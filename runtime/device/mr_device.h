@@ -153,13 +153,16 @@ struct mr_dev_ops {
 		      int V, float dscale);
 	/* columns [from, V) of every row of (N,V) := value */
 	int (*fill_cols)(struct mr_dev *d, mr_act *x, int N, int V, int from, float value);
-	/* causal attention of a layer: qkv (B,T,3C) -> out (B,T,C), lse (B,NH,T);
-	 * ws: ws_bytes(T, C, NH) of kernel workspace */
+	/* causal attention of a layer: qkv (B,T,C+2*NKV*hs) -> out (B,T,C), lse
+	 * (B,NH,T), C = NH*hs; NKV key/value heads (dividing NH: grouped-query
+	 * attention, query head h reads key/value head h / (NH/NKV); NH: plain
+	 * multi-head). ws: ws_bytes(T, C, NH) of kernel workspace */
 	int (*attn_fwd)(struct mr_dev *d, mr_act *out, float *lse, const mr_act *qkv, int B,
-			int T, int C, int NH, void *ws);
-	/* dqkv (B,T,3C) = (written) */
+			int T, int C, int NH, int NKV, void *ws);
+	/* dqkv (the qkv layout) = (written) */
 	int (*attn_bwd)(struct mr_dev *d, mr_act *dqkv, const mr_act *dout, const mr_act *qkv,
-			const mr_act *out, const float *lse, int B, int T, int C, int NH, void *ws);
+			const mr_act *out, const float *lse, int B, int T, int C, int NH, int NKV,
+			void *ws);
 	/* workspace bytes attn_* and layernorm_bwd need for these shapes */
 	size_t (*ws_bytes)(struct mr_dev *d, int T, int C, int NH);
 	/* context parallel pieces (struct mr_dev_attn): a slice's fp32 partial
@@ -178,6 +181,24 @@ struct mr_dev_ops {
 			     size_t o_row, size_t o_batch, const float *lse, const float *delta,
 			     float *dq, size_t dq_row, size_t dq_batch, float *dk, float *dv,
 			     size_t dkv_row, size_t dkv_batch);
+	/* ---- the Llama family's kernels (kernels/rmsnorm.c, rope.c, swiglu.c) ---- */
+	/* out (N,C) = inp * rstd * w, rstd (N) = 1 / sqrt(mean(inp^2) + eps) */
+	int (*rmsnorm_fwd)(struct mr_dev *d, mr_act *out, float *rstd, const mr_act *inp,
+			   const mr_act *w, int N, int C, float eps);
+	/* dinp +=, dw +=; ws as for attn_* */
+	int (*rmsnorm_bwd)(struct mr_dev *d, mr_act *dinp, float *dw, const mr_act *dout,
+			   const mr_act *inp, const mr_act *w, const float *rstd, int N, int C,
+			   void *ws);
+	/* rotary positions in place on nheads heads of size D at the start of
+	 * N rows stride elements apart, row n at position pos[n] (device ints),
+	 * inv_freq (D/2, device fp32); dir 1 forward, -1 the gradient */
+	int (*rope)(struct mr_dev *d, mr_act *x, size_t stride, int N, int nheads, int D,
+		    const int *pos, const float *inv_freq, int dir);
+	/* out (N,F) = silu(a) * b, ab (N,2F) = [a | b] per row */
+	int (*swiglu_fwd)(struct mr_dev *d, mr_act *out, const mr_act *ab, int N, int F);
+	/* dab (N,2F) = (written; may alias ab) */
+	int (*swiglu_bwd)(struct mr_dev *d, mr_act *dab, const mr_act *ab, const mr_act *dout,
+			  int N, int F);
 	/* the MoE MLP of model/mr_moe.h (NULL: this device has none yet) */
 	int (*moe_fwd)(struct mr_dev *d, const struct mr_moe_shape *s, struct mr_moe_acts *a,
 		       const struct mr_moe_xchg *xg, mr_act *y, const mr_act *x,
@@ -215,6 +236,8 @@ struct mr_dev {
 	 * attn_hs_align up to attn_hs_max, batch rows x local heads at most
 	 * attn_bh_max - checked when a model is created on the device */
 	int attn_hs_align, attn_hs_max, attn_bh_max;
+	/* attn_fwd/bwd take fewer key/value heads than query heads */
+	int attn_gqa;
 	/* the first error the backend reported, "" while none: on a GPU a
 	 * sticky one (an illegal address) fails every later call of the
 	 * process, allocations included - the reason to name, not "out of

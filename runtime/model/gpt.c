@@ -27,28 +27,10 @@
 #include "gpt_int.h"
 #include "parallel/mr_tp.h"
 
-#define HOOK(m, fn, u)                                                   \
-	((m)->hooks && (m)->hooks->fn ? (m)->hooks->fn((m)->hooks->ctx, (u)) : 0)
-
-/* Runs a device operation; returns its error. */
-#define OP(m, name, ...) ((m)->dev->ops->name((m)->dev, __VA_ARGS__))
-#define CK(call)                         \
-	do {                             \
-		if ((rc = (call)) < 0)   \
-			return rc;       \
-	} while (0)
-
-/* The weight views the kernels read: the compute copy's where the
- * activation type is not fp32, else the master's (bound by hooks too). */
-static inline const struct mr_gpt_weights *WV(const struct mr_gpt *m)
+/* The LM head's weight: the untied head, else the token embedding. */
+static inline const float *head_w(const struct mr_gpt_weights *w)
 {
-	return m->dev->act != MR_DT_F32 ? &m->wc : &m->w;
-}
-
-/* A view of WV as the activation type it holds. */
-static inline const mr_act *CW(const float *view)
-{
-	return (const mr_act *)(const void *)view;
+	return w->head ? w->head : w->wte;
 }
 
 int mr_gpt_check_tokens(const int *tok, int n, int V, const char *what, struct mr_errbuf *eb)
@@ -80,14 +62,18 @@ static int moe_fwd(struct mr_gpt *m, int l, mr_act *out)
 	return rc;
 }
 
-/* LayerNorm of the local rows into full (N,C) rows for a column-parallel
- * GEMM (sp: gathered; else written in place). */
-static int norm_for_gemm(struct mr_gpt *m, mr_act *full, float *mean, float *rstd,
-			 const mr_act *res, const float *w, const float *b)
+/* The norm (LayerNorm; RMSNorm for llama) of the local rows into full
+ * (N,C) rows for a column-parallel GEMM (sp: gathered; else written in
+ * place). */
+int mr__gpt_norm_fwd(struct mr_gpt *m, mr_act *full, float *mean, float *rstd,
+		     const mr_act *res, const float *w, const float *b)
 {
 	mr_act *local = mr_tp_if_sp(&m->tp, full, m->dtmp);
-	int rc = OP(m, layernorm_fwd, local, mean, rstd, res, CW(w), CW(b),
-		    mr_tp_local_rows(&m->tp), m->cfg.d_model);
+	int Nl = mr_tp_local_rows(&m->tp), C = m->cfg.d_model;
+	int rc = m->cfg.arch == MR_ARCH_LLAMA
+			 ? OP(m, rmsnorm_fwd, local, rstd, res, CW(w), Nl, C,
+			      mr_gpt_norm_eps(&m->cfg))
+			 : OP(m, layernorm_fwd, local, mean, rstd, res, CW(w), CW(b), Nl, C);
 
 	return rc < 0 ? rc : mr_tp_gather_rows(&m->tp, full, local);
 }
@@ -102,18 +88,20 @@ static int block_fwd(struct mr_gpt *m, int l, const mr_act *res)
 	int C = c->d_model, Cl = C / tp, rc;
 	size_t nl = (size_t)Nl * C;
 
-	CK(norm_for_gemm(m, a->ln1, a->ln1_mean, a->ln1_rstd, res, w->ln1w, w->ln1b));
+	if (c->arch == MR_ARCH_LLAMA)
+		return mr__llama_block_fwd(m, l, res);
+	CK(mr__gpt_norm_fwd(m, a->ln1, a->ln1_mean, a->ln1_rstd, res, w->ln1w, w->ln1b));
 	CK(OP(m, matmul_fwd, a->qkv, a->ln1, CW(w->qkvw), CW(w->qkvb), N, C, 3 * Cl));
 	if (m->cp.size > 1)
 		CK(mr_cp_attn_fwd(&m->cp, a->atty, a->att_lse, a->qkv));
 	else
 		CK(OP(m, attn_fwd, a->atty, a->att_lse, a->qkv, m->B, m->T, Cl, c->n_head / tp,
-		      m->k_ws));
+		      c->n_head / tp, m->k_ws));
 	CK(mr_tp_row_linear_fwd(&m->tp, a->res2, a->atty, CW(w->attprojw), CW(w->attprojb), Cl,
 				m->dln));
 	CK(OP(m, add, a->res2, res, nl));
 	CK(HOOK(m, pre_fwd, m->layer_unit[l] + 1));
-	CK(norm_for_gemm(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w->ln2w, w->ln2b));
+	CK(mr__gpt_norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w->ln2w, w->ln2b));
 	if (mr_gpt_layer_is_moe(c, l)) {
 		CK(moe_fwd(m, l, a->res3));
 	} else {
@@ -183,9 +171,9 @@ int mr_gpt_head_fwd(struct mr_gpt *m, const mr_act *in)
 
 	m->loss = 0.0f;
 	CK(HOOK(m, pre_fwd, m->nunits - 1));
-	CK(norm_for_gemm(m, m->lnf, m->lnf_mean, m->lnf_rstd, in, WV(m)->lnfw, WV(m)->lnfb));
+	CK(mr__gpt_norm_fwd(m, m->lnf, m->lnf_mean, m->lnf_rstd, in, WV(m)->lnfw, WV(m)->lnfb));
 	/* the LM head: column-parallel over the vocabulary */
-	CK(OP(m, matmul_fwd, m->logits, m->lnf, CW(WV(m)->wte), NULL, N, c->d_model, Vl));
+	CK(OP(m, matmul_fwd, m->logits, m->lnf, CW(head_w(WV(m))), NULL, N, c->d_model, Vl));
 	CK(mr_tp_mask_vocab_pad(&m->tp, m->logits, -1e30f));
 	if (!m->has_targets)
 		return 0;
@@ -246,20 +234,24 @@ void mr_gpt_zero_grad(struct mr_gpt *m)
 
 /*
  * Backward of a column-parallel GEMM's input: m->dln holds this rank's
- * partial (N,C) gradient of the LayerNorm output; summed over tp into the
- * local rows and through the LayerNorm into m->dres (added).
+ * partial (N,C) gradient of the norm's output; summed over tp into the
+ * local rows and through the norm into m->dres (added).
  */
-static int norm_bwd(struct mr_gpt *m, float *gw, float *gb, const mr_act *res, const float *w,
-		    const float *mean, const float *rstd)
+int mr__gpt_norm_bwd(struct mr_gpt *m, float *gw, float *gb, const mr_act *res, const float *w,
+		     const float *mean, const float *rstd)
 {
 	mr_act *dlocal = mr_tp_if_sp(&m->tp, m->dln, m->dtmp);
+	int Nl = mr_tp_local_rows(&m->tp), C = m->cfg.d_model;
 	float *pw, *pb;
 	int rc;
 
 	CK(mr_tp_reduce_rows(&m->tp, dlocal, m->dln));
 	CK(mr_tp_norm_grads(&m->tp, gw, gb, &pw, &pb));
-	CK(OP(m, layernorm_bwd, m->dres, pw, pb, dlocal, res, CW(w), mean, rstd,
-	      mr_tp_local_rows(&m->tp), m->cfg.d_model, m->k_ws));
+	if (m->cfg.arch == MR_ARCH_LLAMA)
+		CK(OP(m, rmsnorm_bwd, m->dres, pw, dlocal, res, CW(w), rstd, Nl, C, m->k_ws));
+	else
+		CK(OP(m, layernorm_bwd, m->dres, pw, pb, dlocal, res, CW(w), mean, rstd, Nl, C,
+		      m->k_ws));
 	return mr_tp_sp_norm_grads(&m->tp, gw, gb);
 }
 
@@ -312,6 +304,8 @@ static int block_bwd(struct mr_gpt *m, int l, const mr_act *res, float dscale, i
 	mr_act *dproj2 = all ? dfull : st->dproj2, *dfc = all ? m->dfch : st->dfc;
 	mr_act *dproj1 = all ? dfull : st->dproj1, *dqkv = all ? m->dqkv : st->dqkv;
 
+	if (c->arch == MR_ARCH_LLAMA)
+		return mr__llama_block_bwd(m, l, res, dscale, phase);
 	if (phase == MR_GPT_BWD_WEIGHT)
 		return dense_weight_grads(m, l, st->dproj2, st->dfc, st->dproj1, st->dqkv, moe);
 	/* the MLP branch (the layer's second unit): dres = d(res3) */
@@ -331,7 +325,7 @@ static int block_bwd(struct mr_gpt *m, int l, const mr_act *res, float dscale, i
 		CK(OP(m, matmul_bwd, m->dln, all ? g->fcw : NULL, all ? g->fcb : NULL, dfc, a->ln2,
 		      CW(w->fcw), N, C, 4 * Cl, 0));
 	}
-	CK(norm_bwd(m, g->ln2w, g->ln2b, a->res2, w->ln2w, a->ln2_mean, a->ln2_rstd));
+	CK(mr__gpt_norm_bwd(m, g->ln2w, g->ln2b, a->res2, w->ln2w, a->ln2_mean, a->ln2_rstd));
 	if (all)
 		CK(HOOK(m, post_bwd, m->layer_unit[l] + 1));
 	/* the attention branch (the layer's first unit): dres = d(res2) */
@@ -345,10 +339,10 @@ static int block_bwd(struct mr_gpt *m, int l, const mr_act *res, float dscale, i
 		CK(mr_cp_attn_bwd(&m->cp, dqkv, m->datty, a->qkv, a->atty, a->att_lse));
 	else
 		CK(OP(m, attn_bwd, dqkv, m->datty, a->qkv, a->atty, a->att_lse, m->B, m->T, Cl,
-		      c->n_head / tp, m->k_ws));
+		      c->n_head / tp, c->n_head / tp, m->k_ws));
 	CK(OP(m, matmul_bwd, m->dln, all ? g->qkvw : NULL, all ? g->qkvb : NULL, dqkv, a->ln1,
 	      CW(w->qkvw), N, C, 3 * Cl, 0));
-	CK(norm_bwd(m, g->ln1w, g->ln1b, res, w->ln1w, a->ln1_mean, a->ln1_rstd));
+	CK(mr__gpt_norm_bwd(m, g->ln1w, g->ln1b, res, w->ln1w, a->ln1_mean, a->ln1_rstd));
 	return all ? HOOK(m, post_bwd, m->layer_unit[l]) : 0;
 }
 
@@ -360,10 +354,10 @@ int mr_gpt_head_bwd(struct mr_gpt *m, const mr_act *in, float dscale)
 	CK(HOOK(m, pre_bwd, last));
 	CK(OP(m, ce_bwd, m->logits, m->ce_lse, m->tgt_dev, N, Vl, dscale / (float)N));
 	CK(mr_tp_mask_vocab_pad(&m->tp, m->logits, 0.0f));
-	CK(OP(m, matmul_bwd, m->dln, m->g.wte, NULL, m->logits, m->lnf, CW(WV(m)->wte), N, C, Vl,
-	      0));
+	CK(OP(m, matmul_bwd, m->dln, m->g.head ? m->g.head : m->g.wte, NULL, m->logits, m->lnf,
+	      CW(head_w(WV(m))), N, C, Vl, 0));
 	CK(OP(m, zero, m->dres, mr_dev_act_bytes(m->dev, (size_t)Nl * C)));
-	CK(norm_bwd(m, m->g.lnfw, m->g.lnfb, in, WV(m)->lnfw, m->lnf_mean, m->lnf_rstd));
+	CK(mr__gpt_norm_bwd(m, m->g.lnfw, m->g.lnfb, in, WV(m)->lnfw, m->lnf_mean, m->lnf_rstd));
 	return HOOK(m, post_bwd, last);
 }
 

@@ -13,4 +13,61 @@ int mr__gpt_table_create(struct mr_gpt *m);
 /* Points m->wc's views into m->params_c (table order). */
 void mr__gpt_bind_compute(struct mr_gpt *m);
 
+/* This tp rank's columns of a block's activations: the QKV GEMM's output
+ * (gpt2 3C/tp; llama (NH + 2 NKV) hs / tp), the MLP's hidden (gpt2 4C/tp;
+ * llama F/tp) and the first MLP GEMM's output (gpt2 the hidden; llama
+ * gate and up, 2F/tp). */
+static inline size_t mr__gpt_qkv_cols(const struct mr_gpt *m)
+{
+	const struct mr_gpt_config *c = &m->cfg;
+	size_t hs = (size_t)(c->d_model / c->n_head);
+
+	return (size_t)(c->n_head + 2 * mr_gpt_kv_heads(c)) * hs / (size_t)m->tp.size;
+}
+
+static inline size_t mr__gpt_ffn_cols(const struct mr_gpt *m)
+{
+	return (size_t)mr_gpt_ffn(&m->cfg) / (size_t)m->tp.size;
+}
+
+static inline size_t mr__gpt_fc_cols(const struct mr_gpt *m)
+{
+	return (m->cfg.arch == MR_ARCH_LLAMA ? 2 : 1) * mr__gpt_ffn_cols(m);
+}
+
+#define HOOK(m, fn, u)                                                   \
+	((m)->hooks && (m)->hooks->fn ? (m)->hooks->fn((m)->hooks->ctx, (u)) : 0)
+
+/* Runs a device operation; returns its error. */
+#define OP(m, name, ...) ((m)->dev->ops->name((m)->dev, __VA_ARGS__))
+#define CK(call)                         \
+	do {                             \
+		if ((rc = (call)) < 0)   \
+			return rc;       \
+	} while (0)
+
+/* The weight views the kernels read: the compute copy's where the
+ * activation type is not fp32, else the master's (bound by hooks too). */
+static inline const struct mr_gpt_weights *WV(const struct mr_gpt *m)
+{
+	return m->dev->act != MR_DT_F32 ? &m->wc : &m->w;
+}
+
+/* A view of WV as the activation type it holds. */
+static inline const mr_act *CW(const float *view)
+{
+	return (const mr_act *)(const void *)view;
+}
+
+/* A llama block's passes (llama.c), called by gpt.c's block loop. */
+int mr__llama_block_fwd(struct mr_gpt *m, int l, const mr_act *res);
+int mr__llama_block_bwd(struct mr_gpt *m, int l, const mr_act *res, float dscale, int phase);
+/* The shared pieces they use (gpt.c): the norm of the local rows into
+ * full rows for a column-parallel GEMM, and its backward from m->dln into
+ * m->dres (added); b, gb NULL for RMSNorm. */
+int mr__gpt_norm_fwd(struct mr_gpt *m, mr_act *full, float *mean, float *rstd,
+		     const mr_act *res, const float *w, const float *b);
+int mr__gpt_norm_bwd(struct mr_gpt *m, float *gw, float *gb, const mr_act *res,
+		     const float *w, const float *mean, const float *rstd);
+
 #endif

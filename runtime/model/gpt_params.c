@@ -11,6 +11,7 @@
  * Non-goals: loading checkpoints (weights.c).
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,8 +28,75 @@ int mr_gpt_layer_is_moe(const struct mr_gpt_config *c, int l)
 	return c->moe_every > 0 && (l + 1) % c->moe_every == 0;
 }
 
+int mr_gpt_kv_heads(const struct mr_gpt_config *c)
+{
+	return c->arch == MR_ARCH_LLAMA && c->n_kv_head > 0 ? c->n_kv_head : c->n_head;
+}
+
+int mr_gpt_ffn(const struct mr_gpt_config *c)
+{
+	long h;
+
+	if (c->arch != MR_ARCH_LLAMA)
+		return 4 * c->d_model;
+	if (c->ffn_hidden > 0)
+		return c->ffn_hidden;
+	/* Llama (Touvron et al. 2023): 2/3 of 4C, up to a multiple of 256 */
+	h = 2L * (4L * c->d_model) / 3;
+	return (int)((h + 255) / 256 * 256);
+}
+
+float mr_gpt_norm_eps(const struct mr_gpt_config *c)
+{
+	return c->norm_eps > 0.0f ? c->norm_eps : 1e-5f;
+}
+
+float mr_gpt_rope_theta(const struct mr_gpt_config *c)
+{
+	return c->rope_theta > 0.0f ? c->rope_theta : 500000.0f;
+}
+
+int mr_gpt_tied(const struct mr_gpt_config *c)
+{
+	return c->arch != MR_ARCH_LLAMA || c->tie_embeddings;
+}
+
+/* The Llama keys (the shared ones are checked by mr_gpt_config_check). */
+static int llama_check(const struct mr_gpt_config *c, struct mr_errbuf *eb)
+{
+	int kv = mr_gpt_kv_heads(c), hs = c->d_model / c->n_head;
+
+	if (c->n_kv_head < 0 || c->n_head % kv != 0)
+		return mr_errf_field(eb, MR_EINVAL, "n_kv_head",
+				     "'n_kv_head' (%d) must divide 'n_head' (%d)", c->n_kv_head,
+				     c->n_head);
+	if (hs % 2 != 0 || hs > MR_ROPE_MAX_D)
+		return mr_errf_field(eb, MR_EINVAL, "n_head",
+				     "rotary positions need an even head size up to %d: 'd_model' "
+				     "%d / 'n_head' %d = %d", MR_ROPE_MAX_D, c->d_model, c->n_head,
+				     hs);
+	if (c->ffn_hidden < 0 || c->ffn_hidden > MAX_DIM)
+		return mr_errf_field(eb, MR_EINVAL, "ffn_hidden",
+				     "'ffn_hidden' must be in [0, %d] (0: from d_model), got %d",
+				     MAX_DIM, c->ffn_hidden);
+	if (!(c->norm_eps >= 0.0f) || !isfinite(c->norm_eps))
+		return mr_errf_field(eb, MR_EINVAL, "norm_eps", "'norm_eps' must be >= 0, got %g",
+				     (double)c->norm_eps);
+	if (!(c->rope_theta >= 0.0f) || !isfinite(c->rope_theta))
+		return mr_errf_field(eb, MR_EINVAL, "rope_theta",
+				     "'rope_theta' must be >= 0, got %g", (double)c->rope_theta);
+	if (c->moe_every > 0)
+		return mr_errf_field(eb, MR_ENOTSUP, "moe_every",
+				     "'moe_every' must be 0 for arch llama: SwiGLU experts have not "
+				     "landed yet (issue 28)");
+	return 0;
+}
+
 int mr_gpt_config_check(const struct mr_gpt_config *c, struct mr_errbuf *eb)
 {
+	if (c->arch != MR_ARCH_GPT2 && c->arch != MR_ARCH_LLAMA)
+		return mr_errf_field(eb, MR_EINVAL, "arch", "'arch' %d is not a model family",
+				     c->arch);
 	if (c->vocab < 2 || c->vocab > MAX_DIM)
 		return mr_errf_field(eb, MR_EINVAL, "vocab_size",
 				     "'vocab_size' must be in [2, %d], got %d", MAX_DIM, c->vocab);
@@ -53,6 +121,8 @@ int mr_gpt_config_check(const struct mr_gpt_config *c, struct mr_errbuf *eb)
 		return mr_errf_field(eb, MR_EINVAL, "moe_every",
 				     "'moe_every' must be in [0, n_layer=%d], got %d", c->n_layer,
 				     c->moe_every);
+	if (c->arch == MR_ARCH_LLAMA)
+		return llama_check(c, eb);
 	if (c->moe_every == 0)
 		return 0;
 	if (c->n_experts < 1 || c->n_experts > 1024)
@@ -134,7 +204,8 @@ static void carve_acts(struct mr_gpt *m, struct carve *cv)
 	int tp = m->tp.size;
 	size_t N = (size_t)m->B * m->T, C = (size_t)c->d_model;
 	size_t Nl = (size_t)mr_tp_local_rows(&m->tp), Cl = C / (size_t)tp;
-	size_t Hl = 4 * Cl, Vl = (size_t)mr_tp_vocab_rows(&m->tp);
+	size_t Vl = (size_t)mr_tp_vocab_rows(&m->tp);
+	size_t QKVl = mr__gpt_qkv_cols(m), Hl = mr__gpt_ffn_cols(m), Gl = mr__gpt_fc_cols(m);
 	struct mr_moe_shape ms = { 0, 0, 0, 0, 0, 0 };
 	int l;
 
@@ -156,7 +227,7 @@ static void carve_acts(struct mr_gpt *m, struct carve *cv)
 		a->ln1 = take(m, cv, N * C);
 		a->ln1_mean = take_f32(cv, Nl);
 		a->ln1_rstd = take_f32(cv, Nl);
-		a->qkv = take(m, cv, N * 3 * Cl);
+		a->qkv = take(m, cv, N * QKVl);
 		a->atty = take(m, cv, N * Cl);
 		a->att_lse = take_f32(cv, N * (size_t)(c->n_head / tp));
 		a->res2 = take(m, cv, Nl * C);
@@ -170,7 +241,7 @@ static void carve_acts(struct mr_gpt *m, struct carve *cv)
 			if (f)
 				mr_moe_acts_bind(&a->moe, &ms, f, iv);
 		} else {
-			a->fch = take(m, cv, N * Hl);
+			a->fch = take(m, cv, N * Gl);
 			a->fch_gelu = take(m, cv, N * Hl);
 		}
 		a->res3 = take(m, cv, Nl * C);
@@ -197,15 +268,17 @@ static void carve_ws(struct mr_gpt *m, struct carve *wv)
 	const struct mr_gpt_config *c = &m->cfg;
 	int tp = m->tp.size;
 	size_t N = (size_t)m->B * m->T, C = (size_t)c->d_model;
-	size_t Nl = (size_t)mr_tp_local_rows(&m->tp), Cl = C / (size_t)tp, Hl = 4 * Cl;
+	size_t Nl = (size_t)mr_tp_local_rows(&m->tp), Cl = C / (size_t)tp;
 	size_t kws, mws = 0;
 
 	m->ones = take(m, wv, ones_n(m));
 	m->dres = take(m, wv, Nl * C);
 	m->dln = take(m, wv, N * C);
 	m->datty = take(m, wv, N * Cl);
-	m->dqkv = take(m, wv, N * 3 * Cl);
-	m->dfch = take(m, wv, N * Hl);
+	m->dqkv = take(m, wv, N * mr__gpt_qkv_cols(m));
+	/* llama: the SwiGLU output's gradient behind (llama.c) */
+	m->dfch = take(m, wv, N * (mr__gpt_fc_cols(m) +
+				   (c->arch == MR_ARCH_LLAMA ? mr__gpt_ffn_cols(m) : 0)));
 	m->dtmp = take(m, wv, N * C);
 	m->sp_full = m->tp.sp ? take(m, wv, N * C) : NULL;
 	m->tp.tmp = tp > 1 ? take(m, wv, N * C) : NULL;
@@ -257,7 +330,8 @@ int mr_gpt_use_slot(struct mr_gpt *m, int k)
 static int stash_alloc(struct mr_gpt *m)
 {
 	size_t N = (size_t)m->B * m->T, C = (size_t)m->cfg.d_model;
-	size_t Cl = C / (size_t)m->tp.size, per = N * (3 * Cl + C + 4 * Cl + C);
+	size_t QKVl = mr__gpt_qkv_cols(m), Gl = mr__gpt_fc_cols(m);
+	size_t per = N * (QKVl + C + Gl + C);
 	int l, k = 0, held = 0, L = m->cfg.n_layer;
 
 	if (m->stash)
@@ -278,9 +352,9 @@ static int stash_alloc(struct mr_gpt *m)
 			continue;
 		b = mr_dev_at(m->dev, m->stash_mem, per * (size_t)k++);
 		m->stash[l].dqkv = b;
-		m->stash[l].dproj1 = mr_dev_at(m->dev, b, N * 3 * Cl);
+		m->stash[l].dproj1 = mr_dev_at(m->dev, b, N * QKVl);
 		m->stash[l].dfc = mr_dev_at(m->dev, m->stash[l].dproj1, N * C);
-		m->stash[l].dproj2 = mr_dev_at(m->dev, m->stash[l].dfc, N * 4 * Cl);
+		m->stash[l].dproj2 = mr_dev_at(m->dev, m->stash[l].dfc, N * Gl);
 	}
 	return 0;
 }
@@ -438,6 +512,19 @@ int mr_gpt_check_placement(const struct mr_gpt_config *c, int T, const struct mr
 	if (c->n_head % tp != 0)
 		return mr_errf_field(eb, MR_EINVAL, "n_head",
 				     "'n_head' (%d) is not divisible by tp (%d)", c->n_head, tp);
+	if (c->arch == MR_ARCH_LLAMA && mr_gpt_kv_heads(c) % tp != 0)
+		return mr_errf_field(eb, MR_EINVAL, "n_kv_head",
+				     "'n_kv_head' (%d) is not divisible by tp (%d) (replicated "
+				     "key/value heads have not landed)", mr_gpt_kv_heads(c), tp);
+	if (c->arch == MR_ARCH_LLAMA && mr_gpt_ffn(c) % tp != 0)
+		return mr_errf_field(eb, MR_EINVAL, "ffn_hidden",
+				     "the SwiGLU hidden size %d ('ffn_hidden') is not divisible "
+				     "by tp (%d)", mr_gpt_ffn(c), tp);
+	if (c->arch == MR_ARCH_LLAMA && cp > 1 && mr_gpt_kv_heads(c) != c->n_head)
+		return mr_errf_field(eb, MR_EINVAL, "n_kv_head",
+				     "context parallel takes grouped-query attention only once "
+				     "it lands: 'n_kv_head' (%d) must equal 'n_head' (%d) with "
+				     "cp %d", mr_gpt_kv_heads(c), c->n_head, cp);
 	if (sp && tp == 1)
 		return mr_errf_field(eb, MR_EINVAL, "sequence_parallel",
 				     "'sequence_parallel' needs tp > 1");
@@ -505,6 +592,35 @@ static int fill_ones(struct mr_gpt *m)
 	return rc;
 }
 
+/* llama: m->rope_pos, every local row's sequence position (under context
+ * parallel its chunks' places, mr_cp_pos0), and m->rope_freq. */
+static int rope_tables(struct mr_gpt *m)
+{
+	int hs = m->cfg.d_model / m->cfg.n_head, cp = mr_place_size(&m->place, MR_AXIS_CP);
+	int cr = mr_place_index(&m->place, MR_AXIS_CP), Tc = m->T / 2, b, t, rc;
+	size_t N = (size_t)m->B * m->T;
+	int *pos = malloc(N * sizeof(int));
+	float *freq = malloc((size_t)hs / 2 * sizeof(float));
+
+	m->rope_pos = dalloc(m, MR_MEM_WORKSPACE, N * sizeof(int));
+	m->rope_freq = dalloc(m, MR_MEM_WORKSPACE, (size_t)hs / 2 * sizeof(float));
+	rc = pos && freq && m->rope_pos && m->rope_freq ? 0 : MR_ENOMEM;
+	for (b = 0; b < m->B && rc == 0; b++)
+		for (t = 0; t < m->T; t++)
+			pos[(size_t)b * m->T + t] =
+				cp > 1 ? mr_cp_pos0(cp, Tc, cr, t / Tc) + t % Tc : t;
+	if (rc == 0) {
+		mr_rope_freqs(freq, hs, mr_gpt_rope_theta(&m->cfg), &m->cfg.rope_scaling);
+		rc = m->dev->ops->upload(m->dev, m->rope_pos, pos, N * sizeof(int));
+	}
+	if (rc == 0)
+		rc = m->dev->ops->upload(m->dev, m->rope_freq, freq,
+					 (size_t)hs / 2 * sizeof(float));
+	free(pos);
+	free(freq);
+	return rc;
+}
+
 /* The device's attention limits (mr_dev.attn_*), so a shape its kernels
  * refuse fails here naming the field, not at the first forward. */
 static int check_device_shape(const struct mr_gpt_config *cfg, int B, int tp,
@@ -512,6 +628,14 @@ static int check_device_shape(const struct mr_gpt_config *cfg, int B, int tp,
 {
 	int hs = cfg->d_model / cfg->n_head;
 
+	if (mr_gpt_kv_heads(cfg) != cfg->n_head && !dev->attn_gqa)
+		return mr_errf_field(eb, MR_ENOTSUP, "n_kv_head",
+				     "'n_kv_head' %d below 'n_head' %d (grouped-query attention) "
+				     "is not on device %s yet", mr_gpt_kv_heads(cfg), cfg->n_head,
+				     dev->ops->name);
+	if (cfg->arch == MR_ARCH_LLAMA && !dev->ops->rmsnorm_fwd)
+		return mr_errf_field(eb, MR_ENOTSUP, "arch",
+				     "device %s has no Llama kernels", dev->ops->name);
 	if (dev->attn_hs_align > 0 && (hs % dev->attn_hs_align || hs > dev->attn_hs_max))
 		return mr_errf_field(eb, MR_EINVAL, "n_head",
 				     "'n_head' %d gives a head size of %d (d_model %d / n_head); "
@@ -572,7 +696,7 @@ int mr_gpt_create_on(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, i
 	m->first_stage = mr_place_index(&m->place, MR_AXIS_PP) == 0;
 	m->last_stage = mr_place_index(&m->place, MR_AXIS_PP) ==
 			mr_place_size(&m->place, MR_AXIS_PP) - 1;
-	m->tied_replica = m->last_stage && !m->first_stage;
+	m->tied_replica = m->last_stage && !m->first_stage && mr_gpt_tied(cfg);
 	m->pool = dev->pool;
 	mr_tp_init(&m->tp, dev, mr_place_size(&m->place, MR_AXIS_TP),
 		   mr_place_index(&m->place, MR_AXIS_TP), m->place.sp, m->place.comm[MR_AXIS_TP],
@@ -616,6 +740,8 @@ int mr_gpt_create_on(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, i
 	wv.used = 0;
 	carve_ws(m, &wv);
 	if (fill_ones(m) < 0)
+		goto nomem;
+	if (cfg->arch == MR_ARCH_LLAMA && rope_tables(m) < 0)
 		goto nomem;
 	/* a slot's arena size: carved once on a scratch layer table */
 	m->la = calloc((size_t)cfg->n_layer, sizeof(*m->la));
@@ -700,6 +826,10 @@ void mr_gpt_release(struct mr_gpt *m)
 			    mr_dev_act_bytes(d, m->nparams));
 		mr_dev_free(d, &m->mem, MR_MEM_GRADS, m->grads, m->nparams * sizeof(float));
 		mr_dev_free(d, &m->mem, MR_MEM_WORKSPACE, m->ws, m->nws);
+		mr_dev_free(d, &m->mem, MR_MEM_WORKSPACE, m->rope_pos,
+			    (size_t)m->B * m->T * sizeof(int));
+		mr_dev_free(d, &m->mem, MR_MEM_WORKSPACE, m->rope_freq,
+			    (size_t)(m->cfg.d_model / m->cfg.n_head) / 2 * sizeof(float));
 	}
 	if (d == &m->own_dev)
 		mr_dev_close(&m->own_dev);
@@ -782,7 +912,11 @@ size_t mr_gpt_flops_per_token(const struct mr_gpt *m)
 		L += m->layer_unit[i] >= 0;
 	for (i = 0; i < m->ntensors; i++) {
 		const struct mr_gpt_tensor *t = &m->tensors[i];
-		if (t->id == 1 || (t->id == 0 && !m->last_stage))
+		/* lookups: positions, and the token embedding unless it is
+		 * the last stage's LM head */
+		if (t->layer < 0 && (t->view == offsetof(struct mr_gpt_weights, wpe) ||
+				     (t->view == offsetof(struct mr_gpt_weights, wte) &&
+				      !(m->last_stage && mr_gpt_tied(c)))))
 			continue;
 		if (strstr(t->name, ".moe.") && !strstr(t->name, ".router."))
 			n += t->n / (size_t)c->n_experts * (size_t)c->top_k;

@@ -12,6 +12,7 @@
  * 0.02 / sqrt(2 L); biases 0; LayerNorm weight 1, bias 0.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,9 +48,10 @@ static void unit_begin(struct table *tb)
 }
 
 /* Adds a tensor of full shape (d0, d1, d2) (0 = absent dim), split along
- * dim split (-1: replicated) viewed as parts blocks. */
+ * dim split (-1: replicated) viewed as parts blocks, bound to the view at
+ * offset view of block layer's views (layer -1: the model's own). */
 static void add(struct table *tb, const char *name, int d0, int d1, int d2,
-		enum mr_gpt_init init, float std, int split, int parts)
+		enum mr_gpt_init init, float std, int split, int parts, int layer, size_t view)
 {
 	int full[3] = { d0, d1, d2 }, shape[3] = { d0, d1, d2 }, k, id = tb->gi++;
 	size_t n = 1, fn = 1, full_off = tb->full_off;
@@ -81,6 +83,8 @@ static void add(struct table *tb, const char *name, int d0, int d1, int d2,
 		t->expert = tb->experts;
 		t->split[MR_AXIS_EP] = tb->experts && tb->ep > 1 ? 0 : -1;
 		t->split_parts = parts;
+		t->layer = layer;
+		t->view = view;
 		t->n = n;
 		t->off = tb->off;
 		t->id = id;
@@ -93,62 +97,111 @@ static void add(struct table *tb, const char *name, int d0, int d1, int d2,
 	tb->n++;
 }
 
+#define LV(f) offsetof(struct mr_gpt_layer_w, f)
+#define MV(f) offsetof(struct mr_gpt_weights, f)
+
 /* Fills the table (or only counts when tb->t is NULL). Splits follow
  * Megatron-LM: column-parallel (dim 0 of a (out, in) matrix) for QKV - as
  * three blocks, so each rank gets whole heads of q, k and v - and MLP fc;
  * row-parallel (the input dim) for the attention and MLP projections,
  * whose biases stay replicated; vocab-parallel rows of wte. */
-static void build_table(const struct mr_gpt_config *c, struct table *tb)
+static void gpt2_table(const struct mr_gpt_config *c, struct table *tb)
 {
 	int C = c->d_model, E = c->n_experts, l;
 	float sd = 0.02f, rsd = 0.02f / sqrtf(2.0f * (float)c->n_layer);
 	char nm[32];
 
 #define NAME(fmt) (snprintf(nm, sizeof(nm), "h.%d." fmt, l), nm)
-	tb->unit = tb->gunit = tb->gi = 0;
-	tb->full_off = 0;
 	unit_begin(tb);
-	add(tb, "wte", c->vocab, C, 0, MR_INIT_NORMAL, sd, 0, 1);
-	add(tb, "wpe", c->max_seq, C, 0, MR_INIT_NORMAL, sd, -1, 1);
+	add(tb, "wte", c->vocab, C, 0, MR_INIT_NORMAL, sd, 0, 1, -1, MV(wte));
+	add(tb, "wpe", c->max_seq, C, 0, MR_INIT_NORMAL, sd, -1, 1, -1, MV(wpe));
 	for (l = 0; l < c->n_layer; l++) {
 		unit_begin(tb);
-		add(tb, NAME("ln1.w"), C, 0, 0, MR_INIT_ONE, 0, -1, 1);
-		add(tb, NAME("ln1.b"), C, 0, 0, MR_INIT_ZERO, 0, -1, 1);
-		add(tb, NAME("attn.qkv.w"), 3 * C, C, 0, MR_INIT_NORMAL, sd, 0, 3);
-		add(tb, NAME("attn.qkv.b"), 3 * C, 0, 0, MR_INIT_ZERO, 0, 0, 3);
-		add(tb, NAME("attn.proj.w"), C, C, 0, MR_INIT_NORMAL, rsd, 1, 1);
-		add(tb, NAME("attn.proj.b"), C, 0, 0, MR_INIT_ZERO, 0, -1, 1);
+		add(tb, NAME("ln1.w"), C, 0, 0, MR_INIT_ONE, 0, -1, 1, l, LV(ln1w));
+		add(tb, NAME("ln1.b"), C, 0, 0, MR_INIT_ZERO, 0, -1, 1, l, LV(ln1b));
+		add(tb, NAME("attn.qkv.w"), 3 * C, C, 0, MR_INIT_NORMAL, sd, 0, 3, l, LV(qkvw));
+		add(tb, NAME("attn.qkv.b"), 3 * C, 0, 0, MR_INIT_ZERO, 0, 0, 3, l, LV(qkvb));
+		add(tb, NAME("attn.proj.w"), C, C, 0, MR_INIT_NORMAL, rsd, 1, 1, l, LV(attprojw));
+		add(tb, NAME("attn.proj.b"), C, 0, 0, MR_INIT_ZERO, 0, -1, 1, l, LV(attprojb));
 		unit_begin(tb);
-		add(tb, NAME("ln2.w"), C, 0, 0, MR_INIT_ONE, 0, -1, 1);
-		add(tb, NAME("ln2.b"), C, 0, 0, MR_INIT_ZERO, 0, -1, 1);
+		add(tb, NAME("ln2.w"), C, 0, 0, MR_INIT_ONE, 0, -1, 1, l, LV(ln2w));
+		add(tb, NAME("ln2.b"), C, 0, 0, MR_INIT_ZERO, 0, -1, 1, l, LV(ln2b));
 		if (mr_gpt_layer_is_moe(c, l)) {
-			add(tb, NAME("moe.router.w"), E, C, 0, MR_INIT_NORMAL, sd, -1, 1);
+			add(tb, NAME("moe.router.w"), E, C, 0, MR_INIT_NORMAL, sd, -1, 1, l,
+			    LV(routerw));
 			/* the experts, last in the unit: one contiguous range
 			 * the data-parallel layer reduces over expert-data ranks */
 			tb->experts = 1;
-			add(tb, NAME("moe.fc.w"), E, 4 * C, C, MR_INIT_NORMAL, sd, 1, 1);
-			add(tb, NAME("moe.fc.b"), E, 4 * C, 0, MR_INIT_ZERO, 0, 1, 1);
-			add(tb, NAME("moe.proj.w"), E, C, 4 * C, MR_INIT_NORMAL, rsd, 2, 1);
-			add(tb, NAME("moe.proj.b"), E, C, 0, MR_INIT_ZERO, 0, -1, 1);
+			add(tb, NAME("moe.fc.w"), E, 4 * C, C, MR_INIT_NORMAL, sd, 1, 1, l, LV(fcw));
+			add(tb, NAME("moe.fc.b"), E, 4 * C, 0, MR_INIT_ZERO, 0, 1, 1, l, LV(fcb));
+			add(tb, NAME("moe.proj.w"), E, C, 4 * C, MR_INIT_NORMAL, rsd, 2, 1, l,
+			    LV(fcprojw));
+			add(tb, NAME("moe.proj.b"), E, C, 0, MR_INIT_ZERO, 0, -1, 1, l, LV(fcprojb));
 			tb->experts = 0;
 		} else {
-			add(tb, NAME("mlp.fc.w"), 4 * C, C, 0, MR_INIT_NORMAL, sd, 0, 1);
-			add(tb, NAME("mlp.fc.b"), 4 * C, 0, 0, MR_INIT_ZERO, 0, 0, 1);
-			add(tb, NAME("mlp.proj.w"), C, 4 * C, 0, MR_INIT_NORMAL, rsd, 1, 1);
-			add(tb, NAME("mlp.proj.b"), C, 0, 0, MR_INIT_ZERO, 0, -1, 1);
+			add(tb, NAME("mlp.fc.w"), 4 * C, C, 0, MR_INIT_NORMAL, sd, 0, 1, l, LV(fcw));
+			add(tb, NAME("mlp.fc.b"), 4 * C, 0, 0, MR_INIT_ZERO, 0, 0, 1, l, LV(fcb));
+			add(tb, NAME("mlp.proj.w"), C, 4 * C, 0, MR_INIT_NORMAL, rsd, 1, 1, l,
+			    LV(fcprojw));
+			add(tb, NAME("mlp.proj.b"), C, 0, 0, MR_INIT_ZERO, 0, -1, 1, l, LV(fcprojb));
 		}
 	}
 #undef NAME
 	unit_begin(tb);
-	add(tb, "lnf.w", C, 0, 0, MR_INIT_ONE, 0, -1, 1);
-	add(tb, "lnf.b", C, 0, 0, MR_INIT_ZERO, 0, -1, 1);
+	add(tb, "lnf.w", C, 0, 0, MR_INIT_ONE, 0, -1, 1, -1, MV(lnfw));
+	add(tb, "lnf.b", C, 0, 0, MR_INIT_ZERO, 0, -1, 1, -1, MV(lnfb));
+}
+
+/* llama: the same units, no biases. q, k and v are three tensors split
+ * whole (a rank's query heads and its key/value heads), back to back so
+ * their local slices are one GEMM's weight; gate and up likewise. An
+ * untied head closes the last unit. Init: every matrix ~ normal(0, 0.02),
+ * the residual projections 0.02 / sqrt(2 L) (as gpt2), norms 1. */
+static void llama_table(const struct mr_gpt_config *c, struct table *tb)
+{
+	int C = c->d_model, hs = C / c->n_head, q = c->n_head * hs;
+	int kv = mr_gpt_kv_heads(c) * hs, F = mr_gpt_ffn(c), l;
+	float sd = 0.02f, rsd = 0.02f / sqrtf(2.0f * (float)c->n_layer);
+	char nm[32];
+
+#define NAME(fmt) (snprintf(nm, sizeof(nm), "h.%d." fmt, l), nm)
+	unit_begin(tb);
+	add(tb, "tok_emb", c->vocab, C, 0, MR_INIT_NORMAL, sd, 0, 1, -1, MV(wte));
+	for (l = 0; l < c->n_layer; l++) {
+		unit_begin(tb);
+		add(tb, NAME("attn_norm.w"), C, 0, 0, MR_INIT_ONE, 0, -1, 1, l, LV(ln1w));
+		add(tb, NAME("attn.q.w"), q, C, 0, MR_INIT_NORMAL, sd, 0, 1, l, LV(qkvw));
+		add(tb, NAME("attn.k.w"), kv, C, 0, MR_INIT_NORMAL, sd, 0, 1, l, LV(kw));
+		add(tb, NAME("attn.v.w"), kv, C, 0, MR_INIT_NORMAL, sd, 0, 1, l, LV(vw));
+		add(tb, NAME("attn.o.w"), C, q, 0, MR_INIT_NORMAL, rsd, 1, 1, l, LV(attprojw));
+		unit_begin(tb);
+		add(tb, NAME("mlp_norm.w"), C, 0, 0, MR_INIT_ONE, 0, -1, 1, l, LV(ln2w));
+		add(tb, NAME("mlp.gate.w"), F, C, 0, MR_INIT_NORMAL, sd, 0, 1, l, LV(fcw));
+		add(tb, NAME("mlp.up.w"), F, C, 0, MR_INIT_NORMAL, sd, 0, 1, l, LV(upw));
+		add(tb, NAME("mlp.down.w"), C, F, 0, MR_INIT_NORMAL, rsd, 1, 1, l, LV(fcprojw));
+	}
+#undef NAME
+	unit_begin(tb);
+	add(tb, "norm.w", C, 0, 0, MR_INIT_ONE, 0, -1, 1, -1, MV(lnfw));
+	if (!mr_gpt_tied(c))
+		add(tb, "output.w", c->vocab, C, 0, MR_INIT_NORMAL, sd, 0, 1, -1, MV(head));
+}
+
+static void build_table(const struct mr_gpt_config *c, struct table *tb)
+{
+	tb->unit = tb->gunit = tb->gi = 0;
+	tb->full_off = 0;
+	if (c->arch == MR_ARCH_LLAMA)
+		llama_table(c, tb);
+	else
+		gpt2_table(c, tb);
 	if (tb->t)
 		tb->unit_first[tb->unit] = tb->n;
 }
 
 int mr_gpt_norm_counts(const struct mr_gpt *m, const struct mr_gpt_tensor *t)
 {
-	if (m->tied_replica && t->id < 2)
+	if (m->tied_replica && t - m->tensors < m->unit_first[1])
 		return 0; /* the embeddings: counted on the first stage */
 	return t->split[MR_AXIS_TP] >= 0 || m->tp.rank == 0;
 }
@@ -215,34 +268,13 @@ void mr_gpt_unit_range(const struct mr_gpt *m, int u, size_t *off, size_t *n)
 	*n = z->off + z->n - a->off;
 }
 
-/* The view pointer (in w) that tensor i of the table binds; the order
- * matches build_table. */
+/* The view pointer (in w) that tensor i of the table binds. */
 static float **view_of(struct mr_gpt *m, struct mr_gpt_weights *w, int i)
 {
-	int per = 0, l, k;
+	const struct mr_gpt_tensor *t = &m->tensors[i];
+	char *base = t->layer >= 0 ? (char *)&w->layer[t->layer] : (char *)w;
 
-	i = m->tensors[i].id;
-	if (i == 0)
-		return &w->wte;
-	if (i == 1)
-		return &w->wpe;
-	i -= 2;
-	for (l = 0; l < m->cfg.n_layer; l++, i -= per) {
-		struct mr_gpt_layer_w *lw = &w->layer[l];
-		float **dense[] = { &lw->ln1w, &lw->ln1b, &lw->qkvw, &lw->qkvb, &lw->attprojw,
-				    &lw->attprojb, &lw->ln2w, &lw->ln2b, &lw->fcw, &lw->fcb,
-				    &lw->fcprojw, &lw->fcprojb };
-		float **moe[] = { &lw->ln1w, &lw->ln1b, &lw->qkvw, &lw->qkvb, &lw->attprojw,
-				  &lw->attprojb, &lw->ln2w, &lw->ln2b, &lw->routerw, &lw->fcw,
-				  &lw->fcb, &lw->fcprojw, &lw->fcprojb };
-		int is_moe = mr_gpt_layer_is_moe(&m->cfg, l);
-
-		per = is_moe ? 13 : 12;
-		k = i;
-		if (k < per)
-			return is_moe ? moe[k] : dense[k];
-	}
-	return i == 0 ? &w->lnfw : &w->lnfb;
+	return (float **)(void *)(base + t->view);
 }
 
 void mr_gpt_bind_tensors(struct mr_gpt *m, int t0, int t1, float *pbase, float *gbase)
@@ -318,9 +350,9 @@ int mr_gpt_refresh_compute(struct mr_gpt *m)
 }
 
 /* The units of the whole model this stage holds, 1 each (2L + 2 of them:
- * embeddings, two per block, final LayerNorm): the embeddings on the first
- * stage and, for the tied LM head, the last; the blocks of its chunks; the
- * final LayerNorm on the last. *hold NULL: the whole model. */
+ * embeddings, two per block, final norm (and an untied head)): the
+ * embeddings on the first stage and, for a tied LM head, the last; the
+ * blocks of its chunks; the final norm on the last. *hold NULL: the whole model. */
 static int stage_units(const struct mr_gpt *m, unsigned char **hold)
 {
 	int L = m->cfg.n_layer, c, l, lo, hi;
@@ -331,7 +363,7 @@ static int stage_units(const struct mr_gpt *m, unsigned char **hold)
 		return 0;
 	if (!(h = calloc((size_t)(2 * L + 2), 1)))
 		return MR_ENOMEM;
-	h[0] = (unsigned char)(m->first_stage || m->last_stage);
+	h[0] = (unsigned char)(m->first_stage || m->tied_replica);
 	h[2 * L + 1] = (unsigned char)m->last_stage;
 	for (c = 0; c < mr_place_chunks(&m->place); c++) {
 		mr_place_chunk(&m->place, L, c, &lo, &hi);

@@ -75,6 +75,7 @@
 
 #include "cpu/mr_pool.h"
 #include "device/mr_device.h"
+#include "kernels/mr_kernels.h"
 #include "mr_err.h"
 #include "mr_mem.h"
 #include "mr_place.h"
@@ -96,7 +97,34 @@ struct mr_gpt_config {
 	float aux_coef;   /* load-balancing loss coefficient (MoE only) */
 	int moe_dropless; /* MoE policy: 0 capacity (drops past capacity_factor),
 			   * 1 dropless (every expert takes all N of its rows) */
+	/* the family (enum mr_gpt_arch) and the Llama keys; 0 picks each
+	 * one's default, and gpt2 ignores them */
+	int arch;
+	int n_kv_head;    /* key/value heads, dividing n_head (0: n_head) */
+	int ffn_hidden;   /* SwiGLU hidden size (0: Llama's rule, mr_gpt_ffn) */
+	float norm_eps;   /* RMSNorm epsilon (0: 1e-5) */
+	float rope_theta; /* rotary base (0: 500000) */
+	struct mr_rope_scaling rope_scaling; /* Llama 3.1's long-context
+					      * scaling; factor 0: none */
+	int tie_embeddings; /* llama: the LM head is the token embedding
+			     * (gpt2: always) */
 };
+
+/* The model families. gpt2: LayerNorm with bias, learned positions, GELU
+ * MLP of 4 d_model, biases, LM head tied to the token embedding. llama:
+ * RMSNorm, rotary positions, SwiGLU MLP, grouped-query attention, no
+ * biases, an untied head unless tie_embeddings (model/llama.c). */
+enum mr_gpt_arch { MR_ARCH_GPT2, MR_ARCH_LLAMA };
+
+/* Derived shapes: key/value heads, the MLP's hidden size (gpt2: 4C;
+ * llama: ffn_hidden, or 2/3 of 4C rounded up to a multiple of 256 as
+ * Llama computes it), RMSNorm epsilon and rotary base with their
+ * defaults, and whether the LM head is the token embedding. */
+int mr_gpt_kv_heads(const struct mr_gpt_config *c);
+int mr_gpt_ffn(const struct mr_gpt_config *c);
+float mr_gpt_norm_eps(const struct mr_gpt_config *c);
+float mr_gpt_rope_theta(const struct mr_gpt_config *c);
+int mr_gpt_tied(const struct mr_gpt_config *c);
 
 /* Checks the config; the message names the offending field. */
 int mr_gpt_config_check(const struct mr_gpt_config *c, struct mr_errbuf *eb);
@@ -116,6 +144,9 @@ struct mr_gpt_tensor {
 			    * when ep > 1) */
 	int split_parts;   /* the tp split dim viewed as this many blocks, each
 			    * split (3 for QKV: q, k and v rows; 1 otherwise) */
+	int layer;         /* the block it belongs to, -1 for the model's own */
+	size_t view;       /* offset of its view pointer in struct
+			    * mr_gpt_layer_w (layer >= 0) or mr_gpt_weights */
 	size_t off, n;     /* offset into params/grads, element count */
 	int id;            /* index in the whole model's table (init stream) */
 	size_t full_off;   /* offset in the whole (unsliced, all-stage) model */
@@ -124,27 +155,36 @@ struct mr_gpt_tensor {
 	float std;         /* MR_INIT_NORMAL only */
 };
 
-/* Pointer views; for MoE layers fcw..fcprojb hold E experts. */
+/* Pointer views; for MoE layers fcw..fcprojb hold E experts. llama
+ * (no biases): qkvw is the query projection (NH*hs, C), kw and vw the
+ * key and value ones (NKV*hs, C) right behind it, so the three are one
+ * GEMM's weight; fcw is the SwiGLU gate (F, C) with upw (F, C) behind
+ * it, fcprojw the down projection (C, F). */
 struct mr_gpt_layer_w {
 	float *ln1w, *ln1b;     /* (C) */
 	float *qkvw, *qkvb;     /* (3C, C), (3C) */
+	float *kw, *vw;         /* llama */
 	float *attprojw, *attprojb; /* (C, C), (C) */
 	float *ln2w, *ln2b;     /* (C) */
 	float *routerw;         /* (E, C), MoE only */
 	float *fcw, *fcb;       /* ([E,] 4C, C), ([E,] 4C) */
+	float *upw;             /* llama */
 	float *fcprojw, *fcprojb; /* ([E,] C, 4C), ([E,] C) */
 };
 
 struct mr_gpt_weights {
-	float *wte;             /* (V, C) also the LM head */
-	float *wpe;             /* (maxT, C) */
+	float *wte;             /* (V, C) also the LM head when tied */
+	float *wpe;             /* (maxT, C); NULL for llama */
 	struct mr_gpt_layer_w *layer; /* (L) */
 	float *lnfw, *lnfb;     /* (C) */
+	float *head;            /* (V, C) an untied LM head, else NULL */
 };
 
 /* Device memory: mr_act in the device's activation type, float fp32. */
 struct mr_gpt_layer_acts {
-	mr_act *ln1;            /* (N,C) */
+	mr_act *ln1;            /* (N,C) (llama: mean unused; qkv's q and k
+				 * rotated in place; fch is [gate | up] (N,2F),
+				 * fch_gelu the SwiGLU output (N,F)) */
 	float *ln1_mean, *ln1_rstd; /* (N), (N) */
 	mr_act *qkv;            /* (N,3C) */
 	mr_act *atty;           /* (N,C) attention output before projection */
@@ -295,6 +335,10 @@ struct mr_gpt {
 	struct mr_ep ep;         /* ep > 1: E / ep experts per MoE layer here */
 	struct mr_cp cp;         /* cp > 1: attention across the sequence split (T is
 				  * then this rank's rows, T / cp) */
+	/* llama: every local row's sequence position (B*T device ints) and
+	 * the rotary inverse frequencies (hs/2 device floats) */
+	int *rope_pos;
+	float *rope_freq;
 };
 
 int mr_gpt_create(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, int T,

@@ -360,7 +360,7 @@ static int ulysses_fwd(struct mr_cp *cp, mr_act *out, float *lse, const mr_act *
 
 	if ((rc = heads_qkv(cp, qkv)) < 0 ||
 	    (rc = d->ops->attn_fwd(d, cp->ho, lse, cp->hq, cp->B, cp->T, cp->C / cp->size,
-				   cp->NH / cp->size, cp->ws)) < 0)
+				   cp->NH / cp->size, cp->NH / cp->size, cp->ws)) < 0)
 		return rc;
 	return from_heads(cp, &out, 1, (size_t)cp->C, cp->ho);
 }
@@ -378,7 +378,8 @@ static int ulysses_bwd(struct mr_cp *cp, mr_act *dqkv, const mr_act *dout, const
 	if ((rc = heads_qkv(cp, qkv)) < 0 || (rc = to_heads(cp, cp->ho, 1, &out, C)) < 0 ||
 	    (rc = to_heads(cp, cp->hd, 1, &dout, C)) < 0 ||
 	    (rc = d->ops->attn_bwd(d, cp->dhq, cp->hd, cp->hq, cp->ho, lse, cp->B, cp->T,
-				   cp->C / cp->size, cp->NH / cp->size, cp->ws)) < 0)
+				   cp->C / cp->size, cp->NH / cp->size, cp->NH / cp->size,
+				   cp->ws)) < 0)
 		return rc;
 	return from_heads(cp, dst, 3, 3 * C, cp->dhq);
 }

@@ -98,8 +98,9 @@ const int *mr_tp_vocab_ids(const struct mr_tp *tp, int *out, const int *tok, int
  * the forward GEMM (out of the softmax), 0 in dlogits (the padded rows of
  * wte get no gradient and never learn). logits (N, vocab_rows). */
 int mr_tp_mask_vocab_pad(const struct mr_tp *tp, mr_act *logits, float value);
-/* Vocab-parallel embedding: out (Nl,C) = wte[tok] summed over tp + wpe[t];
- * tok are mr_tp_vocab_ids on the device; scratch (N,C) when size > 1. */
+/* Vocab-parallel embedding: out (Nl,C) = wte[tok] summed over tp + wpe[t]
+ * (wpe NULL: no position rows; dwpe NULL below likewise); tok are
+ * mr_tp_vocab_ids on the device; scratch (N,C) when size > 1. */
 int mr_tp_embedding_fwd(struct mr_tp *tp, mr_act *out, const int *tok, const mr_act *wte,
 			const mr_act *wpe, mr_act *scratch);
 /* Its backward: dwte (this rank's rows) and dwpe from dlocal (Nl,C);

@@ -128,7 +128,7 @@ int mr_tp_row_linear_fwd(struct mr_tp *tp, mr_act *out, const mr_act *inp, const
 	if (tp->size == 1)
 		return d->ops->matmul_fwd(d, out, inp, w, bias, N, IC, tp->C);
 	if ((rc = d->ops->matmul_fwd(d, scratch, inp, w, NULL, N, IC, tp->C)) < 0 ||
-	    (rc = mr_tp_reduce_rows(tp, out, scratch)) < 0)
+	    (rc = mr_tp_reduce_rows(tp, out, scratch)) < 0 || !bias)
 		return rc;
 	return d->ops->add_bias(d, out, bias, mr_tp_local_rows(tp), tp->C);
 }
@@ -150,7 +150,7 @@ int mr_tp_sp_norm_grads(struct mr_tp *tp, float *w, float *b)
 		return 0;
 	if ((rc = d->ops->sync(d)) < 0 ||
 	    (rc = mr_tp_allreduce(tp, tp->norm_g, 2 * (size_t)tp->C, 0)) < 0 ||
-	    (rc = d->ops->add_f32(d, w, tp->norm_g, (size_t)tp->C)) < 0)
+	    (rc = d->ops->add_f32(d, w, tp->norm_g, (size_t)tp->C)) < 0 || !b)
 		return rc;
 	return d->ops->add_f32(d, b, tp->norm_g + tp->C, (size_t)tp->C);
 }
@@ -216,14 +216,17 @@ int mr_tp_embedding_fwd(struct mr_tp *tp, mr_act *out, const int *tok, const mr_
 	struct mr_dev *d = tp->dev;
 	int rc;
 
-	if (tp->size == 1 && tp->cp > 1)
-		return (rc = d->ops->embed_fwd(d, out, tok, wte, NULL, tp->B, tp->T, tp->C)) < 0
-			       ? rc
-			       : cp_positions(tp, out, wpe, NULL, NULL, NULL, NULL);
+	/* wpe NULL: no learned positions (llama) */
+	if (tp->size == 1 && (tp->cp > 1 || !wpe)) {
+		if ((rc = d->ops->embed_fwd(d, out, tok, wte, NULL, tp->B, tp->T, tp->C)) < 0 ||
+		    !wpe)
+			return rc;
+		return cp_positions(tp, out, wpe, NULL, NULL, NULL, NULL);
+	}
 	if (tp->size == 1)
 		return d->ops->embed_fwd(d, out, tok, wte, wpe, tp->B, tp->T, tp->C);
 	if ((rc = d->ops->embed_fwd(d, scratch, tok, wte, NULL, tp->B, tp->T, tp->C)) < 0 ||
-	    (rc = mr_tp_reduce_rows(tp, out, scratch)) < 0)
+	    (rc = mr_tp_reduce_rows(tp, out, scratch)) < 0 || !wpe)
 		return rc;
 	if (tp->cp > 1)
 		return cp_positions(tp, out, wpe, NULL, NULL, NULL, NULL);
@@ -242,11 +245,12 @@ int mr_tp_embedding_bwd(struct mr_tp *tp, float *dwte, float *dwpe, mr_act *dloc
 
 	if (rc < 0)
 		return rc;
-	if (tp->cp > 1)
-		return (rc = tp->dev->ops->embed_bwd(tp->dev, dwte, NULL, dfull, tok, tok_host,
-						     tp->B, tp->T, tp->C)) < 0
-			       ? rc
-			       : cp_positions(tp, NULL, NULL, dwpe, dfull, tok, tok_host);
+	if (tp->cp > 1 && dwpe) {
+		if ((rc = tp->dev->ops->embed_bwd(tp->dev, dwte, NULL, dfull, tok, tok_host, tp->B,
+						  tp->T, tp->C)) < 0)
+			return rc;
+		return cp_positions(tp, NULL, NULL, dwpe, dfull, tok, tok_host);
+	}
 	return tp->dev->ops->embed_bwd(tp->dev, dwte, dwpe, dfull, tok, tok_host, tp->B, tp->T,
 				       tp->C);
 }

@@ -75,8 +75,11 @@
 #define SEQ 16
 
 /* vocab, max_seq, L, C, NH, moe_every, E, top_k, capacity, aux */
-static const struct mr_gpt_config dense = { 96, 16, 2, 64, 2, 0, 0, 0, 0.0f, 0.0f, 0 };
-static const struct mr_gpt_config moe = { 96, 16, 2, 64, 2, 2, 4, 2, 1.0f, 0.01f, 0 };
+static const struct mr_gpt_config dense = { .vocab = 96, .max_seq = 16, .n_layer = 2, .d_model = 64,
+					    .n_head = 2 };
+static const struct mr_gpt_config moe = { .vocab = 96, .max_seq = 16, .n_layer = 2, .d_model = 64,
+					  .n_head = 2, .moe_every = 2, .n_experts = 4, .top_k = 2,
+					  .capacity_factor = 1.0f, .aux_coef = 0.01f };
 /* lr, min_lr_frac, warmup, total, beta1, beta2, eps, weight_decay, clip */
 static const struct mr_adamw_config ocfg = { 1e-2f, 0.1f, 2, STEPS, 0.9f, 0.95f, 1e-8f,
 					     0.1f, 1.0f };
@@ -535,11 +538,12 @@ static float *one_step(const struct mr_gpt_config *cfg, int B, int T, int bf16, 
 Test(cuda_model, gpt2_124m_shape_bf16_tracks_fp32, .timeout = 600)
 {
 #ifdef MR_CUDA_EMUL
-	static const struct mr_gpt_config cfg = { 512, 128, 2, 128, 2, 0, 0, 0, 0.0f, 0.0f, 0 };
+	static const struct mr_gpt_config cfg = { .vocab = 512, .max_seq = 128, .n_layer = 2,
+						  .d_model = 128, .n_head = 2 };
 	int B = 2, T = 128;
 #else
-	static const struct mr_gpt_config cfg = { 50304, 1024, 12, 768, 12, 0, 0, 0, 0.0f, 0.0f,
-						  0 };
+	static const struct mr_gpt_config cfg = { .vocab = 50304, .max_seq = 1024, .n_layer = 12,
+						  .d_model = 768, .n_head = 12 };
 	int B = 2, T = 1024;
 #endif
 	struct mr_gpt shape;

@@ -165,10 +165,14 @@ static void check_parity(const struct mr_gpt_config *cfg, int tp, int sp, int dp
 
 /* vocab, max_seq, L, C, NH, moe_every, E, top_k, capacity, aux; head size
  * 32, the device attention's minimum */
-static const struct mr_gpt_config dense = { 64, 16, 2, 128, 4, 0, 0, 0, 0.0f, 0.0f, 0 };
-static const struct mr_gpt_config moe = { 64, 16, 2, 128, 4, 2, 4, 2, 0.75f, 0.01f, 0 };
+static const struct mr_gpt_config dense = { .vocab = 64, .max_seq = 16, .n_layer = 2,
+					    .d_model = 128, .n_head = 4 };
+static const struct mr_gpt_config moe = { .vocab = 64, .max_seq = 16, .n_layer = 2, .d_model = 128,
+					  .n_head = 4, .moe_every = 2, .n_experts = 4, .top_k = 2,
+					  .capacity_factor = 0.75f, .aux_coef = 0.01f };
 /* a vocabulary tp does not divide: padded rows */
-static const struct mr_gpt_config dense_v65 = { 65, 16, 2, 128, 4, 0, 0, 0, 0.0f, 0.0f, 0 };
+static const struct mr_gpt_config dense_v65 = { .vocab = 65, .max_seq = 16, .n_layer = 2,
+						.d_model = 128, .n_head = 4 };
 
 Test(cuda_parallel, dense_tp2) { check_parity(&dense, 2, 0, 1, 0); }
 Test(cuda_parallel, dense_tp2_sp) { check_parity(&dense, 2, 1, 1, 0); }

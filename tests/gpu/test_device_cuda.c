@@ -595,14 +595,14 @@ static void attention_case(void)
 	struct pr lse = f32_in(NULL, (size_t)B * NH * T), dqkv = act_in(hg, 3 * n);
 	struct pr ws = { dalloc(&F.cpu, wsb), dalloc(&F.gpu, 1), 0, 0 };
 
-	BOTH(attn_fwd, P(out), P(lse), P(qkv), B, T, C, NH, P(ws));
+	BOTH(attn_fwd, P(out), P(lse), P(qkv), B, T, C, NH, NH, P(ws));
 	same("attn out", out, T_ACT);
 	same("attn lse", lse, T_F32);
 	/* dqkv is written (=): its old contents must not leak in */
-	BOTH(attn_bwd, P(dqkv), P(dout), P(qkv), P(out), P(lse), B, T, C, NH, P(ws));
+	BOTH(attn_bwd, P(dqkv), P(dout), P(qkv), P(out), P(lse), B, T, C, NH, NH, P(ws));
 	same("attn dqkv", dqkv, T_GRAD);
 	/* a head size the device kernels do not support is refused */
-	cr_assert_eq(F.gpu.ops->attn_fwd(&F.gpu, out.g, lse.g, qkv.g, B, T, C, 4, ws.g),
+	cr_assert_eq(F.gpu.ops->attn_fwd(&F.gpu, out.g, lse.g, qkv.g, B, T, C, 4, 4, ws.g),
 		     MR_EINVAL);
 	free(hq);
 	free(hd);

@@ -23,8 +23,11 @@
 #define B 2
 #define T 16
 
-static const struct mr_gpt_config dense = { 64, 16, 4, 32, 4, 0, 0, 0, 0, 0, 0 };
-static const struct mr_gpt_config moe = { 64, 16, 4, 32, 4, 2, 4, 2, 1.0f, 0.01f, 0 };
+static const struct mr_gpt_config dense = { .vocab = 64, .max_seq = 16, .n_layer = 4, .d_model = 32,
+					    .n_head = 4 };
+static const struct mr_gpt_config moe = { .vocab = 64, .max_seq = 16, .n_layer = 4, .d_model = 32,
+					  .n_head = 4, .moe_every = 2, .n_experts = 4, .top_k = 2,
+					  .capacity_factor = 1.0f, .aux_coef = 0.01f };
 
 static void open_model(struct mr_gpt *m, const struct mr_gpt_config *c)
 {

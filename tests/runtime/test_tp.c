@@ -143,9 +143,12 @@ static void check_parity(const struct mr_gpt_config *cfg, int tp, int sp)
 	free(par.params);
 }
 
-static const struct mr_gpt_config dense = { 64, 16, 2, 32, 4, 0, 0, 0, 0.0f, 0.0f, 0 };
+static const struct mr_gpt_config dense = { .vocab = 64, .max_seq = 16, .n_layer = 2, .d_model = 32,
+					    .n_head = 4 };
 /* MoE every layer 2, 4 experts, top-2, capacity low enough to drop */
-static const struct mr_gpt_config moe = { 64, 16, 2, 32, 4, 2, 4, 2, 0.75f, 0.01f, 0 };
+static const struct mr_gpt_config moe = { .vocab = 64, .max_seq = 16, .n_layer = 2, .d_model = 32,
+					  .n_head = 4, .moe_every = 2, .n_experts = 4, .top_k = 2,
+					  .capacity_factor = 0.75f, .aux_coef = 0.01f };
 
 Test(tp, dense_tp2) { check_parity(&dense, 2, 0); }
 Test(tp, dense_tp4) { check_parity(&dense, 4, 0); }
@@ -156,8 +159,10 @@ Test(tp, moe_tp2_sp) { check_parity(&moe, 2, 1); }
 
 /* A vocabulary tp does not divide is padded: 65 over 2 ranks (33 + 32 and
  * one zero row), 66 over 4 (17 each, the last with 15 real rows). */
-static const struct mr_gpt_config dense_v65 = { 65, 16, 2, 32, 4, 0, 0, 0, 0.0f, 0.0f, 0 };
-static const struct mr_gpt_config dense_v66 = { 66, 16, 2, 32, 4, 0, 0, 0, 0.0f, 0.0f, 0 };
+static const struct mr_gpt_config dense_v65 = { .vocab = 65, .max_seq = 16, .n_layer = 2,
+						.d_model = 32, .n_head = 4 };
+static const struct mr_gpt_config dense_v66 = { .vocab = 66, .max_seq = 16, .n_layer = 2,
+						.d_model = 32, .n_head = 4 };
 
 Test(tp, padded_vocab_tp2) { check_parity(&dense_v65, 2, 0); }
 Test(tp, padded_vocab_tp4_sp) { check_parity(&dense_v66, 4, 1); }

@@ -10,7 +10,9 @@
 #include "model/mr_gpt.h"
 #include "model/mr_weights.h"
 
-static const struct mr_gpt_config moe = { 32, 16, 2, 16, 2, 2, 3, 2, 1.5f, 0.01f, 0 };
+static const struct mr_gpt_config moe = { .vocab = 32, .max_seq = 16, .n_layer = 2, .d_model = 16,
+					  .n_head = 2, .moe_every = 2, .n_experts = 3, .top_k = 2,
+					  .capacity_factor = 1.5f, .aux_coef = 0.01f };
 
 Test(weights, round_trip_and_seeded_init)
 {

@@ -1,0 +1,145 @@
+/*
+ * llama.c - the Llama family's transformer block, forward and backward
+ * (Touvron et al. 2023, "LLaMA"; Dubey et al. 2024, "The Llama 3 Herd of
+ * Models"): RMSNorm, grouped-query attention with rotary positions, a
+ * SwiGLU MLP, no biases. Its table of tensors is gpt_table.c's
+ * llama_table; embedding, head, loss, hooks and pipeline plumbing are the
+ * model's own (gpt.c), so this file is what a family adds.
+ *
+ * Layout: the QKV GEMM reads q, k and v's weights as one (their local
+ * slices are back to back in the table) and writes rows of
+ * [q (NH/tp heads) | k (NKV/tp) | v (NKV/tp)], the layout the attention
+ * kernels take; rotary positions turn q and k in place (one call: k's
+ * heads follow q's), so the attention's saved input is the rotated one.
+ * The MLP's first GEMM writes [gate | up] (F/tp each), SwiGLU makes the
+ * hidden rows from it. Tensor parallel as gpt2's block: column-parallel
+ * q/k/v and gate/up, row-parallel o and down, sp through the model's norm
+ * pieces.
+ *
+ * Backward phases as gpt2's (gpt.c block_bwd): the input phase keeps the
+ * four GEMMs' output gradients in the layer's stash, the weight phase adds
+ * their weight gradients later.
+ */
+#include "gpt_int.h"
+#include "parallel/mr_tp.h"
+
+/* This rank's shapes of block l. */
+struct shape {
+	int N, C, hs, nh, nkv; /* rows, width, head size, local q and kv heads */
+	size_t qkv, att, ffn;  /* local columns: qkv rows, attention out, SwiGLU hidden */
+};
+
+static struct shape shape_of(const struct mr_gpt *m)
+{
+	const struct mr_gpt_config *c = &m->cfg;
+	struct shape s;
+
+	s.N = m->B * m->T;
+	s.C = c->d_model;
+	s.hs = c->d_model / c->n_head;
+	s.nh = c->n_head / m->tp.size;
+	s.nkv = mr_gpt_kv_heads(c) / m->tp.size;
+	s.qkv = mr__gpt_qkv_cols(m);
+	s.att = (size_t)s.nh * (size_t)s.hs;
+	s.ffn = mr__gpt_ffn_cols(m);
+	return s;
+}
+
+int mr__llama_block_fwd(struct mr_gpt *m, int l, const mr_act *res)
+{
+	const struct mr_gpt_layer_w *w = &WV(m)->layer[l];
+	struct mr_gpt_layer_acts *a = &m->la[l];
+	struct shape s = shape_of(m);
+	size_t nl = (size_t)mr_tp_local_rows(&m->tp) * (size_t)s.C;
+	int att = (int)s.att, ffn = (int)s.ffn, rc;
+
+	CK(mr__gpt_norm_fwd(m, a->ln1, NULL, a->ln1_rstd, res, w->ln1w, NULL));
+	CK(OP(m, matmul_fwd, a->qkv, a->ln1, CW(w->qkvw), NULL, s.N, s.C, (int)s.qkv));
+	CK(OP(m, rope, a->qkv, s.qkv, s.N, s.nh + s.nkv, s.hs, m->rope_pos, m->rope_freq, 1));
+	if (m->cp.size > 1) /* n_kv_head == n_head there (mr_gpt_check_placement) */
+		CK(mr_cp_attn_fwd(&m->cp, a->atty, a->att_lse, a->qkv));
+	else
+		CK(OP(m, attn_fwd, a->atty, a->att_lse, a->qkv, m->B, m->T, att, s.nh, s.nkv,
+		      m->k_ws));
+	CK(mr_tp_row_linear_fwd(&m->tp, a->res2, a->atty, CW(w->attprojw), NULL, att, m->dln));
+	CK(OP(m, add, a->res2, res, nl));
+	CK(HOOK(m, pre_fwd, m->layer_unit[l] + 1));
+	CK(mr__gpt_norm_fwd(m, a->ln2, NULL, a->ln2_rstd, a->res2, w->ln2w, NULL));
+	CK(OP(m, matmul_fwd, a->fch, a->ln2, CW(w->fcw), NULL, s.N, s.C, 2 * ffn));
+	CK(OP(m, swiglu_fwd, a->fch_gelu, a->fch, s.N, ffn));
+	CK(mr_tp_row_linear_fwd(&m->tp, a->res3, a->fch_gelu, CW(w->fcprojw), NULL, ffn, m->dln));
+	return OP(m, add, a->res3, a->res2, nl);
+}
+
+/* The four GEMMs' weight gradients from their output gradients (the
+ * weight phase of a split backward). */
+static int weight_grads(struct mr_gpt *m, int l, const struct mr_gpt_layer_stash *st)
+{
+	const struct mr_gpt_layer_w *w = &WV(m)->layer[l];
+	const struct mr_gpt_layer_w *g = &m->g.layer[l];
+	struct mr_gpt_layer_acts *a = &m->la[l];
+	struct shape s = shape_of(m);
+	int att = (int)s.att, ffn = (int)s.ffn, rc;
+
+	CK(OP(m, matmul_bwd, NULL, g->fcprojw, NULL, st->dproj2, a->fch_gelu, CW(w->fcprojw), s.N,
+	      ffn, s.C, 0));
+	CK(OP(m, matmul_bwd, NULL, g->fcw, NULL, st->dfc, a->ln2, CW(w->fcw), s.N, s.C, 2 * ffn,
+	      0));
+	CK(HOOK(m, post_bwd, m->layer_unit[l] + 1));
+	CK(OP(m, matmul_bwd, NULL, g->attprojw, NULL, st->dproj1, a->atty, CW(w->attprojw), s.N,
+	      att, s.C, 0));
+	CK(OP(m, matmul_bwd, NULL, g->qkvw, NULL, st->dqkv, a->ln1, CW(w->qkvw), s.N, s.C,
+	      (int)s.qkv, 0));
+	return HOOK(m, post_bwd, m->layer_unit[l]);
+}
+
+int mr__llama_block_bwd(struct mr_gpt *m, int l, const mr_act *res, float dscale, int phase)
+{
+	const struct mr_gpt_layer_w *w = &WV(m)->layer[l];
+	const struct mr_gpt_layer_w *g = &m->g.layer[l];
+	struct mr_gpt_layer_acts *a = &m->la[l];
+	struct mr_gpt_layer_stash *st = m->stash ? &m->stash[l] : NULL;
+	struct shape s = shape_of(m);
+	int all = phase == MR_GPT_BWD_ALL, att = (int)s.att, ffn = (int)s.ffn, rc;
+	size_t nc = mr_dev_act_bytes(m->dev, (size_t)s.N * (size_t)s.C);
+	mr_act *dfull = mr_tp_if_sp(&m->tp, m->dres, m->sp_full);
+	/* the output gradients the weight phase needs: scratch when fused */
+	mr_act *dproj2 = all ? dfull : st->dproj2, *dfc = all ? m->dfch : st->dfc;
+	mr_act *dproj1 = all ? dfull : st->dproj1, *dqkv = all ? m->dqkv : st->dqkv;
+	/* the SwiGLU output's gradient: behind dfc's room in the scratch */
+	mr_act *dsw = mr_dev_at(m->dev, m->dfch, (size_t)s.N * 2 * s.ffn);
+
+	(void)dscale; /* no auxiliary loss in a dense block */
+	if (phase == MR_GPT_BWD_WEIGHT)
+		return weight_grads(m, l, st);
+	/* the MLP branch (the layer's second unit): dres = d(res3) */
+	CK(HOOK(m, pre_bwd, m->layer_unit[l] + 1));
+	CK(mr_tp_gather_rows(&m->tp, dfull, m->dres));
+	if (dproj2 != dfull)
+		CK(OP(m, copy, dproj2, dfull, nc));
+	CK(OP(m, matmul_bwd, dsw, all ? g->fcprojw : NULL, NULL, dfull, a->fch_gelu,
+	      CW(w->fcprojw), s.N, ffn, s.C, 0));
+	CK(OP(m, swiglu_bwd, dfc, a->fch, dsw, s.N, ffn));
+	CK(OP(m, matmul_bwd, m->dln, all ? g->fcw : NULL, NULL, dfc, a->ln2, CW(w->fcw), s.N, s.C,
+	      2 * ffn, 0));
+	CK(mr__gpt_norm_bwd(m, g->ln2w, NULL, a->res2, w->ln2w, NULL, a->ln2_rstd));
+	if (all)
+		CK(HOOK(m, post_bwd, m->layer_unit[l] + 1));
+	/* the attention branch (the layer's first unit): dres = d(res2) */
+	CK(HOOK(m, pre_bwd, m->layer_unit[l]));
+	CK(mr_tp_gather_rows(&m->tp, dfull, m->dres));
+	if (dproj1 != dfull)
+		CK(OP(m, copy, dproj1, dfull, nc));
+	CK(OP(m, matmul_bwd, m->datty, all ? g->attprojw : NULL, NULL, dfull, a->atty,
+	      CW(w->attprojw), s.N, att, s.C, 0));
+	if (m->cp.size > 1)
+		CK(mr_cp_attn_bwd(&m->cp, dqkv, m->datty, a->qkv, a->atty, a->att_lse));
+	else
+		CK(OP(m, attn_bwd, dqkv, m->datty, a->qkv, a->atty, a->att_lse, m->B, m->T, att,
+		      s.nh, s.nkv, m->k_ws));
+	CK(OP(m, rope, dqkv, s.qkv, s.N, s.nh + s.nkv, s.hs, m->rope_pos, m->rope_freq, -1));
+	CK(OP(m, matmul_bwd, m->dln, all ? g->qkvw : NULL, NULL, dqkv, a->ln1, CW(w->qkvw), s.N,
+	      s.C, (int)s.qkv, 0));
+	CK(mr__gpt_norm_bwd(m, g->ln1w, NULL, res, w->ln1w, NULL, a->ln1_rstd));
+	return all ? HOOK(m, post_bwd, m->layer_unit[l]) : 0;
+}
