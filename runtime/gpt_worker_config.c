@@ -108,6 +108,33 @@ static int get_pipeline(const json_t *c, struct gw *w, struct mr_errbuf *eb)
 }
 
 
+/* The family and its keys (gpt2 ignores the llama ones). */
+static int get_family(const json_t *c, struct mr_gpt_config *mc, struct mr_errbuf *eb)
+{
+	const char *arch = NULL, *scaling = NULL;
+	int rc;
+
+	if ((rc = get_choice(c, "arch", &arch, eb)) < 0 ||
+	    (rc = get_choice(c, "rope_scaling", &scaling, eb)) < 0 ||
+	    (rc = geti(c, "n_kv_head", &mc->n_kv_head, eb)) < 0 ||
+	    (rc = geti(c, "ffn_hidden", &mc->ffn_hidden, eb)) < 0 ||
+	    (rc = getf(c, "norm_eps", &mc->norm_eps, eb)) < 0 ||
+	    (rc = getf(c, "rope_theta", &mc->rope_theta, eb)) < 0)
+		return rc;
+	mc->tie_embeddings = 0;
+	if (c && (rc = mr_json_get_bool(c, "tie_embeddings", 0, &mc->tie_embeddings, eb)) < 0)
+		return rc;
+	mc->arch = arch && !strcmp(arch, "llama") ? MR_ARCH_LLAMA : MR_ARCH_GPT2;
+	if (mc->arch == MR_ARCH_GPT2) { /* its config as before the family keys */
+		mc->n_kv_head = mc->ffn_hidden = mc->tie_embeddings = 0;
+		mc->norm_eps = mc->rope_theta = 0.0f;
+	} else if (scaling && !strcmp(scaling, "llama3")) {
+		/* the values of Llama 3.1's published config */
+		mc->rope_scaling = (struct mr_rope_scaling){ 8.0f, 1.0f, 4.0f, 8192 };
+	}
+	return 0;
+}
+
 int mr__gw_parse(const json_t *c, struct mr_gpt_config *mc, struct mr_adamw_config *oc,
 		 struct gw *w, int *B, int *T, struct mr_errbuf *eb)
 {
@@ -163,6 +190,8 @@ int mr__gw_parse(const json_t *c, struct mr_gpt_config *mc, struct mr_adamw_conf
 	if ((rc = get_choice(c, "moe_policy", &policy, eb)) < 0)
 		return rc;
 	mc->moe_dropless = policy && !strcmp(policy, "dropless");
+	if ((rc = get_family(c, mc, eb)) < 0)
+		return rc;
 	if ((rc = get_choice(c, "cp_algo", &cp_algo, eb)) < 0)
 		return rc;
 	if ((rc = get_choice(c, "resume", &resume, eb)) < 0)

@@ -42,6 +42,22 @@ const struct mr__gw_key mr__gw_keys[] = {
 	C("moe_policy", "capacity|dropless", "capacity", "model",
 	  "capacity (a fixed share per expert, the rest dropped) or dropless (every expert "
 	  "takes all its tokens)."),
+	C("arch", "gpt2|llama", "gpt2", "model",
+	  "The model family: gpt2 (LayerNorm, learned positions, GELU MLP, tied head) or llama "
+	  "(RMSNorm, rotary positions, SwiGLU MLP, grouped-query attention, no biases, untied "
+	  "head)."),
+	I("n_kv_head", 0, 65536, "0", "model",
+	  "llama: key/value heads, dividing n_head (grouped-query attention; 0: n_head)."),
+	I("ffn_hidden", 0, 1 << 20, "0", "model",
+	  "llama: SwiGLU hidden size (0: 2/3 of 4 d_model rounded up to a multiple of 256, as "
+	  "Llama computes it)."),
+	F("norm_eps", 1e-12, 1, "1e-05", "model", "llama: RMSNorm epsilon."),
+	F("rope_theta", 1, 1e12, "500000", "model", "llama: base of the rotary frequencies."),
+	C("rope_scaling", "none|llama3", "none", "model",
+	  "llama: llama3 applies Llama 3.1's long-context frequency scaling (factor 8, "
+	  "low_freq_factor 1, high_freq_factor 4, original context 8192)."),
+	B("tie_embeddings", "false", "model",
+	  "llama: the LM head is the token embedding (gpt2 always ties it)."),
 	/* training */
 	I("batch_size", 1, 1 << 16, "8", "training", "Sequences per micro-batch per dp rank."),
 	I("steps", 1, 1 << 30, "100", "training", "Optimizer steps."),

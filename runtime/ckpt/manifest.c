@@ -19,12 +19,29 @@
 
 json_t *mr__ckpt_model_json(const struct mr_gpt_config *c)
 {
-	return json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:s}", "vocab_size",
+	json_t *j = json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:s}", "vocab_size",
 			 c->vocab, "max_seq", c->max_seq, "n_layer", c->n_layer, "d_model",
 			 c->d_model, "n_head", c->n_head, "moe_every", c->moe_every, "n_experts",
 			 c->n_experts, "top_k", c->top_k, "capacity_factor",
 			 (double)c->capacity_factor, "aux_coef", (double)c->aux_coef, "moe_policy",
 			 c->moe_dropless ? "dropless" : "capacity");
+
+	/* a gpt2 model's object is as it was before the families */
+	if (j && c->arch == MR_ARCH_LLAMA &&
+	    json_object_update_new(
+		    j, json_pack("{s:s, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:i, s:b}", "arch",
+				 "llama", "n_kv_head", mr_gpt_kv_heads(c), "ffn_hidden",
+				 mr_gpt_ffn(c), "norm_eps", (double)mr_gpt_norm_eps(c),
+				 "rope_theta", (double)mr_gpt_rope_theta(c), "rope_scaling_factor",
+				 (double)c->rope_scaling.factor, "rope_low_freq_factor",
+				 (double)c->rope_scaling.low_freq_factor, "rope_high_freq_factor",
+				 (double)c->rope_scaling.high_freq_factor, "rope_original_max_pos",
+				 c->rope_scaling.original_max_pos, "tie_embeddings",
+				 c->tie_embeddings)) < 0) {
+		json_decref(j);
+		return NULL;
+	}
+	return j;
 }
 
 uint32_t mr__ckpt_model_crc(const json_t *model)
@@ -69,6 +86,14 @@ const char *mr_ckpt_model_diff(const struct mr_gpt_config *a, const struct mr_gp
 	       : a->capacity_factor != b->capacity_factor ? "capacity_factor"
 	       : a->aux_coef != b->aux_coef	      ? "aux_coef"
 	       : a->moe_dropless != b->moe_dropless   ? "moe_policy"
+	       : a->arch != b->arch		      ? "arch"
+	       : a->arch != MR_ARCH_LLAMA	      ? NULL
+	       : mr_gpt_kv_heads(a) != mr_gpt_kv_heads(b) ? "n_kv_head"
+	       : mr_gpt_ffn(a) != mr_gpt_ffn(b)	      ? "ffn_hidden"
+	       : mr_gpt_norm_eps(a) != mr_gpt_norm_eps(b) ? "norm_eps"
+	       : mr_gpt_rope_theta(a) != mr_gpt_rope_theta(b) ? "rope_theta"
+	       : memcmp(&a->rope_scaling, &b->rope_scaling, sizeof(a->rope_scaling)) ? "rope_scaling"
+	       : !a->tie_embeddings != !b->tie_embeddings ? "tie_embeddings"
 						      : NULL;
 }
 

@@ -77,6 +77,7 @@ static int parse_head(struct mr_ckpt_manifest *mf, json_t *doc, struct mr_errbuf
 	json_t *me = json_object_get(doc, "mesh"), *da = json_object_get(doc, "data");
 	const char *fmt = json_string_value(json_object_get(doc, "format"));
 	const char *pol = json_string_value(json_object_get(mo, "moe_policy"));
+	const char *arch = json_string_value(json_object_get(mo, "arch"));
 	const char *td = json_string_value(json_object_get(da, "train_data"));
 	struct mr_errbuf ce = { "", "" };
 	int64_t ver, crc;
@@ -103,6 +104,24 @@ static int parse_head(struct mr_ckpt_manifest *mf, json_t *doc, struct mr_errbuf
 	GETF(mo, "capacity_factor", mf->model.capacity_factor);
 	GETF(mo, "aux_coef", mf->model.aux_coef);
 	mf->model.moe_dropless = pol && !strcmp(pol, "dropless");
+	if (arch && strcmp(arch, "gpt2") != 0) {
+		int64_t v;
+		if (strcmp(arch, "llama") != 0)
+			return bad(eb, mf->dir, "unknown model family 'arch'");
+		mf->model.arch = MR_ARCH_LLAMA;
+		GETI(mo, "n_kv_head", 1, 1 << 20, mf->model.n_kv_head);
+		GETI(mo, "ffn_hidden", 1, 1 << 30, mf->model.ffn_hidden);
+		GETF(mo, "norm_eps", mf->model.norm_eps);
+		GETF(mo, "rope_theta", mf->model.rope_theta);
+		GETF(mo, "rope_scaling_factor", mf->model.rope_scaling.factor);
+		GETF(mo, "rope_low_freq_factor", mf->model.rope_scaling.low_freq_factor);
+		GETF(mo, "rope_high_freq_factor", mf->model.rope_scaling.high_freq_factor);
+		GETI(mo, "rope_original_max_pos", 0, 1 << 30, v);
+		mf->model.rope_scaling.original_max_pos = (int)v;
+		if (!json_is_boolean(json_object_get(mo, "tie_embeddings")))
+			return bad(eb, mf->dir, "missing or invalid 'tie_embeddings'");
+		mf->model.tie_embeddings = json_is_true(json_object_get(mo, "tie_embeddings"));
+	}
 	GETI(doc, "config_crc32c", 0, UINT32_MAX, crc);
 	if (mr__ckpt_model_crc(mo) != (uint32_t)crc)
 		return bad(eb, mf->dir, "'config_crc32c' does not match 'model'");

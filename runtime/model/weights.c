@@ -39,6 +39,22 @@ void mr_weights_pack_config(int32_t *h, const struct mr_gpt_config *c)
 	h[11] = fbits(c->aux_coef);
 }
 
+/* Slots 16..25 of a weights file: the family's keys, zero for gpt2 (files
+ * from before the families read as gpt2). */
+static void pack_family(int32_t *h, const struct mr_gpt_config *c)
+{
+	h[16] = c->arch;
+	h[17] = c->n_kv_head;
+	h[18] = c->ffn_hidden;
+	h[19] = fbits(c->norm_eps);
+	h[20] = fbits(c->rope_theta);
+	h[21] = fbits(c->rope_scaling.factor);
+	h[22] = fbits(c->rope_scaling.low_freq_factor);
+	h[23] = fbits(c->rope_scaling.high_freq_factor);
+	h[24] = c->rope_scaling.original_max_pos;
+	h[25] = c->tie_embeddings;
+}
+
 void mr_weights_unpack_config(const int32_t *h, struct mr_gpt_config *c)
 {
 	memset(c, 0, sizeof(*c));
@@ -52,6 +68,20 @@ void mr_weights_unpack_config(const int32_t *h, struct mr_gpt_config *c)
 	c->top_k = h[9];
 	c->capacity_factor = bitsf(h[10]);
 	c->aux_coef = bitsf(h[11]);
+}
+
+static void unpack_family(const int32_t *h, struct mr_gpt_config *c)
+{
+	c->arch = h[16];
+	c->n_kv_head = h[17];
+	c->ffn_hidden = h[18];
+	c->norm_eps = bitsf(h[19]);
+	c->rope_theta = bitsf(h[20]);
+	c->rope_scaling.factor = bitsf(h[21]);
+	c->rope_scaling.low_freq_factor = bitsf(h[22]);
+	c->rope_scaling.high_freq_factor = bitsf(h[23]);
+	c->rope_scaling.original_max_pos = h[24];
+	c->tie_embeddings = h[25];
 }
 
 int mr_weights_write(const struct mr_gpt *m, const char *path, struct mr_errbuf *eb)
@@ -82,6 +112,7 @@ int mr_weights_write_buf(const struct mr_gpt_config *cfg, int ntensors, const fl
 	hdr[0] = MR_WEIGHTS_MAGIC;
 	hdr[1] = MR_WEIGHTS_VERSION;
 	mr_weights_pack_config(hdr, cfg);
+	pack_family(hdr, cfg);
 	hdr[12] = ntensors;
 	hdr[13] = (int32_t)(uint32_t)(nparams & 0xffffffffu);
 	hdr[14] = (int32_t)(uint32_t)((uint64_t)nparams >> 32);
@@ -123,6 +154,7 @@ int mr_weights_read_config(const char *path, struct mr_gpt_config *c, struct mr_
 	if (rc < 0)
 		return rc;
 	mr_weights_unpack_config(hdr, c);
+	unpack_family(hdr, c);
 	rc = mr_gpt_config_check(c, eb);
 	if (rc < 0)
 		return mr_errf(eb, rc, "'%s': bad config", path);
@@ -145,6 +177,7 @@ int mr_weights_load(struct mr_gpt *m, const char *path, struct mr_errbuf *eb)
 	if (rc < 0)
 		goto out;
 	mr_weights_unpack_config(hdr, &c);
+	unpack_family(hdr, &c);
 	n = (uint64_t)(uint32_t)hdr[13] | ((uint64_t)(uint32_t)hdr[14] << 32);
 	if (memcmp(&c, &m->cfg, sizeof(c)) != 0 || hdr[12] != m->ntensors ||
 	    n != (uint64_t)m->nparams) {
