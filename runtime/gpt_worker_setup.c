@@ -212,7 +212,9 @@ int mr__gw_create_trainer(struct gw *w, const struct mr_worker_env *env,
 	cc.expert = w->groups.group[MR_GROUP_EDP];
 	if (w->groups.mesh.pp > 1) {
 		struct mr_comm *ppc = w->groups.group[MR_GROUP_PP];
-		struct mr_pp_config pc = { w->pp_kind, w->pp_virtual, ppc, w->groups.embed,
+		/* an untied LM head has no replica of the embeddings to sum */
+		struct mr_pp_config pc = { w->pp_kind, w->pp_virtual, ppc,
+					   mr_gpt_tied(&w->mc) ? w->groups.embed : NULL,
 					   w->pp_p2p >= 0 ? w->pp_p2p : mr_comm_p2p_in_order(ppc) };
 		mr_pp_dp_config(&dc);
 		if (dc.zero != w->zero)

@@ -567,6 +567,39 @@ Test(parity, five_modes_16_ranks, .timeout = 600, NOT_UNDER_SAN) { context(4, 4,
 #endif
 
 #if !ON_DEVICE
+/*
+ * The llama family (model/llama.c) through the same matrix: grouped-query
+ * attention (2 key/value heads of 4: tp2 splits them), an explicit SwiGLU
+ * hidden size, the untied head (on the last pipeline stage alone, no
+ * embedding group) or a tied one. Context parallel takes plain multi-head
+ * attention (n_kv_head 4) until grouped-query attention lands there.
+ * nodes x nproc ranks, tp (with sp), pp (8 blocks, 1f1b or interleaved),
+ * cp, zero.
+ */
+static void llama(int nodes, int nproc, int tp, int pp, int cp, int zero, const char *sched,
+		  const char *family)
+{
+	struct job j = { nodes, nproc, tp, zero, 0, tp > 1, 0, pp > 1 ? 4 : 1, NULL, 0, pp,
+			 pp > 1 ? sched : NULL, pp > 1 ? 8 : 0, NULL, 0, cp };
+	static char extra[192];
+
+	snprintf(extra, sizeof(extra), ", \"arch\": \"llama\", \"ffn_hidden\": 64%s", family);
+	j.extra = extra;
+	check(&j);
+}
+
+#define GQA ", \"n_kv_head\": 2"
+#define MHA_TIED ", \"n_kv_head\": 4, \"tie_embeddings\": true"
+Test(parity, llama_dp2_zero3) { llama(1, 2, 1, 1, 1, 3, NULL, GQA); }
+Test(parity, llama_tp2_sp_gqa, NOT_UNDER_SAN) { llama(1, 2, 2, 1, 1, 0, NULL, GQA); }
+Test(parity, llama_pp2_untied_head, NOT_UNDER_SAN) { llama(1, 2, 1, 2, 1, 0, "1f1b", GQA); }
+Test(parity, llama_pp2_interleaved_tied_head, NOT_UNDER_SAN)
+{
+	llama(1, 2, 1, 2, 1, 0, "interleaved", MHA_TIED);
+}
+Test(parity, llama_cp2, NOT_UNDER_SAN) { llama(1, 2, 1, 1, 2, 0, NULL, ", \"n_kv_head\": 4"); }
+Test(parity, llama_tp2_pp2_dp2_zero1, NOT_UNDER_SAN) { llama(2, 4, 2, 2, 1, 1, "1f1b", GQA); }
+
 /* Bad placement fails at start, on every rank, before any step. */
 static void expect_rejected(const struct job *j, const char *extra, const char *field)
 {
