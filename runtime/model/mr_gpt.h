@@ -1,6 +1,8 @@
 /*
- * mr_gpt.h - the GPT-2 model (llm.c layout) with optional MoE MLP layers:
- * parameters, activations, hand-written forward and backward, fp32, CPU.
+ * mr_gpt.h - the model: GPT-2 (llm.c layout) with optional MoE MLP layers,
+ * or the llama family ("arch", model/llama.c; below, what differs is said
+ * where it matters); parameters, activations, hand-written forward and
+ * backward.
  *
  * Architecture: token + learned position embedding, n_layer pre-LayerNorm
  * blocks (causal multi-head attention, then a GELU(tanh) 4x MLP, or a MoE
