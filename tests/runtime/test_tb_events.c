@@ -6,8 +6,9 @@
  * training run writes file_version "brain.Event:2" first, then per step a
  * "loss" equal (as float) to the loss log's, val_loss where evaluated, and
  * the other scalars; a resume adds a new file that starts with SessionLog
- * START at the first step trained again; an unwritable directory is
- * refused naming the key.
+ * START at the first step trained again; in a `meshrun local` job of two
+ * ranks only rank 0 writes; an unwritable directory is refused naming the
+ * key, a directory that is not a string too.
  */
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -15,10 +16,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "mr_gpt_worker.h"
 #include "mr_tb_events.h"
+#include "proc.h"
 
 /* ---- the reader -------------------------------------------------------- */
 
@@ -229,21 +232,16 @@ static float value_of(const struct event *e, const char *tag, int *found)
 
 /* ---- the worker ---------------------------------------------------------- */
 
-static char dir[64];
+static char dir[256];
 
 static void make_tmpdir(void)
 {
-	snprintf(dir, sizeof(dir), "/tmp/mr-tb-XXXXXX");
-	cr_assert_not_null(mkdtemp(dir));
+	cr_assert_eq(mr_test_tmpdir(dir, sizeof(dir), "mr-tb"), 0);
 }
 
 static void remove_tmpdir(void)
 {
-	char cmd[128];
-
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-	if (system(cmd) != 0)
-		fprintf(stderr, "unable to remove %s\n", dir);
+	mr_test_rmdir(dir);
 }
 
 #define SMALL "\"vocab_size\":32,\"n_layer\":1,\"d_model\":32,\"n_head\":2,\"seq_len\":16," \
@@ -296,7 +294,7 @@ static int by_name(const void *a, const void *b)
 }
 
 /* The event files in d, sorted by name (TensorBoard's order); the count. */
-static int event_files(const char *d, char names[][512], int max)
+static int event_files(const char *d, char names[][600], int max)
 {
 	DIR *dp = opendir(d);
 	struct dirent *de;
@@ -306,10 +304,10 @@ static int event_files(const char *d, char names[][512], int max)
 	while ((de = readdir(dp)))
 		if (strstr(de->d_name, "tfevents")) {
 			cr_assert(n < max);
-			snprintf(names[n++], 512, "%s/%s", d, de->d_name);
+			snprintf(names[n++], 600, "%s/%s", d, de->d_name);
 		}
 	closedir(dp);
-	qsort(names, (size_t)n, 512, by_name);
+	qsort(names, (size_t)n, 600, by_name);
 	return n;
 }
 
@@ -383,7 +381,7 @@ Test(tb_events, crc32c_known_answer)
 Test(tb_events, training_writes_version_then_scalars_per_step, .init = make_tmpdir,
      .fini = remove_tmpdir)
 {
-	char extra[512], tb[128], log[128], names[4][512], host[256] = "", want[512];
+	char extra[1024], tb[300], log[300], names[4][600], host[256] = "", want[512];
 	struct event ev[32];
 	double loss[16] = { 0 };
 	int n;
@@ -418,7 +416,7 @@ Test(tb_events, training_writes_version_then_scalars_per_step, .init = make_tmpd
  * log's losses into loss. */
 static void train_ckpt(int steps, const char *tb, double *loss)
 {
-	char extra[512], log[128];
+	char extra[1024], log[300];
 
 	snprintf(log, sizeof(log), "%s/loss.txt", dir);
 	snprintf(extra, sizeof(extra),
@@ -432,7 +430,7 @@ static void train_ckpt(int steps, const char *tb, double *loss)
 Test(tb_events, resume_writes_a_new_file_from_the_checkpoint, .init = make_tmpdir,
      .fini = remove_tmpdir)
 {
-	char tb[128], names[4][512];
+	char tb[300], names[4][600];
 	struct event ev[32];
 	double loss1[16] = { 0 }, loss2[16] = { 0 };
 	int n;
@@ -458,7 +456,7 @@ Test(tb_events, unwritable_dir_is_refused_naming_the_key, .init = make_tmpdir,
      .fini = remove_tmpdir)
 {
 	struct mr_errbuf eb = { "", "" };
-	char extra[256], file[128];
+	char extra[512], file[300];
 	void *w = &eb;
 	json_t *c;
 	FILE *f;
@@ -474,11 +472,46 @@ Test(tb_events, unwritable_dir_is_refused_naming_the_key, .init = make_tmpdir,
 	cr_expect(strstr(eb.msg, "tensorboard_dir") != NULL, "'%s' names the key", eb.msg);
 	cr_expect(strstr(eb.msg, file) != NULL, "'%s' names the path", eb.msg);
 	cr_expect_str_eq(eb.field, "tensorboard_dir");
+	memset(&eb, 0, sizeof(eb));
+	cr_expect(create(&w, &c, "\"tensorboard_dir\":3", &eb) < 0, "a number is refused");
+	json_decref(c);
+	cr_expect(strstr(eb.msg, "tensorboard_dir") != NULL, "'%s' names the key", eb.msg);
+}
+
+Test(tb_events, only_rank_0_of_a_job_writes, .init = make_tmpdir, .fini = remove_tmpdir)
+{
+	char js[1024], tb[300], log[300], out[300], names[4][600], tail[4096];
+	const char *args[] = { "local", "--nodes", "2", "--health-port", "0",
+			       "--workload-config", js, NULL };
+	struct mr_proc p;
+	struct event ev[32];
+	double loss[16] = { 0 };
+	int n;
+
+	snprintf(tb, sizeof(tb), "%s/tb", dir);
+	snprintf(log, sizeof(log), "%s/loss.txt", dir);
+	snprintf(out, sizeof(out), "%s/job.log", dir);
+	snprintf(js, sizeof(js),
+		 "{" SMALL ",\"steps\":4,\"eval_every\":2,\"loss_log\":\"%s\","
+		 "\"tensorboard_dir\":\"%s\"}",
+		 log, tb);
+	cr_assert_eq(mr_proc_spawn(&p, "meshrun", args, NULL, out), 0);
+	cr_assert_eq(mr_proc_reap(&p, 120000), 0, "meshrun local did not finish");
+	mr_test_tail(out, tail, sizeof(tail));
+	cr_assert(WIFEXITED(p.status) && WEXITSTATUS(p.status) == 0, "job failed:\n%s", tail);
+	cr_assert_eq(event_files(tb, names, 4), 1, "one event file, rank 0's:\n%s", tail);
+	cr_assert_eq(read_loss_log(log, loss, 16), 4);
+	n = read_events(names[0], ev, 32);
+	cr_assert(n >= 2);
+	cr_expect_str_eq(ev[0].file_version, "brain.Event:2");
+	cr_expect_eq(ev[1].session_status, 1);
+	cr_expect_eq(n, 2 + 4, "version, start, steps 1-4: %d records", n);
+	expect_steps(ev, 2, n, 1, loss, 2, 4);
 }
 
 Test(tb_events, empty_dir_is_off, .init = make_tmpdir, .fini = remove_tmpdir)
 {
-	char cwd[4096], names[4][512];
+	char cwd[4096], names[4][600];
 
 	cr_assert_not_null(getcwd(cwd, sizeof(cwd)));
 	cr_assert_eq(chdir(dir), 0);
