@@ -1,7 +1,8 @@
 /*
  * gpt_worker.c - struct mr_worker_ops for GPT training on one rank (see
  * mr_gpt_worker.h): create, the step loop, stats (tokens/s, MFU, memory by
- * category), validation loss, the loss log and gathered weights, abort.
+ * category), validation loss, the loss log, the TensorBoard event file and
+ * gathered weights, abort.
  * Building the pieces is gpt_worker_setup.c.
  */
 #include <cblas.h>
@@ -24,6 +25,7 @@ static void gw_destroy(void *state)
 	if (!w)
 		return;
 	mr_ckpt_free(w->ckpt); /* before the state it snapshots */
+	mr_tb_close(&w->tb);
 	mr_step_release(&w->step_drv);
 	if (w->have_model)
 		mr_gpt_release(&w->model);
@@ -92,6 +94,9 @@ static int gw_create(void **state, const struct mr_worker_env *env, struct mr_er
 	rc = mr__gw_parse(env ? env->config : NULL, &mc, &oc, w, &B, &T, eb);
 	if (rc == 0)
 		rc = mr__gw_run_keys(env ? env->config : NULL, w, eb);
+	/* before any communication: an unwritable directory fails the start */
+	if (rc == 0 && w->tensorboard_dir && (!env || env->rank == 0))
+		rc = mr_tb_open(&w->tb, w->tensorboard_dir, "tensorboard_dir", eb);
 	if (rc < 0)
 		goto fail;
 	if (w->threads == 0) {
@@ -132,6 +137,10 @@ static int gw_create(void **state, const struct mr_worker_env *env, struct mr_er
 			mr_json_get_str(env->config, "train_data", 0, 255, &train, NULL);
 		rc = mr__gw_open_ckpt(w, env, train, eb);
 	}
+	/* TensorBoard drops what earlier files hold for the steps trained
+	 * again (a resume, or a fresh start in a used directory) */
+	if (rc == 0 && w->tb.open)
+		rc = mr_tb_session_start(&w->tb, w->step + 1, eb);
 	if (rc < 0)
 		goto fail;
 	if (w->peak_flops <= 0.0)
@@ -232,6 +241,39 @@ static int log_loss(struct gw *w, const struct mr_worker_stats *st, struct mr_er
 	if (fclose(f) != 0)
 		return mr_errf_field(eb, MR_EIO, "loss_log", "unable to write '%s'", w->loss_log);
 	return 0;
+}
+
+/* The step's scalars into the TensorBoard event file (rank 0), flushed so
+ * a live TensorBoard sees them; tags are the stats' names. A failed write
+ * is logged and ends the file: training goes on without it. */
+static void tb_step(struct gw *w, const struct mr_worker_stats *st)
+{
+	const struct {
+		const char *tag;
+		double v;
+		int on;
+	} s[] = {
+		{ "loss", st->loss, 1 },
+		{ "aux_loss", st->aux_loss, w->mc.moe_every > 0 },
+		{ "val_loss", st->val_loss, isfinite(st->val_loss) },
+		{ "lr", st->lr, 1 },
+		{ "grad_norm", st->grad_norm, 1 },
+		{ "tokens_per_s", st->tokens_per_s, 1 },
+		{ "mfu", st->mfu, 1 },
+	};
+	struct mr_errbuf eb = { "", "" };
+	int rc = 0;
+
+	for (size_t i = 0; i < sizeof(s) / sizeof(s[0]) && rc == 0; i++)
+		if (s[i].on)
+			rc = mr_tb_scalar(&w->tb, st->step, s[i].tag, (float)s[i].v, &eb);
+	if (rc == 0)
+		rc = mr_tb_flush(&w->tb, &eb);
+	if (rc < 0) {
+		mr_log_warn("tensorboard_failed", "step=%lld err=%s msg=%s", (long long)st->step,
+			    mr_err_name(rc), mr_log_q(eb.msg));
+		mr_tb_close(&w->tb);
+	}
 }
 
 /* Gathers the whole model (tp slices of data-parallel replica 0, then
@@ -412,6 +454,8 @@ static int gw_step(void *state, struct mr_worker_stats *st, struct mr_errbuf *eb
 	}
 	if (w->loss_log && w->rank == 0 && (rc = log_loss(w, st, eb)) < 0)
 		return rc;
+	if (w->tb.open)
+		tb_step(w, st);
 	if (st->step >= w->steps && w->save_weights && (rc = save_weights(w, eb)) < 0)
 		return rc;
 	if ((rc = checkpoint(w, r.requested, st, eb)) < 0)

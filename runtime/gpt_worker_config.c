@@ -263,6 +263,11 @@ int mr__gw_run_keys(const json_t *c, struct gw *w, struct mr_errbuf *eb)
 		return rc;
 	if (!w->device)
 		w->device = "cpu";
+	w->tensorboard_dir = NULL;
+	if (c && (rc = mr_json_get_str(c, "tensorboard_dir", 0, 4095, &w->tensorboard_dir, eb)) < 0)
+		return rc;
+	if (w->tensorboard_dir && !w->tensorboard_dir[0])
+		w->tensorboard_dir = NULL;
 	return mr_dev_check_precision(w->device, w->precision, eb);
 }
 

@@ -16,6 +16,7 @@
 #include "mr_gpt_worker.h"
 #include "mr_groups.h"
 #include "mr_step.h"
+#include "mr_tb_events.h"
 
 struct gw {
 	struct mr_gpt_config mc;
@@ -59,6 +60,8 @@ struct gw {
 	int ckpt_fail_rank, ckpt_fail_step, ckpt_fail_unmarked; /* debug_ckpt_fail_* */
 	atomic_int aborted;
 	atomic_int preempted;   /* preempt(): checkpoint at this step's end, then stop */
+	const char *tensorboard_dir; /* borrowed; NULL: no event file */
+	struct mr_tb tb;        /* rank 0 with tensorboard_dir: the event file */
 };
 
 /* Monotonic seconds. */
@@ -67,9 +70,10 @@ double mr__gw_now(void);
  * unknown keys and out-of-range values fail naming the key. */
 int mr__gw_parse(const json_t *c, struct mr_gpt_config *mc, struct mr_adamw_config *oc,
 		 struct gw *w, int *B, int *T, struct mr_errbuf *eb);
-/* "device" ("cpu" when absent), "precision" and "comm_backend" (NULL when
- * absent: the device's default, "auto") into w; a value outside the
- * choices fails naming the key. */
+/* "device" ("cpu" when absent), "precision", "comm_backend" (NULL when
+ * absent: the device's default, "auto") and "tensorboard_dir" (NULL when
+ * absent or empty) into w; a value outside the choices fails naming the
+ * key. */
 int mr__gw_run_keys(const json_t *c, struct gw *w, struct mr_errbuf *eb);
 /* Opens train_data / val_data when the config names them. */
 int mr__gw_open_data(struct gw *w, const json_t *c, struct mr_errbuf *eb);

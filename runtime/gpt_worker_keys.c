@@ -93,6 +93,9 @@ const struct mr__gw_key mr__gw_keys[] = {
 	  "FLOP/s the MFU is measured against (0: the device's own figure)."),
 	I("comm_timeout_ms", 100, 1 << 30, "60000", "run",
 	  "Every collective and pipeline transfer fails after this long (a lost peer)."),
+	S("tensorboard_dir", "run",
+	  "Rank 0 writes a TensorBoard event file here (loss, aux_loss with MoE, val_loss, lr, "
+	  "grad_norm, tokens_per_s, mfu per step; a new file per run or resume); empty: off."),
 	/* parallelism */
 	B("sequence_parallel", "false", "parallel", "Megatron sequence parallelism (tp > 1)."),
 	I("zero", 0, 3, "0", "parallel",
