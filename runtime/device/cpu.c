@@ -566,6 +566,7 @@ int mr__dev_cpu_open(struct mr_dev *d, struct mr_pool *pool)
 	d->ops = &cpu_ops;
 	d->act = MR_DT_F32;
 	d->attn_gqa = 1;
+	d->moe_swiglu = 1;
 	d->act_bytes = sizeof(float);
 	snprintf(d->model, sizeof(d->model), "cpu");
 	d->pool = pool;

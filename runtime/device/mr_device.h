@@ -238,6 +238,8 @@ struct mr_dev {
 	int attn_hs_align, attn_hs_max, attn_bh_max;
 	/* attn_fwd/bwd take fewer key/value heads than query heads */
 	int attn_gqa;
+	/* moe_fwd/bwd take SwiGLU experts (mr_moe_shape.swiglu) */
+	int moe_swiglu;
 	/* the first error the backend reported, "" while none: on a GPU a
 	 * sticky one (an illegal address) fails every later call of the
 	 * process, allocations included - the reason to name, not "out of

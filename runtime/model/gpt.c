@@ -45,7 +45,7 @@ int mr_gpt_check_tokens(const int *tok, int n, int V, const char *what, struct m
 	return 0;
 }
 
-static int moe_fwd(struct mr_gpt *m, int l, mr_act *out)
+int mr__gpt_moe_fwd(struct mr_gpt *m, int l, mr_act *out)
 {
 	const struct mr_gpt_layer_w *w = &WV(m)->layer[l];
 	struct mr_gpt_layer_acts *a = &m->la[l];
@@ -103,7 +103,7 @@ static int block_fwd(struct mr_gpt *m, int l, const mr_act *res)
 	CK(HOOK(m, pre_fwd, m->layer_unit[l] + 1));
 	CK(mr__gpt_norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w->ln2w, w->ln2b));
 	if (mr_gpt_layer_is_moe(c, l)) {
-		CK(moe_fwd(m, l, a->res3));
+		CK(mr__gpt_moe_fwd(m, l, a->res3));
 	} else {
 		CK(OP(m, matmul_fwd, a->fch, a->ln2, CW(w->fcw), CW(w->fcb), N, C, 4 * Cl));
 		CK(OP(m, gelu_fwd, a->fch_gelu, a->fch, (size_t)N * 4 * Cl));

@@ -67,6 +67,9 @@ int mr__llama_block_bwd(struct mr_gpt *m, int l, const mr_act *res, float dscale
  * m->dres (added); b, gb NULL for RMSNorm. */
 int mr__gpt_norm_fwd(struct mr_gpt *m, mr_act *full, float *mean, float *rstd,
 		     const mr_act *res, const float *w, const float *b);
+/* Layer l's MoE MLP from its a->ln2 rows into out (the local rows; under
+ * tp the partial sums reduced) (gpt.c). */
+int mr__gpt_moe_fwd(struct mr_gpt *m, int l, mr_act *out);
 int mr__gpt_norm_bwd(struct mr_gpt *m, float *gw, float *gb, const mr_act *res,
 		     const float *w, const float *mean, const float *rstd);
 

@@ -85,15 +85,13 @@ static int llama_check(const struct mr_gpt_config *c, struct mr_errbuf *eb)
 	if (!(c->rope_theta >= 0.0f) || !isfinite(c->rope_theta))
 		return mr_errf_field(eb, MR_EINVAL, "rope_theta",
 				     "'rope_theta' must be >= 0, got %g", (double)c->rope_theta);
-	if (c->moe_every > 0)
-		return mr_errf_field(eb, MR_ENOTSUP, "moe_every",
-				     "'moe_every' must be 0 for arch llama: SwiGLU experts have not "
-				     "landed yet (issue 28)");
 	return 0;
 }
 
 int mr_gpt_config_check(const struct mr_gpt_config *c, struct mr_errbuf *eb)
 {
+	int rc;
+
 	if (c->arch != MR_ARCH_GPT2 && c->arch != MR_ARCH_LLAMA)
 		return mr_errf_field(eb, MR_EINVAL, "arch", "'arch' %d is not a model family",
 				     c->arch);
@@ -121,8 +119,8 @@ int mr_gpt_config_check(const struct mr_gpt_config *c, struct mr_errbuf *eb)
 		return mr_errf_field(eb, MR_EINVAL, "moe_every",
 				     "'moe_every' must be in [0, n_layer=%d], got %d", c->n_layer,
 				     c->moe_every);
-	if (c->arch == MR_ARCH_LLAMA)
-		return llama_check(c, eb);
+	if (c->arch == MR_ARCH_LLAMA && (rc = llama_check(c, eb)) < 0)
+		return rc;
 	if (c->moe_every == 0)
 		return 0;
 	if (c->n_experts < 1 || c->n_experts > 1024)
@@ -206,7 +204,7 @@ static void carve_acts(struct mr_gpt *m, struct carve *cv)
 	size_t Nl = (size_t)mr_tp_local_rows(&m->tp), Cl = C / (size_t)tp;
 	size_t Vl = (size_t)mr_tp_vocab_rows(&m->tp);
 	size_t QKVl = mr__gpt_qkv_cols(m), Hl = mr__gpt_ffn_cols(m), Gl = mr__gpt_fc_cols(m);
-	struct mr_moe_shape ms = { 0, 0, 0, 0, 0, 0 };
+	struct mr_moe_shape ms = { 0, 0, 0, 0, 0, 0, 0 };
 	int l;
 
 	if (c->moe_every > 0)
@@ -442,7 +440,8 @@ struct mr_moe_shape mr_gpt_moe_shape(const struct mr_gpt *m)
 
 	s.N = N;
 	s.C = m->cfg.d_model;
-	s.H = 4 * m->cfg.d_model / m->tp.size;
+	s.H = mr_gpt_ffn(&m->cfg) / m->tp.size;
+	s.swiglu = m->cfg.arch == MR_ARCH_LLAMA;
 	s.E = m->cfg.n_experts;
 	s.k = m->cfg.top_k;
 	/* dropless: an expert can be chosen by every token of the
@@ -671,6 +670,10 @@ int mr_gpt_create_on(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, i
 		return mr_errf_field(eb, MR_ENOTSUP, "moe_every",
 				     "'moe_every' must be 0 on device %s (no MoE kernels there yet)",
 				     dev->ops->name);
+	if (cfg->moe_every > 0 && cfg->arch == MR_ARCH_LLAMA && !dev->moe_swiglu)
+		return mr_errf_field(eb, MR_ENOTSUP, "moe_every",
+				     "'moe_every' must be 0 for arch llama on device %s (no SwiGLU "
+				     "expert kernels there yet)", dev->ops->name);
 	if (place)
 		m->place = *place;
 	m->flags = flags;

@@ -154,13 +154,14 @@ static void gpt2_table(const struct mr_gpt_config *c, struct table *tb)
 
 /* llama: the same units, no biases. q, k and v are three tensors split
  * whole (a rank's query heads and its key/value heads), back to back so
- * their local slices are one GEMM's weight; gate and up likewise. An
- * untied head closes the last unit. Init: every matrix ~ normal(0, 0.02),
+ * their local slices are one GEMM's weight; gate and up likewise (in a
+ * MoE layer one tensor per expert of [gate | up] rows). An untied head
+ * closes the last unit. Init: every matrix ~ normal(0, 0.02),
  * the residual projections 0.02 / sqrt(2 L) (as gpt2), norms 1. */
 static void llama_table(const struct mr_gpt_config *c, struct table *tb)
 {
 	int C = c->d_model, hs = C / c->n_head, q = c->n_head * hs;
-	int kv = mr_gpt_kv_heads(c) * hs, F = mr_gpt_ffn(c), l;
+	int kv = mr_gpt_kv_heads(c) * hs, F = mr_gpt_ffn(c), E = c->n_experts, l;
 	float sd = 0.02f, rsd = 0.02f / sqrtf(2.0f * (float)c->n_layer);
 	char nm[32];
 
@@ -176,6 +177,19 @@ static void llama_table(const struct mr_gpt_config *c, struct table *tb)
 		add(tb, NAME("attn.o.w"), C, q, 0, MR_INIT_NORMAL, rsd, 1, 1, l, LV(attprojw));
 		unit_begin(tb);
 		add(tb, NAME("mlp_norm.w"), C, 0, 0, MR_INIT_ONE, 0, -1, 1, l, LV(ln2w));
+		if (mr_gpt_layer_is_moe(c, l)) {
+			/* SwiGLU experts (Mixtral): each expert's gate and up rows
+			 * back to back, split by tp as two blocks; experts last */
+			add(tb, NAME("moe.router.w"), E, C, 0, MR_INIT_NORMAL, sd, -1, 1, l,
+			    LV(routerw));
+			tb->experts = 1;
+			add(tb, NAME("moe.gate_up.w"), E, 2 * F, C, MR_INIT_NORMAL, sd, 1, 2, l,
+			    LV(fcw));
+			add(tb, NAME("moe.down.w"), E, C, F, MR_INIT_NORMAL, rsd, 2, 1, l,
+			    LV(fcprojw));
+			tb->experts = 0;
+			continue;
+		}
 		add(tb, NAME("mlp.gate.w"), F, C, 0, MR_INIT_NORMAL, sd, 0, 1, l, LV(fcw));
 		add(tb, NAME("mlp.up.w"), F, C, 0, MR_INIT_NORMAL, sd, 0, 1, l, LV(upw));
 		add(tb, NAME("mlp.down.w"), C, F, 0, MR_INIT_NORMAL, rsd, 1, 1, l, LV(fcprojw));

@@ -16,9 +16,13 @@
  * q/k/v and gate/up, row-parallel o and down, sp through the model's norm
  * pieces.
  *
+ * A MoE layer's MLP is SwiGLU experts (Mixtral; model/mr_moe.h with
+ * swiglu set), routed and exchanged as gpt2's.
+ *
  * Backward phases as gpt2's (gpt.c block_bwd): the input phase keeps the
  * four GEMMs' output gradients in the layer's stash, the weight phase adds
- * their weight gradients later.
+ * their weight gradients later (a MoE MLP's backward runs whole in the
+ * input phase).
  */
 #include "gpt_int.h"
 #include "parallel/mr_tp.h"
@@ -65,14 +69,19 @@ int mr__llama_block_fwd(struct mr_gpt *m, int l, const mr_act *res)
 	CK(OP(m, add, a->res2, res, nl));
 	CK(HOOK(m, pre_fwd, m->layer_unit[l] + 1));
 	CK(mr__gpt_norm_fwd(m, a->ln2, NULL, a->ln2_rstd, a->res2, w->ln2w, NULL));
-	CK(OP(m, matmul_fwd, a->fch, a->ln2, CW(w->fcw), NULL, s.N, s.C, 2 * ffn));
-	CK(OP(m, swiglu_fwd, a->fch_gelu, a->fch, s.N, ffn));
-	CK(mr_tp_row_linear_fwd(&m->tp, a->res3, a->fch_gelu, CW(w->fcprojw), NULL, ffn, m->dln));
+	if (mr_gpt_layer_is_moe(&m->cfg, l)) {
+		CK(mr__gpt_moe_fwd(m, l, a->res3)); /* SwiGLU experts (mr_moe.h) */
+	} else {
+		CK(OP(m, matmul_fwd, a->fch, a->ln2, CW(w->fcw), NULL, s.N, s.C, 2 * ffn));
+		CK(OP(m, swiglu_fwd, a->fch_gelu, a->fch, s.N, ffn));
+		CK(mr_tp_row_linear_fwd(&m->tp, a->res3, a->fch_gelu, CW(w->fcprojw), NULL, ffn,
+					m->dln));
+	}
 	return OP(m, add, a->res3, a->res2, nl);
 }
 
 /* The four GEMMs' weight gradients from their output gradients (the
- * weight phase of a split backward). */
+ * weight phase of a split backward); a MoE MLP's ran in the input phase. */
 static int weight_grads(struct mr_gpt *m, int l, const struct mr_gpt_layer_stash *st)
 {
 	const struct mr_gpt_layer_w *w = &WV(m)->layer[l];
@@ -81,10 +90,12 @@ static int weight_grads(struct mr_gpt *m, int l, const struct mr_gpt_layer_stash
 	struct shape s = shape_of(m);
 	int att = (int)s.att, ffn = (int)s.ffn, rc;
 
-	CK(OP(m, matmul_bwd, NULL, g->fcprojw, NULL, st->dproj2, a->fch_gelu, CW(w->fcprojw), s.N,
-	      ffn, s.C, 0));
-	CK(OP(m, matmul_bwd, NULL, g->fcw, NULL, st->dfc, a->ln2, CW(w->fcw), s.N, s.C, 2 * ffn,
-	      0));
+	if (!mr_gpt_layer_is_moe(&m->cfg, l)) {
+		CK(OP(m, matmul_bwd, NULL, g->fcprojw, NULL, st->dproj2, a->fch_gelu,
+		      CW(w->fcprojw), s.N, ffn, s.C, 0));
+		CK(OP(m, matmul_bwd, NULL, g->fcw, NULL, st->dfc, a->ln2, CW(w->fcw), s.N, s.C,
+		      2 * ffn, 0));
+	}
 	CK(HOOK(m, post_bwd, m->layer_unit[l] + 1));
 	CK(OP(m, matmul_bwd, NULL, g->attprojw, NULL, st->dproj1, a->atty, CW(w->attprojw), s.N,
 	      att, s.C, 0));
@@ -109,19 +120,25 @@ int mr__llama_block_bwd(struct mr_gpt *m, int l, const mr_act *res, float dscale
 	/* the SwiGLU output's gradient: behind dfc's room in the scratch */
 	mr_act *dsw = mr_dev_at(m->dev, m->dfch, (size_t)s.N * 2 * s.ffn);
 
-	(void)dscale; /* no auxiliary loss in a dense block */
 	if (phase == MR_GPT_BWD_WEIGHT)
 		return weight_grads(m, l, st);
 	/* the MLP branch (the layer's second unit): dres = d(res3) */
 	CK(HOOK(m, pre_bwd, m->layer_unit[l] + 1));
 	CK(mr_tp_gather_rows(&m->tp, dfull, m->dres));
-	if (dproj2 != dfull)
-		CK(OP(m, copy, dproj2, dfull, nc));
-	CK(OP(m, matmul_bwd, dsw, all ? g->fcprojw : NULL, NULL, dfull, a->fch_gelu,
-	      CW(w->fcprojw), s.N, ffn, s.C, 0));
-	CK(OP(m, swiglu_bwd, dfc, a->fch, dsw, s.N, ffn));
-	CK(OP(m, matmul_bwd, m->dln, all ? g->fcw : NULL, NULL, dfc, a->ln2, CW(w->fcw), s.N, s.C,
-	      2 * ffn, 0));
+	if (mr_gpt_layer_is_moe(&m->cfg, l)) {
+		struct mr_moe_shape ms = mr_gpt_moe_shape(m);
+		CK(OP(m, moe_bwd, &ms, &a->moe, &m->xchg, m->dln, dfull, a->ln2, CW(w->routerw),
+		      CW(w->fcw), CW(w->fcprojw), g->routerw, g->fcw, NULL, g->fcprojw, NULL,
+		      m->cfg.aux_coef * dscale, m->k_ws, m->ones));
+	} else {
+		if (dproj2 != dfull)
+			CK(OP(m, copy, dproj2, dfull, nc));
+		CK(OP(m, matmul_bwd, dsw, all ? g->fcprojw : NULL, NULL, dfull, a->fch_gelu,
+		      CW(w->fcprojw), s.N, ffn, s.C, 0));
+		CK(OP(m, swiglu_bwd, dfc, a->fch, dsw, s.N, ffn));
+		CK(OP(m, matmul_bwd, m->dln, all ? g->fcw : NULL, NULL, dfc, a->ln2, CW(w->fcw),
+		      s.N, s.C, 2 * ffn, 0));
+	}
 	CK(mr__gpt_norm_bwd(m, g->ln2w, NULL, a->res2, w->ln2w, NULL, a->ln2_rstd));
 	if (all)
 		CK(HOOK(m, post_bwd, m->layer_unit[l] + 1));

@@ -30,7 +30,7 @@ size_t mr_moe_act_floats(const struct mr_moe_shape *s)
 	size_t ec = (size_t)s->E * (size_t)s->cap;
 
 	return up16((size_t)s->N * s->E) + up16((size_t)s->N * s->k) +
-	       up16(ec * s->C) * 2 + up16(ec * s->H) * 2;
+	       up16(ec * s->C) * 2 + up16(ec * mr_moe_fc_cols(s)) + up16(ec * s->H);
 }
 
 size_t mr_moe_act_ints(const struct mr_moe_shape *s)
@@ -51,7 +51,7 @@ void mr_moe_acts_bind(struct mr_moe_acts *a, const struct mr_moe_shape *s, float
 	a->yo = f;
 	f += up16(ec * s->C);
 	a->h = f;
-	f += up16(ec * s->H);
+	f += up16(ec * mr_moe_fc_cols(s));
 	a->hg = f;
 	a->topi = ip;
 	ip += up16((size_t)s->N * s->k);
@@ -68,8 +68,8 @@ size_t mr_moe_ws_floats(const struct mr_moe_shape *s)
 {
 	size_t ec = (size_t)s->E * (size_t)s->cap;
 
-	return up16((size_t)s->N * s->E) + up16(ec * s->C) * 2 + up16(ec * s->H) +
-	       up16((size_t)s->N * s->k);
+	return up16((size_t)s->N * s->E) + up16(ec * s->C) * 2 + up16(ec * mr_moe_fc_cols(s)) +
+	       up16((size_t)s->N * s->k) + (s->swiglu ? up16(ec * s->H) : 0);
 }
 
 void mr_moe_ws_bind(struct mr_moe_ws *w, const struct mr_moe_shape *s, float *ws)
@@ -80,7 +80,8 @@ void mr_moe_ws_bind(struct mr_moe_ws *w, const struct mr_moe_shape *s, float *ws
 	w->dyo = w->dprobs + up16((size_t)s->N * s->E);
 	w->dxin = w->dyo + up16(ec * s->C);
 	w->dh = w->dxin + up16(ec * s->C);
-	w->dgate = w->dh + up16(ec * s->H);
+	w->dgate = w->dh + up16(ec * mr_moe_fc_cols(s));
+	w->dhg = s->swiglu ? w->dgate + up16((size_t)s->N * s->k) : NULL;
 }
 
 static int xchg(const struct mr_moe_xchg *xg, enum mr_moe_phase ph, float *buf,
@@ -271,7 +272,7 @@ int mr_moe_fwd(struct mr_pool *p, const struct mr_moe_shape *s, struct mr_moe_ac
 	       const float *fcw, const float *fcb, const float *fcprojw,
 	       const float *fcprojb)
 {
-	int C = s->C, H = s->H, E = s->E, e, rc;
+	int C = s->C, H = s->H, F = mr_moe_fc_cols(s), E = s->E, e, rc;
 	struct mr_moe_view v;
 
 	mr_matmul_fwd(p, a->probs, x, routerw, NULL, s->N, C, E);
@@ -288,9 +289,12 @@ int mr_moe_fwd(struct mr_pool *p, const struct mr_moe_shape *s, struct mr_moe_ac
 		size_t r0 = (size_t)e * (size_t)v.cap;
 		if (m == 0)
 			continue;
-		mr_matmul_fwd(p, a->h + r0 * H, a->xin + r0 * C, fcw + (size_t)e * H * C,
-			      fcb + (size_t)e * H, m, C, H);
-		mr_gelu_fwd(p, a->hg + r0 * H, a->h + r0 * H, (size_t)m * H);
+		mr_matmul_fwd(p, a->h + r0 * F, a->xin + r0 * C, fcw + (size_t)e * F * C,
+			      fcb ? fcb + (size_t)e * F : NULL, m, C, F);
+		if (s->swiglu)
+			mr_swiglu_fwd(p, a->hg + r0 * H, a->h + r0 * F, m, H);
+		else
+			mr_gelu_fwd(p, a->hg + r0 * H, a->h + r0 * H, (size_t)m * H);
 		mr_matmul_fwd(p, a->yo + r0 * C, a->hg + r0 * H, fcprojw + (size_t)e * C * H,
 			      fcprojb ? fcprojb + (size_t)e * C : NULL, m, H, C);
 	}
@@ -307,7 +311,7 @@ int mr_moe_bwd(struct mr_pool *p, const struct mr_moe_shape *s, const struct mr_
 	       float *dfcw, float *dfcb, float *dfcprojw, float *dfcprojb, float aux_scale,
 	       float *ws, const float *ones)
 {
-	int N = s->N, C = s->C, H = s->H, k = s->k, e, rc;
+	int N = s->N, C = s->C, H = s->H, F = mr_moe_fc_cols(s), k = s->k, e, rc;
 	struct mr_moe_view v;
 	struct mr_moe_ws w;
 	float *dprobs, *dyo, *dxin, *dh, *dgate;
@@ -332,13 +336,19 @@ int mr_moe_bwd(struct mr_pool *p, const struct mr_moe_shape *s, const struct mr_
 		size_t r0 = (size_t)e * (size_t)v.cap;
 		if (m == 0)
 			continue;
-		mr_matmul_bwd(p, dh + r0 * H, dfcprojw + (size_t)e * C * H,
-			      dfcprojb + (size_t)e * C, dyo + r0 * C, a->hg + r0 * H,
-			      fcprojw + (size_t)e * C * H, m, H, C, 0, ones);
-		mr_gelu_bwd(p, dh + r0 * H, a->h + r0 * H, dh + r0 * H, (size_t)m * H);
-		mr_matmul_bwd(p, dxin + r0 * C, dfcw + (size_t)e * H * C, dfcb + (size_t)e * H,
-			      dh + r0 * H, a->xin + r0 * C, fcw + (size_t)e * H * C, m, C, H, 0,
-			      ones);
+		/* the hidden output's gradient: in place for GELU, beside for
+		 * SwiGLU, whose backward writes [dgate | dup] into dh */
+		float *dhg = s->swiglu ? w.dhg + r0 * H : dh + r0 * H;
+		mr_matmul_bwd(p, dhg, dfcprojw + (size_t)e * C * H,
+			      dfcprojb ? dfcprojb + (size_t)e * C : NULL, dyo + r0 * C,
+			      a->hg + r0 * H, fcprojw + (size_t)e * C * H, m, H, C, 0, ones);
+		if (s->swiglu)
+			mr_swiglu_bwd(p, dh + r0 * F, a->h + r0 * F, dhg, m, H);
+		else
+			mr_gelu_bwd(p, dh + r0 * H, a->h + r0 * H, dh + r0 * H, (size_t)m * H);
+		mr_matmul_bwd(p, dxin + r0 * C, dfcw + (size_t)e * F * C,
+			      dfcb ? dfcb + (size_t)e * F : NULL, dh + r0 * F, a->xin + r0 * C,
+			      fcw + (size_t)e * F * C, m, C, F, 0, ones);
 	}
 	rc = xchg(xg, MR_MOE_COMBINE_GRAD, dxin, a->count, s, (size_t)C);
 	if (rc < 0)

@@ -75,11 +75,21 @@ struct mr_moe_xchg {
 };
 
 
-/* N tokens, C channels, H hidden units per expert on this rank (4C / tp),
- * E experts, top-k, capacity per expert. */
+/* N tokens, C channels, H hidden units per expert on this rank (gpt2 4C /
+ * tp; llama ffn_hidden / tp), E experts, top-k, capacity per expert.
+ * swiglu: the experts are SwiGLU MLPs without biases (llama: fc holds
+ * [gate | up], (E, 2H, C); h is (E,cap,2H), hg = silu(gate) * up), else
+ * GELU MLPs with biases (gpt2). */
 struct mr_moe_shape {
 	int N, C, H, E, k, cap;
+	int swiglu;
 };
+
+/* Columns of the experts' first GEMM: 2H for SwiGLU, else H. */
+static inline int mr_moe_fc_cols(const struct mr_moe_shape *s)
+{
+	return s->swiglu ? 2 * s->H : s->H;
+}
 
 /* The experts a rank runs after a dispatch, and its rows: all E at cap
  * and counts without expert parallelism, else xg's view. */
@@ -109,7 +119,8 @@ struct mr_moe_acts {
 	int *count;        /* (E) kept rows per expert */
 	int *routed;       /* (E) assignments before dropping */
 	float *xin;        /* (E,cap,C) dispatched inputs */
-	float *h, *hg;     /* (E,cap,4C) expert hidden, after GELU */
+	float *h, *hg;     /* (E,cap,fc cols) expert hidden, (E,cap,H) after
+			    * GELU / SwiGLU */
 	float *yo;         /* (E,cap,C) expert outputs */
 	float aux;         /* E * sum f_e P_e of the last forward */
 	int dropped;       /* assignments dropped in the last forward */
@@ -138,12 +149,14 @@ size_t mr_moe_act_ints(const struct mr_moe_shape *s);
 void mr_moe_acts_bind(struct mr_moe_acts *a, const struct mr_moe_shape *s, float *fbuf,
 		      int *ibuf);
 /* Scratch floats the backward needs: dprobs (N,E) + dyo (E,cap,C) +
- * dh (E,cap,H) + dxin (E,cap,C) + dgate (N,k). */
+ * dh (E,cap,fc cols; SwiGLU: then dhg (E,cap,H)) + dxin (E,cap,C) + dgate
+ * (N,k). */
 size_t mr_moe_ws_floats(const struct mr_moe_shape *s);
 /* Those pieces carved out of ws (mr_moe_ws_floats floats); a device
  * keeping other element types in them has each piece's room. */
 struct mr_moe_ws {
 	float *dprobs, *dyo, *dxin, *dh, *dgate;
+	float *dhg; /* SwiGLU: the hidden output's gradient (E,cap,H) */
 };
 void mr_moe_ws_bind(struct mr_moe_ws *w, const struct mr_moe_shape *s, float *ws);
 
@@ -172,7 +185,8 @@ void mr_moe_router_bwd(const struct mr_moe_shape *s, const struct mr_moe_acts *a
 
 /* y (N,C) = MoE(x (N,C)); weights as in struct mr_gpt_layer_w. fcprojb
  * may be NULL (tp ranks other than 0 add no output bias: their y is a
- * partial sum). */
+ * partial sum); SwiGLU experts have no biases (fcb, fcprojb, dfcb and
+ * dfcprojb NULL). */
 int mr_moe_fwd(struct mr_pool *p, const struct mr_moe_shape *s, struct mr_moe_acts *a,
 	       const struct mr_moe_xchg *xg, float *y, const float *x, const float *routerw,
 	       const float *fcw, const float *fcb, const float *fcprojw,

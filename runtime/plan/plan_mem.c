@@ -136,7 +136,7 @@ static double meshrun_workspace(const struct mr_plan_input *in, const struct mr_
 	double ones = N, ws = 0, kws, mws = 0, T = (double)md->seq_len / m->cp;
 	double pieces[11];
 	struct mr_moe_shape ms = { (int)N, md->d_model, 4 * md->d_model / m->tp, md->n_experts,
-				   md->top_k, 0 };
+				   md->top_k, 0, 0 };
 
 	if (md->moe_every) {
 		ms.cap = md->dropless ? ms.N

@@ -576,16 +576,22 @@ Test(parity, five_modes_16_ranks, .timeout = 600, NOT_UNDER_SAN) { context(4, 4,
  * nodes x nproc ranks, tp (with sp), pp (8 blocks, 1f1b or interleaved),
  * cp, zero.
  */
-static void llama(int nodes, int nproc, int tp, int pp, int cp, int zero, const char *sched,
-		  const char *family)
+static void llama_job(int nodes, int nproc, int tp, int pp, int cp, int ep, int zero,
+		      const char *sched, const char *family)
 {
-	struct job j = { nodes, nproc, tp, zero, 0, tp > 1, 0, pp > 1 ? 4 : 1, NULL, 0, pp,
-			 pp > 1 ? sched : NULL, pp > 1 ? 8 : 0, NULL, 0, cp };
+	struct job j = { nodes, nproc, tp, zero, 0, tp > 1, ep > 0, pp > 1 ? 4 : 1, NULL, 0, pp,
+			 pp > 1 ? sched : NULL, pp > 1 ? 8 : 0, NULL, ep, cp };
 	static char extra[192];
 
 	snprintf(extra, sizeof(extra), ", \"arch\": \"llama\", \"ffn_hidden\": 64%s", family);
 	j.extra = extra;
 	check(&j);
+}
+
+static void llama(int nodes, int nproc, int tp, int pp, int cp, int zero, const char *sched,
+		  const char *family)
+{
+	llama_job(nodes, nproc, tp, pp, cp, 0, zero, sched, family);
 }
 
 #define GQA ", \"n_kv_head\": 2"
@@ -599,6 +605,10 @@ Test(parity, llama_pp2_interleaved_tied_head, NOT_UNDER_SAN)
 }
 Test(parity, llama_cp2, NOT_UNDER_SAN) { llama(1, 2, 1, 1, 2, 0, NULL, ", \"n_kv_head\": 4"); }
 Test(parity, llama_tp2_pp2_dp2_zero1, NOT_UNDER_SAN) { llama(2, 4, 2, 2, 1, 1, "1f1b", GQA); }
+/* SwiGLU experts every 2nd layer (the MoE keys of model_json: 4 experts,
+ * top-2, capacity 0.75 dropping): over ep2, and split by tp2 with sp */
+Test(parity, llama_moe_ep2) { llama_job(1, 2, 1, 1, 1, 2, 0, NULL, GQA); }
+Test(parity, llama_moe_tp2_sp, NOT_UNDER_SAN) { llama_job(1, 2, 2, 1, 1, 1, 0, NULL, GQA); }
 
 /* Bad placement fails at start, on every rank, before any step. */
 static void expect_rejected(const struct job *j, const char *extra, const char *field)

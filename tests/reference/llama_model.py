@@ -14,13 +14,16 @@ the 10 optimizer steps.
     llama_model.py DIR
 
 DIR/case.json: the model ("vocab", "d_model", "n_layer", "n_head",
-"n_kv_head", "ffn_hidden", "norm_eps", "rope_theta", "tie"), the run ("B",
+"n_kv_head", "ffn_hidden", "norm_eps", "rope_theta", "tie"; MoE:
+"moe_every", "n_experts", "top_k", "capacity_factor", "aux_coef",
+"dropless"), the run ("B",
 "T", "steps", "accum", "nbatch") and the optimizer ("lr", "min_lr_frac",
 "warmup", "total", "beta1", "beta2", "eps", "weight_decay", "grad_clip"),
 and "tensors": [name, shape] in meshrun's table order.
 DIR/params.bin: the initial parameters (float32, table order);
 DIR/batches.bin: inputs then targets, nbatch x B x T int32 each.
-Writes DIR/out.bin, float32: loss of batch 0, its logits (B*T*vocab), every
+Writes DIR/out.bin, float32: loss of batch 0 (cross-entropy; the gradients
+are those of loss + aux_coef * the MoE layers' aux losses), its logits (B*T*vocab), every
 gradient (table order), then the mean loss of each optimizer step.
 """
 import json
@@ -43,6 +46,39 @@ def rotate(x, cos, sin):
     return x * cos + turned * sin
 
 
+def experts(p, pre, x, c):
+    """A MoE layer of SwiGLU experts (Mixtral) under meshrun's routing rules
+    (runtime/model/mr_moe.h): softmax router, top-k (k = 2 renormalised over
+    the pair, k = 1 the probability itself), a capacity per expert filled
+    in token order, the load-balancing loss E * sum_e f_e P_e."""
+    E, k = c["n_experts"], c["top_k"]
+    N, C = x.shape
+    probs = torch.softmax(x @ p[pre + "moe.router.w"].t(), dim=-1)
+    topv, topi = torch.topk(probs, k, dim=-1)
+    gates = topv if k == 1 else topv / topv.sum(-1, keepdim=True)
+    cap = N if c["dropless"] else int(min(max(math.ceil(c["capacity_factor"] * N * k / E), 1), N))
+    count, routed, kept = [0] * E, [0] * E, [[] for _ in range(E)]
+    for n, row in enumerate(topi.tolist()):
+        for j, e in enumerate(row):
+            routed[e] += 1
+            if count[e] < cap:
+                count[e] += 1
+                kept[e].append((n, j))
+    y = torch.zeros_like(x)
+    F_ = p[pre + "moe.down.w"].shape[2]
+    for e in range(E):
+        if not kept[e]:
+            continue
+        ns = torch.tensor([a for a, _ in kept[e]])
+        js = torch.tensor([b for _, b in kept[e]])
+        h = x[ns] @ p[pre + "moe.gate_up.w"][e].t()
+        h = F.silu(h[:, :F_]) * h[:, F_:]
+        out = h @ p[pre + "moe.down.w"][e].t()
+        y = y.index_add(0, ns, gates[ns, js].unsqueeze(1) * out)
+    f = torch.tensor(routed, dtype=torch.float32) / (N * k)
+    return y, E * (f * probs.mean(0)).sum()
+
+
 def forward(p, c, idx, tgt):
     B, T = idx.shape
     C, NH, NKV = c["d_model"], c["n_head"], c["n_kv_head"]
@@ -53,6 +89,8 @@ def forward(p, c, idx, tgt):
     sin = torch.cat((ang, ang), -1).sin()
     mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
     x = p["tok_emb"][idx]
+    aux = torch.zeros(())
+    every = c.get("moe_every", 0)
     for l in range(c["n_layer"]):
         pre = "h.%d." % l
         h = rmsnorm(x, p[pre + "attn_norm.w"], c["norm_eps"])
@@ -67,13 +105,18 @@ def forward(p, c, idx, tgt):
         y = (att @ v).transpose(1, 2).reshape(B, T, C)
         x = x + y @ p[pre + "attn.o.w"].t()
         h = rmsnorm(x, p[pre + "mlp_norm.w"], c["norm_eps"])
+        if every > 0 and (l + 1) % every == 0:
+            y, a = experts(p, pre, h.reshape(B * T, C), c)
+            x = x + y.view(B, T, C)
+            aux = aux + a
+            continue
         g = F.silu(h @ p[pre + "mlp.gate.w"].t()) * (h @ p[pre + "mlp.up.w"].t())
         x = x + g @ p[pre + "mlp.down.w"].t()
     x = rmsnorm(x, p["norm.w"], c["norm_eps"])
     head = p["tok_emb"] if c["tie"] else p["output.w"]
     logits = x @ head.t()
     loss = F.cross_entropy(logits.reshape(-1, c["vocab"]), tgt.reshape(-1))
-    return logits, loss
+    return logits, loss, aux
 
 
 def lr_at(c, step):
@@ -101,8 +144,9 @@ def main():
     inputs = torch.tensor(tok[0], dtype=torch.long)
     targets = torch.tensor(tok[1], dtype=torch.long)
 
-    logits, loss = forward(p, c, inputs[0], targets[0])
-    loss.backward()
+    aux_coef = c.get("aux_coef", 0.0)
+    logits, loss, aux = forward(p, c, inputs[0], targets[0])
+    (loss + aux_coef * aux).backward()
     grads = torch.cat([p[n].grad.reshape(-1) for n in names])
     out = [np.array([loss.item()], dtype="<f4"),
            logits.detach().reshape(-1).numpy().astype("<f4"),
@@ -122,8 +166,8 @@ def main():
         tot = 0.0
         for i in range(c["accum"]):
             b = (s * c["accum"] + i) % nb
-            _, l_ = forward(p, c, inputs[b], targets[b])
-            (l_ / c["accum"]).backward()
+            _, l_, a_ = forward(p, c, inputs[b], targets[b])
+            ((l_ + aux_coef * a_) / c["accum"]).backward()
             tot += l_.item()
         torch.nn.utils.clip_grad_norm_([p[n] for n in names], c["grad_clip"])
         opt.step()

@@ -49,13 +49,17 @@ static void write_case(const char *dir, const struct mr_gpt *m, const float *par
 	cr_assert_not_null(f = fopen(path, "w"));
 	fprintf(f, "{\"vocab\": %d, \"d_model\": %d, \"n_layer\": %d, \"n_head\": %d, "
 		   "\"n_kv_head\": %d, \"norm_eps\": %.9g, \"rope_theta\": %.9g, \"tie\": %s, "
+		   "\"moe_every\": %d, \"n_experts\": %d, \"top_k\": %d, "
+		   "\"capacity_factor\": %.9g, \"aux_coef\": %.9g, \"dropless\": %s, "
 		   "\"B\": %d, \"T\": %d, \"steps\": %d, \"accum\": %d, \"nbatch\": %d, "
 		   "\"lr\": %.9g, \"min_lr_frac\": %.9g, \"warmup\": %d, \"total\": %d, "
 		   "\"beta1\": %.9g, \"beta2\": %.9g, \"eps\": %.9g, \"weight_decay\": %.9g, "
 		   "\"grad_clip\": %.9g, \"tensors\": [",
 		c->vocab, c->d_model, c->n_layer, c->n_head, mr_gpt_kv_heads(c),
 		(double)mr_gpt_norm_eps(c), (double)mr_gpt_rope_theta(c),
-		mr_gpt_tied(c) ? "true" : "false", B, T, STEPS, ACCUM, NBATCH, (double)OPT.lr,
+		mr_gpt_tied(c) ? "true" : "false", c->moe_every, c->n_experts, c->top_k,
+		(double)c->capacity_factor, (double)c->aux_coef, c->moe_dropless ? "true" : "false",
+		B, T, STEPS, ACCUM, NBATCH, (double)OPT.lr,
 		(double)OPT.min_lr_frac, OPT.warmup_steps, OPT.total_steps, (double)OPT.beta1,
 		(double)OPT.beta2, (double)OPT.eps, (double)OPT.weight_decay,
 		(double)OPT.grad_clip);
@@ -195,6 +199,35 @@ Test(llama_reference, mha_tied_head_default_ffn, .timeout = 300)
 	check_case(&c, 1);
 }
 
+/* SwiGLU experts every 2nd layer, 4 experts: top-2 with a capacity that
+ * drops tokens, and top-1 dropless */
+Test(llama_reference, moe_top2_dropping, .timeout = 300)
+{
+	struct mr_gpt_config c = llama(2, 48, 0);
+	struct mr_errbuf eb = { "", "" };
+
+	c.moe_every = 2;
+	c.n_experts = 4;
+	c.top_k = 2;
+	c.capacity_factor = 0.75f;
+	c.aux_coef = 0.01f;
+	cr_assert_eq(mr_gpt_config_check(&c, &eb), 0, "%s", eb.msg);
+	check_case(&c, 2);
+}
+
+Test(llama_reference, moe_top1_dropless, .timeout = 300)
+{
+	struct mr_gpt_config c = llama(4, 48, 1);
+
+	c.moe_every = 1;
+	c.n_experts = 4;
+	c.top_k = 1;
+	c.capacity_factor = 1.0f;
+	c.aux_coef = 0.01f;
+	c.moe_dropless = 1;
+	check_case(&c, 1);
+}
+
 Test(llama_reference, bad_shapes_name_their_keys)
 {
 	struct mr_errbuf eb = { "", "" };
@@ -217,7 +250,7 @@ Test(llama_reference, bad_shapes_name_their_keys)
 	c = llama(2, 96, 0);
 	c.moe_every = 1;
 	c.n_experts = 2;
-	c.top_k = 1;
+	c.top_k = 3;
 	cr_expect_lt(mr_gpt_config_check(&c, &eb), 0);
-	cr_expect_str_eq(eb.field, "moe_every", "%s", eb.msg);
+	cr_expect_str_eq(eb.field, "top_k", "%s", eb.msg);
 }
