@@ -1,9 +1,10 @@
 /*
  * train.c - training throughput of the meshrun runtime on one rank.
  *
- *   build/bench/train L D H [T B V STEPS THREADS]
+ *   build/bench/train L D H [T B V STEPS THREADS [llama]]
  *
- * Trains a GPT (L layers, width D, H heads; defaults T 256, B 8, vocab 256)
+ * Trains a GPT (L layers, width D, H heads; defaults T 256, B 8, vocab 256;
+ * llama: the llama family with H/2 key/value heads and rope_theta 10000)
  * on the synthetic task through the worker interface, skips 2 warm-up
  * steps, and prints one line:
  *   train meshrun L=2 D=128 H=4 T=256 B=8 tokens_per_s=... mfu=... loss=...
@@ -22,6 +23,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "mr_gpt_worker.h"
@@ -36,8 +38,8 @@ static double clock_s(clockid_t id)
 
 int main(int argc, char **argv)
 {
-	int L, D, H, T = 256, B = 8, V = 256, steps = 10, threads = 0, i, rc = 0;
-	char js[512];
+	int L, D, H, T = 256, B = 8, V = 256, steps = 10, threads = 0, i, rc = 0, llama;
+	char js[640], family[128];
 	json_t *cfg;
 	json_error_t jerr;
 	struct mr_worker_env env = { 0 };
@@ -48,7 +50,7 @@ int main(int argc, char **argv)
 	long tokens = 0;
 
 	if (argc < 4) {
-		fprintf(stderr, "usage: train L D H [T B V STEPS THREADS]\n");
+		fprintf(stderr, "usage: train L D H [T B V STEPS THREADS [llama]]\n");
 		return 2;
 	}
 	L = atoi(argv[1]);
@@ -64,10 +66,15 @@ int main(int argc, char **argv)
 		steps = atoi(argv[7]);
 	if (argc > 8)
 		threads = atoi(argv[8]);
+	llama = argc > 9 && !strcmp(argv[9], "llama");
+	family[0] = '\0';
+	if (llama)
+		snprintf(family, sizeof(family),
+			 ",\"arch\":\"llama\",\"rope_theta\":10000,\"n_kv_head\":%d", H / 2);
 	snprintf(js, sizeof(js),
 		 "{\"n_layer\":%d,\"d_model\":%d,\"n_head\":%d,\"seq_len\":%d,"
-		 "\"batch_size\":%d,\"vocab_size\":%d,\"steps\":%d,\"threads\":%d}",
-		 L, D, H, T, B, V, steps + 2, threads);
+		 "\"batch_size\":%d,\"vocab_size\":%d,\"steps\":%d,\"threads\":%d%s}",
+		 L, D, H, T, B, V, steps + 2, threads, family);
 	cfg = json_loads(js, 0, &jerr);
 	if (!cfg)
 		return 1;
@@ -98,10 +105,10 @@ int main(int argc, char **argv)
 		double cpu = clock_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
 		double mcpu = clock_s(CLOCK_THREAD_CPUTIME_ID) - m0;
 		/* the worker's MFU is per step; rescale it to the timed average */
-		printf("train meshrun L=%d D=%d H=%d T=%d B=%d tokens_per_s=%.1f mfu=%.3f "
+		printf("train meshrun arch=%s L=%d D=%d H=%d T=%d B=%d tokens_per_s=%.1f mfu=%.3f "
 		       "loss=%.4f cpu_ms_per_step=%.2f tokens_per_cpu_s=%.1f "
 		       "main_cpu_ms_per_step=%.2f\n",
-		       L, D, H, T, B, tps, st.mfu * tps / st.tokens_per_s, st.loss,
+		       llama ? "llama" : "gpt2", L, D, H, T, B, tps, st.mfu * tps / st.tokens_per_s, st.loss,
 		       1e3 * cpu / steps, tokens / cpu, 1e3 * mcpu / steps);
 	}
 	mr_gpt_worker.destroy(w);

@@ -3,7 +3,8 @@
 #
 #   bench/train.sh BUILD
 #
-# For each config (L2 d128 h4, L4 d256 h4, L6 d512 h8; T256 B8 vocab 256)
+# For each config (L2 d128 h4, L4 d256 h4, L6 d512 h8, and a llama L4 d256
+# h4 with 2 key/value heads; T256 B8 vocab 256)
 # runs build/bench/train (meshrun, its best of 3) and bench/train_torch.py
 # (PyTorch 1.13 float32; torch 1 thread + OpenBLAS 2 threads, and torch 2
 # threads + OpenBLAS 1 thread; best of 2 each), prints both and the ratio.
@@ -31,25 +32,26 @@ best() { # command... -> best tokens_per_s of its output lines
 	sed -n 's/.*tokens_per_s=\([0-9.]*\).*/\1/p' | sort -g | tail -1
 }
 
-for cfg in "2 128 4 10" "4 256 4 5" "6 512 8 3"; do
+for cfg in "2 128 4 10 gpt2" "4 256 4 5 gpt2" "6 512 8 3 gpt2" "4 256 4 5 llama"; do
 	# shellcheck disable=SC2086 # split the config into fields
 	set -- $cfg
-	L=$1 D=$2 H=$3 S=$4
+	L=$1 D=$2 H=$3 S=$4 A=$5
 	out=$(mktemp)
 	for _ in 1 2; do
-		"$bin" "$L" "$D" "$H" 256 8 256 "$S" 2 2>/dev/null >>"$out" || true
+		"$bin" "$L" "$D" "$H" 256 8 256 "$S" 2 "$A" 2>/dev/null >>"$out" || true
 		OPENBLAS_NUM_THREADS=2 "$py" "$dir/train_torch.py" "$L" "$D" "$H" 256 8 256 "$S" 1 \
-			>>"$out.pt" 2>/dev/null || true
+			"$A" >>"$out.pt" 2>/dev/null || true
 		OPENBLAS_NUM_THREADS=1 "$py" "$dir/train_torch.py" "$L" "$D" "$H" 256 8 256 "$S" 2 \
-			>>"$out.pt" 2>/dev/null || true
+			"$A" >>"$out.pt" 2>/dev/null || true
 	done
-	"$bin" "$L" "$D" "$H" 256 8 256 "$S" 2 2>/dev/null >>"$out" || true
+	"$bin" "$L" "$D" "$H" 256 8 256 "$S" 2 "$A" 2>/dev/null >>"$out" || true
 	m=$(best <"$out")
 	p=$(best <"$out.pt")
 	grep -h "mfu=" "$out" | tail -1
 	r=$(awk -v m="${m:-0}" -v p="${p:-0}" 'BEGIN { if (p > 0) printf "%.2f", m / p; else print "0" }')
-	echo "train L=$L D=$D H=$H meshrun_tokens_per_s=${m:-0} pytorch_tokens_per_s=${p:-0} ratio=$r"
-	fracs="$fracs $L:$D:${m:-0}"
+	echo "train arch=$A L=$L D=$D H=$H meshrun_tokens_per_s=${m:-0} pytorch_tokens_per_s=${p:-0} ratio=$r"
+	# the FLOP count below is gpt2's
+	[ "$A" = gpt2 ] && fracs="$fracs $L:$D:${m:-0}"
 	if [ -z "$min" ] || awk -v a="$r" -v b="$min" 'BEGIN { exit !(a < b) }'; then
 		min=$r
 	fi

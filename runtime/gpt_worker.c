@@ -151,12 +151,14 @@ static int gw_create(void **state, const struct mr_worker_env *env, struct mr_er
 			    "model=%s mfu=0 hint=\"set peak_flops in the workload config\"",
 			    mr_log_q(w->dev.model));
 	mr_log_info("gpt_worker_ready",
-		    "device=%s model=%s precision=%s params=%zu layers=%d d_model=%d heads=%d "
-		    "moe_every=%d batch=%d seq=%d accum=%d threads=%d peak_gflops=%.1f tp=%d "
+		    "device=%s model=%s precision=%s arch=%s params=%zu layers=%d d_model=%d "
+		    "heads=%d kv_heads=%d moe_every=%d batch=%d seq=%d accum=%d threads=%d "
+		    "peak_gflops=%.1f tp=%d "
 		    "cp=%d pp=%d dp=%d ep=%d zero=%d",
 		    w->dev.ops->name, mr_log_q(w->dev.model),
 		    w->dev.act == MR_DT_BF16 ? "bf16" : "fp32",
-		    w->model.nparams, mc.n_layer, mc.d_model, mc.n_head, mc.moe_every, B, T,
+		    mc.arch == MR_ARCH_LLAMA ? "llama" : "gpt2", w->model.nparams, mc.n_layer,
+		    mc.d_model, mc.n_head, mr_gpt_kv_heads(&mc), mc.moe_every, B, T,
 		    w->accum, w->threads, w->peak_flops * 1e-9, w->groups.mesh.tp,
 		    w->groups.mesh.cp, w->groups.mesh.pp, w->groups.mesh.dp, w->groups.mesh.ep,
 		    w->zero);
