@@ -320,7 +320,7 @@ static struct mr_attn_slice cpu_slice(const struct mr_dev_attn *a)
 {
 	struct mr_attn_slice s = { CF(a->q), CF(a->k), CF(a->v), a->q_row, a->q_batch,
 				   a->kv_row, a->kv_batch, a->B, a->NH, a->hs, a->tq,
-				   a->q_pos0, a->tk, a->k_pos0, a->causal, a->scale, a->NH };
+				   a->q_pos0, a->tk, a->k_pos0, a->causal, a->scale, a->NKV };
 	return s;
 }
 

@@ -62,6 +62,7 @@ struct mr_dev_attn {
 	const mr_act *q, *k, *v;
 	size_t q_row, q_batch, kv_row, kv_batch;
 	int B, NH, hs;
+	int NKV;      /* key/value heads (grouped-query attention); 0: NH */
 	int tq, q_pos0, tk, k_pos0;
 	int causal;
 	float scale;

@@ -519,11 +519,11 @@ int mr_gpt_check_placement(const struct mr_gpt_config *c, int T, const struct mr
 		return mr_errf_field(eb, MR_EINVAL, "ffn_hidden",
 				     "the SwiGLU hidden size %d ('ffn_hidden') is not divisible "
 				     "by tp (%d)", mr_gpt_ffn(c), tp);
-	if (c->arch == MR_ARCH_LLAMA && cp > 1 && mr_gpt_kv_heads(c) != c->n_head)
+	if (cp > 1 && place->cp_algo == MR_CP_ULYSSES && mr_gpt_kv_heads(c) != c->n_head &&
+	    (mr_gpt_kv_heads(c) / tp) % cp != 0)
 		return mr_errf_field(eb, MR_EINVAL, "n_kv_head",
-				     "context parallel takes grouped-query attention only once "
-				     "it lands: 'n_kv_head' (%d) must equal 'n_head' (%d) with "
-				     "cp %d", mr_gpt_kv_heads(c), c->n_head, cp);
+				     "'n_kv_head' / tp (%d) is not divisible by cp (%d), as "
+				     "cp_algo \"ulysses\" needs", mr_gpt_kv_heads(c) / tp, cp);
 	if (sp && tp == 1)
 		return mr_errf_field(eb, MR_EINVAL, "sequence_parallel",
 				     "'sequence_parallel' needs tp > 1");
@@ -766,7 +766,8 @@ int mr_gpt_create_on(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, i
 	if (mr_place_size(&m->place, MR_AXIS_CP) > 1 &&
 	    (rc = mr_cp_create(&m->cp, m->place.comm[MR_AXIS_CP], dev, &m->mem, m->place.cp_algo,
 			       B, T,
-			       cfg->d_model / m->tp.size, cfg->n_head / m->tp.size, eb)) < 0) {
+			       cfg->d_model / m->tp.size, cfg->n_head / m->tp.size,
+			       mr_gpt_kv_heads(cfg) / m->tp.size, eb)) < 0) {
 		mr_gpt_release(m);
 		return rc;
 	}

@@ -60,7 +60,7 @@ int mr__llama_block_fwd(struct mr_gpt *m, int l, const mr_act *res)
 	CK(mr__gpt_norm_fwd(m, a->ln1, NULL, a->ln1_rstd, res, w->ln1w, NULL));
 	CK(OP(m, matmul_fwd, a->qkv, a->ln1, CW(w->qkvw), NULL, s.N, s.C, (int)s.qkv));
 	CK(OP(m, rope, a->qkv, s.qkv, s.N, s.nh + s.nkv, s.hs, m->rope_pos, m->rope_freq, 1));
-	if (m->cp.size > 1) /* n_kv_head == n_head there (mr_gpt_check_placement) */
+	if (m->cp.size > 1)
 		CK(mr_cp_attn_fwd(&m->cp, a->atty, a->att_lse, a->qkv));
 	else
 		CK(OP(m, attn_fwd, a->atty, a->att_lse, a->qkv, m->B, m->T, att, s.nh, s.nkv,

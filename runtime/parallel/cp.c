@@ -15,8 +15,8 @@ enum {
 
 enum { TAG_KV = 1, TAG_DKV, TAG_HOME };
 
-/* Rows of one key chunk: k at k (v at k + C), and where its gradients go
- * (dk at dk, dv at dk + C), with their row and batch strides. */
+/* Rows of one key chunk: k at k (v at k + kvw), and where its gradients
+ * go (dk at dk, dv at dk + kvw), with their row and batch strides. */
 struct kblock {
 	const mr_act *k;
 	size_t row, batch;
@@ -41,32 +41,33 @@ static void **buffer(struct mr_cp *cp, int i)
 static void buffer_bytes(const struct mr_cp *cp, struct mr_dev *dev, size_t *bytes)
 {
 	size_t rows = (size_t)cp->B * (size_t)cp->Tl, C = (size_t)cp->C, n = (size_t)cp->size;
+	size_t row = cp->row, kv2 = 2 * cp->kvw;
 
 	memset(bytes, 0, NBUF * sizeof(*bytes));
 	if (cp->algo == MR_CP_ULYSSES) {
 		/* the head group's whole sequences hold as many elements as
-		 * the local rows of every head: rows * C per C-wide section */
-		bytes[XS] = bytes[XR] = bytes[HQ] = bytes[DHQ] = mr_dev_act_bytes(dev, rows * 3 * C);
+		 * the local rows of every head: rows * width per section */
+		bytes[XS] = bytes[XR] = bytes[HQ] = bytes[DHQ] = mr_dev_act_bytes(dev, rows * row);
 		bytes[HO] = bytes[HD] = mr_dev_act_bytes(dev, rows * C);
 		bytes[WS] = dev->ops->ws_bytes(dev, cp->T, cp->C / cp->size, cp->NH / cp->size);
 		return;
 	}
 	bytes[O32] = bytes[P32] = rows * C * sizeof(float);
 	bytes[PLSE] = bytes[DELTA] = rows * (size_t)cp->NH * sizeof(float);
-	bytes[DMINE] = rows * 3 * C * sizeof(float);
+	bytes[DMINE] = rows * row * sizeof(float);
 	if (cp->algo == MR_CP_ALLGATHER) {
 		/* the whole sequence's q|k|v and gradients */
-		bytes[ALL] = mr_dev_act_bytes(dev, n * rows * 3 * C);
-		bytes[DALL] = n * rows * 3 * C * sizeof(float);
+		bytes[ALL] = mr_dev_act_bytes(dev, n * rows * row);
+		bytes[DALL] = n * rows * row * sizeof(float);
 	} else {
 		/* ring: two blocks of k|v and of their gradients in flight */
-		bytes[KV0] = bytes[KV1] = mr_dev_act_bytes(dev, rows * 2 * C);
-		bytes[DKV0] = bytes[DKV1] = rows * 2 * C * sizeof(float);
+		bytes[KV0] = bytes[KV1] = mr_dev_act_bytes(dev, rows * kv2);
+		bytes[DKV0] = bytes[DKV1] = rows * kv2 * sizeof(float);
 	}
 }
 
 int mr_cp_create(struct mr_cp *cp, struct mr_comm *comm, struct mr_dev *dev, struct mr_mem *mem,
-		 int algo, int B, int T, int C, int NH, struct mr_errbuf *eb)
+		 int algo, int B, int T, int C, int NH, int NKV, struct mr_errbuf *eb)
 {
 	int n = comm ? mr_comm_size(comm) : 1, i;
 	size_t bytes[NBUF];
@@ -80,6 +81,11 @@ int mr_cp_create(struct mr_cp *cp, struct mr_comm *comm, struct mr_dev *dev, str
 		return mr_errf_field(eb, MR_EINVAL, "n_head",
 				     "'n_head' gives this rank %d heads (n_head / tp), not divisible "
 				     "by cp (%d), as cp_algo \"ulysses\" needs", NH, n);
+	if (algo == MR_CP_ULYSSES && NKV % n != 0)
+		return mr_errf_field(eb, MR_EINVAL, "n_kv_head",
+				     "'n_kv_head' gives this rank %d key/value heads (n_kv_head / "
+				     "tp), not divisible by cp (%d), as cp_algo \"ulysses\" needs",
+				     NKV, n);
 	if (algo != MR_CP_ULYSSES && !dev->ops->attn_part_fwd)
 		return mr_errf_field(eb, MR_ENOTSUP, "cp", "device %s has no attention slices",
 				     dev->ops->name);
@@ -95,7 +101,10 @@ int mr_cp_create(struct mr_cp *cp, struct mr_comm *comm, struct mr_dev *dev, str
 	cp->Tc = T / (2 * n);
 	cp->C = C;
 	cp->NH = NH;
+	cp->NKV = NKV;
 	cp->hs = C / NH;
+	cp->kvw = (size_t)NKV * (size_t)cp->hs;
+	cp->row = (size_t)C + 2 * cp->kvw;
 	buffer_bytes(cp, dev, bytes);
 	for (i = 0; i < NBUF; i++) {
 		cp->bytes[i] = bytes[i];
@@ -153,19 +162,19 @@ static struct mr_dev_attn slice(const struct mr_cp *cp, const mr_act *qkv, int q
 				const struct kblock *kb)
 {
 	struct mr_dev *d = cp->dev;
-	size_t C = (size_t)cp->C;
 	struct mr_dev_attn a;
 
 	memset(&a, 0, sizeof(a));
-	a.q = mr_dev_at(d, qkv, (size_t)qk * cp->Tc * 3 * C);
+	a.q = mr_dev_at(d, qkv, (size_t)qk * cp->Tc * cp->row);
 	a.k = kb->k;
-	a.v = mr_dev_at(d, kb->k, C);
-	a.q_row = 3 * C;
-	a.q_batch = (size_t)cp->Tl * 3 * C;
+	a.v = mr_dev_at(d, kb->k, cp->kvw);
+	a.q_row = cp->row;
+	a.q_batch = (size_t)cp->Tl * cp->row;
 	a.kv_row = kb->row;
 	a.kv_batch = kb->batch;
 	a.B = cp->B;
 	a.NH = cp->NH;
+	a.NKV = cp->NKV;
 	a.hs = cp->hs;
 	a.tq = a.tk = cp->Tc;
 	a.q_pos0 = chunk_of(cp, cp->rank, qk) * cp->Tc;
@@ -178,7 +187,7 @@ static struct mr_dev_attn slice(const struct mr_cp *cp, const mr_act *qkv, int q
 /* Chunk kk of rank `owner`'s rows in the gathered buffers (allgather). */
 static struct kblock gathered(const struct mr_cp *cp, int owner, int kk)
 {
-	size_t C = (size_t)cp->C, row = 3 * C, batch = (size_t)cp->Tl * row;
+	size_t C = (size_t)cp->C, row = cp->row, batch = (size_t)cp->Tl * row;
 	size_t off = (size_t)owner * cp->B * batch + (size_t)kk * cp->Tc * row;
 	struct kblock kb = { mr_dev_at(cp->dev, cp->all, off + C), row, batch,
 			     cp->dall ? cp->dall + off + C : NULL, row, batch };
@@ -188,7 +197,7 @@ static struct kblock gathered(const struct mr_cp *cp, int owner, int kk)
 /* Chunk kk of the k|v block in kv and its gradients in dkv (ring). */
 static struct kblock ring_block(const struct mr_cp *cp, const mr_act *kv, float *dkv, int kk)
 {
-	size_t row = 2 * (size_t)cp->C, batch = (size_t)cp->Tl * row, off = (size_t)kk * cp->Tc * row;
+	size_t row = 2 * cp->kvw, batch = (size_t)cp->Tl * row, off = (size_t)kk * cp->Tc * row;
 	struct kblock kb = { mr_dev_at(cp->dev, kv, off), row, batch, dkv ? dkv + off : NULL, row,
 			     batch };
 	return kb;
@@ -218,19 +227,19 @@ static int attend(struct mr_cp *cp, const mr_act *qkv, float *lse, int qk, int g
 }
 
 /* Backward: query chunk qk against key chunk g of kb: dq into dq (rows
- * of 3C: this rank's q|k|v gradient layout), dk and dv into kb's. */
+ * of q|k|v: this rank's gradient layout), dk and dv into kb's. */
 static int attend_bwd(struct mr_cp *cp, const mr_act *qkv, const mr_act *dout, const float *lse,
 		      float *dq, int qk, int g, const struct kblock *kb)
 {
 	struct mr_dev *d = cp->dev;
-	size_t C = (size_t)cp->C, row = 3 * C, q0 = (size_t)qk * cp->Tc;
+	size_t C = (size_t)cp->C, row = cp->row, q0 = (size_t)qk * cp->Tc;
 	size_t nl = (size_t)cp->B * cp->NH * cp->Tc;
 	struct mr_dev_attn a = slice(cp, qkv, qk, g, kb);
 
 	return d->ops->attn_part_bwd(d, &a, mr_dev_at(d, dout, q0 * C), C, (size_t)cp->Tl * C,
 				     lse + (size_t)qk * nl, cp->delta + (size_t)qk * nl,
 				     dq + q0 * row, row, (size_t)cp->Tl * row, kb->dk,
-				     kb->dk + C, kb->drow, kb->dbatch);
+				     kb->dk + cp->kvw, kb->drow, kb->dbatch);
 }
 
 /* Every rank's q|k|v rows of this layer into cp->all (the buffer serves
@@ -238,7 +247,7 @@ static int attend_bwd(struct mr_cp *cp, const mr_act *qkv, const mr_act *dout, c
 static int gather(struct mr_cp *cp, const mr_act *qkv)
 {
 	struct mr_dev *d = cp->dev;
-	size_t n = (size_t)cp->B * cp->Tl * 3 * (size_t)cp->C;
+	size_t n = (size_t)cp->B * cp->Tl * cp->row;
 	int rc = d->ops->sync(d);
 
 	return rc < 0 ? rc : mr_comm_allgather(cp->comm, qkv, cp->all, n, act_dtype(cp));
@@ -248,10 +257,10 @@ static int gather(struct mr_cp *cp, const mr_act *qkv)
 static int pack_kv(struct mr_cp *cp, mr_act *kv, const mr_act *qkv)
 {
 	struct mr_dev *d = cp->dev;
-	size_t C = (size_t)cp->C;
+	size_t kv2 = 2 * cp->kvw;
 
-	return d->ops->copy2d(d, kv, mr_dev_act_bytes(d, 2 * C), mr_dev_at(d, qkv, C),
-			      mr_dev_act_bytes(d, 3 * C), mr_dev_act_bytes(d, 2 * C),
+	return d->ops->copy2d(d, kv, mr_dev_act_bytes(d, kv2), mr_dev_at(d, qkv, (size_t)cp->C),
+			      mr_dev_act_bytes(d, cp->row), mr_dev_act_bytes(d, kv2),
 			      (size_t)cp->B * cp->Tl);
 }
 
@@ -299,21 +308,40 @@ static int exchange(struct mr_cp *cp, size_t W)
 					      (size_t)cp->B * cp->Tl * W, act_dtype(cp));
 }
 
-/* nsec sections of local rows (src[s]: B*Tl rows of C channels, pitch
- * spitch elements) into whole sequences of this rank's head group: dst
- * (B, T, nsec*C/cp), rows [q|k|v] of the group's heads. */
-static int to_heads(struct mr_cp *cp, mr_act *dst, int nsec, const mr_act *const *src,
-		    size_t spitch)
+/* The columns of a group's share of nsec sections of widths sw[s] (q, k,
+ * v: C, kvw, kvw; out: C): section s's share sw[s]/cp at *at in a row of
+ * the group's W (the sum). */
+static size_t share_at(const struct mr_cp *cp, const size_t *sw, int s, size_t *W)
+{
+	size_t at = 0, w = 0;
+	int i;
+
+	for (i = 0; i < 3 && sw[i]; i++) {
+		if (i < s)
+			at += sw[i] / (size_t)cp->size;
+		w += sw[i] / (size_t)cp->size;
+	}
+	*W = w;
+	return at;
+}
+
+/* nsec sections of local rows (src[s]: B*Tl rows of sw[s] channels,
+ * pitch spitch elements) into whole sequences of this rank's head group:
+ * dst (B, T, W), rows [q|k|v] of the group's heads. */
+static int to_heads(struct mr_cp *cp, mr_act *dst, int nsec, const size_t *sw,
+		    const mr_act *const *src, size_t spitch)
 {
 	struct mr_dev *d = cp->dev;
-	size_t rows = (size_t)cp->B * cp->Tl, Ch = (size_t)cp->C / cp->size, W = nsec * Ch;
+	size_t rows = (size_t)cp->B * cp->Tl, W = 0;
 	int j, s, rc = 0;
 
 	for (j = 0; j < cp->size && rc == 0; j++)
-		for (s = 0; s < nsec && rc == 0; s++)
-			rc = d->ops->copy2d(d, mr_dev_at(d, cp->xs, j * rows * W + s * Ch),
+		for (s = 0; s < nsec && rc == 0; s++) {
+			size_t Ch = sw[s] / (size_t)cp->size, at = share_at(cp, sw, s, &W);
+			rc = d->ops->copy2d(d, mr_dev_at(d, cp->xs, j * rows * W + at),
 					    mr_dev_act_bytes(d, W), mr_dev_at(d, src[s], j * Ch),
 					    mr_dev_act_bytes(d, spitch), mr_dev_act_bytes(d, Ch), rows);
+		}
 	if (rc < 0 || (rc = exchange(cp, W)) < 0)
 		return rc;
 	for (j = 0; j < cp->size && rc == 0; j++)
@@ -322,24 +350,27 @@ static int to_heads(struct mr_cp *cp, mr_act *dst, int nsec, const mr_act *const
 }
 
 /* The reverse: whole sequences of this rank's head group (src, B x T
- * rows of nsec*C/cp) into the group's columns of local rows dst[s]. */
-static int from_heads(struct mr_cp *cp, mr_act *const *dst, int nsec, size_t dpitch,
-		      mr_act *src)
+ * rows of W) into the group's columns of local rows dst[s]. */
+static int from_heads(struct mr_cp *cp, mr_act *const *dst, int nsec, const size_t *sw,
+		      size_t dpitch, mr_act *src)
 {
 	struct mr_dev *d = cp->dev;
-	size_t rows = (size_t)cp->B * cp->Tl, Ch = (size_t)cp->C / cp->size, W = nsec * Ch;
+	size_t rows = (size_t)cp->B * cp->Tl, W = 0;
 	int j, s, rc = 0;
 
+	share_at(cp, sw, 0, &W);
 	for (j = 0; j < cp->size && rc == 0; j++)
 		rc = reorder(cp, src, cp->xs, W, j, 0);
 	if (rc < 0 || (rc = exchange(cp, W)) < 0)
 		return rc;
 	for (j = 0; j < cp->size && rc == 0; j++)
-		for (s = 0; s < nsec && rc == 0; s++)
+		for (s = 0; s < nsec && rc == 0; s++) {
+			size_t Ch = sw[s] / (size_t)cp->size, at = share_at(cp, sw, s, &W);
 			rc = d->ops->copy2d(d, mr_dev_at(d, dst[s], j * Ch),
 					    mr_dev_act_bytes(d, dpitch),
-					    mr_dev_at(d, cp->xr, j * rows * W + s * Ch),
+					    mr_dev_at(d, cp->xr, j * rows * W + at),
 					    mr_dev_act_bytes(d, W), mr_dev_act_bytes(d, Ch), rows);
+		}
 	return rc;
 }
 
@@ -347,41 +378,42 @@ static int from_heads(struct mr_cp *cp, mr_act *const *dst, int nsec, size_t dpi
 static int heads_qkv(struct mr_cp *cp, const mr_act *qkv)
 {
 	struct mr_dev *d = cp->dev;
-	size_t C = (size_t)cp->C;
-	const mr_act *src[3] = { qkv, mr_dev_at(d, qkv, C), mr_dev_at(d, qkv, 2 * C) };
+	size_t C = (size_t)cp->C, sw[3] = { C, cp->kvw, cp->kvw };
+	const mr_act *src[3] = { qkv, mr_dev_at(d, qkv, C), mr_dev_at(d, qkv, C + cp->kvw) };
 
-	return to_heads(cp, cp->hq, 3, src, 3 * C);
+	return to_heads(cp, cp->hq, 3, sw, src, cp->row);
 }
 
 static int ulysses_fwd(struct mr_cp *cp, mr_act *out, float *lse, const mr_act *qkv)
 {
 	struct mr_dev *d = cp->dev;
+	size_t sw[3] = { (size_t)cp->C, 0, 0 };
 	int rc;
 
 	if ((rc = heads_qkv(cp, qkv)) < 0 ||
 	    (rc = d->ops->attn_fwd(d, cp->ho, lse, cp->hq, cp->B, cp->T, cp->C / cp->size,
-				   cp->NH / cp->size, cp->NH / cp->size, cp->ws)) < 0)
+				   cp->NH / cp->size, cp->NKV / cp->size, cp->ws)) < 0)
 		return rc;
-	return from_heads(cp, &out, 1, (size_t)cp->C, cp->ho);
+	return from_heads(cp, &out, 1, sw, (size_t)cp->C, cp->ho);
 }
 
 static int ulysses_bwd(struct mr_cp *cp, mr_act *dqkv, const mr_act *dout, const mr_act *qkv,
 		       const mr_act *out, const float *lse)
 {
 	struct mr_dev *d = cp->dev;
-	size_t C = (size_t)cp->C;
-	mr_act *dst[3] = { dqkv, mr_dev_at(d, dqkv, C), mr_dev_at(d, dqkv, 2 * C) };
+	size_t C = (size_t)cp->C, sw[3] = { C, cp->kvw, cp->kvw }, so[3] = { C, 0, 0 };
+	mr_act *dst[3] = { dqkv, mr_dev_at(d, dqkv, C), mr_dev_at(d, dqkv, C + cp->kvw) };
 	int rc;
 
 	/* the forward's head-sharded tensors again (the buffers serve one
 	 * layer at a time), bit for bit */
-	if ((rc = heads_qkv(cp, qkv)) < 0 || (rc = to_heads(cp, cp->ho, 1, &out, C)) < 0 ||
-	    (rc = to_heads(cp, cp->hd, 1, &dout, C)) < 0 ||
+	if ((rc = heads_qkv(cp, qkv)) < 0 || (rc = to_heads(cp, cp->ho, 1, so, &out, C)) < 0 ||
+	    (rc = to_heads(cp, cp->hd, 1, so, &dout, C)) < 0 ||
 	    (rc = d->ops->attn_bwd(d, cp->dhq, cp->hd, cp->hq, cp->ho, lse, cp->B, cp->T,
-				   cp->C / cp->size, cp->NH / cp->size, cp->NH / cp->size,
+				   cp->C / cp->size, cp->NH / cp->size, cp->NKV / cp->size,
 				   cp->ws)) < 0)
 		return rc;
-	return from_heads(cp, dst, 3, 3 * C, cp->dhq);
+	return from_heads(cp, dst, 3, sw, cp->row, cp->dhq);
 }
 
 /* Calls fn for every (query chunk, key chunk) pair of the block rank s
@@ -394,7 +426,7 @@ static int ulysses_bwd(struct mr_cp *cp, mr_act *dqkv, const mr_act *dout, const
 int mr_cp_attn_fwd(struct mr_cp *cp, mr_act *out, float *lse, const mr_act *qkv)
 {
 	struct mr_dev *d = cp->dev;
-	size_t kvn = (size_t)cp->B * cp->Tl * 2 * (size_t)cp->C;
+	size_t kvn = (size_t)cp->B * cp->Tl * 2 * cp->kvw;
 	int first[2] = { 1, 1 }, qk, kk, g, i, rc = 0;
 
 	if (cp->algo == MR_CP_ULYSSES)
@@ -458,7 +490,8 @@ static int bwd_begin(struct mr_cp *cp, const mr_act *dout, const mr_act *out)
 static int ring_bwd(struct mr_cp *cp, const mr_act *dout, const mr_act *qkv, const float *lse)
 {
 	struct mr_dev *d = cp->dev;
-	size_t C = (size_t)cp->C, rows = (size_t)cp->B * cp->Tl, kvn = rows * 2 * C;
+	size_t C = (size_t)cp->C, rows = (size_t)cp->B * cp->Tl, kv2 = 2 * cp->kvw;
+	size_t kvn = rows * kv2;
 	int qk, kk, g, i, rc;
 
 	if ((rc = pack_kv(cp, cp->kv[0], qkv)) < 0 ||
@@ -495,15 +528,15 @@ static int ring_bwd(struct mr_cp *cp, const mr_act *dout, const mr_act *qkv, con
 	if (rc < 0)
 		return rc;
 	/* this rank's own block's dk|dv into dmine beside dq */
-	return d->ops->copy2d(d, cp->dmine + C, 3 * C * sizeof(float), cp->dkv[cp->size % 2],
-			      2 * C * sizeof(float), 2 * C * sizeof(float), rows);
+	return d->ops->copy2d(d, cp->dmine + C, cp->row * sizeof(float), cp->dkv[cp->size % 2],
+			      kv2 * sizeof(float), kv2 * sizeof(float), rows);
 }
 
 int mr_cp_attn_bwd(struct mr_cp *cp, mr_act *dqkv, const mr_act *dout, const mr_act *qkv,
 		   const mr_act *out, const float *lse)
 {
 	struct mr_dev *d = cp->dev;
-	size_t n = (size_t)cp->B * cp->Tl * 3 * (size_t)cp->C;
+	size_t n = (size_t)cp->B * cp->Tl * cp->row;
 	int qk, g, rc;
 
 	if (cp->algo == MR_CP_ULYSSES)

@@ -52,6 +52,9 @@ struct mr_cp {
 	int size, rank;
 	int B, T, Tl, Tc;       /* batch, sequence, local rows, chunk rows */
 	int C, NH, hs;          /* this rank's attention channels (C/tp), heads */
+	int NKV;                /* its key/value heads (grouped-query: < NH) */
+	size_t kvw, row;        /* k's (and v's) columns NKV*hs; a q|k|v row's C +
+				 * 2 kvw (3C below is that row) */
 	float *o32, *p32;       /* (B, Tl, C) merged and partial outputs */
 	float *plse, *delta;    /* (2, B, NH, Tc) partial lse; delta */
 	float *dmine;           /* (B, Tl, 3C) this rank's q|k|v gradients, fp32 */
@@ -76,10 +79,11 @@ static inline int mr_cp_pos0(int size, int Tc, int r, int k)
 }
 
 /* cp over comm for B sequences of T tokens (2 * cp must divide T, named
- * "seq_len"), C attention channels in NH heads on this rank (ulysses: cp
- * must divide NH, named "n_head"). */
+ * "seq_len"), C attention channels in NH query heads and NKV key/value
+ * heads on this rank (ulysses: cp must divide NH and NKV, named "n_head"
+ * and "n_kv_head"). */
 int mr_cp_create(struct mr_cp *cp, struct mr_comm *comm, struct mr_dev *dev, struct mr_mem *mem,
-		 int algo, int B, int T, int C, int NH, struct mr_errbuf *eb);
+		 int algo, int B, int T, int C, int NH, int NKV, struct mr_errbuf *eb);
 void mr_cp_release(struct mr_cp *cp);
 /* out (B,Tl,C) (=) and lse ((2, B, NH, Tc): per local chunk) from the
  * local qkv (B,Tl,3C). */

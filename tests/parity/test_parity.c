@@ -571,8 +571,7 @@ Test(parity, five_modes_16_ranks, .timeout = 600, NOT_UNDER_SAN) { context(4, 4,
  * The llama family (model/llama.c) through the same matrix: grouped-query
  * attention (2 key/value heads of 4: tp2 splits them), an explicit SwiGLU
  * hidden size, the untied head (on the last pipeline stage alone, no
- * embedding group) or a tied one. Context parallel takes plain multi-head
- * attention (n_kv_head 4) until grouped-query attention lands there.
+ * embedding group) or a tied one; context parallel with each algorithm.
  * nodes x nproc ranks, tp (with sp), pp (8 blocks, 1f1b or interleaved),
  * cp, zero.
  */
@@ -603,7 +602,15 @@ Test(parity, llama_pp2_interleaved_tied_head, NOT_UNDER_SAN)
 {
 	llama(1, 2, 1, 2, 1, 0, "interleaved", MHA_TIED);
 }
-Test(parity, llama_cp2, NOT_UNDER_SAN) { llama(1, 2, 1, 1, 2, 0, NULL, ", \"n_kv_head\": 4"); }
+Test(parity, llama_cp2_ring_gqa) { llama(1, 2, 1, 1, 2, 0, NULL, GQA); }
+Test(parity, llama_cp2_allgather_gqa, NOT_UNDER_SAN)
+{
+	llama(1, 2, 1, 1, 2, 0, NULL, GQA ", \"cp_algo\": \"allgather\"");
+}
+Test(parity, llama_cp2_ulysses_gqa, NOT_UNDER_SAN)
+{
+	llama(1, 2, 1, 1, 2, 0, NULL, GQA ", \"cp_algo\": \"ulysses\"");
+}
 Test(parity, llama_tp2_pp2_dp2_zero1, NOT_UNDER_SAN) { llama(2, 4, 2, 2, 1, 1, "1f1b", GQA); }
 /* SwiGLU experts every 2nd layer (the MoE keys of model_json: 4 experts,
  * top-2, capacity 0.75 dropping): over ep2, and split by tp2 with sp */
