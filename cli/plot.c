@@ -41,12 +41,14 @@ struct plot_opts {
 	char title[256];
 };
 
+/* no environment variables: a plot's output is the command line's */
 static const struct mr_config_opt plot_table[] = {
-	MR_CONFIG_STRING("out", struct plot_opts, out, "",
-			 "The SVG to write (-o; default: LOSS_LOG with its extension "
-			 "replaced by .svg)."),
-	MR_CONFIG_STRING("title", struct plot_opts, title, "",
-			 "Title above the plot (default: the log's file name)."),
+	{ .name = "out", .type = MR_CONFIG_T_STRING, MR__CFG_FIELD(struct plot_opts, out),
+	  .def = "", .env = "",
+	  .help = "The SVG to write (also -o; default: LOSS_LOG with its extension replaced by "
+		  ".svg)." },
+	{ .name = "title", .type = MR_CONFIG_T_STRING, MR__CFG_FIELD(struct plot_opts, title),
+	  .def = "", .env = "", .help = "Title above the plot (default: the log's file name)." },
 };
 
 /* The log's rows: step, training loss, validation loss (NaN: none). */
