@@ -56,7 +56,7 @@ void openblas_set_num_threads(int num_threads);
 #define TIMEOUT_MS 300000
 
 static const struct mr_adamw_config ocfg = { 1e-3f, 0.1f, 2, 100, 0.9f, 0.95f, 1e-8f,
-					     0.1f, 1.0f };
+					     0.1f, 1.0f, MR_LR_COSINE, 0.0f };
 
 struct run {
 	struct mr_gpt_config cfg;

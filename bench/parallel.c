@@ -70,7 +70,7 @@ static double now_s(void)
 }
 
 static const struct mr_adamw_config ocfg = { 1e-3f, 0.1f, 2, 100, 0.9f, 0.95f, 1e-8f,
-					     0.1f, 1.0f };
+					     0.1f, 1.0f, MR_LR_COSINE, 0.0f };
 
 /* One rank: tp ranks share a batch, dp ranks take their own rows. */
 static int rank_run(struct bench *b, int rank, struct mr_comm *world)

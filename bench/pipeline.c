@@ -127,7 +127,7 @@ struct stage_arg {
 };
 
 static const struct mr_adamw_config ocfg = { 1e-3f, 0.1f, 2, 100, 0.9f, 0.95f, 1e-8f,
-					     0.1f, 1.0f };
+					     0.1f, 1.0f, MR_LR_COSINE, 0.0f };
 
 static double now_s(void)
 {

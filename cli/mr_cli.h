@@ -15,5 +15,6 @@ int mr_cli_mesh(int argc, char **argv);
 int mr_cli_plan(int argc, char **argv);
 int mr_cli_data(int argc, char **argv);
 int mr_cli_ckpt(int argc, char **argv);
+int mr_cli_plot(int argc, char **argv);
 
 #endif

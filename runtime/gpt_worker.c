@@ -230,16 +230,24 @@ static double eval_loss(struct gw *w, struct mr_errbuf *eb, int *rc)
 	return sum / w->eval_batches;
 }
 
-/* Appends "step loss aux_loss grad_norm lr" (full precision) to loss_log:
- * what the parity tests compare against the single-rank run. */
+/* Appends "step loss aux_loss grad_norm lr val_loss" (full precision;
+ * val_loss "nan" where no validation ran) to loss_log, after the header
+ * MR_LOSS_LOG_HEADER when the file is new or empty (a fresh run
+ * truncates it; a resume keeps the one it has): what the parity tests
+ * compare against the single-rank run and `meshrun plot` draws. */
 static int log_loss(struct gw *w, const struct mr_worker_stats *st, struct mr_errbuf *eb)
 {
 	FILE *f = fopen(w->loss_log, st->step == 1 ? "w" : "a");
+	char val[32] = "nan";
 
 	if (!f)
 		return mr_errf_field(eb, MR_EIO, "loss_log", "unable to open '%s'", w->loss_log);
-	fprintf(f, "%lld %.9g %.9g %.9g %.9g\n", (long long)st->step, st->loss, st->aux_loss,
-		st->grad_norm, st->lr);
+	if (fseek(f, 0, SEEK_END) == 0 && ftell(f) == 0)
+		fputs(MR_LOSS_LOG_HEADER "\n", f);
+	if (isfinite(st->val_loss))
+		snprintf(val, sizeof(val), "%.9g", st->val_loss);
+	fprintf(f, "%lld %.9g %.9g %.9g %.9g %s\n", (long long)st->step, st->loss, st->aux_loss,
+		st->grad_norm, st->lr, val);
 	if (fclose(f) != 0)
 		return mr_errf_field(eb, MR_EIO, "loss_log", "unable to write '%s'", w->loss_log);
 	return 0;

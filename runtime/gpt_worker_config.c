@@ -138,7 +138,7 @@ static int get_family(const json_t *c, struct mr_gpt_config *mc, struct mr_errbu
 int mr__gw_parse(const json_t *c, struct mr_gpt_config *mc, struct mr_adamw_config *oc,
 		 struct gw *w, int *B, int *T, struct mr_errbuf *eb)
 {
-	const char *policy = NULL, *cp_algo = NULL, *resume = NULL;
+	const char *policy = NULL, *cp_algo = NULL, *resume = NULL, *schedule = NULL;
 	int rc = 0, seed = 1337, tmo = 60000;
 	float peak = 0.0f;
 
@@ -163,6 +163,7 @@ int mr__gw_parse(const json_t *c, struct mr_gpt_config *mc, struct mr_adamw_conf
 	    (rc = getf(c, "lr", &oc->lr, eb)) < 0 ||
 	    (rc = getf(c, "min_lr_frac", &oc->min_lr_frac, eb)) < 0 ||
 	    (rc = geti(c, "warmup_steps", &oc->warmup_steps, eb)) < 0 ||
+	    (rc = getf(c, "decay_frac", &oc->decay_frac, eb)) < 0 ||
 	    (rc = getf(c, "beta1", &oc->beta1, eb)) < 0 ||
 	    (rc = getf(c, "beta2", &oc->beta2, eb)) < 0 ||
 	    (rc = getf(c, "eps", &oc->eps, eb)) < 0 ||
@@ -171,7 +172,7 @@ int mr__gw_parse(const json_t *c, struct mr_gpt_config *mc, struct mr_adamw_conf
 	    (rc = geti(c, "seed", &seed, eb)) < 0 ||
 	    (rc = geti(c, "threads", &w->threads, eb)) < 0 ||
 	    (rc = getf(c, "peak_flops", &peak, eb)) < 0 ||
-	    (rc = geti(c, "eval_every", &w->eval_every, eb)) < 0 ||
+	    (rc = geti_dyn(c, "eval_every", -1, &w->eval_every, eb)) < 0 || /* -1: unset */
 	    (rc = geti(c, "eval_batches", &w->eval_batches, eb)) < 0 ||
 	    (rc = geti(c, "zero", &w->zero, eb)) < 0 ||
 	    (rc = geti(c, "hsdp_shard", &w->hsdp_shard, eb)) < 0 ||
@@ -187,8 +188,11 @@ int mr__gw_parse(const json_t *c, struct mr_gpt_config *mc, struct mr_adamw_conf
 	    (rc = geti(c, "ckpt_keep", &w->ckpt_keep, eb)) < 0 ||
 	    (rc = get_pipeline(c, w, eb)) < 0)
 		return rc;
-	if ((rc = get_choice(c, "moe_policy", &policy, eb)) < 0)
+	if ((rc = get_choice(c, "moe_policy", &policy, eb)) < 0 ||
+	    (rc = get_choice(c, "lr_schedule", &schedule, eb)) < 0)
 		return rc;
+	if (schedule)
+		mr_lr_schedule_parse(schedule, &oc->schedule); /* one of the choices */
 	mc->moe_dropless = policy && !strcmp(policy, "dropless");
 	if ((rc = get_family(c, mc, eb)) < 0)
 		return rc;

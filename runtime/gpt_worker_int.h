@@ -29,7 +29,8 @@ struct gw {
 	struct mr_step step_drv; /* the step driver (owns data parallel state) */
 	struct mr_pool *pool;
 	int have_model;
-	int steps, accum, eval_every, eval_batches, threads;
+	int steps, accum, eval_batches, threads;
+	int eval_every;         /* -1 unset until mr__gw_open_data settles it */
 	/* placement: mesh communicators, this rank's data-parallel slice */
 	struct mr_groups groups;
 	atomic_int groups_ready;
@@ -75,7 +76,9 @@ int mr__gw_parse(const json_t *c, struct mr_gpt_config *mc, struct mr_adamw_conf
  * absent or empty) into w; a value outside the choices fails naming the
  * key. */
 int mr__gw_run_keys(const json_t *c, struct gw *w, struct mr_errbuf *eb);
-/* Opens train_data / val_data when the config names them. */
+/* Opens train_data / val_data when the config names them, and settles
+ * eval_every: unset with val_data max(1, steps/10); 0 (logged once) with
+ * train_data but no val_data - never the synthetic task's validation. */
 int mr__gw_open_data(struct gw *w, const json_t *c, struct mr_errbuf *eb);
 
 /* The config's keys (gpt_worker_keys.c): what the parser takes its bounds,

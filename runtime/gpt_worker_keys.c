@@ -63,9 +63,19 @@ const struct mr__gw_key mr__gw_keys[] = {
 	I("steps", 1, 1 << 30, "100", "training", "Optimizer steps."),
 	I("grad_accum", 1, 1 << 16, "1", "training",
 	  "Micro-batches per step (under a pipeline: its micro-batch count)."),
-	F("lr", 0, 10, "0.001", "training", "Peak learning rate (cosine schedule)."),
-	F("min_lr_frac", 0, 1, "0.1", "training", "Final learning rate as a fraction of lr."),
-	I("warmup_steps", 0, 1 << 30, "10", "training", "Linear warm-up steps."),
+	F("lr", 0, 10, "0.001", "training", "Peak learning rate (after warm-up; see lr_schedule)."),
+	F("min_lr_frac", 0, 1, "0.1", "training",
+	  "Final learning rate as a fraction of lr (cosine, linear, wsd)."),
+	I("warmup_steps", 0, 1 << 30, "10", "training",
+	  "Linear warm-up steps (lr * (step+1) / warmup_steps), every schedule."),
+	C("lr_schedule", "cosine|linear|constant|wsd", "cosine", "training",
+	  "After warm-up: cosine down to lr * min_lr_frac at steps (llm.c's); linear down to "
+	  "lr * min_lr_frac at the last step; constant lr; wsd (warmup-stable-decay, as "
+	  "MiniCPM): lr, then the last decay_frac of the steps fall linearly to lr * "
+	  "min_lr_frac at the last step."),
+	F("decay_frac", 0, 1, "0.2", "training",
+	  "wsd: the share of steps (rounded to whole steps) of the final linear decay; 0: "
+	  "none."),
 	F("beta1", 0, 0.999999, "0.9", "training", "AdamW beta1."),
 	F("beta2", 0, 0.999999, "0.95", "training", "AdamW beta2."),
 	F("eps", 1e-30, 1, "1e-08", "training", "AdamW epsilon."),
@@ -78,7 +88,9 @@ const struct mr__gw_key mr__gw_keys[] = {
 	  "llm.c token shard(s) to train on (`meshrun data`); without it the built-in "
 	  "synthetic task."),
 	S("val_data", "data", "Token shard(s) for the validation loss."),
-	I("eval_every", 0, 1 << 30, "0", "data", "Steps between validation losses (0: never)."),
+	I("eval_every", 0, 1 << 30, "max(1, steps/10) with val_data, else 0", "data",
+	  "Steps between validation losses, and the last step (0: never). With train_data "
+	  "but no val_data there is none (a warning says so): never the synthetic task's."),
 	I("eval_batches", 1, 1 << 16, "4", "data", "Micro-batches per validation loss."),
 	/* run */
 	C("device", "cpu|cuda", "cpu", "run", "Where a rank computes (cuda: GPU local_rank)."),
@@ -128,7 +140,9 @@ const struct mr__gw_key mr__gw_keys[] = {
 	B("ckpt_async", "true", "checkpoint", "Write checkpoints while training goes on."),
 	C("resume", "auto|never", "auto", "checkpoint",
 	  "auto: resume from the newest checkpoint every rank can load."),
-	S("loss_log", "output", "Rank 0 appends \"step loss aux_loss grad_norm lr\" per step."),
+	S("loss_log", "output",
+	  "Rank 0 writes the header \"step loss aux_loss grad_norm lr val_loss\", then a line "
+	  "per step (val_loss nan where no validation ran; `meshrun plot` draws it)."),
 	S("save_weights", "output", "Write the trained model here at the end (a weights file)."),
 	/* debugging */
 	I("debug_stall_rank", -1, 1 << 30, "-1", "debug",

@@ -24,16 +24,42 @@ double mr__gw_now(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Opens train_data / val_data when the config names them. */
+/*
+ * The validation the config asks for, hard to miss (rank 0 logs a choice
+ * it made once): val_data without eval_every is evaluated every max(1,
+ * steps/10) steps and at the last; train_data without val_data has
+ * nothing to be evaluated on - the synthetic task's validation stream
+ * says nothing about real data - so none, with a warning.
+ */
+static void pick_eval(struct gw *w)
+{
+	int asked = w->eval_every;
+
+	if (w->eval_every < 0)
+		w->eval_every = w->have_val ? (w->steps / 10 > 1 ? w->steps / 10 : 1) : 0;
+	if (w->have_train && !w->have_val && w->eval_every > 0) {
+		w->eval_every = 0;
+		if (w->rank == 0)
+			mr_log_warn("no_validation",
+				    "eval_every=%d msg=%s", asked,
+				    mr_log_q("train_data without val_data: no validation loss (the "
+					     "synthetic task's would say nothing about this data); "
+					     "set val_data"));
+	} else if (asked < 0 && w->eval_every > 0 && w->rank == 0) {
+		mr_log_info("eval_interval", "eval_every=%d steps=%d why=%s", w->eval_every,
+			    w->steps, mr_log_q("val_data without eval_every: max(1, steps/10)"));
+	}
+}
+
+/* Opens train_data / val_data when the config names them, then settles
+ * eval_every (pick_eval). */
 int mr__gw_open_data(struct gw *w, const json_t *c, struct mr_errbuf *eb)
 {
 	const char *tp = NULL, *vp = NULL;
 	int rc;
 
-	if (!c)
-		return 0;
-	if ((rc = mr_json_get_str(c, "train_data", 0, 255, &tp, eb)) < 0 ||
-	    (rc = mr_json_get_str(c, "val_data", 0, 255, &vp, eb)) < 0)
+	if (c && ((rc = mr_json_get_str(c, "train_data", 0, 255, &tp, eb)) < 0 ||
+		  (rc = mr_json_get_str(c, "val_data", 0, 255, &vp, eb)) < 0))
 		return rc;
 	if (tp) {
 		rc = mr_shard_open(&w->train, tp, w->mc.vocab, w->T, w->seed, eb);
@@ -47,6 +73,7 @@ int mr__gw_open_data(struct gw *w, const json_t *c, struct mr_errbuf *eb)
 			return rc;
 		w->have_val = 1;
 	}
+	pick_eval(w);
 	return 0;
 }
 
@@ -230,9 +257,9 @@ int mr__gw_create_trainer(struct gw *w, const struct mr_worker_env *env,
 	return mr_step_init(&w->step_drv, &w->model, oc, &dc, &cc, w->seed, eb);
 }
 
-/* Keeps the whole lines of the loss log up to `step` (rank 0 after a
- * resume): the steps after it are trained again, and a line a killed run
- * left half-written goes. */
+/* Keeps the whole lines of the loss log up to `step` under one header
+ * (rank 0 after a resume): the steps after it are trained again, and a
+ * line a killed run left half-written goes. */
 static void trim_loss_log(const char *path, long step)
 {
 	char tmp[4200], *line = NULL;
@@ -246,8 +273,9 @@ static void trim_loss_log(const char *path, long step)
 		fclose(in);
 		return;
 	}
+	fputs(MR_LOSS_LOG_HEADER "\n", out); /* one, also over a log from before it */
 	for (ssize_t n; (n = getline(&line, &cap, in)) > 0;)
-		if (line[n - 1] == '\n' && atol(line) <= step)
+		if (line[n - 1] == '\n' && line[0] >= '0' && line[0] <= '9' && atol(line) <= step)
 			fputs(line, out);
 	free(line);
 	fclose(in);

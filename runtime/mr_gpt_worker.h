@@ -35,6 +35,10 @@
 
 extern const struct mr_worker_ops mr_gpt_worker;
 
+/* The first line of a loss_log: its columns, one line per step after it
+ * ("nan" for val_loss where no validation ran). */
+#define MR_LOSS_LOG_HEADER "step loss aux_loss grad_norm lr val_loss"
+
 /* Every config key - type, range, default, meaning - as the markdown of
  * docs/WORKLOAD.md (`meshrun local --help-workload`). */
 void mr_gpt_worker_keys_doc(FILE *f);

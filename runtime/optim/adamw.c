@@ -1,5 +1,5 @@
 /*
- * adamw.c - AdamW, LR schedule and gradient clipping (see mr_adamw.h).
+ * adamw.c - AdamW, LR schedules and gradient clipping (see mr_adamw.h).
  *
  * Speed: the update is elementwise; the cpu device splits a range across
  * the rank's pool, and every element sees the same float operations
@@ -15,16 +15,60 @@
 #pragma GCC optimize("O3")
 #endif
 #include <math.h>
+#include <string.h>
 
 #include "cpu/mr_simd.h"
 #include "mr_adamw.h"
 
+static const char *const schedule_names[] = { "cosine", "linear", "constant", "wsd" };
+
+int mr_lr_schedule_parse(const char *name, int *out)
+{
+	for (int i = 0; i < (int)(sizeof(schedule_names) / sizeof(schedule_names[0])); i++)
+		if (!strcmp(name, schedule_names[i])) {
+			*out = i;
+			return 0;
+		}
+	return -1;
+}
+
+const char *mr_lr_schedule_name(int s)
+{
+	return s >= 0 && s <= MR_LR_WSD ? schedule_names[s] : "unknown";
+}
+
+/* From lr at step a down to lo at the last step (total_steps - 1). */
+static double linear_decay(const struct mr_adamw_config *c, long a, long step, double lr,
+			   double lo)
+{
+	long b = (long)c->total_steps - 1;
+
+	if (step <= a)
+		return lr;
+	if (step >= b)
+		return lo;
+	return lr + (lo - lr) * (double)(step - a) / (double)(b - a);
+}
+
 float mr_lr_at(const struct mr_adamw_config *c, long step)
 {
 	double lr = c->lr, lo = c->lr * c->min_lr_frac, r;
+	long end_warm = c->warmup_steps > 0 ? (long)c->warmup_steps - 1 : 0, a, d;
 
 	if (step < c->warmup_steps)
 		return (float)(lr * (double)(step + 1) / (double)c->warmup_steps);
+	switch (c->schedule) {
+	case MR_LR_CONSTANT:
+		return (float)lr;
+	case MR_LR_LINEAR:
+		return (float)linear_decay(c, end_warm, step, lr, lo);
+	case MR_LR_WSD:
+		d = lround((double)c->decay_frac * (double)c->total_steps);
+		a = (long)c->total_steps - 1 - d;
+		return (float)linear_decay(c, a > end_warm ? a : end_warm, step, lr, lo);
+	default:
+		break;
+	}
 	if (c->total_steps <= c->warmup_steps || step >= c->total_steps)
 		return (float)lo;
 	r = (double)(step - c->warmup_steps) / (double)(c->total_steps - c->warmup_steps);

@@ -1,6 +1,7 @@
 /*
- * mr_adamw.h - AdamW with fp32 state, cosine learning-rate schedule with
- * linear warmup, and global-norm gradient clipping.
+ * mr_adamw.h - AdamW with fp32 state, learning-rate schedules (cosine,
+ * linear, constant, warmup-stable-decay) with linear warmup, and
+ * global-norm gradient clipping.
  *
  * AdamW follows torch.optim.AdamW (decoupled weight decay; bias correction
  * as denom = sqrt(v) / sqrt(1 - b2^t) + eps, step = lr / (1 - b1^t)).
@@ -23,18 +24,47 @@
 
 #include <stddef.h>
 
+/* The learning-rate schedule after warmup; 0 (cosine) is what a zeroed
+ * config gets. */
+enum mr_lr_schedule {
+	MR_LR_COSINE = 0,
+	MR_LR_LINEAR,
+	MR_LR_CONSTANT,
+	MR_LR_WSD,
+};
+
 struct mr_adamw_config {
 	float lr;           /* peak learning rate */
-	float min_lr_frac;  /* final lr = lr * min_lr_frac */
+	float min_lr_frac;  /* final lr = lr * min_lr_frac (not constant) */
 	int warmup_steps;
 	int total_steps;
 	float beta1, beta2, eps, weight_decay;
 	float grad_clip;    /* <= 0: no clipping */
+	int schedule;       /* enum mr_lr_schedule */
+	float decay_frac;   /* wsd: the last share of total_steps that decays */
 };
 
-/* Learning rate at step (0-based): linear warmup to lr over warmup_steps
- * ((step+1)/warmup), then cosine from lr to lr*min_lr_frac at total_steps. */
+/*
+ * Learning rate at step (0-based). Every schedule warms up linearly:
+ * lr * (step+1) / warmup_steps for step < warmup_steps. After it, with
+ * lo = lr * min_lr_frac and W = warmup_steps, S = total_steps:
+ *   cosine:   lo + (lr - lo) * (1 + cos(pi * (step - W) / (S - W))) / 2
+ *             (lo once step >= S or S <= W) - llm.c's schedule;
+ *   linear:   from lr at the end of warmup (step a = max(W - 1, 0)) down
+ *             to lo at the last step S - 1:
+ *             lr + (lo - lr) * (step - a) / (S - 1 - a);
+ *   constant: lr;
+ *   wsd:      lr until the last D = round(decay_frac * S) steps, which
+ *             fall linearly to lo at the last step S - 1 (the linear
+ *             formula with a = max(S - 1 - D, W - 1, 0)).
+ * With no step after a before the last (a >= S - 1) the lr stays lr.
+ */
 float mr_lr_at(const struct mr_adamw_config *cfg, long step);
+/* The schedule named name ("cosine", "linear", "constant", "wsd") into
+ * *out: 0, or -1 for another name. */
+int mr_lr_schedule_parse(const char *name, int *out);
+/* The name of schedule s. */
+const char *mr_lr_schedule_name(int s);
 /* One AdamW update of a flat range (a tensor, or a ZeRO shard's piece of
  * one): p, g, m, v (n) each; t is the step count after this update
  * (1-based), decay 1 where the tensor's table entry has decay = 1. Each

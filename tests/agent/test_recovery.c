@@ -13,6 +13,7 @@
  * (relative 1e-5) where dp changes.
  */
 #include "harness.h"
+#include "mr_gpt_worker.h"
 
 #include <math.h>
 
@@ -52,17 +53,19 @@ static int run_local(char *const *args, const char *name)
 /* Each step's loss of the test's tag.loss (STEPS of them). */
 static void losses(const char *tag, double *out)
 {
-	char name[64], path[300];
+	char name[64], path[300], head[128];
 	FILE *f;
 
 	snprintf(name, sizeof(name), "%s.loss", tag);
 	h_path(path, sizeof(path), name);
 	f = fopen(path, "r");
 	cr_assert_not_null(f, "no loss log %s", path);
+	cr_assert(fgets(head, sizeof(head), f) && !strcmp(head, MR_LOSS_LOG_HEADER "\n"),
+		  "%s: no header line", path);
 	for (int i = 0; i < STEPS; i++) {
 		long long s;
-		cr_assert_eq(fscanf(f, "%lld %lf %*g %*g %*g", &s, &out[i]), 2, "%s line %d", path,
-			     i + 1);
+		cr_assert_eq(fscanf(f, "%lld %lf %*g %*g %*g %*s", &s, &out[i]), 2, "%s line %d",
+			     path, i + 2);
 		cr_assert_eq(s, i + 1, "%s: line %d is step %lld", path, i + 1, s);
 	}
 	fclose(f);

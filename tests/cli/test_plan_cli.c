@@ -213,7 +213,7 @@ Test(plan_cli, local_mesh_auto_trains_on_the_top_plan, .timeout = 240)
 	while (fgets(line, sizeof(line), f))
 		lines++;
 	fclose(f);
-	cr_expect_eq(lines, 2, "both steps trained");
+	cr_expect_eq(lines, 3, "a header and both steps trained");
 	free(out);
 	free(err);
 }

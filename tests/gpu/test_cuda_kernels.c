@@ -427,7 +427,8 @@ Test(cuda, real_shapes_match_cpu, .timeout = 600)
 
 Test(cuda, adamw_matches_cpu)
 {
-	struct mr_adamw_config cfg = { 1e-3f, 0.1f, 2, 10, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f };
+	struct mr_adamw_config cfg = { 1e-3f, 0.1f, 2, 10, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f,
+					MR_LR_COSINE, 0.0f };
 	size_t n0 = 300, n1 = 77, n = n0 + n1, i;
 	float *p, *g, *m, *v, *d_p, *d_g, *d_m, *d_v;
 	mr_bf16 *d_pb;

@@ -82,7 +82,7 @@ static const struct mr_gpt_config moe = { .vocab = 96, .max_seq = 16, .n_layer =
 					  .capacity_factor = 1.0f, .aux_coef = 0.01f };
 /* lr, min_lr_frac, warmup, total, beta1, beta2, eps, weight_decay, clip */
 static const struct mr_adamw_config ocfg = { 1e-2f, 0.1f, 2, STEPS, 0.9f, 0.95f, 1e-8f,
-					     0.1f, 1.0f };
+					     0.1f, 1.0f, MR_LR_COSINE, 0.0f };
 
 /* What a run leaves to compare. */
 struct run {

@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "model/mr_weights.h"
+#include "mr_gpt_worker.h"
 #include "ckjob.h"
 #include "parity.h"
 #include "proc.h"
@@ -54,16 +55,18 @@ static int run(const struct mr_ckjob *j, const char *tag, const char *ckdir)
 /* The steps 1..STEPS of <scratch>/<tag>.loss: loss and grad norm. */
 static void read_losses(const char *tag, double *loss, double *norm)
 {
-	char path[512];
+	char path[512], head[128];
 	FILE *f;
 
 	snprintf(path, sizeof(path), "%s/%s.loss", mr_ckjob_dir(), tag);
 	f = fopen(path, "r");
 	cr_assert_not_null(f, "no loss log %s", path);
+	cr_assert(fgets(head, sizeof(head), f) && !strcmp(head, MR_LOSS_LOG_HEADER "\n"),
+		  "%s: no header line", path);
 	for (int i = 0; i < STEPS; i++) {
 		long long step;
-		cr_assert_eq(fscanf(f, "%lld %lf %*g %lf %*g", &step, &loss[i], &norm[i]), 3,
-			     "%s: line %d unreadable", path, i + 1);
+		cr_assert_eq(fscanf(f, "%lld %lf %*g %lf %*g %*s", &step, &loss[i], &norm[i]), 3,
+			     "%s: line %d unreadable", path, i + 2);
 		cr_assert_eq(step, i + 1, "%s: line %d is step %lld", path, i + 1, step);
 	}
 	fclose(f);

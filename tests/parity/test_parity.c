@@ -80,6 +80,7 @@
 
 #include "device/mr_device.h"
 #include "model/mr_weights.h"
+#include "mr_gpt_worker.h"
 #include "parity.h"
 #include "proc.h"
 
@@ -232,17 +233,19 @@ static const char *tail_of(const char *tag)
 /* Each step's loss and gradient norm (before clipping) of tmp/tag.loss. */
 static void read_losses(const char *tag, double *loss, double *norm)
 {
-	char path[512];
+	char path[512], head[128];
 	FILE *f;
 	int i;
 
 	snprintf(path, sizeof(path), "%s/%s.loss", tmp, tag);
 	f = fopen(path, "r");
 	cr_assert_not_null(f, "no loss log %s", path);
+	cr_assert(fgets(head, sizeof(head), f) && !strcmp(head, MR_LOSS_LOG_HEADER "\n"),
+		  "%s: no header line", path);
 	for (i = 0; i < STEPS; i++) {
 		long long step;
-		cr_assert_eq(fscanf(f, "%lld %lf %*g %lf %*g", &step, &loss[i], &norm[i]), 3,
-			     "%s: line %d unreadable", path, i + 1);
+		cr_assert_eq(fscanf(f, "%lld %lf %*g %lf %*g %*s", &step, &loss[i], &norm[i]), 3,
+			     "%s: line %d unreadable", path, i + 2);
 		cr_assert_eq(step, i + 1);
 	}
 	fclose(f);

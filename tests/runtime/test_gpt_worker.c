@@ -191,7 +191,8 @@ Test(gpt_worker, nonfinite_loss_names_step_and_tensor)
 {
 	struct mr_gpt_config c = { .vocab = 16, .max_seq = 8, .n_layer = 2, .d_model = 16,
 				   .n_head = 2 };
-	struct mr_adamw_config oc = { 1e-3f, 0.1f, 0, 10, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f };
+	struct mr_adamw_config oc = { 1e-3f, 0.1f, 0, 10, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f,
+					MR_LR_COSINE, 0.0f };
 	struct mr_errbuf eb = { "", "" };
 	struct mr_gpt m;
 	struct mr_step st;

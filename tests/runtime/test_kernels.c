@@ -377,7 +377,8 @@ Test(kernels, device_adamw_on_the_pool_is_bit_identical_to_the_sequential_loop)
 {
 	setup();
 	static const size_t sizes[3] = { 100003, 17, 60001 };
-	const struct mr_adamw_config oc = { 1e-3f, 0.1f, 0, 10, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f };
+	const struct mr_adamw_config oc = { 1e-3f, 0.1f, 0, 10, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f,
+					MR_LR_COSINE, 0.0f };
 	size_t n = sizes[0] + sizes[1] + sizes[2], i, off[3];
 	float *p, *g, *m, *v, *rp, *rm, *rv;
 	struct mr_dev dev;

@@ -37,7 +37,7 @@ struct run {
 };
 
 static const struct mr_adamw_config ocfg = { 3e-3f, 0.1f, 2, STEPS, 0.9f, 0.95f, 1e-8f,
-					     0.1f, 1.0f };
+					     0.1f, 1.0f, MR_LR_COSINE, 0.0f };
 
 static void batch(const struct run *r, int step, int *in, int *tg)
 {
