@@ -91,6 +91,13 @@ Test(plan_ledger, bf16_tp2_dp2_zero3)
 {
 	check_ledger("{" BF16 ",\"zero\":3,\"vocab_size\":128}", 4, 2, 1, 1, 1);
 }
+/* llama's states in bf16: no biases, the untied head's copy too */
+#define BF16_LLAMA BF16 ",\"arch\":\"llama\""
+Test(plan_ledger, bf16_llama_one_rank) { check_ledger("{" BF16_LLAMA "}", 1, 1, 1, 1, 1); }
+Test(plan_ledger, bf16_llama_dp2_zero3)
+{
+	check_ledger("{" BF16_LLAMA ",\"zero\":3}", 2, 1, 1, 1, 1);
+}
 #else
 #define BASE "\"vocab_size\":96,\"n_layer\":4,\"d_model\":64,\"n_head\":4,\"seq_len\":32," \
 	     "\"batch_size\":2,\"steps\":1,\"threads\":1,\"peak_flops\":1e10"
