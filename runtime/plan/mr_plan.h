@@ -76,8 +76,13 @@ enum mr_plan_prec { MR_PLAN_FP32, MR_PLAN_BF16, MR_PLAN_MIXED, MR_PLAN__PRECS };
 enum mr_plan_recompute { MR_PLAN_RC_NONE, MR_PLAN_RC_SELECTIVE, MR_PLAN_RC_FULL,
 			 MR_PLAN__RCS };
 
-/* The model: GPT-2 blocks (4x MLP, learned positions, tied head), MoE
- * MLP on every moe_every-th layer as the runtime defines it. */
+/* The model, one of the runtime's families (model/mr_gpt.h): GPT-2
+ * blocks (4x GELU MLP with biases, learned positions, tied head), MoE MLP
+ * on every moe_every-th layer as the runtime defines it; or Llama blocks
+ * (RMSNorm, grouped-query attention with n_kv_head key/value heads, a
+ * SwiGLU MLP of ffn_hidden, no biases, rotary positions, an untied head
+ * unless tie_embeddings; dense only). 0 in arch and the Llama fields
+ * picks the runtime's defaults (mr_gpt_kv_heads, mr_gpt_ffn). */
 struct mr_plan_model {
 	char name[32];        /* preset name, or "custom" */
 	int n_layer, d_model, n_head, vocab, seq_len;
@@ -85,6 +90,12 @@ struct mr_plan_model {
 	int moe_every, n_experts, top_k;
 	double capacity_factor;
 	int dropless;         /* MoE: every expert takes all of a micro-batch's rows */
+	int arch;             /* enum mr_gpt_arch */
+	int n_kv_head;        /* llama: key/value heads (0: n_head) */
+	int ffn_hidden;       /* llama: SwiGLU hidden size (0: Llama's rule) */
+	int tie_embeddings;   /* llama: the head is the token embedding */
+	double rope_theta;    /* llama: rotary base (no memory or time; for
+			       * the config written back) */
 };
 
 /* The cluster: identical GPUs, gpus_per_node to a node (ranks of a node are
@@ -181,7 +192,8 @@ struct mr_plan_result {
 void mr_plan_input_init(struct mr_plan_input *in);
 /* A named model (gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b, llama-7b-like,
  * gpt3-175b, the Megatron-LM 2021 Table 1 sizes megatron-1.7b ...
- * megatron-1t, moe-tiny); MR_ENOTFOUND naming "model" with the list. */
+ * megatron-1t, moe-tiny, and the llama family's llama3-8b, llama3-70b,
+ * llama3-405b, llama-tiny); MR_ENOTFOUND naming "model" with the list. */
 int mr_plan_model_preset(const char *name, struct mr_plan_model *out, struct mr_errbuf *eb);
 /* A named cluster of gpus GPUs (h100, h200, a100-80g, a100-40g, v100-32g,
  * local); MR_ENOTFOUND naming "cluster" with the list. */

@@ -17,6 +17,13 @@
  * rest (10sbh) too; selective recompute drops the attention core (the
  * as^2b terms); full recompute keeps the layer's input only.
  *
+ * The llama family (Dubey et al. 2024) changes three of these: no
+ * dropout (its masks go, and the softmax output is the one copy the
+ * backward needs), grouped-query attention (Q, K and V are (NH + 2 NKV)
+ * hs columns, not 3h), and a SwiGLU MLP (its first GEMM writes gate | up,
+ * 2F columns, the SwiGLU output F: 3F in place of GELU's 8h). The table's
+ * rows say it per token in units of the family's shapes (mr__plan_dims).
+ *
  * meshrun keeps no dropout masks and no scores (block-wise attention
  * keeps a log-sum-exp per head and token instead), keeps both LayerNorm
  * outputs whole under sp (gathered for the GEMMs) with their mean and
@@ -30,7 +37,9 @@
 #include "model/mr_moe.h"
 #include "plan_int.h"
 
-enum { PER_H, PER_SCORES, PER_HEADS, PER_ONE };
+/* per token: h, scores (a s), heads, 1, and the family's qkv, fc and ffn
+ * columns (mr__plan_dims) */
+enum { PER_H, PER_SCORES, PER_HEADS, PER_ONE, PER_QKV, PER_FC, PER_FFN };
 enum { DT_ACT, DT_MASK, DT_F32, DT_INT };
 enum { SPLIT_NONE, SPLIT_TP, SPLIT_SP };
 enum { KEEP_NONE = 1, KEEP_SEL = 2, KEEP_FULL = 4, KEEP_ALL = 7, KEEP_NS = 3 };
@@ -40,39 +49,43 @@ struct term {
 	double n;   /* elements per token, in units of `per` */
 	int per, dt, split, keep;
 	int dense;  /* part of a dense MLP (a MoE layer has its own) */
+	int drop;   /* there for dropout only (none in llama) */
 };
 
+/* Q, K and V one row (Korthikanti's 4sbh + 2sbh for gpt2's 3h columns);
+ * the fc and GELU outputs 4h each for gpt2, 2F and F for SwiGLU. */
 static const struct term megatron_layer[] = {
-	{ "layer input (LayerNorm 1 input)", 1, PER_H, DT_ACT, SPLIT_SP, KEEP_ALL, 0 },
-	{ "QKV input (LayerNorm 1 output)", 1, PER_H, DT_ACT, SPLIT_SP, KEEP_NS, 0 },
-	{ "Q, K", 2, PER_H, DT_ACT, SPLIT_TP, KEEP_NS, 0 },
-	{ "softmax output", 1, PER_SCORES, DT_ACT, SPLIT_TP, KEEP_NONE, 0 },
-	{ "softmax dropout mask", 1, PER_SCORES, DT_MASK, SPLIT_TP, KEEP_NONE, 0 },
-	{ "softmax dropout output", 1, PER_SCORES, DT_ACT, SPLIT_TP, KEEP_NONE, 0 },
-	{ "V", 1, PER_H, DT_ACT, SPLIT_TP, KEEP_NS, 0 },
-	{ "projection input", 1, PER_H, DT_ACT, SPLIT_TP, KEEP_NS, 0 },
-	{ "attention dropout mask", 1, PER_H, DT_MASK, SPLIT_SP, KEEP_NS, 0 },
-	{ "LayerNorm 2 input", 1, PER_H, DT_ACT, SPLIT_SP, KEEP_NS, 0 },
-	{ "MLP input (LayerNorm 2 output)", 1, PER_H, DT_ACT, SPLIT_SP, KEEP_NS, 0 },
-	{ "fc output (GELU input)", 4, PER_H, DT_ACT, SPLIT_TP, KEEP_NS, 1 },
-	{ "GELU output", 4, PER_H, DT_ACT, SPLIT_TP, KEEP_NS, 1 },
-	{ "MLP dropout mask", 1, PER_H, DT_MASK, SPLIT_SP, KEEP_NS, 0 },
+	{ "layer input (LayerNorm 1 input)", 1, PER_H, DT_ACT, SPLIT_SP, KEEP_ALL, 0, 0 },
+	{ "QKV input (LayerNorm 1 output)", 1, PER_H, DT_ACT, SPLIT_SP, KEEP_NS, 0, 0 },
+	{ "Q, K, V", 1, PER_QKV, DT_ACT, SPLIT_TP, KEEP_NS, 0, 0 },
+	{ "softmax output", 1, PER_SCORES, DT_ACT, SPLIT_TP, KEEP_NONE, 0, 0 },
+	{ "softmax dropout mask", 1, PER_SCORES, DT_MASK, SPLIT_TP, KEEP_NONE, 0, 1 },
+	{ "softmax dropout output", 1, PER_SCORES, DT_ACT, SPLIT_TP, KEEP_NONE, 0, 1 },
+	{ "projection input", 1, PER_H, DT_ACT, SPLIT_TP, KEEP_NS, 0, 0 },
+	{ "attention dropout mask", 1, PER_H, DT_MASK, SPLIT_SP, KEEP_NS, 0, 1 },
+	{ "LayerNorm 2 input", 1, PER_H, DT_ACT, SPLIT_SP, KEEP_NS, 0, 0 },
+	{ "MLP input (LayerNorm 2 output)", 1, PER_H, DT_ACT, SPLIT_SP, KEEP_NS, 0, 0 },
+	{ "fc output (GELU / SwiGLU input)", 1, PER_FC, DT_ACT, SPLIT_TP, KEEP_NS, 1, 0 },
+	{ "GELU / SwiGLU output", 1, PER_FFN, DT_ACT, SPLIT_TP, KEEP_NS, 1, 0 },
+	{ "MLP dropout mask", 1, PER_H, DT_MASK, SPLIT_SP, KEEP_NS, 0, 1 },
 };
 
+/* gpt_params.c's carve_acts (llama carves the same pieces: its unused
+ * mean too, qkv of (NH + 2 NKV) hs, fc as gate | up, the SwiGLU output) */
 static const struct term meshrun_layer[] = {
-	{ "ln1", 1, PER_H, DT_ACT, SPLIT_NONE, KEEP_ALL, 0 },
-	{ "ln1 mean", 1, PER_ONE, DT_F32, SPLIT_SP, KEEP_ALL, 0 },
-	{ "ln1 rstd", 1, PER_ONE, DT_F32, SPLIT_SP, KEEP_ALL, 0 },
-	{ "qkv", 3, PER_H, DT_ACT, SPLIT_TP, KEEP_ALL, 0 },
-	{ "attention output", 1, PER_H, DT_ACT, SPLIT_TP, KEEP_ALL, 0 },
-	{ "attention lse", 1, PER_HEADS, DT_F32, SPLIT_TP, KEEP_ALL, 0 },
-	{ "residual after attention", 1, PER_H, DT_ACT, SPLIT_SP, KEEP_ALL, 0 },
-	{ "ln2", 1, PER_H, DT_ACT, SPLIT_NONE, KEEP_ALL, 0 },
-	{ "ln2 mean", 1, PER_ONE, DT_F32, SPLIT_SP, KEEP_ALL, 0 },
-	{ "ln2 rstd", 1, PER_ONE, DT_F32, SPLIT_SP, KEEP_ALL, 0 },
-	{ "fc output", 4, PER_H, DT_ACT, SPLIT_TP, KEEP_ALL, 1 },
-	{ "GELU output", 4, PER_H, DT_ACT, SPLIT_TP, KEEP_ALL, 1 },
-	{ "residual after the MLP", 1, PER_H, DT_ACT, SPLIT_SP, KEEP_ALL, 0 },
+	{ "ln1", 1, PER_H, DT_ACT, SPLIT_NONE, KEEP_ALL, 0, 0 },
+	{ "ln1 mean", 1, PER_ONE, DT_F32, SPLIT_SP, KEEP_ALL, 0, 0 },
+	{ "ln1 rstd", 1, PER_ONE, DT_F32, SPLIT_SP, KEEP_ALL, 0, 0 },
+	{ "qkv", 1, PER_QKV, DT_ACT, SPLIT_TP, KEEP_ALL, 0, 0 },
+	{ "attention output", 1, PER_H, DT_ACT, SPLIT_TP, KEEP_ALL, 0, 0 },
+	{ "attention lse", 1, PER_HEADS, DT_F32, SPLIT_TP, KEEP_ALL, 0, 0 },
+	{ "residual after attention", 1, PER_H, DT_ACT, SPLIT_SP, KEEP_ALL, 0, 0 },
+	{ "ln2", 1, PER_H, DT_ACT, SPLIT_NONE, KEEP_ALL, 0, 0 },
+	{ "ln2 mean", 1, PER_ONE, DT_F32, SPLIT_SP, KEEP_ALL, 0, 0 },
+	{ "ln2 rstd", 1, PER_ONE, DT_F32, SPLIT_SP, KEEP_ALL, 0, 0 },
+	{ "fc output", 1, PER_FC, DT_ACT, SPLIT_TP, KEEP_ALL, 1, 0 },
+	{ "GELU / SwiGLU output", 1, PER_FFN, DT_ACT, SPLIT_TP, KEEP_ALL, 1, 0 },
+	{ "residual after the MLP", 1, PER_H, DT_ACT, SPLIT_SP, KEEP_ALL, 0, 0 },
 };
 
 #define NTERMS(t) (sizeof(t) / sizeof((t)[0]))
@@ -83,6 +96,8 @@ struct shape {
 	int t, sp;
 	double act;      /* bytes per activation element */
 	int round;       /* meshrun: each tensor a 256-byte piece */
+	double qkv, fc, ffn; /* the family's columns (mr__plan_dims) */
+	int nodrop;      /* llama: no dropout */
 };
 
 static double dt_bytes(const struct shape *sh, int dt)
@@ -100,6 +115,9 @@ static double term_bytes(const struct shape *sh, const struct term *x)
 	double per = x->per == PER_H	    ? sh->h
 		     : x->per == PER_SCORES ? sh->a * sh->s
 		     : x->per == PER_HEADS  ? sh->a
+		     : x->per == PER_QKV    ? sh->qkv
+		     : x->per == PER_FC     ? sh->fc
+		     : x->per == PER_FFN    ? sh->ffn
 					    : 1.0;
 	double div = x->split == SPLIT_TP || (x->split == SPLIT_SP && sh->sp) ? sh->t : 1.0;
 
@@ -119,7 +137,8 @@ static double layer_bytes(int impl, const struct shape *sh, int rc, int moe)
 	double sum = 0;
 
 	for (size_t i = 0; i < n; i++)
-		if ((tab[i].keep & keep_bit(rc)) && !(moe && tab[i].dense))
+		if ((tab[i].keep & keep_bit(rc)) && !(moe && tab[i].dense) &&
+		    !(sh->nodrop && tab[i].drop))
 			sum += term_bytes(sh, &tab[i]);
 	return sum;
 }
@@ -127,7 +146,8 @@ static double layer_bytes(int impl, const struct shape *sh, int rc, int moe)
 double mr_plan_act_layer(int impl, int prec, double s, double b, double h, double a, int t,
 			 int sp, int recompute)
 {
-	struct shape sh = { s * b, h, a, s, t, sp, mr__plan_prec(prec)->act, 0 };
+	struct shape sh = { s * b, h, a, s, t, sp, mr__plan_prec(prec)->act, 0,
+			    3 * h, 4 * h, 4 * h, 0 };
 
 	return layer_bytes(impl, &sh, recompute, 0);
 }
@@ -165,10 +185,11 @@ static double moe_bytes(const struct mr_plan_input *in, const struct mr_plan_mes
 static double meshrun_ends(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
 			   const struct mr__plan_stage *st, const struct shape *sh)
 {
-	const struct term enc = { "encoded", 1, PER_H, DT_ACT, SPLIT_SP, KEEP_ALL, 0 };
-	const struct term lnf = { "lnf", 1, PER_H, DT_ACT, SPLIT_NONE, KEEP_ALL, 0 };
-	const struct term row = { "per row", 1, PER_ONE, DT_F32, SPLIT_NONE, KEEP_ALL, 0 };
-	const struct term lrow = { "per local row", 1, PER_ONE, DT_F32, SPLIT_SP, KEEP_ALL, 0 };
+	const struct term enc = { "encoded", 1, PER_H, DT_ACT, SPLIT_SP, KEEP_ALL, 0, 0 };
+	const struct term lnf = { "lnf", 1, PER_H, DT_ACT, SPLIT_NONE, KEEP_ALL, 0, 0 };
+	const struct term row = { "per row", 1, PER_ONE, DT_F32, SPLIT_NONE, KEEP_ALL, 0, 0 };
+	const struct term lrow = { "per local row", 1, PER_ONE, DT_F32, SPLIT_SP, KEEP_ALL, 0,
+				   0 };
 	double Vl = ceil((double)in->model.vocab / m->tp), sum = 0;
 
 	if (m->pp > 1) /* each chunk's received input and gradient */
@@ -189,11 +210,11 @@ static double megatron_ends(const struct mr_plan_input *in, const struct mr__pla
 			    const struct shape *sh)
 {
 	const struct term mask = { "embedding dropout mask", 1, PER_H, DT_MASK, SPLIT_SP,
-				   KEEP_ALL, 0 };
-	const struct term ln = { "final LayerNorm", 2, PER_H, DT_ACT, SPLIT_SP, KEEP_ALL, 0 };
+				   KEEP_ALL, 0, 1 };
+	const struct term ln = { "final LayerNorm", 2, PER_H, DT_ACT, SPLIT_SP, KEEP_ALL, 0, 0 };
 	double sum = 0;
 
-	if (st->first)
+	if (st->first && !sh->nodrop)
 		sum += term_bytes(sh, &mask);
 	if (st->last)
 		sum += term_bytes(sh, &ln) + sh->tok * in->model.vocab * 4.0 / sh->t;
@@ -204,25 +225,34 @@ double mr__plan_acts(const struct mr_plan_input *in, const struct mr_plan_mesh *
 		     const struct mr__plan_stage *st)
 {
 	const struct mr_plan_model *md = &in->model;
-	struct shape sh = { (double)m->micro_batch * md->seq_len / m->cp,
-			    md->d_model,
-			    md->n_head,
-			    (double)md->seq_len / m->cp,
-			    m->tp,
-			    m->sp,
-			    mr__plan_prec(in->prec)->act,
-			    in->impl == MR_PLAN_MESHRUN };
+	struct mr__plan_dims d;
+	struct shape sh;
 	int dense = st->layers - st->moe_layers, rc = m->recompute;
-	double layer = layer_bytes(in->impl, &sh, rc, 0), moe = 0, per;
+	double layer, moe = 0, per;
 
+	mr__plan_dims(md, &d);
+	sh = (struct shape){ (double)m->micro_batch * md->seq_len / m->cp,
+			     md->d_model,
+			     md->n_head,
+			     (double)md->seq_len / m->cp,
+			     m->tp,
+			     m->sp,
+			     mr__plan_prec(in->prec)->act,
+			     in->impl == MR_PLAN_MESHRUN,
+			     d.qkv,
+			     d.fc,
+			     d.ffn,
+			     d.llama };
+	layer = layer_bytes(in->impl, &sh, rc, 0);
 	if (st->moe_layers)
 		moe = layer_bytes(in->impl, &sh, rc, 1) +
 		      (rc == MR_PLAN_RC_FULL ? 0 : moe_bytes(in, m, &sh));
 	if (in->impl == MR_PLAN_MESHRUN) {
-		double C = md->d_model, Cl = C / m->tp, stash = 0;
+		double C = md->d_model, stash = 0;
 		per = dense * layer + st->moe_layers * moe + meshrun_ends(in, m, st, &sh);
 		if (m->pp > 1 && m->schedule == MR_PP_ZBH1) /* the split backward's stash */
-			stash = sh.tok * (3 * Cl + C + 4 * Cl + C) * sh.act * st->layers;
+			stash = sh.tok * (d.qkv / m->tp + C + d.fc / m->tp + C) * sh.act *
+				st->layers;
 		return st->slots * (per + stash);
 	}
 	/* Megatron frees a chunk's activations at its backward: pairs of

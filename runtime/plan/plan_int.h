@@ -99,6 +99,19 @@ struct mr__plan_stage {
 
 /* The runtime's config of the plan's model (mr_gpt_config). */
 void mr__plan_gpt_config(const struct mr_plan_model *m, struct mr_gpt_config *gc);
+
+/* The family's shapes, as the runtime derives them (model/mr_gpt.h), per
+ * token of the whole model: qkv the attention's input GEMM's columns
+ * ((NH + 2 NKV) hs: 3C for gpt2), fc the MLP's first GEMM's (gpt2 4C,
+ * llama's gate | up 2F), ffn its hidden size (4C, F); tied: the head is
+ * the token embedding. */
+struct mr__plan_dims {
+	int llama;
+	double qkv, fc, ffn;
+	int kv_heads, tied;
+};
+
+void mr__plan_dims(const struct mr_plan_model *m, struct mr__plan_dims *d);
 /* The runtime's split of the blocks over pp * v virtual stages (NULL
  * with pp 1; malloc'd, the caller frees); 0 or an error naming a field. */
 int mr__plan_split(const struct mr_plan_input *in, const struct mr_plan_mesh *m, int **split,

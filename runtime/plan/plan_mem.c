@@ -126,7 +126,9 @@ static void paper_states(const struct mr_plan_input *in, const struct mr_plan_me
 }
 
 /* meshrun's workspace (gpt_params.c's carve_ws, cp.c's buffers, the ep
- * exchange's scratch), 256-byte pieces where the model carves them. */
+ * exchange's scratch), 256-byte pieces where the model carves them;
+ * llama's SwiGLU output gradient behind dfch, and its rotary tables (a
+ * position per local row, hs/2 frequencies: allocations of their own). */
 static double meshrun_workspace(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
 				const struct mr__plan_stage *st)
 {
@@ -135,6 +137,7 @@ static double meshrun_workspace(const struct mr_plan_input *in, const struct mr_
 	double C = md->d_model, Cl = C / m->tp, Nl = m->sp ? N / m->tp : N, hs = C / md->n_head;
 	double ones = N, ws = 0, kws, mws = 0, T = (double)md->seq_len / m->cp;
 	double pieces[11];
+	struct mr__plan_dims d;
 	struct mr_moe_shape ms = { (int)N, md->d_model, 4 * md->d_model / m->tp, md->n_experts,
 				   md->top_k, 0, 0 };
 
@@ -145,13 +148,14 @@ static double meshrun_workspace(const struct mr_plan_input *in, const struct mr_
 		if (m->ep > 1 && (double)m->ep * ms.cap > ones)
 			ones = (double)m->ep * ms.cap;
 	}
+	mr__plan_dims(md, &d);
 	kws = mr__plan_attn_ws(in->threads, T, hs, C);
 	pieces[0] = ones * b;
 	pieces[1] = Nl * C * b;                  /* dres */
 	pieces[2] = N * C * b;                   /* dln */
 	pieces[3] = N * Cl * b;                  /* datty */
-	pieces[4] = N * 3 * Cl * b;              /* dqkv */
-	pieces[5] = N * 4 * Cl * b;              /* dfch */
+	pieces[4] = N * d.qkv / m->tp * b;       /* dqkv */
+	pieces[5] = N * (d.fc + (d.llama ? d.ffn : 0)) / m->tp * b; /* dfch (| dswiglu) */
 	pieces[6] = N * C * b;                   /* dtmp */
 	pieces[7] = m->sp ? N * C * b : 0;       /* the sp gather */
 	pieces[8] = m->tp > 1 ? N * C * b + 3 * N * 4 : 0; /* tp scratch, vocab-parallel CE */
@@ -166,6 +170,8 @@ static double meshrun_workspace(const struct mr_plan_input *in, const struct mr_
 	}
 	if (m->ep > 1 && st->moe_layers) /* the exchange's send and receive scratch */
 		ws += 2.0 * md->n_experts * ms.cap * C * b;
+	if (d.llama) /* rope_pos, rope_freq */
+		ws += N * 4 + floor(hs / 2) * 4;
 	return ws;
 }
 

@@ -7,8 +7,14 @@
  * GPT-3 175B (Brown et al. 2020), Megatron-LM 2021's Table 1 (Narayanan
  * et al.: heads, hidden size, layers; vocabulary 51,200, sequence 2,048),
  * and a LLaMA-7B-like shape (Touvron et al. 2023: 32 layers, 4096 hidden,
- * 32 heads, 32,000 tokens, 4,096 positions) in this runtime's GPT-2 block
- * (a 4x GELU MLP instead of SwiGLU). Cluster figures are the vendors'
+ * 32 heads, 32,000 tokens, 4,096 positions) in the GPT-2 block (a 4x
+ * GELU MLP instead of SwiGLU); the llama family's own blocks for Llama 3
+ * (Dubey et al. 2024, "The Llama 3 Herd of Models", Table 3: layers,
+ * model dimension, FFN dimension, attention and key/value heads,
+ * vocabulary 128,256; untied embeddings, as the released models have
+ * them). No Mixtral-shaped MoE: the planner's experts are the runtime's
+ * (GELU, with biases) and the llama family has no MoE layers yet.
+ * Cluster figures are the vendors'
  * dense peaks and what ring collectives reach on their links (NVLink
  * within a node, one InfiniBand NIC per GPU across nodes).
  *
@@ -97,31 +103,55 @@ struct model_row {
 	const char *name;
 	int L, C, NH, V, T;
 	int moe_every, E, k;
+	int arch, KV, F;     /* llama: key/value heads, SwiGLU hidden size */
 	const char *what;
 };
 
 static const struct model_row models[] = {
-	{ "gpt2-124m", 12, 768, 12, 50257, 1024, 0, 0, 0, "GPT-2 small" },
-	{ "gpt2-350m", 24, 1024, 16, 50257, 1024, 0, 0, 0, "GPT-2 medium" },
-	{ "gpt2-774m", 36, 1280, 20, 50257, 1024, 0, 0, 0, "GPT-2 large" },
-	{ "gpt2-1.5b", 48, 1600, 25, 50257, 1024, 0, 0, 0, "GPT-2 XL" },
-	{ "llama-7b-like", 32, 4096, 32, 32000, 4096, 0, 0, 0,
+	{ "gpt2-124m", 12, 768, 12, 50257, 1024, 0, 0, 0, MR_ARCH_GPT2, 0, 0, "GPT-2 small" },
+	{ "gpt2-350m", 24, 1024, 16, 50257, 1024, 0, 0, 0, MR_ARCH_GPT2, 0, 0, "GPT-2 medium" },
+	{ "gpt2-774m", 36, 1280, 20, 50257, 1024, 0, 0, 0, MR_ARCH_GPT2, 0, 0, "GPT-2 large" },
+	{ "gpt2-1.5b", 48, 1600, 25, 50257, 1024, 0, 0, 0, MR_ARCH_GPT2, 0, 0, "GPT-2 XL" },
+	{ "llama-7b-like", 32, 4096, 32, 32000, 4096, 0, 0, 0, MR_ARCH_GPT2, 0, 0,
 	  "LLaMA-7B's shape in GPT-2 blocks (6.6B)" },
-	{ "gpt3-175b", 96, 12288, 96, 51200, 2048, 0, 0, 0, "GPT-3 175B (Megatron vocab)" },
-	{ "megatron-1.7b", 24, 2304, 24, 51200, 2048, 0, 0, 0, "Megatron-LM 2021 Table 1" },
-	{ "megatron-3.6b", 30, 3072, 32, 51200, 2048, 0, 0, 0, "Megatron-LM 2021 Table 1" },
-	{ "megatron-7.5b", 36, 4096, 32, 51200, 2048, 0, 0, 0, "Megatron-LM 2021 Table 1" },
-	{ "megatron-18b", 40, 6144, 48, 51200, 2048, 0, 0, 0, "Megatron-LM 2021 Table 1" },
-	{ "megatron-39b", 48, 8192, 64, 51200, 2048, 0, 0, 0, "Megatron-LM 2021 Table 1" },
-	{ "megatron-76b", 60, 10240, 80, 51200, 2048, 0, 0, 0, "Megatron-LM 2021 Table 1" },
-	{ "megatron-146b", 80, 12288, 96, 51200, 2048, 0, 0, 0, "Megatron-LM 2021 Table 1" },
-	{ "megatron-310b", 96, 16384, 128, 51200, 2048, 0, 0, 0, "Megatron-LM 2021 Table 1" },
-	{ "megatron-530b", 105, 20480, 128, 51200, 2048, 0, 0, 0, "Megatron-LM 2021 Table 1" },
-	{ "megatron-1t", 128, 25600, 160, 51200, 2048, 0, 0, 0, "Megatron-LM 2021 Table 1" },
-	{ "gpt2-moe-8x", 12, 768, 12, 50257, 1024, 2, 8, 2,
+	{ "gpt3-175b", 96, 12288, 96, 51200, 2048, 0, 0, 0, MR_ARCH_GPT2, 0, 0,
+	  "GPT-3 175B (Megatron vocab)" },
+	{ "megatron-1.7b", 24, 2304, 24, 51200, 2048, 0, 0, 0, MR_ARCH_GPT2, 0, 0,
+	  "Megatron-LM 2021 Table 1" },
+	{ "megatron-3.6b", 30, 3072, 32, 51200, 2048, 0, 0, 0, MR_ARCH_GPT2, 0, 0,
+	  "Megatron-LM 2021 Table 1" },
+	{ "megatron-7.5b", 36, 4096, 32, 51200, 2048, 0, 0, 0, MR_ARCH_GPT2, 0, 0,
+	  "Megatron-LM 2021 Table 1" },
+	{ "megatron-18b", 40, 6144, 48, 51200, 2048, 0, 0, 0, MR_ARCH_GPT2, 0, 0,
+	  "Megatron-LM 2021 Table 1" },
+	{ "megatron-39b", 48, 8192, 64, 51200, 2048, 0, 0, 0, MR_ARCH_GPT2, 0, 0,
+	  "Megatron-LM 2021 Table 1" },
+	{ "megatron-76b", 60, 10240, 80, 51200, 2048, 0, 0, 0, MR_ARCH_GPT2, 0, 0,
+	  "Megatron-LM 2021 Table 1" },
+	{ "megatron-146b", 80, 12288, 96, 51200, 2048, 0, 0, 0, MR_ARCH_GPT2, 0, 0,
+	  "Megatron-LM 2021 Table 1" },
+	{ "megatron-310b", 96, 16384, 128, 51200, 2048, 0, 0, 0, MR_ARCH_GPT2, 0, 0,
+	  "Megatron-LM 2021 Table 1" },
+	{ "megatron-530b", 105, 20480, 128, 51200, 2048, 0, 0, 0, MR_ARCH_GPT2, 0, 0,
+	  "Megatron-LM 2021 Table 1" },
+	{ "megatron-1t", 128, 25600, 160, 51200, 2048, 0, 0, 0, MR_ARCH_GPT2, 0, 0,
+	  "Megatron-LM 2021 Table 1" },
+	{ "gpt2-moe-8x", 12, 768, 12, 50257, 1024, 2, 8, 2, MR_ARCH_GPT2, 0, 0,
 	  "GPT-2 small, every 2nd MLP 8 experts, top-2" },
-	{ "tiny", 4, 128, 4, 256, 64, 0, 0, 0, "the runtime's size for CPU jobs" },
-	{ "tiny-moe", 4, 128, 4, 256, 64, 2, 4, 2, "tiny with 4 experts every 2nd layer" },
+	{ "tiny", 4, 128, 4, 256, 64, 0, 0, 0, MR_ARCH_GPT2, 0, 0,
+	  "the runtime's size for CPU jobs" },
+	{ "tiny-moe", 4, 128, 4, 256, 64, 2, 4, 2, MR_ARCH_GPT2, 0, 0,
+	  "tiny with 4 experts every 2nd layer" },
+	/* Llama 3 (Dubey et al. 2024, Table 3), untied heads, rope_theta
+	 * 500,000, pre-training's 8K sequence */
+	{ "llama3-8b", 32, 4096, 32, 128256, 8192, 0, 0, 0, MR_ARCH_LLAMA, 8, 14336,
+	  "Llama 3 8B (8.03B)" },
+	{ "llama3-70b", 80, 8192, 64, 128256, 8192, 0, 0, 0, MR_ARCH_LLAMA, 8, 28672,
+	  "Llama 3 70B (70.6B)" },
+	{ "llama3-405b", 126, 16384, 128, 128256, 8192, 0, 0, 0, MR_ARCH_LLAMA, 8, 53248,
+	  "Llama 3 405B (405.9B)" },
+	{ "llama-tiny", 4, 128, 4, 256, 64, 0, 0, 0, MR_ARCH_LLAMA, 2, 384,
+	  "a llama-family size for CPU jobs (GQA 4:2)" },
 };
 
 #define NMODELS (sizeof(models) / sizeof(models[0]))
@@ -144,6 +174,10 @@ int mr_plan_model_preset(const char *name, struct mr_plan_model *out, struct mr_
 			out->n_experts = r->E;
 			out->top_k = r->k;
 			out->capacity_factor = r->E ? 1.25 : 0.0;
+			out->arch = r->arch;
+			out->n_kv_head = r->KV;
+			out->ffn_hidden = r->F;
+			out->rope_theta = r->arch == MR_ARCH_LLAMA ? 500000.0 : 0.0;
 			return 0;
 		}
 		snprintf(list + strlen(list), sizeof(list) - strlen(list), "%s%s", i ? ", " : "",
@@ -263,10 +297,12 @@ void mr_plan_presets_print(FILE *out)
 	fprintf(out, "models:\n");
 	for (size_t i = 0; i < NMODELS; i++) {
 		const struct model_row *r = &models[i];
-		fprintf(out, "  %-14s L=%-3d d=%-5d heads=%-3d vocab=%-5d seq=%-4d", r->name, r->L,
+		fprintf(out, "  %-14s L=%-3d d=%-5d heads=%-3d vocab=%-6d seq=%-4d", r->name, r->L,
 			r->C, r->NH, r->V, r->T);
 		if (r->moe_every)
 			fprintf(out, " moe_every=%d experts=%d top_k=%d", r->moe_every, r->E, r->k);
+		if (r->arch == MR_ARCH_LLAMA)
+			fprintf(out, " llama kv_heads=%d ffn=%d", r->KV, r->F);
 		fprintf(out, "  %s\n", r->what);
 	}
 	fprintf(out, "clusters:\n");

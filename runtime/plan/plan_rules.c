@@ -57,6 +57,22 @@ int mr_plan_check(const struct mr_plan_input *in, struct mr_errbuf *eb)
 	if (m->max_seq && m->max_seq < m->seq_len)
 		return mr_errf_field(eb, MR_EINVAL, "max_seq",
 				     "max_seq: %d is below seq_len %d", m->max_seq, m->seq_len);
+	if (m->arch != MR_ARCH_GPT2 && m->arch != MR_ARCH_LLAMA)
+		return mr_errf_field(eb, MR_EINVAL, "arch", "arch: %d is not a model family",
+				     m->arch);
+	if (m->arch == MR_ARCH_LLAMA) {
+		if ((rc = in_range(eb, "n_kv_head", m->n_kv_head, 0, m->n_head)) < 0 ||
+		    (rc = in_range(eb, "ffn_hidden", m->ffn_hidden, 0, 1 << 20)) < 0)
+			return rc;
+		if (m->n_kv_head && m->n_head % m->n_kv_head)
+			return mr_errf_field(eb, MR_EINVAL, "n_kv_head",
+					     "n_kv_head: %d does not divide n_head %d",
+					     m->n_kv_head, m->n_head);
+		if (m->moe_every)
+			return mr_errf_field(eb, MR_ENOTSUP, "moe_every",
+					     "moe_every: %d, but the llama family is dense "
+					     "(SwiGLU experts have not landed)", m->moe_every);
+	}
 	if (m->moe_every) {
 		if ((rc = in_range(eb, "moe_every", m->moe_every, 0, m->n_layer)) < 0 ||
 		    (rc = in_range(eb, "n_experts", m->n_experts, 1, 1024)) < 0 ||
@@ -119,7 +135,19 @@ static int bf16_copy(const struct mr_plan_input *in, const struct mr_plan_mesh *
 	return in->prec == MR_PLAN_BF16;
 }
 
+/* the runtime's ring and all-gather attention take q, k and v of one
+ * width (model/gpt_params.c refuses grouped-query attention under cp) */
+static int cp_gqa(const struct mr_plan_input *in, const struct mr_plan_mesh *m)
+{
+	const struct mr_plan_model *md = &in->model;
+
+	return m->cp > 1 && md->arch == MR_ARCH_LLAMA && md->n_kv_head &&
+	       md->n_kv_head != md->n_head;
+}
+
 static const struct rule rules[] = {
+	{ MR_PLAN_MESHRUN, "n_kv_head", cp_gqa,
+	  "grouped-query attention under cp > 1 has not landed (n_kv_head must be n_head)" },
 	{ MR_PLAN_MESHRUN, "recompute", recomputes,
 	  "the meshrun runtime keeps every activation (no recomputation yet)" },
 	{ MR_PLAN_MESHRUN, "hsdp_shard", ep_hsdp,
@@ -199,6 +227,16 @@ int mr_plan_mesh_check(const struct mr_plan_input *in, struct mr_plan_mesh *m,
 			   m->pp);
 	if (md->n_head % m->tp)
 		return bad(eb, "tp", "tp %d does not divide the %d heads", m->tp, md->n_head);
+	if (md->arch == MR_ARCH_LLAMA) {
+		struct mr__plan_dims d;
+		mr__plan_dims(md, &d);
+		if (d.kv_heads % m->tp) /* whole key/value heads per rank */
+			return bad(eb, "tp", "tp %d does not divide the %d key/value heads", m->tp,
+				   d.kv_heads);
+		if ((int)d.ffn % m->tp)
+			return bad(eb, "tp", "tp %d does not divide the SwiGLU hidden size %d",
+				   m->tp, (int)d.ffn);
+	}
 	if (m->tp > in->cluster.gpus_per_node)
 		return bad(eb, "tp", "tp %d does not fit in a node of %d GPUs", m->tp,
 			   in->cluster.gpus_per_node);

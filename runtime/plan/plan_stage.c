@@ -3,8 +3,9 @@
  * it holds (the runtime's own split, parallel/mr_pp_split.h), its
  * parameter units in table order (model/mr_gpt.h: the embeddings on the
  * first stage and, for the tied LM head, on the last; each block's
- * attention and MLP halves; the final LayerNorm on the last), sliced by
- * tp and ep as the table slices them, and how many micro-batches it keeps
+ * attention and MLP halves; the final norm on the last, with llama's
+ * untied head), sliced by tp and ep as the table slices them (gpt2's
+ * tables and llama's, model/gpt_table.c), and how many micro-batches it keeps
  * in flight under its schedule (counted on the schedule's action lists,
  * as parallel/pp.c assigns its slots).
  *
@@ -29,6 +30,26 @@ void mr__plan_gpt_config(const struct mr_plan_model *m, struct mr_gpt_config *gc
 	gc->top_k = m->moe_every ? m->top_k : 0;
 	gc->capacity_factor = (float)m->capacity_factor;
 	gc->moe_dropless = m->moe_every ? m->dropless : 0;
+	gc->arch = m->arch;
+	gc->n_kv_head = m->n_kv_head;
+	gc->ffn_hidden = m->ffn_hidden;
+	gc->tie_embeddings = m->tie_embeddings;
+	gc->rope_theta = (float)m->rope_theta;
+}
+
+void mr__plan_dims(const struct mr_plan_model *m, struct mr__plan_dims *d)
+{
+	struct mr_gpt_config gc;
+	double hs;
+
+	mr__plan_gpt_config(m, &gc);
+	hs = m->n_head > 0 ? (double)(m->d_model / m->n_head) : 0;
+	d->llama = m->arch == MR_ARCH_LLAMA;
+	d->kv_heads = mr_gpt_kv_heads(&gc);
+	d->ffn = mr_gpt_ffn(&gc);
+	d->fc = (d->llama ? 2 : 1) * d->ffn;
+	d->qkv = (m->n_head + 2.0 * d->kv_heads) * hs;
+	d->tied = mr_gpt_tied(&gc);
 }
 
 int mr__plan_zero(const struct mr_plan_input *in, const struct mr_plan_mesh *m)
@@ -44,13 +65,24 @@ int mr__plan_shard(const struct mr_plan_mesh *m)
 /* Parameters of a layer's halves on a rank (tp, ep slices as the table
  * cuts them: QKV and fc column-parallel, the projections row-parallel with
  * replicated biases, experts E/ep per rank, the router replicated): the
- * attention half, a dense MLP half and a MoE one. */
+ * attention half, a dense MLP half and a MoE one. Llama's halves: the
+ * RMSNorm weight, q (NH hs, C), k and v (NKV hs, C) and o (C, NH hs); the
+ * RMSNorm weight, gate and up (F, C) and down (C, F); no biases. */
 static void layer_units(const struct mr_plan_model *md, const struct mr_plan_mesh *m,
 			size_t *attn, size_t *dense, size_t *moe, size_t *experts)
 {
 	size_t C = (size_t)md->d_model, t = (size_t)m->tp, Cl = C / t;
 	size_t E = (size_t)md->n_experts, El = m->ep > 0 ? E / (size_t)m->ep : E;
+	struct mr__plan_dims d;
 
+	mr__plan_dims(md, &d);
+	if (d.llama) {
+		size_t Ql = (size_t)d.qkv / t, Fl = (size_t)d.ffn / t;
+		*attn = C + Ql * C + C * Cl;
+		*dense = C + 3 * Fl * C;
+		*experts = *moe = 0; /* dense only (mr_plan_check) */
+		return;
+	}
 	*attn = 2 * C + 3 * Cl * C + 3 * Cl + C * Cl + C;
 	*dense = 2 * C + 4 * Cl * C + 4 * Cl + C * 4 * Cl + C;
 	*experts = El * (4 * Cl * C + 4 * Cl + C * 4 * Cl + C);
@@ -123,11 +155,13 @@ int mr__plan_stage(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
 {
 	const struct mr_plan_model *md = &in->model;
 	struct mr_gpt_config gc;
+	struct mr__plan_dims d;
 	int L = md->n_layer, c, l, u = 0, rc = 0;
 	size_t C = (size_t)md->d_model, Vl, maxT, attn, dense, moe, experts;
 
 	memset(st, 0, sizeof(*st));
 	mr__plan_gpt_config(md, &gc);
+	mr__plan_dims(md, &d);
 	layer_units(md, m, &attn, &dense, &moe, &experts);
 	st->first = stage == 0;
 	st->last = stage == m->pp - 1;
@@ -143,8 +177,8 @@ int mr__plan_stage(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
 	for (c = 0; m->pp > 1 && c < m->v; c++)
 		mr_pp_split_range(split, m->pp, stage, c, &st->lo[c], &st->hi[c]);
 	Vl = ((size_t)md->vocab + (size_t)m->tp - 1) / (size_t)m->tp;
-	maxT = (size_t)(md->max_seq > 0 ? md->max_seq : md->seq_len);
-	if (st->first || st->last)
+	maxT = d.llama ? 0 : (size_t)(md->max_seq > 0 ? md->max_seq : md->seq_len);
+	if (st->first || (st->last && d.tied)) /* the last's: the tied head's replica */
 		st->unit[u++] = Vl * C + maxT * C;
 	/* the chunks ascend: their blocks in order are the table's */
 	for (c = 0; c < st->chunks; c++)
@@ -157,8 +191,8 @@ int mr__plan_stage(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
 			st->layers++;
 			st->moe_layers += is_moe;
 		}
-	if (st->last)
-		st->unit[u++] = 2 * C;
+	if (st->last) /* gpt2's LayerNorm; llama's RMSNorm and untied head */
+		st->unit[u++] = d.llama ? C + (d.tied ? 0 : Vl * C) : 2 * C;
 	st->nunits = u;
 	for (u = 0; u < st->nunits; u++)
 		st->params += st->unit[u];
@@ -178,12 +212,17 @@ double mr_plan_params(const struct mr_plan_model *md)
 {
 	struct mr_plan_mesh one = { .tp = 1, .cp = 1, .pp = 1, .dp = 1, .ep = 1, .v = 1 };
 	struct mr_gpt_config gc;
+	struct mr__plan_dims d;
 	size_t attn, dense, moe, experts;
-	double n = (double)md->vocab * md->d_model +
-		   (double)(md->max_seq > 0 ? md->max_seq : md->seq_len) * md->d_model +
-		   2.0 * md->d_model;
+	double n = (double)md->vocab * md->d_model;
 
 	mr__plan_gpt_config(md, &gc);
+	mr__plan_dims(md, &d);
+	if (d.llama) /* the final RMSNorm, an untied head */
+		n += md->d_model + (d.tied ? 0 : (double)md->vocab * md->d_model);
+	else /* the position table, the final LayerNorm */
+		n += (double)(md->max_seq > 0 ? md->max_seq : md->seq_len) * md->d_model +
+		     2.0 * md->d_model;
 	layer_units(md, &one, &attn, &dense, &moe, &experts);
 	for (int l = 0; l < md->n_layer; l++)
 		n += (double)attn + (double)(mr_gpt_layer_is_moe(&gc, l) ? moe : dense);

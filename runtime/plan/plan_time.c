@@ -8,7 +8,15 @@
  * token in all, a third of it forward): per token and layer 2 x 12C^2/tp
  * for the GEMMs (MoE: 8C^2 for attention, 2CE for the router, top_k x
  * 16C^2 for the experts a token visits) and 2sC/tp for causal attention
- * over s positions; 2CV/tp for the LM head. Backward costs twice the
+ * over s positions; 2CV/tp for the LM head. Llama's block (the same
+ * convention, the runtime's count of its own tensors): 2 x (C (NH + 2 NKV)
+ * hs + C NH hs + 3 F C)/tp for q, k, v, o and SwiGLU's gate, up and down
+ * GEMMs - grouped-query attention shrinks k and v's GEMMs, not the
+ * attention itself (2sC/tp: every query head still scores s keys). So a
+ * model's total is 6N + 6LCT per token with N its matrices - the
+ * Chinchilla-style count (Hoffmann et al. 2022) with causal attention's
+ * half (their 12LCT counts every key for every query), as the runtime's
+ * mr_gpt_flops_per_token counts it for its mfu. Backward costs twice the
  * forward; full recompute adds a forward, selective the attention core.
  *
  * What each mode issues per micro-batch and layer, and what hides it:
@@ -59,10 +67,16 @@ double mr__plan_fwd_flops(const struct mr_plan_input *in, const struct mr_plan_m
 			  const struct mr__plan_stage *st)
 {
 	const struct mr_plan_model *md = &in->model;
+	struct mr__plan_dims d;
 	double C = md->d_model, t = m->tp, s = md->seq_len, tok;
 	double attn = 2 * s * C / t, dense = 24 * C * C / t + attn;
 	double moe = 8 * C * C / t + attn + 2 * C * md->n_experts + md->top_k * 16 * C * C / t;
-	double f = (st->layers - st->moe_layers) * dense + st->moe_layers * moe;
+	double f;
+
+	mr__plan_dims(md, &d);
+	if (d.llama) /* q k v, o; gate, up, down */
+		dense = 2 * (C * d.qkv + C * C + 3 * d.ffn * C) / t + attn;
+	f = (st->layers - st->moe_layers) * dense + st->moe_layers * moe;
 
 	tok = (double)m->micro_batch * s / m->cp;
 	if (st->last)

@@ -10,6 +10,10 @@
  * pure data-parallel job of this world would train on (batch_size x
  * grad_accum x world sequences a step); a plan with dp replicas runs it as
  * grad_accum = global / (dp x batch_size), the same rows each step.
+ * The model's family comes from "arch" with its keys (n_kv_head,
+ * ffn_hidden, tie_embeddings, rope_theta); norm_eps and rope_scaling
+ * change neither memory nor time, so they are checked (by the worker's
+ * check) and not kept.
  *
  * Non-goals: the cluster (the caller's), pp_layers (an explicit split
  * fixes the pipeline: refused here, naming the key).
@@ -44,7 +48,7 @@ int mr_plan_from_workload(const struct json_t *cfg_, int world, struct mr_plan_i
 	struct mr_plan_model *m = &in->model;
 	struct mr_plan_cluster keep = in->cluster;
 	int B, accum, rc, v;
-	double cf = 1.25;
+	double cf = 1.25, theta = 500000.0;
 	const char *s;
 
 	if ((rc = mr_gpt_worker_check_config(c, eb)) < 0)
@@ -75,6 +79,15 @@ int mr_plan_from_workload(const struct json_t *cfg_, int world, struct mr_plan_i
 	    (rc = geti(c, "threads", 1, &in->threads, eb)) < 0)
 		goto out;
 	m->capacity_factor = cf;
+	m->arch = (s = gets(c, "arch")) && !strcmp(s, "llama") ? MR_ARCH_LLAMA : MR_ARCH_GPT2;
+	if (m->arch == MR_ARCH_LLAMA &&
+	    ((rc = geti(c, "n_kv_head", 0, &m->n_kv_head, eb)) < 0 ||
+	     (rc = geti(c, "ffn_hidden", 0, &m->ffn_hidden, eb)) < 0 ||
+	     (rc = mr_json_get_double(c, "rope_theta", 0, 1, 1e12, &theta, eb)) < 0))
+		goto out;
+	m->tie_embeddings = m->arch == MR_ARCH_LLAMA &&
+			    json_is_true(json_object_get(c, "tie_embeddings"));
+	m->rope_theta = m->arch == MR_ARCH_LLAMA ? theta : 0;
 	m->dropless = (s = gets(c, "moe_policy")) && !strcmp(s, "dropless");
 	if (!m->moe_every)
 		m->n_experts = m->top_k = 0;

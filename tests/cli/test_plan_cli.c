@@ -97,6 +97,40 @@ Test(plan_cli, inputs_from_a_json_file_and_a_workload_config)
 	free(err);
 }
 
+/* the llama family: a Llama 3 preset (its 8.03B parameters in the
+ * header) and a workload config with "arch": "llama" */
+Test(plan_cli, plans_the_llama_family)
+{
+	char *out, *err;
+
+	scratch();
+	cr_assert_eq(meshrun(&out, &err, "plan --presets"), 0, "%s", err);
+	cr_expect(strstr(out, "llama3-405b") && strstr(out, "kv_heads=8 ffn=53248"), "%s", out);
+	free(out);
+	free(err);
+	cr_assert_eq(meshrun(&out, &err, "plan --model llama3-8b --cluster h100 --gpus 8 "
+					 "--global-batch 8 --micro-batch 1 --impl megatron "
+					 "--precision mixed --tp 1 --pp 1 --zero 3"),
+		     0, "%s%s", out, err);
+	cr_expect(strstr(out, "model llama3-8b: 8.03B parameters, 32 layers"), "%s", out);
+	free(out);
+	free(err);
+	cr_assert_eq(meshrun(&out, &err, "plan --cluster local --gpus 2 --workload-config "
+					 "'{\"arch\": \"llama\", \"n_layer\": 2, "
+					 "\"n_kv_head\": 2, \"batch_size\": 2}'"),
+		     0, "%s%s", out, err);
+	cr_expect(strstr(out, "model workload") && strstr(out, "\n  1 "), "%s", out);
+	free(out);
+	free(err);
+	/* a key of the family the worker refuses is named */
+	cr_expect_eq(meshrun(&out, &err, "plan --cluster local --gpus 2 --workload-config "
+					 "'{\"arch\": \"llama\", \"n_kv_head\": 3}'"),
+		     2, "%s%s", out, err);
+	cr_expect(strstr(err, "kv-head: 3 does not divide n_head 4"), "%s", err);
+	free(out);
+	free(err);
+}
+
 Test(plan_cli, explain_prints_the_mesh_functions_table_and_volumes)
 {
 	struct mr_mesh m;

@@ -10,7 +10,9 @@
  * planner's prediction for its stage: parameters, gradients and
  * optimizer state to the byte, activations and workspace within 10 %
  * (the issue's bound; today they match to the byte too: --verbose prints
- * both).
+ * both). The llama family's jobs (grouped-query attention, SwiGLU, an
+ * untied head or a tied one) run one rank, ZeRO-1/2/3, tp with sp, the
+ * pipeline and cp the same way.
  *
  * Built a second time on the emulated cuda device (LEDGER_CUDA_EMUL: the
  * Makefile's gpu-emul/test_plan_ledger), it checks the bf16 model states
@@ -89,6 +91,13 @@ Test(plan_ledger, bf16_tp2_dp2_zero3)
 {
 	check_ledger("{" BF16 ",\"zero\":3,\"vocab_size\":128}", 4, 2, 1, 1, 1);
 }
+/* llama's states in bf16: no biases, the untied head's copy too */
+#define BF16_LLAMA BF16 ",\"arch\":\"llama\""
+Test(plan_ledger, bf16_llama_one_rank) { check_ledger("{" BF16_LLAMA "}", 1, 1, 1, 1, 1); }
+Test(plan_ledger, bf16_llama_dp2_zero3)
+{
+	check_ledger("{" BF16_LLAMA ",\"zero\":3}", 2, 1, 1, 1, 1);
+}
 #else
 #define BASE "\"vocab_size\":96,\"n_layer\":4,\"d_model\":64,\"n_head\":4,\"seq_len\":32," \
 	     "\"batch_size\":2,\"steps\":1,\"threads\":1,\"peak_flops\":1e10"
@@ -155,5 +164,48 @@ Test(plan_ledger, ep2_tp2_zero3) { check_ledger("{" MOE ",\"zero\":3}", 4, 2, 1,
 Test(plan_ledger, ep2_pp2_zero1)
 {
 	check_ledger("{" MOE ",\"zero\":1,\"grad_accum\":2}", 4, 1, 2, 1, 2);
+}
+
+/* llama: 4 heads over 2 key/value heads, SwiGLU of Llama's rule (256) */
+#define LLAMA BASE ",\"arch\":\"llama\",\"n_kv_head\":2"
+
+Test(plan_ledger, llama_one_rank) { check_ledger("{" LLAMA "}", 1, 1, 1, 1, 1); }
+Test(plan_ledger, llama_one_rank_tied_ffn)
+{
+	check_ledger("{" LLAMA ",\"tie_embeddings\":true,\"ffn_hidden\":96}", 1, 1, 1, 1, 1);
+}
+Test(plan_ledger, llama_dp2_zero1) { check_ledger("{" LLAMA ",\"zero\":1}", 2, 1, 1, 1, 1); }
+Test(plan_ledger, llama_dp2_zero2) { check_ledger("{" LLAMA ",\"zero\":2}", 2, 1, 1, 1, 1); }
+Test(plan_ledger, llama_dp3_zero3_padded)
+{
+	check_ledger("{" LLAMA ",\"zero\":3}", 3, 1, 1, 1, 1);
+}
+Test(plan_ledger, llama_tp2_sp_padded_vocab)
+{
+	check_ledger("{" LLAMA ",\"vocab_size\":97,\"sequence_parallel\":true}", 2, 2, 1, 1, 1);
+}
+Test(plan_ledger, llama_tp2_dp2_zero3)
+{
+	check_ledger("{" LLAMA ",\"zero\":3}", 4, 2, 1, 1, 1);
+}
+/* untied: the last stage holds the head, not a replica of the embedding */
+Test(plan_ledger, llama_pp2_1f1b)
+{
+	check_ledger("{" LLAMA ",\"grad_accum\":4}", 2, 1, 2, 1, 1);
+}
+Test(plan_ledger, llama_pp2_tied_zbh1)
+{
+	check_ledger("{" LLAMA ",\"grad_accum\":4,\"tie_embeddings\":true,"
+		     "\"pp_schedule\":\"zb-h1\"}",
+		     2, 1, 2, 1, 1);
+}
+Test(plan_ledger, llama_pp2_dp2_zero1)
+{
+	check_ledger("{" LLAMA ",\"grad_accum\":2,\"zero\":1}", 4, 1, 2, 1, 1);
+}
+/* context parallel takes key/value heads equal to the query heads */
+Test(plan_ledger, llama_cp2_ring_mha)
+{
+	check_ledger("{" BASE ",\"arch\":\"llama\",\"n_kv_head\":4}", 2, 1, 1, 2, 1);
 }
 #endif
