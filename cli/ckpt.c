@@ -15,7 +15,7 @@
  *       parameters-only checkpoint in OUT_DIR that a job resumes from
  *   meshrun ckpt export DIR --hf OUT_DIR [--step N] [--force]
  *                          [--max-shard-bytes B]
- *   meshrun ckpt import --hf IN_DIR OUT_DIR [--step N]
+ *   meshrun ckpt import --hf IN_DIR OUT_DIR [--step N] [--max-seq N]
  *       a llama model as a Hugging Face Llama directory (config.json,
  *       model.safetensors or shards + index) and back
  *       (runtime/ckpt/mr_hf_llama.h)
@@ -43,7 +43,7 @@
 struct ckpt_opts {
 	char safetensors[4096], hf[4096];
 	int json, force;
-	int64_t step, n_head, max_shard_bytes;
+	int64_t step, n_head, max_shard_bytes, max_seq;
 };
 
 /* The rows get no MESHRUN_* variables (mr_cli_ckpt): a stray MESHRUN_STEP
@@ -58,6 +58,10 @@ static const struct mr_config_opt ckpt_table[] = {
 		      INT64_MAX,
 		      "export --hf: bytes of tensor data per shard file; a model above it is "
 		      "written as model-0000k-of-0000n.safetensors with an index."),
+	MR_CONFIG_INT("max_seq", struct ckpt_opts, max_seq, "0", 0, 1 << 20,
+		      "import --hf: the model's max_seq instead of config.json's "
+		      "max_position_embeddings (a job's max_seq is at most 65536; a llama has no "
+		      "position table, so the parameters are the same)."),
 	MR_CONFIG_BOOL("json", struct ckpt_opts, json, "false",
 		       "inspect: one JSON document on stdout instead of text."),
 	MR_CONFIG_BOOL("force", struct ckpt_opts, force, "false",
@@ -77,7 +81,7 @@ static const char *const usage_text =
 	"       meshrun ckpt export DIR --safetensors OUT [--step N] [--force]\n"
 	"       meshrun ckpt import --safetensors IN OUT_DIR [--step N] [--n-head H]\n"
 	"       meshrun ckpt export DIR --hf OUT_DIR [--step N] [--force] [--max-shard-bytes B]\n"
-	"       meshrun ckpt import --hf IN_DIR OUT_DIR [--step N]\n"
+	"       meshrun ckpt import --hf IN_DIR OUT_DIR [--step N] [--max-seq N]\n"
 	"Run 'meshrun ckpt <command> --help' for the options.\n";
 
 static int usage_error(const char *cmd, const char *msg)
@@ -266,7 +270,7 @@ static int cmd_export(const struct ckpt_opts *o, const struct mr_config *cfg)
 static int cmd_import(const struct ckpt_opts *o, const struct mr_config *cfg)
 {
 	static const char *const allowed[] = { "safetensors", "hf", "step", "n_head", NULL };
-	static const char *const hf_allowed[] = { "hf", "step", NULL };
+	static const char *const hf_allowed[] = { "hf", "step", "max_seq", NULL };
 	struct mr_errbuf eb = { "", "" };
 	struct stat st;
 	struct mr_gpt m;
@@ -287,7 +291,7 @@ static int cmd_import(const struct ckpt_opts *o, const struct mr_config *cfg)
 		return CKPT_EXIT_USAGE;
 	}
 	if (o->hf[0])
-		rc = mr_hf_llama_import(&m, o->hf, &eb);
+		rc = mr_hf_llama_import(&m, o->hf, (int)o->max_seq, &eb);
 	else
 		rc = mr_st_gpt_import(&m, o->safetensors, (int)o->n_head, &step, &meta, &eb);
 	if (rc < 0 && o->hf[0]) {

@@ -220,7 +220,8 @@ static int read_scaling(const json_t *doc, const char *path, struct mr_rope_scal
 	return 0;
 }
 
-static int read_config(const char *dir, struct mr_gpt_config *c, struct mr_errbuf *eb)
+static int read_config(const char *dir, int max_seq, struct mr_gpt_config *c,
+		       struct mr_errbuf *eb)
 {
 	char path[4200];
 	const json_t *v;
@@ -269,6 +270,8 @@ static int read_config(const char *dir, struct mr_gpt_config *c, struct mr_errbu
 		tie = json_is_true(v);
 	}
 	c->tie_embeddings = tie;
+	if (max_seq > 0)
+		c->max_seq = max_seq;
 	if (head_dim && head_dim * c->n_head != c->d_model) {
 		rc = mr_errf_field(eb, MR_ENOTSUP, "head_dim",
 				   "'%s': head_dim %d is not hidden_size / num_attention_heads (%d / "
@@ -674,7 +677,7 @@ static int check_rest(const struct mr_gpt *m, struct weights *w, struct mr_errbu
 	return rc;
 }
 
-int mr_hf_llama_import(struct mr_gpt *m, const char *dir, struct mr_errbuf *eb)
+int mr_hf_llama_import(struct mr_gpt *m, const char *dir, int max_seq, struct mr_errbuf *eb)
 {
 	struct mr_gpt_config c;
 	struct weights w;
@@ -682,7 +685,7 @@ int mr_hf_llama_import(struct mr_gpt *m, const char *dir, struct mr_errbuf *eb)
 	int rc, k;
 
 	memset(m, 0, sizeof(*m));
-	if ((rc = read_config(dir, &c, eb)) < 0)
+	if ((rc = read_config(dir, max_seq, &c, eb)) < 0)
 		return rc;
 	if ((rc = weights_open(&w, dir, eb)) < 0)
 		goto out;

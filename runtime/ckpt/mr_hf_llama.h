@@ -47,8 +47,8 @@
  * original_max_position_embeddings}; head_dim, when present, must be
  * hidden_size / num_attention_heads; hidden_act, when present, "silu";
  * attention_bias and mlp_bias, when present, false. Other keys are
- * ignored. max_position_embeddings becomes max_seq (a job fine-tuning
- * the import sets "max_seq" to it).
+ * ignored. max_position_embeddings becomes max_seq (or the caller's
+ * value), and export writes max_seq as max_position_embeddings.
  *
  * Tensors are read as F32, BF16, F16 or F64 and held as float32; an old
  * checkpoint's rotary buffers (self_attn.rotary_emb.inv_freq) are
@@ -88,12 +88,14 @@ int mr_hf_llama_export(const struct mr_gpt *m, const char *dir, uint64_t shard_b
 		       int overwrite, int *nfiles, struct mr_errbuf *eb);
 
 /* Reads Hugging Face Llama directory dir into a one-rank model created
- * here (B = T = 1, the cpu device). Errors name the file, the key or
+ * here (B = T = 1, the cpu device); max_seq > 0 replaces
+ * max_position_embeddings as the model's max_seq (a llama has no
+ * position table: any value is the same parameters). Errors name the file, the key or
  * tensor and the reason: MR_ENOTFOUND (no config.json, no weights),
  * MR_EIO, MR_ECORRUPT / MR_ELIMIT (a file's format), MR_ENOTSUP (a
  * model_type, dtype or rope_scaling this does not read), MR_EINVAL (a
  * key missing or out of range, a tensor missing, misshapen or extra, a
  * weight_map naming a missing shard). On failure m holds nothing. */
-int mr_hf_llama_import(struct mr_gpt *m, const char *dir, struct mr_errbuf *eb);
+int mr_hf_llama_import(struct mr_gpt *m, const char *dir, int max_seq, struct mr_errbuf *eb);
 
 #endif

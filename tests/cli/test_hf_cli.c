@@ -661,10 +661,12 @@ Test(hf_cli, import_dtypes_tied_scaled_sharded, .timeout = 120)
 	cr_assert_eq(sh(&out, "grep -c lm_head back/model.safetensors"), 1, "tied: no lm_head %s",
 		     out);
 	free(out);
-	/* a single-file directory too */
+	/* a single-file directory too; --max-seq in place of
+	 * max_position_embeddings */
 	k.single = 1;
 	make_hf("one", &k);
-	cr_assert_eq(MESHRUN(&out, "ckpt import --hf one imp1"), 0, "%s", out);
+	cr_assert_eq(MESHRUN(&out, "ckpt import --hf one imp1 --max-seq 24"), 0, "%s", out);
+	cr_expect(strstr(out, "max_seq 24"), "%s", out);
 	free(out);
 }
 
