@@ -12,7 +12,8 @@
  *    fails when q/k rows get the Meta -> HF rotary permutation; import ->
  *    sharded export (--max-shard-bytes) -> import -> export gives the
  *    first file's bytes again, every shard's tensor the same bytes; an
- *    existing output is kept unless --force; a job at tp 2 resumes from
+ *    existing output is kept unless --force; --safetensors refuses a
+ *    llama model pointing at --hf; a job at tp 2 resumes from
  *    the import with the first loss of a one-rank job resuming from the
  *    original step.
  *  - import_dtypes_tied_scaled_sharded: a hand-made directory (BF16, F16
@@ -355,6 +356,12 @@ Test(hf_cli, export_check_roundtrip_resume, .timeout = 900)
 	cr_expect_str_eq(x, y, "config.json changed");
 	free(x);
 	free(y);
+
+	/* --safetensors is GPT-2's layout: it points a llama model at --hf */
+	cr_assert_eq(MESHRUN(&out, "ckpt export tp2.ckpt --safetensors x.safetensors"), 1, "%s",
+		     out);
+	cr_expect(strstr(out, "--hf"), "%s", out);
+	free(out);
 
 	/* an existing output is kept unless --force */
 	cr_assert_eq(MESHRUN(&out, "ckpt export imp --hf hf1"), 1, "%s", out);
