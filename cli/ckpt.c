@@ -13,6 +13,12 @@
  *   meshrun ckpt import --safetensors IN OUT_DIR [--step N] [--n-head H]
  *       a safetensors file (ours, or a plain GPT-2 one) as a one-rank,
  *       parameters-only checkpoint in OUT_DIR that a job resumes from
+ *   meshrun ckpt export DIR --hf OUT_DIR [--step N] [--force]
+ *                          [--max-shard-bytes B]
+ *   meshrun ckpt import --hf IN_DIR OUT_DIR [--step N] [--max-seq N]
+ *       a llama model as a Hugging Face Llama directory (config.json,
+ *       model.safetensors or shards + index) and back
+ *       (runtime/ckpt/mr_hf_llama.h)
  *
  * Exit status: 0 done (inspect: everything verified), 1 a checkpoint or
  * file is corrupt, does not fit, or the output exists, 2 a usage error
@@ -28,15 +34,16 @@
 #include <unistd.h>
 
 #include "ckpt/mr_ckpt.h"
+#include "ckpt/mr_hf_llama.h"
 #include "ckpt/mr_st_gpt.h"
 #include "ckpt_int.h"
 #include "mr_cli.h"
 #include "mr_config.h"
 
 struct ckpt_opts {
-	char safetensors[4096];
+	char safetensors[4096], hf[4096];
 	int json, force;
-	int64_t step, n_head;
+	int64_t step, n_head, max_shard_bytes, max_seq;
 };
 
 /* The rows get no MESHRUN_* variables (mr_cli_ckpt): a stray MESHRUN_STEP
@@ -44,10 +51,21 @@ struct ckpt_opts {
 static const struct mr_config_opt ckpt_table[] = {
 	MR_CONFIG_STRING("safetensors", struct ckpt_opts, safetensors, "",
 			 "export: the file to write; import: the file to read."),
+	MR_CONFIG_STRING("hf", struct ckpt_opts, hf, "",
+			 "export: the Hugging Face Llama directory to write; import: the one to "
+			 "read (config.json, model.safetensors or shards with their index)."),
+	MR_CONFIG_INT("max_shard_bytes", struct ckpt_opts, max_shard_bytes, "4294967296", 1,
+		      INT64_MAX,
+		      "export --hf: bytes of tensor data per shard file; a model above it is "
+		      "written as model-0000k-of-0000n.safetensors with an index."),
+	MR_CONFIG_INT("max_seq", struct ckpt_opts, max_seq, "0", 0, 1 << 20,
+		      "import --hf: the model's max_seq instead of config.json's "
+		      "max_position_embeddings (a job's max_seq is at most 65536; a llama has no "
+		      "position table, so the parameters are the same)."),
 	MR_CONFIG_BOOL("json", struct ckpt_opts, json, "false",
 		       "inspect: one JSON document on stdout instead of text."),
 	MR_CONFIG_BOOL("force", struct ckpt_opts, force, "false",
-		       "export: replace an existing output file."),
+		       "export: replace existing output files."),
 	MR_CONFIG_INT("step", struct ckpt_opts, step, "0", 0, INT64_MAX,
 		      "export: the step to export from a checkpoint directory (default its "
 		      "newest); import: the step the checkpoint is written as (default the "
@@ -62,6 +80,8 @@ static const char *const usage_text =
 	"usage: meshrun ckpt inspect DIR [--json]\n"
 	"       meshrun ckpt export DIR --safetensors OUT [--step N] [--force]\n"
 	"       meshrun ckpt import --safetensors IN OUT_DIR [--step N] [--n-head H]\n"
+	"       meshrun ckpt export DIR --hf OUT_DIR [--step N] [--force] [--max-shard-bytes B]\n"
+	"       meshrun ckpt import --hf IN_DIR OUT_DIR [--step N] [--max-seq N]\n"
 	"Run 'meshrun ckpt <command> --help' for the options.\n";
 
 static int usage_error(const char *cmd, const char *msg)
@@ -180,21 +200,26 @@ static int load_model(const struct mr_ckpt_manifest *mf, struct mr_gpt *m, struc
 
 static int cmd_export(const struct ckpt_opts *o, const struct mr_config *cfg)
 {
-	static const char *const allowed[] = { "safetensors", "step", "force", NULL };
+	static const char *const allowed[] = { "safetensors", "hf", "max_shard_bytes", "step",
+					       "force", NULL };
 	struct mr_errbuf eb = { "", "" };
 	struct mr_ckpt_manifest mf;
 	struct mr_gpt m;
 	char **dirs = NULL, pick[4200];
-	const char *dir;
-	int n = 0, is_step, rc;
+	const char *dir, *to = o->hf[0] ? o->hf : o->safetensors;
+	int n = 0, is_step, rc, nfiles = 1;
 
 	if ((rc = only_for(cfg, "export", allowed)))
 		return rc;
 	if (cfg->nargs != 1)
 		return usage_error("export", "give one checkpoint or step directory "
 					     "(usage: meshrun ckpt export DIR --safetensors OUT)");
-	if (!o->safetensors[0])
-		return usage_error("export", "--safetensors: the output file is missing");
+	if (!o->safetensors[0] && !o->hf[0])
+		return usage_error("export", "--safetensors or --hf: the output is missing");
+	if (o->safetensors[0] && o->hf[0])
+		return usage_error("export", "--safetensors and --hf: give one output");
+	if (!o->hf[0] && mr_config_is_set(cfg, "max_shard_bytes"))
+		return usage_error("export", "--max-shard-bytes: only with --hf");
 	if ((rc = mr__ckpt_resolve("export", cfg->args[0], &dirs, &n, &is_step)))
 		return rc;
 	dir = dirs[0];
@@ -220,10 +245,18 @@ static int cmd_export(const struct ckpt_opts *o, const struct mr_config *cfg)
 	}
 	rc = load_model(&mf, &m, &eb);
 	if (rc == 0) {
-		rc = mr_st_gpt_export(&m, mf.step, o->safetensors, o->force, &eb);
-		if (rc == 0)
+		if (o->hf[0])
+			rc = mr_hf_llama_export(&m, o->hf, (uint64_t)o->max_shard_bytes, o->force,
+						&nfiles, &eb);
+		else
+			rc = mr_st_gpt_export(&m, mf.step, o->safetensors, o->force, &eb);
+		if (rc == 0 && !o->hf[0])
 			printf("exported step %ld of '%s' (%zu parameters, %d tensors) to '%s'\n",
-			       mf.step, mf.dir, m.nparams, m.ntensors, o->safetensors);
+			       mf.step, mf.dir, m.nparams, m.ntensors, to);
+		else if (rc == 0)
+			printf("exported step %ld of '%s' (%zu parameters, %d tensors) to '%s' as a "
+			       "Hugging Face Llama (%d safetensors file%s)\n", mf.step, mf.dir,
+			       m.nparams, m.ntensors, to, nfiles, nfiles > 1 ? "s and an index" : "");
 		mr_gpt_release(&m);
 	}
 	if (rc < 0)
@@ -236,20 +269,35 @@ static int cmd_export(const struct ckpt_opts *o, const struct mr_config *cfg)
 
 static int cmd_import(const struct ckpt_opts *o, const struct mr_config *cfg)
 {
-	static const char *const allowed[] = { "safetensors", "step", "n_head", NULL };
+	static const char *const allowed[] = { "safetensors", "hf", "step", "n_head", NULL };
+	static const char *const hf_allowed[] = { "hf", "step", "max_seq", NULL };
 	struct mr_errbuf eb = { "", "" };
+	struct stat st;
 	struct mr_gpt m;
-	long step;
-	int rc, meta;
+	long step = 0;
+	int rc, meta = 0;
 
-	if ((rc = only_for(cfg, "import", allowed)))
+	if (o->safetensors[0] && o->hf[0])
+		return usage_error("import", "--safetensors and --hf: give one input");
+	if ((rc = only_for(cfg, "import", o->hf[0] ? hf_allowed : allowed)))
 		return rc;
-	if (!o->safetensors[0])
-		return usage_error("import", "--safetensors: the input file is missing");
+	if (!o->safetensors[0] && !o->hf[0])
+		return usage_error("import", "--safetensors or --hf: the input is missing");
 	if (cfg->nargs != 1)
 		return usage_error("import", "give the checkpoint directory to write "
 					     "(usage: meshrun ckpt import --safetensors IN OUT_DIR)");
-	rc = mr_st_gpt_import(&m, o->safetensors, (int)o->n_head, &step, &meta, &eb);
+	if (o->hf[0] && (stat(o->hf, &st) != 0 || !S_ISDIR(st.st_mode))) {
+		fprintf(stderr, "meshrun ckpt import: --hf: '%s' is not a directory\n", o->hf);
+		return CKPT_EXIT_USAGE;
+	}
+	if (o->hf[0])
+		rc = mr_hf_llama_import(&m, o->hf, (int)o->max_seq, &eb);
+	else
+		rc = mr_st_gpt_import(&m, o->safetensors, (int)o->n_head, &step, &meta, &eb);
+	if (rc < 0 && o->hf[0]) {
+		fprintf(stderr, "meshrun ckpt import: %s\n", eb.msg);
+		return CKPT_EXIT_FAIL;
+	}
 	if (rc < 0) {
 		int usage = rc == MR_ENOTFOUND || !strcmp(eb.field, "n_head");
 		fprintf(stderr, "meshrun ckpt import: %s\n", eb.msg);
@@ -262,7 +310,15 @@ static int cmd_import(const struct ckpt_opts *o, const struct mr_config *cfg)
 			     strerror(errno));
 	else
 		rc = mr_ckpt_write_params(cfg->args[0], &m.cfg, step, m.params, &eb);
-	if (rc == 0)
+	if (rc == 0 && o->hf[0])
+		printf("imported '%s' (Hugging Face Llama; n_layer %d d_model %d n_head %d n_kv_head "
+		       "%d ffn_hidden %d vocab_size %d max_seq %d%s%s) as '%s/step-%08ld'\n", o->hf,
+		       m.cfg.n_layer, m.cfg.d_model, m.cfg.n_head, mr_gpt_kv_heads(&m.cfg),
+		       mr_gpt_ffn(&m.cfg), m.cfg.vocab, m.cfg.max_seq,
+		       m.cfg.tie_embeddings ? ", tied head" : "",
+		       m.cfg.rope_scaling.factor > 0 ? ", llama3 rope scaling" : "", cfg->args[0],
+		       step);
+	else if (rc == 0)
 		printf("imported '%s' (%s; n_layer %d d_model %d n_head %d vocab_size %d max_seq "
 		       "%d%s) as '%s/step-%08ld'\n", o->safetensors,
 		       meta ? "meshrun metadata" : "GPT-2 shapes", m.cfg.n_layer, m.cfg.d_model,
@@ -298,7 +354,8 @@ int mr_cli_ckpt(int argc, char **argv)
 	cfg.prog = "meshrun ckpt";
 	cfg.usage = "inspect|export|import [options] DIR";
 	cfg.summary = "Inspect and verify checkpoints; export one step as safetensors with "
-		      "Hugging Face GPT-2 names; import a safetensors file as a checkpoint.";
+		      "Hugging Face GPT-2 names, or a llama model as a Hugging Face Llama "
+		      "directory; import either as a checkpoint.";
 	cfg.config_file = 0;
 	cfg.allow_positional = 1;
 	if (rc == 0)

@@ -44,7 +44,7 @@
  *
  * Ownership: the model is the caller's (import creates it; the caller
  * releases it with mr_gpt_release). Non-goals: untied heads, dtypes other
- * than F32 on export, HF's config.json.
+ * than F32 on export, HF's config.json, llama models (mr_hf_llama.h).
  */
 #ifndef MR_ST_GPT_H
 #define MR_ST_GPT_H

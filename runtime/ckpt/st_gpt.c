@@ -137,7 +137,8 @@ int mr_st_gpt_export(const struct mr_gpt *m, long step, const char *path, int ov
 	if (c->arch != MR_ARCH_GPT2)
 		return mr_errf_field(eb, MR_ENOTSUP, "arch",
 				     "'%s': safetensors export writes GPT-2's layout; a llama "
-				     "model's Hugging Face export has not landed yet", path);
+				     "model exports as a Hugging Face Llama directory (--hf)",
+				     path);
 	for (i = 0; i < m->ntensors; i++) {
 		np += pieces(&m->tensors[i]);
 		if (m->tensors[i].n > most)
