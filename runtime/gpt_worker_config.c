@@ -112,6 +112,7 @@ static int get_pipeline(const json_t *c, struct gw *w, struct mr_errbuf *eb)
 static int get_family(const json_t *c, struct mr_gpt_config *mc, struct mr_errbuf *eb)
 {
 	const char *arch = NULL, *scaling = NULL;
+	struct mr_rope_scaling r;
 	int rc;
 
 	if ((rc = get_choice(c, "arch", &arch, eb)) < 0 ||
@@ -124,13 +125,23 @@ static int get_family(const json_t *c, struct mr_gpt_config *mc, struct mr_errbu
 	mc->tie_embeddings = 0;
 	if (c && (rc = mr_json_get_bool(c, "tie_embeddings", 0, &mc->tie_embeddings, eb)) < 0)
 		return rc;
+	/* rope_scaling llama3's parameters, checked whether used or not */
+	if ((rc = getf(c, "rope_factor", &r.factor, eb)) < 0 ||
+	    (rc = getf(c, "rope_low_freq_factor", &r.low_freq_factor, eb)) < 0 ||
+	    (rc = getf(c, "rope_high_freq_factor", &r.high_freq_factor, eb)) < 0 ||
+	    (rc = geti(c, "rope_original_max_pos", &r.original_max_pos, eb)) < 0)
+		return rc;
 	mc->arch = arch && !strcmp(arch, "llama") ? MR_ARCH_LLAMA : MR_ARCH_GPT2;
 	if (mc->arch == MR_ARCH_GPT2) { /* its config as before the family keys */
 		mc->n_kv_head = mc->ffn_hidden = mc->tie_embeddings = 0;
 		mc->norm_eps = mc->rope_theta = 0.0f;
 	} else if (scaling && !strcmp(scaling, "llama3")) {
-		/* the values of Llama 3.1's published config */
-		mc->rope_scaling = (struct mr_rope_scaling){ 8.0f, 1.0f, 4.0f, 8192 };
+		if (!(r.high_freq_factor > r.low_freq_factor))
+			return mr_errf_field(eb, MR_EINVAL, "rope_high_freq_factor",
+					     "'rope_high_freq_factor' (%g) must exceed "
+					     "'rope_low_freq_factor' (%g)",
+					     (double)r.high_freq_factor, (double)r.low_freq_factor);
+		mc->rope_scaling = r;
 	}
 	return 0;
 }

@@ -54,8 +54,15 @@ const struct mr__gw_key mr__gw_keys[] = {
 	F("norm_eps", 1e-12, 1, "1e-05", "model", "llama: RMSNorm epsilon."),
 	F("rope_theta", 1, 1e12, "500000", "model", "llama: base of the rotary frequencies."),
 	C("rope_scaling", "none|llama3", "none", "model",
-	  "llama: llama3 applies Llama 3.1's long-context frequency scaling (factor 8, "
-	  "low_freq_factor 1, high_freq_factor 4, original context 8192)."),
+	  "llama: llama3 applies Llama 3.1's long-context frequency scaling with the four "
+	  "rope_* keys below (their defaults are Llama 3.1's)."),
+	F("rope_factor", 1, 1e6, "8", "model", "llama, rope_scaling llama3: the scaling factor."),
+	F("rope_low_freq_factor", 1e-6, 1e6, "1", "model",
+	  "llama, rope_scaling llama3: wavelengths above original / low_freq_factor are scaled."),
+	F("rope_high_freq_factor", 1e-6, 1e6, "4", "model",
+	  "llama, rope_scaling llama3: wavelengths below original / high_freq_factor are kept."),
+	I("rope_original_max_pos", 1, 1 << 30, "8192", "model",
+	  "llama, rope_scaling llama3: the context the model was pre-trained on."),
 	B("tie_embeddings", "false", "model",
 	  "llama: the LM head is the token embedding (gpt2 always ties it)."),
 	/* training */

@@ -153,6 +153,33 @@ Test(gpt_worker, bad_configs_name_the_field)
 	}
 }
 
+/* A llama's rope scaling keys reach the model: its checkpoint manifest
+ * records them (and a bad pair is refused naming the key). */
+Test(gpt_worker, llama_rope_scaling_keys_reach_the_checkpoint)
+{
+	char dir[] = "/tmp/mr-rope-XXXXXX", js[768], cmd[256];
+	struct mr_worker_stats st;
+	double first, last;
+
+	cr_assert_not_null(mkdtemp(dir));
+	snprintf(js, sizeof(js),
+		 "{" SMALL ",\"steps\":2,\"arch\":\"llama\",\"n_kv_head\":2,"
+		 "\"rope_scaling\":\"llama3\",\"rope_factor\":32,\"rope_original_max_pos\":16,"
+		 "\"ckpt_dir\":\"%s\",\"ckpt_every\":2}", dir);
+	train(js, 2, &first, &last, &st);
+	cr_expect(isfinite(last));
+	snprintf(cmd, sizeof(cmd),
+		 "grep -rqF '\"rope_scaling_factor\":32' %s && "
+		 "grep -rqF '\"rope_original_max_pos\":16' %s", dir, dir);
+	cr_expect_eq(system(cmd), 0, "the manifest lacks the rope scaling keys");
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	cr_expect_eq(system(cmd), 0);
+	expect_bad("{\"arch\":\"llama\",\"rope_scaling\":\"llama3\","
+		   "\"rope_low_freq_factor\":4}", "rope_high_freq_factor");
+	expect_bad("{\"arch\":\"llama\",\"n_kv_head\":3}", "n_kv_head");
+	expect_bad("{\"arch\":\"mistral\"}", "arch");
+}
+
 static void *abort_later(void *w)
 {
 	struct timespec ts = { 0, 20 * 1000 * 1000 };
