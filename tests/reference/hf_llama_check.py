@@ -201,7 +201,7 @@ def main():
     tok = [int(x) for x in a.tokens.split(",")]
     idx = torch.tensor([tok], dtype=torch.long)
     with torch.no_grad():
-        logits, _ = forward(p, c, idx, torch.zeros_like(idx))
+        logits, _, _ = forward(p, c, idx, torch.zeros_like(idx))
     got = logits[0].numpy()
     ref = np.fromfile(a.logits, dtype="<f4").astype(np.float64)
     if ref.size != got.size:
