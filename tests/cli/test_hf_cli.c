@@ -43,6 +43,7 @@
 #include "ckpt/mr_hf_llama.h"
 #include "ckpt/mr_safetensors.h"
 #include "model/mr_gpt.h"
+#include "mr_gpt_worker.h"
 #include "proc.h"
 
 #define CHECKER "tests/reference/hf_llama_check.py"
@@ -264,15 +265,21 @@ static void same_tensors(const char *a, const char *const *bs, int nb)
 	mr_st_close(&fa);
 }
 
-/* The first line of tmp/file ("step loss aux gnorm lr"). */
+/* The first step's line of loss log tmp/file ("step loss aux gnorm lr
+ * val_loss", after the header line MR_LOSS_LOG_HEADER). */
 static char *first_line(const char *file)
 {
-	char *s = slurp(in_tmp(file), NULL);
+	char *s = slurp(in_tmp(file), NULL), *row;
 
 	cr_assert_not_null(s, "no %s", file);
-	if (strchr(s, '\n'))
-		*strchr(s, '\n') = 0;
-	return s;
+	cr_assert(!strncmp(s, MR_LOSS_LOG_HEADER "\n", strlen(MR_LOSS_LOG_HEADER) + 1),
+		  "%s does not start with the header: %s", file, s);
+	row = strdup(s + strlen(MR_LOSS_LOG_HEADER) + 1);
+	free(s);
+	cr_assert_not_null(row);
+	if (strchr(row, '\n'))
+		*strchr(row, '\n') = 0;
+	return row;
 }
 
 Test(hf_cli, export_check_roundtrip_resume, .timeout = 900)
