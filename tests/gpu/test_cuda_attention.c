@@ -121,13 +121,13 @@ static void layer_entry_case(int f32, int B, int T, int C, int NH)
 	d_dqkv = up_act(rand_bf(nqkv, 10.0f), nqkv); /* old contents must not leak in */
 	d_lse = dev_alloc(nl * sizeof(float));
 	mr_attn_layer_fwd(NULL, out, lse, qkv, B, T, C, NH, NH, ws);
-	CU_OK(mr_cuda_attn_layer_fwd(cu, d_out, d_lse, d_qkv, B, T, C, NH));
+	CU_OK(mr_cuda_attn_layer_fwd(cu, d_out, d_lse, d_qkv, B, T, C, NH, NH));
 	check_close("layer out", down_act(d_out, nout), out, nout, f32 ? 1e-4 : BF_RTOL,
 		    f32 ? 1e-5 : BF_ATOL);
 	check_close("layer lse", down_f32(d_lse, nl), lse, nl, 1e-5, 1e-5);
 	mr_attn_layer_bwd(NULL, dqkv, dout, qkv, out, lse, B, T, C, NH, NH, ws);
 	CU_OK(mr_cuda_attn_layer_bwd(cu, d_dqkv, up_act(dout, nout), d_qkv, d_out, d_lse, B, T,
-				     C, NH));
+				     C, NH, NH));
 	check_close("layer dqkv", down_act(d_dqkv, nqkv), dqkv, nqkv, f32 ? 1e-3 : 2e-2,
 		    f32 ? 1e-4 : 1e-2);
 }
