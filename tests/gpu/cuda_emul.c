@@ -629,11 +629,15 @@ int mr_cuda_swiglu_bwd(struct mr_cuda *cu, void *dab, const void *ab, const void
 		       int F)
 {
 	float *fab = ld(cu, D(ab), (size_t)N * 2 * F), *fd = ld(cu, D(dout), (size_t)N * F);
+	float *fdab = xalloc(sizeof(float) * (size_t)N * 2 * F);
 
-	mr_swiglu_bwd(NULL, fab, fab, fd, N, F);
-	st(cu, D(dab), fab, (size_t)N * 2 * F);
+	/* not in place: the CPU twin reads a row's a after writing its da
+	 * (the device kernel holds both in registers, so dab may alias ab) */
+	mr_swiglu_bwd(NULL, fdab, fab, fd, N, F);
+	st(cu, D(dab), fdab, (size_t)N * 2 * F);
 	free(fab);
 	free(fd);
+	free(fdab);
 	return 0;
 }
 
