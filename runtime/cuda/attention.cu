@@ -278,7 +278,8 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 				if (!__any_sync(FULL, vis))
 					continue;
 				if (vis) {
-					float s = dot_sm(sq + lane * ks, skr + r * hs, hs) * a.scale;
+					float s = dot_sm(sq + lane * ks, skr + r * hs, hs) *
+						  a.scale;
 					float dp = dot_sm(sdo + lane * ks, svr + r * hs, hs);
 					p = expf(s - li);
 					ds = p * (dp - sdelta[lane]) * a.scale;

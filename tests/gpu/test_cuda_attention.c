@@ -366,16 +366,18 @@ static void gqa_layer_case(int f32, int B, int T, int C, int NH, int NKV)
 	sum = xmalloc(nqkv * sizeof(float));
 	memset(sum, 0, nqkv * sizeof(float));
 	for (r = 0; r < (size_t)B * T; r++) {
-		cr_assert(memcmp(g_dqkv + r * W, m_dqkv + r * 3 * C, (size_t)C * sizeof(float)) == 0,
+		cr_assert(memcmp(g_dqkv + r * W, m_dqkv + r * 3 * C,
+				 (size_t)C * sizeof(float)) == 0,
 			  "gqa dq != multi-head dq in row %zu", r);
 		memcpy(sum + r * W, g_dqkv + r * W, (size_t)C * sizeof(float));
 		for (h = 0; h < NH; h++) {
+			const float *mk = m_dqkv + r * 3 * C + C + (size_t)h * hs;
+			float *sk = sum + r * W + C + (size_t)(h / G) * hs;
 			int c;
-			size_t kv = (size_t)(h / G) * hs;
+
 			for (c = 0; c < hs; c++) {
-				sum[r * W + C + kv + c] += m_dqkv[r * 3 * C + C + (size_t)h * hs + c];
-				sum[r * W + C + (size_t)NKV * hs + kv + c] +=
-					m_dqkv[r * 3 * C + 2 * C + (size_t)h * hs + c];
+				sk[c] += mk[c];                              /* dk */
+				sk[(size_t)NKV * hs + c] += mk[(size_t)C + c]; /* dv */
 			}
 		}
 	}
@@ -463,7 +465,8 @@ static void gqa_slice_case(int NH, int NKV)
 		CU_OK(mr_cuda_upload(cu, d_delta, delta, nl * sizeof(float)));
 		CU_OK(mr_cuda_upload(cu, d_lse, lse, nl * sizeof(float)));
 		cr_assert_eq(mr_attn_slice_bwd(NULL, &s, dout, (size_t)C, ob, lse, delta, dq,
-					       (size_t)C, ob, dk + g0, dv + g0, kvw, (size_t)T * kvw),
+					       (size_t)C, ob, dk + g0, dv + g0, kvw,
+					       (size_t)T * kvw),
 			     0);
 		CU_OK(mr_cuda_attn_bwd_f32(cu, &a, d_dout, (size_t)C, ob, d_lse, d_delta, d_dq,
 					   (size_t)C, ob, d_dk + g0, d_dv + g0, kvw,
