@@ -21,6 +21,15 @@
  * single pass) so that no atomics are needed and the result is
  * deterministic. Tiles entirely in the causal future are skipped.
  *
+ * Grouped-query attention (Ainslie et al. 2023, "GQA", arXiv:2305.13245):
+ * NKV key/value heads, each shared by G = NH/NKV consecutive query heads
+ * (query head h reads key/value head h / G). fwd and dq index the shared
+ * head; a dkdv CTA owns rows of one key/value head and walks the query
+ * tiles of its G query heads one head after the other into the same
+ * registers, so dK, dV are the sum over the group in a fixed order, with
+ * no atomics and no partial buffers. G = 1 is the multi-head case, the
+ * same arithmetic in the same order as without groups.
+ *
  * Every kernel is a template over the storage type of q/k/v/dout (the
  * context's activation type) and of its output or gradients.
  *
@@ -81,10 +90,11 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 	int hs = a.hs, nc = hs / 32, ks = hs + 1;
 	float *sq = sm, *sk = sq + BR * hs, *sv = sk + BC * ks;
 	int bh = blockIdx.y, b = bh / a.NH, h = bh % a.NH, q0 = blockIdx.x * BR;
+	int kvh = h / (a.NH / a.NKV);
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	const TI *qb = (const TI *)a.q + b * a.q_batch + (size_t)h * hs;
-	const TI *kb = (const TI *)a.k + b * a.kv_batch + (size_t)h * hs;
-	const TI *vb = (const TI *)a.v + b * a.kv_batch + (size_t)h * hs;
+	const TI *kb = (const TI *)a.k + b * a.kv_batch + (size_t)kvh * hs;
+	const TI *vb = (const TI *)a.v + b * a.kv_batch + (size_t)kvh * hs;
 	float m[RPW], l[RPW], acc[RPW][NCMAX];
 	int kend = key_end(a, min(q0 + BR, a.tq) - 1);
 
@@ -154,10 +164,11 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 	int hs = a.hs, nc = hs / 32, ks = hs + 1;
 	float *sq = sm, *sdo = sq + BR * hs, *sk = sdo + BR * hs, *sv = sk + BC * ks;
 	int bh = blockIdx.y, b = bh / a.NH, h = bh % a.NH, q0 = blockIdx.x * BR;
+	int kvh = h / (a.NH / a.NKV);
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 	const TI *qb = (const TI *)a.q + b * a.q_batch + (size_t)h * hs;
-	const TI *kb = (const TI *)a.k + b * a.kv_batch + (size_t)h * hs;
-	const TI *vb = (const TI *)a.v + b * a.kv_batch + (size_t)h * hs;
+	const TI *kb = (const TI *)a.k + b * a.kv_batch + (size_t)kvh * hs;
+	const TI *vb = (const TI *)a.v + b * a.kv_batch + (size_t)kvh * hs;
 	const TI *db = dout + b * o_batch + (size_t)h * hs;
 	float acc[RPW][NCMAX], li[RPW], di[RPW];
 	int kend = key_end(a, min(q0 + BR, a.tq) - 1);
@@ -215,6 +226,8 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 	}
 }
 
+/* Grid (key blocks of BR, B*NKV): the CTA of key/value head kvh of batch b
+ * walks the query tiles of query heads kvh*G .. kvh*G+G-1 in that order. */
 template <typename TI, typename GT>
 __global__ void __launch_bounds__(ATTN_THREADS)
 	attn_dkdv_kernel(attn_t a, const TI *dout, size_t o_row, size_t o_batch,
@@ -222,16 +235,13 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 			 size_t dkv_batch)
 {
 	extern __shared__ float sm[];
-	int hs = a.hs, nc = hs / 32, ks = hs + 1;
+	int hs = a.hs, nc = hs / 32, ks = hs + 1, G = a.NH / a.NKV;
 	float *skr = sm, *svr = skr + BR * hs, *sq = svr + BR * hs, *sdo = sq + BC * ks;
 	float *slse = sdo + BC * ks, *sdelta = slse + BC;
-	int bh = blockIdx.y, b = bh / a.NH, h = bh % a.NH, k0 = blockIdx.x * BR;
+	int bkv = blockIdx.y, b = bkv / a.NKV, kvh = bkv % a.NKV, k0 = blockIdx.x * BR;
 	int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-	const TI *qb = (const TI *)a.q + b * a.q_batch + (size_t)h * hs;
-	const TI *kb = (const TI *)a.k + b * a.kv_batch + (size_t)h * hs;
-	const TI *vb = (const TI *)a.v + b * a.kv_batch + (size_t)h * hs;
-	const TI *db = dout + b * o_batch + (size_t)h * hs;
-	const float *lb = lse + (size_t)bh * a.tq, *deb = delta + (size_t)bh * a.tq;
+	const TI *kb = (const TI *)a.k + b * a.kv_batch + (size_t)kvh * hs;
+	const TI *vb = (const TI *)a.v + b * a.kv_batch + (size_t)kvh * hs;
 	float dka[RPW][NCMAX], dva[RPW][NCMAX];
 	int qs = a.causal ? max(0, a.k_pos0 + k0 - a.q_pos0) : 0;
 
@@ -242,39 +252,49 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 	for (int i = 0; i < RPW; i++)
 		for (int cc = 0; cc < NCMAX; cc++)
 			dka[i][cc] = dva[i][cc] = 0.0f;
-	for (int qt = qs; qt < a.tq; qt += BC) {
-		__syncthreads();
-		load_rows(sq, ks, qb, a.q_row, qt, BC, a.tq, hs);
-		load_rows(sdo, ks, db, o_row, qt, BC, a.tq, hs);
-		if (threadIdx.x < BC) {
-			int qi = qt + threadIdx.x;
-			slse[threadIdx.x] = qi < a.tq ? lb[qi] : -INFINITY;
-			sdelta[threadIdx.x] = qi < a.tq ? deb[qi] : 0.0f;
-		}
-		__syncthreads();
-		#pragma unroll
-		for (int i = 0; i < RPW; i++) {
-			int r = warp * RPW + i, kj = k0 + r, qi = qt + lane;
-			float li = slse[lane], p = 0.0f, ds = 0.0f;
-			int vis = kj < a.tk && qi < a.tq && li != -INFINITY &&
-				  (!a.causal || a.k_pos0 + kj <= a.q_pos0 + qi);
+	for (int g = 0; g < G; g++) {
+		int h = kvh * G + g, bh = b * a.NH + h;
+		const TI *qb = (const TI *)a.q + b * a.q_batch + (size_t)h * hs;
+		const TI *db = dout + b * o_batch + (size_t)h * hs;
+		const float *lb = lse + (size_t)bh * a.tq, *deb = delta + (size_t)bh * a.tq;
 
-			if (!__any_sync(FULL, vis))
-				continue;
-			if (vis) {
-				float s = dot_sm(sq + lane * ks, skr + r * hs, hs) * a.scale;
-				float dp = dot_sm(sdo + lane * ks, svr + r * hs, hs);
-				p = expf(s - li);
-				ds = p * (dp - sdelta[lane]) * a.scale;
+		for (int qt = qs; qt < a.tq; qt += BC) {
+			__syncthreads();
+			load_rows(sq, ks, qb, a.q_row, qt, BC, a.tq, hs);
+			load_rows(sdo, ks, db, o_row, qt, BC, a.tq, hs);
+			if (threadIdx.x < BC) {
+				int qi = qt + threadIdx.x;
+				slse[threadIdx.x] = qi < a.tq ? lb[qi] : -INFINITY;
+				sdelta[threadIdx.x] = qi < a.tq ? deb[qi] : 0.0f;
 			}
-			for (int jj = 0; jj < BC; jj++) {
-				float pj = __shfl_sync(FULL, p, jj);
-				float dj = __shfl_sync(FULL, ds, jj);
+			__syncthreads();
+			#pragma unroll
+			for (int i = 0; i < RPW; i++) {
+				int r = warp * RPW + i, kj = k0 + r, qi = qt + lane;
+				float li = slse[lane], p = 0.0f, ds = 0.0f;
+				int vis = kj < a.tk && qi < a.tq && li != -INFINITY &&
+					  (!a.causal || a.k_pos0 + kj <= a.q_pos0 + qi);
+
+				if (!__any_sync(FULL, vis))
+					continue;
+				if (vis) {
+					float s = dot_sm(sq + lane * ks, skr + r * hs, hs) *
+						  a.scale;
+					float dp = dot_sm(sdo + lane * ks, svr + r * hs, hs);
+					p = expf(s - li);
+					ds = p * (dp - sdelta[lane]) * a.scale;
+				}
+				for (int jj = 0; jj < BC; jj++) {
+					float pj = __shfl_sync(FULL, p, jj);
+					float dj = __shfl_sync(FULL, ds, jj);
 #pragma unroll
-				for (int cc = 0; cc < NCMAX; cc++) {
-					if (cc < nc) {
-						dva[i][cc] += pj * sdo[jj * ks + lane + 32 * cc];
-						dka[i][cc] += dj * sq[jj * ks + lane + 32 * cc];
+					for (int cc = 0; cc < NCMAX; cc++) {
+						if (cc < nc) {
+							int c = lane + 32 * cc;
+
+							dva[i][cc] += pj * sdo[jj * ks + c];
+							dka[i][cc] += dj * sq[jj * ks + c];
+						}
 					}
 				}
 			}
@@ -283,7 +303,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 	#pragma unroll
 	for (int i = 0; i < RPW; i++) {
 		int kj = k0 + warp * RPW + i;
-		size_t off = b * dkv_batch + (size_t)kj * dkv_row + (size_t)h * hs;
+		size_t off = b * dkv_batch + (size_t)kj * dkv_row + (size_t)kvh * hs;
 
 		if (kj >= a.tk)
 			continue;
@@ -348,10 +368,16 @@ __global__ void attn_merge_kernel(float *out_a, float *lse_a, const float *out_b
 		lse_a[r] = mx + logf(wa + wb);
 }
 
-static int check_shape(struct mr_cuda *cu, const attn_t *a, const char *what)
+/* The descriptor the kernels take: NKV 0 is NH. Checks the shape (the
+ * kernels' limits, NKV dividing NH). */
+static int kernel_desc(struct mr_cuda *cu, const attn_t *a, attn_t *k, const char *what)
 {
-	if (a->B <= 0 || a->NH <= 0 || a->tq <= 0 || a->tk <= 0 || a->hs <= 0 || a->hs % 32 ||
-	    a->hs > 32 * NCMAX || (long)a->B * a->NH > 65535)
+	*k = *a;
+	if (k->NKV == 0)
+		k->NKV = k->NH;
+	if (k->B <= 0 || k->NH <= 0 || k->tq <= 0 || k->tk <= 0 || k->hs <= 0 || k->hs % 32 ||
+	    k->hs > 32 * NCMAX || (long)k->B * k->NH > 65535 || k->NKV < 0 ||
+	    k->NKV > k->NH || k->NH % k->NKV)
 		return mr__cuda_inval(cu, what);
 	return 0;
 }
@@ -375,11 +401,12 @@ static int attn_fwd(struct mr_cuda *cu, const attn_t *a, OutT *out, size_t o_row
 	size_t sm = sizeof(float) * ((size_t)BR * a->hs + (size_t)BC * (a->hs + 1) +
 				     (size_t)BC * a->hs);
 	dim3 grid((unsigned int)((a->tq + BR - 1) / BR), (unsigned int)(a->B * a->NH));
-	int rc = check_shape(cu, a, "attn_fwd");
+	attn_t k;
+	int rc = kernel_desc(cu, a, &k, "attn_fwd");
 
 	if (rc || (rc = smem_optin(cu, attn_fwd_kernel<TI, OutT>, sm)))
 		return rc;
-	attn_fwd_kernel<TI, OutT><<<grid, ATTN_THREADS, sm, cu->stream>>>(*a, out, o_row, o_batch,
+	attn_fwd_kernel<TI, OutT><<<grid, ATTN_THREADS, sm, cu->stream>>>(k, out, o_row, o_batch,
 									  lse);
 	return mr__cuda_launched(cu, "attn_fwd");
 }
@@ -456,17 +483,19 @@ static int attn_bwd(struct mr_cuda *cu, const attn_t *a, const TI *dout, size_t 
 {
 	size_t sm = sizeof(float) * (2 * (size_t)BR * a->hs + 2 * (size_t)BC * (a->hs + 1) +
 				     2 * (size_t)BC);
+	attn_t k;
+	int rc = kernel_desc(cu, a, &k, "attn_bwd");
+	/* dq per query head; dk/dv per key/value head (it sums its group) */
 	dim3 gq((unsigned int)((a->tq + BR - 1) / BR), (unsigned int)(a->B * a->NH));
-	dim3 gk((unsigned int)((a->tk + BR - 1) / BR), (unsigned int)(a->B * a->NH));
-	int rc = check_shape(cu, a, "attn_bwd");
+	dim3 gk((unsigned int)((a->tk + BR - 1) / BR), (unsigned int)(a->B * k.NKV));
 
 	if (rc || (rc = smem_optin(cu, attn_dq_kernel<TI, GT>, sm)) ||
 	    (rc = smem_optin(cu, attn_dkdv_kernel<TI, GT>, sm)))
 		return rc;
 	attn_dq_kernel<TI, GT><<<gq, ATTN_THREADS, sm, cu->stream>>>(
-		*a, dout, o_row, o_batch, lse, delta, dq, dq_row, dq_batch);
+		k, dout, o_row, o_batch, lse, delta, dq, dq_row, dq_batch);
 	attn_dkdv_kernel<TI, GT><<<gk, ATTN_THREADS, sm, cu->stream>>>(
-		*a, dout, o_row, o_batch, lse, delta, dk, dv, dkv_row, dkv_batch);
+		k, dout, o_row, o_batch, lse, delta, dk, dv, dkv_row, dkv_batch);
 	return mr__cuda_launched(cu, "attn_bwd");
 }
 
@@ -511,56 +540,66 @@ extern "C" int mr_cuda_attn_bwd_f32(struct mr_cuda *cu, const struct mr_cuda_att
 			  dq_batch, dk, dv, dkv_row, dkv_batch);
 }
 
-/* The packed qkv (B,T,3C) of a causal layer as the kernels see it. */
-static attn_t layer_desc(const struct mr_cuda *cu, const void *qkv, int B, int T, int C, int NH)
+/* The packed qkv (B,T,C+2*NKV*hs) of a causal layer as the kernels see
+ * it: q at column 0, k at C, v at C + NKV*hs. */
+static attn_t layer_desc(const struct mr_cuda *cu, const void *qkv, int B, int T, int C, int NH,
+			 int NKV)
 {
 	size_t esz = cu->act == MR_CUDA_F32 ? sizeof(float) : sizeof(mr_bf16);
 	attn_t a;
 
 	memset(&a, 0, sizeof(a));
-	a.q = qkv;
-	a.k = (const char *)qkv + (size_t)C * esz;
-	a.v = (const char *)qkv + 2 * (size_t)C * esz;
-	a.q_row = a.kv_row = 3 * (size_t)C;
-	a.q_batch = a.kv_batch = (size_t)T * 3 * C;
 	a.B = B;
 	a.NH = NH;
+	a.NKV = NKV;
 	a.hs = NH > 0 ? C / NH : 0;
+	a.q = qkv;
+	a.k = (const char *)qkv + (size_t)C * esz;
+	a.v = (const char *)qkv + ((size_t)C + (size_t)NKV * a.hs) * esz;
+	a.q_row = a.kv_row = (size_t)C + 2 * (size_t)NKV * a.hs;
+	a.q_batch = a.kv_batch = (size_t)T * a.q_row;
 	a.tq = a.tk = T;
 	a.causal = 1;
 	a.scale = a.hs > 0 ? 1.0f / sqrtf((float)a.hs) : 0.0f;
 	return a;
 }
 
-extern "C" int mr_cuda_attn_layer_fwd(struct mr_cuda *cu, void *out, float *lse, const void *qkv,
-				      int B, int T, int C, int NH)
+/* The layer's own checks before the kernels' (kernel_desc): whole heads,
+ * and NKV given (0 is not "NH" here: the caller knows its layout). */
+static int layer_ok(int C, int NH, int NKV)
 {
-	attn_t a = layer_desc(cu, qkv, B, T, C, NH);
+	return NH > 0 && C % NH == 0 && NKV > 0 && NKV <= NH && NH % NKV == 0;
+}
 
-	if (NH <= 0 || C % NH)
+extern "C" int mr_cuda_attn_layer_fwd(struct mr_cuda *cu, void *out, float *lse, const void *qkv,
+				      int B, int T, int C, int NH, int NKV)
+{
+	attn_t a = layer_desc(cu, qkv, B, T, C, NH, NKV);
+
+	if (!layer_ok(C, NH, NKV))
 		return mr__cuda_inval(cu, "attn_layer_fwd");
 	return mr_cuda_attn_fwd(cu, &a, out, (size_t)C, (size_t)T * C, lse);
 }
 
 extern "C" int mr_cuda_attn_layer_bwd(struct mr_cuda *cu, void *dqkv, const void *dout,
 				      const void *qkv, const void *out, const float *lse, int B,
-				      int T, int C, int NH)
+				      int T, int C, int NH, int NKV)
 {
-	attn_t a = layer_desc(cu, qkv, B, T, C, NH);
+	attn_t a = layer_desc(cu, qkv, B, T, C, NH, NKV), k;
 	size_t esz = cu->act == MR_CUDA_F32 ? sizeof(float) : sizeof(mr_bf16);
 	char *dq = (char *)dqkv;
 	float *delta;
 	int rc;
 
-	if (NH <= 0 || C % NH)
+	if (!layer_ok(C, NH, NKV))
 		return mr__cuda_inval(cu, "attn_layer_bwd");
-	if ((rc = check_shape(cu, &a, "attn_layer_bwd")) ||
+	if ((rc = kernel_desc(cu, &a, &k, "attn_layer_bwd")) ||
 	    (rc = mr__cuda_scratch(cu, (size_t)B * NH * T * sizeof(float), &delta)) ||
-	    (rc = mr_cuda_memset0(cu, dqkv, (size_t)B * T * 3 * C * esz)) ||
+	    (rc = mr_cuda_memset0(cu, dqkv, (size_t)B * a.q_batch * esz)) ||
 	    (rc = mr_cuda_attn_delta(cu, delta, dout, out, B, NH, T, a.hs, (size_t)C,
 				     (size_t)T * C)))
 		return rc;
-	return mr_cuda_attn_bwd(cu, &a, dout, (size_t)C, (size_t)T * C, lse, delta, dq,
-				3 * (size_t)C, (size_t)T * 3 * C, dq + (size_t)C * esz,
-				dq + 2 * (size_t)C * esz, 3 * (size_t)C, (size_t)T * 3 * C);
+	return mr_cuda_attn_bwd(cu, &a, dout, (size_t)C, (size_t)T * C, lse, delta, dq, a.q_row,
+				a.q_batch, dq + (size_t)C * esz,
+				dq + ((size_t)C + (size_t)NKV * a.hs) * esz, a.kv_row, a.kv_batch);
 }

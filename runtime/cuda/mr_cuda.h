@@ -258,9 +258,10 @@ int mr_cuda_crossentropy_finish(struct mr_cuda *cu, float *losses, float *lse, c
 /* ---- attention (block-wise, online softmax; see mr_attention.h) ----------
  * One call runs every (batch, head). Q of head h of batch b, query i is at
  * q + b*q_batch + i*q_row + h*hs (elements of the activation type); K and V
- * likewise with kv_*; queries sit at absolute positions q_pos0.., keys at
- * k_pos0.. (context parallel slices). hs must be a multiple of 32 and
- * <= 128. */
+ * likewise with kv_*, of key/value head h / (NH/NKV) (grouped-query
+ * attention; NKV = NH is multi-head); queries sit at absolute positions
+ * q_pos0.., keys at k_pos0.. (context parallel slices). hs must be a
+ * multiple of 32 and <= 128; NKV must divide NH. */
 struct mr_cuda_attn {
 	const void *q, *k, *v;
 	size_t q_row, q_batch, kv_row, kv_batch;
@@ -268,6 +269,7 @@ struct mr_cuda_attn {
 	int tq, q_pos0, tk, k_pos0;
 	int causal;
 	float scale;        /* usually 1/sqrt(hs) */
+	int NKV;            /* key/value heads; 0: NH */
 };
 /* Output rows of (B, tq, NH*hs) at out + b*o_batch + i*o_row + h*hs;
  * lse (B,NH,tq) fp32. Rows that see no key: out 0, lse -inf.
@@ -288,7 +290,9 @@ int mr_cuda_attn_delta(struct mr_cuda *cu, float *delta, const void *dout, const
 		       int B, int NH, int tq, int hs, size_t o_row, size_t o_batch);
 /* dq (like q, stride dq_row/dq_batch), dk, dv (like k/v, dkv_*): +=, from
  * dout (laid out like the output), the FINAL lse and delta. dq is computed
- * by one pass over key blocks, dk/dv by one over query blocks (no atomics).
+ * by one pass over key blocks, dk/dv by one over query blocks (no atomics):
+ * the CTA that owns a key/value head's rows sums its NH/NKV query heads in
+ * head order, so the result is deterministic.
  * Twin: mr_attn_head_bwd / mr_attn_layer_bwd (which zeroes dqkv first). */
 int mr_cuda_attn_bwd(struct mr_cuda *cu, const struct mr_cuda_attn *a, const void *dout,
 		     size_t o_row, size_t o_batch, const float *lse, const float *delta, void *dq,
@@ -299,13 +303,16 @@ int mr_cuda_attn_bwd_f32(struct mr_cuda *cu, const struct mr_cuda_attn *a, const
 			 size_t o_row, size_t o_batch, const float *lse, const float *delta,
 			 float *dq, size_t dq_row, size_t dq_batch, float *dk, float *dv,
 			 size_t dkv_row, size_t dkv_batch);
-/* A whole causal layer: qkv (B,T,3C) -> out (B,T,C) (=), lse (B,NH,T);
- * backward: dqkv (B,T,3C) = (written), delta in the context's scratch.
+/* A whole causal layer: qkv (B,T,C+2*NKV*hs) -> out (B,T,C) (=), lse
+ * (B,NH,T), with hs = C/NH and a qkv row of NH query heads, then NKV key
+ * heads, then NKV value heads (NKV = NH: (B,T,3C)); NKV divides NH.
+ * Backward: dqkv (like qkv) = (written), delta in the context's scratch.
  * Twins: mr_attn_layer_fwd, mr_attn_layer_bwd. */
 int mr_cuda_attn_layer_fwd(struct mr_cuda *cu, void *out, float *lse, const void *qkv, int B,
-			   int T, int C, int NH);
+			   int T, int C, int NH, int NKV);
 int mr_cuda_attn_layer_bwd(struct mr_cuda *cu, void *dqkv, const void *dout, const void *qkv,
-			   const void *out, const float *lse, int B, int T, int C, int NH);
+			   const void *out, const float *lse, int B, int T, int C, int NH,
+			   int NKV);
 
 /* ---- mixture of experts (model/mr_moe.h; twins there) ---------------------
  * Tensors as struct mr_moe_acts holds them, in device memory: probs (N,E),

@@ -279,16 +279,15 @@ static int cuda_attn_fwd(struct mr_dev *d, mr_act *out, float *lse, const mr_act
 			 int T, int C, int NH, int NKV, void *ws)
 {
 	(void)ws;
-	if (NKV != NH) /* d->attn_gqa is 0: the model refuses it at create */
-		return MR_ENOTSUP;
-	return ck(d, mr_cuda_attn_layer_fwd(cu_of(d), out, lse, qkv, B, T, C, NH), "attn_fwd");
+	return ck(d, mr_cuda_attn_layer_fwd(cu_of(d), out, lse, qkv, B, T, C, NH, NKV),
+		  "attn_fwd");
 }
 
 static struct mr_cuda_attn cuda_slice(const struct mr_dev_attn *a)
 {
 	struct mr_cuda_attn s = { a->q, a->k, a->v, a->q_row, a->q_batch, a->kv_row,
 				  a->kv_batch, a->B, a->NH, a->hs, a->tq, a->q_pos0,
-				  a->tk, a->k_pos0, a->causal, a->scale };
+				  a->tk, a->k_pos0, a->causal, a->scale, a->NKV };
 	return s;
 }
 
@@ -338,9 +337,7 @@ static int cuda_attn_bwd(struct mr_dev *d, mr_act *dqkv, const mr_act *dout, con
 			 int NKV, void *ws)
 {
 	(void)ws; /* delta lives in the context's scratch */
-	if (NKV != NH)
-		return MR_ENOTSUP;
-	return ck(d, mr_cuda_attn_layer_bwd(cu_of(d), dqkv, dout, qkv, out, lse, B, T, C, NH),
+	return ck(d, mr_cuda_attn_layer_bwd(cu_of(d), dqkv, dout, qkv, out, lse, B, T, C, NH, NKV),
 		  "attn_bwd");
 }
 
@@ -676,6 +673,7 @@ int mr__dev_cuda_open(struct mr_dev *d, int index, enum mr_dtype act, struct mr_
 	d->attn_hs_align = 32; /* runtime/cuda/attention.cu: warps of 32 lanes */
 	d->attn_hs_max = 128;
 	d->attn_bh_max = 65535; /* one grid dimension per (batch row, head) */
+	d->attn_gqa = 1;        /* grouped-query attention (attention.cu) */
 	d->impl = s;
 	return 0;
 }

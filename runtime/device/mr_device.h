@@ -57,7 +57,8 @@ struct mr_moe_xchg;
 /* Attention of a query slice against a key/value slice, each at its
  * absolute sequence positions (context parallel): every (batch, head);
  * head h of batch b's query i at q + b*q_batch + i*q_row + h*hs elements
- * (k, v likewise with kv_*). As kernels/mr_attention.h's mr_attn_slice. */
+ * (k, v likewise with kv_*, of key/value head h / (NH/NKV)). As
+ * kernels/mr_attention.h's mr_attn_slice. */
 struct mr_dev_attn {
 	const mr_act *q, *k, *v;
 	size_t q_row, q_batch, kv_row, kv_batch;

@@ -629,11 +629,15 @@ int mr_cuda_swiglu_bwd(struct mr_cuda *cu, void *dab, const void *ab, const void
 		       int F)
 {
 	float *fab = ld(cu, D(ab), (size_t)N * 2 * F), *fd = ld(cu, D(dout), (size_t)N * F);
+	float *fdab = xalloc(sizeof(float) * (size_t)N * 2 * F);
 
-	mr_swiglu_bwd(NULL, fab, fab, fd, N, F);
-	st(cu, D(dab), fab, (size_t)N * 2 * F);
+	/* not in place: the CPU twin reads a row's a after writing its da
+	 * (the device kernel holds both in registers, so dab may alias ab) */
+	mr_swiglu_bwd(NULL, fdab, fab, fd, N, F);
+	st(cu, D(dab), fdab, (size_t)N * 2 * F);
 	free(fab);
 	free(fd);
+	free(fdab);
 	return 0;
 }
 
@@ -811,7 +815,20 @@ static struct mr_cuda_attn attn_host(struct mr_cuda *cu, const struct mr_cuda_at
 	return h;
 }
 
-/* Head h of batch b (a holds host addresses). */
+/* Key/value heads of a (0: NH). */
+static int attn_nkv(const struct mr_cuda_attn *a)
+{
+	return a->NKV ? a->NKV : a->NH;
+}
+
+/* The key/value head query head h reads. */
+static int kv_head(const struct mr_cuda_attn *a, int h)
+{
+	return h / (a->NH / attn_nkv(a));
+}
+
+/* Query head h of batch b and the key/value head it reads (a holds host
+ * addresses). */
 static struct mr_attn_head head_of(const struct mr_cuda *cu, const struct mr_cuda_attn *a,
 				   int b, int h, int bq, int bk, float **q, float **k, float **v)
 {
@@ -819,8 +836,8 @@ static struct mr_attn_head head_of(const struct mr_cuda *cu, const struct mr_cud
 	int hs = a->hs;
 
 	*q = gather(cu, a->q, b * a->q_batch + (size_t)h * hs, a->q_row, a->tq, hs);
-	*k = gather(cu, a->k, b * a->kv_batch + (size_t)h * hs, a->kv_row, a->tk, hs);
-	*v = gather(cu, a->v, b * a->kv_batch + (size_t)h * hs, a->kv_row, a->tk, hs);
+	*k = gather(cu, a->k, b * a->kv_batch + (size_t)kv_head(a, h) * hs, a->kv_row, a->tk, hs);
+	*v = gather(cu, a->v, b * a->kv_batch + (size_t)kv_head(a, h) * hs, a->kv_row, a->tk, hs);
 	memset(&hd, 0, sizeof(hd));
 	hd.q = *q;
 	hd.k = *k;
@@ -842,7 +859,8 @@ static struct mr_attn_head head_of(const struct mr_cuda *cu, const struct mr_cud
 static int attn_shape_ok(const struct mr_cuda_attn *a)
 {
 	return a->B > 0 && a->NH > 0 && a->tq > 0 && a->tk > 0 && a->hs > 0 && a->hs % 32 == 0 &&
-	       a->hs <= 128 && (long)a->B * a->NH <= 65535;
+	       a->hs <= 128 && (long)a->B * a->NH <= 65535 && a->NKV >= 0 && a->NKV <= a->NH &&
+	       a->NH % attn_nkv(a) == 0;
 }
 
 /* Forward into out of the activation type (f32 0) or fp32 (f32 1); every
@@ -954,6 +972,8 @@ static int attn_bwd(struct mr_cuda *cu, const struct mr_cuda_attn *a, const void
 			struct mr_attn_head hd = head_of(cu, a, b, h, MR_ATTN_BWD_BQ,
 							 MR_ATTN_BWD_BK, &q, &k, &v);
 			size_t r = ((size_t)b * a->NH + h) * a->tq;
+			size_t kvo = b * dkv_batch + (size_t)kv_head(a, h) * hs;
+
 			d = gather(cu, dout, b * o_batch + (size_t)h * hs, o_row, a->tq, hs);
 			fq = xcalloc((size_t)a->tq * hs, sizeof(float));
 			fk = xcalloc((size_t)a->tk * hs, sizeof(float));
@@ -961,10 +981,9 @@ static int attn_bwd(struct mr_cuda *cu, const struct mr_cuda_attn *a, const void
 			mr_attn_head_bwd(&hd, d, (size_t)hs, lse + r, delta + r, fq, (size_t)hs, fk,
 					 fv, (size_t)hs, ws);
 			add_rows(cu, dq, f32, b * dq_batch + (size_t)h * hs, dq_row, fq, a->tq, hs);
-			add_rows(cu, dk, f32, b * dkv_batch + (size_t)h * hs, dkv_row, fk, a->tk,
-				 hs);
-			add_rows(cu, dv, f32, b * dkv_batch + (size_t)h * hs, dkv_row, fv, a->tk,
-				 hs);
+			/* a key/value head's query heads add in head order */
+			add_rows(cu, dk, f32, kvo, dkv_row, fk, a->tk, hs);
+			add_rows(cu, dv, f32, kvo, dkv_row, fv, a->tk, hs);
 			free(q);
 			free(k);
 			free(v);
@@ -999,35 +1018,42 @@ int mr_cuda_attn_bwd_f32(struct mr_cuda *cu, const struct mr_cuda_attn *a, const
 			dq_batch, D(dk), D(dv), dkv_row, dkv_batch, 1);
 }
 
-/* The layer entries: the CPU layer twins on the whole packed qkv (the
- * device's limits on the head size still apply). */
-static int layer_ok(struct mr_cuda *cu, int B, int T, int C, int NH)
+/* The layer entries: the CPU layer twins on the whole packed qkv
+ * (B,T,C+2*NKV*hs) (the device's limits on the head size still apply). */
+static int layer_ok(struct mr_cuda *cu, int B, int T, int C, int NH, int NKV)
 {
 	struct mr_cuda_attn a;
 
 	memset(&a, 0, sizeof(a));
 	a.B = B;
 	a.NH = NH;
+	a.NKV = NKV;
 	a.tq = a.tk = T;
 	a.hs = NH > 0 && C % NH == 0 ? C / NH : 0;
-	if (attn_shape_ok(&a))
+	if (NKV > 0 && attn_shape_ok(&a))
 		return 1;
 	snprintf(cu->err, sizeof(cu->err), "unsupported shape for 'attn_layer'");
 	return 0;
 }
 
+/* Elements of the layer's qkv (B,T,C+2*NKV*hs). */
+static size_t layer_qkv(int B, int T, int C, int NH, int NKV)
+{
+	return (size_t)B * T * ((size_t)C + 2 * (size_t)NKV * (size_t)(C / NH));
+}
+
 int mr_cuda_attn_layer_fwd(struct mr_cuda *cu, void *out, float *lse, const void *qkv, int B,
-			   int T, int C, int NH)
+			   int T, int C, int NH, int NKV)
 {
 	size_t n = (size_t)B * T * C;
 	float *fq, *fo, *ws;
 
-	if (!layer_ok(cu, B, T, C, NH))
+	if (!layer_ok(cu, B, T, C, NH, NKV))
 		return MR_EINVAL;
-	fq = ld(cu, D(qkv), 3 * n);
+	fq = ld(cu, D(qkv), layer_qkv(B, T, C, NH, NKV));
 	fo = xalloc(sizeof(float) * n);
 	ws = xalloc(sizeof(float) * mr_attn_layer_ws_floats(NULL, T, C / NH));
-	mr_attn_layer_fwd(NULL, fo, D(lse), fq, B, T, C, NH, NH, ws);
+	mr_attn_layer_fwd(NULL, fo, D(lse), fq, B, T, C, NH, NKV, ws);
 	st(cu, D(out), fo, n);
 	free(fq);
 	free(fo);
@@ -1036,20 +1062,21 @@ int mr_cuda_attn_layer_fwd(struct mr_cuda *cu, void *out, float *lse, const void
 }
 
 int mr_cuda_attn_layer_bwd(struct mr_cuda *cu, void *dqkv, const void *dout, const void *qkv,
-			   const void *out, const float *lse, int B, int T, int C, int NH)
+			   const void *out, const float *lse, int B, int T, int C, int NH, int NKV)
 {
-	size_t n = (size_t)B * T * C;
+	size_t n = (size_t)B * T * C, nqkv;
 	float *fd, *fq, *fo, *fdq, *ws;
 
-	if (!layer_ok(cu, B, T, C, NH))
+	if (!layer_ok(cu, B, T, C, NH, NKV))
 		return MR_EINVAL;
+	nqkv = layer_qkv(B, T, C, NH, NKV);
 	fd = ld(cu, D(dout), n);
-	fq = ld(cu, D(qkv), 3 * n);
+	fq = ld(cu, D(qkv), nqkv);
 	fo = ld(cu, D(out), n);
-	fdq = xalloc(sizeof(float) * 3 * n);
+	fdq = xalloc(sizeof(float) * nqkv);
 	ws = xalloc(sizeof(float) * mr_attn_layer_ws_floats(NULL, T, C / NH));
-	mr_attn_layer_bwd(NULL, fdq, fd, fq, fo, D(lse), B, T, C, NH, NH, ws);
-	st(cu, D(dqkv), fdq, 3 * n);
+	mr_attn_layer_bwd(NULL, fdq, fd, fq, fo, D(lse), B, T, C, NH, NKV, ws);
+	st(cu, D(dqkv), fdq, nqkv);
 	free(fd);
 	free(fq);
 	free(fo);

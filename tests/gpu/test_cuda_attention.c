@@ -3,7 +3,12 @@
  * twin (kernels/mr_attention.h): whole causal layer forward and backward
  * for head sizes 32, 64 and 128 with T not a multiple of the tiles, and
  * the context-parallel path (a query slice at an offset, two key blocks,
- * fp32 partials merged, backward per key block with the final lse/delta).
+ * fp32 partials merged, backward per key block with the final lse/delta),
+ * and grouped-query attention (NKV key/value heads of NH): the layer
+ * entries and the slices against the CPU twins, the layer against the
+ * kernels' own multi-head run on the expanded qkv (out, lse, dq
+ * bit-identical; dk/dv the group sums) and against itself (the backward
+ * twice: the same bits).
  *
  * Tolerances (|gpu - cpu| <= rtol*|cpu| + atol*max|cpu|):
  *   layer out (bf16)         rtol 8e-3, atol 1e-3
@@ -14,6 +19,9 @@
  *                            rtol 1e-3, atol 1e-4
  *   the layer entries with fp32 activations: out rtol 1e-4, dqkv rtol
  *                            1e-3 (fp32 throughout, other orders)
+ *   gqa dk/dv vs the multi-head group sums: fp32 rtol 1e-5 (one fp32 sum
+ *                            in another order); bf16 2e-2, 1e-2 (each
+ *                            multi-head term rounded before the sum)
  * Skipped when there is no CUDA device.
  */
 #include <criterion/criterion.h>
@@ -121,13 +129,13 @@ static void layer_entry_case(int f32, int B, int T, int C, int NH)
 	d_dqkv = up_act(rand_bf(nqkv, 10.0f), nqkv); /* old contents must not leak in */
 	d_lse = dev_alloc(nl * sizeof(float));
 	mr_attn_layer_fwd(NULL, out, lse, qkv, B, T, C, NH, NH, ws);
-	CU_OK(mr_cuda_attn_layer_fwd(cu, d_out, d_lse, d_qkv, B, T, C, NH));
+	CU_OK(mr_cuda_attn_layer_fwd(cu, d_out, d_lse, d_qkv, B, T, C, NH, NH));
 	check_close("layer out", down_act(d_out, nout), out, nout, f32 ? 1e-4 : BF_RTOL,
 		    f32 ? 1e-5 : BF_ATOL);
 	check_close("layer lse", down_f32(d_lse, nl), lse, nl, 1e-5, 1e-5);
 	mr_attn_layer_bwd(NULL, dqkv, dout, qkv, out, lse, B, T, C, NH, NH, ws);
 	CU_OK(mr_cuda_attn_layer_bwd(cu, d_dqkv, up_act(dout, nout), d_qkv, d_out, d_lse, B, T,
-				     C, NH));
+				     C, NH, NH));
 	check_close("layer dqkv", down_act(d_dqkv, nqkv), dqkv, nqkv, f32 ? 1e-3 : 2e-2,
 		    f32 ? 1e-4 : 1e-2);
 }
@@ -270,5 +278,226 @@ Test(cuda_attn, context_parallel_partials_merge_and_backward)
 {
 	need_gpu();
 	cp_case();
+	gpu_teardown();
+}
+
+/* ---- grouped-query attention: NKV key/value heads of NH ------------------ */
+
+/* Elements of a (B,T,C+2*NKV*hs) qkv. */
+static size_t gqa_qkv_n(int B, int T, int C, int NH, int NKV)
+{
+	return (size_t)B * T * ((size_t)C + 2 * (size_t)NKV * (size_t)(C / NH));
+}
+
+/* The multi-head qkv (B,T,3C) whose query head h has the key and value of
+ * the grouped layout's head h / (NH/NKV): the same attention, spelled out. */
+static float *gqa_expand(const float *g, int B, int T, int C, int NH, int NKV)
+{
+	int hs = C / NH, G = NH / NKV, h;
+	size_t W = (size_t)C + 2 * (size_t)NKV * hs, r;
+	float *m = xmalloc((size_t)B * T * 3 * C * sizeof(float));
+
+	for (r = 0; r < (size_t)B * T; r++) {
+		const float *gr = g + r * W;
+		float *mr = m + r * 3 * C;
+
+		memcpy(mr, gr, (size_t)C * sizeof(float));
+		for (h = 0; h < NH; h++) {
+			size_t kv = (size_t)(h / G) * hs;
+			memcpy(mr + C + (size_t)h * hs, gr + C + kv, (size_t)hs * sizeof(float));
+			memcpy(mr + 2 * C + (size_t)h * hs, gr + C + (size_t)NKV * hs + kv,
+			       (size_t)hs * sizeof(float));
+		}
+	}
+	return m;
+}
+
+/* The layer entries with NKV < NH against the CPU layer (the twin), in
+ * the activation type f32 or bf16; then against the kernels' own
+ * multi-head run on the expanded qkv: out, lse and dq bit-identical (each
+ * query head reads the same key/value values through the same
+ * arithmetic), dk/dv the group sums of the multi-head dk/dv (another
+ * order of the same fp32 sums); then the backward again: bit-identical
+ * (no atomics). */
+static void gqa_layer_case(int f32, int B, int T, int C, int NH, int NKV)
+{
+	int hs = C / NH, G = NH / NKV, h;
+	size_t nqkv = gqa_qkv_n(B, T, C, NH, NKV), nout = (size_t)B * T * C;
+	size_t nl = (size_t)B * NH * T, nm = (size_t)B * T * 3 * C, W = nqkv / ((size_t)B * T), r;
+	float *qkv = rand_bf(nqkv, 1.0f), *dout = rand_bf(nout, 1.0f);
+	float *out = xmalloc(nout * sizeof(float)), *lse = xmalloc(nl * sizeof(float));
+	float *dqkv = xmalloc(nqkv * sizeof(float)), *mqkv = gqa_expand(qkv, B, T, C, NH, NKV);
+	float *ws = xmalloc(mr_attn_layer_ws_floats(NULL, T, hs) * sizeof(float));
+	float *g_out, *g_lse, *g_dqkv, *m_out, *m_lse, *m_dqkv, *sum, *d_lse, *d_mlse;
+	void *d_qkv, *d_out, *d_dqkv, *d_dout, *d_mqkv, *d_mout, *d_mdqkv;
+
+	cr_log_info("gqa layer %s B %d T %d C %d NH %d NKV %d", f32 ? "fp32" : "bf16", B, T, C, NH,
+		    NKV);
+	use_act(f32);
+	d_qkv = up_act(qkv, nqkv);
+	d_dout = up_act(dout, nout);
+	d_out = act_alloc(nout);
+	d_dqkv = up_act(rand_bf(nqkv, 10.0f), nqkv); /* old contents must not leak in */
+	d_lse = dev_alloc(nl * sizeof(float));
+	mr_attn_layer_fwd(NULL, out, lse, qkv, B, T, C, NH, NKV, ws);
+	CU_OK(mr_cuda_attn_layer_fwd(cu, d_out, d_lse, d_qkv, B, T, C, NH, NKV));
+	g_out = down_act(d_out, nout);
+	g_lse = down_f32(d_lse, nl);
+	check_close("gqa out", g_out, out, nout, f32 ? 1e-4 : BF_RTOL, f32 ? 1e-5 : BF_ATOL);
+	check_close("gqa lse", g_lse, lse, nl, 1e-5, 1e-5);
+	mr_attn_layer_bwd(NULL, dqkv, dout, qkv, out, lse, B, T, C, NH, NKV, ws);
+	CU_OK(mr_cuda_attn_layer_bwd(cu, d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, NKV));
+	g_dqkv = down_act(d_dqkv, nqkv);
+	check_close("gqa dqkv", g_dqkv, dqkv, nqkv, f32 ? 1e-3 : 2e-2, f32 ? 1e-4 : 1e-2);
+
+	/* the multi-head run of the same attention */
+	d_mqkv = up_act(mqkv, nm);
+	d_mout = act_alloc(nout);
+	d_mdqkv = act_alloc(nm);
+	d_mlse = dev_alloc(nl * sizeof(float));
+	CU_OK(mr_cuda_attn_layer_fwd(cu, d_mout, d_mlse, d_mqkv, B, T, C, NH, NH));
+	m_out = down_act(d_mout, nout);
+	m_lse = down_f32(d_mlse, nl);
+	cr_assert(memcmp(g_out, m_out, nout * sizeof(float)) == 0, "gqa out != multi-head out");
+	cr_assert(memcmp(g_lse, m_lse, nl * sizeof(float)) == 0, "gqa lse != multi-head lse");
+	CU_OK(mr_cuda_attn_layer_bwd(cu, d_mdqkv, d_dout, d_mqkv, d_mout, d_mlse, B, T, C, NH,
+				     NH));
+	m_dqkv = down_act(d_mdqkv, nm);
+	sum = xmalloc(nqkv * sizeof(float));
+	memset(sum, 0, nqkv * sizeof(float));
+	for (r = 0; r < (size_t)B * T; r++) {
+		cr_assert(memcmp(g_dqkv + r * W, m_dqkv + r * 3 * C,
+				 (size_t)C * sizeof(float)) == 0,
+			  "gqa dq != multi-head dq in row %zu", r);
+		memcpy(sum + r * W, g_dqkv + r * W, (size_t)C * sizeof(float));
+		for (h = 0; h < NH; h++) {
+			const float *mk = m_dqkv + r * 3 * C + C + (size_t)h * hs;
+			float *sk = sum + r * W + C + (size_t)(h / G) * hs;
+			int c;
+
+			for (c = 0; c < hs; c++) {
+				sk[c] += mk[c];                              /* dk */
+				sk[(size_t)NKV * hs + c] += mk[(size_t)C + c]; /* dv */
+			}
+		}
+	}
+	/* bf16: each multi-head dk/dv was rounded before the sum, gqa's once */
+	check_close("gqa dk/dv vs multi-head sums", g_dqkv, sum, nqkv, f32 ? 1e-5 : 2e-2,
+		    f32 ? 1e-6 : 1e-2);
+
+	/* deterministic: the same backward again, the same bits */
+	CU_OK(mr_cuda_attn_layer_bwd(cu, d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, NKV));
+	m_dqkv = down_act(d_dqkv, nqkv);
+	cr_assert(memcmp(g_dqkv, m_dqkv, nqkv * sizeof(float)) == 0,
+		  "gqa backward not deterministic");
+	free(sum);
+}
+
+Test(cuda_attn, grouped_query_layer_matches_cpu_and_multi_head)
+{
+	need_gpu();
+	gqa_layer_case(1, 2, 37, 128, 4, 2);
+	gqa_layer_case(0, 2, 37, 128, 4, 2);
+	gqa_layer_case(1, 1, 45, 128, 4, 1); /* multi-query */
+	gqa_layer_case(0, 1, 45, 128, 4, 1);
+	gqa_layer_case(0, 1, 70, 512, 8, 2); /* hs 64, groups of 4 */
+	gqa_layer_case(1, 1, 33, 512, 4, 2); /* hs 128 */
+	gpu_teardown();
+}
+
+/* The context-parallel entries on a grouped-query layout (struct
+ * mr_cuda_attn.NKV): queries [T/2, T) against key block [0, T/2) and
+ * [T/2, T) each, fp32 partials and fp32 gradients (+=) against the CPU
+ * slices (mr_attn_slice_*). */
+static void gqa_slice_case(int NH, int NKV)
+{
+	int B = 2, T = 64, hs = 32, C = NH * hs, half = T / 2, blk;
+	size_t W = (size_t)C + 2 * (size_t)NKV * hs, nqkv = (size_t)B * T * W;
+	size_t no = (size_t)B * half * C, nl = (size_t)B * NH * half, kvw = (size_t)NKV * hs;
+	size_t nkv = (size_t)B * T * kvw, ob = (size_t)half * C;
+	float *qkv = rand_bf(nqkv, 1.0f), *dout = rand_bf(no, 1.0f);
+	float *out = xmalloc(no * sizeof(float)), *lse = xmalloc(nl * sizeof(float));
+	float *delta = xmalloc(nl * sizeof(float)), *dq = xmalloc(no * sizeof(float));
+	float *dk = xmalloc(nkv * sizeof(float)), *dv = xmalloc(nkv * sizeof(float));
+	mr_bf16 *d_qkv = up_bf(qkv, nqkv), *d_dout = up_bf(dout, no);
+	float *d_out = dev_alloc(no * sizeof(float)), *d_lse = dev_alloc(nl * sizeof(float));
+	float *d_delta = dev_alloc(nl * sizeof(float)), *d_dq = dev_alloc(no * sizeof(float));
+	float *d_dk = dev_alloc(nkv * sizeof(float)), *d_dv = dev_alloc(nkv * sizeof(float));
+
+	use_act(0);
+	memset(dq, 0, no * sizeof(float));
+	memset(dk, 0, nkv * sizeof(float));
+	memset(dv, 0, nkv * sizeof(float));
+	CU_OK(mr_cuda_memset0(cu, d_dq, no * sizeof(float)));
+	CU_OK(mr_cuda_memset0(cu, d_dk, nkv * sizeof(float)));
+	CU_OK(mr_cuda_memset0(cu, d_dv, nkv * sizeof(float)));
+	for (blk = 0; blk < 2; blk++) {
+		size_t k0 = (size_t)blk * half * W, g0 = (size_t)blk * half * kvw;
+		struct mr_attn_slice s;
+		struct mr_cuda_attn a;
+
+		memset(&s, 0, sizeof(s));
+		memset(&a, 0, sizeof(a));
+		s.q = qkv + (size_t)half * W;
+		s.k = qkv + k0 + C;
+		s.v = qkv + k0 + C + kvw;
+		a.q = d_qkv + (size_t)half * W;
+		a.k = d_qkv + k0 + C;
+		a.v = d_qkv + k0 + C + kvw;
+		s.q_row = s.kv_row = a.q_row = a.kv_row = W;
+		s.q_batch = s.kv_batch = a.q_batch = a.kv_batch = (size_t)T * W;
+		s.B = a.B = B;
+		s.NH = a.NH = NH;
+		s.NKV = a.NKV = NKV;
+		s.hs = a.hs = hs;
+		s.tq = s.tk = a.tq = a.tk = half;
+		s.q_pos0 = a.q_pos0 = half;
+		s.k_pos0 = a.k_pos0 = blk * half;
+		s.causal = a.causal = 1;
+		s.scale = a.scale = 1.0f / sqrtf((float)hs);
+		/* a partial per block, then the backward with the block's own
+		 * lse and delta (the entries do not care which lse it is) */
+		cr_assert_eq(mr_attn_slice_fwd(NULL, &s, out, (size_t)C, ob, lse), 0);
+		CU_OK(mr_cuda_attn_fwd_f32(cu, &a, d_out, (size_t)C, ob, d_lse));
+		check_close("gqa slice out", down_f32(d_out, no), out, no, 1e-3, 1e-4);
+		check_close("gqa slice lse", down_f32(d_lse, nl), lse, nl, 1e-5, 1e-5);
+		mr_attn_slice_delta(NULL, delta, dout, out, B, NH, half, hs, (size_t)C, ob);
+		CU_OK(mr_cuda_upload(cu, d_delta, delta, nl * sizeof(float)));
+		CU_OK(mr_cuda_upload(cu, d_lse, lse, nl * sizeof(float)));
+		cr_assert_eq(mr_attn_slice_bwd(NULL, &s, dout, (size_t)C, ob, lse, delta, dq,
+					       (size_t)C, ob, dk + g0, dv + g0, kvw,
+					       (size_t)T * kvw),
+			     0);
+		CU_OK(mr_cuda_attn_bwd_f32(cu, &a, d_dout, (size_t)C, ob, d_lse, d_delta, d_dq,
+					   (size_t)C, ob, d_dk + g0, d_dv + g0, kvw,
+					   (size_t)T * kvw));
+	}
+	check_close("gqa slice dq", down_f32(d_dq, no), dq, no, 1e-3, 1e-4);
+	check_close("gqa slice dk", down_f32(d_dk, nkv), dk, nkv, 1e-3, 1e-4);
+	check_close("gqa slice dv", down_f32(d_dv, nkv), dv, nkv, 1e-3, 1e-4);
+}
+
+Test(cuda_attn, grouped_query_slices_match_cpu)
+{
+	need_gpu();
+	gqa_slice_case(4, 2);
+	gqa_slice_case(4, 1);
+	gpu_teardown();
+}
+
+/* A key/value head count that does not divide NH is refused, naming the
+ * entry. */
+Test(cuda_attn, bad_kv_head_count_is_rejected)
+{
+	mr_bf16 *qkv, *out;
+	float *lse;
+
+	need_gpu();
+	qkv = dev_alloc(8 * 3 * 128 * sizeof(mr_bf16));
+	out = dev_alloc(8 * 128 * sizeof(mr_bf16));
+	lse = dev_alloc(4 * 8 * sizeof(float));
+	cr_assert_eq(mr_cuda_attn_layer_fwd(cu, out, lse, qkv, 1, 8, 128, 4, 3), MR_EINVAL);
+	cr_assert(strstr(mr_cuda_errmsg(cu), "attn_layer") != NULL, "%s", mr_cuda_errmsg(cu));
+	cr_assert_eq(mr_cuda_attn_layer_fwd(cu, out, lse, qkv, 1, 8, 128, 4, 0), MR_EINVAL);
 	gpu_teardown();
 }

@@ -586,32 +586,148 @@ Test(device_cuda, crossentropy_and_its_vocab_parallel_pieces)
 
 /* ---- attention ------------------------------------------------------------------------ */
 
-static void attention_case(void)
+/* A whole causal layer of NH query heads and NKV key/value heads (qkv
+ * rows of C + 2*NKV*hs) on both devices, forward and backward. */
+static void attention_layer(int B, int T, int C, int NH, int NKV)
 {
-	int B = 2, T = 19, C = 64, NH = 2; /* head size 32: the device kernels' minimum */
-	size_t n = (size_t)B * T * C, wsb = F.cpu.ops->ws_bytes(&F.cpu, T, C, NH);
-	float *hq = rnd(3 * n, 1.0f), *hd = rnd(n, 1.0f), *hg = rnd(3 * n, 1.0f);
-	struct pr qkv = act_in(hq, 3 * n), dout = act_in(hd, n), out = act_zero(n);
-	struct pr lse = f32_in(NULL, (size_t)B * NH * T), dqkv = act_in(hg, 3 * n);
+	size_t nq = (size_t)B * T * (C + 2 * (size_t)NKV * (C / NH)), n = (size_t)B * T * C;
+	size_t wsb = F.cpu.ops->ws_bytes(&F.cpu, T, C, NH);
+	float *hq = rnd(nq, 1.0f), *hd = rnd(n, 1.0f), *hg = rnd(nq, 1.0f);
+	struct pr qkv = act_in(hq, nq), dout = act_in(hd, n), out = act_zero(n);
+	struct pr lse = f32_in(NULL, (size_t)B * NH * T), dqkv = act_in(hg, nq);
 	struct pr ws = { dalloc(&F.cpu, wsb), dalloc(&F.gpu, 1), 0, 0 };
 
-	BOTH(attn_fwd, P(out), P(lse), P(qkv), B, T, C, NH, NH, P(ws));
+	cr_log_info("attention layer B %d T %d C %d NH %d NKV %d (%s)", B, T, C, NH, NKV,
+		    F.bf16 ? "bf16" : "fp32");
+	BOTH(attn_fwd, P(out), P(lse), P(qkv), B, T, C, NH, NKV, P(ws));
 	same("attn out", out, T_ACT);
 	same("attn lse", lse, T_F32);
 	/* dqkv is written (=): its old contents must not leak in */
-	BOTH(attn_bwd, P(dqkv), P(dout), P(qkv), P(out), P(lse), B, T, C, NH, NH, P(ws));
+	BOTH(attn_bwd, P(dqkv), P(dout), P(qkv), P(out), P(lse), B, T, C, NH, NKV, P(ws));
 	same("attn dqkv", dqkv, T_GRAD);
-	/* a head size the device kernels do not support is refused */
-	cr_assert_eq(F.gpu.ops->attn_fwd(&F.gpu, out.g, lse.g, qkv.g, B, T, C, 4, 4, ws.g),
-		     MR_EINVAL);
 	free(hq);
 	free(hd);
 	free(hg);
 }
 
+static void attention_case(void)
+{
+	int B = 2, T = 19, C = 64, NH = 2; /* head size 32: the device kernels' minimum */
+	struct pr out = act_zero((size_t)B * T * C), lse = f32_in(NULL, (size_t)B * 4 * T);
+	struct pr qkv = act_zero((size_t)B * T * 3 * C);
+
+	attention_layer(B, T, C, NH, NH);
+	/* a head size the device kernels do not support is refused */
+	cr_assert_eq(F.gpu.ops->attn_fwd(&F.gpu, out.g, lse.g, qkv.g, B, T, C, 4, 4, NULL),
+		     MR_EINVAL);
+	/* and so is a key/value head count that does not divide NH */
+	cr_assert_eq(F.gpu.ops->attn_fwd(&F.gpu, out.g, lse.g, qkv.g, B, T, C, NH, 3, NULL),
+		     MR_EINVAL);
+}
+
 Test(device_cuda, attention_forward_and_backward)
 {
 	BOTH_PRECISIONS(attention_case);
+}
+
+/* Grouped-query attention: 4 query heads of size 32 on 2 key/value heads
+ * and on 1 (multi-query), T past one tile of the kernels. */
+static void gqa_case(void)
+{
+	cr_assert(F.gpu.attn_gqa, "the cuda device takes n_kv_head < n_head");
+	attention_layer(2, 37, 128, 4, 2);
+	attention_layer(1, 37, 128, 4, 1);
+}
+
+Test(device_cuda, grouped_query_attention_forward_and_backward)
+{
+	BOTH_PRECISIONS(gqa_case);
+}
+
+/* The context-parallel pieces on a grouped-query layout: B 2, T 40, 4
+ * query heads of 32 on 2 key/value heads, qkv rows of W = C + 2*NKV*hs.
+ * Queries [T/2, T) against key blocks [0, T/2) and [T/2, T), each a fp32
+ * partial (the first written, the second merged into it), delta from the
+ * merged output, then the backward per key block into fp32 gradients
+ * (dk, dv rows of NKV heads). */
+enum { S_B = 2, S_T = 40, S_NH = 4, S_NKV = 2, S_HS = 32, S_C = S_NH * S_HS,
+       S_W = S_C + 2 * S_NKV * S_HS, S_HALF = S_T / 2 };
+
+/* Query rows [T/2, T) against key block blk of qkv on the device g
+ * (BOTH's g_), in *a. */
+static const struct mr_dev_attn *gqa_slice(int g, struct pr qkv, int blk, struct mr_dev_attn *a)
+{
+	struct mr_dev *d = g ? &F.gpu : &F.cpu;
+	const mr_act *q = g ? qkv.g : qkv.c;
+	size_t k0 = (size_t)blk * S_HALF * S_W;
+
+	memset(a, 0, sizeof(*a));
+	a->q = mr_dev_at(d, q, (size_t)S_HALF * S_W);
+	a->k = mr_dev_at(d, q, k0 + S_C);
+	a->v = mr_dev_at(d, q, k0 + S_C + S_NKV * S_HS);
+	a->q_row = a->kv_row = S_W;
+	a->q_batch = a->kv_batch = (size_t)S_T * S_W;
+	a->B = S_B;
+	a->NH = S_NH;
+	a->NKV = S_NKV;
+	a->hs = S_HS;
+	a->tq = a->tk = S_HALF;
+	a->q_pos0 = S_HALF;
+	a->k_pos0 = blk * S_HALF;
+	a->causal = 1;
+	a->scale = 1.0f / sqrtf((float)S_HS);
+	return a;
+}
+
+static void gqa_slices_case(void)
+{
+	size_t no = (size_t)S_B * S_HALF * S_C, nl = (size_t)S_B * S_NH * S_HALF;
+	size_t nqkv = (size_t)S_B * S_T * S_W, kvw = (size_t)S_NKV * S_HS;
+	size_t nkv = (size_t)S_B * S_T * kvw, ob = (size_t)S_HALF * S_C;
+	float *hq = rnd(nqkv, 1.0f), *hd = rnd(no, 1.0f);
+	struct pr qkv = act_in(hq, nqkv), dout = act_in(hd, no), outa;
+	struct pr o32 = f32_in(NULL, no), p32 = f32_in(NULL, no);
+	struct pr lse = f32_in(NULL, nl), plse = f32_in(NULL, nl), delta = f32_in(NULL, nl);
+	struct pr dq = f32_in(NULL, no), dk = f32_in(NULL, nkv), dv = f32_in(NULL, nkv);
+	struct mr_dev_attn a;
+	float *ho;
+	size_t i;
+	int blk;
+
+	BOTH(attn_part_fwd, gqa_slice(g_, qkv, 0, &a), P(o32), (size_t)S_C, ob, P(lse));
+	BOTH(attn_part_fwd, gqa_slice(g_, qkv, 1, &a), P(p32), (size_t)S_C, ob, P(plse));
+	BOTH(attn_merge, P(o32), P(lse), P(p32), P(plse), S_B, S_NH, S_HALF, S_HS, (size_t)S_C,
+	     ob);
+	same("slice out", o32, T_F32);
+	same("slice lse", lse, T_F32);
+	/* the output in the activation type, the same values on both sides */
+	ho = get(&F.gpu, o32.g, no, 0);
+	for (i = 0; i < no && F.bf16; i++)
+		ho[i] = mr_bf16_to_f32(mr_bf16_from_f32(ho[i]));
+	outa = act_in(ho, no);
+	BOTH(attn_delta, P(delta), P(dout), P(outa), S_B, S_NH, S_HALF, S_HS, (size_t)S_C, ob);
+	same("slice delta", delta, T_F32);
+	BOTH(zero, P(dq), no * sizeof(float));
+	BOTH(zero, P(dk), nkv * sizeof(float));
+	BOTH(zero, P(dv), nkv * sizeof(float));
+	for (blk = 0; blk < 2; blk++) {
+		size_t g0 = (size_t)blk * S_HALF * kvw;
+
+		BOTH(attn_part_bwd, gqa_slice(g_, qkv, blk, &a), P(dout), (size_t)S_C, ob, P(lse),
+		     P(delta), P(dq), (size_t)S_C, ob, (float *)P(dk) + g0, (float *)P(dv) + g0,
+		     kvw, (size_t)S_T * kvw);
+	}
+	same("slice dq", dq, T_F32);
+	same("slice dk", dk, T_F32);
+	same("slice dv", dv, T_F32);
+	free(ho);
+	free(hq);
+	free(hd);
+}
+
+Test(device_cuda, grouped_query_context_parallel_slices)
+{
+	BOTH_PRECISIONS(gqa_slices_case);
 }
 
 /* ---- optimizer ------------------------------------------------------------------------- */
