@@ -33,6 +33,7 @@
  * Non-goals: recomputation in meshrun (refused by plan_rules.c).
  */
 #include <math.h>
+#include <string.h>
 
 #include "model/mr_moe.h"
 #include "plan_int.h"
@@ -164,6 +165,7 @@ static double moe_bytes(const struct mr_plan_input *in, const struct mr_plan_mes
 
 	if (in->impl == MR_PLAN_MESHRUN) {
 		struct mr_moe_shape ms;
+		memset(&ms, 0, sizeof(ms)); /* gpt2's experts (swiglu 0) */
 		ms.N = (int)sh->tok;
 		ms.C = md->d_model;
 		ms.H = 4 * md->d_model / m->tp;

@@ -797,6 +797,7 @@ static void moe_kernels_case(int f32, int k, float cf)
 
 	need_gpu();
 	use_act(f32);
+	memset(&s, 0, sizeof(s));
 	s.N = N;
 	s.C = C;
 	s.H = 4 * C;
