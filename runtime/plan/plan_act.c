@@ -155,8 +155,9 @@ double mr_plan_act_layer(int impl, int prec, double s, double b, double h, doubl
 
 /* A MoE layer's MLP tensors on a rank: meshrun's buffers (model/mr_moe.h:
  * router probabilities and gates, the dispatched rows in and out, the
- * experts' hidden pre and post GELU, at the expert capacity); Megatron's,
- * counted as a dense MLP's fc and GELU outputs for each routed copy of a
+ * experts' hidden pre and post GELU / SwiGLU, at the expert capacity;
+ * the family's shape as mr_gpt_moe_shape builds it); Megatron's, counted
+ * as a dense MLP's fc and GELU / SwiGLU outputs for each routed copy of a
  * token (top_k x capacity factor) plus the dispatched input and output. */
 static double moe_bytes(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
 			const struct shape *sh)
@@ -165,22 +166,14 @@ static double moe_bytes(const struct mr_plan_input *in, const struct mr_plan_mes
 
 	if (in->impl == MR_PLAN_MESHRUN) {
 		struct mr_moe_shape ms;
-		memset(&ms, 0, sizeof(ms)); /* gpt2's experts (swiglu 0) */
-		ms.N = (int)sh->tok;
-		ms.C = md->d_model;
-		ms.H = 4 * md->d_model / m->tp;
-		ms.E = md->n_experts;
-		ms.k = md->top_k;
-		ms.cap = md->dropless ? ms.N
-				      : mr_moe_capacity(ms.N, ms.E, ms.k,
-							(float)md->capacity_factor);
+		mr__plan_moe_shape(md, m, &ms);
 		/* device memory: floats of the activation type's size on a
 		 * bf16 device too (the MoE buffers are fp32) */
 		return piece(sh, (double)mr_moe_act_floats(&ms) * 4.0) +
 		       piece(sh, (double)mr_moe_act_ints(&ms) * 4.0);
 	}
 	return sh->tok * md->top_k * md->capacity_factor *
-	       (8.0 * sh->h / sh->t + 2.0 * sh->h) * sh->act;
+	       ((sh->fc + sh->ffn) / sh->t + 2.0 * sh->h) * sh->act;
 }
 
 /* meshrun: a slot's tensors outside the blocks (model/gpt_params.c). */

@@ -46,10 +46,12 @@ enum mr__plan_op { MR__OP_ALLREDUCE, MR__OP_ALLGATHER, MR__OP_REDUCE_SCATTER,
 
 /* ---- context parallel's algorithms (plan_cp.c) ------------------------ */
 
-/* A layer's shape on a cp rank: local tokens, attention channels and
- * heads per tp rank, cp, activation bytes, the whole sequence, threads. */
+/* A layer's shape on a cp rank: local tokens, query channels and heads
+ * per tp rank, key/value channels per tp rank (NKV hs / tp: Cl without
+ * grouped-query attention), cp, activation bytes, the whole sequence,
+ * threads. */
 struct mr__plan_cpx {
-	double rows, Cl, NHl, cp, act, T, threads;
+	double rows, Cl, NHl, KVl, cp, act, T, threads;
 };
 
 /* count collectives of bytes each (mr__plan_coll's convention) */
@@ -62,8 +64,10 @@ struct mr__plan_cp {
 	int algo;            /* enum mr_cp_algo */
 	const char *name;
 	int hides;           /* its transfers overlap the attention they feed */
-	int (*refuses)(const struct mr_plan_input *in, const struct mr_plan_mesh *m);
-	const char *why;     /* what refuses() checks (field n_head) */
+	/* the field a mesh breaks the algorithm's rule by (n_head or
+	 * n_kv_head), NULL when it does not */
+	const char *(*refuses)(const struct mr_plan_input *in, const struct mr_plan_mesh *m);
+	const char *why;     /* the rule refuses() checks */
 	double (*workspace)(const struct mr__plan_cpx *x);
 	/* a layer's forward (bwd 0) or backward transfers into out (room for
 	 * 4); returns how many */
@@ -72,6 +76,10 @@ struct mr__plan_cp {
 
 /* The row of algo; NULL if the runtime has none. */
 const struct mr__plan_cp *mr__plan_cp(int algo);
+/* A layer's shape on a rank of mesh m (mr_cp_create's: C, NH and NKV
+ * over tp). */
+void mr__plan_cpx(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
+		  struct mr__plan_cpx *x);
 
 /* ---- rules (plan_rules.c) -------------------------------------------- */
 
@@ -112,6 +120,12 @@ struct mr__plan_dims {
 };
 
 void mr__plan_dims(const struct mr_plan_model *m, struct mr__plan_dims *d);
+/* A MoE layer's shape on a rank of mesh m, as mr_gpt_moe_shape builds it
+ * (the family's experts: H = the MLP's hidden size / tp, SwiGLU for
+ * llama); zeroed for a dense model. */
+struct mr_moe_shape;
+void mr__plan_moe_shape(const struct mr_plan_model *md, const struct mr_plan_mesh *m,
+			struct mr_moe_shape *s);
 /* The runtime's split of the blocks over pp * v virtual stages (NULL
  * with pp 1; malloc'd, the caller frees); 0 or an error naming a field. */
 int mr__plan_split(const struct mr_plan_input *in, const struct mr_plan_mesh *m, int **split,

@@ -138,12 +138,10 @@ static double meshrun_workspace(const struct mr_plan_input *in, const struct mr_
 	double ones = N, ws = 0, kws, mws = 0, T = (double)md->seq_len / m->cp;
 	double pieces[11];
 	struct mr__plan_dims d;
-	struct mr_moe_shape ms = { (int)N, md->d_model, 4 * md->d_model / m->tp, md->n_experts,
-				   md->top_k, 0, 0 };
+	struct mr_moe_shape ms;
 
+	mr__plan_moe_shape(md, m, &ms);
 	if (md->moe_every) {
-		ms.cap = md->dropless ? ms.N
-				      : mr_moe_capacity(ms.N, ms.E, ms.k, (float)md->capacity_factor);
 		mws = (double)mr_moe_ws_floats(&ms) * 4;
 		if (m->ep > 1 && (double)m->ep * ms.cap > ones)
 			ones = (double)m->ep * ms.cap;
@@ -164,8 +162,8 @@ static double meshrun_workspace(const struct mr_plan_input *in, const struct mr_
 	for (int i = 0; i < 11; i++)
 		ws += pieces[i] > 0 ? ceil(pieces[i] / 256) * 256 : 0;
 	if (m->cp > 1) { /* mr_cp.h's buffers, by algorithm */
-		struct mr__plan_cpx x = { N, Cl, (double)md->n_head / m->tp, m->cp, b,
-					  md->seq_len, in->threads };
+		struct mr__plan_cpx x;
+		mr__plan_cpx(in, m, &x);
 		ws += mr__plan_cp(m->cp_algo)->workspace(&x);
 	}
 	if (m->ep > 1 && st->moe_layers) /* the exchange's send and receive scratch */

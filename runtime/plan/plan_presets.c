@@ -12,8 +12,10 @@
  * (Dubey et al. 2024, "The Llama 3 Herd of Models", Table 3: layers,
  * model dimension, FFN dimension, attention and key/value heads,
  * vocabulary 128,256; untied embeddings, as the released models have
- * them). No Mixtral-shaped MoE: the planner's experts are the runtime's
- * (GELU, with biases) and the llama family has no MoE layers yet.
+ * them); Mixtral 8x7B (Jiang et al. 2024, "Mixtral of Experts", Table 1:
+ * llama blocks whose MLP is 8 SwiGLU experts, top-2, every layer;
+ * vocabulary 32,000, untied; its 32K context; rope_theta is ignored by
+ * the plan, so the row keeps Llama 3's).
  * Cluster figures are the vendors'
  * dense peaks and what ring collectives reach on their links (NVLink
  * within a node, one InfiniBand NIC per GPU across nodes).
@@ -152,6 +154,8 @@ static const struct model_row models[] = {
 	  "Llama 3 405B (405.9B)" },
 	{ "llama-tiny", 4, 128, 4, 256, 64, 0, 0, 0, MR_ARCH_LLAMA, 2, 384,
 	  "a llama-family size for CPU jobs (GQA 4:2)" },
+	{ "mixtral-8x7b", 32, 4096, 32, 32000, 32768, 1, 8, 2, MR_ARCH_LLAMA, 8, 14336,
+	  "Mixtral 8x7B (46.7B, 8 SwiGLU experts top-2)" },
 };
 
 #define NMODELS (sizeof(models) / sizeof(models[0]))

@@ -68,10 +68,6 @@ int mr_plan_check(const struct mr_plan_input *in, struct mr_errbuf *eb)
 			return mr_errf_field(eb, MR_EINVAL, "n_kv_head",
 					     "n_kv_head: %d does not divide n_head %d",
 					     m->n_kv_head, m->n_head);
-		if (m->moe_every)
-			return mr_errf_field(eb, MR_ENOTSUP, "moe_every",
-					     "moe_every: %d, but the llama family is dense "
-					     "(SwiGLU experts have not landed)", m->moe_every);
 	}
 	if (m->moe_every) {
 		if ((rc = in_range(eb, "moe_every", m->moe_every, 0, m->n_layer)) < 0 ||
@@ -135,19 +131,7 @@ static int bf16_copy(const struct mr_plan_input *in, const struct mr_plan_mesh *
 	return in->prec == MR_PLAN_BF16;
 }
 
-/* the runtime's ring and all-gather attention take q, k and v of one
- * width (model/gpt_params.c refuses grouped-query attention under cp) */
-static int cp_gqa(const struct mr_plan_input *in, const struct mr_plan_mesh *m)
-{
-	const struct mr_plan_model *md = &in->model;
-
-	return m->cp > 1 && md->arch == MR_ARCH_LLAMA && md->n_kv_head &&
-	       md->n_kv_head != md->n_head;
-}
-
 static const struct rule rules[] = {
-	{ MR_PLAN_MESHRUN, "n_kv_head", cp_gqa,
-	  "grouped-query attention under cp > 1 has not landed (n_kv_head must be n_head)" },
 	{ MR_PLAN_MESHRUN, "recompute", recomputes,
 	  "the meshrun runtime keeps every activation (no recomputation yet)" },
 	{ MR_PLAN_MESHRUN, "hsdp_shard", ep_hsdp,
@@ -163,13 +147,19 @@ int mr__plan_rules(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
 		   struct mr_errbuf *eb)
 {
 	const struct mr__plan_cp *cp = mr__plan_cp(m->cp_algo);
+	const char *f;
 
 	if (m->cp > 1 && !cp)
 		return mr_errf_field(eb, MR_ENOTSUP, "cp_algo", "cp_algo: %d is unknown",
 				     m->cp_algo);
-	if (m->cp > 1 && cp->refuses(in, m))
-		return mr_errf_field(eb, MR_EINVAL, "n_head", "n_head: %s (%d heads, tp %d, cp %d)",
-				     cp->why, in->model.n_head, m->tp, m->cp);
+	if (m->cp > 1 && (f = cp->refuses(in, m))) {
+		struct mr__plan_dims d;
+		int kv = !strcmp(f, "n_kv_head");
+		mr__plan_dims(&in->model, &d);
+		return mr_errf_field(eb, MR_EINVAL, f, "%s: %s (%d %sheads, tp %d, cp %d)", f,
+				     cp->why, kv ? d.kv_heads : in->model.n_head,
+				     kv ? "key/value " : "", m->tp, m->cp);
+	}
 	for (size_t i = 0; i < sizeof(rules) / sizeof(rules[0]); i++) {
 		const struct rule *r = &rules[i];
 		if ((r->impl == MR_PLAN__IMPLS || r->impl == (int)in->impl) && r->refuses(in, m))

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/mr_moe.h"
 #include "parallel/mr_pp_split.h"
 #include "plan_int.h"
 
@@ -52,6 +53,25 @@ void mr__plan_dims(const struct mr_plan_model *m, struct mr__plan_dims *d)
 	d->tied = mr_gpt_tied(&gc);
 }
 
+void mr__plan_moe_shape(const struct mr_plan_model *md, const struct mr_plan_mesh *m,
+			struct mr_moe_shape *s)
+{
+	struct mr__plan_dims d;
+
+	mr__plan_dims(md, &d);
+	memset(s, 0, sizeof(*s));
+	if (!md->moe_every)
+		return;
+	s->N = m->micro_batch * md->seq_len / m->cp;
+	s->C = md->d_model;
+	s->H = (int)d.ffn / m->tp;
+	s->swiglu = d.llama;
+	s->E = md->n_experts;
+	s->k = md->top_k;
+	s->cap = md->dropless ? s->N
+			      : mr_moe_capacity(s->N, s->E, s->k, (float)md->capacity_factor);
+}
+
 int mr__plan_zero(const struct mr_plan_input *in, const struct mr_plan_mesh *m)
 {
 	return in->impl == MR_PLAN_MESHRUN && m->pp > 1 && m->zero > 1 ? 1 : m->zero;
@@ -67,7 +87,9 @@ int mr__plan_shard(const struct mr_plan_mesh *m)
  * replicated biases, experts E/ep per rank, the router replicated): the
  * attention half, a dense MLP half and a MoE one. Llama's halves: the
  * RMSNorm weight, q (NH hs, C), k and v (NKV hs, C) and o (C, NH hs); the
- * RMSNorm weight, gate and up (F, C) and down (C, F); no biases. */
+ * RMSNorm weight, gate and up (F, C) and down (C, F); a MoE half the
+ * RMSNorm weight, the router (E, C) and per expert gate | up (2F, C) and
+ * down (C, F) (model/gpt_table.c's llama_table); no biases. */
 static void layer_units(const struct mr_plan_model *md, const struct mr_plan_mesh *m,
 			size_t *attn, size_t *dense, size_t *moe, size_t *experts)
 {
@@ -80,7 +102,8 @@ static void layer_units(const struct mr_plan_model *md, const struct mr_plan_mes
 		size_t Ql = (size_t)d.qkv / t, Fl = (size_t)d.ffn / t;
 		*attn = C + Ql * C + C * Cl;
 		*dense = C + 3 * Fl * C;
-		*experts = *moe = 0; /* dense only (mr_plan_check) */
+		*experts = El * 3 * Fl * C;
+		*moe = C + E * C + *experts;
 		return;
 	}
 	*attn = 2 * C + 3 * Cl * C + 3 * Cl + C * Cl + C;

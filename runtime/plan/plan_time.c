@@ -11,7 +11,8 @@
  * over s positions; 2CV/tp for the LM head. Llama's block (the same
  * convention, the runtime's count of its own tensors): 2 x (C (NH + 2 NKV)
  * hs + C NH hs + 3 F C)/tp for q, k, v, o and SwiGLU's gate, up and down
- * GEMMs - grouped-query attention shrinks k and v's GEMMs, not the
+ * GEMMs (MoE: 2CE for the router and top_k x 6FC/tp for the SwiGLU
+ * experts a token visits) - grouped-query attention shrinks k and v's GEMMs, not the
  * attention itself (2sC/tp: every query head still scores s keys). So a
  * model's total is 6N + 6LCT per token with N its matrices - the
  * Chinchilla-style count (Hoffmann et al. 2022) with causal attention's
@@ -74,8 +75,11 @@ double mr__plan_fwd_flops(const struct mr_plan_input *in, const struct mr_plan_m
 	double f;
 
 	mr__plan_dims(md, &d);
-	if (d.llama) /* q k v, o; gate, up, down */
+	if (d.llama) { /* q k v, o; gate, up, down (top_k experts' of E: the router) */
 		dense = 2 * (C * d.qkv + C * C + 3 * d.ffn * C) / t + attn;
+		moe = 2 * (C * d.qkv + C * C) / t + attn + 2 * C * md->n_experts +
+		      md->top_k * 2 * 3 * d.ffn * C / t;
+	}
 	f = (st->layers - st->moe_layers) * dense + st->moe_layers * moe;
 
 	tok = (double)m->micro_batch * s / m->cp;
@@ -133,14 +137,14 @@ static double cp_layer(struct ctx *x, struct mr_plan_time *t, int bwd, double at
 {
 	const struct mr_plan_mesh *m = x->m;
 	const struct mr__plan_cp *alg = mr__plan_cp(m->cp_algo);
-	struct mr__plan_cpx cx = { x->tok, x->C / m->tp, (double)x->in->model.n_head / m->tp,
-				   m->cp, x->act, x->in->model.seq_len, x->in->threads };
+	struct mr__plan_cpx cx;
 	struct mr__plan_xfer xf[4];
 	int in = x->inter[MR_GROUP_CP], n;
 	double s = 0;
 
 	if (m->cp <= 1 || !alg)
 		return 0;
+	mr__plan_cpx(x->in, m, &cx);
 	n = alg->xfers(&cx, bwd, xf);
 	for (int i = 0; i < n; i++)
 		s += coll(x, t, MR_AXIS_CP, xf[i].op, xf[i].op == MR__OP_P2P ? 2 : m->cp, in,

@@ -12,7 +12,9 @@
  * (the issue's bound; today they match to the byte too: --verbose prints
  * both). The llama family's jobs (grouped-query attention, SwiGLU, an
  * untied head or a tied one) run one rank, ZeRO-1/2/3, tp with sp, the
- * pipeline and cp the same way.
+ * pipeline and cp the same way; cp over grouped-query attention (ring,
+ * allgather, ulysses) and SwiGLU experts (one rank, ep, tp, ZeRO-3) are
+ * held to the byte.
  *
  * Built a second time on the emulated cuda device (LEDGER_CUDA_EMUL: the
  * Makefile's gpu-emul/test_plan_ledger), it checks the bf16 model states
@@ -25,7 +27,9 @@
  */
 #include "plan_jobs.h"
 
-static void check_ledger(const char *cfg, int world, int tp, int pp, int cp, int ep)
+/* tol: activations' and workspace's bound, a share of the ledger's */
+static void check_ledger_tol(const char *cfg, int world, int tp, int pp, int cp, int ep,
+			     double tol)
 {
 #ifdef LEDGER_CUDA_EMUL
 	const int states_only = 1; /* one emulated GPU per rank */
@@ -64,15 +68,20 @@ static void check_ledger(const char *cfg, int world, int tp, int pp, int cp, int
 		if (states_only)
 			continue;
 		cr_expect(fabs(pm.bytes[MR_MEM_ACTS] - (double)got[MR_MEM_ACTS]) <=
-				  0.10 * (double)got[MR_MEM_ACTS],
+				  tol * (double)got[MR_MEM_ACTS],
 			  "%s rank %d acts: ledger %zu, planned %.0f", cfg, r, got[MR_MEM_ACTS],
 			  pm.bytes[MR_MEM_ACTS]);
 		cr_expect(fabs(pm.bytes[MR_MEM_WORKSPACE] - (double)got[MR_MEM_WORKSPACE]) <=
-				  0.10 * (double)got[MR_MEM_WORKSPACE],
+				  tol * (double)got[MR_MEM_WORKSPACE],
 			  "%s rank %d workspace: ledger %zu, planned %.0f", cfg, r,
 			  got[MR_MEM_WORKSPACE], pm.bytes[MR_MEM_WORKSPACE]);
 	}
 	json_decref(j.json);
+}
+
+static void check_ledger(const char *cfg, int world, int tp, int pp, int cp, int ep)
+{
+	check_ledger_tol(cfg, world, tp, pp, cp, ep, 0.10);
 }
 
 #ifdef LEDGER_CUDA_EMUL
@@ -99,6 +108,12 @@ Test(plan_ledger, bf16_llama_dp2_zero3)
 	check_ledger("{" BF16_LLAMA ",\"zero\":3}", 2, 1, 1, 1, 1);
 }
 #else
+/* to the byte, activations and workspace too */
+static void check_exact(const char *cfg, int world, int tp, int pp, int cp, int ep)
+{
+	check_ledger_tol(cfg, world, tp, pp, cp, ep, 0);
+}
+
 #define BASE "\"vocab_size\":96,\"n_layer\":4,\"d_model\":64,\"n_head\":4,\"seq_len\":32," \
 	     "\"batch_size\":2,\"steps\":1,\"threads\":1,\"peak_flops\":1e10"
 #define MOE BASE ",\"moe_every\":2,\"n_experts\":4,\"top_k\":2,\"capacity_factor\":1.25"
@@ -203,9 +218,38 @@ Test(plan_ledger, llama_pp2_dp2_zero1)
 {
 	check_ledger("{" LLAMA ",\"grad_accum\":2,\"zero\":1}", 4, 1, 2, 1, 1);
 }
-/* context parallel takes key/value heads equal to the query heads */
+/* context parallel with key/value heads equal to the query heads, and
+ * grouped: the ring's k|v blocks, allgather's rows and ulysses' head
+ * groups are 2 NKV hs wide (parallel/cp.c's buffer_bytes); these and
+ * the llama MoE jobs below match to the byte */
 Test(plan_ledger, llama_cp2_ring_mha)
 {
 	check_ledger("{" BASE ",\"arch\":\"llama\",\"n_kv_head\":4}", 2, 1, 1, 2, 1);
+}
+Test(plan_ledger, llama_cp2_ring_gqa) { check_exact("{" LLAMA "}", 2, 1, 1, 2, 1); }
+Test(plan_ledger, llama_cp2_allgather_gqa)
+{
+	check_exact("{" LLAMA ",\"cp_algo\":\"allgather\"}", 2, 1, 1, 2, 1);
+}
+Test(plan_ledger, llama_cp2_ulysses_gqa)
+{
+	check_exact("{" LLAMA ",\"cp_algo\":\"ulysses\"}", 2, 1, 1, 2, 1);
+}
+Test(plan_ledger, llama_cp2_tp2_ring_gqa) { check_exact("{" LLAMA "}", 4, 2, 1, 2, 1); }
+
+/* SwiGLU experts (Mixtral's): (E, 2F, C) gate | up and (E, C, F) down */
+#define LLAMA_MOE LLAMA ",\"moe_every\":2,\"n_experts\":4,\"top_k\":2,\"capacity_factor\":1.25"
+
+Test(plan_ledger, llama_moe_one_rank) { check_exact("{" LLAMA_MOE "}", 1, 1, 1, 1, 1); }
+Test(plan_ledger, llama_moe_ep2) { check_exact("{" LLAMA_MOE "}", 2, 1, 1, 1, 2); }
+Test(plan_ledger, llama_moe_tp2) { check_exact("{" LLAMA_MOE "}", 2, 2, 1, 1, 1); }
+Test(plan_ledger, llama_moe_dp2_zero3)
+{
+	check_exact("{" LLAMA_MOE ",\"zero\":3}", 2, 1, 1, 1, 1);
+}
+Test(plan_ledger, llama_moe_ep2_dropless_ffn)
+{
+	check_exact("{" LLAMA_MOE ",\"moe_policy\":\"dropless\",\"ffn_hidden\":96}", 2, 1, 1,
+		     1, 2);
 }
 #endif

@@ -57,6 +57,22 @@ Test(plan_llama, llama3_presets_have_the_published_parameter_counts)
 	}
 }
 
+/* Mixtral 8x7B (Jiang et al. 2024): V C + L (C + C (NH + 2 NKV) hs +
+ * C NH hs + C + E C + E 3 F C) + C + V C by hand - 131,072,000 twice,
+ * 41,947,136 + 1,409,323,008 a layer, the final 4,096: the published
+ * 46.7B. */
+Test(plan_llama, mixtral_preset_has_the_published_parameter_count)
+{
+	struct mr_plan_model m;
+
+	preset("mixtral-8x7b", &m);
+	cr_expect_eq(m.arch, MR_ARCH_LLAMA);
+	cr_expect(m.moe_every == 1 && m.n_experts == 8 && m.top_k == 2, "8 experts top-2");
+	cr_expect_eq(mr_plan_params(&m), 46702792704.0, "%.0f parameters", mr_plan_params(&m));
+	cr_expect(fabs(mr_plan_params(&m) - 46.7e9) < 0.05e9, "%.3fB",
+		  mr_plan_params(&m) / 1e9);
+}
+
 /* The runtime's config of a plan's model, with its tensors counted by the
  * runtime: the planner's parameter count is the model's, tied or not. */
 static size_t runtime_params(const struct mr_plan_model *pm, size_t *flops_per_token)
@@ -84,8 +100,9 @@ static size_t runtime_params(const struct mr_plan_model *pm, size_t *flops_per_t
 Test(plan_llama, params_and_flops_equal_the_runtime_model)
 {
 	static const struct {
-		int kv, ffn, tied;
-	} shapes[] = { { 2, 0, 0 }, { 4, 384, 0 }, { 1, 160, 1 } };
+		int kv, ffn, tied, moe_every;
+	} shapes[] = { { 2, 0, 0, 0 }, { 4, 384, 0, 0 }, { 1, 160, 1, 0 }, { 2, 0, 0, 2 },
+		       { 2, 160, 1, 1 } };
 
 	for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
 		struct mr_plan_input in;
@@ -101,6 +118,10 @@ Test(plan_llama, params_and_flops_equal_the_runtime_model)
 		in.model.n_kv_head = shapes[i].kv;
 		in.model.ffn_hidden = shapes[i].ffn;
 		in.model.tie_embeddings = shapes[i].tied;
+		in.model.moe_every = shapes[i].moe_every; /* SwiGLU experts, 4 top-2 */
+		in.model.n_experts = shapes[i].moe_every ? 4 : 0;
+		in.model.top_k = shapes[i].moe_every ? 2 : 0;
+		in.model.capacity_factor = 1.25;
 		n = runtime_params(&in.model, &flops);
 		cr_expect_eq(mr_plan_params(&in.model), (double)n, "shape %zu: planned %.0f, runtime %zu",
 			     i, mr_plan_params(&in.model), n);
@@ -201,17 +222,71 @@ Test(plan_llama, tp_must_divide_the_kv_heads_and_the_swiglu_width)
 	cr_expect_eq(mr_plan_mesh_check(&in, &m, &eb), MR_EINVAL);
 	cr_expect(strstr(eb.msg, "SwiGLU"), "%s", eb.msg);
 	mr_errbuf_clear(&eb);
-	in.model.ffn_hidden = 384;
-	m = (struct mr_plan_mesh){ .tp = 1, .cp = 2, .pp = 1, .ep = 1, .v = 1, .micro_batch = 1,
-				   .cp_algo = MR_CP_RING };
-	cr_expect_eq(mr_plan_mesh_check(&in, &m, &eb), MR_ENOTSUP, "GQA under cp: %s", eb.msg);
-	cr_expect_str_eq(eb.field, "n_kv_head");
-	mr_errbuf_clear(&eb);
+}
+
+/* Grouped-query attention runs under every cp algorithm (parallel/cp.c);
+ * ulysses gives each rank a group of whole query and key/value heads, so
+ * cp must divide both per tp rank, as mr_cp_create refuses naming the
+ * field. */
+Test(plan_llama, cp_takes_gqa_and_ulysses_needs_whole_kv_heads)
+{
+	static const struct {
+		int algo, cp;
+		const char *field; /* NULL: accepted */
+	} rows[] = {
+		{ MR_CP_RING, 2, NULL },     { MR_CP_ALLGATHER, 2, NULL },
+		{ MR_CP_ULYSSES, 2, NULL },  { MR_CP_RING, 4, NULL },
+		{ MR_CP_ULYSSES, 4, "n_kv_head" },
+	};
+	struct mr_plan_input in;
+	struct mr_errbuf eb = { { 0 }, { 0 } };
+
+	mr_plan_input_init(&in);
+	preset("llama-tiny", &in.model); /* 4 heads, 2 of them key/value; seq 64 */
+	in.global_batch = 8;
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+		struct mr_plan_mesh m = { .tp = 1, .cp = rows[i].cp, .pp = 1, .ep = 1, .v = 1,
+					  .micro_batch = 1, .cp_algo = rows[i].algo };
+		int rc;
+		in.cluster.gpus = rows[i].cp;
+		mr_errbuf_clear(&eb);
+		rc = mr_plan_mesh_check(&in, &m, &eb);
+		if (!rows[i].field) {
+			cr_expect_eq(rc, 0, "%s cp %d: %s", mr_plan_cp_algo_name(rows[i].algo),
+				     rows[i].cp, eb.msg);
+			continue;
+		}
+		cr_expect_eq(rc, MR_EINVAL, "%s cp %d", mr_plan_cp_algo_name(rows[i].algo),
+			     rows[i].cp);
+		cr_expect_str_eq(eb.field, rows[i].field);
+		cr_expect(strstr(eb.msg, "2 key/value heads"), "%s", eb.msg);
+	}
+}
+
+/* A llama MoE model is planned (SwiGLU experts, model/mr_moe.h), and ep
+ * splits its experts. */
+Test(plan_llama, llama_moe_is_planned)
+{
+	struct mr_plan_input in;
+	struct mr_plan_mesh m = { .tp = 1, .cp = 1, .pp = 1, .ep = 2, .v = 1, .micro_batch = 1 };
+	struct mr_errbuf eb = { { 0 }, { 0 } };
+	struct mr__plan_stage st;
+
+	mr_plan_input_init(&in);
+	preset("llama-tiny", &in.model);
 	in.model.moe_every = 2;
 	in.model.n_experts = 4;
 	in.model.top_k = 2;
-	cr_expect_eq(mr_plan_check(&in, &eb), MR_ENOTSUP);
-	cr_expect_str_eq(eb.field, "moe_every");
+	in.model.capacity_factor = 1.25;
+	in.global_batch = 8;
+	in.cluster.gpus = 2;
+	cr_assert_eq(mr_plan_check(&in, &eb), 0, "%s", eb.msg);
+	cr_assert_eq(mr_plan_mesh_check(&in, &m, &eb), 0, "%s", eb.msg);
+	cr_assert_eq(mr__plan_stage(&in, &m, NULL, 0, 0, &st, &eb), 0, "%s", eb.msg);
+	/* two MoE layers of 2 local experts' gate | up and down (3 F C) */
+	cr_expect_eq(st.moe_layers, 2);
+	cr_expect_eq((double)st.experts, 2 * 2 * 3 * 384.0 * 128);
+	mr__plan_stage_release(&st);
 }
 
 #define LLAMA "{\"arch\":\"llama\",\"n_layer\":4,\"d_model\":64,\"n_head\":4,\"n_kv_head\":2," \
@@ -225,7 +300,7 @@ Test(plan_llama, workload_config_plans_the_runtime_model_and_every_plan_runs)
 	struct mr_plan_input in;
 	struct mr_plan_result r = { 0 };
 	struct mr_errbuf eb = { { 0 }, { 0 } };
-	int world = 4, tps = 0;
+	int world = 4, tps = 0, cps = 0;
 
 	cr_assert_not_null(c);
 	cr_assert_eq(mr_plan_cluster_local(world, 1, &in.cluster, &eb), 0);
@@ -245,9 +320,9 @@ Test(plan_llama, workload_config_plans_the_runtime_model_and_every_plan_runs)
 		char line[160];
 
 		mr_plan_mesh_format(m, line, sizeof(line));
-		cr_expect(m->tp <= 2 && m->cp == 1, "plan %s: tp within 2 kv heads, no GQA cp",
-			  line);
+		cr_expect(m->tp <= 2, "plan %s: tp within 2 kv heads", line);
 		tps += m->tp == 2;
+		cps += m->cp > 1;
 		cr_assert_eq(mr_plan_to_workload(m, planned), 0);
 		env.world_size = world;
 		env.tp = m->tp;
@@ -263,6 +338,7 @@ Test(plan_llama, workload_config_plans_the_runtime_model_and_every_plan_runs)
 		json_decref(planned);
 	}
 	cr_expect(tps > 0, "tp 2 is among the plans");
+	cr_expect(cps > 0, "cp over grouped-query attention is among the plans");
 	mr_plan_result_release(&r);
 	json_decref(c);
 }
