@@ -81,7 +81,7 @@ enum mr_plan_recompute { MR_PLAN_RC_NONE, MR_PLAN_RC_SELECTIVE, MR_PLAN_RC_FULL,
  * on every moe_every-th layer as the runtime defines it; or Llama blocks
  * (RMSNorm, grouped-query attention with n_kv_head key/value heads, a
  * SwiGLU MLP of ffn_hidden, no biases, rotary positions, an untied head
- * unless tie_embeddings; dense only). 0 in arch and the Llama fields
+ * unless tie_embeddings; MoE layers of SwiGLU experts). 0 in arch and the Llama fields
  * picks the runtime's defaults (mr_gpt_kv_heads, mr_gpt_ffn). */
 struct mr_plan_model {
 	char name[32];        /* preset name, or "custom" */
@@ -193,7 +193,8 @@ void mr_plan_input_init(struct mr_plan_input *in);
 /* A named model (gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b, llama-7b-like,
  * gpt3-175b, the Megatron-LM 2021 Table 1 sizes megatron-1.7b ...
  * megatron-1t, moe-tiny, and the llama family's llama3-8b, llama3-70b,
- * llama3-405b, llama-tiny); MR_ENOTFOUND naming "model" with the list. */
+ * llama3-405b, llama-tiny, mixtral-8x7b); MR_ENOTFOUND naming "model" with the
+ * list. */
 int mr_plan_model_preset(const char *name, struct mr_plan_model *out, struct mr_errbuf *eb);
 /* A named cluster of gpus GPUs (h100, h200, a100-80g, a100-40g, v100-32g,
  * local); MR_ENOTFOUND naming "cluster" with the list. */

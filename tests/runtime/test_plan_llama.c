@@ -5,6 +5,8 @@
  * runtime's own count (mr_gpt_flops_per_token on a real llama model),
  * activations of the SwiGLU MLP and grouped-query attention, the mesh
  * rules llama adds (tp within the key/value heads and the SwiGLU width),
+ * cp over grouped-query attention (ulysses' whole key/value heads),
+ * Mixtral 8x7B's count and SwiGLU experts' parameters and FLOPs,
  * a workload config with "arch": "llama" read and every plan of it
  * accepted by the worker, and the published deployments - Llama 3 405B
  * on 16,384 H100s as tp 8, cp 1, pp 16, dp 128 (the paper's Table 4) and
