@@ -150,6 +150,10 @@ const struct mr__gw_key mr__gw_keys[] = {
 	S("loss_log", "output",
 	  "Rank 0 writes the header \"step loss aux_loss grad_norm lr val_loss\", then a line "
 	  "per step (val_loss nan where no validation ran; `meshrun plot` draws it)."),
+	I("log_every", 1, 1 << 30, "10", "output",
+	  "Rank 0 logs a step line (event=step: loss, val_loss, grad_norm, lr, the job's "
+	  "tokens/s, MFU, memory, ETA) every this many steps, at every evaluation and at the "
+	  "last step."),
 	S("save_weights", "output", "Write the trained model here at the end (a weights file)."),
 	/* debugging */
 	I("debug_stall_rank", -1, 1 << 30, "-1", "debug",
