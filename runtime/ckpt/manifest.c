@@ -206,7 +206,8 @@ json_t *mr__ckpt_manifest_json(const struct mr_ckpt_job *job, long step, long op
 	model = mr__ckpt_model_json(&job->m->cfg);
 	crc = mr__ckpt_model_crc(model);
 	doc = json_pack("{s:s, s:i, s:I, s:I, s:o, s:I,"
-			" s:{s:i, s:i, s:i, s:I, s:I, s:f, s:f, s:i, s:f, s:f, s:f, s:f, s:f},"
+			" s:{s:i, s:i, s:i, s:I, s:I, s:f, s:f, s:i, s:s, s:f, s:f, s:f, s:f, s:f,"
+			" s:f},"
 			" s:{s:i, s:i, s:i, s:i, s:i, s:i, s:i},"
 			" s:{s:I, s:s?}, s:{s:I}, s:o, s:o}",
 			"format", "meshrun-checkpoint", "version", MR_CKPT_VERSION, "step",
@@ -215,7 +216,8 @@ json_t *mr__ckpt_manifest_json(const struct mr_ckpt_job *job, long step, long op
 			"train", "batch_size", job->batch_size, "seq_len", job->seq_len,
 			"grad_accum", job->grad_accum, "seed", (json_int_t)job->seed, "steps",
 			(json_int_t)job->total_steps, "lr", (double)o->lr, "min_lr_frac",
-			(double)o->min_lr_frac, "warmup_steps", o->warmup_steps, "beta1",
+			(double)o->min_lr_frac, "warmup_steps", o->warmup_steps, "lr_schedule",
+			mr_lr_schedule_name(o->schedule), "decay_frac", (double)o->decay_frac, "beta1",
 			(double)o->beta1, "beta2", (double)o->beta2, "eps", (double)o->eps,
 			"weight_decay", (double)o->weight_decay, "grad_clip", (double)o->grad_clip,
 			"mesh", "world", job->world, "tp", job->tp, "cp", job->cp, "dp", job->dp, "pp",
