@@ -42,6 +42,9 @@ const struct mr__gw_key mr__gw_keys[] = {
 	C("moe_policy", "capacity|dropless", "capacity", "model",
 	  "capacity (a fixed share per expert, the rest dropped) or dropless (every expert "
 	  "takes all its tokens)."),
+	B("moe_norm_topk", "true when top_k is 2", "model",
+	  "Renormalise each token's gates over its top_k chosen experts (Mixtral, Qwen3-MoE: "
+	  "Hugging Face's norm_topk_prob); false: the router's softmax probabilities."),
 	C("arch", "gpt2|llama", "gpt2", "model",
 	  "The model family: gpt2 (LayerNorm, learned positions, GELU MLP, tied head) or llama "
 	  "(RMSNorm, rotary positions, SwiGLU MLP, grouped-query attention, no biases, untied "

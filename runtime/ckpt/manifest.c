@@ -26,6 +26,12 @@ json_t *mr__ckpt_model_json(const struct mr_gpt_config *c)
 			 (double)c->capacity_factor, "aux_coef", (double)c->aux_coef, "moe_policy",
 			 c->moe_dropless ? "dropless" : "capacity");
 
+	/* only when chosen: a model object without it is as it was before */
+	if (j && c->moe_norm_topk &&
+	    json_object_set_new(j, "moe_norm_topk", json_boolean(c->moe_norm_topk > 0)) < 0) {
+		json_decref(j);
+		return NULL;
+	}
 	/* a gpt2 model's object is as it was before the families */
 	if (j && c->arch == MR_ARCH_LLAMA &&
 	    json_object_update_new(
@@ -86,6 +92,7 @@ const char *mr_ckpt_model_diff(const struct mr_gpt_config *a, const struct mr_gp
 	       : a->capacity_factor != b->capacity_factor ? "capacity_factor"
 	       : a->aux_coef != b->aux_coef	      ? "aux_coef"
 	       : a->moe_dropless != b->moe_dropless   ? "moe_policy"
+	       : a->moe_every && mr_gpt_moe_norm_topk(a) != mr_gpt_moe_norm_topk(b) ? "moe_norm_topk"
 	       : a->arch != b->arch		      ? "arch"
 	       : a->arch != MR_ARCH_LLAMA	      ? NULL
 	       : mr_gpt_kv_heads(a) != mr_gpt_kv_heads(b) ? "n_kv_head"

@@ -104,6 +104,11 @@ static int parse_head(struct mr_ckpt_manifest *mf, json_t *doc, struct mr_errbuf
 	GETF(mo, "capacity_factor", mf->model.capacity_factor);
 	GETF(mo, "aux_coef", mf->model.aux_coef);
 	mf->model.moe_dropless = pol && !strcmp(pol, "dropless");
+	if (json_object_get(mo, "moe_norm_topk")) {
+		if (!json_is_boolean(json_object_get(mo, "moe_norm_topk")))
+			return bad(eb, mf->dir, "invalid 'moe_norm_topk'");
+		mf->model.moe_norm_topk = json_is_true(json_object_get(mo, "moe_norm_topk")) ? 1 : -1;
+	}
 	if (arch && strcmp(arch, "gpt2") != 0) {
 		int64_t v;
 		if (strcmp(arch, "llama") != 0)
