@@ -400,6 +400,71 @@ Test(hf_cli, export_check_roundtrip_resume, .timeout = 900)
 	free(b);
 }
 
+/* Mixtral: a llama MoE job with experts in every layer exports as
+ * MixtralForCausalLM (one tensor per expert and projection), reads back
+ * in the independent reader with meshrun's logits, and imports and
+ * exports again to the same bytes; a model with experts every 2nd layer
+ * has no Mixtral form and is refused naming moe_every. */
+Test(hf_cli, mixtral_export_check_roundtrip, .timeout = 900)
+{
+	char *out, *x, *y;
+	size_t nx, ny;
+
+	scratch();
+	cr_assert_eq(job("mx", "--nproc-per-node 2 --ep 2",
+			 ", \"moe_every\": 1, \"n_experts\": 4, \"top_k\": 2, "
+			 "\"moe_policy\": \"dropless\", \"aux_coef\": 0.02, \"steps\": 2, "
+			 "\"ckpt_dir\": \"mx.ckpt\", \"ckpt_every\": 2"),
+		     0, "%s", job_log("mx"));
+	cr_assert_eq(MESHRUN(&out, "ckpt export mx.ckpt --hf hf1"), 0, "%s", out);
+	free(out);
+	x = slurp(in_tmp("hf1/config.json"), NULL);
+	cr_assert_not_null(x);
+	cr_expect(strstr(x, "\"MixtralForCausalLM\"") && strstr(x, "\"model_type\": \"mixtral\"") &&
+		  strstr(x, "\"num_local_experts\": 4") &&
+		  strstr(x, "\"num_experts_per_tok\": 2") &&
+		  strstr(x, "\"router_aux_loss_coef\": 0.02") &&
+		  strstr(x, "\"intermediate_size\": 96"), "%s", x);
+	free(x);
+	x = slurp(in_tmp("hf1/model.safetensors"), &nx);
+	cr_assert_not_null(x);
+	cr_expect(memmem(x, nx, "model.layers.1.block_sparse_moe.experts.3.w2.weight", 51) &&
+		  memmem(x, nx, "model.layers.0.block_sparse_moe.gate.weight", 43) &&
+		  !memmem(x, nx, "mlp.gate_proj", 13), "tensor names");
+	free(x);
+	if (have_torch()) {
+		write_logits(in_tmp("mx.ckpt/step-00000002"), "mx.logits");
+		cr_assert_eq(checker("hf1", "mx.logits", "", &out), 0, "%s", out);
+		cr_expect(strstr(out, "hf_llama_check: ok"), "%s", out);
+		free(out);
+	} else {
+		cr_log_warn("/usr/bin/python3 has no torch: the independent reader is skipped");
+	}
+	cr_assert_eq(MESHRUN(&out, "ckpt import --hf hf1 imp"), 0, "%s", out);
+	free(out);
+	cr_assert_eq(MESHRUN(&out, "ckpt export imp --hf hf2"), 0, "%s", out);
+	free(out);
+	x = slurp(in_tmp("hf1/model.safetensors"), &nx);
+	y = slurp(in_tmp("hf2/model.safetensors"), &ny);
+	cr_assert(x && y);
+	cr_expect(nx == ny && memcmp(x, y, nx) == 0, "export -> import -> export changed the file");
+	free(x);
+	free(y);
+	x = slurp(in_tmp("hf1/config.json"), NULL);
+	y = slurp(in_tmp("hf2/config.json"), NULL);
+	cr_expect_str_eq(x, y, "config.json changed");
+	free(x);
+	free(y);
+
+	cr_assert_eq(job("mx2", "--nproc-per-node 1",
+			 ", \"moe_every\": 2, \"n_experts\": 4, \"top_k\": 2, \"steps\": 1, "
+			 "\"ckpt_dir\": \"mx2.ckpt\", \"ckpt_every\": 1"),
+		     0, "%s", job_log("mx2"));
+	cr_assert_eq(MESHRUN(&out, "ckpt export mx2.ckpt --hf hf3"), 1, "%s", out);
+	cr_expect(strstr(out, "moe_every"), "%s", out);
+	free(out);
+}
+
 /* ---- hand-made directories ---- */
 
 enum { D_F32, D_F16, D_BF16, D_I32 };
