@@ -80,22 +80,7 @@ static const char *in_tmp(const char *name)
 
 static char *slurp(const char *path, size_t *len)
 {
-	FILE *f = fopen(path, "rb");
-	char *buf;
-	long n;
-
-	if (!f)
-		return NULL;
-	fseek(f, 0, SEEK_END);
-	n = ftell(f);
-	rewind(f);
-	buf = calloc(1, (size_t)n + 1);
-	cr_assert_not_null(buf);
-	cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-	fclose(f);
-	if (len)
-		*len = (size_t)n;
-	return buf;
+	return mr_test_slurp(path, len);
 }
 
 static void spit(const char *path, const void *buf, size_t n)
@@ -111,25 +96,13 @@ static void spit(const char *path, const void *buf, size_t n)
  * dropped); the exit code. */
 static int sh(char **out, const char *fmt, ...)
 {
-	char cmd[8192], body[7600], log[128], *text;
 	va_list ap;
-	int st;
+	int rc;
 
 	va_start(ap, fmt);
-	vsnprintf(body, sizeof(body), fmt, ap);
+	rc = mr_test_vsh(tmp, out, fmt, ap);
 	va_end(ap);
-	snprintf(log, sizeof(log), "%s/sh.log", tmp);
-	snprintf(cmd, sizeof(cmd), "cd '%s' && { %s ; } >'%s' 2>&1", tmp, body, log);
-	st = system(cmd);
-	text = slurp(log, NULL);
-	cr_assert_not_null(text);
-	cr_assert(!strstr(text, "Sanitizer") && !strstr(text, "runtime error:"), "%s: %s", body,
-		  text);
-	if (out)
-		*out = text;
-	else
-		free(text);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+	return rc;
 }
 
 #define MESHRUN(out, ...) meshrun_(out, __VA_ARGS__)

@@ -369,14 +369,21 @@ char *mr_test_slurp(const char *path, size_t *len)
 
 int mr_test_sh(const char *dir, char **out, const char *fmt, ...)
 {
-	char *body = NULL, *cmd = NULL, log[PATH_MAX], *text;
 	va_list ap;
-	int st, n;
+	int rc;
 
 	va_start(ap, fmt);
-	n = vasprintf(&body, fmt, ap);
+	rc = mr_test_vsh(dir, out, fmt, ap);
 	va_end(ap);
-	cr_assert_geq(n, 0);
+	return rc;
+}
+
+int mr_test_vsh(const char *dir, char **out, const char *fmt, va_list ap)
+{
+	char *body = NULL, *cmd = NULL, log[PATH_MAX], *text;
+	int st;
+
+	cr_assert_geq(vasprintf(&body, fmt, ap), 0);
 	snprintf(log, sizeof(log), "%s/.sh-%d.log", dir, (int)getpid());
 	cr_assert_geq(asprintf(&cmd, "cd '%s' && { %s ; } >'%s' 2>&1", dir, body, log), 0);
 	st = system(cmd);

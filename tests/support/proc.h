@@ -16,6 +16,8 @@
 #ifndef MR_TEST_PROC_H
 #define MR_TEST_PROC_H
 
+#include <stdarg.h>
+#include <stddef.h>
 #include <sys/types.h>
 
 struct mr_proc {
@@ -82,6 +84,8 @@ char *mr_test_slurp(const char *path, size_t *len);
  * exit). A sanitizer report in the output fails the test. */
 int mr_test_sh(const char *dir, char **out, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+int mr_test_vsh(const char *dir, char **out, const char *fmt, va_list ap)
+	__attribute__((format(printf, 3, 0)));
 
 #endif
 
