@@ -286,7 +286,7 @@ static int add_regex(struct mr_tokenizer *t, struct mr__tk_step *st, const char 
 	PCRE2_UCHAR msg[160];
 
 	st->re = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED,
-			       PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0), &err, &off,
+			       literal ? PCRE2_UTF | PCRE2_LITERAL : PCRE2_UTF | PCRE2_UCP, &err, &off,
 			       NULL);
 	if (!st->re) {
 		pcre2_get_error_message(err, msg, sizeof(msg));
