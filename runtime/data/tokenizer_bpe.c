@@ -219,6 +219,9 @@ static int split(struct enc *e, int step, const char *s, size_t n)
 		int m = pcre2_match(st->re, (PCRE2_SPTR)s, n, at, PCRE2_NO_UTF_CHECK, e->md[step],
 				    NULL);
 
+		if (m == PCRE2_ERROR_JIT_STACKLIMIT) /* the interpreter keeps its stack on the heap */
+			m = pcre2_match(st->re, (PCRE2_SPTR)s, n, at,
+					PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, e->md[step], NULL);
 		if (m == PCRE2_ERROR_NOMATCH)
 			break;
 		if (m < 0) {
