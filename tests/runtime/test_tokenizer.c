@@ -169,8 +169,10 @@ Test(tokenizer, gpt2_gives_the_published_ids)
 	t = load_gpt2(path, sizeof(path));
 	cr_expect_eq(mr_tokenizer_vocab_size(t), 50257);
 	cr_expect_eq(mr_tokenizer_added_id(t, "<|endoftext|>"), 50256);
-	/* Hugging Face's GPT-2 model card and tokenizer docs */
+	/* transformers' GPT2Tokenizer docstring (models/gpt2/tokenization_gpt2.py):
+	 * a word is encoded differently after a space */
 	expect_ids(t, "Hello world", (const uint32_t[]){ 15496, 995 }, 2);
+	expect_ids(t, " Hello world", (const uint32_t[]){ 18435, 995 }, 2);
 	/* openai/tiktoken tests/test_simple_public.py (encoding "gpt2") */
 	expect_ids(t, "hello world", (const uint32_t[]){ 31373, 995 }, 2);
 	/* tiktoken-rust tests/test_simple.rs, specials allowed */
