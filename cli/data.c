@@ -60,8 +60,8 @@ static const struct mr_config_opt data_table[] = {
 			 "prepare: fraction of the tokens held out for val.bin."),
 	MR_CONFIG_INT("tokens", struct data_opts, tokens, "1048576", 1024, 1 << 30,
 		      "synth: tokens in train.bin (val.bin gets a tenth)."),
-	MR_CONFIG_INT("vocab", struct data_opts, vocab, "256", 2, 65536,
-		      "synth: vocabulary size."),
+	MR_CONFIG_INT("vocab", struct data_opts, vocab, "256", 2, 1 << 20,
+		      "synth: vocabulary size (past 65,536: version 2 shards)."),
 	MR_CONFIG_INT("seed", struct data_opts, seed, "1337", 0, INT64_MAX,
 		      "synth: seed of the task (same seed, same files)."),
 };

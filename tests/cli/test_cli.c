@@ -382,5 +382,10 @@ Test(cli, data_prepare_with_a_tokenizer_then_inspect)
 	cr_assert_eq(meshrun(&out, "data prepare --tokenizer nope.json a.txt"), 1, "%s", out);
 	cr_expect(strstr(out, "nope.json"), "%s", out);
 	free(out);
+	/* the synthetic task past 16 bits is a v2 shard too */
+	cr_assert_eq(meshrun(&out, "data synth --vocab 100000 --tokens 2048 --out-dir s"), 0, "%s",
+		     out);
+	cr_expect(strstr(out, "s/train.bin: 2048 tokens (shard v2)"), "%s", out);
+	free(out);
 	mr_tokenizer_free(t);
 }
