@@ -73,7 +73,10 @@ int mr_tokenizer_load(struct mr_tokenizer **out, const char *path, struct mr_err
 int mr_tokenizer_encode(const struct mr_tokenizer *t, const char *text, size_t len,
 			uint32_t **ids, size_t *n, struct mr_errbuf *eb);
 /* The bytes of ids[0..n) into *text (malloc'd, NUL-terminated, *len bytes
- * before the NUL). MR_ERANGE names an id that is not in the vocabulary. */
+ * before the NUL). The raw bytes, not repaired: ids that end inside a
+ * multi-byte character (as a generator's stream may, one id at a time)
+ * give its first bytes, and the next ids the rest. MR_ERANGE names an id
+ * that is not in the vocabulary. */
 int mr_tokenizer_decode(const struct mr_tokenizer *t, const uint32_t *ids, size_t n,
 			char **text, size_t *len, struct mr_errbuf *eb);
 /* 1 + the largest id (vocab or added token): the least vocab_size of a
