@@ -435,7 +435,9 @@ int mr_tokenizer_load(struct mr_tokenizer **out, const char *path, struct mr_err
 	struct mr_tokenizer *t;
 	json_error_t jerr;
 	json_t *root = NULL;
-	size_t size = 0;
+	size_t size = 0, got = 0;
+	ssize_t r;
+	char *buf;
 	int fd, rc;
 
 	*out = NULL;
@@ -446,8 +448,22 @@ int mr_tokenizer_load(struct mr_tokenizer **out, const char *path, struct mr_err
 		return mr_errf(eb, MR_ELIMIT, "tokenizer '%s': %zu bytes, more than %zu", path,
 			       size, MR_TOKENIZER_MAX_FILE);
 	}
-	root = json_loadfd(fd, JSON_REJECT_DUPLICATES, &jerr);
+	/* read whole, then parsed from memory (jansson reads a descriptor a
+	 * byte per system call) */
+	if (!(buf = malloc(size + 1))) {
+		close(fd);
+		return mr_errf(eb, MR_ENOMEM, "tokenizer '%s': out of memory", path);
+	}
+	while (got < size && (r = read(fd, buf + got, size - got)) > 0)
+		got += (size_t)r;
 	close(fd);
+	if (got != size) {
+		free(buf);
+		return mr_errf(eb, MR_EIO, "tokenizer '%s': short read (%zu of %zu bytes)", path, got,
+			       size);
+	}
+	root = json_loadb(buf, size, JSON_REJECT_DUPLICATES, &jerr);
+	free(buf);
 	if (!root)
 		return mr_errf(eb, MR_EPARSE, "tokenizer '%s': not JSON: line %d: %s", path,
 			       jerr.line, jerr.text);
