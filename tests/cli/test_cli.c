@@ -231,14 +231,14 @@ Test(cli, data_synth_writes_the_runtime_task)
 	cr_assert_eq(s.count, 5000);
 	mr_synth_row(7, 0, 1, 64, 257, row); /* the second row of stream 0 */
 	for (int k = 0; k < 257; k++)
-		cr_assert_eq(s.tok[257 + k], row[k], "token %d", 257 + k);
+		cr_assert_eq((int)s.tok[257 + k], row[k], "token %d", 257 + k);
 	mr_shard_close(&s);
 	snprintf(path, sizeof(path), "%s/d/val.bin", tmp);
 	cr_assert_eq(mr_shard_open(&s, path, 64, 16, 0, &eb), 0, "%s", eb.msg);
 	cr_assert_eq(s.count, 500);
 	mr_synth_row(7, 1, 0, 64, 257, row);
-	cr_assert_eq(s.tok[0], row[0]);
-	cr_assert_eq(s.tok[256], row[256]);
+	cr_assert_eq((int)s.tok[0], row[0]);
+	cr_assert_eq((int)s.tok[256], row[256]);
 	mr_shard_close(&s);
 }
 
