@@ -75,7 +75,7 @@ struct piece {
  * with no Hugging Face name. */
 static int pieces_of(const struct mr_gpt_tensor *t, struct piece *out)
 {
-	struct piece one, *pc = out ? out : &one;
+	struct piece one = { .n = 0 }, *pc = out ? out : &one;
 	int layer, at = 0, proj = 0, np, k;
 	const char *rest = "";
 
