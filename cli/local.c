@@ -170,10 +170,32 @@ struct local_run {
 	int winding_down;  /* the safety net stopped the rest */
 };
 
-/* Options: --nodes and --demo are ours, the rest is the agents'. 0, or
- * the exit code (help: -1). */
+/* "--flag PATH" or "--flag=PATH" at argv[*i] into buf: 1 (taken, *i
+ * past it), 0 (another option), -1 (empty or too long: said). */
+static int path_option(int argc, char **argv, int *i, const char *flag, char *buf, size_t cap)
+{
+	size_t fl = strlen(flag);
+	const char *v;
+
+	if (strncmp(argv[*i], flag, fl) || (argv[*i][fl] != '\0' && argv[*i][fl] != '='))
+		return 0;
+	v = argv[*i][fl] == '=' ? argv[*i] + fl + 1 : (*i + 1 < argc ? argv[++*i] : "");
+	if (!*v || strlen(v) >= cap) {
+		fprintf(stderr, "meshrun local: %s: '%s' is empty or longer than %zu bytes\n", flag,
+			v, cap - 1);
+		return -1;
+	}
+	snprintf(buf, cap, "%s", v);
+	return 1;
+}
+
+/* Options: --nodes, --demo, --data-dir and --log-file are ours (the
+ * agents see --log-format too), the rest is the agents'. 0, or the exit
+ * code (help: -1). */
 static int parse_args(struct local_run *r, int argc, char **argv)
 {
+	int k;
+
 	r->nodes = 1;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--")) {
@@ -193,28 +215,10 @@ static int parse_args(struct local_run *r, int argc, char **argv)
 			r->demo = 1;
 			continue;
 		}
-		if (!strcmp(argv[i], "--data-dir") || !strncmp(argv[i], "--data-dir=", 11)) {
-			const char *v = argv[i][10] == '=' ? argv[i] + 11 : (i + 1 < argc ? argv[++i] : "");
-
-			if (!*v || strlen(v) >= sizeof(r->datadir)) {
-				fprintf(stderr, "meshrun local: --data-dir: '%s' is empty or longer "
-						"than %zu bytes\n",
-					v, sizeof(r->datadir) - 1);
+		if ((k = path_option(argc, argv, &i, "--data-dir", r->datadir, sizeof(r->datadir))) ||
+		    (k = path_option(argc, argv, &i, "--log-file", r->logfile, sizeof(r->logfile)))) {
+			if (k < 0)
 				return 2;
-			}
-			snprintf(r->datadir, sizeof(r->datadir), "%s", v);
-			continue;
-		}
-		if (!strcmp(argv[i], "--log-file") || !strncmp(argv[i], "--log-file=", 11)) {
-			const char *v = argv[i][10] == '=' ? argv[i] + 11 : (i + 1 < argc ? argv[++i] : "");
-
-			if (!*v || strlen(v) >= sizeof(r->logfile)) {
-				fprintf(stderr, "meshrun local: --log-file: '%s' is empty or longer "
-						"than %zu bytes\n",
-					v, sizeof(r->logfile) - 1);
-				return 2;
-			}
-			snprintf(r->logfile, sizeof(r->logfile), "%s", v);
 			continue;
 		}
 		if (!strcmp(argv[i], "--log-format") || !strncmp(argv[i], "--log-format=", 13))
