@@ -604,7 +604,9 @@ int mr_cli_local(int argc, char **argv)
 	if (!rc) {
 		fprintf(stderr, "meshrun local: controller on %s, %d node(s), job %s\n", r->url,
 			r->nodes, r->job);
-		if (isatty(STDERR_FILENO) && !(r->log_format && !strcmp(r->log_format, "json")))
+		const char *fmt = r->log_format ? r->log_format : getenv("MESHRUN_LOG_FORMAT");
+
+		if (isatty(STDERR_FILENO) && !(fmt && !strcmp(fmt, "json")))
 			rc = open_view(r);
 	}
 	if (!rc)
