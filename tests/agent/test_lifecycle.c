@@ -119,7 +119,8 @@ Test(lifecycle, exhausted_restarts_fail_with_reason)
 	cr_expect_eq(h_count(la, "event=restarting"), 2);
 	cr_expect_eq(h_count(la, "restarts exhausted (max_restarts 1); last: rank 0 exited "
 				 "with code 1"),
-		     2); /* the failed event and the exit line */
+		     3); /* the failed event, the job's summary and the exit line */
+	cr_expect_eq(h_count(la, "event=job_summary state=failed "), 1);
 	h_kill(c.pid);
 }
 
@@ -342,7 +343,7 @@ Test(lifecycle, exhausted_restarts_fail_the_job_durably)
 	b = h_agent(&c, "t/exhaust2", 1, extra, cmd, NULL, lb);
 	h_expect_exit(a, 1, 120000, la, &c);
 	h_expect_exit(b, 1, 2500, lb, &c);
-	cr_expect_eq(h_count(la, "restarts exhausted (max_restarts 1)"), 2);
+	cr_expect_eq(h_count(la, "restarts exhausted (max_restarts 1)"), 3); /* + the summary */
 	cr_expect_geq(h_count(lb, "job failed (controller): max_restarts (1) exceeded"), 1);
 	/* the verdict is journaled: kill -9 the controller, start it again */
 	kill(c.pid, SIGKILL);
