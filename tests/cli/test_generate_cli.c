@@ -24,7 +24,7 @@
  *  - cuda_emulated: the emulated-cuda build of meshrun (build/emul)
  *    prints with --device cuda --precision fp32 what the cpu prints.
  *  - bad_input: a missing directory, a directory without checkpoints, a
- *    corrupt manifest, bad option values, an id outside the vocabulary,
+ *    corrupt manifest, a flipped byte in a shard, bad option values, an id outside the vocabulary,
  *    text for a non-byte vocabulary, an empty or too long prompt, a
  *    missing step: exit 2, a message naming the thing, no crash.
  */
@@ -418,12 +418,14 @@ Test(generate_cli, bad_input, .timeout = 300)
 	write_ckpt("ck", &c, 1, NULL);
 	write_ckpt("ids", &v96, 1, NULL);
 	r = sh("mkdir empty bad && cp -r ck/step-00000010 bad/ && echo '{\"broken' > "
-	       "bad/step-00000010/manifest.json");
+	       "bad/step-00000010/manifest.json && cp -r ck flip && printf '\\377' | dd "
+	       "of=flip/step-00000010/rank-00000.bin bs=1 seek=200000 conv=notrunc");
 	cr_assert_eq(r.rc, 0);
 	res_free(&r);
 	refused("nowhere --prompt hi", "'nowhere'", "no such file");
 	refused("empty --prompt hi", "'empty'", "no checkpoint");
 	refused("bad --prompt hi", "manifest.json", NULL);
+	refused("flip --prompt hi", "rank-00000.bin", "checksum");
 	refused("ck --prompt hi --temperature hot", "--temperature", "hot");
 	refused("ck --prompt hi --temperature -1", "--temperature", NULL);
 	refused("ck --prompt hi --top-k -3", "--top-k", NULL);
