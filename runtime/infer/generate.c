@@ -85,7 +85,8 @@ static int setup(struct mr_gen *g, const struct mr_gpt_config *cfg, struct mr_de
 	g->dev = dev;
 	if (maxn < 1)
 		return mr_errf(eb, MR_EINVAL, "a feed takes at least one row (maxn %d)", maxn);
-	if ((rc = mr_gpt_create_on(&g->m, cfg, 1, 1, dev, NULL, 0, eb)) < 0) {
+	/* no gradients: decoding never runs a backward */
+	if ((rc = mr_gpt_create_on(&g->m, cfg, 1, 1, dev, NULL, MR_GPT_EXT_GRADS, eb)) < 0) {
 		memset(g, 0, sizeof(*g));
 		return rc;
 	}

@@ -50,7 +50,8 @@ struct mr_gen_opts {
 };
 
 struct mr_gen {
-	struct mr_gpt m;    /* the weights (a one-rank model, B 1, T 1) */
+	struct mr_gpt m;    /* the weights (a one-rank model, B 1, T 1, no
+			     * gradients) */
 	struct mr_dev *dev; /* borrowed */
 	int maxn;           /* rows one mr_gen_feed takes at most */
 	int pos;            /* positions cached (tokens fed so far) */
