@@ -213,7 +213,7 @@ static void check_same_as_library(struct mr_gpt_config c)
 	cr_assert_eq(mr_gen_init_params(&g, &c, p, &dev, 5, &eb), 0, "%s", eb.msg);
 	same_text(&g, &greedy, "ck --prompt hello --max-new-tokens 8 --temperature 0 --threads 1");
 	/* sampled: every step's whole distribution counts, not only its top */
-	same_text(&g, &sampled, "ck --prompt hello --max-new-tokens 8 --seed 9");
+	same_text(&g, &sampled, "ck --prompt hello --max-new-tokens 8 --seed 9 --threads 1");
 	mr_gen_release(&g);
 	mr_dev_close(&dev);
 	mr_pool_free(pool);
@@ -312,7 +312,9 @@ static void ids_from_weights(const char *file, const int *prompt, int np,
 
 /* Trains tag over mesh for 3 steps (a checkpoint at 3, the weights
  * gathered into tag.bin), then checks generate on the checkpoint against
- * the weights file and against the checkpoint re-read as one rank. */
+ * the weights file and against the checkpoint re-read as one rank. One
+ * thread everywhere, as ids_from_weights: the same arithmetic, bit for
+ * bit. */
 static void check_mesh(const char *tag, const char *mesh, const char *keys)
 {
 	static const int prompt[3] = { 5, 17, 3 };
@@ -333,7 +335,7 @@ static void check_mesh(const char *tag, const char *mesh, const char *keys)
 	       "import --safetensors m.safetensors one", b, tag, b);
 	cr_assert_eq(r.rc, 0, "%s%s", r.out, r.err);
 	res_free(&r);
-	snprintf(args, sizeof(args), "%s --prompt-ids 5,17,3 --max-new-tokens 10 --temperature 0",
+	snprintf(args, sizeof(args), "%s --prompt-ids 5,17,3 --max-new-tokens 10 --temperature 0 --threads 1",
 		 tag);
 	x = gen("meshrun", args);
 	y = gen("meshrun", "one --prompt-ids 5,17,3 --max-new-tokens 10 --temperature 0");
@@ -347,7 +349,7 @@ static void check_mesh(const char *tag, const char *mesh, const char *keys)
 	res_free(&x);
 	res_free(&y);
 	snprintf(args, sizeof(args),
-		 "%s --prompt-ids 5,17,3 --max-new-tokens 10 --seed 4 --top-k 20", tag);
+		 "%s --prompt-ids 5,17,3 --max-new-tokens 10 --seed 4 --top-k 20 --threads 1", tag);
 	x = gen("meshrun", args);
 	y = gen("meshrun", "one --prompt-ids 5,17,3 --max-new-tokens 10 --seed 4 --top-k 20");
 	cr_assert(x.rc == 0 && y.rc == 0, "%s %s", x.err, y.err);
