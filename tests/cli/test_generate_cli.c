@@ -22,7 +22,8 @@
  *    the same ids, greedy and sampled, as the checkpoint re-read as one
  *    rank (ckpt export --safetensors, then import).
  *  - cuda_emulated: the emulated-cuda build of meshrun (build/emul)
- *    prints with --device cuda --precision fp32 what the cpu prints.
+ *    prints with --device cuda --precision fp32 what the cpu prints; a
+ *    llama MoE checkpoint is refused there (exit 2, naming moe_every).
  *  - bad_input: a missing directory, a directory without checkpoints, a
  *    corrupt manifest, a flipped byte in a shard, bad option values, an id outside the vocabulary,
  *    text for a non-byte vocabulary, an empty or too long prompt, a
@@ -393,6 +394,16 @@ Test(generate_cli, cuda_emulated, .timeout = 300)
 	cr_assert(memcmp(x.out, y.out, 13) == 0, "cuda printed other text than cpu");
 	cr_assert(strstr(y.err, "generated 12 tokens"), "%s", y.err);
 	res_free(&x);
+	res_free(&y);
+	/* a llama MoE: no SwiGLU expert kernels on cuda yet, refused by name */
+	c.moe_every = 1;
+	c.n_experts = 4;
+	c.top_k = 2;
+	c.capacity_factor = 1.0f;
+	write_ckpt("lmoe", &c, 1, NULL);
+	y = gen("emul/meshrun", "lmoe --prompt hello --device cuda");
+	cr_assert_eq(y.rc, 2, "exit %d: %s", y.rc, y.err);
+	cr_assert(strstr(y.err, "moe_every") && strstr(y.err, "cuda"), "%s", y.err);
 	res_free(&y);
 }
 
