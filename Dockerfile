@@ -8,7 +8,7 @@
 # controller needs no GPU: Dockerfile.cpu builds a smaller one.)
 # Build stage: the CUDA devel image (nvcc, cuBLAS, NCCL), `make install`;
 # runtime stage: the matching CUDA runtime image (cudart, cuBLAS, NCCL) plus
-# the shared libraries meshrun links (libcurl, jansson, libmicrohttpd,
+# the shared libraries meshrun links (libcurl, jansson, PCRE2, libmicrohttpd,
 # OpenBLAS) and the three binaries. Runs as uid 65532 with a read-only root
 # filesystem: the only writable paths are mounted volumes (the controller's
 # /var/lib/meshrun, the agent's /dev/shm, /tmp and checkpoints).
@@ -25,6 +25,7 @@ RUN apt-get update \
       pkg-config=1.8.1-* \
       libcurl4-openssl-dev=8.5.0-* \
       libjansson-dev=2.14-* \
+      libpcre2-dev=10.42-* \
       libmicrohttpd-dev=0.9.77-* \
       libopenblas-dev=0.3.26+ds-* \
       libcriterion-dev=2.4.1-* \
@@ -50,6 +51,7 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       libcurl4t64=8.5.0-* \
       libjansson4=2.14-* \
+      libpcre2-8-0=10.42-* \
       libmicrohttpd12t64=0.9.77-* \
       libopenblas0-pthread=0.3.26+ds-* \
  && rm -rf /var/lib/apt/lists/* \

@@ -114,6 +114,8 @@ static const struct mr_config_opt agent_opts[] = {
 			 "Worker exit codes that fail the job at once (comma list); every "
 			 "other non-zero code is retried."),
 	MR_CONFIG_ENUM("log_level", C, log_level, "info", level_names, "Log level."),
+	MR_CONFIG_ENUM("log_format", C, log_format, "logfmt", mr_log_format_names,
+		       "Log lines: logfmt (key=value) or json (one object per line)."),
 	MR_CONFIG_STRING("workload", C, workload, "gpt",
 			 "In-process workload (inproc mode): gpt."),
 	MR_CONFIG_STRING("workload_config", C, workload_config, NULL,

@@ -78,6 +78,7 @@ struct mr_agent_config {
 	int rank_process;       /* enum mr_agent_rank_process */
 	char permanent_exit_codes[256];
 	int log_level;
+	int log_format;          /* enum mr_log_format */
 	char workload[64];      /* in-process workload name */
 	char workload_config[4096]; /* JSON object text for the workload */
 	char mesh[16];          /* "auto": the planner's mesh (mesh_auto.h); "" the flags' */

@@ -19,6 +19,7 @@
 #include "mr_log.h"
 #include "rankproc.h"
 #include "supervisor.h"
+#include "supervisor_int.h"
 
 /* SIGTERM/SIGINT go through a pipe to a normal thread: any thread may
  * take the signal (OpenBLAS starts its pool before main, so masks are not
@@ -59,6 +60,7 @@ int main(int argc, char **argv)
 	struct mr_httpd *srv = NULL;
 	struct mr_errbuf eb = {0};
 	pthread_t sigthr;
+	long long t_start = mr__sv_now_ms();
 	int rc, err, sig_on = 0;
 
 	if (argc == 2 && !strcmp(argv[1], MR_RANK_WORKER_ARG))
@@ -73,6 +75,7 @@ int main(int argc, char **argv)
 		return MR_AGENT_EXIT_USAGE;
 	}
 	mr_log_init("agent", (enum mr_log_level)cfg.log_level);
+	mr_log_set_format((enum mr_log_format)cfg.log_format);
 	mr_log_set_job(cfg.job);
 	err = mr_supervisor_init(&sv, &cfg, &eb);
 	if (err) {
@@ -110,6 +113,7 @@ int main(int argc, char **argv)
 		sig_on = 1;
 	}
 	rc = mr_supervisor_run(&sv);
+	mr_supervisor_log_summary(&sv, (double)(mr__sv_now_ms() - t_start) / 1e3);
 	mr_log_info("exit", "code=%d state=%s reason=%s", rc,
 		    mr_agent_state_name(atomic_load(&sv.state)), mr_log_q(sv.reason));
 	if (sig_on) {

@@ -79,10 +79,11 @@ static char *describe(const struct mr_inproc_rank *r)
 	const struct mr_worker_env *e = &r->env;
 	const struct mr_rdzv_opts *k = &r->owner->kvopts;
 	json_t *d = json_pack(
-		"{s:s, s:i, s:O?, s:{s:s?, s:s?, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, "
+		"{s:s, s:i, s:i, s:O?, s:{s:s?, s:s?, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, "
 		"s:i, s:i, s:i, s:i, s:s?, s:s?, s:s?}, s:{s:s?, s:s?, s:s?, s:s?, s:s?, s:i, "
 		"s:s?, s:I}}",
-		"workload", r->owner->ops->name, "log_level", mr__log_level, "config",
+		"workload", r->owner->ops->name, "log_level", mr__log_level, "log_format",
+		(int)mr_log_get_format(), "config",
 		(json_t *)e->config, "env", "job", e->job, "run_id", e->run_id, "generation",
 		e->generation, "restart_count", e->restart_count, "rank", e->rank, "world_size",
 		e->world_size, "local_rank", e->local_rank, "local_world_size",
@@ -358,6 +359,7 @@ int mr_rank_worker_main(void)
 		return 2;
 	}
 	mr_log_init("agent", (enum mr_log_level)num(d, "log_level"));
+	mr_log_set_format((enum mr_log_format)num(d, "log_format"));
 	mr_log_set_job(str(e, "job"));
 	env = (struct mr_worker_env){
 		.job = str(e, "job"), .run_id = str(e, "run_id"),

@@ -81,6 +81,8 @@ struct mr_supervisor {
 	struct mr_rdzv_opts ropts; /* for per-rank KV clients (inproc) */
 	struct mr_agent_metrics metrics;
 	struct mr_agent_progress progress; /* inproc ranks' progress for the beats */
+	struct mr_worker_stats rank0; /* global rank 0's latest stats, when it is here */
+	int have_rank0;
 	int64_t shown_step;      /* the progress line's last step, and since when */
 	long long shown_since_ms;
 	struct mr_rdzv_round round;
@@ -103,6 +105,12 @@ int mr_supervisor_init(struct mr_supervisor *sv, const struct mr_agent_config *c
 void mr_supervisor_release(struct mr_supervisor *sv);
 /* Runs the lifecycle to the end; returns the process exit code. */
 int mr_supervisor_run(struct mr_supervisor *sv);
+/* The job's end for people (event=job_summary, shown at every log level
+ * but off): logged by the agent that ran global rank 0 (or, when no rank
+ * ran, node 0 of the last round): its state and reason, the steps, the
+ * agent's seconds, final and best losses, tokens/s, restarts, checkpoints
+ * and where. */
+void mr_supervisor_log_summary(const struct mr_supervisor *sv, double seconds);
 /* Async-signal-safe: asks the running supervisor to stop with sig. */
 void mr_supervisor_stop(struct mr_supervisor *sv, int sig);
 

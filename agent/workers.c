@@ -300,6 +300,10 @@ void mr__sv_report_stats(struct mr_supervisor *sv, long long *last, int final)
 		if (mr_inproc_progress(&sv->inproc, i, &wp) == 0)
 			mr_agent_metrics_comm(&sv->metrics, sv->inproc.rank[i].env.rank, &wp);
 		mr_agent_progress_step(&sv->progress, i, &ws);
+		if (sv->inproc.rank[i].env.rank == 0 && ws.total_steps > 0) {
+			sv->rank0 = ws;
+			sv->have_rank0 = 1;
+		}
 		if (final) {
 			/* losses only where there are some: the last step
 			 * evaluated; a finished job run again trained none */
@@ -342,4 +346,38 @@ void mr__sv_report_stats(struct mr_supervisor *sv, long long *last, int final)
 	}
 	if (print && last)
 		*last = mr__sv_now_ms();
+}
+
+void mr_supervisor_log_summary(const struct mr_supervisor *sv, double seconds)
+{
+	const struct mr_worker_stats *s = &sv->rank0;
+	const char *dir = NULL;
+	char losses[160] = "", steps[48] = "";
+
+	if (!sv->have_rank0 && !(sv->round.generation > 0 && sv->round.node_rank == 0))
+		return;
+	if (sv->cfg->workload_json)
+		dir = json_string_value(json_object_get(sv->cfg->workload_json, "ckpt_dir"));
+	if (sv->have_rank0) {
+		size_t n = 0;
+
+		snprintf(steps, sizeof(steps), " steps=%lld/%lld", (long long)s->step,
+			 (long long)s->total_steps);
+		if (isfinite(s->loss))
+			n += (size_t)snprintf(losses + n, sizeof(losses) - n, " loss=%.4f", s->loss);
+		if (isfinite(s->val_loss) && n < sizeof(losses))
+			n += (size_t)snprintf(losses + n, sizeof(losses) - n, " val_loss=%.4f",
+					      s->val_loss);
+		if (isfinite(s->best_val_loss) && n < sizeof(losses))
+			snprintf(losses + n, sizeof(losses) - n,
+				 " best_val_loss=%.4f best_val_step=%lld", s->best_val_loss,
+				 (long long)s->best_val_step);
+	}
+	mr_log_always("job_summary",
+		      "state=%s%s seconds=%.1f%s tokens_per_s=%.0f restarts=%d checkpoints=%lld "
+		      "ckpt_dir=%s reason=%s",
+		      mr_agent_state_name(atomic_load(&sv->state)), steps, seconds, losses,
+		      sv->have_rank0 ? s->job_tokens_per_s : 0.0, atomic_load(&sv->restarts),
+		      sv->have_rank0 ? (long long)s->ckpt_saves : 0LL, mr_log_q(dir ? dir : ""),
+		      mr_log_q(sv->reason));
 }

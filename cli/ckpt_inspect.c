@@ -105,9 +105,11 @@ static void print_text(const struct mr_ckpt_manifest *mf, const struct tinfo *ti
 	printf("  train   batch_size %d  seq_len %d  grad_accum %d  steps %ld  seed %llu\n",
 	       mf->batch_size, mf->seq_len, mf->grad_accum, mf->total_steps,
 	       (unsigned long long)mf->seed);
-	printf("          lr %g  min_lr_frac %g  warmup_steps %d  beta1 %g  beta2 %g  eps %g  "
-	       "weight_decay %g  grad_clip %g\n", (double)mf->opt.lr, (double)mf->opt.min_lr_frac,
-	       mf->opt.warmup_steps, (double)mf->opt.beta1, (double)mf->opt.beta2,
+	printf("          lr %g  lr_schedule %s  decay_frac %g  min_lr_frac %g  warmup_steps %d  "
+	       "beta1 %g  beta2 %g  eps %g  weight_decay %g  grad_clip %g\n", (double)mf->opt.lr,
+	       mr_lr_schedule_name(mf->opt.schedule), (double)mf->opt.decay_frac,
+	       (double)mf->opt.min_lr_frac, mf->opt.warmup_steps, (double)mf->opt.beta1,
+	       (double)mf->opt.beta2,
 	       (double)mf->opt.eps, (double)mf->opt.weight_decay, (double)mf->opt.grad_clip);
 	printf("  state   %s\n", kinds == 1u ? "parameters only (no optimizer state: imported)"
 			       : kinds == 7u ? "parameters, AdamW m and v"
@@ -163,7 +165,7 @@ static json_t *step_json(const struct mr_ckpt_manifest *mf, const struct tinfo *
 		" s:{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:s},"
 		" s:{s:i, s:i, s:i, s:i, s:i, s:i, s:i},"
 		" s:{s:I, s:s?},"
-		" s:{s:i, s:i, s:i, s:I, s:I, s:f, s:f, s:i, s:f, s:f, s:f, s:f, s:f},"
+		" s:{s:i, s:i, s:i, s:I, s:I, s:f, s:s, s:f, s:f, s:i, s:f, s:f, s:f, s:f, s:f},"
 		" s:o, s:o, s:o}",
 		"dir", mf->dir, "step", (json_int_t)mf->step, "optimizer_steps",
 		(json_int_t)mf->opt_steps, "model", "vocab_size", c->vocab, "max_seq", c->max_seq,
@@ -176,7 +178,8 @@ static json_t *step_json(const struct mr_ckpt_manifest *mf, const struct tinfo *
 		"train",
 		"batch_size", mf->batch_size, "seq_len", mf->seq_len, "grad_accum",
 		mf->grad_accum, "seed", (json_int_t)mf->seed, "steps", (json_int_t)mf->total_steps,
-		"lr", (double)mf->opt.lr, "min_lr_frac", (double)mf->opt.min_lr_frac,
+		"lr", (double)mf->opt.lr, "lr_schedule", mr_lr_schedule_name(mf->opt.schedule),
+		"decay_frac", (double)mf->opt.decay_frac, "min_lr_frac", (double)mf->opt.min_lr_frac,
 		"warmup_steps", mf->opt.warmup_steps, "beta1", (double)mf->opt.beta1, "beta2",
 		(double)mf->opt.beta2, "eps", (double)mf->opt.eps, "weight_decay",
 		(double)mf->opt.weight_decay, "grad_clip", (double)mf->opt.grad_clip, "state", ks,

@@ -86,7 +86,11 @@ static void usage(FILE *out)
 		"`meshrun-agent --help`), e.g. --nproc-per-node, --tp, --max-restarts.\n"
 		"Without a command the agents train the in-process GPT runtime\n"
 		"(--workload-config '{\"steps\": 20}'; --help-workload lists its keys);\n"
-		"--demo runs a shell command printing each rank's placement instead.\n");
+		"--demo runs a shell command printing each rank's placement instead.\n"
+		"On a terminal the run shows the model, a line per logged step and a summary;\n"
+		"every agent line goes to --log-file FILE (default /tmp/meshrun-<job>.log).\n"
+		"Off a terminal (or with --log-format json) the agents' structured lines go to\n"
+		"stderr as they are.\n");
 }
 
 static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
@@ -149,6 +153,8 @@ struct local_run {
 	char ctl_bin[PATH_MAX + 32], agent_bin[PATH_MAX + 32];
 	char tmp[32], portfile[64];
 	char datadir[1024];  /* the controller's; --data-dir keeps it, else in tmp */
+	char logfile[1024];  /* the agents' lines on a terminal; --log-file, else /tmp */
+	const char *log_format; /* --log-format, for the controller too (NULL: logfmt) */
 	struct local_proc ctl;
 	struct local_proc *agent; /* nodes of them */
 	struct mr_workenv envs[LOCAL_MAX_NODES];
@@ -164,10 +170,32 @@ struct local_run {
 	int winding_down;  /* the safety net stopped the rest */
 };
 
-/* Options: --nodes and --demo are ours, the rest is the agents'. 0, or
- * the exit code (help: -1). */
+/* "--flag PATH" or "--flag=PATH" at argv[*i] into buf: 1 (taken, *i
+ * past it), 0 (another option), -1 (empty or too long: said). */
+static int path_option(int argc, char **argv, int *i, const char *flag, char *buf, size_t cap)
+{
+	size_t fl = strlen(flag);
+	const char *v;
+
+	if (strncmp(argv[*i], flag, fl) || (argv[*i][fl] != '\0' && argv[*i][fl] != '='))
+		return 0;
+	v = argv[*i][fl] == '=' ? argv[*i] + fl + 1 : (*i + 1 < argc ? argv[++*i] : "");
+	if (!*v || strlen(v) >= cap) {
+		fprintf(stderr, "meshrun local: %s: '%s' is empty or longer than %zu bytes\n", flag,
+			v, cap - 1);
+		return -1;
+	}
+	snprintf(buf, cap, "%s", v);
+	return 1;
+}
+
+/* Options: --nodes, --demo, --data-dir and --log-file are ours (the
+ * agents see --log-format too), the rest is the agents'. 0, or the exit
+ * code (help: -1). */
 static int parse_args(struct local_run *r, int argc, char **argv)
 {
+	int k;
+
 	r->nodes = 1;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--")) {
@@ -187,18 +215,15 @@ static int parse_args(struct local_run *r, int argc, char **argv)
 			r->demo = 1;
 			continue;
 		}
-		if (!strcmp(argv[i], "--data-dir") || !strncmp(argv[i], "--data-dir=", 11)) {
-			const char *v = argv[i][10] == '=' ? argv[i] + 11 : (i + 1 < argc ? argv[++i] : "");
-
-			if (!*v || strlen(v) >= sizeof(r->datadir)) {
-				fprintf(stderr, "meshrun local: --data-dir: '%s' is empty or longer "
-						"than %zu bytes\n",
-					v, sizeof(r->datadir) - 1);
+		if ((k = path_option(argc, argv, &i, "--data-dir", r->datadir, sizeof(r->datadir))) ||
+		    (k = path_option(argc, argv, &i, "--log-file", r->logfile, sizeof(r->logfile)))) {
+			if (k < 0)
 				return 2;
-			}
-			snprintf(r->datadir, sizeof(r->datadir), "%s", v);
 			continue;
 		}
+		if (!strcmp(argv[i], "--log-format") || !strncmp(argv[i], "--log-format=", 13))
+			r->log_format = argv[i][12] == '=' ? argv[i] + 13
+							   : (i + 1 < argc ? argv[i + 1] : "");
 		if (!strcmp(argv[i], "--nodes") || !strncmp(argv[i], "--nodes=", 8)) {
 			const char *v = argv[i][7] == '=' ? argv[i] + 8 : (i + 1 < argc ? argv[++i] : "");
 			char *end;
@@ -314,6 +339,10 @@ static int start_controller(struct local_run *r)
 	c[n++] = "--no-fsync"; /* process deaths, not power loss: the page cache keeps it */
 	c[n++] = "--log-level";
 	c[n++] = "warn";
+	if (r->log_format) {
+		c[n++] = "--log-format";
+		c[n++] = (char *)r->log_format;
+	}
 	c[n] = NULL;
 	r->ctl.argv = c;
 	r->ctl.env = environ;
@@ -339,6 +368,28 @@ static int start_controller(struct local_run *r)
 	}
 	r->js.name = r->job;
 	r->js.hc = r->hc_on ? &r->hc : NULL;
+	return 0;
+}
+
+/* The terminal view and its log file; 0 or 1. */
+static int open_view(struct local_run *r)
+{
+	struct mr_errbuf eb = {0};
+
+	if (!r->logfile[0]) { /* /tmp/meshrun-local-job-123.log */
+		size_t n = (size_t)snprintf(r->logfile, sizeof(r->logfile), "/tmp/meshrun-%s.log",
+					    r->job);
+
+		for (size_t i = strlen("/tmp/"); i < n && i < sizeof(r->logfile); i++)
+			if (r->logfile[i] == '/')
+				r->logfile[i] = '-';
+	}
+	if (mr_pview_open(&r->view, r->logfile, &eb)) {
+		fprintf(stderr, "meshrun local: %s\n", eb.msg);
+		return 1;
+	}
+	fprintf(stderr, "meshrun local: every agent's log lines go to %s\n", r->logfile);
+	r->msg_fd = r->view.wfd;
 	return 0;
 }
 
@@ -553,10 +604,13 @@ int mr_cli_local(int argc, char **argv)
 	if (!rc) {
 		fprintf(stderr, "meshrun local: controller on %s, %d node(s), job %s\n", r->url,
 			r->nodes, r->job);
-		if (isatty(STDERR_FILENO) && mr_pview_open(&r->view) == 0)
-			r->msg_fd = r->view.wfd;
-		rc = start_agents(r);
+		const char *fmt = r->log_format ? r->log_format : getenv("MESHRUN_LOG_FORMAT");
+
+		if (isatty(STDERR_FILENO) && !(fmt && !strcmp(fmt, "json")))
+			rc = open_view(r);
 	}
+	if (!rc)
+		rc = start_agents(r);
 	if (!rc) {
 		supervise(r);
 		mr_pview_close(&r->view);

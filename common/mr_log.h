@@ -4,6 +4,12 @@
  *   ts=2026-11-21T22:40:00.123Z lvl=info comp=controller job=ns/a rank=3
  *   event=round_closed gen=2 world=8
  *
+ * or, with mr_log_set_format(MR_LOG_JSON) (--log-format json), the same
+ * pairs as one JSON object per line, numbers as numbers:
+ *
+ *   {"ts":"2026-11-21T22:40:00.123Z","lvl":"info","comp":"controller",
+ *    "job":"ns/a","rank":3,"event":"round_closed","gen":2,"world":8}
+ *
  * Fixed keys come first (ts lvl comp [job] [rank] event), then the caller's
  * own logfmt pairs. The level is checked before anything is formatted, so a
  * disabled debug line costs one comparison. A line is written with a single
@@ -37,6 +43,13 @@ void mr_log_set_rank(int rank);
 /* "debug", "info", "warn", "error", "off" -> level, or -1. */
 int mr_log_parse_level(const char *name);
 
+enum mr_log_format { MR_LOG_LOGFMT = 0, MR_LOG_JSON = 1 };
+/* Process-wide; logfmt by default. */
+void mr_log_set_format(enum mr_log_format format);
+enum mr_log_format mr_log_get_format(void);
+/* The names of the formats, in enum order, NULL-terminated (config tables). */
+extern const char *const mr_log_format_names[];
+
 /*
  * Quote a value for logfmt if it needs it (spaces, quotes, '=', empty).
  * Returns a thread-local buffer valid until the 8th next call in the same
@@ -57,6 +70,13 @@ void mr__log(enum mr_log_level lvl, const char *event, const char *fmt, ...)
 #define mr_log_info(event, ...) mr_log(MR_LOG_INFO, event, __VA_ARGS__)
 #define mr_log_warn(event, ...) mr_log(MR_LOG_WARN, event, __VA_ARGS__)
 #define mr_log_error(event, ...) mr_log(MR_LOG_ERROR, event, __VA_ARGS__)
+/* An info line that every level but off shows: what a run ends with (its
+ * summary), which --log-level warn must not hide. */
+#define mr_log_always(event, ...)                                  \
+	do {                                                       \
+		if (mr__log_level < MR_LOG_OFF)                    \
+			mr__log(MR_LOG_INFO, (event), __VA_ARGS__); \
+	} while (0)
 
 /* Async-signal-safe: writes "lvl=warn comp=<comp> event=<event>" with no
  * timestamp formatting and no allocation. For signal handlers only. */

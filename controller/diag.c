@@ -381,7 +381,8 @@ json_t *mr__ctl_diagnose(struct ctl *ctl, struct ctl_job *job, char *msg, size_t
 		      stalled, "hang_timeout_s", job->spec.hang_timeout_ms / 1e3);
 	if (!o)
 		return NULL;
-	if (!strcmp(verdict, "stuck") || !strcmp(verdict, "progressing")) {
+	dg.moving = !strcmp(verdict, "progressing");
+	if (!strcmp(verdict, "stuck") || dg.moving) {
 		if (collect(&dg) < 0 || (find_all(&dg), mr__diag_build(&dg, o, line, sizeof(line)) < 0)) {
 			json_decref(o);
 			o = NULL;

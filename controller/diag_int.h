@@ -60,6 +60,7 @@ struct diag {
 	struct finding *f;
 	size_t nf;
 	uint32_t dropped;
+	int moving;   /* the job progresses: describe the waits, name no cause */
 };
 
 /* ms since m's node was last heard from, when more than half the

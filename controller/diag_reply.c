@@ -224,16 +224,18 @@ static void finding_text(const struct diag *dg, const struct finding *f, char *b
 	since_text(dg, f->since_ms, since, sizeof(since));
 	switch (f->type) {
 	case F_ALL_IN:
-		snprintf(buf, cap, "all %u ranks of group %s are in %s #%llu since %s and none "
-			 "completes: a transport problem or mismatched message sizes", f->nwait,
-			 grp, mr_comm_op_name(f->op), (unsigned long long)f->seq, since);
+		snprintf(buf, cap, "all %u ranks of group %s are in %s #%llu since %s%s", f->nwait,
+			 grp, mr_comm_op_name(f->op), (unsigned long long)f->seq, since,
+			 dg->moving ? "" : " and none completes: a transport problem or "
+					   "mismatched message sizes");
 		break;
 	case F_P2P_BOTH:
 		rank_text(dg, f->waiter, a, sizeof(a));
 		rank_text(dg, f->lag[0], b, sizeof(b));
-		snprintf(buf, cap, "%s (%s) and %s (%s) wait for each other on group %s since %s "
-			 "and neither completes: both send or both receive, or the sizes or tags "
-			 "differ", a, mr_comm_op_name(f->op), b, mr_comm_op_name(f->op2), grp, since);
+		snprintf(buf, cap, "%s (%s) and %s (%s) wait for each other on group %s since %s%s",
+			 a, mr_comm_op_name(f->op), b, mr_comm_op_name(f->op2), grp, since,
+			 dg->moving ? "" : " and neither completes: both send or both receive, or "
+					   "the sizes or tags differ");
 		break;
 	default:
 		snprintf(buf, cap, "%u %s waiting in %s #%llu on group %s since %s", f->nwait,

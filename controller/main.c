@@ -49,6 +49,7 @@ int main(int argc, char **argv)
 	}
 	if (!rc) {
 		mr_log_set_level((enum mr_log_level)o.log_level);
+		mr_log_set_format((enum mr_log_format)o.log_format);
 		rc = mr_controller_fit_fds(&o, &cfg, &eb);
 	}
 	mr_config_release(&cfg);

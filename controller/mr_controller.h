@@ -49,6 +49,7 @@ struct mr_controller_opts {
 	int64_t hang_timeout_ms;   /* hang diagnosis: no progress this long (0 = off) */
 	double straggler_factor;   /* straggler: busy time above factor x median (0 = off) */
 	int log_level; /* index into mr_controller_log_levels */
+	int log_format; /* enum mr_log_format */
 };
 
 extern const char *const mr_controller_log_levels[];

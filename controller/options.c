@@ -94,6 +94,8 @@ const struct mr_config_opt mr_controller_config[] = {
 			 "never, else at least 1.01."),
 	MR_CONFIG_ENUM("log_level", O, log_level, "info", mr_controller_log_levels,
 		       "Log level."),
+	MR_CONFIG_ENUM("log_format", O, log_format, "logfmt", mr_log_format_names,
+		       "Log lines: logfmt (key=value) or json (one object per line)."),
 };
 #undef O
 

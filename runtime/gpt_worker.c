@@ -151,13 +151,15 @@ static int gw_create(void **state, const struct mr_worker_env *env, struct mr_er
 			    "model=%s mfu=0 hint=\"set peak_flops in the workload config\"",
 			    mr_log_q(w->dev.model));
 	mr_log_info("gpt_worker_ready",
-		    "device=%s model=%s precision=%s arch=%s params=%zu layers=%d d_model=%d "
+		    "device=%s model=%s precision=%s arch=%s params=%zu model_params=%zu "
+		    "layers=%d d_model=%d "
 		    "heads=%d kv_heads=%d moe_every=%d batch=%d seq=%d accum=%d threads=%d "
 		    "peak_gflops=%.1f tp=%d "
 		    "cp=%d pp=%d dp=%d ep=%d zero=%d",
 		    w->dev.ops->name, mr_log_q(w->dev.model),
 		    w->dev.act == MR_DT_BF16 ? "bf16" : "fp32",
-		    mc.arch == MR_ARCH_LLAMA ? "llama" : "gpt2", w->model.nparams, mc.n_layer,
+		    mc.arch == MR_ARCH_LLAMA ? "llama" : "gpt2", w->model.nparams,
+		    w->model.nparams_full, mc.n_layer,
 		    mc.d_model, mc.n_head, mr_gpt_kv_heads(&mc), mc.moe_every, B, T,
 		    w->accum, w->threads, w->peak_flops * 1e-9, w->groups.mesh.tp,
 		    w->groups.mesh.cp, w->groups.mesh.pp, w->groups.mesh.dp, w->groups.mesh.ep,
@@ -251,6 +253,37 @@ static int log_loss(struct gw *w, const struct mr_worker_stats *st, struct mr_er
 	if (fclose(f) != 0)
 		return mr_errf_field(eb, MR_EIO, "loss_log", "unable to write '%s'", w->loss_log);
 	return 0;
+}
+
+/* Rank 0's line for people: every log_every steps, at every evaluation
+ * and at the last step, the job's figures - its tokens/s (every
+ * data-parallel rank's), MFU and the ETA from the mean step time since
+ * the previous line, rank 0's memory. */
+static void step_line(struct gw *w, const struct mr_worker_stats *st)
+{
+	double now = mr__gw_now(), per, rank_tps;
+	char val[32] = "";
+	size_t mem = 0;
+
+	if (st->step % w->log_every && st->step < w->steps && !isfinite(st->val_loss))
+		return;
+	per = st->step > w->log_step ? (now - w->log_t) / (double)(st->step - w->log_step) : 0.0;
+	rank_tps = per > 0 ? (double)w->B * w->model.T * w->accum / per : 0.0;
+	if (isfinite(st->val_loss))
+		snprintf(val, sizeof(val), " val_loss=%.4f", st->val_loss);
+	for (int k = 0; k < MR_MEM_KINDS; k++)
+		mem += st->mem_bytes[k];
+	mr_log_info("step",
+		    "step=%lld/%lld loss=%.4f%s grad_norm=%.3f lr=%.3e tokens_per_s=%.0f mfu=%.3f "
+		    "mem_mib=%.1f eta_s=%.0f",
+		    (long long)st->step, (long long)st->total_steps, st->loss, val, st->grad_norm,
+		    st->lr, per > 0 ? (double)w->B * w->T * w->accum * w->dp_size / per : 0.0,
+		    w->peak_flops > 0 ? (double)mr_gpt_flops_per_token(&w->model) * rank_tps /
+						w->peak_flops
+				      : 0.0,
+		    (double)mem / (1 << 20), per * (double)(st->total_steps - st->step));
+	w->log_t = now;
+	w->log_step = st->step;
 }
 
 /* The step's scalars into the TensorBoard event file (rank 0), flushed so
@@ -351,6 +384,7 @@ static int checkpoint(struct gw *w, int requested, struct mr_worker_stats *st,
 	st->ckpt_stall_s = cs.stall_seconds;
 	st->ckpt_bytes = cs.last_bytes;
 	st->ckpt_failures = cs.failures;
+	st->ckpt_saves = cs.saves;
 	return 0;
 }
 
@@ -403,7 +437,7 @@ static int gw_step(void *state, struct mr_worker_stats *st, struct mr_errbuf *eb
 		st->total_steps = w->steps;
 		st->resumed_step = step;
 		st->ckpt_step = step;
-		st->loss = st->val_loss = NAN;
+		st->loss = st->val_loss = st->best_val_loss = NAN;
 		if (w->rank == 0)
 			mr_log_info("already_finished",
 				    "step=%ld steps=%ld msg=%s", step, (long)w->steps,
@@ -413,6 +447,11 @@ static int gw_step(void *state, struct mr_worker_stats *st, struct mr_errbuf *eb
 	}
 	atomic_store_explicit(&w->progress_step, step, memory_order_relaxed);
 	t0 = mr__gw_now();
+	if (w->log_t == 0.0) { /* this run's first step */
+		w->log_t = t0;
+		w->log_step = w->log_first = step;
+		w->best_val = NAN;
+	}
 	wait0 = comm_wait(w);
 	if ((rc = debug_hooks(w, step, eb)) < 0)
 		return rc;
@@ -464,6 +503,19 @@ static int gw_step(void *state, struct mr_worker_stats *st, struct mr_errbuf *eb
 	}
 	if (w->loss_log && w->rank == 0 && (rc = log_loss(w, st, eb)) < 0)
 		return rc;
+	if (isfinite(st->val_loss) && !(st->val_loss >= w->best_val)) {
+		w->best_val = st->val_loss;
+		w->best_val_step = st->step;
+	}
+	w->train_s += dt;
+	st->best_val_loss = w->best_val;
+	st->best_val_step = w->best_val_step;
+	st->train_seconds = w->train_s;
+	st->job_tokens_per_s = w->train_s > 0 ? (double)w->B * w->T * w->accum * w->dp_size *
+							 (double)(st->step - w->log_first) / w->train_s
+					      : 0.0;
+	if (w->rank == 0)
+		step_line(w, st);
 	if (w->tb.open)
 		tb_step(w, st);
 	if (st->step >= w->steps && w->save_weights && (rc = save_weights(w, eb)) < 0)

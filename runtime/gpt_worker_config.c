@@ -185,6 +185,7 @@ int mr__gw_parse(const json_t *c, struct mr_gpt_config *mc, struct mr_adamw_conf
 	    (rc = getf(c, "peak_flops", &peak, eb)) < 0 ||
 	    (rc = geti_dyn(c, "eval_every", -1, &w->eval_every, eb)) < 0 || /* -1: unset */
 	    (rc = geti(c, "eval_batches", &w->eval_batches, eb)) < 0 ||
+	    (rc = geti(c, "log_every", &w->log_every, eb)) < 0 ||
 	    (rc = geti(c, "zero", &w->zero, eb)) < 0 ||
 	    (rc = geti(c, "hsdp_shard", &w->hsdp_shard, eb)) < 0 ||
 	    (rc = geti(c, "comm_timeout_ms", &tmo, eb)) < 0 ||
@@ -205,6 +206,14 @@ int mr__gw_parse(const json_t *c, struct mr_gpt_config *mc, struct mr_adamw_conf
 	if (schedule)
 		mr_lr_schedule_parse(schedule, &oc->schedule); /* one of the choices */
 	mc->moe_dropless = policy && !strcmp(policy, "dropless");
+	mc->moe_norm_topk = 0; /* absent: top_k's default */
+	if (c && json_object_get(c, "moe_norm_topk")) {
+		int norm = 0;
+
+		if ((rc = mr_json_get_bool(c, "moe_norm_topk", 0, &norm, eb)) < 0)
+			return rc;
+		mc->moe_norm_topk = norm ? 1 : -1;
+	}
 	if ((rc = get_family(c, mc, eb)) < 0)
 		return rc;
 	if ((rc = get_choice(c, "cp_algo", &cp_algo, eb)) < 0)

@@ -31,6 +31,13 @@ struct gw {
 	int have_model;
 	int steps, accum, eval_batches, threads;
 	int eval_every;         /* -1 unset until mr__gw_open_data settles it */
+	int log_every;          /* rank 0's step lines */
+	long log_step;          /* the last step line's step and time (ETA) */
+	long log_first;         /* the step this run started at */
+	double log_t;
+	double train_s;         /* step time of this run */
+	double best_val;        /* this run's lowest validation loss (NaN: none) */
+	long best_val_step;
 	/* placement: mesh communicators, this rank's data-parallel slice */
 	struct mr_groups groups;
 	atomic_int groups_ready;

@@ -42,6 +42,9 @@ const struct mr__gw_key mr__gw_keys[] = {
 	C("moe_policy", "capacity|dropless", "capacity", "model",
 	  "capacity (a fixed share per expert, the rest dropped) or dropless (every expert "
 	  "takes all its tokens)."),
+	B("moe_norm_topk", "true when top_k is 2", "model",
+	  "Renormalise each token's gates over its top_k chosen experts (Mixtral, Qwen3-MoE: "
+	  "Hugging Face's norm_topk_prob); false: the router's softmax probabilities."),
 	C("arch", "gpt2|llama", "gpt2", "model",
 	  "The model family: gpt2 (LayerNorm, learned positions, GELU MLP, tied head) or llama "
 	  "(RMSNorm, rotary positions, SwiGLU MLP, grouped-query attention, no biases, untied "
@@ -150,6 +153,10 @@ const struct mr__gw_key mr__gw_keys[] = {
 	S("loss_log", "output",
 	  "Rank 0 writes the header \"step loss aux_loss grad_norm lr val_loss\", then a line "
 	  "per step (val_loss nan where no validation ran; `meshrun plot` draws it)."),
+	I("log_every", 1, 1 << 30, "10", "output",
+	  "Rank 0 logs a step line (event=step: loss, val_loss, grad_norm, lr, the job's "
+	  "tokens/s, MFU, memory, ETA) every this many steps, at every evaluation and at the "
+	  "last step."),
 	S("save_weights", "output", "Write the trained model here at the end (a weights file)."),
 	/* debugging */
 	I("debug_stall_rank", -1, 1 << 30, "-1", "debug",

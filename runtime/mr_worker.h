@@ -80,6 +80,12 @@ struct mr_worker_stats {
 	int64_t ckpt_failures;   /* checkpoints of this run that failed: the rank's own
 				  * part, or (rank 0) any rank's */
 	int64_t dev_fallbacks;   /* the device's slow paths taken so far (mr_dev.fallbacks) */
+	/* this run so far, for the job's summary */
+	double best_val_loss;    /* lowest validation loss, NaN when none ran */
+	int64_t best_val_step;
+	double train_seconds;    /* time in steps */
+	double job_tokens_per_s; /* every data-parallel rank's tokens / train_seconds */
+	int64_t ckpt_saves;      /* checkpoints written */
 };
 
 /*

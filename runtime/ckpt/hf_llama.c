@@ -59,6 +59,92 @@ int mr_hf_llama_name(const char *ours, char *buf, size_t cap)
 }
 
 /* "[a, b]" of a shape into buf. */
+/* One Hugging Face tensor: a contiguous run of one of ours. */
+struct piece {
+	char name[MR_ST_MAX_NAME + 1];
+	size_t off, n;   /* floats into our tensor */
+	int ndim;
+	int64_t shape[MR_ST_MAX_DIMS];
+};
+
+/* Our tensor t as the Hugging Face tensors it is, into out (NULL: only
+ * counted): itself, or Mixtral's experts one per expert and projection -
+ * moe.gate_up.w (E,2F,C) is experts.e.w1 (gate, F,C) then w3 (up, F,C),
+ * moe.down.w (E,C,F) is experts.e.w2 (C,F), moe.router.w (E,C) is
+ * block_sparse_moe.gate. Returns the count, MR_ENOTFOUND for a tensor
+ * with no Hugging Face name. */
+static int pieces_of(const struct mr_gpt_tensor *t, struct piece *out)
+{
+	struct piece one = { .n = 0 }, *pc = out ? out : &one;
+	int layer, at = 0, proj = 0, np, k;
+	const char *rest = "";
+
+	if (sscanf(t->name, "h.%d.%n", &layer, &at) == 1 && at > 0 &&
+	    !strncmp(t->name + at, "moe.", 4)) {
+		rest = t->name + at + 4;
+		proj = !strcmp(rest, "gate_up.w") ? 2 : !strcmp(rest, "down.w") ? 1 : 0;
+	}
+	if (!proj) { /* a tensor of its own */
+		if (!strcmp(rest, "router.w"))
+			snprintf(pc->name, sizeof(pc->name),
+				 "model.layers.%d.block_sparse_moe.gate.weight", layer);
+		else if (mr_hf_llama_name(t->name, pc->name, sizeof(pc->name)) < 0)
+			return MR_ENOTFOUND;
+		pc->off = 0;
+		pc->n = t->n;
+		pc->ndim = t->ndim;
+		for (k = 0; k < t->ndim; k++)
+			pc->shape[k] = t->full[k];
+		return 1;
+	}
+	np = (int)t->full[0] * proj;
+	for (k = 0; out && k < np; k++) {
+		pc = &out[k];
+		pc->n = t->n / (size_t)np;
+		pc->off = (size_t)k * pc->n;
+		pc->ndim = 2;
+		pc->shape[0] = t->full[1] / proj; /* gate_up: F of 2F; down: C */
+		pc->shape[1] = t->full[2];
+		snprintf(pc->name, sizeof(pc->name),
+			 "model.layers.%d.block_sparse_moe.experts.%d.%s.weight", layer, k / proj,
+			 proj == 1 ? "w2" : k % 2 ? "w3" : "w1");
+	}
+	return np;
+}
+
+/* Every piece of every tensor of m, in table order (malloc'd; *owner:
+ * the tensor of each). */
+static int all_pieces(const struct mr_gpt *m, struct piece **out, int **owner, int *n,
+		      struct mr_errbuf *eb)
+{
+	int total = 0, i, k;
+
+	*out = NULL;
+	*owner = NULL;
+	for (i = 0; i < m->ntensors; i++) {
+		if ((k = pieces_of(&m->tensors[i], NULL)) < 0)
+			return mr_errf(eb, MR_EINVAL, "tensor '%s' has no Hugging Face name",
+				       m->tensors[i].name);
+		total += k;
+	}
+	*out = calloc((size_t)total, sizeof(**out));
+	*owner = calloc((size_t)total, sizeof(**owner));
+	if (!*out || !*owner) {
+		free(*out);
+		free(*owner);
+		*out = NULL;
+		*owner = NULL;
+		return mr_errf(eb, MR_ENOMEM, "out of memory naming %d tensors", total);
+	}
+	for (i = 0, total = 0; i < m->ntensors; i++) {
+		k = pieces_of(&m->tensors[i], *out + total);
+		while (k-- > 0)
+			(*owner)[total++] = i;
+	}
+	*n = total;
+	return 0;
+}
+
 static void shape_str(char *buf, size_t cap, int ndim, const int64_t *shape)
 {
 	size_t at = (size_t)snprintf(buf, cap, "[");
@@ -226,7 +312,7 @@ static int read_config(const char *dir, int max_seq, struct mr_gpt_config *c,
 	char path[4200];
 	const json_t *v;
 	json_t *doc = NULL;
-	int rc, head_dim = 0, tie = 0;
+	int rc, head_dim = 0, tie = 0, moe;
 
 	snprintf(path, sizeof(path), "%s/" CONFIG, dir);
 	if ((rc = load_json(dir, CONFIG, &doc, eb)) < 0)
@@ -234,9 +320,11 @@ static int read_config(const char *dir, int max_seq, struct mr_gpt_config *c,
 	memset(c, 0, sizeof(*c));
 	c->arch = MR_ARCH_LLAMA;
 	v = json_object_get(doc, "model_type");
-	if (!json_is_string(v) || strcmp(json_string_value(v), "llama")) {
+	moe = json_is_string(v) && !strcmp(json_string_value(v), "mixtral");
+	if (!json_is_string(v) || (strcmp(json_string_value(v), "llama") && !moe)) {
 		rc = mr_errf_field(eb, MR_ENOTSUP, "model_type",
-				   "'%s': model_type is %s%.40s%s, meshrun reads \"llama\"", path,
+				   "'%s': model_type is %s%.40s%s, meshrun reads \"llama\" and "
+				   "\"mixtral\"", path,
 				   json_is_string(v) ? "\"" : "", v ? json_is_string(v)
 									 ? json_string_value(v)
 									 : "not a string"
@@ -244,9 +332,32 @@ static int read_config(const char *dir, int max_seq, struct mr_gpt_config *c,
 				   json_is_string(v) ? "\"" : "");
 		goto out;
 	}
-	/* LlamaConfig's defaults for the optional keys */
-	c->norm_eps = 1e-6f;
-	c->rope_theta = 10000.0f;
+	/* LlamaConfig's (MixtralConfig's) defaults for the optional keys */
+	c->norm_eps = moe ? 1e-5f : 1e-6f;
+	c->rope_theta = moe ? 1e6f : 10000.0f;
+	if (moe) {
+		/* experts in every layer, every token's gates renormalised over
+		 * its top k, no token dropped (Mixtral's sparse MoE block) */
+		c->n_kv_head = 8;
+		c->moe_every = 1;
+		c->moe_dropless = 1;
+		c->moe_norm_topk = 1;
+		c->capacity_factor = 1.0f;
+		c->aux_coef = 0.001f;
+		if ((rc = need_int(doc, path, "num_local_experts", 1, 1024, 1, &c->n_experts,
+				   eb)) < 0 ||
+		    (rc = need_int(doc, path, "num_experts_per_tok", 1, 2, 1, &c->top_k, eb)) < 0 ||
+		    (rc = opt_float(doc, path, "router_aux_loss_coef", 0.0, 1000.0, &c->aux_coef,
+				    eb)) < 0)
+			goto out;
+		v = json_object_get(doc, "sliding_window");
+		if (v && !json_is_null(v)) {
+			rc = mr_errf_field(eb, MR_ENOTSUP, "sliding_window",
+					   "'%s': sliding_window must be null: meshrun's attention "
+					   "sees every earlier position", path);
+			goto out;
+		}
+	}
 	if ((rc = need_int(doc, path, "hidden_size", 1, 65536, 1, &c->d_model, eb)) < 0 ||
 	    (rc = need_int(doc, path, "num_hidden_layers", 1, 1024, 1, &c->n_layer, eb)) < 0 ||
 	    (rc = need_int(doc, path, "num_attention_heads", 1, 65536, 1, &c->n_head, eb)) < 0 ||
@@ -324,6 +435,17 @@ static int write_config(const struct mr_gpt_config *c, const char *dir, struct m
 			"rope_scaling", rs, "tie_word_embeddings", mr_gpt_tied(c), "hidden_act",
 			"silu", "attention_bias", 0, "mlp_bias", 0, "initializer_range", 0.02,
 			"torch_dtype", "float32", "use_cache", 1);
+	if (doc && c->moe_every &&
+	    json_object_update_new(
+		    doc, json_pack("{s:[s], s:s, s:i, s:i, s:f, s:b, s:n, s:f}", "architectures",
+				   "MixtralForCausalLM", "model_type", "mixtral",
+				   "num_local_experts", c->n_experts, "num_experts_per_tok",
+				   c->top_k, "router_aux_loss_coef", shortest(c->aux_coef),
+				   "output_router_logits", 0, "sliding_window",
+				   "router_jitter_noise", 0.0)) < 0) {
+		json_decref(doc);
+		doc = NULL;
+	}
 	gen = json_pack("{s:b}", "do_sample", 0);
 	if (!doc || !gen)
 		rc = mr_errf(eb, MR_ENOMEM, "out of memory writing '%s/" CONFIG "'", dir);
@@ -364,9 +486,10 @@ int mr_hf_llama_export(const struct mr_gpt *m, const char *dir, uint64_t shard_b
 		       int overwrite, int *nfiles, struct mr_errbuf *eb)
 {
 	static const char *const meta[] = { "format", "pt", NULL };
-	char (*names)[MR_ST_MAX_NAME + 1] = NULL, file[64], path[4200];
+	char file[64], path[4200];
 	struct mr_st_spec *specs = NULL;
-	int *shard = NULL, i, k, n = 0, rc = 0;
+	struct piece *pcs = NULL;
+	int *shard = NULL, *owner = NULL, i, k, n = 0, np = 0, rc = 0;
 	json_t *index = NULL, *map = NULL;
 	uint64_t in_shard = 0, total = 0;
 
@@ -374,27 +497,29 @@ int mr_hf_llama_export(const struct mr_gpt *m, const char *dir, uint64_t shard_b
 		return mr_errf_field(eb, MR_ENOTSUP, "arch",
 				     "'%s': a Hugging Face Llama export needs a llama model (a "
 				     "gpt2 model exports with --safetensors)", dir);
+	if (m->cfg.moe_every > 1 || (m->cfg.moe_every && !mr_gpt_moe_norm_topk(&m->cfg)))
+		return mr_errf_field(eb, MR_ENOTSUP,
+				     m->cfg.moe_every > 1 ? "moe_every" : "moe_norm_topk",
+				     "'%s': a Hugging Face Mixtral has experts in every layer "
+				     "(moe_every 1) and renormalised gates (moe_norm_topk)", dir);
 	if (!shard_bytes)
 		shard_bytes = MR_HF_SHARD_BYTES;
-	specs = calloc((size_t)m->ntensors, sizeof(*specs));
-	names = calloc((size_t)m->ntensors, sizeof(*names));
-	shard = calloc((size_t)m->ntensors, sizeof(*shard));
-	if (!specs || !names || !shard) {
+	if ((rc = all_pieces(m, &pcs, &owner, &np, eb)) < 0)
+		goto out;
+	specs = calloc((size_t)np, sizeof(*specs));
+	shard = calloc((size_t)np, sizeof(*shard));
+	if (!specs || !shard) {
 		rc = mr_errf(eb, MR_ENOMEM, "out of memory exporting to '%s'", dir);
 		goto out;
 	}
 	/* names, shapes (Linear's (out, in) is ours) and the shard of each */
-	for (i = 0; i < m->ntensors; i++) {
-		const struct mr_gpt_tensor *t = &m->tensors[i];
-		uint64_t bytes = (uint64_t)t->n * sizeof(float);
-		if (mr_hf_llama_name(t->name, names[i], sizeof(names[i])) < 0) {
-			rc = mr_errf(eb, MR_EINVAL, "tensor '%s' has no Hugging Face name", t->name);
-			goto out;
-		}
-		specs[i].name = names[i];
-		specs[i].ndim = t->ndim;
-		for (k = 0; k < t->ndim; k++)
-			specs[i].shape[k] = t->full[k];
+	for (i = 0; i < np; i++) {
+		uint64_t bytes = (uint64_t)pcs[i].n * sizeof(float);
+
+		specs[i].name = pcs[i].name;
+		specs[i].ndim = pcs[i].ndim;
+		for (k = 0; k < pcs[i].ndim; k++)
+			specs[i].shape[k] = pcs[i].shape[k];
 		if (i > 0 && in_shard + bytes > shard_bytes) {
 			n++;
 			in_shard = 0;
@@ -425,7 +550,7 @@ int mr_hf_llama_export(const struct mr_gpt *m, const char *dir, uint64_t shard_b
 	for (k = 0, i = 0; k < n && rc == 0; k++) {
 		struct mr_st_writer w;
 		int first = i;
-		while (i < m->ntensors && shard[i] == k)
+		while (i < np && shard[i] == k)
 			i++;
 		shard_name(file, sizeof(file), k, n);
 		snprintf(path, sizeof(path), "%s/%s", dir, file);
@@ -433,7 +558,8 @@ int mr_hf_llama_export(const struct mr_gpt *m, const char *dir, uint64_t shard_b
 					    eb)) < 0)
 			break;
 		for (int j = first; j < i && rc == 0; j++)
-			rc = mr_st_writer_put(&w, m->params + m->tensors[j].off, m->tensors[j].n, eb);
+			rc = mr_st_writer_put(&w, m->params + m->tensors[owner[j]].off + pcs[j].off,
+					      pcs[j].n, eb);
 		if (rc == 0)
 			rc = mr_st_writer_commit(&w, eb);
 		else
@@ -447,9 +573,9 @@ int mr_hf_llama_export(const struct mr_gpt *m, const char *dir, uint64_t shard_b
 		index = json_pack("{s:{s:I}, s:{}}", "metadata", "total_size", (json_int_t)total,
 				  "weight_map");
 		map = index ? json_object_get(index, "weight_map") : NULL;
-		for (i = 0; map && i < m->ntensors; i++) {
+		for (i = 0; map && i < np; i++) {
 			shard_name(file, sizeof(file), shard[i], n);
-			if (json_object_set_new(map, names[i], json_string(file)) < 0)
+			if (json_object_set_new(map, pcs[i].name, json_string(file)) < 0)
 				map = NULL;
 		}
 		rc = map ? save_json(dir, INDEX, index, eb)
@@ -464,7 +590,8 @@ int mr_hf_llama_export(const struct mr_gpt *m, const char *dir, uint64_t shard_b
 out:
 	json_decref(index);
 	free(specs);
-	free(names);
+	free(pcs);
+	free(owner);
 	free(shard);
 	return rc;
 }
@@ -595,8 +722,12 @@ static double nparams_of(const struct mr_gpt_config *c)
 	double C = c->d_model, hs = C / c->n_head, q = c->n_head * hs;
 	double kv = mr_gpt_kv_heads(c) * hs, F = mr_gpt_ffn(c), V = c->vocab;
 
+	double moe_layers = c->moe_every ? c->n_layer / c->moe_every : 0;
+
 	return V * C * (mr_gpt_tied(c) ? 1 : 2) + C +
-	       c->n_layer * (2 * C + 2 * q * C + 2 * kv * C + 3 * F * C);
+	       c->n_layer * (2 * C + 2 * q * C + 2 * kv * C) +
+	       (c->n_layer - moe_layers) * 3 * F * C +
+	       moe_layers * c->n_experts * (C + 3 * F * C);
 }
 
 /* Tensors no parameter of meshrun's: an old checkpoint's rotary buffers. */
@@ -610,35 +741,37 @@ static int ignorable(const char *nm)
 
 static int fill_params(struct mr_gpt *m, struct weights *w, struct mr_errbuf *eb)
 {
-	char name[MR_ST_MAX_NAME + 1], want[160], got[160];
-	int i, k = 0, ti = 0, rc = 0;
+	char want[160], got[160];
+	struct piece *pcs;
+	int *owner, i, k = 0, ti = 0, np, rc;
 
-	for (i = 0; i < m->ntensors && rc == 0; i++) {
-		const struct mr_gpt_tensor *t = &m->tensors[i];
+	if ((rc = all_pieces(m, &pcs, &owner, &np, eb)) < 0)
+		return rc;
+	for (i = 0; i < np && rc == 0; i++) {
+		const struct piece *pc = &pcs[i];
 		const struct mr_st_tensor *ft;
-		int64_t shape[MR_ST_MAX_DIMS];
 		int same, d;
 
-		mr_hf_llama_name(t->name, name, sizeof(name));
-		if ((rc = weights_find(w, name, &k, &ti, eb)) < 0)
+		if ((rc = weights_find(w, pc->name, &k, &ti, eb)) < 0)
 			break;
 		ft = &w->f[k].t[ti];
-		for (d = 0; d < t->ndim; d++)
-			shape[d] = t->full[d];
-		same = ft->ndim == t->ndim;
-		for (d = 0; same && d < t->ndim; d++)
-			same = ft->shape[d] == shape[d];
+		same = ft->ndim == pc->ndim;
+		for (d = 0; same && d < pc->ndim; d++)
+			same = ft->shape[d] == pc->shape[d];
 		if (!same) {
 			shape_str(got, sizeof(got), ft->ndim, ft->shape);
-			shape_str(want, sizeof(want), t->ndim, shape);
+			shape_str(want, sizeof(want), pc->ndim, pc->shape);
 			rc = mr_errf(eb, MR_EINVAL,
 				     "'%s': tensor '%s' has shape %s, config.json's model needs %s",
-				     w->f[k].path, name, got, want);
+				     w->f[k].path, pc->name, got, want);
 			break;
 		}
 		w->used[k][ti] = 1;
-		rc = mr_st_read_f32(&w->f[k], ti, m->params + t->off, eb);
+		rc = mr_st_read_f32(&w->f[k], ti, m->params + m->tensors[owner[i]].off + pc->off,
+				    eb);
 	}
+	free(pcs);
+	free(owner);
 	return rc;
 }
 

@@ -26,6 +26,12 @@ json_t *mr__ckpt_model_json(const struct mr_gpt_config *c)
 			 (double)c->capacity_factor, "aux_coef", (double)c->aux_coef, "moe_policy",
 			 c->moe_dropless ? "dropless" : "capacity");
 
+	/* only when chosen: a model object without it is as it was before */
+	if (j && c->moe_norm_topk &&
+	    json_object_set_new(j, "moe_norm_topk", json_boolean(c->moe_norm_topk > 0)) < 0) {
+		json_decref(j);
+		return NULL;
+	}
 	/* a gpt2 model's object is as it was before the families */
 	if (j && c->arch == MR_ARCH_LLAMA &&
 	    json_object_update_new(
@@ -86,6 +92,7 @@ const char *mr_ckpt_model_diff(const struct mr_gpt_config *a, const struct mr_gp
 	       : a->capacity_factor != b->capacity_factor ? "capacity_factor"
 	       : a->aux_coef != b->aux_coef	      ? "aux_coef"
 	       : a->moe_dropless != b->moe_dropless   ? "moe_policy"
+	       : a->moe_every && mr_gpt_moe_norm_topk(a) != mr_gpt_moe_norm_topk(b) ? "moe_norm_topk"
 	       : a->arch != b->arch		      ? "arch"
 	       : a->arch != MR_ARCH_LLAMA	      ? NULL
 	       : mr_gpt_kv_heads(a) != mr_gpt_kv_heads(b) ? "n_kv_head"
@@ -206,7 +213,8 @@ json_t *mr__ckpt_manifest_json(const struct mr_ckpt_job *job, long step, long op
 	model = mr__ckpt_model_json(&job->m->cfg);
 	crc = mr__ckpt_model_crc(model);
 	doc = json_pack("{s:s, s:i, s:I, s:I, s:o, s:I,"
-			" s:{s:i, s:i, s:i, s:I, s:I, s:f, s:f, s:i, s:f, s:f, s:f, s:f, s:f},"
+			" s:{s:i, s:i, s:i, s:I, s:I, s:f, s:f, s:i, s:s, s:f, s:f, s:f, s:f, s:f,"
+			" s:f},"
 			" s:{s:i, s:i, s:i, s:i, s:i, s:i, s:i},"
 			" s:{s:I, s:s?}, s:{s:I}, s:o, s:o}",
 			"format", "meshrun-checkpoint", "version", MR_CKPT_VERSION, "step",
@@ -215,7 +223,8 @@ json_t *mr__ckpt_manifest_json(const struct mr_ckpt_job *job, long step, long op
 			"train", "batch_size", job->batch_size, "seq_len", job->seq_len,
 			"grad_accum", job->grad_accum, "seed", (json_int_t)job->seed, "steps",
 			(json_int_t)job->total_steps, "lr", (double)o->lr, "min_lr_frac",
-			(double)o->min_lr_frac, "warmup_steps", o->warmup_steps, "beta1",
+			(double)o->min_lr_frac, "warmup_steps", o->warmup_steps, "lr_schedule",
+			mr_lr_schedule_name(o->schedule), "decay_frac", (double)o->decay_frac, "beta1",
 			(double)o->beta1, "beta2", (double)o->beta2, "eps", (double)o->eps,
 			"weight_decay", (double)o->weight_decay, "grad_clip", (double)o->grad_clip,
 			"mesh", "world", job->world, "tp", job->tp, "cp", job->cp, "dp", job->dp, "pp",

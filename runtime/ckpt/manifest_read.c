@@ -104,6 +104,11 @@ static int parse_head(struct mr_ckpt_manifest *mf, json_t *doc, struct mr_errbuf
 	GETF(mo, "capacity_factor", mf->model.capacity_factor);
 	GETF(mo, "aux_coef", mf->model.aux_coef);
 	mf->model.moe_dropless = pol && !strcmp(pol, "dropless");
+	if (json_object_get(mo, "moe_norm_topk")) {
+		if (!json_is_boolean(json_object_get(mo, "moe_norm_topk")))
+			return bad(eb, mf->dir, "invalid 'moe_norm_topk'");
+		mf->model.moe_norm_topk = json_is_true(json_object_get(mo, "moe_norm_topk")) ? 1 : -1;
+	}
 	if (arch && strcmp(arch, "gpt2") != 0) {
 		int64_t v;
 		if (strcmp(arch, "llama") != 0)
@@ -135,6 +140,13 @@ static int parse_head(struct mr_ckpt_manifest *mf, json_t *doc, struct mr_errbuf
 	GETF(tr, "lr", mf->opt.lr);
 	GETF(tr, "min_lr_frac", mf->opt.min_lr_frac);
 	GETI(tr, "warmup_steps", 0, INT32_MAX, mf->opt.warmup_steps);
+	/* added later: a manifest without them trained the cosine schedule */
+	if (json_object_get(tr, "lr_schedule") &&
+	    mr_lr_schedule_parse(json_string_value(json_object_get(tr, "lr_schedule")),
+				 &mf->opt.schedule) < 0)
+		return bad(eb, mf->dir, "invalid 'lr_schedule'");
+	if (json_object_get(tr, "decay_frac"))
+		GETF(tr, "decay_frac", mf->opt.decay_frac);
 	GETF(tr, "beta1", mf->opt.beta1);
 	GETF(tr, "beta2", mf->opt.beta2);
 	GETF(tr, "eps", mf->opt.eps);

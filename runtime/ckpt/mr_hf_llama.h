@@ -29,6 +29,22 @@
  *   norm.w (C)                    model.norm.weight
  *   output.w (V,C)                lm_head.weight (absent when tied)
  *
+ * A llama MoE with experts in every layer is a Mixtral (model_type
+ * "mixtral", MixtralForCausalLM): its layers' mlp.* become
+ *
+ *   h.i.moe.router.w (E,C)        model.layers.i.block_sparse_moe.gate.weight
+ *   h.i.moe.gate_up.w (E,2F,C)    ...block_sparse_moe.experts.e.w1.weight (F,C),
+ *                                 then experts.e.w3.weight (F,C), for each e
+ *   h.i.moe.down.w (E,C,F)        ...block_sparse_moe.experts.e.w2.weight (C,F)
+ *
+ * read with MixtralConfig's keys num_local_experts, num_experts_per_tok
+ * (1 or 2) and router_aux_loss_coef (0.001), its defaults (8 kv heads,
+ * rms_norm_eps 1e-5, rope_theta 1e6) and sliding_window null; the model
+ * is dropless with renormalised gates, as Mixtral's block is. A model with
+ * experts every k > 1 layers, or raw gates, has no Mixtral form: export
+ * refuses it naming moe_every / moe_norm_topk. Qwen3-MoE's QK-norm is no
+ * meshrun layer: its model_type is refused.
+ *
  * Rotary rows need no permutation: meshrun's rotary kernel
  * (kernels/rope.c) pairs element i of a head with element i + hs/2 (the
  * rotate-half layout), which is the convention of Hugging Face's Llama
@@ -37,7 +53,7 @@
  * between Meta's original checkpoints (pairs 2i, 2i+1 interleaved) and
  * HF's; a Meta original must be converted to HF's layout first.
  *
- * config.json (transformers' LlamaConfig): model_type "llama";
+ * config.json (transformers' LlamaConfig): model_type "llama" (or "mixtral");
  * hidden_size, num_hidden_layers, num_attention_heads, intermediate_size,
  * vocab_size, max_position_embeddings required; num_key_value_heads
  * (absent: num_attention_heads), rms_norm_eps (1e-6), rope_theta (10000),

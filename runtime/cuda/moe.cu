@@ -43,8 +43,10 @@ __device__ int warp_argmax(const float *p, int E, int skip)
 	return bi;
 }
 
-/* Warp per token: probs row (logits in) := softmax; topi, gate. */
-__global__ void route_topk_kernel(float *probs, int *topi, float *gate, int N, int E, int k)
+/* Warp per token: probs row (logits in) := softmax; topi, gate (norm:
+ * renormalised over the k chosen). */
+__global__ void route_topk_kernel(float *probs, int *topi, float *gate, int N, int E, int k,
+				  int norm)
 {
 	int n = blockIdx.x * WARPS_PER_BLOCK + (threadIdx.x >> 5), lane = threadIdx.x & 31;
 	float *p, mx = -INFINITY, s = 0.0f;
@@ -69,14 +71,13 @@ __global__ void route_topk_kernel(float *probs, int *topi, float *gate, int N, i
 	if (k == 2)
 		t1 = warp_argmax(p, E, t0);
 	if (lane == 0) {
+		float gs = k == 1 ? p[t0] : p[t0] + p[t1];
+
 		topi[(size_t)n * k] = t0;
-		if (k == 1) {
-			gate[n] = p[t0];
-		} else {
-			float gs = p[t0] + p[t1];
+		gate[(size_t)n * k] = norm ? p[t0] / gs : p[t0];
+		if (k == 2) {
 			topi[(size_t)n * k + 1] = t1;
-			gate[(size_t)n * k] = p[t0] / gs;
-			gate[(size_t)n * k + 1] = p[t1] / gs;
+			gate[(size_t)n * k + 1] = norm ? p[t1] / gs : p[t1];
 		}
 	}
 }
@@ -185,7 +186,8 @@ extern "C" int mr_cuda_moe_route(struct mr_cuda *cu, const struct mr_moe_shape *
 	psum = (double *)(void *)scr;
 	summary = (int *)(void *)((char *)scr + pbytes);
 	route_topk_kernel<<<(unsigned int)((N + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK),
-			    MR__CU_THREADS, 0, cu->stream>>>(probs, topi, gate, N, E, k);
+			    MR__CU_THREADS, 0, cu->stream>>>(probs, topi, gate, N, E, k,
+							     mr_moe_norm_topk(s));
 	route_slots_kernel<<<(unsigned int)E, MR__CU_THREADS, 0, cu->stream>>>(
 		slot, count, routed, psum, topi, probs, N, E, k, s->cap);
 	route_aux_kernel<<<1, 1, 0, cu->stream>>>(summary, count, routed, psum, N, E, k);
@@ -278,13 +280,13 @@ __global__ void moe_dgate_kernel(float *dgate, const T *dy, const T *yo, const i
 /* d(loss)/d(probs[n][e]) before the softmax: the gate term of the chosen
  * experts plus the aux term; the twin's order of additions. */
 __device__ float dprob(int e, const int *ti, const float *dg, float gs, float gdot,
-		       const int *routed, int N, int E, int k, float aux_scale)
+		       const int *routed, int N, int E, int k, int norm, float aux_scale)
 {
 	float d = 0.0f;
 
 	for (int j = 0; j < k; j++)
 		if (e == ti[j])
-			d = k == 1 ? dg[0] : (dg[j] - gdot) / gs;
+			d = norm ? (dg[j] - gdot) / gs : dg[j];
 	return d + aux_scale * (float)E * ((float)routed[e] / ((float)N * k)) / (float)N;
 }
 
@@ -292,7 +294,7 @@ __device__ float dprob(int e, const int *ti, const float *dg, float gs, float gd
 template <typename T>
 __global__ void moe_router_bwd_kernel(T *dl, const float *probs, const int *topi,
 				      const float *gate, const float *dgate, const int *routed,
-				      int N, int E, int k, float aux_scale)
+				      int N, int E, int k, int norm, float aux_scale)
 {
 	int n = blockIdx.x * WARPS_PER_BLOCK + (threadIdx.x >> 5), lane = threadIdx.x & 31;
 	const float *p, *dg, *g;
@@ -305,16 +307,16 @@ __global__ void moe_router_bwd_kernel(T *dl, const float *probs, const int *topi
 	ti = topi + (size_t)n * k;
 	dg = dgate + (size_t)n * k;
 	g = gate + (size_t)n * k;
-	if (k == 2) {
-		gs = p[ti[0]] + p[ti[1]];
-		gdot = dg[0] * g[0] + dg[1] * g[1];
+	for (int j = 0; norm && j < k; j++) {
+		gs += p[ti[j]];
+		gdot += dg[j] * g[j];
 	}
 	for (int e = lane; e < E; e += 32)
-		dot += p[e] * dprob(e, ti, dg, gs, gdot, routed, N, E, k, aux_scale);
+		dot += p[e] * dprob(e, ti, dg, gs, gdot, routed, N, E, k, norm, aux_scale);
 	dot = mr__warp_sum(dot);
 	for (int e = lane; e < E; e += 32)
 		mr__st(dl + (size_t)n * E + e,
-		       p[e] * (dprob(e, ti, dg, gs, gdot, routed, N, E, k, aux_scale) - dot));
+		       p[e] * (dprob(e, ti, dg, gs, gdot, routed, N, E, k, norm, aux_scale) - dot));
 }
 
 static int bad_shape(const struct mr_moe_shape *s)
@@ -371,7 +373,8 @@ static int router_bwd(struct mr_cuda *cu, const struct mr_moe_shape *s, void *dl
 	moe_router_bwd_kernel<T><<<(unsigned int)((s->N + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK),
 				   MR__CU_THREADS, 0, cu->stream>>>((T *)dlogits, probs, topi,
 								    gate, dgate, routed, s->N,
-								    s->E, s->k, aux_scale);
+								    s->E, s->k, mr_moe_norm_topk(s),
+								    aux_scale);
 	return mr__cuda_launched(cu, "moe_router_bwd");
 }
 

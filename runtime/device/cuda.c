@@ -461,7 +461,7 @@ static int cuda_moe_fwd(struct mr_dev *d, const struct mr_moe_shape *s, struct m
 {
 	struct mr_cuda *cu = cu_of(d);
 	mr_act *xin = ACT(a->xin), *h = ACT(a->h), *hg = ACT(a->hg), *yo = ACT(a->yo);
-	size_t C = (size_t)s->C, H = (size_t)s->H;
+	size_t C = (size_t)s->C, H = (size_t)s->H, F = (size_t)mr_moe_fc_cols(s);
 	int *counts = counts_for(d, s->E), e, rc;
 	struct mr_moe_view v;
 
@@ -480,9 +480,13 @@ static int cuda_moe_fwd(struct mr_dev *d, const struct mr_moe_shape *s, struct m
 		size_t r0 = (size_t)e * (size_t)v.cap, m = (size_t)v.counts[e];
 		if (m == 0)
 			continue;
-		TRY(cuda_matmul_fwd(d, AT(d, h, r0 * H), AT(d, xin, r0 * C), AT(d, fcw, e * H * C),
-				    AT(d, fcb, e * H), (int)m, (int)C, (int)H));
-		TRY(cuda_gelu_fwd(d, AT(d, hg, r0 * H), AT(d, h, r0 * H), m * H));
+		TRY(cuda_matmul_fwd(d, AT(d, h, r0 * F), AT(d, xin, r0 * C), AT(d, fcw, e * F * C),
+				    fcb ? AT(d, fcb, e * F) : NULL, (int)m, (int)C, (int)F));
+		if (s->swiglu) /* h (m, 2H) = [gate | up] */
+			TRY(cuda_swiglu_fwd(d, AT(d, hg, r0 * H), AT(d, h, r0 * F), (int)m,
+					    (int)H));
+		else
+			TRY(cuda_gelu_fwd(d, AT(d, hg, r0 * H), AT(d, h, r0 * H), m * H));
 		TRY(cuda_matmul_fwd(d, AT(d, yo, r0 * C), AT(d, hg, r0 * H),
 				    AT(d, fcprojw, e * C * H), fcprojb ? AT(d, fcprojb, e * C) : NULL,
 				    (int)m, (int)H, (int)C));
@@ -499,7 +503,7 @@ static int cuda_moe_bwd(struct mr_dev *d, const struct mr_moe_shape *s,
 			const mr_act *ones)
 {
 	struct mr_cuda *cu = cu_of(d);
-	size_t N = (size_t)s->N, C = (size_t)s->C, H = (size_t)s->H;
+	size_t N = (size_t)s->N, C = (size_t)s->C, H = (size_t)s->H, F = (size_t)mr_moe_fc_cols(s);
 	struct mr_moe_ws w;
 	mr_act *dl, *dyo, *dxin, *dh, *xin = ACT(a->xin), *h = ACT(a->h), *hg = ACT(a->hg);
 	float *dgate;
@@ -532,13 +536,22 @@ static int cuda_moe_bwd(struct mr_dev *d, const struct mr_moe_shape *s,
 		size_t r0 = (size_t)e * (size_t)v.cap, m = (size_t)v.counts[e];
 		if (m == 0)
 			continue;
-		TRY(cuda_matmul_bwd(d, AT(d, dh, r0 * H), dfcprojw + e * C * H, dfcprojb + e * C,
+		/* the hidden output's gradient: in place for GELU, beside for
+		 * SwiGLU, whose backward writes [dgate | dup] into dh */
+		mr_act *dhg = s->swiglu ? AT(d, ACT(w.dhg), r0 * H) : AT(d, dh, r0 * H);
+
+		TRY(cuda_matmul_bwd(d, dhg, dfcprojw + e * C * H, dfcprojb ? dfcprojb + e * C : NULL,
 				    AT(d, dyo, r0 * C), AT(d, hg, r0 * H), AT(d, fcprojw, e * C * H),
 				    (int)m, (int)H, (int)C, 0));
-		TRY(cuda_gelu_bwd(d, AT(d, dh, r0 * H), AT(d, h, r0 * H), AT(d, dh, r0 * H), m * H));
-		TRY(cuda_matmul_bwd(d, AT(d, dxin, r0 * C), dfcw + e * H * C, dfcb + e * H,
-				    AT(d, dh, r0 * H), AT(d, xin, r0 * C), AT(d, fcw, e * H * C),
-				    (int)m, (int)C, (int)H, 0));
+		if (s->swiglu)
+			TRY(cuda_swiglu_bwd(d, AT(d, dh, r0 * F), AT(d, h, r0 * F), dhg, (int)m,
+					    (int)H));
+		else
+			TRY(cuda_gelu_bwd(d, AT(d, dh, r0 * H), AT(d, h, r0 * H), AT(d, dh, r0 * H),
+					  m * H));
+		TRY(cuda_matmul_bwd(d, AT(d, dxin, r0 * C), dfcw + e * F * C,
+				    dfcb ? dfcb + e * F : NULL, AT(d, dh, r0 * F), AT(d, xin, r0 * C),
+				    AT(d, fcw, e * F * C), (int)m, (int)C, (int)F, 0));
 	}
 	TRY(exchange(d, xg, MR_MOE_COMBINE_GRAD, dxin, counts, s));
 	TRY(ck(d, mr_cuda_moe_combine(cu, s, dx, dxin, a->topi, a->slot, NULL), "moe_combine"));
@@ -674,6 +687,7 @@ int mr__dev_cuda_open(struct mr_dev *d, int index, enum mr_dtype act, struct mr_
 	d->attn_hs_max = 128;
 	d->attn_bh_max = 65535; /* one grid dimension per (batch row, head) */
 	d->attn_gqa = 1;        /* grouped-query attention (attention.cu) */
+	d->moe_swiglu = 1;      /* SwiGLU experts (moe_fwd/bwd over llama.cu's swiglu) */
 	d->impl = s;
 	return 0;
 }

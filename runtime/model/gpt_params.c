@@ -56,6 +56,13 @@ float mr_gpt_rope_theta(const struct mr_gpt_config *c)
 	return c->rope_theta > 0.0f ? c->rope_theta : 500000.0f;
 }
 
+int mr_gpt_moe_norm_topk(const struct mr_gpt_config *c)
+{
+	struct mr_moe_shape s = { .k = c->top_k, .norm_topk = c->moe_norm_topk };
+
+	return mr_moe_norm_topk(&s);
+}
+
 int mr_gpt_tied(const struct mr_gpt_config *c)
 {
 	return c->arch != MR_ARCH_LLAMA || c->tie_embeddings;
@@ -204,7 +211,7 @@ static void carve_acts(struct mr_gpt *m, struct carve *cv)
 	size_t Nl = (size_t)mr_tp_local_rows(&m->tp), Cl = C / (size_t)tp;
 	size_t Vl = (size_t)mr_tp_vocab_rows(&m->tp);
 	size_t QKVl = mr__gpt_qkv_cols(m), Hl = mr__gpt_ffn_cols(m), Gl = mr__gpt_fc_cols(m);
-	struct mr_moe_shape ms = { 0, 0, 0, 0, 0, 0, 0 };
+	struct mr_moe_shape ms = { 0 };
 	int l;
 
 	if (c->moe_every > 0)
@@ -444,6 +451,7 @@ struct mr_moe_shape mr_gpt_moe_shape(const struct mr_gpt *m)
 	s.swiglu = m->cfg.arch == MR_ARCH_LLAMA;
 	s.E = m->cfg.n_experts;
 	s.k = m->cfg.top_k;
+	s.norm_topk = m->cfg.moe_norm_topk;
 	/* dropless: an expert can be chosen by every token of the
 	 * micro-batch (a token's k choices are distinct experts) */
 	s.cap = m->cfg.moe_dropless ? N : mr_moe_capacity(N, s.E, s.k, m->cfg.capacity_factor);

@@ -94,7 +94,7 @@ static int xchg(const struct mr_moe_xchg *xg, enum mr_moe_phase ph, float *buf,
 
 void mr_moe_route(const struct mr_moe_shape *s, struct mr_moe_acts *a)
 {
-	int N = s->N, E = s->E, k = s->k, n, e, j;
+	int N = s->N, E = s->E, k = s->k, n, e, j, norm = mr_moe_norm_topk(s);
 	double aux = 0.0;
 
 	for (e = 0; e < E; e++)
@@ -125,7 +125,7 @@ void mr_moe_route(const struct mr_moe_shape *s, struct mr_moe_acts *a)
 		}
 		for (j = 0; j < k; j++) {
 			int ex = ti[j];
-			a->gate[(size_t)n * k + j] = k == 1 ? p[ex] : p[ex] / gs;
+			a->gate[(size_t)n * k + j] = norm ? p[ex] / gs : p[ex];
 			a->routed[ex]++;
 			if (a->count[ex] < s->cap) {
 				a->slot[(size_t)n * k + j] = a->count[ex]++;
@@ -230,16 +230,18 @@ void mr_moe_combine_bwd(const struct mr_moe_shape *s, const struct mr_moe_acts *
 void mr_moe_router_bwd(const struct mr_moe_shape *s, const struct mr_moe_acts *a,
 		       float *dlogits, const float *dgate, float aux_scale)
 {
-	int N = s->N, E = s->E, k = s->k, n, j, e;
+	int N = s->N, E = s->E, k = s->k, n, j, e, norm = mr_moe_norm_topk(s);
 
 	memset(dlogits, 0, sizeof(float) * (size_t)N * E);
-	/* gates backward (k = 1: g = p; k = 2: g = p / (p_a + p_b)) */
+	/* gates backward (raw: g = p; renormalised: g_j = p_j / sum of the
+	 * chosen, whose derivative is (dg_j - <dg, g>) / sum) */
 	for (n = 0; n < N; n++) {
 		const float *pn = a->probs + (size_t)n * E, *dg = dgate + (size_t)n * k;
 		const int *ti = a->topi + (size_t)n * k;
 		float gs = 0.0f, gdot = 0.0f;
-		if (k == 1) {
-			dlogits[(size_t)n * E + ti[0]] += dg[0];
+		if (!norm) {
+			for (j = 0; j < k; j++)
+				dlogits[(size_t)n * E + ti[j]] += dg[j];
 			continue;
 		}
 		for (j = 0; j < k; j++) {

@@ -111,6 +111,8 @@ struct mr_gpt_config {
 					      * scaling; factor 0: none */
 	int tie_embeddings; /* llama: the LM head is the token embedding
 			     * (gpt2: always) */
+	int moe_norm_topk; /* MoE gates renormalised over the chosen experts:
+			    * 1 yes, -1 no, 0 the default (top_k 2 yes, 1 no) */
 };
 
 /* The model families. gpt2: LayerNorm with bias, learned positions, GELU
@@ -128,6 +130,8 @@ int mr_gpt_ffn(const struct mr_gpt_config *c);
 float mr_gpt_norm_eps(const struct mr_gpt_config *c);
 float mr_gpt_rope_theta(const struct mr_gpt_config *c);
 int mr_gpt_tied(const struct mr_gpt_config *c);
+/* 1 when MoE gates are renormalised over the chosen experts (mr_moe.h). */
+int mr_gpt_moe_norm_topk(const struct mr_gpt_config *c);
 
 /* Checks the config; the message names the offending field. */
 int mr_gpt_config_check(const struct mr_gpt_config *c, struct mr_errbuf *eb);

@@ -5,10 +5,12 @@
  * Choices (documented here, mirrored by tests/reference/gen_reference.py):
  *  - router: logits = x @ Wr^T, Wr (E,C), fp32, no bias; probs = softmax.
  *  - top-k (k = 1 or 2): the k largest probabilities, ties to the lower
- *    expert index. Gates: k = 1 uses g = p (Switch Transformer; a
- *    renormalised single gate would be 1 and the router would get no
- *    gradient); k = 2 renormalises g_j = p_j / (p_a + p_b) over the chosen
- *    pair (GShard/Mixtral), also when one of the pair is dropped.
+ *    expert index. Gates: by default k = 1 uses g = p (Switch Transformer;
+ *    a renormalised single gate would be 1 and the router would get no
+ *    gradient from it); k = 2 renormalises g_j = p_j / (p_a + p_b) over
+ *    the chosen pair (GShard/Mixtral), also when one of the pair is
+ *    dropped. norm_topk (the moe_norm_topk key, Hugging Face's
+ *    norm_topk_prob) chooses either for any k.
  *  - capacity per expert: cap = ceil(capacity_factor * N * k / E), clamped
  *    to [1, N], N = tokens of the micro-batch on this rank; the dropless
  *    policy (mr_gpt_config.moe_dropless) uses cap = N, which no expert
@@ -83,7 +85,15 @@ struct mr_moe_xchg {
 struct mr_moe_shape {
 	int N, C, H, E, k, cap;
 	int swiglu;
+	int norm_topk; /* gates renormalised over the k chosen: 1 yes, -1 no,
+			* 0 the default (k = 2 yes, k = 1 no) */
 };
+
+/* 1 when the gates are renormalised over the chosen experts. */
+static inline int mr_moe_norm_topk(const struct mr_moe_shape *s)
+{
+	return s->norm_topk ? s->norm_topk > 0 : s->k == 2;
+}
 
 /* Columns of the experts' first GEMM: 2H for SwiGLU, else H. */
 static inline int mr_moe_fc_cols(const struct mr_moe_shape *s)

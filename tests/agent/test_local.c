@@ -95,7 +95,9 @@ Test(local, workload_file_same_peak_on_every_rank_no_nan)
 }
 
 /* On a terminal (script(1) provides a pseudo-terminal) the progress lines
- * are folded into one status line redrawn in place; other lines pass. */
+ * are folded into one status line redrawn in place, the steps and the
+ * summary shown for people (tests/cli/test_local_view.c checks them),
+ * the agents' lines kept in the log file. */
 Test(local, terminal_shows_one_redrawn_progress_line)
 {
 	char cmd[2048], log[300], *out;
@@ -106,10 +108,10 @@ Test(local, terminal_shows_one_redrawn_progress_line)
 	if (access("/usr/bin/script", X_OK))
 		cr_skip_test("script(1) is not installed");
 	snprintf(cmd, sizeof(cmd),
-		 "%s/meshrun local --nodes 2 --health-port 0 --workload-config "
-		 "'{\"steps\": 4000, \"d_model\": 32, \"n_layer\": 1, \"seq_len\": 16, "
-		 "\"batch_size\": 4, \"threads\": 1, \"peak_flops\": 1e9}'",
-		 h_build());
+		 "%s/meshrun local --nodes 2 --health-port 0 --log-file %s/agents.log "
+		 "--workload-config '{\"steps\": 4000, \"d_model\": 32, \"n_layer\": 1, "
+		 "\"seq_len\": 16, \"batch_size\": 4, \"threads\": 1, \"peak_flops\": 1e9}'",
+		 h_build(), h_tmpdir());
 	snprintf(log, sizeof(log), "%s/tty.log", h_tmpdir());
 	pid = h_spawn(argv, NULL, log);
 	code = h_wait(pid, 60000);
@@ -117,10 +119,14 @@ Test(local, terminal_shows_one_redrawn_progress_line)
 		h_kill(pid);
 	out = h_read(log);
 	cr_assert_eq(code, 0, "exit %d:\n%s", code, out);
-	cr_expect(strstr(out, "\r\033[Knode 0: step="), "no redrawn status line:\n%s", out);
+	cr_expect(strstr(out, "\r\033[Kstep "), "no redrawn status line:\n%s", out);
 	cr_expect(!strstr(out, "event=progress"), "progress lines were not folded:\n%s", out);
-	cr_expect(strstr(out, "event=worker_done rank=1 step=4000/4000"), "%s", out);
-	cr_expect(strstr(out, "succeeded"), "%s", out);
+	cr_expect(strstr(out, "step 4000/4000  loss "), "%s", out);
+	cr_expect(strstr(out, "done: succeeded, 4000/4000 steps"), "%s", out);
+	free(out);
+	snprintf(log, sizeof(log), "%s/agents.log", h_tmpdir());
+	out = h_read(log);
+	cr_expect(out && strstr(out, "event=worker_done rank=1 step=4000/4000"), "%s", out);
 	free(out);
 }
 

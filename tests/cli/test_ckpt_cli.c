@@ -494,9 +494,10 @@ Test(ckpt_cli, pp2_export_equals_the_runs_weights, .timeout = 600)
 	char *out, dir[128];
 
 	scratch();
-	train("pp2", "--nproc-per-node 2 --pp 2", NULL);
+	train("pp2", "--nproc-per-node 2 --pp 2", ", \"lr_schedule\": \"wsd\", \"decay_frac\": 0.5");
 	cr_assert_eq(MESHRUN(&out, "ckpt inspect pp2.ckpt/step-00000006"), 0, "%s", out);
 	cr_expect(strstr(out, "pp 2") && strstr(out, "verified "), "%s", out);
+	cr_expect(strstr(out, "lr_schedule wsd  decay_frac 0.5 "), "%s", out);
 	free(out);
 	cr_assert_eq(MESHRUN(&out, "ckpt export pp2.ckpt/step-00000006 --safetensors p.safetensors"),
 		     0, "%s", out);

@@ -4,7 +4,8 @@
  * each pipeline stage's layers against the runtime's split, and a bad
  * split refused naming the field) and `data` (shards written by the CLI
  * read back through the runtime's own shard reader; bad files rejected
- * naming the file).
+ * naming the file; `prepare --tokenizer` writes the ids the tokenizer
+ * module gives, in v2 shards when they pass 65,535, and inspect says so).
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -15,6 +16,7 @@
 
 #include "data/mr_shard.h"
 #include "data/mr_synth.h"
+#include "data/mr_tokenizer.h"
 #include "model/mr_gpt.h"
 #include "mr_mesh.h"
 #include "parallel/mr_pp_split.h"
@@ -229,14 +231,14 @@ Test(cli, data_synth_writes_the_runtime_task)
 	cr_assert_eq(s.count, 5000);
 	mr_synth_row(7, 0, 1, 64, 257, row); /* the second row of stream 0 */
 	for (int k = 0; k < 257; k++)
-		cr_assert_eq(s.tok[257 + k], row[k], "token %d", 257 + k);
+		cr_assert_eq((int)s.tok[257 + k], row[k], "token %d", 257 + k);
 	mr_shard_close(&s);
 	snprintf(path, sizeof(path), "%s/d/val.bin", tmp);
 	cr_assert_eq(mr_shard_open(&s, path, 64, 16, 0, &eb), 0, "%s", eb.msg);
 	cr_assert_eq(s.count, 500);
 	mr_synth_row(7, 1, 0, 64, 257, row);
-	cr_assert_eq(s.tok[0], row[0]);
-	cr_assert_eq(s.tok[256], row[256]);
+	cr_assert_eq((int)s.tok[0], row[0]);
+	cr_assert_eq((int)s.tok[256], row[256]);
 	mr_shard_close(&s);
 }
 
@@ -295,4 +297,95 @@ Test(cli, data_rejects_bad_input_naming_it)
 	free(out);
 	cr_assert_eq(meshrun(&out, "data prepare"), 2);
 	free(out);
+}
+
+/* Appends the tokenizer's ids of text to ids[*n..]. */
+static void encode_into(const struct mr_tokenizer *t, const char *text, uint32_t *ids, size_t *n)
+{
+	struct mr_errbuf eb = {0};
+	uint32_t *v;
+	size_t k;
+
+	cr_assert_eq(mr_tokenizer_encode(t, text, strlen(text), &v, &k, &eb), 0, "%s", eb.msg);
+	memcpy(ids + *n, v, k * sizeof(*v));
+	*n += k;
+	free(v);
+}
+
+Test(cli, data_prepare_with_a_tokenizer_then_inspect)
+{
+	static const char a[] = "The quick brown fox jumps over the lazy dog. Les \xc3\xa9l\xc3\xa8ves "
+				"\xe6\x97\xa5\xe6\x9c\xac \xf0\x9f\x98\x80 1234567\n\n";
+	static const char b[] = "the other thing is the best thing in the world.\n";
+	char tk[1024], cwd[512], *out, path[128], args[1400];
+	struct mr_tokenizer *t;
+	struct mr_shard tr, va;
+	struct mr_errbuf eb = {0};
+	uint32_t want[512];
+	size_t n = 0;
+	FILE *f;
+
+	cr_assert_not_null(getcwd(cwd, sizeof(cwd)));
+	snprintf(tk, sizeof(tk), "%s/tests/fixtures/tiny-llama3-tokenizer.json", cwd);
+	cr_assert_eq(mr_tokenizer_load(&t, tk, &eb), 0, "%s", eb.msg);
+	scratch();
+	for (int i = 0; i < 2; i++) {
+		snprintf(path, sizeof(path), "%s/%c.txt", tmp, "ab"[i]);
+		f = fopen(path, "w");
+		cr_assert_not_null(f);
+		fputs(i ? b : a, f);
+		fclose(f);
+	}
+	snprintf(args, sizeof(args),
+		 "data prepare --tokenizer '%s' --out-dir p --val-fraction 0.2 a.txt b.txt", tk);
+	cr_assert_eq(meshrun(&out, args), 0, "%s", out);
+	cr_expect(strstr(out, "vocab_size: 128002"), "%s", out);
+	cr_expect(strstr(out, "p/train.bin: ") && strstr(out, "(shard v2)"), "%s", out);
+	cr_expect(strstr(out, "each after token 128000"), "%s", out);
+	free(out);
+	/* each document after <|begin_of_text|>, as the tokenizer encodes it */
+	want[n++] = 128000;
+	encode_into(t, a, want, &n);
+	want[n++] = 128000;
+	encode_into(t, b, want, &n);
+	snprintf(path, sizeof(path), "%s/p/train.bin", tmp);
+	cr_assert_eq(mr_shard_open(&tr, path, 128002, 4, 0, &eb), 0, "%s", eb.msg);
+	snprintf(path, sizeof(path), "%s/p/val.bin", tmp);
+	cr_assert_eq(mr_shard_open(&va, path, 128002, 4, 0, &eb), 0, "%s", eb.msg);
+	cr_expect_eq(tr.version, 2);
+	cr_expect_eq(va.version, 2);
+	cr_assert_eq(tr.count + va.count, n);
+	cr_expect_eq(va.count, (size_t)(0.2 * (double)n));
+	for (size_t i = 0; i < n; i++)
+		cr_expect_eq(i < tr.count ? tr.tok[i] : va.tok[i - tr.count], want[i],
+			     "token %zu", i);
+	mr_shard_close(&tr);
+	mr_shard_close(&va);
+	/* a model too small for the ids is refused naming the file */
+	snprintf(path, sizeof(path), "%s/p/train.bin", tmp);
+	cr_expect_eq(mr_shard_open(&tr, path, 1000, 4, 0, &eb), MR_ERANGE);
+	cr_expect(strstr(eb.msg, path) && strstr(eb.msg, "token 128000 at index 0"), "%s", eb.msg);
+	cr_assert_eq(meshrun(&out, "data inspect p/train.bin"), 0, "%s", out);
+	cr_expect(strstr(out, "p/train.bin: llm.c shard v2 (uint32 tokens)"), "%s", out);
+	cr_expect(strstr(out, "largest token id 128000"), "%s", out);
+	free(out);
+	/* a text that is not UTF-8, a tokenizer that is not there */
+	snprintf(path, sizeof(path), "%s/bad.txt", tmp);
+	f = fopen(path, "w");
+	cr_assert_not_null(f);
+	fputs("caf\xe9 latin-1\n", f);
+	fclose(f);
+	snprintf(args, sizeof(args), "data prepare --tokenizer '%s' --out-dir q bad.txt", tk);
+	cr_assert_eq(meshrun(&out, args), 1, "%s", out);
+	cr_expect(strstr(out, "'bad.txt'") && strstr(out, "not valid UTF-8 at byte 3"), "%s", out);
+	free(out);
+	cr_assert_eq(meshrun(&out, "data prepare --tokenizer nope.json a.txt"), 1, "%s", out);
+	cr_expect(strstr(out, "nope.json"), "%s", out);
+	free(out);
+	/* the synthetic task past 16 bits is a v2 shard too */
+	cr_assert_eq(meshrun(&out, "data synth --vocab 100000 --tokens 2048 --out-dir s"), 0, "%s",
+		     out);
+	cr_expect(strstr(out, "s/train.bin: 2048 tokens (shard v2)"), "%s", out);
+	free(out);
+	mr_tokenizer_free(t);
 }

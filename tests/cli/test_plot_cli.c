@@ -29,23 +29,7 @@ static void scratch(void)
  * together in *out (malloc'd). */
 static int sh(char **out, const char *cmd)
 {
-	char full[4096], path[128];
-	FILE *f;
-	long n;
-	int st;
-
-	snprintf(path, sizeof(path), "%s/out.log", tmp);
-	snprintf(full, sizeof(full), "cd '%s' && %s >'%s' 2>&1", tmp, cmd, path);
-	st = system(full);
-	f = fopen(path, "rb");
-	cr_assert_not_null(f);
-	fseek(f, 0, SEEK_END);
-	n = ftell(f);
-	rewind(f);
-	*out = calloc(1, (size_t)n + 1);
-	cr_assert_eq(fread(*out, 1, (size_t)n, f), (size_t)n);
-	fclose(f);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+	return mr_test_sh(tmp, out, "%s", cmd);
 }
 
 /* `meshrun ARGS` in tmp. */

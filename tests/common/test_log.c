@@ -13,6 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "mr_log.h"
 
 struct capture {
@@ -217,4 +219,68 @@ Test(log, signal_path_and_levels)
 	cr_assert_eq(mr_log_parse_level("off"), MR_LOG_OFF);
 	cr_assert_eq(mr_log_parse_level("verbose"), -1);
 	cr_assert_eq(mr_log_parse_level(NULL), -1);
+}
+
+Test(log, json_format_is_one_object_per_line_with_numbers_as_numbers)
+{
+	struct capture c;
+	json_error_t je;
+	json_t *o;
+	char *out, *nl;
+
+	mr_log_init("agent", MR_LOG_INFO);
+	mr_log_set_job("ns/a b");
+	mr_log_set_rank(2);
+	mr_log_set_format(MR_LOG_JSON);
+	capture_start(&c);
+	mr_log_info("step", "step=%d/%d loss=%.4f lr=%.2e neg=-3 lead=007 msg=%s flag", 10, 30,
+		    4.5, 3e-4, mr_log_q("say \"hi\" = \\ there"));
+	mr_log_warn("second", "%s", "");
+	out = capture_end(&c);
+	mr_log_set_format(MR_LOG_LOGFMT);
+	mr_log_set_job(NULL);
+	mr_log_set_rank(-1);
+	nl = strchr(out, '\n');
+	cr_assert_not_null(nl, "%s", out);
+	*nl = '\0';
+	o = json_loads(out, 0, &je);
+	cr_assert_not_null(o, "not JSON (%s): %s", je.text, out);
+	cr_assert_str_eq(json_string_value(json_object_get(o, "lvl")), "info");
+	cr_assert_str_eq(json_string_value(json_object_get(o, "comp")), "agent");
+	cr_assert_str_eq(json_string_value(json_object_get(o, "job")), "ns/a b");
+	cr_assert_eq(json_integer_value(json_object_get(o, "rank")), 2);
+	cr_assert_str_eq(json_string_value(json_object_get(o, "event")), "step");
+	cr_assert_str_eq(json_string_value(json_object_get(o, "step")), "10/30");
+	cr_assert_float_eq(json_number_value(json_object_get(o, "loss")), 4.5, 1e-12);
+	cr_assert_float_eq(json_number_value(json_object_get(o, "lr")), 3e-4, 1e-12);
+	cr_assert_eq(json_integer_value(json_object_get(o, "neg")), -3);
+	cr_assert_str_eq(json_string_value(json_object_get(o, "lead")), "007",
+			 "not a JSON number: a string");
+	cr_assert_str_eq(json_string_value(json_object_get(o, "msg")), "say \"hi\" = \\ there");
+	cr_assert(json_is_true(json_object_get(o, "flag")));
+	cr_assert_eq(strlen(json_string_value(json_object_get(o, "ts"))), 24);
+	json_decref(o);
+	o = json_loads(nl + 1, 0, &je);
+	cr_assert_not_null(o, "second line not JSON (%s): %s", je.text, nl + 1);
+	cr_assert_str_eq(json_string_value(json_object_get(o, "event")), "second");
+	json_decref(o);
+	free(out);
+}
+
+Test(log, always_lines_pass_every_level_but_off)
+{
+	struct capture c;
+	char *out;
+
+	mr_log_init("agent", MR_LOG_ERROR);
+	capture_start(&c);
+	mr_log_info("hidden", "%s", "");
+	mr_log_always("job_summary", "state=%s", "succeeded");
+	mr_log_set_level(MR_LOG_OFF);
+	mr_log_always("off_hides_it", "%s", "");
+	out = capture_end(&c);
+	cr_assert_null(strstr(out, "hidden"), "%s", out);
+	cr_assert_null(strstr(out, "off_hides_it"), "%s", out);
+	cr_assert(strstr(out, "lvl=info comp=agent event=job_summary state=succeeded\n"), "%s", out);
+	free(out);
 }

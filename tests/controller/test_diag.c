@@ -235,6 +235,30 @@ Test(diag, p2p_ranks_stuck_with_each_other)
 	cr_assert_str_eq(str(json_array_get(json_object_get(d, "groups"), 0), "type"), "p2p_both");
 	cr_assert(strstr(str(d, "message"), "wait for each other on group pp"), "%s",
 		  str(d, "message"));
+	/* no hang timeout: the job progresses, the waits are a snapshot of a
+	 * healthy pipeline and no cause is named */
+	cr_assert_str_eq(str(d, "verdict"), "progressing");
+	cr_assert_null(strstr(str(d, "message"), "neither completes"), "%s", str(d, "message"));
+	json_decref(d);
+	mr__ctl_release(&ctl);
+}
+
+/* The same waits past the hang timeout: now the cause is named. */
+Test(diag, p2p_ranks_hung_with_each_other_name_the_cause)
+{
+	struct ctl ctl;
+	json_t *d;
+
+	running(&ctl, 2, 1, 2, 1000, 0);
+	beat(&ctl, 0, "[{\"rank\":0,\"step\":0,\"g\":[[4,0,2,1,6,1,0]]}]");
+	beat(&ctl, 1, "[{\"rank\":1,\"step\":0,\"g\":[[4,0,2,1,6,0,0]]}]");
+	mr__ctl_tick(&ctl);
+	ctl.skew_ms = 1500; /* no progress for 1.5 s > hang_timeout 1 s */
+	mr__ctl_tick(&ctl);
+	d = diagnose(&ctl);
+	cr_assert_str_eq(str(d, "verdict"), "stuck");
+	cr_assert(strstr(str(d, "message"), "and neither completes: both send or both receive"),
+		  "%s", str(d, "message"));
 	json_decref(d);
 	mr__ctl_release(&ctl);
 }

@@ -89,6 +89,15 @@ static const struct mr_gpt_config llama_gqa = { .vocab = 96, .max_seq = 16, .n_l
 						.d_model = 128, .n_head = 4,
 						.arch = MR_ARCH_LLAMA, .n_kv_head = 2,
 						.ffn_hidden = 128, .rope_theta = 10000.0f };
+/* and with SwiGLU experts in the 2nd layer (top-2 of 4, a capacity that
+ * drops, raw gates: moe_norm_topk off) */
+static const struct mr_gpt_config llama_moe = { .vocab = 96, .max_seq = 16, .n_layer = 2,
+						.d_model = 128, .n_head = 4,
+						.arch = MR_ARCH_LLAMA, .n_kv_head = 2,
+						.ffn_hidden = 64, .rope_theta = 10000.0f,
+						.moe_every = 2, .n_experts = 4, .top_k = 2,
+						.capacity_factor = 0.75f, .aux_coef = 0.01f,
+						.moe_norm_topk = -1 };
 /* lr, min_lr_frac, warmup, total, beta1, beta2, eps, weight_decay, clip */
 static const struct mr_adamw_config ocfg = { 1e-2f, 0.1f, 2, STEPS, 0.9f, 0.95f, 1e-8f,
 					     0.1f, 1.0f, MR_LR_COSINE, 0.0f };
@@ -219,7 +228,7 @@ static void open_cuda(struct mr_dev *d, int bf16)
 static const char *label(const struct mr_gpt_config *cfg)
 {
 	if (cfg->arch == MR_ARCH_LLAMA)
-		return "llama gqa";
+		return cfg->moe_every ? "llama moe" : "llama gqa";
 	return cfg->moe_every ? "moe" : "dense";
 }
 
@@ -308,6 +317,16 @@ Test(cuda_model, llama_gqa_fp32_trains_as_on_cpu)
 Test(cuda_model, llama_gqa_bf16_trains_as_on_cpu)
 {
 	compare(&llama_gqa, 1);
+}
+
+Test(cuda_model, llama_moe_fp32_trains_as_on_cpu)
+{
+	compare(&llama_moe, 0);
+}
+
+Test(cuda_model, llama_moe_bf16_trains_as_on_cpu)
+{
+	compare(&llama_moe, 1);
 }
 
 /* ---- the code around the model: step driver, weights file, gathers ----------

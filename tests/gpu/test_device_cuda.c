@@ -815,7 +815,7 @@ static void moe_bind(struct mr_dev *d, const struct mr_moe_shape *s, struct mr_m
 static void moe_layer(int k, float cf)
 {
 	int B = 2, T = 10, C = 32, E = 4, H = 4 * C, N = B * T, i;
-	struct mr_moe_shape s = { N, C, H, E, k, mr_moe_capacity(N, E, k, cf), 0 };
+	struct mr_moe_shape s = { N, C, H, E, k, mr_moe_capacity(N, E, k, cf), 0, 0 };
 	float *hx = rnd((size_t)N * C, 1.0f), *hr = rnd((size_t)E * C, 0.5f);
 	float *hfw = rnd((size_t)E * H * C, 0.1f), *hfb = rnd((size_t)E * H, 0.1f);
 	float *hpw = rnd((size_t)E * C * H, 0.1f), *hpb = rnd((size_t)E * C, 0.1f);

@@ -4,7 +4,7 @@
     hf_llama_check.py DIR --tokens 3,1,4 --logits LOGITS [--tol 1e-4]
                       [--permute-qk]
 
-Reads the Hugging Face Llama directory DIR with nothing of meshrun's code
+Reads the Hugging Face Llama (or Mixtral) directory DIR with nothing of meshrun's code
 and nothing of transformers' or safetensors' (neither is needed): its
 config.json (model_type llama, architectures ["LlamaForCausalLM"],
 torch_dtype float32, the model's sizes), generation_config.json, and the
@@ -155,10 +155,14 @@ def main():
     try:
         cfg = load_json(os.path.join(a.dir, "config.json"))
         load_json(os.path.join(a.dir, "generation_config.json"))
-        for k, want in (("model_type", "llama"), ("architectures", ["LlamaForCausalLM"]),
+        moe = cfg.get("model_type") == "mixtral"
+        kind = ("mixtral", ["MixtralForCausalLM"]) if moe else ("llama", ["LlamaForCausalLM"])
+        for k, want in (("model_type", kind[0]), ("architectures", kind[1]),
                         ("torch_dtype", "float32"), ("hidden_act", "silu")):
             if cfg.get(k) != want:
                 raise Bad("config.json: %s is %r, not %r" % (k, cfg.get(k), want))
+        if moe and cfg.get("sliding_window") is not None:
+            raise Bad("config.json: sliding_window: llama_model.py's forward has none")
         if cfg.get("rope_scaling") is not None:
             raise Bad("config.json: rope_scaling: llama_model.py's forward has none")
         C, L = cfg["hidden_size"], cfg["num_hidden_layers"]
@@ -167,22 +171,32 @@ def main():
         tie = cfg["tie_word_embeddings"]
         c = {"d_model": C, "n_layer": L, "n_head": NH, "n_kv_head": NKV, "vocab": V,
              "norm_eps": cfg["rms_norm_eps"], "rope_theta": cfg["rope_theta"], "tie": tie}
+        if moe:
+            # Mixtral's sparse block: experts in every layer, softmax router,
+            # top-k gates renormalised, no token dropped
+            E = cfg["num_local_experts"]
+            c.update({"moe_every": 1, "n_experts": E, "top_k": cfg["num_experts_per_tok"],
+                      "dropless": True, "norm_topk": True, "capacity_factor": 1.0})
         tensors, nfiles = read_weights(a.dir)
         want = {"model.embed_tokens.weight": ("tok_emb", (V, C)),
                 "model.norm.weight": ("norm.w", (C,))}
         if not tie:
             want["lm_head.weight"] = ("output.w", (V, C))
         for l in range(L):
+            mlp = ((("block_sparse_moe.gate", "moe.router.w", (E, C)),) + tuple(
+                ("block_sparse_moe.experts.%d.%s" % (e, w), "moe.%d.%s" % (e, w), shape)
+                for e in range(E) for w, shape in (("w1", (Fh, C)), ("w3", (Fh, C)),
+                                                   ("w2", (C, Fh))))
+                   if moe else (("mlp.gate_proj", "mlp.gate.w", (Fh, C)),
+                                ("mlp.up_proj", "mlp.up.w", (Fh, C)),
+                                ("mlp.down_proj", "mlp.down.w", (C, Fh))))
             for hf, ours, shape in (
                     ("input_layernorm", "attn_norm.w", (C,)),
                     ("self_attn.q_proj", "attn.q.w", (NH * hs, C)),
                     ("self_attn.k_proj", "attn.k.w", (NKV * hs, C)),
                     ("self_attn.v_proj", "attn.v.w", (NKV * hs, C)),
                     ("self_attn.o_proj", "attn.o.w", (C, NH * hs)),
-                    ("post_attention_layernorm", "mlp_norm.w", (C,)),
-                    ("mlp.gate_proj", "mlp.gate.w", (Fh, C)),
-                    ("mlp.up_proj", "mlp.up.w", (Fh, C)),
-                    ("mlp.down_proj", "mlp.down.w", (C, Fh))):
+                    ("post_attention_layernorm", "mlp_norm.w", (C,))) + mlp:
                 want["model.layers.%d.%s.weight" % (l, hf)] = ("h.%d.%s" % (l, ours), shape)
         if set(want) != set(tensors):
             raise Bad("tensor names: missing %s, extra %s" % (
@@ -195,6 +209,13 @@ def main():
             if a.permute_qk and ours.endswith(("attn.q.w", "attn.k.w")):
                 w = interleaved_to_half(w, NH if ours.endswith("q.w") else NKV)
             p[ours] = torch.tensor(w, dtype=torch.float64)
+        for l in range(L if moe else 0):
+            # meshrun's stacked experts: gate_up (E, 2F, C) = [w1; w3], down (E, C, F)
+            pre = "h.%d.moe." % l
+            p[pre + "gate_up.w"] = torch.stack([torch.cat((p.pop(pre + "%d.w1" % e),
+                                                          p.pop(pre + "%d.w3" % e)))
+                                                for e in range(E)])
+            p[pre + "down.w"] = torch.stack([p.pop(pre + "%d.w2" % e) for e in range(E)])
     except (Bad, KeyError, TypeError) as e:
         print("hf_llama_check: bad directory: %s" % e)
         return 1

@@ -16,7 +16,7 @@ the 10 optimizer steps.
 DIR/case.json: the model ("vocab", "d_model", "n_layer", "n_head",
 "n_kv_head", "ffn_hidden", "norm_eps", "rope_theta", "tie"; MoE:
 "moe_every", "n_experts", "top_k", "capacity_factor", "aux_coef",
-"dropless"), the run ("B",
+"dropless", "norm_topk": gates renormalised over the chosen), the run ("B",
 "T", "steps", "accum", "nbatch") and the optimizer ("lr", "min_lr_frac",
 "warmup", "total", "beta1", "beta2", "eps", "weight_decay", "grad_clip"),
 and "tensors": [name, shape] in meshrun's table order.
@@ -48,14 +48,14 @@ def rotate(x, cos, sin):
 
 def experts(p, pre, x, c):
     """A MoE layer of SwiGLU experts (Mixtral) under meshrun's routing rules
-    (runtime/model/mr_moe.h): softmax router, top-k (k = 2 renormalised over
-    the pair, k = 1 the probability itself), a capacity per expert filled
+    (runtime/model/mr_moe.h): softmax router, top-k (renormalised over the
+    chosen with norm_topk, else the probabilities), a capacity per expert filled
     in token order, the load-balancing loss E * sum_e f_e P_e."""
     E, k = c["n_experts"], c["top_k"]
     N, C = x.shape
     probs = torch.softmax(x @ p[pre + "moe.router.w"].t(), dim=-1)
     topv, topi = torch.topk(probs, k, dim=-1)
-    gates = topv if k == 1 else topv / topv.sum(-1, keepdim=True)
+    gates = topv / topv.sum(-1, keepdim=True) if c["norm_topk"] else topv
     cap = N if c["dropless"] else int(min(max(math.ceil(c["capacity_factor"] * N * k / E), 1), N))
     count, routed, kept = [0] * E, [0] * E, [[] for _ in range(E)]
     for n, row in enumerate(topi.tolist()):

@@ -51,6 +51,7 @@ static void write_case(const char *dir, const struct mr_gpt *m, const float *par
 		   "\"n_kv_head\": %d, \"norm_eps\": %.9g, \"rope_theta\": %.9g, \"tie\": %s, "
 		   "\"moe_every\": %d, \"n_experts\": %d, \"top_k\": %d, "
 		   "\"capacity_factor\": %.9g, \"aux_coef\": %.9g, \"dropless\": %s, "
+		   "\"norm_topk\": %s, "
 		   "\"B\": %d, \"T\": %d, \"steps\": %d, \"accum\": %d, \"nbatch\": %d, "
 		   "\"lr\": %.9g, \"min_lr_frac\": %.9g, \"warmup\": %d, \"total\": %d, "
 		   "\"beta1\": %.9g, \"beta2\": %.9g, \"eps\": %.9g, \"weight_decay\": %.9g, "
@@ -59,6 +60,7 @@ static void write_case(const char *dir, const struct mr_gpt *m, const float *par
 		(double)mr_gpt_norm_eps(c), (double)mr_gpt_rope_theta(c),
 		mr_gpt_tied(c) ? "true" : "false", c->moe_every, c->n_experts, c->top_k,
 		(double)c->capacity_factor, (double)c->aux_coef, c->moe_dropless ? "true" : "false",
+		mr_gpt_moe_norm_topk(c) ? "true" : "false",
 		B, T, STEPS, ACCUM, NBATCH, (double)OPT.lr,
 		(double)OPT.min_lr_frac, OPT.warmup_steps, OPT.total_steps, (double)OPT.beta1,
 		(double)OPT.beta2, (double)OPT.eps, (double)OPT.weight_decay,
@@ -225,6 +227,24 @@ Test(llama_reference, moe_top1_dropless, .timeout = 300)
 	c.capacity_factor = 1.0f;
 	c.aux_coef = 0.01f;
 	c.moe_dropless = 1;
+	check_case(&c, 1);
+}
+
+/* moe_norm_topk the other way round: top-2 with the router's raw
+ * probabilities as gates, top-1 renormalised (a gate of 1) */
+Test(llama_reference, moe_norm_topk_either_way, .timeout = 300)
+{
+	struct mr_gpt_config c = llama(2, 48, 0);
+
+	c.moe_every = 1;
+	c.n_experts = 4;
+	c.top_k = 2;
+	c.capacity_factor = 1.0f;
+	c.aux_coef = 0.01f;
+	c.moe_norm_topk = -1;
+	check_case(&c, 2);
+	c.top_k = 1;
+	c.moe_norm_topk = 1;
 	check_case(&c, 1);
 }
 

@@ -11,7 +11,9 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <limits.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -344,4 +346,57 @@ int mr_test_raw_request(int port, const char *req, char *buf, size_t cap)
 	if (sscanf(buf, "HTTP/1.1 %d", &status) != 1)
 		status = 0;
 	return status;
+}
+
+char *mr_test_slurp(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	char *buf = NULL;
+	long n;
+
+	if (!f)
+		return NULL;
+	if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+	    (buf = calloc(1, (size_t)n + 1)) && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+		free(buf);
+		buf = NULL;
+	}
+	fclose(f);
+	if (buf && len)
+		*len = (size_t)n;
+	return buf;
+}
+
+int mr_test_sh(const char *dir, char **out, const char *fmt, ...)
+{
+	va_list ap;
+	int rc;
+
+	va_start(ap, fmt);
+	rc = mr_test_vsh(dir, out, fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+int mr_test_vsh(const char *dir, char **out, const char *fmt, va_list ap)
+{
+	char *body = NULL, *cmd = NULL, log[PATH_MAX], *text;
+	int st;
+
+	cr_assert_geq(vasprintf(&body, fmt, ap), 0);
+	snprintf(log, sizeof(log), "%s/.sh-%d.log", dir, (int)getpid());
+	cr_assert_geq(asprintf(&cmd, "cd '%s' && { %s ; } >'%s' 2>&1", dir, body, log), 0);
+	st = system(cmd);
+	text = mr_test_slurp(log, NULL);
+	unlink(log);
+	cr_assert_not_null(text, "%s: no output file", body);
+	cr_assert(!strstr(text, "Sanitizer") && !strstr(text, "runtime error:"), "%s: %s", body,
+		  text);
+	free(cmd);
+	free(body);
+	if (out)
+		*out = text;
+	else
+		free(text);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }

@@ -16,6 +16,8 @@
 #ifndef MR_TEST_PROC_H
 #define MR_TEST_PROC_H
 
+#include <stdarg.h>
+#include <stddef.h>
 #include <sys/types.h>
 
 struct mr_proc {
@@ -74,6 +76,16 @@ const char *mr_test_scratch(const char *prefix);
 void mr_test_tail(const char *path, char *buf, size_t cap);
 /* Monotonic milliseconds. */
 long long mr_test_now_ms(void);
+/* A whole file, NUL-terminated (malloc'd), its length in *len (may be
+ * NULL); NULL when it cannot be read. */
+char *mr_test_slurp(const char *path, size_t *len);
+/* A shell command (printf format) run in dir: stdout and stderr together
+ * in *out (malloc'd; out NULL: dropped), the exit code returned (-1: no
+ * exit). A sanitizer report in the output fails the test. */
+int mr_test_sh(const char *dir, char **out, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+int mr_test_vsh(const char *dir, char **out, const char *fmt, va_list ap)
+	__attribute__((format(printf, 3, 0)));
 
 #endif
 
