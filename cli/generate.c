@@ -31,6 +31,7 @@
 
 #include "ckpt/mr_ckpt.h"
 #include "cpu/mr_pool.h"
+#include "data/mr_tokenizer.h"
 #include "infer/mr_generate.h"
 #include "mr_cli.h"
 #include "mr_config.h"
@@ -41,6 +42,7 @@ enum { GEN_EXIT_OK = 0, GEN_EXIT_FAIL = 1, GEN_EXIT_USAGE = 2 };
 
 struct gen_opts {
 	char prompt[GEN_MAX_PROMPT], prompt_ids[GEN_MAX_PROMPT];
+	char tokenizer[4096];
 	char precision[16];
 	int device; /* index in devices */
 	int64_t max_new_tokens, top_k, seed, step, threads;
@@ -53,8 +55,11 @@ static const char *const devices[] = { "cpu", "cuda", NULL };
  * pick a step. */
 static const struct mr_config_opt gen_table[] = {
 	MR_CONFIG_STRING("prompt", struct gen_opts, prompt, "",
-			 "The prompt as text: its bytes are the tokens (a byte-level model, "
-			 "vocab_size 256)."),
+			 "The prompt as text: encoded with --tokenizer, else its bytes are the "
+			 "tokens (a byte-level model, vocab_size 256)."),
+	MR_CONFIG_STRING("tokenizer", struct gen_opts, tokenizer, "",
+			 "A Hugging Face tokenizer.json (the one `meshrun data prepare "
+			 "--tokenizer` used): encodes --prompt and decodes the new tokens."),
 	MR_CONFIG_STRING("prompt_ids", struct gen_opts, prompt_ids, "",
 			 "The prompt as token ids, comma separated (any model); the new tokens "
 			 "are printed as ids."),
@@ -166,16 +171,34 @@ static int parse_ids(const char *text, int *ids, int cap, int V)
 struct emit_ctx {
 	int bytes; /* print bytes (else ids) */
 	int count;
+	const struct mr_tokenizer *tok; /* decode through it (else bytes or ids) */
 };
 
 static int emit(void *ctx, int tok)
 {
 	struct emit_ctx *e = ctx;
 
-	if (e->bytes)
+	if (e->tok && tok >= mr_tokenizer_vocab_size(e->tok)) {
+		printf("[%d]", tok); /* a padding id past the tokenizer's vocabulary */
+	} else if (e->tok) {
+		/* a token's bytes may end inside a UTF-8 character: printed as
+		 * they are, the terminal joins them */
+		struct mr_errbuf eb = { "", "" };
+		uint32_t id = (uint32_t)tok;
+		char *text = NULL;
+		size_t len = 0;
+
+		if (mr_tokenizer_decode(e->tok, &id, 1, &text, &len, &eb) < 0) {
+			fprintf(stderr, "\nmeshrun generate: --tokenizer: %s\n", eb.msg);
+			return MR_EINVAL;
+		}
+		fwrite(text, 1, len, stdout);
+		free(text);
+	} else if (e->bytes) {
 		putchar(tok);
-	else
+	} else {
 		printf(e->count ? " %d" : "%d", tok);
+	}
 	e->count++;
 	fflush(stdout);
 	return 0;
@@ -198,7 +221,8 @@ static int generate(const struct gen_opts *o, const struct mr_config *cfg)
 	struct mr_dev dev;
 	struct mr_gen g;
 	struct mr_gen_opts go;
-	struct emit_ctx ec = { 0, 0 };
+	struct emit_ctx ec = { 0, 0, NULL };
+	struct mr_tokenizer *tok = NULL;
 	char dir[4200];
 	int *ids = NULL, np = 0, nout = 0, rc, V, dev_open = 0, gen_open = 0;
 	double t0;
@@ -230,13 +254,47 @@ static int generate(const struct gen_opts *o, const struct mr_config *cfg)
 		fprintf(stderr, "meshrun generate: out of memory\n");
 		goto out;
 	}
-	if (o->prompt[0] && V != 256) {
+	if (o->tokenizer[0]) {
+		uint32_t *enc = NULL;
+		size_t n = 0;
+
+		if (mr_tokenizer_load(&tok, o->tokenizer, &eb) < 0) {
+			fprintf(stderr, "meshrun generate: --tokenizer: %s\n", eb.msg);
+			goto out;
+		}
+		if (mr_tokenizer_vocab_size(tok) > V) {
+			fprintf(stderr, "meshrun generate: --tokenizer: '%s' has %d tokens, the "
+					"model's vocabulary %d: not the tokenizer it was trained "
+					"with\n",
+				o->tokenizer, mr_tokenizer_vocab_size(tok), V);
+			goto out;
+		}
+		ec.tok = tok;
+		if (o->prompt[0]) {
+			if (mr_tokenizer_encode(tok, o->prompt, strlen(o->prompt), &enc, &n, &eb) <
+			    0) {
+				fprintf(stderr, "meshrun generate: --prompt: %s\n", eb.msg);
+				goto out;
+			}
+			for (size_t i = 0; i < n && i < GEN_MAX_PROMPT; i++)
+				ids[i] = (int)enc[i];
+			np = n < GEN_MAX_PROMPT ? (int)n : GEN_MAX_PROMPT;
+			free(enc);
+			if (np == 0) {
+				fprintf(stderr, "meshrun generate: --prompt: encodes to no token\n");
+				goto out;
+			}
+		}
+	} else if (o->prompt[0] && V != 256) {
 		fprintf(stderr, "meshrun generate: --prompt: the model's vocabulary (%d tokens) is "
-				"not byte-level and no tokenizer is wired yet: give --prompt-ids\n",
+				"not byte-level: give --tokenizer FILE (the tokenizer.json the data "
+				"was prepared with) or --prompt-ids\n",
 			V);
 		goto out;
 	}
-	if (o->prompt[0]) {
+	if (tok && o->prompt[0]) {
+		/* encoded above */
+	} else if (o->prompt[0]) {
 		np = (int)strlen(o->prompt);
 		for (int i = 0; i < np; i++)
 			ids[i] = (unsigned char)o->prompt[i];
@@ -293,6 +351,7 @@ out:
 	if (dev_open)
 		mr_dev_close(&dev);
 	mr_pool_free(pool);
+	mr_tokenizer_free(tok);
 	free(ids);
 	mr_ckpt_manifest_release(&mf);
 	return rc;

@@ -36,8 +36,9 @@ static const mr_act *cw(const float *view)
 static struct mr_moe_shape moe_shape(const struct mr_gen *g, int n)
 {
 	const struct mr_gpt_config *c = &g->m.cfg;
-	struct mr_moe_shape s = { n, c->d_model, mr_gpt_ffn(c), c->n_experts, c->top_k, n,
-				  c->arch == MR_ARCH_LLAMA };
+	struct mr_moe_shape s = { .N = n, .C = c->d_model, .H = mr_gpt_ffn(c), .E = c->n_experts,
+				  .k = c->top_k, .cap = n, .swiglu = c->arch == MR_ARCH_LLAMA,
+				  .norm_topk = c->moe_norm_topk };
 	return s;
 }
 
