@@ -175,6 +175,7 @@ $(BUILD)/tests/gpu/%: tests/gpu/%.c $(CUDA_LIB) $(plugin_obj) $(call obj,$(test_
 # test_cuda_parallel runs ranks on several emulated GPUs. test_reference
 # (the PyTorch reference) runs on the emulated cuda device too.
 emul_dev_tests := $(BUILD)/tests/gpu-emul/test_device_cuda $(BUILD)/tests/gpu-emul/test_cuda_model \
+                  $(BUILD)/tests/gpu-emul/test_generate_cuda \
                   $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu-emul/%,$(emul_only))
 test_bins  += $(emul_dev_tests)
 

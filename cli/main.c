@@ -7,6 +7,7 @@
  *   meshrun plan    choose the mesh for a model and a cluster
  *   meshrun data    make llm.c token shards
  *   meshrun ckpt    inspect, export and import checkpoints
+ *   meshrun generate  sample text from a checkpoint
  *   meshrun plot    draw a loss_log as an SVG
  */
 #include <stdio.h>
@@ -29,6 +30,7 @@ static const struct subcommand subcommands[] = {
 	{"plan", mr_cli_plan, "choose the mesh for a model and a cluster (memory, step time)"},
 	{"data", mr_cli_data, "make llm.c token shards (prepare, synth, inspect)"},
 	{"ckpt", mr_cli_ckpt, "inspect, verify, export (safetensors) and import checkpoints"},
+	{"generate", mr_cli_generate, "sample text (or token ids) from a checkpoint"},
 	{"plot", mr_cli_plot, "draw a loss_log as an SVG (train and validation loss)"},
 	{NULL, NULL, NULL},
 };

@@ -16,5 +16,6 @@ int mr_cli_plan(int argc, char **argv);
 int mr_cli_data(int argc, char **argv);
 int mr_cli_ckpt(int argc, char **argv);
 int mr_cli_plot(int argc, char **argv);
+int mr_cli_generate(int argc, char **argv);
 
 #endif

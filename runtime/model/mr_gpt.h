@@ -67,7 +67,8 @@
  * no whole copy: a unit's compute views are bound to the caller's buffer
  * when its parameters are (mr_gpt_bind_compute_unit), and refreshed there.
  *
- * Non-goals: dropout, generation/sampling.
+ * Non-goals: dropout, generation/sampling (infer/mr_generate.h decodes
+ * with a key/value cache over this model's weights).
  */
 #ifndef MR_GPT_H
 #define MR_GPT_H
