@@ -30,6 +30,7 @@
  *    missing step: exit 2, a message naming the thing, no crash.
  */
 #include <criterion/criterion.h>
+#include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +40,7 @@
 #include <unistd.h>
 
 #include "ckpt/mr_ckpt.h"
+#include "data/mr_tokenizer.h"
 #include "infer/mr_generate.h"
 #include "model/mr_gpt.h"
 #include "model/mr_weights.h"
@@ -408,6 +410,79 @@ Test(generate_cli, cuda_emulated, .timeout = 300)
 	cr_assert(memcmp(x.out, y.out, 9) == 0, "cuda printed other text than cpu (llama MoE)");
 	res_free(&x);
 	res_free(&y);
+}
+
+/* --tokenizer: the prompt is encoded and the new tokens are decoded with
+ * a tokenizer.json (the tiny Llama-3-style fixture, its two special
+ * tokens renumbered to follow its 353 BPE tokens): the text printed is
+ * the decoding of the ids --prompt-ids prints for the encoded prompt; a
+ * tokenizer larger than the model's vocabulary is refused. */
+Test(generate_cli, tokenizer_encodes_the_prompt_and_decodes_the_text, .timeout = 300)
+{
+	struct mr_gpt_config c = gpt2();
+	struct mr_errbuf eb = { "", "" };
+	struct mr_tokenizer *t;
+	json_t *doc, *added;
+	uint32_t *ids, gotid[64];
+	char path[512], list[512], args[1024], *want = NULL, *p;
+	size_t n, wl = 0, at = 0, ng = 0;
+	struct res x, y;
+
+	scratch();
+	doc = json_load_file("tests/fixtures/tiny-llama3-tokenizer.json", 0, NULL);
+	cr_assert_not_null(doc, "run from the repository root");
+	added = json_object_get(doc, "added_tokens");
+	for (size_t i = 0; i < json_array_size(added); i++)
+		json_object_set_new(json_array_get(added, i), "id", json_integer(353 + (int)i));
+	snprintf(path, sizeof(path), "%s/tok.json", tmp);
+	cr_assert_eq(json_dump_file(doc, path, 0), 0);
+	json_decref(doc);
+	cr_assert_eq(mr_tokenizer_load(&t, path, &eb), 0, "%s", eb.msg);
+	cr_assert_eq(mr_tokenizer_encode(t, "hello world", 11, &ids, &n, &eb), 0, "%s", eb.msg);
+	cr_assert_gt(n, 1);
+	for (size_t i = 0; i < n; i++)
+		at += (size_t)snprintf(list + at, sizeof(list) - at, "%s%u", i ? "," : "", ids[i]);
+	free(ids);
+	c.vocab = 384; /* the tokenizer's 355 and padding rows */
+	write_ckpt("tk", &c, 1, NULL);
+	x = gen("meshrun", "tk --tokenizer tok.json --prompt 'hello world' --temperature 0 "
+			   "--max-new-tokens 6");
+	snprintf(args, sizeof(args), "tk --prompt-ids %s --temperature 0 --max-new-tokens 6",
+		 list);
+	y = gen("meshrun", args);
+	cr_assert(x.rc == 0 && y.rc == 0, "%s %s", x.err, y.err);
+	for (p = y.out; ng < 64 && *p && *p != '\n'; ng++)
+		gotid[ng] = (uint32_t)strtoul(p, &p, 10);
+	cr_assert_eq(ng, 6, "%s", y.out);
+	for (size_t i = 0; i < ng; i++) { /* what the CLI prints for each */
+		char *piece = NULL, pad[16];
+		size_t pl = 0;
+
+		if ((int)gotid[i] >= mr_tokenizer_vocab_size(t)) {
+			pl = (size_t)snprintf(pad, sizeof(pad), "[%u]", gotid[i]);
+			piece = strdup(pad);
+		} else {
+			cr_assert_eq(mr_tokenizer_decode(t, &gotid[i], 1, &piece, &pl, &eb), 0, "%s",
+				     eb.msg);
+		}
+		want = realloc(want, wl + pl + 2);
+		memcpy(want + wl, piece, pl);
+		wl += pl;
+		free(piece);
+	}
+	want[wl++] = '\n';
+	want[wl] = '\0';
+	cr_expect_str_eq(x.out, want, "the text is not the decoding of the ids");
+	free(want);
+	res_free(&x);
+	res_free(&y);
+	mr_tokenizer_free(t);
+	c.vocab = 300;
+	write_ckpt("small", &c, 1, NULL);
+	x = gen("meshrun", "small --tokenizer tok.json --prompt 'hello world'");
+	cr_expect_eq(x.rc, 2, "%s", x.err);
+	cr_expect(strstr(x.err, "--tokenizer") && strstr(x.err, "355"), "%s", x.err);
+	res_free(&x);
 }
 
 /* generate ARGS exits 2 with all of the words in its message. */
