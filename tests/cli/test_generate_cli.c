@@ -424,7 +424,7 @@ Test(generate_cli, tokenizer_encodes_the_prompt_and_decodes_the_text, .timeout =
 	struct mr_tokenizer *t;
 	json_t *doc, *added;
 	uint32_t *ids, gotid[64];
-	char path[512], list[512], args[1024], *want = NULL, *p;
+	char path[512], list[512], args[1024], *want = NULL, *grown, *p;
 	size_t n, wl = 0, at = 0, ng = 0;
 	struct res x, y;
 
@@ -465,7 +465,9 @@ Test(generate_cli, tokenizer_encodes_the_prompt_and_decodes_the_text, .timeout =
 			cr_assert_eq(mr_tokenizer_decode(t, &gotid[i], 1, &piece, &pl, &eb), 0, "%s",
 				     eb.msg);
 		}
-		want = realloc(want, wl + pl + 2);
+		grown = realloc(want, wl + pl + 2);
+		cr_assert_not_null(grown);
+		want = grown;
 		memcpy(want + wl, piece, pl);
 		wl += pl;
 		free(piece);
