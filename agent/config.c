@@ -351,6 +351,24 @@ static int merge_parallel_flags(struct mr_agent_config *cfg, struct mr_errbuf *e
 	return 0;
 }
 
+/* A job of a fixed size on the flags' mesh: every rank placed as its
+ * worker will place it (heads, key/value heads, layers, sequence, experts
+ * against tp, pp, cp, ep; the pipeline's split and schedule), so a job no
+ * rank could run is refused before it starts. An elastic job's world is
+ * known only at each round: its ranks check themselves. */
+static int check_placement(const struct mr_agent_config *cfg, struct mr_errbuf *eb)
+{
+	struct mr_errbuf pe = { "", "" };
+	int world = cfg->min_nodes * cfg->nproc_per_node;
+	struct mr_gpt_worker_ranks r = { world, cfg->tp, cfg->pp, cfg->cp, cfg->ep, 0, world };
+
+	if (cfg->mesh[0] || cfg->min_nodes != cfg->max_nodes || world < 1 ||
+	    mr_gpt_worker_check_mesh(cfg->workload_json, &r, &pe) == 0)
+		return 0;
+	return mr_errf_field(eb, MR_EINVAL, pe.field[0] ? pe.field : "workload_config",
+			     "workload_config: %s", pe.msg);
+}
+
 /* The 1-based line of the first "key" in text, 0 if it is not there. */
 static int line_of_key(const char *text, const char *key)
 {
@@ -627,6 +645,8 @@ int mr_agent_config_load(struct mr_agent_config *cfg, const char *prog, int argc
 		goto out;
 	}
 	if (cfg->mode == MR_AGENT_MODE_INPROC && (err = check_device(cfg, eb)) < 0)
+		goto out;
+	if (cfg->mode == MR_AGENT_MODE_INPROC && (err = check_placement(cfg, eb)) < 0)
 		goto out;
 	fill_defaults(cfg);
 out:

@@ -32,6 +32,7 @@ struct gw {
 	int steps, accum, eval_batches, threads;
 	int eval_every;         /* -1 unset until mr__gw_open_data settles it */
 	int log_every;          /* rank 0's step lines */
+	int checking;           /* a check before launch: no worker, say nothing */
 	long log_step;          /* the last step line's step and time (ETA) */
 	long log_first;         /* the step this run started at */
 	double log_t;

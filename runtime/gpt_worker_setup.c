@@ -168,6 +168,71 @@ int mr_gpt_worker_place(const json_t *config, const struct mr_worker_env *env,
 	return rc;
 }
 
+/* Whether the newest checkpoint of ckpt_dir (when resuming) is this
+ * model's and its step's micro-batches can be shared by this mesh's dp:
+ * the resume's own refusals, before launch. */
+static int check_resume(const json_t *config, const struct mr_worker_env *env,
+			struct mr_errbuf *eb)
+{
+	struct gw *w = calloc(1, sizeof(*w));
+	struct mr_ckpt_manifest mf;
+	struct mr_adamw_config oc;
+	char **dirs = NULL;
+	const char *field = NULL;
+	int B, T, n = 0, i, found = 0, rc;
+
+	if (!w)
+		return mr_errf(eb, MR_ENOMEM, "out of memory");
+	w->checking = 1;
+	rc = mr__gw_parse(config, &w->mc, &oc, w, &B, &T, eb);
+	if (rc == 0 && w->ckpt_dir && w->resume && mr_ckpt_list(w->ckpt_dir, &dirs, &n, NULL) == 0) {
+		for (i = 0; i < n && !found; i++)
+			found = mr_ckpt_manifest_read(&mf, dirs[i], NULL) == 0;
+		if (found && (field = mr_ckpt_model_diff(&mf.model, &w->mc)))
+			rc = mr_errf_field(eb, MR_EINVAL, field,
+					   "ckpt_dir '%s': the newest checkpoint, '%s', is of another "
+					   "model: '%s' differs (n_layer %d d_model %d vocab_size %d "
+					   "there); point ckpt_dir elsewhere, or set \"resume\": "
+					   "\"never\" to start afresh over it",
+					   w->ckpt_dir, dirs[i - 1], field, mf.model.n_layer,
+					   mf.model.d_model, mf.model.vocab);
+		if (found)
+			mr_ckpt_manifest_release(&mf);
+		mr_ckpt_list_free(dirs, n);
+	}
+	if (rc == 0 && !field)
+		rc = mr__gw_keep_global_batch(w, env, eb);
+	free(w->pp_layers);
+	free(w);
+	return rc;
+}
+
+int mr_gpt_worker_check_mesh(const json_t *config, const struct mr_gpt_worker_ranks *r,
+			     struct mr_errbuf *eb)
+{
+	struct mr_errbuf re = { "", "" };
+	struct mr_worker_env env = { 0 };
+	struct mr_place where;
+	int rc;
+
+	if (r->world < 1 || r->tp < 1 || r->pp < 1 || r->cp < 1 || r->ep < 1 ||
+	    r->world % (r->tp * r->pp * r->cp))
+		return 0; /* the mesh itself is refused by its own check */
+	env.world_size = r->world;
+	env.tp = r->tp;
+	env.pp = r->pp;
+	env.cp = r->cp;
+	env.ep = r->ep;
+	env.dp = r->world / (r->tp * r->pp * r->cp);
+	for (env.rank = r->first; env.rank < r->first + r->n; env.rank++)
+		if ((rc = mr_gpt_worker_place(config, &env, &where, NULL, &re)) < 0)
+			return mr_errf_field(eb, rc, re.field, "rank %d of %d (tp %d, cp %d, pp %d, "
+					     "dp %d, ep %d): %s", env.rank, r->world, r->tp, r->cp,
+					     r->pp, env.dp, r->ep, re.msg);
+	env.rank = r->first;
+	return check_resume(config, &env, eb);
+}
+
 /*
  * Where this rank sits: checks the model against the mesh (layout, before
  * any communication), then builds the mesh communicators. A single rank
@@ -361,7 +426,7 @@ int mr__gw_keep_global_batch(struct gw *w, const struct mr_worker_env *env, stru
 	if (global % mesh.dp != 0 && rows % mesh.dp == 0 && rows / mesh.dp <= (1 << 16)) {
 		/* the step's micro-batches cannot be shared, its rows can: one
 		 * micro-batch of rows / dp each - the same rows, in order */
-		if (env->rank == 0)
+		if (env->rank == 0 && !w->checking)
 			mr_log_info("elastic_batch",
 				    "dp_was=%d dp=%d grad_accum_was=%d grad_accum=1 batch_size_was=%d "
 				    "batch_size=%ld rows=%ld",
@@ -377,7 +442,7 @@ int mr__gw_keep_global_batch(struct gw *w, const struct mr_worker_env *env, stru
 				     "that divides %ld rows, or set \"resume\": \"never\" to start "
 				     "afresh",
 				     global, B, dp, accum, mesh.dp, rows);
-	if (env->rank == 0)
+	if (env->rank == 0 && !w->checking)
 		mr_log_info("elastic_batch",
 			    "dp_was=%d dp=%d grad_accum_was=%d grad_accum=%d micro_batches=%d",
 			    dp, mesh.dp, w->accum, global / mesh.dp, global);

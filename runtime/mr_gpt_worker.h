@@ -82,5 +82,15 @@ struct mr_place;
  */
 int mr_gpt_worker_place(const json_t *config, const struct mr_worker_env *env,
 			struct mr_place *where, int *n_layer, struct mr_errbuf *eb);
+/*
+ * Every rank of the job placed as its worker will place it
+ * (mr_gpt_worker_place: the model against the mesh, the pipeline split,
+ * the schedule), before any rank starts: 0, or the first refusal with
+ * the rank and the worker's reason (field kept). Ranks r->first ..
+ * r->first + r->n - 1 of a world of r->world. For `meshrun local` and the
+ * agent, which refuse a job no rank could run before launching it.
+ */
+int mr_gpt_worker_check_mesh(const json_t *config, const struct mr_gpt_worker_ranks *r,
+			     struct mr_errbuf *eb);
 
 #endif

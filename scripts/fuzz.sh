@@ -1,14 +1,14 @@
 #!/bin/sh
 # fuzz.sh - run every libFuzzer harness under BUILD/fuzzers for a bounded time.
 #
-#   scripts/fuzz.sh build/fuzz          (FUZZ_SECONDS=30 by default)
+#   scripts/fuzz.sh build/fuzz          (FUZZ_SECONDS=20 by default)
 #
 # Each harness tests/fuzz/fuzz_<name>.c starts from its committed seed corpus
 # tests/fuzz/corpus/<name>/ (copied, so the committed corpus only changes by
 # hand). A crash fails the run and leaves the reproducer in the work dir.
 set -u
 build=${1:-build/fuzz}
-secs=${FUZZ_SECONDS:-30}
+secs=${FUZZ_SECONDS:-20}
 [ -d "$build/fuzzers" ] || { echo "fuzz: no harnesses under $build/fuzzers"; echo "0 passed, 0 failed"; exit 0; }
 root=$(cd "$(dirname "$0")/.." && pwd)
 passed=0 failed=0

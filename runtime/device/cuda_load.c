@@ -51,7 +51,7 @@ static int try_path(const char *path)
 		return 0;
 	}
 	real = realpath(path, NULL);
-	mr_log_info("cuda_plugin_loaded", "path=%s", mr_log_q(real ? real : path));
+	mr_log_debug("cuda_plugin_loaded", "path=%s", mr_log_q(real ? real : path));
 	free(real);
 	return 1;
 }

@@ -224,7 +224,10 @@ Test(agent_config, parallel_flags_land_in_the_workload_config)
 {
 	struct mr_agent_config cfg;
 	struct mr_errbuf eb = {0};
-	char *args[] = {"meshrun-agent", "--zero", "3", "--hsdp-shard", "2",
+	/* 4 ranks, tp 2: a mesh the flags fit (sp needs tp, hsdp_shard divides dp), which the
+	 * agent checks before launch */
+	char *args[] = {"meshrun-agent", "--nproc-per-node", "4", "--tp", "2", "--zero", "3",
+			"--hsdp-shard", "2",
 			"--sequence-parallel", "--workload-config",
 			"{\"zero\": 1, \"steps\": 5}", NULL};
 

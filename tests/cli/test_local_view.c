@@ -174,7 +174,8 @@ Test(local_view, terminal_shows_model_steps_and_summary_and_logs_the_rest, .time
 	free(screen);
 }
 
-Test(local_view, log_level_warn_still_shows_the_summary, .timeout = 600)
+/* (the sanitizer pass: the view's code runs in the test above) */
+Test(local_view, log_level_warn_still_shows_the_summary, .timeout = 600, MR_NOT_UNDER_SAN)
 {
 	char *screen;
 
@@ -208,7 +209,8 @@ Test(local_view, off_a_terminal_the_structured_lines_stay, .timeout = 600)
 	free(out);
 }
 
-Test(local_view, json_log_format_is_one_object_per_line, .timeout = 600)
+/* (the sanitizer pass: common/test_log.c runs the JSON writer) */
+Test(local_view, json_log_format_is_one_object_per_line, .timeout = 600, MR_NOT_UNDER_SAN)
 {
 	char *out, *line, *save = NULL;
 	int objects = 0, summaries = 0;

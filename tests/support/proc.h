@@ -76,6 +76,13 @@ const char *mr_test_scratch(const char *prefix);
 void mr_test_tail(const char *path, char *buf, size_t cap);
 /* Monotonic milliseconds. */
 long long mr_test_now_ms(void);
+/* A Criterion test option: skipped by the sanitizer pass of make test
+ * (MR_SANITIZED), for a test whose code paths another test runs there. */
+#ifdef MR_SANITIZED
+#define MR_NOT_UNDER_SAN .disabled = 1
+#else
+#define MR_NOT_UNDER_SAN .disabled = 0
+#endif
 /* A whole file, NUL-terminated (malloc'd), its length in *len (may be
  * NULL); NULL when it cannot be read. */
 char *mr_test_slurp(const char *path, size_t *len);
