@@ -174,25 +174,11 @@ static int make_dirs(const char *dir)
  * (reassembled from whatever mesh wrote them, each record verified). */
 static int load_model(const struct mr_ckpt_manifest *mf, struct mr_gpt *m, struct mr_errbuf *eb)
 {
-	int i, rc;
+	int rc;
 
 	if ((rc = mr_gpt_create(m, &mf->model, 1, 1, NULL, eb)) < 0)
 		return rc;
-	if (mf->ntensors != m->ntensors)
-		rc = mr_errf(eb, MR_ECORRUPT, "'%s' holds %d tensors, its model has %d", mf->dir,
-			     mf->ntensors, m->ntensors);
-	for (i = 0; rc == 0 && i < m->ntensors; i++) {
-		const struct mr_gpt_tensor *t = &m->tensors[i];
-		int mi = mr_ckpt_manifest_find(mf, t->name), same;
-		same = mi >= 0 && mf->tensors[mi].ndim == t->ndim;
-		for (int k = 0; same && k < t->ndim; k++)
-			same = mf->tensors[mi].full[k] == t->full[k];
-		if (!same)
-			rc = mr_errf(eb, MR_ECORRUPT, "'%s': tensor '%s' is %s", mf->dir, t->name,
-				     mi < 0 ? "missing" : "not shaped as its model says");
-		else
-			rc = mr_ckpt_read_full(mf, mi, MR_CKPT_PARAM, m->params + t->off, eb);
-	}
+	rc = mr_ckpt_read_model(mf, m, m->params, eb);
 	if (rc < 0)
 		mr_gpt_release(m);
 	return rc;

@@ -13,6 +13,30 @@
 #include "ckpt_int.h"
 #include "mr_crc32c.h"
 
+int mr_ckpt_read_model(const struct mr_ckpt_manifest *mf, const struct mr_gpt *m, float *dst,
+		       struct mr_errbuf *eb)
+{
+	int i, rc = 0;
+
+	if (mf->ntensors != m->ntensors)
+		return mr_errf(eb, MR_ECORRUPT, "'%s' holds %d tensors, its model has %d", mf->dir,
+			       mf->ntensors, m->ntensors);
+	for (i = 0; rc == 0 && i < m->ntensors; i++) {
+		const struct mr_gpt_tensor *t = &m->tensors[i];
+		int mi = mr_ckpt_manifest_find(mf, t->name), same;
+
+		same = mi >= 0 && mf->tensors[mi].ndim == t->ndim;
+		for (int k = 0; same && k < t->ndim; k++)
+			same = mf->tensors[mi].full[k] == t->full[k];
+		if (!same)
+			rc = mr_errf(eb, MR_ECORRUPT, "'%s': tensor '%s' is %s", mf->dir, t->name,
+				     mi < 0 ? "missing" : "not shaped as its model says");
+		else
+			rc = mr_ckpt_read_full(mf, mi, MR_CKPT_PARAM, dst + t->off, eb);
+	}
+	return rc;
+}
+
 int mr_ckpt_read_full(const struct mr_ckpt_manifest *mf, int i, int kind, float *full,
 		      struct mr_errbuf *eb)
 {

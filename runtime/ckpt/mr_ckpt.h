@@ -188,6 +188,12 @@ void mr_ckpt_list_free(char **dirs, int n);
  * the checkpoint has no such kind (parameters only, e.g. imported). */
 int mr_ckpt_read_full(const struct mr_ckpt_manifest *mf, int i, int kind, float *full,
 		      struct mr_errbuf *eb);
+/* Every parameter of m (a one-rank model of mf's config; m's tensors are
+ * read, nothing else of it) from mf into dst at the table's offsets
+ * (m->nparams floats), each reassembled from its mesh and verified: 0,
+ * or MR_ECORRUPT naming a tensor missing or shaped otherwise. */
+int mr_ckpt_read_model(const struct mr_ckpt_manifest *mf, const struct mr_gpt *m, float *dst,
+		       struct mr_errbuf *eb);
 /* Reads every record of every shard and checks its CRC and each shard's
  * size; 0 or the first problem (named in eb). *bytes (may be NULL): bytes
  * verified. */

@@ -148,27 +148,14 @@ int mr_gen_init(struct mr_gen *g, const struct mr_ckpt_manifest *mf, struct mr_d
 		int maxn, struct mr_errbuf *eb)
 {
 	float *host = NULL;
-	int i, rc = setup(g, &mf->model, dev, maxn, eb);
+	int rc = setup(g, &mf->model, dev, maxn, eb);
 
 	if (rc < 0)
 		return rc;
-	if (mf->ntensors != g->m.ntensors)
-		rc = mr_errf(eb, MR_ECORRUPT, "'%s' holds %d tensors, its model has %d", mf->dir,
-			     mf->ntensors, g->m.ntensors);
-	else if (!(host = malloc(g->m.nparams * sizeof(float))))
+	if (!(host = malloc(g->m.nparams * sizeof(float))))
 		rc = mr_errf(eb, MR_ENOMEM, "out of memory reading '%s'", mf->dir);
-	for (i = 0; rc == 0 && i < g->m.ntensors; i++) {
-		const struct mr_gpt_tensor *t = &g->m.tensors[i];
-		int mi = mr_ckpt_manifest_find(mf, t->name), same;
-		same = mi >= 0 && mf->tensors[mi].ndim == t->ndim;
-		for (int k = 0; same && k < t->ndim; k++)
-			same = mf->tensors[mi].full[k] == t->full[k];
-		if (!same)
-			rc = mr_errf(eb, MR_ECORRUPT, "'%s': tensor '%s' is %s", mf->dir, t->name,
-				     mi < 0 ? "missing" : "not shaped as its model says");
-		else
-			rc = mr_ckpt_read_full(mf, mi, MR_CKPT_PARAM, host + t->off, eb);
-	}
+	else
+		rc = mr_ckpt_read_model(mf, &g->m, host, eb);
 	if (rc == 0)
 		rc = upload(g, host, eb);
 	free(host);
