@@ -286,7 +286,11 @@ static void final_loss(const char *out, char *buf, size_t cap)
 		     "\"batch_size\": 8, \"threads\": 1, \"peak_flops\": 1e9, " \
 		     "\"ckpt_every\": 25, \"ckpt_dir\": \"%s\"}"
 
-Test(chaos, in_process_dp_tp_training_survives_kills_of_agents_and_controller)
+/* (not in the sanitizer pass, the longest test there: the same agent,
+ * controller and recovery paths run under it in the campaign below and in
+ * test_recovery.c and test_lifecycle.c) */
+Test(chaos, in_process_dp_tp_training_survives_kills_of_agents_and_controller,
+     MR_NOT_UNDER_SAN)
 {
 	char cfg[2][1400], ck[2][300];
 	char *args[] = {"--nodes", "2", "--nproc-per-node", "2", "--tp", "2", "--max-restarts",
