@@ -466,6 +466,12 @@ static void campaign(const char *name, const char *mesh, const char *keys, int *
 		memset(&ch[i], 0, sizeof(ch[i]));
 		snprintf(what, sizeof(what), "recovery-%s-%s.log", name, i ? "kills" : "ref");
 		chaos_start(&ch[i], args, NULL, what);
+		/* the kills begin once a checkpoint is published, so every job
+		 * resumes from one (a slow start, under the sanitizers, could
+		 * otherwise take every kill before the first) */
+		if (i)
+			cr_assert_eq(h_wait_log(ch[i].log, "event=checkpoint_saved", 1, 120000), 0,
+				     "%s: no checkpoint", name);
 		for (int k = 0; i && k < CAMPAIGN_KILLS; k++) {
 			usleep((useconds_t)(500 + rnd(2500)) * 1000);
 			fault(&ch[i], 'a', (int)rnd(2));
