@@ -168,6 +168,21 @@ int mr_gpt_worker_place(const json_t *config, const struct mr_worker_env *env,
 	return rc;
 }
 
+/* The newest readable manifest of ckpt_dir into *mf (the resume itself
+ * verifies more): 1, or 0 when there is none. */
+static int newest_manifest(const char *ckpt_dir, struct mr_ckpt_manifest *mf)
+{
+	char **dirs = NULL;
+	int n = 0, found = 0;
+
+	if (mr_ckpt_list(ckpt_dir, &dirs, &n, NULL) < 0)
+		return 0;
+	for (int i = 0; i < n && !found; i++)
+		found = mr_ckpt_manifest_read(mf, dirs[i], NULL) == 0;
+	mr_ckpt_list_free(dirs, n);
+	return found;
+}
+
 /* Whether the newest checkpoint of ckpt_dir (when resuming) is this
  * model's and its step's micro-batches can be shared by this mesh's dp:
  * the resume's own refusals, before launch. */
@@ -177,28 +192,23 @@ static int check_resume(const json_t *config, const struct mr_worker_env *env,
 	struct gw *w = calloc(1, sizeof(*w));
 	struct mr_ckpt_manifest mf;
 	struct mr_adamw_config oc;
-	char **dirs = NULL;
 	const char *field = NULL;
-	int B, T, n = 0, i, found = 0, rc;
+	int B, T, rc;
 
 	if (!w)
 		return mr_errf(eb, MR_ENOMEM, "out of memory");
 	w->checking = 1;
 	rc = mr__gw_parse(config, &w->mc, &oc, w, &B, &T, eb);
-	if (rc == 0 && w->ckpt_dir && w->resume && mr_ckpt_list(w->ckpt_dir, &dirs, &n, NULL) == 0) {
-		for (i = 0; i < n && !found; i++)
-			found = mr_ckpt_manifest_read(&mf, dirs[i], NULL) == 0;
-		if (found && (field = mr_ckpt_model_diff(&mf.model, &w->mc)))
+	if (rc == 0 && w->ckpt_dir && w->resume && newest_manifest(w->ckpt_dir, &mf)) {
+		if ((field = mr_ckpt_model_diff(&mf.model, &w->mc)))
 			rc = mr_errf_field(eb, MR_EINVAL, field,
 					   "ckpt_dir '%s': the newest checkpoint, '%s', is of another "
 					   "model: '%s' differs (n_layer %d d_model %d vocab_size %d "
 					   "there); point ckpt_dir elsewhere, or set \"resume\": "
 					   "\"never\" to start afresh over it",
-					   w->ckpt_dir, dirs[i - 1], field, mf.model.n_layer,
+					   w->ckpt_dir, mf.dir, field, mf.model.n_layer,
 					   mf.model.d_model, mf.model.vocab);
-		if (found)
-			mr_ckpt_manifest_release(&mf);
-		mr_ckpt_list_free(dirs, n);
+		mr_ckpt_manifest_release(&mf);
 	}
 	if (rc == 0 && !field)
 		rc = mr__gw_keep_global_batch(w, env, eb);
@@ -400,18 +410,11 @@ int mr__gw_keep_global_batch(struct gw *w, const struct mr_worker_env *env, stru
 {
 	struct mr_ckpt_manifest mf;
 	struct mr_mesh mesh;
-	char **dirs = NULL;
-	int n = 0, i, found = 0, global, dp, accum, B;
+	int found, global, dp, accum, B;
 	long rows;
 
 	if (!w->ckpt_dir || !w->resume || !env || mr_groups_mesh(env, &mesh, NULL) < 0 ||
-	    mr_ckpt_list(w->ckpt_dir, &dirs, &n, NULL) < 0)
-		return 0;
-	/* the newest readable manifest (the resume itself verifies more) */
-	for (i = 0; i < n && !found; i++)
-		found = mr_ckpt_manifest_read(&mf, dirs[i], NULL) == 0;
-	mr_ckpt_list_free(dirs, n);
-	if (!found)
+	    !newest_manifest(w->ckpt_dir, &mf))
 		return 0;
 	dp = mf.dp;
 	accum = mf.grad_accum;
