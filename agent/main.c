@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -53,6 +54,24 @@ static void *signal_main(void *arg)
 	}
 }
 
+/*
+ * Why this agent ended, for whoever started it: the file named by
+ * MESHRUN_TERMINATION_LOG gets the reason (empty on success) - a pod's
+ * terminationMessagePath (/dev/termination-log) shows it in `kubectl
+ * describe pod`, and `meshrun local` puts it on its last line.
+ */
+static void termination_message(int code, const char *reason)
+{
+	const char *path = getenv("MESHRUN_TERMINATION_LOG");
+	FILE *f;
+
+	if (!path || !*path || !(f = fopen(path, "w")))
+		return;
+	if (code != 0 && reason && *reason)
+		fprintf(f, "%.4000s\n", reason);
+	fclose(f);
+}
+
 int main(int argc, char **argv)
 {
 	struct mr_agent_config cfg;
@@ -71,6 +90,7 @@ int main(int argc, char **argv)
 		return 0;
 	if (err) {
 		fprintf(stderr, "meshrun-agent: %s\n", eb.msg[0] ? eb.msg : mr_strerror(err));
+		termination_message(MR_AGENT_EXIT_USAGE, eb.msg[0] ? eb.msg : mr_strerror(err));
 		mr_agent_config_release(&cfg);
 		return MR_AGENT_EXIT_USAGE;
 	}
@@ -116,6 +136,7 @@ int main(int argc, char **argv)
 	mr_supervisor_log_summary(&sv, (double)(mr__sv_now_ms() - t_start) / 1e3);
 	mr_log_info("exit", "code=%d state=%s reason=%s", rc,
 		    mr_agent_state_name(atomic_load(&sv.state)), mr_log_q(sv.reason));
+	termination_message(rc, sv.reason);
 	if (sig_on) {
 		unsigned char zero = 0;
 

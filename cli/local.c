@@ -411,6 +411,9 @@ static int start_agents(struct local_run *r)
 			err = mr_workenv_set(&r->envs[i], "MESHRUN_NODE_ID", "local-%d", i);
 		if (!err)
 			err = mr_workenv_set(&r->envs[i], "MESHRUN_POD_INDEX", "%d", i);
+		if (!err) /* why it ended, for report() */
+			err = mr_workenv_set(&r->envs[i], "MESHRUN_TERMINATION_LOG", "%s/node-%d.end",
+					     r->tmp, i);
 		if (err) {
 			fprintf(stderr, "meshrun local: %s\n", mr_strerror(err));
 			return 1;
@@ -508,6 +511,24 @@ static void supervise(struct local_run *r)
 	}
 }
 
+/* What agent i wrote as the reason it ended (MESHRUN_TERMINATION_LOG,
+ * agent/main.c) into buf, one line: 1, or 0 when it wrote none. */
+static int end_reason(const struct local_run *r, int i, char *buf, size_t cap)
+{
+	char path[PATH_MAX];
+	FILE *f;
+	int got;
+
+	snprintf(path, sizeof(path), "%s/node-%d.end", r->tmp, i);
+	if (!(f = fopen(path, "r")))
+		return 0;
+	got = fgets(buf, (int)cap, f) != NULL;
+	fclose(f);
+	if (got)
+		buf[strcspn(buf, "\n")] = 0;
+	return got && buf[0];
+}
+
 /* The job's status as the controller recorded it (a controller that died
  * at the end is brought back to read it); returns the exit code. */
 static int report(struct local_run *r)
@@ -541,10 +562,15 @@ static int report(struct local_run *r)
 		fprintf(stderr, "meshrun local: job %s did not finish (controller: %s);", r->job,
 			r->js.state);
 	for (int i = 0; i < r->nodes; i++) {
-		char how[48];
+		char how[48], why[1024];
 
-		fprintf(stderr, " node %d %s (restarts %d);", i,
+		fprintf(stderr, " node %d %s (restarts %d)", i,
 			mr__local_end_text(&r->agent[i], how, sizeof(how)), r->agent[i].restarts);
+		/* the agent's own reason - its worker's words - unless the
+		 * controller's already says it */
+		if (end_reason(r, i, why, sizeof(why)) && (err || !strstr(r->js.reason, why)))
+			fprintf(stderr, ": %s", why);
+		fprintf(stderr, ";");
 	}
 	fprintf(stderr, "\n");
 	return rc;
