@@ -406,6 +406,17 @@ int mr__gw_open_ckpt(struct gw *w, const struct mr_worker_env *env, const char *
 	return 0;
 }
 
+/* The dp values up to 64 that share `rows` evenly, as "1, 2, 4". */
+static void dividing_dps(long rows, char *buf, size_t cap)
+{
+	size_t len = 0;
+
+	buf[0] = 0;
+	for (int d = 1; d <= 64 && len + 8 < cap; d++)
+		if (rows % d == 0)
+			len += (size_t)snprintf(buf + len, cap - len, "%s%d", len ? ", " : "", d);
+}
+
 int mr__gw_keep_global_batch(struct gw *w, const struct mr_worker_env *env, struct mr_errbuf *eb)
 {
 	struct mr_ckpt_manifest mf;
@@ -438,13 +449,17 @@ int mr__gw_keep_global_batch(struct gw *w, const struct mr_worker_env *env, stru
 		w->B = (int)(rows / mesh.dp);
 		return 0;
 	}
-	if (global % mesh.dp != 0)
+	if (global % mesh.dp != 0) {
+		char dps[160];
+
+		dividing_dps(rows, dps, sizeof(dps));
 		return mr_errf_field(eb, MR_EINVAL, "grad_accum",
 				     "the checkpoint's step is %d micro-batches of %d rows (dp %d x "
 				     "grad_accum %d), which dp %d cannot share evenly: resume on a dp "
-				     "that divides %ld rows, or set \"resume\": \"never\" to start "
-				     "afresh",
-				     global, B, dp, accum, mesh.dp, rows);
+				     "that divides %ld rows (%s), or set \"resume\": \"never\" to "
+				     "start afresh",
+				     global, B, dp, accum, mesh.dp, rows, dps);
+	}
 	if (env->rank == 0 && !w->checking)
 		mr_log_info("elastic_batch",
 			    "dp_was=%d dp=%d grad_accum_was=%d grad_accum=%d micro_batches=%d",

@@ -102,6 +102,9 @@ Test(prelaunch, a_resume_that_cannot_work, .timeout = 300)
 	refused("--nodes 3 --workload-config '{\"steps\": 4, \"d_model\": 64, \"ckpt_dir\": "
 		"\"ck\", \"ckpt_every\": 2}'",
 		"dp 3 cannot share", "\"resume\": \"never\"");
+	refused("--nodes 3 --workload-config '{\"steps\": 4, \"d_model\": 64, \"ckpt_dir\": "
+		"\"ck\", \"ckpt_every\": 2}'",
+		"divides 16 rows (1, 2, 4, 8, 16)", NULL);
 	/* "resume": "never" starts afresh over it; dp 1 takes both micro-batches */
 	cr_expect_eq(mr_test_sh(tmp, &out,
 				"'%s/meshrun' local --workload-config '{\"steps\": 4, \"d_model\": "
@@ -115,5 +118,33 @@ Test(prelaunch, a_resume_that_cannot_work, .timeout = 300)
 				"128, \"ckpt_dir\": \"ck\", \"resume\": \"never\"}'",
 				bin()),
 		     0, "%s", out);
+	free(out);
+}
+
+/* A rank that fails anyway (its TensorBoard directory under a file: only
+ * the rank finds out): the job's last line carries the rank's own words,
+ * which its agent wrote to MESHRUN_TERMINATION_LOG. */
+Test(prelaunch, a_rank_failing_at_run_time_names_its_reason_on_the_last_line, .timeout = 300)
+{
+	char *out, *last;
+	size_t n;
+	int rc;
+
+	scratch();
+	cr_assert_eq(mr_test_sh(tmp, &out, "touch afile"), 0);
+	free(out);
+	rc = mr_test_sh(tmp, &out,
+			"'%s/meshrun' local --nproc-per-node 2 --max-restarts 0 --workload-config "
+			"'{\"steps\": 2, \"tensorboard_dir\": \"afile/tb\"}'",
+			bin());
+	cr_expect_neq(rc, 0, "the job must fail:\n%s", out);
+	n = strlen(out);
+	while (n > 0 && out[n - 1] == '\n')
+		out[--n] = '\0';
+	last = strrchr(out, '\n');
+	last = last ? last + 1 : out;
+	cr_expect(strstr(last, "failed"), "the last line is not the job's end: %s", last);
+	cr_expect(strstr(last, "'tensorboard_dir'") && strstr(last, "afile/tb"),
+		  "the last line does not give the rank's reason: %s", last);
 	free(out);
 }
