@@ -15,6 +15,7 @@
 
 #include "mr_jobname.h"
 #include "mr_log.h"
+#include "mr_topo.h"
 #include "mesh_auto.h"
 #include "mr_mesh.h"
 #include "device/mr_device.h"
@@ -26,6 +27,7 @@ extern char **environ;
 #define C struct mr_agent_config
 static const char *const mode_names[] = {"auto", "exec", "inproc", NULL};
 static const char *const rank_process_names[] = {"auto", "thread", "process", NULL};
+static const char *const rank_order_names[] = {"index", "topology", NULL};
 static const char *const level_names[] = {"debug", "info", "warn", "error", "off", NULL};
 
 static const struct mr_config_opt agent_opts[] = {
@@ -44,6 +46,15 @@ static const struct mr_config_opt agent_opts[] = {
 	MR_CONFIG_INT("pod_index", C, pod_index, "-1", -1, 1000000,
 		      "Index of this pod; orders node ranks (-1: from the scheduler env, "
 		      "else none)."),
+	MR_CONFIG_STRING("topology", C, topology, NULL,
+			 "Where this node sits, widest domain first: block-2/rack-7/node-31 "
+			 "(default: from topology_labels, else none)."),
+	MR_CONFIG_STRING("topology_labels", C, topology_labels, NULL,
+			 "Node label keys, widest first, whose values make the topology path; "
+			 "the agent reads its Node (env NODE_NAME) from the API server."),
+	MR_CONFIG_ENUM("rank_order", C, rank_order, "index", rank_order_names,
+		       "Node ranks by pod index (index), or by topology path first "
+		       "(topology: tp, cp, dp groups inside the narrowest domains); job spec."),
 	MR_CONFIG_STRING("nnodes", C, nnodes, "1",
 			 "Number of nodes (agents): N, or MIN:MAX for an elastic job."),
 	MR_CONFIG_INT("nproc_per_node", C, nproc_per_node, "1", 1, 256,
@@ -564,6 +575,15 @@ static int fill_defaults(struct mr_agent_config *cfg)
 	return 0;
 }
 
+/* The node's topology path: as given (checked), else from its Node's
+ * labels (agent/k8s_node.c). */
+static int topology(struct mr_agent_config *cfg, struct mr_errbuf *eb)
+{
+	if (cfg->topology[0])
+		return mr_topo_check(cfg->topology, "topology", eb);
+	return 0;
+}
+
 int mr_agent_config_load(struct mr_agent_config *cfg, const char *prog, int argc,
 			 char **argv, struct mr_errbuf *eb)
 {
@@ -615,6 +635,8 @@ int mr_agent_config_load(struct mr_agent_config *cfg, const char *prog, int argc
 		err = check_mesh(cfg, eb);
 	if (!err)
 		err = read_token(cfg, eb);
+	if (!err)
+		err = topology(cfg, eb);
 	if (!err && cfg->straggler_factor > 0.0 && cfg->straggler_factor < 1.01)
 		err = mr_errf_field(eb, MR_EINVAL, "straggler_factor",
 				    "straggler_factor: %g must be 0 (the controller's default) or "

@@ -52,6 +52,9 @@ struct mr_agent_config {
 	char host[256];
 	char host_id[320];
 	int pod_index;          /* -1 = none */
+	char topology[256];     /* mr_topo.h path, "" = none */
+	char topology_labels[1024]; /* Node label keys for topology, "" = none */
+	int rank_order;         /* 0 index, 1 topology (job spec) */
 	char nnodes[32];        /* "N" or "MIN:MAX" */
 	int nproc_per_node;
 	int tp, pp, cp, ep, dp; /* dp 0 = derived */

@@ -65,6 +65,7 @@ static void free_fields(struct mr_rdzv *r)
 	free(r->node_id);
 	free(r->host);
 	free(r->host_id);
+	free(r->topology);
 	json_decref(r->spec);
 	pthread_mutex_destroy(&r->hb_lock);
 	pthread_cond_destroy(&r->hb_cond);
@@ -87,6 +88,7 @@ int mr_rdzv_new(struct mr_rdzv **out, const struct mr_rdzv_opts *o, struct mr_er
 	r->node_id = strdup(o->node_id);
 	r->host = strdup(o->host ? o->host : "");
 	r->host_id = strdup(o->host_id ? o->host_id : "");
+	r->topology = strdup(o->topology ? o->topology : "");
 	r->spec = o->spec ? json_deep_copy(o->spec) : NULL;
 	r->pod_index = o->pod_index;
 	r->agent_port = o->agent_port;
@@ -96,7 +98,7 @@ int mr_rdzv_new(struct mr_rdzv **out, const struct mr_rdzv_opts *o, struct mr_er
 	pthread_cond_init(&r->hb_cond, NULL);
 	pthread_mutex_init(&r->end_lock, NULL);
 	pthread_mutex_init(&r->note_lock, NULL);
-	if (!r->node_id || !r->host || !r->host_id || (o->spec && !r->spec)) {
+	if (!r->node_id || !r->host || !r->host_id || !r->topology || (o->spec && !r->spec)) {
 		err = MR_ENOMEM;
 		goto fail;
 	}
@@ -379,6 +381,8 @@ int mr_rdzv_join(struct mr_rdzv *r, int *gen, int *standby, struct mr_errbuf *eb
 		json_object_set_new(body, "ports", json_pack("{s:i}", "agent", r->agent_port));
 	if (r->pod_index >= 0)
 		json_object_set_new(body, "pod_index", json_integer(r->pod_index));
+	if (r->topology && r->topology[0])
+		json_object_set_new(body, "topology", json_string(r->topology));
 	if (r->spec)
 		json_object_set(body, "spec", r->spec);
 	err = call_json(r, &r->c, "POST", path, body, 0, -1, &reply, NULL, eb);

@@ -48,6 +48,7 @@ struct mr_rdzv_opts {
 	const char *host;
 	const char *host_id;
 	int pod_index;           /* -1 = none */
+	const char *topology;    /* mr_topo.h path, NULL/"" = none */
 	int agent_port;          /* health port, advertised in "ports" if > 0 */
 	const char *token;       /* bearer token, NULL/"" = none */
 	const json_t *spec;      /* job spec sent with join (creates the job) */

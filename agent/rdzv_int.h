@@ -21,7 +21,7 @@ struct mr_rdzv {
 	struct mr_httpc hbc; /* heartbeat thread */
 	char base[PATH_MAX_LEN]; /* "/v1/jobs/ns/name" */
 	char node_q[768];        /* node_id percent-encoded */
-	char *node_id, *host, *host_id;
+	char *node_id, *host, *host_id, *topology;
 	int pod_index, agent_port;
 	json_t *spec;
 	long call_timeout_ms;

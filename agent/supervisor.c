@@ -140,6 +140,8 @@ static json_t *job_spec(const struct mr_agent_config *cfg)
 		json_object_set_new(s, "hang_timeout_ms", json_integer(cfg->hang_timeout_ms));
 	if (s && cfg->straggler_factor > 0.0)
 		json_object_set_new(s, "straggler_factor", json_real(cfg->straggler_factor));
+	if (s && cfg->rank_order)
+		json_object_set_new(s, "rank_order", json_string("topology"));
 	return s;
 }
 
@@ -166,6 +168,7 @@ int mr_supervisor_init(struct mr_supervisor *sv, const struct mr_agent_config *c
 	o.host = cfg->host;
 	o.host_id = cfg->host_id;
 	o.pod_index = cfg->pod_index;
+	o.topology = cfg->topology;
 	o.agent_port = cfg->health_port;
 	o.token = cfg->token;
 	o.spec = spec;

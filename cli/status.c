@@ -256,10 +256,13 @@ static int show_job(struct mr_httpc *c, const char *job)
 			printf("kv:          %lld keys, %lld bytes\n",
 			       geti(json_object_get(o, "kv"), "keys"),
 			       geti(json_object_get(o, "kv"), "bytes"));
+			printf("rank order:  %s\n", json_is_string(json_object_get(sp, "rank_order"))
+							     ? gets_(sp, "rank_order")
+							     : "index");
 			print_health(json_object_get(o, "health"));
 			printf("\n");
-			printf("%-9s %-40s %-8s %-20s %6s %10s\n", "NODE_RANK", "NODE_ID", "STATE",
-			       "HOST", "POD", "LAST_SEEN");
+			printf("%-9s %-40s %-8s %-20s %6s %10s  %s\n", "NODE_RANK", "NODE_ID",
+			       "STATE", "HOST", "POD", "LAST_SEEN", "TOPOLOGY");
 			first = 0;
 		}
 		ms = json_object_get(o, "member_list");
@@ -270,10 +273,11 @@ static int show_job(struct mr_httpc *c, const char *job)
 			snprintf(rank, sizeof(rank), "%lld", geti(m, "node_rank"));
 			snprintf(pod, sizeof(pod), "%lld", geti(m, "pod_index"));
 			snprintf(seen, sizeof(seen), "%.1fs", (double)geti(m, "last_seen_ms_ago") / 1e3);
-			printf("%-9s %-40s %-8s %-20s %6s %10s\n",
+			printf("%-9s %-40s %-8s %-20s %6s %10s  %s\n",
 			       json_object_get(m, "node_rank") ? rank : "-", gets_(m, "node_id"),
 			       gets_(m, "state"), gets_(m, "host"),
-			       json_object_get(m, "pod_index") ? pod : "-", seen);
+			       json_object_get(m, "pod_index") ? pod : "-", seen,
+			       gets_(m, "topology"));
 		}
 		if (!json_is_integer(json_object_get(o, "next"))) {
 			json_decref(o);

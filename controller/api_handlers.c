@@ -11,6 +11,7 @@
 #include "api_int.h"
 #include "mr_json.h"
 #include "mr_log.h"
+#include "mr_topo.h"
 
 /* ---- query and body helpers ---- */
 
@@ -180,7 +181,7 @@ void mr__api_job_get(struct call *k)
 void mr__api_join(struct call *k)
 {
 	static const char *const keys[] = { "node_id", "host", "host_id", "ports", "pod_index",
-					    "spec", NULL };
+					    "topology", "spec", NULL };
 	struct mr_errbuf eb = { { 0 }, { 0 } };
 	json_t *o = body_obj(k), *ports = NULL, *spec = NULL;
 	struct ctl_join j = { .pod_index = -1 };
@@ -196,6 +197,8 @@ void mr__api_join(struct call *k)
 	    mr_json_get_str(o, "host", 0, CTL_MAX_HOST, &j.host, &eb) ||
 	    mr_json_get_str(o, "host_id", 0, CTL_MAX_HOST, &j.host_id, &eb) ||
 	    mr_json_get_int(o, "pod_index", 0, 0, 1000000000, &pod, &eb) ||
+	    mr_json_get_str(o, "topology", 0, MR_TOPO_MAX_LEN, &j.topology, &eb) ||
+	    (j.topology && mr_topo_check(j.topology, "topology", &eb)) ||
 	    mr_json_get_obj(o, "ports", 0, &ports, &eb) ||
 	    mr_json_get_obj(o, "spec", 0, &spec, &eb)) {
 		bad_field(k, &eb);

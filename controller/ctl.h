@@ -59,6 +59,13 @@ struct ctl_spec {
 	int32_t hang_timeout_ms;    /* no progress this long: stuck (0 = never) */
 	int32_t straggler_pct;      /* busy time above this % of the median: a
 				     * straggler (0 = never) */
+	int32_t rank_order;         /* enum ctl_rank_order */
+};
+
+/* How a closing round numbers its nodes (mr_topo.h). */
+enum ctl_rank_order {
+	CTL_ORDER_INDEX = 0,    /* pod index when every member has one, else node id */
+	CTL_ORDER_TOPOLOGY = 1, /* topology path first, then as INDEX */
 };
 
 struct ctl_job;
@@ -144,6 +151,7 @@ struct ctl_waiter {
 struct ctl_member {
 	char *node_id; /* owned; the members dict borrows it */
 	char *host, *host_id, *ports; /* owned, may be NULL; ports is JSON */
+	char *topology;               /* owned, may be NULL (mr_topo.h) */
 	int32_t pod_index;            /* -1 = none */
 	int32_t node_rank;            /* -1 until the round closes */
 	uint8_t state;                /* enum ctl_member_state */
@@ -315,6 +323,7 @@ json_t *mr__ctl_spec_json(const struct ctl_spec *s);
 /* ---- jobs (job.c) and rounds (round.c) ---- */
 struct ctl_join {
 	const char *node_id, *host, *host_id, *ports; /* ports: JSON text or NULL */
+	const char *topology;                         /* or NULL */
 	int32_t pod_index;
 	const struct ctl_spec *spec; /* optional: create the job */
 };
@@ -371,10 +380,9 @@ struct ctl_job *mr__ctl_apply_job(struct ctl *ctl, const char *name, const struc
 				  uint64_t gen, int state, int32_t restarts, uint64_t rounds,
 				  uint64_t kv_seq, int32_t num_nodes);
 void mr__ctl_apply_job_delete(struct ctl *ctl, struct ctl_job *job);
+/* Adds or updates the member `who` describes (its spec is ignored). */
 struct ctl_member *mr__ctl_apply_member(struct ctl *ctl, struct ctl_job *job,
-					const char *node_id, const char *host,
-					const char *host_id, const char *ports, int32_t pod_index,
-					int state, int32_t node_rank);
+					const struct ctl_join *who, int state, int32_t node_rank);
 void mr__ctl_apply_member_delete(struct ctl *ctl, struct ctl_job *job, struct ctl_member *m);
 void mr__ctl_apply_close(struct ctl *ctl, struct ctl_job *job, int32_t n);
 /* failed: the bump exceeded max_restarts; reason (may be NULL) says why.

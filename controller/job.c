@@ -159,6 +159,7 @@ static void member_free(struct ctl_member *m)
 	free(m->host);
 	free(m->host_id);
 	free(m->ports);
+	free(m->topology);
 	free(m->prog);
 	free(m);
 }
@@ -279,10 +280,10 @@ static int set_str(char **dst, const char *src)
 	return 0;
 }
 
-struct ctl_member *mr__ctl_apply_member(struct ctl *ctl, struct ctl_job *job, const char *node_id,
-					const char *host, const char *host_id, const char *ports,
-					int32_t pod_index, int state, int32_t node_rank)
+struct ctl_member *mr__ctl_apply_member(struct ctl *ctl, struct ctl_job *job,
+					const struct ctl_join *who, int state, int32_t node_rank)
 {
+	const char *node_id = who->node_id;
 	struct ctl_member *m = mr_dict_get(&job->members, node_id);
 
 	if (!m) {
@@ -296,9 +297,10 @@ struct ctl_member *mr__ctl_apply_member(struct ctl *ctl, struct ctl_job *job, co
 		job->count[state]++;
 		lru_append(job, m);
 	}
-	if (set_str(&m->host, host) || set_str(&m->host_id, host_id) || set_str(&m->ports, ports))
+	if (set_str(&m->host, who->host) || set_str(&m->host_id, who->host_id) ||
+	    set_str(&m->ports, who->ports) || set_str(&m->topology, who->topology))
 		mr_log_warn("member_oom", "node=%s", mr_log_q(node_id));
-	m->pod_index = pod_index;
+	m->pod_index = who->pod_index;
 	mr__ctl_set_state(ctl, job, m, state);
 	m->node_rank = state == CTL_M_RUNNING ? node_rank : -1;
 	mr__ctl_member_touch(ctl, job, m);
@@ -345,6 +347,8 @@ json_t *mr__ctl_member_json(const struct ctl_member *m)
 		json_object_set_new(o, "ports", ports);
 	if (m->pod_index >= 0)
 		json_object_set_new(o, "pod_index", json_integer(m->pod_index));
+	if (m->topology)
+		json_object_set_new(o, "topology", json_string(m->topology));
 	if (m->node_rank >= 0)
 		json_object_set_new(o, "node_rank", json_integer(m->node_rank));
 	return o;

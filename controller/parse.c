@@ -81,7 +81,7 @@ int mr__ctl_parse_spec(const json_t *obj, const struct ctl_limits *lim, struct c
 	static const char *const keys[] = { "name", "min_nodes", "max_nodes", "nproc_per_node",
 					    "mesh", "last_call_ms", "heartbeat_timeout_ms",
 					    "max_restarts", "hang_timeout_ms", "straggler_factor",
-					    NULL };
+					    "rank_order", NULL };
 	static const char *const mesh_keys[] = { "tp", "pp", "cp", "ep", "dp", NULL };
 	struct mr_errbuf eb = { { 0 }, { 0 } };
 	const char *nm = NULL, *slash;
@@ -143,6 +143,18 @@ int mr__ctl_parse_spec(const json_t *obj, const struct ctl_limits *lim, struct c
 		}
 		spec->straggler_pct = (int32_t)(f * 100.0 + 0.5);
 	}
+	if (json_object_get(obj, "rank_order")) {
+		const char *ro = NULL;
+
+		if (mr_json_get_str(obj, "rank_order", 1, 16, &ro, &eb) ||
+		    (strcmp(ro, "index") && strcmp(ro, "topology"))) {
+			mr__res_err(res, 400, "invalid_field", "rank_order", "%s",
+				    eb.msg[0] ? eb.msg
+					      : "'rank_order' must be \"index\" or \"topology\"");
+			return MR_EINVAL;
+		}
+		spec->rank_order = strcmp(ro, "topology") ? CTL_ORDER_INDEX : CTL_ORDER_TOPOLOGY;
+	}
 	if (spec->max_nodes < spec->min_nodes) {
 		mr__res_err(res, 400, "invalid_field", "max_nodes",
 			    "'max_nodes' (%d) is below 'min_nodes' (%d)", spec->max_nodes,
@@ -191,11 +203,12 @@ int mr__ctl_parse_spec(const json_t *obj, const struct ctl_limits *lim, struct c
 
 json_t *mr__ctl_spec_json(const struct ctl_spec *s)
 {
-	return json_pack("{si si si s{si si si si si} si si si si sf}", "min_nodes",
+	return json_pack("{si si si s{si si si si si} si si si si sf ss}", "min_nodes",
 			 s->min_nodes, "max_nodes", s->max_nodes, "nproc_per_node",
 			 s->nproc_per_node, "mesh", "tp", s->tp, "pp", s->pp, "cp", s->cp, "ep",
 			 s->ep, "dp", s->dp, "last_call_ms", s->last_call_ms,
 			 "heartbeat_timeout_ms", s->heartbeat_timeout_ms, "max_restarts",
 			 s->max_restarts, "hang_timeout_ms", s->hang_timeout_ms,
-			 "straggler_factor", s->straggler_pct / 100.0);
+			 "straggler_factor", s->straggler_pct / 100.0, "rank_order",
+			 s->rank_order == CTL_ORDER_TOPOLOGY ? "topology" : "index");
 }

@@ -23,6 +23,7 @@
 
 #include "ctl.h"
 #include "journal.h"
+#include "mr_topo.h"
 
 enum {
 	R_JOB = 1,
@@ -70,6 +71,7 @@ static void enc_job(struct ctl_jbuf *b, const struct ctl_job *job)
 	mr__jbuf_str(b, job->reason); /* optional: absent in older journals */
 	mr__jbuf_uv(b, (uint32_t)s->hang_timeout_ms); /* optional too, and the next */
 	mr__jbuf_uv(b, (uint32_t)s->straggler_pct);
+	mr__jbuf_uv(b, (uint32_t)s->rank_order); /* optional */
 	mr__jbuf_end(b);
 }
 
@@ -82,6 +84,7 @@ static void enc_member(struct ctl_jbuf *b, const struct ctl_member *m)
 	mr__jbuf_uv(b, (uint64_t)((int64_t)m->pod_index + 1));
 	mr__jbuf_uv(b, m->state);
 	mr__jbuf_uv(b, (uint64_t)((int64_t)m->node_rank + 1));
+	mr__jbuf_str(b, m->topology); /* optional: absent in older journals */
 	mr__jbuf_end(b);
 }
 
@@ -239,6 +242,8 @@ static int ap_job(void *state, struct ctl_jdec *d)
 						: ctl->lim.defaults.hang_timeout_ms;
 	spec.straggler_pct = mr__jdec_more(d) ? mr__jdec_i32(d, 0, 10000)
 					      : ctl->lim.defaults.straggler_pct;
+	spec.rank_order = mr__jdec_more(d) ? mr__jdec_i32(d, 0, CTL_ORDER_TOPOLOGY)
+					   : CTL_ORDER_INDEX;
 	if (!mr__jdec_done(d) || !mr__ctl_valid_key(nm, strlen(nm)))
 		return MR_ECORRUPT;
 	job = mr__ctl_apply_job(ctl, nm, &spec, gen, st, restarts, rounds, kv_seq, nn);
@@ -263,21 +268,25 @@ static int ap_member(void *state, struct ctl_jdec *d)
 {
 	struct ctl *ctl = state;
 	char name[256], node[CTL_MAX_NODE_ID + 1], host[CTL_MAX_HOST + 1], hid[CTL_MAX_HOST + 1];
-	char ports[CTL_MAX_PORTS_JSON + 1];
+	char ports[CTL_MAX_PORTS_JSON + 1], topo[MR_TOPO_MAX_LEN + 1];
 	struct ctl_job *job = dec_job(ctl, d, name, sizeof(name));
-	const char *id = mr__jdec_str(d, node, sizeof(node));
-	const char *h = mr__jdec_str(d, host, sizeof(host));
-	const char *hi = mr__jdec_str(d, hid, sizeof(hid));
-	const char *po = mr__jdec_str(d, ports, sizeof(ports));
-	int32_t pod = mr__jdec_i32(d, 0, INT32_MAX) - 1;
-	int32_t st = mr__jdec_i32(d, 0, CTL_M_NSTATES - 1);
-	int32_t rank = mr__jdec_i32(d, 0, 1000000) - 1;
+	struct ctl_join who = { 0 };
+	int32_t st, rank;
 
-	if (!job || !mr__jdec_done(d) || !id || !mr__ctl_valid_node_id(id))
+	who.node_id = mr__jdec_str(d, node, sizeof(node));
+	who.host = mr__jdec_str(d, host, sizeof(host));
+	who.host_id = mr__jdec_str(d, hid, sizeof(hid));
+	who.ports = mr__jdec_str(d, ports, sizeof(ports));
+	who.pod_index = mr__jdec_i32(d, 0, INT32_MAX) - 1;
+	st = mr__jdec_i32(d, 0, CTL_M_NSTATES - 1);
+	rank = mr__jdec_i32(d, 0, 1000000) - 1;
+	who.topology = mr__jdec_more(d) ? mr__jdec_str(d, topo, sizeof(topo)) : NULL;
+	if (!job || !mr__jdec_done(d) || !who.node_id || !mr__ctl_valid_node_id(who.node_id))
 		return MR_ECORRUPT;
-	if (!mr_dict_get(&job->members, id) && mr_dict_len(&job->members) >= ctl->lim.max_members)
+	if (!mr_dict_get(&job->members, who.node_id) &&
+	    mr_dict_len(&job->members) >= ctl->lim.max_members)
 		return MR_ECORRUPT;
-	if (!mr__ctl_apply_member(ctl, job, id, h, hi, po, pod, st, rank))
+	if (!mr__ctl_apply_member(ctl, job, &who, st, rank))
 		return MR_ENOMEM;
 	return 0;
 }

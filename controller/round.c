@@ -5,7 +5,9 @@
  * A job's current round is the set of members in state waiting (forming)
  * or running (closed). The round closes when max_nodes are waiting, or
  * min_nodes are and last_call_ms has passed since the min-th join; ranks
- * are then assigned by pod index (when every member has one) or node id.
+ * are then assigned by pod index (when every member has one) or node id,
+ * after the topology path for a job whose rank_order is "topology"
+ * (mr_topo.h: the planner orders the same way).
  * Every membership change of a running job (death, leave, failure, a
  * restarted pod, an elastic join) bumps the generation: every member
  * becomes stale and must join again, the KV store is cleared and every
@@ -23,28 +25,11 @@
 
 #include "ctl.h"
 #include "mr_log.h"
+#include "mr_topo.h"
 
 #define SCAN_EVERY_MS 10
 
 /* ---- rounds ----------------------------------------------------------------- */
-
-static int cmp_pod(const void *a, const void *b)
-{
-	const struct ctl_member *x = *(struct ctl_member *const *)a;
-	const struct ctl_member *y = *(struct ctl_member *const *)b;
-
-	if (x->pod_index != y->pod_index)
-		return x->pod_index < y->pod_index ? -1 : 1;
-	return strcmp(x->node_id, y->node_id);
-}
-
-static int cmp_id(const void *a, const void *b)
-{
-	const struct ctl_member *x = *(struct ctl_member *const *)a;
-	const struct ctl_member *y = *(struct ctl_member *const *)b;
-
-	return strcmp(x->node_id, y->node_id);
-}
 
 /* 200 with m's rank in the closed round (jtext.c writes it). */
 static void res_round(struct ctl_res *res, const struct ctl_job *job, const struct ctl_member *m)
@@ -64,11 +49,35 @@ static void res_state(struct ctl_res *res, const struct ctl_job *job, const char
 	mr__res_text(res, t, len);
 }
 
+/* arr[0..k) in the job's rank order (mr_topo_order, the planner's too). */
+static int rank_order(const struct ctl_job *job, struct ctl_member **arr, size_t k)
+{
+	struct mr_topo_node *nodes = malloc(k * sizeof(*nodes));
+	struct ctl_member **sorted = malloc(k * sizeof(*sorted));
+	int *order = malloc(k * sizeof(*order)), rc = MR_ENOMEM;
+
+	if (nodes && sorted && order) {
+		for (size_t i = 0; i < k; i++)
+			nodes[i] = (struct mr_topo_node){ arr[i]->topology, arr[i]->pod_index,
+							  arr[i]->node_id };
+		rc = mr_topo_order(nodes, (int)k, job->spec.rank_order == CTL_ORDER_TOPOLOGY,
+				   order);
+	}
+	if (rc == 0) {
+		for (size_t i = 0; i < k; i++)
+			sorted[i] = arr[order[i]];
+		memcpy(arr, sorted, k * sizeof(*arr));
+	}
+	free(nodes);
+	free(sorted);
+	free(order);
+	return rc;
+}
+
 void mr__ctl_apply_close(struct ctl *ctl, struct ctl_job *job, int32_t n)
 {
 	size_t nw = job->count[CTL_M_WAITING], k = 0;
 	struct ctl_member **arr = NULL, *m, *next;
-	int all_pod = 1;
 
 	if (nw)
 		arr = malloc(nw * sizeof(*arr));
@@ -78,17 +87,18 @@ void mr__ctl_apply_close(struct ctl *ctl, struct ctl_job *job, int32_t n)
 	}
 	for (m = job->lru_head; m; m = next) {
 		next = m->lru_next;
-		if (m->state == CTL_M_WAITING && k < nw) {
+		if (m->state == CTL_M_WAITING && k < nw)
 			arr[k++] = m;
-			all_pod &= m->pod_index >= 0;
-		} else if (m->state == CTL_M_STALE) {
+		else if (m->state == CTL_M_STALE)
 			mr__ctl_apply_member_delete(ctl, job, m);
-		}
 	}
 	if (n > (int32_t)k)
 		n = (int32_t)k;
-	if (k)
-		qsort(arr, k, sizeof(*arr), all_pod ? cmp_pod : cmp_id);
+	if (k > 1 && rank_order(job, arr, k) < 0) {
+		mr_log_error("round_close_oom", "job=%s", mr_log_q(job->name));
+		free(arr);
+		return;
+	}
 	job->state = CTL_JOB_RUNNING;
 	for (size_t i = 0; i < k; i++) {
 		mr__ctl_set_state(ctl, job, arr[i], (int32_t)i < n ? CTL_M_RUNNING : CTL_M_STANDBY);
@@ -362,8 +372,7 @@ void mr__ctl_join(struct ctl *ctl, const char *name, const struct ctl_join *j,
 			return;
 		}
 	}
-	m = mr__ctl_apply_member(ctl, job, j->node_id, j->host, j->host_id, j->ports,
-				 j->pod_index, st, -1);
+	m = mr__ctl_apply_member(ctl, job, j, st, -1);
 	if (!m) {
 		mr__res_err(res, 503, "out_of_memory", NULL, "out of memory");
 		return;
