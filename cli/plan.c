@@ -32,11 +32,12 @@
 #include "plan/mr_plan.h"
 
 struct plan_opts {
-	char model[64], cluster[32], workload_config[4096], explain[256];
+	char model[64], cluster[32], workload_config[4096], explain[256], topology_file[1024];
 	int n_layer, d_model, n_head, vocab, seq_len, moe_every, n_experts, top_k, dropless;
 	double capacity_factor;
 	int gpus, gpus_per_node, threads;
 	double mem_gb, reserve_gb, peak_tflops, mfu, mem_bw, overlap, bw_intra, bw_inter, lat_intra, lat_inter;
+	double bw_cross, lat_cross;
 	int global_batch, micro_batch, impl, precision, zero, recompute, sp, schedule, v;
 	int tp, pp, cp, ep, hsdp_shard, cp_algo, top, presets;
 };
@@ -74,6 +75,16 @@ static const struct mr_config_opt plan_table[] = {
 	MR_CONFIG_INT("gpus", O, gpus, "8", 1, 1 << 20, "GPUs (ranks) of the job."),
 	MR_CONFIG_INT("gpus_per_node", O, gpus_per_node, "0", 0, 1 << 16,
 		      "GPUs per node; 0 the cluster's."),
+	MR_CONFIG_STRING("topology_file", O, topology_file, NULL,
+			 "Where the nodes sit: one topology path per node in pod-index order "
+			 "(block-0/rack-3/node-12), or 'LEVEL COUNT' lines widest first; ranks "
+			 "follow rank_order topology, and groups that span narrowest domains "
+			 "run at bw_cross. Sets gpus to nodes x gpus_per_node unless given."),
+	MR_CONFIG_DOUBLE("bw_cross_gbs", O, bw_cross, "0", 0, 1e6,
+			 "Per-GPU link between narrowest domains of the topology, GB/s; 0 "
+			 "bw_inter's (a non-blocking fabric)."),
+	MR_CONFIG_DOUBLE("lat_cross_us", O, lat_cross, "-1", -1, 1e6,
+			 "Latency between narrowest domains, us; -1 lat_inter's."),
 	MR_CONFIG_DOUBLE("mem_gb", O, mem_gb, "0", 0, 1e6, "Memory per GPU, GB; 0 the cluster's."),
 	MR_CONFIG_DOUBLE("reserve_gb", O, reserve_gb, "0", 0, 1e6,
 			 "Memory per GPU kept from the model (CUDA context, allocator), GB."),
@@ -251,11 +262,16 @@ static int cluster_of(const struct plan_opts *o, struct mr_plan_input *in,
 		c->lat_intra = o->lat_intra * 1e-6;
 	if (o->lat_inter >= 0)
 		c->lat_inter = o->lat_inter * 1e-6;
+	if (o->bw_cross > 0)
+		c->bw_cross = o->bw_cross * 1e9;
+	if (o->lat_cross >= 0)
+		c->lat_cross = o->lat_cross * 1e-6;
 	return 0;
 }
 
 static int inputs_of(const struct plan_opts *o, const struct mr_config *cfg,
-		     struct mr_plan_input *in, struct mr_errbuf *eb)
+		     const struct mr_plan_topo *topo, struct mr_plan_input *in,
+		     struct mr_errbuf *eb)
 {
 	struct mr_plan_mesh *f = &in->fix;
 	int rc;
@@ -292,6 +308,11 @@ static int inputs_of(const struct plan_opts *o, const struct mr_config *cfg,
 	f->pp = o->pp;
 	f->cp = o->cp;
 	f->ep = o->ep;
+	if (topo) {
+		in->topo = topo;
+		if (!mr_config_is_set(cfg, "gpus"))
+			in->cluster.gpus = topo->nodes * in->cluster.gpus_per_node;
+	}
 	return (rc = mr_plan_check(in, eb)) < 0 ? as_flag(eb, rc, NULL) : 0;
 }
 
@@ -313,8 +334,36 @@ static void header(const struct mr_plan_input *in)
 	       c->name, c->gpus, c->gpus_per_node, c->mem_bytes / 1e9,
 	       (c->mem_bytes - c->reserve_bytes) / 1e9, c->peak_flops / 1e12, c->mfu,
 	       c->bw_intra / 1e9, c->bw_inter / 1e9);
+	if (in->topo)
+		printf("topology: %d nodes in %d narrowest domains, rank_order topology; "
+		       "between domains %.3g GB/s\n",
+		       in->topo->nodes, in->topo->domains,
+		       (c->bw_cross > 0 ? c->bw_cross : c->bw_inter) / 1e9);
 	printf("runtime %s, precision %s\n", mr_plan_impl_name(in->impl),
 	       mr_plan_prec_name(in->prec));
+}
+
+/* Which node each node rank lands on (rank_order topology), and the
+ * groups of each kind that cross domains. */
+static void placement(const struct mr_plan_input *in, const struct mr_plan *p)
+{
+	static const char *const tiers[] = { "inside a node", "inside a domain",
+					     "across domains" };
+	static const struct {
+		enum mr_axis axis;
+		int group;
+	} kinds[] = { { MR_AXIS_TP, MR_GROUP_TP }, { MR_AXIS_CP, MR_GROUP_CP },
+		      { MR_AXIS_DP, MR_GROUP_DP }, { MR_AXIS_EP, MR_GROUP_EP },
+		      { MR_AXIS_PP, MR_GROUP_PP } };
+	const struct mr_plan_topo *t = in->topo;
+
+	printf("placement (node rank: pod index, path):\n");
+	for (int r = 0; r < t->nodes; r++)
+		printf("  node %d: pod %d, %s (domain %d)\n", r, t->order[r],
+		       t->paths[t->order[r]], t->domain[r]);
+	for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++)
+		printf("  %s groups: %s\n", mr_axis_name(kinds[k].axis),
+		       tiers[mr_plan_group_link(in, &p->mesh, kinds[k].group)]);
 }
 
 static void row(int i, const struct mr_plan *p)
@@ -364,7 +413,8 @@ static void comm_lines(const struct mr_plan *p)
 			continue;
 		printf("  %-3s %10.3f GB in %7ld ops (%s) %8.4f s, %8.4f s exposed: %s\n",
 		       mr_axis_name(order[i]), c->bytes / 1e9, c->ops,
-		       c->inter ? "inter-node" : "intra-node", c->time_s, c->exposed_s,
+		       c->inter > 1 ? "cross-domain" : c->inter ? "inter-node" : "intra-node",
+		       c->time_s, c->exposed_s,
 		       what[order[i]]);
 	}
 	printf("step %.4g s = compute %.4g + pipeline bubble %.4g + exposed communication "
@@ -394,6 +444,8 @@ static int explain(const struct mr_plan_input *in, const struct mr_plan *p)
 		       e.bytes[MR_MEM_WORKSPACE] / 1e9, e.total / 1e9);
 	}
 	comm_lines(p);
+	if (in->topo)
+		placement(in, p);
 	if (mr_mesh_init(&mesh, in->cluster.gpus, m->tp, m->pp, m->cp, m->ep, m->dp, &eb) < 0) {
 		fprintf(stderr, "meshrun plan: %s\n", eb.msg);
 		return 1;
@@ -477,6 +529,7 @@ int mr_cli_plan(int argc, char **argv)
 	struct mr_config cfg = { 0 };
 	struct mr_errbuf eb = { { 0 }, { 0 } };
 	struct mr_plan_input in;
+	struct mr_plan_topo topo = { 0 };
 	int rc;
 
 	rc = mr_config_init(&cfg, plan_table, sizeof(plan_table) / sizeof(plan_table[0]), &o, &eb);
@@ -499,7 +552,9 @@ int mr_cli_plan(int argc, char **argv)
 		return 0;
 	}
 	if (rc == 0)
-		rc = inputs_of(&o, &cfg, &in, &eb);
+		rc = o.topology_file[0] ? mr_plan_topo_read(o.topology_file, &topo, &eb) : 0;
+	if (rc == 0)
+		rc = inputs_of(&o, &cfg, o.topology_file[0] ? &topo : NULL, &in, &eb);
 	if (rc == 0 && o.explain[0]) {
 		struct mr_plan_mesh m;
 		if ((rc = mr_plan_mesh_parse(o.explain, &m, &eb)) < 0) {
@@ -518,7 +573,10 @@ int mr_cli_plan(int argc, char **argv)
 	mr_config_release(&cfg);
 	if (rc < 0) {
 		fprintf(stderr, "meshrun plan: %s\n", eb.msg);
+		mr_plan_topo_release(&topo);
 		return MR_CONFIG_EXIT_USAGE;
 	}
-	return run(&in, &o);
+	rc = run(&in, &o);
+	mr_plan_topo_release(&topo);
+	return rc;
 }

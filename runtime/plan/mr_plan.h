@@ -114,7 +114,25 @@ struct mr_plan_cluster {
 			       * cores do the copies themselves) */
 	double bw_intra, lat_intra;
 	double bw_inter, lat_inter;
+	double bw_cross, lat_cross; /* between narrowest domains of a topology
+				     * (struct mr_plan_topo); 0: inter's */
 };
+
+/* Where the nodes sit (plan_topo.c): node rank r is the node of line
+ * order[r] of the topology (its pod index), in the narrowest domain
+ * domain[r]; the order is the controller's under rank_order "topology". */
+struct mr_plan_topo {
+	int nodes, domains;
+	char **paths; /* per line */
+	int *order;   /* node rank -> line */
+	int *domain;  /* node rank -> narrowest domain, 0..domains-1 */
+};
+
+int mr_plan_topo_init(struct mr_plan_topo *t, const char *const *paths, int n,
+		      struct mr_errbuf *eb);
+/* One path per line (pod-index order) or "LEVEL COUNT" lines, widest first. */
+int mr_plan_topo_read(const char *file, struct mr_plan_topo *t, struct mr_errbuf *eb);
+void mr_plan_topo_release(struct mr_plan_topo *t);
 
 /*
  * A plan: the mesh and how it runs. As a constraint (struct mr_plan_input's
@@ -142,6 +160,7 @@ struct mr_plan_input {
 	enum mr_plan_prec prec;
 	int threads;          /* meshrun on cpu: threads per rank (kernel workspace) */
 	struct mr_plan_mesh fix; /* constraints; mr_plan_input_init: all "any" */
+	const struct mr_plan_topo *topo; /* NULL: one domain (borrowed) */
 };
 
 /* Sent per rank per step by one mode's collectives, and what it costs. */
@@ -150,7 +169,7 @@ struct mr_plan_comm {
 	double time_s;        /* alpha-beta time of its collectives */
 	double exposed_s;     /* the part compute does not hide */
 	long ops;             /* collectives and transfers */
-	int inter;            /* 1: its group spans nodes */
+	int inter;            /* 1: its group spans nodes, 2: domains too */
 };
 
 struct mr_plan_time {
@@ -292,5 +311,10 @@ void mr_plan_result_release(struct mr_plan_result *res);
  * available: raise pp or the ZeRO stage" (or "fits"). */
 void mr_plan_limit(const struct mr_plan_input *in, const struct mr_plan *p, char *buf,
 		   size_t cap);
+
+/* The link the groups of kind g (enum mr_mesh_group) of mesh m run on:
+ * 0 inside a node, 1 between nodes, 2 between narrowest domains of
+ * in->topo (plan_comm.c). */
+int mr_plan_group_link(const struct mr_plan_input *in, const struct mr_plan_mesh *m, int g);
 
 #endif

@@ -19,6 +19,11 @@ double mr__plan_coll(const struct mr_plan_cluster *c, enum mr__plan_op op, int n
 		     double bytes, double *sent)
 {
 	double bw = inter ? c->bw_inter : c->bw_intra, a = inter ? c->lat_inter : c->lat_intra;
+
+	if (inter > 1 && c->bw_cross > 0)
+		bw = c->bw_cross;
+	if (inter > 1 && c->lat_cross > 0)
+		a = c->lat_cross;
 	double steps, frac;
 
 	*sent = 0;
@@ -44,7 +49,25 @@ static int spans(const struct mr_mesh *mesh, int g, int id, int n, int per_node)
 	return lo < 0 || hi < 0 || lo / per_node != hi / per_node;
 }
 
-int mr__plan_inter(const struct mr_plan_input *in, const struct mr_plan_mesh *m, int g)
+/* 2 when group id of kind g has members in different domains of the
+ * topology, 1 on different nodes, else 0. */
+static int tier(const struct mr_mesh *mesh, const struct mr_plan_topo *t, int g, int id, int n,
+		int per_node)
+{
+	int first = mr_mesh_group_member(mesh, (enum mr_mesh_group)g, id, 0), worst = 0;
+
+	for (int i = 1; i < n && worst < 2; i++) {
+		int r = mr_mesh_group_member(mesh, (enum mr_mesh_group)g, id, i);
+
+		if (r < 0 || first < 0 || r / per_node >= t->nodes)
+			return 2;
+		if (r / per_node != first / per_node)
+			worst = t->domain[r / per_node] != t->domain[first / per_node] ? 2 : 1;
+	}
+	return worst;
+}
+
+int mr_plan_group_link(const struct mr_plan_input *in, const struct mr_plan_mesh *m, int g)
 {
 	struct mr_mesh mesh;
 	int n, count;
@@ -57,6 +80,16 @@ int mr__plan_inter(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
 		return 0;
 	/* the first and the last group: with nodes of a size the group
 	 * strides do not divide, the last is where a boundary cuts first */
+	if (in->topo) { /* every group of the kind: domains need not be alike */
+		int worst = 0;
+
+		for (int id = 0; id < count && worst < 2; id++) {
+			int t = tier(&mesh, in->topo, g, id, n, in->cluster.gpus_per_node);
+
+			worst = t > worst ? t : worst;
+		}
+		return worst;
+	}
 	return spans(&mesh, g, 0, n, in->cluster.gpus_per_node) ||
 	       spans(&mesh, g, count - 1, n, in->cluster.gpus_per_node);
 }

@@ -164,8 +164,6 @@ double mr__plan_attn_ws(int threads, double T, double hs, double C);
  * bytes this rank sends. */
 double mr__plan_coll(const struct mr_plan_cluster *c, enum mr__plan_op op, int n, int inter,
 		     double bytes, double *sent);
-/* 1 when the groups of kind g (enum mr_mesh_group) span nodes. */
-int mr__plan_inter(const struct mr_plan_input *in, const struct mr_plan_mesh *m, int g);
 
 /* Training FLOPs of one micro-batch's forward on a rank of stage st. */
 double mr__plan_fwd_flops(const struct mr_plan_input *in, const struct mr_plan_mesh *m,

@@ -51,6 +51,10 @@ int mr_plan_check(const struct mr_plan_input *in, struct mr_errbuf *eb)
 	    (rc = in_range(eb, "lat_inter_us", c->lat_inter * 1e6, 0, 1e6)) < 0 ||
 	    (rc = in_range(eb, "threads", in->threads, 1, 1024)) < 0)
 		return rc;
+	if (in->topo && (long)in->topo->nodes * c->gpus_per_node != c->gpus)
+		return mr_errf_field(eb, MR_EINVAL, "topology_file",
+				     "topology_file: %d nodes x gpus_per_node %d is not gpus %d",
+				     in->topo->nodes, c->gpus_per_node, c->gpus);
 	if (m->d_model % m->n_head != 0)
 		return mr_errf_field(eb, MR_EINVAL, "n_head",
 				     "n_head: %d does not divide d_model %d", m->n_head, m->d_model);

@@ -280,7 +280,7 @@ int mr__plan_time(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
 	for (g = 0; g < MR_GROUP__COUNT; g++) /* the groups the modes use */
 		if (g == MR_GROUP_TP || g == MR_GROUP_CP || g == MR_GROUP_PP || g == MR_GROUP_EP ||
 		    g == MR_GROUP_EDP || g == MR_GROUP_DP_CP)
-			x.inter[g] = mr__plan_inter(in, m, g);
+			x.inter[g] = mr_plan_group_link(in, m, g);
 	/* the critical stage: the one whose passes take longest */
 	for (s = 0; s < m->pp; s++) {
 		double f, b, fc, bc;
