@@ -334,3 +334,22 @@ Test(agent_config, workload_config_file_errors_name_file_line_and_key)
 		expect_usage_error(a4, NULL, "unable to read '/nonexistent/workload.json'", NULL);
 	}
 }
+
+/* topology: a path the controller would refuse stops the agent naming
+ * it; MESHRUN_RANK_ORDER and a good path load */
+Test(agent_config, topology_and_rank_order)
+{
+	struct mr_agent_config cfg;
+	struct mr_errbuf eb = {0};
+	char *bad[] = {"--topology", "rack 1/node-2", "--", "true", NULL};
+	char *good[] = {"meshrun-agent", "--topology", "block-1/rack-2/node-3", "--", "true",
+			NULL};
+
+	expect_usage_error(bad, NULL, "'topology'", "at byte 4");
+	setenv("MESHRUN_RANK_ORDER", "topology", 1);
+	cr_assert_eq(load(&cfg, good, &eb), 0, "%s", eb.msg);
+	cr_expect_str_eq(cfg.topology, "block-1/rack-2/node-3");
+	cr_expect_eq(cfg.rank_order, 1);
+	mr_agent_config_release(&cfg);
+	unsetenv("MESHRUN_RANK_ORDER");
+}

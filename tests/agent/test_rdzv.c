@@ -182,3 +182,41 @@ Test(rdzv, a_carried_member_waits_or_has_its_rank_without_joining)
 		mr_rdzv_free(m[i]);
 	h_kill(c.pid);
 }
+
+/* The agent's join carries its topology path: under rank_order
+ * "topology" the node with the higher pod index but the earlier rack
+ * gets node rank 0. */
+Test(rdzv, topology_path_orders_the_ranks)
+{
+	struct h_ctl c = {0};
+	json_t *spec = json_pack("{s:s, s:i, s:i, s:s}", "name", "t/topo", "min_nodes", 2,
+				 "max_nodes", 2, "rank_order", "topology");
+	struct mr_rdzv_opts o = {.controller = NULL, .job = "t/topo", .host = "127.0.0.1",
+				 .host_id = "h", .spec = spec};
+	struct mr_rdzv *r[2];
+	struct mr_rdzv_round rr[2];
+	struct mr_errbuf eb = {0};
+	const char *paths[2] = { "rack-10/node-0", "rack-9/node-1" };
+	int gen = 0, st = 0, newgen = 0;
+
+	h_ctl_start(&c, 0);
+	o.controller = c.url;
+	for (int i = 0; i < 2; i++) {
+		char id[16];
+
+		snprintf(id, sizeof(id), "node-%d", i);
+		o.node_id = id;
+		o.pod_index = i;
+		o.topology = paths[i];
+		cr_assert_eq(mr_rdzv_new(&r[i], &o, &eb), 0, "%s", eb.msg);
+		cr_assert_eq(mr_rdzv_join(r[i], &gen, &st, &eb), 0, "%s", eb.msg);
+	}
+	for (int i = 0; i < 2; i++)
+		cr_assert_eq(mr_rdzv_wait(r[i], gen, 5000, &rr[i], &newgen, &eb), 0, "%s", eb.msg);
+	cr_expect_eq(rr[1].node_rank, 0, "rack-9 first (natural order)");
+	cr_expect_eq(rr[0].node_rank, 1);
+	for (int i = 0; i < 2; i++)
+		mr_rdzv_free(r[i]);
+	json_decref(spec);
+	h_kill(c.pid);
+}

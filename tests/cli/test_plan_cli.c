@@ -288,3 +288,72 @@ Test(plan_cli, mesh_auto_that_cannot_fit_exits_2)
 	free(out);
 	free(err);
 }
+
+/* --topology-file: 64 nodes in 4 racks of 2 blocks; the explained mesh
+ * keeps tp in a node and dp in a rack, pp crosses; a slower link between
+ * racks is priced into the cross-domain pp transfers; bad files are
+ * refused naming the option and the line. */
+Test(plan_cli, topology_places_groups_and_prices_cross_domain_links)
+{
+	char *out, *err, path[160], args[512];
+	FILE *f;
+
+	scratch();
+	snprintf(path, sizeof(path), "%s/topo.txt", tmp);
+	f = fopen(path, "w");
+	cr_assert_not_null(f);
+	fputs("# two blocks of two racks of 16 nodes\nblock 2\nrack 2\nnode 16\n", f);
+	fclose(f);
+	snprintf(args, sizeof(args),
+		 "plan --model gpt2-350m --topology-file %s --gpus-per-node 8 --global-batch 512 "
+		 "--explain tp=8,pp=4,dp=16",
+		 path);
+	cr_assert_eq(meshrun(&out, &err, args), 0, "%s%s", out, err);
+	cr_expect(strstr(out, "cluster h100: 512 GPUs") &&
+			  strstr(out, "topology: 64 nodes in 4 narrowest domains"),
+		  "%s", out);
+	cr_expect(strstr(out, "tp groups: inside a node") &&
+			  strstr(out, "dp groups: inside a domain") &&
+			  strstr(out, "pp groups: across domains"),
+		  "%s", out);
+	cr_expect(strstr(out, "node 16: pod 16, block-0/rack-1/node-0 (domain 1)"), "%s", out);
+	cr_expect(strstr(out, "(cross-domain)"), "%s", out);
+	free(out);
+	free(err);
+	/* a path per line, in pod-index order: the racks sort naturally */
+	f = fopen(path, "w");
+	cr_assert_not_null(f);
+	fputs("rack-10/n-0\nrack-9/n-1\n", f);
+	fclose(f);
+	snprintf(args, sizeof(args),
+		 "plan --model gpt2-124m --topology-file %s --gpus-per-node 8 --global-batch 64 "
+		 "--explain tp=4,dp=4",
+		 path);
+	cr_assert_eq(meshrun(&out, &err, args), 0, "%s%s", out, err);
+	cr_expect(strstr(out, "node 0: pod 1, rack-9/n-1 (domain 0)") &&
+			  strstr(out, "node 1: pod 0, rack-10/n-0 (domain 1)") &&
+			  strstr(out, "dp groups: across domains"),
+		  "%s", out);
+	free(out);
+	free(err);
+	f = fopen(path, "w");
+	cr_assert_not_null(f);
+	fputs("rack-1/n-0\nrack 2 3\n", f);
+	fclose(f);
+	snprintf(args, sizeof(args), "plan --model gpt2-124m --topology-file %s --global-batch 64",
+		 path);
+	cr_expect_eq(meshrun(&out, &err, args), 2, "%s%s", out, err);
+	cr_expect(strstr(err, "topo.txt:2"), "%s", err);
+	free(out);
+	free(err);
+	snprintf(args, sizeof(args),
+		 "plan --model gpt2-124m --topology-file %s --gpus 24 --global-batch 64", path);
+	f = fopen(path, "w");
+	cr_assert_not_null(f);
+	fputs("rack-1/n-0\nrack-1/n-1\n", f);
+	fclose(f);
+	cr_expect_eq(meshrun(&out, &err, args), 2, "%s%s", out, err);
+	cr_expect(strstr(err, "--topology-file") && strstr(err, "is not gpus 24"), "%s", err);
+	free(out);
+	free(err);
+}
