@@ -28,6 +28,7 @@
 #include "mr_cli.h"
 #include "mr_config.h"
 #include "mr_mesh.h"
+#include "model/mr_gpt.h"
 #include "parallel/mr_pp_sched.h"
 #include "plan/mr_plan.h"
 
@@ -323,9 +324,12 @@ static void header(const struct mr_plan_input *in)
 	const struct mr_plan_model *m = &in->model;
 	const struct mr_plan_cluster *c = &in->cluster;
 
-	printf("model %s: %.2fB parameters, %d layers, d_model %d, %d heads, vocab %d, seq %d",
-	       m->name, mr_plan_params(m) / 1e9, m->n_layer, m->d_model, m->n_head, m->vocab,
-	       m->seq_len);
+	printf("model %s (%s): %.2fB parameters, %d layers, d_model %d, %d heads",
+	       m->name, m->arch == MR_ARCH_LLAMA ? "llama" : "gpt2", mr_plan_params(m) / 1e9,
+	       m->n_layer, m->d_model, m->n_head);
+	if (m->arch == MR_ARCH_LLAMA)
+		printf(" (%d key/value)", m->n_kv_head ? m->n_kv_head : m->n_head);
+	printf(", vocab %d, seq %d", m->vocab, m->seq_len);
 	if (m->moe_every)
 		printf(", MoE every %d: %d experts top-%d", m->moe_every, m->n_experts, m->top_k);
 	printf("; global batch %d\n", in->global_batch);

@@ -112,7 +112,18 @@ Test(plan_cli, plans_the_llama_family)
 					 "--global-batch 8 --micro-batch 1 --impl megatron "
 					 "--precision mixed --tp 1 --pp 1 --zero 3"),
 		     0, "%s%s", out, err);
-	cr_expect(strstr(out, "model llama3-8b: 8.03B parameters, 32 layers"), "%s", out);
+	cr_expect(strstr(out, "model llama3-8b (llama): 8.03B parameters, 32 layers") &&
+			  strstr(out, "32 heads (8 key/value)"),
+		  "%s", out);
+	free(out);
+	free(err);
+	/* the Mixtral-shaped preset: the family, its experts, and a plan that fits */
+	cr_assert_eq(meshrun(&out, &err, "plan --model mixtral-8x7b --cluster h100 --gpus 64 "
+					 "--global-batch 512 --top 1"),
+		     0, "%s%s", out, err);
+	cr_expect(strstr(out, "model mixtral-8x7b (llama): 46.70B parameters") &&
+			  strstr(out, "MoE every 1: 8 experts top-2") && strstr(out, "\n  1 "),
+		  "%s", out);
 	free(out);
 	free(err);
 	cr_assert_eq(meshrun(&out, &err, "plan --cluster local --gpus 2 --workload-config "
