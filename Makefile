@@ -31,7 +31,7 @@ CPPFLAGS   += -D_GNU_SOURCE -Icommon -Icontroller -Iagent -Iruntime -Icli \
               -I/usr/include/x86_64-linux-gnu/openblas-pthread
 CFLAGS     ?= -O2 -g
 CFLAGS     += -std=c11 -Wall -Wextra -Werror -pthread -MMD -MP
-LDLIBS     += -lmicrohttpd -lcurl -ljansson -lpcre2-8 -lopenblas -lm -lpthread
+LDLIBS     += -lmicrohttpd -lgnutls -lcurl -ljansson -lpcre2-8 -lopenblas -lm -lpthread
 
 ifeq ($(SAN),1)
 CC         := clang

@@ -111,6 +111,12 @@ static const struct mr_config_opt agent_opts[] = {
 			 "Secret); read once at start, wins over token."),
 	MR_CONFIG_STRING("token", C, token, NULL,
 			 "Bearer token for the controller (prefer token_file)."),
+	MR_CONFIG_STRING("tls_ca", C, tls_ca, NULL,
+			 "PEM CA that signed an https controller's certificate (the agent, "
+			 "its workers' KV calls and their processes use it)."),
+	MR_CONFIG_STRING("tls_cert", C, tls_cert, NULL,
+			 "Client certificate for a controller with --tls-client-ca."),
+	MR_CONFIG_STRING("tls_key", C, tls_key, NULL, "Key of tls_cert."),
 	MR_CONFIG_STRING("role", C, role, "default", "ROLE_NAME given to workers."),
 	MR_CONFIG_STRING("run_id", C, run_id, NULL,
 			 "TORCHELASTIC_RUN_ID given to workers (default: the job name)."),
@@ -575,6 +581,30 @@ static int fill_defaults(struct mr_agent_config *cfg)
 	return 0;
 }
 
+/* TLS files reach every HTTP client of this process and its children
+ * (common/mr_httpc.h reads MESHRUN_TLS_*); each must be readable now. */
+static int tls_env(const struct mr_agent_config *cfg, struct mr_errbuf *eb)
+{
+	static const char *const names[3][2] = { { "tls_ca", "MESHRUN_TLS_CA" },
+						  { "tls_cert", "MESHRUN_TLS_CERT" },
+						  { "tls_key", "MESHRUN_TLS_KEY" } };
+	const char *val[3] = { cfg->tls_ca, cfg->tls_cert, cfg->tls_key };
+
+	if (!cfg->tls_cert[0] != !cfg->tls_key[0])
+		return mr_errf_field(eb, MR_EINVAL, cfg->tls_cert[0] ? "tls_key" : "tls_cert",
+				     "tls_cert and tls_key go together");
+	for (int i = 0; i < 3; i++) {
+		if (!val[i][0])
+			continue;
+		if (access(val[i], R_OK) < 0)
+			return mr_errf_field(eb, MR_EINVAL, names[i][0], "%s: cannot read '%s': %s",
+					     names[i][0], val[i], strerror(errno));
+		if (setenv(names[i][1], val[i], 1) < 0)
+			return mr_errf(eb, MR_ENOMEM, "out of memory");
+	}
+	return 0;
+}
+
 /* The node's topology path: as given (checked), else from its Node's
  * labels (agent/k8s_node.c). */
 static int topology(struct mr_agent_config *cfg, struct mr_errbuf *eb)
@@ -637,6 +667,8 @@ int mr_agent_config_load(struct mr_agent_config *cfg, const char *prog, int argc
 		err = read_token(cfg, eb);
 	if (!err)
 		err = topology(cfg, eb);
+	if (!err)
+		err = tls_env(cfg, eb);
 	if (!err && cfg->straggler_factor > 0.0 && cfg->straggler_factor < 1.01)
 		err = mr_errf_field(eb, MR_EINVAL, "straggler_factor",
 				    "straggler_factor: %g must be 0 (the controller's default) or "

@@ -75,6 +75,7 @@ struct mr_agent_config {
 	int health_port;        /* 0 = ephemeral, -1 = no health server */
 	char token_file[1024];
 	char token[512];
+	char tls_ca[1024], tls_cert[1024], tls_key[1024]; /* "" = none */
 	char role[64];
 	char run_id[256];
 	int mode;               /* enum mr_agent_mode */

@@ -34,6 +34,7 @@ struct status_opts {
 	char controller[512];
 	char token[256];
 	char token_file[1024];
+	char tls_ca[1024], tls_cert[1024], tls_key[1024];
 	int why;
 };
 
@@ -43,6 +44,11 @@ static const struct mr_config_opt status_config[] = {
 			 "Controller base URL."),
 	MR_CONFIG_STRING("token", O, token, "", "Bearer token (read or write)."),
 	MR_CONFIG_STRING("token_file", O, token_file, "", "File holding the bearer token."),
+	MR_CONFIG_STRING("tls_ca", O, tls_ca, "",
+			 "PEM CA that signed an https controller's certificate."),
+	MR_CONFIG_STRING("tls_cert", O, tls_cert, "",
+			 "Client certificate, for a controller with --tls-client-ca."),
+	MR_CONFIG_STRING("tls_key", O, tls_key, "", "Key of tls_cert."),
 	MR_CONFIG_BOOL("why", O, why, "false",
 		       "With a job: why it is stuck or slow - the rank the others wait for, "
 		       "the group and operation, stragglers (GET .../diagnosis)."),
@@ -336,6 +342,9 @@ int mr_cli_status(int argc, char **argv)
 	ho.base_url = o.controller;
 	ho.token = o.token[0] ? o.token : NULL;
 	ho.max_retries = 2;
+	ho.tls_ca = o.tls_ca[0] ? o.tls_ca : NULL;
+	ho.tls_cert = o.tls_cert[0] ? o.tls_cert : NULL;
+	ho.tls_key = o.tls_key[0] ? o.tls_key : NULL;
 	if (mr_httpc_init(&c, &ho, &eb)) {
 		fprintf(stderr, "meshrun status: %s\n", eb.msg);
 		mr_config_release(&cfg);

@@ -65,6 +65,16 @@ int mr_httpc_init(struct mr_httpc *c, const struct mr_httpc_opts *o, struct mr_e
 	c->o = *o;
 	c->o.base_url = NULL;
 	c->o.token = NULL;
+	{
+		const char *tls[3] = { o->tls_ca ? o->tls_ca : getenv("MESHRUN_TLS_CA"),
+				       o->tls_cert ? o->tls_cert : getenv("MESHRUN_TLS_CERT"),
+				       o->tls_key ? o->tls_key : getenv("MESHRUN_TLS_KEY") };
+
+		for (int i = 0; i < 3; i++)
+			if (tls[i] && tls[i][0] && !(c->tls[i] = strdup(tls[i])))
+				goto nomem;
+		c->o.tls_ca = c->o.tls_cert = c->o.tls_key = NULL;
+	}
 	if (!c->o.connect_timeout_ms)
 		c->o.connect_timeout_ms = 2000;
 	if (!c->o.timeout_ms)
@@ -118,6 +128,10 @@ void mr_httpc_release(struct mr_httpc *c)
 		curl_multi_cleanup(c->multi);
 	free(c->base_url);
 	free(c->auth);
+	for (int i = 0; i < 3; i++) {
+		free(c->tls[i]);
+		c->tls[i] = NULL;
+	}
 	c->curl = c->multi = NULL;
 	c->base_url = c->auth = NULL;
 }
@@ -231,14 +245,36 @@ static int map_curl(CURLcode cc, const struct xfer *x, const char *url, struct m
 			return mr_errf(eb, MR_ELIMIT, "response from '%s' exceeds %zu bytes", url,
 				       x->c->o.max_response);
 		return mr_errf(eb, MR_ENOMEM, "request to '%s': out of memory", url);
+	case CURLE_PEER_FAILED_VERIFICATION:
+		return mr_errf(eb, MR_EPROTO,
+			       "request to '%s': the server's certificate does not verify against "
+			       "%s%s (%s)",
+			       url, x->c->tls[0] ? "--tls-ca " : "the system's CAs",
+			       x->c->tls[0] ? x->c->tls[0] : "", x->c->err);
+	case CURLE_SSL_CACERT_BADFILE:
+	case CURLE_SSL_CERTPROBLEM:
+	case CURLE_SSL_CONNECT_ERROR:
+		return mr_errf(eb, MR_EPROTO, "request to '%s': TLS failed: %s (%s)", url,
+			       curl_easy_strerror(cc), x->c->err);
+	case CURLE_UNSUPPORTED_PROTOCOL:
+	case CURLE_WEIRD_SERVER_REPLY:
+		return mr_errf(eb, MR_EPROTO,
+			       "request to '%s' failed: %s (%s)%s", url, curl_easy_strerror(cc),
+			       x->c->err,
+			       strncmp(url, "http://", 7) ? ""
+			       : "; does the server speak HTTPS? use an https:// URL and --tls-ca");
 	case CURLE_COULDNT_CONNECT:
 	case CURLE_COULDNT_RESOLVE_HOST:
 	case CURLE_SEND_ERROR:
 	case CURLE_RECV_ERROR:
 	case CURLE_GOT_NOTHING:
 	case CURLE_PARTIAL_FILE:
-		return mr_errf(eb, MR_ECONN, "request to '%s' failed: %s", url,
-			       curl_easy_strerror(cc));
+		return mr_errf(eb, MR_ECONN, "request to '%s' failed: %s%s", url,
+			       curl_easy_strerror(cc),
+			       cc == CURLE_GOT_NOTHING && !strncmp(url, "http://", 7)
+				       ? " (a TLS server answers plain HTTP with nothing: use "
+					 "https:// and --tls-ca)"
+				       : "");
 	default:
 		return mr_errf(eb, MR_EPROTO, "request to '%s' failed: %s", url,
 			       curl_easy_strerror(cc));
@@ -298,6 +334,14 @@ static int attempt(struct mr_httpc *c, const struct mr_httpc_req *req, const cha
 	curl_easy_setopt(e, CURLOPT_URL, url);
 	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, c->o.connect_timeout_ms);
+	c->err[0] = '\0';
+	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, c->err);
+	if (c->tls[0])
+		curl_easy_setopt(e, CURLOPT_CAINFO, c->tls[0]);
+	if (c->tls[1])
+		curl_easy_setopt(e, CURLOPT_SSLCERT, c->tls[1]);
+	if (c->tls[2])
+		curl_easy_setopt(e, CURLOPT_SSLKEY, c->tls[2]);
 	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, timeout_ms);
 	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
 	curl_easy_setopt(e, CURLOPT_WRITEDATA, &x);

@@ -275,6 +275,14 @@ static void req_append(struct mr_http_req *req, const char *data, size_t n)
 	req->body[req->body_len] = '\0';
 }
 
+/* kubelet probes carry no client certificate */
+static int is_probe(const struct mr_http_req *req)
+{
+	const char *p = mr_http_req_path(req);
+
+	return p && (!strcmp(p, "/healthz") || !strcmp(p, "/readyz"));
+}
+
 static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const char *url,
 				 const char *method, const char *version,
 				 const char *upload_data, size_t *upload_data_size,
@@ -312,6 +320,10 @@ static enum MHD_Result on_access(void *cls, struct MHD_Connection *conn, const c
 	} else if (srv->stopping) {
 		mr_http_reply_error(req, 503, "shutting_down", NULL, NULL,
 				    "server is shutting down");
+	} else if (!mr__httpd_tls_client_ok(srv->tls, conn) && !is_probe(req)) {
+		mr_http_reply_error(req, 401, "client_certificate_required", NULL, NULL,
+				    "this server needs a client certificate signed by its "
+				    "--tls-client-ca");
 	} else {
 		req->in_handler = 1;
 		srv->handler(req, srv->user);
@@ -445,6 +457,7 @@ static void *loop_main(void *arg)
 				break;
 			continue;
 		}
+		mr__httpd_tls_check(srv->tls, mr__httpd_now_ms());
 		if (srv->tick)
 			srv->tick(srv->user);
 		run_posts(srv, 0);
@@ -462,6 +475,7 @@ static void srv_free(struct mr_httpd *srv)
 {
 	if (srv->mhd)
 		MHD_stop_daemon(srv->mhd);
+	mr__httpd_tls_close(srv->tls);
 	mr__httpd_dl_release(srv); /* after the connections are gone */
 	if (srv->epfd >= 0)
 		close(srv->epfd);
@@ -480,7 +494,7 @@ int mr_httpd_start(struct mr_httpd **out, const struct mr_httpd_opts *o,
 		   struct mr_errbuf *eb)
 {
 	struct mr_httpd *srv;
-	struct MHD_OptionItem opts[16];
+	struct MHD_OptionItem opts[20];
 	struct epoll_event ev;
 	const union MHD_DaemonInfo *di;
 	unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
@@ -518,6 +532,12 @@ int mr_httpd_start(struct mr_httpd **out, const struct mr_httpd_opts *o,
 	srv->reserve_req_ms = 1000ull * (o->reserve_request_s ? o->reserve_request_s : 2);
 	srv->adding_fd = -1;
 
+	if (o->tls_cert || o->tls_key) {
+		if ((rc = mr__httpd_tls_open(&srv->tls, o, eb)) < 0)
+			goto fail;
+		flags |= MHD_USE_TLS;
+		k += mr__httpd_tls_options(srv->tls, opts + k);
+	}
 	rc = mr__httpd_listen(srv, o->bind_addr, o->port, eb);
 	if (rc)
 		goto fail;

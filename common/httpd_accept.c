@@ -111,6 +111,11 @@ static void refuse(struct mr_httpd *srv, int fd)
 	ssize_t w;
 	int n;
 
+	if (srv->tls) { /* no reply can be spoken before a handshake */
+		close(fd);
+		srv->n_refused++;
+		return;
+	}
 	for (int i = 0; i < 4 && recv(fd, buf, sizeof(buf), MSG_DONTWAIT) > 0; i++)
 		;
 	n = snprintf(buf, sizeof(buf),

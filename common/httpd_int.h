@@ -112,7 +112,21 @@ struct mr_httpd {
 	size_t n_suspended, n_resumed;
 	int resumed_since_run; /* MHD_run must run again without waiting */
 	char last_log[256];
+	struct mr__httpd_tls *tls;     /* NULL: plain HTTP */
 };
+
+/* httpd_tls.c: the credentials of a TLS server (see mr_httpd.h). */
+struct mr__httpd_tls;
+struct MHD_OptionItem;
+int mr__httpd_tls_open(struct mr__httpd_tls **out, const struct mr_httpd_opts *o,
+		       struct mr_errbuf *eb);
+/* Writes libmicrohttpd's TLS options into opts; returns how many. */
+int mr__httpd_tls_options(struct mr__httpd_tls *t, struct MHD_OptionItem *opts);
+/* Reads the files again if they changed (at most once a second). */
+void mr__httpd_tls_check(struct mr__httpd_tls *t, uint64_t now_ms);
+/* 1 when no client CA is set, or the peer's certificate verified. */
+int mr__httpd_tls_client_ok(struct mr__httpd_tls *t, struct MHD_Connection *conn);
+void mr__httpd_tls_close(struct mr__httpd_tls *t);
 
 /* httpd_path.c: splits raw[0..len) (the path, without the query) into
  * decoded segments; on failure eb names the segment ("path[3]") and t is

@@ -19,8 +19,16 @@
  * stop promptly with MR_EABORTED, and so does every later call until
  * mr_httpc_clear_abort().
  *
- * Non-goals: TLS options beyond libcurl's defaults, HTTP/2, streaming
- * bodies, cookies, redirects (never followed).
+ * TLS: an https base_url is verified against tls_ca (else the system's
+ * CAs), peer and host name both, never skipped; tls_cert/tls_key present
+ * a client certificate. Unset, each comes from the environment
+ * (MESHRUN_TLS_CA, MESHRUN_TLS_CERT, MESHRUN_TLS_KEY), so the agent, its
+ * workers and the CLI share one setting. A certificate that does not
+ * verify, and an http:// URL that meets a TLS server, are MR_EPROTO (not
+ * retried) with a message that says which.
+ *
+ * Non-goals: HTTP/2, streaming bodies, cookies, redirects (never
+ * followed).
  */
 #ifndef MR_HTTPC_H
 #define MR_HTTPC_H
@@ -41,6 +49,9 @@ struct mr_httpc_opts {
 	long backoff_initial_ms;   /* 0 = 50 */
 	long backoff_max_ms;       /* 0 = 2000 */
 	size_t max_response;       /* body cap, 0 = 16 MiB (larger: MR_ELIMIT) */
+	const char *tls_ca;        /* PEM CA file; NULL = $MESHRUN_TLS_CA */
+	const char *tls_cert;      /* client certificate; NULL = $MESHRUN_TLS_CERT */
+	const char *tls_key;       /* its key; NULL = $MESHRUN_TLS_KEY */
 };
 
 struct mr_httpc {
@@ -48,6 +59,8 @@ struct mr_httpc {
 	void *multi; /* CURLM * */
 	char *base_url;
 	char *auth;  /* "Authorization: Bearer ..." or NULL */
+	char *tls[3]; /* CA, client certificate, key: copied, or NULL */
+	char err[256]; /* libcurl's words on the last failure (CURL_ERROR_SIZE) */
 	struct mr_httpc_opts o;
 	uint64_t rng;
 	atomic_int aborted;

@@ -69,8 +69,18 @@
  * connection (431 from libmicrohttpd), and an idle timeout per connection
  * (silent clients are dropped; keep-alive connections too).
  *
- * Non-goals: TLS (terminate it in front), HTTP/2, chunked uploads beyond
- * max_body, routing tables (the user matches paths).
+ * TLS (httpd_tls.c): with tls_cert and tls_key the server speaks HTTPS
+ * only (a plain-HTTP request fails its handshake and is never read), and
+ * reads the files again within a second of a change, so a rotated
+ * certificate serves the next handshake while open connections and
+ * suspended requests carry on. With tls_client_ca every request but
+ * /healthz and /readyz (kubelet probes carry no certificate) needs a
+ * client certificate that CA signed: 401 "client_certificate_required".
+ * One TLS server per process. The fixed 503 at accept is skipped on a
+ * TLS server (it cannot be spoken before a handshake): the socket closes.
+ *
+ * Non-goals: HTTP/2, chunked uploads beyond max_body, routing tables (the
+ * user matches paths).
  */
 #ifndef MR_HTTPD_H
 #define MR_HTTPD_H
@@ -121,6 +131,9 @@ struct mr_httpd_opts {
 				      * fit, larger ones get 431. Bodies are not in
 				      * it. ~2.8 KB RSS per idle connection at 2 KiB */
 	unsigned tick_ms;            /* 0 = 100 */
+	const char *tls_cert;        /* PEM chain; with tls_key: HTTPS (NULL = HTTP) */
+	const char *tls_key;         /* PEM private key, unencrypted */
+	const char *tls_client_ca;   /* PEM CA of client certificates, or NULL */
 	mr_http_handler handler;
 	mr_http_tick tick;           /* may be NULL */
 	void *user;

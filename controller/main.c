@@ -75,7 +75,10 @@ int main(int argc, char **argv)
 	if (rc) {
 		mr_log_error("start_failed", "err=%s", mr_log_q(eb.msg));
 		fprintf(stderr, "meshrun-controller: %s\n", eb.msg);
-		return rc == MR_ECORRUPT || rc == MR_ECONFLICT ? MR_CONTROLLER_EXIT_DATA : 1;
+		/* a TLS file that cannot serve is a configuration error: exit 2 too */
+		return rc == MR_ECORRUPT || rc == MR_ECONFLICT || !strncmp(eb.field, "tls_", 4)
+			       ? MR_CONTROLLER_EXIT_DATA
+			       : 1;
 	}
 	sigdelset(&old, SIGINT);
 	sigdelset(&old, SIGTERM);

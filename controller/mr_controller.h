@@ -29,6 +29,7 @@ struct mr_controller_opts {
 	char data_dir[1024];
 	char token_file[1024];
 	char read_token_file[1024];
+	char tls_cert[1024], tls_key[1024], tls_client_ca[1024]; /* "" = plain HTTP */
 	char token[256]; /* MESHRUN_TOKEN; the file wins when both are set */
 	int fsync;
 	int journal_recover;          /* keep the valid prefix of a corrupt journal */

@@ -40,6 +40,13 @@ const struct mr_config_opt mr_controller_config[] = {
 			 "/metrics need none."),
 	MR_CONFIG_STRING("read_token_file", O, read_token_file, "",
 			 "File holding an extra token that may only read (GET)."),
+	MR_CONFIG_STRING("tls_cert", O, tls_cert, "",
+			 "PEM certificate (chain) to serve HTTPS with, with tls_key; the files "
+			 "are read again when they change (a rotated Secret)."),
+	MR_CONFIG_STRING("tls_key", O, tls_key, "", "PEM private key of tls_cert."),
+	MR_CONFIG_STRING("tls_client_ca", O, tls_client_ca, "",
+			 "PEM CA: every request but /healthz and /readyz must then come with "
+			 "a client certificate it signed."),
 	MR_CONFIG_STRING("token", O, token, "",
 			 "Bearer token (prefer MESHRUN_TOKEN or --token-file)."),
 	MR_CONFIG_BOOL("fsync", O, fsync, "true",

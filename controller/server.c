@@ -533,6 +533,9 @@ int mr_controller_start(struct mr_controller **out, const struct mr_controller_o
 	ho.idle_timeout_s = (unsigned)((o->idle_timeout_ms + 999) / 1000);
 	ho.conn_memory = (size_t)o->conn_memory;
 	ho.tick_ms = 10;
+	ho.tls_cert = o->tls_cert[0] ? o->tls_cert : NULL;
+	ho.tls_key = o->tls_key[0] ? o->tls_key : NULL;
+	ho.tls_client_ca = o->tls_client_ca[0] ? o->tls_client_ca : NULL;
 	ho.handler = mr__ctl_handle;
 	ho.tick = on_tick;
 	ho.user = c;
@@ -542,8 +545,9 @@ int mr_controller_start(struct mr_controller **out, const struct mr_controller_o
 	pthread_mutex_lock(&c->post_mu);
 	c->srv_live = 1;
 	pthread_mutex_unlock(&c->post_mu);
-	mr_log_info("listening", "addr=%s port=%d data_dir=%s auth=%s", mr_log_q(o->listen),
-		    mr_httpd_port(c->srv), mr_log_q(o->data_dir), c->token[0] ? "on" : "off");
+	mr_log_info("listening", "addr=%s port=%d data_dir=%s auth=%s tls=%s", mr_log_q(o->listen),
+		    mr_httpd_port(c->srv), mr_log_q(o->data_dir), c->token[0] ? "on" : "off",
+		    !o->tls_cert[0] ? "off" : o->tls_client_ca[0] ? "mutual" : "on");
 	if (o->port_file[0]) {
 		err = write_port_file(o->port_file, mr_httpd_port(c->srv), eb);
 		if (err)
