@@ -96,12 +96,19 @@
  * to the last rendezvous reply), or `rdzv_recover N=<n> seconds=<s>`.
  * Output lines are key=value for scripts.
  *
+ * With --tls-ca FILE every connection speaks TLS (GnuTLS, the same
+ * library the controller serves with): one handshake per connection,
+ * the server verified against FILE, then the same requests. Give the
+ * controller its certificate after "--" (--tls-cert, --tls-key);
+ * scripts/bench-rdzv.sh does with RDZV_TLS=1.
+ *
  * Non-goals: being an agent (no retries through controller restarts, no
- * communicators, no workers), chunked transfer encoding, TLS, IPv6.
+ * communicators, no workers), chunked transfer encoding, IPv6.
  */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <gnutls/gnutls.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
@@ -149,7 +156,7 @@ static const uint8_t seq_survivor_leave_rejoin[] = {K_JOIN,   K_WAIT,  K_HB,
 static const uint8_t seq_victim_timeout[] = {K_JOIN, K_WAIT, K_HB};
 static const uint8_t seq_victim_leave[] = {K_JOIN, K_WAIT, K_HB, K_LEAVE};
 
-enum cstate { C_IDLE, C_CONNECTING, C_OPEN, C_HELD, C_DONE, C_DEAD };
+enum cstate { C_IDLE, C_CONNECTING, C_HANDSHAKE, C_OPEN, C_HELD, C_DONE, C_DEAD };
 enum recover { REC_NONE, REC_TIMEOUT, REC_LEAVE };
 
 struct opts {
@@ -171,6 +178,7 @@ struct opts {
 	int victim;   /* pod index of the member that dies; -1 = N/2 */
 	int rejoin;   /* survivors join again after the 409, ignoring "member" */
 	int hb_timeout_ms, last_call_ms; /* recovery's job */
+	const char *tls_ca; /* TLS to the controller, verified against this CA */
 };
 
 struct conn {
@@ -186,6 +194,7 @@ struct conn {
 	uint16_t retries;
 	uint32_t wlen, woff, rlen;
 	int64_t t_step; /* start of the current agent's phase step, ns */
+	gnutls_session_t tls; /* --tls-ca: the connection's session, else NULL */
 	char *buf;      /* WBUF + RBUF + 1, a slice of bench.bufs */
 };
 
@@ -232,6 +241,8 @@ struct bench {
 	long hwm_wait_kib, rss_wait_kib, rss_idle_kib;
 	double cpu_wait_s;
 	double load_start; /* 1-minute load average: the machine may be shared */
+	gnutls_certificate_credentials_t cred; /* --tls-ca */
+	long handshakes;
 };
 
 /* ---- small helpers ---- */
@@ -834,16 +845,74 @@ static int pool_may_start(const struct bench *b)
 	return !b->o.recover || b->joins_ok > 0;
 }
 
+/* ---- transport: the socket, or TLS over it ---- */
+
+/* send(2) or a TLS record: bytes sent, or -errno (-EAGAIN: try again
+ * when the socket is ready; a TLS error reads as -EPROTO). */
+static ssize_t io_send(struct conn *c, const char *buf, size_t len)
+{
+	ssize_t n;
+
+	if (!c->tls) {
+		n = send(c->fd, buf, len, MSG_NOSIGNAL);
+		return n < 0 ? -errno : n;
+	}
+	n = gnutls_record_send(c->tls, buf, len);
+	if (n == GNUTLS_E_AGAIN || n == GNUTLS_E_INTERRUPTED)
+		return -EAGAIN;
+	return n < 0 ? -EPROTO : n;
+}
+
+/* recv(2) or a TLS record: bytes, 0 at the end, or -errno as io_send. */
+static ssize_t io_recv(struct conn *c, char *buf, size_t cap)
+{
+	ssize_t n;
+
+	if (!c->tls) {
+		n = recv(c->fd, buf, cap, 0);
+		return n < 0 ? -errno : n;
+	}
+	n = gnutls_record_recv(c->tls, buf, cap);
+	if (n == GNUTLS_E_AGAIN || n == GNUTLS_E_INTERRUPTED)
+		return -EAGAIN;
+	if (n == GNUTLS_E_PREMATURE_TERMINATION)
+		return 0;
+	return n < 0 ? -EPROTO : n;
+}
+
+/* A client session on fd, verifying the controller's certificate for the
+ * host it was asked for (127.0.0.1: an IP subjectAltName). */
+static int tls_session(struct bench *b, int fd, gnutls_session_t *out)
+{
+	gnutls_session_t s;
+
+	if (gnutls_init(&s, GNUTLS_CLIENT | GNUTLS_NONBLOCK) < 0)
+		return -ENOMEM;
+	if (gnutls_set_default_priority(s) < 0 ||
+	    gnutls_credentials_set(s, GNUTLS_CRD_CERTIFICATE, b->cred) < 0) {
+		gnutls_deinit(s);
+		return -EPROTO;
+	}
+	gnutls_session_set_verify_cert(s, b->o.host, 0);
+	gnutls_transport_set_int(s, fd);
+	*out = s;
+	return 0;
+}
+
 /* ---- connections ---- */
 
 static void conn_close(struct bench *b, struct conn *c, int state)
 {
+	if (c->tls) {
+		gnutls_deinit(c->tls);
+		c->tls = NULL;
+	}
 	if (c->fd >= 0) {
 		epoll_ctl(b->epfd, EPOLL_CTL_DEL, c->fd, NULL);
 		close(c->fd);
 		c->fd = -1;
 	}
-	if (c->state == C_CONNECTING)
+	if (c->state == C_CONNECTING || c->state == C_HANDSHAKE)
 		b->connecting--;
 	c->state = (uint8_t)state;
 	if (state == C_DONE || state == C_DEAD)
@@ -920,10 +989,10 @@ static void conn_want_out(struct bench *b, struct conn *c, int on)
 static int conn_flush(struct bench *b, struct conn *c)
 {
 	while (c->woff < c->wlen) {
-		ssize_t n = send(c->fd, c->buf + c->woff, c->wlen - c->woff, MSG_NOSIGNAL);
+		ssize_t n = io_send(c, c->buf + c->woff, c->wlen - c->woff);
 		if (n < 0) {
-			if (errno != EAGAIN)
-				return -errno;
+			if (n != -EAGAIN)
+				return (int)n;
 			conn_want_out(b, c, 1);
 			return 0;
 		}
@@ -1008,10 +1077,20 @@ static void conn_readable(struct bench *b, struct conn *c)
 	struct resp r;
 	long used;
 	int rc;
-	ssize_t n = recv(c->fd, rb + c->rlen, RBUF - c->rlen, 0);
+	ssize_t n = io_recv(c, rb + c->rlen, RBUF - c->rlen);
+
+	/* TLS may hold a decrypted rest the socket no longer signals */
+	while (n > 0 && c->tls && gnutls_record_check_pending(c->tls) &&
+	       c->rlen + (size_t)n < RBUF) {
+		ssize_t more = io_recv(c, rb + c->rlen + n, RBUF - c->rlen - (size_t)n);
+
+		if (more <= 0)
+			break;
+		n += more;
+	}
 	if (n < 0) {
-		if (errno != EAGAIN)
-			conn_retry(b, c, "recv", errno);
+		if (n != -EAGAIN)
+			conn_retry(b, c, "recv", (int)-n);
 		return;
 	}
 	if (n == 0) {
@@ -1062,6 +1141,10 @@ static void conn_event(struct bench *b, struct conn *c, uint32_t ev)
 	socklen_t len = sizeof err;
 	if (c->state == C_HELD) {
 		if (c->fd >= 0 && (ev & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))) {
+			if (c->tls) {
+				gnutls_deinit(c->tls);
+				c->tls = NULL;
+			}
 			epoll_ctl(b->epfd, EPOLL_CTL_DEL, c->fd, NULL);
 			close(c->fd);
 			c->fd = -1;
@@ -1077,6 +1160,29 @@ static void conn_event(struct bench *b, struct conn *c, uint32_t ev)
 			conn_retry(b, c, "connect", err);
 			return;
 		}
+		if (b->cred) { /* TLS: the handshake first, still "connecting" */
+			if ((rc = tls_session(b, c->fd, &c->tls)) < 0) {
+				conn_retry(b, c, "tls", -rc);
+				return;
+			}
+			c->state = C_HANDSHAKE;
+		}
+	}
+	if (c->state == C_HANDSHAKE) {
+		rc = gnutls_handshake(c->tls);
+		if (rc == GNUTLS_E_AGAIN || rc == GNUTLS_E_INTERRUPTED) {
+			conn_want_out(b, c, gnutls_record_get_direction(c->tls));
+			return;
+		}
+		if (rc < 0) {
+			fail(b, "connection %ld: TLS handshake: %s", (long)(c - b->conns),
+			     gnutls_strerror(rc));
+			conn_close(b, c, C_DEAD);
+			return;
+		}
+		b->handshakes++;
+	}
+	if (c->state == C_CONNECTING || c->state == C_HANDSHAKE) {
 		b->connecting--;
 		c->state = C_OPEN;
 		if (!c->wlen) { /* its gate was closed when it connected */
@@ -1145,24 +1251,38 @@ static int simple_request(struct bench *b, const char *method, const char *path,
 	struct timeval tv = {.tv_sec = 10};
 	char req[1024];
 	struct resp r;
+	struct conn c = {.fd = -1};
 	size_t got = 0;
 	long used = 0;
-	int n, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), status = -1;
+	int n, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), status = -1, hs;
 	if (fd < 0)
 		return -1;
+	c.fd = fd;
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
 	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
 	if (connect(fd, (struct sockaddr *)&b->dst, sizeof b->dst) < 0)
 		goto out;
+	if (b->cred) { /* a blocking socket: the handshake runs to its end */
+		if (tls_session(b, fd, &c.tls) < 0)
+			goto out;
+		do
+			hs = gnutls_handshake(c.tls);
+		while (hs == GNUTLS_E_INTERRUPTED);
+		if (hs < 0) {
+			fprintf(stderr, "rdzv: TLS handshake with the controller: %s\n",
+				gnutls_strerror(hs));
+			goto out;
+		}
+	}
 	n = snprintf(req, sizeof req,
 		     "%s %s HTTP/1.1\r\nHost: %s:%d\r\n%sContent-Type: application/json\r\n"
 		     "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
 		     method, path, b->o.host, b->o.port, b->auth, body ? strlen(body) : 0,
 		     body ? body : "");
-	if (n < 0 || (size_t)n >= sizeof req || send(fd, req, (size_t)n, MSG_NOSIGNAL) != n)
+	if (n < 0 || (size_t)n >= sizeof req || io_send(&c, req, (size_t)n) != n)
 		goto out;
 	while (got < cap - 1 && used == 0) {
-		ssize_t k = recv(fd, out + got, cap - 1 - got, 0);
+		ssize_t k = io_recv(&c, out + got, cap - 1 - got);
 		if (k <= 0)
 			goto out;
 		got += (size_t)k;
@@ -1173,6 +1293,8 @@ static int simple_request(struct bench *b, const char *method, const char *path,
 		status = r.status;
 	}
 out:
+	if (c.tls)
+		gnutls_deinit(c.tls);
 	close(fd);
 	return status;
 }
@@ -1536,7 +1658,9 @@ static void usage(FILE *f)
 	      "  --sources         127.0.0.x source addresses to spread sockets over (4)\n"
 	      "  --concurrency     connects in flight at most (1000)\n"
 	      "  --conns           connections (default min(N, fd limit - 256))\n"
-	      "  --timeout         give up after S seconds (120)\n",
+	      "  --timeout         give up after S seconds (120)\n"
+	      "  --tls-ca          TLS to the controller, verified against this PEM CA\n"
+	      "                    (give the controller --tls-cert/--tls-key after --)\n",
 	      f);
 }
 
@@ -1597,6 +1721,8 @@ static int parse_opts(struct opts *o, int argc, char **argv)
 				fprintf(stderr, "rdzv: --recover: '%s' is not timeout or leave\n", v);
 				return -1;
 			}
+		} else if (!strcmp(a, "--tls-ca")) {
+			o->tls_ca = v;
 		} else if (!strcmp(a, "--victim")) {
 			o->victim = atoi(v);
 		} else if (!strcmp(a, "--heartbeat-timeout")) {
@@ -1776,6 +1902,18 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	if (parse_opts(&b->o, argc, argv) < 0)
 		return 2;
+	if (b->o.tls_ca) {
+		int g = gnutls_certificate_allocate_credentials(&b->cred);
+
+		if (g >= 0)
+			g = gnutls_certificate_set_x509_trust_file(b->cred, b->o.tls_ca,
+								   GNUTLS_X509_FMT_PEM);
+		if (g <= 0) {
+			fprintf(stderr, "rdzv: --tls-ca: no CA certificate in '%s': %s\n",
+				b->o.tls_ca, g < 0 ? gnutls_strerror(g) : "none found");
+			return 2;
+		}
+	}
 	if (b->o.controller_bin)
 		b->o.port = 0;
 	if (getloadavg(&b->load_start, 1) != 1)
@@ -1819,6 +1957,10 @@ out:
 	stop_controller(b);
 	if (b->failures)
 		fprintf(stderr, "rdzv: %d failure(s)\n", b->failures);
+	if (b->cred) {
+		printf("tls=on handshakes=%ld\n", b->handshakes);
+		gnutls_certificate_free_credentials(b->cred);
+	}
 	if (rc == 0 && b->o.recover)
 		printf("rdzv_recover N=%d seconds=%.3f\n", b->o.n, secs(b->t_recovered - b->t_death));
 	else if (rc == 0)

@@ -14,6 +14,10 @@
 #                                                  "" skips the scenario)
 #   RDZV_RECOVER_BY=leave scripts/bench-rdzv.sh build  (the victim leaves instead
 #                                                  of going silent: a deleted pod)
+#   RDZV_TLS_NS="1000 10000" scripts/bench-rdzv.sh build  (sizes run again over
+#                                                  TLS, one handshake per agent,
+#                                                  beside the plain figure; default
+#                                                  10000; "" skips; needs openssl)
 #   RDZV_RECOVER_REJOIN=1 scripts/bench-rdzv.sh build  (survivors join again after
 #                                                  the 409, as agents did before the
 #                                                  controller carried them)
@@ -39,6 +43,7 @@ build=${1:-build}
 bench="$build/bench/rdzv"
 ctl="$build/meshrun-controller"
 ns=${RDZV_NS:-"1000 10000 100000"}
+tls_ns=${RDZV_TLS_NS-"10000"}
 rns=${RDZV_RECOVER_NS-"100000"}
 recover_by=${RDZV_RECOVER_BY:-timeout}
 recover_args=()
@@ -141,6 +146,43 @@ for n in $rns; do
 	note=""
 	le "$apc" 1 || note=" [$apc agents per connection: fd limit]"
 	[ "$n" = 100000 ] && { le "$s" 5; check "N=100000 recovery ($recover_by${rsuffix:+, rejoin}) in ${s} s <= 5 s$note" $?; }
+done
+# TLS: the same rendezvous with a handshake per agent, beside the plain run
+if [ -n "$tls_ns" ] && ! command -v openssl >/dev/null 2>&1; then
+	echo "bench-rdzv: openssl missing: skipping the TLS runs"
+	tls_ns=""
+fi
+if [ -n "$tls_ns" ]; then
+	pki=$(mktemp -d /tmp/meshrun-bench-tls.XXXXXX)
+	trap 'rm -rf "$pki"' EXIT
+	# shellcheck disable=SC2086 # $ec is several words on purpose
+	(
+		cd "$pki" || exit 1
+		ec="-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes"
+		openssl req -x509 $ec -keyout ca.key -out ca.crt -days 1 -subj /CN=bench-ca &&
+			openssl req $ec -keyout srv.key -out srv.csr -subj /CN=controller &&
+			printf 'subjectAltName=IP:127.0.0.1\n' >san.ext &&
+			openssl x509 -req -in srv.csr -CA ca.crt -CAkey ca.key -CAcreateserial \
+				-out srv.crt -days 1 -extfile san.ext
+	) >/dev/null 2>&1 || { echo "bench-rdzv: openssl failed: skipping TLS"; tls_ns=""; }
+fi
+for n in $tls_ns; do
+	log="$build/bench/rdzv-$n-tls.log"
+	echo "bench-rdzv: N=$n over TLS (ECDSA P-256, one handshake per agent)"
+	if ! "$bench" --controller-bin "$ctl" --n "$n" --timeout 300 --tls-ca "$pki/ca.crt" \
+		-- --tls-cert "$pki/srv.crt" --tls-key "$pki/srv.key" "${ctl_args[@]}" \
+		>"$log" 2>&1; then
+		cat "$log"
+		echo "bench-rdzv: FAIL TLS N=$n (log: $log)"
+		fails=$((fails + 1))
+		continue
+	fi
+	sed 's/^/  /' "$log"
+	st=$(tail -n 1 "$log" | sed -n 's/^rdzv N=[0-9]* seconds=\([0-9.]*\)$/\1/p')
+	sp=$(tail -n 1 "$build/bench/rdzv-$n$suffix.log" 2>/dev/null |
+		sed -n 's/^rdzv N=[0-9]* seconds=\([0-9.]*\)$/\1/p')
+	echo "rdzv_tls N=$n seconds=$st plain_seconds=${sp:-none}" \
+		"ratio=$(awk -v a="$st" -v b="$sp" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }')"
 done
 if [ -n "$s10k" ] && [ -n "$s100k" ]; then
 	r=$(awk -v a="$s100k" -v b="$s10k" 'BEGIN { printf "%.2f", a / b }')
