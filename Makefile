@@ -12,6 +12,8 @@
 #   make install    the binaries into $(DESTDIR)$(PREFIX)/bin (the images use it)
 #   make image      build the images (Docker or Buildah), or print how
 #   make test-k8s   the Kubernetes packaging tests (part of make test)
+#   make test-pods  pods as hosts: jobs across network namespaces (scripts/pods.sh;
+#                   root; part of make test, where it runs with the other tests)
 #   make bench      every benchmark (bench-rdzv, bench-healthz, ..., bench-pipeline)
 #   make clean
 #
@@ -277,7 +279,7 @@ test-gpu:
 	@echo "test-gpu: CUDA not found under $(CUDA_HOME) (or sanitizer build) - skipped"
 endif
 
-.PHONY: all deps run test test-unit asan lint fuzz fuzzers bench bench-rdzv bench-healthz bench-comm tsan-comm clean tests cuda-info install image test-k8s
+.PHONY: all deps run test test-unit asan lint fuzz fuzzers bench bench-rdzv bench-healthz bench-comm tsan-comm clean tests cuda-info install image test-k8s test-pods
 .DEFAULT_GOAL := all
 # keep object files of test helpers (otherwise deleted as intermediates)
 .SECONDARY:
@@ -405,6 +407,9 @@ image:
 		$(if $(IMAGE_TOOL),$$cmd || exit 1;,:;) \
 	done
 	@$(if $(IMAGE_TOOL),:,echo "image: no docker or buildah here: run the commands above where one is (buildah build takes the same arguments), then push to your registry")
+
+test-pods: all $(BUILD)/tests/pods/test_pods
+	MESHRUN_BUILD=$(abspath $(BUILD)) $(BUILD)/tests/pods/test_pods --jobs 1 --verbose
 
 test-k8s: all
 	scripts/deps.sh k8s

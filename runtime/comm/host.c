@@ -515,6 +515,11 @@ static int host_create(struct mr__hcomm **out, const struct mr_comm *tmpl, const
 		for (int p = 0; p < n; p++)
 			local += h->ch[p].shm;
 		h->oversubscribed = ncpu > 0 && local > ncpu;
+		/* which transport each peer got: shared memory inside a host
+		 * (same boot id and IPC namespace), TCP across (rank 0's view) */
+		if (me == 0)
+			mr_log_info("comm_transport", "comm=%s size=%d shm_peers=%d tcp_peers=%d",
+				    id, n, local - 1, n - local);
 		h->stream_min = mr__env_size("MR_COMM_STREAM_MIN", l3_bytes() / (size_t)local);
 	}
 	/* a poll() on TCP peers must wake for work queued meanwhile (a receive

@@ -50,7 +50,10 @@ int mr_proc_spawn(struct mr_proc *p, const char *bin, const char *const *args,
 	pid_t pid;
 
 	memset(p, 0, sizeof(*p));
-	snprintf(path, sizeof(path), "%s/%s", mr_proc_build_dir(), bin);
+	if (bin[0] == '/') /* a script of the repository, say */
+		snprintf(path, sizeof(path), "%s", bin);
+	else
+		snprintf(path, sizeof(path), "%s/%s", mr_proc_build_dir(), bin);
 	argv[n++] = path;
 	for (int i = 0; args && args[i] && n < 63; i++)
 		argv[n++] = args[i];

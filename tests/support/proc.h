@@ -29,7 +29,7 @@ struct mr_proc {
 /* Directory holding the build outputs (absolute if MESHRUN_BUILD is). */
 const char *mr_proc_build_dir(void);
 
-/* Starts $MESHRUN_BUILD/<bin> with args (NULL-terminated, may be NULL) and
+/* Starts $MESHRUN_BUILD/<bin> (or bin itself when absolute) with args (NULL-terminated, may be NULL) and
  * extra env entries "K=V" (NULL-terminated, may be NULL) on top of the
  * current environment. Output goes to log_path (NULL = inherit). 0 or -1. */
 int mr_proc_spawn(struct mr_proc *p, const char *bin, const char *const *args,

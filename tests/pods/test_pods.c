@@ -1,0 +1,257 @@
+/*
+ * test_pods.c - pods as hosts (scripts/pods.sh): the controller and each
+ * pod in a network namespace of its own, every process of a pod in its
+ * own IPC namespace with its own /dev/shm, so pods meet only over TCP on
+ * a test subnet, as Kubernetes pods on different nodes do. A dp2 job of
+ * two pods and a tp2 x dp2 job of two pods of two ranks each train to
+ * the single-rank run's losses (relative 1e-5 a step), and the host
+ * backend says which transport it chose: TCP between pods, shared memory
+ * inside one (`event=comm_transport`). The controller and every pod are
+ * reached by their addresses from the test (the root namespace), as a
+ * Prometheus would scrape them.
+ *
+ * Needs root and network namespaces (`scripts/pods.sh check`); skipped
+ * with the reason elsewhere. Everything the test makes is removed at exit,
+ * after a failure too (`pods.sh down`, and every process dies with the test).
+ */
+#include <criterion/criterion.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "mr_gpt_worker.h"
+#include "proc.h"
+
+#define STEPS 8
+
+static char root[PATH_MAX]; /* the repository: where scripts/pods.sh is */
+static char name[8];        /* this test's pods */
+static const char *tmp;
+
+static void down(void)
+{
+	if (name[0])
+		(void)!mr_test_sh(root, NULL, "scripts/pods.sh down %s", name);
+}
+
+/* n pods (and pod c) named after the test; skips where none can be made */
+static void pods_up(const char *nm, int n)
+{
+	char *out = NULL;
+	const char *b = mr_proc_build_dir();
+	int rc;
+
+	snprintf(root, sizeof(root), "%s", b);
+	while (root[0]) { /* the build dir is inside the repository */
+		char probe[PATH_MAX + 32];
+		char *slash;
+
+		snprintf(probe, sizeof(probe), "%s/scripts/pods.sh", root);
+		if (access(probe, X_OK) == 0)
+			break;
+		slash = strrchr(root, '/');
+		if (!slash)
+			root[0] = 0;
+		else
+			*slash = 0;
+	}
+	if (!root[0])
+		snprintf(root, sizeof(root), ".");
+	rc = mr_test_sh(root, &out, "scripts/pods.sh check");
+	if (rc == 77)
+		cr_skip_test("pods as hosts need network namespaces: %s", out);
+	cr_assert_eq(rc, 0, "pods.sh check: %s", out);
+	free(out);
+	snprintf(name, sizeof(name), "%s", nm);
+	atexit(down);
+	rc = mr_test_sh(root, &out, "scripts/pods.sh down %s; scripts/pods.sh up %s %d", nm, nm,
+			n);
+	cr_assert_eq(rc, 0, "pods.sh up: %s", out);
+	free(out);
+	tmp = mr_test_scratch("mr-pods");
+	cr_assert_not_null(tmp);
+}
+
+static void ip_of(const char *pod, char *buf, size_t cap)
+{
+	char *out = NULL;
+
+	cr_assert_eq(mr_test_sh(root, &out, "scripts/pods.sh ip %s %s", name, pod), 0, "%s",
+		     out);
+	out[strcspn(out, "\n")] = 0;
+	snprintf(buf, cap, "%s", out);
+	free(out);
+}
+
+/* Starts build/<bin> ARGS inside pod `pod`, output to log. */
+static void spawn_in(struct mr_proc *p, const char *pod, const char *bin,
+		     const char *const *args, const char *log)
+{
+	char script[PATH_MAX + 32], exe[PATH_MAX + 64];
+	const char *argv[40];
+	int n = 0;
+
+	snprintf(script, sizeof(script), "%s/scripts/pods.sh", root);
+	snprintf(exe, sizeof(exe), "%s/%s", mr_proc_build_dir(), bin);
+	argv[n++] = "exec";
+	argv[n++] = name;
+	argv[n++] = pod;
+	argv[n++] = exe;
+	for (int i = 0; args[i] && n < 39; i++)
+		argv[n++] = args[i];
+	argv[n] = NULL;
+	cr_assert_eq(mr_proc_spawn(p, script, argv, NULL, log), 0);
+}
+
+/* The controller in pod c on its own address; its base URL into url. */
+static void controller(struct mr_proc *p, char *url, size_t cap)
+{
+	char cip[32], pf[300], dd[300], log[300];
+	const char *args[] = { "--listen", "0.0.0.0", "--port", "29400", "--port-file", pf,
+			       "--data-dir", dd, NULL };
+
+	ip_of("c", cip, sizeof(cip));
+	snprintf(pf, sizeof(pf), "%s/ctl.port", tmp);
+	snprintf(dd, sizeof(dd), "%s/ctl", tmp);
+	snprintf(log, sizeof(log), "%s/ctl.log", tmp);
+	spawn_in(p, "c", "meshrun-controller", args, log);
+	cr_assert_gt(mr_proc_wait_port(p, pf, 30000), 0, "controller did not start");
+	snprintf(url, cap, "http://%s:29400", cip);
+}
+
+static void config(char *buf, size_t cap, const char *tag, const char *extra)
+{
+	snprintf(buf, cap,
+		 "{\"steps\": %d, \"d_model\": 32, \"n_layer\": 2, \"n_head\": 4, \"seq_len\": 16, "
+		 "\"vocab_size\": 64, \"batch_size\": 4, \"threads\": 1, \"seed\": 7, "
+		 "\"comm_timeout_ms\": 60000, \"loss_log\": \"%s/%s.loss\"%s%s}",
+		 STEPS, tmp, tag, extra ? ", " : "", extra ? extra : "");
+}
+
+static void losses(const char *tag, double *out)
+{
+	char path[300], head[128];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s.loss", tmp, tag);
+	f = fopen(path, "r");
+	cr_assert_not_null(f, "no loss log %s", path);
+	cr_assert(fgets(head, sizeof(head), f) && !strcmp(head, MR_LOSS_LOG_HEADER "\n"));
+	for (int i = 0; i < STEPS; i++) {
+		long long s;
+
+		cr_assert_eq(fscanf(f, "%lld %lf %*g %*g %*g %*s", &s, &out[i]), 2, "%s line %d",
+			     path, i + 2);
+	}
+	fclose(f);
+}
+
+/* The single-rank run of the same rows (grad_accum = dp), in the root
+ * namespace. */
+static void reference(const char *tag, int accum)
+{
+	char cfg[600], extra[32], *out = NULL;
+
+	snprintf(extra, sizeof(extra), "\"grad_accum\": %d", accum);
+	config(cfg, sizeof(cfg), tag, extra);
+	cr_assert_eq(mr_test_sh(tmp, &out, "timeout 300 '%s/meshrun' local --workload-config '%s'",
+				mr_proc_build_dir(), cfg),
+		     0, "%s", out);
+	free(out);
+}
+
+/* Two pods of nproc ranks each run `mesh` (agent flags) to success. */
+static void run_pods(const char *url, const char *tag, const char *nproc,
+		     const char *const *mesh, char logs[2][300])
+{
+	struct mr_proc a[2];
+	char cfg[600], ip[2][32], node[2][16], pod[2][4], job[32];
+
+	config(cfg, sizeof(cfg), tag, NULL);
+	snprintf(job, sizeof(job), "t/%s", tag);
+	for (int i = 0; i < 2; i++) {
+		const char *args[32] = { "--controller", url, "--job", job, "--nnodes", "2",
+					 "--nproc-per-node", nproc, "--node-id", node[i],
+					 "--pod-index", pod[i], "--host", ip[i],
+					 "--health-port", "29401", "--heartbeat-timeout", "20s",
+					 "--workload-config", cfg };
+		int n = 20;
+
+		snprintf(pod[i], sizeof(pod[i]), "%d", i);
+		snprintf(node[i], sizeof(node[i]), "pod-%d", i);
+		ip_of(pod[i], ip[i], sizeof(ip[i]));
+		for (int k = 0; mesh && mesh[k]; k++)
+			args[n++] = mesh[k];
+		args[n] = NULL;
+		snprintf(logs[i], 300, "%s/%s-%d.log", tmp, tag, i);
+		spawn_in(&a[i], pod[i], "meshrun-agent", args, logs[i]);
+	}
+	for (int i = 0; i < 2; i++) {
+		char tail[4000];
+
+		cr_assert_eq(mr_proc_reap(&a[i], 300000), 0, "pod %d did not finish in time", i);
+		mr_test_tail(logs[i], tail, sizeof(tail));
+		cr_assert(WIFEXITED(a[i].status) && WEXITSTATUS(a[i].status) == 0,
+			  "pod %d: status %d:\n%s", i, a[i].status, tail);
+	}
+}
+
+static void expect_equal(const char *tag, const char *ref)
+{
+	double want[STEPS], got[STEPS];
+
+	losses(ref, want);
+	losses(tag, got);
+	for (int s = 0; s < STEPS; s++)
+		cr_expect(fabs(got[s] - want[s]) <= 1e-5 * fabs(want[s]),
+			  "%s step %d: loss %.9g, one rank %.9g", tag, s + 1, got[s], want[s]);
+}
+
+static int has(const char *log, const char *what)
+{
+	char *text = mr_test_slurp(log, NULL);
+	int yes = text && strstr(text, what);
+
+	free(text);
+	return yes;
+}
+
+Test(pods, jobs_across_network_namespaces_equal_one_rank, .timeout = 900, MR_NOT_UNDER_SAN)
+{
+	struct mr_proc ctl;
+	struct mr_test_resp r;
+	char url[64], logs[2][300], ip[32], probe[96];
+	const char *tp2[] = { "--tp", "2", NULL };
+
+	pods_up("pt", 2);
+	controller(&ctl, url, sizeof(url));
+
+	/* dp 2: one rank a pod, every peer across the network */
+	reference("ref2", 2);
+	run_pods(url, "dp2", "1", NULL, logs);
+	expect_equal("dp2", "ref2");
+	cr_expect(has(logs[0], "event=comm_transport") &&
+			  has(logs[0], "size=2 shm_peers=0 tcp_peers=1"),
+		  "pod 0 did not reach pod 1 over TCP (%s)", logs[0]);
+
+	/* tp 2 inside each pod (shared memory), dp 2 across them (TCP) */
+	run_pods(url, "tp2dp2", "2", tp2, logs);
+	expect_equal("tp2dp2", "ref2");
+	cr_expect(has(logs[0], "size=2 shm_peers=1 tcp_peers=0"),
+		  "tp inside pod 0 is not on shared memory (%s)", logs[0]);
+	cr_expect(has(logs[0], "size=2 shm_peers=0 tcp_peers=1"),
+		  "dp between the pods is not on TCP (%s)", logs[0]);
+
+	/* the controller and the pods answer at their own addresses */
+	snprintf(probe, sizeof(probe), "%s/metrics", url);
+	cr_expect_eq(mr_test_http(&r, "GET", probe, NULL, 0, NULL, 10000), 200);
+	cr_expect(strstr(r.body, "meshrun_"), "no metrics from the controller");
+	ip_of("0", ip, sizeof(ip));
+	snprintf(probe, sizeof(probe), "http://%s:29401/healthz", ip);
+	/* the agents exited with their jobs: nothing may answer for pod 0 */
+	cr_expect_eq(mr_test_http(&r, "GET", probe, NULL, 0, NULL, 3000), 0);
+	mr_proc_stop(&ctl);
+}
