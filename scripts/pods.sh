@@ -97,9 +97,6 @@ up() {
 	ip addr add "10.231.$x.254/24" dev "mrb$name"
 	ip link set "mrb$name" up
 	flock -u 9
-	# the host's own firewall (if any) must not drop bridged traffic
-	[ -w /proc/sys/net/bridge/bridge-nf-call-iptables ] &&
-		echo 0 >/proc/sys/net/bridge/bridge-nf-call-iptables
 	add_pod "$name" c "10.231.$x.1"
 	for i in $(seq 0 $((n - 1))); do
 		add_pod "$name" "$i" "10.231.$x.$((10 + i))"
