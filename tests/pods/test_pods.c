@@ -8,7 +8,10 @@
  * backend says which transport it chose: TCP between pods, shared memory
  * inside one (`event=comm_transport`). The controller and every pod are
  * reached by their addresses from the test (the root namespace), as a
- * Prometheus would scrape them.
+ * Prometheus would scrape them. A pod's link cut (its veth down) past the
+ * heartbeat timeout is survived: the job re-forms when the link heals,
+ * the stale pod rejoins, and training resumes from the newest checkpoint
+ * to the uninterrupted run's losses.
  *
  * Needs root and network namespaces (`scripts/pods.sh check`); skipped
  * with the reason elsewhere. Everything the test makes is removed at exit,
@@ -25,7 +28,8 @@
 #include "mr_gpt_worker.h"
 #include "proc.h"
 
-#define STEPS 8
+#define STEPS 8        /* the equality jobs */
+#define FAULT_STEPS 40 /* the fault job: long enough to cut it mid-way */
 
 static char root[PATH_MAX]; /* the repository: where scripts/pods.sh is */
 static char name[8];        /* this test's pods */
@@ -122,13 +126,16 @@ static void controller(struct mr_proc *p, char *url, size_t cap)
 	snprintf(url, cap, "http://%s:29400", cip);
 }
 
+static int steps = STEPS;
+static const char *const fault_flags[] = { "--max-restarts", "5", "--last-call", "500ms", NULL };
+
 static void config(char *buf, size_t cap, const char *tag, const char *extra)
 {
 	snprintf(buf, cap,
 		 "{\"steps\": %d, \"d_model\": 32, \"n_layer\": 2, \"n_head\": 4, \"seq_len\": 16, "
 		 "\"vocab_size\": 64, \"batch_size\": 4, \"threads\": 1, \"seed\": 7, "
-		 "\"comm_timeout_ms\": 60000, \"loss_log\": \"%s/%s.loss\"%s%s}",
-		 STEPS, tmp, tag, extra ? ", " : "", extra ? extra : "");
+		 "\"comm_timeout_ms\": 20000, \"loss_log\": \"%s/%s.loss\"%s%s}",
+		 steps, tmp, tag, extra ? ", " : "", extra ? extra : "");
 }
 
 static void losses(const char *tag, double *out)
@@ -140,7 +147,7 @@ static void losses(const char *tag, double *out)
 	f = fopen(path, "r");
 	cr_assert_not_null(f, "no loss log %s", path);
 	cr_assert(fgets(head, sizeof(head), f) && !strcmp(head, MR_LOSS_LOG_HEADER "\n"));
-	for (int i = 0; i < STEPS; i++) {
+	for (int i = 0; i < steps; i++) {
 		long long s;
 
 		cr_assert_eq(fscanf(f, "%lld %lf %*g %*g %*g %*s", &s, &out[i]), 2, "%s line %d",
@@ -163,22 +170,24 @@ static void reference(const char *tag, int accum)
 	free(out);
 }
 
-/* Two pods of nproc ranks each run `mesh` (agent flags) to success. */
-static void run_pods(const char *url, const char *tag, const char *nproc,
-		     const char *const *mesh, char logs[2][300])
+/* Two pods of nproc ranks each start `mesh` (agent flags) with the
+ * workload's extra keys. */
+static void start_pods(struct mr_proc a[2], const char *url, const char *tag,
+		       const char *nproc, const char *const *mesh, const char *extra,
+		       const char *hb, char logs[2][300])
 {
-	struct mr_proc a[2];
-	char cfg[600], ip[2][32], node[2][16], pod[2][4], job[32];
+	static char cfg[800], ip[2][32], node[2][16], pod[2][4], job[32];
 
-	config(cfg, sizeof(cfg), tag, NULL);
+	config(cfg, sizeof(cfg), tag, extra);
 	snprintf(job, sizeof(job), "t/%s", tag);
 	for (int i = 0; i < 2; i++) {
 		const char *args[32] = { "--controller", url, "--job", job, "--nnodes", "2",
 					 "--nproc-per-node", nproc, "--node-id", node[i],
 					 "--pod-index", pod[i], "--host", ip[i],
-					 "--health-port", "29401", "--heartbeat-timeout", "20s",
+					 "--health-port", "29401", "--heartbeat-timeout", hb,
 					 "--workload-config", cfg };
 		int n = 20;
+
 
 		snprintf(pod[i], sizeof(pod[i]), "%d", i);
 		snprintf(node[i], sizeof(node[i]), "pod-%d", i);
@@ -189,6 +198,11 @@ static void run_pods(const char *url, const char *tag, const char *nproc,
 		snprintf(logs[i], 300, "%s/%s-%d.log", tmp, tag, i);
 		spawn_in(&a[i], pod[i], "meshrun-agent", args, logs[i]);
 	}
+}
+
+/* Both pods' agents exit 0 within 300 s. */
+static void finish_pods(struct mr_proc a[2], char logs[2][300])
+{
 	for (int i = 0; i < 2; i++) {
 		char tail[4000];
 
@@ -199,13 +213,22 @@ static void run_pods(const char *url, const char *tag, const char *nproc,
 	}
 }
 
+static void run_pods(const char *url, const char *tag, const char *nproc,
+		     const char *const *mesh, char logs[2][300])
+{
+	struct mr_proc a[2];
+
+	start_pods(a, url, tag, nproc, mesh, NULL, "20s", logs);
+	finish_pods(a, logs);
+}
+
 static void expect_equal(const char *tag, const char *ref)
 {
-	double want[STEPS], got[STEPS];
+	double want[FAULT_STEPS], got[FAULT_STEPS];
 
 	losses(ref, want);
 	losses(tag, got);
-	for (int s = 0; s < STEPS; s++)
+	for (int s = 0; s < steps; s++)
 		cr_expect(fabs(got[s] - want[s]) <= 1e-5 * fabs(want[s]),
 			  "%s step %d: loss %.9g, one rank %.9g", tag, s + 1, got[s], want[s]);
 }
@@ -253,5 +276,50 @@ Test(pods, jobs_across_network_namespaces_equal_one_rank, .timeout = 900, MR_NOT
 	snprintf(probe, sizeof(probe), "http://%s:29401/healthz", ip);
 	/* the agents exited with their jobs: nothing may answer for pod 0 */
 	cr_expect_eq(mr_test_http(&r, "GET", probe, NULL, 0, NULL, 3000), 0);
+	mr_proc_stop(&ctl);
+}
+
+/* Waits until log holds `what` (60 s at most). */
+static void wait_log(const char *log, const char *what)
+{
+	long long end = mr_test_now_ms() + 60000;
+
+	while (!has(log, what) && mr_test_now_ms() < end)
+		usleep(50 * 1000);
+	cr_assert(has(log, what), "'%s' never appeared in %s", what, log);
+}
+
+/* A pod's link cut mid-training for longer than the heartbeat timeout:
+ * the controller declares it dead, the other pod's ranks stop and wait in
+ * the next generation (a fixed-size job needs both), the cut-off pod
+ * learns on the healed link that its generation is stale and rejoins,
+ * and the job resumes from the newest checkpoint to the uninterrupted
+ * run's losses. */
+Test(pods, a_cut_link_is_survived_and_the_stale_pod_rejoins, .timeout = 900,
+     MR_NOT_UNDER_SAN)
+{
+	struct mr_proc ctl, a[2];
+	char url[64], logs[2][300], extra[400];
+
+	pods_up("pf", 2);
+	steps = FAULT_STEPS;
+	controller(&ctl, url, sizeof(url));
+	reference("fref", 2);
+	snprintf(extra, sizeof(extra),
+		 "\"ckpt_dir\": \"%s/fault-ckpt\", \"ckpt_every\": 5, \"debug_slow_rank\": 0, "
+		 "\"debug_slow_ms\": 150",
+		 tmp);
+	start_pods(a, url, "fault", "1", fault_flags, extra, "3s", logs);
+	wait_log(logs[0], "event=checkpoint_saved");
+	cr_assert_eq(mr_test_sh(root, NULL, "scripts/pods.sh cut %s 1", name), 0);
+	/* past the heartbeat timeout (3 s): the controller declares pod 1 dead */
+	wait_log(logs[0], "event=restarting");
+	sleep(2);
+	cr_assert_eq(mr_test_sh(root, NULL, "scripts/pods.sh heal %s 1", name), 0);
+	finish_pods(a, logs);
+	expect_equal("fault", "fref");
+	cr_expect(has(logs[0], "event=checkpoint_resumed"), "pod 0 never resumed (%s)", logs[0]);
+	cr_expect(has(logs[1], "event=generation_changed") || has(logs[1], "event=restarting"),
+		  "pod 1 never learned its generation was stale (%s)", logs[1]);
 	mr_proc_stop(&ctl);
 }
