@@ -17,12 +17,16 @@
  * with the reason elsewhere. Everything the test makes is removed at exit,
  * after a failure too (`pods.sh down`, and every process dies with the test).
  */
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <criterion/logging.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "mr_gpt_worker.h"
@@ -127,6 +131,7 @@ static void controller(struct mr_proc *p, char *url, size_t cap)
 }
 
 static int steps = STEPS;
+static int comm_timeout_ms = 20000; /* a cut peer fails the collective in time */
 static const char *const fault_flags[] = { "--max-restarts", "5", "--last-call", "500ms", NULL };
 
 static void config(char *buf, size_t cap, const char *tag, const char *extra)
@@ -134,8 +139,8 @@ static void config(char *buf, size_t cap, const char *tag, const char *extra)
 	snprintf(buf, cap,
 		 "{\"steps\": %d, \"d_model\": 32, \"n_layer\": 2, \"n_head\": 4, \"seq_len\": 16, "
 		 "\"vocab_size\": 64, \"batch_size\": 4, \"threads\": 1, \"seed\": 7, "
-		 "\"comm_timeout_ms\": 20000, \"loss_log\": \"%s/%s.loss\"%s%s}",
-		 steps, tmp, tag, extra ? ", " : "", extra ? extra : "");
+		 "\"comm_timeout_ms\": %d, \"loss_log\": \"%s/%s.loss\"%s%s}",
+		 steps, comm_timeout_ms, tmp, tag, extra ? ", " : "", extra ? extra : "");
 }
 
 static void losses(const char *tag, double *out)
@@ -321,5 +326,111 @@ Test(pods, a_cut_link_is_survived_and_the_stale_pod_rejoins, .timeout = 900,
 	cr_expect(has(logs[0], "event=checkpoint_resumed"), "pod 0 never resumed (%s)", logs[0]);
 	cr_expect(has(logs[1], "event=generation_changed") || has(logs[1], "event=restarting"),
 		  "pod 1 never learned its generation was stale (%s)", logs[1]);
+	mr_proc_stop(&ctl);
+}
+
+/* A free TCP port on 127.0.0.1 (for a server that cannot take port 0). */
+static int free_port(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	socklen_t len = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM, 0), port;
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	cr_assert(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+		  getsockname(fd, (struct sockaddr *)&a, &len) == 0);
+	port = ntohs(a.sin_port);
+	close(fd);
+	return port;
+}
+
+/* A rank of pod 1 stops calling collectives: `meshrun status --why`, run
+ * where an operator would (outside the pods, at the controller's address),
+ * names it; and a real Prometheus scrapes the controller and both pods'
+ * agents at their own addresses. */
+Test(pods, a_stalled_rank_is_named_and_prometheus_scrapes_every_pod, .timeout = 600,
+     MR_NOT_UNDER_SAN)
+{
+	struct mr_proc ctl, a[2], prom;
+	char url[64], logs[2][300], ip[2][32], cfgpath[300], args_web[64], args_cfg[320],
+		args_db[320], q[128], *out = NULL;
+	const char *mesh[] = { "--tp", "2", "--hang-timeout", "2s", "--heartbeat-interval",
+			       "250ms", NULL };
+	const char *pargs[] = { args_cfg, args_web, args_db, NULL };
+	struct mr_test_resp r;
+	long long end;
+	int pport, rc = -1, up = 0;
+	FILE *f;
+
+	pods_up("ps", 2);
+	controller(&ctl, url, sizeof(url));
+	steps = 200;
+	comm_timeout_ms = 300000; /* the others wait for the stalled rank meanwhile */
+	start_pods(a, url, "stall", "2", mesh, "\"debug_stall_rank\": 3, \"debug_stall_step\": 2",
+		   "60s", logs);
+	end = mr_test_now_ms() + 120000;
+	while (mr_test_now_ms() < end && mr_proc_alive(&a[0]) && mr_proc_alive(&a[1])) {
+		free(out);
+		out = NULL;
+		rc = mr_test_sh(tmp, &out, "'%s/meshrun' status --controller %s --why t/stall",
+				mr_proc_build_dir(), url);
+		if (rc == 0 && strstr(out, "verdict:     stuck"))
+			break;
+		usleep(500 * 1000);
+	}
+	{
+		char tail[3000];
+
+		mr_test_tail(logs[1], tail, sizeof(tail));
+		cr_assert(rc == 0 && strstr(out, "rank 3 (node pod-1, tp 1 cp 0 dp 1 pp 0) has "
+						 "not entered "),
+			  "status --why: %s\npod 1: %s", out, tail);
+	}
+	free(out);
+
+	/* Prometheus, in the root namespace, scrapes the three addresses */
+	ip_of("0", ip[0], sizeof(ip[0]));
+	ip_of("1", ip[1], sizeof(ip[1]));
+	snprintf(cfgpath, sizeof(cfgpath), "%s/prometheus.yml", tmp);
+	f = fopen(cfgpath, "w");
+	cr_assert_not_null(f);
+	fprintf(f,
+		"global: {scrape_interval: 1s, scrape_timeout: 1s}\n"
+		"scrape_configs:\n"
+		"  - job_name: meshrun\n"
+		"    static_configs:\n"
+		"      - targets: ['%s', '%s:29401', '%s:29401']\n",
+		url + strlen("http://"), ip[0], ip[1]);
+	fclose(f);
+	pport = free_port();
+	snprintf(args_cfg, sizeof(args_cfg), "--config.file=%s", cfgpath);
+	snprintf(args_web, sizeof(args_web), "--web.listen-address=127.0.0.1:%d", pport);
+	snprintf(args_db, sizeof(args_db), "--storage.tsdb.path=%s/prom", tmp);
+	if (access("/usr/bin/prometheus", X_OK) != 0) {
+		cr_log_warn("prometheus not installed (Debian package prometheus): scrape skipped");
+	} else {
+		char plog[300];
+
+		snprintf(plog, sizeof(plog), "%s/prometheus.log", tmp);
+		cr_assert_eq(mr_proc_spawn(&prom, "/usr/bin/prometheus", pargs, NULL, plog), 0);
+		snprintf(q, sizeof(q),
+			 "http://127.0.0.1:%d/api/v1/query?query=sum(up%%7Bjob%%3D%%22meshrun%%22%%7D)",
+			 pport);
+		end = mr_test_now_ms() + 60000;
+		while (mr_test_now_ms() < end && !up) {
+			usleep(500 * 1000);
+			if (mr_test_http(&r, "GET", q, NULL, 0, NULL, 5000) == 200)
+				up = strstr(r.body, "\"3\"]") != NULL;
+		}
+		cr_expect(up, "Prometheus does not see the three targets up: %s", r.body);
+		snprintf(q, sizeof(q),
+			 "http://127.0.0.1:%d/api/v1/query?query=meshrun_job_stuck", pport);
+		cr_expect_eq(mr_test_http(&r, "GET", q, NULL, 0, NULL, 5000), 200);
+		cr_expect(strstr(r.body, "\"rank\":\"3\""), "meshrun_job_stuck not scraped: %s",
+			  r.body);
+		mr_proc_stop(&prom);
+	}
+	for (int i = 0; i < 2; i++)
+		mr_proc_stop(&a[i]);
 	mr_proc_stop(&ctl);
 }
