@@ -198,6 +198,7 @@ struct ctl_job {
 	struct mr_dict kvwait; /* key -> struct ctl_waitq */
 	struct ctl_waiter *waiters;
 	struct ctl_jdiag *diag; /* progress, hang and stragglers; NULL until reported */
+	uint8_t all_silent;     /* every running member silent: logged (round.c) */
 };
 
 struct ctl_limits {

@@ -533,9 +533,43 @@ void mr__ctl_complete(struct ctl *ctl, const char *name, const char *node_id, in
 
 /* ---- timers --------------------------------------------------------------------- */
 
+/*
+ * Every running member of a job silent past the heartbeat timeout at once
+ * is what a controller cut off from the pod network sees (its own link
+ * down), not what dying pods look like: pods fail one by one. Declaring
+ * them all dead would restart a job that trains on undisturbed, as it does
+ * while the controller process is down. So while no running member of a
+ * job of several was heard within the timeout, nobody is expired; the
+ * members' next heartbeats (the link back) end it. Past ISOLATED_TIMEOUTS
+ * timeouts of silence the members are expired as usual: the pods are gone.
+ */
+#define ISOLATED_TIMEOUTS 10
+
+static int all_silent(struct ctl *ctl, struct ctl_job *job, int64_t hb)
+{
+	const struct ctl_member *newest = job->lru_tail;
+	int64_t quiet = newest ? ctl->now_ms - newest->last_seen_ms : 0;
+	int silent = job->state == CTL_JOB_RUNNING && job->count[CTL_M_RUNNING] > 1 &&
+		     newest && newest->state == CTL_M_RUNNING && quiet >= hb &&
+		     quiet < ISOLATED_TIMEOUTS * hb;
+
+	if (silent && !job->all_silent)
+		mr_log_warn("members_all_silent",
+			    "job=%s running=%u silent_ms=%lld action=waiting limit_ms=%lld",
+			    mr_log_q(job->name), job->count[CTL_M_RUNNING], (long long)quiet,
+			    (long long)(ISOLATED_TIMEOUTS * hb));
+	else if (!silent && job->all_silent && quiet < hb)
+		mr_log_info("members_heard_again", "job=%s", mr_log_q(job->name));
+	job->all_silent = (uint8_t)silent;
+	return silent;
+}
+
 static void expire_members(struct ctl *ctl, struct ctl_job *job)
 {
 	int64_t hb = job->spec.heartbeat_timeout_ms;
+
+	if (all_silent(ctl, job, hb))
+		return;
 
 	while (job->lru_head && job->lru_head->last_seen_ms + hb <= ctl->now_ms) {
 		struct ctl_member *m = job->lru_head;

@@ -434,3 +434,32 @@ Test(pods, a_stalled_rank_is_named_and_prometheus_scrapes_every_pod, .timeout = 
 		mr_proc_stop(&a[i]);
 	mr_proc_stop(&ctl);
 }
+
+/* The controller's own link cut while training runs, past the heartbeat
+ * timeout: it hears nobody, so it declares nobody dead (members_all_silent)
+ * and the job trains on undisturbed, as it does while the controller
+ * process is down: no restart, the uninterrupted run's losses. */
+Test(pods, the_controller_cut_off_leaves_training_undisturbed, .timeout = 600,
+     MR_NOT_UNDER_SAN)
+{
+	struct mr_proc ctl, a[2];
+	char url[64], logs[2][300], ctl_log[300];
+
+	pods_up("pc", 2);
+	steps = FAULT_STEPS;
+	controller(&ctl, url, sizeof(url));
+	reference("cref", 2);
+	start_pods(a, url, "ctlcut", "1", fault_flags,
+		   "\"debug_slow_rank\": 0, \"debug_slow_ms\": 150", "3s", logs);
+	wait_log(logs[0], "event=step");
+	cr_assert_eq(mr_test_sh(root, NULL, "scripts/pods.sh cut %s c", name), 0);
+	snprintf(ctl_log, sizeof(ctl_log), "%s/ctl.log", tmp);
+	wait_log(ctl_log, "event=members_all_silent");
+	sleep(1);
+	cr_assert_eq(mr_test_sh(root, NULL, "scripts/pods.sh heal %s c", name), 0);
+	finish_pods(a, logs);
+	expect_equal("ctlcut", "cref");
+	for (int i = 0; i < 2; i++)
+		cr_expect(!has(logs[i], "event=restarting"), "pod %d restarted (%s)", i, logs[i]);
+	mr_proc_stop(&ctl);
+}
