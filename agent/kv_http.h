@@ -6,12 +6,16 @@
  * long-poll on the controller (no client-side polling).
  *
  * Thread safety: each struct mr_kv_http owns its own rendezvous client
- * (connection), so every rank thread opens its own and uses it alone.
+ * (connection), so every rank thread opens its own; its calls are
+ * serialised by a lock, so the rank's checkpoint writer thread may fence
+ * with it too (mr_ckpt_opts.fence).
  * Ownership: mr_kv_http_close() frees what open() made; kv points at k.
  * Non-goals: caching, batching.
  */
 #ifndef MR_KV_HTTP_H
 #define MR_KV_HTTP_H
+
+#include <pthread.h>
 
 #include "mr_kv.h"
 #include "rdzv.h"
@@ -19,6 +23,7 @@
 struct mr_kv_http {
 	struct mr_rdzv *r;
 	int generation;
+	pthread_mutex_t mu;
 };
 
 /* Connects a KV of generation gen (o->spec is not needed) and fills kv to

@@ -196,6 +196,7 @@ int mr__gw_parse(const json_t *c, struct mr_gpt_config *mc, struct mr_adamw_conf
 	    (rc = geti(c, "debug_slow_ms", &w->slow_ms, eb)) < 0 ||
 	    (rc = geti(c, "debug_ckpt_fail_rank", &w->ckpt_fail_rank, eb)) < 0 ||
 	    (rc = geti(c, "debug_ckpt_fail_step", &w->ckpt_fail_step, eb)) < 0 ||
+	    (rc = geti(c, "debug_ckpt_publish_delay_ms", &w->ckpt_publish_delay_ms, eb)) < 0 ||
 	    (rc = geti(c, "ckpt_every", &w->ckpt_every, eb)) < 0 ||
 	    (rc = geti(c, "ckpt_keep", &w->ckpt_keep, eb)) < 0 ||
 	    (rc = get_pipeline(c, w, eb)) < 0)

@@ -67,6 +67,7 @@ struct gw {
 	int stall_rank, stall_step; /* debug_stall_*: -1 = off */
 	int slow_rank, slow_ms;     /* debug_slow_*: -1 = off */
 	int ckpt_fail_rank, ckpt_fail_step, ckpt_fail_unmarked; /* debug_ckpt_fail_* */
+	int ckpt_publish_delay_ms; /* debug_ckpt_publish_delay_ms */
 	atomic_int aborted;
 	atomic_int preempted;   /* preempt(): checkpoint at this step's end, then stop */
 	const char *tensorboard_dir; /* borrowed; NULL: no event file */

@@ -170,6 +170,9 @@ const struct mr__gw_key mr__gw_keys[] = {
 	I("debug_ckpt_fail_step", 0, 1 << 30, "0", "debug", "See debug_ckpt_fail_rank."),
 	B("debug_ckpt_fail_unmarked", "false", "debug",
 	  "With debug_ckpt_fail_rank: the failing rank leaves no marker for rank 0."),
+	I("debug_ckpt_publish_delay_ms", 0, 3600000, "0", "debug",
+	  "Testing only: rank 0 waits this long before publishing each checkpoint (a "
+	  "writer cut off mid-save)."),
 	{ NULL, GWK_INT, 0, 0, NULL, NULL, NULL, NULL },
 };
 

@@ -358,19 +358,46 @@ static void trim_loss_log(const char *path, long step)
 		rename(tmp, path);
 }
 
+/* The checkpoint fence (mr_ckpt_opts): a KV call of this rank's
+ * generation, which the controller answers 409 (MR_ESTALE) once the job
+ * has moved on to a newer one. */
+static int ckpt_fence(void *arg, struct mr_errbuf *eb)
+{
+	const struct mr_kv *kv = arg;
+	long long n = 0;
+	int rc = mr_kv_add(kv, "meshrun/ckpt-fence", 1, &n);
+
+	if (rc == MR_ESTALE)
+		return mr_errf(eb, rc, "this rank's generation ended: the job went on without "
+				       "it (stale)");
+	return rc < 0 ? mr_errf(eb, rc, "the controller could not confirm the generation: %s",
+				mr_strerror(rc))
+		      : 0;
+}
+
 int mr__gw_open_ckpt(struct gw *w, const struct mr_worker_env *env, const char *train_data,
 		     struct mr_errbuf *eb)
 {
-	struct mr_ckpt_opts o = { w->ckpt_dir, w->ckpt_every, w->ckpt_keep, w->ckpt_async,
-				  w->comm_timeout_ms > 600000 ? w->comm_timeout_ms : 600000,
-				  w->ckpt_fail_rank == w->rank ? w->ckpt_fail_step : 0,
-				  w->ckpt_fail_unmarked };
+	struct mr_ckpt_opts o = {
+		.dir = w->ckpt_dir,
+		.every = w->ckpt_every,
+		.keep = w->ckpt_keep,
+		.async = w->ckpt_async,
+		.timeout_ms = w->comm_timeout_ms > 600000 ? w->comm_timeout_ms : 600000,
+		.fail_step = w->ckpt_fail_rank == w->rank ? w->ckpt_fail_step : 0,
+		.fail_unmarked = w->ckpt_fail_unmarked,
+	};
 	struct mr_ckpt_job job = { 0 };
 	long step = 0;
 	int rc;
 
 	if (!w->ckpt_dir)
 		return 0;
+	if (env && env->kv) { /* a job's rank: publish only while current */
+		o.fence = ckpt_fence;
+		o.fence_arg = (void *)env->kv;
+	}
+	o.publish_delay_ms = w->ckpt_publish_delay_ms;
 	job.rank = w->rank;
 	job.world = env && env->world_size > 0 ? env->world_size : 1;
 	job.tp = w->groups.mesh.tp;

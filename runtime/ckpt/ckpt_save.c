@@ -354,6 +354,17 @@ static int publish(struct mr_ckpt *c, const char *tmp, long step, long opt_steps
 	free(text);
 	if (rc < 0 || (rc = mr_file_sync_dir(tmp, eb)) < 0)
 		return rc;
+	if (c->o.publish_delay_ms > 0) {
+		mr_log_info("debug_checkpoint_publish_delay", "step=%ld ms=%ld", step,
+			    c->o.publish_delay_ms);
+		usleep((useconds_t)c->o.publish_delay_ms * 1000);
+	}
+	if (c->o.fence && (rc = c->o.fence(c->o.fence_arg, eb)) < 0) {
+		mr_log_warn("checkpoint_fenced", "step=%ld dir=%s why=%s", step, mr_log_q(tmp),
+			    mr_log_q(eb->msg));
+		mr__ckpt_remove_dir(tmp);
+		return rc;
+	}
 	mr__ckpt_step_dir(final, sizeof(final), c->dir, step);
 	snprintf(aside, sizeof(aside), "%s/.replaced-step-%08ld.%016llx", c->dir, step,
 		 (unsigned long long)c->nonce);

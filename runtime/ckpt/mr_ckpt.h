@@ -87,6 +87,16 @@ struct mr_ckpt_opts {
 	 * a full disk (0: never), leaving no marker with fail_unmarked */
 	long fail_step;
 	int fail_unmarked;
+	/* Fencing: rank 0 calls fence(fence_arg) right before it publishes a
+	 * step (the rename that makes it visible); a negative return (the
+	 * job's generation moved on: this rank is stale, cut off while the
+	 * job went on without it) refuses the publish - the step's files are
+	 * removed, `checkpoint_fenced` logged - so a stale rank never
+	 * publishes over the new generation's checkpoints. NULL: no fence.
+	 * Called from the writer thread. */
+	int (*fence)(void *fence_arg, struct mr_errbuf *eb);
+	void *fence_arg;
+	long publish_delay_ms; /* testing: rank 0 sleeps this long before the fence */
 };
 
 struct mr_ckpt_stats {

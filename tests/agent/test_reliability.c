@@ -11,6 +11,7 @@
  * once instead of leaving them to wait out the communicator's timeout.
  */
 #include "harness.h"
+#include "proc.h"
 
 Test(reliability, token_file_is_read_by_the_agent)
 {
@@ -237,5 +238,51 @@ Test(reliability, a_rank_that_cannot_start_stops_the_others_at_once, .timeout = 
 	cr_expect_geq(h_count(la, "cuda device '1' not available"), 1);
 	cr_expect_eq(h_count(la, "unable to get peer address"), 0,
 		     "rank 0 waited out its bootstrap");
+	h_kill(c.pid);
+}
+
+/*
+ * No split brain: a checkpoint writer whose generation ended while it was
+ * writing (held before its publish by debug_ckpt_publish_delay_ms; the
+ * generation bumped meanwhile by a failure report) must not publish. Its
+ * publish is fenced by the controller (`checkpoint_fenced`: the KV call
+ * of the old generation is answered 409), the step never appears, and
+ * the restarted job does not resume from it.
+ */
+Test(reliability, a_stale_checkpoint_writer_never_publishes, .timeout = 240)
+{
+	struct h_ctl c = {0};
+	struct mr_test_resp r;
+	char la[300], lb[300], ck[300], cfg[700], url[160], step[400];
+	char *extra[] = {"--max-restarts", "3", "--workload-config", cfg, NULL};
+	pid_t a;
+
+	h_logs(la, lb, sizeof(la), "fence");
+	h_path(ck, sizeof(ck), "fence-ckpt");
+	snprintf(cfg, sizeof(cfg),
+		 "{\"steps\": 10, \"d_model\": 32, \"n_layer\": 1, \"seq_len\": 16, "
+		 "\"batch_size\": 4, \"threads\": 1, \"ckpt_dir\": \"%s\", \"ckpt_every\": 5, "
+		 "\"debug_ckpt_publish_delay_ms\": 2000}",
+		 ck);
+	h_ctl_start(&c, 0);
+	a = h_agent(&c, "t/fence", 0, extra, NULL, NULL, la);
+	cr_assert_eq(h_wait_log(la, "event=debug_checkpoint_publish_delay step=5", 1, 60000), 0);
+	/* the job moves on while the writer holds step 5 */
+	snprintf(url, sizeof(url), "%s/v1/jobs/t/fence/fail", c.url);
+	{
+		static const char body[] = "{\"node_id\": \"node-0\", \"generation\": 1, "
+					   "\"reason\": \"test\"}";
+
+		cr_assert_eq(mr_test_http(&r, "POST", url, body, strlen(body), NULL, 10000), 200,
+			     "%s", r.body);
+	}
+	h_expect_exit(a, 0, 120000, la, &c);
+	cr_expect_eq(h_count(la, "event=checkpoint_fenced step=5"), 1, "the stale step was not "
+								       "fenced");
+	cr_expect_eq(h_count(la, "event=checkpoint_resumed step=5"), 0,
+		     "the restart resumed from the stale step");
+	/* the new generation published its own steps */
+	snprintf(step, sizeof(step), "%s/step-00000010/manifest.json", ck);
+	cr_expect_eq(access(step, F_OK), 0, "the new generation's last step is missing");
 	h_kill(c.pid);
 }
