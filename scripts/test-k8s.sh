@@ -149,7 +149,8 @@ run dockerfiles dockerfiles
 
 run agent-env node "$k8s/agent_env.mjs" "$build" deploy/jobs/volcano-job.yaml \
 	deploy/jobs/indexed-job.yaml deploy/jobs/jobset.yaml deploy/jobs/kueue-jobset.yaml \
-	deploy/jobs/trainjob.yaml deploy/trainer/clustertrainingruntime.yaml
+	deploy/jobs/jobset-with-controller.yaml deploy/jobs/trainjob.yaml \
+	deploy/trainer/clustertrainingruntime.yaml
 run prometheus node "$k8s/prometheus.mjs" "$build"
 
 [ -n "$bad" ] && echo "k8s: failing:$bad"
