@@ -81,7 +81,7 @@ podFailurePolicy:
         - type: DisruptionTarget
 {{- end }}
 
-{{/* JobSet policies shared by the JobSet and the Trainer runtime. */}}
+{{/* JobSet policies shared by the JobSet and the Trainer runtime ("order": InOrder with a controller in the set). */}}
 {{- define "meshrun.jobSetPolicies" -}}
 network:
   enableDNSHostnames: true
@@ -90,7 +90,7 @@ successPolicy:
   operator: All
   targetReplicatedJobs: [{{ .target }}]
 startupPolicy:
-  startupPolicyOrder: AnyOrder
+  startupPolicyOrder: {{ .order | default "AnyOrder" }}
 failurePolicy:
   maxRestarts: {{ .ctx.Values.job.jobset.maxRestarts }}
   restartStrategy: Recreate
@@ -271,7 +271,7 @@ spec:
           value: topology
         {{- end }}
         - name: MESHRUN_CONTROLLER
-          value: http://{{ include "meshrun.controllerName" $ }}:{{ $.Values.controller.port }}
+          value: {{ .controllerUrl | default (printf "http://%s:%v" (include "meshrun.controllerName" $) $.Values.controller.port) }}
         {{- if $runtime }}
         # the TrainJob's name (Trainer names the JobSet after it)
         - name: TRAINJOB_NAME
