@@ -7,6 +7,12 @@
 // field and the reason; tests/k8s/rejected/ holds one manifest per rule
 // that must be refused.
 //
+// Beyond the pods: Volcano gangs and their network topology, Indexed Job
+// and JobSet failure, success and startup policies, Kueue queues and
+// Topology Aware Scheduling, Kubeflow Trainer runtimes and the pod a
+// TrainJob gets from one, and the agents' topology inputs with the
+// read-only node role they need.
+//
 // Non-goals: schema checks (schema.mjs), anything a cluster decides at run
 // time (scheduling, quotas).
 
