@@ -401,7 +401,7 @@ function checkKueue(bundle, pods, err) {
           if (!has("ResourceFlavor", f.name)) err(`${w}.spec.resourceGroups: no ResourceFlavor '${f.name}' in the bundle`);
           const names = (f.resources ?? []).map((r) => r.name);
           if (JSON.stringify(names) !== JSON.stringify(g.coveredResources))
-            err(`${w}.spec.resourceGroups[${f.name}].resources: must list the coveredResources in order (${g.coveredResources})`);
+            err(`${w}.spec.resourceGroups[${f.name}].resources: must list the coveredResources in order (${g.coveredResources}), as Kueue's webhook requires`);
         }
     if (o.kind === "ResourceFlavor" && o.spec?.topologyName && !has("Topology", o.spec.topologyName))
       err(`${w}.spec.topologyName: no Topology '${o.spec.topologyName}' in the bundle`);
