@@ -17,6 +17,7 @@
 #   rules          promtool check rules and promtool test rules (tests/k8s/alerts_test.yaml)
 #   dockerfiles    dockerfilelint + dockerfile-utils lint; what they name exists (make install)
 #   agent-env      the job examples' environment gives each pod its node rank and the world size
+#   chart-agent-env  the same for the chart's job of each ci variant (every scheduler)
 #   prometheus     a real prometheus scrapes a real meshrun local run; dashboard and alerts
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -148,7 +149,18 @@ dockerfiles() {
 run dockerfiles dockerfiles
 
 run agent-env node "$k8s/agent_env.mjs" "$build" deploy/jobs/volcano-job.yaml \
-	deploy/jobs/indexed-job.yaml deploy/jobs/jobset.yaml
+	deploy/jobs/indexed-job.yaml deploy/jobs/jobset.yaml deploy/jobs/kueue-jobset.yaml \
+	deploy/jobs/jobset-with-controller.yaml deploy/jobs/trainjob.yaml \
+	deploy/trainer/clustertrainingruntime.yaml
+chart_agent_env() {
+	set --
+	for v in charts/meshrun/ci/*-values.yaml; do
+		# the variants with a job (job.enabled is the only two-space "enabled")
+		grep -q '^  enabled: true' "$v" && set -- "$@" "$tmp/chart-$(basename "$v" -values.yaml).yaml"
+	done
+	node "$k8s/agent_env.mjs" "$build" "$@"
+}
+run chart-agent-env chart_agent_env
 run prometheus node "$k8s/prometheus.mjs" "$build"
 
 [ -n "$bad" ] && echo "k8s: failing:$bad"

@@ -2,11 +2,14 @@
 //
 //   node agent_env.mjs BUILD_DIR MANIFEST...
 //
-// For each manifest (a Volcano Job, an Indexed Job, a JobSet) it builds the
-// environment each pod's agent container would get - its env entries with
-// fieldRef, configMapKeyRef and $(VAR) resolved, plus what the scheduler
-// adds (Volcano's env and svc plugins: VC_TASK_INDEX, VC_<TASK>_NUM,
-// VC_<TASK>_HOSTS; Kubernetes: JOB_COMPLETION_INDEX; the pod's HOSTNAME) -
+// For each manifest (a Volcano Job, an Indexed Job, a JobSet, a TrainJob
+// with its runtime among the other manifests) it builds the environment
+// each pod's agent container would get - its env entries with fieldRef,
+// configMapKeyRef and $(VAR) resolved, plus what the scheduler adds
+// (Volcano's env and svc plugins: VC_TASK_INDEX, VC_<TASK>_NUM,
+// VC_<TASK>_HOSTS; Kubernetes: JOB_COMPLETION_INDEX; Trainer: PET_NNODES,
+// PET_NPROC_PER_NODE, PET_NODE_RANK; the pod's HOSTNAME and node name;
+// MESHRUN_TOPOLOGY in place of the Node lookup of MESHRUN_TOPOLOGY_LABELS) -
 // and starts one real meshrun-agent per pod with only that environment
 // (the controller URL, token file and health port pointed at a local
 // controller), in reverse pod order, running a command that prints
@@ -43,15 +46,17 @@ function run(cmd, args, env, ms) {
 /** The scheduler's view of pod I: its extra env and hostname. */
 function schedulerEnv(p, i, n) {
   const o = p.owner;
+  const node = { NODE_NAME: `node-${String(i).padStart(3, "0")}` }; // the pod's spec.nodeName
   if (p.task) { // Volcano: env + svc plugins, pod <job>-<task>-<i>
     const T = p.task.name.toUpperCase().replaceAll("-", "_");
     const hosts = [...Array(n).keys()].map((k) => `${o.metadata.name}-${p.task.name}-${k}.${o.metadata.name}`);
-    return { VC_TASK_INDEX: `${i}`, VK_TASK_INDEX: `${i}`, [`VC_${T}_NUM`]: `${n}`,
+    return { ...node, VC_TASK_INDEX: `${i}`, VK_TASK_INDEX: `${i}`, [`VC_${T}_NUM`]: `${n}`,
       [`VC_${T}_HOSTS`]: hosts.join(","), HOSTNAME: `${o.metadata.name}-${p.task.name}-${i}` };
   }
-  if (o.kind === "JobSet") // <jobset>-<replicatedJob>-<job index>-<pod index>
-    return { JOB_COMPLETION_INDEX: `${i}`, HOSTNAME: `${o.metadata.name}-${p.rjob.name}-0-${i}` };
-  return { JOB_COMPLETION_INDEX: `${i}`, HOSTNAME: `${o.metadata.name}-${i}` };
+  if (o.kind === "JobSet" || o.kind === "TrainJob") // <jobset>-<replicatedJob>-<job index>-<pod index>
+    return { ...node, JOB_COMPLETION_INDEX: `${i}`, JOBSET_NAME: o.metadata.name,
+      HOSTNAME: `${o.metadata.name}-${p.rjob.name}-0-${i}` };
+  return { ...node, JOB_COMPLETION_INDEX: `${i}`, HOSTNAME: `${o.metadata.name}-${i}` };
 }
 
 function containerEnv(c, bundle, extra) {
@@ -59,8 +64,12 @@ function containerEnv(c, bundle, extra) {
   for (const e of c.env ?? []) {
     let v = e.value;
     const f = e.valueFrom;
-    if (f?.fieldRef?.fieldPath === "status.podIP") v = "127.0.0.1";
-    else if (f?.fieldRef?.fieldPath === "metadata.namespace") v = "ml";
+    const fp = f?.fieldRef?.fieldPath;
+    if (fp === "status.podIP") v = "127.0.0.1";
+    else if (fp === "metadata.namespace") v = "ml";
+    else if (fp === "spec.nodeName") v = extra.NODE_NAME;
+    else if (fp === "metadata.labels['jobset.sigs.k8s.io/jobset-name']") v = extra.JOBSET_NAME;
+    else if (fp === "metadata.annotations['batch.kubernetes.io/job-completion-index']") v = extra.JOB_COMPLETION_INDEX;
     else if (f?.configMapKeyRef) {
       const cm = bundle.find((o) => o.kind === "ConfigMap" && o.metadata.name === f.configMapKeyRef.name);
       v = cm?.data?.[f.configMapKeyRef.key];
@@ -98,14 +107,19 @@ try {
     } catch { /* not yet */ }
   }
   if (!port) throw new Error("the controller did not write its port");
+  // every manifest's objects, for references between files (a TrainJob's runtime)
+  const all = manifests.flatMap((m) => loadObjects(m));
   for (const m of manifests) {
-    const bundle = loadObjects(m);
-    const pods = podTemplates(bundle).filter((p) =>
-      p.tpl.metadata?.labels?.["app.kubernetes.io/name"] === "meshrun-agent");
+    const mine = loadObjects(m);
+    const names = new Set(mine.map((o) => `${o.kind}/${o.metadata?.name}`));
+    const bundle = [...mine, ...all.filter((o) => !names.has(`${o.kind}/${o.metadata?.name}`))];
+    const pods = podTemplates(bundle).filter((p) => names.has(`${p.owner.kind}/${p.owner.metadata?.name}`) &&
+      !p.runtime && p.tpl.metadata?.labels?.["app.kubernetes.io/name"] === "meshrun-agent");
     for (const p of pods) {
       const n = p.task ? p.task.replicas : p.job.completions;
-      const c = p.tpl.spec.containers.find((x) => x.name === "agent");
-      const nproc = Number(containerEnv(c, bundle, {}).MESHRUN_NPROC_PER_NODE ?? 1);
+      const c = p.tpl.spec.containers.find((x) => x.name === "agent" || x.name === "node");
+      const env0 = containerEnv(c, bundle, schedulerEnv(p, 0, n));
+      const nproc = Number(env0.MESHRUN_NPROC_PER_NODE ?? env0.PET_NPROC_PER_NODE ?? 1);
       const runs = [];
       for (let i = n - 1; i >= 0; i--) {
         const env = containerEnv(c, bundle, { PATH: process.env.PATH, ...schedulerEnv(p, i, n) });
@@ -114,6 +128,14 @@ try {
         env.MESHRUN_HEALTH_PORT = "0";
         env.MESHRUN_HEALTH_ADDR = "127.0.0.1";
         env.MESHRUN_GRACE_PERIOD = "1s";
+        // No API server here: the path the agent would build from its
+        // Node's labels is given directly, in pod order (so the topology
+        // rank order gives the same ranks as the index order).
+        if (env.MESHRUN_TOPOLOGY_LABELS !== undefined) {
+          const levels = env.MESHRUN_TOPOLOGY_LABELS.split(",");
+          env.MESHRUN_TOPOLOGY = levels.map((_, k) => (k === levels.length - 1 ? env.NODE_NAME : `d${k}-0`)).join("/");
+          delete env.MESHRUN_TOPOLOGY_LABELS;
+        }
         const wl = env.MESHRUN_WORKLOAD_CONFIG;
         if (wl && !wl.trimStart().startsWith("{"))
           env.MESHRUN_WORKLOAD_CONFIG = mountedFile(p, c, bundle, wl, join(dir, `workload-${i}.json`));

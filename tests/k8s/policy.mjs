@@ -7,11 +7,20 @@
 // field and the reason; tests/k8s/rejected/ holds one manifest per rule
 // that must be refused.
 //
+// Beyond the pods: Volcano gangs and their network topology, Indexed Job
+// and JobSet failure, success and startup policies, Kueue queues and
+// Topology Aware Scheduling, Kubeflow Trainer runtimes and the pod a
+// TrainJob gets from one, and the agents' topology inputs with the
+// read-only node role they need.
+//
 // Non-goals: schema checks (schema.mjs), anything a cluster decides at run
 // time (scheduling, quotas).
 
 const AGENT = "meshrun-agent";
 const CONTROLLER = "meshrun-controller";
+const QUEUE = "kueue.x-k8s.io/queue-name";
+const TAS = ["kueue.x-k8s.io/podset-required-topology", "kueue.x-k8s.io/podset-preferred-topology"];
+const LABEL_KEY = /^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$/;
 
 function label(o) {
   return `${o.kind} ${o.metadata?.name ?? "?"}`;
@@ -38,8 +47,60 @@ export function podTemplates(objs) {
       (s.replicatedJobs ?? []).forEach((r, i) =>
         out.push({ tpl: r.template?.spec?.template, owner: o, rjob: r,
           path: `spec.replicatedJobs[${i}].template.spec.template`, job: r.template?.spec }));
+    if (o.kind === "ClusterTrainingRuntime") // a template: TrainJobs fill it in
+      (s.template?.spec?.replicatedJobs ?? []).forEach((r, i) =>
+        out.push({ tpl: r.template?.spec?.template, owner: o, rjob: r, runtime: true,
+          path: `spec.template.spec.replicatedJobs[${i}].template.spec.template`, job: r.template?.spec }));
+    if (o.kind === "TrainJob") {
+      const t = trainJobPod(o, objs);
+      if (t) out.push(t);
+    }
   }
   return out.filter((p) => p.tpl);
+}
+
+const ANCESTOR = "trainer.kubeflow.org/trainjob-ancestor-step";
+
+/** The ClusterTrainingRuntime a TrainJob names, when the bundle has it. */
+export function runtimeOf(tj, objs) {
+  const ref = tj.spec?.runtimeRef ?? {};
+  if ((ref.kind ?? "ClusterTrainingRuntime") !== "ClusterTrainingRuntime") return undefined;
+  return objs.find((o) => o.kind === "ClusterTrainingRuntime" && o.metadata?.name === ref.name);
+}
+
+/**
+ * The pod a TrainJob's trainer nodes get, as Kubeflow Trainer v2.0 builds
+ * it: the runtime's replicatedJob marked trainer (ancestor label), with
+ * numNodes as the Job's completions and parallelism, resourcesPerNode as
+ * the "node" container's resources, the TrainJob's env after the
+ * runtime's, and (mlPolicy.torch) torchrun's PET_ variables.
+ */
+function trainJobPod(tj, objs) {
+  const rt = runtimeOf(tj, objs);
+  const rjobs = rt?.spec?.template?.spec?.replicatedJobs ?? [];
+  const rjob = rjobs.find((r) => r.template?.metadata?.labels?.[ANCESTOR] === "trainer");
+  if (!rjob?.template?.spec?.template) return undefined;
+  const job = structuredClone(rjob.template.spec);
+  const t = tj.spec?.trainer ?? {};
+  const ml = rt.spec.mlPolicy ?? {};
+  const nodes = t.numNodes ?? ml.numNodes ?? 1;
+  job.completions = nodes;
+  job.parallelism = nodes;
+  for (const c of job.template.spec.containers ?? []) {
+    if (c.name !== "node") continue;
+    if (t.resourcesPerNode) c.resources = structuredClone(t.resourcesPerNode);
+    const env = (c.env ?? []).filter((e) => !(t.env ?? []).some((x) => x.name === e.name));
+    if (ml.torch) {
+      const nproc = t.numProcPerNode ?? ml.torch.numProcPerNode ?? "auto";
+      env.push({ name: "PET_NNODES", value: `${nodes}` },
+        { name: "PET_NPROC_PER_NODE", value: `${nproc}` },
+        { name: "PET_NODE_RANK", valueFrom: { fieldRef: {
+          fieldPath: "metadata.annotations['batch.kubernetes.io/job-completion-index']" } } });
+    }
+    c.env = [...env, ...structuredClone(t.env ?? [])];
+  }
+  return { tpl: job.template, owner: tj, rjob, job, trainJob: true,
+    path: `spec.trainer (on ClusterTrainingRuntime ${rt.metadata.name})` };
 }
 
 function envOf(c) {
@@ -66,14 +127,14 @@ function volumeFor(spec, c, path) {
   return best && (spec.volumes ?? []).find((v) => v.name === best.name);
 }
 
-/** ConfigMap cm's key as the workload's JSON object, or undefined after err. */
-function parseWorkload(cm, key, where, err) {
+/** TEXT (WHAT: where it comes from) as the workload's JSON object, or undefined after err. */
+function parseWorkload(text, what, where, err) {
   try {
-    const w = JSON.parse(cm.data[key]);
+    const w = JSON.parse(text);
     if (typeof w !== "object" || w === null || Array.isArray(w)) throw new Error("not an object");
     return w;
   } catch (x) {
-    err(`${where}: ConfigMap '${cm.metadata.name}' key '${key}' is not a JSON object: ${x.message}`);
+    err(`${where}: ${what} is not a JSON object: ${x.message}`);
     return undefined;
   }
 }
@@ -84,8 +145,11 @@ function checkPod(p, bundle, opts, err) {
   const labels = p.tpl.metadata?.labels ?? {};
   const psc = spec.securityContext ?? {};
   if (psc.runAsNonRoot !== true) err(`${where}.spec.securityContext.runAsNonRoot: must be true`);
-  if (spec.automountServiceAccountToken !== false)
-    err(`${where}.spec.automountServiceAccountToken: must be false (meshrun calls no Kubernetes API)`);
+  const agent = labels["app.kubernetes.io/name"] === AGENT;
+  const readsNode = agent && (spec.containers ?? []).some((c) => envOf(c).has("MESHRUN_TOPOLOGY_LABELS"));
+  if (readsNode) checkNodeReader(spec, where, bundle, err);
+  else if (spec.automountServiceAccountToken !== false)
+    err(`${where}.spec.automountServiceAccountToken: must be false (meshrun calls no Kubernetes API unless its agents read their Node's topology labels)`);
   for (const c of spec.containers ?? []) {
     const cw = `${where}.spec.containers[${c.name}]`;
     const sc = c.securityContext ?? {};
@@ -120,7 +184,9 @@ function checkPod(p, bundle, opts, err) {
     }
     const wl = env.get("MESHRUN_WORKLOAD_CONFIG")?.value;
     let workload; // the parsed workload config, when it comes from a ConfigMap
-    if (wl && !wl.trimStart().startsWith("{")) {
+    if (wl && wl.trimStart().startsWith("{"))
+      workload = parseWorkload(wl, "the inline value", `${cw}.env[MESHRUN_WORKLOAD_CONFIG]`, err);
+    else if (wl) {
       // a path: the file of a ConfigMap volume, and a JSON object
       const v = volumeFor(spec, c, wl);
       const m = (c.volumeMounts ?? []).find((x) => x.name === v?.name);
@@ -130,7 +196,8 @@ function checkPod(p, bundle, opts, err) {
       if (!cm || cm.data?.[key] === undefined)
         err(`${cw}.env[MESHRUN_WORKLOAD_CONFIG]: '${wl}' is not a key of a ConfigMap volume in the bundle`);
       else
-        workload = parseWorkload(cm, key, `${cw}.env[MESHRUN_WORKLOAD_CONFIG]`, err);
+        workload = parseWorkload(cm.data[key], `ConfigMap '${cm.metadata.name}' key '${key}'`,
+          `${cw}.env[MESHRUN_WORKLOAD_CONFIG]`, err);
     }
     for (const e of c.env ?? []) {
       const r = e.valueFrom?.configMapKeyRef;
@@ -139,12 +206,13 @@ function checkPod(p, bundle, opts, err) {
       if (!cm || cm.data?.[r.key] === undefined)
         err(`${cw}.env[${e.name}]: ConfigMap '${r.name}' key '${r.key}' is not in the bundle`);
       else if (e.name === "MESHRUN_WORKLOAD_CONFIG")
-        workload = parseWorkload(cm, r.key, `${cw}.env[${e.name}]`, err);
+        workload = parseWorkload(cm.data[r.key], `ConfigMap '${r.name}' key '${r.key}'`,
+          `${cw}.env[${e.name}]`, err);
     }
     const gpus = Number(c.resources?.limits?.["nvidia.com/gpu"] ?? 0);
     if (workload && gpus > 0 && workload.device !== "cuda")
       err(`${cw}: the pod reserves ${gpus} nvidia.com/gpu but its workload trains on "${workload.device ?? "cpu"}"; set "device": "cuda"`);
-    if (labels["app.kubernetes.io/name"] === AGENT) checkAgent(p, spec, c, cw, env, opts, err);
+    if (agent) checkAgent(p, spec, c, cw, env, opts, err);
   }
 }
 
@@ -163,9 +231,11 @@ function checkAgent(p, spec, c, cw, env, opts, err) {
     err(`${cw}.env: MESHRUN_CONTROLLER is required`);
   if (spec.restartPolicy !== "Never")
     err(`${cw}: restartPolicy must be Never, so that a failed pod reaches the job's failure policy`);
+  checkTopologyInputs(p, c, cw, env, err);
+  if (p.runtime) return; // a runtime's template: its TrainJobs give size and resources
   if (opts.requireGpu) {
     const gpus = Number(c.resources?.limits?.["nvidia.com/gpu"] ?? 0);
-    const nproc = Number(env.get("MESHRUN_NPROC_PER_NODE")?.value ?? 1);
+    const nproc = Number(env.get("MESHRUN_NPROC_PER_NODE")?.value ?? env.get("PET_NPROC_PER_NODE")?.value ?? 1);
     if (gpus < 1) err(`${cw}.resources.limits: nvidia.com/gpu is required`);
     else if (gpus !== nproc)
       err(`${cw}: nvidia.com/gpu (${gpus}) must equal MESHRUN_NPROC_PER_NODE (${nproc}), one GPU per rank`);
@@ -180,9 +250,67 @@ function checkAgent(p, spec, c, cw, env, opts, err) {
       err(`${cw}.env: with several Volcano tasks the agent cannot derive nnodes; set MESHRUN_NNODES`);
   }
   if (p.job) {
-    const n = Number(env.get("MESHRUN_NNODES")?.value);
+    const name = env.has("MESHRUN_NNODES") || !env.has("PET_NNODES") ? "MESHRUN_NNODES" : "PET_NNODES";
+    const n = Number(env.get(name)?.value);
     if (n !== p.job.completions)
-      err(`${cw}.env: MESHRUN_NNODES (${env.get("MESHRUN_NNODES")?.value}) must equal completions (${p.job.completions})`);
+      err(`${cw}.env: ${name} (${env.get(name)?.value}) must equal completions (${p.job.completions})`);
+  }
+}
+
+// The agent's topology inputs (MESHRUN_TOPOLOGY, or MESHRUN_TOPOLOGY_LABELS
+// with NODE_NAME) and rank order; a topology-aware placement (Kueue TAS,
+// Volcano networkTopology) wants MESHRUN_RANK_ORDER=topology.
+function checkTopologyInputs(p, c, cw, env, err) {
+  const labels = env.get("MESHRUN_TOPOLOGY_LABELS")?.value;
+  if (labels !== undefined) {
+    if (env.get("NODE_NAME")?.valueFrom?.fieldRef?.fieldPath !== "spec.nodeName")
+      err(`${cw}.env: MESHRUN_TOPOLOGY_LABELS needs NODE_NAME (fieldRef spec.nodeName): the agent reads its Node by name`);
+    const keys = labels.split(",");
+    if (!keys.length || keys.some((k) => !LABEL_KEY.test(k)))
+      err(`${cw}.env[MESHRUN_TOPOLOGY_LABELS]: '${labels}' is not a comma-separated list of label keys`);
+  }
+  const order = env.get("MESHRUN_RANK_ORDER")?.value ?? argValue(c, "--rank-order") ?? "index";
+  if (!["index", "topology"].includes(order))
+    err(`${cw}.env[MESHRUN_RANK_ORDER]: '${order}' is not index or topology`);
+  const hasTopology = labels !== undefined || env.has("MESHRUN_TOPOLOGY") || argValue(c, "--topology") !== undefined;
+  if (order === "topology" && !hasTopology)
+    err(`${cw}.env: MESHRUN_RANK_ORDER=topology without a topology (MESHRUN_TOPOLOGY, or MESHRUN_TOPOLOGY_LABELS with NODE_NAME)`);
+  const tas = TAS.find((a) => p.tpl.metadata?.annotations?.[a] !== undefined);
+  const aware = tas ? `Kueue ${tas}` : p.owner.spec?.networkTopology ? "Volcano networkTopology" : null;
+  if (aware && order !== "topology")
+    err(`${cw}.env: the job is placed by topology (${aware}); set MESHRUN_RANK_ORDER=topology so that ranks follow it`);
+  if (tas && labels !== undefined && !labels.split(",").includes(p.tpl.metadata.annotations[tas]))
+    err(`${cw}.env[MESHRUN_TOPOLOGY_LABELS]: does not list '${p.tpl.metadata.annotations[tas]}', the level of ${tas}`);
+}
+
+// A pod whose agents GET their Node: the token mounted, a ServiceAccount of
+// the bundle, bound only to read-only roles that grant get on nodes.
+function checkNodeReader(spec, where, bundle, err) {
+  if (spec.automountServiceAccountToken !== true)
+    err(`${where}.spec.automountServiceAccountToken: must be true when the agent reads its Node (MESHRUN_TOPOLOGY_LABELS); or set MESHRUN_TOPOLOGY and mount no token`);
+  const sa = spec.serviceAccountName;
+  if (!sa || sa === "default") {
+    err(`${where}.spec.serviceAccountName: the agents reading their Node need their own ServiceAccount (not default)`);
+    return;
+  }
+  if (!bundle.some((o) => o.kind === "ServiceAccount" && o.metadata?.name === sa))
+    err(`${where}.spec.serviceAccountName: ServiceAccount '${sa}' is not in the bundle`);
+  const roles = bundle.filter((b) => b.kind === "ClusterRoleBinding" &&
+    (b.subjects ?? []).some((x) => x.kind === "ServiceAccount" && x.name === sa))
+    .map((b) => bundle.find((r) => r.kind === b.roleRef?.kind && r.metadata?.name === b.roleRef?.name) ??
+      { missing: b.roleRef?.name });
+  if (!roles.some((r) => (r.rules ?? []).some((x) => (x.apiGroups ?? []).includes("") &&
+      (x.resources ?? []).includes("nodes") && (x.verbs ?? []).includes("get"))))
+    err(`${where}: no ClusterRoleBinding in the bundle gives ServiceAccount '${sa}' get on nodes`);
+  for (const r of roles) {
+    if (r.missing) {
+      err(`${where}: ServiceAccount '${sa}' is bound to ClusterRole '${r.missing}', which is not in the bundle`);
+      continue;
+    }
+    for (const x of r.rules ?? [])
+      if ((x.verbs ?? []).some((v) => v !== "get") || (x.resources ?? []).some((v) => v !== "nodes") ||
+          (x.apiGroups ?? []).some((v) => v !== "") || x.resourceNames || x.nonResourceURLs)
+        err(`${label(r)}.rules: the agents' role must be read-only, get on nodes and nothing else (${JSON.stringify(x)})`);
   }
 }
 
@@ -224,14 +352,97 @@ function checkVolcano(o, err) {
   }
 }
 
-function checkJobSet(o, err) {
-  const w = label(o);
-  const rules = o.spec?.failurePolicy?.rules ?? [];
-  if (!rules.some((r) => r.action === "FailJobSet" && (r.onJobFailureReasons ?? []).includes("PodFailurePolicy")))
-    err(`${w}.spec.failurePolicy: a FailJobSet rule on reason PodFailurePolicy is required (exit 2 is permanent)`);
-  for (const r of o.spec?.replicatedJobs ?? [])
+// A JobSet spec (of a JobSet, or of a ClusterTrainingRuntime's template).
+function checkJobSet(o, spec, w, err) {
+  const rules = spec.failurePolicy?.rules ?? [];
+  const matching = (reason) => rules.find((r) => !r.onJobFailureReasons?.length ||
+    r.onJobFailureReasons.includes(reason));
+  if (matching("PodFailurePolicy")?.action !== "FailJobSet")
+    err(`${w}.spec.failurePolicy: a FailJobSet rule on reason PodFailurePolicy is required, before any rule that restarts on it (exit 2 is permanent)`);
+  const retry = matching("BackoffLimitExceeded");
+  if (retry && retry.action === "FailJobSet")
+    err(`${w}.spec.failurePolicy.rules[${retry.name}]: BackoffLimitExceeded (a retryable exit) must restart the set, not fail it`);
+  if (spec.successPolicy?.operator !== "All")
+    err(`${w}.spec.successPolicy.operator: must be All (the job is done when every rank is)`);
+  for (const r of spec.replicatedJobs ?? [])
     if ((r.replicas ?? 1) !== 1)
       err(`${w}.spec.replicatedJobs[${r.name}].replicas: must be 1 (JOB_COMPLETION_INDEX restarts at 0 in every child Job)`);
+  const isController = (r) => r.template?.spec?.template?.metadata?.labels?.["app.kubernetes.io/name"] === CONTROLLER;
+  const ci = (spec.replicatedJobs ?? []).findIndex(isController);
+  if (ci >= 0 && (ci !== 0 || spec.startupPolicy?.startupPolicyOrder !== "InOrder"))
+    err(`${w}.spec.startupPolicy: with the controller in the set, startupPolicyOrder must be InOrder and its replicatedJob first (agents that start first fail to join)`);
+}
+
+// Kueue: the queue a job names, the TAS annotations, the queue objects.
+function checkKueue(bundle, pods, err) {
+  const has = (kind, name) => bundle.some((x) => x.kind === kind && x.metadata?.name === name);
+  const anyOf = (kind) => bundle.some((x) => x.kind === kind);
+  for (const p of pods) {
+    const q = p.owner.metadata?.labels?.[QUEUE];
+    if (q !== undefined && anyOf("LocalQueue") && !has("LocalQueue", q))
+      err(`${label(p.owner)}.metadata.labels[${QUEUE}]: no LocalQueue '${q}' in the bundle`);
+    for (const a of TAS) {
+      const level = p.tpl.metadata?.annotations?.[a];
+      if (level === undefined) continue;
+      if (q === undefined)
+        err(`${label(p.owner)} ${p.path}.metadata.annotations[${a}]: without the ${QUEUE} label Kueue never sees the job, and the topology request is ignored`);
+      const topos = bundle.filter((x) => x.kind === "Topology");
+      if (topos.length && !topos.some((t) => (t.spec?.levels ?? []).some((l) => l.nodeLabel === level)))
+        err(`${label(p.owner)} ${p.path}.metadata.annotations[${a}]: '${level}' is not a level of a Topology in the bundle`);
+    }
+  }
+  for (const o of bundle) {
+    const w = label(o);
+    if (o.kind === "LocalQueue" && anyOf("ClusterQueue") && !has("ClusterQueue", o.spec?.clusterQueue))
+      err(`${w}.spec.clusterQueue: no ClusterQueue '${o.spec?.clusterQueue}' in the bundle`);
+    if (o.kind === "ClusterQueue")
+      for (const g of o.spec?.resourceGroups ?? [])
+        for (const f of g.flavors ?? []) {
+          if (!has("ResourceFlavor", f.name)) err(`${w}.spec.resourceGroups: no ResourceFlavor '${f.name}' in the bundle`);
+          const names = (f.resources ?? []).map((r) => r.name);
+          if (JSON.stringify(names) !== JSON.stringify(g.coveredResources))
+            err(`${w}.spec.resourceGroups[${f.name}].resources: must list the coveredResources in order (${g.coveredResources}), as Kueue's webhook requires`);
+        }
+    if (o.kind === "ResourceFlavor" && o.spec?.topologyName && !has("Topology", o.spec.topologyName))
+      err(`${w}.spec.topologyName: no Topology '${o.spec.topologyName}' in the bundle`);
+    if (o.kind === "Topology") {
+      const levels = (o.spec?.levels ?? []).map((l) => l.nodeLabel);
+      if (new Set(levels).size !== levels.length) err(`${w}.spec.levels: must be unique`);
+      const h = levels.indexOf("kubernetes.io/hostname");
+      if (h >= 0 && h !== levels.length - 1)
+        err(`${w}.spec.levels: kubernetes.io/hostname can only be the lowest level`);
+    }
+  }
+}
+
+// Kubeflow Trainer v2: a TrainJob runs on meshrun's runtime; the runtime
+// marks its trainer node and runs meshrun agents there.
+function checkTrainer(bundle, err) {
+  for (const o of bundle) {
+    const w = label(o);
+    if (o.kind === "ClusterTrainingRuntime") {
+      const rjobs = o.spec?.template?.spec?.replicatedJobs ?? [];
+      const node = rjobs.find((r) => r.template?.metadata?.labels?.[ANCESTOR] === "trainer");
+      if (!node)
+        err(`${w}.spec.template: no replicatedJob labelled ${ANCESTOR}: trainer (Trainer gives numNodes, resourcesPerNode and env to that one)`);
+      else if (!(node.template.spec?.template?.spec?.containers ?? []).some((c) => c.name === "node"))
+        err(`${w}.spec.template.spec.replicatedJobs[${node.name}]: no container named node (Trainer v2.0 applies the TrainJob's trainer to it)`);
+    }
+    if (o.kind === "TrainJob") {
+      const ref = o.spec?.runtimeRef ?? {};
+      const rt = runtimeOf(o, bundle);
+      const meshrun = (rt?.spec?.template?.spec?.replicatedJobs ?? []).some((r) =>
+        r.template?.spec?.template?.metadata?.labels?.["app.kubernetes.io/name"] === AGENT);
+      if (!meshrun)
+        err(`${w}.spec.runtimeRef: names ${ref.kind ?? "ClusterTrainingRuntime"} '${ref.name}', which is not a meshrun runtime in the bundle (deploy/trainer/clustertrainingruntime.yaml)`);
+      const t = o.spec?.trainer ?? {};
+      for (const k of ["image", "command", "args"])
+        if (t[k] !== undefined) err(`${w}.spec.trainer.${k}: the runtime runs meshrun-agent; do not replace its ${k}`);
+      const gpus = Number(t.resourcesPerNode?.limits?.["nvidia.com/gpu"] ?? 0);
+      if (gpus > 0 && Number(t.numProcPerNode) !== gpus)
+        err(`${w}.spec.trainer: numProcPerNode (${t.numProcPerNode}) must equal resourcesPerNode's nvidia.com/gpu (${gpus}), one GPU per rank`);
+    }
+  }
 }
 
 function checkController(o, bundle, err) {
@@ -315,12 +526,20 @@ export function checkPolicy(bundle, opts = {}) {
       checkController(o, bundle, err);
     if (o.kind === "Job" && o.apiVersion === "batch/v1") checkIndexedJob(o, o.spec ?? {}, `${label(o)}.spec`, bundle, err);
     if (o.kind === "Job" && o.apiVersion === "batch.volcano.sh/v1alpha1") checkVolcano(o, err);
+    if (o.kind === "ClusterTrainingRuntime" && o.spec?.template?.spec) {
+      const w = `${label(o)}.spec.template`;
+      checkJobSet(o, o.spec.template.spec, w, err);
+      (o.spec.template.spec.replicatedJobs ?? []).forEach((r) =>
+        checkIndexedJob(o, r.template?.spec ?? {}, `${w}.spec.replicatedJobs[${r.name}].template.spec`, bundle, err));
+    }
     if (o.kind === "JobSet") {
-      checkJobSet(o, err);
+      checkJobSet(o, o.spec ?? {}, label(o), err);
       (o.spec?.replicatedJobs ?? []).forEach((r) =>
         checkIndexedJob(o, r.template?.spec ?? {}, `${label(o)}.spec.replicatedJobs[${r.name}].template.spec`, bundle, err));
     }
   }
+  checkKueue(bundle, pods, err);
+  checkTrainer(bundle, err);
   checkSelectors(bundle, pods, err);
   return errors;
 }

@@ -8,9 +8,11 @@
 //    field the type does not have is an error. The compiled schemas do not
 //    close objects, so the field lists are read from the same packages'
 //    type declarations (.d.ts, generated from the same OpenAPI documents);
-// 3. CRDs without a models package (Volcano Job, JobSet): JSON Schemas
-//    written down from their published CRDs (schemas/*.schema.json), with
-//    the embedded pod and job templates checked by layers 1 and 2.
+// 3. CRDs without a models package (Volcano Job, JobSet, Kueue's queues
+//    and Topology, Kubeflow Trainer's ClusterTrainingRuntime and TrainJob):
+//    JSON Schemas written down from their published CRDs, at the versions
+//    schemas/README.md pins, with the embedded pod and job templates (and a
+//    TrainJob's env and resourcesPerNode) checked by layers 1 and 2.
 //
 // Non-goals: admission webhooks and defaulting (policy.mjs checks what
 // meshrun needs beyond the schemas).
@@ -177,21 +179,39 @@ async function modelValidate(module, value, path) {
 // ---- layer 3: CRDs without a models package -------------------------------
 
 const ajv = new Ajv({ allErrors: true, strict: false });
+const schemaFile = (f) => JSON.parse(readFileSync(join(here, "schemas", f), "utf8"));
+for (const f of ["volcano-job", "jobset", "kueue", "trainer"])
+  ajv.addSchema(schemaFile(`${f}.schema.json`));
+// apiVersion/kind -> the schema (an $id, or a definition inside one)
 const crdSchemas = {
-  "batch.volcano.sh/v1alpha1/Job": ajv.compile(
-    JSON.parse(readFileSync(join(here, "schemas/volcano-job.schema.json"), "utf8"))),
-  "jobset.x-k8s.io/v1alpha2/JobSet": ajv.compile(
-    JSON.parse(readFileSync(join(here, "schemas/jobset.schema.json"), "utf8"))),
+  "batch.volcano.sh/v1alpha1/Job": ajv.getSchema("volcano-job"),
+  "jobset.x-k8s.io/v1alpha2/JobSet": ajv.getSchema("jobset"),
+  "kueue.x-k8s.io/v1beta1/ResourceFlavor": ajv.getSchema("kueue#/$defs/resourceFlavor"),
+  "kueue.x-k8s.io/v1beta1/ClusterQueue": ajv.getSchema("kueue#/$defs/clusterQueue"),
+  "kueue.x-k8s.io/v1beta1/LocalQueue": ajv.getSchema("kueue#/$defs/localQueue"),
+  "kueue.x-k8s.io/v1alpha1/Topology": ajv.getSchema("kueue#/$defs/topology"),
+  "trainer.kubeflow.org/v1alpha1/ClusterTrainingRuntime":
+    ajv.getSchema("trainer#/$defs/clusterTrainingRuntime"),
+  "trainer.kubeflow.org/v1alpha1/TrainJob": ajv.getSchema("trainer#/$defs/trainJob"),
 };
 
 async function templates(obj) {
   // [value, models module, path] of the Kubernetes objects a CRD embeds
+  const JT = "kubernetes-models/batch/v1/JobTemplateSpec";
   if (obj.kind === "Job" && obj.apiVersion === "batch.volcano.sh/v1alpha1")
     return (obj.spec?.tasks || []).map((t, i) => [t.template, "kubernetes-models/v1/PodTemplateSpec",
       `spec.tasks[${i}].template`]);
   if (obj.kind === "JobSet")
-    return (obj.spec?.replicatedJobs || []).map((r, i) => [r.template,
-      "kubernetes-models/batch/v1/JobTemplateSpec", `spec.replicatedJobs[${i}].template`]);
+    return (obj.spec?.replicatedJobs || []).map((r, i) => [r.template, JT,
+      `spec.replicatedJobs[${i}].template`]);
+  if (obj.kind === "ClusterTrainingRuntime")
+    return (obj.spec?.template?.spec?.replicatedJobs || []).map((r, i) => [r.template, JT,
+      `spec.template.spec.replicatedJobs[${i}].template`]);
+  if (obj.kind === "TrainJob") {
+    const t = obj.spec?.trainer ?? {};
+    return [[t.resourcesPerNode, "kubernetes-models/v1/ResourceRequirements", "spec.trainer.resourcesPerNode"],
+      ...(t.env ?? []).map((e, i) => [e, "kubernetes-models/v1/EnvVar", `spec.trainer.env[${i}]`])];
+  }
   return [];
 }
 

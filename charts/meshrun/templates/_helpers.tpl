@@ -34,6 +34,77 @@ Names are cut to 63 characters (DNS labels), with a trailing "-" removed.
 {{- .Values.job.name | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{/* What schedules the job: job.scheduler, else job.kind. */}}
+{{- define "meshrun.scheduler" -}}
+{{- .Values.job.scheduler | default .Values.job.kind }}
+{{- end }}
+
+{{/* The agents' ServiceAccount and node-reader ClusterRole (topology labels). */}}
+{{- define "meshrun.agentServiceAccount" -}}
+{{- printf "%s-agent" (include "meshrun.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "meshrun.nodeReaderRole" -}}
+{{- printf "%s-%s-node-reader" (include "meshrun.fullname" .) .Release.Namespace | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The workload config as JSON: "device": "cuda" added with GPUs. */}}
+{{- define "meshrun.workloadJson" -}}
+{{- $workload := deepCopy .Values.job.workload }}
+{{- if and (gt (int .Values.job.gpusPerNode) 0) (not (hasKey $workload "device")) }}
+{{- $_ := set $workload "device" "cuda" }}
+{{- end }}
+{{- toJson $workload }}
+{{- end }}
+
+{{/*
+The child Job of a JobSet (scheduler jobset or kueue) or of the Trainer
+runtime: indexed, every pod at once, no pod retries of its own; exit 1 and
+2 fail it through its podFailurePolicy (the set then fails), any other
+exit exceeds backoffLimit 0 (the set restarts); evictions are ignored.
+Argument: a dict with "completions" and "container".
+*/}}
+{{- define "meshrun.childJobSpec" -}}
+completionMode: Indexed
+completions: {{ .completions }}
+parallelism: {{ .completions }}
+backoffLimit: 0
+podFailurePolicy:
+  rules:
+    - action: FailJob
+      onExitCodes:
+        containerName: {{ .container }}
+        operator: In
+        values: [1, 2]
+    - action: Ignore
+      onPodConditions:
+        - type: DisruptionTarget
+{{- end }}
+
+{{/* JobSet policies shared by the JobSet and the Trainer runtime ("order": InOrder with a controller in the set). */}}
+{{- define "meshrun.jobSetPolicies" -}}
+network:
+  enableDNSHostnames: true
+  publishNotReadyAddresses: true
+successPolicy:
+  operator: All
+  targetReplicatedJobs: [{{ .target }}]
+startupPolicy:
+  startupPolicyOrder: {{ .order | default "AnyOrder" }}
+failurePolicy:
+  maxRestarts: {{ .ctx.Values.job.jobset.maxRestarts }}
+  restartStrategy: Recreate
+  rules:
+    - name: PermanentFailure
+      action: FailJobSet
+      onJobFailureReasons:
+        - PodFailurePolicy
+    - name: RetryableFailure
+      action: RestartJobSet
+      onJobFailureReasons:
+        - BackoffLimitExceeded
+{{- end }}
+
 {{- define "meshrun.chart" -}}
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
@@ -104,12 +175,30 @@ seccompProfile:
 {{/*
 The pod template of the training job: the agent with its probes, /dev/shm
 as a memory emptyDir, the checkpoint volume, GPUs, the token file.
-Argument: a dict with "ctx" (the root context) and "nnodes" (set it when
-the scheduler does not tell the agent the number of nodes).
+Argument: a dict with "ctx" (the root context), "nnodes" (set it when
+the scheduler does not tell the agent the number of nodes), "subdomain",
+"annotations" (of the pod) and "runtime" (true: the Trainer runtime's
+template, container "node"; the TrainJob gives size, resources and
+workload).
 */}}
 {{- define "meshrun.agentPod" -}}
 {{- $ := .ctx -}}
 {{- $j := $.Values.job -}}
+{{- $topo := $j.topology.labels -}}
+{{- $runtime := .runtime -}}
+{{- $sched := include "meshrun.scheduler" $ -}}
+{{- if and (eq $sched "kueue") (not $j.kueue.queueName) }}
+{{- fail "job.kueue.queueName is required when job.scheduler is kueue (the LocalQueue of kueue.x-k8s.io/queue-name)" }}
+{{- end -}}
+{{- range $k := list "requiredTopology" "preferredTopology" }}
+{{- $l := get $j.kueue $k }}
+{{- if and $l (not (has $l $topo)) }}
+{{- fail (printf "job.kueue.%s (%s) must be one of job.topology.labels, so that the agents rank by the domains Kueue placed them in" $k $l) }}
+{{- end }}
+{{- end -}}
+{{- if and (eq $sched "volcano") $j.volcano.networkTopology.mode (not $topo) }}
+{{- fail "job.volcano.networkTopology needs job.topology.labels: the agents rank by the topology Volcano placed them by" }}
+{{- end -}}
 {{- if and (gt (int $j.gpusPerNode) 0) (ne (int $j.gpusPerNode) (int $j.nprocPerNode)) }}
 {{- fail (printf "job.gpusPerNode (%d) must equal job.nprocPerNode (%d): one GPU per rank" (int $j.gpusPerNode) (int $j.nprocPerNode)) }}
 {{- end -}}
@@ -117,11 +206,28 @@ the scheduler does not tell the agent the number of nodes).
 {{- fail (printf "job.tp (%d) must divide job.nodes x job.nprocPerNode (%d)" (int $j.tp) (mul (int $j.nodes) (int $j.nprocPerNode))) }}
 {{- end -}}
 metadata:
+  {{- with .annotations }}
+  annotations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
   labels:
+    {{- if $runtime }}
+    app.kubernetes.io/name: meshrun-agent
+    app.kubernetes.io/component: agent
+    app.kubernetes.io/instance: {{ $.Release.Name }}
+    app.kubernetes.io/part-of: meshrun
+    {{- else }}
     {{- include "meshrun.agentLabels" $ | nindent 4 }}
+    {{- end }}
 spec:
   restartPolicy: Never
+  {{- if $topo }}
+  # the agent reads its Node's topology labels (get on nodes, nothing else)
+  serviceAccountName: {{ include "meshrun.agentServiceAccount" $ }}
+  automountServiceAccountToken: true
+  {{- else }}
   automountServiceAccountToken: false
+  {{- end }}
   enableServiceLinks: false
   terminationGracePeriodSeconds: {{ $j.terminationGracePeriodSeconds }}
   {{- with $.Values.imagePullSecrets }}
@@ -142,7 +248,7 @@ spec:
     {{- toYaml . | nindent 4 }}
   {{- end }}
   containers:
-    - name: agent
+    - name: {{ ternary "node" "agent" (not (not $runtime)) }}
       image: {{ include "meshrun.agentImage" $ }}
       imagePullPolicy: {{ $.Values.image.agent.pullPolicy }}
       env:
@@ -154,12 +260,35 @@ spec:
           valueFrom:
             fieldRef:
               fieldPath: metadata.namespace
+        {{- if $topo }}
+        - name: NODE_NAME
+          valueFrom:
+            fieldRef:
+              fieldPath: spec.nodeName
+        - name: MESHRUN_TOPOLOGY_LABELS
+          value: {{ join "," $topo }}
+        - name: MESHRUN_RANK_ORDER
+          value: topology
+        {{- end }}
         - name: MESHRUN_CONTROLLER
-          value: http://{{ include "meshrun.controllerName" $ }}:{{ $.Values.controller.port }}
+          value: {{ .controllerUrl | default (printf "http://%s:%v" (include "meshrun.controllerName" $) $.Values.controller.port) }}
+        {{- if $runtime }}
+        # the TrainJob's name (Trainer names the JobSet after it)
+        - name: TRAINJOB_NAME
+          valueFrom:
+            fieldRef:
+              fieldPath: metadata.labels['jobset.sigs.k8s.io/jobset-name']
+        - name: MESHRUN_JOB
+          value: $(POD_NAMESPACE)/$(TRAINJOB_NAME)
+        {{- else }}
         - name: MESHRUN_JOB
           value: $(POD_NAMESPACE)/{{ include "meshrun.jobName" $ }}
+        {{- end }}
         - name: MESHRUN_TOKEN_FILE
           value: /etc/meshrun/token/token
+        - name: MESHRUN_HEALTH_PORT
+          value: "29401"
+        {{- if not $runtime }}
         {{- with .nnodes }}
         - name: MESHRUN_NNODES
           value: {{ . | quote }}
@@ -170,12 +299,11 @@ spec:
           value: {{ $j.tp | quote }}
         - name: MESHRUN_MAX_RESTARTS
           value: {{ $j.maxRestarts | quote }}
-        - name: MESHRUN_HEALTH_PORT
-          value: "29401"
         - name: MESHRUN_LOG_LEVEL
           value: {{ $j.logLevel }}
         - name: MESHRUN_WORKLOAD_CONFIG
           value: /etc/meshrun/workload/workload.json
+        {{- end }}
       ports:
         - name: metrics
           containerPort: 29401
@@ -197,7 +325,7 @@ spec:
           {{- toYaml $j.resources.requests | nindent 10 }}
         limits:
           {{- toYaml $j.resources.limits | nindent 10 }}
-          {{- if gt (int $j.gpusPerNode) 0 }}
+          {{- if and (gt (int $j.gpusPerNode) 0) (not $runtime) }}
           nvidia.com/gpu: {{ $j.gpusPerNode }}
           {{- end }}
       securityContext:
@@ -212,9 +340,11 @@ spec:
         - name: token
           mountPath: /etc/meshrun/token
           readOnly: true
+        {{- if not $runtime }}
         - name: workload
           mountPath: /etc/meshrun/workload
           readOnly: true
+        {{- end }}
   volumes:
     - name: dshm
       emptyDir:
@@ -231,8 +361,10 @@ spec:
       emptyDir:
         sizeLimit: {{ $j.checkpoints.emptyDirSize }}
       {{- end }}
+    {{- if not $runtime }}
     - name: workload
       configMap:
         name: {{ include "meshrun.jobName" $ }}-workload
+    {{- end }}
     {{- include "meshrun.tokenVolume" $ | nindent 4 }}
 {{- end }}
