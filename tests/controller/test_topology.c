@@ -143,6 +143,20 @@ Test(topology, dp_groups_stay_in_a_rack_as_the_planner_places_them, .timeout = 1
 	for (int k = 0; k < NODES; k++)
 		cr_expect_eq(again[k], pod_of[k]);
 
+	/* meshrun status shows the order and each node's path */
+	{
+		char *out = NULL;
+
+		cr_assert_eq(mr_test_sh(c.dir, &out,
+					"'%s/meshrun' status --controller http://127.0.0.1:%d t/topo",
+					mr_proc_build_dir(), c.port),
+			     0, "%s", out);
+		cr_expect(strstr(out, "rank order:  topology") && strstr(out, "TOPOLOGY") &&
+				  strstr(out, "  block-1/rack-3/node-63"),
+			  "%s", out);
+		free(out);
+	}
+
 	/* a restarted controller replays the order and the paths */
 	mr_proc_stop(&c.proc);
 	ctlp_start(&c, 0, NULL);
