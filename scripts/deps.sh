@@ -20,7 +20,7 @@ set -eu
 BUILD="build-essential pkg-config libcurl4-openssl-dev libjansson-dev \
 libmicrohttpd-dev libgnutls28-dev libcriterion-dev libopenblas-dev libpcre2-dev"
 TEST="clang libclang-rt-14-dev cppcheck shellcheck yamllint valgrind \
-prometheus python3-torch python3-regex curl openssl openmpi-bin libopenmpi-dev"
+prometheus python3-torch python3-regex curl openssl nftables openmpi-bin libopenmpi-dev"
 BENCH="wrk hyperfine nginx-light"
 
 K8S="unzip"

@@ -13,6 +13,9 @@
 #                                          and /dev/shm per call: one per process tree)
 #   scripts/pods.sh cut NAME POD           set the pod's link down (a cable pulled)
 #   scripts/pods.sh heal NAME POD          and up again
+#   scripts/pods.sh block NAME FROM TO     drop what pod FROM sends to pod TO (one way:
+#                                          nftables in TO's namespace; exit 77 without nft)
+#   scripts/pods.sh unblock NAME FROM TO   and let it through again
 #   scripts/pods.sh down NAME              kill what runs in the pods, remove everything
 #   scripts/pods.sh list                   the harness's leftovers (names), if any
 #
@@ -117,6 +120,27 @@ link() { # NAME POD up|down
 	ip link set "$(hostif_of "$1" "$2")" "$3"
 }
 
+block() { # NAME FROM TO
+	local ns from
+	command -v nft >/dev/null || { echo "pods: nftables (nft) is missing" >&2; exit 77; }
+	ns=$(ns_of "$1" "$3")
+	from=$(ip_of "$1" "$2")
+	ip netns exec "$ns" nft add table inet meshrun
+	ip netns exec "$ns" nft add chain inet meshrun input \
+		'{ type filter hook input priority 0; policy accept; }'
+	ip netns exec "$ns" nft add rule inet meshrun input ip saddr "$from" drop
+}
+
+unblock() { # NAME FROM TO
+	local ns from h
+	ns=$(ns_of "$1" "$3")
+	from=$(ip_of "$1" "$2")
+	for h in $(ip netns exec "$ns" nft -a list chain inet meshrun input 2>/dev/null |
+		sed -n "s/.*ip saddr $from drop # handle \([0-9]*\).*/\1/p"); do
+		ip netns exec "$ns" nft delete rule inet meshrun input handle "$h"
+	done
+}
+
 down() {
 	local name=$1 ns
 	need_name "$name"
@@ -147,7 +171,9 @@ ip) need_name "${1:-}"; ip_of "$1" "${2:-}" ;;
 exec) need_name "${1:-}"; [ $# -ge 3 ] || die "exec NAME POD CMD..."; run_in "$@" ;;
 cut) need_name "${1:-}"; link "$1" "${2:-}" down ;;
 heal) need_name "${1:-}"; link "$1" "${2:-}" up ;;
+block) need_name "${1:-}"; block "$1" "${2:-}" "${3:-}" ;;
+unblock) need_name "${1:-}"; unblock "$1" "${2:-}" "${3:-}" ;;
 down) down "${1:-}" ;;
 list) list ;;
-*) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; [ -z "$cmd" ] || exit 2 ;;
+*) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; [ -z "$cmd" ] || exit 2 ;;
 esac
