@@ -409,7 +409,10 @@ image:
 	@$(if $(IMAGE_TOOL),:,echo "image: no docker or buildah here: run the commands above where one is (buildah build takes the same arguments), then push to your registry")
 
 test-pods: all $(BUILD)/tests/pods/test_pods
-	MESHRUN_BUILD=$(abspath $(BUILD)) $(BUILD)/tests/pods/test_pods --jobs 1 --verbose
+	@rm -f $(BUILD)/pods-summary.txt
+	MESHRUN_BUILD=$(abspath $(BUILD)) MESHRUN_PODS_SUMMARY=$(abspath $(BUILD))/pods-summary.txt \
+		$(BUILD)/tests/pods/test_pods --jobs 1 --verbose
+	@scripts/pods-summary.sh $(BUILD)/pods-summary.txt
 
 test-k8s: all
 	scripts/deps.sh k8s

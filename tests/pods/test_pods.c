@@ -39,6 +39,18 @@ static char root[PATH_MAX]; /* the repository: where scripts/pods.sh is */
 static char name[8];        /* this test's pods */
 static const char *tmp;
 
+/* One line "KEY VALUE" for make test-pods' summary ($MESHRUN_PODS_SUMMARY). */
+static void note(const char *key, int value)
+{
+	const char *path = getenv("MESHRUN_PODS_SUMMARY");
+	FILE *f = path && path[0] ? fopen(path, "a") : NULL;
+
+	if (f) {
+		fprintf(f, "%s %d\n", key, value);
+		fclose(f);
+	}
+}
+
 static void down(void)
 {
 	if (name[0])
@@ -78,6 +90,7 @@ static void pods_up(const char *nm, int n)
 	rc = mr_test_sh(root, &out, "scripts/pods.sh down %s; scripts/pods.sh up %s %d", nm, nm,
 			n);
 	cr_assert_eq(rc, 0, "pods.sh up: %s", out);
+	note("hosts", n + 1);
 	free(out);
 	tmp = mr_test_scratch("mr-pods");
 	cr_assert_not_null(tmp);
@@ -230,12 +243,16 @@ static void run_pods(const char *url, const char *tag, const char *nproc,
 static void expect_equal(const char *tag, const char *ref)
 {
 	double want[FAULT_STEPS], got[FAULT_STEPS];
+	int equal = 1;
 
 	losses(ref, want);
 	losses(tag, got);
-	for (int s = 0; s < steps; s++)
+	for (int s = 0; s < steps; s++) {
+		equal &= fabs(got[s] - want[s]) <= 1e-5 * fabs(want[s]);
 		cr_expect(fabs(got[s] - want[s]) <= 1e-5 * fabs(want[s]),
 			  "%s step %d: loss %.9g, one rank %.9g", tag, s + 1, got[s], want[s]);
+	}
+	note("job", equal);
 }
 
 static int has(const char *log, const char *what)
@@ -316,12 +333,14 @@ Test(pods, a_cut_link_is_survived_and_the_stale_pod_rejoins, .timeout = 900,
 		 tmp);
 	start_pods(a, url, "fault", "1", fault_flags, extra, "3s", logs);
 	wait_log(logs[0], "event=checkpoint_saved");
+	note("partition_tried", 1);
 	cr_assert_eq(mr_test_sh(root, NULL, "scripts/pods.sh cut %s 1", name), 0);
 	/* past the heartbeat timeout (3 s): the controller declares pod 1 dead */
 	wait_log(logs[0], "event=restarting");
 	sleep(2);
 	cr_assert_eq(mr_test_sh(root, NULL, "scripts/pods.sh heal %s 1", name), 0);
 	finish_pods(a, logs);
+	note("partition", 1);
 	expect_equal("fault", "fref");
 	cr_expect(has(logs[0], "event=checkpoint_resumed"), "pod 0 never resumed (%s)", logs[0]);
 	cr_expect(has(logs[1], "event=generation_changed") || has(logs[1], "event=restarting"),
@@ -452,12 +471,14 @@ Test(pods, the_controller_cut_off_leaves_training_undisturbed, .timeout = 600,
 	start_pods(a, url, "ctlcut", "1", fault_flags,
 		   "\"debug_slow_rank\": 0, \"debug_slow_ms\": 150", "3s", logs);
 	wait_log(logs[0], "event=step");
+	note("partition_tried", 1);
 	cr_assert_eq(mr_test_sh(root, NULL, "scripts/pods.sh cut %s c", name), 0);
 	snprintf(ctl_log, sizeof(ctl_log), "%s/ctl.log", tmp);
 	wait_log(ctl_log, "event=members_all_silent");
 	sleep(1);
 	cr_assert_eq(mr_test_sh(root, NULL, "scripts/pods.sh heal %s c", name), 0);
 	finish_pods(a, logs);
+	note("partition", 1);
 	expect_equal("ctlcut", "cref");
 	for (int i = 0; i < 2; i++)
 		cr_expect(!has(logs[i], "event=restarting"), "pod %d restarted (%s)", i, logs[i]);
@@ -494,6 +515,7 @@ Test(pods, partitions_of_the_controller_from_a_pod_are_survived, .timeout = 900,
 		 tmp);
 	start_pods(a, url, "part", "1", fault_flags, extra, "3s", logs);
 	wait_log(logs[0], "event=checkpoint_saved");
+	note("partition_tried", 2);
 	/* both ways, past the timeout: the controller declares pod 1 dead */
 	cr_assert_eq(mr_test_sh(root, NULL,
 				"scripts/pods.sh block %s c 1 && scripts/pods.sh block %s 1 c", name,
@@ -511,6 +533,7 @@ Test(pods, partitions_of_the_controller_from_a_pod_are_survived, .timeout = 900,
 	sleep(4);
 	cr_assert_eq(mr_test_sh(root, NULL, "scripts/pods.sh unblock %s c 1", name), 0);
 	finish_pods(a, logs);
+	note("partition", 2);
 	expect_equal("part", "pref");
 	mr_proc_stop(&ctl);
 }
