@@ -8,7 +8,7 @@
  * once instead of at libcurl's next progress tick.
  *
  * Non-goals: concurrency within one client (one request at a time), TLS
- * tuning, redirects.
+ * tuning beyond the CA bundle, redirects.
  */
 #include "mr_httpc.h"
 #include "mr_json.h"
@@ -65,6 +65,7 @@ int mr_httpc_init(struct mr_httpc *c, const struct mr_httpc_opts *o, struct mr_e
 	c->o = *o;
 	c->o.base_url = NULL;
 	c->o.token = NULL;
+	c->o.ca_file = NULL;
 	if (!c->o.connect_timeout_ms)
 		c->o.connect_timeout_ms = 2000;
 	if (!c->o.timeout_ms)
@@ -92,6 +93,11 @@ int mr_httpc_init(struct mr_httpc *c, const struct mr_httpc_opts *o, struct mr_e
 			goto nomem;
 		snprintf(c->auth, len, "Authorization: Bearer %s", o->token);
 	}
+	if (o->ca_file && o->ca_file[0]) {
+		c->ca_file = strdup(o->ca_file);
+		if (!c->ca_file)
+			goto nomem;
+	}
 	c->curl = curl_easy_init();
 	c->multi = curl_multi_init();
 	if (!c->curl || !c->multi)
@@ -118,8 +124,9 @@ void mr_httpc_release(struct mr_httpc *c)
 		curl_multi_cleanup(c->multi);
 	free(c->base_url);
 	free(c->auth);
+	free(c->ca_file);
 	c->curl = c->multi = NULL;
-	c->base_url = c->auth = NULL;
+	c->base_url = c->auth = c->ca_file = NULL;
 }
 
 void mr_httpc_abort(struct mr_httpc *c)
@@ -151,6 +158,7 @@ struct xfer {
 	size_t len, cap;
 	int too_big;
 	char etag[128];
+	char cerr[CURL_ERROR_SIZE]; /* libcurl's detail, for TLS failures */
 };
 
 static size_t on_body(char *p, size_t sz, size_t nm, void *ud)
@@ -231,6 +239,11 @@ static int map_curl(CURLcode cc, const struct xfer *x, const char *url, struct m
 			return mr_errf(eb, MR_ELIMIT, "response from '%s' exceeds %zu bytes", url,
 				       x->c->o.max_response);
 		return mr_errf(eb, MR_ENOMEM, "request to '%s': out of memory", url);
+	case CURLE_PEER_FAILED_VERIFICATION:
+	case CURLE_SSL_CACERT_BADFILE:
+	case CURLE_SSL_CONNECT_ERROR:
+		return mr_errf(eb, MR_EPROTO, "tls with '%s' failed: %s", url,
+			       x->cerr[0] ? x->cerr : curl_easy_strerror(cc));
 	case CURLE_COULDNT_CONNECT:
 	case CURLE_COULDNT_RESOLVE_HOST:
 	case CURLE_SEND_ERROR:
@@ -307,6 +320,11 @@ static int attempt(struct mr_httpc *c, const struct mr_httpc_req *req, const cha
 	curl_easy_setopt(e, CURLOPT_XFERINFODATA, c);
 	curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
 	curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
+	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, x.cerr);
+	curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 1L);
+	curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 2L);
+	if (c->ca_file)
+		curl_easy_setopt(e, CURLOPT_CAINFO, c->ca_file);
 
 	if (strcmp(method, "HEAD") == 0) {
 		curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
@@ -362,6 +380,7 @@ static int attempt(struct mr_httpc *c, const struct mr_httpc_req *req, const cha
 out:
 	/* the handle must not keep pointers to this frame's header list */
 	curl_easy_setopt(e, CURLOPT_HTTPHEADER, NULL);
+	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, NULL);
 	curl_slist_free_all(h);
 	free(x.body);
 	return rc;

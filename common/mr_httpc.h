@@ -19,8 +19,12 @@
  * stop promptly with MR_EABORTED, and so does every later call until
  * mr_httpc_clear_abort().
  *
- * Non-goals: TLS options beyond libcurl's defaults, HTTP/2, streaming
- * bodies, cookies, redirects (never followed).
+ * TLS: peer and host are always verified (libcurl's defaults, never
+ * turned off); ca_file names the CA bundle to verify with (a Kubernetes
+ * service account's ca.crt) instead of the system's.
+ *
+ * Non-goals: other TLS options (client certificates, pinning), HTTP/2,
+ * streaming bodies, cookies, redirects (never followed).
  */
 #ifndef MR_HTTPC_H
 #define MR_HTTPC_H
@@ -41,6 +45,7 @@ struct mr_httpc_opts {
 	long backoff_initial_ms;   /* 0 = 50 */
 	long backoff_max_ms;       /* 0 = 2000 */
 	size_t max_response;       /* body cap, 0 = 16 MiB (larger: MR_ELIMIT) */
+	const char *ca_file;       /* PEM CA bundle for https, NULL = the system's; copied */
 };
 
 struct mr_httpc {
@@ -48,6 +53,7 @@ struct mr_httpc {
 	void *multi; /* CURLM * */
 	char *base_url;
 	char *auth;  /* "Authorization: Bearer ..." or NULL */
+	char *ca_file; /* or NULL */
 	struct mr_httpc_opts o;
 	uint64_t rng;
 	atomic_int aborted;
