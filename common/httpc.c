@@ -246,11 +246,15 @@ static int map_curl(CURLcode cc, const struct xfer *x, const char *url, struct m
 				       x->c->o.max_response);
 		return mr_errf(eb, MR_ENOMEM, "request to '%s': out of memory", url);
 	case CURLE_PEER_FAILED_VERIFICATION:
+		if (x->c->tls[0])
+			return mr_errf(eb, MR_EPROTO,
+				       "request to '%s': the server's certificate does not verify "
+				       "against the CA file '%s' (%s)",
+				       url, x->c->tls[0], x->c->err);
 		return mr_errf(eb, MR_EPROTO,
 			       "request to '%s': the server's certificate does not verify against "
-			       "%s%s (%s)",
-			       url, x->c->tls[0] ? "--tls-ca " : "the system's CAs",
-			       x->c->tls[0] ? x->c->tls[0] : "", x->c->err);
+			       "the system's CAs (%s)",
+			       url, x->c->err);
 	case CURLE_SSL_CACERT_BADFILE:
 	case CURLE_SSL_CERTPROBLEM:
 	case CURLE_SSL_CONNECT_ERROR:

@@ -126,7 +126,7 @@ Test(tls, verified_refused_and_rotated, .timeout = 120)
 	/* another CA's certificate is refused, naming the CA file */
 	cr_expect_eq(get(url, at("ca2.crt"), NULL, NULL, "/healthz", &status, msg, sizeof(msg)),
 		     MR_EPROTO);
-	cr_expect(strstr(msg, "does not verify against --tls-ca") && strstr(msg, "ca2.crt"),
+	cr_expect(strstr(msg, "does not verify against the CA file") && strstr(msg, "ca2.crt"),
 		  "%s", msg);
 	/* plain HTTP gets nothing, and the client says why */
 	cr_expect_neq(get(plain, NULL, NULL, NULL, "/healthz", &status, msg, sizeof(msg)), 0);
@@ -254,7 +254,7 @@ Test(tls, an_agent_trains_through_tls_and_refuses_another_ca, .timeout = 300)
 			"--tls-ca ca2.crt --job t/other --nnodes 1 --health-port -1 -- true",
 			bin, c.port);
 	cr_expect_neq(rc, 0, "%s", out);
-	cr_expect(strstr(out, "does not verify against --tls-ca ca2.crt"), "%s", out);
+	cr_expect(strstr(out, "does not verify against the CA file 'ca2.crt'"), "%s", out);
 	free(out);
 	rc = mr_test_sh(pki, &out,
 			"timeout 120 '%s/meshrun-agent' --controller https://127.0.0.1:%d "
