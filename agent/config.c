@@ -16,6 +16,7 @@
 #include "mr_jobname.h"
 #include "mr_log.h"
 #include "mr_topo.h"
+#include "k8s_node.h"
 #include "mesh_auto.h"
 #include "mr_mesh.h"
 #include "device/mr_device.h"
@@ -605,13 +606,28 @@ static int tls_env(const struct mr_agent_config *cfg, struct mr_errbuf *eb)
 	return 0;
 }
 
-/* The node's topology path: as given (checked), else from its Node's
- * labels (agent/k8s_node.c). */
+/* The node's topology path: as given (checked), else from the labels of
+ * its Node (NODE_NAME, the downward API's spec.nodeName), read from the
+ * API server (agent/k8s_node.c). */
 static int topology(struct mr_agent_config *cfg, struct mr_errbuf *eb)
 {
+	const char *node = getenv("NODE_NAME");
+	int rc;
+
 	if (cfg->topology[0])
 		return mr_topo_check(cfg->topology, "topology", eb);
-	return 0;
+	if (!cfg->topology_labels[0])
+		return 0;
+	if (!node || !node[0])
+		return mr_errf_field(eb, MR_EINVAL, "NODE_NAME",
+				     "topology_labels: NODE_NAME is not set (give the pod env "
+				     "NODE_NAME from the downward API's spec.nodeName)");
+	rc = mr_k8s_node_topology(node, cfg->topology_labels, cfg->topology,
+				  sizeof(cfg->topology), eb);
+	if (rc == 0)
+		mr_log_info("topology", "node=%s path=%s labels=%s", mr_log_q(node),
+			    mr_log_q(cfg->topology), mr_log_q(cfg->topology_labels));
+	return rc;
 }
 
 int mr_agent_config_load(struct mr_agent_config *cfg, const char *prog, int argc,

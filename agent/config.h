@@ -13,6 +13,8 @@
  *                   exactly one Volcano task
  *   nproc_per_node  PET_NPROC_PER_NODE
  *   max_restarts    PET_MAX_RESTARTS
+ * topology, when not given, is read from the labels topology_labels names
+ * on the pod's Node (NODE_NAME; agent/k8s_node.c), once, at load.
  * A bad value is reported naming the variable, the value and the reason.
  *
  * Ownership: the caller owns struct mr_agent_config; cmd points into argv.

@@ -10,6 +10,7 @@
 #include "harness.h"
 
 #include "k8s_node.h"
+#include "config.h"
 
 #define TOKEN "secret-token-0123"
 
@@ -517,5 +518,31 @@ Test(k8s_node, https_with_the_service_account_ca, .timeout = 60)
 	cr_assert(strstr(eb.msg, "request to 'https://localhost:"), "%s", eb.msg);
 	/* only the first request reached the handler */
 	cr_assert_eq(hits(&f), 1);
+	h_kill(f.pid);
+}
+
+/* The agent's config: topology_labels with NODE_NAME become its topology
+ * path at load; without NODE_NAME the load stops naming it. */
+Test(k8s_node, the_agent_config_reads_its_path_from_the_node)
+{
+	struct mr_agent_config cfg;
+	struct mr_errbuf eb = {0};
+	struct fake f;
+	char *args[] = {"meshrun-agent", "--topology-labels",
+			"example.com/block,example.com/rack,kubernetes.io/hostname", "--", "true",
+			NULL};
+
+	fake_start(&f, NULL);
+	use_api(&f, sa_dir("sa-config", TOKEN));
+	unsetenv("NODE_NAME");
+	cr_expect_lt(mr_agent_config_load(&cfg, "meshrun-agent", 5, args, &eb), 0);
+	cr_expect_str_eq(eb.field, "NODE_NAME");
+	mr_agent_config_release(&cfg);
+	setenv("NODE_NAME", "node-31", 1);
+	mr_errbuf_clear(&eb);
+	cr_assert_eq(mr_agent_config_load(&cfg, "meshrun-agent", 5, args, &eb), 0, "%s", eb.msg);
+	cr_expect_str_eq(cfg.topology, "block-2/rack-7/node-31");
+	mr_agent_config_release(&cfg);
+	unsetenv("NODE_NAME");
 	h_kill(f.pid);
 }
