@@ -3,8 +3,9 @@
  * pod in a network namespace of its own, every process of a pod in its
  * own IPC namespace with its own /dev/shm, so pods meet only over TCP on
  * a test subnet, as Kubernetes pods on different nodes do. A dp2 job of
- * two pods and a tp2 x dp2 job of two pods of two ranks each train to
- * the single-rank run's losses (relative 1e-5 a step), and the host
+ * two pods, and tp2 x dp2, tp2 x pp2 and (MoE) cp2 x ep2 jobs of two pods
+ * of two ranks each, train to the single-rank run's losses (relative
+ * 1e-5 a step), and the host
  * backend says which transport it chose: TCP between pods, shared memory
  * inside one (`event=comm_transport`). The controller and every pod are
  * reached by their addresses from the test (the root namespace), as a
@@ -34,6 +35,8 @@
 
 #define STEPS 8        /* the equality jobs */
 #define FAULT_STEPS 40 /* the fault job: long enough to cut it mid-way */
+/* the MoE keys of the cp x ep job: experts in every layer, dropless */
+#define MOE "\"moe_every\": 1, \"n_experts\": 2, \"top_k\": 1, \"moe_policy\": \"dropless\""
 
 static char root[PATH_MAX]; /* the repository: where scripts/pods.sh is */
 static char name[8];        /* this test's pods */
@@ -176,11 +179,12 @@ static void losses(const char *tag, double *out)
 
 /* The single-rank run of the same rows (grad_accum = dp), in the root
  * namespace. */
-static void reference(const char *tag, int accum)
+static void reference_of(const char *tag, int accum, const char *more)
 {
-	char cfg[600], extra[32], *out = NULL;
+	char cfg[800], extra[300], *out = NULL;
 
-	snprintf(extra, sizeof(extra), "\"grad_accum\": %d", accum);
+	snprintf(extra, sizeof(extra), "\"grad_accum\": %d%s%s", accum, more ? ", " : "",
+		 more ? more : "");
 	config(cfg, sizeof(cfg), tag, extra);
 	cr_assert_eq(mr_test_sh(tmp, &out, "timeout 300 '%s/meshrun' local --workload-config '%s'",
 				mr_proc_build_dir(), cfg),
@@ -231,13 +235,24 @@ static void finish_pods(struct mr_proc a[2], char logs[2][300])
 	}
 }
 
-static void run_pods(const char *url, const char *tag, const char *nproc,
-		     const char *const *mesh, char logs[2][300])
+static void reference(const char *tag, int accum)
+{
+	reference_of(tag, accum, NULL);
+}
+
+static void run_pods_with(const char *url, const char *tag, const char *nproc,
+			  const char *const *mesh, const char *extra, char logs[2][300])
 {
 	struct mr_proc a[2];
 
-	start_pods(a, url, tag, nproc, mesh, NULL, "20s", logs);
+	start_pods(a, url, tag, nproc, mesh, extra, "20s", logs);
 	finish_pods(a, logs);
+}
+
+static void run_pods(const char *url, const char *tag, const char *nproc,
+		     const char *const *mesh, char logs[2][300])
+{
+	run_pods_with(url, tag, nproc, mesh, NULL, logs);
 }
 
 static void expect_equal(const char *tag, const char *ref)
@@ -270,6 +285,8 @@ Test(pods, jobs_across_network_namespaces_equal_one_rank, .timeout = 900, MR_NOT
 	struct mr_test_resp r;
 	char url[64], logs[2][300], ip[32], probe[96];
 	const char *tp2[] = { "--tp", "2", NULL };
+	const char *tp2pp2[] = { "--tp", "2", "--pp", "2", NULL };
+	const char *cp2ep2[] = { "--cp", "2", "--ep", "2", NULL };
 
 	pods_up("pt", 2);
 	controller(&ctl, url, sizeof(url));
@@ -289,6 +306,15 @@ Test(pods, jobs_across_network_namespaces_equal_one_rank, .timeout = 900, MR_NOT
 		  "tp inside pod 0 is not on shared memory (%s)", logs[0]);
 	cr_expect(has(logs[0], "size=2 shm_peers=0 tcp_peers=1"),
 		  "dp between the pods is not on TCP (%s)", logs[0]);
+
+	/* tp 2 inside each pod, pp 2 across (two micro-batches a step) */
+	run_pods_with(url, "tp2pp2", "2", tp2pp2, "\"grad_accum\": 2", logs);
+	expect_equal("tp2pp2", "ref2");
+
+	/* cp 2 x ep 2 over the four ranks of a MoE model (dp 2) */
+	reference_of("refmoe", 2, MOE);
+	run_pods_with(url, "cp2ep2", "2", cp2ep2, MOE, logs);
+	expect_equal("cp2ep2", "refmoe");
 
 	/* the controller and the pods answer at their own addresses */
 	snprintf(probe, sizeof(probe), "%s/metrics", url);
