@@ -8,29 +8,13 @@
  * when /usr/bin/python3 has no torch.
  */
 #include "harness.h"
+#include "proc.h"
 
 #include <limits.h>
 
 static const char *script(void)
 {
-	static char path[PATH_MAX + 64];
-	char dir[PATH_MAX];
-
-	if (!realpath(h_build(), dir))
-		snprintf(dir, sizeof(dir), ".");
-	for (;;) {
-		char *slash;
-
-		snprintf(path, sizeof(path), "%s/tests/agent/ddp_gloo.py", dir);
-		if (access(path, R_OK) == 0)
-			return path;
-		slash = strrchr(dir, '/');
-		if (!slash || slash == dir)
-			break;
-		*slash = '\0';
-	}
-	snprintf(path, sizeof(path), "tests/agent/ddp_gloo.py");
-	return path;
+	return mr_test_repo_file("tests/agent/ddp_gloo.py");
 }
 
 static int have_torch(void)

@@ -8,6 +8,7 @@
  * CA (right and wrong; skipped without openssl).
  */
 #include "harness.h"
+#include "proc.h"
 
 #include "k8s_node.h"
 #include "config.h"
@@ -16,24 +17,7 @@
 
 static const char *script(void)
 {
-	static char path[PATH_MAX + 64];
-	char dir[PATH_MAX];
-
-	if (!realpath(h_build(), dir))
-		snprintf(dir, sizeof(dir), ".");
-	for (;;) {
-		char *slash;
-
-		snprintf(path, sizeof(path), "%s/tests/agent/fake_apiserver.py", dir);
-		if (access(path, R_OK) == 0)
-			return path;
-		slash = strrchr(dir, '/');
-		if (!slash || slash == dir)
-			break;
-		*slash = '\0';
-	}
-	snprintf(path, sizeof(path), "tests/agent/fake_apiserver.py");
-	return path;
+	return mr_test_repo_file("tests/agent/fake_apiserver.py");
 }
 
 static void write_file(const char *path, const char *text)

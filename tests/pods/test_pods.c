@@ -64,24 +64,15 @@ static void down(void)
 static void pods_up(const char *nm, int n)
 {
 	char *out = NULL;
-	const char *b = mr_proc_build_dir();
 	int rc;
 
-	snprintf(root, sizeof(root), "%s", b);
-	while (root[0]) { /* the build dir is inside the repository */
-		char probe[PATH_MAX + 32];
-		char *slash;
-
-		snprintf(probe, sizeof(probe), "%s/scripts/pods.sh", root);
-		if (access(probe, X_OK) == 0)
-			break;
-		slash = strrchr(root, '/');
-		if (!slash)
-			root[0] = 0;
-		else
-			*slash = 0;
-	}
-	if (!root[0])
+	/* the repository: where scripts/pods.sh is */
+	snprintf(root, sizeof(root), "%s", mr_test_repo_file("scripts/pods.sh"));
+	if (strrchr(root, '/'))
+		*strrchr(root, '/') = '\0';
+	if (strrchr(root, '/'))
+		*strrchr(root, '/') = '\0';
+	else
 		snprintf(root, sizeof(root), ".");
 	rc = mr_test_sh(root, &out, "scripts/pods.sh check");
 	if (rc == 77)

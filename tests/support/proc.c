@@ -403,3 +403,25 @@ int mr_test_vsh(const char *dir, char **out, const char *fmt, va_list ap)
 		free(text);
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
+
+const char *mr_test_repo_file(const char *rel)
+{
+	static char path[PATH_MAX + 256];
+	char dir[PATH_MAX];
+
+	if (!realpath(mr_proc_build_dir(), dir))
+		snprintf(dir, sizeof(dir), ".");
+	for (;;) {
+		char *slash;
+
+		snprintf(path, sizeof(path), "%s/%s", dir, rel);
+		if (access(path, R_OK) == 0)
+			return path;
+		slash = strrchr(dir, '/');
+		if (!slash || slash == dir)
+			break;
+		*slash = '\0';
+	}
+	snprintf(path, sizeof(path), "%s", rel);
+	return path;
+}

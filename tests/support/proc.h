@@ -74,6 +74,10 @@ const char *mr_test_scratch(const char *prefix);
 /* The last cap - 1 bytes of the file at path into buf ("" when absent):
  * a log's end for a failure message. */
 void mr_test_tail(const char *path, char *buf, size_t cap);
+/* The absolute path of rel (e.g. "scripts/pods.sh"), a file of the
+ * repository, found in the build directory's parents; rel itself when
+ * none has it. Static storage: valid until the next call. */
+const char *mr_test_repo_file(const char *rel);
 /* Monotonic milliseconds. */
 long long mr_test_now_ms(void);
 /* A Criterion test option: skipped by the sanitizer pass of make test
