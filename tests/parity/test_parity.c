@@ -515,6 +515,19 @@ Test(parity, ep2_pp2_zero1, NOT_UNDER_SAN) { expert(1, 4, 1, 2, 2, 1, 1); }
 #if EMUL
 Test(parity, ep2_dp4_zero3, NOT_UNDER_SAN_EMUL) { expert(2, 2, 1, 1, 2, 0, 3); }
 #endif
+#if ON_DEVICE
+/* llama with replicated key/value heads (2 over tp4, sp) on the device:
+ * the kv group's gradient sum over device buffers; emulated, it must equal
+ * the cpu device's run bit for bit */
+Test(parity, llama_tp4_sp_kv_replicated_device, NOT_UNDER_SAN_EMUL)
+{
+	struct job j = { 1, 4, 4, 0, 0, 1, 0, 1,
+			 ", \"arch\": \"llama\", \"ffn_hidden\": 128, \"n_kv_head\": 2",
+			 0, 0, NULL, 0, NULL, 0, 0 };
+
+	check(&j);
+}
+#endif
 
 /*
  * Context parallel: every sequence split over cp ranks in 2*cp chunks
