@@ -649,6 +649,8 @@ Test(parity, llama_tp4_dp2_zero3_kv_replicated, .timeout = 300, NOT_UNDER_SAN)
 }
 Test(parity, llama_tp2_dp2_zero2_mqa, NOT_UNDER_SAN) { llama(2, 2, 2, 1, 1, 2, NULL, MQA); }
 Test(parity, llama_tp2_pp2_mqa, NOT_UNDER_SAN) { llama(1, 4, 2, 2, 1, 0, "1f1b", MQA); }
+/* the split backward: k and v's weight gradients summed in the weight phase */
+Test(parity, llama_tp2_pp2_zbh1_mqa, NOT_UNDER_SAN) { llama(1, 4, 2, 2, 1, 0, "zb-h1", MQA); }
 /* SwiGLU experts every 2nd layer (the MoE keys of model_json: 4 experts,
  * top-2, capacity 0.75 dropping): over ep2, and split by tp2 with sp */
 Test(parity, llama_moe_ep2) { llama_job(1, 2, 1, 1, 1, 2, 0, NULL, GQA); }
