@@ -369,9 +369,11 @@ struct mr_gpt {
 int mr_gpt_create(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, int T,
 		  struct mr_pool *pool, struct mr_errbuf *eb);
 /* As mr_gpt_create, placed by place (NULL: one rank) with MR_GPT_EXT_*
- * flags. Checks that tp divides the heads (and so d_model) and that sp has
- * T divisible by tp (a vocabulary tp does not divide is padded to
- * ceil(V/tp) rows per rank); the message names the field. */
+ * flags. Checks that tp divides the heads (and so d_model), that tp
+ * divides llama's key/value heads or is a multiple of them (replicated:
+ * then place->kv, mr_groups_kv's group, is needed; field "n_kv_head") and
+ * that sp has T divisible by tp (a vocabulary tp does not divide is
+ * padded to ceil(V/tp) rows per rank); the message names the field. */
 int mr_gpt_create_placed(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, int T,
 			 struct mr_pool *pool, const struct mr_place *place, unsigned flags,
 			 struct mr_errbuf *eb);
