@@ -50,7 +50,8 @@ const struct mr__gw_key mr__gw_keys[] = {
 	  "(RMSNorm, rotary positions, SwiGLU MLP, grouped-query attention, no biases, untied "
 	  "head)."),
 	I("n_kv_head", 0, 65536, "0", "model",
-	  "llama: key/value heads, dividing n_head (grouped-query attention; 0: n_head)."),
+	  "llama: key/value heads, dividing n_head (grouped-query attention; 0: n_head). tp "
+	  "must divide it (heads split) or be a multiple of it (heads replicated, one a rank)."),
 	I("ffn_hidden", 0, 1 << 20, "0", "model",
 	  "llama: SwiGLU hidden size (0: 2/3 of 4 d_model rounded up to a multiple of 256, as "
 	  "Llama computes it)."),

@@ -272,6 +272,8 @@ static int place(struct gw *w, const struct mr_worker_env *env, const struct mr_
 			    gc.dev ? "per_buffer" : "none");
 	rc = mr_groups_create(&w->groups, env, w->hsdp_shard, w->sp, w->comm_timeout_ms,
 			      env->cancel ? env->cancel : &w->aborted, &gc, eb);
+	if (rc == 0) /* replicated key/value heads: the ranks sharing one */
+		rc = mr_groups_kv(&w->groups, mr_gpt_kv_rep(mc, w->groups.mesh.tp), eb);
 	if (rc < 0)
 		return rc;
 	/* the groups' placement has the communicators, the checked one the

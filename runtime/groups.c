@@ -217,11 +217,33 @@ int mr_groups_create(struct mr_groups *g, const struct mr_worker_env *env, int h
 	return 0;
 }
 
+int mr_groups_kv(struct mr_groups *g, int rep, struct mr_errbuf *eb)
+{
+	struct mr_comm *tpc = g->group[MR_GROUP_TP];
+	int tp = g->mesh.tp, me = g->me.tp, first = me / rep * rep, i, rc;
+	int mem[1024];
+	char name[48];
+
+	if (rep <= 1 || !tpc)
+		return 0;
+	if (tp % rep != 0 || rep > (int)(sizeof(mem) / sizeof(mem[0])))
+		return mr_errf_field(eb, MR_EINVAL, "n_kv_head",
+				     "%d tp ranks per key/value head do not divide tp (%d)", rep,
+				     tp);
+	for (i = 0; i < rep; i++) /* ranks of the tp communicator: its tp index */
+		mem[i] = first + i;
+	snprintf(name, sizeof(name), "kv-%d", g->rank - (me - first));
+	if ((rc = mr_comm_split(tpc, mem, rep, name, &g->kv, eb)) < 0)
+		return rc;
+	g->place.kv = g->kv;
+	return 0;
+}
+
 /* Every distinct communicator of g, once: into out (room for
- * MR_GROUP__COUNT + 3); returns how many. */
+ * MR_GROUP__COUNT + 4); returns how many. */
 static int distinct(const struct mr_groups *g, struct mr_comm **out)
 {
-	struct mr_comm *all[MR_GROUP__COUNT + 3];
+	struct mr_comm *all[MR_GROUP__COUNT + 4];
 	int n = 0, i, j;
 
 	for (i = 0; i < MR_GROUP__COUNT; i++)
@@ -229,7 +251,8 @@ static int distinct(const struct mr_groups *g, struct mr_comm **out)
 	all[MR_GROUP__COUNT] = g->shard;
 	all[MR_GROUP__COUNT + 1] = g->replica;
 	all[MR_GROUP__COUNT + 2] = g->embed;
-	for (i = 0; i < MR_GROUP__COUNT + 3; i++) {
+	all[MR_GROUP__COUNT + 3] = g->kv;
+	for (i = 0; i < MR_GROUP__COUNT + 4; i++) {
 		if (!all[i])
 			continue;
 		for (j = 0; j < n && out[j] != all[i]; j++)
@@ -242,7 +265,7 @@ static int distinct(const struct mr_groups *g, struct mr_comm **out)
 
 void mr_groups_abort(struct mr_groups *g)
 {
-	struct mr_comm *c[MR_GROUP__COUNT + 3];
+	struct mr_comm *c[MR_GROUP__COUNT + 4];
 	int n = distinct(g, c), i;
 
 	for (i = 0; i < n; i++)
@@ -251,13 +274,13 @@ void mr_groups_abort(struct mr_groups *g)
 
 void mr_groups_release(struct mr_groups *g)
 {
-	struct mr_comm *c[MR_GROUP__COUNT + 3];
+	struct mr_comm *c[MR_GROUP__COUNT + 4];
 	int n = distinct(g, c), i;
 
 	/* the world last: the others were split from it */
 	for (i = n - 1; i >= 0; i--)
 		mr_comm_free(c[i]);
 	memset(g->group, 0, sizeof(g->group));
-	g->shard = g->replica = g->embed = NULL;
+	g->shard = g->replica = g->embed = g->kv = NULL;
 	memset(&g->place, 0, sizeof(g->place));
 }

@@ -28,6 +28,8 @@ const char *mr_groups_kind_name(int kind)
 		return "hsdp_shard";
 	if (kind == MR_WORKER_GROUP_EMBED)
 		return "embed";
+	if (kind == MR_WORKER_GROUP_KV)
+		return "kv";
 	return kind == MR_WORKER_GROUP_HSDP_REPLICA ? "hsdp_replica" : NULL;
 }
 
@@ -68,7 +70,7 @@ static void fill(struct mr_worker_group_progress *p, const struct mr_comm *c, in
 int mr_groups_progress(const struct mr_groups *g, struct mr_worker_group_progress *out, int cap,
 		       double *wait_s)
 {
-	struct mr_comm *seen[MR_GROUP__COUNT + 3] = { 0 };
+	struct mr_comm *seen[MR_GROUP__COUNT + 4] = { 0 };
 	struct mr_mesh_coord first = g->me;
 	struct mr_comm_progress cp;
 	double wait = 0.0;
@@ -100,6 +102,13 @@ int mr_groups_progress(const struct mr_groups *g, struct mr_worker_group_progres
 		first.pp = 0;
 		if (n < cap)
 			fill(&out[n], g->embed, MR_WORKER_GROUP_EMBED, mr_mesh_rank(&g->mesh, &first));
+		n++;
+	}
+	if (g->kv && !listed(seen, n, g->kv)) {
+		seen[n] = g->kv;
+		if (n < cap) /* its first member: the same place, tp index rounded down */
+			fill(&out[n], g->kv, MR_WORKER_GROUP_KV,
+			     g->rank - g->me.tp % mr_comm_size(g->kv));
 		n++;
 	}
 	for (k = 0; k < n; k++) {

@@ -43,6 +43,8 @@ struct mr_groups {
 	struct mr_comm *replica; /* HSDP replicas; NULL otherwise */
 	struct mr_comm *embed;   /* pp > 1, first and last stage: the tied embeddings'
 				  * gradient sum (Megatron's embedding group); else NULL */
+	struct mr_comm *kv;      /* replicated key/value heads: the rep consecutive tp
+				  * ranks sharing one (mr_groups_kv); else NULL */
 	struct mr_place place;   /* the model's view: axes, their groups, sp */
 };
 
@@ -76,6 +78,11 @@ int mr_groups_place_layers(struct mr_place *p, const struct mr_gpt_config *mc, i
 int mr_groups_create(struct mr_groups *g, const struct mr_worker_env *env, int hsdp_shard,
 		     int sp, long timeout_ms, const _Atomic int *cancel,
 		     const struct mr_groups_comm *comm, struct mr_errbuf *eb);
+/* Replicated key/value heads (model/mr_gpt.h's mr_gpt_kv_rep, rep > 1):
+ * cuts the tp group into groups of rep consecutive tp ranks, the ranks
+ * sharing one key/value head, into g->kv and g->place.kv. Collective over
+ * the tp group; rep 1 (or one rank) creates none. rep must divide tp. */
+int mr_groups_kv(struct mr_groups *g, int rep, struct mr_errbuf *eb);
 /* Thread-safe: every pending and future operation fails promptly. */
 void mr_groups_abort(struct mr_groups *g);
 /*

@@ -37,6 +37,9 @@ struct mr_place {
 	int size[MR_AXIS__COUNT];             /* degree of each axis (0 reads as 1) */
 	int index[MR_AXIS__COUNT];            /* this rank's coordinate on it */
 	struct mr_comm *comm[MR_AXIS__COUNT]; /* its group; NULL when the size is 1 */
+	struct mr_comm *kv;                   /* replicated key/value heads (mr_gpt_kv_rep > 1):
+					       * the tp ranks sharing this rank's head, which
+					       * sum its gradient (mr_groups_kv); else NULL */
 	int sp;                               /* sequence parallel over tp (tp > 1) */
 	int cp_algo;                          /* cp > 1: enum mr_cp_algo */
 	int chunks;                           /* model chunks held; 0: the whole model */

@@ -101,6 +101,8 @@ enum {
 	MR_WORKER_GROUP_HSDP_SHARD = 64,   /* id: the group's lowest world rank */
 	MR_WORKER_GROUP_HSDP_REPLICA = 65,
 	MR_WORKER_GROUP_EMBED = 66,        /* pipeline's first + last stage; id: the first's */
+	MR_WORKER_GROUP_KV = 67,           /* tp ranks sharing a replicated key/value head;
+					    * id: the group's lowest world rank */
 };
 #define MR_WORKER_PROGRESS_GROUPS 16
 #define MR_WORKER_COMM_OPS 10 /* enum mr_comm_op's count */

@@ -112,8 +112,10 @@ static int fill(struct mr_ckpt *c, const struct mr_ckpt_manifest *mf, int mi, in
 {
 	const struct mr_gpt *m = c->job.m;
 	const struct mr_gpt_tensor *t = &m->tensors[ti];
-	int tp = t->split[MR_AXIS_TP] >= 0 ? m->tp.size : 1, ep = t->split[MR_AXIS_EP] >= 0 ? m->ep.size : 1;
-	int tr = tp > 1 ? m->tp.rank : -1, er = ep > 1 ? m->ep.rank : -1, i, nr, rc = 0;
+	/* the slice this rank holds: replicated key/value heads share one */
+	int tp = mr_gpt_tensor_tp_slices(t, m->tp.size), ep = t->split[MR_AXIS_EP] >= 0 ? m->ep.size : 1;
+	int tr = mr_gpt_tensor_tp_slice(t, m->tp.size, m->tp.rank), er = ep > 1 ? m->ep.rank : -1;
+	int i, nr, rc = 0;
 	const int *rs;
 	uint64_t got = 0;
 	float *full, *local;

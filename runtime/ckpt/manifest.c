@@ -130,7 +130,9 @@ json_t *mr__ckpt_index_json(const struct mr_ckpt_job *job, const struct ckpt_pie
 	}
 	for (i = 0; i < np; i++) {
 		const struct mr_gpt_tensor *t = &m->tensors[p[i].tensor];
-		int tp_split = t->split[MR_AXIS_TP] >= 0, ep_split = t->split[MR_AXIS_EP] >= 0;
+		/* a replicated key/value tensor names its shared slice: one of
+		 * tp / tp_rep (mr_gpt_tensor_tp_slice), as a mesh of that tp would */
+		int tps = mr_gpt_tensor_tp_slices(t, m->tp.size), ep_split = t->split[MR_AXIS_EP] >= 0;
 		if (!local[p[i].tensor]) {
 			json_array_append_new(tensors, tensor_json(t));
 			local[p[i].tensor] = ++nt;
@@ -139,7 +141,7 @@ json_t *mr__ckpt_index_json(const struct mr_ckpt_job *job, const struct ckpt_pie
 			json_array_append_new(
 				recs, json_pack("[i, i, i, i, i, i, I, I, I, I]",
 						local[p[i].tensor] - 1, k,
-						tp_split ? m->tp.rank : -1, tp_split ? m->tp.size : 1,
+						mr_gpt_tensor_tp_slice(t, m->tp.size, m->tp.rank), tps,
 						ep_split ? m->ep.rank : -1, ep_split ? m->ep.size : 1,
 						(json_int_t)p[i].at, (json_int_t)p[i].n,
 						(json_int_t)(p[i].offset +

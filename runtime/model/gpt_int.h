@@ -14,7 +14,7 @@ int mr__gpt_table_create(struct mr_gpt *m);
 void mr__gpt_bind_compute(struct mr_gpt *m);
 
 /* This tp rank's columns of a block's activations: the QKV GEMM's output
- * (gpt2 3C/tp; llama (NH + 2 NKV) hs / tp), the MLP's hidden (gpt2 4C/tp;
+ * (gpt2 3C/tp; llama (NH/tp + 2 mr_gpt_kv_local) hs), the MLP's hidden (gpt2 4C/tp;
  * llama F/tp) and the first MLP GEMM's output (gpt2 the hidden; llama
  * gate and up, 2F/tp). */
 static inline size_t mr__gpt_qkv_cols(const struct mr_gpt *m)
@@ -22,7 +22,8 @@ static inline size_t mr__gpt_qkv_cols(const struct mr_gpt *m)
 	const struct mr_gpt_config *c = &m->cfg;
 	size_t hs = (size_t)(c->d_model / c->n_head);
 
-	return (size_t)(c->n_head + 2 * mr_gpt_kv_heads(c)) * hs / (size_t)m->tp.size;
+	return ((size_t)(c->n_head / m->tp.size) + 2 * (size_t)mr_gpt_kv_local(c, m->tp.size)) *
+	       hs;
 }
 
 static inline size_t mr__gpt_ffn_cols(const struct mr_gpt *m)

@@ -33,6 +33,20 @@ int mr_gpt_kv_heads(const struct mr_gpt_config *c)
 	return c->arch == MR_ARCH_LLAMA && c->n_kv_head > 0 ? c->n_kv_head : c->n_head;
 }
 
+int mr_gpt_kv_local(const struct mr_gpt_config *c, int tp)
+{
+	int kv = mr_gpt_kv_heads(c);
+
+	return tp > kv ? 1 : kv / (tp > 1 ? tp : 1);
+}
+
+int mr_gpt_kv_rep(const struct mr_gpt_config *c, int tp)
+{
+	int kv = mr_gpt_kv_heads(c);
+
+	return tp > kv ? tp / kv : 1;
+}
+
 int mr_gpt_ffn(const struct mr_gpt_config *c)
 {
 	long h;
@@ -289,6 +303,8 @@ static void carve_ws(struct mr_gpt *m, struct carve *wv)
 	m->tp.tmp = tp > 1 ? take(m, wv, N * C) : NULL;
 	m->tp.ce = tp > 1 ? take_f32(wv, 3 * N) : NULL;
 	m->tp.norm_g = m->tp.sp ? take_f32(wv, 2 * C) : NULL;
+	/* replicated key/value heads: a layer's k and v weight gradients */
+	m->tp.kv_g = m->tp.kv ? take_f32(wv, m->tp.kv_n) : NULL;
 	kws = m->dev->ops->ws_bytes(m->dev, m->T, c->d_model, c->n_head);
 	if (c->moe_every > 0) {
 		struct mr_moe_shape ms = mr_gpt_moe_shape(m);
@@ -519,19 +535,25 @@ int mr_gpt_check_placement(const struct mr_gpt_config *c, int T, const struct mr
 	if (c->n_head % tp != 0)
 		return mr_errf_field(eb, MR_EINVAL, "n_head",
 				     "'n_head' (%d) is not divisible by tp (%d)", c->n_head, tp);
-	if (c->arch == MR_ARCH_LLAMA && mr_gpt_kv_heads(c) % tp != 0)
+	/* key/value heads split (tp divides them) or replicated (tp a
+	 * multiple of them: mr_gpt_kv_rep) */
+	if (c->arch == MR_ARCH_LLAMA && mr_gpt_kv_heads(c) % tp != 0 &&
+	    tp % mr_gpt_kv_heads(c) != 0)
 		return mr_errf_field(eb, MR_EINVAL, "n_kv_head",
-				     "'n_kv_head' (%d) is not divisible by tp (%d) (replicated "
-				     "key/value heads have not landed)", mr_gpt_kv_heads(c), tp);
+				     "'n_kv_head' (%d) and tp (%d): tp must divide 'n_kv_head' "
+				     "(key/value heads split) or be a multiple of it (replicated)",
+				     mr_gpt_kv_heads(c), tp);
 	if (c->arch == MR_ARCH_LLAMA && mr_gpt_ffn(c) % tp != 0)
 		return mr_errf_field(eb, MR_EINVAL, "ffn_hidden",
 				     "the SwiGLU hidden size %d ('ffn_hidden') is not divisible "
 				     "by tp (%d)", mr_gpt_ffn(c), tp);
 	if (cp > 1 && place->cp_algo == MR_CP_ULYSSES && mr_gpt_kv_heads(c) != c->n_head &&
-	    (mr_gpt_kv_heads(c) / tp) % cp != 0)
+	    mr_gpt_kv_local(c, tp) % cp != 0)
 		return mr_errf_field(eb, MR_EINVAL, "n_kv_head",
-				     "'n_kv_head' / tp (%d) is not divisible by cp (%d), as "
-				     "cp_algo \"ulysses\" needs", mr_gpt_kv_heads(c) / tp, cp);
+				     "'n_kv_head' (%d) gives each tp rank %d key/value heads (tp "
+				     "%d%s), not divisible by cp (%d), as cp_algo \"ulysses\" needs",
+				     mr_gpt_kv_heads(c), mr_gpt_kv_local(c, tp), tp,
+				     mr_gpt_kv_rep(c, tp) > 1 ? ", replicated" : "", cp);
 	if (sp && tp == 1)
 		return mr_errf_field(eb, MR_EINVAL, "sequence_parallel",
 				     "'sequence_parallel' needs tp > 1");
@@ -693,6 +715,12 @@ int mr_gpt_create_on(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, i
 	if (mr_place_size(&m->place, MR_AXIS_TP) > 1 && !m->place.comm[MR_AXIS_TP])
 		return mr_errf_field(eb, MR_EINVAL, "tp", "tp %d without a tp communicator",
 				     mr_place_size(&m->place, MR_AXIS_TP));
+	if (cfg->arch == MR_ARCH_LLAMA && mr_gpt_kv_rep(cfg, mr_place_size(&m->place, MR_AXIS_TP)) > 1 &&
+	    !m->place.kv)
+		return mr_errf_field(eb, MR_EINVAL, "n_kv_head",
+				     "'n_kv_head' (%d) below tp (%d) replicates key/value heads, "
+				     "which needs the key/value group (mr_groups_kv)",
+				     mr_gpt_kv_heads(cfg), mr_place_size(&m->place, MR_AXIS_TP));
 	if (mr_place_size(&m->place, MR_AXIS_EP) > 1 && !m->place.comm[MR_AXIS_EP])
 		return mr_errf_field(eb, MR_EINVAL, "ep", "ep %d without an ep communicator",
 				     mr_place_size(&m->place, MR_AXIS_EP));
@@ -714,6 +742,10 @@ int mr_gpt_create_on(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, i
 		   B, m->T, cfg->d_model, cfg->vocab);
 	m->tp.cp = mr_place_size(&m->place, MR_AXIS_CP);
 	m->tp.cp_rank = mr_place_index(&m->place, MR_AXIS_CP);
+	if (cfg->arch == MR_ARCH_LLAMA && mr_gpt_kv_rep(cfg, m->tp.size) > 1) {
+		m->tp.kv = m->place.kv;
+		m->tp.kv_n = 2 * (size_t)cfg->d_model * (size_t)(cfg->d_model / cfg->n_head);
+	}
 	m->w.layer = calloc((size_t)cfg->n_layer, sizeof(*m->w.layer));
 	m->g.layer = calloc((size_t)cfg->n_layer, sizeof(*m->g.layer));
 	if (!m->w.layer || !m->g.layer || mr__gpt_table_create(m) < 0)
@@ -775,7 +807,7 @@ int mr_gpt_create_on(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, i
 	    (rc = mr_cp_create(&m->cp, m->place.comm[MR_AXIS_CP], dev, &m->mem, m->place.cp_algo,
 			       B, T,
 			       cfg->d_model / m->tp.size, cfg->n_head / m->tp.size,
-			       mr_gpt_kv_heads(cfg) / m->tp.size, eb)) < 0) {
+			       mr_gpt_kv_local(cfg, m->tp.size), eb)) < 0) {
 		mr_gpt_release(m);
 		return rc;
 	}

@@ -27,6 +27,8 @@ struct table {
 	int tp;            /* tensor parallel degree: local = full / tp on the tp split */
 	int ep;            /* expert parallel degree: experts = full / ep on dim 0 */
 	int experts;       /* the tensors being added hold experts (dim 0) */
+	int rep;           /* the tensors being added are replicated key/value
+			    * heads shared by rep tp ranks (0: not) */
 	int *unit_first;   /* (units + 1), filled when t is */
 	int unit;          /* units held so far */
 	const unsigned char *hold; /* per unit of the whole model: 1 held here; NULL: all */
@@ -54,6 +56,7 @@ static void add(struct table *tb, const char *name, int d0, int d1, int d2,
 		enum mr_gpt_init init, float std, int split, int parts, int layer, size_t view)
 {
 	int full[3] = { d0, d1, d2 }, shape[3] = { d0, d1, d2 }, k, id = tb->gi++;
+	int rep = split >= 0 && tb->rep > 1 ? tb->rep : 1, slices = tb->tp / rep;
 	size_t n = 1, fn = 1, full_off = tb->full_off;
 
 	for (k = 0; k < 3; k++)
@@ -62,9 +65,11 @@ static void add(struct table *tb, const char *name, int d0, int d1, int d2,
 	if (!tb->held)
 		return; /* another pipeline stage's */
 	/* a split dim not divisible by tp (only the vocabulary can be) is
-	 * padded: every rank holds ceil(d / tp) rows, the last ones zero */
+	 * padded: every rank holds ceil(d / tp) rows, the last ones zero;
+	 * replicated key/value heads are cut into tp / rep slices (one: the
+	 * whole tensor on every rank, not split) */
 	if (split >= 0)
-		shape[split] = (shape[split] + tb->tp - 1) / tb->tp;
+		shape[split] = (shape[split] + slices - 1) / slices;
 	if (tb->experts)
 		shape[0] /= tb->ep;
 	for (k = 0; k < 3; k++)
@@ -78,8 +83,9 @@ static void add(struct table *tb, const char *name, int d0, int d1, int d2,
 		t->ndim = d2 ? 3 : d1 ? 2 : 1;
 		for (int a = 0; a < MR_AXIS__COUNT; a++)
 			t->split[a] = -1;
-		t->split[MR_AXIS_TP] = tb->tp > 1 ? split : -1;
+		t->split[MR_AXIS_TP] = slices > 1 ? split : -1;
 		t->tp_dim = split;
+		t->tp_rep = rep;
 		t->expert = tb->experts;
 		t->split[MR_AXIS_EP] = tb->experts && tb->ep > 1 ? 0 : -1;
 		t->split_parts = parts;
@@ -154,7 +160,9 @@ static void gpt2_table(const struct mr_gpt_config *c, struct table *tb)
 
 /* llama: the same units, no biases. q, k and v are three tensors split
  * whole (a rank's query heads and its key/value heads), back to back so
- * their local slices are one GEMM's weight; gate and up likewise (in a
+ * their local slices are one GEMM's weight; with tp above n_kv_head, k
+ * and v are replicated key/value heads (mr_gpt_kv_rep: every rank holds
+ * the one head its query heads use); gate and up likewise (in a
  * MoE layer one tensor per expert of [gate | up] rows). An untied head
  * closes the last unit. Init: every matrix ~ normal(0, 0.02),
  * the residual projections 0.02 / sqrt(2 L) (as gpt2), norms 1. */
@@ -172,8 +180,10 @@ static void llama_table(const struct mr_gpt_config *c, struct table *tb)
 		unit_begin(tb);
 		add(tb, NAME("attn_norm.w"), C, 0, 0, MR_INIT_ONE, 0, -1, 1, l, LV(ln1w));
 		add(tb, NAME("attn.q.w"), q, C, 0, MR_INIT_NORMAL, sd, 0, 1, l, LV(qkvw));
+		tb->rep = mr_gpt_kv_rep(c, tb->tp);
 		add(tb, NAME("attn.k.w"), kv, C, 0, MR_INIT_NORMAL, sd, 0, 1, l, LV(kw));
 		add(tb, NAME("attn.v.w"), kv, C, 0, MR_INIT_NORMAL, sd, 0, 1, l, LV(vw));
+		tb->rep = 0;
 		add(tb, NAME("attn.o.w"), C, q, 0, MR_INIT_NORMAL, rsd, 1, 1, l, LV(attprojw));
 		unit_begin(tb);
 		add(tb, NAME("mlp_norm.w"), C, 0, 0, MR_INIT_ONE, 0, -1, 1, l, LV(ln2w));
@@ -217,7 +227,23 @@ int mr_gpt_norm_counts(const struct mr_gpt *m, const struct mr_gpt_tensor *t)
 {
 	if (m->tied_replica && t - m->tensors < m->unit_first[1])
 		return 0; /* the embeddings: counted on the first stage */
-	return t->split[MR_AXIS_TP] >= 0 || m->tp.rank == 0;
+	if (t->split[MR_AXIS_TP] < 0)
+		return m->tp.rank == 0;
+	return t->tp_rep <= 1 || m->tp.rank % t->tp_rep == 0; /* a shared slice: its first */
+}
+
+int mr_gpt_tensor_tp_slices(const struct mr_gpt_tensor *t, int tp)
+{
+	if (t->split[MR_AXIS_TP] < 0 || tp <= 1)
+		return 1;
+	return t->tp_rep > 1 ? tp / t->tp_rep : tp;
+}
+
+int mr_gpt_tensor_tp_slice(const struct mr_gpt_tensor *t, int tp, int r)
+{
+	if (mr_gpt_tensor_tp_slices(t, tp) == 1)
+		return -1;
+	return t->tp_rep > 1 ? r / t->tp_rep : r;
 }
 
 size_t mr_gpt_tensor_full_n(const struct mr_gpt_tensor *t)
@@ -243,6 +269,10 @@ void mr_gpt_tensor_slice(const struct mr_gpt_tensor *t, int tp, int tp_rank, int
 		for (k = 1; k < t->ndim; k++)
 			per *= (size_t)t->full[k];
 		full += (size_t)ep_rank * (size_t)t->shape[0] * per;
+	}
+	if (s >= 0 && t->tp_rep > 1) { /* replicated key/value heads: shared slices */
+		tp /= t->tp_rep;
+		tp_rank /= t->tp_rep;
 	}
 	if (s < 0 || tp <= 1) {
 		if (to_full)
@@ -390,8 +420,7 @@ static int stage_units(const struct mr_gpt *m, unsigned char **hold)
 
 int mr__gpt_table_create(struct mr_gpt *m)
 {
-	struct table tb = { NULL, 0, 0, 0, m->tp.size, mr_place_size(&m->place, MR_AXIS_EP), 0,
-			    NULL, 0, NULL, 0, 0, 0, 0 };
+	struct table tb = { .tp = m->tp.size, .ep = mr_place_size(&m->place, MR_AXIS_EP) };
 	unsigned char *hold;
 	int l, u = 0, rc = stage_units(m, &hold);
 

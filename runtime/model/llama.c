@@ -14,7 +14,10 @@
  * The MLP's first GEMM writes [gate | up] (F/tp each), SwiGLU makes the
  * hidden rows from it. Tensor parallel as gpt2's block: column-parallel
  * q/k/v and gate/up, row-parallel o and down, sp through the model's norm
- * pieces.
+ * pieces. With tp above n_kv_head the key/value heads are replicated
+ * (mr_gpt_kv_rep): a rank's NKV is the one head its query heads use, and
+ * the weight gradient of k and v is summed over the ranks sharing it
+ * (mr_tp_kv_grads_begin/end around the QKV GEMM's weight gradient).
  *
  * A MoE layer's MLP is SwiGLU experts (Mixtral; model/mr_moe.h with
  * swiglu set), routed and exchanged as gpt2's.
@@ -42,7 +45,7 @@ static struct shape shape_of(const struct mr_gpt *m)
 	s.C = c->d_model;
 	s.hs = c->d_model / c->n_head;
 	s.nh = c->n_head / m->tp.size;
-	s.nkv = mr_gpt_kv_heads(c) / m->tp.size;
+	s.nkv = mr_gpt_kv_local(c, m->tp.size); /* 1 when replicated */
 	s.qkv = mr__gpt_qkv_cols(m);
 	s.att = (size_t)s.nh * (size_t)s.hs;
 	s.ffn = mr__gpt_ffn_cols(m);
@@ -99,8 +102,10 @@ static int weight_grads(struct mr_gpt *m, int l, const struct mr_gpt_layer_stash
 	CK(HOOK(m, post_bwd, m->layer_unit[l] + 1));
 	CK(OP(m, matmul_bwd, NULL, g->attprojw, NULL, st->dproj1, a->atty, CW(w->attprojw), s.N,
 	      att, s.C, 0));
+	CK(mr_tp_kv_grads_begin(&m->tp, g->kw));
 	CK(OP(m, matmul_bwd, NULL, g->qkvw, NULL, st->dqkv, a->ln1, CW(w->qkvw), s.N, s.C,
 	      (int)s.qkv, 0));
+	CK(mr_tp_kv_grads_end(&m->tp, g->kw));
 	return HOOK(m, post_bwd, m->layer_unit[l]);
 }
 
@@ -155,8 +160,12 @@ int mr__llama_block_bwd(struct mr_gpt *m, int l, const mr_act *res, float dscale
 		CK(OP(m, attn_bwd, dqkv, m->datty, a->qkv, a->atty, a->att_lse, m->B, m->T, att,
 		      s.nh, s.nkv, m->k_ws));
 	CK(OP(m, rope, dqkv, s.qkv, s.N, s.nh + s.nkv, s.hs, m->rope_pos, m->rope_freq, -1));
+	if (all)
+		CK(mr_tp_kv_grads_begin(&m->tp, g->kw));
 	CK(OP(m, matmul_bwd, m->dln, all ? g->qkvw : NULL, NULL, dqkv, a->ln1, CW(w->qkvw), s.N,
 	      s.C, (int)s.qkv, 0));
+	if (all)
+		CK(mr_tp_kv_grads_end(&m->tp, g->kw));
 	CK(mr__gpt_norm_bwd(m, g->ln1w, NULL, res, w->ln1w, NULL, a->ln1_rstd));
 	return all ? HOOK(m, post_bwd, m->layer_unit[l]) : 0;
 }

@@ -126,6 +126,19 @@ enum mr_gpt_arch { MR_ARCH_GPT2, MR_ARCH_LLAMA };
  * Llama computes it), RMSNorm epsilon and rotary base with their
  * defaults, and whether the LM head is the token embedding. */
 int mr_gpt_kv_heads(const struct mr_gpt_config *c);
+/*
+ * Key/value heads under tensor parallelism (Megatron-Core's rule): tp
+ * dividing mr_gpt_kv_heads splits them, kv_heads / tp per rank; tp a
+ * multiple of it (tp > kv_heads) REPLICATES them, each rank holding the one
+ * head its query heads attend to - rank r holds head r / rep, rep = tp /
+ * kv_heads ranks sharing each: query head h uses kv head h / (NH / NKV),
+ * rank r holds query heads [r NH/tp, (r+1) NH/tp), and NH/NKV = rep NH/tp,
+ * so all of them map to (r NH/tp) / (rep NH/tp) = r / rep. Any other tp is
+ * refused (mr_gpt_check_placement). mr_gpt_kv_local: heads per rank;
+ * mr_gpt_kv_rep: ranks sharing each (1 when split).
+ */
+int mr_gpt_kv_local(const struct mr_gpt_config *c, int tp);
+int mr_gpt_kv_rep(const struct mr_gpt_config *c, int tp);
 int mr_gpt_ffn(const struct mr_gpt_config *c);
 float mr_gpt_norm_eps(const struct mr_gpt_config *c);
 float mr_gpt_rope_theta(const struct mr_gpt_config *c);
@@ -151,6 +164,11 @@ struct mr_gpt_tensor {
 			    * when ep > 1) */
 	int split_parts;   /* the tp split dim viewed as this many blocks, each
 			    * split (3 for QKV: q, k and v rows; 1 otherwise) */
+	int tp_rep;        /* tp ranks holding the same slice: replicated key/value
+			    * heads (mr_gpt_kv_rep; the tensor is then cut into
+			    * tp / tp_rep slices, rank r holding slice r / tp_rep,
+			    * and is not split at all when tp_rep == tp); 0 or 1
+			    * otherwise */
 	int layer;         /* the block it belongs to, -1 for the model's own */
 	size_t view;       /* offset of its view pointer in struct
 			    * mr_gpt_layer_w (layer >= 0) or mr_gpt_weights */
@@ -351,9 +369,11 @@ struct mr_gpt {
 int mr_gpt_create(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, int T,
 		  struct mr_pool *pool, struct mr_errbuf *eb);
 /* As mr_gpt_create, placed by place (NULL: one rank) with MR_GPT_EXT_*
- * flags. Checks that tp divides the heads (and so d_model) and that sp has
- * T divisible by tp (a vocabulary tp does not divide is padded to
- * ceil(V/tp) rows per rank); the message names the field. */
+ * flags. Checks that tp divides the heads (and so d_model), that tp
+ * divides llama's key/value heads or is a multiple of them (replicated:
+ * then place->kv, mr_groups_kv's group, is needed; field "n_kv_head") and
+ * that sp has T divisible by tp (a vocabulary tp does not divide is
+ * padded to ceil(V/tp) rows per rank); the message names the field. */
 int mr_gpt_create_placed(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, int T,
 			 struct mr_pool *pool, const struct mr_place *place, unsigned flags,
 			 struct mr_errbuf *eb);
@@ -411,13 +431,22 @@ void mr_gpt_bind_tensors(struct mr_gpt *m, int t0, int t1, float *pbase, float *
 /* Copies between a tensor's whole (full-shape) values and the slice of
  * tp rank tp_rank and ep rank ep_rank (an expert tensor holds experts
  * [ep_rank * shape[0], ...) of the full[0]): to_full = 0 extracts local
- * from full, 1 writes local into full. */
+ * from full, 1 writes local into full. A replicated key/value tensor
+ * (t->tp_rep > 1) is cut into tp / tp_rep slices: tp rank r holds slice
+ * r / tp_rep, the rows of key/value head r / tp_rep. */
 void mr_gpt_tensor_slice(const struct mr_gpt_tensor *t, int tp, int tp_rank, int ep_rank,
 			 float *full, float *local, int to_full);
 /* 1 if this rank counts tensor t in a sum over the model-parallel group
- * (a grad norm): a tensor replicated across tp is counted by tp rank 0
- * only, the embeddings by the first pipeline stage only. */
+ * (a grad norm) and writes it to a checkpoint: a tensor replicated across
+ * tp is counted by tp rank 0 only, a replicated key/value slice by the
+ * first of the tp_rep ranks sharing it, the embeddings by the first
+ * pipeline stage only. */
 int mr_gpt_norm_counts(const struct mr_gpt *m, const struct mr_gpt_tensor *t);
+/* The distinct tp slices of t in a model of tp ranks (tp / t->tp_rep; 1
+ * for a tensor not split, every rank holding it whole), and the slice tp
+ * rank r holds (-1 with one slice): what a checkpoint record names. */
+int mr_gpt_tensor_tp_slices(const struct mr_gpt_tensor *t, int tp);
+int mr_gpt_tensor_tp_slice(const struct mr_gpt_tensor *t, int tp, int r);
 /* Elements of the whole tensor (product of full[]). */
 size_t mr_gpt_tensor_full_n(const struct mr_gpt_tensor *t);
 /* Parameters of the whole (unsliced, every stage's) model. */

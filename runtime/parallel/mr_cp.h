@@ -80,8 +80,8 @@ static inline int mr_cp_pos0(int size, int Tc, int r, int k)
 
 /* cp over comm for B sequences of T tokens (2 * cp must divide T, named
  * "seq_len"), C attention channels in NH query heads and NKV key/value
- * heads on this rank (ulysses: cp must divide NH and NKV, named "n_head"
- * and "n_kv_head"). */
+ * heads on this rank (mr_gpt_kv_local: one when tp replicates them;
+ * ulysses: cp must divide NH and NKV, named "n_head" and "n_kv_head"). */
 int mr_cp_create(struct mr_cp *cp, struct mr_comm *comm, struct mr_dev *dev, struct mr_mem *mem,
 		 int algo, int B, int T, int C, int NH, int NKV, struct mr_errbuf *eb);
 void mr_cp_release(struct mr_cp *cp);

@@ -53,6 +53,11 @@ struct mr_tp {
 			       * weight and bias gradients (mr_tp_norm_grads) */
 	int cp, cp_rank;      /* context parallel (parallel/mr_cp.h): T is the local
 			       * rows, two chunks at their global positions */
+	struct mr_comm *kv;   /* replicated key/value heads: the tp ranks sharing
+			       * this rank's (mr_tp_kv_grads_*); NULL otherwise */
+	float *kv_g;          /* scratch kv_n fp32 with kv: the gradients
+			       * accumulated before a pass */
+	size_t kv_n;          /* a layer's k and v weights here (2 hs C) */
 };
 
 void mr_tp_init(struct mr_tp *tp, struct mr_dev *dev, int size, int rank, int sp,
@@ -88,6 +93,18 @@ int mr_tp_norm_grads(struct mr_tp *tp, float *w, float *b, float **gw, float **g
  * added into w and b (the gradients accumulated so far stay out of the
  * sum); a no-op otherwise. */
 int mr_tp_sp_norm_grads(struct mr_tp *tp, float *w, float *b);
+
+/* Replicated key/value heads (tp above n_kv_head, model/mr_gpt.h's
+ * mr_gpt_kv_rep): every rank of tp->kv holds the same key/value head and
+ * adds to its weight gradient only what its own query heads give, so a
+ * pass's gradient of those weights is summed over tp->kv. The input's
+ * gradient needs nothing: its tp sum already counts every rank's part
+ * once. begin stashes the gradients accumulated so far, g (tp->kv_n fp32:
+ * the layer's k and v weights, back to back), in tp->kv_g and zeroes g
+ * for the pass; end sums the pass's g over tp->kv and adds the stash
+ * back, so earlier passes stay out of the sum. No-ops without tp->kv. */
+int mr_tp_kv_grads_begin(struct mr_tp *tp, float *g);
+int mr_tp_kv_grads_end(struct mr_tp *tp, float *g);
 
 /* Rows of wte (columns of the logits) per rank: ceil(V / size). */
 int mr_tp_vocab_rows(const struct mr_tp *tp);

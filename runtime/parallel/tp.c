@@ -155,6 +155,32 @@ int mr_tp_sp_norm_grads(struct mr_tp *tp, float *w, float *b)
 	return d->ops->add_f32(d, b, tp->norm_g + tp->C, (size_t)tp->C);
 }
 
+int mr_tp_kv_grads_begin(struct mr_tp *tp, float *g)
+{
+	struct mr_dev *d = tp->dev;
+	size_t bytes = tp->kv_n * sizeof(float);
+	int rc;
+
+	if (!tp->kv)
+		return 0;
+	if ((rc = d->ops->copy(d, tp->kv_g, g, bytes)) < 0)
+		return rc;
+	return d->ops->zero(d, g, bytes);
+}
+
+int mr_tp_kv_grads_end(struct mr_tp *tp, float *g)
+{
+	struct mr_dev *d = tp->dev;
+	int rc;
+
+	if (!tp->kv)
+		return 0;
+	if ((rc = d->ops->sync(d)) < 0 ||
+	    (rc = mr_comm_allreduce(tp->kv, g, g, tp->kv_n, MR_COMM_F32, MR_COMM_SUM)) < 0)
+		return rc;
+	return d->ops->add_f32(d, g, tp->kv_g, tp->kv_n);
+}
+
 int mr_tp_vocab_rows(const struct mr_tp *tp)
 {
 	return (tp->V + tp->size - 1) / tp->size;

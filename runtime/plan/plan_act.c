@@ -234,7 +234,9 @@ double mr__plan_acts(const struct mr_plan_input *in, const struct mr_plan_mesh *
 			     m->sp,
 			     mr__plan_prec(in->prec)->act,
 			     in->impl == MR_PLAN_MESHRUN,
-			     d.qkv,
+			     /* split by tp below: the local columns times tp
+			      * (replicated key/value heads: more than qkv / tp) */
+			     mr__plan_qkv_local(md, m->tp) * m->tp,
 			     d.fc,
 			     d.ffn,
 			     d.llama };
@@ -246,7 +248,7 @@ double mr__plan_acts(const struct mr_plan_input *in, const struct mr_plan_mesh *
 		double C = md->d_model, stash = 0;
 		per = dense * layer + st->moe_layers * moe + meshrun_ends(in, m, st, &sh);
 		if (m->pp > 1 && m->schedule == MR_PP_ZBH1) /* the split backward's stash */
-			stash = sh.tok * (d.qkv / m->tp + C + d.fc / m->tp + C) * sh.act *
+			stash = sh.tok * (sh.qkv / m->tp + C + d.fc / m->tp + C) * sh.act *
 				st->layers;
 		return st->slots * (per + stash);
 	}

@@ -5,7 +5,7 @@
  * workspace, and what it refuses. A new algorithm is a new row.
  *
  * Per layer and micro-batch, rows = b s/cp local tokens, Cl = C/tp
- * query channels, KVl = NKV hs/tp key/value channels (Cl without
+ * query channels, KVl = mr_gpt_kv_local hs key/value channels (Cl without
  * grouped-query attention), Q = Cl + 2 KVl the q|k|v row, NHl = heads/tp,
  * act = activation bytes (cp.c's buffer_bytes):
  *   ring       forward cp-1 hops of the k|v block (rows 2 KVl act), each
@@ -40,27 +40,22 @@ static const char *never(const struct mr_plan_input *in, const struct mr_plan_me
 
 static const char *heads_split(const struct mr_plan_input *in, const struct mr_plan_mesh *m)
 {
-	struct mr__plan_dims d;
-
-	mr__plan_dims(&in->model, &d);
 	if ((in->model.n_head / m->tp) % m->cp)
 		return "n_head";
-	return (d.kv_heads / m->tp) % m->cp ? "n_kv_head" : NULL;
+	return mr__plan_kv_local(&in->model, m->tp) % m->cp ? "n_kv_head" : NULL;
 }
 
 void mr__plan_cpx(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
 		  struct mr__plan_cpx *x)
 {
 	const struct mr_plan_model *md = &in->model;
-	struct mr__plan_dims d;
 	double hs = (double)(md->d_model / md->n_head);
 
-	mr__plan_dims(md, &d);
 	*x = (struct mr__plan_cpx){
 		.rows = (double)m->micro_batch * md->seq_len / m->cp,
 		.Cl = (double)md->d_model / m->tp,
 		.NHl = (double)md->n_head / m->tp,
-		.KVl = (double)d.kv_heads * hs / m->tp,
+		.KVl = (double)mr__plan_kv_local(md, m->tp) * hs,
 		.cp = m->cp,
 		.act = mr__plan_prec(in->prec)->act,
 		.T = md->seq_len,

@@ -120,6 +120,12 @@ struct mr__plan_dims {
 };
 
 void mr__plan_dims(const struct mr_plan_model *m, struct mr__plan_dims *d);
+/* The attention's input GEMM's columns on a tp rank: (NH/tp + 2
+ * mr_gpt_kv_local) hs - qkv / tp, or more when tp above n_kv_head
+ * replicates the key/value heads (one whole head a rank) - and the key/
+ * value heads a rank holds. */
+double mr__plan_qkv_local(const struct mr_plan_model *m, int tp);
+int mr__plan_kv_local(const struct mr_plan_model *m, int tp);
 /* A MoE layer's shape on a rank of mesh m, as mr_gpt_moe_shape builds it
  * (the family's experts: H = the MLP's hidden size / tp, SwiGLU for
  * llama); zeroed for a dense model. */

@@ -136,7 +136,7 @@ static double meshrun_workspace(const struct mr_plan_input *in, const struct mr_
 	double b = mr__plan_prec(in->prec)->act, N = (double)m->micro_batch * md->seq_len / m->cp;
 	double C = md->d_model, Cl = C / m->tp, Nl = m->sp ? N / m->tp : N, hs = C / md->n_head;
 	double ones = N, ws = 0, kws, mws = 0, T = (double)md->seq_len / m->cp;
-	double pieces[11];
+	double pieces[12];
 	struct mr__plan_dims d;
 	struct mr_moe_shape ms;
 
@@ -152,14 +152,16 @@ static double meshrun_workspace(const struct mr_plan_input *in, const struct mr_
 	pieces[1] = Nl * C * b;                  /* dres */
 	pieces[2] = N * C * b;                   /* dln */
 	pieces[3] = N * Cl * b;                  /* datty */
-	pieces[4] = N * d.qkv / m->tp * b;       /* dqkv */
+	pieces[4] = N * mr__plan_qkv_local(md, m->tp) * b; /* dqkv */
 	pieces[5] = N * (d.fc + (d.llama ? d.ffn : 0)) / m->tp * b; /* dfch (| dswiglu) */
 	pieces[6] = N * C * b;                   /* dtmp */
 	pieces[7] = m->sp ? N * C * b : 0;       /* the sp gather */
 	pieces[8] = m->tp > 1 ? N * C * b + 3 * N * 4 : 0; /* tp scratch, vocab-parallel CE */
 	pieces[9] = m->sp ? 2 * C * 4 : 0;
 	pieces[10] = kws > mws ? kws : mws;
-	for (int i = 0; i < 11; i++)
+	/* replicated key/value heads: a layer's k and v weight gradients */
+	pieces[11] = d.llama && m->tp > d.kv_heads ? 2 * hs * C * 4 : 0;
+	for (int i = 0; i < 12; i++)
 		ws += pieces[i] > 0 ? ceil(pieces[i] / 256) * 256 : 0;
 	if (m->cp > 1) { /* mr_cp.h's buffers, by algorithm */
 		struct mr__plan_cpx x;

@@ -224,9 +224,12 @@ int mr_plan_mesh_check(const struct mr_plan_input *in, struct mr_plan_mesh *m,
 	if (md->arch == MR_ARCH_LLAMA) {
 		struct mr__plan_dims d;
 		mr__plan_dims(md, &d);
-		if (d.kv_heads % m->tp) /* whole key/value heads per rank */
-			return bad(eb, "tp", "tp %d does not divide the %d key/value heads", m->tp,
-				   d.kv_heads);
+		/* whole key/value heads per rank: split, or replicated when tp is
+		 * a multiple of them (mr_gpt_kv_rep) */
+		if (d.kv_heads % m->tp && m->tp % d.kv_heads)
+			return bad(eb, "tp",
+				   "tp %d neither divides the %d key/value heads nor is a "
+				   "multiple of them", m->tp, d.kv_heads);
 		if ((int)d.ffn % m->tp)
 			return bad(eb, "tp", "tp %d does not divide the SwiGLU hidden size %d",
 				   m->tp, (int)d.ffn);

@@ -53,6 +53,21 @@ void mr__plan_dims(const struct mr_plan_model *m, struct mr__plan_dims *d)
 	d->tied = mr_gpt_tied(&gc);
 }
 
+int mr__plan_kv_local(const struct mr_plan_model *m, int tp)
+{
+	struct mr_gpt_config gc;
+
+	mr__plan_gpt_config(m, &gc);
+	return mr_gpt_kv_local(&gc, tp);
+}
+
+double mr__plan_qkv_local(const struct mr_plan_model *m, int tp)
+{
+	double hs = m->n_head > 0 ? (double)(m->d_model / m->n_head) : 0;
+
+	return ((double)(m->n_head / tp) + 2.0 * mr__plan_kv_local(m, tp)) * hs;
+}
+
 void mr__plan_moe_shape(const struct mr_plan_model *md, const struct mr_plan_mesh *m,
 			struct mr_moe_shape *s)
 {
@@ -86,7 +101,8 @@ int mr__plan_shard(const struct mr_plan_mesh *m)
  * cuts them: QKV and fc column-parallel, the projections row-parallel with
  * replicated biases, experts E/ep per rank, the router replicated): the
  * attention half, a dense MLP half and a MoE one. Llama's halves: the
- * RMSNorm weight, q (NH hs, C), k and v (NKV hs, C) and o (C, NH hs); the
+ * RMSNorm weight, q (NH hs, C), k and v (NKV hs, C: one head a rank when
+ * tp above NKV replicates them) and o (C, NH hs); the
  * RMSNorm weight, gate and up (F, C) and down (C, F); a MoE half the
  * RMSNorm weight, the router (E, C) and per expert gate | up (2F, C) and
  * down (C, F) (model/gpt_table.c's llama_table); no biases. */
@@ -99,7 +115,7 @@ static void layer_units(const struct mr_plan_model *md, const struct mr_plan_mes
 
 	mr__plan_dims(md, &d);
 	if (d.llama) {
-		size_t Ql = (size_t)d.qkv / t, Fl = (size_t)d.ffn / t;
+		size_t Ql = (size_t)mr__plan_qkv_local(md, m->tp), Fl = (size_t)d.ffn / t;
 		*attn = C + Ql * C + C * Cl;
 		*dense = C + 3 * Fl * C;
 		*experts = El * 3 * Fl * C;

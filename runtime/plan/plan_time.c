@@ -76,8 +76,11 @@ double mr__plan_fwd_flops(const struct mr_plan_input *in, const struct mr_plan_m
 
 	mr__plan_dims(md, &d);
 	if (d.llama) { /* q k v, o; gate, up, down (top_k experts' of E: the router) */
-		dense = 2 * (C * d.qkv + C * C + 3 * d.ffn * C) / t + attn;
-		moe = 2 * (C * d.qkv + C * C) / t + attn + 2 * C * md->n_experts +
+		/* q k v as a rank computes them: replicated key/value heads on
+		 * every rank sharing them */
+		double qkv = mr__plan_qkv_local(md, m->tp) * t;
+		dense = 2 * (C * qkv + C * C + 3 * d.ffn * C) / t + attn;
+		moe = 2 * (C * qkv + C * C) / t + attn + 2 * C * md->n_experts +
 		      md->top_k * 2 * 3 * d.ffn * C / t;
 	}
 	f = (st->layers - st->moe_layers) * dense + st->moe_layers * moe;

@@ -62,9 +62,10 @@ Test(prelaunch, the_model_against_the_mesh)
 		"cp");
 	refused("--nproc-per-node 2 --pp 2 --workload-config '{\"n_layer\": 1}'", "n_layer",
 		"pp");
-	refused("--nproc-per-node 2 --tp 2 --workload-config "
-		"'{\"arch\": \"llama\", \"n_kv_head\": 1}'",
-		"'n_kv_head'", "tp (2)");
+	/* key/value heads split by tp or replicated over it, nothing between */
+	refused("--nproc-per-node 3 --tp 3 --workload-config "
+		"'{\"arch\": \"llama\", \"n_head\": 6, \"d_model\": 48, \"n_kv_head\": 2}'",
+		"'n_kv_head' (2)", "tp (3)");
 	refused("--nproc-per-node 2 --ep 2 --workload-config "
 		"'{\"moe_every\": 1, \"n_experts\": 3}'",
 		"n_experts", NULL);

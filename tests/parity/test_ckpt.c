@@ -178,6 +178,32 @@ Test(ckpt, reshard_ep2_tp2_to_ep1_tp1)
 	reshard(&(struct mr_ckjob){ 1, 4, "--tp 2 --ep 2", from }, &(struct mr_ckjob){ 1, 1, "", to });
 }
 
+/* Replicated key/value heads (2 over tp4: pairs of ranks share one, and
+ * one of each pair writes it) continue at tp2 (split heads) and tp1, and
+ * back; MQA (one head, held whole by every rank) from tp2 to tp4. */
+#define LLAMA_KV2 "\"arch\": \"llama\", \"ffn_hidden\": 64, \"n_kv_head\": 2"
+#define LLAMA_MQA "\"arch\": \"llama\", \"ffn_hidden\": 64, \"n_kv_head\": 1"
+Test(ckpt, reshard_llama_tp4_kv_replicated_to_tp1)
+{
+	reshard(&(struct mr_ckjob){ 1, 4, "--tp 4 --sequence-parallel", LLAMA_KV2 ", \"zero\": 1" },
+		&(struct mr_ckjob){ 1, 1, "", LLAMA_KV2 });
+}
+Test(ckpt, reshard_llama_tp4_kv_replicated_to_tp2)
+{
+	reshard(&(struct mr_ckjob){ 1, 4, "--tp 4", LLAMA_KV2 },
+		&(struct mr_ckjob){ 1, 2, "--tp 2 --sequence-parallel", LLAMA_KV2 });
+}
+Test(ckpt, reshard_llama_tp1_to_tp4_kv_replicated)
+{
+	reshard(&(struct mr_ckjob){ 1, 1, "", LLAMA_KV2 },
+		&(struct mr_ckjob){ 1, 4, "--tp 4 --sequence-parallel", LLAMA_KV2 });
+}
+Test(ckpt, reshard_llama_mqa_tp2_to_tp4)
+{
+	reshard(&(struct mr_ckjob){ 1, 2, "--tp 2", LLAMA_MQA },
+		&(struct mr_ckjob){ 1, 4, "--tp 4", LLAMA_MQA });
+}
+
 /* The full run; of its checkpoints 1, 2, 3 and 6 are kept and `damage`
  * is applied to step 6: the run again skips it (logging `names`), resumes
  * at step 3 and ends equal to the full run. */

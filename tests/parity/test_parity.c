@@ -515,6 +515,19 @@ Test(parity, ep2_pp2_zero1, NOT_UNDER_SAN) { expert(1, 4, 1, 2, 2, 1, 1); }
 #if EMUL
 Test(parity, ep2_dp4_zero3, NOT_UNDER_SAN_EMUL) { expert(2, 2, 1, 1, 2, 0, 3); }
 #endif
+#if ON_DEVICE
+/* llama with replicated key/value heads (2 over tp4, sp) on the device:
+ * the kv group's gradient sum over device buffers; emulated, it must equal
+ * the cpu device's run bit for bit */
+Test(parity, llama_tp4_sp_kv_replicated_device, NOT_UNDER_SAN_EMUL)
+{
+	struct job j = { 1, 4, 4, 0, 0, 1, 0, 1,
+			 ", \"arch\": \"llama\", \"ffn_hidden\": 128, \"n_kv_head\": 2",
+			 0, 0, NULL, 0, NULL, 0, 0 };
+
+	check(&j);
+}
+#endif
 
 /*
  * Context parallel: every sequence split over cp ranks in 2*cp chunks
@@ -615,6 +628,29 @@ Test(parity, llama_cp2_ulysses_gqa, NOT_UNDER_SAN)
 	llama(1, 2, 1, 1, 2, 0, NULL, GQA ", \"cp_algo\": \"ulysses\"");
 }
 Test(parity, llama_tp2_pp2_dp2_zero1, NOT_UNDER_SAN) { llama(2, 4, 2, 2, 1, 1, "1f1b", GQA); }
+/* Replicated key/value heads (tp above n_kv_head, model/mr_gpt.h's
+ * mr_gpt_kv_rep): each tp rank holds the one head its query heads use and
+ * the ranks sharing a head sum its weight gradient; every one against the
+ * single rank. 2 heads over tp4 (pairs share), 1 (MQA) over tp2 and tp4
+ * with sp, with cp (ring and all-gather), with ZeRO-3 over dp2, and with
+ * a pipeline. */
+#define MQA ", \"n_kv_head\": 1"
+Test(parity, llama_tp4_sp_kv_replicated) { llama(1, 4, 4, 1, 1, 0, NULL, GQA); }
+Test(parity, llama_tp2_sp_mqa) { llama(1, 2, 2, 1, 1, 0, NULL, MQA); }
+Test(parity, llama_tp4_sp_mqa, NOT_UNDER_SAN) { llama(1, 4, 4, 1, 1, 0, NULL, MQA); }
+Test(parity, llama_tp2_cp2_mqa, NOT_UNDER_SAN) { llama(1, 4, 2, 1, 2, 0, NULL, MQA); }
+Test(parity, llama_tp2_cp2_allgather_mqa, NOT_UNDER_SAN)
+{
+	llama(1, 4, 2, 1, 2, 0, NULL, MQA ", \"cp_algo\": \"allgather\"");
+}
+Test(parity, llama_tp4_dp2_zero3_kv_replicated, .timeout = 300, NOT_UNDER_SAN)
+{
+	llama(2, 4, 4, 1, 1, 3, NULL, GQA);
+}
+Test(parity, llama_tp2_dp2_zero2_mqa, NOT_UNDER_SAN) { llama(2, 2, 2, 1, 1, 2, NULL, MQA); }
+Test(parity, llama_tp2_pp2_mqa, NOT_UNDER_SAN) { llama(1, 4, 2, 2, 1, 0, "1f1b", MQA); }
+/* the split backward: k and v's weight gradients summed in the weight phase */
+Test(parity, llama_tp2_pp2_zbh1_mqa, NOT_UNDER_SAN) { llama(1, 4, 2, 2, 1, 0, "zb-h1", MQA); }
 /* SwiGLU experts every 2nd layer (the MoE keys of model_json: 4 experts,
  * top-2, capacity 0.75 dropping): over ep2, and split by tp2 with sp */
 Test(parity, llama_moe_ep2) { llama_job(1, 2, 1, 1, 1, 2, 0, NULL, GQA); }
@@ -648,6 +684,17 @@ Test(parity, tp_not_dividing_heads_is_rejected)
 	struct job j = { 1, 3, 3, 0, 0, 0, 0, 1, NULL, 0, 0, NULL, 0, NULL, 0, 0 };
 
 	expect_rejected(&j, NULL, "n_head");
+}
+
+/* Ulysses exchanges whole key/value heads over cp: a replicated head (one
+ * per tp rank) cannot be cut */
+Test(parity, ulysses_with_replicated_kv_heads_is_rejected)
+{
+	struct job j = { 1, 4, 2, 0, 0, 1, 0, 1,
+			 ", \"arch\": \"llama\", \"ffn_hidden\": 64, \"n_kv_head\": 1, "
+			 "\"cp_algo\": \"ulysses\"", 0, 0, NULL, 0, NULL, 0, 2 };
+
+	expect_rejected(&j, j.extra, "n_kv_head");
 }
 
 Test(parity, unknown_zero_stage_is_rejected)

@@ -236,6 +236,22 @@ Test(plan_ledger, llama_cp2_ulysses_gqa)
 	check_exact("{" LLAMA ",\"cp_algo\":\"ulysses\"}", 2, 1, 1, 2, 1);
 }
 Test(plan_ledger, llama_cp2_tp2_ring_gqa) { check_exact("{" LLAMA "}", 4, 2, 1, 2, 1); }
+/* replicated key/value heads (tp above n_kv_head): each rank one whole
+ * head (k and v of hs rows), its gradient's stash in the workspace; to
+ * the byte */
+Test(plan_ledger, llama_tp4_sp_kv_replicated)
+{
+	check_exact("{" LLAMA ",\"sequence_parallel\":true}", 4, 4, 1, 1, 1);
+}
+Test(plan_ledger, llama_tp2_dp2_zero3_mqa)
+{
+	check_exact("{" BASE ",\"arch\":\"llama\",\"n_kv_head\":1,\"zero\":3}", 4, 2, 1, 1, 1);
+}
+Test(plan_ledger, llama_cp2_tp2_allgather_mqa)
+{
+	check_exact("{" BASE ",\"arch\":\"llama\",\"n_kv_head\":1,\"cp_algo\":\"allgather\"}",
+		    4, 2, 1, 2, 1);
+}
 
 /* SwiGLU experts (Mixtral's): (E, 2F, C) gate | up and (E, C, F) down */
 #define LLAMA_MOE LLAMA ",\"moe_every\":2,\"n_experts\":4,\"top_k\":2,\"capacity_factor\":1.25"

@@ -4,7 +4,8 @@
  * et al. 2024: 8.03B, 70.6B, 405.9B), FLOPs per token against the
  * runtime's own count (mr_gpt_flops_per_token on a real llama model),
  * activations of the SwiGLU MLP and grouped-query attention, the mesh
- * rules llama adds (tp within the key/value heads and the SwiGLU width),
+ * rules llama adds (tp dividing the key/value heads or a multiple of them,
+ * replicating them, and dividing the SwiGLU width),
  * cp over grouped-query attention (ulysses' whole key/value heads),
  * Mixtral 8x7B's count and SwiGLU experts' parameters and FLOPs,
  * a workload config with "arch": "llama" read and every plan of it
@@ -206,7 +207,7 @@ Test(plan_llama, meshrun_activations_carve_gate_up_and_grouped_qkv)
 				      4 * N * 4);
 }
 
-Test(plan_llama, tp_must_divide_the_kv_heads_and_the_swiglu_width)
+Test(plan_llama, tp_must_share_the_kv_heads_and_divide_the_swiglu_width)
 {
 	struct mr_plan_input in;
 	struct mr_plan_mesh m = { .tp = 4, .cp = 1, .pp = 1, .ep = 1, .v = 1, .micro_batch = 1 };
@@ -215,9 +216,16 @@ Test(plan_llama, tp_must_divide_the_kv_heads_and_the_swiglu_width)
 	mr_plan_input_init(&in);
 	preset("llama-tiny", &in.model); /* 4 heads, 2 of them key/value */
 	in.global_batch = 8;
+	/* tp 4 over 2 key/value heads replicates them (pairs share one) */
+	cr_expect_eq(mr_plan_mesh_check(&in, &m, &eb), 0, "%s", eb.msg);
+	/* 2 key/value heads over tp 3: neither splits nor replicates */
+	mr_errbuf_clear(&eb);
+	m = (struct mr_plan_mesh){ .tp = 3, .cp = 1, .pp = 1, .ep = 1, .v = 1, .micro_batch = 1 };
+	in.model.n_head = 6;
 	cr_expect_eq(mr_plan_mesh_check(&in, &m, &eb), MR_EINVAL);
 	cr_expect_str_eq(eb.field, "tp");
 	cr_expect(strstr(eb.msg, "key/value heads"), "%s", eb.msg);
+	in.model.n_head = 4;
 	mr_errbuf_clear(&eb);
 	m = (struct mr_plan_mesh){ .tp = 2, .cp = 1, .pp = 1, .ep = 1, .v = 1, .micro_batch = 1 };
 	in.model.ffn_hidden = 385;
@@ -302,7 +310,7 @@ Test(plan_llama, workload_config_plans_the_runtime_model_and_every_plan_runs)
 	struct mr_plan_input in;
 	struct mr_plan_result r = { 0 };
 	struct mr_errbuf eb = { { 0 }, { 0 } };
-	int world = 4, tps = 0, cps = 0;
+	int world = 4, tps = 0, cps = 0, reps = 0;
 
 	cr_assert_not_null(c);
 	cr_assert_eq(mr_plan_cluster_local(world, 1, &in.cluster, &eb), 0);
@@ -322,8 +330,8 @@ Test(plan_llama, workload_config_plans_the_runtime_model_and_every_plan_runs)
 		char line[160];
 
 		mr_plan_mesh_format(m, line, sizeof(line));
-		cr_expect(m->tp <= 2, "plan %s: tp within 2 kv heads", line);
 		tps += m->tp == 2;
+		reps += m->tp == 4; /* replicated key/value heads */
 		cps += m->cp > 1;
 		cr_assert_eq(mr_plan_to_workload(m, planned), 0);
 		env.world_size = world;
@@ -340,6 +348,7 @@ Test(plan_llama, workload_config_plans_the_runtime_model_and_every_plan_runs)
 		json_decref(planned);
 	}
 	cr_expect(tps > 0, "tp 2 is among the plans");
+	cr_expect(reps > 0, "tp 4 over 2 key/value heads is among the plans");
 	cr_expect(cps > 0, "cp over grouped-query attention is among the plans");
 	mr_plan_result_release(&r);
 	json_decref(c);

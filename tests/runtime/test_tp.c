@@ -205,3 +205,121 @@ Test(tp, bad_placement_names_the_field)
 	cr_expect_eq(mr_gpt_create_placed(&m, &c, 2, 16, NULL, &where, 0, &eb), MR_EINVAL);
 	cr_expect_str_eq(eb.field, "cp", "%s", eb.msg);
 }
+
+/*
+ * Replicated key/value heads (model/mr_gpt.h's mr_gpt_kv_rep): tp above
+ * n_kv_head, a multiple of it. The slice rule: rank r holds key/value
+ * head r / rep (rep = tp / n_kv_head), which is the head every one of its
+ * query heads uses under GQA (query head h uses h / (n_head / n_kv_head)).
+ */
+Test(tp, replicated_kv_heads_are_the_ones_the_query_heads_use)
+{
+	static const int cfgs[][3] = { { 4, 2, 4 }, { 4, 1, 2 }, { 4, 1, 4 }, { 8, 2, 8 },
+				       { 8, 2, 4 }, { 12, 3, 6 }, { 32, 8, 16 }, { 32, 4, 32 } };
+
+	for (size_t i = 0; i < sizeof(cfgs) / sizeof(cfgs[0]); i++) {
+		int NH = cfgs[i][0], NKV = cfgs[i][1], tp = cfgs[i][2], rep = tp / NKV;
+		struct mr_gpt_config c = { .arch = MR_ARCH_LLAMA, .n_head = NH, .n_kv_head = NKV };
+		cr_expect_eq(mr_gpt_kv_rep(&c, tp), rep);
+		cr_expect_eq(mr_gpt_kv_local(&c, tp), 1);
+		for (int r = 0; r < tp; r++)
+			for (int h = r * (NH / tp); h < (r + 1) * (NH / tp); h++)
+				cr_expect_eq(h / (NH / NKV), r / rep,
+					     "n_head %d n_kv_head %d tp %d: rank %d's query head %d", NH,
+					     NKV, tp, r, h);
+	}
+}
+
+/* A fake communicator: creating a model does not communicate. */
+#define FAKE_COMM ((struct mr_comm *)1)
+
+static const struct mr_gpt_config llama_kv2 = { .vocab = 64, .max_seq = 16, .n_layer = 1,
+						.d_model = 32, .n_head = 4, .arch = MR_ARCH_LLAMA,
+						.n_kv_head = 2, .ffn_hidden = 64 };
+
+static const struct mr_gpt_tensor *tensor(const struct mr_gpt *m, const char *name)
+{
+	for (int i = 0; i < m->ntensors; i++)
+		if (!strcmp(m->tensors[i].name, name))
+			return &m->tensors[i];
+	cr_assert_fail("no tensor '%s'", name);
+	return NULL;
+}
+
+/* n_kv_head 2 over tp 4: k and v are cut in 2 slices of one head (8 rows
+ * of 32), ranks 0 and 1 holding head 0, 2 and 3 head 1; the first of
+ * each pair counts it (grad norm, checkpoint). n_kv_head 1 over tp 2:
+ * held whole, counted by rank 0. */
+Test(tp, replicated_kv_slice_rule)
+{
+	struct mr_errbuf eb = { "", "" };
+	struct mr_place where;
+	struct mr_gpt m;
+	float full[64 * 32], local[64 * 32];
+	int hs = 8, C = 32;
+
+	for (int i = 0; i < 64 * 32; i++)
+		full[i] = (float)i;
+	for (int r = 0; r < 4; r++) {
+		mr_place_tp(&where, 4, r, FAKE_COMM, 1);
+		where.kv = FAKE_COMM;
+		cr_assert_eq(mr_gpt_create_placed(&m, &llama_kv2, 2, 16, NULL, &where, 0, &eb), 0,
+			     "%s", eb.msg);
+		for (int kv = 0; kv < 2; kv++) {
+			const struct mr_gpt_tensor *t = tensor(&m, kv ? "h.0.attn.v.w" : "h.0.attn.k.w");
+			cr_expect_eq(t->shape[0], hs);
+			cr_expect_eq(t->full[0], 2 * hs);
+			cr_expect_eq(t->tp_rep, 2);
+			cr_expect_eq(t->split[MR_AXIS_TP], 0);
+			cr_expect_eq(mr_gpt_tensor_tp_slices(t, 4), 2);
+			cr_expect_eq(mr_gpt_tensor_tp_slice(t, 4, r), r / 2);
+			cr_expect_eq(mr_gpt_norm_counts(&m, t), r % 2 == 0);
+			mr_gpt_tensor_slice(t, 4, r, 0, full, local, 0);
+			for (int i = 0; i < hs * C; i++)
+				cr_assert_eq(local[i], full[(size_t)(r / 2) * hs * C + i],
+					     "rank %d: element %d of %s", r, i, t->name);
+		}
+		/* query heads stay split: one a rank */
+		cr_expect_eq(tensor(&m, "h.0.attn.q.w")->shape[0], hs);
+		cr_expect_eq(tensor(&m, "h.0.attn.q.w")->tp_rep, 1);
+		mr_gpt_release(&m);
+	}
+	for (int r = 0; r < 2; r++) {
+		struct mr_gpt_config c = llama_kv2;
+		const struct mr_gpt_tensor *t;
+		c.n_kv_head = 1;
+		mr_place_tp(&where, 2, r, FAKE_COMM, 0);
+		where.kv = FAKE_COMM;
+		cr_assert_eq(mr_gpt_create_placed(&m, &c, 2, 16, NULL, &where, 0, &eb), 0, "%s",
+			     eb.msg);
+		t = tensor(&m, "h.0.attn.k.w");
+		cr_expect_eq(t->shape[0], hs);
+		cr_expect_eq(t->split[MR_AXIS_TP], -1);
+		cr_expect_eq(mr_gpt_tensor_tp_slices(t, 2), 1);
+		cr_expect_eq(mr_gpt_tensor_tp_slice(t, 2, r), -1);
+		cr_expect_eq(mr_gpt_norm_counts(&m, t), r == 0);
+		mr_gpt_release(&m);
+	}
+}
+
+/* tp neither dividing n_kv_head nor a multiple of it: refused naming
+ * n_kv_head (2 heads over tp 3); replicated heads without their group too */
+Test(tp, kv_heads_tp_cannot_share_are_refused)
+{
+	struct mr_gpt_config c = llama_kv2;
+	struct mr_errbuf eb = { "", "" };
+	struct mr_place where;
+	struct mr_gpt m;
+
+	c.n_head = 6;
+	c.d_model = 48;
+	c.ffn_hidden = 48;
+	mr_place_tp(&where, 3, 0, FAKE_COMM, 0);
+	cr_expect_eq(mr_gpt_create_placed(&m, &c, 2, 16, NULL, &where, 0, &eb), MR_EINVAL);
+	cr_expect_str_eq(eb.field, "n_kv_head", "%s", eb.msg);
+	cr_expect(strstr(eb.msg, "tp (3)"), "%s", eb.msg);
+	mr_place_tp(&where, 4, 0, FAKE_COMM, 0);
+	mr_errbuf_clear(&eb);
+	cr_expect_eq(mr_gpt_create_placed(&m, &llama_kv2, 2, 16, NULL, &where, 0, &eb), MR_EINVAL);
+	cr_expect_str_eq(eb.field, "n_kv_head", "%s", eb.msg);
+}
