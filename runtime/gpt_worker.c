@@ -377,6 +377,13 @@ static int checkpoint(struct gw *w, int requested, struct mr_worker_stats *st,
 		mr_ckpt_save(w->ckpt, w->step, NULL); /* a failure is logged there */
 	if ((requested || w->step >= w->steps) && mr_ckpt_wait(w->ckpt, &ce) < 0)
 		return mr_errf(eb, MR_EIO, "%s", ce.msg);
+	/* a rank that stops now leaves the job when it returns: not before
+	 * the step is published (a publish after the generation ended is
+	 * fenced off); rank 0 logs a publish that failed */
+	if (requested && atomic_load(&w->preempted) &&
+	    mr_ckpt_wait_published(w->ckpt, w->step, 60000, &ce) < 0)
+		mr_log_warn("checkpoint_not_published", "step=%ld why=%s", w->step,
+			    mr_log_q(ce.msg));
 	mr_ckpt_stats(w->ckpt, &cs);
 	st->ckpt_step = cs.last_step;
 	st->resumed_step = cs.resumed_step;

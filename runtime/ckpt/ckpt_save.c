@@ -551,6 +551,27 @@ int mr_ckpt_wait(struct mr_ckpt *c, struct mr_errbuf *eb)
 	return c ? finish_write(c, 1, &peer, eb) : 0;
 }
 
+int mr_ckpt_wait_published(struct mr_ckpt *c, long step, long timeout_ms, struct mr_errbuf *eb)
+{
+	char path[4400];
+	double end = now_s() + (double)timeout_ms / 1e3;
+	struct stat st;
+
+	if (!c || c->job.rank == 0) /* its wait published it */
+		return 0;
+	mr__ckpt_step_dir(path, sizeof(path), c->dir, step);
+	strncat(path, "/manifest.json", sizeof(path) - strlen(path) - 1);
+	while (stat(path, &st) != 0) {
+		if (atomic_load(&c->cancel))
+			return mr_errf(eb, MR_EABORTED, "aborted waiting for step %ld's publish", step);
+		if (now_s() >= end)
+			return mr_errf(eb, MR_ETIMEDOUT, "step %ld was not published within %ld ms "
+					   "(rank 0 logs why)", step, timeout_ms);
+		usleep(20 * 1000);
+	}
+	return 0;
+}
+
 int mr_ckpt_save(struct mr_ckpt *c, long step, struct mr_errbuf *eb)
 {
 	struct mr_dev *dev = c->job.m->dev;

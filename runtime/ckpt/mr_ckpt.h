@@ -117,6 +117,12 @@ int mr_ckpt_create(struct mr_ckpt **out, const struct mr_ckpt_opts *o,
  * field (MR_EINVAL); when checkpoints exist but none is loadable,
  * MR_ECORRUPT naming the newest's reason. */
 int mr_ckpt_resume(struct mr_ckpt *c, long *step, struct mr_errbuf *eb);
+/* After mr_ckpt_wait on a rank other than 0: waits (timeout_ms at most)
+ * until rank 0 has published `step`. A rank that stops after a save (a
+ * preemption) waits for it, so its leaving - which ends the job's
+ * generation - cannot come before the publish, which the fence would
+ * then refuse. 0 on rank 0 at once; MR_ETIMEDOUT, MR_EABORTED. */
+int mr_ckpt_wait_published(struct mr_ckpt *c, long step, long timeout_ms, struct mr_errbuf *eb);
 /* 1 when a checkpoint is due after `step` steps (every > 0). */
 int mr_ckpt_due(const struct mr_ckpt *c, long step);
 /* Collective: saves the state after `step` optimizer steps: waits for
