@@ -140,6 +140,7 @@ static void controller(struct mr_proc *p, char *url, size_t cap)
 static int steps = STEPS;
 static int comm_timeout_ms = 20000; /* a cut peer fails the collective in time */
 static const char *const fault_flags[] = { "--max-restarts", "5", "--last-call", "500ms", NULL };
+static const char *nnodes = "2"; /* the pods' --nnodes: "1:2" for an elastic job */
 
 static void config(char *buf, size_t cap, const char *tag, const char *extra)
 {
@@ -194,7 +195,7 @@ static void start_pods(struct mr_proc a[2], const char *url, const char *tag,
 	config(cfg, sizeof(cfg), tag, extra);
 	snprintf(job, sizeof(job), "t/%s", tag);
 	for (int i = 0; i < 2; i++) {
-		const char *args[32] = { "--controller", url, "--job", job, "--nnodes", "2",
+		const char *args[32] = { "--controller", url, "--job", job, "--nnodes", nnodes,
 					 "--nproc-per-node", nproc, "--node-id", node[i],
 					 "--pod-index", pod[i], "--host", ip[i],
 					 "--health-port", "29401", "--heartbeat-timeout", hb,
@@ -552,5 +553,41 @@ Test(pods, partitions_of_the_controller_from_a_pod_are_survived, .timeout = 900,
 	finish_pods(a, logs);
 	note("partition", 2);
 	expect_equal("part", "pref");
+	mr_proc_stop(&ctl);
+}
+
+/* An elastic job (1 to 2 pods) whose pod 1 is cut off: it re-forms
+ * without it, on pod 0 alone (dp 1 takes both micro-batches: the same
+ * global batch, `elastic_batch`), and takes it back when the link heals
+ * (pod 1 learns it is stale and joins again: a scale-up). The losses
+ * equal the uninterrupted run's throughout. */
+Test(pods, an_elastic_job_goes_on_without_a_cut_pod_and_takes_it_back, .timeout = 900,
+     MR_NOT_UNDER_SAN)
+{
+	struct mr_proc ctl, a[2];
+	char url[64], logs[2][300], extra[400];
+
+	pods_up("pe", 2);
+	steps = FAULT_STEPS;
+	nnodes = "1:2";
+	controller(&ctl, url, sizeof(url));
+	reference("eref", 2);
+	snprintf(extra, sizeof(extra),
+		 "\"ckpt_dir\": \"%s/el-ckpt\", \"ckpt_every\": 5, \"debug_slow_rank\": 0, "
+		 "\"debug_slow_ms\": 300",
+		 tmp);
+	start_pods(a, url, "elastic", "1", fault_flags, extra, "3s", logs);
+	wait_log(logs[0], "event=checkpoint_saved");
+	note("partition_tried", 1);
+	cr_assert_eq(mr_test_sh(root, NULL, "scripts/pods.sh cut %s 1", name), 0);
+	/* pod 0 goes on alone with the checkpoint's global batch */
+	wait_log(logs[0], "event=elastic_batch dp_was=2 dp=1");
+	wait_log(logs[0], "event=round gen=2 node_rank=0 nodes=1");
+	cr_assert_eq(mr_test_sh(root, NULL, "scripts/pods.sh heal %s 1", name), 0);
+	finish_pods(a, logs);
+	note("partition", 1);
+	expect_equal("elastic", "eref");
+	cr_expect(has(logs[1], "event=generation_changed") || has(logs[1], "event=restarting"),
+		  "pod 1 never learned its generation was stale (%s)", logs[1]);
 	mr_proc_stop(&ctl);
 }
