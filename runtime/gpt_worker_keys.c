@@ -172,7 +172,7 @@ const struct mr__gw_key mr__gw_keys[] = {
 	B("debug_ckpt_fail_unmarked", "false", "debug",
 	  "With debug_ckpt_fail_rank: the failing rank leaves no marker for rank 0."),
 	I("debug_ckpt_publish_delay_ms", 0, 3600000, "0", "debug",
-	  "Testing only: rank 0 waits this long before publishing each checkpoint (a "
+	  "Testing only: rank 0 waits this long before publishing its first checkpoint (a "
 	  "writer cut off mid-save)."),
 	{ NULL, GWK_INT, 0, 0, NULL, NULL, NULL, NULL },
 };

@@ -10,4 +10,8 @@ awk '$1 == "hosts" && $2 > h { h = $2 }
 	$1 == "job" { n++; k += $2 }
 	$1 == "partition" { p += $2 }
 	$1 == "partition_tried" { t += $2 }
-	END { printf "pods hosts=%d jobs_equal=%d/%d partitions=%d/%d\n", h, k, n, p, t }' "$1"
+	$1 == "stale_publish" { s += $2 }
+	$1 == "kv_lost" { l += $2 }
+	$1 == "kv_acked" { w += $2 }
+	END { printf "pods hosts=%d jobs_equal=%d/%d partitions=%d/%d stale_publish=%d " \
+		"lost_writes=%d/%d\n", h, k, n, p, t, s, l, w }' "$1"

@@ -354,10 +354,12 @@ static int publish(struct mr_ckpt *c, const char *tmp, long step, long opt_steps
 	free(text);
 	if (rc < 0 || (rc = mr_file_sync_dir(tmp, eb)) < 0)
 		return rc;
-	if (c->o.publish_delay_ms > 0) {
-		mr_log_info("debug_checkpoint_publish_delay", "step=%ld ms=%ld", step,
-			    c->o.publish_delay_ms);
-		usleep((useconds_t)c->o.publish_delay_ms * 1000);
+	if (c->o.publish_delay_ms > 0) { /* the first publish only */
+		long ms = c->o.publish_delay_ms;
+
+		c->o.publish_delay_ms = 0;
+		mr_log_info("debug_checkpoint_publish_delay", "step=%ld ms=%ld", step, ms);
+		usleep((useconds_t)ms * 1000);
 	}
 	if (c->o.fence && (rc = c->o.fence(c->o.fence_arg, eb)) < 0) {
 		mr_log_warn("checkpoint_fenced", "step=%ld dir=%s why=%s", step, mr_log_q(tmp),

@@ -96,7 +96,7 @@ struct mr_ckpt_opts {
 	 * Called from the writer thread. */
 	int (*fence)(void *fence_arg, struct mr_errbuf *eb);
 	void *fence_arg;
-	long publish_delay_ms; /* testing: rank 0 sleeps this long before the fence */
+	long publish_delay_ms; /* testing: rank 0 sleeps this long before its first fence */
 };
 
 struct mr_ckpt_stats {

@@ -101,9 +101,11 @@ static void run_job(const char *name, char *const *env, int want_restart)
  * One run covers both: the first generation all-reduces and trains until
  * rank 3 kills itself with SIGKILL at step 2; every node restarts at a new
  * generation, which all-reduces, trains to the end (loss falling) and
- * finishes. (Each run costs ~10 s of torch start-up on 2 cores.)
+ * finishes. (Each run costs ~10 s of torch start-up on 2 cores, so both
+ * tests stay out of the sanitizer pass: torch does the work here, and the
+ * agent's exec paths run under ASan in test_exec and test_lifecycle.)
  */
-Test(ddp, gloo_two_agents_two_procs_survive_sigkill)
+Test(ddp, gloo_two_agents_two_procs_survive_sigkill, MR_NOT_UNDER_SAN)
 {
 	char *env[] = {"MESHRUN_TEST_CRASH_RANK=3", "MESHRUN_TEST_CRASH_RESTART=0", NULL};
 
@@ -115,7 +117,7 @@ Test(ddp, gloo_two_agents_two_procs_survive_sigkill)
 /* Rank 3 dies on every run: with --max-restarts 1 the first death restarts
  * the job, the second fails it; both agents exit non-zero and the log says
  * why (restarts exhausted, naming the rank and its exit). */
-Test(ddp, gloo_worker_dying_every_run_exhausts_restarts)
+Test(ddp, gloo_worker_dying_every_run_exhausts_restarts, MR_NOT_UNDER_SAN)
 {
 	char *env[] = {"MESHRUN_TEST_CRASH_RANK=3", "MESHRUN_TEST_CRASH_RESTART=-1", NULL};
 	char *extra[] = {"--nnodes", "2", "--nproc-per-node", "2", "--max-restarts", "1",

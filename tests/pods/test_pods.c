@@ -138,6 +138,7 @@ static void controller(struct mr_proc *p, char *url, size_t cap)
 }
 
 static int steps = STEPS;
+#define KV_WRITES 20 /* acknowledged KV writes checked across a fault */
 static int comm_timeout_ms = 20000; /* a cut peer fails the collective in time */
 static const char *const fault_flags[] = { "--max-restarts", "5", "--last-call", "500ms", NULL };
 static const char *nnodes = "2"; /* the pods' --nnodes: "1:2" for an elastic job */
@@ -489,12 +490,39 @@ Test(pods, the_controller_cut_off_leaves_training_undisturbed, .timeout = 600,
 	start_pods(a, url, "ctlcut", "1", fault_flags,
 		   "\"debug_slow_rank\": 0, \"debug_slow_ms\": 150", "3s", logs);
 	wait_log(logs[0], "event=step");
+	/* writes the controller acknowledged before the cut must all be there
+	 * after it (the job's generation never changes here) */
+	for (int k = 0; k < KV_WRITES; k++) {
+		struct mr_test_resp r;
+		char key[160], val[16];
+
+		snprintf(key, sizeof(key), "%s/v1/jobs/t/ctlcut/kv/acked-%d", url, k);
+		snprintf(val, sizeof(val), "v%d", k);
+		cr_assert_eq(mr_test_http(&r, "PUT", key, val, strlen(val), NULL, 10000), 200,
+			     "%s", r.body);
+	}
 	note("partition_tried", 1);
 	cr_assert_eq(mr_test_sh(root, NULL, "scripts/pods.sh cut %s c", name), 0);
 	snprintf(ctl_log, sizeof(ctl_log), "%s/ctl.log", tmp);
 	wait_log(ctl_log, "event=members_all_silent");
 	sleep(1);
 	cr_assert_eq(mr_test_sh(root, NULL, "scripts/pods.sh heal %s c", name), 0);
+	{
+		int lost = 0;
+
+		for (int k = 0; k < KV_WRITES; k++) {
+			struct mr_test_resp r;
+			char key[160], val[16];
+
+			snprintf(key, sizeof(key), "%s/v1/jobs/t/ctlcut/kv/acked-%d", url, k);
+			snprintf(val, sizeof(val), "v%d", k);
+			lost += mr_test_http(&r, "GET", key, NULL, 0, NULL, 10000) != 200 ||
+				strcmp(r.body, val) != 0;
+		}
+		cr_expect_eq(lost, 0, "%d acknowledged KV writes of %d lost", lost, KV_WRITES);
+		note("kv_acked", KV_WRITES);
+		note("kv_lost", lost);
+	}
 	finish_pods(a, logs);
 	note("partition", 1);
 	expect_equal("ctlcut", "cref");
@@ -589,5 +617,56 @@ Test(pods, an_elastic_job_goes_on_without_a_cut_pod_and_takes_it_back, .timeout 
 	expect_equal("elastic", "eref");
 	cr_expect(has(logs[1], "event=generation_changed") || has(logs[1], "event=restarting"),
 		  "pod 1 never learned its generation was stale (%s)", logs[1]);
+	mr_proc_stop(&ctl);
+}
+
+/* No split brain, across the network: the checkpoint writer (rank 0, pod
+ * 0) is cut off in the middle of its first save (held before its publish
+ * by debug_ckpt_publish_delay_ms) while the elastic job goes on without
+ * it on pod 1. The stale writer's publish is fenced (it cannot confirm its
+ * generation), its step never appears and is never loaded, and the job,
+ * back on both pods, ends with the uninterrupted run's losses. */
+Test(pods, a_cut_off_checkpoint_writer_never_publishes, .timeout = 900, MR_NOT_UNDER_SAN)
+{
+	struct mr_proc ctl, a[2];
+	char url[64], logs[2][300], extra[400];
+	int stale;
+
+	pods_up("pw", 2);
+	steps = FAULT_STEPS;
+	nnodes = "1:2";
+	controller(&ctl, url, sizeof(url));
+	reference("wref", 2);
+	snprintf(extra, sizeof(extra),
+		 "\"ckpt_dir\": \"%s/w-ckpt\", \"ckpt_every\": 5, \"debug_slow_rank\": 0, "
+		 "\"debug_slow_ms\": 200, \"debug_ckpt_publish_delay_ms\": 2500",
+		 tmp);
+	start_pods(a, url, "writer", "1", fault_flags, extra, "3s", logs);
+	wait_log(logs[0], "event=debug_checkpoint_publish_delay step=5");
+	note("partition_tried", 1);
+	cr_assert_eq(mr_test_sh(root, NULL, "scripts/pods.sh cut %s 0", name), 0);
+	/* pod 1 goes on alone; the stale writer wakes, cannot confirm, and
+	 * drops its step */
+	wait_log(logs[1], "event=round gen=2 node_rank=0 nodes=1");
+	wait_log(logs[0], "event=checkpoint_fenced step=5");
+	cr_assert_eq(mr_test_sh(root, NULL, "scripts/pods.sh heal %s 0", name), 0);
+	finish_pods(a, logs);
+	note("partition", 1);
+	/* the stale step was published by nobody: pod 0 saved no step 5 in
+	 * its first generation (before its second round) */
+	{
+		char *text = mr_test_slurp(logs[0], NULL), *r1, *r2 = NULL, *saved;
+
+		cr_assert_not_null(text);
+		r1 = strstr(text, "event=round gen=");
+		if (r1)
+			r2 = strstr(r1 + 1, "event=round gen=");
+		saved = strstr(text, "event=checkpoint_saved step=5 ");
+		stale = saved && (!r2 || saved < r2);
+		free(text);
+	}
+	cr_expect(!stale, "the cut-off writer published step 5");
+	note("stale_publish", stale);
+	expect_equal("writer", "wref");
 	mr_proc_stop(&ctl);
 }
