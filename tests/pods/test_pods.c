@@ -185,6 +185,24 @@ static void reference_of(const char *tag, int accum, const char *more)
 	free(out);
 }
 
+/* Nothing of the test's pods is left once they are taken down: no
+ * namespace, no process in one, no bridge (their /dev/shm went with the
+ * mount namespaces). */
+static void expect_clean(void)
+{
+	char *out = NULL;
+
+	cr_assert_eq(mr_test_sh(root, &out, "scripts/pods.sh down %s && scripts/pods.sh list",
+				name),
+		     0, "%s", out);
+	cr_expect(!strstr(out, name), "left behind: %s", out);
+	free(out);
+	cr_expect_eq(mr_test_sh(root, NULL, "ip netns list | grep -q '^mr-%s-'", name), 1,
+		     "a namespace of '%s' is left", name);
+}
+
+static char job_url[160]; /* the last job started: its controller route */
+
 /* Two pods of nproc ranks each start `mesh` (agent flags) with the
  * workload's extra keys. */
 static void start_pods(struct mr_proc a[2], const char *url, const char *tag,
@@ -195,6 +213,7 @@ static void start_pods(struct mr_proc a[2], const char *url, const char *tag,
 
 	config(cfg, sizeof(cfg), tag, extra);
 	snprintf(job, sizeof(job), "t/%s", tag);
+	snprintf(job_url, sizeof(job_url), "%s/v1/jobs/%s", url, job);
 	for (int i = 0; i < 2; i++) {
 		const char *args[32] = { "--controller", url, "--job", job, "--nnodes", nnodes,
 					 "--nproc-per-node", nproc, "--node-id", node[i],
@@ -225,6 +244,15 @@ static void finish_pods(struct mr_proc a[2], char logs[2][300])
 		mr_test_tail(logs[i], tail, sizeof(tail));
 		cr_assert(WIFEXITED(a[i].status) && WEXITSTATUS(a[i].status) == 0,
 			  "pod %d: status %d:\n%s", i, a[i].status, tail);
+	}
+	/* the agents' exit 0 is the controller's verdict */
+	{
+		struct mr_test_resp r;
+
+		cr_expect_eq(mr_test_http(&r, "GET", job_url, NULL, 0, NULL, 10000), 200);
+		cr_expect(strstr(r.body, "\"state\":\"succeeded\"") ||
+				  strstr(r.body, "\"state\": \"succeeded\""),
+			  "the controller's verdict: %s", r.body);
 	}
 }
 
@@ -318,6 +346,7 @@ Test(pods, jobs_across_network_namespaces_equal_one_rank, .timeout = 900, MR_NOT
 	/* the agents exited with their jobs: nothing may answer for pod 0 */
 	cr_expect_eq(mr_test_http(&r, "GET", probe, NULL, 0, NULL, 3000), 0);
 	mr_proc_stop(&ctl);
+	expect_clean();
 }
 
 /* Waits until log holds `what` (60 s at most). */
@@ -365,6 +394,7 @@ Test(pods, a_cut_link_is_survived_and_the_stale_pod_rejoins, .timeout = 900,
 	cr_expect(has(logs[1], "event=generation_changed") || has(logs[1], "event=restarting"),
 		  "pod 1 never learned its generation was stale (%s)", logs[1]);
 	mr_proc_stop(&ctl);
+	expect_clean();
 }
 
 /* A free TCP port on 127.0.0.1 (for a server that cannot take port 0). */
@@ -471,6 +501,7 @@ Test(pods, a_stalled_rank_is_named_and_prometheus_scrapes_every_pod, .timeout = 
 	for (int i = 0; i < 2; i++)
 		mr_proc_stop(&a[i]);
 	mr_proc_stop(&ctl);
+	expect_clean();
 }
 
 /* The controller's own link cut while training runs, past the heartbeat
@@ -529,6 +560,7 @@ Test(pods, the_controller_cut_off_leaves_training_undisturbed, .timeout = 600,
 	for (int i = 0; i < 2; i++)
 		cr_expect(!has(logs[i], "event=restarting"), "pod %d restarted (%s)", i, logs[i]);
 	mr_proc_stop(&ctl);
+	expect_clean();
 }
 
 /* Partitions by address (nftables in the pods' namespaces): the controller
@@ -582,6 +614,7 @@ Test(pods, partitions_of_the_controller_from_a_pod_are_survived, .timeout = 900,
 	note("partition", 2);
 	expect_equal("part", "pref");
 	mr_proc_stop(&ctl);
+	expect_clean();
 }
 
 /* An elastic job (1 to 2 pods) whose pod 1 is cut off: it re-forms
@@ -618,6 +651,7 @@ Test(pods, an_elastic_job_goes_on_without_a_cut_pod_and_takes_it_back, .timeout 
 	cr_expect(has(logs[1], "event=generation_changed") || has(logs[1], "event=restarting"),
 		  "pod 1 never learned its generation was stale (%s)", logs[1]);
 	mr_proc_stop(&ctl);
+	expect_clean();
 }
 
 /* No split brain, across the network: the checkpoint writer (rank 0, pod
@@ -669,4 +703,5 @@ Test(pods, a_cut_off_checkpoint_writer_never_publishes, .timeout = 900, MR_NOT_U
 	note("stale_publish", stale);
 	expect_equal("writer", "wref");
 	mr_proc_stop(&ctl);
+	expect_clean();
 }
