@@ -9,7 +9,9 @@
 # and closes with "k8s: N passed, N failed".
 #
 #   manifests      deploy/ valid (schemas, strict fields, policy; --require-gpu)
+#   manifests-tls  deploy/tls/ over deploy/controller/ and the job's dependencies
 #   rejected       every tests/k8s/rejected/*.yaml is refused, as its "# expect:" says
+#                  (tls-*.yaml against the deploy/tls/ bundle)
 #   in-step        deploy/monitoring matches charts/meshrun/files (scripts/k8s-gen.sh)
 #   helm-lint      helm lint --strict, default values and each ci/*-values.yaml
 #   chart          each ci variant renders, passes yamllint, schemas and policy
@@ -17,6 +19,7 @@
 #   rules          promtool check rules and promtool test rules (tests/k8s/alerts_test.yaml)
 #   dockerfiles    dockerfilelint + dockerfile-utils lint; what they name exists (make install)
 #   agent-env      the job examples' environment gives each pod its node rank and the world size
+#                  (with MESHRUN_TLS_*: against a controller serving TLS, certificates made by openssl)
 #   chart-agent-env  the same for the chart's job of each ci variant (every scheduler)
 #   prometheus     a real prometheus scrapes a real meshrun local run; dashboard and alerts
 set -u
@@ -54,14 +57,32 @@ if [ ! -x "$helm" ] || ! command -v node >/dev/null 2>&1; then
 	exit 1
 fi
 
-deploy_files=$(find deploy -name '*.yaml' | sort)
+deploy_files=$(find deploy -name '*.yaml' -not -path 'deploy/tls/*' | sort)
 with=""
 for f in $deploy_files; do with="$with --with $f"; done
+# deploy/tls/ replaces the controller and one job of deploy/ (same names);
+# the other job examples call the controller over plain HTTP
+tls_with=""
+for f in deploy/controller/*.yaml deploy/token-secret.yaml deploy/jobs/agent-rbac.yaml \
+	deploy/jobs/checkpoints-pvc.yaml; do tls_with="$tls_with --with $f"; done
 
 # shellcheck disable=SC2086
 run manifests node "$k8s/validate.mjs" --require-gpu $deploy_files
 # shellcheck disable=SC2086
-run rejected node "$k8s/validate.mjs" --require-gpu --rejected $with "$k8s"/rejected/*.yaml
+run manifests-tls node "$k8s/validate.mjs" --require-gpu deploy/tls/*.yaml $tls_with
+rejected() {
+	set --
+	for f in "$k8s"/rejected/*.yaml; do
+		case $(basename "$f") in tls-*) ;; *) set -- "$@" "$f" ;; esac
+	done
+	# shellcheck disable=SC2086
+	node "$k8s/validate.mjs" --require-gpu --rejected $with "$@" || return 1
+	tls_base=$tls_with
+	for f in deploy/tls/*.yaml; do tls_base="$tls_base --with $f"; done
+	# shellcheck disable=SC2086
+	node "$k8s/validate.mjs" --require-gpu --rejected $tls_base "$k8s"/rejected/tls-*.yaml
+}
+run rejected rejected
 run in-step scripts/k8s-gen.sh --check
 
 helm_lint() {
@@ -83,6 +104,9 @@ chart() {
 		case $n in *gpu*) gpu=--require-gpu ;; esac
 		ext=""
 		grep -q '^  existingSecret: meshrun-token' "$v" && ext="--with deploy/token-secret.yaml"
+		# brought TLS Secrets: those deploy/tls/ has cert-manager write
+		grep -q '^    secretName: meshrun-controller-tls' "$v" &&
+			ext="$ext --with deploy/tls/issuer.yaml --with deploy/tls/certificates.yaml"
 		# shellcheck disable=SC2086
 		node "$k8s/validate.mjs" $gpu "$out" $ext || return 1
 	done
@@ -151,7 +175,7 @@ run dockerfiles dockerfiles
 run agent-env node "$k8s/agent_env.mjs" "$build" deploy/jobs/volcano-job.yaml \
 	deploy/jobs/indexed-job.yaml deploy/jobs/jobset.yaml deploy/jobs/kueue-jobset.yaml \
 	deploy/jobs/jobset-with-controller.yaml deploy/jobs/trainjob.yaml \
-	deploy/trainer/clustertrainingruntime.yaml
+	deploy/trainer/clustertrainingruntime.yaml deploy/tls/indexed-job.yaml
 chart_agent_env() {
 	set --
 	for v in charts/meshrun/ci/*-values.yaml; do

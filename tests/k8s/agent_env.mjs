@@ -15,7 +15,15 @@
 // controller), in reverse pod order, running a command that prints
 // torchrun's variables. Each pod must get node rank = its index, the
 // world size nodes x nproc_per_node, and exit 0.
-import { spawn } from "node:child_process";
+//
+// An agent with an https:// controller URL calls a local controller that
+// serves TLS (--tls-cert, --tls-key; with --tls-client-ca when the agent
+// carries MESHRUN_TLS_CERT), its certificate signed by a CA made here with
+// openssl for the name localhost; the agent's MESHRUN_TLS_CA, _CERT and
+// _KEY, where the manifest sets them, point at that CA and a client
+// certificate it signed. An agent without MESHRUN_TLS_CA then fails, as it
+// would in the cluster.
+import { execFileSync, spawn } from "node:child_process";
 import { mkdtempSync, writeFileSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -95,18 +103,50 @@ function mountedFile(p, c, bundle, path, out) {
 const dir = mkdtempSync(join(tmpdir(), "meshrun-agentenv-"));
 const token = join(dir, "token");
 writeFileSync(token, "agent-env-test-token\n");
-const ctl = spawn(join(build, "meshrun-controller"), ["--listen", "127.0.0.1", "--port", "0",
-  "--port-file", join(dir, "port"), "--data-dir", join(dir, "data"), "--token-file", token,
-  "--log-level", "warn"], { stdio: ["ignore", "inherit", "inherit"] });
-try {
+
+// A CA, a server certificate for localhost and 127.0.0.1, a client
+// certificate: made once, when a manifest asks for TLS.
+let pkiDone = false;
+function pki() {
+  if (pkiDone) return;
+  const ssl = (...args) => execFileSync("openssl", args, { cwd: dir, stdio: ["ignore", "ignore", "pipe"] });
+  const ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"];
+  ssl("req", "-x509", ...ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "1", "-subj", "/CN=agent-env CA");
+  for (const [name, ext] of [["server", "subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n"],
+    ["client", "extendedKeyUsage=clientAuth\n"]]) {
+    writeFileSync(join(dir, `${name}.ext`), ext);
+    ssl("req", ...ec, "-keyout", `${name}.key`, "-out", `${name}.csr`, "-subj", `/CN=${name}`);
+    ssl("x509", "-req", "-in", `${name}.csr`, "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+      "-out", `${name}.crt`, "-days", "1", "-extfile", `${name}.ext`);
+  }
+  pkiDone = true;
+}
+
+// The local controllers: plain, TLS, TLS with client certificates; started
+// when first needed. Returns the port.
+const ctls = new Map();
+async function controller(kind) {
+  if (ctls.has(kind)) return ctls.get(kind).port;
+  const tls = kind === "http" ? [] : (pki(), ["--tls-cert", join(dir, "server.crt"), "--tls-key", join(dir, "server.key")]);
+  if (kind === "mtls") tls.push("--tls-client-ca", join(dir, "ca.crt"));
+  const portFile = join(dir, `port-${kind}`);
+  const proc = spawn(join(build, "meshrun-controller"), ["--listen", "127.0.0.1", "--port", "0",
+    "--port-file", portFile, "--data-dir", join(dir, `data-${kind}`), "--token-file", token,
+    "--log-level", "warn", ...tls], { stdio: ["ignore", "inherit", "inherit"] });
+  ctls.set(kind, { proc, port: "" });
   let port = "";
   for (let k = 0; k < 200 && !port; k++) {
     await sleep(50);
     try {
-      port = readFileSync(join(dir, "port"), "utf8").trim();
+      port = readFileSync(portFile, "utf8").trim();
     } catch { /* not yet */ }
   }
-  if (!port) throw new Error("the controller did not write its port");
+  if (!port) throw new Error(`the ${kind} controller did not write its port`);
+  ctls.get(kind).port = port;
+  return port;
+}
+
+try {
   // every manifest's objects, for references between files (a TrainJob's runtime)
   const all = manifests.flatMap((m) => loadObjects(m));
   for (const m of manifests) {
@@ -123,7 +163,15 @@ try {
       const runs = [];
       for (let i = n - 1; i >= 0; i--) {
         const env = containerEnv(c, bundle, { PATH: process.env.PATH, ...schedulerEnv(p, i, n) });
-        env.MESHRUN_CONTROLLER = `http://127.0.0.1:${port}`;
+        if (env.MESHRUN_CONTROLLER?.startsWith("https://")) {
+          const mtls = env.MESHRUN_TLS_CERT !== undefined;
+          env.MESHRUN_CONTROLLER = `https://localhost:${await controller(mtls ? "mtls" : "tls")}`;
+          if (env.MESHRUN_TLS_CA !== undefined) env.MESHRUN_TLS_CA = join(dir, "ca.crt");
+          if (mtls) env.MESHRUN_TLS_CERT = join(dir, "client.crt");
+          if (env.MESHRUN_TLS_KEY !== undefined) env.MESHRUN_TLS_KEY = join(dir, "client.key");
+        } else {
+          env.MESHRUN_CONTROLLER = `http://127.0.0.1:${await controller("http")}`;
+        }
         env.MESHRUN_TOKEN_FILE = token;
         env.MESHRUN_HEALTH_PORT = "0";
         env.MESHRUN_HEALTH_ADDR = "127.0.0.1";
@@ -151,7 +199,8 @@ try {
         check(r.code === 0 && lines.length === nproc &&
           lines.every((l) => Number(l[1]) === r.i && Number(l[2]) === n && Number(l[3]) === n * nproc) &&
           JSON.stringify(ranks) === JSON.stringify(want),
-        `${m}: pod ${r.i} of ${n} is node rank ${r.i}, ranks ${want.join(",")} of ${n * nproc}`,
+        `${m}: pod ${r.i} of ${n} is node rank ${r.i}, ranks ${want.join(",")} of ${n * nproc}` +
+          (env0.MESHRUN_CONTROLLER?.startsWith("https://") ? ` (TLS${env0.MESHRUN_TLS_CERT ? ", client certificate" : ""})` : ""),
         `exit ${r.code}; ${r.out.split("\n").filter((l) => /mrenv|lvl=(error|warn)|event=(start|exit)/.test(l)).join(" | ")}`);
       }
     }
@@ -159,7 +208,7 @@ try {
 } catch (e) {
   check(false, "agent env test", e.message);
 } finally {
-  ctl.kill("SIGTERM");
+  for (const c of ctls.values()) c.proc.kill("SIGTERM");
   await sleep(300);
   rmSync(dir, { recursive: true, force: true });
 }

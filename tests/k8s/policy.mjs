@@ -7,6 +7,12 @@
 // field and the reason; tests/k8s/rejected/ holds one manifest per rule
 // that must be refused.
 //
+// TLS: which controller an agent calls (its URL's host is a Service that
+// selects it, or the controller of its own JobSet); a controller serving
+// TLS needs https:// URLs, agents with its CA (and a client certificate
+// when it asks for one), HTTPS probes and scrapes, a certificate naming
+// the Service, and its files mounted so that a rotation reaches them.
+//
 // Beyond the pods: Volcano gangs and their network topology, Indexed Job
 // and JobSet failure, success and startup policies, Kueue queues and
 // Topology Aware Scheduling, Kubeflow Trainer runtimes and the pod a
@@ -512,6 +518,164 @@ function checkSelectors(bundle, pods, err) {
   }
 }
 
+// ---- TLS --------------------------------------------------------------------
+
+const CERT_KEYS = ["tls.crt", "tls.key", "ca.crt"]; // what cert-manager writes
+const isController = (p) => p.tpl.metadata?.labels?.["app.kubernetes.io/name"] === CONTROLLER;
+
+/** FLAG or ENV of container C (the flag wins, as in meshrun's config). */
+function setting(c, flag, name) {
+  return argValue(c, flag) ?? envOf(c).get(name)?.value;
+}
+
+/** The controller's TLS files of pod P: {cert, key, clientCA, c} or null (plain HTTP). */
+function controllerTls(p) {
+  const c = (p.tpl.spec?.containers ?? []).find((x) => x.name === "controller") ?? p.tpl.spec?.containers?.[0];
+  const cert = c && setting(c, "--tls-cert", "MESHRUN_TLS_CERT");
+  if (!cert) return null;
+  return { c, cert, key: setting(c, "--tls-key", "MESHRUN_TLS_KEY"),
+    clientCA: setting(c, "--tls-client-ca", "MESHRUN_TLS_CLIENT_CA") };
+}
+
+/** The host and scheme of URL, or null. */
+function urlParts(url) {
+  const m = /^(\w+):\/\/(\[[^\]]+\]|[^/:]+)/.exec(url ?? "");
+  return m && { scheme: m[1], host: m[2] };
+}
+
+/** The controller pods an agent pod P calls at URL: through a Service, or its own JobSet's. */
+function controllersOf(p, url, bundle, pods) {
+  const host = urlParts(url)?.host;
+  if (!host) return [];
+  const first = host.split(".")[0];
+  const svc = bundle.find((o) => o.kind === "Service" && o.metadata?.name === first && o.spec?.selector);
+  if (svc) return pods.filter((q) => isController(q) && matches(svc.spec.selector, q.tpl.metadata?.labels));
+  return pods.filter((q) => isController(q) && q.owner === p.owner && p.owner.kind === "JobSet");
+}
+
+/**
+ * Where the file at PATH of container C comes from: {volume, mount, key,
+ * secret} (secret: the Secret's name, or undefined for another volume
+ * type); errors for a subPath mount, a file on no Secret or ConfigMap, or
+ * a Secret neither in the bundle nor written by a Certificate in it.
+ */
+function tlsSource(spec, c, path, what, cw, bundle, err) {
+  const sub = (c.volumeMounts ?? []).find((m) => m.subPath !== undefined &&
+    (path === m.mountPath || path.startsWith(`${m.mountPath.replace(/\/$/, "")}/`)));
+  if (sub) {
+    err(`${cw}.volumeMounts[${sub.name}]: ${what} '${path}' is mounted with subPath: a subPath mount is copied once and never sees the Secret rotated; mount the volume whole`);
+    return null;
+  }
+  const v = volumeFor(spec, c, path);
+  const m = v && (c.volumeMounts ?? []).find((x) => x.name === v.name);
+  const src = v?.secret ?? v?.configMap;
+  if (!src) {
+    err(`${cw}: ${what} '${path}' is not on a Secret or ConfigMap volume`);
+    return null;
+  }
+  const rel = path.slice(m.mountPath.replace(/\/$/, "").length + 1);
+  const key = src.items ? src.items.find((i) => i.path === rel)?.key : rel;
+  if (!key) {
+    err(`${cw}: ${what} '${path}': no item of volume ${v.name} has path '${rel}'`);
+    return null;
+  }
+  if (v.configMap) return { volume: v, key };
+  const name = v.secret.secretName;
+  const secret = bundle.find((o) => o.kind === "Secret" && o.metadata?.name === name);
+  const cert = bundle.find((o) => o.kind === "Certificate" && o.spec?.secretName === name);
+  if (secret) {
+    if (secret.data?.[key] === undefined && secret.stringData?.[key] === undefined)
+      err(`${cw}: ${what} '${path}': Secret '${name}' has no key '${key}'`);
+  } else if (cert) {
+    if (!CERT_KEYS.includes(key))
+      err(`${cw}: ${what} '${path}': key '${key}' is not one cert-manager writes (${CERT_KEYS.join(", ")})`);
+  } else {
+    err(`${cw}: ${what} '${path}': Secret '${name}' is neither in the bundle nor the secretName of a Certificate in it`);
+  }
+  return { volume: v, key, secret: name, certificate: cert };
+}
+
+function checkTls(bundle, pods, err) {
+  // the controllers: their files, probes and certificate
+  const served = new Map(); // pod -> {tls, certificate}
+  for (const p of pods.filter(isController)) {
+    const tls = controllerTls(p);
+    if (!tls) continue;
+    const spec = p.tpl.spec ?? {};
+    const cw = `${label(p.owner)} ${p.path}.spec.containers[${tls.c.name}]`;
+    if (!tls.key) err(`${cw}: --tls-cert without --tls-key`);
+    const src = tlsSource(spec, tls.c, tls.cert, "--tls-cert", cw, bundle, err);
+    if (tls.key) tlsSource(spec, tls.c, tls.key, "--tls-key", cw, bundle, err);
+    if (tls.clientCA) tlsSource(spec, tls.c, tls.clientCA, "--tls-client-ca", cw, bundle, err);
+    for (const probe of ["startupProbe", "livenessProbe", "readinessProbe"]) {
+      const h = tls.c[probe]?.httpGet;
+      if (h && h.scheme !== "HTTPS")
+        err(`${cw}.${probe}.httpGet.scheme: must be HTTPS: the controller serves TLS, and a plain-HTTP probe fails its handshake`);
+    }
+    served.set(p, { tls, certificate: src?.certificate });
+  }
+  // the Services in front of a TLS controller: the certificate must name them
+  for (const [p, s] of served) {
+    if (!s.certificate) continue;
+    const names = s.certificate.spec?.dnsNames ?? [];
+    for (const svc of bundle.filter((o) => o.kind === "Service" && o.spec?.selector &&
+        matches(o.spec.selector, p.tpl.metadata?.labels)))
+      if (!names.includes(svc.metadata.name))
+        err(`${label(s.certificate)}.spec.dnsNames: misses '${svc.metadata.name}', the Service of the controller it serves (${label(p.owner)}): a client that calls the Service fails the host name check`);
+  }
+  // the agents
+  for (const p of pods) {
+    if (p.runtime || p.tpl.metadata?.labels?.["app.kubernetes.io/name"] !== AGENT) continue;
+    const spec = p.tpl.spec ?? {};
+    for (const c of spec.containers ?? []) {
+      const env = envOf(c);
+      const url = setting(c, "--controller", "MESHRUN_CONTROLLER");
+      if (url === undefined) continue;
+      const cw = `${label(p.owner)} ${p.path}.spec.containers[${c.name}]`;
+      const ca = setting(c, "--tls-ca", "MESHRUN_TLS_CA");
+      const cert = setting(c, "--tls-cert", "MESHRUN_TLS_CERT");
+      const key = setting(c, "--tls-key", "MESHRUN_TLS_KEY");
+      const tls = controllersOf(p, url, bundle, pods).map((q) => [q, served.get(q)]).filter(([, s]) => s);
+      const scheme = urlParts(url)?.scheme;
+      if ((tls.length || ca) && scheme !== "https")
+        err(`${cw}.env[MESHRUN_CONTROLLER]: '${url}' must be https://: ${tls.length ? `the controller (${label(tls[0][0].owner)}) serves TLS` : "MESHRUN_TLS_CA is set"}, and a plain request fails its handshake`);
+      if (ca) tlsSource(spec, c, ca, "MESHRUN_TLS_CA", cw, bundle, err);
+      if (cert) tlsSource(spec, c, cert, "MESHRUN_TLS_CERT", cw, bundle, err);
+      if (key) tlsSource(spec, c, key, "MESHRUN_TLS_KEY", cw, bundle, err);
+      if (!cert !== !key) err(`${cw}.env: MESHRUN_TLS_CERT and MESHRUN_TLS_KEY go together`);
+      if (!tls.length) continue;
+      const [q, s] = tls[0];
+      if (!ca)
+        err(`${cw}.env: MESHRUN_TLS_CA is required: the controller (${label(q.owner)}) serves TLS, and its cluster CA is not among the system's`);
+      if (s.tls.clientCA && !(cert && key))
+        err(`${cw}.env: MESHRUN_TLS_CERT and MESHRUN_TLS_KEY are required: the controller (${label(q.owner)}) asks for a client certificate (--tls-client-ca), and every call without one is refused`);
+      const host = urlParts(url).host;
+      const names = s.certificate?.spec?.dnsNames;
+      if (names && !names.includes(host) && !(s.certificate.spec.ipAddresses ?? []).includes(host))
+        err(`${label(s.certificate)}.spec.dnsNames: misses '${host}', the host of ${cw}'s MESHRUN_CONTROLLER: the agent fails the host name check`);
+    }
+  }
+  // Prometheus scraping a TLS controller through its Service
+  for (const o of bundle.filter((x) => x.kind === "ServiceMonitor")) {
+    const svcs = bundle.filter((s) => s.kind === "Service" && matches(o.spec?.selector, s.metadata?.labels));
+    const tls = [...served].filter(([p]) => svcs.some((s) => s.spec?.selector &&
+      matches(s.spec.selector, p.tpl.metadata?.labels)));
+    if (!tls.length) continue;
+    const [, s] = tls[0];
+    for (const ep of o.spec?.endpoints ?? []) {
+      const w = `${label(o)}.spec.endpoints[${ep.port}]`;
+      if (ep.scheme !== "https") err(`${w}.scheme: must be https: the controller serves TLS`);
+      const tc = ep.tlsConfig ?? {};
+      if (!tc.ca) err(`${w}.tlsConfig.ca: required: Prometheus must verify the controller with its CA`);
+      const names = s.certificate?.spec?.dnsNames;
+      if (!tc.serverName || (names && !names.includes(tc.serverName)))
+        err(`${w}.tlsConfig.serverName: must be one of the certificate's DNS names (Prometheus scrapes the pod by IP)`);
+      if (s.tls.clientCA && !(tc.cert && tc.keySecret))
+        err(`${w}.tlsConfig: cert and keySecret are required: the controller asks for a client certificate on /metrics`);
+    }
+  }
+}
+
 /**
  * Every policy error of BUNDLE (an array of objects). opts.requireGpu:
  * agents must request one nvidia.com/gpu per rank (the GPU examples).
@@ -541,5 +705,6 @@ export function checkPolicy(bundle, opts = {}) {
   checkKueue(bundle, pods, err);
   checkTrainer(bundle, err);
   checkSelectors(bundle, pods, err);
+  checkTls(bundle, pods, err);
   return errors;
 }

@@ -9,7 +9,8 @@
 //    close objects, so the field lists are read from the same packages'
 //    type declarations (.d.ts, generated from the same OpenAPI documents);
 // 3. CRDs without a models package (Volcano Job, JobSet, Kueue's queues
-//    and Topology, Kubeflow Trainer's ClusterTrainingRuntime and TrainJob):
+//    and Topology, Kubeflow Trainer's ClusterTrainingRuntime and TrainJob,
+//    cert-manager's Certificate, Issuer and ClusterIssuer):
 //    JSON Schemas written down from their published CRDs, at the versions
 //    schemas/README.md pins, with the embedded pod and job templates (and a
 //    TrainJob's env and resourcesPerNode) checked by layers 1 and 2.
@@ -72,6 +73,14 @@ function parseDts(file) {
     if (/extends .*TypeMeta/.test(head)) {
       props.set("apiVersion", "string");
       props.set("kind", "string");
+    }
+    // fields inherited from interfaces of the package (an Endpoint's
+    // tlsConfig comes from HTTPConfigWithProxyAndTLSFiles)
+    for (const base of (head.match(/extends ([\w, ]+)/)?.[1] ?? "").trim().split(/,\s*/)) {
+      const inherited = imports.has(base) && parseDts(imports.get(base));
+      if (!inherited) continue;
+      for (const [k, v] of inherited.props) props.set(k, v);
+      for (const [k, v] of inherited.imports) if (!imports.has(k)) imports.set(k, v);
     }
     const lines = text.slice(text.indexOf("{", start) + 1).split("\n");
     let depth = 1;
@@ -180,7 +189,7 @@ async function modelValidate(module, value, path) {
 
 const ajv = new Ajv({ allErrors: true, strict: false });
 const schemaFile = (f) => JSON.parse(readFileSync(join(here, "schemas", f), "utf8"));
-for (const f of ["volcano-job", "jobset", "kueue", "trainer"])
+for (const f of ["volcano-job", "jobset", "kueue", "trainer", "cert-manager"])
   ajv.addSchema(schemaFile(`${f}.schema.json`));
 // apiVersion/kind -> the schema (an $id, or a definition inside one)
 const crdSchemas = {
@@ -193,6 +202,9 @@ const crdSchemas = {
   "trainer.kubeflow.org/v1alpha1/ClusterTrainingRuntime":
     ajv.getSchema("trainer#/$defs/clusterTrainingRuntime"),
   "trainer.kubeflow.org/v1alpha1/TrainJob": ajv.getSchema("trainer#/$defs/trainJob"),
+  "cert-manager.io/v1/Certificate": ajv.getSchema("cert-manager#/$defs/certificate"),
+  "cert-manager.io/v1/Issuer": ajv.getSchema("cert-manager#/$defs/issuer"),
+  "cert-manager.io/v1/ClusterIssuer": ajv.getSchema("cert-manager#/$defs/clusterIssuer"),
 };
 
 async function templates(obj) {

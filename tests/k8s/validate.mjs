@@ -2,13 +2,17 @@
 //
 //   node validate.mjs [--require-gpu] FILE...   schema + policy; the files are
 //                                                one bundle (references are
-//                                                followed between them)
+//                                                followed between them), with
+//                                                the objects of --with FILE
+//                                                that no FILE replaces
 //   node validate.mjs --rejected FILE...        each file must be refused, with
 //                                                the text of its "# expect:" line
 //                                                in one of the errors; the other
 //                                                objects of the bundle come from
 //                                                --with FILE (repeatable)
 //
+// An object replaces one of the same kind and name from an earlier --with
+// file (FILEs come last): deploy/tls/ overlays deploy/ that way.
 // Prints one line per file and a closing "validate: N passed, N failed".
 // Exit status 1 when anything failed. Schemas: schema.mjs; rules: policy.mjs.
 import { readFileSync } from "node:fs";
@@ -26,6 +30,20 @@ export function loadObjects(file) {
     if (d.errors.length) throw new Error(`${file}: ${d.errors[0].message}`);
     const o = d.toJS();
     if (o !== null && o !== undefined) out.push(o);
+  }
+  return out;
+}
+
+const key = (o) => `${o.kind}/${o.metadata?.name}`;
+
+/** LISTS (arrays of objects, one per file) as one bundle, later files replacing earlier ones' objects. */
+function overlay(lists) {
+  const out = [];
+  for (const l of lists) {
+    const names = new Set(l.map(key));
+    const kept = out.filter((o) => !names.has(key(o)));
+    out.length = 0;
+    out.push(...kept, ...l);
   }
   return out;
 }
@@ -51,15 +69,16 @@ async function main(argv) {
   let passed = 0;
   let failed = 0;
   if (!rejected) {
-    const objs = [];
-    for (const f of [...files, ...withFiles]) {
+    const lists = [];
+    for (const f of [...withFiles, ...files]) {
       try {
-        objs.push(...loadObjects(f).map((o) => Object.defineProperty(o, "__file", { value: f })));
+        lists.push(loadObjects(f).map((o) => Object.defineProperty(o, "__file", { value: f })));
       } catch (e) {
         console.log(`validate: FAIL ${f}: ${e.message}`);
         failed++;
       }
     }
+    const objs = overlay(lists);
     const errors = await errorsOf(objs, opts);
     for (const e of errors) console.log(`validate: FAIL ${e}`);
     if (errors.length) failed++;
@@ -67,7 +86,7 @@ async function main(argv) {
     console.log(`validate: ${objs.length} objects from ${files.length} files` +
       (errors.length ? `: ${errors.length} errors` : ": valid"));
   } else {
-    const base = withFiles.flatMap((f) => loadObjects(f));
+    const base = overlay(withFiles.map((f) => loadObjects(f)));
     for (const f of files) {
       const text = readFileSync(f, "utf8");
       const want = text.match(/^# expect: (.*)$/m)?.[1]?.trim();
@@ -79,9 +98,7 @@ async function main(argv) {
       let errors;
       try {
         const mine = loadObjects(f);
-        const names = new Set(mine.map((o) => `${o.kind}/${o.metadata?.name}`));
-        errors = await errorsOf(base.filter((o) => !names.has(`${o.kind}/${o.metadata?.name}`))
-          .concat(mine), opts);
+        errors = await errorsOf(overlay([base, mine]), opts);
       } catch (e) {
         errors = [e.message];
       }

@@ -149,6 +149,56 @@ meshrun.io/job: {{ include "meshrun.jobName" . }}
 {{- printf "%s:%s" .Values.image.agent.repository (.Values.image.agent.tag | default $d) }}
 {{- end }}
 
+{{/*
+TLS (controller.tls): the controller's Secret, the agents' client Secret,
+the URL the agents call, and what must hold between the values.
+*/}}
+{{- define "meshrun.tlsSecret" -}}
+{{- .Values.controller.tls.secretName | default (printf "%s-controller-tls" (include "meshrun.fullname" .) | trunc 63 | trimSuffix "-") }}
+{{- end }}
+
+{{- define "meshrun.agentTlsSecret" -}}
+{{- .Values.job.tls.clientSecretName | default (printf "%s-agent-tls" (include "meshrun.fullname" .) | trunc 63 | trimSuffix "-") }}
+{{- end }}
+
+{{- define "meshrun.controllerUrl" -}}
+{{- printf "%s://%s:%v" (ternary "https" "http" .Values.controller.tls.enabled) (include "meshrun.controllerName" .) .Values.controller.port }}
+{{- end }}
+
+{{- define "meshrun.tlsCheck" -}}
+{{- $t := .Values.controller.tls }}
+{{- $cm := $t.certManager.issuerRef.name }}
+{{- if and $t.enabled (not $t.secretName) (not $cm) }}
+{{- fail "controller.tls.enabled needs controller.tls.secretName (a kubernetes.io/tls Secret) or controller.tls.certManager.issuerRef.name (cert-manager fills one)" }}
+{{- end }}
+{{- if and $t.clientCA.enabled (not $t.enabled) }}
+{{- fail "controller.tls.clientCA.enabled needs controller.tls.enabled: client certificates are asked for in the TLS handshake" }}
+{{- end }}
+{{- if and $t.clientCA.enabled .Values.job.enabled (not .Values.job.tls.clientSecretName) (not $cm) }}
+{{- fail "controller.tls.clientCA.enabled needs job.tls.clientSecretName (the agents' client certificate) or controller.tls.certManager.issuerRef.name" }}
+{{- end }}
+{{- $sm := .Values.monitoring.serviceMonitor }}
+{{- if and $t.clientCA.enabled $sm.enabled (not $sm.tlsClientSecretName) (not .Values.job.tls.clientSecretName) (not $cm) }}
+{{- fail "controller.tls.clientCA.enabled needs monitoring.serviceMonitor.tlsClientSecretName or job.tls.clientSecretName (Prometheus' client certificate) or controller.tls.certManager.issuerRef.name" }}
+{{- end }}
+{{- if and $t.enabled .Values.job.enabled .Values.job.jobset.ownController (has (include "meshrun.scheduler" .) (list "jobset" "kueue")) }}
+{{- fail "controller.tls does not cover job.jobset.ownController: the set's own controller is reached by its pod's DNS name, which the certificate does not carry" }}
+{{- end }}
+{{- end }}
+
+{{/* The controller's TLS flags (files of the Secret mounted at /etc/meshrun/tls). */}}
+{{- define "meshrun.controllerTlsArgs" -}}
+{{- if .Values.controller.tls.enabled }}
+- --tls-cert=/etc/meshrun/tls/tls.crt
+- --tls-key=/etc/meshrun/tls/tls.key
+{{- with .Values.controller.tls.clientCA }}
+{{- if .enabled }}
+- --tls-client-ca=/etc/meshrun/{{ ternary "tls-client-ca" "tls" (not (not .secretName)) }}/ca.crt
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
 {{/* The token volume (the Secret's key mounted as a file). */}}
 {{- define "meshrun.tokenVolume" -}}
 - name: token
@@ -174,7 +224,8 @@ seccompProfile:
 
 {{/*
 The pod template of the training job: the agent with its probes, /dev/shm
-as a memory emptyDir, the checkpoint volume, GPUs, the token file.
+as a memory emptyDir, the checkpoint volume, GPUs, the token file; with
+controller.tls the CA (and, with clientCA, a client certificate).
 Argument: a dict with "ctx" (the root context), "nnodes" (set it when
 the scheduler does not tell the agent the number of nodes), "subdomain",
 "annotations" (of the pod) and "runtime" (true: the Trainer runtime's
@@ -271,7 +322,18 @@ spec:
           value: topology
         {{- end }}
         - name: MESHRUN_CONTROLLER
-          value: {{ .controllerUrl | default (printf "http://%s:%v" (include "meshrun.controllerName" $) $.Values.controller.port) }}
+          value: {{ .controllerUrl | default (include "meshrun.controllerUrl" $) }}
+        {{- if $.Values.controller.tls.enabled }}
+        # the CA the controller's certificate is checked against
+        - name: MESHRUN_TLS_CA
+          value: /etc/meshrun/tls-ca/ca.crt
+        {{- if $.Values.controller.tls.clientCA.enabled }}
+        - name: MESHRUN_TLS_CERT
+          value: /etc/meshrun/tls-client/tls.crt
+        - name: MESHRUN_TLS_KEY
+          value: /etc/meshrun/tls-client/tls.key
+        {{- end }}
+        {{- end }}
         {{- if $runtime }}
         # the TrainJob's name (Trainer names the JobSet after it)
         - name: TRAINJOB_NAME
@@ -340,6 +402,17 @@ spec:
         - name: token
           mountPath: /etc/meshrun/token
           readOnly: true
+        {{- if $.Values.controller.tls.enabled }}
+        # whole volumes, no subPath: a rotated Secret reaches the files
+        - name: tls-ca
+          mountPath: /etc/meshrun/tls-ca
+          readOnly: true
+        {{- if $.Values.controller.tls.clientCA.enabled }}
+        - name: tls-client
+          mountPath: /etc/meshrun/tls-client
+          readOnly: true
+        {{- end }}
+        {{- end }}
         {{- if not $runtime }}
         - name: workload
           mountPath: /etc/meshrun/workload
@@ -367,4 +440,24 @@ spec:
         name: {{ include "meshrun.jobName" $ }}-workload
     {{- end }}
     {{- include "meshrun.tokenVolume" $ | nindent 4 }}
+    {{- if $.Values.controller.tls.enabled }}
+    - name: tls-ca
+      secret:
+        secretName: {{ $j.tls.caSecretName | default (include "meshrun.tlsSecret" $) }}
+        defaultMode: 0440
+        items:
+          - key: ca.crt
+            path: ca.crt
+    {{- if $.Values.controller.tls.clientCA.enabled }}
+    - name: tls-client
+      secret:
+        secretName: {{ include "meshrun.agentTlsSecret" $ }}
+        defaultMode: 0440
+        items:
+          - key: tls.crt
+            path: tls.crt
+          - key: tls.key
+            path: tls.key
+    {{- end }}
+    {{- end }}
 {{- end }}
