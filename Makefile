@@ -245,9 +245,13 @@ $(BUILD)/tests/gpu-emul/test_bench_gpu: $(EMUL_DIR)/bench-gpu
 
 # tests/parity's matrix with the parallel runs on the emulated cuda device:
 # fp32 against the cpu single-rank run, bf16 against the emulated
-# single-rank bf16 run (the tolerances are in test_parity.c).
+# single-rank bf16 run (the tolerances are in test_parity.c). Not in the
+# sanitizer build: tests/parity runs the same jobs there on the cpu, and
+# test_device_cuda / test_cuda_model the cuda device's host code.
 emul_parity := $(BUILD)/tests/gpu-emul/test_parity_fp32 $(BUILD)/tests/gpu-emul/test_parity_bf16
+ifneq ($(SAN),1)
 test_bins   += $(emul_parity)
+endif
 
 $(emul_parity): $(BUILD)/tests/gpu-emul/test_parity_%: tests/parity/test_parity.c \
 		$(call obj,$(test_helpers)) $(LIBS) $(EMUL_BINS) $(BINS)

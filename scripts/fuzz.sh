@@ -5,13 +5,24 @@
 #
 # Each harness tests/fuzz/fuzz_<name>.c starts from its committed seed corpus
 # tests/fuzz/corpus/<name>/ (copied, so the committed corpus only changes by
-# hand). A crash fails the run and leaves the reproducer in the work dir.
+# hand). The harnesses run side by side (each is one process on one core),
+# so the whole run takes FUZZ_SECONDS. A crash fails the run and leaves the
+# reproducer in the work dir.
 set -u
 build=${1:-build/fuzz}
 secs=${FUZZ_SECONDS:-20}
 [ -d "$build/fuzzers" ] || { echo "fuzz: no harnesses under $build/fuzzers"; echo "0 passed, 0 failed"; exit 0; }
 root=$(cd "$(dirname "$0")/.." && pwd)
-passed=0 failed=0
+build=$(cd "$build" && pwd)
+
+# Runs harness $1 in work dir $2; leaves its exit code in $2/rc.
+fuzz_one() {
+	(cd "$2" && "$1" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
+		-print_final_stats=1 corpus >log 2>&1)
+	echo $? >"$2/rc"
+}
+
+works=""
 for f in "$build"/fuzzers/fuzz_*; do
 	[ -x "$f" ] || continue
 	name=$(basename "$f" | sed 's/^fuzz_//')
@@ -20,8 +31,16 @@ for f in "$build"/fuzzers/fuzz_*; do
 	if [ -d "$root/tests/fuzz/corpus/$name" ]; then
 		cp "$root/tests/fuzz/corpus/$name"/* "$work/corpus/" 2>/dev/null
 	fi
-	if (cd "$work" && "$OLDPWD/$f" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
-		-print_final_stats=1 corpus >"$work/log" 2>&1); then
+	echo "$name" >"$work/name"
+	fuzz_one "$f" "$work" &
+	works="$works $work"
+done
+wait
+
+passed=0 failed=0
+for work in $works; do
+	name=$(cat "$work/name")
+	if [ "$(cat "$work/rc" 2>/dev/null)" = 0 ]; then
 		echo "fuzz: ok   $name ($(find "$work/corpus" -type f | wc -l) corpus files, ${secs}s)"
 		passed=$((passed + 1))
 		rm -rf "$work"

@@ -6,10 +6,10 @@
 #
 # Each binary gets MESHRUN_BUILD=<its build dir> so integration tests start
 # the real meshrun-controller / meshrun-agent / meshrun from the same build.
-# Two lanes: tests/agent (whole jobs of processes that mostly wait - for
-# heartbeats, restarts, killed pods: test_chaos spends 0.6 of a core over
-# its two minutes) runs in the background beside the rest, which is
-# compute. Prints per-binary Criterion output (the agent lane's after the
+# Two lanes: tests/agent and tests/pods (whole jobs of processes that
+# mostly wait - for heartbeats, restarts, killed pods, cut networks:
+# test_chaos spends 0.6 of a core over its two minutes) run in the
+# background beside the rest, which is compute. Prints per-binary Criterion output (the agent lane's after the
 # other's) and a closing "N passed, N failed" line.
 set -u
 build=${1:-build}
@@ -73,7 +73,7 @@ for t in $(find "$build/tests" -type f -name 'test_*' -perm -u+x | sort); do
 		else
 			compute="$compute $t"
 		fi ;;
-	agent/*) waiting="$waiting $t" ;;
+	agent/* | pods/*) waiting="$waiting $t" ;;
 	*) compute="$compute $t" ;;
 	esac
 done

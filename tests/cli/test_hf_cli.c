@@ -378,7 +378,7 @@ Test(hf_cli, export_check_roundtrip_resume, .timeout = 900)
  * in the independent reader with meshrun's logits, and imports and
  * exports again to the same bytes; a model with experts every 2nd layer
  * has no Mixtral form and is refused naming moe_every. */
-Test(hf_cli, mixtral_export_check_roundtrip, .timeout = 900)
+Test(hf_cli, mixtral_export_check_roundtrip, .timeout = 900, MR_NOT_UNDER_SAN)
 {
 	char *out, *x, *y;
 	size_t nx, ny;

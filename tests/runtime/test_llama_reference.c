@@ -22,6 +22,7 @@
 #include "cpu/mr_pool.h"
 #include "model/mr_gpt.h"
 #include "mr_step.h"
+#include "proc.h"
 
 #define B 4
 #define T 16
@@ -194,7 +195,7 @@ Test(llama_reference, gqa_untied_head, .timeout = 300)
 	check_case(&c, 2);
 }
 
-Test(llama_reference, mha_tied_head_default_ffn, .timeout = 300)
+Test(llama_reference, mha_tied_head_default_ffn, .timeout = 300, MR_NOT_UNDER_SAN)
 {
 	struct mr_gpt_config c = llama(0, 0, 1);
 
@@ -217,7 +218,7 @@ Test(llama_reference, moe_top2_dropping, .timeout = 300)
 	check_case(&c, 2);
 }
 
-Test(llama_reference, moe_top1_dropless, .timeout = 300)
+Test(llama_reference, moe_top1_dropless, .timeout = 300, MR_NOT_UNDER_SAN)
 {
 	struct mr_gpt_config c = llama(4, 48, 1);
 
@@ -232,7 +233,7 @@ Test(llama_reference, moe_top1_dropless, .timeout = 300)
 
 /* moe_norm_topk the other way round: top-2 with the router's raw
  * probabilities as gates, top-1 renormalised (a gate of 1) */
-Test(llama_reference, moe_norm_topk_either_way, .timeout = 300)
+Test(llama_reference, moe_norm_topk_either_way, .timeout = 300, MR_NOT_UNDER_SAN)
 {
 	struct mr_gpt_config c = llama(2, 48, 0);
 

@@ -19,11 +19,12 @@
  * A binary of its own so that no other test of the suite runs beside it.
  */
 #include "plan_jobs.h"
+#include "proc.h"
 
 #define CFG "\"vocab_size\":32768,\"n_layer\":1,\"d_model\":128,\"n_head\":4," \
 	    "\"seq_len\":4,\"threads\":1,\"steps\":4,\"peak_flops\":1e10"
 
-Test(plan_rank, step_time_ranking_matches_the_measured_one, .timeout = 900)
+Test(plan_rank, step_time_ranking_matches_the_measured_one, .timeout = 900, MR_NOT_UNDER_SAN)
 {
 	static const struct {
 		const char *cfg;
