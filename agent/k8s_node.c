@@ -150,62 +150,37 @@ static int api_base(char *buf, size_t cap, int *https, struct mr_errbuf *eb)
 static int read_token(const char *path, char **tok, struct mr_errbuf *eb)
 {
 	struct mr_errbuf why = {0};
-	size_t size = 0, len = 0;
-	ssize_t got;
+	size_t len = 0;
 	char *t = NULL;
-	int fd, rc = 0;
+	int rc;
 
 	*tok = NULL;
-	fd = mr_file_open_regular(path, "service-account token", &size, &why);
-	if (fd < 0)
+	rc = mr_file_read_small(path, "service-account token", TOKEN_MAX, &t, &len, &why);
+	if (rc == MR_ELIMIT)
+		return mr_errf_field(eb, MR_ELIMIT, "MESHRUN_K8S_SA_DIR",
+				     "service-account token '%s' is over %d bytes", path, TOKEN_MAX);
+	if (rc < 0)
 		return mr_errf_field(eb, MR_EIO, "MESHRUN_K8S_SA_DIR",
 				     "%s (is automountServiceAccountToken off?)", why.msg);
-	if (size > TOKEN_MAX) {
-		rc = mr_errf_field(eb, MR_ELIMIT, "MESHRUN_K8S_SA_DIR",
-				   "service-account token '%s' is over %d bytes", path, TOKEN_MAX);
-		goto out;
-	}
-	t = malloc(TOKEN_MAX + 1);
-	if (!t) {
-		rc = mr_errf(eb, MR_ENOMEM, "out of memory");
-		goto out;
-	}
-	while (len < TOKEN_MAX && (got = read(fd, t + len, TOKEN_MAX - len)) != 0) {
-		if (got < 0 && errno == EINTR)
-			continue;
-		if (got < 0) {
-			rc = mr_errf_field(eb, MR_EIO, "MESHRUN_K8S_SA_DIR",
-					   "unable to read service-account token '%s': %s", path,
-					   strerror(errno));
-			goto out;
-		}
-		len += (size_t)got;
-	}
 	while (len && (t[len - 1] == '\n' || t[len - 1] == '\r' || t[len - 1] == ' ' ||
 		       t[len - 1] == '\t'))
 		len--;
 	t[len] = '\0';
-	if (len == 0) {
+	if (len == 0)
 		rc = mr_errf_field(eb, MR_EIO, "MESHRUN_K8S_SA_DIR",
 				   "service-account token '%s' is empty", path);
-		goto out;
-	}
-	for (size_t i = 0; i < len; i++)
-		if ((unsigned char)t[i] < 0x21 || (unsigned char)t[i] > 0x7e) {
+	for (size_t i = 0; rc == 0 && i < len; i++)
+		if ((unsigned char)t[i] < 0x21 || (unsigned char)t[i] > 0x7e)
 			rc = mr_errf_field(eb, MR_EIO, "MESHRUN_K8S_SA_DIR",
 					   "service-account token '%s' holds a character a "
 					   "bearer token cannot",
 					   path);
-			goto out;
-		}
-	*tok = t;
-	t = NULL;
-out:
-	if (t) {
-		explicit_bzero(t, TOKEN_MAX + 1);
-		free(t);
+	if (rc == 0) {
+		*tok = t;
+		return 0;
 	}
-	close(fd);
+	explicit_bzero(t, len);
+	free(t);
 	return rc;
 }
 

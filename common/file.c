@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -75,6 +76,48 @@ int mr_file_open_regular(const char *path, const char *what, size_t *size,
 	if (size)
 		*size = (size_t)st.st_size;
 	return fd;
+}
+
+int mr_file_read_small(const char *path, const char *what, size_t cap, char **buf, size_t *len,
+		       struct mr_errbuf *eb)
+{
+	size_t size = 0, got = 0;
+	int fd = mr_file_open_regular(path, what, &size, eb);
+	char *b;
+
+	*buf = NULL;
+	if (len)
+		*len = 0;
+	if (fd < 0)
+		return fd;
+	if (size > cap) {
+		close(fd);
+		return mr_errf(eb, MR_ELIMIT, "%s '%s' is over %zu bytes", what ? what : "file",
+			       path, cap);
+	}
+	if (!(b = malloc(size + 1))) {
+		close(fd);
+		return mr_errf(eb, MR_ENOMEM, "out of memory reading '%s'", path);
+	}
+	while (got < size) {
+		ssize_t n = read(fd, b + got, size - got);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
+	close(fd);
+	if (got != size) {
+		free(b);
+		return mr_errf(eb, MR_EIO, "unable to read %s '%s'", what ? what : "file", path);
+	}
+	b[size] = '\0';
+	*buf = b;
+	if (len)
+		*len = size;
+	return 0;
 }
 
 /* The holder line the lock file holds, or "unknown". */

@@ -98,37 +98,21 @@ static int same_id(const struct file_id *a, const struct file_id *b)
  * datum; eb names `what` and the path. */
 static int read_pem(const char *path, const char *what, gnutls_datum_t *d, struct mr_errbuf *eb)
 {
-	size_t size = 0, got = 0;
-	int fd = mr_file_open_regular(path, what, &size, NULL);
+	size_t size = 0;
 	char *buf;
+	int rc = mr_file_read_small(path, what, 1 << 20, &buf, &size, NULL);
 
-	if (fd < 0)
-		return mr_errf_field(eb, fd, what, "%s: cannot read '%s': %s", what, path,
-				     fd == MR_ENOTFOUND ? "no such file" : mr_strerror(fd));
-	if (size == 0 || size > (1 << 20)) {
-		close(fd);
-		return mr_errf_field(eb, MR_EINVAL, what, "%s: '%s' is %s", what, path,
-				     size ? "larger than 1 MiB" : "empty");
-	}
-	if (!(buf = malloc(size + 1))) {
-		close(fd);
-		return MR_ENOMEM;
-	}
-	while (got < size) {
-		ssize_t n = read(fd, buf + got, size - got);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		got += (size_t)n;
-	}
-	close(fd);
-	if (got != size) {
+	if (rc == MR_ELIMIT || (rc == 0 && size == 0)) {
 		free(buf);
-		return mr_errf_field(eb, MR_EIO, what, "%s: cannot read '%s'", what, path);
+		return mr_errf_field(eb, MR_EINVAL, what, "%s: '%s' is %s", what, path,
+				     rc ? "larger than 1 MiB" : "empty");
 	}
-	buf[size] = 0;
+	if (rc < 0)
+		return rc == MR_ENOMEM ? rc
+				       : mr_errf_field(eb, rc, what, "%s: cannot read '%s': %s", what,
+						       path,
+						       rc == MR_ENOTFOUND ? "no such file"
+									  : mr_strerror(rc));
 	d->data = (unsigned char *)buf;
 	d->size = (unsigned)size;
 	return 0;

@@ -1,7 +1,7 @@
 /*
  * mr_file.h - the few file operations several rooms need: whole writes,
  * a directory's fsync, a file opened for reading only when it is a
- * regular file, and an exclusive lock that names its holder.
+ * regular file (and a small one read whole), and an exclusive lock that names its holder.
  *
  * The lock is flock(2) on a small file holding one line of text about
  * its holder (what a second process quotes when it is refused). flock is
@@ -33,6 +33,14 @@ int mr_file_sync_dir(const char *dir, struct mr_errbuf *eb);
  * may be NULL) and the path. *size (may be NULL): its length. */
 int mr_file_open_regular(const char *path, const char *what, size_t *size,
 			 struct mr_errbuf *eb);
+
+/* Reads the regular file path whole (as mr_file_open_regular opens it)
+ * into *buf (malloc'd, NUL-terminated; *len its length, may be NULL):
+ * 0, or mr_file_open_regular's codes, MR_ELIMIT when it is over cap
+ * bytes, MR_EIO, MR_ENOMEM, with eb naming what and path. For the small
+ * files a daemon reads at start: certificates, keys, tokens. */
+int mr_file_read_small(const char *path, const char *what, size_t cap, char **buf, size_t *len,
+		       struct mr_errbuf *eb);
 
 /* Takes the exclusive lock on path (created if missing) without
  * waiting and writes holder (one line, e.g. "pid 12 on 'ctl-0'") into
