@@ -102,20 +102,31 @@ check() {
 	fi
 }
 
+# run LOG WHAT ARGS...: bench/rdzv ARGS with its output in LOG, shown
+# indented; on a failure the whole log and a FAIL line naming WHAT (1)
+run() {
+	local log=$1 what=$2
+	shift 2
+	if ! "$bench" --controller-bin "$ctl" "$@" >"$log" 2>&1; then
+		cat "$log"
+		echo "bench-rdzv: FAIL $what (correctness or run failure, log: $log)"
+		fails=$((fails + 1))
+		return 1
+	fi
+	sed 's/^/  /' "$log"
+}
+# seconds LOG NAME: the seconds of LOG's last line "NAME N=... seconds=S"
+seconds() {
+	tail -n 1 "$1" 2>/dev/null | sed -n "s/^$2 N=[0-9]* seconds=\([0-9.]*\)\$/\1/p"
+}
+
 fails=0 misses=0
 s10k="" s100k=""
 for n in $ns; do
 	log="$build/bench/rdzv-$n$suffix.log"
 	echo "bench-rdzv: N=$n${suffix:+ (progress in heartbeats)}"
-	if ! "$bench" --controller-bin "$ctl" --n "$n" --timeout 180 "${bench_args[@]}" \
-		-- "${ctl_args[@]}" >"$log" 2>&1; then
-		cat "$log"
-		echo "bench-rdzv: FAIL N=$n (correctness or run failure, log: $log)"
-		fails=$((fails + 1))
-		continue
-	fi
-	sed 's/^/  /' "$log"
-	s=$(tail -n 1 "$log" | sed -n 's/^rdzv N=[0-9]* seconds=\([0-9.]*\)$/\1/p')
+	run "$log" "N=$n" --n "$n" --timeout 180 "${bench_args[@]}" -- "${ctl_args[@]}" || continue
+	s=$(seconds "$log" rdzv)
 	hwm=$(value controller_hwm_waiting_kib "$log")
 	run=$(value controller_rss_running_kib "$log")
 	apc=$(value agents_per_connection "$log")
@@ -133,15 +144,9 @@ done
 for n in $rns; do
 	log="$build/bench/rdzv-recover-$n-$recover_by$rsuffix.log"
 	echo "bench-rdzv: recovery N=$n ($recover_by${rsuffix:+, survivors rejoin})"
-	if ! "$bench" --controller-bin "$ctl" --n "$n" --recover "$recover_by" --timeout 300 \
-		"${recover_args[@]}" -- "${ctl_args[@]}" >"$log" 2>&1; then
-		cat "$log"
-		echo "bench-rdzv: FAIL recovery N=$n (correctness or run failure, log: $log)"
-		fails=$((fails + 1))
-		continue
-	fi
-	sed 's/^/  /' "$log"
-	s=$(tail -n 1 "$log" | sed -n 's/^rdzv_recover N=[0-9]* seconds=\([0-9.]*\)$/\1/p')
+	run "$log" "recovery N=$n" --n "$n" --recover "$recover_by" --timeout 300 \
+		"${recover_args[@]}" -- "${ctl_args[@]}" || continue
+	s=$(seconds "$log" rdzv_recover)
 	apc=$(value agents_per_connection "$log")
 	note=""
 	le "$apc" 1 || note=" [$apc agents per connection: fd limit]"
@@ -169,18 +174,10 @@ fi
 for n in $tls_ns; do
 	log="$build/bench/rdzv-$n-tls.log"
 	echo "bench-rdzv: N=$n over TLS (ECDSA P-256, one handshake per agent)"
-	if ! "$bench" --controller-bin "$ctl" --n "$n" --timeout 300 --tls-ca "$pki/ca.crt" \
-		-- --tls-cert "$pki/srv.crt" --tls-key "$pki/srv.key" "${ctl_args[@]}" \
-		>"$log" 2>&1; then
-		cat "$log"
-		echo "bench-rdzv: FAIL TLS N=$n (log: $log)"
-		fails=$((fails + 1))
-		continue
-	fi
-	sed 's/^/  /' "$log"
-	st=$(tail -n 1 "$log" | sed -n 's/^rdzv N=[0-9]* seconds=\([0-9.]*\)$/\1/p')
-	sp=$(tail -n 1 "$build/bench/rdzv-$n$suffix.log" 2>/dev/null |
-		sed -n 's/^rdzv N=[0-9]* seconds=\([0-9.]*\)$/\1/p')
+	run "$log" "TLS N=$n" --n "$n" --timeout 300 --tls-ca "$pki/ca.crt" \
+		-- --tls-cert "$pki/srv.crt" --tls-key "$pki/srv.key" "${ctl_args[@]}" || continue
+	st=$(seconds "$log" rdzv)
+	sp=$(seconds "$build/bench/rdzv-$n$suffix.log" rdzv)
 	echo "rdzv_tls N=$n seconds=$st plain_seconds=${sp:-none}" \
 		"ratio=$(awk -v a="$st" -v b="$sp" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }')"
 done
