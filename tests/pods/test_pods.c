@@ -23,6 +23,7 @@
 #include <criterion/logging.h>
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -300,6 +301,60 @@ static int has(const char *log, const char *what)
 	return yes;
 }
 
+/* scripts/pods.sh with arguments (a printf format), which must succeed. */
+static void pods_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void pods_sh(const char *fmt, ...)
+{
+	char args[256];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(args, sizeof(args), fmt, ap);
+	va_end(ap);
+	cr_assert_eq(mr_test_sh(root, NULL, "scripts/pods.sh %s", args), 0, "pods.sh %s failed",
+		     args);
+}
+
+/* A fault test's job on two pods that are up: its controller, the
+ * uninterrupted run `ref` to compare with, and the job `tag` started on
+ * both pods (a 3 s heartbeat timeout, FAULT_STEPS steps, rank 0 slowed by
+ * slow_ms a step so that faults land mid-training), with a checkpoint
+ * every 5 steps under <tmp>/<ckpt> when ckpt is not NULL, and the
+ * workload keys more ("" none). */
+struct fault_job {
+	const char *tag, *ref;
+	struct mr_proc ctl, a[2];
+	char url[64], logs[2][300];
+};
+
+static void fault_job(struct fault_job *j, const char *tag, const char *ref, const char *ckpt,
+		      int slow_ms, const char *more)
+{
+	char extra[512];
+	int n = 0;
+
+	j->tag = tag;
+	j->ref = ref;
+	steps = FAULT_STEPS;
+	controller(&j->ctl, j->url, sizeof(j->url));
+	reference(ref, 2);
+	if (ckpt)
+		n = snprintf(extra, sizeof(extra), "\"ckpt_dir\": \"%s/%s\", \"ckpt_every\": 5, ",
+			     tmp, ckpt);
+	snprintf(extra + n, sizeof(extra) - (size_t)n,
+		 "\"debug_slow_rank\": 0, \"debug_slow_ms\": %d%s%s", slow_ms, more[0] ? ", " : "",
+		 more);
+	start_pods(j->a, j->url, tag, "1", fault_flags, extra, "3s", j->logs);
+}
+
+/* The job to its end, its partitions noted, its losses the reference's. */
+static void fault_job_finish(struct fault_job *j, int partitions)
+{
+	finish_pods(j->a, j->logs);
+	note("partition", partitions);
+	expect_equal(j->tag, j->ref);
+}
+
 Test(pods, jobs_across_network_namespaces_equal_one_rank, .timeout = 900, MR_NOT_UNDER_SAN)
 {
 	struct mr_proc ctl;
@@ -368,32 +423,23 @@ static void wait_log(const char *log, const char *what)
 Test(pods, a_cut_link_is_survived_and_the_stale_pod_rejoins, .timeout = 900,
      MR_NOT_UNDER_SAN)
 {
-	struct mr_proc ctl, a[2];
-	char url[64], logs[2][300], extra[400];
+	struct fault_job j;
 
 	pods_up("pf", 2);
-	steps = FAULT_STEPS;
-	controller(&ctl, url, sizeof(url));
-	reference("fref", 2);
-	snprintf(extra, sizeof(extra),
-		 "\"ckpt_dir\": \"%s/fault-ckpt\", \"ckpt_every\": 5, \"debug_slow_rank\": 0, "
-		 "\"debug_slow_ms\": 150",
-		 tmp);
-	start_pods(a, url, "fault", "1", fault_flags, extra, "3s", logs);
-	wait_log(logs[0], "event=checkpoint_saved");
+	fault_job(&j, "fault", "fref", "fault-ckpt", 150, "");
+	wait_log(j.logs[0], "event=checkpoint_saved");
 	note("partition_tried", 1);
-	cr_assert_eq(mr_test_sh(root, NULL, "scripts/pods.sh cut %s 1", name), 0);
+	pods_sh("cut %s 1", name);
 	/* past the heartbeat timeout (3 s): the controller declares pod 1 dead */
-	wait_log(logs[0], "event=restarting");
+	wait_log(j.logs[0], "event=restarting");
 	sleep(2);
-	cr_assert_eq(mr_test_sh(root, NULL, "scripts/pods.sh heal %s 1", name), 0);
-	finish_pods(a, logs);
-	note("partition", 1);
-	expect_equal("fault", "fref");
-	cr_expect(has(logs[0], "event=checkpoint_resumed"), "pod 0 never resumed (%s)", logs[0]);
-	cr_expect(has(logs[1], "event=generation_changed") || has(logs[1], "event=restarting"),
-		  "pod 1 never learned its generation was stale (%s)", logs[1]);
-	mr_proc_stop(&ctl);
+	pods_sh("heal %s 1", name);
+	fault_job_finish(&j, 1);
+	cr_expect(has(j.logs[0], "event=checkpoint_resumed"), "pod 0 never resumed (%s)",
+		  j.logs[0]);
+	cr_expect(has(j.logs[1], "event=generation_changed") || has(j.logs[1], "event=restarting"),
+		  "pod 1 never learned its generation was stale (%s)", j.logs[1]);
+	mr_proc_stop(&j.ctl);
 	expect_clean();
 }
 
@@ -511,33 +557,29 @@ Test(pods, a_stalled_rank_is_named_and_prometheus_scrapes_every_pod, .timeout = 
 Test(pods, the_controller_cut_off_leaves_training_undisturbed, .timeout = 600,
      MR_NOT_UNDER_SAN)
 {
-	struct mr_proc ctl, a[2];
-	char url[64], logs[2][300], ctl_log[300];
+	struct fault_job j;
+	char ctl_log[300];
 
 	pods_up("pc", 2);
-	steps = FAULT_STEPS;
-	controller(&ctl, url, sizeof(url));
-	reference("cref", 2);
-	start_pods(a, url, "ctlcut", "1", fault_flags,
-		   "\"debug_slow_rank\": 0, \"debug_slow_ms\": 150", "3s", logs);
-	wait_log(logs[0], "event=step");
+	fault_job(&j, "ctlcut", "cref", NULL, 150, "");
+	wait_log(j.logs[0], "event=step");
 	/* writes the controller acknowledged before the cut must all be there
 	 * after it (the job's generation never changes here) */
 	for (int k = 0; k < KV_WRITES; k++) {
 		struct mr_test_resp r;
 		char key[160], val[16];
 
-		snprintf(key, sizeof(key), "%s/v1/jobs/t/ctlcut/kv/acked-%d", url, k);
+		snprintf(key, sizeof(key), "%s/v1/jobs/t/ctlcut/kv/acked-%d", j.url, k);
 		snprintf(val, sizeof(val), "v%d", k);
 		cr_assert_eq(mr_test_http(&r, "PUT", key, val, strlen(val), NULL, 10000), 200,
 			     "%s", r.body);
 	}
 	note("partition_tried", 1);
-	cr_assert_eq(mr_test_sh(root, NULL, "scripts/pods.sh cut %s c", name), 0);
+	pods_sh("cut %s c", name);
 	snprintf(ctl_log, sizeof(ctl_log), "%s/ctl.log", tmp);
 	wait_log(ctl_log, "event=members_all_silent");
 	sleep(1);
-	cr_assert_eq(mr_test_sh(root, NULL, "scripts/pods.sh heal %s c", name), 0);
+	pods_sh("heal %s c", name);
 	{
 		int lost = 0;
 
@@ -545,7 +587,7 @@ Test(pods, the_controller_cut_off_leaves_training_undisturbed, .timeout = 600,
 			struct mr_test_resp r;
 			char key[160], val[16];
 
-			snprintf(key, sizeof(key), "%s/v1/jobs/t/ctlcut/kv/acked-%d", url, k);
+			snprintf(key, sizeof(key), "%s/v1/jobs/t/ctlcut/kv/acked-%d", j.url, k);
 			snprintf(val, sizeof(val), "v%d", k);
 			lost += mr_test_http(&r, "GET", key, NULL, 0, NULL, 10000) != 200 ||
 				strcmp(r.body, val) != 0;
@@ -554,12 +596,11 @@ Test(pods, the_controller_cut_off_leaves_training_undisturbed, .timeout = 600,
 		note("kv_acked", KV_WRITES);
 		note("kv_lost", lost);
 	}
-	finish_pods(a, logs);
-	note("partition", 1);
-	expect_equal("ctlcut", "cref");
+	fault_job_finish(&j, 1);
 	for (int i = 0; i < 2; i++)
-		cr_expect(!has(logs[i], "event=restarting"), "pod %d restarted (%s)", i, logs[i]);
-	mr_proc_stop(&ctl);
+		cr_expect(!has(j.logs[i], "event=restarting"), "pod %d restarted (%s)", i,
+			  j.logs[i]);
+	mr_proc_stop(&j.ctl);
 	expect_clean();
 }
 
@@ -573,8 +614,8 @@ Test(pods, the_controller_cut_off_leaves_training_undisturbed, .timeout = 600,
 Test(pods, partitions_of_the_controller_from_a_pod_are_survived, .timeout = 900,
      MR_NOT_UNDER_SAN)
 {
-	struct mr_proc ctl, a[2];
-	char url[64], logs[2][300], extra[400], *out = NULL;
+	struct fault_job j;
+	char *out = NULL;
 	int rc;
 
 	pods_up("pp", 2);
@@ -584,36 +625,23 @@ Test(pods, partitions_of_the_controller_from_a_pod_are_survived, .timeout = 900,
 		cr_skip_test("partitions need nftables: %s", out);
 	cr_assert_eq(rc, 0, "%s", out);
 	free(out);
-	steps = FAULT_STEPS;
-	controller(&ctl, url, sizeof(url));
-	reference("pref", 2);
-	snprintf(extra, sizeof(extra),
-		 "\"ckpt_dir\": \"%s/part-ckpt\", \"ckpt_every\": 5, \"debug_slow_rank\": 0, "
-		 "\"debug_slow_ms\": 150",
-		 tmp);
-	start_pods(a, url, "part", "1", fault_flags, extra, "3s", logs);
-	wait_log(logs[0], "event=checkpoint_saved");
+	fault_job(&j, "part", "pref", "part-ckpt", 150, "");
+	wait_log(j.logs[0], "event=checkpoint_saved");
 	note("partition_tried", 2);
 	/* both ways, past the timeout: the controller declares pod 1 dead */
-	cr_assert_eq(mr_test_sh(root, NULL,
-				"scripts/pods.sh block %s c 1 && scripts/pods.sh block %s 1 c", name,
-				name),
-		     0);
-	wait_log(logs[0], "event=restarting");
+	pods_sh("block %s c 1", name);
+	pods_sh("block %s 1 c", name);
+	wait_log(j.logs[0], "event=restarting");
 	sleep(2);
-	cr_assert_eq(mr_test_sh(root, NULL,
-				"scripts/pods.sh unblock %s c 1 && scripts/pods.sh unblock %s 1 c",
-				name, name),
-		     0);
+	pods_sh("unblock %s c 1", name);
+	pods_sh("unblock %s 1 c", name);
 	/* one way, for a while, once training runs again */
-	wait_log(logs[0], "event=checkpoint_resumed");
-	cr_assert_eq(mr_test_sh(root, NULL, "scripts/pods.sh block %s c 1", name), 0);
+	wait_log(j.logs[0], "event=checkpoint_resumed");
+	pods_sh("block %s c 1", name);
 	sleep(4);
-	cr_assert_eq(mr_test_sh(root, NULL, "scripts/pods.sh unblock %s c 1", name), 0);
-	finish_pods(a, logs);
-	note("partition", 2);
-	expect_equal("part", "pref");
-	mr_proc_stop(&ctl);
+	pods_sh("unblock %s c 1", name);
+	fault_job_finish(&j, 2);
+	mr_proc_stop(&j.ctl);
 	expect_clean();
 }
 
@@ -625,32 +653,22 @@ Test(pods, partitions_of_the_controller_from_a_pod_are_survived, .timeout = 900,
 Test(pods, an_elastic_job_goes_on_without_a_cut_pod_and_takes_it_back, .timeout = 900,
      MR_NOT_UNDER_SAN)
 {
-	struct mr_proc ctl, a[2];
-	char url[64], logs[2][300], extra[400];
+	struct fault_job j;
 
 	pods_up("pe", 2);
-	steps = FAULT_STEPS;
 	nnodes = "1:2";
-	controller(&ctl, url, sizeof(url));
-	reference("eref", 2);
-	snprintf(extra, sizeof(extra),
-		 "\"ckpt_dir\": \"%s/el-ckpt\", \"ckpt_every\": 5, \"debug_slow_rank\": 0, "
-		 "\"debug_slow_ms\": 300",
-		 tmp);
-	start_pods(a, url, "elastic", "1", fault_flags, extra, "3s", logs);
-	wait_log(logs[0], "event=checkpoint_saved");
+	fault_job(&j, "elastic", "eref", "el-ckpt", 300, "");
+	wait_log(j.logs[0], "event=checkpoint_saved");
 	note("partition_tried", 1);
-	cr_assert_eq(mr_test_sh(root, NULL, "scripts/pods.sh cut %s 1", name), 0);
+	pods_sh("cut %s 1", name);
 	/* pod 0 goes on alone with the checkpoint's global batch */
-	wait_log(logs[0], "event=elastic_batch dp_was=2 dp=1");
-	wait_log(logs[0], "event=round gen=2 node_rank=0 nodes=1");
-	cr_assert_eq(mr_test_sh(root, NULL, "scripts/pods.sh heal %s 1", name), 0);
-	finish_pods(a, logs);
-	note("partition", 1);
-	expect_equal("elastic", "eref");
-	cr_expect(has(logs[1], "event=generation_changed") || has(logs[1], "event=restarting"),
-		  "pod 1 never learned its generation was stale (%s)", logs[1]);
-	mr_proc_stop(&ctl);
+	wait_log(j.logs[0], "event=elastic_batch dp_was=2 dp=1");
+	wait_log(j.logs[0], "event=round gen=2 node_rank=0 nodes=1");
+	pods_sh("heal %s 1", name);
+	fault_job_finish(&j, 1);
+	cr_expect(has(j.logs[1], "event=generation_changed") || has(j.logs[1], "event=restarting"),
+		  "pod 1 never learned its generation was stale (%s)", j.logs[1]);
+	mr_proc_stop(&j.ctl);
 	expect_clean();
 }
 
@@ -662,34 +680,25 @@ Test(pods, an_elastic_job_goes_on_without_a_cut_pod_and_takes_it_back, .timeout 
  * back on both pods, ends with the uninterrupted run's losses. */
 Test(pods, a_cut_off_checkpoint_writer_never_publishes, .timeout = 900, MR_NOT_UNDER_SAN)
 {
-	struct mr_proc ctl, a[2];
-	char url[64], logs[2][300], extra[400];
+	struct fault_job j;
 	int stale;
 
 	pods_up("pw", 2);
-	steps = FAULT_STEPS;
 	nnodes = "1:2";
-	controller(&ctl, url, sizeof(url));
-	reference("wref", 2);
-	snprintf(extra, sizeof(extra),
-		 "\"ckpt_dir\": \"%s/w-ckpt\", \"ckpt_every\": 5, \"debug_slow_rank\": 0, "
-		 "\"debug_slow_ms\": 200, \"debug_ckpt_publish_delay_ms\": 2500",
-		 tmp);
-	start_pods(a, url, "writer", "1", fault_flags, extra, "3s", logs);
-	wait_log(logs[0], "event=debug_checkpoint_publish_delay step=5");
+	fault_job(&j, "writer", "wref", "w-ckpt", 200, "\"debug_ckpt_publish_delay_ms\": 2500");
+	wait_log(j.logs[0], "event=debug_checkpoint_publish_delay step=5");
 	note("partition_tried", 1);
-	cr_assert_eq(mr_test_sh(root, NULL, "scripts/pods.sh cut %s 0", name), 0);
+	pods_sh("cut %s 0", name);
 	/* pod 1 goes on alone; the stale writer wakes, cannot confirm, and
 	 * drops its step */
-	wait_log(logs[1], "event=round gen=2 node_rank=0 nodes=1");
-	wait_log(logs[0], "event=checkpoint_fenced step=5");
-	cr_assert_eq(mr_test_sh(root, NULL, "scripts/pods.sh heal %s 0", name), 0);
-	finish_pods(a, logs);
-	note("partition", 1);
+	wait_log(j.logs[1], "event=round gen=2 node_rank=0 nodes=1");
+	wait_log(j.logs[0], "event=checkpoint_fenced step=5");
+	pods_sh("heal %s 0", name);
+	fault_job_finish(&j, 1);
 	/* the stale step was published by nobody: pod 0 saved no step 5 in
 	 * its first generation (before its second round) */
 	{
-		char *text = mr_test_slurp(logs[0], NULL), *r1, *r2 = NULL, *saved;
+		char *text = mr_test_slurp(j.logs[0], NULL), *r1, *r2 = NULL, *saved;
 
 		cr_assert_not_null(text);
 		r1 = strstr(text, "event=round gen=");
@@ -701,7 +710,6 @@ Test(pods, a_cut_off_checkpoint_writer_never_publishes, .timeout = 900, MR_NOT_U
 	}
 	cr_expect(!stale, "the cut-off writer published step 5");
 	note("stale_publish", stale);
-	expect_equal("writer", "wref");
-	mr_proc_stop(&ctl);
+	mr_proc_stop(&j.ctl);
 	expect_clean();
 }
