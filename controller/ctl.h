@@ -87,8 +87,8 @@ struct ctl_pgroup {
 	uint32_t gap;
 	int32_t id;   /* group id among its kind (mesh), or lowest rank (hsdp) */
 	int32_t peer; /* entered p2p: the peer's index in the group, else -1 */
-	uint8_t kind; /* enum mr_mesh_group, or 64 + n for runtime groups */
-	uint8_t op;   /* enum mr_comm_op of the entered operation */
+	uint8_t kind; /* enum mr_mesh_group, or MR_WORKER_GROUP_* (mr_names.h) */
+	uint8_t op;   /* enum mr_comm_op (mr_names.h) of the entered operation */
 };
 
 struct ctl_prank {

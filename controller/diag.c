@@ -31,7 +31,7 @@
 #include <string.h>
 #include <sys/types.h>
 
-#include "comm/mr_comm.h"
+#include "mr_names.h"
 #include "diag_int.h"
 
 int64_t mr__diag_silent_ms(const struct diag *dg, const struct ctl_member *m)
