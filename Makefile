@@ -64,7 +64,7 @@ endif
 
 # ---- sources -----------------------------------------------------------------
 common_src     := $(wildcard common/*.c)
-controller_src := $(filter-out controller/main.c,$(wildcard controller/*.c))
+controller_src := $(filter-out controller/main.c,$(shell find controller -name '*.c' | sort))
 agent_src      := $(filter-out agent/main.c,$(wildcard agent/*.c))
 runtime_src    := $(shell find runtime -name '*.c' 2>/dev/null | sort)
 # The CUDA side - the cuda device, its table and the NCCL communicator -

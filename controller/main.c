@@ -9,7 +9,7 @@
  * for any other start failure (token files, the data dir, the port,
  * memory).
  *
- * Non-goals: anything else (see controller/server.c).
+ * Non-goals: anything else (see controller/api/server.c).
  */
 #include <pthread.h>
 #include <signal.h>

@@ -20,19 +20,6 @@ static const enum mr_mesh_group prefer[MR_GROUP__COUNT] = {
 	MR_GROUP_WORLD,
 };
 
-const char *mr_groups_kind_name(int kind)
-{
-	if (kind >= 0 && kind < MR_GROUP__COUNT)
-		return mr_mesh_group_name((enum mr_mesh_group)kind);
-	if (kind == MR_WORKER_GROUP_HSDP_SHARD)
-		return "hsdp_shard";
-	if (kind == MR_WORKER_GROUP_EMBED)
-		return "embed";
-	if (kind == MR_WORKER_GROUP_KV)
-		return "kv";
-	return kind == MR_WORKER_GROUP_HSDP_REPLICA ? "hsdp_replica" : NULL;
-}
-
 static int listed(struct mr_comm *const *seen, int n, const struct mr_comm *c)
 {
 	for (int i = 0; i < n; i++)

@@ -93,10 +93,8 @@ void mr_groups_abort(struct mr_groups *g);
  * safe while operations run. *wait_s (may be NULL) gets the seconds
  * blocked on all of them. Returns how many were written.
  */
-/* The name of a progress group kind (enum mr_mesh_group or
- * MR_WORKER_GROUP_*): "tp", "dp", ..., "hsdp_shard", "hsdp_replica"; NULL
- * for an unknown kind. */
-const char *mr_groups_kind_name(int kind);
+/* mr_groups_kind_name(), the name of a progress group kind, is in
+ * common/mr_names.h. */
 int mr_groups_progress(const struct mr_groups *g, struct mr_worker_group_progress *out, int cap,
 		       double *wait_s);
 void mr_groups_release(struct mr_groups *g);

@@ -25,6 +25,7 @@
 
 #include "mr_err.h"
 #include "mr_kv.h"
+#include "mr_names.h"
 
 /* Where a rank sits. Mesh sizes follow BRIEF §4 (tp fastest, then cp, dp,
  * pp; world = tp*cp*dp*pp, ep carved from dp*cp). */
@@ -92,18 +93,11 @@ struct mr_worker_stats {
  * Progress of a rank for hang diagnosis and straggler detection
  * (docs/DIAGNOSIS.md): the step and micro-batch it is in and, for each of
  * its communicators, which group of the mesh it is and the last operation
- * the rank entered and completed there (runtime/comm/mr_comm.h). Group
- * kinds are common/mr_mesh.h's enum mr_mesh_group, or one of these for
- * groups the mesh function does not define. Numbers travel in heartbeats:
- * append-only.
+ * the rank entered and completed there (enum mr_comm_op, common/
+ * mr_names.h). Group kinds are common/mr_mesh.h's enum mr_mesh_group, or
+ * one of common/mr_names.h's MR_WORKER_GROUP_* for groups the mesh function
+ * does not define. Numbers travel in heartbeats: append-only.
  */
-enum {
-	MR_WORKER_GROUP_HSDP_SHARD = 64,   /* id: the group's lowest world rank */
-	MR_WORKER_GROUP_HSDP_REPLICA = 65,
-	MR_WORKER_GROUP_EMBED = 66,        /* pipeline's first + last stage; id: the first's */
-	MR_WORKER_GROUP_KV = 67,           /* tp ranks sharing a replicated key/value head;
-					    * id: the group's lowest world rank */
-};
 #define MR_WORKER_PROGRESS_GROUPS 16
 #define MR_WORKER_COMM_OPS 10 /* enum mr_comm_op's count */
 

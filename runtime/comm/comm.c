@@ -87,29 +87,6 @@ int mr_comm_host_id(char *buf, size_t cap)
 
 /* ---- progress ---- */
 
-static const char *const op_names[MR_COMM_OP__COUNT] = {
-	[MR_COMM_OP_NONE] = "none",
-	[MR_COMM_OP_ALLREDUCE] = "allreduce",
-	[MR_COMM_OP_REDUCE_SCATTER] = "reduce_scatter",
-	[MR_COMM_OP_ALLGATHER] = "allgather",
-	[MR_COMM_OP_ALLTOALL] = "alltoall",
-	[MR_COMM_OP_BROADCAST] = "broadcast",
-	[MR_COMM_OP_SEND] = "send",
-	[MR_COMM_OP_RECV] = "recv",
-	[MR_COMM_OP_SENDRECV] = "sendrecv",
-	[MR_COMM_OP_BARRIER] = "barrier",
-};
-
-const char *mr_comm_op_name(int op)
-{
-	return op >= 0 && op < MR_COMM_OP__COUNT ? op_names[op] : "?";
-}
-
-int mr_comm_op_is_p2p(int op)
-{
-	return op == MR_COMM_OP_SEND || op == MR_COMM_OP_RECV || op == MR_COMM_OP_SENDRECV;
-}
-
 static int public_op(int kind)
 {
 	switch (kind) {

@@ -58,6 +58,7 @@
 
 #include "mr_err.h"
 #include "mr_kv.h"
+#include "mr_names.h"
 
 enum mr_comm_dtype {
 	MR_COMM_F32 = 0,
@@ -126,26 +127,8 @@ struct mr_comm_device {
 	void *(*stream)(void *ctx);
 };
 
-/* Kinds of operation, as progress reports them. Append-only: the numbers
- * travel in heartbeats (docs/API.md). */
-enum mr_comm_op {
-	MR_COMM_OP_NONE = 0,
-	MR_COMM_OP_ALLREDUCE = 1,
-	MR_COMM_OP_REDUCE_SCATTER = 2,
-	MR_COMM_OP_ALLGATHER = 3, /* and allgatherv */
-	MR_COMM_OP_ALLTOALL = 4,  /* and alltoallv */
-	MR_COMM_OP_BROADCAST = 5,
-	MR_COMM_OP_SEND = 6,
-	MR_COMM_OP_RECV = 7,
-	MR_COMM_OP_SENDRECV = 8,
-	MR_COMM_OP_BARRIER = 9,
-	MR_COMM_OP__COUNT
-};
-
-/* "allreduce", "reduce_scatter", ..., "none"; "?" when unknown. */
-const char *mr_comm_op_name(int op);
-/* 1 for send, recv and sendrecv. */
-int mr_comm_op_is_p2p(int op);
+/* enum mr_comm_op, mr_comm_op_name() and mr_comm_op_is_p2p() are in
+ * common/mr_names.h (the controller names them too). */
 
 /* A communicator's progress (see the header). A sequence number of 0
  * means "none yet". */

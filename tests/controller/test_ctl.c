@@ -12,8 +12,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ctl.h"
-#include "journal.h"
+#include "core/ctl.h"
+#include "journal/journal.h"
 
 /* res's body as JSON, whichever way the core wrote it (a json_t, or text:
  * a success body, or an error's extra fields); kept in res->body. */

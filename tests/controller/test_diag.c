@@ -1,6 +1,6 @@
 /*
  * test_diag.c - hang diagnosis and straggler detection in the controller
- * core (progress.c, diag.c), fed with heartbeats as agents send them: the
+ * core (core/progress.c, diag/diag.c), fed with heartbeats as agents send them: the
  * culprit of a collective, the end of a chain across groups, a pipeline
  * p2p whose peer never comes, ranks in different collectives, a group
  * where everyone is in and nothing completes, a rank that never reported,
@@ -18,7 +18,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "ctl.h"
+#include "core/ctl.h"
+#include "diag/diag.h"
 
 static void setup(struct ctl *ctl)
 {

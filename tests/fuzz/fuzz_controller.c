@@ -23,8 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ctl.h"
-#include "journal.h"
+#include "core/ctl.h"
+#include "diag/diag.h"
+#include "journal/journal.h"
 #include "mr_log.h"
 
 static int wakes;

@@ -1,5 +1,5 @@
 /*
- * jrecord.c - records of the journal (see journal.h): CRC-32, the field
+ * record.c - records of the journal (see journal.h): CRC-32, the field
  * encoder (struct ctl_jbuf), the bounded decoder (struct ctl_jdec), and
  * replay: frames are checked, handed to the state's table of decode+apply
  * functions, and what follows the valid prefix is classified as a torn
@@ -9,7 +9,7 @@
  * function, so a corrupt or hostile journal stops replay instead of
  * corrupting state (tests/fuzz/fuzz_controller.c exercises this).
  *
- * Non-goals: files (jfile.c), what records mean (records.c).
+ * Non-goals: files (file.c), what records mean (core/records.c).
  */
 #include <stdio.h>
 #include <stdlib.h>

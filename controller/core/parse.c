@@ -7,7 +7,7 @@
  * ASCII bytes without spaces. KV keys are 1..256 bytes of [A-Za-z0-9._/-].
  * Every failure is a 400 in the ctl_res naming the field.
  *
- * Non-goals: parsing HTTP (api.c), applying specs (job.c).
+ * Non-goals: parsing HTTP (api/), applying specs (job.c).
  */
 #include <stdio.h>
 #include <string.h>

@@ -1,14 +1,15 @@
 /*
- * api.c - HTTP routes of the controller (docs/API.md): routing, bearer
- * token checks, query/body validation, then a call into the core (ctl.h).
+ * routes.c - HTTP routes of the controller (docs/API.md): routing, bearer
+ * token checks, query/body validation, then a call into the core
+ * (core/ctl.h).
  *
  * Every rejection is a 4xx with {"error":{"code","message","field"}}.
  * Route templates (not raw paths) label the metrics.
  *
- * This file: routing, auth and dispatch; api_handlers.c validates each
+ * This file: routing, auth and dispatch; handlers.c validates each
  * route's query/body and calls the core.
  *
- * Non-goals: state changes (job.c, kv.c), replies after group commit
+ * Non-goals: state changes (core/), replies after group commit
  * (server.c).
  */
 #include <errno.h>

@@ -1,5 +1,5 @@
 /*
- * jparse.c - the fast path of reading a request body into jansson values.
+ * json_read.c - the fast path of reading a request body into jansson values.
  *
  * json_loadb() reads through a per-byte callback and a string buffer:
  * about 160 instructions per byte, most of a join's cost (an agent sends
@@ -18,7 +18,7 @@
  */
 #include <string.h>
 
-#include "ctl.h"
+#include "json_read.h"
 
 #define JP_DEPTH 16
 #define JP_KEY_MAX 256 /* longer keys go to jansson (no field name is that long) */
@@ -199,7 +199,7 @@ static json_t *jp_value(struct jp *j, int depth)
 	}
 }
 
-json_t *mr__jparse_object(const char *buf, size_t len)
+json_t *mr__json_read_object(const char *buf, size_t len)
 {
 	struct jp j;
 	json_t *o;

@@ -1,7 +1,7 @@
 /*
  * diag.c - who is stuck: the diagnosis of a job from its ranks' progress
  * (docs/DIAGNOSIS.md), on request (GET /v1/jobs/{job}/diagnosis) and once
- * when a job made no progress for hang_timeout_ms (progress.c).
+ * when a job made no progress for hang_timeout_ms (core/progress.c).
  *
  * The rule, per group (one communicator: a kind and an id every member
  * reports alike). Its members number their operations alike, so the
@@ -24,14 +24,14 @@
  * Cost: O(ranks x groups) time and memory per call, on the loop thread;
  * the hang report runs it once per hang.
  *
- * Non-goals: storing progress (progress.c), deciding when to run it.
+ * Non-goals: storing progress (core/progress.c), deciding when to run it.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
 
-#include "comm/mr_comm.h"
+#include "mr_names.h"
 #include "diag_int.h"
 
 int64_t mr__diag_silent_ms(const struct diag *dg, const struct ctl_member *m)

@@ -1,5 +1,5 @@
 /*
- * test_jrecord.c - the journal layer with the controller core, no HTTP:
+ * test_record.c - the journal layer with the controller core, no HTTP:
  * the torn-tail vs corruption rule on crafted bytes (journal.h), the
  * data dir's lock in one process, compaction with a pending batch (the
  * batch is dropped, its effects kept), compaction handed to the writer
@@ -15,8 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ctl.h"
-#include "journal.h"
+#include "core/ctl.h"
+#include "journal/journal.h"
 #include "proc.h"
 
 static void noop_wake(struct ctl *ctl, void *req, struct ctl_res *res)
@@ -207,7 +207,7 @@ static void expect_scan(const unsigned char *buf, size_t len, int verdict, size_
 	mr__ctl_release(&c);
 }
 
-Test(jrecord, torn_tail_or_corruption)
+Test(record, torn_tail_or_corruption)
 {
 	size_t off[16];
 	int n;
@@ -258,7 +258,7 @@ Test(jrecord, torn_tail_or_corruption)
 
 /* ---- the data dir's lock ---------------------------------------------------------------- */
 
-Test(jrecord, a_locked_data_dir_is_refused)
+Test(record, a_locked_data_dir_is_refused)
 {
 	char dir[256], want[400];
 	struct ctl a, b;
@@ -286,7 +286,7 @@ Test(jrecord, a_locked_data_dir_is_refused)
 
 /* ---- compaction ---------------------------------------------------------------------------- */
 
-Test(jrecord, compaction_drops_the_pending_batch_and_keeps_its_effects)
+Test(record, compaction_drops_the_pending_batch_and_keeps_its_effects)
 {
 	char dir[256], k[16];
 	struct ctl a;
@@ -350,7 +350,7 @@ static int pipelined(struct ctl *a, struct donewait *d)
 	return mr__jr_commit_finish(a->jr);
 }
 
-Test(jrecord, compaction_is_handed_to_the_writer_when_the_journal_outgrows_the_state)
+Test(record, compaction_is_handed_to_the_writer_when_the_journal_outgrows_the_state)
 {
 	struct donewait d = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0 };
 	char dir[256], k[16], v[64];
@@ -385,7 +385,7 @@ Test(jrecord, compaction_is_handed_to_the_writer_when_the_journal_outgrows_the_s
 	mr_test_rmdir(dir);
 }
 
-Test(jrecord, a_lost_batch_forces_a_compaction)
+Test(record, a_lost_batch_forces_a_compaction)
 {
 	char dir[256];
 	struct ctl a;
@@ -404,7 +404,7 @@ Test(jrecord, a_lost_batch_forces_a_compaction)
 	mr_test_rmdir(dir);
 }
 
-Test(jrecord, a_compaction_that_cannot_write_falls_back_or_is_owed)
+Test(record, a_compaction_that_cannot_write_falls_back_or_is_owed)
 {
 	char dir[256], tmp[300];
 	struct ctl a;
@@ -456,7 +456,7 @@ static const unsigned char old_journal[] = {
 	0x6a, 0x02, 0x01, 0x00,
 };
 
-Test(jrecord, a_journal_written_before_replays_unchanged)
+Test(record, a_journal_written_before_replays_unchanged)
 {
 	struct ctl c;
 	struct ctl_jr_scan s;

@@ -1,25 +1,27 @@
 /*
- * test_jtext.c - the controller's own JSON fast paths agree with jansson:
- * mr__jtext() writes the bytes json_dumps(JSON_COMPACT | JSON_ENCODE_ANY)
- * writes, mr__jtext_error() the error object the server built before, and
- * mr__jparse_object() either declines a body or builds exactly what
- * json_loadb(JSON_REJECT_DUPLICATES) builds - never taking a body jansson
- * refuses; the replies the core writes directly (a rank, a state, a 409's
- * extra fields with and without "member") are the bytes json_dumps writes
- * for the objects docs/API.md describes. Bodies come from a list of cases
- * and from random mutations of agent bodies.
+ * test_json_write.c - the controller's own JSON fast paths agree with
+ * jansson: mr__json_write() writes the bytes json_dumps(JSON_COMPACT |
+ * JSON_ENCODE_ANY) writes, mr__json_write_error() the error object the
+ * server built before, and mr__json_read_object() either declines a body
+ * or builds exactly what json_loadb(JSON_REJECT_DUPLICATES) builds - never
+ * taking a body jansson refuses; the replies the core writes directly (a
+ * rank, a state, a 409's extra fields with and without "member") are the
+ * bytes json_dumps writes for the objects docs/API.md describes. Bodies
+ * come from a list of cases and from random mutations of agent bodies.
  */
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "ctl.h"
+#include "api/json_read.h"
+#include "core/ctl.h"
+#include "core/json_write.h"
 
 static void same_text(json_t *v)
 {
 	size_t len = 0;
-	char *mine = mr__jtext(v, &len);
+	char *mine = mr__json_write(v, &len);
 	char *ref = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
 
 	cr_assert_not_null(mine);
@@ -30,7 +32,7 @@ static void same_text(json_t *v)
 	free(ref);
 }
 
-Test(jtext, writes_what_json_dumps_writes)
+Test(json_write, writes_what_json_dumps_writes)
 {
 	static const char *const docs[] = {
 		"{}", "[]", "{\"a\":1,\"b\":-2,\"c\":[true,false,null],\"d\":{\"e\":\"f\"}}",
@@ -50,7 +52,7 @@ Test(jtext, writes_what_json_dumps_writes)
 	}
 }
 
-Test(jtext, error_bodies_are_what_jansson_built)
+Test(json_write, error_bodies_are_what_jansson_built)
 {
 	struct ctl_res res;
 	size_t len = 0;
@@ -61,7 +63,7 @@ Test(jtext, error_bodies_are_what_jansson_built)
 	memset(&res, 0, sizeof(res));
 	mr__res_err(&res, 409, "stale_generation", "generation", "node \"%s\" is \\ late", "n\t1");
 	res.body = json_pack("{sI si}", "generation", (json_int_t)7, "restarts", 2);
-	mine = mr__jtext_error(&res, &len);
+	mine = mr__json_write_error(&res, &len);
 	o = json_pack("{s{ss ss ss}}", "error", "code", res.code, "message", res.msg, "field",
 		      res.field);
 	json_object_update(o, res.body);
@@ -73,7 +75,7 @@ Test(jtext, error_bodies_are_what_jansson_built)
 	mr__res_release(&res);
 
 	mr__res_err(&res, 404, "not_found", NULL, "%s", "no \x01 route");
-	mine = mr__jtext_error(&res, &len);
+	mine = mr__json_write_error(&res, &len);
 	cr_expect_str_eq(mine, "{\"error\":{\"code\":\"not_found\",\"message\":\"no \\u0001 "
 			       "route\",\"field\":null}}");
 	free(mine);
@@ -104,7 +106,7 @@ static json_t *rank_ref(const struct ctl_job *job, const struct ctl_member *m)
 			 job->spec.cp, "ep", job->spec.ep, "dp", job->dp);
 }
 
-Test(jtext, direct_replies_are_what_json_dumps_writes)
+Test(json_write, direct_replies_are_what_json_dumps_writes)
 {
 	struct ctl_job job;
 	struct ctl_member m;
@@ -123,17 +125,17 @@ Test(jtext, direct_replies_are_what_json_dumps_writes)
 	job.dp = 12499;
 	m.node_rank = 4321;
 	m.state = CTL_M_RUNNING;
-	t = mr__jtext_round(&job, &m, &len);
+	t = mr__json_write_round(&job, &m, &len);
 	is_dump_of(t, len, rank_ref(&job, &m));
-	t = mr__jtext_state(&job, "waiting", &len);
+	t = mr__json_write_state(&job, "waiting", &len);
 	is_dump_of(t, len, json_pack("{sI ss}", "generation", (json_int_t)job.generation, "state",
 				     "waiting"));
 	/* a 409's extra fields, as an object */
-	t = mr__jtext_stale(&job, NULL, &len);
+	t = mr__json_write_stale(&job, NULL, &len);
 	cr_assert_not_null(t);
 	cr_expect_str_eq(t, "\"generation\":12345678901,\"restarts\":7");
 	free(t);
-	t = mr__jtext_stale(&job, &m, &len);
+	t = mr__json_write_stale(&job, &m, &len);
 	{
 		size_t n = len + 2;
 		char *o = malloc(n + 1);
@@ -146,7 +148,7 @@ Test(jtext, direct_replies_are_what_json_dumps_writes)
 	}
 	m.state = CTL_M_WAITING;
 	job.state = CTL_JOB_FORMING;
-	t = mr__jtext_stale(&job, &m, &len);
+	t = mr__json_write_stale(&job, &m, &len);
 	cr_expect_str_eq(t, "\"generation\":12345678901,\"restarts\":7,\"member\":"
 			    "{\"generation\":12345678901,\"state\":\"waiting\"}");
 	free(t);
@@ -157,7 +159,7 @@ Test(jtext, direct_replies_are_what_json_dumps_writes)
 
 		memset(&res, 0, sizeof(res));
 		mr__res_stale(&res, &job);
-		e = mr__jtext_error(&res, &len);
+		e = mr__json_write_error(&res, &len);
 		cr_expect_str_eq(e, "{\"error\":{\"code\":\"stale_generation\",\"message\":"
 				    "\"generation is stale, the current one is 12345678901\","
 				    "\"field\":\"generation\"},\"generation\":12345678901,"
@@ -167,13 +169,13 @@ Test(jtext, direct_replies_are_what_json_dumps_writes)
 	}
 }
 
-/* mr__jparse_object(text) is NULL, or equal to jansson's parse; and never
+/* mr__json_read_object(text) is NULL, or equal to jansson's parse; and never
  * non-NULL where jansson refuses. */
 static void agrees(const char *text, size_t len)
 {
 	json_error_t err;
 	json_t *ref = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
-	json_t *mine = mr__jparse_object(text, len);
+	json_t *mine = mr__json_read_object(text, len);
 
 	if (mine) {
 		cr_assert_not_null(ref, "fast path took what jansson refuses: '%.*s'", (int)len,
@@ -196,7 +198,7 @@ static const char beat_body[] =
 	"{\"node_id\":\"a\",\"generation\":3,\"progress\":[{\"rank\":6,\"step\":120,"
 	"\"micro\":-1,\"g\":[[1,3,2,4521,1,-1,4521],[3,0,4,812,1,-1,811]]}]}";
 
-Test(jparse, takes_agent_bodies_as_jansson_does)
+Test(json_read, takes_agent_bodies_as_jansson_does)
 {
 	static const char *const bodies[] = {
 		join_body,
@@ -207,7 +209,7 @@ Test(jparse, takes_agent_bodies_as_jansson_does)
 	};
 
 	for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
-		json_t *mine = mr__jparse_object(bodies[i], strlen(bodies[i]));
+		json_t *mine = mr__json_read_object(bodies[i], strlen(bodies[i]));
 
 		cr_expect_not_null(mine, "declined: %s", bodies[i]);
 		json_decref(mine);
@@ -215,7 +217,7 @@ Test(jparse, takes_agent_bodies_as_jansson_does)
 	}
 }
 
-Test(jparse, leaves_everything_else_to_jansson)
+Test(json_read, leaves_everything_else_to_jansson)
 {
 	static const char *const bodies[] = {
 		"", " ", "[]", "3", "\"s\"", "{", "}", "{\"a\"}", "{\"a\":}", "{\"a\":1,}",
@@ -227,17 +229,17 @@ Test(jparse, leaves_everything_else_to_jansson)
 	};
 
 	for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
-		json_t *mine = mr__jparse_object(bodies[i], strlen(bodies[i]));
+		json_t *mine = mr__json_read_object(bodies[i], strlen(bodies[i]));
 
 		cr_expect_null(mine, "taken: %s", bodies[i]);
 		json_decref(mine);
 		agrees(bodies[i], strlen(bodies[i]));
 	}
-	cr_expect_null(mr__jparse_object("{\"a\":1}\0", 8), "a NUL after the object");
-	cr_expect_null(mr__jparse_object(NULL, 0));
+	cr_expect_null(mr__json_read_object("{\"a\":1}\0", 8), "a NUL after the object");
+	cr_expect_null(mr__json_read_object(NULL, 0));
 }
 
-Test(jparse, random_mutations_agree_with_jansson)
+Test(json_read, random_mutations_agree_with_jansson)
 {
 	static const char seed[] =
 		"{\"node_id\":\"agent-12\",\"host\":\"10.0.0.1\",\"ports\":{\"agent\":29400},"

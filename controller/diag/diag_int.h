@@ -9,7 +9,9 @@
 #include <jansson.h>
 #include <stdint.h>
 
-#include "ctl.h"
+#include "diag.h"
+#include "state/names.h"
+#include "state/state.h"
 #include "mr_mesh.h"
 
 #define MAX_FINDINGS 4096

@@ -10,10 +10,10 @@
  * leaves when the writer reports it durable, so nothing is acknowledged
  * before it would survive kill -9, and a slow fsync never stalls the loop.
  * When the journal has outgrown its live state, the hand-off is a
- * compaction instead (jcommit.c): the batch's replies wait for it the same
+ * compaction instead (journal/commit.c): the batch's replies wait for it the same
  * way.
  *
- * Non-goals: routes (api.c), state machine (job.c, kv.c), flags (options.c).
+ * Non-goals: routes (routes.c), state machine (core/), flags (../options.c).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -23,7 +23,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "journal.h"
+#include "core/json_write.h"
+#include "journal/journal.h"
 #include "mr_json.h"
 #include "mr_log.h"
 #include "mr_token.h"
@@ -79,7 +80,7 @@ static char *res_body(struct ctl_res *res, size_t *len, int *json)
 
 	*json = 1;
 	if (res->code) {
-		out = mr__jtext_error(res, len);
+		out = mr__json_write_error(res, len);
 	} else if (res->text) {
 		out = res->text;
 		*len = res->text_len;
@@ -92,7 +93,7 @@ static char *res_body(struct ctl_res *res, size_t *len, int *json)
 			memcpy(out, res->raw, res->raw_len);
 		*len = res->raw_len;
 	} else {
-		out = mr__jtext(res->body, len);
+		out = mr__json_write(res->body, len);
 	}
 	return out;
 }

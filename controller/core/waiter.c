@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "ctl.h"
+#include "json_write.h"
 
 static void heap_swap(struct ctl *ctl, size_t a, size_t b)
 {
@@ -185,7 +186,7 @@ void mr__ctl_waiters_expire(struct ctl *ctl)
 		} else {
 			struct ctl_member *m = w->member;
 			size_t len = 0;
-			char *t = mr__jtext_state(job, mr__ctl_member_state_name(m->state), &len);
+			char *t = mr__json_write_state(job, mr__ctl_member_state_name(m->state), &len);
 
 			mr__res_text(&res, t, len);
 			/* a member parked in a long-poll was alive all along */

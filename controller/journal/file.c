@@ -1,11 +1,11 @@
 /*
- * jfile.c - file operations of the journal (see journal.h): the data dir's
+ * file.c - file operations of the journal (see journal.h): the data dir's
  * lock, reading the journal, the atomic replace used by compaction
  * (tmp -> fsync -> rename -> fsync dir) and the preserved copy of a
  * corrupt journal.
  *
- * Non-goals: what the bytes mean (jrecord.c), when to compact (journal.c,
- * jcommit.c).
+ * Non-goals: what the bytes mean (record.c), when to compact (open.c,
+ * commit.c).
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -1,5 +1,5 @@
 /*
- * jcommit.c - group commit of the journal (see journal.h): the batch, the
+ * commit.c - group commit of the journal (see journal.h): the batch, the
  * synchronous commit, the writer thread of the pipelined commit, and
  * compaction while running.
  *
@@ -12,7 +12,7 @@
  * instead. Only one job exists at a time, so a compaction never races an
  * append, and the replies of the batch leave after the job either way.
  *
- * Non-goals: opening (journal.c), record bytes (jrecord.c).
+ * Non-goals: opening (open.c), record bytes (record.c).
  */
 #include <errno.h>
 #include <stdio.h>

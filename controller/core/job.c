@@ -8,9 +8,9 @@
  * replay. Every member state change goes through mr__ctl_set_state() so the
  * per-state counters and the last-call window stay right.
  *
- * Non-goals: rounds (round.c), KV (kv.c), waiters (waiter.c), HTTP.
+ * Non-goals: rounds (round.c), KV (kv.c), waiters (waiter.c), replies
+ * (reply.c), state names (state/names.c), HTTP.
  */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,90 +25,6 @@ int64_t mr__ctl_now_ms(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-void mr__res_err(struct ctl_res *res, int status, const char *code, const char *field,
-		 const char *fmt, ...)
-{
-	va_list ap;
-
-	free(res->text);
-	res->text = NULL;
-	res->text_len = 0;
-	res->dep_set = 0;
-	res->status = status;
-	res->code = code;
-	res->field = NULL;
-	if (field) {
-		snprintf(res->fieldbuf, sizeof(res->fieldbuf), "%s", field);
-		res->field = res->fieldbuf;
-	}
-	va_start(ap, fmt);
-	vsnprintf(res->msg, sizeof(res->msg), fmt, ap);
-	va_end(ap);
-}
-
-void mr__res_ok(struct ctl_res *res, json_t *body)
-{
-	res->status = 200;
-	res->code = NULL;
-	res->dep_set = 0;
-	json_decref(res->body);
-	res->body = body;
-	free(res->text);
-	res->text = NULL;
-	res->text_len = 0;
-}
-
-void mr__res_text(struct ctl_res *res, char *text, size_t len)
-{
-	if (!text) {
-		mr__res_err(res, 503, "out_of_memory", NULL, "out of memory");
-		return;
-	}
-	mr__res_ok(res, NULL);
-	res->text = text;
-	res->text_len = len;
-}
-
-void mr__res_dep_round(struct ctl_res *res, const struct ctl_job *job)
-{
-	res->dep_set = 1;
-	res->dep_seq = job->gen_seq;
-}
-
-void mr__res_release(struct ctl_res *res)
-{
-	json_decref(res->body);
-	res->body = NULL;
-	free(res->text);
-	res->text = NULL;
-	res->text_len = 0;
-}
-
-void mr__res_stale(struct ctl_res *res, const struct ctl_job *job)
-{
-	mr__res_err(res, 409, "stale_generation", "generation",
-		    "generation is stale, the current one is %llu",
-		    (unsigned long long)job->generation);
-	json_decref(res->body);
-	res->body = NULL;
-	res->text = mr__jtext_stale(job, NULL, &res->text_len); /* NULL: a plain 409 */
-	mr__res_dep_round(res, job);
-}
-
-const char *mr__ctl_member_state_name(int st)
-{
-	static const char *const names[] = { "waiting", "running", "standby", "stale", "done" };
-
-	return st >= 0 && st < CTL_M_NSTATES ? names[st] : "unknown";
-}
-
-const char *mr__ctl_job_state_name(int st)
-{
-	static const char *const names[] = { "forming", "running", "failed", "succeeded" };
-
-	return st >= 0 && st <= CTL_JOB_SUCCEEDED ? names[st] : "unknown";
 }
 
 int mr__ctl_job_over(const struct ctl_job *job)
@@ -127,18 +43,6 @@ void mr__ctl_set_reason(struct ctl_job *job, const char *reason)
 	}
 	free(job->reason);
 	job->reason = reason ? strndup(reason, n) : NULL;
-}
-
-void mr__res_over(struct ctl_res *res, const struct ctl_job *job)
-{
-	int ok = job->state == CTL_JOB_SUCCEEDED;
-	const char *why = job->reason ? job->reason : "";
-
-	mr__res_err(res, 410, ok ? "job_succeeded" : "job_failed", "job", "job '%s' %s: %s",
-		    job->name, ok ? "succeeded" : "failed", why);
-	json_decref(res->body);
-	res->body = json_pack("{sI ss ss}", "generation", (json_int_t)job->generation, "state",
-			      mr__ctl_job_state_name(job->state), "reason", why);
 }
 
 /* ---- lifecycle ---------------------------------------------------------- */

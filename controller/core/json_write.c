@@ -1,5 +1,5 @@
 /*
- * jtext.c - the compact JSON text of a reply, written directly.
+ * json_write.c - the compact JSON text of a reply, written directly.
  *
  * json_dumps() costs far more than the bytes it writes: a callback per
  * fragment, and per object or array a "%p" snprintf and a hashtable insert
@@ -15,8 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ctl.h"
+#include "json_write.h"
 #include "mr_json.h"
+#include "state/names.h"
 
 #define JT_DEPTH 64 /* deeper values (none in a reply) go to json_dumps */
 
@@ -235,7 +236,7 @@ static char *jt_end(struct jt *t, size_t *len)
 	return out;
 }
 
-char *mr__jtext(const json_t *v, size_t *len)
+char *mr__json_write(const json_t *v, size_t *len)
 {
 	struct jt t;
 	char *s;
@@ -282,7 +283,7 @@ static void jt_round(struct jt *t, const struct ctl_job *job, const struct ctl_m
 	JT_LIT(t, "}}");
 }
 
-char *mr__jtext_round(const struct ctl_job *job, const struct ctl_member *m, size_t *len)
+char *mr__json_write_round(const struct ctl_job *job, const struct ctl_member *m, size_t *len)
 {
 	struct jt t;
 
@@ -291,7 +292,7 @@ char *mr__jtext_round(const struct ctl_job *job, const struct ctl_member *m, siz
 	return jt_end(&t, len);
 }
 
-char *mr__jtext_state(const struct ctl_job *job, const char *state, size_t *len)
+char *mr__json_write_state(const struct ctl_job *job, const char *state, size_t *len)
 {
 	struct jt t;
 
@@ -300,7 +301,7 @@ char *mr__jtext_state(const struct ctl_job *job, const char *state, size_t *len)
 	return jt_end(&t, len);
 }
 
-char *mr__jtext_stale(const struct ctl_job *job, const struct ctl_member *m, size_t *len)
+char *mr__json_write_stale(const struct ctl_job *job, const struct ctl_member *m, size_t *len)
 {
 	struct jt t;
 
@@ -317,7 +318,7 @@ char *mr__jtext_stale(const struct ctl_job *job, const struct ctl_member *m, siz
 	return jt_end(&t, len);
 }
 
-char *mr__jtext_error(const struct ctl_res *res, size_t *len)
+char *mr__json_write_error(const struct ctl_res *res, size_t *len)
 {
 	struct jt t;
 	char *s;

@@ -1,7 +1,7 @@
 /*
- * journal_int.h - internals shared by the journal's files: journal.c
- * (open: lock, replay, recover, compaction at open), jcommit.c (group
- * commit, the writer thread, compaction while running) and jfile.c (file
+ * journal_int.h - internals shared by the journal's files: open.c
+ * (open: lock, replay, recover, compaction at open), commit.c (group
+ * commit, the writer thread, compaction while running) and file.c (file
  * operations).
  *
  * Non-goals: anything the state or the server needs (journal.h).
@@ -59,7 +59,7 @@ struct ctl_journal {
 	pthread_cond_t cv;
 };
 
-/* ---- jfile.c ---- */
+/* ---- file.c ---- */
 /* Takes the lock of dir (dir/lock, mr_file_lock) naming this process
  * as "pid N on 'host'"; *fd keeps it. MR_ECONFLICT if another
  * process holds it (the message names dir and the holder). */

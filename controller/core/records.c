@@ -1,5 +1,5 @@
 /*
- * records.c - the state's side of the journal: one encoder and one
+ * records.c - the state's side of the journal (journal/): one encoder and one
  * decode+apply function per record type, the table of them that replay
  * goes through, and the snapshot that compaction writes.
  *
@@ -7,7 +7,7 @@
  * (mr__rec_*) to append a record of each change to the journal's batch;
  * replay calls the decoders here through the table, and they call the same
  * apply functions with ctl->replaying set, so the live path and the
- * replayed path cannot diverge. The journal (journal.h) sees only the
+ * replayed path cannot diverge. The journal (journal/journal.h) sees only the
  * table and the snapshot function: it is a layer below the state.
  *
  * Record formats are append-only: a new type gets a new number, a new
@@ -16,13 +16,13 @@
  * journaled as events (the apply function recomputes ranks); the snapshot
  * stores results (members with their state and rank).
  *
- * Non-goals: framing, files, CRC (journal.h).
+ * Non-goals: framing, files, CRC (journal/journal.h).
  */
 #include <limits.h>
 #include <string.h>
 
 #include "ctl.h"
-#include "journal.h"
+#include "journal/journal.h"
 #include "mr_topo.h"
 
 enum {

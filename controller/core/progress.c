@@ -6,7 +6,7 @@
  * micro-batch, busy time) and, per rank, its communicators (group, last
  * operation entered, how many unfinished). A report costs O(its ranks x
  * groups); nothing here walks the job. The job keeps the time any rank
- * last changed (the hang timer; diag.c decides who is stuck) and a
+ * last changed (the hang timer; diag/diag.c decides who is stuck) and a
  * histogram of its ranks' busy times in 5 % bins, so each report compares
  * a rank with the job's median in O(1): a rank above straggler_pct % of
  * the median (and at least CTL_STRAGGLER_MIN_MS above it) in
@@ -16,7 +16,7 @@
  * Progress is volatile: never journaled. After a controller restart the
  * agents' next full reports (sent every few beats) bring it back.
  *
- * Non-goals: the diagnosis (diag.c), HTTP (api_handlers.c).
+ * Non-goals: the diagnosis (diag/), HTTP (api/handlers.c).
  */
 #include <math.h>
 #include <stdio.h>
@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "ctl.h"
+#include "diag/diag.h"
 #include "mr_json.h"
 #include "mr_log.h"
 

@@ -3,12 +3,12 @@
  * compaction and group commit. A layer below the state it rebuilds: it
  * knows no jobs, members or keys.
  *
- * The state (controller/records.c) hands the journal, at open, a table of
+ * The state (controller/core/records.c) hands the journal, at open, a table of
  * record types (one decode+apply function per type) and a snapshot
  * function. Replay calls the table; compaction calls the snapshot. The
  * state encodes its records into the batch being collected
  * (mr__jr_batch) with the field encoder below, and decodes them with the
- * bounded decoder. Nothing here includes ctl.h.
+ * bounded decoder. Nothing here includes the core (core/ctl.h).
  *
  * Files in the data dir:
  *   lock               flock(LOCK_EX | LOCK_NB), taken before the journal is
@@ -84,7 +84,7 @@
 /* Longest payload replay accepts (a KV value is at most 1 GiB). */
 #define MR_JR_MAX_RECORD 0x7fffffffu
 
-/* ---- records: the encoder and the bounded decoder (jrecord.c) ---- */
+/* ---- records: the encoder and the bounded decoder (record.c) ---- */
 
 /* A buffer of framed records. A failed allocation sets failed; later puts
  * are then no-ops and the buffer is incomplete. */
@@ -147,7 +147,7 @@ struct ctl_jr_ops {
 	void *state;
 };
 
-/* ---- replay of bytes (jrecord.c) ---- */
+/* ---- replay of bytes (record.c) ---- */
 
 enum ctl_jr_verdict { CTL_JR_CLEAN, CTL_JR_TORN, CTL_JR_CORRUPT };
 
@@ -164,7 +164,7 @@ struct ctl_jr_scan {
 void mr__jr_replay_buf(const struct ctl_jr_ops *ops, const unsigned char *buf, size_t len,
 		       struct ctl_jr_scan *scan);
 
-/* ---- the journal file (journal.c, jcommit.c) ---- */
+/* ---- the journal file (open.c, commit.c) ---- */
 
 struct ctl_journal;
 

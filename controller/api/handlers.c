@@ -1,7 +1,8 @@
 /*
- * api_handlers.c - the controller's route handlers (docs/API.md): query
+ * handlers.c - the controller's route handlers (docs/API.md): query
  * and body validation (bounds, node ids, JSON fields), then one call into
- * the core (ctl.h) whose result becomes the reply.
+ * the core (core/ctl.h) or the diagnosis (diag/diag.h) whose result
+ * becomes the reply.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -9,6 +10,9 @@
 #include <string.h>
 
 #include "api_int.h"
+#include "core/json_write.h"
+#include "diag/diag.h"
+#include "json_read.h"
 #include "mr_json.h"
 #include "mr_log.h"
 #include "mr_topo.h"
@@ -40,7 +44,7 @@ static json_t *body_obj(struct call *k)
 	struct mr_errbuf eb = { { 0 }, { 0 } };
 	size_t len = 0;
 	const char *b = mr_http_req_body(k->req, &len);
-	json_t *o = mr__jparse_object(b, len);
+	json_t *o = mr__json_read_object(b, len);
 
 	if (o)
 		return o;
@@ -223,7 +227,7 @@ void mr__api_join(struct call *k)
 				goto out;
 			}
 		}
-		ports_txt = mr__jtext(ports, &ports_len);
+		ports_txt = mr__json_write(ports, &ports_len);
 		j.ports = ports_txt;
 	}
 	if (spec) {

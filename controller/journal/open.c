@@ -1,11 +1,11 @@
 /*
- * journal.c - opening the journal (see journal.h): lock the data dir, read
+ * open.c - opening the journal (see journal.h): lock the data dir, read
  * and replay the journal through the state's table, refuse a corrupt one
  * (or, with recover, preserve it and keep its valid prefix), compact, and
  * open the new file for appends; and freeing it.
  *
- * Non-goals: group commit and compaction while running (jcommit.c), file
- * primitives (jfile.c), record bytes (jrecord.c).
+ * Non-goals: group commit and compaction while running (commit.c), file
+ * primitives (file.c), record bytes (record.c).
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -10,8 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/mr_comm.h"
-#include "mr_groups.h"
+#include "mr_names.h"
 #include "diag_int.h"
 
 static const char *const ftype_name[] = { "not_entered", "p2p", "mismatch", "all_in",

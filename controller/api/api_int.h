@@ -1,6 +1,6 @@
 /*
- * api_int.h - internals shared by api.c (routing, auth, dispatch) and
- * api_handlers.c (one handler per route); see docs/API.md.
+ * api_int.h - internals shared by routes.c (routing, auth, dispatch) and
+ * handlers.c (one handler per route); see docs/API.md.
  */
 #ifndef MR_API_INT_H
 #define MR_API_INT_H

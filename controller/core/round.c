@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "ctl.h"
+#include "json_write.h"
 #include "mr_log.h"
 #include "mr_topo.h"
 
@@ -31,11 +32,11 @@
 
 /* ---- rounds ----------------------------------------------------------------- */
 
-/* 200 with m's rank in the closed round (jtext.c writes it). */
+/* 200 with m's rank in the closed round (json_write.c writes it). */
 static void res_round(struct ctl_res *res, const struct ctl_job *job, const struct ctl_member *m)
 {
 	size_t len = 0;
-	char *t = mr__jtext_round(job, m, &len);
+	char *t = mr__json_write_round(job, m, &len);
 
 	mr__res_text(res, t, len);
 }
@@ -44,7 +45,7 @@ static void res_round(struct ctl_res *res, const struct ctl_job *job, const stru
 static void res_state(struct ctl_res *res, const struct ctl_job *job, const char *state)
 {
 	size_t len = 0;
-	char *t = mr__jtext_state(job, state, &len);
+	char *t = mr__json_write_state(job, state, &len);
 
 	mr__res_text(res, t, len);
 }
@@ -149,7 +150,7 @@ static int live(const struct ctl *ctl, const struct ctl_job *job, const struct c
 static void answer_stale(struct ctl *ctl, struct ctl_job *job)
 {
 	size_t plen = 0, clen = 0;
-	char *plain = mr__jtext_stale(job, NULL, &plen);
+	char *plain = mr__json_write_stale(job, NULL, &plen);
 	char *carried = NULL;
 
 	while (job->waiters) {
@@ -161,7 +162,7 @@ static void answer_stale(struct ctl *ctl, struct ctl_job *job)
 		struct ctl_res res;
 
 		if (c && !carried) /* every carried member's: "member":{"generation":G,"state":"waiting"} */
-			carried = mr__jtext_stale(job, m, &clen);
+			carried = mr__json_write_stale(job, m, &clen);
 		memset(&res, 0, sizeof(res));
 		mr__res_err(&res, 409, "stale_generation", "generation", "%s",
 			    "the generation moved on");
@@ -295,7 +296,7 @@ void mr__ctl_stale_member(const struct ctl_job *job, const char *node_id,
 	    (m->state != CTL_M_WAITING && m->state != CTL_M_RUNNING &&
 	     m->state != CTL_M_STANDBY))
 		return;
-	t = mr__jtext_stale(job, m, &len);
+	t = mr__json_write_stale(job, m, &len);
 	if (!t)
 		return; /* no memory: a plain 409 (the member joins) */
 	free(res->text);

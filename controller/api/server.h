@@ -1,6 +1,6 @@
 /*
  * server.h - internals shared by server.c (start/stop, tick, group commit,
- * metrics) and api.c (routing and handlers).
+ * metrics) and routes.c/handlers.c (routing and handlers).
  *
  * Non-goals: anything a user of mr_controller.h needs.
  */
@@ -10,7 +10,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include "ctl.h"
+#include "core/ctl.h"
 #include "mr_controller.h"
 #include "mr_httpd.h"
 #include "mr_metrics.h"
@@ -85,7 +85,7 @@ struct mr_controller {
 extern const char *const mr__ctl_route_names[RT_COUNT];
 
 int64_t mr__now_us(void);
-/* The loop-thread request handler (api.c). */
+/* The loop-thread request handler (routes.c). */
 void mr__ctl_handle(struct mr_http_req *req, void *user);
 /* Sends res for req now, or once the journal batch holding the state it
  * shows is durable. res->body is released. */
