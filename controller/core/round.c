@@ -50,29 +50,32 @@ static void res_state(struct ctl_res *res, const struct ctl_job *job, const char
 	mr__res_text(res, t, len);
 }
 
-/* arr[0..k) in the job's rank order (mr_topo_order, the planner's too). */
-static int rank_order(const struct ctl_job *job, struct ctl_member **arr, size_t k)
-{
-	struct mr_topo_node *nodes = malloc(k * sizeof(*nodes));
-	struct ctl_member **sorted = malloc(k * sizeof(*sorted));
-	int *order = malloc(k * sizeof(*order)), rc = MR_ENOMEM;
+/* How a round's members compare: mr_topo_node_cmp, the planner's order
+ * (mr_topo_order) - by path when the job orders by topology, then pod
+ * index when every member has one, else node id. */
+struct order_by {
+	int path, pod;
+};
 
-	if (nodes && sorted && order) {
-		for (size_t i = 0; i < k; i++)
-			nodes[i] = (struct mr_topo_node){ arr[i]->topology, arr[i]->pod_index,
-							  arr[i]->node_id };
-		rc = mr_topo_order(nodes, (int)k, job->spec.rank_order == CTL_ORDER_TOPOLOGY,
-				   order);
-	}
-	if (rc == 0) {
-		for (size_t i = 0; i < k; i++)
-			sorted[i] = arr[order[i]];
-		memcpy(arr, sorted, k * sizeof(*arr));
-	}
-	free(nodes);
-	free(sorted);
-	free(order);
-	return rc;
+static int member_cmp(const void *x, const void *y, void *ctx)
+{
+	const struct ctl_member *a = *(struct ctl_member *const *)x;
+	const struct ctl_member *b = *(struct ctl_member *const *)y;
+	const struct order_by *by = ctx;
+	struct mr_topo_node na = { by->path ? a->topology : NULL, a->pod_index, a->node_id };
+	struct mr_topo_node nb = { by->path ? b->topology : NULL, b->pod_index, b->node_id };
+
+	return mr_topo_node_cmp(&na, &nb, by->pod);
+}
+
+/* arr[0..k) in the job's rank order. */
+static void rank_order(const struct ctl_job *job, struct ctl_member **arr, size_t k)
+{
+	struct order_by by = { job->spec.rank_order == CTL_ORDER_TOPOLOGY, 1 };
+
+	for (size_t i = 0; i < k; i++)
+		by.pod &= arr[i]->pod_index >= 0;
+	qsort_r(arr, k, sizeof(*arr), member_cmp, &by);
 }
 
 void mr__ctl_apply_close(struct ctl *ctl, struct ctl_job *job, int32_t n)
@@ -95,11 +98,8 @@ void mr__ctl_apply_close(struct ctl *ctl, struct ctl_job *job, int32_t n)
 	}
 	if (n > (int32_t)k)
 		n = (int32_t)k;
-	if (k > 1 && rank_order(job, arr, k) < 0) {
-		mr_log_error("round_close_oom", "job=%s", mr_log_q(job->name));
-		free(arr);
-		return;
-	}
+	if (k > 1)
+		rank_order(job, arr, k);
 	job->state = CTL_JOB_RUNNING;
 	for (size_t i = 0; i < k; i++) {
 		mr__ctl_set_state(ctl, job, arr[i], (int32_t)i < n ? CTL_M_RUNNING : CTL_M_STANDBY);
