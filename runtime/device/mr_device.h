@@ -40,14 +40,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/mr_dtype.h"
+#include "core/mr_mem.h"
 #include "cpu/mr_pool.h"
 #include "mr_err.h"
-#include "mr_mem.h"
 
 /* An element of the device's activation type; see the header. */
 typedef struct mr_act mr_act;
-
-enum mr_dtype { MR_DT_F32, MR_DT_BF16 };
 
 struct mr_dev;
 struct mr_moe_shape;
@@ -268,16 +267,12 @@ int mr_dev_open(struct mr_dev *d, const char *name, int index, const char *preci
 		struct mr_pool *pool, struct mr_errbuf *eb);
 void mr_dev_close(struct mr_dev *d);
 
-/* The datasheet's dense peak FLOP/s of a GPU named `model` at precision
- * act (runtime/device/peak.c), or 0 for a GPU the table does not know. */
-double mr_dev_peak_flops(const char *model, enum mr_dtype act);
-
 /* GPUs this process can use through the cuda device; 0 with the reason
  * in why when the machine has none (no NVIDIA device node); a negative
  * code, why naming the device node and the reason (the plugin's path and
  * dlerror, the driver's error), when it has one the CUDA side cannot load
  * or count - an error for every GPU entry point, never a skip. Loads the
- * CUDA side on first use (device/cuda_entry.h). */
+ * CUDA side on first use (plugin/cuda_entry.h). */
 int mr_dev_cuda_count(struct mr_errbuf *why);
 /* The machine's first NVIDIA device node (/dev/nvidia0 ...), or NULL
  * when it has none; MESHRUN_NVIDIA_DEV names another path to stand for

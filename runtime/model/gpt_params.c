@@ -19,7 +19,7 @@
 #include "kernels/mr_attention.h"
 #include "kernels/mr_kernels.h"
 #include "gpt_int.h"
-#include "mr_rng.h"
+#include "core/mr_rng.h"
 
 #define MAX_DIM (1 << 20)
 

@@ -27,9 +27,9 @@
 #define MR_EP_H
 
 #include "comm/mr_comm.h"
+#include "core/mr_mem.h"
 #include "device/mr_device.h"
 #include "model/mr_moe.h"
-#include "mr_mem.h"
 
 struct mr_ep {
 	struct mr_comm *comm;   /* the ep group */

@@ -62,9 +62,9 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "core/mr_mem.h"
+#include "core/mr_place.h"
 #include "mr_err.h"
-#include "mr_mem.h"
-#include "mr_place.h"
 
 struct json_t;
 
@@ -221,7 +221,7 @@ int mr_plan_cluster_preset(const char *name, int gpus, struct mr_plan_cluster *o
 			   struct mr_errbuf *eb);
 /* This machine as a cluster of `ranks` CPU ranks in one node, each with
  * `threads` threads: memory MemTotal / ranks, peak the sgemm peak x
- * threads (cpu/mr_peak.h), shared-memory links. */
+ * threads (device/mr_peak.h), shared-memory links. */
 int mr_plan_cluster_local(int ranks, int threads, struct mr_plan_cluster *out,
 			  struct mr_errbuf *eb);
 /* Prints the presets, one per line. */

@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "device/dev_int.h"
+#include "device/mr_peak.h"
 #include "gpu_harness.h"
 #include "model/mr_moe.h"
 

@@ -23,7 +23,7 @@
 #include <string.h>
 
 #include "../comm/harness.h"
-#include "mr_rng.h"
+#include "core/mr_rng.h"
 #include "parallel/mr_ep.h"
 
 #define NMAX 4
