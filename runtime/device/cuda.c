@@ -39,7 +39,7 @@
 #include "cuda/mr_cuda.h"
 #include "device/dev_int.h"
 #include "device/mr_peak.h"
-#include "model/mr_moe.h"
+#include "kernels/mr_moe.h"
 #include "mr_log.h"
 
 struct cuda_state {

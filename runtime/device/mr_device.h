@@ -2,8 +2,9 @@
  * mr_device.h - the device layer: one table of operations under the model,
  * the parallel layers and the step, so they are written once for every
  * device. A backend implements the table: `cpu` (device/cpu.c: the kernels
- * of kernels/, OpenBLAS and the rank's thread pool, fp32) and, next,
- * `cuda` (runtime/cuda's kernels, cuBLASLt, a stream). The device is
+ * of kernels/, OpenBLAS and the rank's thread pool, fp32) and `cuda`
+ * (device/cuda.c: runtime/cuda's kernels, cuBLASLt, a stream; built into
+ * meshrun-cuda.so, reached through plugin/cuda_entry.h). The device is
  * chosen once, when a rank is built; nothing above this header asks which
  * one it is.
  *
@@ -200,7 +201,7 @@ struct mr_dev_ops {
 	/* dab (N,2F) = (written; may alias ab) */
 	int (*swiglu_bwd)(struct mr_dev *d, mr_act *dab, const mr_act *ab, const mr_act *dout,
 			  int N, int F);
-	/* the MoE MLP of model/mr_moe.h (NULL: this device has none yet) */
+	/* the MoE MLP of kernels/mr_moe.h (NULL: this device has none yet) */
 	int (*moe_fwd)(struct mr_dev *d, const struct mr_moe_shape *s, struct mr_moe_acts *a,
 		       const struct mr_moe_xchg *xg, mr_act *y, const mr_act *x,
 		       const mr_act *routerw, const mr_act *fcw, const mr_act *fcb,

@@ -35,7 +35,7 @@
 #include "device/dev_int.h"
 #include "device/mr_peak.h"
 #include "gpu_harness.h"
-#include "model/mr_moe.h"
+#include "kernels/mr_moe.h"
 
 #define MAXBUF 160
 
