@@ -69,10 +69,10 @@ agent_src      := $(filter-out agent/main.c,$(wildcard agent/*.c))
 runtime_src    := $(shell find runtime -name '*.c' 2>/dev/null | sort)
 # The CUDA side - the cuda device, its table and the NCCL communicator -
 # is not in libmeshrun.a: it is meshrun-cuda.so (below), loaded on first use
-# (runtime/device/cuda_entry.h), or linked in by the emulation and GPU tests.
-plugin_c       := runtime/device/cuda.c runtime/device/cuda_entry.c \
+# (runtime/plugin/cuda_entry.h), or linked in by the emulation and GPU tests.
+plugin_c       := runtime/device/cuda.c runtime/plugin/cuda_entry.c \
                   $(if $(HAVE_NCCL),runtime/comm/nccl.c,)
-runtime_src    := $(filter-out runtime/device/cuda.c runtime/device/cuda_entry.c \
+runtime_src    := $(filter-out runtime/device/cuda.c runtime/plugin/cuda_entry.c \
                   runtime/comm/nccl.c,$(runtime_src))
 cli_src        := $(filter-out cli/main.c,$(wildcard cli/*.c))
 
@@ -182,11 +182,11 @@ emul_dev_tests := $(BUILD)/tests/gpu-emul/test_device_cuda $(BUILD)/tests/gpu-em
 test_bins  += $(emul_dev_tests)
 
 $(emul_dev_tests): $(BUILD)/tests/gpu-emul/%: tests/gpu/%.c tests/gpu/cuda_emul.c \
-		runtime/device/cuda.c runtime/device/cuda_entry.c tests/gpu/gpu_harness.h \
+		runtime/device/cuda.c runtime/plugin/cuda_entry.c tests/gpu/gpu_harness.h \
 		$(call obj,$(test_helpers)) $(LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -DMR_CUDA_EMUL -Itests/support $(CFLAGS) $(LDFLAGS) -o $@ $< \
-		tests/gpu/cuda_emul.c runtime/device/cuda.c runtime/device/cuda_entry.c \
+		tests/gpu/cuda_emul.c runtime/device/cuda.c runtime/plugin/cuda_entry.c \
 		$(call obj,$(test_helpers)) $(LIBS) \
 		-lcriterion $(LDLIBS)
 
@@ -198,10 +198,10 @@ test_bins  += $(emul_runtime)
 $(BUILD)/tests/gpu-emul/test_reference: EMUL_SWITCH := -DREF_CUDA_EMUL
 $(BUILD)/tests/gpu-emul/test_plan_ledger: EMUL_SWITCH := -DLEDGER_CUDA_EMUL
 $(emul_runtime): $(BUILD)/tests/gpu-emul/%: tests/runtime/%.c tests/gpu/cuda_emul.c \
-		runtime/device/cuda.c runtime/device/cuda_entry.c $(call obj,$(test_helpers)) $(LIBS)
+		runtime/device/cuda.c runtime/plugin/cuda_entry.c $(call obj,$(test_helpers)) $(LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(EMUL_SWITCH) -Itests/support $(CFLAGS) $(LDFLAGS) -o $@ $< \
-		tests/gpu/cuda_emul.c runtime/device/cuda.c runtime/device/cuda_entry.c \
+		tests/gpu/cuda_emul.c runtime/device/cuda.c runtime/plugin/cuda_entry.c \
 		$(call obj,$(test_helpers)) $(LIBS) \
 		-lcriterion $(LDLIBS)
 
@@ -225,7 +225,7 @@ $(BUILD)/obj/emul/cuda_emul.o: tests/gpu/cuda_emul.c | deps
 $(BUILD)/obj/emul/device_cuda.o: runtime/device/cuda.c | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
-$(BUILD)/obj/emul/cuda_entry.o: runtime/device/cuda_entry.c | deps
+$(BUILD)/obj/emul/cuda_entry.o: runtime/plugin/cuda_entry.c | deps
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
 $(EMUL_DIR)/meshrun: $(call obj,cli/main.c) $(emul_link) $(EMUL_LIBS)

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "mesh_auto.h"
+#include "mr_gpt_worker.h"
 #include "mr_log.h"
 #include "plan/mr_plan.h"
 

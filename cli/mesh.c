@@ -17,11 +17,11 @@
 #include <jansson.h>
 #include <stdio.h>
 
+#include "core/mr_place.h"
 #include "mr_cli.h"
 #include "mr_config.h"
 #include "mr_gpt_worker.h"
 #include "mr_mesh.h"
-#include "mr_place.h"
 
 struct mesh_opts {
 	int world, tp, pp, cp, ep, dp;

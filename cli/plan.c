@@ -27,6 +27,7 @@
 
 #include "mr_cli.h"
 #include "mr_config.h"
+#include "mr_gpt_worker.h"
 #include "mr_mesh.h"
 #include "model/mr_gpt.h"
 #include "parallel/mr_pp_sched.h"

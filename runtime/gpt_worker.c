@@ -11,8 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cpu/mr_peak.h"
 #include "data/mr_synth.h"
+#include "device/mr_peak.h"
 #include "gpt_worker_int.h"
 #include "model/mr_weights.h"
 #include "mr_json.h"

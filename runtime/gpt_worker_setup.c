@@ -14,7 +14,7 @@
 #include "mr_json.h"
 #include "mr_log.h"
 
-#include "device/cuda_entry.h"
+#include "plugin/cuda_entry.h"
 
 double mr__gw_now(void)
 {

@@ -26,8 +26,8 @@
 #include <stdatomic.h>
 
 #include "comm/mr_comm.h"
+#include "core/mr_place.h"
 #include "mr_mesh.h"
-#include "mr_place.h"
 #include "mr_worker.h"
 
 struct mr_gpt_config;

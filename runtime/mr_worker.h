@@ -23,6 +23,7 @@
 #include <stdint.h>
 #include <jansson.h>
 
+#include "core/mr_mem.h"
 #include "mr_err.h"
 #include "mr_kv.h"
 #include "mr_names.h"
@@ -47,16 +48,6 @@ struct mr_worker_env {
 	 * soon after it becomes non-zero - a rank bootstrapping its
 	 * communicators has no state abort() could reach yet */
 	const _Atomic int *cancel;
-};
-
-/* Memory held per rank, by category, from the allocator itself. */
-enum mr_mem_kind {
-	MR_MEM_PARAMS,
-	MR_MEM_GRADS,
-	MR_MEM_OPTIM,
-	MR_MEM_ACTS,
-	MR_MEM_WORKSPACE,
-	MR_MEM_KINDS,
 };
 
 struct mr_worker_stats {

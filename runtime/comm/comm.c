@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "comm_int.h"
-#include "device/cuda_entry.h"
+#include "plugin/cuda_entry.h"
 
 static uint64_t now_ns(void)
 {
@@ -210,7 +210,7 @@ void mr_comm_progress(const struct mr_comm *c, struct mr_comm_progress *p)
 	}
 }
 
-/* NCCL lives in the CUDA side (device/cuda_entry.h), loaded on first use. */
+/* NCCL lives in the CUDA side (plugin/cuda_entry.h), loaded on first use. */
 static int nccl_init(struct mr_comm **out, const struct mr_comm_config *cfg, struct mr_errbuf *eb)
 {
 	struct mr_errbuf why = { { 0 }, { 0 } };

@@ -114,8 +114,8 @@ void mr__stage_release(struct mr_comm *c);
 
 int mr__host_init(struct mr_comm **out, const struct mr_comm_config *cfg,
 		  const struct mr_kv *kv, struct mr_errbuf *eb);
-int mr__nccl_init(struct mr_comm **out, const struct mr_comm_config *cfg,
-		  const struct mr_kv *kv, struct mr_errbuf *eb);
+/* The NCCL backend's (nccl.c) is an entry of the CUDA side:
+ * mr__nccl_init in plugin/cuda_entry.h. */
 
 /* Reductions (reduce.c): dst[i] = dst[i] op src[i]; dtype never bf16 here
  * (bf16 travels as fp32 inside the host backend). */

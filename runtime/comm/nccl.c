@@ -36,6 +36,7 @@
 #include <time.h>
 
 #include "comm_int.h"
+#include "plugin/cuda_entry.h"
 
 #define GROUP_MAX 16 /* send/recv in one mr_comm_group_start/end */
 

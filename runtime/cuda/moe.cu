@@ -1,6 +1,6 @@
 /*
  * moe.cu - the mixture-of-experts kernels (see mr_cuda.h; CPU twins in
- * model/moe.c, every routing rule in model/mr_moe.h): router softmax and
+ * kernels/moe.c, every routing rule in kernels/mr_moe.h): router softmax and
  * top-k, capacity slots, dispatch, combine, and their backward.
  *
  * Routing without atomics: one warp per token for the softmax, the top-k
@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "cuda_int.cuh"
-#include "model/mr_moe.h"
+#include "kernels/mr_moe.h"
 
 #define FULL 0xffffffffu
 #define WARPS_PER_BLOCK (MR__CU_THREADS / 32)

@@ -3,7 +3,7 @@
  * memory, cuBLASLt/cuBLAS GEMMs and the own kernels of the GPT runtime.
  *
  * Every kernel here has a CPU twin in kernels/mr_kernels.h,
- * kernels/mr_attention.h, optim/mr_adamw.h, model/mr_moe.h or (a few
+ * kernels/mr_attention.h, optim/mr_adamw.h, kernels/mr_moe.h or (a few
  * loops) the cpu device (device/cpu.c), with the same shapes
  * (llm.c notation: B batch, T time, C channels, N = B*T rows, V vocab) and
  * the same accumulate (+=) / write (=) rule, and tests/gpu/ compares each
@@ -91,7 +91,7 @@ static inline float mr_bf16_to_f32(mr_bf16 h)
 }
 
 struct mr_cuda;
-struct mr_moe_shape; /* model/mr_moe.h */
+struct mr_moe_shape; /* kernels/mr_moe.h */
 
 /* Storage type of the activation arguments (void *) of a context. */
 enum mr_cuda_dtype { MR_CUDA_BF16, MR_CUDA_F32 };
@@ -314,7 +314,7 @@ int mr_cuda_attn_layer_bwd(struct mr_cuda *cu, void *dqkv, const void *dout, con
 			   const void *out, const float *lse, int B, int T, int C, int NH,
 			   int NKV);
 
-/* ---- mixture of experts (model/mr_moe.h; twins there) ---------------------
+/* ---- mixture of experts (kernels/mr_moe.h; twins there) ---------------------
  * Tensors as struct mr_moe_acts holds them, in device memory: probs (N,E),
  * gate (N,k) fp32; topi, slot (N,k), count, routed (E) ints; expert rows
  * (E,cap,width) of the activation type, row [e*cap + slot] for an

@@ -7,9 +7,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/mr_rng.h"
 #include "data/mr_shard.h"
 #include "mr_file.h"
-#include "mr_rng.h"
 
 #define HDR_INTS 256
 

@@ -3,8 +3,8 @@
  */
 #include <stddef.h>
 
+#include "core/mr_rng.h"
 #include "data/mr_synth.h"
-#include "mr_rng.h"
 
 #define MOTIF_MAX 16
 

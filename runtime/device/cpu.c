@@ -2,8 +2,8 @@
  * cpu.c - the cpu device (see mr_device.h): host memory through the rank's
  * ledger allocator (registered with the communicator, so shared-memory
  * peers read it with one copy), fp32 everywhere, and the kernels of
- * kernels/ and model/moe.c on the rank's thread pool. Every operation has
- * finished when it returns.
+ * kernels/ (the MoE MLP of kernels/moe.c included) on the rank's thread
+ * pool. Every operation has finished when it returns.
  *
  * The only state is a column of ones for the bias gradients' gemv, grown
  * to the largest row count seen (N floats, a few KiB).
@@ -16,7 +16,7 @@
 #include "device/dev_int.h"
 #include "kernels/mr_attention.h"
 #include "kernels/mr_kernels.h"
-#include "model/mr_moe.h"
+#include "kernels/mr_moe.h"
 #include "optim/mr_adamw.h"
 
 #define F(p) ((float *)(void *)(p))

@@ -32,12 +32,14 @@
  * Non-goals: a caching allocator, more than one stream, overlapping copy
  * regions.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cuda/mr_cuda.h"
 #include "device/dev_int.h"
-#include "model/mr_moe.h"
+#include "device/mr_peak.h"
+#include "kernels/mr_moe.h"
 #include "mr_log.h"
 
 struct cuda_state {

@@ -1,13 +1,13 @@
 /*
  * device.c - opening a device by name and precision (see mr_device.h).
  * The cuda backend is reached through the CUDA side's table
- * (device/cuda_entry.h): where this build has none, or the machine no GPU,
+ * (plugin/cuda_entry.h): where this build has none, or the machine no GPU,
  * "cuda" fails naming "device".
  */
 #include <string.h>
 
-#include "device/cuda_entry.h"
 #include "device/dev_int.h"
+#include "plugin/cuda_entry.h"
 
 int mr_dev_check_precision(const char *name, const char *precision, struct mr_errbuf *eb)
 {

@@ -2,8 +2,9 @@
  * mr_device.h - the device layer: one table of operations under the model,
  * the parallel layers and the step, so they are written once for every
  * device. A backend implements the table: `cpu` (device/cpu.c: the kernels
- * of kernels/, OpenBLAS and the rank's thread pool, fp32) and, next,
- * `cuda` (runtime/cuda's kernels, cuBLASLt, a stream). The device is
+ * of kernels/, OpenBLAS and the rank's thread pool, fp32) and `cuda`
+ * (device/cuda.c: runtime/cuda's kernels, cuBLASLt, a stream; built into
+ * meshrun-cuda.so, reached through plugin/cuda_entry.h). The device is
  * chosen once, when a rank is built; nothing above this header asks which
  * one it is.
  *
@@ -40,14 +41,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/mr_dtype.h"
+#include "core/mr_mem.h"
 #include "cpu/mr_pool.h"
 #include "mr_err.h"
-#include "mr_mem.h"
 
 /* An element of the device's activation type; see the header. */
 typedef struct mr_act mr_act;
-
-enum mr_dtype { MR_DT_F32, MR_DT_BF16 };
 
 struct mr_dev;
 struct mr_moe_shape;
@@ -201,7 +201,7 @@ struct mr_dev_ops {
 	/* dab (N,2F) = (written; may alias ab) */
 	int (*swiglu_bwd)(struct mr_dev *d, mr_act *dab, const mr_act *ab, const mr_act *dout,
 			  int N, int F);
-	/* the MoE MLP of model/mr_moe.h (NULL: this device has none yet) */
+	/* the MoE MLP of kernels/mr_moe.h (NULL: this device has none yet) */
 	int (*moe_fwd)(struct mr_dev *d, const struct mr_moe_shape *s, struct mr_moe_acts *a,
 		       const struct mr_moe_xchg *xg, mr_act *y, const mr_act *x,
 		       const mr_act *routerw, const mr_act *fcw, const mr_act *fcb,
@@ -268,16 +268,12 @@ int mr_dev_open(struct mr_dev *d, const char *name, int index, const char *preci
 		struct mr_pool *pool, struct mr_errbuf *eb);
 void mr_dev_close(struct mr_dev *d);
 
-/* The datasheet's dense peak FLOP/s of a GPU named `model` at precision
- * act (runtime/device/peak.c), or 0 for a GPU the table does not know. */
-double mr_dev_peak_flops(const char *model, enum mr_dtype act);
-
 /* GPUs this process can use through the cuda device; 0 with the reason
  * in why when the machine has none (no NVIDIA device node); a negative
  * code, why naming the device node and the reason (the plugin's path and
  * dlerror, the driver's error), when it has one the CUDA side cannot load
  * or count - an error for every GPU entry point, never a skip. Loads the
- * CUDA side on first use (device/cuda_entry.h). */
+ * CUDA side on first use (plugin/cuda_entry.h). */
 int mr_dev_cuda_count(struct mr_errbuf *why);
 /* The machine's first NVIDIA device node (/dev/nvidia0 ...), or NULL
  * when it has none; MESHRUN_NVIDIA_DEV names another path to stand for

@@ -36,10 +36,10 @@
 #include <stdint.h>
 
 #include "ckpt/mr_ckpt.h"
+#include "core/mr_rng.h"
 #include "device/mr_device.h"
 #include "model/mr_gpt.h"
 #include "mr_err.h"
-#include "mr_rng.h"
 
 struct mr_gen_opts {
 	int max_new;        /* tokens to generate at most (>= 1) */

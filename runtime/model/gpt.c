@@ -5,7 +5,7 @@
  * (device/mr_device.h) over all B*T rows at once, so the same code runs
  * on every device.
  *
- * Tensor and sequence parallelism are layers from parallel/mr_tp.h that
+ * Tensor and sequence parallelism are layers from layers/mr_tp.h that
  * the passes call unconditionally (each the single-rank operation with one
  * tp rank): a column-parallel GEMM reads the full input rows (gathered
  * from the sequence shards with sp) and writes this rank's slice of
@@ -25,7 +25,7 @@
 #include <string.h>
 
 #include "gpt_int.h"
-#include "parallel/mr_tp.h"
+#include "layers/mr_tp.h"
 
 /* The LM head's weight: the untied head, else the token embedding. */
 static inline const float *head_w(const struct mr_gpt_weights *w)

@@ -19,7 +19,7 @@
 #include "kernels/mr_attention.h"
 #include "kernels/mr_kernels.h"
 #include "gpt_int.h"
-#include "mr_rng.h"
+#include "core/mr_rng.h"
 
 #define MAX_DIM (1 << 20)
 
@@ -198,7 +198,7 @@ static void *dalloc(struct mr_gpt *m, enum mr_mem_kind kind, size_t bytes)
 }
 
 /* Rows of m->ones: a micro-batch's N, or under expert parallelism the
- * most rows one expert can get, E * cap / (E / ep) (model/mr_moe.h). */
+ * most rows one expert can get, E * cap / (E / ep) (kernels/mr_moe.h). */
 static size_t ones_n(const struct mr_gpt *m)
 {
 	size_t N = (size_t)m->B * m->T;

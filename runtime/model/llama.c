@@ -19,7 +19,7 @@
  * the weight gradient of k and v is summed over the ranks sharing it
  * (mr_tp_kv_grads_begin/end around the QKV GEMM's weight gradient).
  *
- * A MoE layer's MLP is SwiGLU experts (Mixtral; model/mr_moe.h with
+ * A MoE layer's MLP is SwiGLU experts (Mixtral; kernels/mr_moe.h with
  * swiglu set), routed and exchanged as gpt2's.
  *
  * Backward phases as gpt2's (gpt.c block_bwd): the input phase keeps the
@@ -28,7 +28,7 @@
  * input phase).
  */
 #include "gpt_int.h"
-#include "parallel/mr_tp.h"
+#include "layers/mr_tp.h"
 
 /* This rank's shapes of block l. */
 struct shape {

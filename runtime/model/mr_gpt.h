@@ -22,15 +22,17 @@
  * Ownership: the caller owns struct mr_gpt (mr_gpt_create / mr_gpt_release)
  * and the pool it passes (borrowed until release).
  *
- * Placement (mr_place.h): the model is cut by where its rank sits - each
+ * Placement (core/mr_place.h): the model is cut by where its rank sits - each
  * table entry says which dim is split along each axis. Tensor parallel
  * (Megatron-LM): with tp > 1 every rank holds its slice of the tensors
  * split along tp: QKV and MLP fc column-parallel (heads split), attention
  * and MLP projections row-parallel, the token embedding / LM head
  * vocab-parallel; everything else replicated. Forward and backward call
- * the tp layers of parallel/mr_tp.h on the placement's tp communicator;
- * with sp the residual stream is sharded along the sequence. Context and
- * expert parallel are refused by mr_gpt_check_placement until they land.
+ * the tp layers of layers/mr_tp.h on the placement's tp communicator;
+ * with sp the residual stream is sharded along the sequence. Context
+ * parallel (layers/mr_cp.h) splits each sequence over the cp ranks in
+ * load-balanced chunks, expert parallel (layers/mr_ep.h) the experts over
+ * the ep ranks; mr_gpt_check_placement checks what each needs.
  *
  * Pipeline stage (pp > 1, or place->chunks set): the model holds only its
  * chunks' blocks, the embeddings on the first stage, the final LayerNorm
@@ -80,12 +82,12 @@
 #include "device/mr_device.h"
 #include "kernels/mr_kernels.h"
 #include "mr_err.h"
-#include "mr_mem.h"
-#include "mr_place.h"
-#include "model/mr_moe.h"
-#include "parallel/mr_cp.h"
-#include "parallel/mr_ep.h"
-#include "parallel/mr_tp.h"
+#include "core/mr_mem.h"
+#include "core/mr_place.h"
+#include "kernels/mr_moe.h"
+#include "layers/mr_cp.h"
+#include "layers/mr_ep.h"
+#include "layers/mr_tp.h"
 
 struct mr_gpt_config {
 	int vocab;        /* V, vocabulary size */
@@ -291,7 +293,7 @@ struct mr_gpt {
 	struct mr_gpt_config cfg;
 	struct mr_place place;  /* where this rank sits (copied at create) */
 	unsigned flags;         /* MR_GPT_EXT_* */
-	struct mr_tp tp;        /* the tensor/sequence-parallel layers (parallel/mr_tp.h) */
+	struct mr_tp tp;        /* the tensor/sequence-parallel layers (layers/mr_tp.h) */
 	const struct mr_gpt_hooks *hooks; /* may be NULL; set by the caller */
 	int B, T;               /* micro-batch shape the activations hold */
 	struct mr_dev *dev;     /* the device everything below lives on */
@@ -384,8 +386,9 @@ int mr_gpt_create_on(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, i
 		     struct mr_errbuf *eb);
 /* The config and placement checks of mr_gpt_create_placed alone (no
  * communicator needed): run before bootstrapping so bad input fails first.
- * cp and ep > 1 are refused, naming the axis, until those modes land; a
- * pipeline stage's chunks must be ascending, disjoint, non-empty ranges
+ * cp > 1 needs seq_len divisible by 2 * cp (and seq_len / cp by tp under
+ * sp), ep > 1 a MoE model whose n_experts it divides; a pipeline stage's
+ * chunks must be ascending, disjoint, non-empty ranges
  * (field "pp_layers"). */
 int mr_gpt_check_placement(const struct mr_gpt_config *cfg, int T, const struct mr_place *place,
 			   struct mr_errbuf *eb);

@@ -62,9 +62,9 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "core/mr_mem.h"
+#include "core/mr_place.h"
 #include "mr_err.h"
-#include "mr_mem.h"
-#include "mr_place.h"
 
 struct json_t;
 
@@ -221,7 +221,7 @@ int mr_plan_cluster_preset(const char *name, int gpus, struct mr_plan_cluster *o
 			   struct mr_errbuf *eb);
 /* This machine as a cluster of `ranks` CPU ranks in one node, each with
  * `threads` threads: memory MemTotal / ranks, peak the sgemm peak x
- * threads (cpu/mr_peak.h), shared-memory links. */
+ * threads (device/mr_peak.h), shared-memory links. */
 int mr_plan_cluster_local(int ranks, int threads, struct mr_plan_cluster *out,
 			  struct mr_errbuf *eb);
 /* Prints the presets, one per line. */
@@ -241,21 +241,6 @@ int mr_plan_cp_algo_parse(const char *s, int *out, struct mr_errbuf *eb);
 /* Checks the inputs, naming the field ("n_head", "global_batch",
  * "gpus_per_node", ...). */
 int mr_plan_check(const struct mr_plan_input *in, struct mr_errbuf *eb);
-
-/*
- * The inputs a job's workload config (the gpt worker's keys, runtime/
- * mr_gpt_worker.h) describes on `world` ranks: the model, precision,
- * zero/sp/schedule/cp_algo/hsdp_shard when the config sets them (else
- * searched), the micro-batch size (batch_size) and the global batch of a
- * pure data-parallel job of this world (batch_size x grad_accum x world).
- * The cluster is left to the caller. Errors name the key.
- */
-int mr_plan_from_workload(const struct json_t *cfg, int world, struct mr_plan_input *in,
-			  struct mr_errbuf *eb);
-/* Writes the plan's keys into a workload config (batch_size, grad_accum,
- * zero, sequence_parallel; pp_schedule and pp_virtual when pp > 1);
- * 0 or MR_ENOMEM. */
-int mr_plan_to_workload(const struct mr_plan_mesh *m, struct json_t *cfg);
 
 /* "tp=8,pp=16,dp=12,mb=1,zero=1,schedule=1f1b,sp=1,v=2,cp=1,ep=1,
  * recompute=full,hsdp=2,cp_algo=ring": every key optional (as "any"),

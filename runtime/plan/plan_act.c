@@ -35,7 +35,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "model/mr_moe.h"
+#include "kernels/mr_moe.h"
 #include "plan_int.h"
 
 /* per token: h, scores (a s), heads, 1, and the family's qkv, fc and ffn
@@ -153,7 +153,7 @@ double mr_plan_act_layer(int impl, int prec, double s, double b, double h, doubl
 	return layer_bytes(impl, &sh, recompute, 0);
 }
 
-/* A MoE layer's MLP tensors on a rank: meshrun's buffers (model/mr_moe.h:
+/* A MoE layer's MLP tensors on a rank: meshrun's buffers (kernels/mr_moe.h:
  * router probabilities and gates, the dispatched rows in and out, the
  * experts' hidden pre and post GELU / SwiGLU, at the expert capacity;
  * the family's shape as mr_gpt_moe_shape builds it); Megatron's, counted

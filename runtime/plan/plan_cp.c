@@ -1,6 +1,6 @@
 /*
  * plan_cp.c - context parallel's algorithms as rows of a table
- * (parallel/mr_cp.h): what each sends per layer forward and backward,
+ * (layers/mr_cp.h): what each sends per layer forward and backward,
  * whether the runtime hides it behind the attention, what it keeps as
  * workspace, and what it refuses. A new algorithm is a new row.
  *

@@ -26,7 +26,7 @@
 #include <string.h>
 
 #include "kernels/mr_attention.h"
-#include "model/mr_moe.h"
+#include "kernels/mr_moe.h"
 #include "plan_int.h"
 
 void mr_plan_states(double psi, int prec, int zero, int nd, double out[3])

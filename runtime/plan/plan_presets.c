@@ -27,7 +27,7 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "cpu/mr_peak.h"
+#include "device/mr_peak.h"
 #include "plan_int.h"
 
 /* ---- precision rows ----------------------------------------------------- */

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/mr_moe.h"
+#include "kernels/mr_moe.h"
 #include "parallel/mr_pp_split.h"
 #include "plan_int.h"
 

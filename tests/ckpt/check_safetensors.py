@@ -14,7 +14,7 @@ GPT-2 model (plus meshrun's MoE names) has - no more, no less, no lm_head.
 Then it runs the GPT-2 forward pass from those tensors in the Hugging Face
 convention - Conv1D layers compute x @ W + b with W stored (in, out) -
 learned positions, pre-LayerNorm, causal attention, GELU(tanh), the head
-tied to wte; MoE layers route as runtime/model/mr_moe.h says (softmax
+tied to wte; MoE layers route as runtime/kernels/mr_moe.h says (softmax
 router, top-k, capacity by position or dropless) - in numpy float64, and in
 torch float64 when torch imports, on the token sequence, and compares the
 logits with LOGITS: the (T, V) float32 little-endian logits meshrun's own

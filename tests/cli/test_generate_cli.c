@@ -40,11 +40,11 @@
 #include <unistd.h>
 
 #include "ckpt/mr_ckpt.h"
+#include "core/mr_rng.h"
 #include "data/mr_tokenizer.h"
 #include "infer/mr_generate.h"
 #include "model/mr_gpt.h"
 #include "model/mr_weights.h"
-#include "mr_rng.h"
 #include "proc.h"
 
 static char tmp[256];

@@ -40,7 +40,7 @@
  * fresh process (which recovers) from a restart inside the same one
  * (which cannot).
  *
- * Kernels: every kernel is its CPU twin (kernels/, optim/, model/moe.c)
+ * Kernels: every kernel is its CPU twin (kernels/, optim/, kernels/moe.c)
  * run on fp32 copies of its inputs, its outputs stored back in the
  * context's activation type - bf16: rounded to nearest even once, where
  * the device rounds; fp32: as they are - with the = / += rule mr_cuda.h
@@ -66,7 +66,7 @@
 #include "cuda/mr_cuda.h"
 #include "kernels/mr_attention.h"
 #include "kernels/mr_kernels.h"
-#include "model/mr_moe.h"
+#include "kernels/mr_moe.h"
 #include "optim/mr_adamw.h"
 
 
@@ -1085,7 +1085,7 @@ int mr_cuda_attn_layer_bwd(struct mr_cuda *cu, void *dqkv, const void *dout, con
 	return 0;
 }
 
-/* ---- mixture of experts (model/moe.c's pieces) --------------------------------- */
+/* ---- mixture of experts (kernels/moe.c's pieces) --------------------------------- */
 
 /* A struct mr_moe_acts over the tensors the entries name (host
  * addresses). */

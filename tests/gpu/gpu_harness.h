@@ -16,9 +16,9 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "core/mr_rng.h"
 #include "cuda/mr_cuda.h"
 #include "device/mr_device.h"
-#include "mr_rng.h"
 
 static struct mr_cuda *cu;
 static struct mr_rng rng;

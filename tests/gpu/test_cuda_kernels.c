@@ -14,7 +14,7 @@
  *                          float; TF32 GEMMs would be off by ~1e-3)
  * The device layer's kernels (bias, positions, column fill, copies,
  * foreign tokens, vocab-parallel cross-entropy, NULL GEMM outputs) and
- * the MoE kernels against model/moe.c's pieces (routing bit-exact on the
+ * the MoE kernels against kernels/moe.c's pieces (routing bit-exact on the
  * same logits: top-k, slots, counts) are here too.
  * Tests skip (not fail) when there is no CUDA device; the bf16 conversion
  * and the no-device path run everywhere.
@@ -26,8 +26,8 @@
 
 #include "gpu_harness.h"
 #include "kernels/mr_kernels.h"
+#include "kernels/mr_moe.h"
 #include "model/mr_gpt.h"
-#include "model/mr_moe.h"
 #include "optim/mr_adamw.h"
 
 /* n zeros on the host. */
@@ -781,7 +781,7 @@ Test(cuda, matmul_bwd_overwrites_and_skips_null_outputs)
 	gpu_teardown();
 }
 
-/* ---- MoE kernels against model/moe.c's pieces --------------------------------------- */
+/* ---- MoE kernels against kernels/moe.c's pieces --------------------------------------- */
 
 static void moe_kernels_case(int f32, int k, float cf)
 {

@@ -9,7 +9,7 @@
  * by tests/support/parity.h). The single-rank reference of a dp run
  * accumulates the dp ranks' micro-batches.
  *
- * What it is for: the tp layers (parallel/tp.c), the model's tp paths,
+ * What it is for: the tp layers (layers/tp.c), the model's tp paths,
  * data parallelism (parallel/dp*.c) and the comm staging run with device
  * memory that faults on any host access (tests/gpu/cuda_emul.c), so host
  * code touching device memory in any of them crashes here. fp32 (an

@@ -33,8 +33,9 @@
 #include <string.h>
 
 #include "device/dev_int.h"
+#include "device/mr_peak.h"
 #include "gpu_harness.h"
-#include "model/mr_moe.h"
+#include "kernels/mr_moe.h"
 
 #define MAXBUF 160
 

@@ -1,5 +1,5 @@
 /*
- * test_ep.c - expert parallelism's exchange (runtime/parallel/mr_ep.h)
+ * test_ep.c - expert parallelism's exchange (runtime/layers/mr_ep.h)
  * against one rank: ep ranks are threads with real host communicators,
  * each routing its own micro-batch through one MoE layer whose experts are
  * sharded E / ep per rank, forward and backward.
@@ -23,8 +23,8 @@
 #include <string.h>
 
 #include "../comm/harness.h"
-#include "mr_rng.h"
-#include "parallel/mr_ep.h"
+#include "core/mr_rng.h"
+#include "layers/mr_ep.h"
 
 #define NMAX 4
 #define N 32  /* tokens per micro-batch */

@@ -479,7 +479,7 @@ Test(parity, pp2_uneven_split_moe, NOT_UNDER_SAN) { uneven(1); }
 
 /*
  * Expert parallel: the MoE layers' 4 experts over ep ranks carved from
- * dp (parallel/mr_ep.h), against one rank accumulating the dp
+ * dp (layers/mr_ep.h), against one rank accumulating the dp
  * micro-batches with all 4 experts. Capacity 0.75 drops tokens per
  * source micro-batch, exactly as the single rank drops them; the dropless
  * runs compare with a dropless single rank. ep2 over dp4 has an
@@ -531,7 +531,7 @@ Test(parity, llama_tp4_sp_kv_replicated_device, NOT_UNDER_SAN_EMUL)
 
 /*
  * Context parallel: every sequence split over cp ranks in 2*cp chunks
- * (rank r holds chunks r and 2cp-1-r; parallel/mr_cp.h), against one
+ * (rank r holds chunks r and 2cp-1-r; layers/mr_cp.h), against one
  * rank with the whole sequences. MoE models run dropless: capacity is per
  * micro-batch of the tokens a rank routes, and a cp rank routes 1/cp of
  * them. nodes x nproc ranks, tp (with sequence parallel), pp, ep, zero;

@@ -29,7 +29,7 @@ autograd tricks on our side), and writes OUTDIR/<name>.bin:
 
 The C test (tests/runtime/test_reference.c) regenerates the weights from
 the seed, checks the sum of squares, and compares without PyTorch.
-MoE choices mirror runtime/model/mr_moe.h.
+MoE choices mirror runtime/kernels/mr_moe.h.
 """
 import math
 import os

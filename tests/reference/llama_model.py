@@ -48,7 +48,7 @@ def rotate(x, cos, sin):
 
 def experts(p, pre, x, c):
     """A MoE layer of SwiGLU experts (Mixtral) under meshrun's routing rules
-    (runtime/model/mr_moe.h): softmax router, top-k (renormalised over the
+    (runtime/kernels/mr_moe.h): softmax router, top-k (renormalised over the
     chosen with norm_topk, else the probabilities), a capacity per expert filled
     in token order, the load-balancing loss E * sum_e f_e P_e."""
     E, k = c["n_experts"], c["top_k"]

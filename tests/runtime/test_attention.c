@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/mr_rng.h"
 #include "kernels/mr_attention.h"
-#include "mr_rng.h"
 
 #define HS 16
 

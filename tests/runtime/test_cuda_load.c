@@ -1,6 +1,6 @@
 /*
  * test_cuda_load.c - the CUDA side is loaded only when asked for
- * (runtime/device/cuda_entry.h, cuda_load.c):
+ * (runtime/plugin/cuda_entry.h, cuda_load.c):
  *   - a CPU job's process maps no CUDA library: training on the cpu
  *     device never loads meshrun-cuda.so, cuBLAS or cudart (their start-up
  *     cost every process ~0.35 s of CPU when they were linked in);

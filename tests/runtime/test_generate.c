@@ -30,9 +30,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/mr_rng.h"
 #include "infer/mr_generate.h"
 #include "model/mr_gpt.h"
-#include "mr_rng.h"
 
 #define MAXSEQ 24
 #define NP 5

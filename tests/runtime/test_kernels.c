@@ -12,11 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/mr_rng.h"
 #include "device/mr_device.h"
 #include "kernels/mr_attention.h"
 #include "kernels/mr_fastmath.h"
 #include "kernels/mr_kernels.h"
-#include "mr_rng.h"
 #include "optim/mr_adamw.h"
 
 #define EPS 1e-3f

@@ -1,5 +1,5 @@
 /*
- * test_moe_policy.c - the MoE token policies (model/mr_moe.h): "capacity"
+ * test_moe_policy.c - the MoE token policies (kernels/mr_moe.h): "capacity"
  * drops an expert's assignments past ceil(capacity_factor * N * k / E);
  * "dropless" (mr_gpt_config.moe_dropless) drops none.
  *

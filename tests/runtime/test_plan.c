@@ -17,9 +17,9 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/mr_place.h"
 #include "mr_gpt_worker.h"
 #include "mr_mesh.h"
-#include "mr_place.h"
 #include "parallel/mr_pp_sched.h"
 #include "plan/mr_plan.h"
 

@@ -220,7 +220,7 @@ Test(plan_ledger, llama_pp2_dp2_zero1)
 }
 /* context parallel with key/value heads equal to the query heads, and
  * grouped: the ring's k|v blocks, allgather's rows and ulysses' head
- * groups are 2 NKV hs wide (parallel/cp.c's buffer_bytes); these and
+ * groups are 2 NKV hs wide (layers/cp.c's buffer_bytes); these and
  * the llama MoE jobs below match to the byte */
 Test(plan_ledger, llama_cp2_ring_mha)
 {

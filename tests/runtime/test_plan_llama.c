@@ -234,7 +234,7 @@ Test(plan_llama, tp_must_share_the_kv_heads_and_divide_the_swiglu_width)
 	mr_errbuf_clear(&eb);
 }
 
-/* Grouped-query attention runs under every cp algorithm (parallel/cp.c);
+/* Grouped-query attention runs under every cp algorithm (layers/cp.c);
  * ulysses gives each rank a group of whole query and key/value heads, so
  * cp must divide both per tp rank, as mr_cp_create refuses naming the
  * field. */
@@ -273,7 +273,7 @@ Test(plan_llama, cp_takes_gqa_and_ulysses_needs_whole_kv_heads)
 	}
 }
 
-/* A llama MoE model is planned (SwiGLU experts, model/mr_moe.h), and ep
+/* A llama MoE model is planned (SwiGLU experts, kernels/mr_moe.h), and ep
  * splits its experts. */
 Test(plan_llama, llama_moe_is_planned)
 {

@@ -1,5 +1,7 @@
 /*
- * mem.c - accounted allocation (see mr_mem.h).
+ * mem.c - accounted allocation of host memory for the devices that keep
+ * their buffers there (the cpu device), counted in the rank's ledger
+ * (core/mr_mem.h); declared in device/dev_int.h.
  *
  * What ranks exchange (parameters, gradients, activations, workspace)
  * comes from the communicator's registered memory (mr_comm_mem_alloc):
@@ -11,7 +13,8 @@
 #include <string.h>
 
 #include "comm/mr_comm.h"
-#include "mr_mem.h"
+#include "core/mr_mem.h"
+#include "device/dev_int.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define SANITIZED 1
@@ -59,24 +62,4 @@ void mr_mem_free(struct mr_mem *m, enum mr_mem_kind kind, void *p, size_t n)
 		mr_comm_mem_free(p);
 	else
 		free(p);
-}
-
-void mr_mem_count(struct mr_mem *m, enum mr_mem_kind kind, size_t n)
-{
-	m->bytes[kind] += n;
-	if (m->bytes[kind] > m->peak[kind])
-		m->peak[kind] = m->bytes[kind];
-}
-
-void mr_mem_uncount(struct mr_mem *m, enum mr_mem_kind kind, size_t n)
-{
-	m->bytes[kind] -= n;
-}
-
-const char *mr_mem_kind_name(enum mr_mem_kind kind)
-{
-	static const char *const names[MR_MEM_KINDS] = {
-		"params", "grads", "optim", "acts", "workspace",
-	};
-	return (unsigned)kind < MR_MEM_KINDS ? names[kind] : "unknown";
 }

@@ -3,7 +3,7 @@
  */
 #include <string.h>
 
-#include "mr_place.h"
+#include "core/mr_place.h"
 
 void mr_place_one(struct mr_place *p)
 {

@@ -5,7 +5,7 @@
  *
  * Every rank routes its own micro-batch exactly as one rank would - the
  * capacity per expert, the drops by token position, the aux loss are the
- * source micro-batch's (model/mr_moe.h) - so an ep job computes what one
+ * source micro-batch's (kernels/mr_moe.h) - so an ep job computes what one
  * rank computes on the same micro-batches. Each exchange sends the row
  * counts first (E / ep ints to every rank), then the rows themselves with
  * mr_comm_alltoallv: only kept rows travel, never the capacity's padding,
@@ -27,9 +27,9 @@
 #define MR_EP_H
 
 #include "comm/mr_comm.h"
+#include "core/mr_mem.h"
 #include "device/mr_device.h"
-#include "model/mr_moe.h"
-#include "mr_mem.h"
+#include "kernels/mr_moe.h"
 
 struct mr_ep {
 	struct mr_comm *comm;   /* the ep group */

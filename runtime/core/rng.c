@@ -3,7 +3,7 @@
  */
 #include <math.h>
 
-#include "mr_rng.h"
+#include "core/mr_rng.h"
 
 uint64_t mr_splitmix64(uint64_t *state)
 {

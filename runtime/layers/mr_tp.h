@@ -51,7 +51,7 @@ struct mr_tp {
 	float *ce;            /* scratch 3N fp32 when size > 1 (loss pieces) */
 	float *norm_g;        /* scratch 2C fp32 under sp: one pass's LayerNorm
 			       * weight and bias gradients (mr_tp_norm_grads) */
-	int cp, cp_rank;      /* context parallel (parallel/mr_cp.h): T is the local
+	int cp, cp_rank;      /* context parallel (layers/mr_cp.h): T is the local
 			       * rows, two chunks at their global positions */
 	struct mr_comm *kv;   /* replicated key/value heads: the tp ranks sharing
 			       * this rank's (mr_tp_kv_grads_*); NULL otherwise */

@@ -19,7 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "device/cuda_entry.h"
+#include "plugin/cuda_entry.h"
 #include "mr_log.h"
 
 /* defined only where the CUDA side is linked in */

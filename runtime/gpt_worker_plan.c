@@ -1,7 +1,7 @@
 /*
- * plan_workload.c - the planner and a job's workload config (the gpt
- * worker's keys, runtime/mr_gpt_worker.h): the inputs it describes, and
- * a plan written back into it - what `--mesh auto` runs.
+ * gpt_worker_plan.c - the planner (plan/mr_plan.h) and a job's workload
+ * config (this worker's keys, mr_gpt_worker.h): the inputs it describes,
+ * and a plan written back into it - what `--mesh auto` runs.
  *
  * The config is checked as the worker checks it first, and read with the
  * worker's defaults. What it sets is fixed (zero, sequence_parallel,
@@ -22,9 +22,10 @@
 #include <string.h>
 
 #include "mr_gpt_worker.h"
+#include "model/mr_gpt.h"
 #include "mr_json.h"
 #include "parallel/mr_pp_sched.h"
-#include "plan_int.h"
+#include "plan/mr_plan.h"
 
 static int geti(const json_t *c, const char *k, int def, int *out, struct mr_errbuf *eb)
 {

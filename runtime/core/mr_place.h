@@ -26,7 +26,7 @@ struct mr_comm;
 
 #define MR_PLACE_MAX_CHUNKS 64 /* == MR_PP_MAX_VIRTUAL */
 
-/* Context parallel attention (parallel/mr_cp.h): K/V blocks passed
+/* Context parallel attention (layers/mr_cp.h): K/V blocks passed
  * around the cp ring, all-gathered, or heads exchanged all-to-all. */
 enum mr_cp_algo { MR_CP_RING = 0, MR_CP_ALLGATHER = 1, MR_CP_ULYSSES = 2 };
 

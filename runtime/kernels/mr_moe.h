@@ -29,6 +29,10 @@
  * mr_moe_xchg): the identity on one rank; expert parallel replaces it with
  * an all-to-all.
  *
+ * Here in kernels/: mr_moe_fwd/bwd are the cpu device's moe_fwd/moe_bwd
+ * (device/cpu.c) and the pieces below the CPU twins of cuda/moe.cu; the
+ * model reaches them only through the device table.
+ *
  * Non-goals: expert choice routing, shared experts, router z-loss, noise.
  */
 #ifndef MR_MOE_H
@@ -47,7 +51,7 @@ enum mr_moe_phase {
 
 /* Moves expert-major rows (E, cap, row) between ranks. counts[e] rows of
  * expert e are valid. fn NULL = identity (one rank, in place).
- * Expert parallel (parallel/mr_ep.h): this rank runs local_experts of the
+ * Expert parallel (layers/mr_ep.h): this rank runs local_experts of the
  * E experts. DISPATCH and DISPATCH_GRAD turn the buffer into its expert
  * view, (local_experts, E * cap / local_experts, row): each local expert's
  * rows from every rank, packed, view_counts[e] of them; COMBINE and

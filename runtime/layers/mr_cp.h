@@ -40,9 +40,9 @@
 #define MR_CP_H
 
 #include "comm/mr_comm.h"
+#include "core/mr_mem.h"
+#include "core/mr_place.h"
 #include "device/mr_device.h"
-#include "mr_mem.h"
-#include "mr_place.h"
 
 struct mr_cp {
 	struct mr_dev *dev;

@@ -3,10 +3,8 @@
  * meshrun-cuda.so (with MR_HAVE_NCCL where NCCL was found) and into the
  * programs that link the CUDA side in (the CPU emulation: no NCCL).
  */
-#include "comm/comm_int.h"
 #include "cuda/mr_cuda.h"
-#include "device/cuda_entry.h"
-#include "device/dev_int.h"
+#include "plugin/cuda_entry.h"
 
 const struct mr__cuda_entry mr__cuda_table = {
 	.device_count = mr_cuda_device_count,
