@@ -8,7 +8,8 @@
 #   make test-gpu   CUDA kernels vs their CPU twins, NCCL collectives, the parity
 #                   matrix on the GPUs (skipped without a GPU)
 #   make bench-gpu  GPT-2 124M/350M tokens/s and MFU on the GPUs (skipped without one)
-#   make lint       cppcheck, shellcheck, yamllint
+#   make lint       cppcheck, shellcheck, yamllint, the rooms' include order
+#                   (scripts/layers.sh)
 #   make install    the binaries into $(DESTDIR)$(PREFIX)/bin (the images use it)
 #   make image      build the images (Docker or Buildah), or print how
 #   make test-k8s   the Kubernetes packaging tests (part of make test)
@@ -190,17 +191,21 @@ $(emul_dev_tests): $(BUILD)/tests/gpu-emul/%: tests/gpu/%.c tests/gpu/cuda_emul.
 		$(call obj,$(test_helpers)) $(LIBS) \
 		-lcriterion $(LDLIBS)
 
-# tests/runtime files built a second time on the emulated device, each
-# with its switch: test_reference (the PyTorch reference on cuda),
-# test_plan_ledger (the planner's bf16 model states)
+# runtime tests built a second time on the emulated device, each with
+# its switch: tests/model/test_reference (the PyTorch reference on cuda),
+# tests/plan/test_plan_ledger (the planner's bf16 model states)
 emul_runtime := $(BUILD)/tests/gpu-emul/test_reference $(BUILD)/tests/gpu-emul/test_plan_ledger
 test_bins  += $(emul_runtime)
 $(BUILD)/tests/gpu-emul/test_reference: EMUL_SWITCH := -DREF_CUDA_EMUL
+$(BUILD)/tests/gpu-emul/test_reference: EMUL_SRC := tests/model/test_reference.c
 $(BUILD)/tests/gpu-emul/test_plan_ledger: EMUL_SWITCH := -DLEDGER_CUDA_EMUL
-$(emul_runtime): $(BUILD)/tests/gpu-emul/%: tests/runtime/%.c tests/gpu/cuda_emul.c \
+$(BUILD)/tests/gpu-emul/test_plan_ledger: EMUL_SRC := tests/plan/test_plan_ledger.c
+$(BUILD)/tests/gpu-emul/test_reference: tests/model/test_reference.c
+$(BUILD)/tests/gpu-emul/test_plan_ledger: tests/plan/test_plan_ledger.c
+$(emul_runtime): $(BUILD)/tests/gpu-emul/%: tests/gpu/cuda_emul.c \
 		runtime/device/cuda.c runtime/plugin/cuda_entry.c $(call obj,$(test_helpers)) $(LIBS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(EMUL_SWITCH) -Itests/support $(CFLAGS) $(LDFLAGS) -o $@ $< \
+	$(CC) $(CPPFLAGS) $(EMUL_SWITCH) -Itests/support $(CFLAGS) $(LDFLAGS) -o $@ $(EMUL_SRC) \
 		tests/gpu/cuda_emul.c runtime/device/cuda.c runtime/plugin/cuda_entry.c \
 		$(call obj,$(test_helpers)) $(LIBS) \
 		-lcriterion $(LDLIBS)
@@ -372,6 +377,8 @@ lint: deps
 		-Icommon -Icontroller -Iagent -Iruntime -Icli \
 		common controller agent runtime cli bench tests
 	shellcheck scripts/*.sh bench/*.sh .ci/run
+	scripts/layers.sh
+	scripts/layers.sh --doc docs/ARCHITECTURE.md
 	yamllint -s deploy charts/meshrun/Chart.yaml charts/meshrun/values.yaml \
 		charts/meshrun/ci charts/meshrun/files tests/k8s/rejected tests/k8s/rejected-values \
 		tests/k8s/alerts_test.yaml .yamllint.yaml

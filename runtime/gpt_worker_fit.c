@@ -2,7 +2,7 @@
  * gpt_worker_fit.c - whether a job's ranks fit this machine's memory
  * before anything is allocated (see mr_gpt_worker.h): the planner's
  * ledger of each rank (runtime/plan; equal to the runtime's own to the
- * byte for parameters, gradients and optimizer state, tests/runtime/
+ * byte for parameters, gradients and optimizer state, tests/plan/
  * test_plan_ledger.c) against the host memory this process may still use
  * (MemAvailable, within its memory cgroup's limit).
  *

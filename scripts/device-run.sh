@@ -11,7 +11,7 @@
 #   .devpkg/run.sh [probe] [kernels] [model] [parity] [bench] [torch]
 #                  [nccl] [sanitize] [NAME ...]
 #   EMUL=1 .devpkg/run.sh all          the same steps on the emulated
-#                                      device, here (tests/runtime/
+#                                      device, here (tests/scripts/
 #                                      test_device_pack.c): the script's
 #                                      own check, not the GPU's
 #

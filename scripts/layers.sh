@@ -131,10 +131,10 @@ check) check ;;
 diagram) diagram ;;
 doc)
 	[ -f "$doc" ] || { echo "layers: $doc: no such file" >&2; exit 1; }
-	grep -q '^<!-- layers:begin -->$' "$doc" && grep -q '^<!-- layers:end -->$' "$doc" || {
+	if ! grep -q '^<!-- layers:begin -->$' "$doc" || ! grep -q '^<!-- layers:end -->$' "$doc"; then
 		echo "layers: $doc has no <!-- layers:begin --> / <!-- layers:end --> block" >&2
 		exit 1
-	}
+	fi
 	tmp=$(mktemp)
 	trap 'rm -f "$tmp"' EXIT
 	{

@@ -4,7 +4,7 @@
  * rank r on emulated GPU r (MR_CUDA_EMUL_DEVICES), host communicators
  * that stage device buffers through the device's download/upload
  * (mr_comm_set_device), the step driver, against the single-rank model on
- * the cpu device (the checks of tests/runtime/test_tp.c and
+ * the cpu device (the checks of tests/layers/test_tp.c and
  * tests/parallel/test_dp.c: loss rel 1e-5 every step, weights per tensor
  * by tests/support/parity.h). The single-rank reference of a dp run
  * accumulates the dp ranks' micro-batches.

@@ -252,7 +252,7 @@ Test(device_cuda, open_names_the_field_it_refuses)
 	cr_assert_str_eq(eb.field, "device");
 #ifdef MR_CUDA_EMUL
 	/* no device at all: named, not fatal (a build without the CUDA side:
-	 * tests/runtime/test_cuda_load.c) */
+	 * tests/plugin/test_cuda_load.c) */
 	setenv("MR_CUDA_EMUL_NODEV", "1", 1);
 	mr_errbuf_clear(&eb);
 	cr_assert_eq(mr_dev_open(&d, "cuda", 0, NULL, NULL, &eb), MR_ENOTSUP);

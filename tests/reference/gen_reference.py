@@ -27,7 +27,7 @@ autograd tricks on our side), and writes OUTDIR/<name>.bin:
     losses: `steps` float32, mean cross-entropy of each AdamW step (before
            its update), micro-batches (s*accum+i) % batches
 
-The C test (tests/runtime/test_reference.c) regenerates the weights from
+The C test (tests/model/test_reference.c) regenerates the weights from
 the seed, checks the sum of squares, and compares without PyTorch.
 MoE choices mirror runtime/kernels/mr_moe.h.
 """

@@ -1,7 +1,7 @@
 /*
  * parity.h - comparing a parallel run's weights with the single-rank run's.
  *
- * Tolerance (shared by tests/runtime/test_tp.c and tests/parity): per
+ * Tolerance (shared by tests/layers/test_tp.c and tests/parity): per
  * tensor relative L2 error ||a-b|| / ||b|| <= 1e-4. Parallel runs differ
  * from one rank only in the order of float sums; AdamW normalises every
  * element's update by its own gradient scale, so elements whose gradient is

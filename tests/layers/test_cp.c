@@ -1,5 +1,5 @@
 /*
- * test_cp.c - context parallelism's pieces (runtime/parallel/mr_cp.h) on
+ * test_cp.c - context parallelism's pieces (runtime/layers/mr_cp.h) on
  * their own, next to the end-to-end parity jobs of tests/parity:
  *   - the load-balanced layout: chunk k of rank r at mr_cp_pos0, every
  *     position held by exactly one rank, every rank the same causal work
@@ -10,7 +10,7 @@
  *     q|k|v gradient rows must equal the rows of the same positions of
  *     one device's plain causal attention over the whole sequence (the
  *     device's attn_fwd / attn_bwd, themselves checked against a naive
- *     reference in tests/runtime/test_attention.c). Ring and all-gather
+ *     reference in tests/kernels/test_attention.c). Ring and all-gather
  *     sum partial blocks merged by log-sum-exp, Ulysses moves heads over
  *     all-to-alls: a wrong block, merge, position or exchange layout
  *     moves rows far beyond the tolerance (float sums in another order:
@@ -24,8 +24,8 @@
 #include <string.h>
 
 #include "../comm/harness.h"
-#include "mr_rng.h"
-#include "parallel/mr_cp.h"
+#include "core/mr_rng.h"
+#include "layers/mr_cp.h"
 
 #define B 2
 #define T 16
@@ -79,19 +79,23 @@ static int cp_rank(struct mr_comm *world, void *arg)
 	int me = mr_comm_rank(world), C = R->nh * HS, Tl = T / R->cp, rc;
 	struct mr_errbuf eb = { "", "" };
 	struct mr_mem mem = { { 0 }, { 0 } };
-	struct mr_dev d;
+	struct mr_dev d = { 0 };
 	struct mr_cp cp;
 	float *qkv = malloc((size_t)B * Tl * R->row * sizeof(float));
 	float *dout = malloc((size_t)B * Tl * C * sizeof(float));
 	float *lse = malloc((size_t)B * R->nh * T * sizeof(float)); /* ulysses' is the largest */
 
-	if (!qkv || !dout || !lse)
+	if (!qkv || !dout || !lse) {
+		free(qkv);
+		free(dout);
+		free(lse);
 		return MR_ENOMEM;
+	}
 	rows(R, me, qkv, R->qkv, R->row, 0);
 	rows(R, me, dout, R->dout, (size_t)C, 0);
-	if ((rc = mr_dev_open(&d, "cpu", 0, "fp32", NULL, &eb)) < 0)
-		return fprintf(stderr, "rank %d: %s\n", me, eb.msg), rc;
-	rc = mr_cp_create(&cp, world, &d, &mem, R->algo, B, T, C, R->nh, R->nkv, &eb);
+	memset(&cp, 0, sizeof(cp));
+	if ((rc = mr_dev_open(&d, "cpu", 0, "fp32", NULL, &eb)) == 0)
+		rc = mr_cp_create(&cp, world, &d, &mem, R->algo, B, T, C, R->nh, R->nkv, &eb);
 	if (rc < 0)
 		fprintf(stderr, "rank %d: %s\n", me, eb.msg);
 	if (rc >= 0)
@@ -101,7 +105,8 @@ static int cp_rank(struct mr_comm *world, void *arg)
 				    (const mr_act *)qkv, (const mr_act *)R->out[me], lse);
 	if (cp.dev)
 		mr_cp_release(&cp);
-	mr_dev_close(&d);
+	if (d.ops)
+		mr_dev_close(&d);
 	free(qkv);
 	free(dout);
 	free(lse);
