@@ -163,7 +163,7 @@ try {
   // absent from a healthy run's /metrics: an alert may name them when the
   // controller registers them under that name.
   const incidentOnly = new Set(["meshrun_job_stuck", "meshrun_job_straggler_ratio"]);
-  const ctlSource = ["server.c"].map((f) => readFileSync(join(root, "controller", f), "utf8")).join("");
+  const ctlSource = ["server.c"].map((f) => readFileSync(join(root, "controller/api", f), "utf8")).join("");
   const known = (n, isRule) => live.has(n) ||
     (isRule && incidentOnly.has(n) && ctlSource.includes(`"${n}"`));
   for (const [what, e, isRule] of [...exprs, ...rules.map(([w, x]) => [w, x, true])]) {

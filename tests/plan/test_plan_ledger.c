@@ -6,7 +6,7 @@
  * ZeRO-1/2/3, HSDP, tp, tp+sp, the pipeline under each schedule and with
  * dp, cp under each algorithm, ep under DDP and ZeRO-1/2/3, and their
  * mixes - and every rank's
- * ledger (stats mem_bytes, runtime/mr_mem.h) is compared with the
+ * ledger (stats mem_bytes, runtime/core/mr_mem.h) is compared with the
  * planner's prediction for its stage: parameters, gradients and
  * optimizer state to the byte, activations and workspace within 10 %
  * (the issue's bound; today they match to the byte too: --verbose prints
