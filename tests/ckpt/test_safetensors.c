@@ -23,23 +23,16 @@
 #include <unistd.h>
 
 #include "ckpt/mr_safetensors.h"
+#include "proc.h"
 
-static char dir[] = "/tmp/mr-st-XXXXXX";
+static const char *dir; /* the test's scratch directory */
 
 static void setup(void)
 {
-	cr_assert_not_null(mkdtemp(dir));
+	cr_assert_not_null(dir = mr_test_scratch("mr-st"));
 }
 
-static void teardown(void)
-{
-	char cmd[256];
-
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-	cr_expect_eq(system(cmd), 0);
-}
-
-TestSuite(safetensors, .init = setup, .fini = teardown);
+TestSuite(safetensors, .init = setup);
 
 /* Writes <dir>/<name>: the 8-byte little-endian length of header (or
  * hlen when not ~0), header, then n data bytes; returns the path. */

@@ -14,23 +14,16 @@
 #include <unistd.h>
 
 #include "mr_file.h"
+#include "proc.h"
 
-static char dir[] = "/tmp/mr-file-XXXXXX";
+static const char *dir; /* the test's scratch directory */
 
 static void setup(void)
 {
-	cr_assert_not_null(mkdtemp(dir));
+	cr_assert_not_null(dir = mr_test_scratch("mr-file"));
 }
 
-static void teardown(void)
-{
-	char cmd[128];
-
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-	cr_expect_eq(system(cmd), 0);
-}
-
-TestSuite(file, .init = setup, .fini = teardown);
+TestSuite(file, .init = setup);
 
 static const char *path_of(const char *name)
 {

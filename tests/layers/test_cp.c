@@ -26,6 +26,7 @@
 #include "../comm/harness.h"
 #include "core/mr_rng.h"
 #include "layers/mr_cp.h"
+#include "parity.h"
 
 #define B 2
 #define T 16
@@ -113,17 +114,6 @@ static int cp_rank(struct mr_comm *world, void *arg)
 	return rc < 0 ? rc : 0;
 }
 
-static double rel_l2(const float *a, const float *b, size_t n)
-{
-	double d = 0.0, r = 0.0;
-
-	for (size_t i = 0; i < n; i++) {
-		d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-		r += (double)b[i] * b[i];
-	}
-	return r > 0.0 ? sqrt(d / r) : sqrt(d);
-}
-
 /* The whole sequence on one device: out_ref and dqkv_ref. */
 static void reference(struct run *R)
 {
@@ -174,8 +164,8 @@ static void check(int nh, int nkv, int cp, int algo)
 		rows(&R, r, R.out[r], got_out, (size_t)C, 1);
 		rows(&R, r, R.dqkv[r], got_dqkv, R.row, 1);
 	}
-	double eo = rel_l2(got_out, R.out_ref, (size_t)B * T * C);
-	double eg = rel_l2(got_dqkv, R.dqkv_ref, (size_t)B * T * R.row);
+	double eo = mr_test_rel_l2(got_out, R.out_ref, (size_t)B * T * C);
+	double eg = mr_test_rel_l2(got_dqkv, R.dqkv_ref, (size_t)B * T * R.row);
 	cr_expect(eo <= 1e-5, "nh %d nkv %d cp %d algo %d: out differs by %.3g", nh, nkv, cp, algo,
 		  eo);
 	cr_expect(eg <= 1e-5, "nh %d nkv %d cp %d algo %d: dqkv differs by %.3g", nh, nkv, cp,

@@ -25,6 +25,7 @@
 #include "../comm/harness.h"
 #include "core/mr_rng.h"
 #include "layers/mr_ep.h"
+#include "parity.h"
 
 #define NMAX 4
 #define N 32  /* tokens per micro-batch */
@@ -127,17 +128,6 @@ static int ep_rank(struct mr_comm *world, void *arg)
 	return rc;
 }
 
-static double rel_l2(const float *a, const float *b, size_t n)
-{
-	double d = 0.0, r = 0.0;
-
-	for (size_t i = 0; i < n; i++) {
-		d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-		r += (double)b[i] * b[i];
-	}
-	return r > 0.0 ? sqrt(d / r) : sqrt(d);
-}
-
 static void check(int n, int dropless)
 {
 	static struct run R;
@@ -171,20 +161,20 @@ static void check(int n, int dropless)
 	for (r = 0; r < n; r++) {
 		struct out *o = &R.got[r], *w = &R.ref[r];
 		drops += w->dropped;
-		cr_expect(rel_l2(o->y, w->y, N * C) <= 1e-6, "rank %d: y differs by %.3g", r,
-			  rel_l2(o->y, w->y, N * C));
-		cr_expect(rel_l2(o->dx, w->dx, N * C) <= 1e-6, "rank %d: dx differs by %.3g", r,
-			  rel_l2(o->dx, w->dx, N * C));
-		cr_expect(rel_l2(o->drouter, w->drouter, E * C) <= 1e-6,
+		cr_expect(mr_test_rel_l2(o->y, w->y, N * C) <= 1e-6, "rank %d: y differs by %.3g", r,
+			  mr_test_rel_l2(o->y, w->y, N * C));
+		cr_expect(mr_test_rel_l2(o->dx, w->dx, N * C) <= 1e-6, "rank %d: dx differs by %.3g", r,
+			  mr_test_rel_l2(o->dx, w->dx, N * C));
+		cr_expect(mr_test_rel_l2(o->drouter, w->drouter, E * C) <= 1e-6,
 			  "rank %d: router gradient differs by %.3g", r,
-			  rel_l2(o->drouter, w->drouter, E * C));
+			  mr_test_rel_l2(o->drouter, w->drouter, E * C));
 		cr_expect_eq(o->aux, w->aux, "rank %d: aux %g vs %g", r, (double)o->aux,
 			     (double)w->aux);
 		cr_expect_eq(o->dropped, w->dropped, "rank %d: dropped %d vs %d", r, o->dropped,
 			     w->dropped);
 		for (k = 0; k < 4; k++) {
 			size_t per = nw[k + 1] / E;
-			double e = rel_l2(o->dexp[k], R.dexp_ref[k] + (size_t)r * El * per,
+			double e = mr_test_rel_l2(o->dexp[k], R.dexp_ref[k] + (size_t)r * El * per,
 					  (size_t)El * per);
 			cr_expect(e <= 1e-6, "rank %d: expert gradient %d differs by %.3g", r, k,
 				  e);

@@ -9,7 +9,7 @@
 #include "parity.h"
 
 /* ||a-b|| / ||b|| over n elements (absolute when b is all zero). */
-static double rel_l2(const float *a, const float *b, size_t n)
+double mr_test_rel_l2(const float *a, const float *b, size_t n)
 {
 	double nb = 0.0, d = 0.0;
 	size_t i;
@@ -39,13 +39,13 @@ int mr_parity_tensor(const struct mr_gpt_tensor *t, const float *a, const float 
 	double e;
 
 	if (!strstr(t->name, "attn.qkv.b")) {
-		e = rel_l2(a, b, t->n);
+		e = mr_test_rel_l2(a, b, t->n);
 		if (e <= tol)
 			return 0;
 		snprintf(why, cap, "tensor %s differs by %.3g (rel L2)", t->name, e);
 		return 1;
 	}
-	e = rel_l2(a, b, C) + rel_l2(a + 2 * C, b + 2 * C, C);
+	e = mr_test_rel_l2(a, b, C) + mr_test_rel_l2(a + 2 * C, b + 2 * C, C);
 	if (e > tol) {
 		snprintf(why, cap, "q/v biases of %s differ by %.3g (rel L2)", t->name, e);
 		return 1;

@@ -23,6 +23,9 @@
 
 #define MR_PARITY_WEIGHT_TOL 1e-4
 
+/* ||a - b|| / ||b|| over n values, in double (||a - b|| when b is 0). */
+double mr_test_rel_l2(const float *a, const float *b, size_t n);
+
 /* 0 when tensor t of a (parallel) matches b (single rank) within relative
  * L2 tol (MR_PARITY_WEIGHT_TOL for fp32 runs; the key bias must stay below
  * tol in magnitude); otherwise 1 with a message naming the tensor and the
