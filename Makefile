@@ -340,8 +340,10 @@ $(BUILD)/bench/%: bench/%.c $(LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
 
-# benchmarks are built with the tests, so a change that breaks one fails `make test`
-tests: $(BINS) $(if $(CUDA_ON),$(CUDA_PLUGIN),) $(test_bins) $(bench_bins)
+# benchmarks are built with the tests, so a change that breaks one fails `make test`;
+# so is the emulated stack, which tests/agent's "device": "cuda" jobs run (in
+# every build: the sanitizer build has no emulated parity matrix to pull it in)
+tests: $(BINS) $(if $(CUDA_ON),$(CUDA_PLUGIN),) $(test_bins) $(bench_bins) $(EMUL_BINS)
 
 $(BUILD)/fuzzers/%: tests/fuzz/%.c $(LIBS) | deps
 	@mkdir -p $(dir $@)
