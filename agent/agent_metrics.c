@@ -239,9 +239,7 @@ void mr_agent_metrics_worker(struct mr_agent_metrics *m, int rank,
 	if (st->step > m->run_step)
 		m->run_step = st->step;
 	for (int k = 0; k < MR_MEM_KINDS; k++) {
-		static const char *const kinds[MR_MEM_KINDS] = { "params", "grads", "optim",
-								  "acts", "workspace" };
-		const char *vals[2] = { r, kinds[k] };
+		const char *vals[2] = { r, mr_mem_kind_name((enum mr_mem_kind)k) };
 		mr_gauge_set(mr_metric_gauge_childv(m->w_mem, vals), (double)st->mem_bytes[k]);
 	}
 }

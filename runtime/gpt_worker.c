@@ -271,7 +271,7 @@ static void step_line(struct gw *w, const struct mr_worker_stats *st)
 	rank_tps = per > 0 ? (double)w->B * w->model.T * w->accum / per : 0.0;
 	if (isfinite(st->val_loss))
 		snprintf(val, sizeof(val), " val_loss=%.4f", st->val_loss);
-	for (int k = 0; k < MR_MEM_KINDS; k++)
+	for (int k = 0; k < MR_MEM_HOST; k++) /* the device's memory */
 		mem += st->mem_bytes[k];
 	mr_log_info("step",
 		    "step=%lld/%lld loss=%.4f%s grad_norm=%.3f lr=%.3e tokens_per_s=%.0f mfu=%.3f "

@@ -150,6 +150,7 @@ int mr__gw_parse(const json_t *c, struct mr_gpt_config *mc, struct mr_adamw_conf
 		 struct gw *w, int *B, int *T, struct mr_errbuf *eb)
 {
 	const char *policy = NULL, *cp_algo = NULL, *resume = NULL, *schedule = NULL;
+	const char *recompute = NULL, *offload = NULL;
 	int rc = 0, seed = 1337, tmo = 60000;
 	float peak = 0.0f;
 
@@ -219,8 +220,17 @@ int mr__gw_parse(const json_t *c, struct mr_gpt_config *mc, struct mr_adamw_conf
 		return rc;
 	if ((rc = get_choice(c, "cp_algo", &cp_algo, eb)) < 0)
 		return rc;
-	if ((rc = get_choice(c, "resume", &resume, eb)) < 0)
+	if ((rc = get_choice(c, "resume", &resume, eb)) < 0 ||
+	    (rc = get_choice(c, "recompute", &recompute, eb)) < 0 ||
+	    (rc = get_choice(c, "offload", &offload, eb)) < 0 ||
+	    (rc = geti(c, "recompute_layers", &w->recompute_layers, eb)) < 0)
 		return rc;
+	w->recompute = !recompute || !strcmp(recompute, "none") ? MR_GPT_RC_NONE
+		       : !strcmp(recompute, "selective")         ? MR_GPT_RC_SELECTIVE
+								 : MR_GPT_RC_FULL;
+	w->offload = !offload || !strcmp(offload, "none") ? MR_DP_OFFLOAD_NONE
+		     : !strcmp(offload, "optimizer")       ? MR_DP_OFFLOAD_OPTIM
+							   : MR_DP_OFFLOAD_MASTER;
 	w->resume = !resume || !strcmp(resume, "auto");
 	w->cp_algo = !cp_algo || !strcmp(cp_algo, "ring") ? MR_CP_RING
 		     : !strcmp(cp_algo, "allgather")        ? MR_CP_ALLGATHER

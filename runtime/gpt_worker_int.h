@@ -45,6 +45,8 @@ struct gw {
 	int rank, dp_rank, dp_size;
 	int sp, zero, hsdp_shard, overlap;
 	int cp_algo;            /* enum mr_cp_algo */
+	int recompute, recompute_layers; /* enum mr_gpt_recompute; 0: every block */
+	int offload;            /* enum mr_dp_offload */
 	enum mr_pp_kind pp_kind; /* pipeline: schedule, chunks per stage, explicit split */
 	int pp_virtual, n_pp_layers;
 	int pp_p2p;              /* 1 paired, 0 ahead, -1 auto (mr_comm_p2p_in_order) */

@@ -143,6 +143,17 @@ const struct mr__gw_key mr__gw_keys[] = {
 	  "Pipeline transfers: receives posted as early as their buffers allow (ahead), or "
 	  "each at its pass grouped with the send before it (paired; auto: paired on "
 	  "NCCL)."),
+	C("recompute", "none|selective|full", "none", "parallel",
+	  "Activation recomputation: none; selective (each block's norms and activation "
+	  "function are recomputed in its backward, the GEMM and attention outputs kept); full "
+	  "(a block keeps only its input and re-runs its forward inside its backward)."),
+	I("recompute_layers", 0, 1024, "0", "parallel",
+	  "With recompute: only the first this many blocks of each pipeline chunk recompute "
+	  "(Megatron's block method; 0: every block)."),
+	C("offload", "none|optimizer|optimizer+master", "none", "parallel",
+	  "cuda: keep this rank's AdamW moments (and with optimizer+master its fp32 master "
+	  "shard) in host memory and step them on the CPU (ZeRO-Offload). cpu: accepted, "
+	  "changes nothing (the state is in host memory already)."),
 	/* checkpoints and output */
 	S("ckpt_dir", "checkpoint", "Where checkpoints are written and resumed from."),
 	I("ckpt_every", 0, 1 << 30, "0", "checkpoint",

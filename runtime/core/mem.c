@@ -18,7 +18,7 @@ void mr_mem_uncount(struct mr_mem *m, enum mr_mem_kind kind, size_t n)
 const char *mr_mem_kind_name(enum mr_mem_kind kind)
 {
 	static const char *const names[MR_MEM_KINDS] = {
-		"params", "grads", "optim", "acts", "workspace",
+		"params", "grads", "optim", "acts", "workspace", "host",
 	};
 	return (unsigned)kind < MR_MEM_KINDS ? names[kind] : "unknown";
 }

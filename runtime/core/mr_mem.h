@@ -2,7 +2,7 @@
  * mr_mem.h - the runtime's memory ledger: accounting by category.
  *
  * Every large buffer of a rank (parameters, gradients, optimizer state,
- * activations, workspace) is recorded under an enum mr_mem_kind (which
+ * activations, workspace, state offloaded to host memory) is recorded under an enum mr_mem_kind (which
  * mr_worker.h reports). The totals are what the worker reports and what
  * the planner is checked against, so they come from the allocators
  * themselves, not from a formula.
@@ -29,6 +29,10 @@ enum mr_mem_kind {
 	MR_MEM_OPTIM,
 	MR_MEM_ACTS,
 	MR_MEM_WORKSPACE,
+	/* host memory a device rank holds state in ("offload": the AdamW
+	 * moments and with them the fp32 master shard); the kinds before it
+	 * are the device's own memory */
+	MR_MEM_HOST,
 	MR_MEM_KINDS,
 };
 

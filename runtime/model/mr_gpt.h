@@ -233,6 +233,20 @@ struct mr_gpt_layer_stash {
 	mr_act *dproj2;         /* (N,C) into the MLP projection */
 };
 
+/*
+ * Activation recomputation (mr_gpt_set_recompute). SELECTIVE: a block
+ * keeps its GEMM outputs (qkv, fc), the attention's output and
+ * log-sum-exp and its residuals; its two norms (with their statistics)
+ * and the MLP's activation function (GELU / SwiGLU) are recomputed in
+ * its backward - element-wise work, plus under sp the norm's all-gather.
+ * (Korthikanti et al.'s selective recompute drops the attention core;
+ * meshrun never keeps it: the block-wise attention's backward recomputes
+ * the scores from q, k, v and the log-sum-exp.) FULL: a block keeps its
+ * output only (the next block's input) and re-runs its forward inside
+ * its backward, collectives and MoE routing included.
+ */
+enum mr_gpt_recompute { MR_GPT_RC_NONE, MR_GPT_RC_SELECTIVE, MR_GPT_RC_FULL };
+
 /* Phases of a block range's backward (mr_gpt_blocks_bwd). */
 enum { MR_GPT_BWD_ALL, MR_GPT_BWD_INPUT, MR_GPT_BWD_WEIGHT };
 

@@ -89,6 +89,11 @@
 struct mr_comm;
 struct mr_dp;
 
+/* Where the optimizer state lives (ZeRO-Offload): on the device (NONE),
+ * or this rank's AdamW moments (OPTIM), with its fp32 master shard too
+ * (MASTER), in host memory, the step run there by the cpu AdamW. */
+enum mr_dp_offload { MR_DP_OFFLOAD_NONE, MR_DP_OFFLOAD_OPTIM, MR_DP_OFFLOAD_MASTER };
+
 struct mr_dp_config {
 	int zero;            /* 0 DDP, 1, 2, 3 */
 	size_t bucket_bytes; /* DDP bucket size; 0: 1 MiB (the last bucket to start is

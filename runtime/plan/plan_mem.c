@@ -219,7 +219,7 @@ int mr__plan_mem(const struct mr_plan_input *in, const struct mr_plan_mesh *mesh
 		paper_states(in, mesh, &st, out->bytes);
 	out->bytes[MR_MEM_ACTS] = mr__plan_acts(in, mesh, &st);
 	out->bytes[MR_MEM_WORKSPACE] = ws + mr__plan_workspace(in, mesh, &st);
-	for (int k = 0; k < MR_MEM_KINDS; k++)
+	for (int k = 0; k < MR_MEM_HOST; k++) /* the device's memory */
 		out->total += out->bytes[k];
 	out->stage = stage;
 	mr__plan_stage_release(&st);
