@@ -310,6 +310,8 @@ int mr__gw_create_trainer(struct gw *w, const struct mr_worker_env *env,
 	if (rc < 0)
 		return rc;
 	w->have_model = 1;
+	if ((rc = mr_gpt_set_recompute(&w->model, w->recompute, w->recompute_layers, eb)) < 0)
+		return rc;
 	cc.shard = w->groups.shard;
 	cc.replica = w->groups.replica;
 	cc.world = w->groups.group[MR_GROUP_WORLD];

@@ -58,7 +58,8 @@ int mr__gpt_moe_fwd(struct mr_gpt *m, int l, mr_act *out)
 		CW(w->fcb), CW(w->fcprojw), m->tp.rank == 0 ? CW(w->fcprojb) : NULL);
 	if (rc == 0)
 		rc = mr_tp_reduce_rows(&m->tp, out, y);
-	m->aux_loss += a->moe.aux;
+	if (!m->recomputing) /* counted once, by the forward */
+		m->aux_loss += a->moe.aux;
 	return rc;
 }
 
@@ -78,7 +79,9 @@ int mr__gpt_norm_fwd(struct mr_gpt *m, mr_act *full, float *mean, float *rstd,
 	return rc < 0 ? rc : mr_tp_gather_rows(&m->tp, full, local);
 }
 
-/* One transformer block: res (Nl,C) in, a->res3 (Nl,C) out. */
+/* One transformer block: res (Nl,C) in, a->res3 (Nl,C) out. A
+ * recomputation stops before a dense MLP's output GEMM (nothing in the
+ * backward reads its output); a MoE MLP's output goes to m->rc_out. */
 static int block_fwd(struct mr_gpt *m, int l, const mr_act *res)
 {
 	const struct mr_gpt_config *c = &m->cfg;
@@ -87,6 +90,7 @@ static int block_fwd(struct mr_gpt *m, int l, const mr_act *res)
 	int tp = m->tp.size, N = m->B * m->T, Nl = mr_tp_local_rows(&m->tp);
 	int C = c->d_model, Cl = C / tp, rc;
 	size_t nl = (size_t)Nl * C;
+	mr_act *out = mr__gpt_block_out(m, l);
 
 	if (c->arch == MR_ARCH_LLAMA)
 		return mr__llama_block_fwd(m, l, res);
@@ -100,17 +104,58 @@ static int block_fwd(struct mr_gpt *m, int l, const mr_act *res)
 	CK(mr_tp_row_linear_fwd(&m->tp, a->res2, a->atty, CW(w->attprojw), CW(w->attprojb), Cl,
 				m->dln));
 	CK(OP(m, add, a->res2, res, nl));
-	CK(HOOK(m, pre_fwd, m->layer_unit[l] + 1));
+	CK(mr__gpt_mlp_hook(m, l));
 	CK(mr__gpt_norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w->ln2w, w->ln2b));
 	if (mr_gpt_layer_is_moe(c, l)) {
-		CK(mr__gpt_moe_fwd(m, l, a->res3));
+		CK(mr__gpt_moe_fwd(m, l, out));
 	} else {
 		CK(OP(m, matmul_fwd, a->fch, a->ln2, CW(w->fcw), CW(w->fcb), N, C, 4 * Cl));
 		CK(OP(m, gelu_fwd, a->fch_gelu, a->fch, (size_t)N * 4 * Cl));
-		CK(mr_tp_row_linear_fwd(&m->tp, a->res3, a->fch_gelu, CW(w->fcprojw),
-					CW(w->fcprojb), 4 * Cl, m->dln));
+		if (m->recomputing)
+			return 0; /* the backward reads no output */
+		CK(mr_tp_row_linear_fwd(&m->tp, out, a->fch_gelu, CW(w->fcprojw), CW(w->fcprojb),
+					4 * Cl, m->dln));
 	}
-	return OP(m, add, a->res3, a->res2, nl);
+	return OP(m, add, out, a->res2, nl);
+}
+
+/*
+ * Brings back what block l's backward reads and the block did not keep
+ * (mr_gpt.h's enum mr_gpt_recompute), from its input res: under full its
+ * forward again into the scratch - its collectives, and MoE routing
+ * over the same input, which picks and drops the same tokens - without
+ * the forward's hooks and without counting the aux loss again; under
+ * selective its two norms and the MLP's activation function. First the
+ * block's two units are asked for (pre_recompute: ZeRO-3 gathers their
+ * parameters again). A split backward's weight phase recomputes again:
+ * other blocks used the scratch in between.
+ */
+static int recompute(struct mr_gpt *m, int l, const mr_act *res)
+{
+	const struct mr_gpt_layer_w *w;
+	struct mr_gpt_layer_acts *a = &m->la[l];
+	int mode = mr_gpt_layer_recompute(m, l), u = m->layer_unit[l], rc;
+
+	if (mode == MR_GPT_RC_NONE)
+		return 0;
+	CK(HOOK(m, pre_recompute, u));
+	CK(HOOK(m, pre_recompute, u + 1));
+	w = &WV(m)->layer[l];
+	m->recomputing = 1;
+	if (mode == MR_GPT_RC_FULL) {
+		rc = block_fwd(m, l, res);
+	} else if ((rc = mr__gpt_norm_fwd(m, a->ln1, a->ln1_mean, a->ln1_rstd, res, w->ln1w,
+					  w->ln1b)) == 0 &&
+		   (rc = mr__gpt_norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w->ln2w,
+					  w->ln2b)) == 0 &&
+		   !mr_gpt_layer_is_moe(&m->cfg, l)) {
+		size_t N = (size_t)m->B * m->T, H = mr__gpt_ffn_cols(m);
+		rc = m->cfg.arch == MR_ARCH_LLAMA
+			     ? OP(m, swiglu_fwd, a->fch_gelu, a->fch, (int)N, (int)H)
+			     : OP(m, gelu_fwd, a->fch_gelu, a->fch, N * H);
+	}
+	m->recomputing = 0;
+	return rc;
 }
 
 int mr_gpt_set_batch(struct mr_gpt *m, const int *inputs, const int *targets,
@@ -368,8 +413,11 @@ int mr_gpt_blocks_bwd(struct mr_gpt *m, int lo, int hi, const mr_act *in, float 
 
 	if (phase != MR_GPT_BWD_ALL && !m->stash)
 		return MR_ESTATE; /* mr_gpt_split_bwd first */
-	for (l = hi - 1; l >= lo; l--)
-		CK(block_bwd(m, l, l == lo ? in : m->la[l - 1].res3, dscale, phase));
+	for (l = hi - 1; l >= lo; l--) {
+		const mr_act *res = l == lo ? in : m->la[l - 1].res3;
+		CK(recompute(m, l, res));
+		CK(block_bwd(m, l, res, dscale, phase));
+	}
 	return 0;
 }
 

@@ -60,6 +60,21 @@ static inline const mr_act *CW(const float *view)
 	return (const mr_act *)(const void *)view;
 }
 
+/* Where block l's forward writes its output: the kept a->res3, or while
+ * a recomputation runs the scratch m->rc_out (a MoE block's; the kept one
+ * stays as the forward left it). */
+static inline mr_act *mr__gpt_block_out(struct mr_gpt *m, int l)
+{
+	return m->recomputing ? m->rc_out : m->la[l].res3;
+}
+
+/* The forward's hook before block l's MLP half (none while recomputing:
+ * the backward asked for the unit already). */
+static inline int mr__gpt_mlp_hook(struct mr_gpt *m, int l)
+{
+	return m->recomputing ? 0 : HOOK(m, pre_fwd, m->layer_unit[l] + 1);
+}
+
 /* A llama block's passes (llama.c), called by gpt.c's block loop. */
 int mr__llama_block_fwd(struct mr_gpt *m, int l, const mr_act *res);
 int mr__llama_block_bwd(struct mr_gpt *m, int l, const mr_act *res, float dscale, int phase);

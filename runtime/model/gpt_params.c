@@ -212,6 +212,80 @@ static size_t ones_n(const struct mr_gpt *m)
 	return N;
 }
 
+/* A MoE layer's activations: device memory the device's MoE ops read and
+ * write. */
+static void carve_moe(struct carve *cv, struct mr_moe_acts *a, const struct mr_moe_shape *ms)
+{
+	float *f = take_f32(cv, mr_moe_act_floats(ms));
+	int *iv = take_bytes(cv, mr_moe_act_ints(ms) * sizeof(int));
+
+	if (f)
+		mr_moe_acts_bind(a, ms, f, iv);
+}
+
+int mr_gpt_layer_recompute(const struct mr_gpt *m, int l)
+{
+	int c, lo, hi;
+
+	if (m->rc_mode == MR_GPT_RC_NONE || m->rc_layers <= 0)
+		return m->rc_mode;
+	for (c = 0; c < mr_place_chunks(&m->place); c++) {
+		mr_place_chunk(&m->place, m->cfg.n_layer, c, &lo, &hi);
+		if (l >= lo && l < hi)
+			return l - lo < m->rc_layers ? m->rc_mode : MR_GPT_RC_NONE;
+	}
+	return MR_GPT_RC_NONE;
+}
+
+/*
+ * Carves the recompute scratch (once per model, not per slot): one
+ * block's tensors that recomputing blocks do not keep (mr_gpt.h's enum
+ * mr_gpt_recompute) - the dense MLP's if a recomputing block is dense,
+ * under full the MoE acts if one is MoE, with the (Nl,C) output its
+ * recomputed forward writes (the kept output is not touched; a dense
+ * block's recomputation stops before its output).
+ * Sizes only when cv's base is NULL; nothing without recomputation.
+ */
+static void carve_scratch(struct mr_gpt *m, struct carve *cv)
+{
+	const struct mr_gpt_config *c = &m->cfg;
+	struct mr_gpt_layer_acts *s = &m->rc_la;
+	size_t N = (size_t)m->B * m->T, C = (size_t)c->d_model;
+	size_t Nl = (size_t)mr_tp_local_rows(&m->tp), Cl = C / (size_t)m->tp.size;
+	int l, dense = 0, moe = 0, full = m->rc_mode == MR_GPT_RC_FULL;
+
+	memset(s, 0, sizeof(*s));
+	m->rc_out = NULL;
+	for (l = 0; l < c->n_layer; l++)
+		if (m->layer_unit[l] >= 0 && mr_gpt_layer_recompute(m, l) != MR_GPT_RC_NONE) {
+			moe |= mr_gpt_layer_is_moe(c, l);
+			dense |= !mr_gpt_layer_is_moe(c, l);
+		}
+	if (!dense && !moe)
+		return;
+	s->ln1 = take(m, cv, N * C);
+	s->ln1_mean = take_f32(cv, Nl);
+	s->ln1_rstd = take_f32(cv, Nl);
+	s->ln2 = take(m, cv, N * C);
+	s->ln2_mean = take_f32(cv, Nl);
+	s->ln2_rstd = take_f32(cv, Nl);
+	if (dense)
+		s->fch_gelu = take(m, cv, N * mr__gpt_ffn_cols(m));
+	if (!full)
+		return;
+	s->qkv = take(m, cv, N * mr__gpt_qkv_cols(m));
+	s->atty = take(m, cv, N * Cl);
+	s->att_lse = take_f32(cv, N * (size_t)(c->n_head / m->tp.size));
+	s->res2 = take(m, cv, Nl * C);
+	if (dense)
+		s->fch = take(m, cv, N * mr__gpt_fc_cols(m));
+	if (moe) {
+		struct mr_moe_shape ms = mr_gpt_moe_shape(m);
+		carve_moe(cv, &s->moe, &ms);
+		m->rc_out = take(m, cv, Nl * C);
+	}
+}
+
 /* Carves a micro-batch slot's activations into m's fields; sizes only
  * when cv's base is NULL. With tp, the head-, hidden- and vocab-sized
  * buffers are this rank's slice; with sp, the residual stream holds this
@@ -240,28 +314,31 @@ static void carve_acts(struct mr_gpt *m, struct carve *cv)
 	}
 	for (l = 0; l < c->n_layer; l++) {
 		struct mr_gpt_layer_acts *a = &m->la[l];
+		const struct mr_gpt_layer_acts *s = &m->rc_la; /* the recompute scratch */
+		int rc = mr_gpt_layer_recompute(m, l);
+		int norms = rc == MR_GPT_RC_NONE, mid = rc != MR_GPT_RC_FULL; /* kept here */
+
 		memset(a, 0, sizeof(*a));
 		if (m->layer_unit[l] < 0)
 			continue; /* another stage's */
-		a->ln1 = take(m, cv, N * C);
-		a->ln1_mean = take_f32(cv, Nl);
-		a->ln1_rstd = take_f32(cv, Nl);
-		a->qkv = take(m, cv, N * QKVl);
-		a->atty = take(m, cv, N * Cl);
-		a->att_lse = take_f32(cv, N * (size_t)(c->n_head / tp));
-		a->res2 = take(m, cv, Nl * C);
-		a->ln2 = take(m, cv, N * C);
-		a->ln2_mean = take_f32(cv, Nl);
-		a->ln2_rstd = take_f32(cv, Nl);
+		a->ln1 = norms ? take(m, cv, N * C) : s->ln1;
+		a->ln1_mean = norms ? take_f32(cv, Nl) : s->ln1_mean;
+		a->ln1_rstd = norms ? take_f32(cv, Nl) : s->ln1_rstd;
+		a->qkv = mid ? take(m, cv, N * QKVl) : s->qkv;
+		a->atty = mid ? take(m, cv, N * Cl) : s->atty;
+		a->att_lse = mid ? take_f32(cv, N * (size_t)(c->n_head / tp)) : s->att_lse;
+		a->res2 = mid ? take(m, cv, Nl * C) : s->res2;
+		a->ln2 = norms ? take(m, cv, N * C) : s->ln2;
+		a->ln2_mean = norms ? take_f32(cv, Nl) : s->ln2_mean;
+		a->ln2_rstd = norms ? take_f32(cv, Nl) : s->ln2_rstd;
 		if (mr_gpt_layer_is_moe(c, l)) {
-			/* device memory the device's MoE ops read and write */
-			float *f = take_f32(cv, mr_moe_act_floats(&ms));
-			int *iv = take_bytes(cv, mr_moe_act_ints(&ms) * sizeof(int));
-			if (f)
-				mr_moe_acts_bind(&a->moe, &ms, f, iv);
+			if (mid)
+				carve_moe(cv, &a->moe, &ms);
+			else
+				a->moe = s->moe;
 		} else {
-			a->fch = take(m, cv, N * Gl);
-			a->fch_gelu = take(m, cv, N * Hl);
+			a->fch = mid ? take(m, cv, N * Gl) : s->fch;
+			a->fch_gelu = norms ? take(m, cv, N * Hl) : s->fch_gelu;
 		}
 		a->res3 = take(m, cv, Nl * C);
 	}
@@ -454,6 +531,49 @@ int mr_gpt_set_slots(struct mr_gpt *m, int n, struct mr_errbuf *eb)
 				       "activations each)",
 			       m->nslots + 1, n, m->nacts);
 	return 0;
+}
+
+int mr_gpt_set_recompute(struct mr_gpt *m, int mode, int layers, struct mr_errbuf *eb)
+{
+	struct carve cv = { NULL, 0 };
+	int n = m->nslots, k;
+
+	if (mode < MR_GPT_RC_NONE || mode > MR_GPT_RC_FULL)
+		return mr_errf_field(eb, MR_EINVAL, "recompute", "recompute mode %d is unknown",
+				     mode);
+	if (layers < 0)
+		return mr_errf_field(eb, MR_EINVAL, "recompute_layers",
+				     "'recompute_layers' must be >= 0, got %d", layers);
+	if (mode == m->rc_mode && layers == m->rc_layers)
+		return 0;
+	/* every slot is carved anew around the scratch */
+	if (n > 0)
+		slot_save(m, &m->slots[m->slot]);
+	for (k = 0; k < n; k++)
+		slot_free(m, &m->slots[k]);
+	if (n > 0)
+		slot_load(m, &m->slots[0]); /* freed: m's fields are NULL again */
+	m->nslots = m->slot = 0;
+	mr_dev_free(m->dev, &m->mem, MR_MEM_ACTS, m->rc_mem, m->nrc);
+	m->rc_mem = NULL;
+	m->rc_mode = mode;
+	m->rc_layers = layers;
+	carve_scratch(m, &cv);
+	m->nrc = cv.used;
+	if (m->nrc && !(m->rc_mem = dalloc(m, MR_MEM_ACTS, m->nrc))) {
+		m->nrc = 0;
+		return mr_errf(eb, MR_ENOMEM, "unable to allocate the recompute scratch");
+	}
+	cv = (struct carve){ m->rc_mem, 0 };
+	carve_scratch(m, &cv);
+	if (!(m->la = calloc((size_t)m->cfg.n_layer, sizeof(*m->la))))
+		return mr_errf(eb, MR_ENOMEM, "out of memory");
+	cv = (struct carve){ NULL, 0 };
+	carve_acts(m, &cv);
+	m->nacts = cv.used;
+	free(m->la);
+	m->la = NULL;
+	return mr_gpt_set_slots(m, n > 0 ? n : 1, eb);
 }
 
 struct mr_moe_shape mr_gpt_moe_shape(const struct mr_gpt *m)
@@ -870,6 +990,7 @@ void mr_gpt_release(struct mr_gpt *m)
 			    mr_dev_act_bytes(d, m->nparams));
 		mr_dev_free(d, &m->mem, MR_MEM_GRADS, m->grads, m->nparams * sizeof(float));
 		mr_dev_free(d, &m->mem, MR_MEM_WORKSPACE, m->ws, m->nws);
+		mr_dev_free(d, &m->mem, MR_MEM_ACTS, m->rc_mem, m->nrc);
 		mr_dev_free(d, &m->mem, MR_MEM_WORKSPACE, m->rope_pos,
 			    (size_t)m->B * m->T * sizeof(int));
 		mr_dev_free(d, &m->mem, MR_MEM_WORKSPACE, m->rope_freq,

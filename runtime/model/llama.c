@@ -59,6 +59,7 @@ int mr__llama_block_fwd(struct mr_gpt *m, int l, const mr_act *res)
 	struct shape s = shape_of(m);
 	size_t nl = (size_t)mr_tp_local_rows(&m->tp) * (size_t)s.C;
 	int att = (int)s.att, ffn = (int)s.ffn, rc;
+	mr_act *out = mr__gpt_block_out(m, l);
 
 	CK(mr__gpt_norm_fwd(m, a->ln1, NULL, a->ln1_rstd, res, w->ln1w, NULL));
 	CK(OP(m, matmul_fwd, a->qkv, a->ln1, CW(w->qkvw), NULL, s.N, s.C, (int)s.qkv));
@@ -70,17 +71,19 @@ int mr__llama_block_fwd(struct mr_gpt *m, int l, const mr_act *res)
 		      m->k_ws));
 	CK(mr_tp_row_linear_fwd(&m->tp, a->res2, a->atty, CW(w->attprojw), NULL, att, m->dln));
 	CK(OP(m, add, a->res2, res, nl));
-	CK(HOOK(m, pre_fwd, m->layer_unit[l] + 1));
+	CK(mr__gpt_mlp_hook(m, l));
 	CK(mr__gpt_norm_fwd(m, a->ln2, NULL, a->ln2_rstd, a->res2, w->ln2w, NULL));
 	if (mr_gpt_layer_is_moe(&m->cfg, l)) {
-		CK(mr__gpt_moe_fwd(m, l, a->res3)); /* SwiGLU experts (mr_moe.h) */
+		CK(mr__gpt_moe_fwd(m, l, out)); /* SwiGLU experts (mr_moe.h) */
 	} else {
 		CK(OP(m, matmul_fwd, a->fch, a->ln2, CW(w->fcw), NULL, s.N, s.C, 2 * ffn));
 		CK(OP(m, swiglu_fwd, a->fch_gelu, a->fch, s.N, ffn));
-		CK(mr_tp_row_linear_fwd(&m->tp, a->res3, a->fch_gelu, CW(w->fcprojw), NULL, ffn,
+		if (m->recomputing)
+			return 0; /* the backward reads no output (gpt.c) */
+		CK(mr_tp_row_linear_fwd(&m->tp, out, a->fch_gelu, CW(w->fcprojw), NULL, ffn,
 					m->dln));
 	}
-	return OP(m, add, a->res3, a->res2, nl);
+	return OP(m, add, out, a->res2, nl);
 }
 
 /* The four GEMMs' weight gradients from their output gradients (the

@@ -301,6 +301,10 @@ struct mr_gpt_hooks {
 	int (*pre_fwd)(void *ctx, int unit);
 	int (*pre_bwd)(void *ctx, int unit);
 	int (*post_bwd)(void *ctx, int unit);
+	/* a recomputation (mr_gpt_set_recompute) is about to read unit u's
+	 * parameters again, inside backward, before its pre_bwd: ZeRO-3
+	 * gathers them again if they left; gradients are not touched */
+	int (*pre_recompute)(void *ctx, int unit);
 };
 
 struct mr_gpt {
@@ -376,6 +380,16 @@ struct mr_gpt {
 	struct mr_ep ep;         /* ep > 1: E / ep experts per MoE layer here */
 	struct mr_cp cp;         /* cp > 1: attention across the sequence split (T is
 				  * then this rank's rows, T / cp) */
+	/* activation recomputation (mr_gpt_set_recompute): the mode, the
+	 * blocks per chunk that use it (0: all), one block's scratch for what
+	 * recomputing blocks do not keep, and under full the output a
+	 * recomputed forward writes; recomputing is set while it runs */
+	int rc_mode, rc_layers;
+	struct mr_gpt_layer_acts rc_la;
+	mr_act *rc_out;
+	void *rc_mem;
+	size_t nrc;
+	int recomputing;
 	/* llama: every local row's sequence position (B*T device ints) and
 	 * the rotary inverse frequencies (hs/2 device floats) */
 	int *rope_pos;
@@ -407,6 +421,14 @@ int mr_gpt_create_on(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, i
 int mr_gpt_check_placement(const struct mr_gpt_config *cfg, int T, const struct mr_place *place,
 			   struct mr_errbuf *eb);
 void mr_gpt_release(struct mr_gpt *m);
+/* Recomputes activations (enum mr_gpt_recompute) in the first `layers`
+ * blocks of each chunk (0: every block; Megatron's block method): every
+ * slot is carved anew, the scratch allocated once (MR_MEM_ACTS). Call
+ * between passes (before the first, typically); MR_EINVAL naming
+ * "recompute" or "recompute_layers", MR_ENOMEM. */
+int mr_gpt_set_recompute(struct mr_gpt *m, int mode, int layers, struct mr_errbuf *eb);
+/* The recompute mode block l runs under. */
+int mr_gpt_layer_recompute(const struct mr_gpt *m, int l);
 /* Grows the model to n micro-batch slots (activations, batch, loss; a
  * stash each after mr_gpt_split_bwd), each accounted in m->mem; never
  * shrinks. The slot in use stays in use. */

@@ -340,6 +340,18 @@ static int pre_bwd(void *ctx, int u)
 	return 0;
 }
 
+/* A recomputation reads unit u's parameters again (mr_gpt.h): ZeRO-3
+ * gathers them back into their slot if they left it. The rule: a
+ * recomputed block's two units are present together, in the two layer
+ * slots of different parity, from its recomputation to its backward;
+ * the one-unit prefetch goes on as before. */
+static int pre_recompute(void *ctx, int u)
+{
+	struct mr_dp *d = ctx;
+
+	return d->zero < 3 ? 0 : pslot_ready(d, u);
+}
+
 static int post_bwd(void *ctx, int u)
 {
 	struct mr_dp *d = ctx;
@@ -361,5 +373,6 @@ void mr__dp_set_hooks(struct mr_dp *d)
 	d->hooks.pre_fwd = pre_fwd;
 	d->hooks.pre_bwd = pre_bwd;
 	d->hooks.post_bwd = post_bwd;
+	d->hooks.pre_recompute = pre_recompute;
 	d->m->hooks = &d->hooks;
 }

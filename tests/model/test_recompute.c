@@ -1,0 +1,201 @@
+/*
+ * test_recompute.c - activation recomputation (model/mr_gpt.h's enum
+ * mr_gpt_recompute) trains exactly as keeping every activation does.
+ *
+ * Each case runs one job of real gpt workers (every rank a thread, real
+ * host communicators; tests/plan/plan_jobs.h) three times - recompute
+ * none, selective and full - for three steps, and compares what rank 0
+ * writes: the loss log (loss, aux loss, gradient norm per step, as
+ * printed text) and the gathered final weights (save_weights), BYTE FOR
+ * BYTE. On the cpu device the recomputed tensors come from the same
+ * kernels over the same inputs in the same order, so nothing may differ:
+ * a recomputation reading the wrong input, routing MoE tokens anew, a
+ * ZeRO-3 unit not gathered again, a collective re-run out of step or the
+ * aux loss counted twice all change a byte.
+ *
+ * The cases cover what recomputation re-runs: one rank (gpt2 and llama,
+ * dense and MoE), tensor parallel with sp (the norms' all-gathers), context
+ * parallel (ring and Ulysses exchanges over grouped-query attention),
+ * expert parallel (the dispatch, with capacity drops), ZeRO-3 (parameters
+ * gathered again), the pipeline under each schedule (a slot per micro-batch;
+ * zb-h1's weight phase recomputes again), and recompute_layers. The
+ * ledger's activation peak must fall from none to selective to full
+ * (the planner's exact figure is test_plan_ledger's).
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../plan/plan_jobs.h"
+#include "proc.h"
+
+#define BASE                                                                             \
+	"\"vocab_size\":96,\"n_layer\":4,\"d_model\":64,\"n_head\":4,\"seq_len\":32,"       \
+	"\"batch_size\":2,\"threads\":1,\"log_every\":100"
+#define MOE ",\"moe_every\":2,\"n_experts\":4,\"top_k\":2,\"capacity_factor\":1.0"
+#define LLAMA ",\"arch\":\"llama\",\"n_kv_head\":2"
+
+static const char *const modes[] = { "none", "selective", "full" };
+
+/* A whole file into a malloc'd buffer (*n bytes). */
+static char *slurp(const char *path, size_t *n)
+{
+	FILE *f = fopen(path, "rb");
+	char *b = NULL;
+	long len;
+
+	cr_assert_not_null(f, "%s missing", path);
+	fseek(f, 0, SEEK_END);
+	len = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	b = malloc((size_t)len + 1);
+	cr_assert_not_null(b);
+	cr_assert_eq(fread(b, 1, (size_t)len, f), (size_t)len);
+	fclose(f);
+	b[len] = 0;
+	*n = (size_t)len;
+	return b;
+}
+
+/* The planner's activation bytes for rank 0's stage of job j. */
+static double planned_acts(const struct job *j)
+{
+	struct mr_plan_input in;
+	struct mr_plan_mesh mesh;
+	struct mr_plan_mem pm;
+	struct mr_errbuf eb = { { 0 }, { 0 } };
+
+	plan_of(j, &in, &mesh);
+	cr_assert_eq(mr_plan_mem_stage(&in, &mesh, 0, &pm, &eb), 0, "%s", eb.msg);
+	return pm.bytes[MR_MEM_ACTS];
+}
+
+/* Runs cfg (the keys inside the braces, without steps and outputs) under
+ * each mode (extra: more keys for the recomputing runs) and compares. */
+static void same_training(const char *cfg, const char *extra, int world, int tp, int pp,
+			  int cp, int ep)
+{
+	const char *dir = mr_test_scratch("mr-recompute");
+	char *log[3], *wts[3], path[2][512], json[2048];
+	size_t nlog[3], nw[3], acts[3];
+	double planned[3];
+
+	cr_assert_not_null(dir);
+	for (int k = 0; k < 3; k++) {
+		struct job j = { .cfg = json, .world = world, .tp = tp, .pp = pp, .cp = cp,
+				 .ep = ep, .steps = 3 };
+		snprintf(path[0], sizeof(path[0]), "%s/loss-%s.log", dir, modes[k]);
+		snprintf(path[1], sizeof(path[1]), "%s/w-%s.bin", dir, modes[k]);
+		snprintf(json, sizeof(json),
+			 "{%s,\"steps\":3,\"recompute\":\"%s\"%s,\"loss_log\":\"%s\","
+			 "\"save_weights\":\"%s\"}",
+			 cfg, modes[k], k ? extra : "", path[0], path[1]);
+		run_job(&j);
+		acts[k] = j.st[0].mem_bytes[MR_MEM_ACTS];
+		planned[k] = planned_acts(&j);
+		json_decref(j.json);
+		log[k] = slurp(path[0], &nlog[k]);
+		wts[k] = slurp(path[1], &nw[k]);
+	}
+	for (int k = 1; k < 3; k++) {
+		cr_expect(nlog[k] == nlog[0] && !memcmp(log[k], log[0], nlog[0]),
+			  "%s: recompute %s's loss log differs:\n%s\nnone:\n%s", cfg, modes[k],
+			  log[k], log[0]);
+		cr_expect(nw[k] == nw[0] && !memcmp(wts[k], wts[0], nw[0]),
+			  "%s: recompute %s's final weights differ", cfg, modes[k]);
+	}
+	cr_log_info("%s%s: activation bytes none %zu selective %zu full %zu (planned %.0f %.0f "
+		    "%.0f)",
+		    cfg, extra, acts[0], acts[1], acts[2], planned[0], planned[1], planned[2]);
+	cr_expect(acts[1] < acts[0] && acts[2] < acts[1],
+		  "%s: activation bytes none %zu selective %zu full %zu", cfg, acts[0], acts[1],
+		  acts[2]);
+	for (int k = 0; k < 3; k++) {
+		free(log[k]);
+		free(wts[k]);
+	}
+}
+
+static void same(const char *cfg, int world, int tp, int pp, int cp, int ep)
+{
+	same_training(cfg, "", world, tp, pp, cp, ep);
+}
+
+Test(recompute, one_rank_dense) { same(BASE, 1, 1, 1, 1, 1); }
+Test(recompute, one_rank_moe) { same(BASE MOE, 1, 1, 1, 1, 1); }
+Test(recompute, llama_one_rank) { same(BASE LLAMA, 1, 1, 1, 1, 1); }
+Test(recompute, llama_moe_one_rank) { same(BASE LLAMA MOE, 1, 1, 1, 1, 1); }
+Test(recompute, dp2_zero3_moe) { same(BASE MOE ",\"zero\":3", 2, 1, 1, 1, 1); }
+Test(recompute, tp2_sp_moe) { same(BASE MOE ",\"sequence_parallel\":true", 2, 2, 1, 1, 1); }
+Test(recompute, llama_tp2_sp_zero3)
+{
+	same(BASE LLAMA ",\"sequence_parallel\":true,\"zero\":3", 4, 2, 1, 1, 1);
+}
+Test(recompute, llama_cp2_ring) { same(BASE LLAMA, 2, 1, 1, 2, 1); }
+Test(recompute, llama_cp2_ulysses) { same(BASE LLAMA ",\"cp_algo\":\"ulysses\"", 2, 1, 1, 2, 1); }
+Test(recompute, ep2_capacity_drops) { same(BASE MOE, 2, 1, 1, 1, 2); }
+Test(recompute, llama_moe_ep2_tp2) { same(BASE LLAMA MOE, 4, 2, 1, 1, 2); }
+Test(recompute, pp2_1f1b) { same(BASE MOE ",\"grad_accum\":4", 2, 1, 2, 1, 1); }
+Test(recompute, pp2_interleaved)
+{
+	same(BASE ",\"grad_accum\":4,\"pp_schedule\":\"interleaved\"", 2, 1, 2, 1, 1);
+}
+Test(recompute, pp2_zbh1_moe)
+{
+	same(BASE MOE ",\"grad_accum\":4,\"pp_schedule\":\"zb-h1\"", 2, 1, 2, 1, 1);
+}
+Test(recompute, llama_pp2_zbh1_tp2_sp)
+{
+	same(BASE LLAMA ",\"grad_accum\":4,\"pp_schedule\":\"zb-h1\",\"sequence_parallel\":true", 4,
+	     2, 2, 1, 1);
+}
+/* only the first block of each chunk recomputes */
+Test(recompute, first_layers_only)
+{
+	same_training(BASE MOE ",\"grad_accum\":2", ",\"recompute_layers\":1", 2, 1, 2, 1, 1);
+}
+
+/* A checkpoint written under full recomputation resumes (the run goes on
+ * under selective) to what an uninterrupted run without recomputation
+ * trains: the same loss log, the same final weights. */
+Test(recompute, checkpoint_resume)
+{
+	const char *dir = mr_test_scratch("mr-recompute-ckpt");
+	char json[2048], log[2][256], wts[2][256], *b[4];
+	size_t n[4];
+	struct job j;
+
+	cr_assert_not_null(dir);
+	for (int k = 0; k < 2; k++) {
+		snprintf(log[k], sizeof(log[k]), "%s/loss-%d.log", dir, k);
+		snprintf(wts[k], sizeof(wts[k]), "%s/w-%d.bin", dir, k);
+	}
+	/* straight: 4 steps, no recomputation */
+	snprintf(json, sizeof(json), "{" BASE MOE ",\"steps\":4,\"loss_log\":\"%s\","
+		 "\"save_weights\":\"%s\"}", log[0], wts[0]);
+	j = (struct job){ .cfg = json, .world = 2, .tp = 1, .pp = 1, .cp = 1, .ep = 2, .steps = 4 };
+	run_job(&j);
+	json_decref(j.json);
+	/* 2 steps under full, checkpointed; then resumed to 4 under selective */
+	for (int k = 0; k < 2; k++) {
+		snprintf(json, sizeof(json),
+			 "{" BASE MOE ",\"steps\":4,\"recompute\":\"%s\",\"ckpt_dir\":\"%s/ckpt\","
+			 "\"ckpt_every\":2,\"ckpt_async\":false,\"loss_log\":\"%s\","
+			 "\"save_weights\":\"%s\"}",
+			 k ? "selective" : "full", dir, log[1], wts[1]);
+		j = (struct job){ .cfg = json, .world = 2, .tp = 1, .pp = 1, .cp = 1, .ep = 2,
+				  .steps = 2 };
+		run_job(&j);
+		json_decref(j.json);
+	}
+	b[0] = slurp(log[0], &n[0]);
+	b[1] = slurp(log[1], &n[1]);
+	b[2] = slurp(wts[0], &n[2]);
+	b[3] = slurp(wts[1], &n[3]);
+	cr_expect(n[0] == n[1] && !memcmp(b[0], b[1], n[0]), "loss logs differ:\n%s\nresumed:\n%s",
+		  b[0], b[1]);
+	cr_expect(n[2] == n[3] && !memcmp(b[2], b[3], n[2]), "final weights differ");
+	for (int k = 0; k < 4; k++)
+		free(b[k]);
+}
