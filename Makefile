@@ -193,9 +193,14 @@ $(emul_dev_tests): $(BUILD)/tests/gpu-emul/%: tests/gpu/%.c tests/gpu/cuda_emul.
 
 # runtime tests built a second time on the emulated device, each with
 # its switch: tests/model/test_reference (the PyTorch reference on cuda),
-# tests/plan/test_plan_ledger (the planner's bf16 model states)
-emul_runtime := $(BUILD)/tests/gpu-emul/test_reference $(BUILD)/tests/gpu-emul/test_plan_ledger
+# tests/plan/test_plan_ledger (the planner's bf16 model states),
+# tests/model/test_recompute (recomputation in bf16 on the device)
+emul_runtime := $(BUILD)/tests/gpu-emul/test_reference $(BUILD)/tests/gpu-emul/test_plan_ledger \
+                $(BUILD)/tests/gpu-emul/test_recompute
 test_bins  += $(emul_runtime)
+$(BUILD)/tests/gpu-emul/test_recompute: EMUL_SWITCH := -DRECOMPUTE_CUDA_EMUL
+$(BUILD)/tests/gpu-emul/test_recompute: EMUL_SRC := tests/model/test_recompute.c
+$(BUILD)/tests/gpu-emul/test_recompute: tests/model/test_recompute.c tests/plan/plan_jobs.h
 $(BUILD)/tests/gpu-emul/test_reference: EMUL_SWITCH := -DREF_CUDA_EMUL
 $(BUILD)/tests/gpu-emul/test_reference: EMUL_SRC := tests/model/test_reference.c
 $(BUILD)/tests/gpu-emul/test_plan_ledger: EMUL_SWITCH := -DLEDGER_CUDA_EMUL

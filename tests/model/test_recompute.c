@@ -21,6 +21,10 @@
  * zb-h1's weight phase recomputes again), and recompute_layers. The
  * ledger's activation peak must fall from none to selective to full
  * (the planner's exact figure is test_plan_ledger's).
+ *
+ * Built a second time on the emulated cuda device (RECOMPUTE_CUDA_EMUL:
+ * the Makefile's gpu-emul/test_recompute), in bf16, one job per mode:
+ * the device's kernels are deterministic too, so the same bytes hold.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -30,9 +34,22 @@
 #include "../plan/plan_jobs.h"
 #include "proc.h"
 
+#ifdef RECOMPUTE_CUDA_EMUL
+/* bf16 on the emulated cuda device, head size 32 (its attention's
+ * smallest); a rank a device */
+#define BASE                                                                             \
+	"\"vocab_size\":96,\"n_layer\":4,\"d_model\":64,\"n_head\":2,\"seq_len\":32,"       \
+	"\"batch_size\":2,\"threads\":1,\"log_every\":100,\"device\":\"cuda\","              \
+	"\"precision\":\"bf16\""
+#define EMUL 1
+#else
 #define BASE                                                                             \
 	"\"vocab_size\":96,\"n_layer\":4,\"d_model\":64,\"n_head\":4,\"seq_len\":32,"       \
 	"\"batch_size\":2,\"threads\":1,\"log_every\":100"
+#define EMUL 0
+#endif
+/* the emulated device runs one job per mode (its ops are slow) */
+#define CPU_ONLY .disabled = EMUL
 #define MOE ",\"moe_every\":2,\"n_experts\":4,\"top_k\":2,\"capacity_factor\":1.0"
 #define LLAMA ",\"arch\":\"llama\",\"n_kv_head\":2"
 
@@ -82,6 +99,11 @@ static void same_training(const char *cfg, const char *extra, int world, int tp,
 	double planned[3];
 
 	cr_assert_not_null(dir);
+	if (EMUL) {
+		char gpus[8];
+		snprintf(gpus, sizeof(gpus), "%d", world);
+		setenv("MR_CUDA_EMUL_DEVICES", gpus, 1);
+	}
 	for (int k = 0; k < 3; k++) {
 		struct job j = { .cfg = json, .world = world, .tp = tp, .pp = pp, .cp = cp,
 				 .ep = ep, .steps = 3 };
@@ -123,21 +145,21 @@ static void same(const char *cfg, int world, int tp, int pp, int cp, int ep)
 }
 
 Test(recompute, one_rank_dense) { same(BASE, 1, 1, 1, 1, 1); }
-Test(recompute, one_rank_moe) { same(BASE MOE, 1, 1, 1, 1, 1); }
+Test(recompute, one_rank_moe, CPU_ONLY) { same(BASE MOE, 1, 1, 1, 1, 1); }
 Test(recompute, llama_one_rank) { same(BASE LLAMA, 1, 1, 1, 1, 1); }
-Test(recompute, llama_moe_one_rank) { same(BASE LLAMA MOE, 1, 1, 1, 1, 1); }
+Test(recompute, llama_moe_one_rank, CPU_ONLY) { same(BASE LLAMA MOE, 1, 1, 1, 1, 1); }
 Test(recompute, dp2_zero3_moe) { same(BASE MOE ",\"zero\":3", 2, 1, 1, 1, 1); }
 Test(recompute, tp2_sp_moe) { same(BASE MOE ",\"sequence_parallel\":true", 2, 2, 1, 1, 1); }
 Test(recompute, llama_tp2_sp_zero3)
 {
 	same(BASE LLAMA ",\"sequence_parallel\":true,\"zero\":3", 4, 2, 1, 1, 1);
 }
-Test(recompute, llama_cp2_ring) { same(BASE LLAMA, 2, 1, 1, 2, 1); }
+Test(recompute, llama_cp2_ring, CPU_ONLY) { same(BASE LLAMA, 2, 1, 1, 2, 1); }
 Test(recompute, llama_cp2_ulysses) { same(BASE LLAMA ",\"cp_algo\":\"ulysses\"", 2, 1, 1, 2, 1); }
 Test(recompute, ep2_capacity_drops) { same(BASE MOE, 2, 1, 1, 1, 2); }
-Test(recompute, llama_moe_ep2_tp2) { same(BASE LLAMA MOE, 4, 2, 1, 1, 2); }
-Test(recompute, pp2_1f1b) { same(BASE MOE ",\"grad_accum\":4", 2, 1, 2, 1, 1); }
-Test(recompute, pp2_interleaved)
+Test(recompute, llama_moe_ep2_tp2, CPU_ONLY) { same(BASE LLAMA MOE, 4, 2, 1, 1, 2); }
+Test(recompute, pp2_1f1b, CPU_ONLY) { same(BASE MOE ",\"grad_accum\":4", 2, 1, 2, 1, 1); }
+Test(recompute, pp2_interleaved, CPU_ONLY)
 {
 	same(BASE ",\"grad_accum\":4,\"pp_schedule\":\"interleaved\"", 2, 1, 2, 1, 1);
 }
@@ -145,13 +167,13 @@ Test(recompute, pp2_zbh1_moe)
 {
 	same(BASE MOE ",\"grad_accum\":4,\"pp_schedule\":\"zb-h1\"", 2, 1, 2, 1, 1);
 }
-Test(recompute, llama_pp2_zbh1_tp2_sp)
+Test(recompute, llama_pp2_zbh1_tp2_sp, CPU_ONLY)
 {
 	same(BASE LLAMA ",\"grad_accum\":4,\"pp_schedule\":\"zb-h1\",\"sequence_parallel\":true", 4,
 	     2, 2, 1, 1);
 }
 /* only the first block of each chunk recomputes */
-Test(recompute, first_layers_only)
+Test(recompute, first_layers_only, CPU_ONLY)
 {
 	same_training(BASE MOE ",\"grad_accum\":2", ",\"recompute_layers\":1", 2, 1, 2, 1, 1);
 }
@@ -159,7 +181,7 @@ Test(recompute, first_layers_only)
 /* A checkpoint written under full recomputation resumes (the run goes on
  * under selective) to what an uninterrupted run without recomputation
  * trains: the same loss log, the same final weights. */
-Test(recompute, checkpoint_resume)
+Test(recompute, checkpoint_resume, CPU_ONLY)
 {
 	const char *dir = mr_test_scratch("mr-recompute-ckpt");
 	char json[2048], log[2][256], wts[2][256], *b[4];
