@@ -442,7 +442,7 @@ fuzz: deps
 
 # ---- benchmarks ----------------------------------------------------------------
 bench: bench-rdzv bench-healthz bench-comm bench-train bench-parallel bench-pipeline bench-cp-ep \
-       bench-ckpt
+       bench-ckpt bench-memory
 
 bench-rdzv: all $(BUILD)/bench/rdzv
 	scripts/deps.sh bench
@@ -465,6 +465,12 @@ tsan-comm:
 .PHONY: bench-train
 bench-train: $(BUILD)/bench/train $(BUILD)/bench/sgemm_peak
 	bench/train.sh $(BUILD)
+
+# ---- activation recomputation: ledger, planner, tokens/s (bench/memory.sh) ----
+.PHONY: bench-memory
+bench-memory: $(BUILD)/bench/memory
+	scripts/deps.sh bench
+	bench/memory.sh $(BUILD)
 
 # ---- GPT-2 124M/350M on the GPUs present, MFU (bench/gpu.c), and PyTorch ----
 # (bench/gpu_torch.py) on the same shapes. Prints the ratios, then

@@ -15,6 +15,7 @@ import time
 
 import torch
 import torch.nn as nn
+import torch.utils.checkpoint
 import torch.nn.functional as F
 
 
@@ -39,6 +40,18 @@ class Block(nn.Module):
         return x + self.fcp(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
 
 
+RECOMPUTE = False  # "recompute" on the command line: full activation checkpointing
+
+
+def run_block(block, *args):
+    """A block's forward; with RECOMPUTE through torch.utils.checkpoint (the
+    block keeps its input only and runs again in the backward, as
+    meshrun's "recompute": "full")."""
+    if RECOMPUTE:
+        return torch.utils.checkpoint.checkpoint(block, *args)
+    return block(*args)
+
+
 class GPT(nn.Module):
     def __init__(self, V, T, L, C, H):
         super().__init__()
@@ -51,7 +64,7 @@ class GPT(nn.Module):
         T = idx.shape[1]
         x = self.wte(idx) + self.wpe(torch.arange(T))
         for b in self.blocks:
-            x = b(x, self.mask)
+            x = run_block(b, x, self.mask)
         logits = self.lnf(x) @ self.wte.weight.t()
         return F.cross_entropy(logits.view(-1, logits.size(-1)), tgt.view(-1))
 
@@ -118,7 +131,7 @@ class Llama(nn.Module):
         T = idx.shape[1]
         x = self.emb(idx)
         for b in self.blocks:
-            x = b(x, self.mask, self.cos[:T], self.sin[:T])
+            x = run_block(b, x, self.mask, self.cos[:T], self.sin[:T])
         logits = self.head(LlamaBlock.norm(x, self.nf))
         return F.cross_entropy(logits.view(-1, logits.size(-1)), tgt.view(-1))
 
@@ -142,10 +155,15 @@ def timed_steps(model, opt, idx, tgt, steps, sync=lambda: None):
 
 
 def main():
+    global RECOMPUTE
+    RECOMPUTE = sys.argv[-1] == "recompute"
+    if RECOMPUTE:
+        sys.argv.pop()
     arch = sys.argv.pop() if sys.argv[-1] in ("gpt2", "llama") else "gpt2"
     a = [int(x) for x in sys.argv[1:]]
     if len(a) < 3:
-        sys.exit("usage: train_torch.py L D H [T B V STEPS TORCH_THREADS [llama]]")
+        sys.exit("usage: train_torch.py L D H [T B V STEPS TORCH_THREADS [gpt2|llama "
+                 "[recompute]]]")
     L, D, H = a[:3]
     T, B, V, steps, threads = (a[3:] + [256, 8, 256, 10, 1][len(a) - 3:])[:5]
     torch.set_num_threads(threads)
@@ -155,8 +173,9 @@ def main():
     idx = torch.randint(0, V, (B, T))
     tgt = torch.randint(0, V, (B, T))
     dt, loss = timed_steps(model, opt, idx, tgt, steps)
-    print("train pytorch arch=%s L=%d D=%d H=%d T=%d B=%d threads=%d tokens_per_s=%.1f "
-          "loss=%.4f" % (arch, L, D, H, T, B, threads, steps * B * T / dt, loss.item()))
+    print("train pytorch arch=%s L=%d D=%d H=%d T=%d B=%d threads=%d recompute=%d "
+          "tokens_per_s=%.1f loss=%.4f" % (arch, L, D, H, T, B, threads, RECOMPUTE,
+                                           steps * B * T / dt, loss.item()))
 
 
 if __name__ == "__main__":
