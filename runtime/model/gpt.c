@@ -24,7 +24,7 @@
  */
 #include <string.h>
 
-#include "gpt_int.h"
+#include "gpt_family.h"
 #include "layers/mr_tp.h"
 
 /* The LM head's weight: the untied head, else the token embedding. */
@@ -71,52 +71,12 @@ int mr__gpt_norm_fwd(struct mr_gpt *m, mr_act *full, float *mean, float *rstd,
 {
 	mr_act *local = mr_tp_if_sp(&m->tp, full, m->dtmp);
 	int Nl = mr_tp_local_rows(&m->tp), C = m->cfg.d_model;
-	int rc = m->cfg.arch == MR_ARCH_LLAMA
+	int rc = m->family->rms_norm
 			 ? OP(m, rmsnorm_fwd, local, rstd, res, CW(w), Nl, C,
 			      mr_gpt_norm_eps(&m->cfg))
 			 : OP(m, layernorm_fwd, local, mean, rstd, res, CW(w), CW(b), Nl, C);
 
 	return rc < 0 ? rc : mr_tp_gather_rows(&m->tp, full, local);
-}
-
-/* One transformer block: res (Nl,C) in, a->res3 (Nl,C) out. A
- * recomputation stops before a dense MLP's output GEMM (nothing in the
- * backward reads its output); a MoE MLP's output goes to m->rc_out. */
-static int block_fwd(struct mr_gpt *m, int l, const mr_act *res)
-{
-	const struct mr_gpt_config *c = &m->cfg;
-	const struct mr_gpt_layer_w *w = &WV(m)->layer[l];
-	struct mr_gpt_layer_acts *a = &m->la[l];
-	int tp = m->tp.size, N = m->B * m->T, Nl = mr_tp_local_rows(&m->tp);
-	int C = c->d_model, Cl = C / tp, rc;
-	size_t nl = (size_t)Nl * C;
-	mr_act *out = mr__gpt_block_out(m, l);
-
-	if (c->arch == MR_ARCH_LLAMA)
-		return mr__llama_block_fwd(m, l, res);
-	CK(mr__gpt_norm_fwd(m, a->ln1, a->ln1_mean, a->ln1_rstd, res, w->ln1w, w->ln1b));
-	CK(OP(m, matmul_fwd, a->qkv, a->ln1, CW(w->qkvw), CW(w->qkvb), N, C, 3 * Cl));
-	if (m->cp.size > 1)
-		CK(mr_cp_attn_fwd(&m->cp, a->atty, a->att_lse, a->qkv));
-	else
-		CK(OP(m, attn_fwd, a->atty, a->att_lse, a->qkv, m->B, m->T, Cl, c->n_head / tp,
-		      c->n_head / tp, m->k_ws));
-	CK(mr_tp_row_linear_fwd(&m->tp, a->res2, a->atty, CW(w->attprojw), CW(w->attprojb), Cl,
-				m->dln));
-	CK(OP(m, add, a->res2, res, nl));
-	CK(mr__gpt_mlp_hook(m, l));
-	CK(mr__gpt_norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w->ln2w, w->ln2b));
-	if (mr_gpt_layer_is_moe(c, l)) {
-		CK(mr__gpt_moe_fwd(m, l, out));
-	} else {
-		CK(OP(m, matmul_fwd, a->fch, a->ln2, CW(w->fcw), CW(w->fcb), N, C, 4 * Cl));
-		CK(OP(m, gelu_fwd, a->fch_gelu, a->fch, (size_t)N * 4 * Cl));
-		if (m->recomputing)
-			return 0; /* the backward reads no output */
-		CK(mr_tp_row_linear_fwd(&m->tp, out, a->fch_gelu, CW(w->fcprojw), CW(w->fcprojb),
-					4 * Cl, m->dln));
-	}
-	return OP(m, add, out, a->res2, nl);
 }
 
 /*
@@ -143,16 +103,13 @@ static int recompute(struct mr_gpt *m, int l, const mr_act *res)
 	w = &WV(m)->layer[l];
 	m->recomputing = 1;
 	if (mode == MR_GPT_RC_FULL) {
-		rc = block_fwd(m, l, res);
+		rc = m->family->block_fwd(m, l, res);
 	} else if ((rc = mr__gpt_norm_fwd(m, a->ln1, a->ln1_mean, a->ln1_rstd, res, w->ln1w,
 					  w->ln1b)) == 0 &&
 		   (rc = mr__gpt_norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w->ln2w,
 					  w->ln2b)) == 0 &&
 		   !mr_gpt_layer_is_moe(&m->cfg, l)) {
-		size_t N = (size_t)m->B * m->T, H = mr__gpt_ffn_cols(m);
-		rc = m->cfg.arch == MR_ARCH_LLAMA
-			     ? OP(m, swiglu_fwd, a->fch_gelu, a->fch, (int)N, (int)H)
-			     : OP(m, gelu_fwd, a->fch_gelu, a->fch, N * H);
+		rc = m->family->mlp_act(m, l);
 	}
 	m->recomputing = 0;
 	return rc;
@@ -202,7 +159,7 @@ int mr_gpt_blocks_fwd(struct mr_gpt *m, int lo, int hi, const mr_act *in)
 
 	for (l = lo; l < hi; l++) {
 		CK(HOOK(m, pre_fwd, m->layer_unit[l]));
-		CK(block_fwd(m, l, res));
+		CK(m->family->block_fwd(m, l, res));
 		res = m->la[l].res3;
 	}
 	return 0;
@@ -292,103 +249,12 @@ int mr__gpt_norm_bwd(struct mr_gpt *m, float *gw, float *gb, const mr_act *res, 
 
 	CK(mr_tp_reduce_rows(&m->tp, dlocal, m->dln));
 	CK(mr_tp_norm_grads(&m->tp, gw, gb, &pw, &pb));
-	if (m->cfg.arch == MR_ARCH_LLAMA)
+	if (m->family->rms_norm)
 		CK(OP(m, rmsnorm_bwd, m->dres, pw, dlocal, res, CW(w), rstd, Nl, C, m->k_ws));
 	else
 		CK(OP(m, layernorm_bwd, m->dres, pw, pb, dlocal, res, CW(w), mean, rstd, Nl, C,
 		      m->k_ws));
 	return mr_tp_sp_norm_grads(&m->tp, gw, gb);
-}
-
-/* The four dense GEMMs' weight gradients of layer l from their output
- * gradients (the weight phase of a split backward). */
-static int dense_weight_grads(struct mr_gpt *m, int l, const mr_act *dproj2, const mr_act *dfc,
-			      const mr_act *dproj1, const mr_act *dqkv, int moe)
-{
-	const struct mr_gpt_layer_w *w = &WV(m)->layer[l];
-	const struct mr_gpt_layer_w *g = &m->g.layer[l];
-	struct mr_gpt_layer_acts *a = &m->la[l];
-	int N = m->B * m->T, C = m->cfg.d_model, Cl = C / m->tp.size, rc;
-
-	if (!moe) {
-		CK(OP(m, matmul_bwd, NULL, g->fcprojw, g->fcprojb, dproj2, a->fch_gelu,
-		      CW(w->fcprojw), N, 4 * Cl, C, 0));
-		CK(OP(m, matmul_bwd, NULL, g->fcw, g->fcb, dfc, a->ln2, CW(w->fcw), N, C, 4 * Cl, 0));
-	}
-	CK(HOOK(m, post_bwd, m->layer_unit[l] + 1));
-	CK(OP(m, matmul_bwd, NULL, g->attprojw, g->attprojb, dproj1, a->atty, CW(w->attprojw), N,
-	      Cl, C, 0));
-	CK(OP(m, matmul_bwd, NULL, g->qkvw, g->qkvb, dqkv, a->ln1, CW(w->qkvw), N, C, 3 * Cl, 0));
-	return HOOK(m, post_bwd, m->layer_unit[l]);
-}
-
-/*
- * A block's backward, d(res3) in m->dres (Nl,C) -> d(res of the block) in
- * m->dres. phase MR_GPT_BWD_ALL does it in one pass; MR_GPT_BWD_INPUT
- * does everything but the four dense GEMMs' weight and bias gradients,
- * keeping their output gradients in the layer's stash, and
- * MR_GPT_BWD_WEIGHT adds those from the stash later (a zero-bubble
- * pipeline schedule runs it when a stage would idle). A MoE MLP's whole
- * backward runs in the input phase. Hooks: the input phase calls the
- * layer's pre_bwd (it reads the parameters), the weight phase its
- * post_bwd (the gradients are complete only then).
- */
-static int block_bwd(struct mr_gpt *m, int l, const mr_act *res, float dscale, int phase)
-{
-	const struct mr_gpt_config *c = &m->cfg;
-	const struct mr_gpt_layer_w *w = &WV(m)->layer[l];
-	const struct mr_gpt_layer_w *g = &m->g.layer[l];
-	struct mr_gpt_layer_acts *a = &m->la[l];
-	struct mr_gpt_layer_stash *st = m->stash ? &m->stash[l] : NULL;
-	struct mr_dev *d = m->dev;
-	int tp = m->tp.size, N = m->B * m->T, C = c->d_model, Cl = C / tp, rc;
-	int moe = mr_gpt_layer_is_moe(c, l), all = phase == MR_GPT_BWD_ALL;
-	size_t nc = mr_dev_act_bytes(d, (size_t)N * C);
-	mr_act *dfull = mr_tp_if_sp(&m->tp, m->dres, m->sp_full);
-	/* the output gradients the weight phase needs: scratch when fused */
-	mr_act *dproj2 = all ? dfull : st->dproj2, *dfc = all ? m->dfch : st->dfc;
-	mr_act *dproj1 = all ? dfull : st->dproj1, *dqkv = all ? m->dqkv : st->dqkv;
-
-	if (c->arch == MR_ARCH_LLAMA)
-		return mr__llama_block_bwd(m, l, res, dscale, phase);
-	if (phase == MR_GPT_BWD_WEIGHT)
-		return dense_weight_grads(m, l, st->dproj2, st->dfc, st->dproj1, st->dqkv, moe);
-	/* the MLP branch (the layer's second unit): dres = d(res3) */
-	CK(HOOK(m, pre_bwd, m->layer_unit[l] + 1));
-	CK(mr_tp_gather_rows(&m->tp, dfull, m->dres));
-	if (moe) {
-		struct mr_moe_shape s = mr_gpt_moe_shape(m);
-		CK(OP(m, moe_bwd, &s, &a->moe, &m->xchg, m->dln, dfull, a->ln2, CW(w->routerw),
-		      CW(w->fcw), CW(w->fcprojw), g->routerw, g->fcw, g->fcb, g->fcprojw,
-		      g->fcprojb, c->aux_coef * dscale, m->k_ws, m->ones));
-	} else {
-		if (dproj2 != dfull)
-			CK(OP(m, copy, dproj2, dfull, nc));
-		CK(OP(m, matmul_bwd, dfc, all ? g->fcprojw : NULL, all ? g->fcprojb : NULL, dfull,
-		      a->fch_gelu, CW(w->fcprojw), N, 4 * Cl, C, 0));
-		CK(OP(m, gelu_bwd, dfc, a->fch, dfc, (size_t)N * 4 * Cl));
-		CK(OP(m, matmul_bwd, m->dln, all ? g->fcw : NULL, all ? g->fcb : NULL, dfc, a->ln2,
-		      CW(w->fcw), N, C, 4 * Cl, 0));
-	}
-	CK(mr__gpt_norm_bwd(m, g->ln2w, g->ln2b, a->res2, w->ln2w, a->ln2_mean, a->ln2_rstd));
-	if (all)
-		CK(HOOK(m, post_bwd, m->layer_unit[l] + 1));
-	/* the attention branch (the layer's first unit): dres = d(res2) */
-	CK(HOOK(m, pre_bwd, m->layer_unit[l]));
-	CK(mr_tp_gather_rows(&m->tp, dfull, m->dres));
-	if (dproj1 != dfull)
-		CK(OP(m, copy, dproj1, dfull, nc));
-	CK(OP(m, matmul_bwd, m->datty, all ? g->attprojw : NULL, all ? g->attprojb : NULL, dfull,
-	      a->atty, CW(w->attprojw), N, Cl, C, 0));
-	if (m->cp.size > 1)
-		CK(mr_cp_attn_bwd(&m->cp, dqkv, m->datty, a->qkv, a->atty, a->att_lse));
-	else
-		CK(OP(m, attn_bwd, dqkv, m->datty, a->qkv, a->atty, a->att_lse, m->B, m->T, Cl,
-		      c->n_head / tp, c->n_head / tp, m->k_ws));
-	CK(OP(m, matmul_bwd, m->dln, all ? g->qkvw : NULL, all ? g->qkvb : NULL, dqkv, a->ln1,
-	      CW(w->qkvw), N, C, 3 * Cl, 0));
-	CK(mr__gpt_norm_bwd(m, g->ln1w, g->ln1b, res, w->ln1w, a->ln1_mean, a->ln1_rstd));
-	return all ? HOOK(m, post_bwd, m->layer_unit[l]) : 0;
 }
 
 int mr_gpt_head_bwd(struct mr_gpt *m, const mr_act *in, float dscale)
@@ -416,7 +282,7 @@ int mr_gpt_blocks_bwd(struct mr_gpt *m, int lo, int hi, const mr_act *in, float 
 	for (l = hi - 1; l >= lo; l--) {
 		const mr_act *res = l == lo ? in : m->la[l - 1].res3;
 		CK(recompute(m, l, res));
-		CK(block_bwd(m, l, res, dscale, phase));
+		CK(m->family->block_bwd(m, l, res, dscale, phase));
 	}
 	return 0;
 }

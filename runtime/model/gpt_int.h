@@ -75,10 +75,7 @@ static inline int mr__gpt_mlp_hook(struct mr_gpt *m, int l)
 	return m->recomputing ? 0 : HOOK(m, pre_fwd, m->layer_unit[l] + 1);
 }
 
-/* A llama block's passes (llama.c), called by gpt.c's block loop. */
-int mr__llama_block_fwd(struct mr_gpt *m, int l, const mr_act *res);
-int mr__llama_block_bwd(struct mr_gpt *m, int l, const mr_act *res, float dscale, int phase);
-/* The shared pieces they use (gpt.c): the norm of the local rows into
+/* The shared pieces a family's block uses (gpt.c): the norm of the local rows into
  * full rows for a column-parallel GEMM, and its backward from m->dln into
  * m->dres (added); b, gb NULL for RMSNorm. */
 int mr__gpt_norm_fwd(struct mr_gpt *m, mr_act *full, float *mean, float *rstd,

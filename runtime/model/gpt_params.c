@@ -18,7 +18,7 @@
 
 #include "kernels/mr_attention.h"
 #include "kernels/mr_kernels.h"
-#include "gpt_int.h"
+#include "gpt_family.h"
 #include "core/mr_rng.h"
 
 #define MAX_DIM (1 << 20)
@@ -848,6 +848,7 @@ int mr_gpt_create_on(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, i
 		return mr_errf_field(eb, MR_EINVAL, "cp", "cp %d without a cp communicator",
 				     mr_place_size(&m->place, MR_AXIS_CP));
 	m->cfg = *cfg;
+	m->family = mr__gpt_family_of(cfg);
 	m->B = B;
 	/* context parallel: this rank's rows of every sequence (mr_cp.h) */
 	m->T = T / mr_place_size(&m->place, MR_AXIS_CP);

@@ -1,15 +1,12 @@
 /*
- * gpt_table.c - the GPT parameter table (see mr_gpt.h): every tensor's
- * name, full and local shape, tensor-parallel split, offset, weight-decay
- * flag and init; the units (embeddings, attention and MLP half of each
- * layer, final LayerNorm); copying between a tensor's whole values and a
- * tp rank's slice, and gathering every rank's slices into the single-rank
- * layout; and binding the weight/gradient views of a unit and of the
+ * gpt_table.c - the GPT parameter table (see mr_gpt.h), built by the
+ * family's table (gpt2.c, llama.c) through the builder here: every
+ * tensor's name, full and local shape, tensor-parallel split, offset,
+ * weight-decay flag and init; the units (embeddings, attention and MLP
+ * half of each layer, final LayerNorm); copying between a tensor's whole
+ * values and a tp rank's slice, and gathering every rank's slices into
+ * the single-rank layout; and binding the weight/gradient views of a unit and of the
  * weights' compute copy, which it refreshes.
- *
- * Init (GPT-2 / nanoGPT): every matrix and embedding ~ normal(0, 0.02);
- * the residual projections (attn.proj.w, mlp.proj.w, also per expert) use
- * 0.02 / sqrt(2 L); biases 0; LayerNorm weight 1, bias 0.
  */
 #include <math.h>
 #include <stddef.h>
@@ -18,27 +15,9 @@
 #include <string.h>
 
 #include "comm/mr_comm.h"
-#include "gpt_int.h"
+#include "gpt_family.h"
 
-struct table {
-	struct mr_gpt_tensor *t;
-	int n, cap;
-	size_t off;
-	int tp;            /* tensor parallel degree: local = full / tp on the tp split */
-	int ep;            /* expert parallel degree: experts = full / ep on dim 0 */
-	int experts;       /* the tensors being added hold experts (dim 0) */
-	int rep;           /* the tensors being added are replicated key/value
-			    * heads shared by rep tp ranks (0: not) */
-	int *unit_first;   /* (units + 1), filled when t is */
-	int unit;          /* units held so far */
-	const unsigned char *hold; /* per unit of the whole model: 1 held here; NULL: all */
-	int gunit, gi;     /* units and tensors of the whole model so far */
-	size_t full_off;   /* elements of the whole model so far */
-	int held;          /* the current unit is held */
-};
-
-/* Starts the next unit of the whole model at the next tensor. */
-static void unit_begin(struct table *tb)
+void mr__gpt_table_unit(struct mr__gpt_table *tb)
 {
 	tb->held = !tb->hold || tb->hold[tb->gunit];
 	tb->gunit++;
@@ -49,11 +28,9 @@ static void unit_begin(struct table *tb)
 	tb->unit++;
 }
 
-/* Adds a tensor of full shape (d0, d1, d2) (0 = absent dim), split along
- * dim split (-1: replicated) viewed as parts blocks, bound to the view at
- * offset view of block layer's views (layer -1: the model's own). */
-static void add(struct table *tb, const char *name, int d0, int d1, int d2,
-		enum mr_gpt_init init, float std, int split, int parts, int layer, size_t view)
+void mr__gpt_table_add(struct mr__gpt_table *tb, const char *name, int d0, int d1, int d2,
+		       enum mr_gpt_init init, float std, int split, int parts, int layer,
+		       size_t view)
 {
 	int full[3] = { d0, d1, d2 }, shape[3] = { d0, d1, d2 }, k, id = tb->gi++;
 	int rep = split >= 0 && tb->rep > 1 ? tb->rep : 1, slices = tb->tp / rep;
@@ -103,122 +80,16 @@ static void add(struct table *tb, const char *name, int d0, int d1, int d2,
 	tb->n++;
 }
 
-#define LV(f) offsetof(struct mr_gpt_layer_w, f)
-#define MV(f) offsetof(struct mr_gpt_weights, f)
-
-/* Fills the table (or only counts when tb->t is NULL). Splits follow
- * Megatron-LM: column-parallel (dim 0 of a (out, in) matrix) for QKV - as
- * three blocks, so each rank gets whole heads of q, k and v - and MLP fc;
- * row-parallel (the input dim) for the attention and MLP projections,
- * whose biases stay replicated; vocab-parallel rows of wte. */
-static void gpt2_table(const struct mr_gpt_config *c, struct table *tb)
+const struct mr__gpt_family *mr__gpt_family_of(const struct mr_gpt_config *c)
 {
-	int C = c->d_model, E = c->n_experts, l;
-	float sd = 0.02f, rsd = 0.02f / sqrtf(2.0f * (float)c->n_layer);
-	char nm[32];
-
-#define NAME(fmt) (snprintf(nm, sizeof(nm), "h.%d." fmt, l), nm)
-	unit_begin(tb);
-	add(tb, "wte", c->vocab, C, 0, MR_INIT_NORMAL, sd, 0, 1, -1, MV(wte));
-	add(tb, "wpe", c->max_seq, C, 0, MR_INIT_NORMAL, sd, -1, 1, -1, MV(wpe));
-	for (l = 0; l < c->n_layer; l++) {
-		unit_begin(tb);
-		add(tb, NAME("ln1.w"), C, 0, 0, MR_INIT_ONE, 0, -1, 1, l, LV(ln1w));
-		add(tb, NAME("ln1.b"), C, 0, 0, MR_INIT_ZERO, 0, -1, 1, l, LV(ln1b));
-		add(tb, NAME("attn.qkv.w"), 3 * C, C, 0, MR_INIT_NORMAL, sd, 0, 3, l, LV(qkvw));
-		add(tb, NAME("attn.qkv.b"), 3 * C, 0, 0, MR_INIT_ZERO, 0, 0, 3, l, LV(qkvb));
-		add(tb, NAME("attn.proj.w"), C, C, 0, MR_INIT_NORMAL, rsd, 1, 1, l, LV(attprojw));
-		add(tb, NAME("attn.proj.b"), C, 0, 0, MR_INIT_ZERO, 0, -1, 1, l, LV(attprojb));
-		unit_begin(tb);
-		add(tb, NAME("ln2.w"), C, 0, 0, MR_INIT_ONE, 0, -1, 1, l, LV(ln2w));
-		add(tb, NAME("ln2.b"), C, 0, 0, MR_INIT_ZERO, 0, -1, 1, l, LV(ln2b));
-		if (mr_gpt_layer_is_moe(c, l)) {
-			add(tb, NAME("moe.router.w"), E, C, 0, MR_INIT_NORMAL, sd, -1, 1, l,
-			    LV(routerw));
-			/* the experts, last in the unit: one contiguous range
-			 * the data-parallel layer reduces over expert-data ranks */
-			tb->experts = 1;
-			add(tb, NAME("moe.fc.w"), E, 4 * C, C, MR_INIT_NORMAL, sd, 1, 1, l, LV(fcw));
-			add(tb, NAME("moe.fc.b"), E, 4 * C, 0, MR_INIT_ZERO, 0, 1, 1, l, LV(fcb));
-			add(tb, NAME("moe.proj.w"), E, C, 4 * C, MR_INIT_NORMAL, rsd, 2, 1, l,
-			    LV(fcprojw));
-			add(tb, NAME("moe.proj.b"), E, C, 0, MR_INIT_ZERO, 0, -1, 1, l, LV(fcprojb));
-			tb->experts = 0;
-		} else {
-			add(tb, NAME("mlp.fc.w"), 4 * C, C, 0, MR_INIT_NORMAL, sd, 0, 1, l, LV(fcw));
-			add(tb, NAME("mlp.fc.b"), 4 * C, 0, 0, MR_INIT_ZERO, 0, 0, 1, l, LV(fcb));
-			add(tb, NAME("mlp.proj.w"), C, 4 * C, 0, MR_INIT_NORMAL, rsd, 1, 1, l,
-			    LV(fcprojw));
-			add(tb, NAME("mlp.proj.b"), C, 0, 0, MR_INIT_ZERO, 0, -1, 1, l, LV(fcprojb));
-		}
-	}
-#undef NAME
-	unit_begin(tb);
-	add(tb, "lnf.w", C, 0, 0, MR_INIT_ONE, 0, -1, 1, -1, MV(lnfw));
-	add(tb, "lnf.b", C, 0, 0, MR_INIT_ZERO, 0, -1, 1, -1, MV(lnfb));
+	return c->arch == MR_ARCH_LLAMA ? &mr__llama_family : &mr__gpt2_family;
 }
 
-/* llama: the same units, no biases. q, k and v are three tensors split
- * whole (a rank's query heads and its key/value heads), back to back so
- * their local slices are one GEMM's weight; with tp above n_kv_head, k
- * and v are replicated key/value heads (mr_gpt_kv_rep: every rank holds
- * the one head its query heads use); gate and up likewise (in a
- * MoE layer one tensor per expert of [gate | up] rows). An untied head
- * closes the last unit. Init: every matrix ~ normal(0, 0.02),
- * the residual projections 0.02 / sqrt(2 L) (as gpt2), norms 1. */
-static void llama_table(const struct mr_gpt_config *c, struct table *tb)
-{
-	int C = c->d_model, hs = C / c->n_head, q = c->n_head * hs;
-	int kv = mr_gpt_kv_heads(c) * hs, F = mr_gpt_ffn(c), E = c->n_experts, l;
-	float sd = 0.02f, rsd = 0.02f / sqrtf(2.0f * (float)c->n_layer);
-	char nm[32];
-
-#define NAME(fmt) (snprintf(nm, sizeof(nm), "h.%d." fmt, l), nm)
-	unit_begin(tb);
-	add(tb, "tok_emb", c->vocab, C, 0, MR_INIT_NORMAL, sd, 0, 1, -1, MV(wte));
-	for (l = 0; l < c->n_layer; l++) {
-		unit_begin(tb);
-		add(tb, NAME("attn_norm.w"), C, 0, 0, MR_INIT_ONE, 0, -1, 1, l, LV(ln1w));
-		add(tb, NAME("attn.q.w"), q, C, 0, MR_INIT_NORMAL, sd, 0, 1, l, LV(qkvw));
-		tb->rep = mr_gpt_kv_rep(c, tb->tp);
-		add(tb, NAME("attn.k.w"), kv, C, 0, MR_INIT_NORMAL, sd, 0, 1, l, LV(kw));
-		add(tb, NAME("attn.v.w"), kv, C, 0, MR_INIT_NORMAL, sd, 0, 1, l, LV(vw));
-		tb->rep = 0;
-		add(tb, NAME("attn.o.w"), C, q, 0, MR_INIT_NORMAL, rsd, 1, 1, l, LV(attprojw));
-		unit_begin(tb);
-		add(tb, NAME("mlp_norm.w"), C, 0, 0, MR_INIT_ONE, 0, -1, 1, l, LV(ln2w));
-		if (mr_gpt_layer_is_moe(c, l)) {
-			/* SwiGLU experts (Mixtral): each expert's gate and up rows
-			 * back to back, split by tp as two blocks; experts last */
-			add(tb, NAME("moe.router.w"), E, C, 0, MR_INIT_NORMAL, sd, -1, 1, l,
-			    LV(routerw));
-			tb->experts = 1;
-			add(tb, NAME("moe.gate_up.w"), E, 2 * F, C, MR_INIT_NORMAL, sd, 1, 2, l,
-			    LV(fcw));
-			add(tb, NAME("moe.down.w"), E, C, F, MR_INIT_NORMAL, rsd, 2, 1, l,
-			    LV(fcprojw));
-			tb->experts = 0;
-			continue;
-		}
-		add(tb, NAME("mlp.gate.w"), F, C, 0, MR_INIT_NORMAL, sd, 0, 1, l, LV(fcw));
-		add(tb, NAME("mlp.up.w"), F, C, 0, MR_INIT_NORMAL, sd, 0, 1, l, LV(upw));
-		add(tb, NAME("mlp.down.w"), C, F, 0, MR_INIT_NORMAL, rsd, 1, 1, l, LV(fcprojw));
-	}
-#undef NAME
-	unit_begin(tb);
-	add(tb, "norm.w", C, 0, 0, MR_INIT_ONE, 0, -1, 1, -1, MV(lnfw));
-	if (!mr_gpt_tied(c))
-		add(tb, "output.w", c->vocab, C, 0, MR_INIT_NORMAL, sd, 0, 1, -1, MV(head));
-}
-
-static void build_table(const struct mr_gpt_config *c, struct table *tb)
+static void build_table(const struct mr_gpt_config *c, struct mr__gpt_table *tb)
 {
 	tb->unit = tb->gunit = tb->gi = 0;
 	tb->full_off = 0;
-	if (c->arch == MR_ARCH_LLAMA)
-		llama_table(c, tb);
-	else
-		gpt2_table(c, tb);
+	mr__gpt_family_of(c)->table(c, tb);
 	if (tb->t)
 		tb->unit_first[tb->unit] = tb->n;
 }
@@ -420,7 +291,7 @@ static int stage_units(const struct mr_gpt *m, unsigned char **hold)
 
 int mr__gpt_table_create(struct mr_gpt *m)
 {
-	struct table tb = { .tp = m->tp.size, .ep = mr_place_size(&m->place, MR_AXIS_EP) };
+	struct mr__gpt_table tb = { .tp = m->tp.size, .ep = mr_place_size(&m->place, MR_AXIS_EP) };
 	unsigned char *hold;
 	int l, u = 0, rc = stage_units(m, &hold);
 

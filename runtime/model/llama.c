@@ -2,9 +2,10 @@
  * llama.c - the Llama family's transformer block, forward and backward
  * (Touvron et al. 2023, "LLaMA"; Dubey et al. 2024, "The Llama 3 Herd of
  * Models"): RMSNorm, grouped-query attention with rotary positions, a
- * SwiGLU MLP, no biases. Its table of tensors is gpt_table.c's
- * llama_table; embedding, head, loss, hooks and pipeline plumbing are the
- * model's own (gpt.c), so this file is what a family adds.
+ * SwiGLU MLP, no biases; and its table of tensors (no position table, an
+ * untied head unless tie_embeddings). Embedding, head, loss, hooks,
+ * slots and recomputation are the model's (gpt.c), so this file is what
+ * a family adds (gpt_family.h).
  *
  * Layout: the QKV GEMM reads q, k and v's weights as one (their local
  * slices are back to back in the table) and writes rows of
@@ -22,13 +23,82 @@
  * A MoE layer's MLP is SwiGLU experts (Mixtral; kernels/mr_moe.h with
  * swiglu set), routed and exchanged as gpt2's.
  *
- * Backward phases as gpt2's (gpt.c block_bwd): the input phase keeps the
+ * Backward phases as gpt2's (gpt2.c block_bwd): the input phase keeps the
  * four GEMMs' output gradients in the layer's stash, the weight phase adds
  * their weight gradients later (a MoE MLP's backward runs whole in the
  * input phase).
  */
-#include "gpt_int.h"
+#include <math.h>
+#include <stdio.h>
+
+#include "gpt_family.h"
 #include "layers/mr_tp.h"
+
+/* llama: the same units, no biases. q, k and v are three tensors split
+ * whole (a rank's query heads and its key/value heads), back to back so
+ * their local slices are one GEMM's weight; with tp above n_kv_head, k
+ * and v are replicated key/value heads (mr_gpt_kv_rep: every rank holds
+ * the one head its query heads use); gate and up likewise (in a
+ * MoE layer one tensor per expert of [gate | up] rows). An untied head
+ * closes the last unit. Init: every matrix ~ normal(0, 0.02),
+ * the residual projections 0.02 / sqrt(2 L) (as gpt2), norms 1. */
+static void llama_table(const struct mr_gpt_config *c, struct mr__gpt_table *tb)
+{
+	int C = c->d_model, hs = C / c->n_head, q = c->n_head * hs;
+	int kv = mr_gpt_kv_heads(c) * hs, F = mr_gpt_ffn(c), E = c->n_experts, l;
+	float sd = 0.02f, rsd = 0.02f / sqrtf(2.0f * (float)c->n_layer);
+	char nm[32];
+
+#define NAME(fmt) (snprintf(nm, sizeof(nm), "h.%d." fmt, l), nm)
+	mr__gpt_table_unit(tb);
+	mr__gpt_table_add(tb, "tok_emb", c->vocab, C, 0, MR_INIT_NORMAL, sd, 0, 1, -1, MV(wte));
+	for (l = 0; l < c->n_layer; l++) {
+		mr__gpt_table_unit(tb);
+		mr__gpt_table_add(tb, NAME("attn_norm.w"), C, 0, 0, MR_INIT_ONE, 0, -1, 1, l,
+				  LV(ln1w));
+		mr__gpt_table_add(tb, NAME("attn.q.w"), q, C, 0, MR_INIT_NORMAL, sd, 0, 1, l,
+				  LV(qkvw));
+		tb->rep = mr_gpt_kv_rep(c, tb->tp);
+		mr__gpt_table_add(tb, NAME("attn.k.w"), kv, C, 0, MR_INIT_NORMAL, sd, 0, 1, l,
+				  LV(kw));
+		mr__gpt_table_add(tb, NAME("attn.v.w"), kv, C, 0, MR_INIT_NORMAL, sd, 0, 1, l,
+				  LV(vw));
+		tb->rep = 0;
+		mr__gpt_table_add(tb, NAME("attn.o.w"), C, q, 0, MR_INIT_NORMAL, rsd, 1, 1, l,
+				  LV(attprojw));
+		mr__gpt_table_unit(tb);
+		mr__gpt_table_add(tb, NAME("mlp_norm.w"), C, 0, 0, MR_INIT_ONE, 0, -1, 1, l,
+				  LV(ln2w));
+		if (mr_gpt_layer_is_moe(c, l)) {
+			/* SwiGLU experts (Mixtral): each expert's gate and up rows
+			 * back to back, split by tp as two blocks; experts last */
+			mr__gpt_table_add(tb, NAME("moe.router.w"), E, C, 0, MR_INIT_NORMAL, sd, -1,
+					  1, l,
+			    LV(routerw));
+			tb->experts = 1;
+			mr__gpt_table_add(tb, NAME("moe.gate_up.w"), E, 2 * F, C, MR_INIT_NORMAL,
+					  sd, 1, 2, l,
+			    LV(fcw));
+			mr__gpt_table_add(tb, NAME("moe.down.w"), E, C, F, MR_INIT_NORMAL, rsd, 2,
+					  1, l,
+			    LV(fcprojw));
+			tb->experts = 0;
+			continue;
+		}
+		mr__gpt_table_add(tb, NAME("mlp.gate.w"), F, C, 0, MR_INIT_NORMAL, sd, 0, 1, l,
+				  LV(fcw));
+		mr__gpt_table_add(tb, NAME("mlp.up.w"), F, C, 0, MR_INIT_NORMAL, sd, 0, 1, l,
+				  LV(upw));
+		mr__gpt_table_add(tb, NAME("mlp.down.w"), C, F, 0, MR_INIT_NORMAL, rsd, 1, 1, l,
+				  LV(fcprojw));
+	}
+#undef NAME
+	mr__gpt_table_unit(tb);
+	mr__gpt_table_add(tb, "norm.w", C, 0, 0, MR_INIT_ONE, 0, -1, 1, -1, MV(lnfw));
+	if (!mr_gpt_tied(c))
+		mr__gpt_table_add(tb, "output.w", c->vocab, C, 0, MR_INIT_NORMAL, sd, 0, 1, -1,
+				  MV(head));
+}
 
 /* This rank's shapes of block l. */
 struct shape {
@@ -52,7 +122,7 @@ static struct shape shape_of(const struct mr_gpt *m)
 	return s;
 }
 
-int mr__llama_block_fwd(struct mr_gpt *m, int l, const mr_act *res)
+static int block_fwd(struct mr_gpt *m, int l, const mr_act *res)
 {
 	const struct mr_gpt_layer_w *w = &WV(m)->layer[l];
 	struct mr_gpt_layer_acts *a = &m->la[l];
@@ -86,6 +156,15 @@ int mr__llama_block_fwd(struct mr_gpt *m, int l, const mr_act *res)
 	return OP(m, add, out, a->res2, nl);
 }
 
+/* The dense MLP's activation of block l: SwiGLU of [gate | up]. */
+static int mlp_act(struct mr_gpt *m, int l)
+{
+	struct mr_gpt_layer_acts *a = &m->la[l];
+	struct shape s = shape_of(m);
+
+	return OP(m, swiglu_fwd, a->fch_gelu, a->fch, s.N, (int)s.ffn);
+}
+
 /* The four GEMMs' weight gradients from their output gradients (the
  * weight phase of a split backward); a MoE MLP's ran in the input phase. */
 static int weight_grads(struct mr_gpt *m, int l, const struct mr_gpt_layer_stash *st)
@@ -112,7 +191,7 @@ static int weight_grads(struct mr_gpt *m, int l, const struct mr_gpt_layer_stash
 	return HOOK(m, post_bwd, m->layer_unit[l]);
 }
 
-int mr__llama_block_bwd(struct mr_gpt *m, int l, const mr_act *res, float dscale, int phase)
+static int block_bwd(struct mr_gpt *m, int l, const mr_act *res, float dscale, int phase)
 {
 	const struct mr_gpt_layer_w *w = &WV(m)->layer[l];
 	const struct mr_gpt_layer_w *g = &m->g.layer[l];
@@ -172,3 +251,12 @@ int mr__llama_block_bwd(struct mr_gpt *m, int l, const mr_act *res, float dscale
 	CK(mr__gpt_norm_bwd(m, g->ln1w, NULL, res, w->ln1w, NULL, a->ln1_rstd));
 	return all ? HOOK(m, post_bwd, m->layer_unit[l]) : 0;
 }
+
+const struct mr__gpt_family mr__llama_family = {
+	.name = "llama",
+	.table = llama_table,
+	.block_fwd = block_fwd,
+	.block_bwd = block_bwd,
+	.mlp_act = mlp_act,
+	.rms_norm = 1,
+};

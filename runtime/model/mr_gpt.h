@@ -1,6 +1,7 @@
 /*
  * mr_gpt.h - the model: GPT-2 (llm.c layout) with optional MoE MLP layers,
- * or the llama family ("arch", model/llama.c; below, what differs is said
+ * or the llama family ("arch"; a family's block and table are one file,
+ * model/gpt2.c and model/llama.c; below, what differs is said
  * where it matters); parameters, activations, hand-written forward and
  * backward.
  *
@@ -307,8 +308,11 @@ struct mr_gpt_hooks {
 	int (*pre_recompute)(void *ctx, int unit);
 };
 
+struct mr__gpt_family;
+
 struct mr_gpt {
 	struct mr_gpt_config cfg;
+	const struct mr__gpt_family *family; /* cfg.arch's blocks and table (gpt_family.h) */
 	struct mr_place place;  /* where this rank sits (copied at create) */
 	unsigned flags;         /* MR_GPT_EXT_* */
 	struct mr_tp tp;        /* the tensor/sequence-parallel layers (layers/mr_tp.h) */
