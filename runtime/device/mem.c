@@ -6,11 +6,11 @@
  * What ranks exchange (parameters, gradients, activations, workspace)
  * comes from the communicator's registered memory (mr_comm_mem_alloc):
  * shared-memory peers read it with one copy. Optimizer state and state a
- * device rank offloads to the host (MR_MEM_HOST) stay private.
+ * device rank offloads to the host (MR_MEM_HOST) stay private. Sanitizer
+ * builds keep every buffer on the heap, where the sanitizer watches it.
  *
  * mr_dev_host_alloc (mr_device.h): a device's host memory, through its
- * host_alloc op (pinned on cuda) or, without one, mr_mem_alloc. Sanitizer builds keep every buffer on the heap, where the
- * sanitizer watches it.
+ * host_alloc op (pinned on cuda) or, without one, mr_mem_alloc.
  */
 #include <stdlib.h>
 #include <string.h>

@@ -406,8 +406,8 @@ int mr_dp_create(struct mr_dp **out, struct mr_gpt *m, const struct mr_adamw_con
 				     cfg->zero);
 	if (cfg->offload < MR_DP_OFFLOAD_NONE || cfg->offload > MR_DP_OFFLOAD_MASTER)
 		return mr_errf_field(eb, MR_EINVAL, "offload",
-				     "'offload' must be none, optimizer or optimizer+master, got %d",
-				     cfg->offload);
+				     "'offload' must be none, optimizer or optimizer+master "
+				     "(0, 1, 2), got %d", cfg->offload);
 	if ((m->params == NULL) != !!(want & MR_GPT_EXT_PARAMS))
 		return mr_errf_field(eb, MR_EINVAL, "ext_params",
 				     "'ext_params' must be %d for zero %d (see mr_dp_model_flags)",
