@@ -112,7 +112,7 @@ CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
                -lcublasLt -lcublas -lcudart -lstdc++
 # tests/gpu files that only make sense against the emulation (below)
 emul_only  := tests/gpu/test_cuda_emul.c tests/gpu/test_cuda_parallel.c \
-              tests/gpu/test_bench_gpu.c
+              tests/gpu/test_bench_gpu.c tests/gpu/test_offload.c
 gpu_test_bins := $(patsubst tests/%.c,$(BUILD)/tests/%,$(filter-out $(emul_only),\
                  $(sort $(wildcard tests/gpu/test_*.c))))
 ifeq ($(CUDA_ON),1)
@@ -175,7 +175,8 @@ $(BUILD)/tests/gpu/%: tests/gpu/%.c $(CUDA_LIB) $(plugin_obj) $(call obj,$(test_
 # (tight tolerances), in every build - with or without CUDA, sanitizers
 # included. The emul_only ones exist only here: test_cuda_emul checks the
 # emulation itself (its tagged device pointers fault on host access),
-# test_cuda_parallel runs ranks on several emulated GPUs. test_reference
+# test_cuda_parallel runs ranks on several emulated GPUs, test_offload the
+# offloaded optimizer step against the device's. test_reference
 # (the PyTorch reference) runs on the emulated cuda device too.
 emul_dev_tests := $(BUILD)/tests/gpu-emul/test_device_cuda $(BUILD)/tests/gpu-emul/test_cuda_model \
                   $(BUILD)/tests/gpu-emul/test_generate_cuda \

@@ -91,7 +91,7 @@ static int rank_run(struct bench *b, int rank, struct mr_comm *world)
 	if ((rc = mr_gpt_create_placed(&m, &b->cfg, b->B, b->T, pool, &where, 0, &eb)) < 0)
 		goto out;
 	{
-		struct mr_dp_config dc = { 0, 0, b->overlap };
+		struct mr_dp_config dc = { 0, 0, b->overlap, MR_DP_OFFLOAD_NONE };
 		struct mr_dp_comms cc = { b->dp > 1 ? world : NULL, NULL, world, NULL };
 		rc = mr_step_init(&drv, &m, &ocfg, &dc, &cc, 1, &eb);
 	}

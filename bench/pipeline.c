@@ -182,7 +182,7 @@ static int stage_run(struct run *r, int rank)
 		goto out;
 	have_m = 1;
 	{
-		struct mr_dp_config dc = { 0, 0, 0 };
+		struct mr_dp_config dc = { 0, 0, 0, MR_DP_OFFLOAD_NONE };
 		struct mr_dp_comms cc = { g.shard, g.replica, g.group[MR_GROUP_WORLD],
 					  g.group[MR_GROUP_EDP] };
 		struct mr_pp_config pc = { r->kind, r->v, g.group[MR_GROUP_PP], g.embed,

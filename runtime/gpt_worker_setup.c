@@ -295,7 +295,7 @@ int mr__gw_create_trainer(struct gw *w, const struct mr_worker_env *env,
 			  const struct mr_adamw_config *oc, struct mr_errbuf *eb)
 {
 	struct mr_dp_config dc = { w->zero, (size_t)((double)w->bucket_mb * 1048576.0),
-				   w->overlap };
+				   w->overlap, w->offload };
 	struct mr_dp_comms cc;
 	int rc = mr_dev_open(&w->dev, w->device, env ? env->local_rank : 0, w->precision, w->pool,
 			     eb);

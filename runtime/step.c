@@ -78,7 +78,7 @@ int mr_step_init(struct mr_step *s, struct mr_gpt *m, const struct mr_adamw_conf
 		 const struct mr_dp_config *dc, const struct mr_dp_comms *c, uint64_t seed,
 		 struct mr_errbuf *eb)
 {
-	struct mr_dp_config ddp = { 0, 0, 1 };
+	struct mr_dp_config ddp = { 0, 0, 1, MR_DP_OFFLOAD_NONE };
 	struct mr_dp_comms one = { NULL, NULL, m->tp.comm, NULL };
 
 	memset(s, 0, sizeof(*s));

@@ -167,7 +167,6 @@ static int load_one(struct mr_ckpt *c, const char *dir, struct mr_ckpt_manifest 
 		    struct mr_errbuf *eb)
 {
 	struct mr_gpt *m = c->job.m;
-	struct mr_dev *dev = m->dev;
 	int *index = NULL, *start = NULL, *fds = NULL, i, k, rc;
 	const char *field;
 	float *buf = NULL;
@@ -206,14 +205,14 @@ static int load_one(struct mr_ckpt *c, const char *dir, struct mr_ckpt_manifest 
 			break;
 		}
 		for (k = 0; k < MR_CKPT_KINDS && rc == 0; k++) {
-			float *to = k == 0 ? s.param : k == 1 ? s.m : s.v;
 			int f = fill(c, mf, mi, s.tensor, k, s.at, s.n, buf, fds, index, start, eb);
 			if (f == 1 && k == MR_CKPT_PARAM)
 				f = mr_errf(eb, MR_ECORRUPT, "'%s' has no parameters of '%s'", dir,
 					    m->tensors[s.tensor].name);
 			if (f == 1) /* no optimizer state (an imported model): zeros */
 				memset(buf, 0, s.n * sizeof(float));
-			rc = f < 0 ? f : dev->ops->upload(dev, to, buf, s.n * sizeof(float));
+			/* to wherever it lives: the device, or the host (offload) */
+			rc = f < 0 ? f : mr_dp_slice_write(c->job.dp_state, i, k, buf);
 		}
 	}
 	mr__ckpt_close_fds(fds, mf->nshards);

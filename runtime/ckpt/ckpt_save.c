@@ -576,7 +576,6 @@ int mr_ckpt_wait_published(struct mr_ckpt *c, long step, long timeout_ms, struct
 
 int mr_ckpt_save(struct mr_ckpt *c, long step, struct mr_errbuf *eb)
 {
-	struct mr_dev *dev = c->job.m->dev;
 	double t0 = now_s();
 	int i, k, j = 0, n = mr_dp_nslices(c->job.dp_state), rc, peer;
 
@@ -601,9 +600,9 @@ int mr_ckpt_save(struct mr_ckpt *c, long step, struct mr_errbuf *eb)
 		if (!s.owner)
 			continue;
 		for (k = 0; k < MR_CKPT_KINDS && c->wrc == 0; k++) {
-			const float *src = k == 0 ? s.param : k == 1 ? s.m : s.v;
+			/* from wherever it lives: the device, or the host (offload) */
 			float *dst = (float *)(void *)(c->image + c->pc[j].offset) + (size_t)k * s.n;
-			int drc = dev->ops->download(dev, dst, src, s.n * sizeof(float));
+			int drc = mr_dp_slice_read(c->job.dp_state, i, k, dst);
 			if (drc < 0)
 				c->wrc = mr_errf(&c->web, drc, "unable to snapshot '%s' for step %ld",
 						 c->job.m->tensors[s.tensor].name, step);

@@ -60,6 +60,10 @@ struct mr_ckpt;
 #define MR_CKPT_VERSION 1
 
 enum mr_ckpt_kind { MR_CKPT_PARAM, MR_CKPT_ADAM_M, MR_CKPT_ADAM_V, MR_CKPT_KINDS };
+/* a kind is read and written as mr_dp_slice_read/_write's `what` */
+_Static_assert((int)MR_CKPT_PARAM == (int)MR_DP_PARAM && (int)MR_CKPT_ADAM_M == (int)MR_DP_ADAM_M &&
+		       (int)MR_CKPT_ADAM_V == (int)MR_DP_ADAM_V,
+	       "checkpoint kinds follow enum mr_dp_state");
 
 /* The job around the rank: what a manifest records and a resume checks. */
 struct mr_ckpt_job {

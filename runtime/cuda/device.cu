@@ -238,6 +238,25 @@ extern "C" void mr_cuda_dfree(struct mr_cuda *cu, void *p)
 	cudaFree(p);
 }
 
+extern "C" int mr_cuda_host_alloc(struct mr_cuda *cu, void **p, size_t bytes)
+{
+	*p = NULL;
+	return mr__cuda_check(cu, cudaHostAlloc(p, bytes ? bytes : 1, cudaHostAllocDefault),
+			      "cudaHostAlloc");
+}
+
+extern "C" int mr_cuda_host_free(struct mr_cuda *cu, void *p)
+{
+	int rc;
+
+	if (!p)
+		return 0;
+	rc = mr__cuda_check(cu, cudaStreamSynchronize(cu->stream), "cudaFreeHost sync");
+	if (mr__cuda_check(cu, cudaFreeHost(p), "cudaFreeHost") < 0)
+		rc = rc ? rc : MR_ESYS;
+	return rc;
+}
+
 extern "C" int mr_cuda_memset0(struct mr_cuda *cu, void *p, size_t bytes)
 {
 	return mr__cuda_check(cu, cudaMemsetAsync(p, 0, bytes, cu->stream), "cudaMemset");

@@ -136,6 +136,12 @@ void mr_cuda_disable_lt(struct mr_cuda *cu);
 int mr_cuda_alloc(struct mr_cuda *cu, void **p, size_t bytes);
 void mr_cuda_dfree(struct mr_cuda *cu, void *p); /* p may be NULL; waits */
 int mr_cuda_memset0(struct mr_cuda *cu, void *p, size_t bytes);
+/* Page-locked host memory (cudaHostAlloc): the host reads and writes it,
+ * upload/download move it at full bandwidth. Not zeroed. host_free waits
+ * for the stream first (a copy in flight may still read it); p may be
+ * NULL. */
+int mr_cuda_host_alloc(struct mr_cuda *cu, void **p, size_t bytes);
+int mr_cuda_host_free(struct mr_cuda *cu, void *p);
 /* Synchronous copies (they wait for the stream). */
 int mr_cuda_upload(struct mr_cuda *cu, void *dst, const void *src_host, size_t bytes);
 int mr_cuda_download(struct mr_cuda *cu, void *dst_host, const void *src, size_t bytes);

@@ -18,7 +18,9 @@
  * counts the expert GEMMs and the exchange need on the host. Before a
  * MoE exchange or reduce callback (a collective) the stream is synced,
  * as mr_device.h asks. Memory is cudaMalloc'd, zeroed on the stream and
- * accounted in the caller's ledger; free waits for the stream.
+ * accounted in the caller's ledger; free waits for the stream. Host
+ * memory for offloaded state (host_alloc) is cudaHostAlloc'd (pinned),
+ * zeroed on the host; its free waits for the stream too.
  *
  * Errors: an operation returns the kernel layer's code (MR_EINVAL for a
  * shape the kernels do not support, such as a head size that is not a
@@ -95,6 +97,25 @@ static void cuda_free(struct mr_dev *d, struct mr_mem *mem, enum mr_mem_kind kin
 		      size_t bytes)
 {
 	mr_cuda_dfree(cu_of(d), p);
+	mr_mem_uncount(mem, kind, bytes);
+}
+
+static void *cuda_host_alloc(struct mr_dev *d, struct mr_mem *mem, enum mr_mem_kind kind,
+			     size_t bytes)
+{
+	void *p = NULL;
+
+	if (ck(d, mr_cuda_host_alloc(cu_of(d), &p, bytes), "host_alloc") < 0)
+		return NULL;
+	memset(p, 0, bytes ? bytes : 1);
+	mr_mem_count(mem, kind, bytes);
+	return p;
+}
+
+static void cuda_host_free(struct mr_dev *d, struct mr_mem *mem, enum mr_mem_kind kind, void *p,
+			   size_t bytes)
+{
+	ck(d, mr_cuda_host_free(cu_of(d), p), "host_free");
 	mr_mem_uncount(mem, kind, bytes);
 }
 
@@ -619,6 +640,8 @@ static const struct mr_dev_ops cuda_ops = {
 	.alloc = cuda_alloc,
 	.stream = cuda_stream,
 	.free = cuda_free,
+	.host_alloc = cuda_host_alloc,
+	.host_free = cuda_host_free,
 	.upload = cuda_upload,
 	.download = cuda_download,
 	.copy = cuda_copy,

@@ -5,9 +5,12 @@
  *
  * What ranks exchange (parameters, gradients, activations, workspace)
  * comes from the communicator's registered memory (mr_comm_mem_alloc):
- * shared-memory peers read it with one copy. Optimizer state stays
- * private. Sanitizer builds keep every buffer on the heap, where the
- * sanitizer watches it.
+ * shared-memory peers read it with one copy. Optimizer state and state a
+ * device rank offloads to the host (MR_MEM_HOST) stay private. Sanitizer
+ * builds keep every buffer on the heap, where the sanitizer watches it.
+ *
+ * mr_dev_host_alloc (mr_device.h): a device's host memory, through its
+ * host_alloc op (pinned on cuda) or, without one, mr_mem_alloc.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +33,7 @@ static int registered(enum mr_mem_kind kind)
 	(void)kind;
 	return 0;
 #else
-	return kind != MR_MEM_OPTIM;
+	return kind != MR_MEM_OPTIM && kind != MR_MEM_HOST;
 #endif
 }
 
@@ -62,4 +65,23 @@ void mr_mem_free(struct mr_mem *m, enum mr_mem_kind kind, void *p, size_t n)
 		mr_comm_mem_free(p);
 	else
 		free(p);
+}
+
+void *mr_dev_host_alloc(struct mr_dev *d, struct mr_mem *mem, enum mr_mem_kind kind,
+			size_t bytes)
+{
+	if (d->ops->host_alloc)
+		return d->ops->host_alloc(d, mem, kind, bytes);
+	return mr_mem_alloc(mem, kind, bytes);
+}
+
+void mr_dev_host_free(struct mr_dev *d, struct mr_mem *mem, enum mr_mem_kind kind, void *p,
+		      size_t bytes)
+{
+	if (!p)
+		return;
+	if (d->ops->host_free)
+		d->ops->host_free(d, mem, kind, p, bytes);
+	else
+		mr_mem_free(mem, kind, p, bytes);
 }

@@ -100,6 +100,15 @@ struct mr_dev_ops {
 	/* whether p is this device's memory, which the host cannot read
 	 * (NULL: the device's memory is host memory) */
 	int (*is_device)(struct mr_dev *d, const void *p);
+	/* host memory for state a device rank keeps off the device ("offload"):
+	 * zeroed, accounted in mem under kind, page-locked where the backend
+	 * can (cuda: cudaHostAlloc, so its upload and download run at full
+	 * bandwidth); the host reads and writes it directly. NULL: plain
+	 * host memory (mr_dev_host_alloc falls back to it) */
+	void *(*host_alloc)(struct mr_dev *d, struct mr_mem *mem, enum mr_mem_kind kind,
+			    size_t bytes);
+	void (*host_free)(struct mr_dev *d, struct mr_mem *mem, enum mr_mem_kind kind, void *p,
+			  size_t bytes);
 	/* the stream everything above is queued on (a cudaStream_t), so a
 	 * communicator on another stream can wait for it; NULL op or NULL
 	 * result: none (the cpu device; the CUDA emulation) */
@@ -295,6 +304,15 @@ static inline void mr_dev_free(struct mr_dev *d, struct mr_mem *mem, enum mr_mem
 	if (p)
 		d->ops->free(d, mem, kind, p, bytes);
 }
+
+/* Host memory through the device's host_alloc (pinned on cuda), or 64-byte
+ * aligned host memory where it has none (device/mem.c); zeroed, accounted
+ * in mem under kind; NULL on failure. Freed with mr_dev_host_free (p may
+ * be NULL; bytes and kind as allocated). */
+void *mr_dev_host_alloc(struct mr_dev *d, struct mr_mem *mem, enum mr_mem_kind kind,
+			size_t bytes);
+void mr_dev_host_free(struct mr_dev *d, struct mr_mem *mem, enum mr_mem_kind kind, void *p,
+		      size_t bytes);
 
 /* The element n of an activation buffer. */
 static inline mr_act *mr_dev_at(const struct mr_dev *d, const mr_act *p, size_t n)

@@ -3,10 +3,12 @@
  * buffers, the owned segments, DDP buckets, allocation, init and free.
  */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dp_int.h"
+#include "mr_log.h"
 
 #define DP_DEFAULT_BUCKET ((size_t)1 << 20)
 
@@ -17,8 +19,9 @@ unsigned mr_dp_model_flags(int zero)
 			   : 0;
 }
 
-/* Zeroed device memory in the model's ledger, freed by mr_dp_free. */
-static void *dalloc_bytes(struct mr_dp *d, int kind, size_t bytes)
+/* Zeroed device memory (host = 0) or the device's host memory (host = 1:
+ * offloaded state) in the model's ledger, freed by mr_dp_free. */
+static void *alloc_in(struct mr_dp *d, int kind, size_t bytes, int host)
 {
 	struct dp_alloc *a;
 
@@ -27,15 +30,28 @@ static void *dalloc_bytes(struct mr_dp *d, int kind, size_t bytes)
 	a = &d->al[d->nal];
 	a->bytes = bytes ? bytes : 1;
 	a->kind = kind;
-	a->p = mr_dev_alloc(d->dev, &d->m->mem, (enum mr_mem_kind)kind, a->bytes);
+	a->host = host;
+	a->p = host ? mr_dev_host_alloc(d->dev, &d->m->mem, (enum mr_mem_kind)kind, a->bytes)
+		    : mr_dev_alloc(d->dev, &d->m->mem, (enum mr_mem_kind)kind, a->bytes);
 	if (a->p)
 		d->nal++;
 	return a->p;
 }
 
+static void *dalloc_bytes(struct mr_dp *d, int kind, size_t bytes)
+{
+	return alloc_in(d, kind, bytes, 0);
+}
+
 static float *dalloc(struct mr_dp *d, int kind, size_t nfloats)
 {
 	return dalloc_bytes(d, kind, nfloats * sizeof(float));
+}
+
+/* Offloaded state: host memory under MR_MEM_HOST. */
+static float *halloc(struct mr_dp *d, size_t nfloats)
+{
+	return alloc_in(d, MR_MEM_HOST, nfloats * sizeof(float), 1);
 }
 
 static int comm_size(struct mr_comm *c)
@@ -311,12 +327,29 @@ static int init_params(struct mr_dp *d, uint64_t seed)
 	return rc;
 }
 
+/* The parameters from seed; offloading the master, its host copy too. */
+static int init_all(struct mr_dp *d, uint64_t seed)
+{
+	int rc = init_params(d, seed);
+
+	if (rc == 0 && d->off == MR_DP_OFFLOAD_MASTER)
+		rc = mr__dp_owned_params(d, 0);
+	return rc;
+}
+
 static int alloc_all(struct mr_dp *d)
 {
 	int u;
 
-	if (!(d->om = dalloc(d, MR_MEM_OPTIM, 2 * d->nshard)))
+	if (d->off) {
+		/* the moments, the grads' host copy and the params' (the master,
+		 * or the staging of the device's master) */
+		if (!(d->om = halloc(d, 2 * d->nshard)) || !(d->hg = halloc(d, d->nshard)) ||
+		    !(d->hp = halloc(d, d->nshard)))
+			return MR_ENOMEM;
+	} else if (!(d->om = dalloc(d, MR_MEM_OPTIM, 2 * d->nshard))) {
 		return MR_ENOMEM;
+	}
 	d->ov = d->om + d->nshard;
 	if (d->zero == 0)
 		return 0;
@@ -341,6 +374,24 @@ static int alloc_all(struct mr_dp *d)
 	return 0;
 }
 
+/* The offload that takes effect on dev: none where the device's memory
+ * is host memory (the cpu device: the state is there already, said once
+ * per process). */
+static int offload_in_effect(struct mr_dev *dev, int offload)
+{
+	static atomic_int said;
+
+	if (offload == MR_DP_OFFLOAD_NONE || dev->ops->is_device)
+		return offload;
+	if (atomic_exchange(&said, 1) == 0)
+		mr_log_info("offload_noop",
+			    "offload=%s device=%s reason=\"the optimizer state is in host memory "
+			    "already\"",
+			    offload == MR_DP_OFFLOAD_OPTIM ? "optimizer" : "optimizer+master",
+			    dev->ops->name);
+	return MR_DP_OFFLOAD_NONE;
+}
+
 int mr_dp_create(struct mr_dp **out, struct mr_gpt *m, const struct mr_adamw_config *oc,
 		 const struct mr_dp_config *cfg, const struct mr_dp_comms *c, uint64_t seed,
 		 struct mr_errbuf *eb)
@@ -353,6 +404,10 @@ int mr_dp_create(struct mr_dp **out, struct mr_gpt *m, const struct mr_adamw_con
 	if (cfg->zero < 0 || cfg->zero > 3)
 		return mr_errf_field(eb, MR_EINVAL, "zero", "'zero' must be 0, 1, 2 or 3, got %d",
 				     cfg->zero);
+	if (cfg->offload < MR_DP_OFFLOAD_NONE || cfg->offload > MR_DP_OFFLOAD_MASTER)
+		return mr_errf_field(eb, MR_EINVAL, "offload",
+				     "'offload' must be none, optimizer or optimizer+master "
+				     "(0, 1, 2), got %d", cfg->offload);
 	if ((m->params == NULL) != !!(want & MR_GPT_EXT_PARAMS))
 		return mr_errf_field(eb, MR_EINVAL, "ext_params",
 				     "'ext_params' must be %d for zero %d (see mr_dp_model_flags)",
@@ -373,6 +428,7 @@ int mr_dp_create(struct mr_dp **out, struct mr_gpt *m, const struct mr_adamw_con
 	if (c)
 		d->c = *c;
 	d->zero = cfg->zero;
+	d->off = offload_in_effect(d->dev, cfg->offload);
 	d->S = comm_size(d->c.shard);
 	d->srank = comm_rank(d->c.shard);
 	d->R = comm_size(d->c.replica);
@@ -395,7 +451,7 @@ int mr_dp_create(struct mr_dp **out, struct mr_gpt *m, const struct mr_adamw_con
 		d->cfg.overlap = 0;
 	if ((rc = layout(d)) < 0 || (rc = segments(d)) < 0 || (rc = buckets(d)) < 0 ||
 	    (rc = ranges(d)) < 0 ||
-	    (rc = alloc_all(d)) < 0 || (rc = init_params(d, seed)) < 0) {
+	    (rc = alloc_all(d)) < 0 || (rc = init_all(d, seed)) < 0) {
 		mr_dp_free(d);
 		return mr_errf(eb, rc, "unable to set up data parallelism (zero %d): %s",
 			       cfg->zero, mr_strerror(rc));
@@ -421,8 +477,12 @@ void mr_dp_free(struct mr_dp *d)
 	if (d->m->hooks == &d->hooks)
 		d->m->hooks = NULL;
 	for (i = 0; i < d->nal; i++)
-		mr_dev_free(d->dev, &d->m->mem, (enum mr_mem_kind)d->al[i].kind, d->al[i].p,
-			    d->al[i].bytes);
+		if (d->al[i].host)
+			mr_dev_host_free(d->dev, &d->m->mem, (enum mr_mem_kind)d->al[i].kind,
+					 d->al[i].p, d->al[i].bytes);
+		else
+			mr_dev_free(d->dev, &d->m->mem, (enum mr_mem_kind)d->al[i].kind,
+				    d->al[i].p, d->al[i].bytes);
 	free(d->pc);
 	free(d->pfirst);
 	free(d->seg);

@@ -52,6 +52,7 @@ struct dp_alloc {
 	void *p;
 	size_t bytes;
 	int kind;
+	int host; /* mr_dev_host_alloc'd (offload) */
 };
 
 struct mr_dp {
@@ -62,7 +63,12 @@ struct mr_dp {
 	struct mr_dev *dev;       /* the model's: every buffer below lives there */
 	struct mr_adamw_config oc;
 	long t;                   /* optimizer steps taken */
-	float *om, *ov;           /* AdamW m, v over the owned arrays (nshard) */
+	float *om, *ov;           /* AdamW m, v over the owned arrays (nshard); host
+				   * memory with offload */
+	int off;                  /* enum mr_dp_offload in effect (NONE on a device
+				   * whose memory is host memory) */
+	float *hg, *hp;           /* offload: host copies of the owned grads and
+				   * params (nshard; hp the master under MASTER) */
 	int zero, S, srank, R, rrank, W, dpn;
 	int nunits, npieces;
 	struct dp_piece *pc;      /* (npieces) in table order */
@@ -109,6 +115,9 @@ size_t mr__dp_unit_shard(const struct mr_dp *d, int u);
 /* zero 3: all-gathers the padded unit u from the shards into dst, one
  * request per piece into req[] (NULL where nothing is in flight). */
 int mr__dp_gather_unit(struct mr_dp *d, int u, float *dst, struct mr_comm_req **req);
+/* Offload: the device's fp32 copy of the owned parameters to d->hp (up =
+ * 0) or d->hp to it (up = 1), piece by piece. */
+int mr__dp_owned_params(struct mr_dp *d, int up);
 /* Points unit u's views at its padded span in buf (parameters: grads =
  * 0; gradients: grads = 1). */
 void mr__dp_bind_unit(struct mr_dp *d, int u, float *buf, int grads);

@@ -4,7 +4,7 @@
  * finish a step, the norm and mean loss over the job, the first
  * non-finite tensor, clipping + AdamW on this rank's owned range and the
  * parameter all-gather after it; and gathering the parameters for checks
- * and checkpoints.
+ * and checkpoints. With offload (mr_dp.h) AdamW runs on the host copies.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -155,6 +155,52 @@ static int gather_updated(struct mr_dp *d)
 	return rc;
 }
 
+int mr__dp_owned_params(struct mr_dp *d, int up)
+{
+	struct mr_dev *dev = d->dev;
+	int k, rc = 0;
+
+	if (d->zero == 0 || d->zero == 3) { /* the owned arrays themselves */
+		float *p = d->zero == 0 ? d->m->params : d->pshard;
+		size_t bytes = d->nshard * sizeof(float);
+		return up ? dev->ops->upload(dev, p, d->hp, bytes)
+			  : dev->ops->download(dev, d->hp, p, bytes);
+	}
+	for (k = 0; k < d->npieces && rc == 0; k++) { /* each piece's part of the padded copy */
+		const struct dp_piece *P = &d->pc[k];
+		float *p = d->P + P->poff + (size_t)P->srank * P->sn;
+		size_t bytes = P->sn * sizeof(float);
+		rc = up ? dev->ops->upload(dev, p, d->hp + P->soff, bytes)
+			: dev->ops->download(dev, d->hp + P->soff, p, bytes);
+	}
+	return rc;
+}
+
+/*
+ * Offload: the (clipped) owned grads down to the host, AdamW there over
+ * each segment with the device's arithmetic (mr_dev_adamw's weight decay
+ * rule: decay where the tensor decays and the rate is positive), the
+ * owned params back up into the device's fp32 copy. OPTIM downloads that
+ * copy first (it is the master); MASTER's host copy is the master.
+ */
+static int update_on_host(struct mr_dp *d, float lr)
+{
+	int i, rc;
+
+	rc = d->dev->ops->download(d->dev, d->hg, owned_grads(d), d->nshard * sizeof(float));
+	if (rc == 0 && d->off == MR_DP_OFFLOAD_OPTIM)
+		rc = mr__dp_owned_params(d, 0);
+	if (rc < 0)
+		return rc;
+	for (i = 0; i < d->nseg; i++) {
+		const struct dp_seg *s = &d->seg[i];
+		mr_adamw_update_range(&d->oc, d->t, lr, d->hp + s->so, d->hg + s->so,
+				      d->om + s->so, d->ov + s->so, s->n,
+				      s->decay && d->oc.weight_decay > 0.0f);
+	}
+	return mr__dp_owned_params(d, 1);
+}
+
 int mr_dp_update(struct mr_dp *d, double norm, float lr)
 {
 	struct mr_dev_adamw o = { lr, d->oc.beta1, d->oc.beta2, d->oc.eps, 0.0f, 0 };
@@ -168,7 +214,12 @@ int mr_dp_update(struct mr_dp *d, double norm, float lr)
 	 * model's compute copy too (a bf16 device); ZeRO refreshes it from
 	 * the full parameters once they are gathered (1, 2) or when a unit's
 	 * gather is bound (3, dp_hooks.c) */
-	for (i = 0; i < d->nseg && rc == 0; i++) {
+	if (d->off) {
+		rc = update_on_host(d, lr);
+		if (rc == 0 && d->zero == 0) /* DDP: the compute copy of the whole table */
+			rc = mr_gpt_refresh_compute(d->m);
+	}
+	for (i = 0; i < d->nseg && rc == 0 && !d->off; i++) {
 		const struct dp_seg *s = &d->seg[i];
 		o.weight_decay = s->decay ? d->oc.weight_decay : 0.0f;
 		rc = d->dev->ops->adamw(d->dev, seg_params(d, s),
@@ -202,6 +253,45 @@ void mr_dp_slice(struct mr_dp *d, int i, struct mr_dp_slice *out)
 	out->param = seg_params(d, s);
 	out->m = d->om + s->so;
 	out->v = d->ov + s->so;
+}
+
+/* Where slice s's `what` lives: the host copy (offloaded moments; MASTER's
+ * parameters) or the device's. */
+static float *slice_at(struct mr_dp *d, const struct dp_seg *s, int what, int *host)
+{
+	*host = d->off && (what != MR_DP_PARAM || d->off == MR_DP_OFFLOAD_MASTER);
+	if (what == MR_DP_ADAM_M)
+		return d->om + s->so;
+	if (what == MR_DP_ADAM_V)
+		return d->ov + s->so;
+	return *host ? d->hp + s->so : seg_params(d, s);
+}
+
+int mr_dp_slice_read(struct mr_dp *d, int i, int what, float *dst)
+{
+	const struct dp_seg *s = &d->seg[i];
+	int host;
+	const float *src = slice_at(d, s, what, &host);
+
+	if (!host)
+		return d->dev->ops->download(d->dev, dst, src, s->n * sizeof(float));
+	memcpy(dst, src, s->n * sizeof(float));
+	return 0;
+}
+
+int mr_dp_slice_write(struct mr_dp *d, int i, int what, const float *src)
+{
+	const struct dp_seg *s = &d->seg[i];
+	int host;
+	float *dst = slice_at(d, s, what, &host);
+
+	if (!host)
+		return d->dev->ops->upload(d->dev, dst, src, s->n * sizeof(float));
+	memcpy(dst, src, s->n * sizeof(float));
+	/* MASTER: the device's copy too (the gathers read it) */
+	return what == MR_DP_PARAM ? d->dev->ops->upload(d->dev, seg_params(d, s), src,
+							  s->n * sizeof(float))
+				   : 0;
 }
 
 int mr_dp_restore(struct mr_dp *d, long t)

@@ -72,10 +72,31 @@
  * reduction, so every rank returns MR_ENONFINITE together; the message
  * names the step and the first non-finite tensor this rank holds.
  *
+ * Offload (ZeRO-Offload, Ren et al. 2021; cfg.offload): on a device whose
+ * memory is not host memory (cuda), this rank's AdamW moments over its
+ * owned range - OPTIM - and with MASTER its fp32 master copy of that
+ * range live in host memory (mr_dev_host_alloc: pinned on cuda), counted
+ * under MR_MEM_HOST; the device's MR_MEM_OPTIM is then 0. mr_dp_update
+ * scales the owned gradients on the device as always, downloads them to
+ * a host buffer (MR_MEM_HOST, nshard floats), runs mr_adamw_update_range
+ * there segment by segment (the arithmetic the device's adamw runs, so
+ * the emulated device gives the same bits) and uploads the owned
+ * parameters back into the device's fp32 copy; the compute copy is
+ * refreshed and the all-gather runs as without offload. OPTIM: that
+ * fp32 copy is the master, downloaded into a host staging buffer each
+ * step (MR_MEM_HOST, nshard floats); MASTER: the host copy is the master
+ * (no download per step) and the device's fp32 copy a mirror written
+ * each step - it stays on the device because the parameter all-gathers
+ * (zero 1/2: the full padded copy; zero 3: the shard they gather from)
+ * and the model read fp32, so MASTER moves no device bytes yet. Host
+ * memory per rank either way: 16 bytes per owned parameter. The step is
+ * synchronous: nothing overlaps the next forward yet. On a device whose
+ * memory is host memory (cpu) the option changes nothing (logged once).
+ *
  * Ownership: struct mr_dp borrows the model and the communicators (they
  * must outlive it), sets m->hooks, and owns its buffers (mr_dp_free).
  * A pipeline stage (mr_pp.h) is a model like any other here; mr_pp_dp_config
- * says which config it runs. Non-goals: mixed precision, CPU offload.
+ * says which config it runs. Non-goals: mixed precision.
  */
 #ifndef MR_DP_H
 #define MR_DP_H
@@ -99,6 +120,7 @@ struct mr_dp_config {
 	size_t bucket_bytes; /* DDP bucket size; 0: 1 MiB (the last bucket to start is
 			      * exposed: small buckets keep it short) */
 	int overlap;         /* 1: reduce from the backward hooks; 0: after backward */
+	int offload;         /* enum mr_dp_offload (0: none) */
 };
 
 struct mr_dp_comms {
@@ -167,7 +189,9 @@ void mr_dp_stats(const struct mr_dp *d, struct mr_dp_stats *st);
 
 /* What this rank holds and updates of one tensor: elements [at, at+n) of
  * the rank's (tp, ep) slice of table tensor `tensor`, its parameters and
- * AdamW moments (device memory, n floats each). owner: this rank holds
+ * AdamW moments (n floats each: the parameters' device copy; the moments
+ * in device memory, or host memory with offload - mr_dp_slice_read and
+ * _write copy any of them from wherever it lives). owner: this rank holds
  * the one copy of those elements a checkpoint writes (DDP: data-parallel
  * rank 0, experts: expert-data-parallel rank 0; ZeRO: the shard's holder;
  * of a tensor tp replicates, tp rank 0; never the tied embedding's replica
@@ -180,6 +204,14 @@ struct mr_dp_slice {
 };
 int mr_dp_nslices(const struct mr_dp *d);
 void mr_dp_slice(struct mr_dp *d, int i, struct mr_dp_slice *out);
+/* What of a slice: its parameters (the master copy: on the host under
+ * MR_DP_OFFLOAD_MASTER), AdamW m, AdamW v (mr_ckpt.h's kinds' order). */
+enum mr_dp_state { MR_DP_PARAM, MR_DP_ADAM_M, MR_DP_ADAM_V };
+/* Slice i's `what` (enum mr_dp_state) into host memory dst (n floats), or
+ * from host memory src into it (with MASTER, a parameter write goes to
+ * both copies); 0 or the device's error. */
+int mr_dp_slice_read(struct mr_dp *d, int i, int what, float *dst);
+int mr_dp_slice_write(struct mr_dp *d, int i, int what, const float *src);
 /* After the caller wrote every slice's param, m and v (a checkpoint
  * loaded): t optimizer steps taken, the parameters shared again (ZeRO-1/2
  * all-gather the shards into the full copy; ZeRO-3 gathers afresh on

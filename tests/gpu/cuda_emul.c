@@ -331,6 +331,25 @@ void mr_cuda_dfree(struct mr_cuda *cu, void *p)
 	free(D(p));
 }
 
+/* Pinned host memory is host memory: an untagged buffer, garbage-filled
+ * as cudaHostAlloc's would be. */
+int mr_cuda_host_alloc(struct mr_cuda *cu, void **p, size_t bytes)
+{
+	POISONED(cu);
+	*p = xalloc(bytes);
+	memset(*p, 0xff, bytes);
+	return 0;
+}
+
+int mr_cuda_host_free(struct mr_cuda *cu, void *p)
+{
+	(void)cu;
+	if (mr_cuda_is_device_ptr(p))
+		abort(); /* device memory given back as host memory */
+	free(p);
+	return 0;
+}
+
 int mr_cuda_memset0(struct mr_cuda *cu, void *p, size_t bytes)
 {
 	POISONED(cu);

@@ -342,7 +342,7 @@ Test(cuda_model, llama_moe_bf16_trains_as_on_cpu)
  * (read back through the data-parallel state) in r. */
 static void train_steps(struct mr_dev *d, int zero, struct run *r)
 {
-	struct mr_dp_config dc = { zero, 0, 1 };
+	struct mr_dp_config dc = { zero, 0, 1, MR_DP_OFFLOAD_NONE };
 	struct mr_errbuf eb = { { 0 }, { 0 } };
 	struct mr_step_result res;
 	struct mr_step st;
@@ -439,7 +439,7 @@ Test(cuda_model, shapes_the_attention_refuses_fail_at_create)
 /* A NaN weight fails the step, naming the step and the tensor. */
 Test(cuda_model, nonfinite_weight_fails_the_step_naming_it)
 {
-	struct mr_dp_config dc = { 0, 0, 1 };
+	struct mr_dp_config dc = { 0, 0, 1, MR_DP_OFFLOAD_NONE };
 	struct mr_errbuf eb = { { 0 }, { 0 } };
 	struct mr_step_result res;
 	struct mr_step st;

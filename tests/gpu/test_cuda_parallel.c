@@ -55,7 +55,7 @@ static const struct mr_adamw_config ocfg = { 3e-3f, 0.1f, 2, STEPS, 0.9f, 0.95f,
 static int train(struct run *r, struct mr_dev *d, struct mr_comm *world)
 {
 	struct mr_errbuf eb = { "", "" };
-	struct mr_dp_config dc = { r->zero, 0, 1 };
+	struct mr_dp_config dc = { r->zero, 0, 1, MR_DP_OFFLOAD_NONE };
 	struct mr_dp_comms dpc = { world, NULL, world, NULL };
 	struct mr_place where;
 	struct mr_step_result res;

@@ -65,7 +65,7 @@ static int stage_main(struct mr_comm *world, void *arg)
 	int p = mr_comm_size(world), s = mr_comm_rank(world), rc, k;
 	int two[2] = { 0, p - 1 }, *in = NULL, *tg = NULL;
 	struct mr_errbuf eb = { "", "" };
-	struct mr_dp_config dc = { 0, 0, 1 };
+	struct mr_dp_config dc = { 0, 0, 1, MR_DP_OFFLOAD_NONE };
 	struct mr_dp_comms cc = { NULL, NULL, world, NULL };
 	struct mr_comm *embed = NULL;
 	struct mr_pool *pool = NULL;
