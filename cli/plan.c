@@ -7,6 +7,8 @@
  *       --impl megatron --precision mixed --recompute full --micro-batch 1
  *   meshrun plan --workload-config job.json --cluster local --gpus 4
  *   meshrun plan --model gpt2-350m --gpus 16 --global-batch 256 --explain tp=2,pp=2,dp=4,mb=4
+ *   meshrun plan --model llama3-8b --gpus 1 --global-batch 8 --offload optimizer+master \
+ *       --recompute full
  *   meshrun plan --config inputs.json       (the options as JSON keys)
  *
  * Prints the best plans that fit, ranked by predicted step time; with
@@ -39,14 +41,16 @@ struct plan_opts {
 	double capacity_factor;
 	int gpus, gpus_per_node, threads;
 	double mem_gb, reserve_gb, peak_tflops, mfu, mem_bw, overlap, bw_intra, bw_inter, lat_intra, lat_inter;
-	double bw_cross, lat_cross;
+	double bw_cross, lat_cross, host_bw, pcie_bw;
 	int global_batch, micro_batch, impl, precision, zero, recompute, sp, schedule, v;
+	int recompute_layers, offload;
 	int tp, pp, cp, ep, hsdp_shard, cp_algo, top, presets;
 };
 
 static const char *const impls[] = { "meshrun", "megatron", NULL };
 static const char *const precs[] = { "auto", "fp32", "bf16", "mixed", NULL };
 static const char *const rcs[] = { "auto", "none", "selective", "full", NULL };
+static const char *const offs[] = { "auto", "none", "optimizer", "optimizer+master", NULL };
 static const char *const sps[] = { "auto", "off", "on", NULL };
 static const char *const scheds[] = { "auto", "gpipe", "1f1b", "interleaved", "zb-h1", NULL };
 static const char *const algos[] = { "ring", "allgather", "ulysses", NULL };
@@ -107,6 +111,12 @@ static const struct mr_config_opt plan_table[] = {
 			 "Intra-node latency per step, us; -1 the cluster's."),
 	MR_CONFIG_DOUBLE("lat_inter_us", O, lat_inter, "-1", -1, 1e6,
 			 "Inter-node latency per step, us; -1 the cluster's."),
+	MR_CONFIG_DOUBLE("host_bw_gbs", O, host_bw, "0", 0, 1e6,
+			 "A GPU's share of host memory bandwidth (an offloaded optimizer "
+			 "step's pace), GB/s; 0 the cluster's."),
+	MR_CONFIG_DOUBLE("pcie_bw_gbs", O, pcie_bw, "0", 0, 1e6,
+			 "GPU <-> host bandwidth each way (offload's copies), GB/s; 0 the "
+			 "cluster's."),
 	MR_CONFIG_INT("threads", O, threads, "1", 1, 1024,
 		      "Threads per rank (the local cluster's peak; cpu workspace)."),
 	MR_CONFIG_INT("global_batch", O, global_batch, "0", 0, 1 << 24,
@@ -122,7 +132,17 @@ static const struct mr_config_opt plan_table[] = {
 		       "mixed for megatron."),
 	MR_CONFIG_INT("zero", O, zero, "-1", -1, 3, "ZeRO stage; -1 searched."),
 	MR_CONFIG_ENUM("recompute", O, recompute, "auto", rcs,
-		       "Activation recomputation (megatron); auto searched."),
+		       "Activation recomputation: none, selective (meshrun: the norms and "
+		       "GELU / SwiGLU; megatron: the attention core) or full; auto searched "
+		       "(meshrun: only when nothing fits without)."),
+	MR_CONFIG_INT("recompute_layers", O, recompute_layers, "0", 0, 1024,
+		      "meshrun: only the first this many blocks of each pipeline chunk "
+		      "recompute; 0 every block."),
+	MR_CONFIG_ENUM("offload", O, offload, "none", offs,
+		       "meshrun on GPUs: keep the AdamW moments (optimizer), and the fp32 "
+		       "master (optimizer+master), in host memory, stepped by the CPU; auto "
+		       "searched when nothing fits without. A workload config's own key (or "
+		       "its absence: searched) applies unless this is given."),
 	MR_CONFIG_ENUM("sp", O, sp, "auto", sps, "Sequence parallel with tp > 1."),
 	MR_CONFIG_ENUM("schedule", O, schedule, "auto", scheds, "Pipeline schedule."),
 	MR_CONFIG_INT("pp_virtual", O, v, "0", 0, 64,
@@ -268,6 +288,10 @@ static int cluster_of(const struct plan_opts *o, struct mr_plan_input *in,
 		c->bw_cross = o->bw_cross * 1e9;
 	if (o->lat_cross >= 0)
 		c->lat_cross = o->lat_cross * 1e-6;
+	if (o->host_bw > 0)
+		c->host_bw = o->host_bw * 1e9;
+	if (o->pcie_bw > 0)
+		c->pcie_bw = o->pcie_bw * 1e9;
 	return 0;
 }
 
@@ -298,6 +322,8 @@ static int inputs_of(const struct plan_opts *o, const struct mr_config *cfg,
 #define FIX(field, flag, v) if (mr_config_is_set(cfg, flag) || !o->workload_config[0]) f->field = (v)
 	FIX(zero, "zero", o->zero);
 	FIX(recompute, "recompute", o->recompute - 1);
+	FIX(recompute_layers, "recompute_layers", o->recompute_layers);
+	FIX(offload, "offload", o->offload - 1);
 	FIX(sp, "sp", o->sp - 1);
 	FIX(schedule, "schedule", o->schedule - 1);
 	FIX(cp_algo, "cp_algo", o->cp_algo);
@@ -375,28 +401,33 @@ static void row(int i, const struct mr_plan *p)
 {
 	const struct mr_plan_mesh *m = &p->mesh;
 	const struct mr_plan_mem *e = &p->mem;
-	char sched[24] = "-";
+	char sched[24] = "-", rc[24];
 
+	if (m->recompute > 0 && m->recompute_layers > 0)
+		snprintf(rc, sizeof(rc), "%s/%d", mr_plan_rc_name(m->recompute), m->recompute_layers);
+	else
+		snprintf(rc, sizeof(rc), "%s", mr_plan_rc_name(m->recompute));
 	if (m->pp > 1)
 		snprintf(sched, sizeof(sched), "%s%s", mr_pp_kind_name((enum mr_pp_kind)m->schedule),
 			 m->v > 1 ? (m->v == 2 ? "/2" : "/v") : "");
-	printf("%3d %3d %3d %4d %5d %3d %3s %4d %4d x %-5d %-13s %-9s %7.2f %7.2f %6.2f %6.2f "
-	       "%6.2f %6.2f %9.4g %10.4g %6.1f%% %6.1f%%\n",
+	printf("%3d %3d %3d %4d %5d %3d %3s %4d %4d x %-5d %-13s %-11s %-16s %7.2f %7.2f %6.2f "
+	       "%6.2f %6.2f %6.2f %6.2f %9.4g %10.4g %6.1f%% %6.1f%%\n",
 	       i, m->tp, m->cp, m->pp, m->dp, m->ep, m->sp ? "sp" : "-", m->zero, m->micro_batch,
-	       m->micro_batches, sched, mr_plan_rc_name(m->recompute), e->total / 1e9,
+	       m->micro_batches, sched, rc, mr_plan_offload_name(m->offload), e->total / 1e9,
 	       e->bytes[MR_MEM_PARAMS] / 1e9, e->bytes[MR_MEM_GRADS] / 1e9,
 	       e->bytes[MR_MEM_OPTIM] / 1e9, e->bytes[MR_MEM_ACTS] / 1e9,
-	       e->bytes[MR_MEM_WORKSPACE] / 1e9, p->time.step_s, p->time.tokens_per_s,
+	       e->bytes[MR_MEM_WORKSPACE] / 1e9, e->bytes[MR_MEM_HOST] / 1e9, p->time.step_s,
+	       p->time.tokens_per_s,
 	       100 * p->time.bubble_s / p->time.step_s, 100 * p->time.exposed_s / p->time.step_s);
 }
 
 static void table_head(void)
 {
-	printf("%3s %3s %3s %4s %5s %3s %3s %4s %12s %-13s %-9s %7s %7s %6s %6s %6s %6s %9s "
-	       "%10s %7s %7s\n",
+	printf("%3s %3s %3s %4s %5s %3s %3s %4s %12s %-13s %-11s %-16s %7s %7s %6s %6s %6s %6s "
+	       "%6s %9s %10s %7s %7s\n",
 	       "#", "tp", "cp", "pp", "dp", "ep", "sp", "zero", "mb x m", "schedule",
-	       "recompute", "mem GB", "params", "grads", "optim", "acts", "work", "step s",
-	       "tokens/s", "bubble", "comm");
+	       "recompute", "offload", "mem GB", "params", "grads", "optim", "acts", "work",
+	       "host", "step s", "tokens/s", "bubble", "comm");
 }
 
 static void comm_lines(const struct mr_plan *p)
@@ -423,9 +454,14 @@ static void comm_lines(const struct mr_plan *p)
 		       what[order[i]]);
 	}
 	printf("step %.4g s = compute %.4g + pipeline bubble %.4g + exposed communication "
-	       "%.4g + optimizer %.4g\n",
+	       "%.4g + optimizer %.4g%s\n",
 	       p->time.step_s, p->time.compute_s, p->time.bubble_s, p->time.exposed_s,
-	       p->time.optim_s);
+	       p->time.optim_s,
+	       p->mesh.offload > 0 ? " (offloaded: the host's cores and PCIe copies)" : "");
+	if (p->mesh.recompute > 0)
+		printf("recompute %s%s: the extra passes are in the compute\n",
+		       mr_plan_rc_name(p->mesh.recompute),
+		       p->mesh.recompute_layers > 0 ? " (the first blocks of each chunk)" : "");
 }
 
 static int explain(const struct mr_plan_input *in, const struct mr_plan *p)
@@ -443,10 +479,13 @@ static int explain(const struct mr_plan_input *in, const struct mr_plan *p)
 		if (mr_plan_mem_stage(in, m, s, &e, &eb) < 0)
 			break;
 		printf("  stage %d: params %.3f grads %.3f optim %.3f acts %.3f workspace %.3f "
-		       "= %.3f GB\n",
+		       "= %.3f GB",
 		       s, e.bytes[MR_MEM_PARAMS] / 1e9, e.bytes[MR_MEM_GRADS] / 1e9,
 		       e.bytes[MR_MEM_OPTIM] / 1e9, e.bytes[MR_MEM_ACTS] / 1e9,
 		       e.bytes[MR_MEM_WORKSPACE] / 1e9, e.total / 1e9);
+		if (e.bytes[MR_MEM_HOST] > 0)
+			printf("; host %.3f GB (offloaded)", e.bytes[MR_MEM_HOST] / 1e9);
+		printf("\n");
 	}
 	comm_lines(p);
 	if (in->topo)
@@ -481,6 +520,7 @@ static int run(const struct mr_plan_input *in, const struct plan_opts *o)
 		m.zero = m.zero < 0 ? 0 : m.zero;
 		m.schedule = m.schedule < 0 ? MR_PP_1F1B : m.schedule;
 		m.recompute = m.recompute < 0 ? 0 : m.recompute;
+		m.offload = m.offload < 0 ? 0 : m.offload;
 		m.micro_batch = m.micro_batch ? m.micro_batch : 1;
 		if (mr_plan_mesh_check(in, &m, &eb) < 0)
 			fprintf(stderr, "meshrun plan: --explain: %s\n", eb.msg);
@@ -572,6 +612,7 @@ int mr_cli_plan(int argc, char **argv)
 			KEEP(tp, 0); KEEP(cp, 0); KEEP(pp, 0); KEEP(dp, 0); KEEP(ep, 0);
 			KEEP(sp, -1); KEEP(zero, -1); KEEP(micro_batch, 0); KEEP(schedule, -1);
 			KEEP(v, 0); KEEP(recompute, -1); KEEP(hsdp_shard, 0); KEEP(cp_algo, 0);
+			KEEP(recompute_layers, 0); KEEP(offload, -1);
 #undef KEEP
 		}
 	}

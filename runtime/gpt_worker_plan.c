@@ -5,8 +5,10 @@
  *
  * The config is checked as the worker checks it first, and read with the
  * worker's defaults. What it sets is fixed (zero, sequence_parallel,
- * pp_schedule, pp_virtual, cp_algo, hsdp_shard, the micro-batch
- * batch_size); the rest is searched. The global batch kept is the one a
+ * pp_schedule, pp_virtual, cp_algo, hsdp_shard, recompute,
+ * recompute_layers, offload, the micro-batch batch_size); the rest is
+ * searched, and the plan's recompute and offload are written back with
+ * its mesh. The global batch kept is the one a
  * pure data-parallel job of this world would train on (batch_size x
  * grad_accum x world sequences a step); a plan with dp replicas runs it as
  * grad_accum = global / (dp x batch_size), the same rows each step.
@@ -117,7 +119,16 @@ int mr_plan_from_workload(const struct json_t *cfg_, int world, struct mr_plan_i
 		goto out;
 	if ((s = gets(c, "cp_algo")) && (rc = mr_plan_cp_algo_parse(s, &in->fix.cp_algo, eb)) < 0)
 		goto out;
-	in->fix.recompute = MR_PLAN_RC_NONE;
+	/* recompute and offload: fixed when set, else searched (meshrun's
+	 * search reaches for them only when nothing fits without) */
+	if ((s = gets(c, "recompute")) &&
+	    (rc = mr_plan_name_parse("recompute", s, &in->fix.recompute, eb)) < 0)
+		goto out;
+	if ((rc = geti(c, "recompute_layers", 0, &in->fix.recompute_layers, eb)) < 0)
+		goto out;
+	if ((s = gets(c, "offload")) &&
+	    (rc = mr_plan_name_parse("offload", s, &in->fix.offload, eb)) < 0)
+		goto out;
 	rc = 0;
 out:
 	json_decref(empty);
@@ -133,6 +144,13 @@ int mr_plan_to_workload(const struct mr_plan_mesh *m, struct json_t *cfg_)
 	rc |= json_object_set_new(c, "grad_accum", json_integer(m->micro_batches));
 	rc |= json_object_set_new(c, "zero", json_integer(m->zero));
 	rc |= json_object_set_new(c, "sequence_parallel", json_boolean(m->sp));
+	rc |= json_object_set_new(c, "recompute", json_string(mr_plan_rc_name(m->recompute)));
+	if (m->recompute != MR_PLAN_RC_NONE && m->recompute_layers > 0)
+		rc |= json_object_set_new(c, "recompute_layers",
+					  json_integer(m->recompute_layers));
+	else
+		json_object_del(c, "recompute_layers");
+	rc |= json_object_set_new(c, "offload", json_string(mr_plan_offload_name(m->offload)));
 	if (m->pp > 1) {
 		rc |= json_object_set_new(
 			c, "pp_schedule",

@@ -73,8 +73,8 @@ struct mr_plan_mesh;
 /*
  * The planner's inputs (plan/mr_plan.h) a job's workload config (this
  * worker's keys) describes on `world` ranks: the model, precision,
- * zero/sp/schedule/cp_algo/hsdp_shard when the config sets them (else
- * searched), the micro-batch size (batch_size) and the global batch of a
+ * zero/sp/schedule/cp_algo/hsdp_shard/recompute/recompute_layers/offload
+ * when the config sets them (else searched), the micro-batch size (batch_size) and the global batch of a
  * pure data-parallel job of this world (batch_size x grad_accum x world).
  * The cluster is left to the caller. Errors name the key
  * (gpt_worker_plan.c).
@@ -82,8 +82,9 @@ struct mr_plan_mesh;
 int mr_plan_from_workload(const struct json_t *cfg, int world, struct mr_plan_input *in,
 			  struct mr_errbuf *eb);
 /* Writes the plan's keys into a workload config (batch_size, grad_accum,
- * zero, sequence_parallel; pp_schedule and pp_virtual when pp > 1);
- * 0 or MR_ENOMEM. */
+ * zero, sequence_parallel, recompute (with recompute_layers when it
+ * limits it), offload; pp_schedule and pp_virtual when pp > 1); 0 or
+ * MR_ENOMEM. */
 int mr_plan_to_workload(const struct mr_plan_mesh *m, struct json_t *cfg);
 
 struct mr_place;

@@ -146,6 +146,15 @@ int mr_pp_in_flight(const struct mr_pp_spec *sp, int stage, int *slots, int *pai
  */
 double mr_pp_makespan(const struct mr_pp_spec *sp, double f, double b, double w);
 
+/*
+ * The share of a micro-batch's backward compute that kind's W action
+ * runs: zb-h1's weight gradients, a half (a linear layer's dX = dY W^T
+ * and dW = dY^T X cost the same FLOPs; B keeps the first, W the second);
+ * 0 for the kinds whose B runs the whole backward. The planner's w of
+ * mr_pp_makespan.
+ */
+double mr_pp_weight_share(enum mr_pp_kind kind);
+
 /* ---- communication ---------------------------------------------------- */
 
 enum mr_pp_msg {

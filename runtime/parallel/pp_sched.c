@@ -641,3 +641,8 @@ double mr_pp_makespan(const struct mr_pp_spec *sp, double f, double b, double w)
 		return (m + p - 1) * step;
 	}
 }
+
+double mr_pp_weight_share(enum mr_pp_kind kind)
+{
+	return kind == MR_PP_ZBH1 ? 0.5 : 0.0;
+}

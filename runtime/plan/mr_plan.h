@@ -76,6 +76,14 @@ enum mr_plan_prec { MR_PLAN_FP32, MR_PLAN_BF16, MR_PLAN_MIXED, MR_PLAN__PRECS };
 enum mr_plan_recompute { MR_PLAN_RC_NONE, MR_PLAN_RC_SELECTIVE, MR_PLAN_RC_FULL,
 			 MR_PLAN__RCS };
 
+/* Where a GPU rank keeps its optimizer state (parallel/mr_dp.h's enum
+ * mr_dp_offload, ZeRO-Offload): on the GPU; its AdamW moments in host
+ * memory; the moments and its fp32 master shard. The step then runs on
+ * the host's cores. On cpu ranks (struct mr_plan_cluster's cpu) it
+ * changes nothing. */
+enum mr_plan_offload { MR_PLAN_OFF_NONE, MR_PLAN_OFF_OPTIM, MR_PLAN_OFF_MASTER,
+		       MR_PLAN__OFFS };
+
 /* The model, one of the runtime's families (model/mr_gpt.h): GPT-2
  * blocks (4x GELU MLP with biases, learned positions, tied head), MoE MLP
  * on every moe_every-th layer as the runtime defines it; or Llama blocks
@@ -116,6 +124,11 @@ struct mr_plan_cluster {
 	double bw_inter, lat_inter;
 	double bw_cross, lat_cross; /* between narrowest domains of a topology
 				     * (struct mr_plan_topo); 0: inter's */
+	int cpu;              /* the ranks are the host's cores (the cpu device):
+			       * offload changes nothing */
+	double host_bw;       /* per GPU, bytes/s of the host memory its share of
+			       * the host's cores reach (an offloaded step's pace) */
+	double pcie_bw;       /* per GPU, bytes/s each way between it and the host */
 };
 
 /* Where the nodes sit (plan_topo.c): node rank r is the node of line
@@ -137,7 +150,8 @@ void mr_plan_topo_release(struct mr_plan_topo *t);
 /*
  * A plan: the mesh and how it runs. As a constraint (struct mr_plan_input's
  * fix), 0 means "any" for tp, cp, pp, dp, ep, micro_batch and v, -1 for sp,
- * zero, schedule and recompute; hsdp_shard and cp_algo are fixed as given.
+ * zero, schedule, recompute and offload; hsdp_shard, cp_algo and
+ * recompute_layers are fixed as given.
  */
 struct mr_plan_mesh {
 	int tp, cp, pp, dp, ep;
@@ -150,6 +164,9 @@ struct mr_plan_mesh {
 	int v;                /* model chunks per stage (interleaved: >= 2) */
 	int cp_algo;          /* enum mr_cp_algo */
 	int recompute;        /* enum mr_plan_recompute */
+	int recompute_layers; /* meshrun: with recompute, the first this many blocks
+			       * of each pipeline chunk recompute (0: every block) */
+	int offload;          /* enum mr_plan_offload */
 };
 
 struct mr_plan_input {
@@ -227,10 +244,13 @@ int mr_plan_cluster_local(int ranks, int threads, struct mr_plan_cluster *out,
 /* Prints the presets, one per line. */
 void mr_plan_presets_print(FILE *out);
 /* Names: "meshrun"/"megatron", "fp32"/"bf16"/"mixed",
- * "none"/"selective"/"full"; parse returns MR_EINVAL naming field. */
+ * "none"/"selective"/"full" (field "recompute"), "none"/"optimizer"/
+ * "optimizer+master" (field "offload"); parse returns MR_EINVAL naming
+ * field. */
 const char *mr_plan_impl_name(int impl);
 const char *mr_plan_prec_name(int prec);
 const char *mr_plan_rc_name(int rc);
+const char *mr_plan_offload_name(int off);
 int mr_plan_name_parse(const char *field, const char *s, int *out, struct mr_errbuf *eb);
 
 /* "ring", "allgather", "ulysses" (enum mr_cp_algo); parse: MR_EINVAL
@@ -243,8 +263,9 @@ int mr_plan_cp_algo_parse(const char *s, int *out, struct mr_errbuf *eb);
 int mr_plan_check(const struct mr_plan_input *in, struct mr_errbuf *eb);
 
 /* "tp=8,pp=16,dp=12,mb=1,zero=1,schedule=1f1b,sp=1,v=2,cp=1,ep=1,
- * recompute=full,hsdp=2,cp_algo=ring": every key optional (as "any"),
- * into out (initialised to "any" first). MR_EINVAL naming the key. */
+ * recompute=full,recompute_layers=2,offload=optimizer,hsdp=2,cp_algo=ring":
+ * every key optional (as "any"), into out (initialised to "any" first).
+ * MR_EINVAL naming the key. */
 int mr_plan_mesh_parse(const char *text, struct mr_plan_mesh *out, struct mr_errbuf *eb);
 /* "tp=8 cp=1 pp=16 dp=12 ep=1 sp zero=1 mb=1x128 1f1b"; snprintf's result. */
 int mr_plan_mesh_format(const struct mr_plan_mesh *m, char *buf, size_t cap);

@@ -28,9 +28,17 @@
  * keeps a log-sum-exp per head and token instead), keeps both LayerNorm
  * outputs whole under sp (gathered for the GEMMs) with their mean and
  * rstd, and the residual after attention and after the MLP; each tensor
- * is a piece of the slot's arena rounded up to 256 bytes.
+ * is a piece of the slot's arena rounded up to 256 bytes. Its
+ * recomputation (model/mr_gpt.h) is per block: the first
+ * recompute_layers blocks of each pipeline chunk (0: every block) keep,
+ * per slot, what the table's keep bits say - selective drops the norms
+ * (with their statistics) and the GELU / SwiGLU output, full everything
+ * but the block's output - and the stage carves once, beside its slots,
+ * one block's worth of the dropped tensors to recompute them into
+ * (meshrun_scratch). zb-h1's stash is the same with or without.
  *
- * Non-goals: recomputation in meshrun (refused by plan_rules.c).
+ * Megatron's recomputation is Korthikanti's, every layer recomputing
+ * (plan_rules.c refuses recompute_layers for it).
  */
 #include <math.h>
 #include <string.h>
@@ -43,6 +51,8 @@
 enum { PER_H, PER_SCORES, PER_HEADS, PER_ONE, PER_QKV, PER_FC, PER_FFN };
 enum { DT_ACT, DT_MASK, DT_F32, DT_INT };
 enum { SPLIT_NONE, SPLIT_TP, SPLIT_SP };
+/* which recompute modes keep a tensor, a bit per mode (keep_bit): kept
+ * without recomputation only, by none and selective, by all three */
 enum { KEEP_NONE = 1, KEEP_SEL = 2, KEEP_FULL = 4, KEEP_ALL = 7, KEEP_NS = 3 };
 
 struct term {
@@ -72,20 +82,31 @@ static const struct term megatron_layer[] = {
 };
 
 /* gpt_params.c's carve_acts (llama carves the same pieces: its unused
- * mean too, qkv of (NH + 2 NKV) hs, fc as gate | up, the SwiGLU output) */
+ * mean too, qkv of (NH + 2 NKV) hs, fc as gate | up, the SwiGLU output).
+ * The keep bits are the runtime's recomputation (model/mr_gpt.h, enum
+ * mr_gpt_recompute) for a block that recomputes:
+ *   KEEP_ALL  kept under none, selective and full: the block's output
+ *             (res3), the one tensor full recompute keeps;
+ *   KEEP_NS   kept under none and selective, dropped by full: the GEMM
+ *             outputs (qkv, fc), the attention's output and log-sum-exp
+ *             and the residual after attention;
+ *   KEEP_NONE kept only without recomputation, dropped by selective too:
+ *             the two norms' outputs with their mean and rstd, the GELU /
+ *             SwiGLU output (element-wise work to recompute).
+ * A MoE layer's acts (moe_bytes) are kept by none and selective. */
 static const struct term meshrun_layer[] = {
-	{ "ln1", 1, PER_H, DT_ACT, SPLIT_NONE, KEEP_ALL, 0, 0 },
-	{ "ln1 mean", 1, PER_ONE, DT_F32, SPLIT_SP, KEEP_ALL, 0, 0 },
-	{ "ln1 rstd", 1, PER_ONE, DT_F32, SPLIT_SP, KEEP_ALL, 0, 0 },
-	{ "qkv", 1, PER_QKV, DT_ACT, SPLIT_TP, KEEP_ALL, 0, 0 },
-	{ "attention output", 1, PER_H, DT_ACT, SPLIT_TP, KEEP_ALL, 0, 0 },
-	{ "attention lse", 1, PER_HEADS, DT_F32, SPLIT_TP, KEEP_ALL, 0, 0 },
-	{ "residual after attention", 1, PER_H, DT_ACT, SPLIT_SP, KEEP_ALL, 0, 0 },
-	{ "ln2", 1, PER_H, DT_ACT, SPLIT_NONE, KEEP_ALL, 0, 0 },
-	{ "ln2 mean", 1, PER_ONE, DT_F32, SPLIT_SP, KEEP_ALL, 0, 0 },
-	{ "ln2 rstd", 1, PER_ONE, DT_F32, SPLIT_SP, KEEP_ALL, 0, 0 },
-	{ "fc output", 1, PER_FC, DT_ACT, SPLIT_TP, KEEP_ALL, 1, 0 },
-	{ "GELU / SwiGLU output", 1, PER_FFN, DT_ACT, SPLIT_TP, KEEP_ALL, 1, 0 },
+	{ "ln1", 1, PER_H, DT_ACT, SPLIT_NONE, KEEP_NONE, 0, 0 },
+	{ "ln1 mean", 1, PER_ONE, DT_F32, SPLIT_SP, KEEP_NONE, 0, 0 },
+	{ "ln1 rstd", 1, PER_ONE, DT_F32, SPLIT_SP, KEEP_NONE, 0, 0 },
+	{ "qkv", 1, PER_QKV, DT_ACT, SPLIT_TP, KEEP_NS, 0, 0 },
+	{ "attention output", 1, PER_H, DT_ACT, SPLIT_TP, KEEP_NS, 0, 0 },
+	{ "attention lse", 1, PER_HEADS, DT_F32, SPLIT_TP, KEEP_NS, 0, 0 },
+	{ "residual after attention", 1, PER_H, DT_ACT, SPLIT_SP, KEEP_NS, 0, 0 },
+	{ "ln2", 1, PER_H, DT_ACT, SPLIT_NONE, KEEP_NONE, 0, 0 },
+	{ "ln2 mean", 1, PER_ONE, DT_F32, SPLIT_SP, KEEP_NONE, 0, 0 },
+	{ "ln2 rstd", 1, PER_ONE, DT_F32, SPLIT_SP, KEEP_NONE, 0, 0 },
+	{ "fc output", 1, PER_FC, DT_ACT, SPLIT_TP, KEEP_NS, 1, 0 },
+	{ "GELU / SwiGLU output", 1, PER_FFN, DT_ACT, SPLIT_TP, KEEP_NONE, 1, 0 },
 	{ "residual after the MLP", 1, PER_H, DT_ACT, SPLIT_SP, KEEP_ALL, 0, 0 },
 };
 
@@ -216,6 +237,30 @@ static double megatron_ends(const struct mr_plan_input *in, const struct mr__pla
 	return sum;
 }
 
+/* meshrun: the one recompute layer a stage carves beside its slots (as
+ * MR_MEM_ACTS, once: one block recomputes at a time), holding what a
+ * recomputing block dropped, each piece the size of a slot's: the
+ * tensors rc drops (the dense MLP's only if a recomputing block is
+ * dense), the MoE acts under full if a recomputing block is MoE, and
+ * under full the recomputed block's output, one (Nl, C) piece. */
+static double meshrun_scratch(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
+			      const struct mr__plan_stage *st, const struct shape *sh, int rc)
+{
+	const struct term out = { "recomputed output", 1, PER_H, DT_ACT, SPLIT_SP, KEEP_ALL, 0,
+				  0 };
+	int dense = st->rc_layers > st->rc_moe_layers;
+	double sum = 0;
+
+	if (rc == MR_PLAN_RC_NONE || !st->rc_layers)
+		return 0;
+	for (size_t i = 0; i < NTERMS(meshrun_layer); i++)
+		if (!(meshrun_layer[i].keep & keep_bit(rc)) && (dense || !meshrun_layer[i].dense))
+			sum += term_bytes(sh, &meshrun_layer[i]);
+	if (rc == MR_PLAN_RC_FULL)
+		sum += term_bytes(sh, &out) + (st->rc_moe_layers ? moe_bytes(in, m, sh) : 0);
+	return sum;
+}
+
 double mr__plan_acts(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
 		     const struct mr__plan_stage *st)
 {
@@ -240,18 +285,25 @@ double mr__plan_acts(const struct mr_plan_input *in, const struct mr_plan_mesh *
 			     d.fc,
 			     d.ffn,
 			     d.llama };
+	if (in->impl == MR_PLAN_MESHRUN) {
+		/* the blocks that recompute (recompute_layers: the first k of
+		 * each chunk) keep what rc keeps, the others everything */
+		int rd = st->rc_layers - st->rc_moe_layers, rm = st->rc_moe_layers;
+		double C = md->d_model, stash = 0, mb = st->moe_layers ? moe_bytes(in, m, &sh) : 0;
+		per = (dense - rd) * layer_bytes(in->impl, &sh, MR_PLAN_RC_NONE, 0) +
+		      (st->moe_layers - rm) * (layer_bytes(in->impl, &sh, MR_PLAN_RC_NONE, 1) + mb) +
+		      rd * layer_bytes(in->impl, &sh, rc, 0) +
+		      rm * (layer_bytes(in->impl, &sh, rc, 1) + (rc == MR_PLAN_RC_FULL ? 0 : mb)) +
+		      meshrun_ends(in, m, st, &sh);
+		if (m->pp > 1 && m->schedule == MR_PP_ZBH1) /* the split backward's stash */
+			stash = sh.tok * (sh.qkv / m->tp + C + d.fc / m->tp + C) * sh.act *
+				st->layers;
+		return st->slots * (per + stash) + meshrun_scratch(in, m, st, &sh, rc);
+	}
 	layer = layer_bytes(in->impl, &sh, rc, 0);
 	if (st->moe_layers)
 		moe = layer_bytes(in->impl, &sh, rc, 1) +
 		      (rc == MR_PLAN_RC_FULL ? 0 : moe_bytes(in, m, &sh));
-	if (in->impl == MR_PLAN_MESHRUN) {
-		double C = md->d_model, stash = 0;
-		per = dense * layer + st->moe_layers * moe + meshrun_ends(in, m, st, &sh);
-		if (m->pp > 1 && m->schedule == MR_PP_ZBH1) /* the split backward's stash */
-			stash = sh.tok * (sh.qkv / m->tp + C + d.fc / m->tp + C) * sh.act *
-				st->layers;
-		return st->slots * (per + stash);
-	}
 	/* Megatron frees a chunk's activations at its backward: pairs of
 	 * (micro-batch, chunk) alive, each a chunk's share of the layers */
 	per = (dense * layer + st->moe_layers * moe) / st->chunks;

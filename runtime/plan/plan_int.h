@@ -94,6 +94,8 @@ struct mr__plan_stage {
 	int chunks;          /* model chunks held (1 without a pipeline) */
 	int lo[MR_PLACE_MAX_CHUNKS], hi[MR_PLACE_MAX_CHUNKS];
 	int layers, moe_layers; /* blocks held, of which MoE */
+	int rc_layers, rc_moe_layers; /* blocks that recompute (none without
+				       * recompute), of which MoE */
 	int nunits;
 	size_t *unit;        /* (nunits) parameters of each local unit, table order */
 	size_t *expert;      /* (nunits) of which experts split by ep (a MoE MLP
@@ -132,6 +134,9 @@ int mr__plan_kv_local(const struct mr_plan_model *m, int tp);
 struct mr_moe_shape;
 void mr__plan_moe_shape(const struct mr_plan_model *md, const struct mr_plan_mesh *m,
 			struct mr_moe_shape *s);
+/* The schedule of mesh m as parallel/mr_pp_sched.h describes it (the
+ * runtime's own description: in-flight counts, makespan, checks). */
+void mr__plan_pp_spec(const struct mr_plan_mesh *m, struct mr_pp_spec *sp);
 /* The runtime's split of the blocks over pp * v virtual stages (NULL
  * with pp 1; malloc'd, the caller frees); 0 or an error naming a field. */
 int mr__plan_split(const struct mr_plan_input *in, const struct mr_plan_mesh *m, int **split,

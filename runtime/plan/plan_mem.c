@@ -17,6 +17,9 @@
  *     what they shard, and ZeRO-2/3's reduce-scatter outputs (a slot / S)
  *     are workspace. bf16's weight copy is whole, except at ZeRO-3: it
  *     lives in the four parameter slots, beside their fp32 gather.
+ * Offload (offload_states) moves the owned optimizer state, and with
+ * optimizer+master the fp32 master, to MR_MEM_HOST, which the device's
+ * total leaves out; on cpu ranks it moves nothing.
  *
  * Non-goals: allocator fragmentation, the CUDA context (the cluster's
  * reserve_bytes stands for both).
@@ -57,6 +60,42 @@ static void unit_layout(const struct mr__plan_stage *st, int u, size_t S, size_t
 
 	*padded = pad(d, S) + (e ? pad(e, Se) : 0);
 	*shard = pad(d, S) / (double)S + (e ? pad(e, Se) / (double)Se : 0);
+}
+
+/*
+ * ZeRO-Offload on a GPU rank owning `owned` parameters (all of its
+ * stage's at ZeRO-0, else its shard): what moves from the device's
+ * ledger kinds to MR_MEM_HOST.
+ *   optimizer         the AdamW moments m and v, 8 bytes per owned
+ *                     parameter: all of MR_MEM_OPTIM (it holds nothing
+ *                     else);
+ *   optimizer+master  also the fp32 master weights of a precision that
+ *                     computes with a separate copy (bf16: its 4-byte
+ *                     PARAMS part beside the 2-byte compute copy), 4
+ *                     bytes per owned parameter, to the host. The device
+ *                     drops them at ZeRO-0 (the whole fp32 table: the GPU
+ *                     computes with the bf16 copy) and at ZeRO-3 (the
+ *                     shard; the four fp32 gather slots stay); at ZeRO-1/2
+ *                     it keeps its whole padded fp32 parameters, the
+ *                     buffer the updated shards are all-gathered into, so
+ *                     the master shard is on the host in addition.
+ * The bf16 compute copy and the gradients stay on the device. fp32 has no
+ * separate master (plan_rules.c refuses optimizer+master on GPUs).
+ */
+static void offload_states(const struct mr__plan_prec *p, int off, int z, double owned,
+			   double *bytes)
+{
+	int copy = 0;
+
+	bytes[MR_MEM_HOST] += bytes[MR_MEM_OPTIM];
+	bytes[MR_MEM_OPTIM] = 0;
+	for (int i = 0; i < p->nparts; i++)
+		copy |= p->part[i].shard_from == MR__PLAN_SLOTS;
+	if (off != MR_PLAN_OFF_MASTER || !copy)
+		return;
+	bytes[MR_MEM_HOST] += 4.0 * owned;
+	if (z == 0 || z >= 3)
+		bytes[MR_MEM_PARAMS] -= 4.0 * owned;
 }
 
 /* meshrun's model states on a rank of stage st (mr_dp.h's layout). */
@@ -100,6 +139,8 @@ static void meshrun_states(const struct mr_plan_input *in, const struct mr_plan_
 			n = padded + (q->kind == MR_MEM_GRADS ? shard : 0);
 		bytes[q->kind] += q->bytes * n;
 	}
+	if (m->offload != MR_PLAN_OFF_NONE && !in->cluster.cpu)
+		offload_states(p, m->offload, z, z ? shard : N, bytes);
 	*ws = outs * 4.0;
 }
 

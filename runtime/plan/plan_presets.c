@@ -64,6 +64,7 @@ const struct mr__plan_prec *mr__plan_prec(int prec)
 static const char *const impl_names[] = { "meshrun", "megatron", NULL };
 static const char *const prec_names[] = { "fp32", "bf16", "mixed", NULL };
 static const char *const rc_names[] = { "none", "selective", "full", NULL };
+static const char *const off_names[] = { "none", "optimizer", "optimizer+master", NULL };
 
 const char *mr_plan_impl_name(int impl)
 {
@@ -80,10 +81,16 @@ const char *mr_plan_rc_name(int rc)
 	return rc >= 0 && rc < MR_PLAN__RCS ? rc_names[rc] : "?";
 }
 
+const char *mr_plan_offload_name(int off)
+{
+	return off >= 0 && off < MR_PLAN__OFFS ? off_names[off] : "?";
+}
+
 int mr_plan_name_parse(const char *field, const char *s, int *out, struct mr_errbuf *eb)
 {
 	const char *const *names = !strcmp(field, "impl")	 ? impl_names
 				   : !strcmp(field, "precision") ? prec_names
+				   : !strcmp(field, "offload")	 ? off_names
 								 : rc_names;
 	char list[96] = "";
 
@@ -193,23 +200,28 @@ int mr_plan_model_preset(const char *name, struct mr_plan_model *out, struct mr_
 
 /* ---- clusters ------------------------------------------------------------- */
 
+/* host_bw: a GPU's share of its node's host memory bandwidth (the CPUs'
+ * DDR channels at about two thirds of their peak, over the node's GPUs),
+ * the pace of an offloaded AdamW step; pcie_bw: what pinned copies reach
+ * each way on the GPU's host link (PCIe Gen5 x16 on H100/H200 nodes, Gen4
+ * on A100's, Gen3 on V100's). */
 struct cluster_row {
 	const char *name;
 	int per_node;
-	double mem, peak, mfu, mem_bw, bw_in, lat_in, bw_out, lat_out;
+	double mem, peak, mfu, mem_bw, bw_in, lat_in, bw_out, lat_out, host_bw, pcie_bw;
 	const char *what;
 };
 
 static const struct cluster_row clusters[] = {
-	{ "h100", 8, 80e9, 989e12, 0.40, 3.35e12, 360e9, 3e-6, 45e9, 8e-6,
+	{ "h100", 8, 80e9, 989e12, 0.40, 3.35e12, 360e9, 3e-6, 45e9, 8e-6, 50e9, 50e9,
 	  "nodes of 8 x H100 80GB SXM, NVLink 4, 400 Gb/s InfiniBand per GPU" },
-	{ "h200", 8, 141e9, 989e12, 0.40, 4.8e12, 360e9, 3e-6, 45e9, 8e-6,
+	{ "h200", 8, 141e9, 989e12, 0.40, 4.8e12, 360e9, 3e-6, 45e9, 8e-6, 50e9, 50e9,
 	  "nodes of 8 x H200 141GB, NVLink 4, 400 Gb/s InfiniBand per GPU" },
-	{ "a100-80g", 8, 80e9, 312e12, 0.45, 2.0e12, 230e9, 4e-6, 23e9, 8e-6,
+	{ "a100-80g", 8, 80e9, 312e12, 0.45, 2.0e12, 230e9, 4e-6, 23e9, 8e-6, 33e9, 25e9,
 	  "nodes of 8 x A100 80GB, NVLink 3, 200 Gb/s HDR per GPU (Selene)" },
-	{ "a100-40g", 8, 40e9, 312e12, 0.45, 1.55e12, 230e9, 4e-6, 23e9, 8e-6,
+	{ "a100-40g", 8, 40e9, 312e12, 0.45, 1.55e12, 230e9, 4e-6, 23e9, 8e-6, 33e9, 25e9,
 	  "nodes of 8 x A100 40GB, NVLink 3, 200 Gb/s HDR per GPU" },
-	{ "v100-32g", 16, 32e9, 125e12, 0.30, 0.9e12, 120e9, 5e-6, 5.6e9, 10e-6,
+	{ "v100-32g", 16, 32e9, 125e12, 0.30, 0.9e12, 120e9, 5e-6, 5.6e9, 10e-6, 10e9, 12e9,
 	  "DGX-2 nodes of 16 x V100 32GB, NVSwitch, 8 x 100 Gb/s per node" },
 };
 
@@ -238,6 +250,8 @@ int mr_plan_cluster_preset(const char *name, int gpus, struct mr_plan_cluster *o
 			out->lat_intra = r->lat_in;
 			out->bw_inter = r->bw_out;
 			out->lat_inter = r->lat_out;
+			out->host_bw = r->host_bw;
+			out->pcie_bw = r->pcie_bw;
 			return 0;
 		}
 		snprintf(list + strlen(list), sizeof(list) - strlen(list), ", %s", r->name);
@@ -287,6 +301,8 @@ int mr_plan_cluster_local(int ranks, int threads, struct mr_plan_cluster *out,
 	out->mfu = 0.6;
 	out->mem_bw = 8e9 * threads * share;
 	out->overlap = 0.0; /* the host backend's copies take the same cores */
+	out->cpu = 1;       /* the state is in host memory already: offload moves nothing */
+	out->host_bw = out->mem_bw;
 	/* the host backend between ranks of a machine: shared memory; TCP
 	 * figures for completeness (every rank is in the one node) */
 	out->bw_intra = 4e9 * share;
@@ -331,5 +347,6 @@ void mr_plan_input_init(struct mr_plan_input *in)
 	in->prec = MR_PLAN_BF16;
 	in->threads = 1;
 	in->fix.sp = in->fix.zero = in->fix.schedule = in->fix.recompute = -1;
+	in->fix.offload = -1;
 	in->fix.cp_algo = MR_CP_RING;
 }

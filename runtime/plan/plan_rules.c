@@ -5,8 +5,10 @@
  *
  * The table is the one place a mode landing in the runtime changes: when
  * expert parallelism came to run under ZeRO, its row went (and the
- * experts' own shards joined plan_mem.c's layout); context parallel's
- * algorithms are rows of plan_cp.c's table, Ulysses the latest.
+ * experts' own shards joined plan_mem.c's layout), and when meshrun
+ * learnt to recompute activations, its "no recomputation" row went;
+ * context parallel's algorithms are rows of plan_cp.c's table, Ulysses
+ * the latest.
  *
  * Non-goals: costs (plan_mem.c, plan_time.c).
  */
@@ -49,6 +51,8 @@ int mr_plan_check(const struct mr_plan_input *in, struct mr_errbuf *eb)
 	    (rc = in_range(eb, "bw_inter_gbs", c->bw_inter / 1e9, 1e-6, 1e6)) < 0 ||
 	    (rc = in_range(eb, "lat_intra_us", c->lat_intra * 1e6, 0, 1e6)) < 0 ||
 	    (rc = in_range(eb, "lat_inter_us", c->lat_inter * 1e6, 0, 1e6)) < 0 ||
+	    (rc = in_range(eb, "host_bw_gbs", c->host_bw / 1e9, 0, 1e6)) < 0 ||
+	    (rc = in_range(eb, "pcie_bw_gbs", c->pcie_bw / 1e9, 0, 1e6)) < 0 ||
 	    (rc = in_range(eb, "threads", in->threads, 1, 1024)) < 0)
 		return rc;
 	if (in->topo && (long)in->topo->nodes * c->gpus_per_node != c->gpus)
@@ -87,12 +91,15 @@ int mr_plan_check(const struct mr_plan_input *in, struct mr_errbuf *eb)
 		return mr_errf_field(eb, MR_EINVAL, "precision", "precision: %d is unknown",
 				     in->prec);
 	if (in->fix.zero > 3 || in->fix.recompute >= MR_PLAN__RCS ||
-	    in->fix.schedule >= MR_PP__KIND_COUNT)
+	    in->fix.schedule >= MR_PP__KIND_COUNT || in->fix.offload >= MR_PLAN__OFFS)
 		return mr_errf_field(eb, MR_EINVAL,
 				     in->fix.zero > 3 ? "zero"
 				     : in->fix.recompute >= MR_PLAN__RCS ? "recompute"
-									: "schedule",
-				     "a fixed zero, recompute or schedule is out of range");
+				     : in->fix.offload >= MR_PLAN__OFFS	 ? "offload"
+									 : "schedule",
+				     "a fixed zero, recompute, offload or schedule is out of range");
+	if ((rc = in_range(eb, "recompute_layers", in->fix.recompute_layers, 0, m->n_layer)) < 0)
+		return rc;
 	return 0;
 }
 
@@ -105,10 +112,23 @@ struct rule {
 	const char *why;
 };
 
-static int recomputes(const struct mr_plan_input *in, const struct mr_plan_mesh *m)
+static int recompute_layers(const struct mr_plan_input *in, const struct mr_plan_mesh *m)
 {
 	(void)in;
-	return m->recompute != MR_PLAN_RC_NONE;
+	return m->recompute != MR_PLAN_RC_NONE && m->recompute_layers > 0;
+}
+
+static int offloads(const struct mr_plan_input *in, const struct mr_plan_mesh *m)
+{
+	(void)in;
+	return m->offload != MR_PLAN_OFF_NONE;
+}
+
+/* fp32 on a GPU computes with the weights the optimizer updates: there is
+ * no separate master copy to move */
+static int fp32_master(const struct mr_plan_input *in, const struct mr_plan_mesh *m)
+{
+	return m->offload == MR_PLAN_OFF_MASTER && in->prec == MR_PLAN_FP32 && !in->cluster.cpu;
 }
 
 static int ep_hsdp(const struct mr_plan_input *in, const struct mr_plan_mesh *m)
@@ -135,14 +155,28 @@ static int bf16_copy(const struct mr_plan_input *in, const struct mr_plan_mesh *
 	return in->prec == MR_PLAN_BF16;
 }
 
+/* an offloaded step on GPUs needs the host's figures (the presets have them) */
+static int no_host_link(const struct mr_plan_input *in, const struct mr_plan_mesh *m)
+{
+	return m->offload != MR_PLAN_OFF_NONE && !in->cluster.cpu &&
+	       (in->cluster.host_bw <= 0 || in->cluster.pcie_bw <= 0);
+}
+
 static const struct rule rules[] = {
-	{ MR_PLAN_MESHRUN, "recompute", recomputes,
-	  "the meshrun runtime keeps every activation (no recomputation yet)" },
+	{ MR_PLAN_MEGATRON, "recompute_layers", recompute_layers,
+	  "Megatron-LM is priced with every layer recomputing (Korthikanti et al.)" },
+	{ MR_PLAN_MEGATRON, "offload", offloads,
+	  "Megatron-LM as its papers describe it keeps the optimizer state on the GPU" },
+	{ MR_PLAN_MESHRUN, "offload", fp32_master,
+	  "fp32 weights are the ones the GPU computes with, no master copy to move "
+	  "(precision bf16, or offload optimizer)" },
 	{ MR_PLAN_MESHRUN, "hsdp_shard", ep_hsdp,
 	  "expert parallelism runs without HSDP so far" },
 	{ MR_PLAN_MESHRUN, "hsdp_shard", cp_hsdp, "HSDP with cp > 1 is not implemented yet" },
 	{ MR_PLAN_MESHRUN, "precision", mixed,
 	  "meshrun keeps fp32 master weights and gradients: precision fp32 or bf16" },
+	{ MR_PLAN__IMPLS, "host_bw_gbs", no_host_link,
+	  "offload needs the cluster's host memory and PCIe bandwidths" },
 	{ MR_PLAN_MEGATRON, "precision", bf16_copy,
 	  "bf16 is meshrun's layout; Megatron-LM's mixed precision is \"mixed\"" },
 };
@@ -206,7 +240,7 @@ static int check_pipeline(const struct mr_plan_input *in, struct mr_plan_mesh *m
 	    m->micro_batches < m->pp)
 		return bad(eb, "micro_batches", "%d micro-batches are fewer than pp %d",
 			   m->micro_batches, m->pp);
-	sp = (struct mr_pp_spec){ (enum mr_pp_kind)m->schedule, m->pp, m->micro_batches, m->v };
+	mr__plan_pp_spec(m, &sp);
 	return mr_pp_check(&sp, eb);
 }
 
@@ -260,6 +294,11 @@ int mr_plan_mesh_check(const struct mr_plan_input *in, struct mr_plan_mesh *m,
 		return bad(eb, "zero", "stage %d is not 0..3%.0d", m->zero, 0);
 	if (m->recompute < 0 || m->recompute >= MR_PLAN__RCS)
 		return bad(eb, "recompute", "mode %d is unknown%.0d", m->recompute, 0);
+	if (m->recompute_layers < 0 || m->recompute_layers > md->n_layer)
+		return bad(eb, "recompute_layers", "%d is outside [0, %d layers]",
+			   m->recompute_layers, md->n_layer);
+	if (m->offload < 0 || m->offload >= MR_PLAN__OFFS)
+		return bad(eb, "offload", "mode %d is unknown%.0d", m->offload, 0);
 	if (m->micro_batch < 1 || in->global_batch % (m->dp * m->micro_batch))
 		return bad(eb, "micro_batch",
 			   "dp %d x micro-batch %d does not divide the global batch", m->dp,

@@ -9,8 +9,9 @@
  * tp*cp*pp divides the GPUs; ep over the divisors of the experts that
  * divide dp*cp; the micro-batch over the powers of two (and the fixed one)
  * dividing the batch per replica; ZeRO 0-3, sp on and off, the four
- * schedules (interleaved with 2 chunks), recomputation - each unless
- * fixed. meshrun runs ZeRO-2/3 as ZeRO-1 under a pipeline, so those are
+ * schedules (interleaved with 2 chunks), recomputation and offload (for
+ * meshrun in a second pass, when nothing fits without: run_choice) -
+ * each unless fixed. meshrun runs ZeRO-2/3 as ZeRO-1 under a pipeline, so those are
  * not enumerated twice. The split of the layers is computed once per (pp,
  * v) and shared.
  *
@@ -71,6 +72,7 @@ struct search {
 	struct split_cache *sc;
 	int nsc, capsc;
 	struct mr_errbuf *eb;
+	int wide;             /* the pass with recomputation and offload */
 };
 
 static int push(struct search *s, const struct mr_plan *p)
@@ -160,6 +162,27 @@ static int batches(int per, int fixed, int *out)
 	return n;
 }
 
+/* Recomputation and offload trade step time for memory. Megatron's
+ * recompute is searched with the rest (its papers' setting), offload not
+ * (a rule refuses it). meshrun's search is lean: the first pass tries
+ * neither unless the inputs fix them, and only when nothing fits does a
+ * second (wide) pass try the candidates that use a free one - offload
+ * only on GPUs (on cpu ranks it changes nothing). */
+static int run_choice(const struct search *s, int r, int off)
+{
+	const struct mr_plan_input *in = s->in;
+	const struct mr_plan_mesh *f = &in->fix;
+	int free_r = f->recompute < 0, free_o = f->offload < 0;
+
+	if ((!free_r && r != f->recompute) || (!free_o && off != f->offload))
+		return 0;
+	if (free_o && off && (in->cluster.cpu || in->impl == MR_PLAN_MEGATRON))
+		return 0;
+	if (in->impl == MR_PLAN_MEGATRON)
+		return 1;
+	return s->wide == ((free_r && r) || (free_o && off));
+}
+
 /* The pipeline and run-time choices of a mesh whose sizes are set; the
  * micro-batching and the schedule outermost, so the candidates that share
  * a schedule's walk (plan_stage.c) come one after another. */
@@ -181,13 +204,13 @@ static int choose_run(struct search *s, struct mr_plan_mesh m)
 				for (int sp = 0; sp <= (m.tp > 1 ? 1 : 0); sp++) {
 					if (f->sp >= 0 && sp != f->sp)
 						continue;
-					for (int r = 0; r < MR_PLAN__RCS; r++) {
-						if (f->recompute >= 0 ? r != f->recompute
-								      : in->impl == MR_PLAN_MESHRUN && r)
+					for (int r = 0; r < MR_PLAN__RCS * MR_PLAN__OFFS; r++) {
+						if (!run_choice(s, r % MR_PLAN__RCS, r / MR_PLAN__RCS))
 							continue;
 						m.zero = zero;
 						m.sp = sp;
-						m.recompute = r;
+						m.recompute = r % MR_PLAN__RCS;
+						m.offload = r / MR_PLAN__RCS;
 						m.micro_batch = bs[i];
 						m.schedule = m.pp > 1 ? k : MR_PP_1F1B;
 						m.v = f->v > 0 ? f->v : 0;
@@ -200,34 +223,15 @@ static int choose_run(struct search *s, struct mr_plan_mesh m)
 	return 0;
 }
 
-static int by_plan(const void *a, const void *b)
+/* Every tp, cp, pp, ep within the rules and the inputs' constraints. */
+static int search_meshes(struct search *s)
 {
-	const struct mr_plan *x = a, *y = b;
-
-	if (x->fits != y->fits)
-		return y->fits - x->fits;
-	if (x->fits && x->time.step_s != y->time.step_s)
-		return x->time.step_s < y->time.step_s ? -1 : 1;
-	if (x->mem.total != y->mem.total)
-		return x->mem.total < y->mem.total ? -1 : 1;
-	return x->time.step_s < y->time.step_s ? -1 : x->time.step_s > y->time.step_s;
-}
-
-int mr_plan_search(const struct mr_plan_input *in, struct mr_plan_result *res,
-		   struct mr_errbuf *eb)
-{
+	const struct mr_plan_input *in = s->in;
 	const struct mr_plan_model *md = &in->model;
 	const struct mr_plan_mesh *f = &in->fix;
-	struct search s = { in, res, NULL, 0, 0, eb };
+	struct mr_plan_result *res = s->res;
 	int world = in->cluster.gpus, rc = 0;
 
-	memset(res, 0, sizeof(*res));
-	if ((rc = mr_plan_check(in, eb)) < 0)
-		return rc;
-	if (f->tp > 0 && (md->n_head % f->tp || f->tp > in->cluster.gpus_per_node))
-		snprintf(res->refused, sizeof(res->refused),
-			 "tp %d must divide the %d heads and fit a node of %d GPUs", f->tp,
-			 md->n_head, in->cluster.gpus_per_node);
 	for (int tp = 1; tp <= md->n_head && rc == 0; tp++) {
 		if (md->n_head % tp || world % tp || !pick(f->tp, tp) ||
 		    tp > in->cluster.gpus_per_node)
@@ -259,10 +263,48 @@ int mr_plan_search(const struct mr_plan_input *in, struct mr_plan_result *res,
 					    (m.dp * cp) % ep)
 						continue;
 					m.ep = ep;
-					rc = choose_run(&s, m);
+					rc = choose_run(s, m);
 				}
 			}
 		}
+	}
+	return rc;
+}
+
+static int by_plan(const void *a, const void *b)
+{
+	const struct mr_plan *x = a, *y = b;
+
+	if (x->fits != y->fits)
+		return y->fits - x->fits;
+	if (x->fits && x->time.step_s != y->time.step_s)
+		return x->time.step_s < y->time.step_s ? -1 : 1;
+	if (x->mem.total != y->mem.total)
+		return x->mem.total < y->mem.total ? -1 : 1;
+	return x->time.step_s < y->time.step_s ? -1 : x->time.step_s > y->time.step_s;
+}
+
+int mr_plan_search(const struct mr_plan_input *in, struct mr_plan_result *res,
+		   struct mr_errbuf *eb)
+{
+	const struct mr_plan_model *md = &in->model;
+	const struct mr_plan_mesh *f = &in->fix;
+	struct search s = { in, res, NULL, 0, 0, eb, 0 };
+	int world = in->cluster.gpus, rc = 0;
+
+	memset(res, 0, sizeof(*res));
+	if ((rc = mr_plan_check(in, eb)) < 0)
+		return rc;
+	if (f->tp > 0 && (md->n_head % f->tp || f->tp > in->cluster.gpus_per_node))
+		snprintf(res->refused, sizeof(res->refused),
+			 "tp %d must divide the %d heads and fit a node of %d GPUs", f->tp,
+			 md->n_head, in->cluster.gpus_per_node);
+	rc = search_meshes(&s);
+	/* meshrun: recomputation and offload when nothing fits without */
+	if (rc == 0 && !res->fitting && in->impl == MR_PLAN_MESHRUN &&
+	    (f->recompute < 0 || (f->offload < 0 && !in->cluster.cpu))) {
+		s.wide = 1;
+		rc = search_meshes(&s);
 	}
 	for (int i = 0; i < s.nsc; i++)
 		free(s.sc[i].split);
@@ -322,6 +364,9 @@ void mr_plan_limit(const struct mr_plan_input *in, const struct mr_plan *p, char
 			RAISE("the ZeRO stage");
 		if (f->tp > 0 && m->tp < tp_max)
 			RAISE("tp");
+		if (f->offload >= 0 && m->offload != MR_PLAN_OFF_MASTER && !c->cpu &&
+		    in->impl == MR_PLAN_MESHRUN && in->prec != MR_PLAN_FP32)
+			HINT("%soffload the optimizer state", n ? " or " : "");
 	} else {
 		if (f->tp > 0 && m->tp < tp_max)
 			RAISE("tp");
@@ -331,8 +376,7 @@ void mr_plan_limit(const struct mr_plan_input *in, const struct mr_plan *p, char
 			RAISE("pp");
 		if (f->micro_batch > 1)
 			HINT("%slower the micro-batch", n ? " or " : "");
-		if (in->impl == MR_PLAN_MEGATRON && f->recompute >= 0 &&
-		    m->recompute != MR_PLAN_RC_FULL)
+		if (f->recompute >= 0 && (m->recompute != MR_PLAN_RC_FULL || m->recompute_layers))
 			HINT("%srecompute activations", n ? " or " : "");
 		if (f->sp == 0 && m->tp > 1)
 			HINT("%sturn on sequence parallel", n ? " or " : "");
@@ -355,16 +399,22 @@ void mr_plan_limit(const struct mr_plan_input *in, const struct mr_plan *p, char
 
 int mr_plan_mesh_format(const struct mr_plan_mesh *m, char *buf, size_t cap)
 {
-	char run[64] = "";
+	char run[64] = "", mem[96] = "";
 
 	if (m->pp > 1)
 		snprintf(run, sizeof(run), " %s%s", mr_pp_kind_name((enum mr_pp_kind)m->schedule),
 			 m->v > 1 ? (m->v == 2 ? "/v2" : "/v4+") : "");
-	return snprintf(buf, cap, "tp=%d cp=%d pp=%d dp=%d ep=%d%s zero=%d mb=%dx%d%s%s%s%s",
+	if (m->recompute > 0 && m->recompute_layers > 0)
+		snprintf(mem, sizeof(mem), " recompute=%s recompute_layers=%d",
+			 mr_plan_rc_name(m->recompute), m->recompute_layers);
+	else if (m->recompute > 0)
+		snprintf(mem, sizeof(mem), " recompute=%s", mr_plan_rc_name(m->recompute));
+	if (m->offload > 0)
+		snprintf(mem + strlen(mem), sizeof(mem) - strlen(mem), " offload=%s",
+			 mr_plan_offload_name(m->offload));
+	return snprintf(buf, cap, "tp=%d cp=%d pp=%d dp=%d ep=%d%s zero=%d mb=%dx%d%s%s%s",
 			m->tp, m->cp, m->pp, m->dp, m->ep, m->sp ? " sp" : "", m->zero,
-			m->micro_batch, m->micro_batches, run,
-			m->recompute > 0 ? " recompute=" : "",
-			m->recompute > 0 ? mr_plan_rc_name(m->recompute) : "",
+			m->micro_batch, m->micro_batches, run, mem,
 			m->hsdp_shard > 0 ? " hsdp" : "");
 }
 
@@ -374,7 +424,7 @@ int mr_plan_mesh_parse(const char *text, struct mr_plan_mesh *out, struct mr_err
 	int rc = 0;
 
 	memset(out, 0, sizeof(*out));
-	out->sp = out->zero = out->schedule = out->recompute = -1;
+	out->sp = out->zero = out->schedule = out->recompute = out->offload = -1;
 	if (!text || strlen(text) >= sizeof(buf))
 		return mr_errf_field(eb, MR_EINVAL, "mesh", "mesh: '%s' is empty or too long",
 				     text ? text : "");
@@ -398,6 +448,10 @@ int mr_plan_mesh_parse(const char *text, struct mr_plan_mesh *out, struct mr_err
 			rc = mr_plan_name_parse("recompute", eq, &out->recompute, eb);
 			continue;
 		}
+		if (!strcmp(tok, "offload")) {
+			rc = mr_plan_name_parse("offload", eq, &out->offload, eb);
+			continue;
+		}
 		if (!strcmp(tok, "cp_algo")) {
 			rc = mr_plan_cp_algo_parse(eq, &out->cp_algo, eb);
 			continue;
@@ -412,11 +466,13 @@ int mr_plan_mesh_parse(const char *text, struct mr_plan_mesh *out, struct mr_err
 		      : !strcmp(tok, "hsdp")		   ? &out->hsdp_shard
 		      : !strcmp(tok, "mb")		   ? &out->micro_batch
 		      : !strcmp(tok, "v")		   ? &out->v
+		      : !strcmp(tok, "recompute_layers") ? &out->recompute_layers
 							   : NULL;
 		if (!dst)
 			return mr_errf_field(eb, MR_EINVAL, "mesh",
 					     "mesh: unknown key '%s' (tp, cp, pp, dp, ep, sp, zero, "
-					     "hsdp, mb, v, schedule, recompute, cp_algo)",
+					     "hsdp, mb, v, schedule, recompute, recompute_layers, offload, "
+					     "cp_algo)",
 					     tok);
 		v = strtol(eq, &end, 10);
 		if (!*eq || *end || v < 0 || v > (1 << 20))

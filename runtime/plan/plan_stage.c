@@ -139,10 +139,15 @@ struct flight_memo {
 #define MEMO 4096
 static _Thread_local struct flight_memo memo[MEMO];
 
+void mr__plan_pp_spec(const struct mr_plan_mesh *m, struct mr_pp_spec *sp)
+{
+	*sp = (struct mr_pp_spec){ (enum mr_pp_kind)m->schedule, m->pp, m->micro_batches, m->v };
+}
+
 static int in_flight(const struct mr_plan_mesh *m, int stage, int *slots, int *pairs,
 		     struct mr_errbuf *eb)
 {
-	struct mr_pp_spec sp = { (enum mr_pp_kind)m->schedule, m->pp, m->micro_batches, m->v };
+	struct mr_pp_spec sp;
 	int mc = m->micro_batches < 2 * m->pp * m->v ? m->micro_batches : 2 * m->pp * m->v;
 	unsigned h = (unsigned)m->schedule;
 	struct flight_memo *e;
@@ -151,6 +156,7 @@ static int in_flight(const struct mr_plan_mesh *m, int stage, int *slots, int *p
 	*slots = *pairs = 1;
 	if (m->pp == 1)
 		return 0;
+	mr__plan_pp_spec(m, &sp);
 	h = (h * 31u + (unsigned)m->pp) * 2654435761u;
 	h = (h ^ (unsigned)mc) * 2246822519u;
 	h = (h ^ (unsigned)m->v) * 3266489917u;
@@ -219,16 +225,21 @@ int mr__plan_stage(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
 	maxT = d.llama ? 0 : (size_t)(md->max_seq > 0 ? md->max_seq : md->seq_len);
 	if (st->first || (st->last && d.tied)) /* the last's: the tied head's replica */
 		st->unit[u++] = Vl * C + maxT * C;
-	/* the chunks ascend: their blocks in order are the table's */
+	/* the chunks ascend: their blocks in order are the table's; the
+	 * first recompute_layers of each chunk recompute (0: all) */
 	for (c = 0; c < st->chunks; c++)
 		for (l = st->lo[c]; l < st->hi[c]; l++) {
 			int is_moe = mr_gpt_layer_is_moe(&gc, l);
+			int rc = m->recompute > MR_PLAN_RC_NONE &&
+				 (m->recompute_layers <= 0 || l - st->lo[c] < m->recompute_layers);
 			st->unit[u++] = attn;
 			st->expert[u] = is_moe ? experts : 0;
 			st->experts += st->expert[u];
 			st->unit[u++] = is_moe ? moe : dense;
 			st->layers++;
 			st->moe_layers += is_moe;
+			st->rc_layers += rc;
+			st->rc_moe_layers += rc && is_moe;
 		}
 	if (st->last) /* gpt2's LayerNorm; llama's RMSNorm and untied head */
 		st->unit[u++] = d.llama ? C + (d.tied ? 0 : Vl * C) : 2 * C;

@@ -18,7 +18,9 @@
  * Chinchilla-style count (Hoffmann et al. 2022) with causal attention's
  * half (their 12LCT counts every key for every query), as the runtime's
  * mr_gpt_flops_per_token counts it for its mfu. Backward costs twice the
- * forward; full recompute adds a forward, selective the attention core.
+ * forward; recomputation adds to it (passes(): Megatron's full a forward,
+ * selective the attention core; meshrun's full a forward of the blocks
+ * that recompute, twice under zb-h1, selective only element-wise work).
  *
  * What each mode issues per micro-batch and layer, and what hides it:
  *   tp  2 all-reduces forward and 2 backward (sp: 2 all-gathers and 2
@@ -45,7 +47,8 @@
  *
  * The optimizer reads and writes what a rank owns (its parameters, or its
  * ZeRO shard) once a step: the precision row's bytes per parameter at the
- * GPU's memory bandwidth.
+ * GPU's memory bandwidth, or offloaded at the host's plus the PCIe
+ * transfers (optim_time).
  *
  * Non-goals: kernel launch overheads, stragglers, contention for cores.
  */
@@ -64,15 +67,16 @@ struct ctx {
 	int inter[MR_GROUP__COUNT];
 };
 
-double mr__plan_fwd_flops(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
-			  const struct mr__plan_stage *st)
+/* Forward FLOPs per token of `dense` dense and `moe` MoE blocks on a rank
+ * of mesh m. */
+static double blocks_flops(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
+			   int dense_n, int moe_n)
 {
 	const struct mr_plan_model *md = &in->model;
 	struct mr__plan_dims d;
-	double C = md->d_model, t = m->tp, s = md->seq_len, tok;
+	double C = md->d_model, t = m->tp, s = md->seq_len;
 	double attn = 2 * s * C / t, dense = 24 * C * C / t + attn;
 	double moe = 8 * C * C / t + attn + 2 * C * md->n_experts + md->top_k * 16 * C * C / t;
-	double f;
 
 	mr__plan_dims(md, &d);
 	if (d.llama) { /* q k v, o; gate, up, down (top_k experts' of E: the router) */
@@ -83,12 +87,18 @@ double mr__plan_fwd_flops(const struct mr_plan_input *in, const struct mr_plan_m
 		moe = 2 * (C * qkv + C * C) / t + attn + 2 * C * md->n_experts +
 		      md->top_k * 2 * 3 * d.ffn * C / t;
 	}
-	f = (st->layers - st->moe_layers) * dense + st->moe_layers * moe;
+	return dense_n * dense + moe_n * moe;
+}
 
-	tok = (double)m->micro_batch * s / m->cp;
+double mr__plan_fwd_flops(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
+			  const struct mr__plan_stage *st)
+{
+	const struct mr_plan_model *md = &in->model;
+	double f = blocks_flops(in, m, st->layers - st->moe_layers, st->moe_layers);
+
 	if (st->last)
-		f += 2 * C * md->vocab / t;
-	return tok * f;
+		f += 2.0 * md->d_model * md->vocab / m->tp;
+	return (double)m->micro_batch * md->seq_len / m->cp * f;
 }
 
 /* One collective, counted under mode a: its time (count times). */
@@ -173,26 +183,83 @@ static double ep_pass(struct ctx *x, struct mr_plan_time *t, const struct mr__pl
 		    4.0 * st->moe_layers * cnt);
 }
 
+/* meshrun's recomputation in one micro-batch's backward (times n: zb-h1's
+ * weight phase recomputes again): full re-runs the recomputing blocks'
+ * forward collectives (tp's, ep's dispatch and combine, cp's exchanges),
+ * selective under sp the norms' all-gathers. Seconds. */
+static double recompute_comm(struct ctx *x, struct mr_plan_time *t,
+			     const struct mr__plan_stage *st, double cnt, double n)
+{
+	const struct mr_plan_mesh *m = x->m;
+	const struct mr_plan_model *md = &x->in->model;
+	int tp = m->tp, tin = x->inter[MR_GROUP_TP], full = m->recompute == MR_PLAN_RC_FULL;
+	double rows = x->tok * x->C * x->act, L = st->rc_layers * n * cnt, s = 0;
+	double s_attn = x->tok * 2 * md->seq_len * x->C / m->tp / x->rate;
+
+	if (tp > 1 && m->sp)
+		s += coll(x, t, MR_AXIS_TP, MR__OP_ALLGATHER, tp, tin, rows, 2 * L);
+	if (tp > 1 && m->sp && full)
+		s += coll(x, t, MR_AXIS_TP, MR__OP_REDUCE_SCATTER, tp, tin, rows, 2 * L);
+	if (tp > 1 && !m->sp && full)
+		s += coll(x, t, MR_AXIS_TP, MR__OP_ALLREDUCE, tp, tin, rows, 2 * L);
+	if (!full)
+		return s;
+	if (m->ep > 1 && st->rc_moe_layers) {
+		double routed = x->tok * md->top_k *
+				(md->dropless ? 1.0 : fmin(1.0, md->capacity_factor));
+		double k = 2.0 * st->rc_moe_layers * n * cnt;
+		s += coll(x, t, MR_AXIS_EP, MR__OP_ALLTOALL, m->ep, x->inter[MR_GROUP_EP],
+			  routed * x->C * x->act, k) +
+		     coll(x, t, MR_AXIS_EP, MR__OP_ALLTOALL, m->ep, x->inter[MR_GROUP_EP],
+			  4.0 * md->n_experts, k);
+	}
+	return s + cp_layer(x, t, 0, s_attn, cnt) * st->rc_layers * n;
+}
+
 /* Forward (F) and backward (B) of one micro-batch on stage st, with the
- * communication they do not hide; Fc, Bc the compute alone. Volumes are
- * counted into t only when count > 0 (m micro-batches of the critical
- * stage). */
+ * communication they do not hide; Fc, Bc the compute alone, Wc the part
+ * of Bc the schedule's W action runs (zb-h1). Volumes are counted into t
+ * only when count > 0 (m micro-batches of the critical stage).
+ *
+ * Recomputation: Megatron's as Korthikanti prices it (full a forward,
+ * selective the attention core). meshrun's full recompute re-runs the
+ * recomputing blocks' forward (their FLOPs, not the head's) in B, and
+ * under zb-h1 again in W (whose weight gradients need the block's
+ * inputs, dropped again after B); selective recomputes element-wise
+ * work (norms, GELU / SwiGLU: counted as no time, the model has no
+ * memory-bound term) and under sp re-gathers the norms. */
 static void passes(struct ctx *x, struct mr_plan_time *t, const struct mr__plan_stage *st,
-		   double count, double *F, double *B, double *Fc, double *Bc)
+		   double count, double *F, double *B, double *Fc, double *Bc, double *Wc)
 {
 	const struct mr_plan_mesh *m = x->m;
 	struct mr_plan_time scratch = { 0 };
 	struct mr_plan_time *tt = count > 0 ? t : &scratch;
 	double cnt = count > 0 ? count : 1;
 	double s = x->in->model.seq_len, attn_f = x->tok * 2 * s * x->C / m->tp / x->rate;
-	double f = mr__plan_fwd_flops(x->in, m, st) / x->rate, cf, cb;
+	double f = mr__plan_fwd_flops(x->in, m, st) / x->rate, cf, cb, rcx = 0;
+	double share = m->pp > 1 ? mr_pp_weight_share((enum mr_pp_kind)m->schedule) : 0;
+	int meshrun = x->in->impl == MR_PLAN_MESHRUN;
 
 	*Fc = f;
-	*Bc = 2 * f + (m->recompute == MR_PLAN_RC_FULL	    ? f
-		       : m->recompute == MR_PLAN_RC_SELECTIVE ? attn_f * st->layers
-							      : 0);
+	if (meshrun) {
+		double n = share > 0 ? 2 : 1; /* zb-h1's weight phase recomputes again */
+		if (m->recompute == MR_PLAN_RC_FULL)
+			rcx = x->tok *
+			      blocks_flops(x->in, m, st->rc_layers - st->rc_moe_layers,
+					   st->rc_moe_layers) /
+			      x->rate;
+		*Bc = 2 * f + n * rcx;
+		*Wc = share * 2 * f + (share > 0 ? rcx : 0);
+	} else {
+		*Bc = 2 * f + (m->recompute == MR_PLAN_RC_FULL	    ? f
+			       : m->recompute == MR_PLAN_RC_SELECTIVE ? attn_f * st->layers
+								      : 0);
+		*Wc = share * *Bc;
+	}
 	cf = (tp_pass(x, tt, st, cnt) + ep_pass(x, tt, st, cnt)) / cnt / 2;
 	cb = cf;
+	if (meshrun && m->recompute != MR_PLAN_RC_NONE)
+		cb += recompute_comm(x, tt, st, cnt, share > 0 ? 2 : 1) / cnt;
 	cf += cp_layer(x, tt, 0, attn_f, cnt) / cnt * st->layers;
 	cb += cp_layer(x, tt, 1, 2 * attn_f, cnt) / cnt * st->layers;
 	*F = *Fc + cf;
@@ -259,14 +326,36 @@ static double dp_step(struct ctx *x, struct mr_plan_time *t, const struct mr__pl
 	return ex;
 }
 
-/* The schedule's makespan for m micro-batches of F and B (W of B is the
- * weight-gradient pass zb-h1 defers: half the backward's compute). */
-static double makespan(const struct mr_plan_mesh *m, double F, double B, double Bc)
+/* The schedule's makespan for m micro-batches of F and B, W of B the
+ * weight-gradient pass the schedule defers (zb-h1: passes' Wc, from the
+ * schedule's own share, mr_pp_weight_share). */
+static double makespan(const struct mr_plan_mesh *m, double F, double B, double W)
 {
-	struct mr_pp_spec sp = { (enum mr_pp_kind)m->schedule, m->pp, m->micro_batches, m->v };
-	double W = m->schedule == MR_PP_ZBH1 ? Bc / 2 : 0;
+	struct mr_pp_spec sp;
 
+	mr__plan_pp_spec(m, &sp);
 	return mr_pp_makespan(&sp, F, B - W, W);
+}
+
+/* The optimizer's step over `owned` parameters: on the GPU at its
+ * memory's pace; offloaded (meshrun on GPUs), on the host's cores at the
+ * host memory's pace (the precision row's bytes per parameter) plus its
+ * PCIe transfers, one after the other (no overlap with the next forward
+ * is assumed): the fp32 gradient shard down, and up the updated bf16
+ * weights (optimizer+master) or the fp32 master, which then also went
+ * down (optimizer: the master stays on the GPU). */
+static double optim_time(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
+			 double owned)
+{
+	const struct mr__plan_prec *p = mr__plan_prec(in->prec);
+	const struct mr_plan_cluster *c = &in->cluster;
+	double down, up;
+
+	if (m->offload == MR_PLAN_OFF_NONE || c->cpu || c->host_bw <= 0 || c->pcie_bw <= 0)
+		return owned * p->optim_touch / c->mem_bw;
+	down = p->grad_comm + (m->offload == MR_PLAN_OFF_MASTER ? 0 : 4);
+	up = m->offload == MR_PLAN_OFF_MASTER ? p->act : 4;
+	return owned * p->optim_touch / c->host_bw + owned * (down + up) / c->pcie_bw;
 }
 
 int mr__plan_time(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
@@ -276,7 +365,7 @@ int mr__plan_time(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
 			 (double)m->micro_batch * in->model.seq_len / m->cp, in->model.d_model,
 			 in->cluster.peak_flops * in->cluster.mfu, { 0 } };
 	struct mr__plan_stage st, worst;
-	double best = -1, F = 0, B = 0, Fc = 0, Bc = 0, span, p2p = 0, dp;
+	double best = -1, F = 0, B = 0, Fc = 0, Bc = 0, Wc = 0, span, p2p = 0, dp;
 	int s, g, rc, ws = 0;
 
 	memset(t, 0, sizeof(*t));
@@ -286,10 +375,10 @@ int mr__plan_time(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
 			x.inter[g] = mr_plan_group_link(in, m, g);
 	/* the critical stage: the one whose passes take longest */
 	for (s = 0; s < m->pp; s++) {
-		double f, b, fc, bc;
+		double f, b, fc, bc, wc;
 		if ((rc = mr__plan_stage(in, m, split, s, 0, &st, eb)) < 0)
 			return rc;
-		passes(&x, t, &st, 0, &f, &b, &fc, &bc);
+		passes(&x, t, &st, 0, &f, &b, &fc, &bc, &wc);
 		if (f + b > best) {
 			best = f + b;
 			ws = s;
@@ -298,8 +387,8 @@ int mr__plan_time(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
 	}
 	if ((rc = mr__plan_stage(in, m, split, ws, 0, &worst, eb)) < 0)
 		return rc;
-	passes(&x, t, &worst, m->micro_batches, &F, &B, &Fc, &Bc);
-	span = makespan(m, F, B, Bc);
+	passes(&x, t, &worst, m->micro_batches, &F, &B, &Fc, &Bc, &Wc);
+	span = makespan(m, F, B, Wc);
 	if (m->pp > 1) {
 		double rows = x.tok / (m->sp ? m->tp : 1) * x.C * x.act;
 		p2p = coll(&x, t, MR_AXIS_PP, MR__OP_P2P, 2, x.inter[MR_GROUP_PP], rows,
@@ -327,7 +416,7 @@ int mr__plan_time(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
 		double owned = mr__plan_zero(in, m)
 				       ? Nd / mr__plan_shard(m) + Ne * m->ep / (m->dp * m->cp)
 				       : Nd + Ne;
-		t->optim_s = owned * mr__plan_prec(in->prec)->optim_touch / in->cluster.mem_bw;
+		t->optim_s = optim_time(in, m, owned);
 	}
 	t->compute_s = m->micro_batches * (Fc + Bc);
 	t->bubble_s = span - m->micro_batches * (F + B);

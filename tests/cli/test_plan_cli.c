@@ -368,3 +368,26 @@ Test(plan_cli, topology_places_groups_and_prices_cross_domain_links)
 	free(out);
 	free(err);
 }
+
+/* recompute and offload: shown in the table, taken as options, refused by
+ * name when unknown */
+Test(plan_cli, recompute_and_offload_options)
+{
+	char *out, *err;
+
+	scratch();
+	cr_expect_eq(meshrun(&out, &err, "plan --model gpt2-124m --gpus 8 --global-batch 64 "
+					 "--recompute full --offload optimizer --tp 1 --pp 1"),
+		     0, "%s%s", out, err);
+	cr_expect(strstr(out, "recompute") && strstr(out, "offload") &&
+			  strstr(out, " full ") && strstr(out, " optimizer "),
+		  "%s", out);
+	free(out);
+	free(err);
+	cr_expect_eq(meshrun(&out, &err, "plan --model gpt2-124m --gpus 8 --global-batch 64 "
+					 "--offload disk"),
+		     2);
+	cr_expect(strstr(err, "--offload"), "%s", err);
+	free(out);
+	free(err);
+}

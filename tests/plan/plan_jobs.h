@@ -127,7 +127,10 @@ static void plan_of(const struct job *j, struct mr_plan_input *in, struct mr_pla
 		mesh->sp = 0;
 	if (mesh->schedule < 0)
 		mesh->schedule = 1; /* the worker's default, 1f1b */
-	mesh->recompute = 0;
+	if (mesh->recompute < 0) /* the worker's defaults: none */
+		mesh->recompute = 0;
+	if (mesh->offload < 0)
+		mesh->offload = 0;
 	in->global_batch = mesh->dp * accum * B;
 	cr_assert_eq(mr_plan_mesh_check(in, mesh, &eb), 0, "%s: %s", j->cfg, eb.msg);
 }

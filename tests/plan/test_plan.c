@@ -213,7 +213,7 @@ Test(plan, every_plan_obeys_the_mesh_rules)
 		cr_expect(m->cp == 1 || in.model.seq_len % (2 * m->cp) == 0, "cp %d", m->cp);
 		cr_expect(m->ep == 1 || (8 % m->ep == 0 && (m->dp * m->cp) % m->ep == 0), "ep");
 		cr_expect(!(m->ep > 1 && m->hsdp_shard), "meshrun runs ep without HSDP");
-		cr_expect_eq(m->recompute, MR_PLAN_RC_NONE, "meshrun does not recompute");
+		cr_expect_eq(m->recompute, MR_PLAN_RC_NONE, "meshrun recomputes only when nothing fits");
 		cr_expect_eq(m->dp * m->micro_batch * m->micro_batches, 64);
 		if (m->pp > 1 && (m->schedule == MR_PP_1F1B || m->schedule == MR_PP_ZBH1))
 			cr_expect(m->micro_batches >= m->pp, "1F1B needs m >= pp");
