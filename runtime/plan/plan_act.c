@@ -241,8 +241,9 @@ static double megatron_ends(const struct mr_plan_input *in, const struct mr__pla
  * MR_MEM_ACTS, once: one block recomputes at a time), holding what a
  * recomputing block dropped, each piece the size of a slot's: the
  * tensors rc drops (the dense MLP's only if a recomputing block is
- * dense), the MoE acts under full if a recomputing block is MoE, and
- * under full the recomputed block's output, one (Nl, C) piece. */
+ * dense), and under full, if a recomputing block is MoE, its MoE acts
+ * and the output its recomputed forward writes, one (Nl, C) piece (a
+ * dense block's recomputation stops before its output). */
 static double meshrun_scratch(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
 			      const struct mr__plan_stage *st, const struct shape *sh, int rc)
 {
@@ -256,8 +257,8 @@ static double meshrun_scratch(const struct mr_plan_input *in, const struct mr_pl
 	for (size_t i = 0; i < NTERMS(meshrun_layer); i++)
 		if (!(meshrun_layer[i].keep & keep_bit(rc)) && (dense || !meshrun_layer[i].dense))
 			sum += term_bytes(sh, &meshrun_layer[i]);
-	if (rc == MR_PLAN_RC_FULL)
-		sum += term_bytes(sh, &out) + (st->rc_moe_layers ? moe_bytes(in, m, sh) : 0);
+	if (rc == MR_PLAN_RC_FULL && st->rc_moe_layers)
+		sum += term_bytes(sh, &out) + moe_bytes(in, m, sh);
 	return sum;
 }
 

@@ -90,6 +90,16 @@ static double blocks_flops(const struct mr_plan_input *in, const struct mr_plan_
 	return dense_n * dense + moe_n * moe;
 }
 
+/* A dense block's MLP output GEMM, forward FLOPs per token on a rank: a
+ * recomputation stops before it (model/gpt.c). */
+static double mlp_out_flops(const struct mr_plan_input *in, const struct mr_plan_mesh *m)
+{
+	struct mr__plan_dims d;
+
+	mr__plan_dims(&in->model, &d);
+	return 2.0 * in->model.d_model * d.ffn / m->tp;
+}
+
 double mr__plan_fwd_flops(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
 			  const struct mr__plan_stage *st)
 {
@@ -194,14 +204,17 @@ static double recompute_comm(struct ctx *x, struct mr_plan_time *t,
 	const struct mr_plan_model *md = &x->in->model;
 	int tp = m->tp, tin = x->inter[MR_GROUP_TP], full = m->recompute == MR_PLAN_RC_FULL;
 	double rows = x->tok * x->C * x->act, L = st->rc_layers * n * cnt, s = 0;
+	/* reductions re-run: the attention output's, and a MoE MLP's (a dense
+	 * block's recomputation stops before its MLP output) */
+	double R = (st->rc_layers + st->rc_moe_layers) * n * cnt;
 	double s_attn = x->tok * 2 * md->seq_len * x->C / m->tp / x->rate;
 
 	if (tp > 1 && m->sp)
 		s += coll(x, t, MR_AXIS_TP, MR__OP_ALLGATHER, tp, tin, rows, 2 * L);
 	if (tp > 1 && m->sp && full)
-		s += coll(x, t, MR_AXIS_TP, MR__OP_REDUCE_SCATTER, tp, tin, rows, 2 * L);
+		s += coll(x, t, MR_AXIS_TP, MR__OP_REDUCE_SCATTER, tp, tin, rows, R);
 	if (tp > 1 && !m->sp && full)
-		s += coll(x, t, MR_AXIS_TP, MR__OP_ALLREDUCE, tp, tin, rows, 2 * L);
+		s += coll(x, t, MR_AXIS_TP, MR__OP_ALLREDUCE, tp, tin, rows, R);
 	if (!full)
 		return s;
 	if (m->ep > 1 && st->rc_moe_layers) {
@@ -223,7 +236,8 @@ static double recompute_comm(struct ctx *x, struct mr_plan_time *t,
  *
  * Recomputation: Megatron's as Korthikanti prices it (full a forward,
  * selective the attention core). meshrun's full recompute re-runs the
- * recomputing blocks' forward (their FLOPs, not the head's) in B, and
+ * recomputing blocks' forward (their FLOPs but a dense block's MLP
+ * output GEMM, which a recomputation skips; not the head's) in B, and
  * under zb-h1 again in W (whose weight gradients need the block's
  * inputs, dropped again after B); selective recomputes element-wise
  * work (norms, GELU / SwiGLU: counted as no time, the model has no
@@ -245,8 +259,9 @@ static void passes(struct ctx *x, struct mr_plan_time *t, const struct mr__plan_
 		double n = share > 0 ? 2 : 1; /* zb-h1's weight phase recomputes again */
 		if (m->recompute == MR_PLAN_RC_FULL)
 			rcx = x->tok *
-			      blocks_flops(x->in, m, st->rc_layers - st->rc_moe_layers,
-					   st->rc_moe_layers) /
+			      (blocks_flops(x->in, m, st->rc_layers - st->rc_moe_layers,
+					    st->rc_moe_layers) -
+			       (st->rc_layers - st->rc_moe_layers) * mlp_out_flops(x->in, m)) /
 			      x->rate;
 		*Bc = 2 * f + n * rcx;
 		*Wc = share * 2 * f + (share > 0 ? rcx : 0);

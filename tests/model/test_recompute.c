@@ -19,8 +19,8 @@
  * expert parallel (the dispatch, with capacity drops), ZeRO-3 (parameters
  * gathered again), the pipeline under each schedule (a slot per micro-batch;
  * zb-h1's weight phase recomputes again), and recompute_layers. The
- * ledger's activation peak must fall from none to selective to full
- * (the planner's exact figure is test_plan_ledger's).
+ * ledger's activation bytes must fall from none to selective to full, and
+ * equal the planner's (plan/mr_plan.h) to the byte in every mode.
  *
  * Built a second time on the emulated cuda device (RECOMPUTE_CUDA_EMUL:
  * the Makefile's gpu-emul/test_recompute), in bf16, one job per mode:
@@ -133,6 +133,9 @@ static void same_training(const char *cfg, const char *extra, int world, int tp,
 	cr_expect(acts[1] < acts[0] && acts[2] < acts[1],
 		  "%s: activation bytes none %zu selective %zu full %zu", cfg, acts[0], acts[1],
 		  acts[2]);
+	for (int k = 0; k < 3; k++) /* the planner models this layout: to the byte */
+		cr_expect_eq((double)acts[k], planned[k], "%s: recompute %s: ledger %zu, planned %.0f",
+			     cfg, modes[k], acts[k], planned[k]);
 	for (int k = 0; k < 3; k++) {
 		free(log[k]);
 		free(wts[k]);

@@ -14,7 +14,8 @@
  * untied head or a tied one) run one rank, ZeRO-1/2/3, tp with sp, the
  * pipeline and cp the same way; cp over grouped-query attention (ring,
  * allgather, ulysses) and SwiGLU experts (one rank, ep, tp, ZeRO-3) are
- * held to the byte.
+ * held to the byte. Every cpu job runs under recompute none, selective
+ * and full, with the same bounds.
  *
  * Built a second time on the emulated cuda device (LEDGER_CUDA_EMUL: the
  * Makefile's gpu-emul/test_plan_ledger), it checks the bf16 model states
@@ -28,8 +29,7 @@
 #include "plan_jobs.h"
 
 /* tol: activations' and workspace's bound, a share of the ledger's */
-static void check_ledger_tol(const char *cfg, int world, int tp, int pp, int cp, int ep,
-			     double tol)
+static void check_one(const char *cfg, int world, int tp, int pp, int cp, int ep, double tol)
 {
 #ifdef LEDGER_CUDA_EMUL
 	const int states_only = 1; /* one emulated GPU per rank */
@@ -77,6 +77,26 @@ static void check_ledger_tol(const char *cfg, int world, int tp, int pp, int cp,
 			  got[MR_MEM_WORKSPACE], pm.bytes[MR_MEM_WORKSPACE]);
 	}
 	json_decref(j.json);
+}
+
+/* The job as given; on the cpu device under each recomputation mode
+ * too (the planner prices the runtime's own layout: the same bound). */
+static void check_ledger_tol(const char *cfg, int world, int tp, int pp, int cp, int ep,
+			     double tol)
+{
+#ifndef LEDGER_CUDA_EMUL
+	static const char *const modes[] = { "selective", "full" };
+	size_t n = strlen(cfg);
+	char buf[1024];
+
+	cr_assert(n > 1 && n + 32 < sizeof(buf) && cfg[n - 1] == '}');
+	for (int k = 0; k < 2; k++) {
+		snprintf(buf, sizeof(buf), "%.*s,\"recompute\":\"%s\"}", (int)n - 1, cfg,
+			 modes[k]);
+		check_one(buf, world, tp, pp, cp, ep, tol);
+	}
+#endif
+	check_one(cfg, world, tp, pp, cp, ep, tol);
 }
 
 static void check_ledger(const char *cfg, int world, int tp, int pp, int cp, int ep)

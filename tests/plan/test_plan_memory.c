@@ -8,8 +8,8 @@
  * with their mean and rstd and the GELU / SwiGLU output; full keeps only
  * the block's output (res3); the stage carves once a recompute layer of
  * one block's dropped tensors (the dense MLP's only if a recomputing block
- * is dense, the MoE acts under full if one is MoE) plus, under full, one
- * (Nl, C) piece. Each expectation is the difference from the same mesh
+ * is dense; under full, if one is MoE, the MoE acts and one (Nl, C)
+ * output piece - a dense block's recomputation stops before its output). Each expectation is the difference from the same mesh
  * without recomputation (what the blocks drop, less the scratch), so the
  * ends of the model, the workspace and zb-h1's stash cancel.
  *
@@ -81,7 +81,7 @@ static double acts_saved(const struct mr_plan_input *in, struct mr_plan_mesh m, 
  * the four mean / rstd 128*4 = 512; qkv 128*384*4 = 196608; lse 128*4*4 =
  * 2048; fc and GELU output 128*512*4 = 262144 each: 1052672 in all.
  * selective drops 2*65536 + 4*512 + 262144 = 395264; full all but res3,
- * 987136; full's scratch adds res3's 65536: 1052672.
+ * 987136; the scratch is one block's dropped set.
  */
 Test(plan_memory, gpt2_recompute_per_block_by_hand)
 {
@@ -91,11 +91,11 @@ Test(plan_memory, gpt2_recompute_per_block_by_hand)
 	tiny(&in, MR_ARCH_GPT2, 1, 2);
 	/* four blocks drop theirs, the scratch holds one block's */
 	cr_expect_eq(acts_saved(&in, m, 0, MR_PLAN_RC_SELECTIVE, 0), -4.0 * 395264 + 395264);
-	cr_expect_eq(acts_saved(&in, m, 0, MR_PLAN_RC_FULL, 0), -4.0 * 987136 + 1052672);
-	/* one block: selective saves nothing, full costs the output piece */
+	cr_expect_eq(acts_saved(&in, m, 0, MR_PLAN_RC_FULL, 0), -4.0 * 987136 + 987136);
+	/* one block: its scratch is what it drops, nothing is saved */
 	cr_expect_eq(acts_saved(&in, m, 0, MR_PLAN_RC_SELECTIVE, 1), 0);
-	cr_expect_eq(acts_saved(&in, m, 0, MR_PLAN_RC_FULL, 1), 65536);
-	cr_expect_eq(acts_saved(&in, m, 0, MR_PLAN_RC_FULL, 3), -3.0 * 987136 + 1052672);
+	cr_expect_eq(acts_saved(&in, m, 0, MR_PLAN_RC_FULL, 1), 0);
+	cr_expect_eq(acts_saved(&in, m, 0, MR_PLAN_RC_FULL, 3), -3.0 * 987136 + 987136);
 }
 
 /*
@@ -105,7 +105,7 @@ Test(plan_memory, gpt2_recompute_per_block_by_hand)
  * 128*2*4 = 1024; res2, res3 64*128*4 = 32768; gate | up 128*384*4 =
  * 196608; SwiGLU output 128*192*4 = 98304.
  * selective drops 2*65536 + 4*256 + 98304 = 230400; full drops all but
- * res3: 559104; full's scratch adds an (Nl, C) piece of 32768.
+ * res3: 559104; the scratch is one block's dropped set.
  */
 Test(plan_memory, llama_tp_sp_recompute_by_hand)
 {
@@ -114,8 +114,8 @@ Test(plan_memory, llama_tp_sp_recompute_by_hand)
 
 	tiny(&in, MR_ARCH_LLAMA, 2, 2);
 	cr_expect_eq(acts_saved(&in, m, 0, MR_PLAN_RC_SELECTIVE, 0), -4.0 * 230400 + 230400);
-	cr_expect_eq(acts_saved(&in, m, 0, MR_PLAN_RC_FULL, 0), -4.0 * 559104 + 559104 + 32768);
-	cr_expect_eq(acts_saved(&in, m, 0, MR_PLAN_RC_FULL, 2), -2.0 * 559104 + 559104 + 32768);
+	cr_expect_eq(acts_saved(&in, m, 0, MR_PLAN_RC_FULL, 0), -4.0 * 559104 + 559104);
+	cr_expect_eq(acts_saved(&in, m, 0, MR_PLAN_RC_FULL, 2), -2.0 * 559104 + 559104);
 }
 
 /*
@@ -124,7 +124,7 @@ Test(plan_memory, llama_tp_sp_recompute_by_hand)
  * kernel's floats and ints of its shape, each a piece): selective drops
  * 395264 - 262144 = 133120 of it, full 987136 - 524288 + MoE. The scratch
  * is one dense block's dropped set (a dense block recomputes), with the
- * MoE acts under full.
+ * MoE acts and the (Nl, C) output piece (65536) under full.
  */
 Test(plan_memory, moe_recompute_by_hand)
 {
@@ -149,7 +149,7 @@ Test(plan_memory, moe_recompute_by_hand)
 	cr_expect_eq(acts_saved(&in, m, 0, MR_PLAN_RC_SELECTIVE, 0),
 		     -(2.0 * 395264 + 2.0 * 133120) + 395264);
 	cr_expect_eq(acts_saved(&in, m, 0, MR_PLAN_RC_FULL, 0),
-		     -(2.0 * 987136 + 2.0 * (462848 + moe)) + 1052672 + moe);
+		     -(2.0 * 987136 + 2.0 * (462848 + moe)) + 987136 + 65536 + moe);
 }
 
 /*
@@ -165,11 +165,11 @@ Test(plan_memory, recompute_per_slot_under_a_pipeline)
 	tiny(&in, MR_ARCH_GPT2, 2, 8);
 	cr_expect_eq(acts_saved(&in, m, 0, MR_PLAN_RC_SELECTIVE, 1), -2.0 * 395264 + 395264);
 	cr_expect_eq(acts_saved(&in, m, 1, MR_PLAN_RC_SELECTIVE, 1), 0);
-	cr_expect_eq(acts_saved(&in, m, 0, MR_PLAN_RC_FULL, 1), -2.0 * 987136 + 1052672);
-	cr_expect_eq(acts_saved(&in, m, 1, MR_PLAN_RC_FULL, 1), -987136.0 + 1052672);
+	cr_expect_eq(acts_saved(&in, m, 0, MR_PLAN_RC_FULL, 1), -2.0 * 987136 + 987136);
+	cr_expect_eq(acts_saved(&in, m, 1, MR_PLAN_RC_FULL, 1), 0);
 	/* zb-h1: the same slots (its stash is the same with recomputation) */
 	m.schedule = MR_PP_ZBH1;
-	cr_expect_eq(acts_saved(&in, m, 0, MR_PLAN_RC_FULL, 1), -2.0 * 987136 + 1052672);
+	cr_expect_eq(acts_saved(&in, m, 0, MR_PLAN_RC_FULL, 1), -2.0 * 987136 + 987136);
 }
 
 /* ---- time ---------------------------------------------------------------------- */
@@ -184,9 +184,10 @@ static struct mr_plan eval(const struct mr_plan_input *in, struct mr_plan_mesh m
 	return p;
 }
 
-/* Full recompute adds a forward of the recomputing blocks (gpt2: 24C^2 +
- * 2sC FLOPs per token and block, the head not), twice under zb-h1 (its
- * weight phase recomputes again); selective adds no FLOPs. */
+/* Full recompute adds a forward of the recomputing blocks but their MLP
+ * output GEMM (gpt2: 24C^2 + 2sC FLOPs per token and block less the
+ * output GEMM's 8C^2, the head not), twice under zb-h1 (its weight phase
+ * recomputes again); selective adds no FLOPs. */
 Test(plan_memory, recompute_time_is_the_extra_forward)
 {
 	struct mr_plan_input in;
@@ -196,7 +197,8 @@ Test(plan_memory, recompute_time_is_the_extra_forward)
 
 	tiny(&in, MR_ARCH_GPT2, 2, 8);
 	rate = in.cluster.peak_flops * in.cluster.mfu;
-	blk = tok * (24 * C * C + 2 * s * C) / rate; /* one block's forward, one micro-batch */
+	/* one block's recomputation, one micro-batch */
+	blk = tok * (24 * C * C - 8 * C * C + 2 * s * C) / rate;
 	m.dp = 2;
 	none = eval(&in, m);
 	m.recompute = MR_PLAN_RC_SELECTIVE;
