@@ -127,10 +127,7 @@ static int planned(const struct run *r, double *acts, double *step_s)
 	mesh.pp = j->pp;
 	mesh.cp = mesh.ep = 1;
 	mesh.dp = j->world / (j->tp * j->pp);
-	mesh.zero = mesh.zero < 0 ? 0 : mesh.zero;
-	mesh.sp = mesh.sp < 0 ? 0 : mesh.sp;
-	mesh.schedule = mesh.schedule < 0 ? 1 : mesh.schedule; /* 1f1b */
-	mesh.recompute = mesh.recompute < 0 ? 0 : mesh.recompute;
+	mr_plan_mesh_worker_defaults(&mesh);
 	in.global_batch = mesh.dp * j->accum * j->B;
 	if ((rc = mr_plan_mesh_check(&in, &mesh, &eb)) < 0 ||
 	    (rc = mr_plan_mem_stage(&in, &mesh, 0, &pm, &eb)) < 0 ||

@@ -516,11 +516,7 @@ static int run(const struct mr_plan_input *in, const struct plan_opts *o)
 		m.cp = m.cp ? m.cp : 1;
 		m.pp = m.pp ? m.pp : 1;
 		m.ep = m.ep ? m.ep : 1;
-		m.sp = m.sp < 0 ? 0 : m.sp;
-		m.zero = m.zero < 0 ? 0 : m.zero;
-		m.schedule = m.schedule < 0 ? MR_PP_1F1B : m.schedule;
-		m.recompute = m.recompute < 0 ? 0 : m.recompute;
-		m.offload = m.offload < 0 ? 0 : m.offload;
+		mr_plan_mesh_worker_defaults(&m);
 		m.micro_batch = m.micro_batch ? m.micro_batch : 1;
 		if (mr_plan_mesh_check(in, &m, &eb) < 0)
 			fprintf(stderr, "meshrun plan: --explain: %s\n", eb.msg);

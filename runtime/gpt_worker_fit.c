@@ -123,10 +123,7 @@ static int estimate(const json_t *config, const struct mr_gpt_worker_ranks *r, d
 	mesh.cp = r->cp;
 	mesh.ep = r->ep;
 	mesh.dp = r->world / (r->tp * r->pp * r->cp);
-	mesh.zero = mesh.zero < 0 ? 0 : mesh.zero;
-	mesh.sp = mesh.sp < 0 ? 0 : mesh.sp;
-	mesh.schedule = mesh.schedule < 0 ? 1 : mesh.schedule; /* the worker's 1f1b */
-	mesh.recompute = 0;
+	mr_plan_mesh_worker_defaults(&mesh);
 	in.global_batch = mesh.dp * accum * B;
 	if (mesh.dp < 1 || mr_plan_mesh_check(&in, &mesh, &pe) < 0)
 		return -1;

@@ -164,3 +164,13 @@ int mr_plan_to_workload(const struct mr_plan_mesh *m, struct json_t *cfg_)
 	}
 	return rc ? MR_ENOMEM : 0;
 }
+
+void mr_plan_mesh_worker_defaults(struct mr_plan_mesh *m)
+{
+	m->zero = m->zero < 0 ? 0 : m->zero;
+	m->sp = m->sp < 0 ? 0 : m->sp;
+	m->schedule = m->schedule < 0 ? MR_PP_1F1B : m->schedule;
+	m->recompute = m->recompute < 0 ? MR_PLAN_RC_NONE : m->recompute;
+	m->recompute_layers = m->recompute_layers < 0 ? 0 : m->recompute_layers;
+	m->offload = m->offload < 0 ? MR_PLAN_OFF_NONE : m->offload;
+}

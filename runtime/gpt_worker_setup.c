@@ -306,7 +306,7 @@ int mr__gw_create_trainer(struct gw *w, const struct mr_worker_env *env,
 	if ((rc = place(w, env, &w->mc, w->T, eb)) < 0)
 		return rc;
 	rc = mr_gpt_create_on(&w->model, &w->mc, w->B, w->T, &w->dev, &w->groups.place,
-			      mr_dp_model_flags(w->zero), eb);
+			      mr_dp_model_flags_on(&w->dev, w->zero, w->offload), eb);
 	if (rc < 0)
 		return rc;
 	w->have_model = 1;

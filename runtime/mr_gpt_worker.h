@@ -86,6 +86,10 @@ int mr_plan_from_workload(const struct json_t *cfg, int world, struct mr_plan_in
  * limits it), offload; pp_schedule and pp_virtual when pp > 1); 0 or
  * MR_ENOMEM. */
 int mr_plan_to_workload(const struct mr_plan_mesh *m, struct json_t *cfg);
+/* What a job runs where the workload leaves a choice open (-1, "any" in
+ * in->fix): zero 0, no sp, 1f1b, no recomputation, no offload - the
+ * worker's defaults, for pricing a given config as it will run. */
+void mr_plan_mesh_worker_defaults(struct mr_plan_mesh *m);
 
 struct mr_place;
 /*

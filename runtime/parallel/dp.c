@@ -11,12 +11,30 @@
 #include "mr_log.h"
 
 #define DP_DEFAULT_BUCKET ((size_t)1 << 20)
+#define DP_STAGE_CHUNK ((size_t)1 << 22) /* the planner's MR_PLAN_STAGE_CHUNK */
 
 unsigned mr_dp_model_flags(int zero)
 {
 	return zero >= 3   ? MR_GPT_EXT_PARAMS | MR_GPT_EXT_GRADS | MR_GPT_EXT_COMPUTE
 	       : zero >= 1 ? MR_GPT_EXT_PARAMS | MR_GPT_EXT_GRADS
 			   : 0;
+}
+
+/* Whether offload runs with the master on the host and bf16 weights alone
+ * on the device (MASTER on a device whose memory is not host memory). */
+static int master_on_host(const struct mr_dev *dev, int offload)
+{
+	return offload == MR_DP_OFFLOAD_MASTER && dev->ops->is_device;
+}
+
+unsigned mr_dp_model_flags_on(const struct mr_dev *dev, int zero, int offload)
+{
+	if (!master_on_host(dev, offload))
+		return mr_dp_model_flags(zero);
+	/* no fp32 weights on the device: zero 1/2 bind the compute views into
+	 * their padded bf16 gather target (zero 3 already does) */
+	return zero == 0 ? MR_GPT_EXT_PARAMS
+			 : MR_GPT_EXT_PARAMS | MR_GPT_EXT_GRADS | MR_GPT_EXT_COMPUTE;
 }
 
 /* Zeroed device memory (host = 0) or the device's host memory (host = 1:
@@ -273,8 +291,8 @@ static int alloc_slots(struct mr_dp *d, struct dp_slot *sl, int kind, int with_o
 		sl[s].unit = -1;
 		if (cap == 0)
 			continue;
-		if (!(sl[s].buf = dalloc(d, kind, cap)))
-			return MR_ENOMEM;
+		if (!(d->mb && !with_out) && !(sl[s].buf = dalloc(d, kind, cap)))
+			return MR_ENOMEM; /* MASTER's parameter slots: the compute copy only */
 		if (with_out && !(sl[s].out = dalloc(d, MR_MEM_WORKSPACE, out)))
 			return MR_ENOMEM;
 		if (!with_out && d->dev->act != MR_DT_F32 &&
@@ -327,14 +345,74 @@ static int init_params(struct mr_dp *d, uint64_t seed)
 	return rc;
 }
 
+/* MASTER: the owned parameters from seed into the host master, then
+ * published to the device. */
+static int init_on_host(struct mr_dp *d, uint64_t seed)
+{
+	struct mr_gpt *m = d->m;
+	float *tmp;
+	size_t mx = 0, lo, n;
+	int k, i, rc = 0;
+
+	for (k = 0; k < d->npieces; k++)
+		if (d->pc[k].n > mx)
+			mx = d->pc[k].n;
+	if (!(tmp = malloc(mx * sizeof(float))))
+		return MR_ENOMEM;
+	for (k = 0; k < d->npieces && rc == 0; k++) {
+		const struct dp_piece *P = &d->pc[k];
+		for (i = P->t0; i < P->t1 && rc == 0; i++)
+			rc = mr_gpt_init_tensor(m, seed, i, tmp + (m->tensors[i].off - P->off));
+		lo = d->zero ? (size_t)P->srank * P->sn : 0;
+		n = lo < P->n ? P->n - lo : 0;
+		if (n > P->sn)
+			n = P->sn;
+		/* zero: the owned part of the piece, its padding 0; DDP: all */
+		memset(d->hp + P->soff, 0, P->sn * sizeof(float));
+		memcpy(d->hp + P->soff, tmp + lo, n * sizeof(float));
+	}
+	free(tmp);
+	return rc < 0 ? rc : mr__dp_publish(d);
+}
+
 /* The parameters from seed; offloading the master, its host copy too. */
 static int init_all(struct mr_dp *d, uint64_t seed)
 {
-	int rc = init_params(d, seed);
+	int rc;
 
+	if (d->mb)
+		return init_on_host(d, seed);
+	rc = init_params(d, seed);
 	if (rc == 0 && d->off == MR_DP_OFFLOAD_MASTER)
 		rc = mr__dp_owned_params(d, 0);
 	return rc;
+}
+
+/* MASTER's device side: the fp32 staging the host master is published
+ * through (a unit's shard: what mr_dp_gather_params stages; zero 0 at
+ * most DP_STAGE_CHUNK floats, a chunk at a time), the weights in
+ * the activation type - zero 1/2 the padded gather target Pc with the
+ * shard sc it is gathered from, zero 3 the shard pshard_c (zero 0: the
+ * model's own compute copy). */
+static int alloc_master_on_host(struct mr_dp *d)
+{
+	size_t act = mr_dev_act_bytes(d->dev, 1);
+	int u;
+
+	for (u = 0; u < d->nunits; u++)
+		if (mr__dp_unit_shard(d, u) > d->nstage)
+			d->nstage = mr__dp_unit_shard(d, u);
+	if (d->zero == 0 && d->nstage > DP_STAGE_CHUNK)
+		d->nstage = DP_STAGE_CHUNK; /* published in chunks, never gathered */
+	if (!(d->stage = dalloc(d, MR_MEM_WORKSPACE, d->nstage)))
+		return MR_ENOMEM;
+	if ((d->zero == 1 || d->zero == 2) &&
+	    (!(d->Pc = dalloc_bytes(d, MR_MEM_PARAMS, d->np * act)) ||
+	     !(d->sc = dalloc_bytes(d, MR_MEM_WORKSPACE, d->nshard * act))))
+		return MR_ENOMEM;
+	if (d->zero == 3 && !(d->pshard_c = dalloc_bytes(d, MR_MEM_PARAMS, d->nshard * act)))
+		return MR_ENOMEM;
+	return 0;
 }
 
 static int alloc_all(struct mr_dp *d)
@@ -351,15 +429,17 @@ static int alloc_all(struct mr_dp *d)
 		return MR_ENOMEM;
 	}
 	d->ov = d->om + d->nshard;
+	if (d->mb && alloc_master_on_host(d) < 0)
+		return MR_ENOMEM;
 	if (d->zero == 0)
 		return 0;
 	if (!(d->gshard = dalloc(d, MR_MEM_GRADS, d->nshard)))
 		return MR_ENOMEM;
-	if (d->zero < 3 && !(d->P = dalloc(d, MR_MEM_PARAMS, d->np)))
+	if (d->zero < 3 && !d->mb && !(d->P = dalloc(d, MR_MEM_PARAMS, d->np)))
 		return MR_ENOMEM;
 	if (d->zero == 1 && !(d->G = dalloc(d, MR_MEM_GRADS, d->np)))
 		return MR_ENOMEM;
-	if (d->zero == 3 && !(d->pshard = dalloc(d, MR_MEM_PARAMS, d->nshard)))
+	if (d->zero == 3 && !d->mb && !(d->pshard = dalloc(d, MR_MEM_PARAMS, d->nshard)))
 		return MR_ENOMEM;
 	if (d->zero >= 2 && alloc_slots(d, d->gs, MR_MEM_GRADS, 1) < 0)
 		return MR_ENOMEM;
@@ -367,7 +447,10 @@ static int alloc_all(struct mr_dp *d)
 		return MR_ENOMEM;
 	for (u = 0; u < d->nunits && d->zero < 3; u++) {
 		size_t poff = d->pc[d->pfirst[u]].poff;
-		mr__dp_bind_unit(d, u, d->P + poff, 0);
+		if (d->mb)
+			mr_gpt_bind_compute_unit(d->m, u, mr_dev_at(d->dev, d->Pc, poff));
+		else
+			mr__dp_bind_unit(d, u, d->P + poff, 0);
 		if (d->zero == 1)
 			mr__dp_bind_unit(d, u, d->G + poff, 1);
 	}
@@ -396,7 +479,7 @@ int mr_dp_create(struct mr_dp **out, struct mr_gpt *m, const struct mr_adamw_con
 		 const struct mr_dp_config *cfg, const struct mr_dp_comms *c, uint64_t seed,
 		 struct mr_errbuf *eb)
 {
-	unsigned want = mr_dp_model_flags(cfg->zero);
+	unsigned want = mr_dp_model_flags_on(m->dev, cfg->zero, cfg->offload);
 	struct mr_dp *d;
 	int rc;
 
@@ -408,14 +491,23 @@ int mr_dp_create(struct mr_dp **out, struct mr_gpt *m, const struct mr_adamw_con
 		return mr_errf_field(eb, MR_EINVAL, "offload",
 				     "'offload' must be none, optimizer or optimizer+master "
 				     "(0, 1, 2), got %d", cfg->offload);
+	if (master_on_host(m->dev, cfg->offload) && m->dev->act == MR_DT_F32)
+		return mr_errf_field(eb, MR_EINVAL, "offload",
+				     "'offload' optimizer+master needs bf16 weights on the device "
+				     "('precision' bf16): in fp32 the device's weights are the master");
 	if ((m->params == NULL) != !!(want & MR_GPT_EXT_PARAMS))
 		return mr_errf_field(eb, MR_EINVAL, "ext_params",
-				     "'ext_params' must be %d for zero %d (see mr_dp_model_flags)",
+				     "'ext_params' must be %d for zero %d (see mr_dp_model_flags_on)",
 				     !!(want & MR_GPT_EXT_PARAMS), cfg->zero);
 	if ((m->grads == NULL) != !!(want & MR_GPT_EXT_GRADS))
 		return mr_errf_field(eb, MR_EINVAL, "ext_grads",
-				     "'ext_grads' must be %d for zero %d (see mr_dp_model_flags)",
+				     "'ext_grads' must be %d for zero %d (see mr_dp_model_flags_on)",
 				     !!(want & MR_GPT_EXT_GRADS), cfg->zero);
+	if (master_on_host(m->dev, cfg->offload) &&
+	    (m->params_c == NULL) != !!(want & MR_GPT_EXT_COMPUTE))
+		return mr_errf_field(eb, MR_EINVAL, "ext_compute",
+				     "'ext_compute' must be %d for zero %d (see mr_dp_model_flags_on)",
+				     !!(want & MR_GPT_EXT_COMPUTE), cfg->zero);
 	d = calloc(1, sizeof(*d));
 	if (!d)
 		return mr_errf(eb, MR_ENOMEM, "unable to allocate the data-parallel state");
@@ -429,6 +521,7 @@ int mr_dp_create(struct mr_dp **out, struct mr_gpt *m, const struct mr_adamw_con
 		d->c = *c;
 	d->zero = cfg->zero;
 	d->off = offload_in_effect(d->dev, cfg->offload);
+	d->mb = master_on_host(d->dev, d->off);
 	d->S = comm_size(d->c.shard);
 	d->srank = comm_rank(d->c.shard);
 	d->R = comm_size(d->c.replica);

@@ -51,8 +51,11 @@ int mr__dp_slot_of(const struct mr_dp *d, int u)
 	return u == 0 ? 0 : u == d->nunits - 1 ? 1 : 2 + (u & 1);
 }
 
-int mr__dp_gather_unit(struct mr_dp *d, int u, float *dst, struct mr_comm_req **req)
+int mr__dp_gather_unit_from(struct mr_dp *d, int u, const void *src, int act, void *dst,
+			    struct mr_comm_req **req)
 {
+	size_t s0 = d->pc[d->pfirst[u]].soff;
+	size_t el = act ? mr_dev_act_bytes(d->dev, 1) : sizeof(float);
 	int k, rc = 0;
 
 	d->st.param_colls++;
@@ -62,14 +65,21 @@ int mr__dp_gather_unit(struct mr_dp *d, int u, float *dst, struct mr_comm_req **
 		return rc;
 	for (k = d->pfirst[u]; k < d->pfirst[u + 1] && rc == 0; k++) {
 		const struct dp_piece *P = &d->pc[k];
+		const char *from = (const char *)src + (P->soff - (act ? 0 : s0)) * el;
+		char *to = (char *)dst + P->loff * el;
 		if (P->S == 1)
-			rc = d->dev->ops->copy(d->dev, dst + P->loff, d->pshard + P->soff,
-					       P->sn * sizeof(float));
+			rc = d->dev->ops->copy(d->dev, to, from, P->sn * el);
 		else
-			rc = mr_comm_iallgather(P->comm, d->pshard + P->soff, dst + P->loff, P->sn,
-						MR_COMM_F32, &req[k - d->pfirst[u]]);
+			rc = mr_comm_iallgather(P->comm, from, to, P->sn,
+						act ? MR_COMM_BF16 : MR_COMM_F32,
+						&req[k - d->pfirst[u]]);
 	}
 	return rc;
+}
+
+int mr__dp_gather_unit(struct mr_dp *d, int u, float *dst, struct mr_comm_req **req)
+{
+	return mr__dp_gather_unit_from(d, u, d->pshard + d->pc[d->pfirst[u]].soff, 0, dst, req);
 }
 
 /* Waits for every piece's request of the slot. */
@@ -96,6 +106,8 @@ static int pslot_issue(struct mr_dp *d, int u)
 	if ((rc = slot_wait(d, sl, 0)) < 0)
 		return rc;
 	sl->unit = u;
+	if (d->mb) /* bf16 weights alone: straight into the compute copy */
+		return mr__dp_gather_unit_from(d, u, d->pshard_c, 1, sl->cbuf, sl->req);
 	return mr__dp_gather_unit(d, u, sl->buf, sl->req);
 }
 
@@ -106,6 +118,10 @@ static int pslot_ready(struct mr_dp *d, int u)
 
 	if ((rc = pslot_issue(d, u)) < 0 || (rc = slot_wait(d, sl, 0)) < 0)
 		return rc;
+	if (d->mb) {
+		mr_gpt_bind_compute_unit(d->m, u, sl->cbuf);
+		return 0;
+	}
 	mr__dp_bind_unit(d, u, sl->buf, 0);
 	if (sl->cbuf) /* a bf16 device: the unit's compute copy lives here too */
 		mr_gpt_bind_compute_unit(d->m, u, sl->cbuf);

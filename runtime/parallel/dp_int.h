@@ -69,6 +69,15 @@ struct mr_dp {
 				   * whose memory is host memory) */
 	float *hg, *hp;           /* offload: host copies of the owned grads and
 				   * params (nshard; hp the master under MASTER) */
+	/* MASTER: the device holds its weights in the activation type only,
+	 * published from hp through an fp32 staging buffer (nstage floats):
+	 * zero 0 the model's compute copy, zero 1/2 Pc (padded, the bf16
+	 * all-gather's target, fed from the shard sc), zero 3 pshard_c (the
+	 * shard the bf16 gathers read) */
+	int mb;
+	mr_act *Pc, *sc, *pshard_c;
+	float *stage;
+	size_t nstage;
 	int zero, S, srank, R, rrank, W, dpn;
 	int nunits, npieces;
 	struct dp_piece *pc;      /* (npieces) in table order */
@@ -115,9 +124,17 @@ size_t mr__dp_unit_shard(const struct mr_dp *d, int u);
 /* zero 3: all-gathers the padded unit u from the shards into dst, one
  * request per piece into req[] (NULL where nothing is in flight). */
 int mr__dp_gather_unit(struct mr_dp *d, int u, float *dst, struct mr_comm_req **req);
+/* The same from src: act = 0 the unit's span of an fp32 shard (its first
+ * piece at src); act = 1 a whole shard in the activation type (MASTER's
+ * d->pshard_c), gathered as it is. */
+int mr__dp_gather_unit_from(struct mr_dp *d, int u, const void *src, int act, void *dst,
+			    struct mr_comm_req **req);
 /* Offload: the device's fp32 copy of the owned parameters to d->hp (up =
  * 0) or d->hp to it (up = 1), piece by piece. */
 int mr__dp_owned_params(struct mr_dp *d, int up);
+/* MASTER: the owned master d->hp onto the device in the activation type,
+ * and (zero 1/2) all-gathered into Pc; zero 3's slots are stale after. */
+int mr__dp_publish(struct mr_dp *d);
 /* Points unit u's views at its padded span in buf (parameters: grads =
  * 0; gradients: grads = 1). */
 void mr__dp_bind_unit(struct mr_dp *d, int u, float *buf, int grads);

@@ -61,8 +61,11 @@ const char *mr_dp_first_nonfinite(struct mr_dp *d, int grads)
 		return NULL;
 	for (i = 0; i < d->nseg && !name; i++) {
 		const struct dp_seg *s = &d->seg[i];
-		const float *x = grads ? owned_grads(d) + s->so : seg_params(d, s);
-		if (d->dev->ops->download(d->dev, h, x, s->n * sizeof(float)) < 0)
+		if (!grads && d->off == MR_DP_OFFLOAD_MASTER)
+			memcpy(h, d->hp + s->so, s->n * sizeof(float)); /* the host master */
+		else if (d->dev->ops->download(d->dev, h,
+					       grads ? owned_grads(d) + s->so : seg_params(d, s),
+					       s->n * sizeof(float)) < 0)
 			break;
 		for (j = 0; j < s->n && !name; j++)
 			if (!isfinite(h[j]))
@@ -176,6 +179,64 @@ int mr__dp_owned_params(struct mr_dp *d, int up)
 	return rc;
 }
 
+/* n floats of host src onto the device as dst's activation type, through
+ * the fp32 staging buffer. */
+static int publish_range(struct mr_dp *d, mr_act *dst, const float *src, size_t n)
+{
+	struct mr_dev *dev = d->dev;
+	size_t at, k;
+	int rc = 0;
+
+	for (at = 0; at < n && rc == 0; at += k) {
+		k = n - at < d->nstage ? n - at : d->nstage;
+		rc = dev->ops->upload(dev, d->stage, src + at, k * sizeof(float));
+		if (rc == 0)
+			rc = dev->ops->to_act(dev, mr_dev_at(dev, dst, at), d->stage, k);
+	}
+	return rc;
+}
+
+int mr__dp_publish(struct mr_dp *d)
+{
+	int k, u, rc = 0;
+
+	if (d->zero == 0)
+		return publish_range(d, mr_gpt_compute_at(d->m, 0), d->hp, d->nshard);
+	if (d->zero == 3) {
+		rc = publish_range(d, d->pshard_c, d->hp, d->nshard);
+		for (u = 0; u < 4; u++) {
+			for (k = 0; k < DP_MAX_PIECES; k++)
+				mr__dp_wait(d, &d->ps[u].req[k], 0);
+			d->ps[u].unit = -1; /* stale: re-gathered on next use */
+		}
+		return rc;
+	}
+	/* zero 1/2: each piece's shard, then every rank's gathered into Pc */
+	for (k = 0; k < d->npieces && rc == 0; k++) {
+		const struct dp_piece *P = &d->pc[k];
+		mr_act *own = P->S == 1 ? mr_dev_at(d->dev, d->Pc, P->poff)
+					: mr_dev_at(d->dev, d->sc, P->soff);
+		rc = publish_range(d, own, d->hp + P->soff, P->sn);
+	}
+	if (rc == 0)
+		rc = d->dev->ops->sync(d->dev);
+	for (k = d->npieces - 1; k >= 0 && rc == 0; k--) {
+		const struct dp_piece *P = &d->pc[k];
+		if (P->S == 1)
+			continue;
+		d->st.param_colls++;
+		rc = mr_comm_iallgather(P->comm, mr_dev_at(d->dev, d->sc, P->soff),
+					mr_dev_at(d->dev, d->Pc, P->poff), P->sn, MR_COMM_BF16,
+					&d->req[k]);
+	}
+	for (k = d->npieces - 1; k >= 0; k--) {
+		int w = mr__dp_wait(d, &d->req[k], 0);
+		if (rc == 0)
+			rc = w;
+	}
+	return rc;
+}
+
 /*
  * Offload: the (clipped) owned grads down to the host, AdamW there over
  * each segment with the device's arithmetic (mr_dev_adamw's weight decay
@@ -198,7 +259,7 @@ static int update_on_host(struct mr_dp *d, float lr)
 				      d->om + s->so, d->ov + s->so, s->n,
 				      s->decay && d->oc.weight_decay > 0.0f);
 	}
-	return mr__dp_owned_params(d, 1);
+	return d->mb ? mr__dp_publish(d) : mr__dp_owned_params(d, 1);
 }
 
 int mr_dp_update(struct mr_dp *d, double norm, float lr)
@@ -216,8 +277,10 @@ int mr_dp_update(struct mr_dp *d, double norm, float lr)
 	 * gather is bound (3, dp_hooks.c) */
 	if (d->off) {
 		rc = update_on_host(d, lr);
-		if (rc == 0 && d->zero == 0) /* DDP: the compute copy of the whole table */
+		if (rc == 0 && d->zero == 0 && !d->mb) /* DDP: the whole table's compute copy */
 			rc = mr_gpt_refresh_compute(d->m);
+		if (d->mb)
+			return rc; /* published, gathered (zero 1/2), slots stale (zero 3) */
 	}
 	for (i = 0; i < d->nseg && rc == 0 && !d->off; i++) {
 		const struct dp_seg *s = &d->seg[i];
@@ -288,10 +351,11 @@ int mr_dp_slice_write(struct mr_dp *d, int i, int what, const float *src)
 	if (!host)
 		return d->dev->ops->upload(d->dev, dst, src, s->n * sizeof(float));
 	memcpy(dst, src, s->n * sizeof(float));
-	/* MASTER: the device's copy too (the gathers read it) */
-	return what == MR_DP_PARAM ? d->dev->ops->upload(d->dev, seg_params(d, s), src,
-							  s->n * sizeof(float))
-				   : 0;
+	/* MASTER: the device's fp32 copy too (the gathers read it); with
+	 * bf16 weights alone there (mb), mr_dp_restore publishes them */
+	return what == MR_DP_PARAM && !d->mb
+		       ? d->dev->ops->upload(d->dev, seg_params(d, s), src, s->n * sizeof(float))
+		       : 0;
 }
 
 int mr_dp_restore(struct mr_dp *d, long t)
@@ -299,6 +363,8 @@ int mr_dp_restore(struct mr_dp *d, long t)
 	int u, i, rc = 0;
 
 	d->t = t;
+	if (d->mb)
+		return mr__dp_publish(d);
 	if (d->zero == 1 || d->zero == 2)
 		rc = gather_updated(d);
 	for (u = 0; u < 4 && d->zero == 3; u++) {
@@ -329,9 +395,13 @@ int mr_dp_gather_params(struct mr_dp *d, float *dst)
 	float *tmp;
 	int u, k, rc = 0;
 
+	if (d->zero == 0 && d->mb) { /* the host master */
+		memcpy(dst, d->hp, m->nparams * sizeof(float));
+		return 0;
+	}
 	if (d->zero == 0)
 		return d->dev->ops->download(d->dev, dst, m->params, m->nparams * sizeof(float));
-	if (d->zero < 3) {
+	if (d->zero < 3 && !d->mb) {
 		for (u = 0; u < d->nunits && rc == 0; u++)
 			rc = download_unit(d, dst, d->P + d->pc[d->pfirst[u]].poff, u);
 		return rc;
@@ -342,8 +412,14 @@ int mr_dp_gather_params(struct mr_dp *d, float *dst)
 	tmp = mr_dev_alloc(d->dev, &m->mem, MR_MEM_WORKSPACE, cap * sizeof(float));
 	if (!tmp)
 		return MR_ENOMEM;
+	/* MASTER: each unit's host shard up into the staging first */
 	for (u = 0; u < d->nunits && rc == 0; u++) {
-		rc = mr__dp_gather_unit(d, u, tmp, req);
+		size_t s0 = d->pc[d->pfirst[u]].soff, sn = mr__dp_unit_shard(d, u);
+		if (d->mb) /* the staging holds a unit's shard */
+			rc = d->dev->ops->upload(d->dev, d->stage, d->hp + s0, sn * sizeof(float));
+		if (rc == 0)
+			rc = d->mb ? mr__dp_gather_unit_from(d, u, d->stage, 0, tmp, req)
+				   : mr__dp_gather_unit(d, u, tmp, req);
 		for (k = 0; k < d->pfirst[u + 1] - d->pfirst[u]; k++)
 			if (req[k]) {
 				int w = mr_comm_wait(req[k]);

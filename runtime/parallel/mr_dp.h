@@ -85,12 +85,20 @@
  * refreshed and the all-gather runs as without offload. OPTIM: that
  * fp32 copy is the master, downloaded into a host staging buffer each
  * step (MR_MEM_HOST, nshard floats); MASTER: the host copy is the master
- * (no download per step) and the device's fp32 copy a mirror written
- * each step - it stays on the device because the parameter all-gathers
- * (zero 1/2: the full padded copy; zero 3: the shard they gather from)
- * and the model read fp32, so MASTER moves no device bytes yet. Host
- * memory per rank either way: 16 bytes per owned parameter. The step is
- * synchronous: nothing overlaps the next forward yet. On a device whose
+ * (no download per step) and the device holds no fp32 weights at all
+ * (mr_dp_model_flags_on): the updated master is published in bf16 -
+ * uploaded a unit's shard at a time into an fp32 staging buffer
+ * (workspace) and converted there by the device (to_act, the rounding of
+ * a refresh) - into the model's compute copy (zero 0), into this rank's
+ * bf16 shard then all-gathered in bf16 into a padded compute copy the
+ * model's views are bound to (zero 1/2), or into a bf16 shard the
+ * parameter gathers read straight into their slots' compute copy (zero
+ * 3). Device bytes saved per rank: zero 0 4 per parameter, zero 1/2 4 per
+ * (padded) parameter less the padding's bf16, zero 3 2 per owned
+ * parameter and the slots' fp32 buffers. fp32 on the device is refused
+ * ("offload"): its weights are the master. Host memory per rank either
+ * way: 16 bytes per owned parameter. The step is synchronous: nothing
+ * overlaps the next forward. On a device whose
  * memory is host memory (cpu) the option changes nothing (logged once).
  *
  * Ownership: struct mr_dp borrows the model and the communicators (they
@@ -141,6 +149,9 @@ struct mr_dp_stats {
 
 /* The MR_GPT_EXT_* flags of a model used with this zero stage. */
 unsigned mr_dp_model_flags(int zero);
+/* The same with offload on dev: optimizer+master on a device whose memory
+ * is not host memory keeps no fp32 weights there (see Offload above). */
+unsigned mr_dp_model_flags_on(const struct mr_dev *dev, int zero, int offload);
 
 /* Initialises the parameters from seed (as mr_gpt_init_params would, each
  * rank keeping its shard under zero 3). oc is copied. MR_EINVAL with field

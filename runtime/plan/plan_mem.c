@@ -17,9 +17,9 @@
  *     what they shard, and ZeRO-2/3's reduce-scatter outputs (a slot / S)
  *     are workspace. bf16's weight copy is whole, except at ZeRO-3: it
  *     lives in the four parameter slots, beside their fp32 gather.
- * Offload (offload_states) moves the owned optimizer state, and with
- * optimizer+master the fp32 master, to MR_MEM_HOST, which the device's
- * total leaves out; on cpu ranks it moves nothing.
+ * Offload (offload_states) moves the owned optimizer state to MR_MEM_HOST
+ * (which the device's total leaves out), and with optimizer+master leaves
+ * the device its bf16 weights alone; on cpu ranks it moves nothing.
  *
  * Non-goals: allocator fragmentation, the CUDA context (the cluster's
  * reserve_bytes stands for both).
@@ -62,40 +62,51 @@ static void unit_layout(const struct mr__plan_stage *st, int u, size_t S, size_t
 	*shard = pad(d, S) / (double)S + (e ? pad(e, Se) / (double)Se : 0);
 }
 
+/* mr_dp.h's staging chunk at ZeRO-0 (floats). */
+#define MR_PLAN_STAGE_CHUNK 4194304.0
+
+/* A stage's unit sizes under its ZeRO layout: the padded whole, the
+ * shard, the four slots' padded spans and shards (ZeRO-2/3), and the
+ * largest unit's shard (a unit's own size at ZeRO-0). */
+struct layout {
+	double padded, shard, slots, outs, unit_shard;
+};
+
 /*
- * ZeRO-Offload on a GPU rank owning `owned` parameters (all of its
- * stage's at ZeRO-0, else its shard): what moves from the device's
- * ledger kinds to MR_MEM_HOST.
- *   optimizer         the AdamW moments m and v, 8 bytes per owned
- *                     parameter: all of MR_MEM_OPTIM (it holds nothing
- *                     else);
- *   optimizer+master  also the fp32 master weights of a precision that
- *                     computes with a separate copy (bf16: its 4-byte
- *                     PARAMS part beside the 2-byte compute copy), 4
- *                     bytes per owned parameter, to the host. The device
- *                     drops them at ZeRO-0 (the whole fp32 table: the GPU
- *                     computes with the bf16 copy) and at ZeRO-3 (the
- *                     shard; the four fp32 gather slots stay); at ZeRO-1/2
- *                     it keeps its whole padded fp32 parameters, the
- *                     buffer the updated shards are all-gathered into, so
- *                     the master shard is on the host in addition.
- * The bf16 compute copy and the gradients stay on the device. fp32 has no
- * separate master (plan_rules.c refuses optimizer+master on GPUs).
+ * ZeRO-Offload on a GPU rank (runtime/parallel/mr_dp.h), owning `owned`
+ * parameters (all of its stage's N at ZeRO-0, else its shard):
+ *   optimizer         the AdamW moments leave the device (all of
+ *                     MR_MEM_OPTIM) for host memory, beside host copies of
+ *                     the owned gradients and parameters: 16 bytes per
+ *                     owned parameter under MR_MEM_HOST;
+ *   optimizer+master  the same host bytes, the host copy being the master,
+ *                     and the device keeps no fp32 weights (a precision
+ *                     with a separate compute copy: bf16) - its PARAMS are
+ *                     the bf16 copy alone: ZeRO-0 the model's (2 N),
+ *                     ZeRO-1/2 the padded gather target (2 padded), ZeRO-3
+ *                     the bf16 shard and the slots' bf16 copies (2 shard + 2
+ *                     slots); the workspace gains the fp32 staging the
+ *                     master is published through (the largest unit's
+ *                     shard; ZeRO-0 publishes in chunks of at most
+ *                     MR_PLAN_STAGE_CHUNK) and at ZeRO-1/2 the bf16 shard
+ *                     the gather reads (2 shard).
+ * The gradients stay on the device. fp32 has no separate master
+ * (plan_rules.c refuses optimizer+master on GPUs).
  */
-static void offload_states(const struct mr__plan_prec *p, int off, int z, double owned,
-			   double *bytes)
+static void offload_states(const struct mr__plan_prec *p, int off, int z, double N,
+			   const struct layout *l, double *bytes, double *ws)
 {
+	double owned = z ? l->shard : N;
 	int copy = 0;
 
-	bytes[MR_MEM_HOST] += bytes[MR_MEM_OPTIM];
 	bytes[MR_MEM_OPTIM] = 0;
+	bytes[MR_MEM_HOST] += 16.0 * owned;
 	for (int i = 0; i < p->nparts; i++)
 		copy |= p->part[i].shard_from == MR__PLAN_SLOTS;
 	if (off != MR_PLAN_OFF_MASTER || !copy)
 		return;
-	bytes[MR_MEM_HOST] += 4.0 * owned;
-	if (z == 0 || z >= 3)
-		bytes[MR_MEM_PARAMS] -= 4.0 * owned;
+	bytes[MR_MEM_PARAMS] = 2.0 * (z == 0 ? N : z < 3 ? l->padded : l->shard + l->slots);
+	*ws += 4.0 * l->unit_shard + (z == 1 || z == 2 ? 2.0 * l->shard : 0);
 }
 
 /* meshrun's model states on a rank of stage st (mr_dp.h's layout). */
@@ -106,14 +117,18 @@ static void meshrun_states(const struct mr_plan_input *in, const struct mr_plan_
 	int z = mr__plan_zero(in, m), U = st->nunits;
 	size_t S = (size_t)mr__plan_shard(m);
 	size_t Se = z && m->ep > 1 ? (size_t)(m->dp * m->cp / m->ep) : 0;
-	double N = (double)st->params, shard = 0, padded = 0, pm = 0, sm = 0, slots = 0, outs = 0;
+	double N = (double)st->params, pm = 0, sm = 0;
 	double up[2] = { 0, 0 }, us[2] = { 0, 0 };
+	struct layout l = { 0 };
 
 	for (int u = 0; u < U; u++) {
 		double pu, su;
 		unit_layout(st, u, S, Se, &pu, &su);
-		padded += pu;
-		shard += su;
+		l.padded += pu;
+		l.shard += su;
+		/* the staging: a unit's shard (ZeRO-0: its whole, chunked) */
+		su = z ? su : fmin((double)st->unit[u], MR_PLAN_STAGE_CHUNK);
+		l.unit_shard = su > l.unit_shard ? su : l.unit_shard;
 		if (u == 0 || u == U - 1) {
 			up[u != 0] = pu;
 			us[u != 0] = su;
@@ -123,25 +138,25 @@ static void meshrun_states(const struct mr_plan_input *in, const struct mr_plan_
 		}
 	}
 	if (z >= 2) { /* four slots: the first unit, the last, two of the largest half */
-		slots = up[0] + up[1] + 2 * pm;
-		outs = us[0] + us[1] + 2 * sm;
+		l.slots = up[0] + up[1] + 2 * pm;
+		l.outs = us[0] + us[1] + 2 * sm;
 	}
 	for (int i = 0; i < p->nparts; i++) {
 		const struct mr__plan_part *q = &p->part[i];
 		double n;
 		if (q->shard_from == MR__PLAN_SLOTS)
-			n = z >= 3 ? slots : N;
+			n = z >= 3 ? l.slots : N;
 		else if (z == 0)
 			n = N;
 		else if (z >= q->shard_from) /* the shard, and a stage's worth of slots */
-			n = shard + (q->shard_from >= 2 ? slots : 0);
+			n = l.shard + (q->shard_from >= 2 ? l.slots : 0);
 		else /* whole but padded; ZeRO-1's gradients also have the shard */
-			n = padded + (q->kind == MR_MEM_GRADS ? shard : 0);
+			n = l.padded + (q->kind == MR_MEM_GRADS ? l.shard : 0);
 		bytes[q->kind] += q->bytes * n;
 	}
+	*ws = l.outs * 4.0;
 	if (m->offload != MR_PLAN_OFF_NONE && !in->cluster.cpu)
-		offload_states(p, m->offload, z, z ? shard : N, bytes);
-	*ws = outs * 4.0;
+		offload_states(p, m->offload, z, N, &l, bytes, ws);
 }
 
 double mr__plan_attn_ws(int threads, double T, double hs, double C)

@@ -356,9 +356,10 @@ static double makespan(const struct mr_plan_mesh *m, double F, double B, double 
  * memory's pace; offloaded (meshrun on GPUs), on the host's cores at the
  * host memory's pace (the precision row's bytes per parameter) plus its
  * PCIe transfers, one after the other (no overlap with the next forward
- * is assumed): the fp32 gradient shard down, and up the updated bf16
- * weights (optimizer+master) or the fp32 master, which then also went
- * down (optimizer: the master stays on the GPU). */
+ * is assumed): the fp32 gradient shard down, and the updated fp32
+ * weights up (optimizer+master: the host's master, which the GPU turns
+ * into its bf16 copy, with a refresh's rounding; optimizer: the GPU's
+ * master, which also went down). */
 static double optim_time(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
 			 double owned)
 {
@@ -369,7 +370,7 @@ static double optim_time(const struct mr_plan_input *in, const struct mr_plan_me
 	if (m->offload == MR_PLAN_OFF_NONE || c->cpu || c->host_bw <= 0 || c->pcie_bw <= 0)
 		return owned * p->optim_touch / c->mem_bw;
 	down = p->grad_comm + (m->offload == MR_PLAN_OFF_MASTER ? 0 : 4);
-	up = m->offload == MR_PLAN_OFF_MASTER ? p->act : 4;
+	up = 4;
 	return owned * p->optim_touch / c->host_bw + owned * (down + up) / c->pcie_bw;
 }
 

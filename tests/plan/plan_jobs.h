@@ -115,22 +115,19 @@ static void plan_of(const struct job *j, struct mr_plan_input *in, struct mr_pla
 
 	cr_assert_eq(mr_plan_cluster_local(j->world, 1, &in->cluster, &eb), 0, "%s", eb.msg);
 	cr_assert_eq(mr_plan_from_workload(c, j->world, in, &eb), 0, "%s", eb.msg);
+	if (json_string_value(json_object_get(c, "device")) &&
+	    !strcmp(json_string_value(json_object_get(c, "device")), "cuda")) {
+		/* (emulated) GPU ranks: offload moves their state */
+		in->cluster.cpu = 0;
+		in->cluster.host_bw = in->cluster.pcie_bw = 1e10;
+	}
 	*mesh = in->fix;
 	mesh->tp = j->tp;
 	mesh->pp = j->pp;
 	mesh->cp = j->cp;
 	mesh->ep = j->ep;
 	mesh->dp = j->world / (j->tp * j->pp * j->cp);
-	if (mesh->zero < 0)
-		mesh->zero = 0;
-	if (mesh->sp < 0)
-		mesh->sp = 0;
-	if (mesh->schedule < 0)
-		mesh->schedule = 1; /* the worker's default, 1f1b */
-	if (mesh->recompute < 0) /* the worker's defaults: none */
-		mesh->recompute = 0;
-	if (mesh->offload < 0)
-		mesh->offload = 0;
+	mr_plan_mesh_worker_defaults(mesh);
 	in->global_batch = mesh->dp * accum * B;
 	cr_assert_eq(mr_plan_mesh_check(in, mesh, &eb), 0, "%s: %s", j->cfg, eb.msg);
 }

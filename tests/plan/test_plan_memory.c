@@ -240,16 +240,20 @@ static struct mr_plan_mem mem_of(const struct mr_plan_input *in, struct mr_plan_
 }
 
 /* gpt2-124m, bf16 on one H100 (ZeRO-0: the rank owns every parameter N):
- * the moments (8N) move to the host; with the master its 4N too, off the
- * device. At ZeRO-3 over 8 the owned part is the shard (OPTIM / 8), and
- * at ZeRO-1 the device keeps its whole fp32 parameters. */
+ * the moments (8N) leave the device; the host holds them and copies of
+ * the owned gradients and parameters, 16N. With the master there the
+ * device keeps its bf16 copy alone (2N of the 6N) and stages the master's
+ * publishing through 4 Mi fp32 (workspace). At ZeRO-3 over 8 the owned
+ * part is the shard s = OPTIM / 8 and the device keeps the bf16 shard and
+ * slots (of 2 slots + 4 (s + slots)); at ZeRO-1 its padded bf16 gather
+ * target p (of 2N + 4p). */
 Test(plan_memory, offload_moves_optimizer_state_to_the_host)
 {
 	struct mr_errbuf eb = { { 0 }, { 0 } };
 	struct mr_plan_input in;
 	struct mr_plan_mesh m = mesh(1, 0, 1, 1, MR_PP_1F1B);
 	struct mr_plan_mem a, b, c;
-	double N;
+	double N, s, slots, p;
 
 	mr_plan_input_init(&in);
 	cr_assert_eq(mr_plan_model_preset("gpt2-124m", &in.model, &eb), 0);
@@ -262,25 +266,28 @@ Test(plan_memory, offload_moves_optimizer_state_to_the_host)
 	c = mem_of(&in, m, MR_PLAN_OFF_MASTER);
 	cr_expect_eq(a.bytes[MR_MEM_OPTIM], 8 * N);
 	cr_expect_eq(a.bytes[MR_MEM_HOST], 0);
-	cr_expect(b.bytes[MR_MEM_OPTIM] == 0 && b.bytes[MR_MEM_HOST] == 8 * N);
+	cr_expect(b.bytes[MR_MEM_OPTIM] == 0 && b.bytes[MR_MEM_HOST] == 16 * N);
 	cr_expect_eq(b.bytes[MR_MEM_PARAMS], a.bytes[MR_MEM_PARAMS]);
 	cr_expect_eq(b.total, a.total - 8 * N, "the host's bytes are not the device's");
-	cr_expect_eq(c.bytes[MR_MEM_HOST], 12 * N);
-	cr_expect_eq(c.bytes[MR_MEM_PARAMS], 2 * N, "the bf16 copy stays");
-	cr_expect_eq(c.total, a.total - 12 * N);
+	cr_expect_eq(c.bytes[MR_MEM_HOST], 16 * N);
+	cr_expect_eq(c.bytes[MR_MEM_PARAMS], 2 * N, "the bf16 copy alone");
+	cr_expect_eq(c.bytes[MR_MEM_WORKSPACE], a.bytes[MR_MEM_WORKSPACE] + 4.0 * 4194304);
+	cr_expect_eq(c.total, a.total - 12 * N + 4.0 * 4194304);
 
 	cr_assert_eq(mr_plan_cluster_preset("h100", 8, &in.cluster, &eb), 0);
 	m.zero = 3;
 	a = mem_of(&in, m, MR_PLAN_OFF_NONE);
 	c = mem_of(&in, m, MR_PLAN_OFF_MASTER);
-	cr_expect_eq(c.bytes[MR_MEM_HOST], a.bytes[MR_MEM_OPTIM] * 12 / 8);
-	cr_expect_eq(c.bytes[MR_MEM_PARAMS], a.bytes[MR_MEM_PARAMS] - a.bytes[MR_MEM_OPTIM] / 2);
+	s = a.bytes[MR_MEM_OPTIM] / 8;
+	slots = (a.bytes[MR_MEM_PARAMS] - 4 * s) / 6;
+	cr_expect_eq(c.bytes[MR_MEM_HOST], 16 * s);
+	cr_expect_eq(c.bytes[MR_MEM_PARAMS], 2 * s + 2 * slots);
 	m.zero = 1;
 	a = mem_of(&in, m, MR_PLAN_OFF_NONE);
 	c = mem_of(&in, m, MR_PLAN_OFF_MASTER);
-	cr_expect_eq(c.bytes[MR_MEM_HOST], a.bytes[MR_MEM_OPTIM] * 12 / 8);
-	cr_expect_eq(c.bytes[MR_MEM_PARAMS], a.bytes[MR_MEM_PARAMS],
-		     "ZeRO-1 gathers into its whole fp32 parameters");
+	p = (a.bytes[MR_MEM_PARAMS] - 2 * N) / 4;
+	cr_expect_eq(c.bytes[MR_MEM_HOST], 2 * a.bytes[MR_MEM_OPTIM]);
+	cr_expect_eq(c.bytes[MR_MEM_PARAMS], 2 * p, "ZeRO-1 gathers bf16 into its padded copy");
 }
 
 Test(plan_memory, offload_on_the_cpu_device_changes_nothing)
@@ -303,8 +310,8 @@ Test(plan_memory, offload_on_the_cpu_device_changes_nothing)
 
 /* The offloaded step: AdamW's 30 bytes per owned parameter at the host's
  * bandwidth, then the copies: optimizer+master sends the fp32 gradient
- * down and the bf16 weights up (4 + 2 bytes); optimizer also the fp32
- * master both ways (8 + 4). */
+ * down and the fp32 master up (4 + 4 bytes; the GPU makes its bf16 copy);
+ * optimizer also the GPU's fp32 master down (8 + 4). */
 Test(plan_memory, offload_time_is_the_host_pass_and_the_copies)
 {
 	struct mr_errbuf eb = { { 0 }, { 0 } };
@@ -329,7 +336,7 @@ Test(plan_memory, offload_time_is_the_host_pass_and_the_copies)
 	c = eval(&in, m);
 	cr_expect(fabs(a.time.optim_s - N * 30 / in.cluster.mem_bw) < 1e-9);
 	cr_expect(fabs(b.time.optim_s - (N * 30 / host + N * 12 / pcie)) < 1e-9);
-	cr_expect(fabs(c.time.optim_s - (N * 30 / host + N * 6 / pcie)) < 1e-9);
+	cr_expect(fabs(c.time.optim_s - (N * 30 / host + N * 8 / pcie)) < 1e-9);
 	cr_expect(fabs((c.time.step_s - a.time.step_s) - (c.time.optim_s - a.time.optim_s)) <
 		  1e-9, "not overlapped with the next forward");
 }
