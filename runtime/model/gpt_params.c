@@ -238,23 +238,68 @@ int mr_gpt_layer_recompute(const struct mr_gpt *m, int l)
 }
 
 /*
+ * A block's activations into a: the pieces `sel` selects carved from cv,
+ * the others' views copied from `from` (NULL: none). The classes, by what
+ * recomputation does with them (mr_gpt.h's enum mr_gpt_recompute): NORMS,
+ * the two norms with their statistics and the MLP's activation (GELU /
+ * SwiGLU output), which selective drops; MID, the GEMM outputs, the
+ * attention's output and log-sum-exp and res2 (a MoE block's buffers
+ * with them), which full drops too; OUT, res3. dense / moe: whether the
+ * dense MLP's pieces and the MoE buffers are there (a block has one; the
+ * recompute scratch may serve both). A recomputed MoE block writes its
+ * output into `*out` (the scratch's; NULL: none).
+ */
+enum { TAKE_NORMS = 1, TAKE_MID = 2, TAKE_OUT = 4 };
+
+static void carve_layer(struct mr_gpt *m, struct carve *cv, struct mr_gpt_layer_acts *a,
+			const struct mr_gpt_layer_acts *from, int sel, int dense, int moe)
+{
+	static const struct mr_gpt_layer_acts none;
+	const struct mr_gpt_config *c = &m->cfg;
+	const struct mr_gpt_layer_acts *f = from ? from : &none;
+	size_t N = (size_t)m->B * m->T, C = (size_t)c->d_model;
+	size_t Nl = (size_t)mr_tp_local_rows(&m->tp), Cl = C / (size_t)m->tp.size;
+	int norms = sel & TAKE_NORMS, mid = sel & TAKE_MID;
+
+	memset(a, 0, sizeof(*a));
+	a->ln1 = norms ? take(m, cv, N * C) : f->ln1;
+	a->ln1_mean = norms ? take_f32(cv, Nl) : f->ln1_mean;
+	a->ln1_rstd = norms ? take_f32(cv, Nl) : f->ln1_rstd;
+	a->qkv = mid ? take(m, cv, N * mr__gpt_qkv_cols(m)) : f->qkv;
+	a->atty = mid ? take(m, cv, N * Cl) : f->atty;
+	a->att_lse = mid ? take_f32(cv, N * (size_t)(c->n_head / m->tp.size)) : f->att_lse;
+	a->res2 = mid ? take(m, cv, Nl * C) : f->res2;
+	a->ln2 = norms ? take(m, cv, N * C) : f->ln2;
+	a->ln2_mean = norms ? take_f32(cv, Nl) : f->ln2_mean;
+	a->ln2_rstd = norms ? take_f32(cv, Nl) : f->ln2_rstd;
+	if (moe && mid) {
+		struct mr_moe_shape ms = mr_gpt_moe_shape(m);
+		carve_moe(cv, &a->moe, &ms);
+	} else if (moe) {
+		a->moe = f->moe;
+	}
+	if (dense) {
+		a->fch = mid ? take(m, cv, N * mr__gpt_fc_cols(m)) : f->fch;
+		a->fch_gelu = norms ? take(m, cv, N * mr__gpt_ffn_cols(m)) : f->fch_gelu;
+	}
+	a->res3 = sel & TAKE_OUT ? take(m, cv, Nl * C) : f->res3;
+}
+
+/*
  * Carves the recompute scratch (once per model, not per slot): one
- * block's tensors that recomputing blocks do not keep (mr_gpt.h's enum
- * mr_gpt_recompute) - the dense MLP's if a recomputing block is dense,
- * under full the MoE acts if one is MoE, with the (Nl,C) output its
- * recomputed forward writes (the kept output is not touched; a dense
- * block's recomputation stops before its output).
- * Sizes only when cv's base is NULL; nothing without recomputation.
+ * block's pieces that recomputing blocks do not keep - the dense MLP's if
+ * a recomputing block is dense, under full the MoE buffers if one is MoE,
+ * with the (Nl,C) output its recomputed forward writes (m->rc_out; the
+ * kept output is not touched; a dense block's recomputation stops before
+ * its output). Sizes only when cv's base is NULL; nothing without
+ * recomputation.
  */
 static void carve_scratch(struct mr_gpt *m, struct carve *cv)
 {
 	const struct mr_gpt_config *c = &m->cfg;
-	struct mr_gpt_layer_acts *s = &m->rc_la;
-	size_t N = (size_t)m->B * m->T, C = (size_t)c->d_model;
-	size_t Nl = (size_t)mr_tp_local_rows(&m->tp), Cl = C / (size_t)m->tp.size;
 	int l, dense = 0, moe = 0, full = m->rc_mode == MR_GPT_RC_FULL;
 
-	memset(s, 0, sizeof(*s));
+	memset(&m->rc_la, 0, sizeof(m->rc_la));
 	m->rc_out = NULL;
 	for (l = 0; l < c->n_layer; l++)
 		if (m->layer_unit[l] >= 0 && mr_gpt_layer_recompute(m, l) != MR_GPT_RC_NONE) {
@@ -263,27 +308,10 @@ static void carve_scratch(struct mr_gpt *m, struct carve *cv)
 		}
 	if (!dense && !moe)
 		return;
-	s->ln1 = take(m, cv, N * C);
-	s->ln1_mean = take_f32(cv, Nl);
-	s->ln1_rstd = take_f32(cv, Nl);
-	s->ln2 = take(m, cv, N * C);
-	s->ln2_mean = take_f32(cv, Nl);
-	s->ln2_rstd = take_f32(cv, Nl);
-	if (dense)
-		s->fch_gelu = take(m, cv, N * mr__gpt_ffn_cols(m));
-	if (!full)
-		return;
-	s->qkv = take(m, cv, N * mr__gpt_qkv_cols(m));
-	s->atty = take(m, cv, N * Cl);
-	s->att_lse = take_f32(cv, N * (size_t)(c->n_head / m->tp.size));
-	s->res2 = take(m, cv, Nl * C);
-	if (dense)
-		s->fch = take(m, cv, N * mr__gpt_fc_cols(m));
-	if (moe) {
-		struct mr_moe_shape ms = mr_gpt_moe_shape(m);
-		carve_moe(cv, &s->moe, &ms);
-		m->rc_out = take(m, cv, Nl * C);
-	}
+	carve_layer(m, cv, &m->rc_la, NULL,
+		    TAKE_NORMS | (full ? TAKE_MID : 0) | (full && moe ? TAKE_OUT : 0), dense,
+		    moe && full);
+	m->rc_out = m->rc_la.res3;
 }
 
 /* Carves a micro-batch slot's activations into m's fields; sizes only
@@ -294,16 +322,10 @@ static void carve_scratch(struct mr_gpt *m, struct carve *cv)
 static void carve_acts(struct mr_gpt *m, struct carve *cv)
 {
 	const struct mr_gpt_config *c = &m->cfg;
-	int tp = m->tp.size;
 	size_t N = (size_t)m->B * m->T, C = (size_t)c->d_model;
-	size_t Nl = (size_t)mr_tp_local_rows(&m->tp), Cl = C / (size_t)tp;
-	size_t Vl = (size_t)mr_tp_vocab_rows(&m->tp);
-	size_t QKVl = mr__gpt_qkv_cols(m), Hl = mr__gpt_ffn_cols(m), Gl = mr__gpt_fc_cols(m);
-	struct mr_moe_shape ms = { 0 };
+	size_t Nl = (size_t)mr_tp_local_rows(&m->tp), Vl = (size_t)mr_tp_vocab_rows(&m->tp);
 	int l;
 
-	if (c->moe_every > 0)
-		ms = mr_gpt_moe_shape(m);
 	m->encoded = m->first_stage ? take(m, cv, Nl * C) : NULL;
 	for (l = 0; l < mr_place_chunks(&m->place) && m->place.chunks > 0; l++) {
 		mr_act *in = take(m, cv, Nl * C), *g = take(m, cv, Nl * C);
@@ -313,34 +335,14 @@ static void carve_acts(struct mr_gpt *m, struct carve *cv)
 		}
 	}
 	for (l = 0; l < c->n_layer; l++) {
-		struct mr_gpt_layer_acts *a = &m->la[l];
-		const struct mr_gpt_layer_acts *s = &m->rc_la; /* the recompute scratch */
-		int rc = mr_gpt_layer_recompute(m, l);
-		int norms = rc == MR_GPT_RC_NONE, mid = rc != MR_GPT_RC_FULL; /* kept here */
+		int rc = mr_gpt_layer_recompute(m, l), moe = mr_gpt_layer_is_moe(c, l);
+		int keep = TAKE_OUT | (rc == MR_GPT_RC_NONE ? TAKE_NORMS : 0) |
+			   (rc != MR_GPT_RC_FULL ? TAKE_MID : 0);
 
-		memset(a, 0, sizeof(*a));
 		if (m->layer_unit[l] < 0)
-			continue; /* another stage's */
-		a->ln1 = norms ? take(m, cv, N * C) : s->ln1;
-		a->ln1_mean = norms ? take_f32(cv, Nl) : s->ln1_mean;
-		a->ln1_rstd = norms ? take_f32(cv, Nl) : s->ln1_rstd;
-		a->qkv = mid ? take(m, cv, N * QKVl) : s->qkv;
-		a->atty = mid ? take(m, cv, N * Cl) : s->atty;
-		a->att_lse = mid ? take_f32(cv, N * (size_t)(c->n_head / tp)) : s->att_lse;
-		a->res2 = mid ? take(m, cv, Nl * C) : s->res2;
-		a->ln2 = norms ? take(m, cv, N * C) : s->ln2;
-		a->ln2_mean = norms ? take_f32(cv, Nl) : s->ln2_mean;
-		a->ln2_rstd = norms ? take_f32(cv, Nl) : s->ln2_rstd;
-		if (mr_gpt_layer_is_moe(c, l)) {
-			if (mid)
-				carve_moe(cv, &a->moe, &ms);
-			else
-				a->moe = s->moe;
-		} else {
-			a->fch = mid ? take(m, cv, N * Gl) : s->fch;
-			a->fch_gelu = norms ? take(m, cv, N * Hl) : s->fch_gelu;
-		}
-		a->res3 = take(m, cv, Nl * C);
+			memset(&m->la[l], 0, sizeof(m->la[l])); /* another stage's */
+		else
+			carve_layer(m, cv, &m->la[l], &m->rc_la, keep, !moe, moe);
 	}
 	m->tok_dev = m->first_stage ? take_bytes(cv, N * sizeof(int)) : NULL;
 	if (!m->last_stage) {

@@ -302,17 +302,18 @@ static int alloc_slots(struct mr_dp *d, struct dp_slot *sl, int kind, int with_o
 	return 0;
 }
 
-/* Parameters from seed: full (zero < 3) or this rank's shards (zero 3),
- * made on the host a piece at a time and uploaded. */
-static int init_params(struct mr_dp *d, uint64_t seed)
+/* Each piece's parameters from seed, made whole on the host a piece at a
+ * time, and what this rank keeps of them put in place: on the device the
+ * whole padded piece (zero 1/2) or the owned part of its shard (zero 3);
+ * on the host (host = 1, MASTER's master) the owned part, its padding 0
+ * (zero 0: the whole piece). */
+static int init_pieces(struct mr_dp *d, uint64_t seed, int host)
 {
 	struct mr_gpt *m = d->m;
 	float *tmp;
 	size_t mx = 0, lo, n;
 	int k, i, rc = 0;
 
-	if (d->zero == 0)
-		return mr_gpt_init_params(m, seed);
 	for (k = 0; k < d->npieces; k++)
 		if (d->pc[k].n > mx)
 			mx = d->pc[k].n;
@@ -324,68 +325,50 @@ static int init_params(struct mr_dp *d, uint64_t seed)
 			rc = mr_gpt_init_tensor(m, seed, i, tmp + (m->tensors[i].off - P->off));
 		if (rc < 0)
 			break;
-		if (d->zero < 3) {
+		if (!host && d->zero < 3) {
 			rc = d->dev->ops->upload(d->dev, d->P + P->poff, tmp, P->n * sizeof(float));
 			continue;
 		}
-		/* the shard's tail past the piece is padding: zero already */
-		lo = (size_t)P->srank * P->sn;
-		n = lo < P->n ? P->n - lo : 0;
-		if (n > P->sn)
-			n = P->sn;
-		if (n)
-			rc = d->dev->ops->upload(d->dev, d->pshard + P->soff, tmp + lo,
-						 n * sizeof(float));
-	}
-	free(tmp);
-	/* zero 1/2: the model reads the full parameters (a bf16 device: their
-	 * compute copy); zero 3 refreshes a unit when its gather is bound */
-	if (rc == 0 && d->zero < 3)
-		rc = mr_gpt_refresh_compute(m);
-	return rc;
-}
-
-/* MASTER: the owned parameters from seed into the host master, then
- * published to the device. */
-static int init_on_host(struct mr_dp *d, uint64_t seed)
-{
-	struct mr_gpt *m = d->m;
-	float *tmp;
-	size_t mx = 0, lo, n;
-	int k, i, rc = 0;
-
-	for (k = 0; k < d->npieces; k++)
-		if (d->pc[k].n > mx)
-			mx = d->pc[k].n;
-	if (!(tmp = malloc(mx * sizeof(float))))
-		return MR_ENOMEM;
-	for (k = 0; k < d->npieces && rc == 0; k++) {
-		const struct dp_piece *P = &d->pc[k];
-		for (i = P->t0; i < P->t1 && rc == 0; i++)
-			rc = mr_gpt_init_tensor(m, seed, i, tmp + (m->tensors[i].off - P->off));
 		lo = d->zero ? (size_t)P->srank * P->sn : 0;
 		n = lo < P->n ? P->n - lo : 0;
 		if (n > P->sn)
 			n = P->sn;
-		/* zero: the owned part of the piece, its padding 0; DDP: all */
-		memset(d->hp + P->soff, 0, P->sn * sizeof(float));
-		memcpy(d->hp + P->soff, tmp + lo, n * sizeof(float));
+		if (host) {
+			memset(d->hp + P->soff, 0, P->sn * sizeof(float));
+			memcpy(d->hp + P->soff, tmp + lo, n * sizeof(float));
+		} else if (n) { /* the shard's tail past the piece is padding: zero already */
+			rc = d->dev->ops->upload(d->dev, d->pshard + P->soff, tmp + lo,
+						 n * sizeof(float));
+		}
 	}
 	free(tmp);
-	return rc < 0 ? rc : mr__dp_publish(d);
+	return rc;
 }
 
-/* The parameters from seed; offloading the master, its host copy too. */
+/* Parameters from seed: full (zero < 3) or this rank's shards (zero 3). */
+static int init_params(struct mr_dp *d, uint64_t seed)
+{
+	int rc;
+
+	if (d->zero == 0)
+		return mr_gpt_init_params(d->m, seed);
+	rc = init_pieces(d, seed, 0);
+	/* zero 1/2: the model reads the full parameters (a bf16 device: their
+	 * compute copy); zero 3 refreshes a unit when its gather is bound */
+	if (rc == 0 && d->zero < 3)
+		rc = mr_gpt_refresh_compute(d->m);
+	return rc;
+}
+
+/* The parameters from seed, where the master lives. */
 static int init_all(struct mr_dp *d, uint64_t seed)
 {
 	int rc;
 
-	if (d->mb)
-		return init_on_host(d, seed);
-	rc = init_params(d, seed);
-	if (rc == 0 && d->off == MR_DP_OFFLOAD_MASTER)
-		rc = mr__dp_owned_params(d, 0);
-	return rc;
+	if (!d->mb)
+		return init_params(d, seed);
+	/* the host master, then the device's bf16 weights from it */
+	return (rc = init_pieces(d, seed, 1)) < 0 ? rc : mr__dp_publish(d);
 }
 
 /* MASTER's device side: the fp32 staging the host master is published

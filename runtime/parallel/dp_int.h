@@ -69,7 +69,8 @@ struct mr_dp {
 				   * whose memory is host memory) */
 	float *hg, *hp;           /* offload: host copies of the owned grads and
 				   * params (nshard; hp the master under MASTER) */
-	/* MASTER: the device holds its weights in the activation type only,
+	/* MASTER in effect (mb): the device holds its weights in the activation
+	 * type only,
 	 * published from hp through an fp32 staging buffer (nstage floats):
 	 * zero 0 the model's compute copy, zero 1/2 Pc (padded, the bf16
 	 * all-gather's target, fed from the shard sc), zero 3 pshard_c (the

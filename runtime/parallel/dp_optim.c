@@ -61,7 +61,7 @@ const char *mr_dp_first_nonfinite(struct mr_dp *d, int grads)
 		return NULL;
 	for (i = 0; i < d->nseg && !name; i++) {
 		const struct dp_seg *s = &d->seg[i];
-		if (!grads && d->off == MR_DP_OFFLOAD_MASTER)
+		if (!grads && d->mb)
 			memcpy(h, d->hp + s->so, s->n * sizeof(float)); /* the host master */
 		else if (d->dev->ops->download(d->dev, h,
 					       grads ? owned_grads(d) + s->so : seg_params(d, s),
@@ -242,7 +242,8 @@ int mr__dp_publish(struct mr_dp *d)
  * each segment with the device's arithmetic (mr_dev_adamw's weight decay
  * rule: decay where the tensor decays and the rate is positive), the
  * owned params back up into the device's fp32 copy. OPTIM downloads that
- * copy first (it is the master); MASTER's host copy is the master.
+ * copy first (it is the master); MASTER's host copy is the master, which
+ * is published (mr__dp_publish) instead.
  */
 static int update_on_host(struct mr_dp *d, float lr)
 {
@@ -305,19 +306,6 @@ int mr_dp_nslices(const struct mr_dp *d)
 	return d->nseg;
 }
 
-void mr_dp_slice(struct mr_dp *d, int i, struct mr_dp_slice *out)
-{
-	const struct dp_seg *s = &d->seg[i];
-
-	out->tensor = s->tensor;
-	out->at = s->at;
-	out->n = s->n;
-	out->owner = s->count;
-	out->param = seg_params(d, s);
-	out->m = d->om + s->so;
-	out->v = d->ov + s->so;
-}
-
 /* Where slice s's `what` lives: the host copy (offloaded moments; MASTER's
  * parameters) or the device's. */
 static float *slice_at(struct mr_dp *d, const struct dp_seg *s, int what, int *host)
@@ -328,6 +316,20 @@ static float *slice_at(struct mr_dp *d, const struct dp_seg *s, int what, int *h
 	if (what == MR_DP_ADAM_V)
 		return d->ov + s->so;
 	return *host ? d->hp + s->so : seg_params(d, s);
+}
+
+void mr_dp_slice(struct mr_dp *d, int i, struct mr_dp_slice *out)
+{
+	const struct dp_seg *s = &d->seg[i];
+	int host;
+
+	out->tensor = s->tensor;
+	out->at = s->at;
+	out->n = s->n;
+	out->owner = s->count;
+	out->param = slice_at(d, s, MR_DP_PARAM, &host);
+	out->m = d->om + s->so;
+	out->v = d->ov + s->so;
 }
 
 int mr_dp_slice_read(struct mr_dp *d, int i, int what, float *dst)
@@ -350,12 +352,8 @@ int mr_dp_slice_write(struct mr_dp *d, int i, int what, const float *src)
 
 	if (!host)
 		return d->dev->ops->upload(d->dev, dst, src, s->n * sizeof(float));
-	memcpy(dst, src, s->n * sizeof(float));
-	/* MASTER: the device's fp32 copy too (the gathers read it); with
-	 * bf16 weights alone there (mb), mr_dp_restore publishes them */
-	return what == MR_DP_PARAM && !d->mb
-		       ? d->dev->ops->upload(d->dev, seg_params(d, s), src, s->n * sizeof(float))
-		       : 0;
+	memcpy(dst, src, s->n * sizeof(float)); /* MASTER: mr_dp_restore publishes */
+	return 0;
 }
 
 int mr_dp_restore(struct mr_dp *d, long t)

@@ -74,32 +74,34 @@
  *
  * Offload (ZeRO-Offload, Ren et al. 2021; cfg.offload): on a device whose
  * memory is not host memory (cuda), this rank's AdamW moments over its
- * owned range - OPTIM - and with MASTER its fp32 master copy of that
- * range live in host memory (mr_dev_host_alloc: pinned on cuda), counted
- * under MR_MEM_HOST; the device's MR_MEM_OPTIM is then 0. mr_dp_update
- * scales the owned gradients on the device as always, downloads them to
- * a host buffer (MR_MEM_HOST, nshard floats), runs mr_adamw_update_range
- * there segment by segment (the arithmetic the device's adamw runs, so
- * the emulated device gives the same bits) and uploads the owned
- * parameters back into the device's fp32 copy; the compute copy is
- * refreshed and the all-gather runs as without offload. OPTIM: that
- * fp32 copy is the master, downloaded into a host staging buffer each
- * step (MR_MEM_HOST, nshard floats); MASTER: the host copy is the master
- * (no download per step) and the device holds no fp32 weights at all
- * (mr_dp_model_flags_on): the updated master is published in bf16 -
- * uploaded a unit's shard at a time into an fp32 staging buffer
- * (workspace) and converted there by the device (to_act, the rounding of
- * a refresh) - into the model's compute copy (zero 0), into this rank's
- * bf16 shard then all-gathered in bf16 into a padded compute copy the
- * model's views are bound to (zero 1/2), or into a bf16 shard the
- * parameter gathers read straight into their slots' compute copy (zero
- * 3). Device bytes saved per rank: zero 0 4 per parameter, zero 1/2 4 per
- * (padded) parameter less the padding's bf16, zero 3 2 per owned
- * parameter and the slots' fp32 buffers. fp32 on the device is refused
- * ("offload"): its weights are the master. Host memory per rank either
- * way: 16 bytes per owned parameter. The step is synchronous: nothing
- * overlaps the next forward. On a device whose
- * memory is host memory (cpu) the option changes nothing (logged once).
+ * owned range live in host memory (mr_dev_host_alloc: pinned on cuda)
+ * beside host copies of its owned gradients and parameters - 16 bytes
+ * per owned parameter under MR_MEM_HOST; the device's MR_MEM_OPTIM is 0.
+ * mr_dp_update scales the owned gradients on the device as always,
+ * downloads them, runs mr_adamw_update_range over the host shard segment
+ * by segment (the arithmetic of the device's adamw, so the emulated
+ * device gives the same bits) and sends the parameters back:
+ *   OPTIM   the device's fp32 weights stay the master: downloaded, updated
+ *           and uploaded each step, then refreshed and all-gathered as
+ *           without offload;
+ *   MASTER  the host copy is the master and the device holds no fp32
+ *           weights at all (mr_dp_model_flags_on): the updated master is
+ *           published in bf16 - uploaded a unit's shard at a time into an
+ *           fp32 staging buffer (workspace) and converted there by the
+ *           device (to_act, a refresh's rounding) - into the model's
+ *           compute copy (zero 0), into this rank's bf16 shard then
+ *           all-gathered in bf16 into a padded compute copy the model's
+ *           views are bound to (zero 1/2), or into a bf16 shard the
+ *           parameter gathers read straight into their slots (zero 3).
+ *           The device saves its fp32 weights (zero 0: 4 bytes a
+ *           parameter; zero 1/2: the padded fp32 copy and the whole bf16
+ *           one become a padded bf16 copy; zero 3: half the shard and the
+ *           slots' fp32 buffers). fp32 activations refuse it ("offload"):
+ *           there the device's weights are the master.
+ * The step is synchronous: nothing overlaps the next forward (that would
+ * need ZeRO-Offload's one-step delayed update, which changes training).
+ * On a device whose memory is host memory (cpu) the option changes
+ * nothing (logged once).
  *
  * Ownership: struct mr_dp borrows the model and the communicators (they
  * must outlive it), sets m->hooks, and owns its buffers (mr_dp_free).
@@ -200,9 +202,9 @@ void mr_dp_stats(const struct mr_dp *d, struct mr_dp_stats *st);
 
 /* What this rank holds and updates of one tensor: elements [at, at+n) of
  * the rank's (tp, ep) slice of table tensor `tensor`, its parameters and
- * AdamW moments (n floats each: the parameters' device copy; the moments
- * in device memory, or host memory with offload - mr_dp_slice_read and
- * _write copy any of them from wherever it lives). owner: this rank holds
+ * AdamW moments (n floats each where they live: device memory, or host
+ * memory with offload - the moments, and the parameters under MASTER;
+ * mr_dp_slice_read and _write copy any of them from wherever it lives). owner: this rank holds
  * the one copy of those elements a checkpoint writes (DDP: data-parallel
  * rank 0, experts: expert-data-parallel rank 0; ZeRO: the shard's holder;
  * of a tensor tp replicates, tp rank 0; never the tied embedding's replica
@@ -219,8 +221,8 @@ void mr_dp_slice(struct mr_dp *d, int i, struct mr_dp_slice *out);
  * MR_DP_OFFLOAD_MASTER), AdamW m, AdamW v (mr_ckpt.h's kinds' order). */
 enum mr_dp_state { MR_DP_PARAM, MR_DP_ADAM_M, MR_DP_ADAM_V };
 /* Slice i's `what` (enum mr_dp_state) into host memory dst (n floats), or
- * from host memory src into it (with MASTER, a parameter write goes to
- * both copies); 0 or the device's error. */
+ * from host memory src into it (with MASTER, a parameter write reaches
+ * the device at mr_dp_restore); 0 or the device's error. */
 int mr_dp_slice_read(struct mr_dp *d, int i, int what, float *dst);
 int mr_dp_slice_write(struct mr_dp *d, int i, int what, const float *src);
 /* After the caller wrote every slice's param, m and v (a checkpoint

@@ -130,6 +130,25 @@ static double coll(struct ctx *x, struct mr_plan_time *t, int a, enum mr__plan_o
  * (cnt micro-batches): per layer 2 all-reduces each way (sp: 2
  * all-gathers and 2 reduce-scatters each way); the embedding's sum and
  * the LM head's input, each way; the vocab-parallel loss's 3 row sums. */
+/* llama with tp above n_kv_head: each block's backward sums its k and v
+ * weight gradients (2 C hs fp32) over the rep = tp / n_kv_head ranks
+ * sharing the heads (layers/tp.c's mr_tp_kv_grads_end), inside the tp
+ * group. */
+static double kv_sum(struct ctx *x, struct mr_plan_time *t, const struct mr__plan_stage *st,
+		     double cnt)
+{
+	const struct mr_plan_model *md = &x->in->model;
+	struct mr__plan_dims d;
+	int rep;
+
+	mr__plan_dims(md, &d);
+	rep = d.llama && d.kv_heads < x->m->tp ? x->m->tp / d.kv_heads : 1;
+	if (rep <= 1)
+		return 0;
+	return coll(x, t, MR_AXIS_TP, MR__OP_ALLREDUCE, rep, x->inter[MR_GROUP_TP],
+		    2.0 * md->d_model * (md->d_model / md->n_head) * 4.0, st->layers * cnt);
+}
+
 static double tp_pass(struct ctx *x, struct mr_plan_time *t, const struct mr__plan_stage *st,
 		      double cnt)
 {
@@ -150,7 +169,7 @@ static double tp_pass(struct ctx *x, struct mr_plan_time *t, const struct mr__pl
 	}
 	if (st->last)
 		s += coll(x, t, MR_AXIS_TP, MR__OP_ALLREDUCE, n, in, x->tok * 4, 3 * cnt);
-	return s;
+	return s + kv_sum(x, t, st, cnt);
 }
 
 /* Context parallel in one layer's forward (bwd 0) or backward (1): the

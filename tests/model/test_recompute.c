@@ -55,23 +55,12 @@
 
 static const char *const modes[] = { "none", "selective", "full" };
 
-/* A whole file into a malloc'd buffer (*n bytes). */
+/* A whole file (*n bytes; NUL-terminated), which must exist. */
 static char *slurp(const char *path, size_t *n)
 {
-	FILE *f = fopen(path, "rb");
-	char *b = NULL;
-	long len;
+	char *b = mr_test_slurp(path, n);
 
-	cr_assert_not_null(f, "%s missing", path);
-	fseek(f, 0, SEEK_END);
-	len = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	b = malloc((size_t)len + 1);
-	cr_assert_not_null(b);
-	cr_assert_eq(fread(b, 1, (size_t)len, f), (size_t)len);
-	fclose(f);
-	b[len] = 0;
-	*n = (size_t)len;
+	cr_assert_not_null(b, "%s missing", path);
 	return b;
 }
 

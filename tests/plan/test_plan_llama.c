@@ -234,6 +234,39 @@ Test(plan_llama, tp_must_share_the_kv_heads_and_divide_the_swiglu_width)
 	mr_errbuf_clear(&eb);
 }
 
+/* tp above n_kv_head: each block's backward also sums its k and v weight
+ * gradients (2 C hs fp32) over the ranks sharing the heads (layers/tp.c):
+ * llama-tiny at tp 4 over 2 key/value heads, pairs - a ring all-reduce of
+ * 2 ranks sends (2 (2 - 1) / 2) x 2 C hs x 4 bytes per block and
+ * micro-batch; with 4 key/value heads (split, not shared) nothing more. */
+Test(plan_llama, replicated_kv_heads_sum_their_weight_gradients)
+{
+	struct mr_plan_input in;
+	struct mr_plan_mesh m = { .tp = 4, .cp = 1, .pp = 1, .dp = 1, .ep = 1, .v = 1,
+				  .micro_batch = 1, .zero = 0, .sp = 0, .schedule = 1 };
+	struct mr_errbuf eb = { { 0 }, { 0 } };
+	struct mr_plan rep, split;
+	double C, hs, blocks;
+
+	mr_plan_input_init(&in);
+	preset("llama-tiny", &in.model);
+	cr_assert_eq(mr_plan_cluster_preset("h100", 4, &in.cluster, &eb), 0, "%s", eb.msg);
+	in.global_batch = 8;
+	C = in.model.d_model;
+	hs = C / in.model.n_head;
+	cr_assert_eq(mr_plan_mesh_check(&in, &m, &eb), 0, "%s", eb.msg);
+	cr_assert_eq(mr_plan_eval(&in, &m, &rep, &eb), 0, "%s", eb.msg);
+	in.model.n_kv_head = in.model.n_head;
+	cr_assert_eq(mr_plan_eval(&in, &m, &split, &eb), 0, "%s", eb.msg);
+	blocks = (double)in.model.n_layer * m.micro_batches;
+	/* the activations' collectives send rows of C either way */
+	cr_expect(rep.time.comm[MR_AXIS_TP].bytes - split.time.comm[MR_AXIS_TP].bytes ==
+			  blocks * 2 * C * hs * 4,
+		  "kv sum bytes %g, want %g",
+		  rep.time.comm[MR_AXIS_TP].bytes - split.time.comm[MR_AXIS_TP].bytes,
+		  blocks * 2 * C * hs * 4);
+}
+
 /* Grouped-query attention runs under every cp algorithm (layers/cp.c);
  * ulysses gives each rank a group of whole query and key/value heads, so
  * cp must divide both per tp rank, as mr_cp_create refuses naming the
