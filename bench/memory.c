@@ -2,7 +2,7 @@
  * memory.c - what activation recomputation saves and costs on this
  * machine, next to the planner's prediction (make bench-memory).
  *
- *   build/bench/memory [-s steps] [-q]
+ *   build/bench/memory [-s steps] [-j job] [-q]
  *
  * Each job runs through the worker interface (every rank a thread of
  * this process with its own pool threads, real host communicators over an
@@ -23,7 +23,9 @@
  *   slowdown     the none row's tokens/s over this row's
  *   plan_slow    the planner's step time over its none step time
  *
- * The last line is the L6 T 256 one-rank job's:
+ * -j k runs job k alone (0 the one-rank T 256 job, 1 T 1024, 2 pp 2, 3
+ * tp 2). The last line is the first job run's (by default the L6 T 256
+ * one-rank job):
  *   memory act_ratio_full=<x> act_ratio_selective=<x> slowdown_full=<x>
  * (issue targets: full <= 0.25, selective <= 0.75, slowdown <= 1.40).
  *
@@ -231,7 +233,7 @@ static int job(const struct job *j, int steps, int quiet, double out[3])
 int main(int argc, char **argv)
 {
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-	int threads = ncpu >= 2 ? 2 : 1, steps = 3, quiet = 0, opt;
+	int threads = ncpu >= 2 ? 2 : 1, steps = 3, quiet = 0, only = -1, opt;
 	struct job jobs[] = {
 		{ "L6 d512 h8, one rank", 256, 8, 1, 1, 1, threads, 1 },
 		{ "L6 d512 h8, one rank, long sequences", 1024, 2, 1, 1, 1, threads, 1 },
@@ -240,22 +242,26 @@ int main(int argc, char **argv)
 	};
 	double first[3] = { 0 }, r[3];
 
-	while ((opt = getopt(argc, argv, "s:q")) != -1) {
+	while ((opt = getopt(argc, argv, "s:j:q")) != -1) {
 		if (opt == 's')
 			steps = atoi(optarg);
+		else if (opt == 'j')
+			only = atoi(optarg);
 		else if (opt == 'q')
 			quiet = 1;
 		else {
-			fprintf(stderr, "usage: memory [-s steps] [-q]\n");
+			fprintf(stderr, "usage: memory [-s steps] [-j job] [-q]\n");
 			return 2;
 		}
 	}
 	if (steps < 1)
 		steps = 1;
-	for (size_t i = 0; i < sizeof(jobs) / sizeof(jobs[0]); i++) {
+	for (size_t i = 0, ran = 0; i < sizeof(jobs) / sizeof(jobs[0]); i++) {
+		if (only >= 0 && (size_t)only != i)
+			continue;
 		if (job(&jobs[i], steps, quiet, r) < 0)
 			return 1;
-		if (i == 0)
+		if (ran++ == 0)
 			memcpy(first, r, sizeof(r));
 	}
 	printf("memory act_ratio_full=%.3f act_ratio_selective=%.3f slowdown_full=%.3f\n", first[0],
