@@ -329,11 +329,14 @@ int mr__gw_create_trainer(struct gw *w, const struct mr_worker_env *env,
 				    "gathered and reduces gradients once per step "
 				    "(parallel/mr_pp.h)\"",
 				    w->zero, dc.zero);
-		if ((rc = mr_step_init(&w->step_drv, &w->model, oc, &dc, &cc, w->seed, eb)) < 0)
+		if ((rc = mr_step_init(&w->step_drv, &w->model, oc, &dc, &cc, w->seed, eb)) < 0 ||
+		    (rc = mr_step_pipeline(&w->step_drv, &pc, eb)) < 0)
 			return rc;
-		return mr_step_pipeline(&w->step_drv, &pc, eb);
+	} else if ((rc = mr_step_init(&w->step_drv, &w->model, oc, &dc, &cc, w->seed, eb)) < 0) {
+		return rc;
 	}
-	return mr_step_init(&w->step_drv, &w->model, oc, &dc, &cc, w->seed, eb);
+	mr_dp_host_threads(w->step_drv.dp, w->pool); /* offload's host AdamW */
+	return 0;
 }
 
 /* Keeps the whole lines of the loss log up to `step` under one header

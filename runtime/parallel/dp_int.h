@@ -76,6 +76,7 @@ struct mr_dp {
 	 * all-gather's target, fed from the shard sc), zero 3 pshard_c (the
 	 * shard the bf16 gathers read) */
 	int mb;
+	struct mr_pool *host_pool; /* the host AdamW's threads (NULL: the caller's) */
 	mr_act *Pc, *sc, *pshard_c;
 	float *stage;
 	size_t nstage;

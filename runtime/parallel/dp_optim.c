@@ -245,22 +245,47 @@ int mr__dp_publish(struct mr_dp *d)
  * copy first (it is the master); MASTER's host copy is the master, which
  * is published (mr__dp_publish) instead.
  */
+struct host_step {
+	struct mr_dp *d;
+	float lr;
+};
+
+/* Elements [i0, i1) of the host shard: each segment's part of it (a
+ * segment's weight decay is its own; the arithmetic is per element, so
+ * any split gives the same bits). */
+static void host_adamw(void *ctx, size_t i0, size_t i1, int tid)
+{
+	const struct host_step *h = ctx;
+	struct mr_dp *d = h->d;
+
+	(void)tid;
+	for (int i = 0; i < d->nseg; i++) {
+		const struct dp_seg *s = &d->seg[i];
+		size_t a = s->so > i0 ? s->so : i0, b = s->so + s->n < i1 ? s->so + s->n : i1;
+		if (a < b)
+			mr_adamw_update_range(&d->oc, d->t, h->lr, d->hp + a, d->hg + a, d->om + a,
+					      d->ov + a, b - a, s->decay && d->oc.weight_decay > 0.0f);
+	}
+}
+
 static int update_on_host(struct mr_dp *d, float lr)
 {
-	int i, rc;
+	struct host_step h = { d, lr };
+	int rc;
 
 	rc = d->dev->ops->download(d->dev, d->hg, owned_grads(d), d->nshard * sizeof(float));
 	if (rc == 0 && d->off == MR_DP_OFFLOAD_OPTIM)
 		rc = mr__dp_owned_params(d, 0);
 	if (rc < 0)
 		return rc;
-	for (i = 0; i < d->nseg; i++) {
-		const struct dp_seg *s = &d->seg[i];
-		mr_adamw_update_range(&d->oc, d->t, lr, d->hp + s->so, d->hg + s->so,
-				      d->om + s->so, d->ov + s->so, s->n,
-				      s->decay && d->oc.weight_decay > 0.0f);
-	}
+	/* the segments tile the shard (its padding past them is untouched) */
+	mr_pool_run(d->host_pool, d->nshard, 1 << 14, host_adamw, &h);
 	return d->mb ? mr__dp_publish(d) : mr__dp_owned_params(d, 1);
+}
+
+void mr_dp_host_threads(struct mr_dp *d, struct mr_pool *pool)
+{
+	d->host_pool = pool;
 }
 
 int mr_dp_update(struct mr_dp *d, double norm, float lr)

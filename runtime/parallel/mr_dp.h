@@ -98,8 +98,10 @@
  *           one become a padded bf16 copy; zero 3: half the shard and the
  *           slots' fp32 buffers). fp32 activations refuse it ("offload"):
  *           there the device's weights are the master.
- * The step is synchronous: nothing overlaps the next forward (that would
- * need ZeRO-Offload's one-step delayed update, which changes training).
+ * The host AdamW runs over mr_dp_host_threads's pool (the worker's: its
+ * CPUs over its local ranks). The step is synchronous: nothing overlaps
+ * the next forward (that would need ZeRO-Offload's one-step delayed
+ * update, which changes training).
  * On a device whose memory is host memory (cpu) the option changes
  * nothing (logged once).
  *
@@ -148,6 +150,10 @@ struct mr_dp_stats {
 	long grad_colls;    /* last step: gradient collectives issued (all groups) */
 	long param_colls;   /* last step: parameter all-gathers issued */
 };
+
+/* Offload: the threads the host's AdamW runs on (borrowed; NULL: the
+ * calling thread alone). */
+void mr_dp_host_threads(struct mr_dp *d, struct mr_pool *pool);
 
 /* The MR_GPT_EXT_* flags of a model used with this zero stage. */
 unsigned mr_dp_model_flags(int zero);

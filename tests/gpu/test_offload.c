@@ -52,6 +52,7 @@ struct run {
 	int save_at;        /* save after this many steps (0: never) */
 	int resume;         /* resume from ckpt first */
 	long first;         /* the first step run (the resumed one) */
+	int host_threads;   /* offload: the host AdamW's pool (0: none) */
 	float loss[STEPS];
 	float *params;      /* full table, from rank 0 */
 	size_t nparams;
@@ -110,6 +111,7 @@ static int train(struct run *r, struct mr_dev *d, struct mr_comm *world)
 	int rank = mr_comm_rank(world), rc;
 	int in[B * T], tg[B * T];
 	float *local = NULL;
+	struct mr_pool *pool = NULL;
 	long s;
 
 	mr_place_tp(&where, 1, 0, NULL, 0);
@@ -123,6 +125,9 @@ static int train(struct run *r, struct mr_dev *d, struct mr_comm *world)
 		fprintf(stderr, "rank %d: step init: %s\n", rank, eb.msg);
 		goto out_model;
 	}
+	if (r->host_threads > 0 && (rc = mr_pool_create(&pool, r->host_threads)) < 0)
+		goto out_step;
+	mr_dp_host_threads(st.dp, pool);
 	if (r->ckpt && (rc = open_ckpt(r, &ck, &st, world)) < 0)
 		goto out_step;
 	for (s = mr_dp_steps(st.dp); s < STEPS && rc == 0; s++) {
@@ -150,6 +155,7 @@ static int train(struct run *r, struct mr_dev *d, struct mr_comm *world)
 	free(local);
 	mr_ckpt_free(ck);
 out_step:
+	mr_pool_free(pool);
 	mr_step_release(&st);
 out_model:
 	mr_gpt_release(&m);
@@ -202,8 +208,9 @@ static void same_bits(const struct run *a, const struct run *b, long from, const
 		  "%s: the final weights differ", what);
 }
 
-/* Trains with and without offload; the bits and the ledger. */
-static void check_offload(const char *dev, int f32, int zero, int offload)
+/* Trains with and without offload (its host AdamW on `threads` pool
+ * threads; 0: none); the bits and the ledger. */
+static void check_offload_on(const char *dev, int f32, int zero, int offload, int threads)
 {
 	struct run ref = { .dev = dev, .f32 = f32, .zero = zero };
 	struct run off = ref;
@@ -211,6 +218,7 @@ static void check_offload(const char *dev, int f32, int zero, int offload)
 	int k;
 
 	off.offload = offload;
+	off.host_threads = threads;
 	run(&ref);
 	run(&off);
 	snprintf(what, sizeof(what), "%s %s zero %d offload %d", dev, f32 ? "fp32" : "bf16", zero,
@@ -252,6 +260,11 @@ static void check_offload(const char *dev, int f32, int zero, int offload)
 	free(off.params);
 }
 
+static void check_offload(const char *dev, int f32, int zero, int offload)
+{
+	check_offload_on(dev, f32, zero, offload, 0);
+}
+
 Test(offload, cuda_ddp_optimizer) { check_offload("cuda", 1, 0, MR_DP_OFFLOAD_OPTIM); }
 Test(offload, cuda_ddp_master_bf16) { check_offload("cuda", 0, 0, MR_DP_OFFLOAD_MASTER); }
 Test(offload, cuda_zero1_optimizer_bf16) { check_offload("cuda", 0, 1, MR_DP_OFFLOAD_OPTIM); }
@@ -259,6 +272,11 @@ Test(offload, cuda_zero1_master_bf16) { check_offload("cuda", 0, 1, MR_DP_OFFLOA
 Test(offload, cuda_zero2_master_bf16) { check_offload("cuda", 0, 2, MR_DP_OFFLOAD_MASTER); }
 Test(offload, cuda_zero3_optimizer) { check_offload("cuda", 1, 3, MR_DP_OFFLOAD_OPTIM); }
 Test(offload, cuda_zero3_master_bf16) { check_offload("cuda", 0, 3, MR_DP_OFFLOAD_MASTER); }
+/* the host AdamW split over 3 threads: the same bits */
+Test(offload, cuda_zero1_master_host_threads)
+{
+	check_offload_on("cuda", 0, 1, MR_DP_OFFLOAD_MASTER, 3);
+}
 Test(offload, cpu_ddp) { check_offload("cpu", 1, 0, MR_DP_OFFLOAD_MASTER); }
 Test(offload, cpu_zero1) { check_offload("cpu", 1, 1, MR_DP_OFFLOAD_OPTIM); }
 
