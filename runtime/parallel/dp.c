@@ -291,7 +291,7 @@ static int alloc_slots(struct mr_dp *d, struct dp_slot *sl, int kind, int with_o
 		sl[s].unit = -1;
 		if (cap == 0)
 			continue;
-		if (!(d->mb && !with_out) && !(sl[s].buf = dalloc(d, kind, cap)))
+		if (!(mr__dp_mb(d) && !with_out) && !(sl[s].buf = dalloc(d, kind, cap)))
 			return MR_ENOMEM; /* MASTER's parameter slots: the compute copy only */
 		if (with_out && !(sl[s].out = dalloc(d, MR_MEM_WORKSPACE, out)))
 			return MR_ENOMEM;
@@ -365,7 +365,7 @@ static int init_all(struct mr_dp *d, uint64_t seed)
 {
 	int rc;
 
-	if (!d->mb)
+	if (!mr__dp_mb(d))
 		return init_params(d, seed);
 	/* the host master, then the device's bf16 weights from it */
 	return (rc = init_pieces(d, seed, 1)) < 0 ? rc : mr__dp_publish(d);
@@ -412,17 +412,17 @@ static int alloc_all(struct mr_dp *d)
 		return MR_ENOMEM;
 	}
 	d->ov = d->om + d->nshard;
-	if (d->mb && alloc_master_on_host(d) < 0)
+	if (mr__dp_mb(d) && alloc_master_on_host(d) < 0)
 		return MR_ENOMEM;
 	if (d->zero == 0)
 		return 0;
 	if (!(d->gshard = dalloc(d, MR_MEM_GRADS, d->nshard)))
 		return MR_ENOMEM;
-	if (d->zero < 3 && !d->mb && !(d->P = dalloc(d, MR_MEM_PARAMS, d->np)))
+	if (d->zero < 3 && !mr__dp_mb(d) && !(d->P = dalloc(d, MR_MEM_PARAMS, d->np)))
 		return MR_ENOMEM;
 	if (d->zero == 1 && !(d->G = dalloc(d, MR_MEM_GRADS, d->np)))
 		return MR_ENOMEM;
-	if (d->zero == 3 && !d->mb && !(d->pshard = dalloc(d, MR_MEM_PARAMS, d->nshard)))
+	if (d->zero == 3 && !mr__dp_mb(d) && !(d->pshard = dalloc(d, MR_MEM_PARAMS, d->nshard)))
 		return MR_ENOMEM;
 	if (d->zero >= 2 && alloc_slots(d, d->gs, MR_MEM_GRADS, 1) < 0)
 		return MR_ENOMEM;
@@ -430,7 +430,7 @@ static int alloc_all(struct mr_dp *d)
 		return MR_ENOMEM;
 	for (u = 0; u < d->nunits && d->zero < 3; u++) {
 		size_t poff = d->pc[d->pfirst[u]].poff;
-		if (d->mb)
+		if (mr__dp_mb(d))
 			mr_gpt_bind_compute_unit(d->m, u, mr_dev_at(d->dev, d->Pc, poff));
 		else
 			mr__dp_bind_unit(d, u, d->P + poff, 0);
@@ -504,7 +504,6 @@ int mr_dp_create(struct mr_dp **out, struct mr_gpt *m, const struct mr_adamw_con
 		d->c = *c;
 	d->zero = cfg->zero;
 	d->off = offload_in_effect(d->dev, cfg->offload);
-	d->mb = master_on_host(d->dev, d->off);
 	d->S = comm_size(d->c.shard);
 	d->srank = comm_rank(d->c.shard);
 	d->R = comm_size(d->c.replica);

@@ -106,7 +106,7 @@ static int pslot_issue(struct mr_dp *d, int u)
 	if ((rc = slot_wait(d, sl, 0)) < 0)
 		return rc;
 	sl->unit = u;
-	if (d->mb) /* bf16 weights alone: straight into the compute copy */
+	if (mr__dp_mb(d)) /* bf16 weights alone: straight into the compute copy */
 		return mr__dp_gather_unit_from(d, u, d->pshard_c, 1, sl->cbuf, sl->req);
 	return mr__dp_gather_unit(d, u, sl->buf, sl->req);
 }
@@ -118,7 +118,7 @@ static int pslot_ready(struct mr_dp *d, int u)
 
 	if ((rc = pslot_issue(d, u)) < 0 || (rc = slot_wait(d, sl, 0)) < 0)
 		return rc;
-	if (d->mb) {
+	if (mr__dp_mb(d)) {
 		mr_gpt_bind_compute_unit(d->m, u, sl->cbuf);
 		return 0;
 	}

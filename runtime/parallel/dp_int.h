@@ -69,13 +69,11 @@ struct mr_dp {
 				   * whose memory is host memory) */
 	float *hg, *hp;           /* offload: host copies of the owned grads and
 				   * params (nshard; hp the master under MASTER) */
-	/* MASTER in effect (mb): the device holds its weights in the activation
-	 * type only,
-	 * published from hp through an fp32 staging buffer (nstage floats):
-	 * zero 0 the model's compute copy, zero 1/2 Pc (padded, the bf16
-	 * all-gather's target, fed from the shard sc), zero 3 pshard_c (the
-	 * shard the bf16 gathers read) */
-	int mb;
+	/* MASTER in effect (mr__dp_mb): the device holds its weights in the
+	 * activation type only, published from hp through an fp32 staging
+	 * buffer (nstage floats): zero 0 the model's compute copy, zero 1/2 Pc
+	 * (padded, the bf16 all-gather's target, fed from the shard sc), zero
+	 * 3 pshard_c (the shard the bf16 gathers read) */
 	struct mr_pool *host_pool; /* the host AdamW's threads (NULL: the caller's) */
 	mr_act *Pc, *sc, *pshard_c;
 	float *stage;
@@ -113,6 +111,14 @@ struct mr_dp {
 	int nal;
 };
 
+/* The master on the host, bf16 weights alone on the device: optimizer+
+ * master in effect (offload takes effect only where device memory is not
+ * host memory). */
+static inline int mr__dp_mb(const struct mr_dp *d)
+{
+	return d->off == MR_DP_OFFLOAD_MASTER;
+}
+
 double mr__dp_now(void);
 /* Waits req (NULL ok), accounting the blocked time; *req cleared. */
 int mr__dp_wait(struct mr_dp *d, struct mr_comm_req **req, int grad);
@@ -131,9 +137,6 @@ int mr__dp_gather_unit(struct mr_dp *d, int u, float *dst, struct mr_comm_req **
  * d->pshard_c), gathered as it is. */
 int mr__dp_gather_unit_from(struct mr_dp *d, int u, const void *src, int act, void *dst,
 			    struct mr_comm_req **req);
-/* Offload: the device's fp32 copy of the owned parameters to d->hp (up =
- * 0) or d->hp to it (up = 1), piece by piece. */
-int mr__dp_owned_params(struct mr_dp *d, int up);
 /* MASTER: the owned master d->hp onto the device in the activation type,
  * and (zero 1/2) all-gathered into Pc; zero 3's slots are stale after. */
 int mr__dp_publish(struct mr_dp *d);

@@ -61,7 +61,7 @@ const char *mr_dp_first_nonfinite(struct mr_dp *d, int grads)
 		return NULL;
 	for (i = 0; i < d->nseg && !name; i++) {
 		const struct dp_seg *s = &d->seg[i];
-		if (!grads && d->mb)
+		if (!grads && mr__dp_mb(d))
 			memcpy(h, d->hp + s->so, s->n * sizeof(float)); /* the host master */
 		else if (d->dev->ops->download(d->dev, h,
 					       grads ? owned_grads(d) + s->so : seg_params(d, s),
@@ -158,7 +158,9 @@ static int gather_updated(struct mr_dp *d)
 	return rc;
 }
 
-int mr__dp_owned_params(struct mr_dp *d, int up)
+/* OPTIM: the device's fp32 copy of the owned parameters to d->hp (up =
+ * 0) or d->hp to it (up = 1), piece by piece. */
+static int owned_params(struct mr_dp *d, int up)
 {
 	struct mr_dev *dev = d->dev;
 	int k, rc = 0;
@@ -275,12 +277,12 @@ static int update_on_host(struct mr_dp *d, float lr)
 
 	rc = d->dev->ops->download(d->dev, d->hg, owned_grads(d), d->nshard * sizeof(float));
 	if (rc == 0 && d->off == MR_DP_OFFLOAD_OPTIM)
-		rc = mr__dp_owned_params(d, 0);
+		rc = owned_params(d, 0);
 	if (rc < 0)
 		return rc;
 	/* the segments tile the shard (its padding past them is untouched) */
 	mr_pool_run(d->host_pool, d->nshard, 1 << 14, host_adamw, &h);
-	return d->mb ? mr__dp_publish(d) : mr__dp_owned_params(d, 1);
+	return mr__dp_mb(d) ? mr__dp_publish(d) : owned_params(d, 1);
 }
 
 void mr_dp_host_threads(struct mr_dp *d, struct mr_pool *pool)
@@ -303,9 +305,9 @@ int mr_dp_update(struct mr_dp *d, double norm, float lr)
 	 * gather is bound (3, dp_hooks.c) */
 	if (d->off) {
 		rc = update_on_host(d, lr);
-		if (rc == 0 && d->zero == 0 && !d->mb) /* DDP: the whole table's compute copy */
+		if (rc == 0 && d->zero == 0 && !mr__dp_mb(d)) /* DDP: the whole compute copy */
 			rc = mr_gpt_refresh_compute(d->m);
-		if (d->mb)
+		if (mr__dp_mb(d))
 			return rc; /* published, gathered (zero 1/2), slots stale (zero 3) */
 	}
 	for (i = 0; i < d->nseg && rc == 0 && !d->off; i++) {
@@ -386,7 +388,7 @@ int mr_dp_restore(struct mr_dp *d, long t)
 	int u, i, rc = 0;
 
 	d->t = t;
-	if (d->mb)
+	if (mr__dp_mb(d))
 		return mr__dp_publish(d);
 	if (d->zero == 1 || d->zero == 2)
 		rc = gather_updated(d);
@@ -418,13 +420,13 @@ int mr_dp_gather_params(struct mr_dp *d, float *dst)
 	float *tmp;
 	int u, k, rc = 0;
 
-	if (d->zero == 0 && d->mb) { /* the host master */
+	if (d->zero == 0 && mr__dp_mb(d)) { /* the host master */
 		memcpy(dst, d->hp, m->nparams * sizeof(float));
 		return 0;
 	}
 	if (d->zero == 0)
 		return d->dev->ops->download(d->dev, dst, m->params, m->nparams * sizeof(float));
-	if (d->zero < 3 && !d->mb) {
+	if (d->zero < 3 && !mr__dp_mb(d)) {
 		for (u = 0; u < d->nunits && rc == 0; u++)
 			rc = download_unit(d, dst, d->P + d->pc[d->pfirst[u]].poff, u);
 		return rc;
@@ -438,10 +440,10 @@ int mr_dp_gather_params(struct mr_dp *d, float *dst)
 	/* MASTER: each unit's host shard up into the staging first */
 	for (u = 0; u < d->nunits && rc == 0; u++) {
 		size_t s0 = d->pc[d->pfirst[u]].soff, sn = mr__dp_unit_shard(d, u);
-		if (d->mb) /* the staging holds a unit's shard */
+		if (mr__dp_mb(d)) /* the staging holds a unit's shard */
 			rc = d->dev->ops->upload(d->dev, d->stage, d->hp + s0, sn * sizeof(float));
 		if (rc == 0)
-			rc = d->mb ? mr__dp_gather_unit_from(d, u, d->stage, 0, tmp, req)
+			rc = mr__dp_mb(d) ? mr__dp_gather_unit_from(d, u, d->stage, 0, tmp, req)
 				   : mr__dp_gather_unit(d, u, tmp, req);
 		for (k = 0; k < d->pfirst[u + 1] - d->pfirst[u]; k++)
 			if (req[k]) {
