@@ -543,33 +543,50 @@ void mr__ctl_complete(struct ctl *ctl, const char *name, const char *node_id, in
  * job of several was heard within the timeout, nobody is expired; the
  * members' next heartbeats (the link back) end it. Past ISOLATED_TIMEOUTS
  * timeouts of silence the members are expired as usual: the pods are gone.
+ *
+ * Members beat at different moments (every quarter timeout by default),
+ * so the first of them to time out is up to a beat ahead of the last, on
+ * the way down as on the way back: expiry already waits while nobody was
+ * heard for half a timeout (a live member beats in that time), and when
+ * one member is heard after all were silent, every running member's
+ * silence counts anew from then, so that the others' first beats after
+ * the link's return are not late. A member that died meanwhile expires one
+ * timeout later. (The clocks restart only after a silence of all past the
+ * timeout, which members alive do not keep up: no member lost for good
+ * can hide behind them.)
  */
 #define ISOLATED_TIMEOUTS 10
 
-static int all_silent(struct ctl *ctl, struct ctl_job *job, int64_t hb)
+static int hold_expiry(struct ctl *ctl, struct ctl_job *job, int64_t hb)
 {
-	const struct ctl_member *newest = job->lru_tail;
+	struct ctl_member *newest = job->lru_tail;
 	int64_t quiet = newest ? ctl->now_ms - newest->last_seen_ms : 0;
-	int silent = job->state == CTL_JOB_RUNNING && job->count[CTL_M_RUNNING] > 1 &&
-		     newest && newest->state == CTL_M_RUNNING && quiet >= hb &&
-		     quiet < ISOLATED_TIMEOUTS * hb;
+	int several = job->state == CTL_JOB_RUNNING && job->count[CTL_M_RUNNING] > 1 && newest &&
+		      newest->state == CTL_M_RUNNING;
 
-	if (silent && !job->all_silent)
-		mr_log_warn("members_all_silent",
-			    "job=%s running=%u silent_ms=%lld action=waiting limit_ms=%lld",
-			    mr_log_q(job->name), job->count[CTL_M_RUNNING], (long long)quiet,
-			    (long long)(ISOLATED_TIMEOUTS * hb));
-	else if (!silent && job->all_silent && quiet < hb)
+	if (several && quiet >= hb / 2 && quiet < ISOLATED_TIMEOUTS * hb) {
+		if (quiet >= hb && !job->all_silent)
+			mr_log_warn("members_all_silent",
+				    "job=%s running=%u silent_ms=%lld action=waiting limit_ms=%lld",
+				    mr_log_q(job->name), job->count[CTL_M_RUNNING],
+				    (long long)quiet, (long long)(ISOLATED_TIMEOUTS * hb));
+		job->all_silent |= quiet >= hb;
+		return 1;
+	}
+	if (several && job->all_silent && quiet < hb / 2) {
 		mr_log_info("members_heard_again", "job=%s", mr_log_q(job->name));
-	job->all_silent = (uint8_t)silent;
-	return silent;
+		for (struct ctl_member *m = job->lru_head; m; m = m->lru_next)
+			m->last_seen_ms = ctl->now_ms;
+	}
+	job->all_silent = 0;
+	return 0;
 }
 
 static void expire_members(struct ctl *ctl, struct ctl_job *job)
 {
 	int64_t hb = job->spec.heartbeat_timeout_ms;
 
-	if (all_silent(ctl, job, hb))
+	if (hold_expiry(ctl, job, hb))
 		return;
 
 	while (job->lru_head && job->lru_head->last_seen_ms + hb <= ctl->now_ms) {

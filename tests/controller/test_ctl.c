@@ -758,6 +758,58 @@ static struct ctl_job *lose_c(struct ctl *ctl, struct woke *w, struct ctl_spec *
 	return mr__ctl_job(ctl, "ns/job");
 }
 
+/* The controller's own link down: a, b and c fall silent together, their
+ * last beats within a beat of each other (a quarter timeout). a past the
+ * timeout while b and c are only a beat behind: nobody is declared dead;
+ * all past it: members_all_silent, still nobody. b heard again (the link
+ * back): a and c, whose beats come a little later, are not late either -
+ * their silence counts from b's return. Silent a timeout past it while b
+ * beats, a is declared dead, and c, carried into the next round and
+ * silent too, is dropped from it. */
+Test(ctl, members_falling_silent_together_are_not_declared_dead)
+{
+	struct ctl ctl;
+	struct woke w;
+	struct ctl_spec sp = spec(3, 3);
+	struct ctl_job *job;
+
+	sp.max_restarts = 5;
+	setup(&ctl, &w);
+	run_round(&ctl, &sp, 3);
+	job = mr__ctl_job(&ctl, "ns/job");
+	seen(&ctl, "a", 1100);
+	seen(&ctl, "b", 700);
+	seen(&ctl, "c", 550);
+	ctl.last_scan_ms = 0;
+	mr__ctl_tick(&ctl);
+	cr_assert_eq(job->generation, 1, "a declared dead while b and c were a beat behind");
+	cr_assert_eq(job->all_silent, 0);
+	seen(&ctl, "a", 1550);
+	seen(&ctl, "b", 1150);
+	seen(&ctl, "c", 1000);
+	ctl.last_scan_ms = 0;
+	mr__ctl_tick(&ctl);
+	cr_assert_eq(job->generation, 1);
+	cr_assert_eq(job->all_silent, 1);
+	seen(&ctl, "b", 0);
+	ctl.last_scan_ms = 0;
+	mr__ctl_tick(&ctl);
+	cr_assert_eq(job->all_silent, 0);
+	cr_assert_eq(job->generation, 1, "a or c declared dead as b's beat came back first");
+	cr_assert_eq(ctl.stats.dead, 0);
+	seen(&ctl, "a", 1100);
+	seen(&ctl, "c", 1050);
+	seen(&ctl, "b", 0);
+	ctl.last_scan_ms = 0;
+	mr__ctl_tick(&ctl);
+	cr_assert_eq(ctl.stats.dead, 1, "a, silent while b beats, is dead");
+	cr_assert_eq(job->generation, 2);
+	cr_assert_null(member_of(&ctl, "a"));
+	cr_assert_null(member_of(&ctl, "c"));
+	cr_assert_not_null(member_of(&ctl, "b"));
+	mr__ctl_release(&ctl);
+}
+
 Test(ctl, a_carried_member_that_is_gone_is_dropped_or_declared_dead)
 {
 	struct ctl ctl;

@@ -409,9 +409,14 @@ static void wait_log(const char *log, const char *what)
 {
 	long long end = mr_test_now_ms() + 60000;
 
+	char tail[4000];
+
 	while (!has(log, what) && mr_test_now_ms() < end)
 		usleep(50 * 1000);
-	cr_assert(has(log, what), "'%s' never appeared in %s", what, log);
+	if (has(log, what))
+		return;
+	mr_test_tail(log, tail, sizeof(tail));
+	cr_assert_fail("'%s' never appeared in %s:\n%s", what, log, tail);
 }
 
 /* A pod's link cut mid-training for longer than the heartbeat timeout:
@@ -561,7 +566,12 @@ Test(pods, the_controller_cut_off_leaves_training_undisturbed, .timeout = 600,
 	char ctl_log[300];
 
 	pods_up("pc", 2);
-	fault_job(&j, "ctlcut", "cref", NULL, 150, "");
+	/* slower steps than the other fault jobs: the cut must land, and the
+	 * heartbeat timeout pass, while both pods still train (the first step
+	 * line comes at step 10; on a busy 2-core machine the KV writes and the
+	 * cut itself take seconds). Were the job over first, a member done
+	 * before the cut would make the silence that of one pod, not of all. */
+	fault_job(&j, "ctlcut", "cref", NULL, 500, "");
 	wait_log(j.logs[0], "event=step");
 	/* writes the controller acknowledged before the cut must all be there
 	 * after it (the job's generation never changes here) */
