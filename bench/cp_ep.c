@@ -129,19 +129,19 @@ static int rank_run(struct run *r, int rank)
 	for (s = 0; s < r->warm + r->steps && rc == 0; s++) {
 		if (s == r->warm) {
 			t0 = now_s();
-			x0 = m.ep.xchg_s;
+			x0 = m.par.ep.xchg_s;
 		}
 		/* the dp rank's sequences; a cp rank takes its chunks of them */
 		mr_synth_batch(7, 0, ((uint64_t)s * dp + dpr) * r->B, r->cfg.vocab, r->B, r->T, in,
 			       tg);
 		if (r->cp > 1) {
-			mr_cp_select(r->cp, m.cp.rank, in, r->B, r->T, li);
-			mr_cp_select(r->cp, m.cp.rank, tg, r->B, r->T, lt);
+			mr_cp_select(r->cp, m.par.cp.rank, in, r->B, r->T, li);
+			mr_cp_select(r->cp, m.par.cp.rank, tg, r->B, r->T, lt);
 		}
 		rc = mr_step_run(&drv, r->cp > 1 ? li : in, r->cp > 1 ? lt : tg, 1, &res, &eb);
 	}
 	r->secs[rank] = (now_s() - t0) / r->steps;
-	r->xchg_s[rank] = (m.ep.xchg_s - x0) / r->steps;
+	r->xchg_s[rank] = (m.par.ep.xchg_s - x0) / r->steps;
 	r->acts[rank] = m.mem.peak[MR_MEM_ACTS];
 	r->ws[rank] = m.mem.peak[MR_MEM_WORKSPACE];
 	(void)Tl;

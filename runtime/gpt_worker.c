@@ -69,7 +69,7 @@ static void log_stage(const struct gw *w)
 /* One line per expert-parallel rank: its experts and the MoE policy. */
 static void log_experts(const struct gw *w)
 {
-	const struct mr_ep *ep = &w->model.ep;
+	const struct mr_ep *ep = &w->model.par.ep;
 
 	mr_log_info("expert_parallel",
 		    "ep=%d ep_rank=%d edp=%d experts=%d-%d of=%d policy=%s capacity_factor=%g",
@@ -166,7 +166,7 @@ static int gw_create(void **state, const struct mr_worker_env *env, struct mr_er
 		    w->zero);
 	if (w->step_drv.pp)
 		log_stage(w);
-	if (w->model.ep.size > 1)
+	if (w->model.par.ep.size > 1)
 		log_experts(w);
 	*state = w;
 	return 0;
@@ -194,7 +194,7 @@ fail:
  * parallelism only this rank's chunks of every sequence (mr_cp.h). */
 static int read_batch(struct gw *w, int val, uint64_t row, int k, struct mr_errbuf *eb)
 {
-	int cp = w->model.cp.size > 1 ? w->model.cp.size : 1;
+	int cp = w->model.par.cp.size > 1 ? w->model.par.cp.size : 1;
 	size_t Nl = (size_t)w->B * w->T / (size_t)cp;
 	int *in = cp > 1 ? w->full_in : w->inputs + k * Nl;
 	int *tg = cp > 1 ? w->full_tg : w->targets + k * Nl;
@@ -205,8 +205,8 @@ static int read_batch(struct gw *w, int val, uint64_t row, int k, struct mr_errb
 	else
 		mr_synth_batch(w->seed, (uint64_t)val, row, w->mc.vocab, w->B, w->T, in, tg);
 	if (rc == 0 && cp > 1) {
-		mr_cp_select(cp, w->model.cp.rank, in, w->B, w->T, w->inputs + k * Nl);
-		mr_cp_select(cp, w->model.cp.rank, tg, w->B, w->T, w->targets + k * Nl);
+		mr_cp_select(cp, w->model.par.cp.rank, in, w->B, w->T, w->inputs + k * Nl);
+		mr_cp_select(cp, w->model.par.cp.rank, tg, w->B, w->T, w->targets + k * Nl);
 	}
 	return rc;
 }

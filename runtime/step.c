@@ -79,7 +79,7 @@ int mr_step_init(struct mr_step *s, struct mr_gpt *m, const struct mr_adamw_conf
 		 struct mr_errbuf *eb)
 {
 	struct mr_dp_config ddp = { 0, 0, 1, MR_DP_OFFLOAD_NONE };
-	struct mr_dp_comms one = { NULL, NULL, m->tp.comm, NULL };
+	struct mr_dp_comms one = { NULL, NULL, m->par.tp.comm, NULL };
 
 	memset(s, 0, sizeof(*s));
 	atomic_init(&s->micro, -1);
@@ -112,7 +112,7 @@ static int nonfinite_loss(struct mr_step *s, long step, double loss, struct mr_e
 	const struct mr_gpt *m = s->m;
 	struct mr_dev *d = m->dev;
 	const char *p = mr_dp_first_nonfinite(s->dp, 0);
-	size_t i, n = (size_t)m->B * m->T * (size_t)mr_tp_vocab_rows(&m->tp);
+	size_t i, n = (size_t)m->B * m->T * (size_t)mr_tp_vocab_rows(&m->par.tp);
 	float *host;
 	int bad = 0;
 

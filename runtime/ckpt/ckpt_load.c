@@ -112,9 +112,12 @@ static int fill(struct mr_ckpt *c, const struct mr_ckpt_manifest *mf, int mi, in
 {
 	const struct mr_gpt *m = c->job.m;
 	const struct mr_gpt_tensor *t = &m->tensors[ti];
+	const struct mr_tp *mtp = &m->par.tp;
+	const struct mr_ep *mep = &m->par.ep;
 	/* the slice this rank holds: replicated key/value heads share one */
-	int tp = mr_gpt_tensor_tp_slices(t, m->tp.size), ep = t->split[MR_AXIS_EP] >= 0 ? m->ep.size : 1;
-	int tr = mr_gpt_tensor_tp_slice(t, m->tp.size, m->tp.rank), er = ep > 1 ? m->ep.rank : -1;
+	int tp = mr_gpt_tensor_tp_slices(t, mtp->size);
+	int ep = t->split[MR_AXIS_EP] >= 0 ? mep->size : 1;
+	int tr = mr_gpt_tensor_tp_slice(t, mtp->size, mtp->rank), er = ep > 1 ? mep->rank : -1;
 	int i, nr, rc = 0;
 	const int *rs;
 	uint64_t got = 0;
@@ -154,7 +157,7 @@ static int fill(struct mr_ckpt *c, const struct mr_ckpt_manifest *mf, int mi, in
 	if (rc == 0)
 		rc = mr__ckpt_assemble(mf, rs, nr, fds, full, eb);
 	if (rc == 0) {
-		mr_gpt_tensor_slice(t, m->tp.size, m->tp.rank, m->ep.rank, full, local, 0);
+		mr_gpt_tensor_slice(t, mtp->size, mtp->rank, mep->rank, full, local, 0);
 		memcpy(dst, local + at, n * sizeof(float));
 	}
 	free(full);

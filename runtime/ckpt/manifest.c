@@ -118,6 +118,8 @@ json_t *mr__ckpt_index_json(const struct mr_ckpt_job *job, const struct ckpt_pie
 			    int kinds, uint64_t bytes)
 {
 	const struct mr_gpt *m = job->m;
+	const struct mr_tp *tp = &m->par.tp;
+	const struct mr_ep *ep = &m->par.ep;
 	json_t *tensors = json_array(), *recs = json_array();
 	int *local = calloc((size_t)m->ntensors, sizeof(int)), i, k, nt = 0;
 	char file[32];
@@ -132,7 +134,7 @@ json_t *mr__ckpt_index_json(const struct mr_ckpt_job *job, const struct ckpt_pie
 		const struct mr_gpt_tensor *t = &m->tensors[p[i].tensor];
 		/* a replicated key/value tensor names its shared slice: one of
 		 * tp / tp_rep (mr_gpt_tensor_tp_slice), as a mesh of that tp would */
-		int tps = mr_gpt_tensor_tp_slices(t, m->tp.size), ep_split = t->split[MR_AXIS_EP] >= 0;
+		int tps = mr_gpt_tensor_tp_slices(t, tp->size), ep_split = t->split[MR_AXIS_EP] >= 0;
 		if (!local[p[i].tensor]) {
 			json_array_append_new(tensors, tensor_json(t));
 			local[p[i].tensor] = ++nt;
@@ -141,8 +143,8 @@ json_t *mr__ckpt_index_json(const struct mr_ckpt_job *job, const struct ckpt_pie
 			json_array_append_new(
 				recs, json_pack("[i, i, i, i, i, i, I, I, I, I]",
 						local[p[i].tensor] - 1, k,
-						mr_gpt_tensor_tp_slice(t, m->tp.size, m->tp.rank), tps,
-						ep_split ? m->ep.rank : -1, ep_split ? m->ep.size : 1,
+						mr_gpt_tensor_tp_slice(t, tp->size, tp->rank), tps,
+						ep_split ? ep->rank : -1, ep_split ? ep->size : 1,
 						(json_int_t)p[i].at, (json_int_t)p[i].n,
 						(json_int_t)(p[i].offset +
 							     (uint64_t)k * p[i].n * sizeof(float)),

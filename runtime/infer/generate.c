@@ -254,7 +254,7 @@ static int block(struct mr_gen *g, int l, int n)
 		struct mr_moe_acts ma;
 		memset(&ma, 0, sizeof(ma));
 		mr_moe_acts_bind(&ma, &s, g->moe_f, g->moe_i);
-		CK(OP(moe_fwd, &s, &ma, &g->m.xchg, g->y, g->h, cw(w->routerw), cw(w->fcw),
+		CK(OP(moe_fwd, &s, &ma, &g->m.par.xchg, g->y, g->h, cw(w->routerw), cw(w->fcw),
 		      cw(w->fcb), cw(w->fcprojw), cw(w->fcprojb)));
 	} else {
 		CK(OP(matmul_fwd, g->fch, g->h, cw(w->fcw), llama ? NULL : cw(w->fcb), n, g->C,

@@ -27,8 +27,9 @@
  * Buffers are device memory of the model's device (device/mr_device.h):
  * rows in its activation type (mr_act), the loss pieces fp32.
  *
- * Ownership: struct mr_tp is the model's; the device and comm are
- * borrowed, tmp and ce are the model's workspace when size > 1.
+ * Ownership: struct mr_tp is the model's (in its struct mr_layers,
+ * mr_layers.h); the device and comm are borrowed, tmp and ce are the
+ * model's workspace when size > 1.
  * Every function returns 0 or the communicator's negative MR_E* code.
  * Non-goals: the parameter table's tp splits (model/gpt_table.c).
  */

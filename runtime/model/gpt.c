@@ -50,14 +50,14 @@ int mr__gpt_moe_fwd(struct mr_gpt *m, int l, mr_act *out)
 	const struct mr_gpt_layer_w *w = &WV(m)->layer[l];
 	struct mr_gpt_layer_acts *a = &m->la[l];
 	struct mr_moe_shape s = mr_gpt_moe_shape(m);
-	mr_act *y = mr_tp_if_split(&m->tp, out, m->dln);
+	mr_act *y = mr_tp_if_split(&m->par.tp, out, m->dln);
 	int rc;
 
 	/* row-parallel experts: the bias once, on tp rank 0, before the sum */
-	rc = OP(m, moe_fwd, &s, &a->moe, &m->xchg, y, a->ln2, CW(w->routerw), CW(w->fcw),
-		CW(w->fcb), CW(w->fcprojw), m->tp.rank == 0 ? CW(w->fcprojb) : NULL);
+	rc = OP(m, moe_fwd, &s, &a->moe, &m->par.xchg, y, a->ln2, CW(w->routerw), CW(w->fcw),
+		CW(w->fcb), CW(w->fcprojw), m->par.tp.rank == 0 ? CW(w->fcprojb) : NULL);
 	if (rc == 0)
-		rc = mr_tp_reduce_rows(&m->tp, out, y);
+		rc = mr_tp_reduce_rows(&m->par.tp, out, y);
 	if (!m->recomputing) /* counted once, by the forward */
 		m->aux_loss += a->moe.aux;
 	return rc;
@@ -69,14 +69,14 @@ int mr__gpt_moe_fwd(struct mr_gpt *m, int l, mr_act *out)
 int mr__gpt_norm_fwd(struct mr_gpt *m, mr_act *full, float *mean, float *rstd,
 		     const mr_act *res, const float *w, const float *b)
 {
-	mr_act *local = mr_tp_if_sp(&m->tp, full, m->dtmp);
-	int Nl = mr_tp_local_rows(&m->tp), C = m->cfg.d_model;
+	mr_act *local = mr_tp_if_sp(&m->par.tp, full, m->dtmp);
+	int Nl = mr_tp_local_rows(&m->par.tp), C = m->cfg.d_model;
 	int rc = m->family->rms_norm
 			 ? OP(m, rmsnorm_fwd, local, rstd, res, CW(w), Nl, C,
 			      mr_gpt_norm_eps(&m->cfg))
 			 : OP(m, layernorm_fwd, local, mean, rstd, res, CW(w), CW(b), Nl, C);
 
-	return rc < 0 ? rc : mr_tp_gather_rows(&m->tp, full, local);
+	return rc < 0 ? rc : mr_tp_gather_rows(&m->par.tp, full, local);
 }
 
 /*
@@ -129,14 +129,14 @@ int mr_gpt_set_batch(struct mr_gpt *m, const int *inputs, const int *targets,
 	/* ids relative to this rank's vocabulary slice, on the host and the device */
 	if (inputs) {
 		memcpy(m->inputs, inputs, bytes);
-		m->tok_local = mr_tp_vocab_ids(&m->tp, m->tok_tp, m->inputs, N);
+		m->tok_local = mr_tp_vocab_ids(&m->par.tp, m->tok_tp, m->inputs, N);
 		rc = d->ops->upload(d, m->tok_dev, m->tok_local, bytes);
 	}
 	m->has_targets = targets != NULL;
 	if (rc == 0 && targets) {
 		memcpy(m->targets, targets, bytes);
-		rc = d->ops->upload(d, m->tgt_dev, mr_tp_vocab_ids(&m->tp, m->tgt_tp, m->targets, N),
-				    bytes);
+		rc = d->ops->upload(d, m->tgt_dev,
+				    mr_tp_vocab_ids(&m->par.tp, m->tgt_tp, m->targets, N), bytes);
 	}
 	return rc < 0 ? mr_errf(eb, rc, "unable to copy the batch to the device") : 0;
 }
@@ -148,8 +148,8 @@ int mr_gpt_embed_fwd(struct mr_gpt *m)
 	m->aux_loss = 0.0f;
 	if (rc < 0)
 		return rc;
-	return mr_tp_embedding_fwd(&m->tp, m->encoded, m->tok_dev, CW(WV(m)->wte), CW(WV(m)->wpe),
-				   m->dln);
+	return mr_tp_embedding_fwd(&m->par.tp, m->encoded, m->tok_dev, CW(WV(m)->wte),
+				   CW(WV(m)->wpe), m->dln);
 }
 
 int mr_gpt_blocks_fwd(struct mr_gpt *m, int lo, int hi, const mr_act *in)
@@ -168,7 +168,7 @@ int mr_gpt_blocks_fwd(struct mr_gpt *m, int lo, int hi, const mr_act *in)
 int mr_gpt_head_fwd(struct mr_gpt *m, const mr_act *in)
 {
 	const struct mr_gpt_config *c = &m->cfg;
-	int N = m->B * m->T, Vl = mr_tp_vocab_rows(&m->tp), i, rc;
+	int N = m->B * m->T, Vl = mr_tp_vocab_rows(&m->par.tp), i, rc;
 	double sum = 0.0;
 
 	m->loss = 0.0f;
@@ -176,10 +176,10 @@ int mr_gpt_head_fwd(struct mr_gpt *m, const mr_act *in)
 	CK(mr__gpt_norm_fwd(m, m->lnf, m->lnf_mean, m->lnf_rstd, in, WV(m)->lnfw, WV(m)->lnfb));
 	/* the LM head: column-parallel over the vocabulary */
 	CK(OP(m, matmul_fwd, m->logits, m->lnf, CW(head_w(WV(m))), NULL, N, c->d_model, Vl));
-	CK(mr_tp_mask_vocab_pad(&m->tp, m->logits, -1e30f));
+	CK(mr_tp_mask_vocab_pad(&m->par.tp, m->logits, -1e30f));
 	if (!m->has_targets)
 		return 0;
-	CK(mr_tp_cross_entropy_fwd(&m->tp, m->losses, m->ce_lse, m->logits, m->tgt_dev));
+	CK(mr_tp_cross_entropy_fwd(&m->par.tp, m->losses, m->ce_lse, m->logits, m->tgt_dev));
 	CK(OP(m, download, m->losses_host, m->losses, sizeof(float) * (size_t)N));
 	for (i = 0; i < N; i++)
 		sum += m->losses_host[i];
@@ -242,29 +242,29 @@ void mr_gpt_zero_grad(struct mr_gpt *m)
 int mr__gpt_norm_bwd(struct mr_gpt *m, float *gw, float *gb, const mr_act *res, const float *w,
 		     const float *mean, const float *rstd)
 {
-	mr_act *dlocal = mr_tp_if_sp(&m->tp, m->dln, m->dtmp);
-	int Nl = mr_tp_local_rows(&m->tp), C = m->cfg.d_model;
+	mr_act *dlocal = mr_tp_if_sp(&m->par.tp, m->dln, m->dtmp);
+	int Nl = mr_tp_local_rows(&m->par.tp), C = m->cfg.d_model;
 	float *pw, *pb;
 	int rc;
 
-	CK(mr_tp_reduce_rows(&m->tp, dlocal, m->dln));
-	CK(mr_tp_norm_grads(&m->tp, gw, gb, &pw, &pb));
+	CK(mr_tp_reduce_rows(&m->par.tp, dlocal, m->dln));
+	CK(mr_tp_norm_grads(&m->par.tp, gw, gb, &pw, &pb));
 	if (m->family->rms_norm)
 		CK(OP(m, rmsnorm_bwd, m->dres, pw, dlocal, res, CW(w), rstd, Nl, C, m->k_ws));
 	else
 		CK(OP(m, layernorm_bwd, m->dres, pw, pb, dlocal, res, CW(w), mean, rstd, Nl, C,
 		      m->k_ws));
-	return mr_tp_sp_norm_grads(&m->tp, gw, gb);
+	return mr_tp_sp_norm_grads(&m->par.tp, gw, gb);
 }
 
 int mr_gpt_head_bwd(struct mr_gpt *m, const mr_act *in, float dscale)
 {
-	int N = m->B * m->T, Nl = mr_tp_local_rows(&m->tp), C = m->cfg.d_model;
-	int Vl = mr_tp_vocab_rows(&m->tp), last = m->nunits - 1, rc;
+	int N = m->B * m->T, Nl = mr_tp_local_rows(&m->par.tp), C = m->cfg.d_model;
+	int Vl = mr_tp_vocab_rows(&m->par.tp), last = m->nunits - 1, rc;
 
 	CK(HOOK(m, pre_bwd, last));
 	CK(OP(m, ce_bwd, m->logits, m->ce_lse, m->tgt_dev, N, Vl, dscale / (float)N));
-	CK(mr_tp_mask_vocab_pad(&m->tp, m->logits, 0.0f));
+	CK(mr_tp_mask_vocab_pad(&m->par.tp, m->logits, 0.0f));
 	CK(OP(m, matmul_bwd, m->dln, m->g.head ? m->g.head : m->g.wte, NULL, m->logits, m->lnf,
 	      CW(head_w(WV(m))), N, C, Vl, 0));
 	CK(OP(m, zero, m->dres, mr_dev_act_bytes(m->dev, (size_t)Nl * C)));
@@ -292,7 +292,7 @@ int mr_gpt_embed_bwd(struct mr_gpt *m)
 	int rc;
 
 	CK(HOOK(m, pre_bwd, 0));
-	CK(mr_tp_embedding_bwd(&m->tp, m->g.wte, m->g.wpe, m->dres, m->tok_dev, m->tok_local,
+	CK(mr_tp_embedding_bwd(&m->par.tp, m->g.wte, m->g.wpe, m->dres, m->tok_dev, m->tok_local,
 			       m->sp_full));
 	return HOOK(m, post_bwd, 0);
 }

@@ -91,19 +91,19 @@ static int block_fwd(struct mr_gpt *m, int l, const mr_act *res)
 	const struct mr_gpt_config *c = &m->cfg;
 	const struct mr_gpt_layer_w *w = &WV(m)->layer[l];
 	struct mr_gpt_layer_acts *a = &m->la[l];
-	int tp = m->tp.size, N = m->B * m->T, Nl = mr_tp_local_rows(&m->tp);
+	int tp = m->par.tp.size, N = m->B * m->T, Nl = mr_tp_local_rows(&m->par.tp);
 	int C = c->d_model, Cl = C / tp, rc;
 	size_t nl = (size_t)Nl * C;
 	mr_act *out = mr__gpt_block_out(m, l);
 
 	CK(mr__gpt_norm_fwd(m, a->ln1, a->ln1_mean, a->ln1_rstd, res, w->ln1w, w->ln1b));
 	CK(OP(m, matmul_fwd, a->qkv, a->ln1, CW(w->qkvw), CW(w->qkvb), N, C, 3 * Cl));
-	if (m->cp.size > 1)
-		CK(mr_cp_attn_fwd(&m->cp, a->atty, a->att_lse, a->qkv));
+	if (m->par.cp.size > 1)
+		CK(mr_cp_attn_fwd(&m->par.cp, a->atty, a->att_lse, a->qkv));
 	else
 		CK(OP(m, attn_fwd, a->atty, a->att_lse, a->qkv, m->B, m->T, Cl, c->n_head / tp,
 		      c->n_head / tp, m->k_ws));
-	CK(mr_tp_row_linear_fwd(&m->tp, a->res2, a->atty, CW(w->attprojw), CW(w->attprojb), Cl,
+	CK(mr_tp_row_linear_fwd(&m->par.tp, a->res2, a->atty, CW(w->attprojw), CW(w->attprojb), Cl,
 				m->dln));
 	CK(OP(m, add, a->res2, res, nl));
 	CK(mr__gpt_mlp_hook(m, l));
@@ -115,7 +115,7 @@ static int block_fwd(struct mr_gpt *m, int l, const mr_act *res)
 		CK(OP(m, gelu_fwd, a->fch_gelu, a->fch, (size_t)N * 4 * Cl));
 		if (m->recomputing)
 			return 0; /* the backward reads no output */
-		CK(mr_tp_row_linear_fwd(&m->tp, out, a->fch_gelu, CW(w->fcprojw), CW(w->fcprojb),
+		CK(mr_tp_row_linear_fwd(&m->par.tp, out, a->fch_gelu, CW(w->fcprojw), CW(w->fcprojb),
 					4 * Cl, m->dln));
 	}
 	return OP(m, add, out, a->res2, nl);
@@ -137,7 +137,7 @@ static int dense_weight_grads(struct mr_gpt *m, int l, const mr_act *dproj2, con
 	const struct mr_gpt_layer_w *w = &WV(m)->layer[l];
 	const struct mr_gpt_layer_w *g = &m->g.layer[l];
 	struct mr_gpt_layer_acts *a = &m->la[l];
-	int N = m->B * m->T, C = m->cfg.d_model, Cl = C / m->tp.size, rc;
+	int N = m->B * m->T, C = m->cfg.d_model, Cl = C / m->par.tp.size, rc;
 
 	if (!moe) {
 		CK(OP(m, matmul_bwd, NULL, g->fcprojw, g->fcprojb, dproj2, a->fch_gelu,
@@ -170,10 +170,10 @@ static int block_bwd(struct mr_gpt *m, int l, const mr_act *res, float dscale, i
 	struct mr_gpt_layer_acts *a = &m->la[l];
 	struct mr_gpt_layer_stash *st = m->stash ? &m->stash[l] : NULL;
 	struct mr_dev *d = m->dev;
-	int tp = m->tp.size, N = m->B * m->T, C = c->d_model, Cl = C / tp, rc;
+	int tp = m->par.tp.size, N = m->B * m->T, C = c->d_model, Cl = C / tp, rc;
 	int moe = mr_gpt_layer_is_moe(c, l), all = phase == MR_GPT_BWD_ALL;
 	size_t nc = mr_dev_act_bytes(d, (size_t)N * C);
-	mr_act *dfull = mr_tp_if_sp(&m->tp, m->dres, m->sp_full);
+	mr_act *dfull = mr_tp_if_sp(&m->par.tp, m->dres, m->sp_full);
 	/* the output gradients the weight phase needs: scratch when fused */
 	mr_act *dproj2 = all ? dfull : st->dproj2, *dfc = all ? m->dfch : st->dfc;
 	mr_act *dproj1 = all ? dfull : st->dproj1, *dqkv = all ? m->dqkv : st->dqkv;
@@ -182,10 +182,10 @@ static int block_bwd(struct mr_gpt *m, int l, const mr_act *res, float dscale, i
 		return dense_weight_grads(m, l, st->dproj2, st->dfc, st->dproj1, st->dqkv, moe);
 	/* the MLP branch (the layer's second unit): dres = d(res3) */
 	CK(HOOK(m, pre_bwd, m->layer_unit[l] + 1));
-	CK(mr_tp_gather_rows(&m->tp, dfull, m->dres));
+	CK(mr_tp_gather_rows(&m->par.tp, dfull, m->dres));
 	if (moe) {
 		struct mr_moe_shape s = mr_gpt_moe_shape(m);
-		CK(OP(m, moe_bwd, &s, &a->moe, &m->xchg, m->dln, dfull, a->ln2, CW(w->routerw),
+		CK(OP(m, moe_bwd, &s, &a->moe, &m->par.xchg, m->dln, dfull, a->ln2, CW(w->routerw),
 		      CW(w->fcw), CW(w->fcprojw), g->routerw, g->fcw, g->fcb, g->fcprojw,
 		      g->fcprojb, c->aux_coef * dscale, m->k_ws, m->ones));
 	} else {
@@ -202,13 +202,13 @@ static int block_bwd(struct mr_gpt *m, int l, const mr_act *res, float dscale, i
 		CK(HOOK(m, post_bwd, m->layer_unit[l] + 1));
 	/* the attention branch (the layer's first unit): dres = d(res2) */
 	CK(HOOK(m, pre_bwd, m->layer_unit[l]));
-	CK(mr_tp_gather_rows(&m->tp, dfull, m->dres));
+	CK(mr_tp_gather_rows(&m->par.tp, dfull, m->dres));
 	if (dproj1 != dfull)
 		CK(OP(m, copy, dproj1, dfull, nc));
 	CK(OP(m, matmul_bwd, m->datty, all ? g->attprojw : NULL, all ? g->attprojb : NULL, dfull,
 	      a->atty, CW(w->attprojw), N, Cl, C, 0));
-	if (m->cp.size > 1)
-		CK(mr_cp_attn_bwd(&m->cp, dqkv, m->datty, a->qkv, a->atty, a->att_lse));
+	if (m->par.cp.size > 1)
+		CK(mr_cp_attn_bwd(&m->par.cp, dqkv, m->datty, a->qkv, a->atty, a->att_lse));
 	else
 		CK(OP(m, attn_bwd, dqkv, m->datty, a->qkv, a->atty, a->att_lse, m->B, m->T, Cl,
 		      c->n_head / tp, c->n_head / tp, m->k_ws));

@@ -6,8 +6,9 @@
  * gpt_table.c. Everything around the blocks - embedding, head and loss,
  * hooks, micro-batch slots, recomputation, checkpoints - is the model's
  * (gpt.c, gpt_params.c, gpt_table.c), and tensor, sequence, context and
- * expert parallel are the layers of layers/ a block calls, so a third
- * family is one more file with one more struct mr__gpt_family.
+ * expert parallel are the layers of layers/ a block calls through m->par
+ * (attached by mr_layers_attach), so a third family is one more file with
+ * one more struct mr__gpt_family.
  */
 #ifndef MR_GPT_FAMILY_H
 #define MR_GPT_FAMILY_H

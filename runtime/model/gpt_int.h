@@ -7,7 +7,7 @@
 
 #include "mr_gpt.h"
 
-/* Builds m's parameter table for m->cfg and m->tp.size: tensors,
+/* Builds m's parameter table for m->cfg and m->par.tp.size: tensors,
  * unit_first, ntensors, nunits, nparams (gpt_table.c). MR_ENOMEM. */
 int mr__gpt_table_create(struct mr_gpt *m);
 /* Points m->wc's views into m->params_c (table order). */
@@ -21,14 +21,14 @@ static inline size_t mr__gpt_qkv_cols(const struct mr_gpt *m)
 {
 	const struct mr_gpt_config *c = &m->cfg;
 	size_t hs = (size_t)(c->d_model / c->n_head);
+	int tp = m->par.tp.size;
 
-	return ((size_t)(c->n_head / m->tp.size) + 2 * (size_t)mr_gpt_kv_local(c, m->tp.size)) *
-	       hs;
+	return ((size_t)(c->n_head / tp) + 2 * (size_t)mr_gpt_kv_local(c, tp)) * hs;
 }
 
 static inline size_t mr__gpt_ffn_cols(const struct mr_gpt *m)
 {
-	return (size_t)mr_gpt_ffn(&m->cfg) / (size_t)m->tp.size;
+	return (size_t)mr_gpt_ffn(&m->cfg) / (size_t)m->par.tp.size;
 }
 
 static inline size_t mr__gpt_fc_cols(const struct mr_gpt *m)

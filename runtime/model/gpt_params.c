@@ -258,7 +258,7 @@ static void carve_layer(struct mr_gpt *m, struct carve *cv, struct mr_gpt_layer_
 	const struct mr_gpt_config *c = &m->cfg;
 	const struct mr_gpt_layer_acts *f = from ? from : &none;
 	size_t N = (size_t)m->B * m->T, C = (size_t)c->d_model;
-	size_t Nl = (size_t)mr_tp_local_rows(&m->tp), Cl = C / (size_t)m->tp.size;
+	size_t Nl = (size_t)mr_tp_local_rows(&m->par.tp), Cl = C / (size_t)m->par.tp.size;
 	int norms = sel & TAKE_NORMS, mid = sel & TAKE_MID;
 
 	memset(a, 0, sizeof(*a));
@@ -267,7 +267,7 @@ static void carve_layer(struct mr_gpt *m, struct carve *cv, struct mr_gpt_layer_
 	a->ln1_rstd = norms ? take_f32(cv, Nl) : f->ln1_rstd;
 	a->qkv = mid ? take(m, cv, N * mr__gpt_qkv_cols(m)) : f->qkv;
 	a->atty = mid ? take(m, cv, N * Cl) : f->atty;
-	a->att_lse = mid ? take_f32(cv, N * (size_t)(c->n_head / m->tp.size)) : f->att_lse;
+	a->att_lse = mid ? take_f32(cv, N * (size_t)(c->n_head / m->par.tp.size)) : f->att_lse;
 	a->res2 = mid ? take(m, cv, Nl * C) : f->res2;
 	a->ln2 = norms ? take(m, cv, N * C) : f->ln2;
 	a->ln2_mean = norms ? take_f32(cv, Nl) : f->ln2_mean;
@@ -323,7 +323,7 @@ static void carve_acts(struct mr_gpt *m, struct carve *cv)
 {
 	const struct mr_gpt_config *c = &m->cfg;
 	size_t N = (size_t)m->B * m->T, C = (size_t)c->d_model;
-	size_t Nl = (size_t)mr_tp_local_rows(&m->tp), Vl = (size_t)mr_tp_vocab_rows(&m->tp);
+	size_t Nl = (size_t)mr_tp_local_rows(&m->par.tp), Vl = (size_t)mr_tp_vocab_rows(&m->par.tp);
 	int l;
 
 	m->encoded = m->first_stage ? take(m, cv, Nl * C) : NULL;
@@ -364,9 +364,9 @@ static void carve_acts(struct mr_gpt *m, struct carve *cv)
 static void carve_ws(struct mr_gpt *m, struct carve *wv)
 {
 	const struct mr_gpt_config *c = &m->cfg;
-	int tp = m->tp.size;
+	int tp = m->par.tp.size;
 	size_t N = (size_t)m->B * m->T, C = (size_t)c->d_model;
-	size_t Nl = (size_t)mr_tp_local_rows(&m->tp), Cl = C / (size_t)tp;
+	size_t Nl = (size_t)mr_tp_local_rows(&m->par.tp), Cl = C / (size_t)tp;
 	size_t kws, mws = 0;
 
 	m->ones = take(m, wv, ones_n(m));
@@ -378,12 +378,12 @@ static void carve_ws(struct mr_gpt *m, struct carve *wv)
 	m->dfch = take(m, wv, N * (mr__gpt_fc_cols(m) +
 				   (c->arch == MR_ARCH_LLAMA ? mr__gpt_ffn_cols(m) : 0)));
 	m->dtmp = take(m, wv, N * C);
-	m->sp_full = m->tp.sp ? take(m, wv, N * C) : NULL;
-	m->tp.tmp = tp > 1 ? take(m, wv, N * C) : NULL;
-	m->tp.ce = tp > 1 ? take_f32(wv, 3 * N) : NULL;
-	m->tp.norm_g = m->tp.sp ? take_f32(wv, 2 * C) : NULL;
+	m->sp_full = m->par.tp.sp ? take(m, wv, N * C) : NULL;
+	m->par.tp.tmp = tp > 1 ? take(m, wv, N * C) : NULL;
+	m->par.tp.ce = tp > 1 ? take_f32(wv, 3 * N) : NULL;
+	m->par.tp.norm_g = m->par.tp.sp ? take_f32(wv, 2 * C) : NULL;
 	/* replicated key/value heads: a layer's k and v weight gradients */
-	m->tp.kv_g = m->tp.kv ? take_f32(wv, m->tp.kv_n) : NULL;
+	m->par.tp.kv_g = m->par.tp.kv ? take_f32(wv, m->par.tp.kv_n) : NULL;
 	kws = m->dev->ops->ws_bytes(m->dev, m->T, c->d_model, c->n_head);
 	if (c->moe_every > 0) {
 		struct mr_moe_shape ms = mr_gpt_moe_shape(m);
@@ -585,7 +585,7 @@ struct mr_moe_shape mr_gpt_moe_shape(const struct mr_gpt *m)
 
 	s.N = N;
 	s.C = m->cfg.d_model;
-	s.H = mr_gpt_ffn(&m->cfg) / m->tp.size;
+	s.H = mr_gpt_ffn(&m->cfg) / m->par.tp.size;
 	s.swiglu = m->cfg.arch == MR_ARCH_LLAMA;
 	s.E = m->cfg.n_experts;
 	s.k = m->cfg.top_k;
@@ -709,11 +709,11 @@ int mr_gpt_create_placed(struct mr_gpt *m, const struct mr_gpt_config *cfg, int 
 	/* the model keeps the device it opened and closes it at release */
 	m->own_dev = own;
 	m->dev = &m->own_dev;
-	m->tp.dev = m->dev;
-	if (m->cp.dev)
-		m->cp.dev = m->dev;
-	if (m->ep.dev)
-		m->ep.dev = m->dev;
+	m->par.tp.dev = m->dev;
+	if (m->par.cp.dev)
+		m->par.cp.dev = m->dev;
+	if (m->par.ep.dev)
+		m->par.ep.dev = m->dev;
 	return 0;
 }
 
@@ -806,6 +806,9 @@ int mr_gpt_create_on(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, i
 		     struct mr_errbuf *eb)
 {
 	struct carve cv = { NULL, 0 }, wv = { NULL, 0 };
+	struct mr_layers_shape shape = { .B = B, .T = T, .C = cfg->d_model, .V = cfg->vocab,
+					 .n_head = cfg->n_head, .n_kv_head = mr_gpt_kv_heads(cfg),
+					 .n_experts = cfg->n_experts };
 	int rc, u;
 
 	memset(m, 0, sizeof(*m));
@@ -834,21 +837,6 @@ int mr_gpt_create_on(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, i
 		return rc;
 	if ((rc = check_device_shape(cfg, B, mr_place_size(&m->place, MR_AXIS_TP), dev, eb)) < 0)
 		return rc;
-	if (mr_place_size(&m->place, MR_AXIS_TP) > 1 && !m->place.comm[MR_AXIS_TP])
-		return mr_errf_field(eb, MR_EINVAL, "tp", "tp %d without a tp communicator",
-				     mr_place_size(&m->place, MR_AXIS_TP));
-	if (cfg->arch == MR_ARCH_LLAMA && mr_gpt_kv_rep(cfg, mr_place_size(&m->place, MR_AXIS_TP)) > 1 &&
-	    !m->place.kv)
-		return mr_errf_field(eb, MR_EINVAL, "n_kv_head",
-				     "'n_kv_head' (%d) below tp (%d) replicates key/value heads, "
-				     "which needs the key/value group (mr_groups_kv)",
-				     mr_gpt_kv_heads(cfg), mr_place_size(&m->place, MR_AXIS_TP));
-	if (mr_place_size(&m->place, MR_AXIS_EP) > 1 && !m->place.comm[MR_AXIS_EP])
-		return mr_errf_field(eb, MR_EINVAL, "ep", "ep %d without an ep communicator",
-				     mr_place_size(&m->place, MR_AXIS_EP));
-	if (mr_place_size(&m->place, MR_AXIS_CP) > 1 && !m->place.comm[MR_AXIS_CP])
-		return mr_errf_field(eb, MR_EINVAL, "cp", "cp %d without a cp communicator",
-				     mr_place_size(&m->place, MR_AXIS_CP));
 	m->cfg = *cfg;
 	m->family = mr__gpt_family_of(cfg);
 	m->B = B;
@@ -860,14 +848,9 @@ int mr_gpt_create_on(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, i
 			mr_place_size(&m->place, MR_AXIS_PP) - 1;
 	m->tied_replica = m->last_stage && !m->first_stage && mr_gpt_tied(cfg);
 	m->pool = dev->pool;
-	mr_tp_init(&m->tp, dev, mr_place_size(&m->place, MR_AXIS_TP),
-		   mr_place_index(&m->place, MR_AXIS_TP), m->place.sp, m->place.comm[MR_AXIS_TP],
-		   B, m->T, cfg->d_model, cfg->vocab);
-	m->tp.cp = mr_place_size(&m->place, MR_AXIS_CP);
-	m->tp.cp_rank = mr_place_index(&m->place, MR_AXIS_CP);
-	if (cfg->arch == MR_ARCH_LLAMA && mr_gpt_kv_rep(cfg, m->tp.size) > 1) {
-		m->tp.kv = m->place.kv;
-		m->tp.kv_n = 2 * (size_t)cfg->d_model * (size_t)(cfg->d_model / cfg->n_head);
+	if ((rc = mr_layers_attach(&m->par, &m->place, dev, &m->mem, &shape, eb)) < 0) {
+		mr_gpt_release(m);
+		return rc;
 	}
 	m->w.layer = calloc((size_t)cfg->n_layer, sizeof(*m->w.layer));
 	m->g.layer = calloc((size_t)cfg->n_layer, sizeof(*m->g.layer));
@@ -921,32 +904,6 @@ int mr_gpt_create_on(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, i
 		mr_gpt_release(m);
 		return rc;
 	}
-	if (m->tp.size > 1) {
-		m->xchg.reduce = mr_tp_moe_reduce;
-		m->xchg.reduce_ctx = &m->tp;
-		m->xchg.router_dx_off = m->tp.rank != 0;
-	}
-	if (mr_place_size(&m->place, MR_AXIS_CP) > 1 &&
-	    (rc = mr_cp_create(&m->cp, m->place.comm[MR_AXIS_CP], dev, &m->mem, m->place.cp_algo,
-			       B, T,
-			       cfg->d_model / m->tp.size, cfg->n_head / m->tp.size,
-			       mr_gpt_kv_local(cfg, m->tp.size), eb)) < 0) {
-		mr_gpt_release(m);
-		return rc;
-	}
-	if (m->cp.size > 1) {
-		m->xchg.count_reduce = mr_cp_sum_routed;
-		m->xchg.count_ctx = &m->cp;
-		m->xchg.count_ranks = m->cp.size;
-	}
-	if (mr_place_size(&m->place, MR_AXIS_EP) > 1) {
-		if ((rc = mr_ep_create(&m->ep, m->place.comm[MR_AXIS_EP], dev, &m->mem,
-				       cfg->n_experts, eb)) < 0) {
-			mr_gpt_release(m);
-			return rc;
-		}
-		mr_ep_bind(&m->ep, &m->xchg);
-	}
 	return 0;
 nomem:
 	if (m->dev->fault[0]) /* not memory: the device failed */
@@ -982,8 +939,7 @@ void mr_gpt_release(struct mr_gpt *m)
 	int k;
 
 	if (d) {
-		mr_ep_release(&m->ep);
-		mr_cp_release(&m->cp);
+		mr_layers_release(&m->par);
 		if (m->nslots > 0)
 			slot_save(m, &m->slots[m->slot]);
 		for (k = 0; k < m->nslots; k++)
@@ -1030,7 +986,7 @@ int mr_gpt_init_tensor(const struct mr_gpt *m, uint64_t seed, int i, float *dst)
 			full[j] = t->init == MR_INIT_ONE ? 1.0f : 0.0f;
 	}
 	if (full != dst) {
-		mr_gpt_tensor_slice(t, m->tp.size, m->tp.rank, m->ep.rank, full, dst, 0);
+		mr_gpt_tensor_slice(t, m->par.tp.size, m->par.tp.rank, m->par.ep.rank, full, dst, 0);
 		free(full);
 	}
 	return 0;
@@ -1073,7 +1029,7 @@ size_t mr_gpt_flops_per_token(const struct mr_gpt *m)
 	 * of E, not wpe (a lookup), and wte once, as the LM head of the last
 	 * stage - C is this rank's channels and L its stage's blocks. */
 	const struct mr_gpt_config *c = &m->cfg;
-	size_t n = 0, C = (size_t)c->d_model / (size_t)m->tp.size, L = 0;
+	size_t n = 0, C = (size_t)c->d_model / (size_t)m->par.tp.size, L = 0;
 	int i;
 
 	for (i = 0; i < c->n_layer; i++)

@@ -99,8 +99,8 @@ int mr_gpt_norm_counts(const struct mr_gpt *m, const struct mr_gpt_tensor *t)
 	if (m->tied_replica && t - m->tensors < m->unit_first[1])
 		return 0; /* the embeddings: counted on the first stage */
 	if (t->split[MR_AXIS_TP] < 0)
-		return m->tp.rank == 0;
-	return t->tp_rep <= 1 || m->tp.rank % t->tp_rep == 0; /* a shared slice: its first */
+		return m->par.tp.rank == 0;
+	return t->tp_rep <= 1 || m->par.tp.rank % t->tp_rep == 0; /* a shared slice: its first */
 }
 
 int mr_gpt_tensor_tp_slices(const struct mr_gpt_tensor *t, int tp)
@@ -291,7 +291,8 @@ static int stage_units(const struct mr_gpt *m, unsigned char **hold)
 
 int mr__gpt_table_create(struct mr_gpt *m)
 {
-	struct mr__gpt_table tb = { .tp = m->tp.size, .ep = mr_place_size(&m->place, MR_AXIS_EP) };
+	struct mr__gpt_table tb = { .tp = m->par.tp.size,
+				    .ep = mr_place_size(&m->place, MR_AXIS_EP) };
 	unsigned char *hold;
 	int l, u = 0, rc = stage_units(m, &hold);
 
@@ -334,7 +335,7 @@ size_t mr_gpt_full_nparams(const struct mr_gpt *m)
 
 int mr_gpt_gather_full(const struct mr_gpt *m, const float *local, float **full)
 {
-	int tp = m->tp.size, r = m->tp.rank, i, q, rc = 0;
+	int tp = m->par.tp.size, r = m->par.tp.rank, i, q, rc = 0;
 	size_t most = 0;
 	float *buf = NULL, *out = NULL;
 
@@ -352,7 +353,7 @@ int mr_gpt_gather_full(const struct mr_gpt *m, const float *local, float **full)
 		const struct mr_gpt_tensor *t = &m->tensors[i];
 		const float *src = local + t->off;
 		if (tp > 1) {
-			int crc = buf ? mr_comm_allgather(m->tp.comm, src, buf, t->n,
+			int crc = buf ? mr_comm_allgather(m->par.tp.comm, src, buf, t->n,
 							  MR_COMM_F32)
 				      : MR_ENOMEM;
 			if (crc < 0) {
@@ -364,9 +365,9 @@ int mr_gpt_gather_full(const struct mr_gpt *m, const float *local, float **full)
 		 * under expert parallelism every ep rank gives its experts, ep
 		 * rank 0 the rest (the caller sums over the ep group) */
 		if (out && rc == 0 && !(m->tied_replica && i < m->unit_first[1]) &&
-		    (t->split[MR_AXIS_EP] >= 0 || m->ep.rank == 0))
+		    (t->split[MR_AXIS_EP] >= 0 || m->par.ep.rank == 0))
 			for (q = 0; q < tp; q++)
-				mr_gpt_tensor_slice(t, tp, q, m->ep.rank, out + t->full_off,
+				mr_gpt_tensor_slice(t, tp, q, m->par.ep.rank, out + t->full_off,
 						    tp > 1 ? buf + (size_t)q * t->n : (float *)src, 1);
 	}
 	free(buf);

@@ -114,8 +114,8 @@ static struct shape shape_of(const struct mr_gpt *m)
 	s.N = m->B * m->T;
 	s.C = c->d_model;
 	s.hs = c->d_model / c->n_head;
-	s.nh = c->n_head / m->tp.size;
-	s.nkv = mr_gpt_kv_local(c, m->tp.size); /* 1 when replicated */
+	s.nh = c->n_head / m->par.tp.size;
+	s.nkv = mr_gpt_kv_local(c, m->par.tp.size); /* 1 when replicated */
 	s.qkv = mr__gpt_qkv_cols(m);
 	s.att = (size_t)s.nh * (size_t)s.hs;
 	s.ffn = mr__gpt_ffn_cols(m);
@@ -127,19 +127,19 @@ static int block_fwd(struct mr_gpt *m, int l, const mr_act *res)
 	const struct mr_gpt_layer_w *w = &WV(m)->layer[l];
 	struct mr_gpt_layer_acts *a = &m->la[l];
 	struct shape s = shape_of(m);
-	size_t nl = (size_t)mr_tp_local_rows(&m->tp) * (size_t)s.C;
+	size_t nl = (size_t)mr_tp_local_rows(&m->par.tp) * (size_t)s.C;
 	int att = (int)s.att, ffn = (int)s.ffn, rc;
 	mr_act *out = mr__gpt_block_out(m, l);
 
 	CK(mr__gpt_norm_fwd(m, a->ln1, NULL, a->ln1_rstd, res, w->ln1w, NULL));
 	CK(OP(m, matmul_fwd, a->qkv, a->ln1, CW(w->qkvw), NULL, s.N, s.C, (int)s.qkv));
 	CK(OP(m, rope, a->qkv, s.qkv, s.N, s.nh + s.nkv, s.hs, m->rope_pos, m->rope_freq, 1));
-	if (m->cp.size > 1)
-		CK(mr_cp_attn_fwd(&m->cp, a->atty, a->att_lse, a->qkv));
+	if (m->par.cp.size > 1)
+		CK(mr_cp_attn_fwd(&m->par.cp, a->atty, a->att_lse, a->qkv));
 	else
 		CK(OP(m, attn_fwd, a->atty, a->att_lse, a->qkv, m->B, m->T, att, s.nh, s.nkv,
 		      m->k_ws));
-	CK(mr_tp_row_linear_fwd(&m->tp, a->res2, a->atty, CW(w->attprojw), NULL, att, m->dln));
+	CK(mr_tp_row_linear_fwd(&m->par.tp, a->res2, a->atty, CW(w->attprojw), NULL, att, m->dln));
 	CK(OP(m, add, a->res2, res, nl));
 	CK(mr__gpt_mlp_hook(m, l));
 	CK(mr__gpt_norm_fwd(m, a->ln2, NULL, a->ln2_rstd, a->res2, w->ln2w, NULL));
@@ -150,7 +150,7 @@ static int block_fwd(struct mr_gpt *m, int l, const mr_act *res)
 		CK(OP(m, swiglu_fwd, a->fch_gelu, a->fch, s.N, ffn));
 		if (m->recomputing)
 			return 0; /* the backward reads no output (gpt.c) */
-		CK(mr_tp_row_linear_fwd(&m->tp, out, a->fch_gelu, CW(w->fcprojw), NULL, ffn,
+		CK(mr_tp_row_linear_fwd(&m->par.tp, out, a->fch_gelu, CW(w->fcprojw), NULL, ffn,
 					m->dln));
 	}
 	return OP(m, add, out, a->res2, nl);
@@ -184,10 +184,10 @@ static int weight_grads(struct mr_gpt *m, int l, const struct mr_gpt_layer_stash
 	CK(HOOK(m, post_bwd, m->layer_unit[l] + 1));
 	CK(OP(m, matmul_bwd, NULL, g->attprojw, NULL, st->dproj1, a->atty, CW(w->attprojw), s.N,
 	      att, s.C, 0));
-	CK(mr_tp_kv_grads_begin(&m->tp, g->kw));
+	CK(mr_tp_kv_grads_begin(&m->par.tp, g->kw));
 	CK(OP(m, matmul_bwd, NULL, g->qkvw, NULL, st->dqkv, a->ln1, CW(w->qkvw), s.N, s.C,
 	      (int)s.qkv, 0));
-	CK(mr_tp_kv_grads_end(&m->tp, g->kw));
+	CK(mr_tp_kv_grads_end(&m->par.tp, g->kw));
 	return HOOK(m, post_bwd, m->layer_unit[l]);
 }
 
@@ -200,7 +200,7 @@ static int block_bwd(struct mr_gpt *m, int l, const mr_act *res, float dscale, i
 	struct shape s = shape_of(m);
 	int all = phase == MR_GPT_BWD_ALL, att = (int)s.att, ffn = (int)s.ffn, rc;
 	size_t nc = mr_dev_act_bytes(m->dev, (size_t)s.N * (size_t)s.C);
-	mr_act *dfull = mr_tp_if_sp(&m->tp, m->dres, m->sp_full);
+	mr_act *dfull = mr_tp_if_sp(&m->par.tp, m->dres, m->sp_full);
 	/* the output gradients the weight phase needs: scratch when fused */
 	mr_act *dproj2 = all ? dfull : st->dproj2, *dfc = all ? m->dfch : st->dfc;
 	mr_act *dproj1 = all ? dfull : st->dproj1, *dqkv = all ? m->dqkv : st->dqkv;
@@ -211,10 +211,10 @@ static int block_bwd(struct mr_gpt *m, int l, const mr_act *res, float dscale, i
 		return weight_grads(m, l, st);
 	/* the MLP branch (the layer's second unit): dres = d(res3) */
 	CK(HOOK(m, pre_bwd, m->layer_unit[l] + 1));
-	CK(mr_tp_gather_rows(&m->tp, dfull, m->dres));
+	CK(mr_tp_gather_rows(&m->par.tp, dfull, m->dres));
 	if (mr_gpt_layer_is_moe(&m->cfg, l)) {
 		struct mr_moe_shape ms = mr_gpt_moe_shape(m);
-		CK(OP(m, moe_bwd, &ms, &a->moe, &m->xchg, m->dln, dfull, a->ln2, CW(w->routerw),
+		CK(OP(m, moe_bwd, &ms, &a->moe, &m->par.xchg, m->dln, dfull, a->ln2, CW(w->routerw),
 		      CW(w->fcw), CW(w->fcprojw), g->routerw, g->fcw, NULL, g->fcprojw, NULL,
 		      m->cfg.aux_coef * dscale, m->k_ws, m->ones));
 	} else {
@@ -231,23 +231,23 @@ static int block_bwd(struct mr_gpt *m, int l, const mr_act *res, float dscale, i
 		CK(HOOK(m, post_bwd, m->layer_unit[l] + 1));
 	/* the attention branch (the layer's first unit): dres = d(res2) */
 	CK(HOOK(m, pre_bwd, m->layer_unit[l]));
-	CK(mr_tp_gather_rows(&m->tp, dfull, m->dres));
+	CK(mr_tp_gather_rows(&m->par.tp, dfull, m->dres));
 	if (dproj1 != dfull)
 		CK(OP(m, copy, dproj1, dfull, nc));
 	CK(OP(m, matmul_bwd, m->datty, all ? g->attprojw : NULL, NULL, dfull, a->atty,
 	      CW(w->attprojw), s.N, att, s.C, 0));
-	if (m->cp.size > 1)
-		CK(mr_cp_attn_bwd(&m->cp, dqkv, m->datty, a->qkv, a->atty, a->att_lse));
+	if (m->par.cp.size > 1)
+		CK(mr_cp_attn_bwd(&m->par.cp, dqkv, m->datty, a->qkv, a->atty, a->att_lse));
 	else
 		CK(OP(m, attn_bwd, dqkv, m->datty, a->qkv, a->atty, a->att_lse, m->B, m->T, att,
 		      s.nh, s.nkv, m->k_ws));
 	CK(OP(m, rope, dqkv, s.qkv, s.N, s.nh + s.nkv, s.hs, m->rope_pos, m->rope_freq, -1));
 	if (all)
-		CK(mr_tp_kv_grads_begin(&m->tp, g->kw));
+		CK(mr_tp_kv_grads_begin(&m->par.tp, g->kw));
 	CK(OP(m, matmul_bwd, m->dln, all ? g->qkvw : NULL, NULL, dqkv, a->ln1, CW(w->qkvw), s.N,
 	      s.C, (int)s.qkv, 0));
 	if (all)
-		CK(mr_tp_kv_grads_end(&m->tp, g->kw));
+		CK(mr_tp_kv_grads_end(&m->par.tp, g->kw));
 	CK(mr__gpt_norm_bwd(m, g->ln1w, NULL, res, w->ln1w, NULL, a->ln1_rstd));
 	return all ? HOOK(m, post_bwd, m->layer_unit[l]) : 0;
 }

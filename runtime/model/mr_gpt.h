@@ -85,10 +85,7 @@
 #include "mr_err.h"
 #include "core/mr_mem.h"
 #include "core/mr_place.h"
-#include "kernels/mr_moe.h"
-#include "layers/mr_cp.h"
-#include "layers/mr_ep.h"
-#include "layers/mr_tp.h"
+#include "layers/mr_layers.h"
 
 struct mr_gpt_config {
 	int vocab;        /* V, vocabulary size */
@@ -315,7 +312,8 @@ struct mr_gpt {
 	const struct mr__gpt_family *family; /* cfg.arch's blocks and table (gpt_family.h) */
 	struct mr_place place;  /* where this rank sits (copied at create) */
 	unsigned flags;         /* MR_GPT_EXT_* */
-	struct mr_tp tp;        /* the tensor/sequence-parallel layers (layers/mr_tp.h) */
+	struct mr_layers par;   /* the parallel layers in the blocks: tp (+sp), cp, ep
+				 * and the MoE exchange (layers/mr_layers.h) */
 	const struct mr_gpt_hooks *hooks; /* may be NULL; set by the caller */
 	int B, T;               /* micro-batch shape the activations hold */
 	struct mr_dev *dev;     /* the device everything below lives on */
@@ -379,11 +377,6 @@ struct mr_gpt {
 
 	float loss;             /* mean cross-entropy of the last forward */
 	float aux_loss;         /* sum over MoE layers (before aux_coef) */
-	struct mr_moe_xchg xchg; /* dispatch/combine exchange (identity; all-to-all
-				  * over the ep group under expert parallelism) */
-	struct mr_ep ep;         /* ep > 1: E / ep experts per MoE layer here */
-	struct mr_cp cp;         /* cp > 1: attention across the sequence split (T is
-				  * then this rank's rows, T / cp) */
 	/* activation recomputation (mr_gpt_set_recompute): the mode, the
 	 * blocks per chunk that use it (0: all), one block's scratch for what
 	 * recomputing blocks do not keep, and under full the output a

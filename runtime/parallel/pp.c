@@ -55,7 +55,7 @@ static int comm_dtype(const struct mr_gpt *m)
 /* Elements of the rows between stages. */
 static size_t rows_n(const struct mr_gpt *m)
 {
-	return (size_t)mr_tp_local_rows(&m->tp) * (size_t)m->cfg.d_model;
+	return (size_t)mr_tp_local_rows(&m->par.tp) * (size_t)m->cfg.d_model;
 }
 
 void mr_pp_dp_config(struct mr_dp_config *dc)

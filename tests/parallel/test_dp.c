@@ -198,9 +198,9 @@ static int check_tp_params(struct run *r, struct mr_dp *d, const struct mr_gpt *
 			rc = MR_ENOMEM;
 			break;
 		}
-		mr_gpt_tensor_slice(t, m->tp.size, m->tp.rank, m->ep.rank, (float *)r->ref + f->off,
-				    want, 0);
-		rc = cmp_tensor(t, r->mc.d_model, m->tp.size, p + t->off, want,
+		mr_gpt_tensor_slice(t, m->par.tp.size, m->par.tp.rank, m->par.ep.rank,
+				    (float *)r->ref + f->off, want, 0);
+		rc = cmp_tensor(t, r->mc.d_model, m->par.tp.size, p + t->off, want,
 				lr_sum(r->steps), r->perr[rank], sizeof(r->perr[rank]));
 	}
 	free(want);
