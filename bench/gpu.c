@@ -2,7 +2,7 @@
  * gpu.c - training throughput and MFU of the runtime on this machine's GPUs
  * (make bench-gpu).
  *
- *   build/bench/gpu [-m 124m|350m|all] [-p bf16|fp32] [-B batch] [-s steps]
+ *   build/bench/gpu [-m 124m|350m|1b|all] [-p bf16|fp32] [-B batch] [-s steps]
  *                   [-P peak_flops] [-t]
  *
  * Ranks are threads of this process, one per GPU (local rank = GPU index),
@@ -14,7 +14,10 @@
  *   GPT-2 124M (L12 d768 h12) and 350M (L24 d1024 h16), T 1024, vocab 50304
  *   (50257 padded to a multiple of 128, as Megatron-LM and llm.c do), on
  *   one GPU; and, when G > 1, 350M data-parallel over G GPUs and
- *   tensor-parallel over G GPUs (G must divide the 16 heads);
+ *   tensor-parallel over G GPUs (G must divide the 16 heads); then a 1.1B
+ *   llama on one GPU (L16 d2048 h32, 8 key/value heads, SwiGLU 8192,
+ *   untied head, vocab 32768, T 1024: Llama 3.2 1B's block at a smaller
+ *   vocabulary);
  *
  * 2 warm-up steps, then -s timed steps (default 10), B sequences per rank
  * (default 8; tp ranks share theirs). Per run one line with tokens/s of the
@@ -22,12 +25,13 @@
  * (mr_gpt_flops_per_token) at its token rate, over the device's dense peak
  * at the run's precision from runtime/device/peak.c (by device name; -P
  * overrides it, and an unknown device reports mfu=0), averaged over ranks.
- * Last line: `gpu tokens_per_s=<x> mfu=<y>` of 350M on one GPU (with -m 124m,
- * of 124M).
+ * Last line: `gpu tokens_per_s=<x> mfu=<y>` of 350M on one GPU (with -m 124m
+ * or 1b, of that model).
  *
- * -t: a tiny model (L2 d64 h2 T64 vocab 256, B 2, 2 timed steps) through
- * every run, for tests/gpu-emul on the emulated device: it checks that this
- * program runs, not how fast.
+ * -t: tiny models (L2 d64 h2 T64 vocab 256, B 2, 2 timed steps; a tiny
+ * llama with 1 key/value head for the 1B) through every run, for
+ * tests/gpu-emul on the emulated device: it checks that this program
+ * runs, not how fast.
  *
  * On a machine without a GPU it says "skipped" and exits 0; where a GPU
  * is (an NVIDIA device node) and the CUDA side cannot load or see it (the
@@ -51,13 +55,16 @@
 #define MAX_GPUS 8
 
 struct model {
-	const char *name;
+	const char *name, *arch;
 	int L, C, H, T, V;
+	int KV, ffn; /* llama: key/value heads, SwiGLU hidden size */
 };
 
-static const struct model gpt2_124m = { "124M", 12, 768, 12, 1024, 50304 };
-static const struct model gpt2_350m = { "350M", 24, 1024, 16, 1024, 50304 };
-static const struct model tiny = { "tiny", 2, 64, 2, 64, 256 };
+static const struct model gpt2_124m = { "124M", "gpt2", 12, 768, 12, 1024, 50304, 0, 0 };
+static const struct model gpt2_350m = { "350M", "gpt2", 24, 1024, 16, 1024, 50304, 0, 0 };
+static const struct model llama_1b = { "1B", "llama", 16, 2048, 32, 1024, 32768, 8, 8192 };
+static const struct model tiny = { "tiny", "gpt2", 2, 64, 2, 64, 256, 0, 0 };
+static const struct model tiny_llama = { "tinyllama", "llama", 2, 64, 2, 64, 256, 1, 128 };
 
 struct run {
 	const struct model *m;
@@ -96,18 +103,21 @@ static void *rank_thread(void *p)
 	struct mr_worker_stats st = { 0 };
 	json_error_t jerr;
 	json_t *cfg;
-	char js[512], peak[48] = "";
+	char js[640], peak[48] = "", arch[96] = "";
 	void *w = NULL;
 	double t0 = 0.0, mfu = 0.0;
 	int s, rc = 0;
 
 	if (r->peak > 0)
 		snprintf(peak, sizeof(peak), ",\"peak_flops\":%g", r->peak);
+	if (m->KV > 0)
+		snprintf(arch, sizeof(arch), ",\"arch\":\"%s\",\"n_kv_head\":%d,\"ffn_hidden\":%d",
+			 m->arch, m->KV, m->ffn);
 	snprintf(js, sizeof(js),
 		 "{\"device\":\"cuda\",\"precision\":\"%s\",\"n_layer\":%d,\"d_model\":%d,"
 		 "\"n_head\":%d,\"seq_len\":%d,\"batch_size\":%d,\"vocab_size\":%d,"
-		 "\"steps\":%d,\"threads\":1%s}",
-		 r->precision, m->L, m->C, m->H, m->T, r->B, m->V, WARMUP + r->steps, peak);
+		 "\"steps\":%d,\"threads\":1%s%s}",
+		 r->precision, m->L, m->C, m->H, m->T, r->B, m->V, WARMUP + r->steps, peak, arch);
 	cfg = json_loads(js, 0, &jerr);
 	env.job = "bench/gpu";
 	env.run_id = "bench";
@@ -193,7 +203,7 @@ int main(int argc, char **argv)
 	static struct run r;
 	struct mr_errbuf why = { "", "" };
 	const char *which = "all";
-	const struct model *small = &gpt2_124m, *big = &gpt2_350m;
+	const struct model *small = &gpt2_124m, *big = &gpt2_350m, *llama = &llama_1b;
 	double tps = 0.0, mfu = 0.0, f;
 	int opt, gpus;
 
@@ -209,17 +219,19 @@ int main(int argc, char **argv)
 		case 'P': r.peak = atof(optarg); break;
 		case 't':
 			small = big = &tiny;
+			llama = &tiny_llama;
 			r.B = r.steps = 2;
 			break;
 		default:
-			fprintf(stderr, "usage: %s [-m 124m|350m|all] [-p bf16|fp32] [-B batch] "
+			fprintf(stderr, "usage: %s [-m 124m|350m|1b|all] [-p bf16|fp32] [-B batch] "
 					"[-s steps] [-P peak_flops] [-t]\n", argv[0]);
 			return 2;
 		}
 	}
 	if (r.B < 1 || r.steps < 1 ||
-	    (strcmp(which, "all") && strcmp(which, "124m") && strcmp(which, "350m"))) {
-		fprintf(stderr, "bench gpu: -B and -s must be >= 1, -m 124m, 350m or all\n");
+	    (strcmp(which, "all") && strcmp(which, "124m") && strcmp(which, "350m") &&
+	     strcmp(which, "1b"))) {
+		fprintf(stderr, "bench gpu: -B and -s must be >= 1, -m 124m, 350m, 1b or all\n");
 		return 2;
 	}
 	gpus = mr_dev_cuda_count(&why);
@@ -235,9 +247,10 @@ int main(int argc, char **argv)
 		gpus = MAX_GPUS;
 	printf("gpu %d GPU(s), %s, T %d, %d timed steps after %d warm-up\n", gpus, r.precision,
 	       big->T, r.steps, WARMUP);
-	if (strcmp(which, "350m") && (tps = run(&r, small, 1, 1, &mfu)) <= 0.0)
+	if ((!strcmp(which, "all") || !strcmp(which, "124m")) &&
+	    (tps = run(&r, small, 1, 1, &mfu)) <= 0.0)
 		return 1;
-	if (strcmp(which, "124m")) {
+	if (!strcmp(which, "all") || !strcmp(which, "350m")) {
 		if ((tps = run(&r, big, 1, 1, &mfu)) <= 0.0)
 			return 1;
 		/* dp over every GPU; tp where the GPUs divide the heads */
@@ -245,6 +258,11 @@ int main(int argc, char **argv)
 				 (big->H % gpus == 0 && run(&r, big, gpus, gpus, &f) <= 0.0)))
 			return 1;
 	}
+	/* the summary line stays 350M's under "all" */
+	if (!strcmp(which, "all") && run(&r, llama, 1, 1, &f) <= 0.0)
+		return 1;
+	if (!strcmp(which, "1b") && (tps = run(&r, llama, 1, 1, &mfu)) <= 0.0)
+		return 1;
 	printf("gpu tokens_per_s=%.0f mfu=%.3f\n", tps, mfu);
 	return 0;
 }

@@ -1,7 +1,8 @@
 #!/bin/sh
 # gpu.sh - make bench-gpu: bench/gpu (meshrun's runtime on the GPUs) and its
-# PyTorch anchor (bench/gpu_torch.py: the same GPT-2 shapes, bf16 autocast,
-# flash attention, fused AdamW) side by side on one GPU, then the ratio.
+# PyTorch anchor (bench/gpu_torch.py: the same GPT-2 and llama shapes, bf16
+# autocast, flash attention, fused AdamW) side by side on one GPU, then the
+# ratios.
 #
 #   bench/gpu.sh BUILD
 #
@@ -30,7 +31,7 @@ rate() {
 	awk -v a="$1" -v b="$2" '$2 == a && $3 == b { for (i = 4; i <= NF; i++)
 		if ($i ~ /^tokens_per_s=/) { sub("tokens_per_s=", "", $i); print $i; exit } }' "$log"
 }
-for m in 124M 350M; do
+for m in 124M 350M 1B; do
 	ours=$(rate "$m" bf16)
 	theirs=$(rate pytorch "$m")
 	[ -n "$ours" ] && [ -n "$theirs" ] &&

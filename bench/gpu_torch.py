@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """gpu_torch.py - the PyTorch anchor of bench/gpu (make bench-gpu): the same
-GPT-2 shapes trained on one CUDA GPU with what a plain PyTorch 2.x user
-writes: bf16 autocast, fused scaled_dot_product_attention (flash), fused
-AdamW, global-norm clipping, eager mode (no torch.compile).
+GPT-2 and llama shapes trained on one CUDA GPU with what a plain PyTorch
+2.x user writes: bf16 autocast, fused scaled_dot_product_attention (flash),
+fused AdamW, global-norm clipping, eager mode (no torch.compile).
 
-    python3 bench/gpu_torch.py [-m 124m|350m|all] [-B batch] [-s steps]
+    python3 bench/gpu_torch.py [-m 124m|350m|1b|all] [-B batch] [-s steps]
 
 Prints per model: gpu pytorch <name> tokens_per_s=<x>
 Exits 0 without printing a result when torch or CUDA is absent.
@@ -25,8 +25,12 @@ except ImportError:
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import train_torch  # noqa: E402  (the CPU anchor's layers)
 
-MODELS = {"124m": ("124M", 12, 768, 12), "350m": ("350M", 24, 1024, 16)}
-T, V = 1024, 50304
+# name, arch, L, C, H, key/value heads, SwiGLU hidden, vocab (bench/gpu.c's)
+MODELS = {"124m": ("124M", "gpt2", 12, 768, 12, 0, 0, 50304),
+          "350m": ("350M", "gpt2", 24, 1024, 16, 0, 0, 50304),
+          "1b": ("1B", "llama", 16, 2048, 32, 8, 8192, 32768)}
+T = 1024
+ROPE_THETA = 500000.0  # meshrun's llama default
 
 
 class Block(train_torch.Block):
@@ -42,7 +46,7 @@ class Block(train_torch.Block):
 
 
 class GPT(nn.Module):
-    def __init__(self, L, C, H):
+    def __init__(self, L, C, H, V):
         super().__init__()
         self.wte, self.wpe = nn.Embedding(V, C), nn.Embedding(T, C)
         self.blocks = nn.ModuleList([Block(C, H) for _ in range(L)])
@@ -53,12 +57,56 @@ class GPT(nn.Module):
         for b in self.blocks:
             x = b(x)
         logits = self.lnf(x) @ self.wte.weight.t()
-        return F.cross_entropy(logits.float().view(-1, V), tgt.view(-1))
+        return F.cross_entropy(logits.float().view(-1, logits.size(-1)), tgt.view(-1))
 
 
-def tokens_per_s(L, C, H, B, steps):
+class LlamaBlock(train_torch.LlamaBlock):
+    """The CPU anchor's llama block with PyTorch 2's fused causal attention
+    (key/value heads repeated to the query heads first)."""
+
+    def forward(self, x, cos, sin):
+        B, T_, C = x.shape
+        hs = C // self.H
+        h = self.norm(x, self.n1)
+        q = self.q(h).view(B, T_, self.H, hs).transpose(1, 2)
+        k, v = self.kv(h).split(self.KV * hs, dim=2)
+        k = k.reshape(B, T_, self.KV, hs).transpose(1, 2)
+        v = v.reshape(B, T_, self.KV, hs).transpose(1, 2)
+        q, k = self.rotate(q, cos, sin), self.rotate(k, cos, sin)
+        k = k.repeat_interleave(self.H // self.KV, dim=1)
+        v = v.repeat_interleave(self.H // self.KV, dim=1)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.o(y.transpose(1, 2).reshape(B, T_, C))
+        g, u = self.gu(self.norm(x, self.n2)).chunk(2, dim=-1)
+        return x + self.down(F.silu(g) * u)
+
+
+class Llama(nn.Module):
+    def __init__(self, L, C, H, KV, F_, V):
+        super().__init__()
+        hs = C // H
+        self.emb = nn.Embedding(V, C)
+        self.blocks = nn.ModuleList([LlamaBlock(C, H, F_, KV) for _ in range(L)])
+        self.nf = nn.Parameter(torch.ones(C))
+        self.head = nn.Linear(C, V, bias=False)
+        inv = 1.0 / (ROPE_THETA ** (torch.arange(0, hs, 2, dtype=torch.float32) / hs))
+        ang = torch.outer(torch.arange(T, dtype=torch.float32), inv)
+        self.register_buffer("cos", torch.cat((ang, ang), -1).cos())
+        self.register_buffer("sin", torch.cat((ang, ang), -1).sin())
+
+    def forward(self, idx, tgt):
+        T_ = idx.shape[1]
+        x = self.emb(idx)
+        for b in self.blocks:
+            x = b(x, self.cos[:T_], self.sin[:T_])
+        logits = self.head(LlamaBlock.norm(x, self.nf))
+        return F.cross_entropy(logits.float().view(-1, logits.size(-1)), tgt.view(-1))
+
+
+def tokens_per_s(key, B, steps):
+    _, arch, L, C, H, KV, F_, V = MODELS[key]
     torch.manual_seed(0)
-    model = GPT(L, C, H).cuda()
+    model = (Llama(L, C, H, KV, F_, V) if arch == "llama" else GPT(L, C, H, V)).cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95),
                             weight_decay=0.1, fused=True)
     idx = torch.randint(0, V, (B, T), device="cuda")
@@ -79,7 +127,7 @@ def tokens_per_s(L, C, H, B, steps):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("-m", default="all")
+    ap.add_argument("-m", default="all", choices=["all"] + list(MODELS))
     ap.add_argument("-B", type=int, default=8)
     ap.add_argument("-s", type=int, default=10)
     a = ap.parse_args()
@@ -87,9 +135,8 @@ def main():
         print("gpu pytorch: no CUDA device, anchor skipped")
         return
     for key in (MODELS if a.m == "all" else [a.m]):
-        name, L, C, H = MODELS[key]
         print("gpu pytorch %s bf16 B=%d tokens_per_s=%.0f"
-              % (name, a.B, tokens_per_s(L, C, H, a.B, a.s)), flush=True)
+              % (MODELS[key][0], a.B, tokens_per_s(key, a.B, a.s)), flush=True)
 
 
 if __name__ == "__main__":

@@ -71,12 +71,13 @@ class GPT(nn.Module):
 
 class LlamaBlock(nn.Module):
     """Llama's block as plain nn code: RMSNorm (no nn.RMSNorm in 1.13),
-    rotary positions (rotate-half), grouped-query attention (H/2 key/value
-    heads, as bench/train.c's llama runs), SwiGLU, no biases."""
+    rotary positions (rotate-half), grouped-query attention (KV key/value
+    heads; H/2 unless given, as bench/train.c's llama runs), SwiGLU, no
+    biases."""
 
-    def __init__(self, C, H, F_):
+    def __init__(self, C, H, F_, KV=0):
         super().__init__()
-        self.H, self.KV = H, H // 2
+        self.H, self.KV = H, KV or H // 2
         hs = C // H
         self.n1, self.n2 = nn.Parameter(torch.ones(C)), nn.Parameter(torch.ones(C))
         self.q = nn.Linear(C, C, bias=False)

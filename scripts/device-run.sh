@@ -26,7 +26,7 @@
 #            table's bf16_vs_fp32 row: loss, gradient norm, worst tensor)
 #   parity   one parity job per mode and schedule on one GPU (PARITY_SET),
 #            fp32 and bf16, each against the single rank on the same GPU
-#   bench    bench/gpu (GPT-2 124M and 350M, tokens/s and MFU)
+#   bench    bench/gpu (GPT-2 124M and 350M, a 1.1B llama: tokens/s and MFU)
 #   torch    bench/gpu_torch.py, its PyTorch anchor, and the ratios
 # A step's verdict is its exit code; a GPU entry point that cannot load the
 # CUDA side fails (the plugin, a library) - never "skipped" where a GPU is.
@@ -134,7 +134,7 @@ for w in $steps; do
 		if [ "$emul" = 1 ]; then
 			one 120 bench_gpu "$pk/build/emul/bench-gpu" -t
 		else
-			one 200 bench_gpu "$pk/build/bench/gpu"
+			one 240 bench_gpu "$pk/build/bench/gpu"
 		fi ;;
 	torch)
 		if [ "$emul" = 1 ]; then
@@ -142,7 +142,7 @@ for w in $steps; do
 			continue
 		fi
 		one 150 bench_gpu_torch python3 bench/gpu_torch.py
-		for m in 124M 350M; do
+		for m in 124M 350M 1B; do
 			ours=$(awk -v m="$m" '$2 == m && $3 == "bf16" { for (i = 4; i <= NF; i++)
 				if ($i ~ /^tokens_per_s=/) { sub("tokens_per_s=", "", $i); print $i; exit } }' \
 				"$logs/bench_gpu.log" 2>/dev/null)

@@ -1,8 +1,9 @@
 /*
  * test_bench_gpu.c - `make bench-gpu`'s program (bench/gpu.c) runs: built
  * against the CUDA emulation ($MESHRUN_BUILD/emul/bench-gpu) on two
- * emulated GPUs with its tiny model (-t), it must train one GPU, dp over
- * both and tp over both through the gpt worker on the cuda device, and
+ * emulated GPUs with its tiny models (-t), it must train one GPU, dp over
+ * both and tp over both, and the llama on one GPU (what stands for the
+ * 1B), through the gpt worker on the cuda device, and
  * print a line per run and the summary line with a positive token rate
  * and an MFU against the peak it was given (-P: the emulated GPU has no
  * datasheet peak). Without a GPU it must say so and succeed. How fast the
@@ -52,14 +53,15 @@ static double field(const char *out, const char *prefix, const char *key)
 Test(bench_gpu, tiny_runs_on_one_gpu_dp_and_tp, .timeout = 900)
 {
 	static char out[16384];
-	const char *runs[] = { "gpus=1 tp=1 dp=1", "gpus=2 tp=1 dp=2", "gpus=2 tp=2 dp=1" };
+	const char *runs[] = { "tiny bf16  gpus=1 tp=1 dp=1", "tiny bf16  gpus=2 tp=1 dp=2",
+			       "tiny bf16  gpus=2 tp=2 dp=1", "tinyllama bf16  gpus=1 tp=1 dp=1" };
 	size_t i;
 
 	cr_assert_eq(run_bench("MR_CUDA_EMUL_DEVICES=2", "-t -P 1e9", out, sizeof(out)), 0, "%s",
 		     out);
 	for (i = 0; i < sizeof(runs) / sizeof(runs[0]); i++) {
 		char prefix[64];
-		snprintf(prefix, sizeof(prefix), "gpu tiny bf16  %s", runs[i]);
+		snprintf(prefix, sizeof(prefix), "gpu %s", runs[i]);
 		cr_expect_gt(field(out, prefix, "tokens_per_s="), 0.0, "%s missing:\n%s", runs[i],
 			     out);
 		cr_expect_gt(field(out, prefix, "mfu="), 0.0, "%s: no MFU:\n%s", runs[i], out);
@@ -82,5 +84,5 @@ Test(bench_gpu, bad_arguments_are_refused, .timeout = 120)
 	static char out[4096];
 
 	cr_expect_eq(run_bench("", "-m 7b", out, sizeof(out)), 2, "%s", out);
-	cr_expect(strstr(out, "-m 124m, 350m or all") != NULL, "%s", out);
+	cr_expect(strstr(out, "-m 124m, 350m, 1b or all") != NULL, "%s", out);
 }
