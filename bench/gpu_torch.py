@@ -62,23 +62,11 @@ class GPT(nn.Module):
 
 class LlamaBlock(train_torch.LlamaBlock):
     """The CPU anchor's llama block with PyTorch 2's fused causal attention
-    (key/value heads repeated to the query heads first)."""
+    (over the key/value heads repeated to the query heads)."""
 
-    def forward(self, x, cos, sin):
-        B, T_, C = x.shape
-        hs = C // self.H
-        h = self.norm(x, self.n1)
-        q = self.q(h).view(B, T_, self.H, hs).transpose(1, 2)
-        k, v = self.kv(h).split(self.KV * hs, dim=2)
-        k = k.reshape(B, T_, self.KV, hs).transpose(1, 2)
-        v = v.reshape(B, T_, self.KV, hs).transpose(1, 2)
-        q, k = self.rotate(q, cos, sin), self.rotate(k, cos, sin)
-        k = k.repeat_interleave(self.H // self.KV, dim=1)
-        v = v.repeat_interleave(self.H // self.KV, dim=1)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.o(y.transpose(1, 2).reshape(B, T_, C))
-        g, u = self.gu(self.norm(x, self.n2)).chunk(2, dim=-1)
-        return x + self.down(F.silu(g) * u)
+    @staticmethod
+    def attend(q, k, v, mask):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
 class Llama(nn.Module):
@@ -98,7 +86,7 @@ class Llama(nn.Module):
         T_ = idx.shape[1]
         x = self.emb(idx)
         for b in self.blocks:
-            x = b(x, self.cos[:T_], self.sin[:T_])
+            x = b(x, None, self.cos[:T_], self.sin[:T_])
         logits = self.head(LlamaBlock.norm(x, self.nf))
         return F.cross_entropy(logits.float().view(-1, logits.size(-1)), tgt.view(-1))
 

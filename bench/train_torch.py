@@ -95,6 +95,14 @@ class LlamaBlock(nn.Module):
         h = x.shape[-1] // 2
         return x * cos + torch.cat((-x[..., h:], x[..., :h]), -1) * sin
 
+    @staticmethod
+    def attend(q, k, v, mask):
+        """Causal attention of (B, H, T, hs) heads."""
+        T = q.shape[2]
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
+        att = att.masked_fill(mask[:T, :T] == 0, float("-inf")).softmax(dim=-1)
+        return att @ v
+
     def forward(self, x, mask, cos, sin):
         B, T, C = x.shape
         hs = C // self.H
@@ -106,9 +114,8 @@ class LlamaBlock(nn.Module):
         q, k = self.rotate(q, cos, sin), self.rotate(k, cos, sin)
         k = k.repeat_interleave(self.H // self.KV, dim=1)
         v = v.repeat_interleave(self.H // self.KV, dim=1)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
-        att = att.masked_fill(mask[:T, :T] == 0, float("-inf")).softmax(dim=-1)
-        x = x + self.o((att @ v).transpose(1, 2).contiguous().view(B, T, C))
+        y = self.attend(q, k, v, mask)
+        x = x + self.o(y.transpose(1, 2).contiguous().view(B, T, C))
         g, u = self.gu(self.norm(x, self.n2)).chunk(2, dim=-1)
         return x + self.down(F.silu(g) * u)
 
