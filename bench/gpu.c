@@ -3,6 +3,7 @@
  * (make bench-gpu).
  *
  *   build/bench/gpu [-m 124m|350m|1b|all] [-p bf16|fp32] [-B batch] [-s steps]
+ *                   [-r none|selective|full] [-o none|optimizer|optimizer+master]
  *                   [-P peak_flops] [-t]
  *
  * Ranks are threads of this process, one per GPU (local rank = GPU index),
@@ -25,6 +26,10 @@
  * (mr_gpt_flops_per_token) at its token rate, over the device's dense peak
  * at the run's precision from runtime/device/peak.c (by device name; -P
  * overrides it, and an unknown device reports mfu=0), averaged over ranks.
+ * Each run's line ends with rank 0's device and host memory after the
+ * timed steps (the ledger: dev_MiB, host_MiB). -r and -o pass "recompute"
+ * and "offload" to every run (issue 29's GPU half: what recomputation and
+ * ZeRO-Offload save and cost on a GPU; offload needs bf16).
  * Last line: `gpu tokens_per_s=<x> mfu=<y>` of 350M on one GPU (with -m 124m
  * or 1b, of that model).
  *
@@ -68,13 +73,14 @@ static const struct model tiny_llama = { "tinyllama", "llama", 2, 64, 2, 64, 256
 
 struct run {
 	const struct model *m;
-	const char *precision;
+	const char *precision, *recompute, *offload;
 	int gpus, tp, B, steps;
 	double peak; /* 0: the device's */
 	struct mr_kv kv;
 	int generation;
 	/* per rank */
 	double secs[MAX_GPUS], mfu[MAX_GPUS], loss[MAX_GPUS];
+	double dev_bytes[MAX_GPUS], host_bytes[MAX_GPUS];
 	char err[MAX_GPUS][MR_ERRBUF_SIZE];
 	int rc[MAX_GPUS];
 };
@@ -116,8 +122,9 @@ static void *rank_thread(void *p)
 	snprintf(js, sizeof(js),
 		 "{\"device\":\"cuda\",\"precision\":\"%s\",\"n_layer\":%d,\"d_model\":%d,"
 		 "\"n_head\":%d,\"seq_len\":%d,\"batch_size\":%d,\"vocab_size\":%d,"
-		 "\"steps\":%d,\"threads\":1%s%s}",
-		 r->precision, m->L, m->C, m->H, m->T, r->B, m->V, WARMUP + r->steps, peak, arch);
+		 "\"steps\":%d,\"threads\":1,\"recompute\":\"%s\",\"offload\":\"%s\"%s%s}",
+		 r->precision, m->L, m->C, m->H, m->T, r->B, m->V, WARMUP + r->steps, r->recompute,
+		 r->offload, peak, arch);
 	cfg = json_loads(js, 0, &jerr);
 	env.job = "bench/gpu";
 	env.run_id = "bench";
@@ -144,6 +151,10 @@ static void *rank_thread(void *p)
 	r->secs[a->rank] = now_s() - t0;
 	r->mfu[a->rank] = mfu;
 	r->loss[a->rank] = st.loss;
+	r->dev_bytes[a->rank] = r->host_bytes[a->rank] = 0.0;
+	for (int k = 0; k < MR_MEM_KINDS; k++)
+		*(k == MR_MEM_HOST ? &r->host_bytes[a->rank] : &r->dev_bytes[a->rank]) +=
+			(double)st.mem_bytes[k];
 	r->rc[a->rank] = rc < 0 ? rc : 0;
 	snprintf(r->err[a->rank], MR_ERRBUF_SIZE, "%s", eb.msg);
 	mr_gpt_worker.destroy(w);
@@ -193,8 +204,9 @@ static double run(struct run *r, const struct model *m, int gpus, int tp, double
 		return 0.0;
 	tps = (double)r->B * m->T * (gpus / tp) * r->steps / worst;
 	printf("gpu %-4s %s  gpus=%d tp=%d dp=%d B=%d/rank  tokens_per_s=%.0f  mfu=%.3f  "
-	       "loss=%.4f\n",
-	       m->name, r->precision, gpus, tp, gpus / tp, r->B, tps, *mfu, r->loss[0]);
+	       "loss=%.4f  recompute=%s offload=%s dev_MiB=%.1f host_MiB=%.1f\n",
+	       m->name, r->precision, gpus, tp, gpus / tp, r->B, tps, *mfu, r->loss[0],
+	       r->recompute, r->offload, r->dev_bytes[0] / (1 << 20), r->host_bytes[0] / (1 << 20));
 	return tps;
 }
 
@@ -208,14 +220,17 @@ int main(int argc, char **argv)
 	int opt, gpus;
 
 	r.precision = "bf16";
+	r.recompute = r.offload = "none";
 	r.B = 8;
 	r.steps = 10;
-	while ((opt = getopt(argc, argv, "m:p:B:s:P:t")) != -1) {
+	while ((opt = getopt(argc, argv, "m:p:B:s:r:o:P:t")) != -1) {
 		switch (opt) {
 		case 'm': which = optarg; break;
 		case 'p': r.precision = optarg; break;
 		case 'B': r.B = atoi(optarg); break;
 		case 's': r.steps = atoi(optarg); break;
+		case 'r': r.recompute = optarg; break;
+		case 'o': r.offload = optarg; break;
 		case 'P': r.peak = atof(optarg); break;
 		case 't':
 			small = big = &tiny;
@@ -224,7 +239,8 @@ int main(int argc, char **argv)
 			break;
 		default:
 			fprintf(stderr, "usage: %s [-m 124m|350m|1b|all] [-p bf16|fp32] [-B batch] "
-					"[-s steps] [-P peak_flops] [-t]\n", argv[0]);
+					"[-s steps] [-r recompute] [-o offload] [-P peak_flops] "
+					"[-t]\n", argv[0]);
 			return 2;
 		}
 	}

@@ -9,7 +9,7 @@
 #                                      (default 450; 8 minutes of one H100
 #                                      with the machine's start)
 #   .devpkg/run.sh [probe] [kernels] [model] [parity] [bench] [torch]
-#                  [nccl] [sanitize] [NAME ...]
+#                  [memory] [nccl] [sanitize] [NAME ...]
 #   EMUL=1 .devpkg/run.sh all          the same steps on the emulated
 #                                      device, here (tests/scripts/
 #                                      test_device_pack.c): the script's
@@ -28,6 +28,10 @@
 #            fp32 and bf16, each against the single rank on the same GPU
 #   bench    bench/gpu (GPT-2 124M and 350M, a 1.1B llama: tokens/s and MFU)
 #   torch    bench/gpu_torch.py, its PyTorch anchor, and the ratios
+# not in all (name them):
+#   memory   bench/gpu's 1B llama plain, with full recomputation, with the
+#            optimizer offloaded, with optimizer and master offloaded:
+#            tokens/s and device/host MiB each (issue 29's GPU half)
 # A step's verdict is its exit code; a GPU entry point that cannot load the
 # CUDA side fails (the plugin, a library) - never "skipped" where a GPU is.
 # NAME: one program of build/tests/gpu (test_cuda_kernels, ...).
@@ -152,6 +156,23 @@ for w in $steps; do
 			[ -n "$ours" ] && [ -n "$theirs" ] &&
 				row "gpu_$m" - 0 "$(awk -v o="$ours" -v t="$theirs" \
 					'BEGIN { printf "meshrun %s / pytorch %s = %.2f", o, t, o / t }')"
+		done ;;
+	memory)
+		# issue 29's GPU half: the 1B llama (emulated: the tiny one)
+		# plain, under full recomputation, with the optimizer and with
+		# optimizer + master offloaded; a row each: tokens/s and memory
+		for v in none:none full:none none:optimizer none:optimizer+master; do
+			rec=${v%%:*} off=${v#*:}
+			name="memory_${rec}_$off"
+			if [ "$emul" = 1 ]; then
+				one 120 "$name" "$pk/build/emul/bench-gpu" -t -m 1b -r "$rec" -o "$off"
+			else
+				one 120 "$name" "$pk/build/bench/gpu" -m 1b -r "$rec" -o "$off"
+			fi
+			line=$(grep '^gpu .* recompute=' "$logs/$name.log" | tail -1)
+			[ -n "$line" ] && row "${name}_figures" - 0 \
+				"$(echo "$line" | grep -o 'tokens_per_s=[0-9]*\|dev_MiB=[0-9.]*\|host_MiB=[0-9.]*' |
+					tr '\n' ' ')"
 		done ;;
 	nccl)	crit test_nccl_ops 120 ;;
 	sanitize)

@@ -5,7 +5,8 @@
  * device image's own (glibc, libstdc++, libgcc, CUDA's runtime, cuBLAS
  * and NCCL) - and its script (scripts/device-run.sh, the pack's run.sh)
  * runs its whole check end to end on the emulated device, inside its time
- * budget, ending with its table.
+ * budget, ending with its table; then its memory step (not in all), a
+ * row per run with the run's figures.
  *
  * Skipped in a build without the plugin (the sanitizer build: no nvcc
  * there); the pack refuses such a build (its programs could not use a
@@ -143,4 +144,18 @@ Test(device_pack, the_pack_holds_what_it_loads_and_its_script_runs_on_the_emulat
 	cr_expect(used >= 0 && used <= budget, "the script took %d s of its %d s:\n%s", used,
 		  budget, table);
 	cr_log_info("the emulated device run took %d s of %d s", used, budget);
+
+	/* the memory step (not in all): four runs, each with its figures */
+	snprintf(cmd, sizeof(cmd),
+		 "cd '%s' && env -u BXFI_MAP EMUL=1 OUT='%s/mem' '%s/run.sh' memory "
+		 ">'%s/mem.out' 2>&1", dir, dir, pack, dir);
+	st = system(cmd);
+	snprintf(cmd, sizeof(cmd), "%s/mem.out", dir);
+	mr_test_tail(cmd, table, sizeof(table));
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "run.sh memory failed:\n%s", table);
+	for (const char *row = "memory_none_none       0\0memory_full_none       0\0"
+			       "memory_none_optimizer  0\0memory_none_optimizer+master 0\0"
+			       "memory_full_none_figures -         0s  tokens_per_s=\0";
+	     *row; row += strlen(row) + 1)
+		cr_expect(strstr(table, row), "no row '%s' in:\n%s", row, table);
 }
