@@ -18,13 +18,13 @@ int mr_layers_attach(struct mr_layers *L, const struct mr_place *p, struct mr_de
 	int rc;
 
 	memset(L, 0, sizeof(*L));
+	if (tp > 1 && !p->comm[MR_AXIS_TP])
+		return mr_errf_field(eb, MR_EINVAL, "tp", "tp %d without a tp communicator", tp);
 	if (tp > s->n_kv_head && !p->kv)
 		return mr_errf_field(eb, MR_EINVAL, "n_kv_head",
 				     "'n_kv_head' (%d) below tp (%d) replicates key/value heads, "
 				     "which needs the key/value group (mr_groups_kv)",
 				     s->n_kv_head, tp);
-	if (tp > 1 && !p->comm[MR_AXIS_TP])
-		return mr_errf_field(eb, MR_EINVAL, "tp", "tp %d without a tp communicator", tp);
 	if (ep > 1 && !p->comm[MR_AXIS_EP])
 		return mr_errf_field(eb, MR_EINVAL, "ep", "ep %d without an ep communicator", ep);
 	if (cp > 1 && !p->comm[MR_AXIS_CP])
