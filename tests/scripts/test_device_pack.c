@@ -100,13 +100,34 @@ static int check_tree(const char *pack, const char *dir, int *files, char *bad, 
 	return ok;
 }
 
+/* Runs the pack's script with STEPS on the emulated device from dir (its
+ * logs under dir/<name>, its output in dir/<name>.out, whose tail goes to
+ * table); expects exit 0 and every row of rows ("\0"-separated) in the
+ * table. Returns the output file's path in out. */
+static void run_steps(const char *dir, const char *pack, const char *name, const char *steps,
+		      const char *rows, char *table, size_t cap, char *out, size_t out_cap)
+{
+	char cmd[PATH_MAX * 3];
+	int st;
+
+	snprintf(out, out_cap, "%s/%s.out", dir, name);
+	snprintf(cmd, sizeof(cmd),
+		 "cd '%s' && env -u BXFI_MAP EMUL=1 BUDGET=400 OUT='%s/%s' '%s/run.sh' %s >'%s' 2>&1",
+		 dir, dir, name, pack, steps, out);
+	st = system(cmd);
+	mr_test_tail(out, table, cap);
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "run.sh %s failed:\n%s", steps, table);
+	for (const char *row = rows; *row; row += strlen(row) + 1)
+		cr_expect(strstr(table, row), "no row '%s' in:\n%s", row, table);
+}
+
 Test(device_pack, the_pack_holds_what_it_loads_and_its_script_runs_on_the_emulation,
      .timeout = 600)
 {
 	const char *b = mr_proc_build_dir(), *dir = mr_test_scratch("mr-devpack");
 	char pack[PATH_MAX], cmd[PATH_MAX * 3], plugin[PATH_MAX + 32], bad[1024] = "";
 	char table[8192];
-	int files = 0, st, used = -1, budget = 0;
+	int files = 0, used = -1, budget = 0;
 	FILE *f;
 
 	snprintf(plugin, sizeof(plugin), "%s/meshrun-cuda.so", b);
@@ -123,18 +144,10 @@ Test(device_pack, the_pack_holds_what_it_loads_and_its_script_runs_on_the_emulat
 	cr_expect_geq(files, 12, "only %d programs and libraries in the pack", files);
 
 	/* the script, whole, on the emulated device, from another directory */
-	snprintf(cmd, sizeof(cmd),
-		 "cd '%s' && env -u BXFI_MAP EMUL=1 BUDGET=400 OUT='%s/out' '%s/run.sh' all "
-		 ">'%s/run.out' 2>&1", dir, dir, pack, dir);
-	st = system(cmd);
-	snprintf(cmd, sizeof(cmd), "%s/run.out", dir);
-	mr_test_tail(cmd, table, sizeof(table));
-	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "run.sh all failed:\n%s", table);
-	for (const char *row = "test_device_cuda       0\0test_cuda_model        0\0bf16_vs_fp32\0"
-			       "parity_fp32            0\0parity_bf16            0\0"
-			       "bench_gpu              0\0";
-	     *row; row += strlen(row) + 1)
-		cr_expect(strstr(table, row), "no row '%s' in:\n%s", row, table);
+	run_steps(dir, pack, "run", "all",
+		  "test_device_cuda       0\0test_cuda_model        0\0bf16_vs_fp32\0"
+		  "parity_fp32            0\0parity_bf16            0\0bench_gpu              0\0",
+		  table, sizeof(table), cmd, sizeof(cmd));
 	cr_expect(!strstr(table, "Tested: 0 "), "a step ran no test:\n%s", table);
 	cr_assert_not_null(f = fopen(cmd, "r"));
 	while (fgets(cmd, sizeof(cmd), f))
@@ -146,16 +159,9 @@ Test(device_pack, the_pack_holds_what_it_loads_and_its_script_runs_on_the_emulat
 	cr_log_info("the emulated device run took %d s of %d s", used, budget);
 
 	/* the memory step (not in all): four runs, each with its figures */
-	snprintf(cmd, sizeof(cmd),
-		 "cd '%s' && env -u BXFI_MAP EMUL=1 OUT='%s/mem' '%s/run.sh' memory "
-		 ">'%s/mem.out' 2>&1", dir, dir, pack, dir);
-	st = system(cmd);
-	snprintf(cmd, sizeof(cmd), "%s/mem.out", dir);
-	mr_test_tail(cmd, table, sizeof(table));
-	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "run.sh memory failed:\n%s", table);
-	for (const char *row = "memory_none_none       0\0memory_full_none       0\0"
-			       "memory_none_optimizer  0\0memory_none_optimizer+master 0\0"
-			       "memory_full_none_figures -         0s  tokens_per_s=\0";
-	     *row; row += strlen(row) + 1)
-		cr_expect(strstr(table, row), "no row '%s' in:\n%s", row, table);
+	run_steps(dir, pack, "mem", "memory",
+		  "memory_none_none       0\0memory_full_none       0\0"
+		  "memory_none_optimizer  0\0memory_none_optimizer+master 0\0"
+		  "memory_full_none_figures -         0s  tokens_per_s=\0",
+		  table, sizeof(table), cmd, sizeof(cmd));
 }
