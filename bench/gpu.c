@@ -30,6 +30,12 @@
  * timed steps (the ledger: dev_MiB, host_MiB). -r and -o pass "recompute"
  * and "offload" to every run (issue 29's GPU half: what recomputation and
  * ZeRO-Offload save and cost on a GPU; offload needs bf16).
+ * After each run's line, `gpu <model> kinds: attention=..% gemm=..%
+ * optimizer=..% copy=..% other=..% idle=..%  step_ms=<x>`: one more step
+ * of rank 0 after the timed ones, broken down by kind of device operation
+ * with CUDA events (the worker's "profile_step"; idle: the gaps between
+ * operations, the host late or waiting). A run whose loss is not finite
+ * or did not fall over the timed steps fails the bench.
  * Last line: `gpu tokens_per_s=<x> mfu=<y>` of 350M on one GPU (with -m 124m
  * or 1b, of that model).
  *
@@ -45,6 +51,7 @@
  * Built a second time against the CUDA emulation ($(BUILD)/emul/bench-gpu,
  * tests/gpu-emul/test_bench_gpu runs it with -t).
  */
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,7 +86,8 @@ struct run {
 	struct mr_kv kv;
 	int generation;
 	/* per rank */
-	double secs[MAX_GPUS], mfu[MAX_GPUS], loss[MAX_GPUS];
+	double secs[MAX_GPUS], mfu[MAX_GPUS], loss[MAX_GPUS], loss0[MAX_GPUS];
+	double kind_ms[MAX_GPUS][MR_DEV_KINDS + 1], span_ms[MAX_GPUS];
 	double dev_bytes[MAX_GPUS], host_bytes[MAX_GPUS];
 	char err[MAX_GPUS][MR_ERRBUF_SIZE];
 	int rc[MAX_GPUS];
@@ -122,9 +130,10 @@ static void *rank_thread(void *p)
 	snprintf(js, sizeof(js),
 		 "{\"device\":\"cuda\",\"precision\":\"%s\",\"n_layer\":%d,\"d_model\":%d,"
 		 "\"n_head\":%d,\"seq_len\":%d,\"batch_size\":%d,\"vocab_size\":%d,"
-		 "\"steps\":%d,\"threads\":1,\"recompute\":\"%s\",\"offload\":\"%s\"%s%s}",
-		 r->precision, m->L, m->C, m->H, m->T, r->B, m->V, WARMUP + r->steps, r->recompute,
-		 r->offload, peak, arch);
+		 "\"steps\":%d,\"profile_step\":%d,\"threads\":1,\"recompute\":\"%s\","
+		 "\"offload\":\"%s\"%s%s}",
+		 r->precision, m->L, m->C, m->H, m->T, r->B, m->V, WARMUP + r->steps + 1,
+		 WARMUP + r->steps + 1, r->recompute, r->offload, peak, arch);
 	cfg = json_loads(js, 0, &jerr);
 	env.job = "bench/gpu";
 	env.run_id = "bench";
@@ -147,10 +156,17 @@ static void *rank_thread(void *p)
 		/* the worker's MFU is of the step's token rate; average it */
 		if (rc >= 0 && s >= WARMUP)
 			mfu += st.mfu / r->steps;
+		if (rc >= 0 && s == WARMUP)
+			r->loss0[a->rank] = st.loss;
 	}
 	r->secs[a->rank] = now_s() - t0;
 	r->mfu[a->rank] = mfu;
 	r->loss[a->rank] = st.loss;
+	/* one more step, untimed: the device's time by kind */
+	if (rc >= 0)
+		rc = mr_gpt_worker.step(w, &st, &eb);
+	memcpy(r->kind_ms[a->rank], st.dev_kind_ms, sizeof(st.dev_kind_ms));
+	r->span_ms[a->rank] = st.dev_span_ms;
 	r->dev_bytes[a->rank] = r->host_bytes[a->rank] = 0.0;
 	for (int k = 0; k < MR_MEM_KINDS; k++)
 		*(k == MR_MEM_HOST ? &r->host_bytes[a->rank] : &r->dev_bytes[a->rank]) +=
@@ -160,6 +176,20 @@ static void *rank_thread(void *p)
 	mr_gpt_worker.destroy(w);
 	json_decref(cfg);
 	return NULL;
+}
+
+/* Rank 0's step after the timed ones, by kind of device operation: the
+ * share of the step's device span and the span itself. */
+static void kinds_line(const struct run *r)
+{
+	double span = r->span_ms[0];
+	int k;
+
+	printf("gpu %-4s kinds:", r->m->name);
+	for (k = 0; k <= MR_DEV_KINDS; k++)
+		printf(" %s=%.1f%%", mr_dev_kind_name(k),
+		       span > 0 ? 100.0 * r->kind_ms[0][k] / span : 0.0);
+	printf("  step_ms=%.1f\n", span);
 }
 
 /*
@@ -207,6 +237,13 @@ static double run(struct run *r, const struct model *m, int gpus, int tp, double
 	       "loss=%.4f  recompute=%s offload=%s dev_MiB=%.1f host_MiB=%.1f\n",
 	       m->name, r->precision, gpus, tp, gpus / tp, r->B, tps, *mfu, r->loss[0],
 	       r->recompute, r->offload, r->dev_bytes[0] / (1 << 20), r->host_bytes[0] / (1 << 20));
+	kinds_line(r);
+	if (!isfinite(r->loss[0]) || !(r->loss[0] < r->loss0[0])) {
+		fprintf(stderr, "bench gpu: %s on %d GPU(s): the loss went from %.4f to %.4f over "
+				"the timed steps: not training\n",
+			m->name, gpus, r->loss0[0], r->loss[0]);
+		return 0.0;
+	}
 	return tps;
 }
 
@@ -235,7 +272,8 @@ int main(int argc, char **argv)
 		case 't':
 			small = big = &tiny;
 			llama = &tiny_llama;
-			r.B = r.steps = 2;
+			r.B = 2;
+			r.steps = 16; /* past the warm-up of the lr: the loss falls */
 			break;
 		default:
 			fprintf(stderr, "usage: %s [-m 124m|350m|1b|all] [-p bf16|fp32] [-B batch] "

@@ -425,6 +425,64 @@ static int debug_hooks(struct gw *w, long step, struct mr_errbuf *eb)
 	return 0;
 }
 
+/* Operations a profiled step has room to time (a 1B llama's step issues
+ * a few thousand; past the room they are counted as untimed). */
+#define PROFILE_OPS (1 << 16)
+
+/* Starts timing the device's operations for step `step` (0-based) when
+ * "profile_step" names it; 1 if timing. A device without timing, or
+ * timing that cannot start, is logged and the step runs untimed. */
+static int profile_begin(struct gw *w, long step)
+{
+	struct mr_dev *d = w->model.dev;
+	int rc;
+
+	if (w->profile_step != step + 1)
+		return 0;
+	if (!d->ops->time_ops) {
+		mr_log_warn("step_kinds_unavailable", "rank=%d device=%s", w->rank, d->ops->name);
+		return 0;
+	}
+	if ((rc = d->ops->time_ops(d, PROFILE_OPS)) < 0) {
+		mr_log_warn("step_kinds_unavailable", "rank=%d device=%s err=%d", w->rank,
+			    d->ops->name, rc);
+		return 0;
+	}
+	return 1;
+}
+
+/* The profiled step's device time by kind into st, and its line (with
+ * the step's host time blocked on collectives beside it: on the device
+ * a wait for communication is idle). */
+static void profile_end(struct gw *w, struct mr_worker_stats *st)
+{
+	struct mr_dev *d = w->model.dev;
+	struct mr_dev_times t;
+	char line[512];
+	double busy = 0.0;
+	size_t n = 0;
+	int k, rc = d->ops->time_take(d, &t);
+
+	d->ops->time_ops(d, 0);
+	if (rc < 0) {
+		mr_log_warn("step_kinds_unavailable", "rank=%d device=%s err=%d", w->rank,
+			    d->ops->name, rc);
+		return;
+	}
+	for (k = 0; k < MR_DEV_KINDS; k++) {
+		st->dev_kind_ms[k] = t.ms[k];
+		busy += t.ms[k];
+	}
+	st->dev_kind_ms[MR_DEV_KINDS] = t.span_ms > busy ? t.span_ms - busy : 0.0;
+	st->dev_span_ms = t.span_ms;
+	for (k = 0; k <= MR_DEV_KINDS && n < sizeof(line); k++)
+		n += (size_t)snprintf(line + n, sizeof(line) - n, "%s_ms=%.3f ", mr_dev_kind_name(k),
+				      st->dev_kind_ms[k]);
+	mr_log_info("step_kinds",
+		    "rank=%d step=%lld %sspan_ms=%.3f comm_wait_ms=%.3f ops=%ld untimed=%ld", w->rank,
+		    (long long)st->step, line, t.span_ms, st->comm_wait_s * 1e3, t.ops, t.untimed);
+}
+
 static int gw_step(void *state, struct mr_worker_stats *st, struct mr_errbuf *eb)
 {
 	struct gw *w = state;
@@ -433,7 +491,7 @@ static int gw_step(void *state, struct mr_worker_stats *st, struct mr_errbuf *eb
 	size_t N = (size_t)w->B * m->T; /* this rank's tokens of a micro-batch */
 	long step = w->step;
 	double t0, dt, wait0;
-	int a, rc, k;
+	int a, rc, k, profiling;
 
 	if (atomic_load(&w->aborted))
 		return mr_errf(eb, MR_EABORTED, "gpt worker aborted at step %ld", step);
@@ -470,9 +528,13 @@ static int gw_step(void *state, struct mr_worker_stats *st, struct mr_errbuf *eb
 	}
 	if (atomic_load(&w->preempted))
 		atomic_store(&w->step_drv.request, 1);
+	profiling = profile_begin(w, step);
 	rc = mr_step_run(&w->step_drv, w->inputs, w->targets, w->accum, &r, eb);
-	if (rc < 0)
+	if (rc < 0) {
+		if (profiling)
+			m->dev->ops->time_ops(m->dev, 0);
 		return rc;
+	}
 	w->step++;
 	atomic_store_explicit(&w->progress_step, w->step, memory_order_relaxed);
 	dt = mr__gw_now() - t0;
@@ -495,6 +557,8 @@ static int gw_step(void *state, struct mr_worker_stats *st, struct mr_errbuf *eb
 		st->mem_bytes[k] = m->mem.bytes[k];
 	st->dev_fallbacks = m->dev->fallbacks;
 	st->comm_wait_s = comm_wait(w) - wait0;
+	if (profiling)
+		profile_end(w, st);
 	st->pp = w->groups.mesh.pp > 0 ? w->groups.mesh.pp : 1;
 	st->pp_stage = mr_place_index(&m->place, MR_AXIS_PP);
 	if (w->step_drv.pp) {

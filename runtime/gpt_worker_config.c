@@ -187,6 +187,7 @@ int mr__gw_parse(const json_t *c, struct mr_gpt_config *mc, struct mr_adamw_conf
 	    (rc = geti_dyn(c, "eval_every", -1, &w->eval_every, eb)) < 0 || /* -1: unset */
 	    (rc = geti(c, "eval_batches", &w->eval_batches, eb)) < 0 ||
 	    (rc = geti(c, "log_every", &w->log_every, eb)) < 0 ||
+	    (rc = geti(c, "profile_step", &w->profile_step, eb)) < 0 ||
 	    (rc = geti(c, "zero", &w->zero, eb)) < 0 ||
 	    (rc = geti(c, "hsdp_shard", &w->hsdp_shard, eb)) < 0 ||
 	    (rc = geti(c, "comm_timeout_ms", &tmo, eb)) < 0 ||

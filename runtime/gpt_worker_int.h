@@ -59,6 +59,7 @@ struct gw {
 	struct mr_ckpt *ckpt;   /* with ckpt_dir */
 	uint64_t seed;
 	double peak_flops;
+	int profile_step;       /* the step broken down by kind (0: none) */
 	int *inputs, *targets;  /* accum x (B,T) (context parallel: x (B,T/cp)) */
 	int *full_in, *full_tg; /* (B,T): one micro-batch before its cp chunks */
 	struct mr_shard train, val; /* llm.c shards, when configured */

@@ -165,6 +165,11 @@ const struct mr__gw_key mr__gw_keys[] = {
 	S("loss_log", "output",
 	  "Rank 0 writes the header \"step loss aux_loss grad_norm lr val_loss\", then a line "
 	  "per step (val_loss nan where no validation ran; `meshrun plot` draws it)."),
+	I("profile_step", 0, 1 << 30, "0", "output",
+	  "The step (1-based) whose device time is broken down by kind of operation: "
+	  "attention, gemm, optimizer, copy, other kernels and idle (one line, event "
+	  "step_kinds, from every rank; 0: none). The cuda device times each operation "
+	  "with CUDA events; the cpu device has no breakdown."),
 	I("log_every", 1, 1 << 30, "10", "output",
 	  "Rank 0 logs a step line (event=step: loss, val_loss, grad_norm, lr, the job's "
 	  "tokens/s, MFU, memory, ETA) every this many steps, at every evaluation and at the "

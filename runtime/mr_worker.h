@@ -24,6 +24,7 @@
 #include <jansson.h>
 
 #include "core/mr_mem.h"
+#include "device/mr_device.h"
 #include "mr_err.h"
 #include "mr_kv.h"
 #include "mr_names.h"
@@ -72,6 +73,10 @@ struct mr_worker_stats {
 	int64_t ckpt_failures;   /* checkpoints of this run that failed: the rank's own
 				  * part, or (rank 0) any rank's */
 	int64_t dev_fallbacks;   /* the device's slow paths taken so far (mr_dev.fallbacks) */
+	/* the step "profile_step" names: its device time by kind of operation
+	 * (mr_dev_kind_name; [MR_DEV_KINDS]: idle between them) and its
+	 * span, ms; zeros on every other step and on a device without timing */
+	double dev_kind_ms[MR_DEV_KINDS + 1], dev_span_ms;
 	/* this run so far, for the job's summary */
 	double best_val_loss;    /* lowest validation loss, NaN when none ran */
 	int64_t best_val_step;

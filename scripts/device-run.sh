@@ -26,7 +26,8 @@
 #            table's bf16_vs_fp32 row: loss, gradient norm, worst tensor)
 #   parity   one parity job per mode and schedule on one GPU (PARITY_SET),
 #            fp32 and bf16, each against the single rank on the same GPU
-#   bench    bench/gpu (GPT-2 124M and 350M, a 1.1B llama: tokens/s and MFU)
+#   bench    bench/gpu (GPT-2 124M and 350M, a 1.1B llama: tokens/s and MFU), and
+#            a row per model of where its step goes by kind (kinds_<model>)
 #   torch    bench/gpu_torch.py, its PyTorch anchor, and the ratios
 # not in all (name them):
 #   memory   bench/gpu's 1B llama plain, with full recomputation, with the
@@ -139,7 +140,10 @@ for w in $steps; do
 			one 120 bench_gpu "$pk/build/emul/bench-gpu" -t
 		else
 			one 240 bench_gpu "$pk/build/bench/gpu"
-		fi ;;
+		fi
+		# where each model's step goes on one GPU (its first kinds line)
+		grep '^gpu .* kinds:' "$logs/bench_gpu.log" 2>/dev/null | awk '!seen[$2]++' |
+			while read -r _ m _ rest; do row "kinds_$m" - 0 "$rest"; done ;;
 	torch)
 		if [ "$emul" = 1 ]; then
 			row bench_gpu_torch n/a 0 "no GPU for the PyTorch anchor"

@@ -39,6 +39,8 @@ struct mr_cuda {
 	double *sum_host;        /* pinned result of the grad norm */
 	int *moe_host;           /* MoE routing summary read back (2 + E ints) */
 	size_t moe_host_n;
+	cudaEvent_t *marks;      /* timing marks (mr_cuda_marks), nmarks of them */
+	int nmarks, marks_used;
 	char err[256];
 };
 

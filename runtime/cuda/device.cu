@@ -171,6 +171,7 @@ extern "C" void mr_cuda_free(struct mr_cuda *cu)
 	if (cu->stream)
 		cudaStreamSynchronize(cu->stream);
 	mr__cuda_lt_plans_free(cu);
+	mr_cuda_marks(cu, 0);
 	if (cu->lt)
 		cublasLtDestroy(cu->lt);
 	if (cu->blas)
@@ -222,6 +223,56 @@ extern "C" long mr_cuda_lt_fallbacks(const struct mr_cuda *cu, const char **why)
 extern "C" void mr_cuda_disable_lt(struct mr_cuda *cu)
 {
 	cu->use_lt = 0;
+}
+
+extern "C" int mr_cuda_marks(struct mr_cuda *cu, int n)
+{
+	int i;
+
+	for (i = 0; i < cu->nmarks; i++)
+		cudaEventDestroy(cu->marks[i]);
+	free(cu->marks);
+	cu->marks = NULL;
+	cu->nmarks = cu->marks_used = 0;
+	if (n <= 0)
+		return 0;
+	cu->marks = (cudaEvent_t *)calloc((size_t)n, sizeof(*cu->marks));
+	if (!cu->marks) {
+		snprintf(cu->err, sizeof(cu->err), "out of host memory (%d timing marks)", n);
+		return MR_ENOMEM;
+	}
+	for (i = 0; i < n; i++)
+		if (mr__cuda_check(cu, cudaEventCreate(&cu->marks[i]), "cudaEventCreate") < 0)
+			break;
+	cu->nmarks = i; /* the ones made are destroyed next time */
+	return i == n ? 0 : MR_ESYS;
+}
+
+extern "C" int mr_cuda_mark(struct mr_cuda *cu)
+{
+	if (cu->marks_used >= cu->nmarks ||
+	    cudaEventRecord(cu->marks[cu->marks_used], cu->stream) != cudaSuccess)
+		return -1;
+	return cu->marks_used++;
+}
+
+extern "C" int mr_cuda_marks_read(struct mr_cuda *cu, double *ms, int n)
+{
+	int i, used = cu->marks_used < n ? cu->marks_used : n;
+	float f;
+
+	cu->marks_used = 0;
+	if (used == 0)
+		return 0;
+	if (mr__cuda_check(cu, cudaEventSynchronize(cu->marks[used - 1]), "timing marks") < 0)
+		return MR_ESYS;
+	for (i = 0; i < used; i++) {
+		if (mr__cuda_check(cu, cudaEventElapsedTime(&f, cu->marks[0], cu->marks[i]),
+				   "timing marks") < 0)
+			return MR_ESYS;
+		ms[i] = f;
+	}
+	return used;
 }
 
 extern "C" int mr_cuda_alloc(struct mr_cuda *cu, void **p, size_t bytes)

@@ -132,6 +132,19 @@ long mr_cuda_lt_fallbacks(const struct mr_cuda *cu, const char **why);
 /* Forces the cuBLAS fallback (tests; also set by MESHRUN_CUBLASLT=0). */
 void mr_cuda_disable_lt(struct mr_cuda *cu);
 
+/*
+ * Timing marks (the device's breakdown of a step by kind of operation):
+ * mr_cuda_marks makes room for n marks (0: none, and frees them);
+ * mr_cuda_mark records one on the stream (a timing event) and returns its
+ * index, -1 when there is no room left; mr_cuda_marks_read waits for the
+ * stream, writes each mark's time after mark 0 in ms into ms[0..] (at most
+ * n of them) and forgets them all, returning how many it wrote. The CPU
+ * emulation stamps the host clock (its operations ran when they returned).
+ */
+int mr_cuda_marks(struct mr_cuda *cu, int n);
+int mr_cuda_mark(struct mr_cuda *cu);
+int mr_cuda_marks_read(struct mr_cuda *cu, double *ms, int n);
+
 /* ---- memory (device pointers; bytes) ----------------------------------- */
 int mr_cuda_alloc(struct mr_cuda *cu, void **p, size_t bytes);
 void mr_cuda_dfree(struct mr_cuda *cu, void *p); /* p may be NULL; waits */

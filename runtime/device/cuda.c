@@ -31,6 +31,13 @@
  * event before each collective (comm/nccl.c), so a fresh buffer's zeroing
  * here is done before NCCL writes it.
  *
+ * Timing (time_ops/time_take, the breakdown of a step by kind): while on,
+ * every kernel-layer call is bracketed by two timing events on the stream
+ * (mr_cuda_mark), so an operation's time is its own on the GPU and the
+ * gaps between operations - the host late to launch, a wait for the host
+ * or for NCCL's stream - are idle. An expert GEMM inside the MoE forward
+ * counts as a GEMM. Off, it costs one branch per call.
+ *
  * Non-goals: a caching allocator, more than one stream, overlapping copy
  * regions.
  */
@@ -44,10 +51,21 @@
 #include "kernels/mr_moe.h"
 #include "mr_log.h"
 
+/* A timed operation: its two marks (mr_cuda_mark) and its kind. */
+struct timed_op {
+	int begin, end;
+	enum mr_dev_kind kind;
+};
+
 struct cuda_state {
 	struct mr_cuda *cu;
 	int *counts;     /* (E) the MoE layer's kept rows per expert, on the host */
 	size_t ncounts;
+	/* timing (time_ops): room for `room` operations per time_take */
+	int room, ntimed, open_kind, open_mark;
+	long untimed;
+	struct timed_op *timed;
+	double *mark_ms; /* (2 room) */
 };
 
 static struct mr_cuda *cu_of(const struct mr_dev *d)
@@ -55,12 +73,66 @@ static struct mr_cuda *cu_of(const struct mr_dev *d)
 	return ((const struct cuda_state *)d->impl)->cu;
 }
 
+/* The kind an operation's time counts as, by its name; -1: not an
+ * operation on the stream (sync, pinned host memory). */
+static int kind_of(const char *op)
+{
+	static const char *const copies[] = { "upload", "download", "copy", "copy2d",
+					      "zero",   "alloc",    "to_act", "to_f32" };
+	size_t i;
+
+	if (!strncmp(op, "attn", 4))
+		return MR_DEV_ATTENTION;
+	if (!strncmp(op, "matmul", 6))
+		return MR_DEV_GEMM;
+	if (!strcmp(op, "adamw") || !strcmp(op, "sumsq") || !strcmp(op, "scale"))
+		return MR_DEV_OPTIMIZER;
+	for (i = 0; i < sizeof(copies) / sizeof(copies[0]); i++)
+		if (!strcmp(op, copies[i]))
+			return MR_DEV_COPY;
+	if (!strcmp(op, "sync") || !strncmp(op, "host_", 5))
+		return -1;
+	return MR_DEV_OTHER;
+}
+
+/* Before a kernel-layer call, while timing: its first mark. */
+static void mark_begin(const struct mr_dev *d, const char *op)
+{
+	struct cuda_state *s = d->impl;
+
+	s->open_mark = -1;
+	if (!s->room || (s->open_kind = kind_of(op)) < 0)
+		return;
+	if (s->ntimed >= s->room || (s->open_mark = mr_cuda_mark(s->cu)) < 0)
+		s->untimed++;
+}
+
+/* After it: its second mark, and the operation joins the timed ones. */
+static void mark_end(const struct mr_dev *d)
+{
+	struct cuda_state *s = d->impl;
+	int end;
+
+	if (s->open_mark < 0)
+		return;
+	if ((end = mr_cuda_mark(s->cu)) < 0) {
+		s->untimed++;
+	} else {
+		s->timed[s->ntimed].begin = s->open_mark;
+		s->timed[s->ntimed].end = end;
+		s->timed[s->ntimed].kind = (enum mr_dev_kind)s->open_kind;
+		s->ntimed++;
+	}
+	s->open_mark = -1;
+}
+
 /* rc of a kernel-layer call; logs its reason when it failed and keeps
  * the first as the device's fault. */
-static int ck(const struct mr_dev *d, int rc, const char *op)
+static int ck_op(const struct mr_dev *d, int rc, const char *op)
 {
 	struct mr_dev *w = (struct mr_dev *)d; /* const for the ops' sake */
 
+	mark_end(d);
 	if (rc < 0) {
 		mr_log_error("cuda_op_failed", "op=%s err=%s", op,
 			     mr_log_q(mr_cuda_errmsg(cu_of(d))));
@@ -70,6 +142,11 @@ static int ck(const struct mr_dev *d, int rc, const char *op)
 	}
 	return rc;
 }
+
+/* Every kernel-layer call is checked through ck, and timed while the
+ * device times its operations: the comma operator makes the first mark
+ * before the call runs. */
+#define ck(d, call, op) ck_op((d), (mark_begin((d), (op)), (call)), (op))
 
 /* An activation pointer's element n, and the MoE acts' float-typed
  * buffers that hold activations on this device. */
@@ -622,6 +699,55 @@ static int cuda_add_f32(struct mr_dev *d, float *y, const float *x, size_t n)
 	return ck(d, mr_cuda_add_f32(cu_of(d), y, x, n), "add_f32");
 }
 
+/* ---- timing ---------------------------------------------------------------- */
+
+static int cuda_time_ops(struct mr_dev *d, int n)
+{
+	struct cuda_state *s = d->impl;
+	int rc;
+
+	free(s->timed);
+	free(s->mark_ms);
+	s->timed = NULL;
+	s->mark_ms = NULL;
+	s->room = s->ntimed = 0;
+	s->untimed = 0;
+	/* ck_op, not ck: the marks' own calls are not timed */
+	if ((rc = ck_op(d, mr_cuda_marks(s->cu, n > 0 ? 2 * n : 0), "time_ops")) < 0 || n <= 0)
+		return rc;
+	s->timed = calloc((size_t)n, sizeof(*s->timed));
+	s->mark_ms = calloc(2 * (size_t)n, sizeof(*s->mark_ms));
+	if (!s->timed || !s->mark_ms) {
+		cuda_time_ops(d, 0);
+		return MR_ENOMEM;
+	}
+	s->room = n;
+	return 0;
+}
+
+static int cuda_time_take(struct mr_dev *d, struct mr_dev_times *t)
+{
+	struct cuda_state *s = d->impl;
+	int i, n = ck_op(d, mr_cuda_marks_read(s->cu, s->mark_ms, 2 * s->room), "time_take");
+
+	memset(t, 0, sizeof(*t));
+	if (n < 0)
+		return n;
+	for (i = 0; i < s->ntimed; i++) {
+		const struct timed_op *o = &s->timed[i];
+		if (o->end >= n)
+			continue; /* not read back */
+		t->ms[o->kind] += s->mark_ms[o->end] - s->mark_ms[o->begin];
+		if (s->mark_ms[o->end] > t->span_ms)
+			t->span_ms = s->mark_ms[o->end];
+	}
+	t->ops = s->ntimed;
+	t->untimed = s->untimed;
+	s->ntimed = 0;
+	s->untimed = 0;
+	return 0;
+}
+
 static void cuda_close(struct mr_dev *d)
 {
 	struct cuda_state *s = d->impl;
@@ -629,6 +755,8 @@ static void cuda_close(struct mr_dev *d)
 	if (s) {
 		mr_cuda_free(s->cu);
 		free(s->counts);
+		free(s->timed);
+		free(s->mark_ms);
 	}
 	free(s);
 	d->impl = NULL;
@@ -639,6 +767,8 @@ static const struct mr_dev_ops cuda_ops = {
 	.close = cuda_close,
 	.alloc = cuda_alloc,
 	.stream = cuda_stream,
+	.time_ops = cuda_time_ops,
+	.time_take = cuda_time_take,
 	.free = cuda_free,
 	.host_alloc = cuda_host_alloc,
 	.host_free = cuda_host_free,
@@ -713,6 +843,7 @@ int mr__dev_cuda_open(struct mr_dev *d, int index, enum mr_dtype act, struct mr_
 	d->attn_bh_max = 65535; /* one grid dimension per (batch row, head) */
 	d->attn_gqa = 1;        /* grouped-query attention (attention.cu) */
 	d->moe_swiglu = 1;      /* SwiGLU experts (moe_fwd/bwd over llama.cu's swiglu) */
+	s->open_mark = -1;
 	d->impl = s;
 	return 0;
 }

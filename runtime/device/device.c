@@ -62,3 +62,14 @@ void mr_dev_close(struct mr_dev *d)
 		d->ops->close(d);
 	memset(d, 0, sizeof(*d));
 }
+
+const char *mr_dev_kind_name(int kind)
+{
+	static const char *const names[MR_DEV_KINDS + 1] = {
+		[MR_DEV_ATTENTION] = "attention", [MR_DEV_GEMM] = "gemm",
+		[MR_DEV_OPTIMIZER] = "optimizer", [MR_DEV_COPY] = "copy",
+		[MR_DEV_OTHER] = "other",         [MR_DEV_KINDS] = "idle",
+	};
+
+	return kind >= 0 && kind <= MR_DEV_KINDS ? names[kind] : "?";
+}

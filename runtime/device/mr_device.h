@@ -76,6 +76,25 @@ struct mr_dev_adamw {
 	long t;             /* step number after the increment (1-based) */
 };
 
+/* The kinds of operation a step's device time is broken down by
+ * (mr_dev_kind_name); the time between them is idle. */
+enum mr_dev_kind {
+	MR_DEV_ATTENTION, /* attn_* */
+	MR_DEV_GEMM,      /* matmul_* (the experts' too) */
+	MR_DEV_OPTIMIZER, /* adamw, sumsq, scale */
+	MR_DEV_COPY,      /* upload, download, copy, zero, to_act/to_f32 */
+	MR_DEV_OTHER,     /* every other kernel: norms, activations, loss, MoE routing */
+	MR_DEV_KINDS
+};
+
+/* Where the device's time went between two time_take calls. */
+struct mr_dev_times {
+	double ms[MR_DEV_KINDS]; /* the operations' own time, by kind */
+	double span_ms;          /* the first timed operation's start to the last one's end */
+	long ops;                /* operations timed */
+	long untimed;            /* operations issued past the room for marks */
+};
+
 struct mr_dev_ops {
 	const char *name;
 	void (*close)(struct mr_dev *d);
@@ -113,6 +132,12 @@ struct mr_dev_ops {
 	 * communicator on another stream can wait for it; NULL op or NULL
 	 * result: none (the cpu device; the CUDA emulation) */
 	void *(*stream)(struct mr_dev *d);
+	/* timing (NULL: the device has none, as the cpu device): time_ops(d,
+	 * n) times every operation issued from now on, with room for n of
+	 * them per time_take (0: stop timing); time_take waits for the timed
+	 * operations and gives where their time went since the last call */
+	int (*time_ops)(struct mr_dev *d, int n);
+	int (*time_take)(struct mr_dev *d, struct mr_dev_times *t);
 
 	/* ---- the GPT's kernels ---- */
 	/* out (N,OC) = inp (N,IC) @ w^T + bias (OC, may be NULL) */
@@ -288,6 +313,10 @@ int mr_dev_cuda_count(struct mr_errbuf *why);
  * when it has none; MESHRUN_NVIDIA_DEV names another path to stand for
  * it (tests). */
 const char *mr_dev_gpu_node(void);
+
+/* "attention", "gemm", "optimizer", "copy", "other" for an enum
+ * mr_dev_kind; "idle" for MR_DEV_KINDS. */
+const char *mr_dev_kind_name(int kind);
 
 /* ---- helpers over the table ---- */
 /* Zeroed device memory accounted in mem under kind; NULL on failure. */

@@ -61,6 +61,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cuda/mr_cuda.h"
@@ -81,6 +82,8 @@
 struct mr_cuda {
 	enum mr_cuda_dtype act;
 	int device;
+	double *marks;      /* timing marks: the host clock in ms (mr_cuda_mark) */
+	int nmarks, marks_used;
 	char err[64];
 };
 
@@ -268,7 +271,40 @@ int mr_cuda_create(struct mr_cuda **out, int device, struct mr_errbuf *eb)
 
 void mr_cuda_free(struct mr_cuda *cu)
 {
+	if (cu)
+		free(cu->marks);
 	free(cu);
+}
+
+int mr_cuda_marks(struct mr_cuda *cu, int n)
+{
+	free(cu->marks);
+	cu->marks = n > 0 ? xcalloc((size_t)n, sizeof(*cu->marks)) : NULL;
+	cu->nmarks = n > 0 ? n : 0;
+	cu->marks_used = 0;
+	return 0;
+}
+
+/* Every operation ran when it returned: a mark is the host clock. */
+int mr_cuda_mark(struct mr_cuda *cu)
+{
+	struct timespec ts;
+
+	if (cu->marks_used >= cu->nmarks)
+		return -1;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	cu->marks[cu->marks_used] = (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+	return cu->marks_used++;
+}
+
+int mr_cuda_marks_read(struct mr_cuda *cu, double *ms, int n)
+{
+	int i, used = cu->marks_used < n ? cu->marks_used : n;
+
+	for (i = 0; i < used; i++)
+		ms[i] = cu->marks[i] - cu->marks[0];
+	cu->marks_used = 0;
+	return used;
 }
 
 void mr_cuda_set_act(struct mr_cuda *cu, enum mr_cuda_dtype t)

@@ -6,12 +6,15 @@
  * 1B), through the gpt worker on the cuda device, and
  * print a line per run and the summary line with a positive token rate
  * and an MFU against the peak it was given (-P: the emulated GPU has no
- * datasheet peak). Without a GPU it must say so and succeed. How fast the
+ * datasheet peak), and each model's step broken down by kind (the
+ * shares sum to 100 %); one timed step, whose loss cannot have fallen,
+ * fails it. Without a GPU it must say so and succeed. How fast the
  * runs are is the benchmark's business on a real GPU, not this test's.
  *
  * Emulation only (Makefile).
  */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,8 +69,33 @@ Test(bench_gpu, tiny_runs_on_one_gpu_dp_and_tp, .timeout = 900)
 			     out);
 		cr_expect_gt(field(out, prefix, "mfu="), 0.0, "%s: no MFU:\n%s", runs[i], out);
 	}
+	/* each model's step by kind: shares of its span, summing to 100 % */
+	for (i = 0; i < 2; i++) {
+		const char *kinds = i ? "gpu tinyllama kinds:" : "gpu tiny kinds:";
+		const char *names[] = { "attention=", "gemm=", "optimizer=", "copy=",
+					"other=",     "idle=" };
+		double sum = 0.0;
+		size_t k;
+		for (k = 0; k < sizeof(names) / sizeof(names[0]); k++)
+			sum += field(out, kinds, names[k]);
+		cr_expect(fabs(sum - 100.0) < 1.0, "%s shares sum to %.1f:\n%s", kinds, sum, out);
+		cr_expect_gt(field(out, kinds, "gemm="), 0.0, "%s", out);
+		cr_expect_gt(field(out, kinds, "attention="), 0.0, "%s", out);
+		cr_expect_gt(field(out, kinds, "step_ms="), 0.0, "%s", out);
+	}
 	cr_expect_gt(field(out, "gpu tokens_per_s=", "tokens_per_s="), 0.0, "%s", out);
 	cr_expect_gt(field(out, "gpu tokens_per_s=", "mfu="), 0.0, "%s", out);
+}
+
+/* One timed step: the loss cannot have fallen, and the bench says so. */
+Test(bench_gpu, a_loss_that_does_not_fall_fails_the_bench, .timeout = 600)
+{
+	static char out[16384];
+
+	cr_expect_eq(run_bench("MR_CUDA_EMUL_DEVICES=1", "-t -s 1 -m 124m -P 1e9", out,
+			       sizeof(out)),
+		     1, "%s", out);
+	cr_expect(strstr(out, "over the timed steps: not training") != NULL, "%s", out);
 }
 
 Test(bench_gpu, without_a_gpu_it_says_so_and_succeeds, .timeout = 120)

@@ -897,3 +897,62 @@ Test(device_cuda, moe_forward_and_backward_top1_top2_with_drops)
 {
 	BOTH_PRECISIONS(moe_case);
 }
+
+/* ---- timing by kind ------------------------------------------------------------------- */
+
+/* time_ops/time_take: each operation counts under its kind, one past the
+ * room is counted untimed, sync is not an operation, and nothing is
+ * timed once stopped. The cpu device has no timing. */
+static void timing_case(void)
+{
+	struct mr_dev *d = &F.gpu;
+	struct mr_dev_times t;
+	int N = 256, C = 256, k;
+	float *hx = rnd((size_t)N * C, 1.0f), *hw = rnd((size_t)C * C, 1.0f);
+	struct pr x = act_in(hx, (size_t)N * C), w = act_in(hw, (size_t)C * C);
+	struct pr y = act_zero((size_t)N * C), g = f32_in(hw, (size_t)C * C);
+	double busy = 0.0;
+
+	cr_assert_null(F.cpu.ops->time_ops);
+	cr_assert_not_null(d->ops->time_ops);
+	OK(d->ops->sync(d));
+	OK(d->ops->time_ops(d, 3));
+	OK(d->ops->matmul_fwd(d, y.g, x.g, w.g, NULL, N, C, C));
+	OK(d->ops->gelu_fwd(d, y.g, y.g, (size_t)N * C));
+	OK(d->ops->sync(d));
+	OK(d->ops->zero(d, x.g, mr_dev_act_bytes(d, (size_t)N * C)));
+	OK(d->ops->scale(d, g.g, (size_t)C * C, 0.5f)); /* past the room */
+	OK(d->ops->time_take(d, &t));
+	cr_assert_eq(t.ops, 3);
+	cr_assert_eq(t.untimed, 1);
+	cr_assert_gt(t.ms[MR_DEV_GEMM], 0.0);
+	cr_assert_eq(t.ms[MR_DEV_ATTENTION], 0.0);
+	cr_assert_eq(t.ms[MR_DEV_OPTIMIZER], 0.0, "the untimed scale counted");
+	for (k = 0; k < MR_DEV_KINDS; k++) {
+		cr_assert_geq(t.ms[k], 0.0);
+		busy += t.ms[k];
+	}
+	cr_assert_leq(busy, t.span_ms + 1e-6, "operations %.6f ms in a span of %.6f", busy,
+		      t.span_ms);
+	/* taken: the next take starts afresh; then stopped: nothing timed */
+	OK(d->ops->scale(d, g.g, (size_t)C * C, 0.5f));
+	OK(d->ops->time_take(d, &t));
+	cr_assert_eq(t.ops, 1);
+	cr_assert_eq(t.untimed, 0);
+	cr_assert_gt(t.ms[MR_DEV_OPTIMIZER], 0.0);
+	cr_assert_eq(t.ms[MR_DEV_GEMM], 0.0);
+	OK(d->ops->time_ops(d, 0));
+	OK(d->ops->matmul_fwd(d, y.g, x.g, w.g, NULL, N, C, C));
+	OK(d->ops->time_take(d, &t));
+	cr_assert_eq(t.ops, 0);
+	cr_assert_eq(t.span_ms, 0.0);
+	cr_assert_str_eq(mr_dev_kind_name(MR_DEV_GEMM), "gemm");
+	cr_assert_str_eq(mr_dev_kind_name(MR_DEV_KINDS), "idle");
+	free(hx);
+	free(hw);
+}
+
+Test(device_cuda, timing_counts_each_operation_under_its_kind)
+{
+	BOTH_PRECISIONS(timing_case);
+}

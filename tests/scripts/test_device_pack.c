@@ -146,7 +146,8 @@ Test(device_pack, the_pack_holds_what_it_loads_and_its_script_runs_on_the_emulat
 	/* the script, whole, on the emulated device, from another directory */
 	run_steps(dir, pack, "run", "all",
 		  "test_device_cuda       0\0test_cuda_model        0\0bf16_vs_fp32\0"
-		  "parity_fp32            0\0parity_bf16            0\0bench_gpu              0\0",
+		  "parity_fp32            0\0parity_bf16            0\0bench_gpu              0\0"
+		  "kinds_tiny             -         0s  attention=\0",
 		  table, sizeof(table), cmd, sizeof(cmd));
 	cr_expect(!strstr(table, "Tested: 0 "), "a step ran no test:\n%s", table);
 	cr_assert_not_null(f = fopen(cmd, "r"));
