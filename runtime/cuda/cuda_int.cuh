@@ -39,6 +39,10 @@ struct mr_cuda {
 	double *sum_host;        /* pinned result of the grad norm */
 	int *moe_host;           /* MoE routing summary read back (2 + E ints) */
 	size_t moe_host_n;
+	void *adamw_tab;         /* mr_cuda_adamw_multi's range table on the device, */
+	void *adamw_tab_host;    /* the host copy it was uploaded from, */
+	size_t adamw_tab_bytes;  /* its size, */
+	size_t adamw_tab_cap;    /* and the room of both */
 	cudaEvent_t *marks;      /* timing marks (mr_cuda_marks), nmarks of them */
 	int nmarks, marks_used;
 	char err[256];

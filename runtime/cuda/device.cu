@@ -178,6 +178,8 @@ extern "C" void mr_cuda_free(struct mr_cuda *cu)
 		cublasDestroy(cu->blas);
 	cudaFree(cu->gemm_ws);
 	cudaFree(cu->scratch);
+	cudaFree(cu->adamw_tab);
+	free(cu->adamw_tab_host);
 	cudaFree(cu->bucket_dev);
 	cudaFreeHost(cu->sum_host);
 	if (cu->stream)

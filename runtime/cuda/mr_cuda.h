@@ -378,14 +378,30 @@ struct mr_cuda_adamw {
  * mr_adamw_update_range (one tensor's range). */
 int mr_cuda_adamw_step(struct mr_cuda *cu, float *p, void *pc, const float *g, float *m,
 		       float *v, size_t n, const struct mr_cuda_adamw *o);
+/* One range of mr_cuda_adamw_multi: as mr_cuda_adamw_step's arguments. */
+struct mr_cuda_adamw_range {
+	float *p;
+	void *pc;
+	const float *g;
+	float *m, *v;
+	size_t n;
+	int decay;           /* o->weight_decay applies (else none) */
+};
+/* AdamW of k ranges in ONE launch, each element as mr_cuda_adamw_step
+ * computes it (the same bits as a step per range). The ranges' table goes
+ * to the device only when it differs from the last call's (a training
+ * step passes the same one every time). Twin: mr_adamw_update_range per
+ * range. */
+int mr_cuda_adamw_multi(struct mr_cuda *cu, const struct mr_cuda_adamw_range *r, int k,
+			const struct mr_cuda_adamw *o);
 /* *sumsq_host = sum of g^2, two passes (fixed 512 partials, then one block
  * in double): deterministic. Synchronous. Twin: mr_grad_sumsq. */
 int mr_cuda_grad_sumsq(struct mr_cuda *cu, const float *g, size_t n, double *sumsq_host);
 /* out_host[i] = sum of g[off[i] .. off[i] + n[i])^2 for k ranges
- * (offsets and lengths on the host; a range may be empty): each range
- * through the same fixed 512 partials, then one thread per range in
- * double, one read back for all. Deterministic. Synchronous. Twin:
- * mr_grad_sumsq of each range. */
+ * (offsets and lengths on the host; a range may be empty; k <= 65535):
+ * one launch, each range through the same fixed 512 partials, then one
+ * thread per range in double, one read back for all. Deterministic.
+ * Synchronous. Twin: mr_grad_sumsq of each range. */
 int mr_cuda_grad_sumsq_ranges(struct mr_cuda *cu, const float *g, const size_t *off,
 			      const size_t *n, int k, double *out_host);
 /* g *= scale. */

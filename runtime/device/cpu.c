@@ -387,32 +387,47 @@ static int cpu_moe_bwd(struct mr_dev *d, const struct mr_moe_shape *s,
 struct cpu_adamw_args {
 	struct mr_adamw_config c;
 	const struct mr_dev_adamw *o;
-	float *p, *pc, *m, *v;
-	const float *g;
+	const struct mr_dev_adamw_range *r;
+	int k;
 };
 
-static void adamw_range(void *ctxp, size_t i0, size_t i1, int tid)
+/* [e0, e1) of the ranges laid end to end, so the work splits by
+ * elements, not by ranges (a step has a range per tensor, most of them
+ * small). */
+static void adamw_range(void *ctxp, size_t e0, size_t e1, int tid)
 {
 	const struct cpu_adamw_args *a = ctxp;
+	size_t at = 0;
 
 	(void)tid;
-	mr_adamw_update_range(&a->c, a->o->t, a->o->lr, a->p + i0, a->g + i0, a->m + i0,
-			      a->v + i0, i1 - i0, a->o->weight_decay > 0.0f);
-	/* the compute copy of an fp32 device is the master itself */
-	if (a->pc && a->pc != a->p)
-		memcpy(a->pc + i0, a->p + i0, (i1 - i0) * sizeof(float));
+	for (int i = 0; i < a->k && at < e1; at += a->r[i].n, i++) {
+		const struct mr_dev_adamw_range *r = &a->r[i];
+		size_t i0 = e0 > at ? e0 - at : 0, i1 = e1 - at < r->n ? e1 - at : r->n;
+		float *pc = F(r->pc);
+
+		if (at + r->n <= e0 || i0 >= i1)
+			continue;
+		mr_adamw_update_range(&a->c, a->o->t, a->o->lr, r->p + i0, r->g + i0, r->m + i0,
+				      r->v + i0, i1 - i0, r->decay && a->o->weight_decay > 0.0f);
+		/* the compute copy of an fp32 device is the master itself */
+		if (pc && pc != r->p)
+			memcpy(pc + i0, r->p + i0, (i1 - i0) * sizeof(float));
+	}
 }
 
-static int cpu_adamw(struct mr_dev *d, float *p, mr_act *pc, const float *g, float *m, float *v,
-		     size_t n, const struct mr_dev_adamw *o)
+static int cpu_adamw(struct mr_dev *d, const struct mr_dev_adamw_range *r, int k,
+		     const struct mr_dev_adamw *o)
 {
-	struct cpu_adamw_args a = { .o = o, .p = p, .pc = F(pc), .m = m, .v = v, .g = g };
+	struct cpu_adamw_args a = { .o = o, .r = r, .k = k };
+	size_t total = 0;
 
 	a.c.beta1 = o->beta1;
 	a.c.beta2 = o->beta2;
 	a.c.eps = o->eps;
 	a.c.weight_decay = o->weight_decay;
-	mr_pool_run(d->pool, n, CPU_GRAIN, adamw_range, &a);
+	for (int i = 0; i < k; i++)
+		total += r[i].n;
+	mr_pool_run(d->pool, total, CPU_GRAIN, adamw_range, &a);
 	return 0;
 }
 

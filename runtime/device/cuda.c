@@ -61,6 +61,8 @@ struct cuda_state {
 	struct mr_cuda *cu;
 	int *counts;     /* (E) the MoE layer's kept rows per expert, on the host */
 	size_t ncounts;
+	struct mr_cuda_adamw_range *ranges; /* (nranges) adamw's, as the kernels take them */
+	int nranges;
 	/* timing (time_ops): room for `room` operations per time_take */
 	int room, ntimed, open_kind, open_mark;
 	long untimed;
@@ -665,10 +667,12 @@ static int cuda_moe_bwd(struct mr_dev *d, const struct mr_moe_shape *s,
 
 /* ---- optimizer and gradients (fp32) ---------------------------------------- */
 
-static int cuda_adamw(struct mr_dev *d, float *p, mr_act *pc, const float *g, float *m,
-		      float *v, size_t n, const struct mr_dev_adamw *o)
+static int cuda_adamw(struct mr_dev *d, const struct mr_dev_adamw_range *r, int k,
+		      const struct mr_dev_adamw *o)
 {
+	struct cuda_state *s = d->impl;
 	struct mr_cuda_adamw c;
+	int i;
 
 	c.lr = o->lr;
 	c.beta1 = o->beta1;
@@ -677,10 +681,21 @@ static int cuda_adamw(struct mr_dev *d, float *p, mr_act *pc, const float *g, fl
 	c.weight_decay = o->weight_decay;
 	c.t = o->t;
 	c.grad_scale = 1.0f;
-	/* the compute copy of an fp32 device may be the master itself */
-	if ((void *)pc == (void *)p)
-		pc = NULL;
-	return ck(d, mr_cuda_adamw_step(cu_of(d), p, pc, g, m, v, n, &c), "adamw");
+	if (k > s->nranges) {
+		struct mr_cuda_adamw_range *g = realloc(s->ranges, (size_t)k * sizeof(*g));
+		if (!g)
+			return MR_ENOMEM;
+		s->ranges = g;
+		s->nranges = k;
+	}
+	for (i = 0; i < k; i++) {
+		s->ranges[i] = (struct mr_cuda_adamw_range){ r[i].p, r[i].pc, r[i].g, r[i].m,
+							     r[i].v, r[i].n, r[i].decay };
+		/* the compute copy of an fp32 device may be the master itself */
+		if (s->ranges[i].pc == (void *)r[i].p)
+			s->ranges[i].pc = NULL;
+	}
+	return ck(d, mr_cuda_adamw_multi(cu_of(d), s->ranges, k, &c), "adamw");
 }
 
 static int cuda_sumsq(struct mr_dev *d, const float *g, const size_t *off, const size_t *n,
@@ -755,6 +770,7 @@ static void cuda_close(struct mr_dev *d)
 	if (s) {
 		mr_cuda_free(s->cu);
 		free(s->counts);
+		free(s->ranges);
 		free(s->timed);
 		free(s->mark_ms);
 	}

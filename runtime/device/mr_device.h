@@ -69,11 +69,23 @@ struct mr_dev_attn {
 	float scale;
 };
 
-/* AdamW of one range (optim/mr_adamw.h's arithmetic). */
+/* AdamW's settings for one step (optim/mr_adamw.h's arithmetic). */
 struct mr_dev_adamw {
 	float lr, beta1, beta2, eps;
-	float weight_decay; /* 0 for tensors without decay */
+	float weight_decay; /* applied to the ranges with decay */
 	long t;             /* step number after the increment (1-based) */
+};
+
+/* One range of AdamW's update: n elements of the fp32 master p, its
+ * gradient g and moments m, v; pc (may be NULL) gets p's new compute copy
+ * (an fp32 device's may be p itself). */
+struct mr_dev_adamw_range {
+	float *p;
+	mr_act *pc;
+	const float *g;
+	float *m, *v;
+	size_t n;
+	int decay; /* weight decay applies (not to biases and norms) */
 };
 
 /* The kinds of operation a step's device time is broken down by
@@ -247,9 +259,10 @@ struct mr_dev_ops {
 		       float aux_scale, void *ws, const mr_act *ones);
 
 	/* ---- optimizer and gradients (fp32) ---- */
-	/* p, g, m, v (n); pc (n, may be NULL) gets p's new compute copy */
-	int (*adamw)(struct mr_dev *d, float *p, mr_act *pc, const float *g, float *m, float *v,
-		     size_t n, const struct mr_dev_adamw *o);
+	/* AdamW of k ranges in one call (cuda: one launch for them all);
+	 * each element's arithmetic is the same whichever range or thread */
+	int (*adamw)(struct mr_dev *d, const struct mr_dev_adamw_range *r, int k,
+		     const struct mr_dev_adamw *o);
 	/* out[i] = sum of g[off[i] .. off[i]+n[i])^2 in double, each range
 	 * summed in element order, for k ranges (synchronous: out is host) */
 	int (*sumsq)(struct mr_dev *d, const float *g, const size_t *off, const size_t *n, int k,

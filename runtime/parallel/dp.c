@@ -174,10 +174,11 @@ static int segments(struct mr_dp *d)
 	int k, i;
 
 	d->seg = calloc((size_t)m->ntensors, sizeof(*d->seg));
+	d->ranges = calloc((size_t)m->ntensors, sizeof(*d->ranges));
 	d->part = calloc((size_t)m->ntensors, sizeof(*d->part));
 	d->cnt_off = calloc((size_t)m->ntensors, sizeof(*d->cnt_off));
 	d->cnt_n = calloc((size_t)m->ntensors, sizeof(*d->cnt_n));
-	if (!d->seg || !d->part || !d->cnt_off || !d->cnt_n)
+	if (!d->seg || !d->ranges || !d->part || !d->cnt_off || !d->cnt_n)
 		return MR_ENOMEM;
 	for (k = 0; k < d->npieces; k++) {
 		const struct dp_piece *P = &d->pc[k];
@@ -561,6 +562,7 @@ void mr_dp_free(struct mr_dp *d)
 	free(d->pc);
 	free(d->pfirst);
 	free(d->seg);
+	free(d->ranges);
 	free(d->part);
 	free(d->cnt_off);
 	free(d->cnt_n);

@@ -85,6 +85,7 @@ struct mr_dp {
 	size_t np, nshard;        /* padded total, shard total */
 	struct dp_seg *seg;
 	int nseg;
+	struct mr_dev_adamw_range *ranges; /* (nseg) the device's AdamW, a range per segment */
 	size_t *cnt_off, *cnt_n;  /* (ncnt) the segments that count in the norm */
 	double *part;             /* (ncnt) their sums of squares */
 	int ncnt;

@@ -310,13 +310,16 @@ int mr_dp_update(struct mr_dp *d, double norm, float lr)
 		if (mr__dp_mb(d))
 			return rc; /* published, gathered (zero 1/2), slots stale (zero 3) */
 	}
-	for (i = 0; i < d->nseg && rc == 0 && !d->off; i++) {
-		const struct dp_seg *s = &d->seg[i];
-		o.weight_decay = s->decay ? d->oc.weight_decay : 0.0f;
-		rc = d->dev->ops->adamw(d->dev, seg_params(d, s),
-					d->zero ? NULL : mr_gpt_compute_at(d->m, s->so),
-					owned_grads(d) + s->so, d->om + s->so, d->ov + s->so, s->n,
-					&o);
+	if (rc == 0 && !d->off) {
+		o.weight_decay = d->oc.weight_decay;
+		for (i = 0; i < d->nseg; i++) {
+			const struct dp_seg *s = &d->seg[i];
+			d->ranges[i] = (struct mr_dev_adamw_range){
+				seg_params(d, s), d->zero ? NULL : mr_gpt_compute_at(d->m, s->so),
+				owned_grads(d) + s->so, d->om + s->so, d->ov + s->so, s->n, s->decay
+			};
+		}
+		rc = d->dev->ops->adamw(d->dev, d->ranges, d->nseg, &o);
 	}
 	if (rc == 0 && (d->zero == 1 || d->zero == 2) && (rc = gather_updated(d)) == 0)
 		rc = mr_gpt_refresh_compute(d->m);

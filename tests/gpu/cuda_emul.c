@@ -1270,6 +1270,21 @@ int mr_cuda_adamw_step(struct mr_cuda *cu, float *p, void *pc, const float *g, f
 	return 0;
 }
 
+int mr_cuda_adamw_multi(struct mr_cuda *cu, const struct mr_cuda_adamw_range *r, int k,
+			const struct mr_cuda_adamw *o)
+{
+	struct mr_cuda_adamw c = *o;
+	int i, rc = 0;
+
+	if (o->t < 1 || k < 0)
+		return MR_EINVAL;
+	for (i = 0; i < k && rc == 0; i++) {
+		c.weight_decay = r[i].decay ? o->weight_decay : 0.0f;
+		rc = mr_cuda_adamw_step(cu, r[i].p, r[i].pc, r[i].g, r[i].m, r[i].v, r[i].n, &c);
+	}
+	return rc;
+}
+
 int mr_cuda_grad_sumsq(struct mr_cuda *cu, const float *g, size_t n, double *sumsq_host)
 {
 	*sumsq_host = mr_grad_sumsq(D(g), n);

@@ -131,6 +131,7 @@ static void step(struct mr_dev *d, struct mr_gpt *m, float *mom, float *var, lon
 	size_t *off = xmalloc(sizeof(size_t) * m->ntensors);
 	size_t *len = xmalloc(sizeof(size_t) * m->ntensors);
 	double *ss = xmalloc(sizeof(double) * m->ntensors), norm = 0.0;
+	struct mr_dev_adamw_range *r;
 	int i;
 
 	/* the norm over every tensor (the step driver's clipping) */
@@ -149,14 +150,16 @@ static void step(struct mr_dev *d, struct mr_gpt *m, float *mom, float *var, lon
 		cr_assert_eq(d->ops->scale(d, m->grads, m->nparams,
 					   (float)(ocfg.grad_clip / (norm + 1e-6))),
 			     0);
+	cr_assert_not_null(r = calloc((size_t)m->ntensors, sizeof(*r)));
+	o.weight_decay = ocfg.weight_decay;
 	for (i = 0; i < m->ntensors; i++) {
 		const struct mr_gpt_tensor *tt = &m->tensors[i];
-		o.weight_decay = tt->decay ? ocfg.weight_decay : 0.0f;
-		cr_assert_eq(d->ops->adamw(d, m->params + tt->off, mr_gpt_compute_at(m, tt->off),
-					   m->grads + tt->off, mom + tt->off, var + tt->off, tt->n,
-					   &o),
-			     0, "adamw of %s", tt->name);
+		mr_act *pc = mr_gpt_compute_at(m, tt->off);
+		r[i] = (struct mr_dev_adamw_range){ m->params + tt->off, pc, m->grads + tt->off,
+						    mom + tt->off, var + tt->off, tt->n, tt->decay };
 	}
+	cr_assert_eq(d->ops->adamw(d, r, m->ntensors, &o), 0);
+	free(r);
 }
 
 static void train(struct mr_dev *d, const struct mr_gpt_config *cfg, struct run *r)

@@ -733,6 +733,11 @@ Test(device_cuda, grouped_query_context_parallel_slices)
 
 /* ---- optimizer ------------------------------------------------------------------------- */
 
+/* One AdamW range, decayed, as a one-element array (a compound literal). */
+#define ONE_RANGE(p, pc, g, m, v, n)                                                    \
+	(&(struct mr_dev_adamw_range){ (float *)(p), (mr_act *)(pc), (const float *)(g), \
+				       (float *)(m), (float *)(v), (n), 1 })
+
 static void adamw_case(void)
 {
 	size_t n = 301;
@@ -747,7 +752,7 @@ static void adamw_case(void)
 	BOTH(zero, P(v), n * sizeof(float));
 	for (o.t = 1; o.t <= 3; o.t++) {
 		o.weight_decay = o.t == 2 ? 0.0f : 0.1f;
-		BOTH(adamw, P(p), P(pc), P(g), P(m), P(v), n, &o);
+		BOTH(adamw, ONE_RANGE(P(p), P(pc), P(g), P(m), P(v), n), 1, &o);
 	}
 	same("adamw p", p, T_F32);
 	same("adamw m", m, T_F32);
@@ -764,10 +769,10 @@ static void adamw_case(void)
 	free(got);
 	/* pc NULL and pc == p (an fp32 device's copy is the master) */
 	o.t = 4;
-	BOTH(adamw, P(p), NULL, P(g), P(m), P(v), n, &o);
+	BOTH(adamw, ONE_RANGE(P(p), NULL, P(g), P(m), P(v), n), 1, &o);
 	if (!F.bf16) {
 		o.t = 5;
-		BOTH(adamw, P(p), (mr_act *)P(p), P(g), P(m), P(v), n, &o);
+		BOTH(adamw, ONE_RANGE(P(p), (mr_act *)P(p), P(g), P(m), P(v), n), 1, &o);
 	}
 	same("adamw p after pc NULL / aliased", p, T_F32);
 	free(hp);
@@ -777,6 +782,75 @@ static void adamw_case(void)
 Test(device_cuda, adamw_writes_master_state_and_compute_copy)
 {
 	BOTH_PRECISIONS(adamw_case);
+}
+
+/* Many ranges in one call (one launch on cuda): tensors of a chunk and
+ * more (past the kernel's 65,536-element chunks), tiny ones and an empty
+ * one, with and without decay and compute copy, in the order a step
+ * passes them - the same as the cpu device's; then the same table again
+ * (no new upload) and a changed one (one range fewer). */
+static void adamw_ranges_case(void)
+{
+	static const size_t len[] = { 70001, 3, 0, 65536, 1, 2048 };
+	enum { K = sizeof(len) / sizeof(len[0]) };
+	size_t n = 0, off[K], i;
+	struct mr_dev_adamw_range rc[K], rg[K];
+	struct mr_dev_adamw o = { 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0 };
+	float *hp, *hg;
+	struct pr p, g, m, v, pc;
+	int k;
+
+	for (k = 0; k < K; k++) {
+		off[k] = n;
+		n += len[k];
+	}
+	hp = rnd(n, 1.0f);
+	hg = rnd(n, 0.1f);
+	p = f32_in(hp, n), g = f32_in(hg, n), m = f32_in(NULL, n), v = f32_in(NULL, n);
+	pc = act_zero(n);
+	BOTH(zero, P(m), n * sizeof(float));
+	BOTH(zero, P(v), n * sizeof(float));
+	for (k = 0; k < K; k++) {
+		int pcs = k % 3 != 1; /* some without a compute copy */
+		rc[k] = (struct mr_dev_adamw_range){ (float *)p.c + off[k],
+						     pcs ? (mr_act *)((float *)pc.c + off[k]) : NULL,
+						     (float *)g.c + off[k], (float *)m.c + off[k],
+						     (float *)v.c + off[k], len[k], k % 2 == 0 };
+		rg[k] = rc[k];
+		rg[k].p = (float *)p.g + off[k];
+		rg[k].pc = pcs ? mr_dev_at(&F.gpu, pc.g, off[k]) : NULL;
+		rg[k].g = (float *)g.g + off[k];
+		rg[k].m = (float *)m.g + off[k];
+		rg[k].v = (float *)v.g + off[k];
+	}
+	for (o.t = 1; o.t <= 3; o.t++) {
+		int nr = o.t == 3 ? K - 1 : K;
+		OK(F.cpu.ops->adamw(&F.cpu, rc, nr, &o));
+		OK(F.gpu.ops->adamw(&F.gpu, rg, nr, &o));
+		OK(F.gpu.ops->sync(&F.gpu));
+	}
+	same("adamw ranges p", p, T_F32);
+	same("adamw ranges m", m, T_F32);
+	same("adamw ranges v", v, T_F32);
+	{
+		float *got = get(&F.gpu, pc.g, n, 1), *mp = get(&F.gpu, p.g, n, 0);
+		for (k = 0; k < K; k++)
+			for (i = off[k]; i < off[k] + len[k]; i++)
+				cr_assert_eq(got[i],
+					     k % 3 == 1 ? 0.0f
+					     : F.bf16   ? mr_bf16_to_f32(mr_bf16_from_f32(mp[i]))
+							: mp[i],
+					     "compute copy of range %d [%zu]", k, i - off[k]);
+		free(got);
+		free(mp);
+	}
+	free(hp);
+	free(hg);
+}
+
+Test(device_cuda, adamw_of_many_ranges_in_one_call)
+{
+	BOTH_PRECISIONS(adamw_ranges_case);
 }
 
 /* ---- mixture of experts ------------------------------------------------------------------ */

@@ -398,14 +398,16 @@ Test(kernels, device_adamw_on_the_pool_is_bit_identical_to_the_sequential_loop)
 	memcpy(rp, p, n * sizeof(float));
 	for (k = 1; k <= 3; k++) {
 		float lr = 1e-3f * (float)k;
-		for (t = 0; t < 3; t++) {
-			struct mr_dev_adamw o = { lr, oc.beta1, oc.beta2, oc.eps,
-						  t != 1 ? oc.weight_decay : 0.0f, k };
-			cr_assert_eq(dev.ops->adamw(&dev, p + off[t], NULL, g + off[t], m + off[t],
-						    v + off[t], sizes[t], &o), 0);
+		/* the three tensors in one call, the second without decay */
+		struct mr_dev_adamw o = { lr, oc.beta1, oc.beta2, oc.eps, oc.weight_decay, k };
+		struct mr_dev_adamw_range r[3];
+		for (t = 0; t < 3; t++)
+			r[t] = (struct mr_dev_adamw_range){ p + off[t], NULL, g + off[t], m + off[t],
+							    v + off[t], sizes[t], t != 1 };
+		cr_assert_eq(dev.ops->adamw(&dev, r, 3, &o), 0);
+		for (t = 0; t < 3; t++)
 			adamw_ref(&oc, k, lr, rp + off[t], g + off[t], rm + off[t], rv + off[t],
 				  sizes[t], t != 1);
-		}
 		for (i = 0; i < n; i++)
 			g[i] = -0.5f * g[i] + 1e-3f * rp[i];
 	}
