@@ -15,12 +15,20 @@
  * dbias is a fixed-order column sum (partials per row chunk, then one sum
  * per column) rather than cuBLASLt's BGRADB epilogue, so it is fp32 and
  * deterministic whatever algorithm cuBLASLt picks.
+ * The MLP's GELU gradient rides on the GEMM before it
+ * (mr_cuda_matmul_dgelu_bwd): cuBLASLt's DGELU epilogue multiplies the
+ * fp32 product by gelu'(pre) before the one rounding, as llm.c does on
+ * H100; where cuBLASLt has no algorithm for it, the GEMM and the GELU
+ * backward run apart (counted as a fallback).
  * Compute type CUBLAS_COMPUTE_32F everywhere: with bf16 inputs the tensor
  * cores accumulate in fp32; with fp32 inputs (precision fp32) it is an
  * exact fp32 GEMM, never TF32 (that would need _FAST_TF32, which we never
  * ask for, and the cuBLAS math mode stays CUBLAS_DEFAULT_MATH).
  *
- * Non-goals: fused GELU epilogues, fp8, batched GEMMs (MoE experts loop).
+ * Non-goals: the forward's GELU epilogue (it would compute GELU from the
+ * fp32 product, so a selective recomputation's GELU of the bf16 input
+ * could no longer repeat it bit for bit), fp8, batched GEMMs (MoE experts
+ * loop).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +46,7 @@ struct gemm_args {
 	int lda, ldb, ldc;
 	float beta;
 	void *C;
+	const void *dgelu_pre; /* cuBLASLt only: C = AB * gelu'(pre), pre laid out as C */
 };
 
 static unsigned int align_of(const void *p)
@@ -54,7 +63,8 @@ static unsigned int align_of(const void *p)
  * the padding with memset before filling). */
 struct lt_key {
 	cublasOperation_t ta, tb;
-	int m, n, k, lda, ldb, ldc, bias;
+	int m, n, k, lda, ldb, ldc;
+	cublasLtEpilogue_t epi;
 	cudaDataType_t ab_type, c_type;
 	uint32_t al_a, al_b, al_c; /* the pointers' alignments */
 };
@@ -103,7 +113,8 @@ static int plan_build(struct mr_cuda *cu, struct mr__lt_plan *p, const struct lt
 {
 	cublasLtMatmulPreference_t pref = NULL;
 	cublasLtMatmulHeuristicResult_t heur;
-	cublasLtEpilogue_t epi = k->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+	cublasLtEpilogue_t epi = k->epi;
+	int64_t aux_ld = k->ldc; /* DGELU's pre has C's layout */
 	size_t ws = cu->gemm_ws_bytes;
 	int nres = 0, ret = 1;
 
@@ -114,7 +125,10 @@ static int plan_build(struct mr_cuda *cu, struct mr__lt_plan *p, const struct lt
 	    cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &k->tb,
 					   sizeof(k->tb)) ||
 	    cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
-					   sizeof(epi)))
+					   sizeof(epi)) ||
+	    (epi == CUBLASLT_EPILOGUE_DGELU &&
+	     cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
+					    sizeof(aux_ld))))
 		goto out;
 	if (cublasLtMatrixLayoutCreate(&p->la, k->ab_type, k->ta == CUBLAS_OP_N ? k->m : k->k,
 				       k->ta == CUBLAS_OP_N ? k->k : k->m, k->lda) ||
@@ -163,7 +177,9 @@ static int gemm_lt(struct mr_cuda *cu, const struct gemm_args *g)
 	k.lda = g->lda;
 	k.ldb = g->ldb;
 	k.ldc = g->ldc;
-	k.bias = g->bias != NULL;
+	k.epi = g->dgelu_pre ? CUBLASLT_EPILOGUE_DGELU
+		: g->bias   ? CUBLASLT_EPILOGUE_BIAS
+			    : CUBLASLT_EPILOGUE_DEFAULT;
 	k.ab_type = g->ab_type;
 	k.c_type = g->c_type;
 	k.al_a = align_of(g->A);
@@ -182,6 +198,10 @@ static int gemm_lt(struct mr_cuda *cu, const struct gemm_args *g)
 	    (!g->bias || cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
 							&g->bias, sizeof(g->bias)) ==
 				 CUBLAS_STATUS_SUCCESS) &&
+	    (!g->dgelu_pre ||
+	     cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+					    &g->dgelu_pre, sizeof(g->dgelu_pre)) ==
+		     CUBLAS_STATUS_SUCCESS) &&
 	    cublasLtMatmul(cu->lt, p->desc, &alpha, g->A, p->la, g->B, p->lb, &g->beta, g->C, p->lc,
 			   g->C, p->lc, &p->algo, cu->gemm_ws, cu->gemm_ws_bytes,
 			   cu->stream) == CUBLAS_STATUS_SUCCESS)
@@ -245,7 +265,7 @@ extern "C" int mr_cuda_matmul_fwd(struct mr_cuda *cu, void *out, const void *inp
 {
 	cudaDataType_t t = mr__cu_act_type(cu);
 	struct gemm_args g = { CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, w, inp, bias,
-			       t, t, IC, IC, OC, 0.0f, out };
+			       t, t, IC, IC, OC, 0.0f, out, NULL };
 
 	if (N <= 0 || IC <= 0 || OC <= 0)
 		return mr__cuda_inval(cu, "matmul_fwd");
@@ -257,7 +277,7 @@ int mr__cuda_matmul_f32out(struct mr_cuda *cu, float *out, const void *inp, cons
 {
 	cudaDataType_t t = mr__cu_act_type(cu);
 	struct gemm_args g = { CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, w, inp, NULL,
-			       t, CUDA_R_32F, IC, IC, OC, 0.0f, out };
+			       t, CUDA_R_32F, IC, IC, OC, 0.0f, out, NULL };
 
 	if (N <= 0 || IC <= 0 || OC <= 0)
 		return mr__cuda_inval(cu, "matmul_f32out");
@@ -268,7 +288,7 @@ extern "C" int mr_cuda_matmul_fwd_f32(struct mr_cuda *cu, float *out, const floa
 				      const float *w, const float *bias, int N, int IC, int OC)
 {
 	struct gemm_args g = { CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, w, inp, bias,
-			       CUDA_R_32F, CUDA_R_32F, IC, IC, OC, 0.0f, out };
+			       CUDA_R_32F, CUDA_R_32F, IC, IC, OC, 0.0f, out, NULL };
 
 	if (N <= 0 || IC <= 0 || OC <= 0)
 		return mr__cuda_inval(cu, "matmul_fwd_f32");
@@ -332,14 +352,14 @@ extern "C" int mr_cuda_matmul_bwd(struct mr_cuda *cu, void *dinp, float *dw, flo
 		return mr__cuda_inval(cu, "matmul_bwd");
 	if (dinp) {
 		struct gemm_args g = { CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, w, dout, NULL,
-				       t, t, IC, OC, IC, accumulate_dinp ? 1.0f : 0.0f, dinp };
+				       t, t, IC, OC, IC, accumulate_dinp ? 1.0f : 0.0f, dinp, NULL };
 		rc = gemm(cu, g, "matmul_bwd dinp");
 		if (rc)
 			return rc;
 	}
 	if (dw) {
 		struct gemm_args g = { CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, dout, NULL,
-				       t, CUDA_R_32F, IC, OC, IC, 1.0f, dw };
+				       t, CUDA_R_32F, IC, OC, IC, 1.0f, dw, NULL };
 		rc = gemm(cu, g, "matmul_bwd dw");
 		if (rc)
 			return rc;
@@ -347,4 +367,32 @@ extern "C" int mr_cuda_matmul_bwd(struct mr_cuda *cu, void *dinp, float *dw, flo
 	if (dbias)
 		return MR__BY_ACT(cu, colsum, cu, dbias, dout, N, OC);
 	return 0;
+}
+
+extern "C" int mr_cuda_matmul_dgelu_bwd(struct mr_cuda *cu, void *dinp, float *dw, float *dbias,
+					const void *dout, const void *inp, const void *w,
+					const void *pre, int N, int IC, int OC)
+{
+	cudaDataType_t t = mr__cu_act_type(cu);
+	struct gemm_args g = { CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, w, dout, NULL,
+			       t, t, IC, OC, IC, 0.0f, dinp, pre };
+	int rc;
+
+	if (N <= 0 || IC <= 0 || OC <= 0 || !dinp || !pre)
+		return mr__cuda_inval(cu, "matmul_dgelu_bwd");
+	if (cu->use_lt && cu->lt && gemm_lt(cu, &g) == 0) {
+		rc = mr__cuda_launched(cu, "matmul_dgelu_bwd");
+	} else {
+		if (cu->use_lt && cu->lt && !cu->lt_fallbacks++)
+			snprintf(cu->lt_why, sizeof(cu->lt_why),
+				 "matmul_dgelu_bwd: cuBLASLt has no DGELU algorithm or failed for "
+				 "m %d n %d k %d: the GEMM and the GELU backward apart",
+				 IC, N, OC);
+		rc = mr_cuda_matmul_bwd(cu, dinp, NULL, NULL, dout, inp, w, N, IC, OC, 0);
+		if (rc == 0)
+			rc = mr_cuda_gelu_bwd(cu, dinp, pre, dinp, (size_t)N * IC);
+	}
+	if (rc == 0 && (dw || dbias))
+		rc = mr_cuda_matmul_bwd(cu, NULL, dw, dbias, dout, inp, w, N, IC, OC, 0);
+	return rc;
 }

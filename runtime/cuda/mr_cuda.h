@@ -179,6 +179,14 @@ int mr_cuda_matmul_fwd(struct mr_cuda *cu, void *out, const void *inp, const voi
 int mr_cuda_matmul_bwd(struct mr_cuda *cu, void *dinp, float *dw, float *dbias,
 		       const void *dout, const void *inp, const void *w, int N, int IC, int OC,
 		       int accumulate_dinp);
+/* The GEMM before a GELU, backward: dinp (N,IC) = (dout @ w) * gelu'(pre)
+ * (=), pre (N,IC) the GELU's input, with one rounding (cuBLASLt's DGELU
+ * epilogue); dw, dbias (may be NULL) as mr_cuda_matmul_bwd. Without the
+ * epilogue: the two apart, counted in mr_cuda_lt_fallbacks.
+ * Twin: mr_matmul_bwd into fp32, then mr_gelu_bwd. */
+int mr_cuda_matmul_dgelu_bwd(struct mr_cuda *cu, void *dinp, float *dw, float *dbias,
+			     const void *dout, const void *inp, const void *w, const void *pre,
+			     int N, int IC, int OC);
 /* All-fp32 variant of the forward (no TF32), whatever the activation
  * type. */
 int mr_cuda_matmul_fwd_f32(struct mr_cuda *cu, float *out, const float *inp, const float *w,

@@ -278,6 +278,15 @@ static int cuda_matmul_bwd(struct mr_dev *d, mr_act *dinp, float *dw, float *dbi
 		  "matmul_bwd");
 }
 
+static int cuda_matmul_dgelu_bwd(struct mr_dev *d, mr_act *dinp, float *dw, float *dbias,
+				 const mr_act *dout, const mr_act *inp, const mr_act *w,
+				 const mr_act *pre, int N, int IC, int OC)
+{
+	return ck(d,
+		  mr_cuda_matmul_dgelu_bwd(cu_of(d), dinp, dw, dbias, dout, inp, w, pre, N, IC, OC),
+		  "matmul_dgelu_bwd");
+}
+
 static int cuda_layernorm_fwd(struct mr_dev *d, mr_act *out, float *mean, float *rstd,
 			      const mr_act *inp, const mr_act *w, const mr_act *b, int N, int C)
 {
@@ -638,19 +647,25 @@ static int cuda_moe_bwd(struct mr_dev *d, const struct mr_moe_shape *s,
 		size_t r0 = (size_t)e * (size_t)v.cap, m = (size_t)v.counts[e];
 		if (m == 0)
 			continue;
-		/* the hidden output's gradient: in place for GELU, beside for
-		 * SwiGLU, whose backward writes [dgate | dup] into dh */
+		/* the hidden output's gradient: for GELU straight into dh with
+		 * the GELU's gradient applied by the GEMM, for SwiGLU beside,
+		 * its backward writing [dgate | dup] into dh */
 		mr_act *dhg = s->swiglu ? AT(d, ACT(w.dhg), r0 * H) : AT(d, dh, r0 * H);
 
-		TRY(cuda_matmul_bwd(d, dhg, dfcprojw + e * C * H, dfcprojb ? dfcprojb + e * C : NULL,
-				    AT(d, dyo, r0 * C), AT(d, hg, r0 * H), AT(d, fcprojw, e * C * H),
-				    (int)m, (int)H, (int)C, 0));
-		if (s->swiglu)
+		if (s->swiglu) {
+			TRY(cuda_matmul_bwd(d, dhg, dfcprojw + e * C * H,
+					    dfcprojb ? dfcprojb + e * C : NULL, AT(d, dyo, r0 * C),
+					    AT(d, hg, r0 * H), AT(d, fcprojw, e * C * H), (int)m,
+					    (int)H, (int)C, 0));
 			TRY(cuda_swiglu_bwd(d, AT(d, dh, r0 * F), AT(d, h, r0 * F), dhg, (int)m,
 					    (int)H));
-		else
-			TRY(cuda_gelu_bwd(d, AT(d, dh, r0 * H), AT(d, h, r0 * H), AT(d, dh, r0 * H),
-					  m * H));
+		} else {
+			TRY(cuda_matmul_dgelu_bwd(d, dhg, dfcprojw + e * C * H,
+						  dfcprojb ? dfcprojb + e * C : NULL,
+						  AT(d, dyo, r0 * C), AT(d, hg, r0 * H),
+						  AT(d, fcprojw, e * C * H), AT(d, h, r0 * H), (int)m,
+						  (int)H, (int)C));
+		}
 		TRY(cuda_matmul_bwd(d, AT(d, dxin, r0 * C), dfcw + e * F * C,
 				    dfcb ? dfcb + e * F : NULL, AT(d, dh, r0 * F), AT(d, xin, r0 * C),
 				    AT(d, fcw, e * F * C), (int)m, (int)C, (int)F, 0));
@@ -799,6 +814,7 @@ static const struct mr_dev_ops cuda_ops = {
 	.is_device = cuda_is_device,
 	.matmul_fwd = cuda_matmul_fwd,
 	.matmul_bwd = cuda_matmul_bwd,
+	.matmul_dgelu_bwd = cuda_matmul_dgelu_bwd,
 	.layernorm_fwd = cuda_layernorm_fwd,
 	.layernorm_bwd = cuda_layernorm_bwd,
 	.gelu_fwd = cuda_gelu_fwd,

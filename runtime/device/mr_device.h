@@ -160,6 +160,14 @@ struct mr_dev_ops {
 	int (*matmul_bwd)(struct mr_dev *d, mr_act *dinp, float *dw, float *dbias,
 			  const mr_act *dout, const mr_act *inp, const mr_act *w, int N, int IC,
 			  int OC, int acc);
+	/* matmul_bwd of the GEMM after a GELU, the GELU's backward with it:
+	 * dinp = (dout @ w) * gelu'(pre) (written; pre (N,IC) the GELU's
+	 * input), rounded once on a bf16 device (cuda: cuBLASLt's DGELU
+	 * epilogue). NULL: the device has no fusion (the model calls
+	 * matmul_bwd, then gelu_bwd) */
+	int (*matmul_dgelu_bwd)(struct mr_dev *d, mr_act *dinp, float *dw, float *dbias,
+				const mr_act *dout, const mr_act *inp, const mr_act *w,
+				const mr_act *pre, int N, int IC, int OC);
 	int (*layernorm_fwd)(struct mr_dev *d, mr_act *out, float *mean, float *rstd,
 			     const mr_act *inp, const mr_act *w, const mr_act *b, int N, int C);
 	/* dinp +=, dw, db +=; ws as for attn_* */

@@ -129,6 +129,21 @@ static int mlp_act(struct mr_gpt *m, int l)
 	return OP(m, gelu_fwd, a->fch_gelu, a->fch, (size_t)m->B * m->T * mr__gpt_ffn_cols(m));
 }
 
+/* d(fc output) (N,H) from d(MLP output) through the output GEMM and the
+ * GELU: one fused call where the device has it, else the two; dw, db
+ * (may be NULL) the output GEMM's gradients. */
+static int proj_gelu_bwd(struct mr_gpt *m, mr_act *dfc, float *dw, float *db, const mr_act *dout,
+			 const struct mr_gpt_layer_acts *a, const mr_act *w, int N, int H, int C)
+{
+	const struct mr_dev_ops *ops = m->dev->ops;
+	int rc;
+
+	if (ops->matmul_dgelu_bwd)
+		return OP(m, matmul_dgelu_bwd, dfc, dw, db, dout, a->fch_gelu, w, a->fch, N, H, C);
+	CK(OP(m, matmul_bwd, dfc, dw, db, dout, a->fch_gelu, w, N, H, C, 0));
+	return OP(m, gelu_bwd, dfc, a->fch, dfc, (size_t)N * H);
+}
+
 /* The four dense GEMMs' weight gradients of layer l from their output
  * gradients (the weight phase of a split backward). */
 static int dense_weight_grads(struct mr_gpt *m, int l, const mr_act *dproj2, const mr_act *dfc,
@@ -191,9 +206,8 @@ static int block_bwd(struct mr_gpt *m, int l, const mr_act *res, float dscale, i
 	} else {
 		if (dproj2 != dfull)
 			CK(OP(m, copy, dproj2, dfull, nc));
-		CK(OP(m, matmul_bwd, dfc, all ? g->fcprojw : NULL, all ? g->fcprojb : NULL, dfull,
-		      a->fch_gelu, CW(w->fcprojw), N, 4 * Cl, C, 0));
-		CK(OP(m, gelu_bwd, dfc, a->fch, dfc, (size_t)N * 4 * Cl));
+		CK(proj_gelu_bwd(m, dfc, all ? g->fcprojw : NULL, all ? g->fcprojb : NULL, dfull,
+				 a, CW(w->fcprojw), N, 4 * Cl, C));
 		CK(OP(m, matmul_bwd, m->dln, all ? g->fcw : NULL, all ? g->fcb : NULL, dfc, a->ln2,
 		      CW(w->fcw), N, C, 4 * Cl, 0));
 	}

@@ -505,6 +505,31 @@ int mr_cuda_matmul_bwd(struct mr_cuda *cu, void *dinp, float *dw, float *dbias,
 	return 0;
 }
 
+/* The DGELU epilogue's rounding: the product and its GELU gradient in
+ * fp32, one store. */
+int mr_cuda_matmul_dgelu_bwd(struct mr_cuda *cu, void *dinp, float *dw, float *dbias,
+			     const void *dout, const void *inp, const void *w, const void *pre,
+			     int N, int IC, int OC)
+{
+	size_t n = (size_t)N * IC;
+	float *fd = ld(cu, D(dout), (size_t)N * OC), *fi = ld(cu, D(inp), n);
+	float *fw = ld(cu, D(w), (size_t)OC * IC), *fp = ld(cu, D(pre), n);
+	float *fdi = xcalloc(n, sizeof(float)), *ones = ones_of(N);
+
+	if (!dinp || !pre)
+		return MR_EINVAL;
+	mr_matmul_bwd(NULL, fdi, D(dw), D(dbias), fd, fi, fw, N, IC, OC, 0, ones);
+	mr_gelu_bwd(NULL, fdi, fp, fdi, n);
+	st(cu, D(dinp), fdi, n);
+	free(fd);
+	free(fi);
+	free(fw);
+	free(fp);
+	free(fdi);
+	free(ones);
+	return 0;
+}
+
 int mr_cuda_matmul_fwd_f32(struct mr_cuda *cu, float *out, const float *inp, const float *w,
 			   const float *bias, int N, int IC, int OC)
 {

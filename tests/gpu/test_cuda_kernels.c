@@ -142,6 +142,60 @@ Test(cuda, matmul_gpt2_shapes_take_the_cublaslt_path)
 	gpu_teardown();
 }
 
+/* The MLP output GEMM's backward with the GELU's gradient in its epilogue
+ * (GPT-2 124M's shape, and an odd one), against the CPU's GEMM then GELU
+ * backward; the poisoned dinp must be overwritten; no fallback. */
+static void dgelu_case(int N, int IC, int OC)
+{
+	size_t ni = (size_t)N * IC, no = (size_t)N * OC;
+	float *inp = rand_bf(ni, 1.0f), *w = rand_bf((size_t)OC * IC, 0.1f);
+	float *pre = rand_bf(ni, 2.0f), *dout = rand_bf(no, 1.0f);
+	float *dinp = xmalloc(ni * sizeof(float)), *dw = xmalloc((size_t)OC * IC * sizeof(float));
+	float *ones = xmalloc(sizeof(float) * N), *g;
+	mr_bf16 *d_inp = up_bf(inp, ni), *d_w = up_bf(w, (size_t)OC * IC);
+	mr_bf16 *d_pre = up_bf(pre, ni), *d_dout = up_bf(dout, no), *d_dinp;
+	float *d_dw;
+	int i;
+
+	memset(dw, 0, (size_t)OC * IC * sizeof(float));
+	d_dw = up_f32(dw, (size_t)OC * IC);
+	for (i = 0; i < N; i++)
+		ones[i] = 1.0f;
+	for (size_t j = 0; j < ni; j++)
+		dinp[j] = NAN; /* poison: every element must be written */
+	d_dinp = up_bf(dinp, ni);
+	memset(dinp, 0, ni * sizeof(float));
+	mr_matmul_bwd(NULL, dinp, dw, NULL, dout, inp, w, N, IC, OC, 0, ones);
+	mr_gelu_bwd(NULL, dinp, pre, dinp, ni);
+	CU_OK(mr_cuda_matmul_dgelu_bwd(cu, d_dinp, d_dw, NULL, d_dout, d_inp, d_w, d_pre, N, IC,
+				       OC));
+	g = down_bf(d_dinp, ni);
+	check_close("dgelu dinp", g, dinp, ni, 1e-2, 4e-3);
+	free(g);
+	g = down_f32(d_dw, (size_t)OC * IC);
+	check_close("dgelu dw", g, dw, (size_t)OC * IC, 1e-4, 1e-5);
+	free(g);
+	free(inp);
+	free(w);
+	free(pre);
+	free(dout);
+	free(dinp);
+	free(dw);
+	free(ones);
+}
+
+Test(cuda, matmul_dgelu_epilogue_matches_cpu)
+{
+	const char *why = "";
+
+	need_gpu();
+	cr_assert(mr_cuda_using_lt(cu), "cuBLASLt not in use");
+	dgelu_case(1024, 3072, 768);
+	dgelu_case(70, 96, 136);
+	cr_expect_eq(mr_cuda_lt_fallbacks(cu, &why), 0, "the epilogue did not run: %s", why);
+	gpu_teardown();
+}
+
 Test(cuda, matmul_cublas_fallback_matches_cpu)
 {
 	need_gpu();

@@ -413,6 +413,39 @@ Test(device_cuda, matmul_forward_and_backward)
 	BOTH_PRECISIONS(matmul_case);
 }
 
+/* The GEMM after a GELU with the GELU's backward fused (cuda) against the
+ * two apart (the cpu device has no fusion); dinp is written, not added. */
+static void dgelu_case(void)
+{
+	int N = 37, IC = 48, OC = 40;
+	size_t ni = (size_t)N * IC;
+	float *hx = rnd(ni, 1.0f), *hw = rnd((size_t)OC * IC, 0.5f), *hp = rnd(ni, 2.0f);
+	float *hd = rnd((size_t)N * OC, 1.0f), *hj = rnd(ni, 1.0f);
+	struct pr x = act_in(hx, ni), w = act_in(hw, (size_t)OC * IC), pre = act_in(hp, ni);
+	struct pr dout = act_in(hd, (size_t)N * OC), dinp = act_in(hj, ni);
+	struct pr dw = f32_in(hw, (size_t)OC * IC), db = f32_in(hd, OC);
+
+	cr_assert_null(F.cpu.ops->matmul_dgelu_bwd);
+	OK(F.cpu.ops->matmul_bwd(&F.cpu, dinp.c, dw.c, db.c, dout.c, x.c, w.c, N, IC, OC, 0));
+	OK(F.cpu.ops->gelu_bwd(&F.cpu, dinp.c, pre.c, dinp.c, ni));
+	OK(F.gpu.ops->matmul_dgelu_bwd(&F.gpu, dinp.g, dw.g, db.g, dout.g, x.g, w.g, pre.g, N, IC,
+				       OC));
+	OK(F.gpu.ops->sync(&F.gpu));
+	same("dgelu dinp", dinp, T_GRAD);
+	same("dgelu dw +=", dw, T_F32);
+	same("dgelu db +=", db, T_F32);
+	free(hx);
+	free(hw);
+	free(hp);
+	free(hd);
+	free(hj);
+}
+
+Test(device_cuda, matmul_with_the_gelu_backward_fused)
+{
+	BOTH_PRECISIONS(dgelu_case);
+}
+
 /* ---- layernorm, elementwise -------------------------------------------------------- */
 
 static void layernorm_case(void)

@@ -36,7 +36,11 @@
  *     few roundings per layer. Bounds, with what the matrix measured
  *     (every tolerance set to 0, 2026-11-25): loss 1e-2 relative per step
  *     (worst 5.4e-3, tp4 MoE); weights 5e-2 relative L2 per tensor (worst
- *     4.2e-2: q/v biases, which start at 0 and are all AdamW walk); a
+ *     4.2e-2: q/v biases, which start at 0 and are all AdamW walk). Since
+ *     the MLP's GELU gradient is applied before the GEMM's one rounding
+ *     (the DGELU epilogue, 2026-11-29) the trajectories run elsewhere:
+ *     grad norm 0.102 (tp4 MoE, step 8: a routing tie) and weights 5.2e-2
+ *     (tp2 sp with accumulation, ln2.b), so 0.15 and 7e-2; a
  *     MoE model's tensors 0.25 (worst 0.138, the experts' biases: a token
  *     whose two experts' gate probabilities tie to bf16 precision picks
  *     another expert, and its whole contribution moves, downstream layers
@@ -119,8 +123,8 @@
 #define LOSS_TOL (BF16 ? 1e-2 : 1e-5)
 /* the gradient norm, a sum of squares over every gradient: worst 7.1e-6
  * relative on the cpu matrix (2026-11-25) */
-#define NORM_TOL (BF16 ? 1e-1 : ON_DEVICE ? 1e-4 : 1e-5)
-#define WEIGHT_TOL (BF16 ? 5e-2 : ON_DEVICE ? 2e-4 : MR_PARITY_WEIGHT_TOL)
+#define NORM_TOL (BF16 ? 1.5e-1 : ON_DEVICE ? 1e-4 : 1e-5)
+#define WEIGHT_TOL (BF16 ? 7e-2 : ON_DEVICE ? 2e-4 : MR_PARITY_WEIGHT_TOL)
 #define MOE_BF16_TOL 0.25 /* a MoE model's tensors in bf16: see the header */
 /* a real GPU's bounds (the header): fp32 MoE, and bf16's compared steps */
 #define GPU_MOE_LOSS_TOL 1e-3
