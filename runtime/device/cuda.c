@@ -660,11 +660,13 @@ static int cuda_moe_bwd(struct mr_dev *d, const struct mr_moe_shape *s,
 			TRY(cuda_swiglu_bwd(d, AT(d, dh, r0 * F), AT(d, h, r0 * F), dhg, (int)m,
 					    (int)H));
 		} else {
+			mr_act *pre = AT(d, h, r0 * H);
+
 			TRY(cuda_matmul_dgelu_bwd(d, dhg, dfcprojw + e * C * H,
 						  dfcprojb ? dfcprojb + e * C : NULL,
 						  AT(d, dyo, r0 * C), AT(d, hg, r0 * H),
-						  AT(d, fcprojw, e * C * H), AT(d, h, r0 * H), (int)m,
-						  (int)H, (int)C));
+						  AT(d, fcprojw, e * C * H), pre, (int)m, (int)H,
+						  (int)C));
 		}
 		TRY(cuda_matmul_bwd(d, AT(d, dxin, r0 * C), dfcw + e * F * C,
 				    dfcb ? dfcb + e * F : NULL, AT(d, dh, r0 * F), AT(d, xin, r0 * C),
