@@ -392,9 +392,9 @@ static void carve_ws(struct mr_gpt *m, struct carve *wv)
 	m->k_ws = take_bytes(wv, kws > mws ? kws : mws);
 }
 
-/* ---- micro-batch slots ---- */
+/* ---- a micro-batch's state ---- */
 
-/* The model's fields that view the slot in use. */
+/* The model's fields that hold the state of the micro-batch in use. */
 #define SLOT_FIELDS(X)                                                                      \
 	X(acts) X(la) X(encoded) X(lnf) X(logits) X(lnf_mean) X(lnf_rstd) X(ce_lse) X(losses) \
 	X(tok_dev) X(tgt_dev) X(inputs) X(targets) X(tok_tp) X(tgt_tp) X(tok_local)          \
@@ -414,19 +414,16 @@ static void slot_load(struct mr_gpt *m, const struct mr_gpt_slot *s)
 #undef X
 }
 
-int mr_gpt_use_slot(struct mr_gpt *m, int k)
+void mr_gpt_slot_swap(struct mr_gpt *m, struct mr_gpt_slot *s)
 {
-	if (k < 0 || k >= m->nslots)
-		return MR_EINVAL;
-	if (k != m->slot) {
-		slot_save(m, &m->slots[m->slot]);
-		slot_load(m, &m->slots[k]);
-		m->slot = k;
-	}
-	return 0;
+	struct mr_gpt_slot cur;
+
+	slot_save(m, &cur);
+	slot_load(m, s);
+	*s = cur;
 }
 
-/* The split backward's stash of the slot whose state m's fields hold. */
+/* The split backward's stash of the state in m's fields. */
 static int stash_alloc(struct mr_gpt *m)
 {
 	size_t N = (size_t)m->B * m->T, C = (size_t)m->cfg.d_model;
@@ -459,8 +456,8 @@ static int stash_alloc(struct mr_gpt *m)
 	return 0;
 }
 
-/* A new slot's state in m's fields (the caller saved the one in use);
- * on failure what was allocated is in m's fields for slot_free. */
+/* A new state in m's fields (the caller set the one there aside); on
+ * failure what was allocated is in m's fields for slot_free. */
 static int slot_alloc(struct mr_gpt *m)
 {
 	size_t N = (size_t)m->B * m->T;
@@ -502,43 +499,65 @@ static void slot_free(struct mr_gpt *m, struct mr_gpt_slot *s)
 	memset(s, 0, sizeof(*s));
 }
 
-int mr_gpt_set_slots(struct mr_gpt *m, int n, struct mr_errbuf *eb)
+int mr_gpt_slot_alloc(struct mr_gpt *m, struct mr_gpt_slot *s)
 {
-	struct mr_gpt_slot *grown;
-	int cur = m->slot, rc = 0;
+	int rc;
 
-	if (n <= m->nslots)
-		return 0;
-	grown = realloc(m->slots, (size_t)n * sizeof(*grown));
-	if (!grown)
-		return mr_errf(eb, MR_ENOMEM, "unable to allocate %d micro-batch slots", n);
-	m->slots = grown;
-	if (m->nslots > 0)
-		slot_save(m, &m->slots[cur]);
-	while (m->nslots < n) {
-		rc = slot_alloc(m);
-		slot_save(m, &m->slots[m->nslots]);
-		if (rc < 0) {
-			/* freed, and m's fields no longer point into it */
-			slot_free(m, &m->slots[m->nslots]);
-			slot_load(m, &m->slots[m->nslots]);
-			break;
-		}
-		m->nslots++;
+	memset(s, 0, sizeof(*s));
+	mr_gpt_slot_swap(m, s); /* m's state aside in s, m's fields empty */
+	rc = slot_alloc(m);
+	mr_gpt_slot_swap(m, s); /* m's state back, the new one in s */
+	if (rc < 0) {
+		slot_free(m, s);
+		return rc;
 	}
-	if (m->nslots > 0)
-		slot_load(m, &m->slots[cur]);
-	if (rc < 0)
-		return mr_errf(eb, rc, "unable to allocate micro-batch slot %d of %d (%zu bytes of "
-				       "activations each)",
-			       m->nslots + 1, n, m->nacts);
+	m->slots_out++;
+	return 0;
+}
+
+void mr_gpt_slot_free(struct mr_gpt *m, struct mr_gpt_slot *s)
+{
+	if (!s->acts)
+		return;
+	slot_free(m, s);
+	m->slots_out--;
+}
+
+/* Frees the state in m's fields (empty after). */
+static void own_state_free(struct mr_gpt *m)
+{
+	struct mr_gpt_slot own;
+
+	slot_save(m, &own);
+	slot_free(m, &own);
+	slot_load(m, &own);
+}
+
+/* Sizes a state's arena for the current carve (on a scratch layer table)
+ * and allocates the model's own state into its empty fields. */
+static int own_state_alloc(struct mr_gpt *m, struct mr_errbuf *eb)
+{
+	struct carve cv = { NULL, 0 };
+	int rc;
+
+	if (!(m->la = calloc((size_t)m->cfg.n_layer, sizeof(*m->la))))
+		return mr_errf(eb, MR_ENOMEM, "out of memory");
+	carve_acts(m, &cv);
+	m->nacts = cv.used;
+	free(m->la);
+	m->la = NULL;
+	if ((rc = slot_alloc(m)) < 0) {
+		own_state_free(m);
+		return mr_errf(eb, rc, "unable to allocate the model's micro-batch state (%zu bytes "
+				       "of activations)",
+			       m->nacts);
+	}
 	return 0;
 }
 
 int mr_gpt_set_recompute(struct mr_gpt *m, int mode, int layers, struct mr_errbuf *eb)
 {
 	struct carve cv = { NULL, 0 };
-	int n = m->nslots, k;
 
 	if (mode < MR_GPT_RC_NONE || mode > MR_GPT_RC_FULL)
 		return mr_errf_field(eb, MR_EINVAL, "recompute", "recompute mode %d is unknown",
@@ -548,14 +567,14 @@ int mr_gpt_set_recompute(struct mr_gpt *m, int mode, int layers, struct mr_errbu
 				     "'recompute_layers' must be >= 0, got %d", layers);
 	if (mode == m->rc_mode && layers == m->rc_layers)
 		return 0;
-	/* every slot is carved anew around the scratch */
-	if (n > 0)
-		slot_save(m, &m->slots[m->slot]);
-	for (k = 0; k < n; k++)
-		slot_free(m, &m->slots[k]);
-	if (n > 0)
-		slot_load(m, &m->slots[0]); /* freed: m's fields are NULL again */
-	m->nslots = m->slot = 0;
+	/* only the state in m's fields is carved anew: others would keep
+	 * views into the scratch freed below */
+	if (m->slots_out > 0)
+		return mr_errf_field(eb, MR_ESTATE, "recompute",
+				     "'recompute' must be set before a pipeline takes micro-batch "
+				     "slots (%d taken)",
+				     m->slots_out);
+	own_state_free(m);
 	mr_dev_free(m->dev, &m->mem, MR_MEM_ACTS, m->rc_mem, m->nrc);
 	m->rc_mem = NULL;
 	m->rc_mode = mode;
@@ -568,14 +587,7 @@ int mr_gpt_set_recompute(struct mr_gpt *m, int mode, int layers, struct mr_errbu
 	}
 	cv = (struct carve){ m->rc_mem, 0 };
 	carve_scratch(m, &cv);
-	if (!(m->la = calloc((size_t)m->cfg.n_layer, sizeof(*m->la))))
-		return mr_errf(eb, MR_ENOMEM, "out of memory");
-	cv = (struct carve){ NULL, 0 };
-	carve_acts(m, &cv);
-	m->nacts = cv.used;
-	free(m->la);
-	m->la = NULL;
-	return mr_gpt_set_slots(m, n > 0 ? n : 1, eb);
+	return own_state_alloc(m, eb);
 }
 
 struct mr_moe_shape mr_gpt_moe_shape(const struct mr_gpt *m)
@@ -805,7 +817,7 @@ int mr_gpt_create_on(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, i
 		     struct mr_dev *dev, const struct mr_place *place, unsigned flags,
 		     struct mr_errbuf *eb)
 {
-	struct carve cv = { NULL, 0 }, wv = { NULL, 0 };
+	struct carve wv = { NULL, 0 };
 	struct mr_layers_shape shape = { .B = B, .T = T, .C = cfg->d_model, .V = cfg->vocab,
 					 .n_head = cfg->n_head, .n_kv_head = mr_gpt_kv_heads(cfg),
 					 .n_experts = cfg->n_experts };
@@ -892,15 +904,7 @@ int mr_gpt_create_on(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, i
 		goto nomem;
 	if (cfg->arch == MR_ARCH_LLAMA && rope_tables(m) < 0)
 		goto nomem;
-	/* a slot's arena size: carved once on a scratch layer table */
-	m->la = calloc((size_t)cfg->n_layer, sizeof(*m->la));
-	if (!m->la)
-		goto nomem;
-	carve_acts(m, &cv);
-	m->nacts = cv.used;
-	free(m->la);
-	m->la = NULL;
-	if ((rc = mr_gpt_set_slots(m, 1, eb)) < 0) {
+	if ((rc = own_state_alloc(m, eb)) < 0) {
 		mr_gpt_release(m);
 		return rc;
 	}
@@ -918,17 +922,15 @@ nomem:
 
 int mr_gpt_split_bwd(struct mr_gpt *m)
 {
-	int k, cur = m->slot, rc = 0;
+	int rc;
 
 	if (m->split)
 		return 0;
-	slot_save(m, &m->slots[cur]);
-	for (k = 0; k < m->nslots && rc == 0; k++) {
-		slot_load(m, &m->slots[k]);
-		rc = stash_alloc(m);
-		slot_save(m, &m->slots[k]);
-	}
-	slot_load(m, &m->slots[cur]);
+	/* states carved from now on get theirs in slot_alloc; the model
+	 * cannot reach those already out */
+	if (m->slots_out > 0)
+		return MR_ESTATE;
+	rc = stash_alloc(m);
 	m->split = rc == 0;
 	return rc;
 }
@@ -936,14 +938,10 @@ int mr_gpt_split_bwd(struct mr_gpt *m)
 void mr_gpt_release(struct mr_gpt *m)
 {
 	struct mr_dev *d = m->dev;
-	int k;
 
 	if (d) {
 		mr_layers_release(&m->par);
-		if (m->nslots > 0)
-			slot_save(m, &m->slots[m->slot]);
-		for (k = 0; k < m->nslots; k++)
-			slot_free(m, &m->slots[k]);
+		own_state_free(m);
 		mr_dev_free(d, &m->mem, MR_MEM_PARAMS, m->params, m->nparams * sizeof(float));
 		mr_dev_free(d, &m->mem, MR_MEM_PARAMS, m->params_c,
 			    mr_dev_act_bytes(d, m->nparams));
@@ -957,7 +955,6 @@ void mr_gpt_release(struct mr_gpt *m)
 	}
 	if (d == &m->own_dev)
 		mr_dev_close(&m->own_dev);
-	free(m->slots);
 	free(m->tensors);
 	free(m->unit_first);
 	free(m->layer_unit);

@@ -251,11 +251,12 @@ enum { MR_GPT_BWD_ALL, MR_GPT_BWD_INPUT, MR_GPT_BWD_WEIGHT };
 /*
  * One micro-batch's state between its forward and its backward: the
  * activations (an arena accounted as MR_MEM_ACTS), the batch on the host
- * and the device, the loss, and the split backward's stash. The model's
- * fields of the same names are views of the slot in use
- * (mr_gpt_use_slot); a pipeline stage keeps one slot per micro-batch in
- * flight. Workspace (backward scratch, kernel workspace) is shared: one
- * pass runs at a time.
+ * and the device, the loss, and the split backward's stash. The model
+ * holds one in its fields of the same names, the one every pass reads
+ * and writes; whoever keeps more micro-batches in flight (a pipeline
+ * stage's slots, parallel/mr_pp_slots.h) carves them with
+ * mr_gpt_slot_alloc and swaps them in with mr_gpt_slot_swap. Workspace
+ * (backward scratch, kernel workspace) is shared: one pass runs at a time.
  */
 struct mr_gpt_slot {
 	void *acts;
@@ -341,12 +342,12 @@ struct mr_gpt {
 	mr_act *params_c;
 	struct mr_gpt_weights wc;
 
-	/* the micro-batch slots (one after create; mr_gpt_set_slots) and the
-	 * one in use, whose state the fields from acts to aux_loss view */
-	struct mr_gpt_slot *slots;
-	int nslots, slot;
-	int split;              /* mr_gpt_split_bwd was called: every slot has a stash */
-	size_t nacts, nws;      /* bytes of a slot's arena and of the workspace */
+	/* the micro-batch state in use: the fields from acts to aux_loss
+	 * (struct mr_gpt_slot); states carved by mr_gpt_slot_alloc and not
+	 * freed yet are out */
+	int slots_out;
+	int split;              /* mr_gpt_split_bwd was called: every state has a stash */
+	size_t nacts, nws;      /* bytes of a state's arena and of the workspace */
 	void *acts, *ws;
 	struct mr_gpt_layer_acts *la;
 	struct mr_gpt_layer_stash *stash; /* (L) after mr_gpt_split_bwd, else NULL */
@@ -419,20 +420,26 @@ int mr_gpt_check_placement(const struct mr_gpt_config *cfg, int T, const struct 
 			   struct mr_errbuf *eb);
 void mr_gpt_release(struct mr_gpt *m);
 /* Recomputes activations (enum mr_gpt_recompute) in the first `layers`
- * blocks of each chunk (0: every block; Megatron's block method): every
- * slot is carved anew, the scratch allocated once (MR_MEM_ACTS). Call
- * between passes (before the first, typically); MR_EINVAL naming
- * "recompute" or "recompute_layers", MR_ENOMEM. */
+ * blocks of each chunk (0: every block; Megatron's block method): the
+ * model's state is carved anew, the scratch allocated once (MR_MEM_ACTS).
+ * Call between passes and before any state is out (mr_gpt_slot_alloc: a
+ * pipeline's slots): a change then is MR_ESTATE naming "recompute".
+ * MR_EINVAL naming "recompute" or "recompute_layers", MR_ENOMEM. */
 int mr_gpt_set_recompute(struct mr_gpt *m, int mode, int layers, struct mr_errbuf *eb);
 /* The recompute mode block l runs under. */
 int mr_gpt_layer_recompute(const struct mr_gpt *m, int l);
-/* Grows the model to n micro-batch slots (activations, batch, loss; a
- * stash each after mr_gpt_split_bwd), each accounted in m->mem; never
- * shrinks. The slot in use stays in use. */
-int mr_gpt_set_slots(struct mr_gpt *m, int n, struct mr_errbuf *eb);
-/* Makes slot k the one every pass reads and writes; MR_EINVAL (nothing
- * changed) unless 0 <= k < m->nslots. */
-int mr_gpt_use_slot(struct mr_gpt *m, int k);
+/* Carves a fresh micro-batch state into s (activations, batch, loss; a
+ * stash after mr_gpt_split_bwd), accounted in m->mem, as the model's
+ * own is carved; the state in m's fields is not touched. 0 or MR_ENOMEM
+ * (s empty). The caller frees it with mr_gpt_slot_free before
+ * mr_gpt_release. */
+int mr_gpt_slot_alloc(struct mr_gpt *m, struct mr_gpt_slot *s);
+/* Frees a state of m (s empty after); an empty s is a no-op. Any state
+ * of m will do, the one the model held at create included. */
+void mr_gpt_slot_free(struct mr_gpt *m, struct mr_gpt_slot *s);
+/* Exchanges the state in m's fields with s: the passes then read and
+ * write what s held, and s holds the state m's fields held. */
+void mr_gpt_slot_swap(struct mr_gpt *m, struct mr_gpt_slot *s);
 /* GPT-2 init from (seed, tensor index) streams; see gpt_params.c. The
  * values are those of the single-rank model, sliced for this tp rank,
  * made on the host and uploaded to m->params (and the compute copy
@@ -544,8 +551,10 @@ int mr_gpt_head_bwd(struct mr_gpt *m, const mr_act *in, float dscale);
 int mr_gpt_blocks_bwd(struct mr_gpt *m, int lo, int hi, const mr_act *in, float dscale,
 		      int phase);
 int mr_gpt_embed_bwd(struct mr_gpt *m);
-/* Allocates the per-layer stash a split backward needs (MR_MEM_ACTS);
- * 0 or MR_ENOMEM. Idempotent. */
+/* Allocates the per-layer stash a split backward needs (MR_MEM_ACTS) to
+ * the model's state and every state carved after; 0, MR_ENOMEM, or
+ * MR_ESTATE while states are out (mr_gpt_slot_alloc), which it could not
+ * reach. Idempotent. */
 int mr_gpt_split_bwd(struct mr_gpt *m);
 
 /*

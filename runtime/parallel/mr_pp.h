@@ -22,11 +22,13 @@
  * of the action before - Megatron-Core's batched p2p pattern
  * (mr_pp_config.paired; "pp_p2p" in the worker's config).
  *
- * Micro-batch slots: a slot (mr_gpt_set_slots) holds a micro-batch's
- * activations from its first forward on the stage to its last backward
- * (W for zb-h1); slots are assigned in order of first use, lowest free
- * first, so a stage allocates exactly as many as its schedule keeps in
- * flight: m for gpipe, min(p - s, m) for 1f1b on stage s.
+ * Micro-batch slots: the stage owns them (parallel/mr_pp_slots.h; the
+ * model carves each one's state and knows only the one in use). A slot
+ * holds a micro-batch's activations from its first forward on the stage
+ * to its last backward (W for zb-h1); slots are assigned in order of
+ * first use, lowest free first, so a stage allocates exactly as many as
+ * its schedule keeps in flight: m for gpipe, min(p - s, m) for 1f1b on
+ * stage s. Freed with the stage, they leave the model its one state.
  *
  * Data parallelism under a pipeline (mr_pp_dp_config): gradients are
  * accumulated unsharded over the step's micro-batches and reduced once,
@@ -44,8 +46,9 @@
  * it: (makespan - busy) / busy, makespan the longest schedule of any
  * stage in the step (mr_pp_finish shares it over the pp group).
  *
- * Ownership: borrows the model and the communicators; owns its plans
- * (mr_pp_free). Non-goals: choosing the split (mr_pp_split.h).
+ * Ownership: borrows the model (freed before it) and the communicators;
+ * owns its plans and slots (mr_pp_free). Non-goals: choosing the split
+ * (mr_pp_split.h).
  */
 #ifndef MR_PP_H
 #define MR_PP_H
@@ -86,7 +89,9 @@ struct mr_pp;
 void mr_pp_dp_config(struct mr_dp_config *dc);
 
 /* A stage of model m (placed with pp > 1, or chunks on one rank); checks
- * the schedule against the model's chunks (field "pp_virtual"). */
+ * the schedule against the model's chunks (field "pp_virtual"). Set the
+ * model's recompute mode before (mr_gpt_set_recompute): the stage's
+ * slots are carved to it. */
 int mr_pp_create(struct mr_pp **out, struct mr_gpt *m, const struct mr_pp_config *c,
 		 struct mr_errbuf *eb);
 /*

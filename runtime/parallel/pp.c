@@ -2,6 +2,7 @@
  * pp.c - a pipeline stage at run time (see mr_pp.h): the plan of a step
  * (action list, transfers, slot of every micro-batch), the loop that runs
  * it, the tied embeddings' gradient sum and the forward-only evaluation.
+ * The slots themselves are pp_slots.c's.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 
 #include "comm/mr_comm.h"
 #include "mr_pp.h"
+#include "mr_pp_slots.h"
 
 /* The schedule of one step with m micro-batches, as this stage runs it. */
 struct plan {
@@ -29,6 +31,7 @@ struct mr_pp {
 	struct mr_pp_spec spec;      /* m set per plan */
 	int stage;
 	struct plan plan;
+	struct mr_pp_slots slots;    /* as many as the plans so far kept in flight */
 	struct mr_comm_req **rreq;   /* (ncomm) posted receives */
 	struct mr_comm_req **sreq;   /* (nslots * 2v) pending sends of each slot */
 	int *nsreq;                  /* (nslots) */
@@ -188,7 +191,7 @@ static int plan_make(struct mr_pp *pp, int m, const struct mr_pp_action *acts, i
 		rc = MR_ENOMEM;
 		goto fail;
 	}
-	if ((rc = mr_gpt_set_slots(pp->m, pl->nslots, eb)) < 0)
+	if ((rc = mr_pp_slots_grow(&pp->slots, pl->nslots, eb)) < 0)
 		goto fail;
 	pp->st.slots = pl->nslots;
 	return 0;
@@ -216,9 +219,14 @@ int mr_pp_create(struct mr_pp **out, struct mr_gpt *m, const struct mr_pp_config
 	pp->spec.kind = c->kind;
 	pp->spec.p = mr_place_size(&m->place, MR_AXIS_PP);
 	pp->spec.v = v;
+	/* before the slots grow: every slot gets a stash */
 	if (c->kind == MR_PP_ZBH1 && (rc = mr_gpt_split_bwd(m)) < 0) {
 		free(pp);
 		return mr_errf(eb, rc, "unable to allocate the split backward's stash");
+	}
+	if ((rc = mr_pp_slots_init(&pp->slots, m, eb)) < 0) {
+		free(pp);
+		return rc;
 	}
 	*out = pp;
 	return 0;
@@ -229,6 +237,7 @@ void mr_pp_free(struct mr_pp *pp)
 	if (!pp)
 		return;
 	plan_free(&pp->plan);
+	mr_pp_slots_release(&pp->slots);
 	free(pp->rreq);
 	free(pp->sreq);
 	free(pp->nsreq);
@@ -277,9 +286,7 @@ static int settle_slot(struct mr_pp *pp, int k)
  * gradient of the chunk (the send buffers are given by the loop). */
 static mr_act *recv_buf(struct mr_pp *pp, const struct mr_pp_comm *x)
 {
-	const struct mr_gpt_slot *s = &pp->m->slots[pp->plan.slot_of[x->mb]];
-
-	return x->what == MR_PP_ACT ? s->xin[x->chunk] : s->xgrad[x->chunk];
+	return mr_pp_slots_recv_buf(&pp->slots, pp->plan.slot_of[x->mb], x->what, x->chunk);
 }
 
 /* Posts receive x (plan comm index k) into its slot. */
@@ -384,7 +391,7 @@ static int run_action(struct mr_pp *pp, int i, const int *inputs, const int *tar
 		return rc;
 	if (pl->first[a->mb] == i && (rc = settle_slot(pp, pl->slot_of[a->mb])) < 0)
 		return rc;
-	if ((rc = mr_gpt_use_slot(m, pl->slot_of[a->mb])) < 0)
+	if ((rc = mr_pp_slots_use(&pp->slots, pl->slot_of[a->mb])) < 0)
 		return rc;
 	in = vstage0 ? NULL : m->xin[a->chunk];
 	t0 = now();

@@ -8,10 +8,9 @@
  * must be bit-identical to mr_gpt_forward / mr_gpt_backward: the loss, the
  * logits and every gradient, dense and MoE, with gradient accumulation.
  *
- * And micro-batch slots (mr_gpt_set_slots / mr_gpt_use_slot): several
- * micro-batches forwarded before their backwards, in a pipeline
- * schedule's orders, give the gradients of one after the other - bit for
- * bit, since each gradient still receives the micro-batches in order.
+ * And the model's micro-batch state: it holds one, carves another without
+ * touching it (mr_gpt_slot_alloc) and swaps them (mr_gpt_slot_swap); the
+ * slots a pipeline stage keeps of them are tests/parallel/test_pp_slots.c.
  */
 #include <criterion/criterion.h>
 #include <stdlib.h>
@@ -118,117 +117,36 @@ Test(pieces, split_backward_needs_its_stash)
 	mr_gpt_release(&m);
 }
 
-#define MB 3 /* micro-batches of the slot tests */
-
-/* The whole model, micro-batch after micro-batch (the reference). */
-static void sequential(struct mr_gpt *m, float *loss)
+/* One state in the model; another carved beside it leaves it alone, is
+ * accounted, swaps in and out, and blocks a recompute change until freed. */
+Test(pieces, one_state_carved_beside_and_swapped)
 {
-	int in[B * T], tg[B * T], k;
 	struct mr_errbuf eb = { "", "" };
-
-	for (k = 0; k < MB; k++) {
-		mr_synth_batch(5, 0, (uint64_t)k * B, m->cfg.vocab, B, T, in, tg);
-		cr_assert_eq(mr_gpt_forward(m, in, tg, &eb), 0, "%s", eb.msg);
-		loss[k] = m->loss;
-		cr_assert_eq(mr_gpt_backward(m, 1.0f / MB), 0);
-	}
-}
-
-/*
- * order: MB forwards and MB backwards as "F0 F1 B0 ..." (the micro-batch
- * after each letter); a split backward when split: the input phase at B,
- * the weight phase of the same micro-batch right after the next B (or at
- * the end), as zero-bubble schedules defer it.
- */
-static void slotted(struct mr_gpt *m, const char *order, int split, float *loss)
-{
-	int in[B * T], tg[B * T], L = m->cfg.n_layer, pending = -1;
-	struct mr_errbuf eb = { "", "" };
-	const char *o;
-
-	cr_assert_eq(mr_gpt_set_slots(m, MB, &eb), 0, "%s", eb.msg);
-	cr_assert_eq(mr_gpt_use_slot(m, MB), MR_EINVAL);
-	cr_assert_eq(mr_gpt_use_slot(m, -1), MR_EINVAL);
-	if (split)
-		cr_assert_eq(mr_gpt_split_bwd(m), 0);
-	for (o = order; *o; o += 2) {
-		int k = o[1] - '0';
-		cr_assert_eq(mr_gpt_use_slot(m, k), 0);
-		if (*o == 'F') {
-			mr_synth_batch(5, 0, (uint64_t)k * B, m->cfg.vocab, B, T, in, tg);
-			cr_assert_eq(mr_gpt_forward(m, in, tg, &eb), 0, "%s", eb.msg);
-			loss[k] = m->loss;
-			continue;
-		}
-		if (!split) {
-			cr_assert_eq(mr_gpt_backward(m, 1.0f / MB), 0);
-			continue;
-		}
-		cr_assert_eq(mr_gpt_head_bwd(m, m->la[L - 1].res3, 1.0f / MB), 0);
-		cr_assert_eq(mr_gpt_blocks_bwd(m, 0, L, m->encoded, 1.0f / MB, MR_GPT_BWD_INPUT),
-			     0);
-		cr_assert_eq(mr_gpt_embed_bwd(m), 0);
-		if (pending >= 0) {
-			cr_assert_eq(mr_gpt_use_slot(m, pending), 0);
-			cr_assert_eq(mr_gpt_blocks_bwd(m, 0, L, m->encoded, 1.0f / MB,
-						       MR_GPT_BWD_WEIGHT), 0);
-		}
-		pending = k;
-	}
-	if (!split)
-		return;
-	cr_assert_eq(mr_gpt_use_slot(m, pending), 0);
-	cr_assert_eq(mr_gpt_blocks_bwd(m, 0, L, m->encoded, 1.0f / MB, MR_GPT_BWD_WEIGHT), 0);
-}
-
-static void check_slots(const struct mr_gpt_config *c, const char *order, int split)
-{
-	struct mr_gpt a, b;
-	float la[MB], lb[MB];
+	struct mr_gpt m;
+	struct mr_gpt_slot s;
+	void *own;
 	size_t acts;
-	int i, k;
 
-	open_model(&a, c);
-	open_model(&b, c);
-	acts = b.mem.bytes[MR_MEM_ACTS];
-	sequential(&a, la);
-	slotted(&b, order, split, lb);
-	/* the ledger holds every slot: MB arenas (and their stashes) */
-	cr_expect_eq(b.nslots, MB);
-	cr_expect_eq(b.mem.bytes[MR_MEM_ACTS], MB * (acts + (split ? b.nstash : 0)),
-		     "activation bytes %zu, want %d x %zu", b.mem.bytes[MR_MEM_ACTS], MB,
-		     acts + (split ? b.nstash : 0));
-	for (k = 0; k < MB; k++)
-		cr_expect_eq(la[k], lb[k], "micro-batch %d: loss %.9g vs %.9g (%s)", k, la[k],
-			     lb[k], order);
-	for (i = 0; i < a.ntensors; i++) {
-		const struct mr_gpt_tensor *t = &a.tensors[i];
-		cr_expect(!memcmp(a.grads + t->off, b.grads + t->off, t->n * sizeof(float)),
-			  "gradient of '%s' differs (%s%s)", t->name, order,
-			  split ? ", split" : "");
-	}
-	mr_gpt_release(&a);
-	mr_gpt_release(&b);
+	open_model(&m, &dense);
+	own = m.acts;
+	acts = m.mem.bytes[MR_MEM_ACTS];
+	cr_expect_eq(acts, m.nacts, "the model holds %zu bytes of activations, want one state",
+		     acts);
+	cr_assert_eq(mr_gpt_slot_alloc(&m, &s), 0);
+	cr_expect_eq(m.acts, own, "carving a state moved the model's");
+	cr_expect(s.acts && s.acts != own);
+	cr_expect_eq(m.slots_out, 1);
+	cr_expect_eq(m.mem.bytes[MR_MEM_ACTS], 2 * acts);
+	cr_expect_eq(mr_gpt_set_recompute(&m, MR_GPT_RC_FULL, 0, &eb), MR_ESTATE);
+	cr_expect_str_eq(eb.field, "recompute");
+	cr_expect_eq(mr_gpt_split_bwd(&m), MR_ESTATE);
+	mr_gpt_slot_swap(&m, &s);
+	cr_expect(m.acts != own && s.acts == own, "swap did not exchange the states");
+	mr_gpt_slot_free(&m, &s); /* the one the model was created with */
+	cr_expect_null(s.acts);
+	mr_gpt_slot_free(&m, &s); /* empty: a no-op */
+	cr_expect_eq(m.slots_out, 0);
+	cr_expect_eq(m.mem.bytes[MR_MEM_ACTS], acts);
+	cr_expect_eq(mr_gpt_set_recompute(&m, MR_GPT_RC_FULL, 0, &eb), 0, "%s", eb.msg);
+	mr_gpt_release(&m);
 }
-
-/* GPipe: every forward, then every backward */
-Test(pieces, slots_gpipe_order_bit_identical)
-{
-	check_slots(&dense, "F0F1F2B0B1B2", 0);
-	check_slots(&moe, "F0F1F2B0B1B2", 0);
-}
-
-/* 1F1B on a first stage of two: warm-up, one forward one backward */
-Test(pieces, slots_1f1b_order_bit_identical)
-{
-	check_slots(&dense, "F0F1B0F2B1B2", 0);
-	check_slots(&moe, "F0F1B0F2B1B2", 0);
-}
-
-/* zero bubble: input phases in 1F1B order, weight phases deferred */
-Test(pieces, slots_split_backward_deferred_weight_bit_identical)
-{
-	check_slots(&dense, "F0F1B0F2B1B2", 1);
-	check_slots(&moe, "F0F1B0F2B1B2", 1);
-}
-

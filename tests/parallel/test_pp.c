@@ -5,7 +5,8 @@
  * cannot see from outside:
  *   - the activation memory a stage holds: one slot per micro-batch in
  *     flight, as many as the schedule's simulator counts (1f1b: p - s on
- *     stage s; gpipe: every micro-batch), in the mr_mem ledger;
+ *     stage s; gpipe: every micro-batch), in the mr_mem ledger, and the
+ *     model's one state again once the stage is freed;
  *   - the tied embeddings: the first and the last stage's copies are bit
  *     for bit the same after training;
  *   - a non-finite value on one stage fails the step on every stage, the
@@ -39,6 +40,7 @@ struct run {
 	/* per rank, out */
 	int slots[MAXP];
 	size_t acts[MAXP], nacts[MAXP], nstash[MAXP];
+	size_t acts_freed[MAXP];   /* after the stage was freed */
 	int step_rc[MAXP];
 	char msg[MAXP][MR_ERRBUF_SIZE];
 	float *wte[MAXP];          /* first and last stage: their wte after training */
@@ -106,7 +108,11 @@ static int stage_main(struct mr_comm *world, void *arg)
 	snprintf(r->msg[s], sizeof(r->msg[s]), "%s", eb.msg);
 	if (rc == MR_ENONFINITE)
 		rc = 0; /* expected by the poison test, which checks it */
-	r->slots[s] = m.nslots;
+	if (st.pp) {
+		struct mr_pp_stats ps;
+		mr_pp_stats(st.pp, &ps);
+		r->slots[s] = ps.slots;
+	}
 	r->acts[s] = m.mem.bytes[MR_MEM_ACTS];
 	r->nacts[s] = m.nacts;
 	r->nstash[s] = m.split ? m.nstash : 0;
@@ -124,6 +130,7 @@ out:
 	free(in);
 	free(tg);
 	mr_step_release(&st);
+	r->acts_freed[s] = m.mem.bytes[MR_MEM_ACTS];
 	if (m.dev)
 		mr_gpt_release(&m);
 	mr_pool_free(pool);
@@ -163,6 +170,10 @@ static void check_slots(enum mr_pp_kind kind, int p, int m)
 		cr_expect_eq(r.slots[s], want, "stage %d: %d slots, want %d", s, r.slots[s], want);
 		cr_expect_eq(r.acts[s], (size_t)r.slots[s] * (r.nacts[s] + r.nstash[s]),
 			     "stage %d: the ledger's activations are not its slots'", s);
+		cr_expect_eq(r.acts_freed[s], r.nacts[s] + r.nstash[s],
+			     "stage %d: freed, the stage left %zu bytes of activations, not the "
+			     "model's one state",
+			     s, r.acts_freed[s]);
 		free(r.wte[s]);
 	}
 }
