@@ -5,7 +5,7 @@
  * d_model, or a MoE MLP of GELU experts; and its table of tensors
  * (learned positions, the LM head tied to the token embedding). What
  * the model does around the blocks - embedding, head, loss, hooks,
- * micro-batch slots, recomputation - is gpt.c's; tensor, sequence,
+ * the micro-batch state, recomputation - is gpt.c's; tensor, sequence,
  * context and expert parallel are the layers of layers/ the block calls.
  *
  * Init (GPT-2 / nanoGPT): every matrix and embedding ~ normal(0, 0.02);

@@ -4,7 +4,7 @@
  * activation (selective recomputation runs it again), which norm it uses,
  * and its table of tensors, written through the table builder of
  * gpt_table.c. Everything around the blocks - embedding, head and loss,
- * hooks, micro-batch slots, recomputation, checkpoints - is the model's
+ * hooks, the micro-batch state, recomputation, checkpoints - is the model's
  * (gpt.c, gpt_params.c, gpt_table.c), and tensor, sequence, context and
  * expert parallel are the layers of layers/ a block calls through m->par
  * (attached by mr_layers_attach), so a third family is one more file with

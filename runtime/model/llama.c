@@ -4,8 +4,8 @@
  * Models"): RMSNorm, grouped-query attention with rotary positions, a
  * SwiGLU MLP, no biases; and its table of tensors (no position table, an
  * untied head unless tie_embeddings). Embedding, head, loss, hooks,
- * slots and recomputation are the model's (gpt.c), so this file is what
- * a family adds (gpt_family.h).
+ * the micro-batch state and recomputation are the model's (gpt.c), so
+ * this file is what a family adds (gpt_family.h).
  *
  * Layout: the QKV GEMM reads q, k and v's weights as one (their local
  * slices are back to back in the table) and writes rows of
