@@ -342,9 +342,9 @@ struct mr_gpt {
 	mr_act *params_c;
 	struct mr_gpt_weights wc;
 
-	/* the micro-batch state in use: the fields from acts to aux_loss
-	 * (struct mr_gpt_slot); states carved by mr_gpt_slot_alloc and not
-	 * freed yet are out */
+	/* the micro-batch state in use is in the fields struct mr_gpt_slot
+	 * names (acts ... aux_loss); states carved by mr_gpt_slot_alloc and
+	 * not freed yet are out */
 	int slots_out;
 	int split;              /* mr_gpt_split_bwd was called: every state has a stash */
 	size_t nacts, nws;      /* bytes of a state's arena and of the workspace */
