@@ -8,27 +8,28 @@
  * partial, a second kernel adds the partials in chunk order - no atomics,
  * deterministic.
  *
- * Non-goals: RMSNorm, fusing the residual add.
+ * The residual add before a LayerNorm can ride in the norm's kernel
+ * (mr_cuda_add_layernorm_fwd): each lane first adds and stores its
+ * columns of the row, then runs the same row function over them, reading
+ * back exactly the rounded values it stored (a lane reads only the
+ * columns it wrote), so the result is the two kernels' bit for bit.
+ *
+ * Non-goals: RMSNorm (llama.cu), fusing across blocks.
  */
 #include "cuda_int.cuh"
 
 #define LN_ROWS_PER_BLOCK (MR__CU_THREADS / 32)
 #define LN_ROWS_PER_CHUNK 64
 
+/* One row's LayerNorm by one warp (lane: this thread's lane). */
 template <typename T>
-__global__ void layernorm_fwd_kernel(T *out, float *mean, float *rstd, const T *inp, const T *w,
-				     const T *b, int N, int C)
+__device__ __forceinline__ void layernorm_row(T *out, float *mean, float *rstd, const T *inp,
+					      const T *w, const T *b, int row, int C, int lane)
 {
-	int lane = threadIdx.x & 31;
-	int row = blockIdx.x * LN_ROWS_PER_BLOCK + (threadIdx.x >> 5);
-	const T *x;
-	T *o;
+	const T *x = inp + (size_t)row * C;
+	T *o = out + (size_t)row * C;
 	float m = 0.0f, v = 0.0f, s;
 
-	if (row >= N)
-		return;
-	x = inp + (size_t)row * C;
-	o = out + (size_t)row * C;
 	for (int c = lane; c < C; c += 32)
 		m += mr__ld(x + c);
 	m = mr__warp_sum(m) / (float)C;
@@ -46,6 +47,36 @@ __global__ void layernorm_fwd_kernel(T *out, float *mean, float *rstd, const T *
 		mean[row] = m;
 		rstd[row] = s;
 	}
+}
+
+template <typename T>
+__global__ void layernorm_fwd_kernel(T *out, float *mean, float *rstd, const T *inp, const T *w,
+				     const T *b, int N, int C)
+{
+	int row = blockIdx.x * LN_ROWS_PER_BLOCK + (threadIdx.x >> 5);
+
+	if (row < N)
+		layernorm_row<T>(out, mean, rstd, inp, w, b, row, C, threadIdx.x & 31);
+}
+
+/* y += x row by row (each lane its columns), then the row's norm over
+ * the stored y: the lane reads back only what it wrote. */
+template <typename T>
+__global__ void add_layernorm_fwd_kernel(T *y, T *out, float *mean, float *rstd, const T *x,
+					 const T *w, const T *b, int N, int C)
+{
+	int lane = threadIdx.x & 31;
+	int row = blockIdx.x * LN_ROWS_PER_BLOCK + (threadIdx.x >> 5);
+	T *yr;
+	const T *xr;
+
+	if (row >= N)
+		return;
+	yr = y + (size_t)row * C;
+	xr = x + (size_t)row * C;
+	for (int c = lane; c < C; c += 32)
+		mr__st(yr + c, mr__ld(yr + c) + mr__ld(xr + c));
+	layernorm_row<T>(out, mean, rstd, y, w, b, row, C, lane);
 }
 
 template <typename T>
@@ -130,6 +161,17 @@ static int layernorm_fwd(struct mr_cuda *cu, void *out, float *mean, float *rstd
 }
 
 template <typename T>
+static int add_layernorm_fwd(struct mr_cuda *cu, void *y, void *out, float *mean, float *rstd,
+			     const void *x, const void *w, const void *b, int N, int C)
+{
+	unsigned int nb = (unsigned int)((N + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK);
+
+	add_layernorm_fwd_kernel<T><<<nb, MR__CU_THREADS, 0, cu->stream>>>(
+		(T *)y, (T *)out, mean, rstd, (const T *)x, (const T *)w, (const T *)b, N, C);
+	return mr__cuda_launched(cu, "add_layernorm_fwd");
+}
+
+template <typename T>
 static int layernorm_bwd(struct mr_cuda *cu, void *dinp, float *dw, float *db, const void *dout,
 			 const void *inp, const void *w, const float *mean, const float *rstd,
 			 int N, int C)
@@ -158,6 +200,15 @@ extern "C" int mr_cuda_layernorm_fwd(struct mr_cuda *cu, void *out, float *mean,
 	if (N <= 0 || C <= 0)
 		return mr__cuda_inval(cu, "layernorm_fwd");
 	return MR__BY_ACT(cu, layernorm_fwd, cu, out, mean, rstd, inp, w, b, N, C);
+}
+
+extern "C" int mr_cuda_add_layernorm_fwd(struct mr_cuda *cu, void *y, void *out, float *mean,
+					 float *rstd, const void *x, const void *w, const void *b,
+					 int N, int C)
+{
+	if (N <= 0 || C <= 0)
+		return mr__cuda_inval(cu, "add_layernorm_fwd");
+	return MR__BY_ACT(cu, add_layernorm_fwd, cu, y, out, mean, rstd, x, w, b, N, C);
 }
 
 extern "C" int mr_cuda_layernorm_bwd(struct mr_cuda *cu, void *dinp, float *dw, float *db,

@@ -217,6 +217,12 @@ int mr_cuda_add_pos(struct mr_cuda *cu, void *out, const void *wpe, int n, int C
  * Twin: mr_layernorm_fwd. */
 int mr_cuda_layernorm_fwd(struct mr_cuda *cu, void *out, float *mean, float *rstd,
 			  const void *inp, const void *w, const void *b, int N, int C);
+/* y (N,C) += x, then out, mean, rstd = mr_cuda_layernorm_fwd of the
+ * stored y, in one kernel whose norm is the same code over the same
+ * rounded values: the bits of mr_cuda_add_inplace then
+ * mr_cuda_layernorm_fwd. Twins: mr_residual_fwd, mr_layernorm_fwd. */
+int mr_cuda_add_layernorm_fwd(struct mr_cuda *cu, void *y, void *out, float *mean, float *rstd,
+			      const void *x, const void *w, const void *b, int N, int C);
 /* dinp (N,C) +=, dw, db (C) += (fp32). Twin: mr_layernorm_bwd. */
 int mr_cuda_layernorm_bwd(struct mr_cuda *cu, void *dinp, float *dw, float *db, const void *dout,
 			  const void *inp, const void *w, const float *mean, const float *rstd,

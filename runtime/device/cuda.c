@@ -294,6 +294,14 @@ static int cuda_layernorm_fwd(struct mr_dev *d, mr_act *out, float *mean, float 
 		  "layernorm_fwd");
 }
 
+static int cuda_add_layernorm_fwd(struct mr_dev *d, mr_act *y, mr_act *out, float *mean,
+				  float *rstd, const mr_act *x, const mr_act *w, const mr_act *b,
+				  int N, int C)
+{
+	return ck(d, mr_cuda_add_layernorm_fwd(cu_of(d), y, out, mean, rstd, x, w, b, N, C),
+		  "add_layernorm_fwd");
+}
+
 static int cuda_layernorm_bwd(struct mr_dev *d, mr_act *dinp, float *dw, float *db,
 			      const mr_act *dout, const mr_act *inp, const mr_act *w,
 			      const float *mean, const float *rstd, int N, int C, void *ws)
@@ -818,6 +826,7 @@ static const struct mr_dev_ops cuda_ops = {
 	.matmul_bwd = cuda_matmul_bwd,
 	.matmul_dgelu_bwd = cuda_matmul_dgelu_bwd,
 	.layernorm_fwd = cuda_layernorm_fwd,
+	.add_layernorm_fwd = cuda_add_layernorm_fwd,
 	.layernorm_bwd = cuda_layernorm_bwd,
 	.gelu_fwd = cuda_gelu_fwd,
 	.gelu_bwd = cuda_gelu_bwd,

@@ -170,6 +170,13 @@ struct mr_dev_ops {
 				const mr_act *pre, int N, int IC, int OC);
 	int (*layernorm_fwd)(struct mr_dev *d, mr_act *out, float *mean, float *rstd,
 			     const mr_act *inp, const mr_act *w, const mr_act *b, int N, int C);
+	/* the residual add and the next LayerNorm in one pass: y (N,C) += x,
+	 * then out, mean, rstd as layernorm_fwd of the new y - the norm reads
+	 * y as stored (rounded), so the bits are add's and layernorm_fwd's.
+	 * NULL: the device has no fusion (the model calls the two) */
+	int (*add_layernorm_fwd)(struct mr_dev *d, mr_act *y, mr_act *out, float *mean,
+				 float *rstd, const mr_act *x, const mr_act *w, const mr_act *b,
+				 int N, int C);
 	/* dinp +=, dw, db +=; ws as for attn_* */
 	int (*layernorm_bwd)(struct mr_dev *d, mr_act *dinp, float *dw, float *db,
 			     const mr_act *dout, const mr_act *inp, const mr_act *w,

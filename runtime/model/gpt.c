@@ -79,6 +79,20 @@ int mr__gpt_norm_fwd(struct mr_gpt *m, mr_act *full, float *mean, float *rstd,
 	return rc < 0 ? rc : mr_tp_gather_rows(&m->par.tp, full, local);
 }
 
+int mr__gpt_add_norm_fwd(struct mr_gpt *m, mr_act *full, float *mean, float *rstd, mr_act *res,
+			 const mr_act *x, const float *w, const float *b)
+{
+	mr_act *local = mr_tp_if_sp(&m->par.tp, full, m->dtmp);
+	int Nl = mr_tp_local_rows(&m->par.tp), C = m->cfg.d_model, rc;
+
+	if (m->family->rms_norm || !m->dev->ops->add_layernorm_fwd) {
+		CK(OP(m, add, res, x, (size_t)Nl * C));
+		return mr__gpt_norm_fwd(m, full, mean, rstd, res, w, b);
+	}
+	CK(OP(m, add_layernorm_fwd, res, local, mean, rstd, x, CW(w), CW(b), Nl, C));
+	return mr_tp_gather_rows(&m->par.tp, full, local);
+}
+
 /*
  * Brings back what block l's backward reads and the block did not keep
  * (mr_gpt.h's enum mr_gpt_recompute), from its input res: under full its

@@ -105,9 +105,9 @@ static int block_fwd(struct mr_gpt *m, int l, const mr_act *res)
 		      c->n_head / tp, m->k_ws));
 	CK(mr_tp_row_linear_fwd(&m->par.tp, a->res2, a->atty, CW(w->attprojw), CW(w->attprojb), Cl,
 				m->dln));
-	CK(OP(m, add, a->res2, res, nl));
 	CK(mr__gpt_mlp_hook(m, l));
-	CK(mr__gpt_norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w->ln2w, w->ln2b));
+	CK(mr__gpt_add_norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, res, w->ln2w,
+				w->ln2b));
 	if (mr_gpt_layer_is_moe(c, l)) {
 		CK(mr__gpt_moe_fwd(m, l, out));
 	} else {

@@ -80,6 +80,11 @@ static inline int mr__gpt_mlp_hook(struct mr_gpt *m, int l)
  * m->dres (added); b, gb NULL for RMSNorm. */
 int mr__gpt_norm_fwd(struct mr_gpt *m, mr_act *full, float *mean, float *rstd,
 		     const mr_act *res, const float *w, const float *b);
+/* The residual add before it: res (local rows) += x, then the norm of
+ * res as mr__gpt_norm_fwd - one pass where the device fuses the two
+ * (add_layernorm_fwd), with the same bits. */
+int mr__gpt_add_norm_fwd(struct mr_gpt *m, mr_act *full, float *mean, float *rstd, mr_act *res,
+			 const mr_act *x, const float *w, const float *b);
 /* Layer l's MoE MLP from its a->ln2 rows into out (the local rows; under
  * tp the partial sums reduced) (gpt.c). */
 int mr__gpt_moe_fwd(struct mr_gpt *m, int l, mr_act *out);

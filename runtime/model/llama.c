@@ -140,9 +140,8 @@ static int block_fwd(struct mr_gpt *m, int l, const mr_act *res)
 		CK(OP(m, attn_fwd, a->atty, a->att_lse, a->qkv, m->B, m->T, att, s.nh, s.nkv,
 		      m->k_ws));
 	CK(mr_tp_row_linear_fwd(&m->par.tp, a->res2, a->atty, CW(w->attprojw), NULL, att, m->dln));
-	CK(OP(m, add, a->res2, res, nl));
 	CK(mr__gpt_mlp_hook(m, l));
-	CK(mr__gpt_norm_fwd(m, a->ln2, NULL, a->ln2_rstd, a->res2, w->ln2w, NULL));
+	CK(mr__gpt_add_norm_fwd(m, a->ln2, NULL, a->ln2_rstd, a->res2, res, w->ln2w, NULL));
 	if (mr_gpt_layer_is_moe(&m->cfg, l)) {
 		CK(mr__gpt_moe_fwd(m, l, out)); /* SwiGLU experts (mr_moe.h) */
 	} else {

@@ -609,6 +609,15 @@ int mr_cuda_layernorm_fwd(struct mr_cuda *cu, void *out, float *mean, float *rst
 	return 0;
 }
 
+/* The fused kernel's bits are the two kernels' (layernorm.cu). */
+int mr_cuda_add_layernorm_fwd(struct mr_cuda *cu, void *y, void *out, float *mean, float *rstd,
+			      const void *x, const void *w, const void *b, int N, int C)
+{
+	int rc = mr_cuda_add_inplace(cu, y, x, (size_t)N * C);
+
+	return rc ? rc : mr_cuda_layernorm_fwd(cu, out, mean, rstd, y, w, b, N, C);
+}
+
 int mr_cuda_layernorm_bwd(struct mr_cuda *cu, void *dinp, float *dw, float *db, const void *dout,
 			  const void *inp, const void *w, const float *mean, const float *rstd,
 			  int N, int C)

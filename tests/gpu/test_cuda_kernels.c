@@ -320,6 +320,56 @@ Test(cuda, layernorm_matches_cpu)
 	gpu_teardown();
 }
 
+/* The residual add fused into the LayerNorm gives the two kernels' bits:
+ * the sum, the output and the statistics (GPT-2's width and an odd one). */
+static void add_layernorm_case(int N, int C)
+{
+	size_t n = (size_t)N * C;
+	float *y = rand_bf(n, 1.0f), *x = rand_bf(n, 1.0f), *w = rand_bf(C, 1.0f);
+	float *b = rand_bf(C, 1.0f), *g1, *g2;
+	mr_bf16 *dy1 = up_bf(y, n), *dy2 = up_bf(y, n), *dx = up_bf(x, n), *dw = up_bf(w, C);
+	mr_bf16 *db = up_bf(b, C), *o1 = dev_alloc(n * sizeof(mr_bf16));
+	mr_bf16 *o2 = dev_alloc(n * sizeof(mr_bf16));
+	float *m1 = dev_alloc(N * sizeof(float)), *r1 = dev_alloc(N * sizeof(float));
+	float *m2 = dev_alloc(N * sizeof(float)), *r2 = dev_alloc(N * sizeof(float));
+
+	CU_OK(mr_cuda_add_inplace(cu, dy1, dx, n));
+	CU_OK(mr_cuda_layernorm_fwd(cu, o1, m1, r1, dy1, dw, db, N, C));
+	CU_OK(mr_cuda_add_layernorm_fwd(cu, dy2, o2, m2, r2, dx, dw, db, N, C));
+	g1 = down_bf(dy1, n);
+	g2 = down_bf(dy2, n);
+	cr_assert(!memcmp(g1, g2, n * sizeof(float)), "the fused sum differs");
+	free(g1);
+	free(g2);
+	g1 = down_bf(o1, n);
+	g2 = down_bf(o2, n);
+	cr_assert(!memcmp(g1, g2, n * sizeof(float)), "the fused norm differs");
+	free(g1);
+	free(g2);
+	g1 = down_f32(r1, N);
+	g2 = down_f32(r2, N);
+	cr_assert(!memcmp(g1, g2, N * sizeof(float)), "the fused rstd differs");
+	free(g1);
+	free(g2);
+	g1 = down_f32(m1, N);
+	g2 = down_f32(m2, N);
+	cr_assert(!memcmp(g1, g2, N * sizeof(float)), "the fused mean differs");
+	free(g1);
+	free(g2);
+	free(y);
+	free(x);
+	free(w);
+	free(b);
+}
+
+Test(cuda, add_layernorm_is_add_then_layernorm_bit_for_bit)
+{
+	need_gpu();
+	add_layernorm_case(1024, 768);
+	add_layernorm_case(37, 200);
+	gpu_teardown();
+}
+
 /* RMSNorm, rotary (q heads inside wider rows, far positions out of order,
  * Llama 3.1's scaled frequencies) and SwiGLU against their CPU twins,
  * bf16 activations. */

@@ -475,6 +475,36 @@ static void layernorm_case(void)
 	free(hdi);
 }
 
+/* The residual add fused into the LayerNorm (cuda) against the two apart
+ * (the cpu device has no fusion). */
+static void add_layernorm_case(void)
+{
+	int N = 21, C = 40;
+	size_t n = (size_t)N * C;
+	float *hy = rnd(n, 2.0f), *hx = rnd(n, 2.0f), *hw = rnd(C, 1.0f), *hb = rnd(C, 1.0f);
+	struct pr y = act_in(hy, n), x = act_in(hx, n), w = act_in(hw, C), b = act_in(hb, C);
+	struct pr out = act_zero(n), mean = f32_in(NULL, N), rstd = f32_in(NULL, N);
+
+	cr_assert_null(F.cpu.ops->add_layernorm_fwd);
+	OK(F.cpu.ops->add(&F.cpu, y.c, x.c, n));
+	OK(F.cpu.ops->layernorm_fwd(&F.cpu, out.c, mean.c, rstd.c, y.c, w.c, b.c, N, C));
+	OK(F.gpu.ops->add_layernorm_fwd(&F.gpu, y.g, out.g, mean.g, rstd.g, x.g, w.g, b.g, N, C));
+	OK(F.gpu.ops->sync(&F.gpu));
+	same("add_layernorm sum", y, T_ACT);
+	same("add_layernorm out", out, T_GRAD);
+	same("add_layernorm mean", mean, T_GRAD); /* of the rounded sum */
+	same("add_layernorm rstd", rstd, T_GRAD);
+	free(hy);
+	free(hx);
+	free(hw);
+	free(hb);
+}
+
+Test(device_cuda, residual_add_fused_into_the_layernorm)
+{
+	BOTH_PRECISIONS(add_layernorm_case);
+}
+
 Test(device_cuda, layernorm_forward_and_backward)
 {
 	BOTH_PRECISIONS(layernorm_case);
