@@ -160,6 +160,35 @@ __device__ __forceinline__ float mr__block_max(float x, float *sh)
 	return mr__warp_max(x);
 }
 
+/* 16 bytes of the storage type (8 bf16 or 4 floats), moved with one
+ * 128-bit load or store: the element-wise kernels' unit where every
+ * pointer they touch is 16-byte aligned. */
+template <typename T>
+struct alignas(16) mr__x128 {
+	T v[16 / sizeof(T)];
+};
+
+template <typename T>
+__device__ __forceinline__ mr__x128<T> mr__ld128(const T *p)
+{
+	mr__x128<T> r;
+
+	*reinterpret_cast<int4 *>(r.v) = *reinterpret_cast<const int4 *>(p);
+	return r;
+}
+
+template <typename T>
+__device__ __forceinline__ void mr__st128(T *p, const mr__x128<T> &x)
+{
+	*reinterpret_cast<int4 *>(p) = *reinterpret_cast<const int4 *>(x.v);
+}
+
+/* Whether every pointer given is 16-byte aligned (NULL counts as aligned). */
+static inline int mr__aligned16(const void *a, const void *b, const void *c)
+{
+	return (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) & 15u) == 0;
+}
+
 #define MR__BF(p) (reinterpret_cast<__nv_bfloat16 *>(p))
 #define MR__CBF(p) (reinterpret_cast<const __nv_bfloat16 *>(p))
 

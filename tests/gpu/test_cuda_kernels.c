@@ -362,6 +362,53 @@ static void add_layernorm_case(int N, int C)
 	free(b);
 }
 
+/* GELU forward and backward and the add through the packed path (16-byte
+ * loads: n a multiple of 8 and not, whole packs and a tail) and the
+ * element path (views one element off alignment), bf16, against their CPU
+ * twins; outputs poisoned (NaN) first, so a missed element fails. */
+static void elementwise_case(size_t n, size_t off)
+{
+	float *a = rand_bf(n, 3.0f), *b = rand_bf(n, 1.0f), *want = xmalloc(n * sizeof(float));
+	float *nan = xmalloc((n + off) * sizeof(float)), *g;
+	mr_bf16 *da = up_bf(a, n), *db = up_bf(b, n), *buf;
+	size_t i;
+
+	for (i = 0; i < n + off; i++)
+		nan[i] = NAN;
+	buf = up_bf(nan, n + off); /* the output view starts off elements in */
+	mr_gelu_fwd(NULL, want, a, n);
+	CU_OK(mr_cuda_gelu_fwd(cu, buf + off, da, n));
+	g = down_bf(buf + off, n);
+	check_close("gelu_fwd", g, want, n, 1e-2, 1e-3);
+	free(g);
+	mr_gelu_bwd(NULL, want, a, b, n);
+	CU_OK(mr_cuda_gelu_bwd(cu, buf + off, da, db, n));
+	g = down_bf(buf + off, n);
+	check_close("gelu_bwd", g, want, n, 1e-2, 1e-3);
+	free(g);
+	mr_residual_fwd(NULL, want, a, b, n);
+	CU_OK(mr_cuda_residual_fwd(cu, buf + off, da, db, n));
+	g = down_bf(buf + off, n);
+	check_close("add", g, want, n, 1e-2, 1e-3);
+	free(g);
+	free(a);
+	free(b);
+	free(want);
+	free(nan);
+}
+
+Test(cuda, elementwise_packed_and_unaligned_match_cpu)
+{
+	static const size_t sizes[] = { 1, 7, 8, 9, 4096, 1000003 };
+
+	need_gpu();
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		elementwise_case(sizes[i], 0);
+		elementwise_case(sizes[i], 1);
+	}
+	gpu_teardown();
+}
+
 Test(cuda, add_layernorm_is_add_then_layernorm_bit_for_bit)
 {
 	need_gpu();
