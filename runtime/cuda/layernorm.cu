@@ -14,6 +14,11 @@
  * back exactly the rounded values it stored (a lane reads only the
  * columns it wrote), so the result is the two kernels' bit for bit.
  *
+ * Rows whose buffers are 16-byte aligned and whose width is a whole number
+ * of 16-byte packs move a pack per load (ld_n/st_n, 8 bf16 or 4 floats):
+ * a lane owns packs lane, lane + 32, ... of the row; other rows go
+ * element by element. Either way the order of a row's sums is fixed.
+ *
  * Non-goals: RMSNorm (llama.cu), fusing across blocks.
  */
 #include "cuda_int.cuh"
@@ -21,27 +26,80 @@
 #define LN_ROWS_PER_BLOCK (MR__CU_THREADS / 32)
 #define LN_ROWS_PER_CHUNK 64
 
-/* One row's LayerNorm by one warp (lane: this thread's lane). */
+/* P elements of a row from p into f: one 16-byte load when P packs
+ * them (the packed path), one element when P is 1. */
+template <int P, typename T>
+__device__ __forceinline__ void ld_n(float *f, const T *p)
+{
+	if constexpr (P == 1) {
+		f[0] = mr__ld(p);
+	} else {
+		mr__x128<T> x = mr__ld128(p);
+#pragma unroll
+		for (int j = 0; j < P; j++)
+			f[j] = mr__ld(&x.v[j]);
+	}
+}
+
+template <int P, typename T>
+__device__ __forceinline__ void st_n(T *p, const float *f)
+{
+	if constexpr (P == 1) {
+		mr__st(p, f[0]);
+	} else {
+		mr__x128<T> x;
+#pragma unroll
+		for (int j = 0; j < P; j++)
+			mr__st(&x.v[j], f[j]);
+		mr__st128(p, x);
+	}
+}
+
+/* The pack width of a row of C elements whose buffers are all 16-byte
+ * aligned: 16 bytes of T when C fills whole packs, else 1. */
 template <typename T>
+static inline int ln_pack(int C, const void *a, const void *b, const void *c, const void *d)
+{
+	const int P = 16 / sizeof(T);
+
+	return C % P == 0 && mr__aligned16(a, b, c) && mr__aligned16(d, NULL, NULL) ? P : 1;
+}
+
+/* One row's LayerNorm by one warp (lane: this thread's lane); a lane
+ * visits its packs of P columns, lane * P + 32 * P * k. */
+template <int P, typename T>
 __device__ __forceinline__ void layernorm_row(T *out, float *mean, float *rstd, const T *inp,
 					      const T *w, const T *b, int row, int C, int lane)
 {
 	const T *x = inp + (size_t)row * C;
 	T *o = out + (size_t)row * C;
-	float m = 0.0f, v = 0.0f, s;
+	float m = 0.0f, v = 0.0f, s, f[P], fw[P], fb[P];
 
-	for (int c = lane; c < C; c += 32)
-		m += mr__ld(x + c);
+	for (int c = lane * P; c < C; c += 32 * P) {
+		ld_n<P>(f, x + c);
+#pragma unroll
+		for (int j = 0; j < P; j++)
+			m += f[j];
+	}
 	m = mr__warp_sum(m) / (float)C;
-	for (int c = lane; c < C; c += 32) {
-		float d = mr__ld(x + c) - m;
-		v += d * d;
+	for (int c = lane * P; c < C; c += 32 * P) {
+		ld_n<P>(f, x + c);
+#pragma unroll
+		for (int j = 0; j < P; j++) {
+			float d = f[j] - m;
+			v += d * d;
+		}
 	}
 	v = mr__warp_sum(v) / (float)C;
 	s = 1.0f / sqrtf(v + MR_LN_EPS_CU);
-	for (int c = lane; c < C; c += 32) {
-		float n = (mr__ld(x + c) - m) * s;
-		mr__st(o + c, n * mr__ld(w + c) + mr__ld(b + c));
+	for (int c = lane * P; c < C; c += 32 * P) {
+		ld_n<P>(f, x + c);
+		ld_n<P>(fw, w + c);
+		ld_n<P>(fb, b + c);
+#pragma unroll
+		for (int j = 0; j < P; j++)
+			f[j] = (f[j] - m) * s * fw[j] + fb[j];
+		st_n<P>(o + c, f);
 	}
 	if (lane == 0) {
 		mean[row] = m;
@@ -49,24 +107,26 @@ __device__ __forceinline__ void layernorm_row(T *out, float *mean, float *rstd, 
 	}
 }
 
-template <typename T>
+template <int P, typename T>
 __global__ void layernorm_fwd_kernel(T *out, float *mean, float *rstd, const T *inp, const T *w,
 				     const T *b, int N, int C)
 {
 	int row = blockIdx.x * LN_ROWS_PER_BLOCK + (threadIdx.x >> 5);
 
 	if (row < N)
-		layernorm_row<T>(out, mean, rstd, inp, w, b, row, C, threadIdx.x & 31);
+		layernorm_row<P, T>(out, mean, rstd, inp, w, b, row, C, threadIdx.x & 31);
 }
 
-/* y += x row by row (each lane its columns), then the row's norm over
- * the stored y: the lane reads back only what it wrote. */
-template <typename T>
+/* y += x row by row, then the row's norm over the stored y: a lane adds
+ * the same packs of columns the norm then reads, so it reads back only
+ * what it wrote. */
+template <int P, typename T>
 __global__ void add_layernorm_fwd_kernel(T *y, T *out, float *mean, float *rstd, const T *x,
 					 const T *w, const T *b, int N, int C)
 {
 	int lane = threadIdx.x & 31;
 	int row = blockIdx.x * LN_ROWS_PER_BLOCK + (threadIdx.x >> 5);
+	float fy[P], fx[P];
 	T *yr;
 	const T *xr;
 
@@ -74,12 +134,18 @@ __global__ void add_layernorm_fwd_kernel(T *y, T *out, float *mean, float *rstd,
 		return;
 	yr = y + (size_t)row * C;
 	xr = x + (size_t)row * C;
-	for (int c = lane; c < C; c += 32)
-		mr__st(yr + c, mr__ld(yr + c) + mr__ld(xr + c));
-	layernorm_row<T>(out, mean, rstd, y, w, b, row, C, lane);
+	for (int c = lane * P; c < C; c += 32 * P) {
+		ld_n<P>(fy, yr + c);
+		ld_n<P>(fx, xr + c);
+#pragma unroll
+		for (int j = 0; j < P; j++)
+			fy[j] += fx[j];
+		st_n<P>(yr + c, fy);
+	}
+	layernorm_row<P, T>(out, mean, rstd, y, w, b, row, C, lane);
 }
 
-template <typename T>
+template <int P, typename T>
 __global__ void layernorm_dinp_kernel(T *dinp, const T *dout, const T *inp, const T *w,
 				      const float *mean, const float *rstd, int N, int C)
 {
@@ -87,7 +153,7 @@ __global__ void layernorm_dinp_kernel(T *dinp, const T *dout, const T *inp, cons
 	int row = blockIdx.x * LN_ROWS_PER_BLOCK + (threadIdx.x >> 5);
 	const T *x, *dy;
 	T *dx;
-	float m, s, dnm = 0.0f, dnn = 0.0f;
+	float m, s, dnm = 0.0f, dnn = 0.0f, fx[P], fy[P], fw[P], fd[P];
 
 	if (row >= N)
 		return;
@@ -96,19 +162,32 @@ __global__ void layernorm_dinp_kernel(T *dinp, const T *dout, const T *inp, cons
 	dx = dinp + (size_t)row * C;
 	m = mean[row];
 	s = rstd[row];
-	for (int c = lane; c < C; c += 32) {
-		float n = (mr__ld(x + c) - m) * s;
-		float dn = mr__ld(w + c) * mr__ld(dy + c);
-		dnm += dn;
-		dnn += dn * n;
+	for (int c = lane * P; c < C; c += 32 * P) {
+		ld_n<P>(fx, x + c);
+		ld_n<P>(fy, dy + c);
+		ld_n<P>(fw, w + c);
+#pragma unroll
+		for (int j = 0; j < P; j++) {
+			float n = (fx[j] - m) * s;
+			float dn = fw[j] * fy[j];
+			dnm += dn;
+			dnn += dn * n;
+		}
 	}
 	dnm = mr__warp_sum(dnm) / (float)C;
 	dnn = mr__warp_sum(dnn) / (float)C;
-	for (int c = lane; c < C; c += 32) {
-		float n = (mr__ld(x + c) - m) * s;
-		float dn = mr__ld(w + c) * mr__ld(dy + c);
-		float g = mr__ld(dx + c) + s * (dn - dnm - n * dnn);
-		mr__st(dx + c, g);
+	for (int c = lane * P; c < C; c += 32 * P) {
+		ld_n<P>(fx, x + c);
+		ld_n<P>(fy, dy + c);
+		ld_n<P>(fw, w + c);
+		ld_n<P>(fd, dx + c);
+#pragma unroll
+		for (int j = 0; j < P; j++) {
+			float n = (fx[j] - m) * s;
+			float dn = fw[j] * fy[j];
+			fd[j] += s * (dn - dnm - n * dnn);
+		}
+		st_n<P>(dx + c, fd);
 	}
 }
 
@@ -155,8 +234,12 @@ static int layernorm_fwd(struct mr_cuda *cu, void *out, float *mean, float *rstd
 {
 	unsigned int nb = (unsigned int)((N + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK);
 
-	layernorm_fwd_kernel<T><<<nb, MR__CU_THREADS, 0, cu->stream>>>(
-		(T *)out, mean, rstd, (const T *)inp, (const T *)w, (const T *)b, N, C);
+	if (ln_pack<T>(C, out, inp, w, b) > 1)
+		layernorm_fwd_kernel<16 / sizeof(T), T><<<nb, MR__CU_THREADS, 0, cu->stream>>>(
+			(T *)out, mean, rstd, (const T *)inp, (const T *)w, (const T *)b, N, C);
+	else
+		layernorm_fwd_kernel<1, T><<<nb, MR__CU_THREADS, 0, cu->stream>>>(
+			(T *)out, mean, rstd, (const T *)inp, (const T *)w, (const T *)b, N, C);
 	return mr__cuda_launched(cu, "layernorm_fwd");
 }
 
@@ -166,8 +249,22 @@ static int add_layernorm_fwd(struct mr_cuda *cu, void *y, void *out, float *mean
 {
 	unsigned int nb = (unsigned int)((N + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK);
 
-	add_layernorm_fwd_kernel<T><<<nb, MR__CU_THREADS, 0, cu->stream>>>(
-		(T *)y, (T *)out, mean, rstd, (const T *)x, (const T *)w, (const T *)b, N, C);
+	int P = ln_pack<T>(C, out, y, w, b);
+
+	/* the norm's pack width must be the one layernorm_fwd would pick, and
+	 * the add's the same: an unaligned x with a packed norm runs apart */
+	if (P > 1 && !mr__aligned16(x, NULL, NULL)) {
+		int rc = mr_cuda_add_inplace(cu, y, x, (size_t)N * C);
+		return rc ? rc : layernorm_fwd<T>(cu, out, mean, rstd, y, w, b, N, C);
+	}
+	if (P > 1)
+		add_layernorm_fwd_kernel<16 / sizeof(T), T><<<nb, MR__CU_THREADS, 0, cu->stream>>>(
+			(T *)y, (T *)out, mean, rstd, (const T *)x, (const T *)w, (const T *)b, N,
+			C);
+	else
+		add_layernorm_fwd_kernel<1, T><<<nb, MR__CU_THREADS, 0, cu->stream>>>(
+			(T *)y, (T *)out, mean, rstd, (const T *)x, (const T *)w, (const T *)b, N,
+			C);
 	return mr__cuda_launched(cu, "add_layernorm_fwd");
 }
 
@@ -184,8 +281,12 @@ static int layernorm_bwd(struct mr_cuda *cu, void *dinp, float *dw, float *db, c
 	rc = mr__cuda_scratch(cu, 2 * (size_t)nchunks * C * sizeof(float), &part);
 	if (rc)
 		return rc;
-	layernorm_dinp_kernel<T><<<nb, MR__CU_THREADS, 0, cu->stream>>>(
-		(T *)dinp, (const T *)dout, (const T *)inp, (const T *)w, mean, rstd, N, C);
+	if (ln_pack<T>(C, dinp, dout, inp, w) > 1)
+		layernorm_dinp_kernel<16 / sizeof(T), T><<<nb, MR__CU_THREADS, 0, cu->stream>>>(
+			(T *)dinp, (const T *)dout, (const T *)inp, (const T *)w, mean, rstd, N, C);
+	else
+		layernorm_dinp_kernel<1, T><<<nb, MR__CU_THREADS, 0, cu->stream>>>(
+			(T *)dinp, (const T *)dout, (const T *)inp, (const T *)w, mean, rstd, N, C);
 	layernorm_dwdb_partial_kernel<T><<<dim3(gx, (unsigned int)nchunks), MR__CU_THREADS, 0,
 					   cu->stream>>>(part, (const T *)dout, (const T *)inp,
 							 mean, rstd, N, C);
