@@ -121,8 +121,9 @@ int mr_agent_metrics_init(struct mr_agent_metrics *m, const char *const *state_n
 					"newest, training goes on.", "rank");
 	m->dev_fallbacks = mr_metrics_gauge(m->reg, "meshrun_worker_device_fallbacks",
 					    "Operations the rank's device ran on a slow path it "
-					    "should not need (cuda: a GEMM cuBLASLt did not run; "
-					    "the agent's log names the first).", "rank");
+					    "should not need (cuda: a GEMM cuBLASLt did not run, "
+					    "a layer attention cuDNN did not run; the agent's log "
+					    "names why).", "rank");
 	m->restart_cause = mr_metrics_counter(m->reg, "meshrun_agent_restarts_by_cause_total",
 					      "Restarts of the local workers by cause: member_lost "
 					      "(a member of the job died or failed), worker_failed "

@@ -17,10 +17,12 @@
 #
 # all = probe kernels model parity bench torch (and nccl with two or more
 # GPUs):
-#   kernels  test_cuda_kernels, test_cuda_attention, test_device_cuda: every
-#            kernel against its CPU twin, at the test shapes and at real
-#            ones (T 1024 and 4096, head sizes 64 and 128, vocab 50304,
-#            rows past 65,535)
+#   kernels  test_cuda_kernels, test_cudnn_graph, test_cuda_attention,
+#            test_device_cuda: every kernel against its CPU twin, at the
+#            test shapes and at real ones (T 1024 and 4096, head sizes 64
+#            and 128, vocab 50304, rows past 65,535); the layer attention
+#            through cuDNN (found through the image's python3: its
+#            nvidia-cudnn wheel) must run there
 #   model    test_cuda_model: the model on the GPU against the CPU, and
 #            GPT-2 124M's shape in bf16 against fp32 on the same GPU (the
 #            table's bf16_vs_fp32 row: loss, gradient norm, worst tensor)
@@ -47,10 +49,20 @@ table=$logs/table.txt
 : >"$table"
 PARITY_SET=${PARITY_SET:-'parity/@(dp2_moe|zero3_dp2_moe|hsdp_2x2_dense|tp2_sp_moe|pp2_1f1b_dense|pp2_gpipe_moe|pp2_interleaved_dense|pp2_zbh1_moe|cp2_dense|cp2_allgather|cp2_ulysses|ep2_capacity|ep2_dropless)'}
 libdirs=$pk/lib
-for so in libnccl.so.2 libcublasLt.so.13 libcudart.so.13; do
+# cuDNN's runtime-compiled attention engines load NVRTC themselves
+for so in libnccl.so.2 libcublasLt.so.13 libcudart.so.13 libnvrtc.so.13; do
 	f=$(find /usr/local/cuda*/ /usr/lib /opt -name "$so" 2>/dev/null | head -1)
 	[ -n "$f" ] && libdirs=$libdirs:$(dirname "$f")
 done
+# the attention's libcudnn.so.9 (opened at run time): the one of the
+# image's PyTorch (its nvidia-cudnn wheel), else any on the machine
+cudnn=$(python3 -c 'import nvidia.cudnn as c, os; print(os.path.dirname(c.__file__) + "/lib")' \
+	2>/dev/null)
+if [ -z "$cudnn" ] || [ ! -e "$cudnn/libcudnn.so.9" ]; then
+	f=$(find /opt /usr/local/cuda*/ /usr/lib -name libcudnn.so.9 2>/dev/null | head -1)
+	cudnn=${f:+$(dirname "$f")}
+fi
+[ -n "$cudnn" ] && libdirs=$libdirs:$cudnn
 export LD_LIBRARY_PATH=$libdirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export MESHRUN_BUILD=$pk/build
 # the emulated device's twins where they exist (its tests/gpu-emul)
@@ -113,11 +125,14 @@ for w in $steps; do
 			for b in "$pk"/build/meshrun "$pk"/build/meshrun-cuda.so; do
 				[ -e "$b" ] && ldd "$b" | grep "not found"
 			done
+			echo "cudnn: ${cudnn:-none found}"
+			ls "${cudnn:-/nonexistent}"/libcudnn.so.9* 2>&1
 		} >"$logs/probe.log" 2>&1
 		row probe - 0 "$(head -2 "$logs/probe.log" | tail -1) ($gpus GPU(s))" ;;
 	kernels)
 		crit test_cuda_kernels 150
-		crit test_cuda_attention 150
+		crit test_cudnn_graph 30
+		crit test_cuda_attention 240
 		crit test_device_cuda 90 ;;
 	model)
 		crit test_cuda_model 150

@@ -33,9 +33,14 @@
  * Every kernel is a template over the storage type of q/k/v/dout (the
  * context's activation type) and of its output or gradients.
  *
- * Non-goals: tensor-core MMA (correctness and O(T) memory first; an
- * mma.sync/wgmma kernel can replace these behind the same entry points),
- * dropout, head sizes above 128 or not a multiple of 32.
+ * The whole-layer entries (mr_cuda_attn_layer_fwd/_bwd) try cuDNN's fused
+ * flash attention on tensor cores first (cudnn_attn.cu) and run these
+ * kernels where it does not take the call (fp32, no cuDNN, a refused
+ * shape); the context-parallel entries always run these kernels.
+ *
+ * Non-goals: tensor-core MMA in these kernels (correctness and O(T)
+ * memory first; the layer's speed comes from cuDNN), dropout, head sizes
+ * above 128 or not a multiple of 32.
  */
 #include <string.h>
 
@@ -571,13 +576,20 @@ static int layer_ok(int C, int NH, int NKV)
 	return NH > 0 && C % NH == 0 && NKV > 0 && NKV <= NH && NH % NKV == 0;
 }
 
+/* Both layer entries check the shape as the kernels would (so a shape is
+ * valid whichever path runs it), then try cuDNN (cudnn_attn.cu), then
+ * run the kernels when it did not take the call. */
 extern "C" int mr_cuda_attn_layer_fwd(struct mr_cuda *cu, void *out, float *lse, const void *qkv,
 				      int B, int T, int C, int NH, int NKV)
 {
-	attn_t a = layer_desc(cu, qkv, B, T, C, NH, NKV);
+	attn_t a = layer_desc(cu, qkv, B, T, C, NH, NKV), k;
+	int rc;
 
 	if (!layer_ok(C, NH, NKV))
 		return mr__cuda_inval(cu, "attn_layer_fwd");
+	if ((rc = kernel_desc(cu, &a, &k, "attn_layer_fwd")) ||
+	    (rc = mr__dnn_layer_fwd(cu, out, lse, qkv, B, T, C, NH, NKV)) <= 0)
+		return rc;
 	return mr_cuda_attn_fwd(cu, &a, out, (size_t)C, (size_t)T * C, lse);
 }
 
@@ -594,7 +606,9 @@ extern "C" int mr_cuda_attn_layer_bwd(struct mr_cuda *cu, void *dqkv, const void
 	if (!layer_ok(C, NH, NKV))
 		return mr__cuda_inval(cu, "attn_layer_bwd");
 	if ((rc = kernel_desc(cu, &a, &k, "attn_layer_bwd")) ||
-	    (rc = mr__cuda_scratch(cu, (size_t)B * NH * T * sizeof(float), &delta)) ||
+	    (rc = mr__dnn_layer_bwd(cu, dqkv, dout, qkv, out, lse, B, T, C, NH, NKV)) <= 0)
+		return rc;
+	if ((rc = mr__cuda_scratch(cu, (size_t)B * NH * T * sizeof(float), &delta)) ||
 	    (rc = mr_cuda_memset0(cu, dqkv, (size_t)B * a.q_batch * esz)) ||
 	    (rc = mr_cuda_attn_delta(cu, delta, dout, out, B, NH, T, a.hs, (size_t)C,
 				     (size_t)T * C)))

@@ -45,6 +45,11 @@ struct mr_cuda {
 	size_t adamw_tab_cap;    /* and the room of both */
 	cudaEvent_t *marks;      /* timing marks (mr_cuda_marks), nmarks of them */
 	int nmarks, marks_used;
+	struct mr__dnn *dnn;     /* cuDNN attention (cudnn_attn.cu); NULL until first used */
+	int use_dnn;             /* 0: MESHRUN_CUDNN=0 or mr_cuda_disable_cudnn */
+	long attn_fast;          /* layer attention calls cuDNN ran */
+	long attn_fallbacks;     /* ... the own kernels ran although use_dnn */
+	char attn_why[224];      /* the first fallback's reason */
 	char err[256];
 };
 
@@ -54,6 +59,19 @@ struct mr__lt_plan;
 size_t mr__cuda_lt_plan_size(void);
 /* Releases the context's plans (before cublasLtDestroy). */
 void mr__cuda_lt_plans_free(struct mr_cuda *cu);
+
+/* The whole-layer attention through cuDNN (cudnn_attn.cu), arguments as
+ * mr_cuda_attn_layer_fwd/_bwd's (already checked): 0 when cuDNN ran it,
+ * 1 when it did not take the call (the caller runs its own kernels; the
+ * call is counted in mr_cuda_attn_fallbacks when use_dnn, and the reason
+ * logged once per shape). */
+int mr__dnn_layer_fwd(struct mr_cuda *cu, void *out, float *lse, const void *qkv, int B, int T,
+		      int C, int NH, int NKV);
+int mr__dnn_layer_bwd(struct mr_cuda *cu, void *dqkv, const void *dout, const void *qkv,
+		      const void *out, const float *lse, int B, int T, int C, int NH, int NKV);
+/* Releases the context's cuDNN handle, plans and workspace (the stream
+ * synced first). */
+void mr__dnn_free(struct mr_cuda *cu);
 
 /* Records "what: cuda message" and returns MR_ESYS; 0 for cudaSuccess. */
 int mr__cuda_check(struct mr_cuda *cu, cudaError_t e, const char *what);

@@ -1,7 +1,7 @@
 /*
  * device.cu - the CUDA context (stream, cuBLAS/cuBLASLt handles, GEMM
- * workspace, scratch, activation type), device memory helpers, copies and
- * bf16 conversions.
+ * workspace, scratch, activation type; the cuDNN attention state is
+ * cudnn_attn.cu's), device memory helpers, copies and bf16 conversions.
  *
  * Non-goals: a caching allocator (the runtime allocates its few big
  * buffers once), peer access, multiple streams.
@@ -121,7 +121,7 @@ extern "C" int mr_cuda_device_name(int device, char *buf, size_t n)
 extern "C" int mr_cuda_create(struct mr_cuda **out, int device, struct mr_errbuf *eb)
 {
 	struct mr_cuda *cu;
-	const char *env = getenv("MESHRUN_CUBLASLT");
+	const char *env = getenv("MESHRUN_CUBLASLT"), *dnn_env = getenv("MESHRUN_CUDNN");
 	struct mr_errbuf why = { { 0 }, { 0 } };
 	int n = mr_cuda_device_count(&why), rc = MR_ESYS;
 
@@ -134,6 +134,7 @@ extern "C" int mr_cuda_create(struct mr_cuda **out, int device, struct mr_errbuf
 		return mr_errf(eb, MR_ENOMEM, "unable to allocate the cuda context");
 	cu->device = device;
 	cu->use_lt = !(env && env[0] == '0');
+	cu->use_dnn = !(dnn_env && dnn_env[0] == '0');
 	if (mr__cuda_check(cu, cudaSetDevice(device), "cudaSetDevice") ||
 	    mr__cuda_check(cu, cudaStreamCreateWithFlags(&cu->stream, cudaStreamNonBlocking),
 			   "cudaStreamCreate") ||
@@ -170,6 +171,7 @@ extern "C" void mr_cuda_free(struct mr_cuda *cu)
 		return;
 	if (cu->stream)
 		cudaStreamSynchronize(cu->stream);
+	mr__dnn_free(cu);
 	mr__cuda_lt_plans_free(cu);
 	mr_cuda_marks(cu, 0);
 	if (cu->lt)

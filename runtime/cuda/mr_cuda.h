@@ -37,7 +37,10 @@
  * Determinism: no kernel uses float atomics. Sums over rows (bias, LayerNorm
  * dw/db, embedding gradients, grad norm) go through fixed-shape partials
  * summed in a fixed order; attention backward computes dq and dk/dv in two
- * passes instead of atomics. Same inputs + same device = same bits.
+ * passes instead of atomics; the layer backward through cuDNN is its
+ * deterministic form (dQ without atomics; an engine that notes itself
+ * nondeterministic is taken only when no other builds, and logged).
+ * Same inputs + same device = same bits.
  *
  * Calls are asynchronous on the context's stream unless they say otherwise;
  * a kernel entry returns 0 or a negative MR_E* code when the launch itself
@@ -47,8 +50,8 @@
  * Ownership: the caller owns struct mr_cuda (mr_cuda_create/mr_cuda_free)
  * and every device buffer it allocates (mr_cuda_alloc/mr_cuda_dfree); all
  * tensor arguments are device pointers unless named *_host. The context
- * owns its stream, cuBLAS/cuBLASLt handles, GEMM workspace and the scratch
- * it uses for partial sums.
+ * owns its stream, cuBLAS/cuBLASLt handles, GEMM workspace, the scratch
+ * it uses for partial sums, and its cuDNN handle, plans and workspace.
  *
  * Non-goals: multi-GPU in one context (one context per rank and device),
  * fp16, fp8, dropout, kernels other than the GPT runtime's.
@@ -339,13 +342,30 @@ int mr_cuda_attn_bwd_f32(struct mr_cuda *cu, const struct mr_cuda_attn *a, const
 /* A whole causal layer: qkv (B,T,C+2*NKV*hs) -> out (B,T,C) (=), lse
  * (B,NH,T), with hs = C/NH and a qkv row of NH query heads, then NKV key
  * heads, then NKV value heads (NKV = NH: (B,T,3C)); NKV divides NH.
- * Backward: dqkv (like qkv) = (written), delta in the context's scratch.
+ * Backward: dqkv (like qkv) = (written), from out and lse of the forward.
+ * With bf16 activations both run as cuDNN's fused flash attention on
+ * tensor cores (cudnn_attn.cu: libcudnn.so.9 opened at first use, a plan
+ * per shape; P rounded to bf16 before P V, so out is within bf16 noise of
+ * the twin, not elementwise-tight), else - fp32 activations, cuDNN
+ * missing or older than 9.10.2, a shape or plan it refuses,
+ * MESHRUN_CUDNN=0 - on the block-wise kernels above (delta in the
+ * context's scratch). Which, is decided once per shape and logged once
+ * (event attn_cudnn or attn_fallback with the reason).
  * Twins: mr_attn_layer_fwd, mr_attn_layer_bwd. */
 int mr_cuda_attn_layer_fwd(struct mr_cuda *cu, void *out, float *lse, const void *qkv, int B,
 			   int T, int C, int NH, int NKV);
 int mr_cuda_attn_layer_bwd(struct mr_cuda *cu, void *dqkv, const void *dout, const void *qkv,
 			   const void *out, const float *lse, int B, int T, int C, int NH,
 			   int NKV);
+/* Layer attention calls (forward or backward) cuDNN ran. */
+long mr_cuda_attn_fast_calls(const struct mr_cuda *cu);
+/* Layer attention calls the block-wise kernels ran although the cuDNN
+ * path is on (not MESHRUN_CUDNN=0, not disabled): *why (may be NULL) gets
+ * the first one's reason. */
+long mr_cuda_attn_fallbacks(const struct mr_cuda *cu, const char **why);
+/* Turns the cuDNN path off for this context (tests; also MESHRUN_CUDNN=0):
+ * the layer entries run the block-wise kernels, uncounted. */
+void mr_cuda_disable_cudnn(struct mr_cuda *cu);
 
 /* ---- mixture of experts (kernels/mr_moe.h; twins there) ---------------------
  * Tensors as struct mr_moe_acts holds them, in device memory: probs (N,E),

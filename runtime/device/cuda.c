@@ -59,6 +59,7 @@ struct timed_op {
 
 struct cuda_state {
 	struct mr_cuda *cu;
+	long lt_fallbacks; /* GEMM fallbacks seen at the last sync */
 	int *counts;     /* (E) the MoE layer's kept rows per expert, on the host */
 	size_t ncounts;
 	struct mr_cuda_adamw_range *ranges; /* (nranges) adamw's, as the kernels take them */
@@ -246,12 +247,15 @@ static void *cuda_stream(struct mr_dev *d)
 
 static int cuda_sync(struct mr_dev *d)
 {
+	struct cuda_state *st = (struct cuda_state *)d->impl;
 	const char *why = "";
 	long n = mr_cuda_lt_fallbacks(cu_of(d), &why);
 
-	if (n > 0 && d->fallbacks == 0) /* once; the count rides in the stats */
+	if (n > 0 && st->lt_fallbacks == 0) /* once; the count rides in the stats */
 		mr_log_warn("gemm_fallback", "reason=%s", mr_log_q(why));
-	d->fallbacks = n;
+	st->lt_fallbacks = n;
+	/* attention's own are logged by the kernel layer, once per shape */
+	d->fallbacks = n + mr_cuda_attn_fallbacks(cu_of(d), NULL);
 	return ck(d, mr_cuda_sync(cu_of(d)), "sync");
 }
 

@@ -310,7 +310,8 @@ struct mr_dev {
 	 * memory" */
 	char fault[160];
 	/* fast paths the backend did not take although it should have (cuda:
-	 * a GEMM cuBLASLt did not run), counted as of the last sync */
+	 * a GEMM cuBLASLt did not run, a layer attention cuDNN did not run -
+	 * fp32 activations included), counted as of the last sync */
 	long fallbacks;
 	void *impl;             /* the backend's state */
 };

@@ -351,6 +351,26 @@ void mr_cuda_disable_lt(struct mr_cuda *cu)
 	(void)cu;
 }
 
+/* No cuDNN here: the layer entries are the CPU twins, nothing falls back. */
+long mr_cuda_attn_fast_calls(const struct mr_cuda *cu)
+{
+	(void)cu;
+	return 0;
+}
+
+long mr_cuda_attn_fallbacks(const struct mr_cuda *cu, const char **why)
+{
+	(void)cu;
+	if (why)
+		*why = "";
+	return 0;
+}
+
+void mr_cuda_disable_cudnn(struct mr_cuda *cu)
+{
+	(void)cu;
+}
+
 int mr_cuda_alloc(struct mr_cuda *cu, void **p, size_t bytes)
 {
 	void *h;

@@ -10,6 +10,16 @@
  * bit-identical; dk/dv the group sums) and against itself (the backward
  * twice: the same bits).
  *
+ * Those run the block-wise kernels (attention.cu): the layer-entry cases
+ * turn the cuDNN path off (mr_cuda_disable_cudnn). The layer through
+ * cuDNN's fused flash attention (cudnn_attn.cu) has its own cases at the
+ * end: bf16, T 1024 and 4096, head sizes 64 and 128, NKV = NH and NKV <
+ * NH, against the fp32 CPU twin on fresh random inputs, with out, lse and
+ * dqkv poisoned (NaN bytes) before each call so an element cuDNN does not
+ * write fails; each fails when the call did not run through cuDNN (a GPU
+ * without a usable cuDNN included: only MESHRUN_CUDNN=0 skips them), and
+ * runs forward and backward twice for the same bits.
+ *
  * Tolerances (|gpu - cpu| <= rtol*|cpu| + atol*max|cpu|):
  *   layer out (bf16)         rtol 8e-3, atol 1e-3
  *   lse (fp32)               rtol 1e-5, atol 1e-5
@@ -22,6 +32,12 @@
  *   gqa dk/dv vs the multi-head group sums: fp32 rtol 1e-5 (one fp32 sum
  *                            in another order); bf16 2e-2, 1e-2 (each
  *                            multi-head term rounded before the sum)
+ * and for the cuDNN path, relative L2 error ||gpu - cpu|| / ||cpu||:
+ *   out, dq, dk, dv          1e-2 (the issue's bound): cuDNN rounds P to
+ *                            bf16 before P V and P^T dO, dS before dS^T Q,
+ *                            each 2^-9 relative, of random sign
+ *   lse                      1e-3: fp32 scores from exact bf16 products,
+ *                            fp32 max and sum; only the order differs
  * Skipped when there is no CUDA device.
  */
 #include <criterion/criterion.h>
@@ -29,6 +45,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda/cudnn_attn.h"
 #include "gpu_harness.h"
 #include "kernels/mr_attention.h"
 
@@ -113,7 +130,8 @@ Test(cuda_attn, real_shapes_T1024_and_T4096_match_cpu, .timeout = 600)
 }
 
 /* The layer entries the device layer calls (dqkv written, delta in the
- * context's scratch), in the activation type f32 or bf16. */
+ * context's scratch), in the activation type f32 or bf16, on the
+ * block-wise kernels (the cuDNN path off). */
 static void layer_entry_case(int f32, int B, int T, int C, int NH)
 {
 	size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nl = (size_t)B * NH * T;
@@ -123,6 +141,7 @@ static void layer_entry_case(int f32, int B, int T, int C, int NH)
 	float *ws = xmalloc(mr_attn_layer_ws_floats(NULL, T, C / NH) * sizeof(float));
 	void *d_qkv, *d_out, *d_dqkv;
 
+	mr_cuda_disable_cudnn(cu);
 	use_act(f32);
 	d_qkv = up_act(qkv, nqkv);
 	d_out = act_alloc(nout);
@@ -312,8 +331,9 @@ static float *gqa_expand(const float *g, int B, int T, int C, int NH, int NKV)
 	return m;
 }
 
-/* The layer entries with NKV < NH against the CPU layer (the twin), in
- * the activation type f32 or bf16; then against the kernels' own
+/* The layer entries with NKV < NH (on the block-wise kernels: the cuDNN
+ * path off) against the CPU layer (the twin), in the activation type f32
+ * or bf16; then against the kernels' own
  * multi-head run on the expanded qkv: out, lse and dq bit-identical (each
  * query head reads the same key/value values through the same
  * arithmetic), dk/dv the group sums of the multi-head dk/dv (another
@@ -333,6 +353,7 @@ static void gqa_layer_case(int f32, int B, int T, int C, int NH, int NKV)
 
 	cr_log_info("gqa layer %s B %d T %d C %d NH %d NKV %d", f32 ? "fp32" : "bf16", B, T, C, NH,
 		    NKV);
+	mr_cuda_disable_cudnn(cu);
 	use_act(f32);
 	d_qkv = up_act(qkv, nqkv);
 	d_dout = up_act(dout, nout);
@@ -499,5 +520,221 @@ Test(cuda_attn, bad_kv_head_count_is_rejected)
 	cr_assert_eq(mr_cuda_attn_layer_fwd(cu, out, lse, qkv, 1, 8, 128, 4, 3), MR_EINVAL);
 	cr_assert(strstr(mr_cuda_errmsg(cu), "attn_layer") != NULL, "%s", mr_cuda_errmsg(cu));
 	cr_assert_eq(mr_cuda_attn_layer_fwd(cu, out, lse, qkv, 1, 8, 128, 4, 0), MR_EINVAL);
+	gpu_teardown();
+}
+
+/* ---- the layer through cuDNN's fused flash attention (cudnn_attn.cu) ---- */
+
+/* The cuDNN path must run on this GPU: fails where cuDNN cannot be used
+ * (scripts/device-run.sh puts the device image's cuDNN on the library
+ * path); skips only when the user turned it off. */
+static void need_cudnn_path(void)
+{
+	const char *env = getenv("MESHRUN_CUDNN");
+	char why[256] = "";
+
+	if (env && env[0] == '0')
+		cr_skip_test("MESHRUN_CUDNN=0: the cuDNN attention is off");
+	cr_assert_eq(mr__dnn_load(why, sizeof(why)), 0, "a GPU without a usable cuDNN: %s", why);
+}
+
+/* bytes of 0xff at d: NaN in bf16 and in fp32, so an element the call
+ * does not write fails every comparison below. */
+static void poison(void *d, size_t bytes)
+{
+	unsigned char *h = xmalloc(bytes);
+
+	memset(h, 0xff, bytes);
+	cr_assert_eq(mr_cuda_upload(cu, d, h, bytes), 0, "%s", mr_cuda_errmsg(cu));
+	free(h);
+}
+
+static size_t nonfinite(const float *x, size_t n)
+{
+	size_t k = 0;
+
+	for (size_t i = 0; i < n; i++)
+		k += !isfinite(x[i]);
+	return k;
+}
+
+/* ||a - b|| / ||b|| over columns [c0, c0 + w) of rows of width W. */
+static double rel_l2_cols(const float *a, const float *b, size_t rows, size_t W, size_t c0,
+			  size_t w)
+{
+	double d = 0.0, nb = 0.0;
+
+	for (size_t r = 0; r < rows; r++)
+		for (size_t c = c0; c < c0 + w; c++) {
+			double x = a[r * W + c], y = b[r * W + c];
+			d += (x - y) * (x - y);
+			nb += y * y;
+		}
+	return nb > 0.0 ? sqrt(d / nb) : sqrt(d);
+}
+
+/* The n bytes at d. */
+static unsigned char *down_bytes(const void *d, size_t n)
+{
+	unsigned char *h = xmalloc(n);
+
+	cr_assert_eq(mr_cuda_download(cu, h, d, n), 0, "%s", mr_cuda_errmsg(cu));
+	return h;
+}
+
+/* One call of the layer ran through cuDNN since fast0 calls, none fell
+ * back. */
+static void ran_fast(const char *what, long fast0, long fb0)
+{
+	const char *why = "";
+	long fb = mr_cuda_attn_fallbacks(cu, &why);
+
+	cr_assert_eq(mr_cuda_attn_fast_calls(cu), fast0 + 1, "the %s did not run through cuDNN: %s",
+		     what, why);
+	cr_assert_eq(fb, fb0, "the %s fell back: %s", what, why);
+}
+
+/* The layer (B,T,NH,NKV,hs) in bf16 through cuDNN against the fp32 CPU
+ * twin: out, lse, then dq, dk, dv; outputs poisoned before each call;
+ * forward and backward run twice into fresh poisoned buffers: the same
+ * bits. */
+static void cudnn_case(int B, int T, int NH, int NKV, int hs)
+{
+	int C = NH * hs;
+	size_t W = (size_t)C + 2 * (size_t)NKV * hs, rows = (size_t)B * T, nqkv = rows * W;
+	size_t nout = rows * C, nl = (size_t)B * NH * T, kvw = (size_t)NKV * hs;
+	float *qkv = rand_bf(nqkv, 1.0f), *dout = rand_bf(nout, 1.0f);
+	float *out = xmalloc(nout * sizeof(float)), *lse = xmalloc(nl * sizeof(float));
+	float *dqkv = xmalloc(nqkv * sizeof(float));
+	float *ws = xmalloc(mr_attn_layer_ws_floats(NULL, T, hs) * sizeof(float));
+	float *g_out, *g_lse, *g_dqkv, *d_lse, *d_lse2;
+	void *d_qkv, *d_dout, *d_out, *d_out2, *d_dqkv, *d_dqkv2;
+	unsigned char *b1, *b2;
+	double e_out, e_lse, e_dq, e_dk, e_dv;
+	long fast0, fb0;
+
+	use_act(0);
+	d_qkv = up_bf(qkv, nqkv);
+	d_dout = up_bf(dout, nout);
+	d_out = act_alloc(nout);
+	d_out2 = act_alloc(nout);
+	d_lse = dev_alloc(nl * sizeof(float));
+	d_lse2 = dev_alloc(nl * sizeof(float));
+	d_dqkv = act_alloc(nqkv);
+	d_dqkv2 = act_alloc(nqkv);
+	mr_attn_layer_fwd(NULL, out, lse, qkv, B, T, C, NH, NKV, ws);
+	mr_attn_layer_bwd(NULL, dqkv, dout, qkv, out, lse, B, T, C, NH, NKV, ws);
+
+	poison(d_out, nout * sizeof(mr_bf16));
+	poison(d_lse, nl * sizeof(float));
+	fast0 = mr_cuda_attn_fast_calls(cu);
+	fb0 = mr_cuda_attn_fallbacks(cu, NULL);
+	CU_OK(mr_cuda_attn_layer_fwd(cu, d_out, d_lse, d_qkv, B, T, C, NH, NKV));
+	ran_fast("forward", fast0, fb0);
+	g_out = down_bf(d_out, nout);
+	g_lse = down_f32(d_lse, nl);
+	cr_assert_eq(nonfinite(g_out, nout), 0, "out: %zu of %zu elements unwritten or not finite",
+		     nonfinite(g_out, nout), nout);
+	cr_assert_eq(nonfinite(g_lse, nl), 0, "lse: %zu of %zu unwritten or not finite",
+		     nonfinite(g_lse, nl), nl);
+	e_out = rel_l2(g_out, out, nout);
+	e_lse = rel_l2(g_lse, lse, nl);
+
+	poison(d_dqkv, nqkv * sizeof(mr_bf16));
+	fast0 = mr_cuda_attn_fast_calls(cu);
+	CU_OK(mr_cuda_attn_layer_bwd(cu, d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, NKV));
+	ran_fast("backward", fast0, fb0);
+	g_dqkv = down_bf(d_dqkv, nqkv);
+	cr_assert_eq(nonfinite(g_dqkv, nqkv), 0, "dqkv: %zu of %zu unwritten or not finite",
+		     nonfinite(g_dqkv, nqkv), nqkv);
+	e_dq = rel_l2_cols(g_dqkv, dqkv, rows, W, 0, (size_t)C);
+	e_dk = rel_l2_cols(g_dqkv, dqkv, rows, W, (size_t)C, kvw);
+	e_dv = rel_l2_cols(g_dqkv, dqkv, rows, W, (size_t)C + kvw, kvw);
+	cr_log_info("cudnn B %d T %d NH %d NKV %d hs %d: rel L2 out %.3g lse %.3g dq %.3g dk %.3g "
+		    "dv %.3g", B, T, NH, NKV, hs, e_out, e_lse, e_dq, e_dk, e_dv);
+	cr_expect(e_out <= 1e-2, "out rel L2 %g", e_out);
+	cr_expect(e_lse <= 1e-3, "lse rel L2 %g", e_lse);
+	cr_expect(e_dq <= 1e-2, "dq rel L2 %g", e_dq);
+	cr_expect(e_dk <= 1e-2, "dk rel L2 %g", e_dk);
+	cr_expect(e_dv <= 1e-2, "dv rel L2 %g", e_dv);
+
+	/* the same bits again */
+	poison(d_out2, nout * sizeof(mr_bf16));
+	poison(d_lse2, nl * sizeof(float));
+	poison(d_dqkv2, nqkv * sizeof(mr_bf16));
+	CU_OK(mr_cuda_attn_layer_fwd(cu, d_out2, d_lse2, d_qkv, B, T, C, NH, NKV));
+	CU_OK(mr_cuda_attn_layer_bwd(cu, d_dqkv2, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, NKV));
+	cr_assert_eq(mr_cuda_attn_fast_calls(cu), fast0 + 3);
+	b1 = down_bytes(d_out, nout * sizeof(mr_bf16));
+	b2 = down_bytes(d_out2, nout * sizeof(mr_bf16));
+	cr_expect(memcmp(b1, b2, nout * sizeof(mr_bf16)) == 0, "forward out not deterministic");
+	free(b1);
+	free(b2);
+	b1 = down_bytes(d_lse, nl * sizeof(float));
+	b2 = down_bytes(d_lse2, nl * sizeof(float));
+	cr_expect(memcmp(b1, b2, nl * sizeof(float)) == 0, "forward lse not deterministic");
+	free(b1);
+	free(b2);
+	b1 = down_bytes(d_dqkv, nqkv * sizeof(mr_bf16));
+	b2 = down_bytes(d_dqkv2, nqkv * sizeof(mr_bf16));
+	cr_expect(memcmp(b1, b2, nqkv * sizeof(mr_bf16)) == 0, "backward not deterministic");
+	free(b1);
+	free(b2);
+	free(qkv);
+	free(dout);
+	free(out);
+	free(lse);
+	free(dqkv);
+	free(ws);
+	free(g_out);
+	free(g_lse);
+	free(g_dqkv);
+}
+
+/* T 1024 and 4096, head sizes 64 and 128, NKV = NH and NKV < NH: each
+ * pair of those once (GPT-2's shape first, B 2). */
+Test(cuda_attn, cudnn_layer_T1024_matches_cpu, .timeout = 300)
+{
+	need_gpu();
+	need_cudnn_path();
+	cudnn_case(2, 1024, 12, 12, 64);
+	cudnn_case(1, 1024, 8, 2, 128);
+	gpu_teardown();
+}
+
+Test(cuda_attn, cudnn_layer_T4096_matches_cpu, .timeout = 300)
+{
+	need_gpu();
+	need_cudnn_path();
+	cudnn_case(1, 4096, 4, 2, 64);
+	cudnn_case(1, 4096, 4, 4, 128);
+	gpu_teardown();
+}
+
+/* What the cuDNN path does not take falls back to the block-wise kernels
+ * counted and named (fp32 activations); turned off, nothing is counted. */
+Test(cuda_attn, cudnn_fallback_is_counted_and_named)
+{
+	int B = 1, T = 128, NH = 2, C = 128;
+	void *qkv, *out;
+	float *lse;
+	const char *why = "";
+	long fb0;
+
+	need_gpu();
+	need_cudnn_path();
+	use_act(1);
+	qkv = act_alloc((size_t)B * T * 3 * C);
+	out = act_alloc((size_t)B * T * C);
+	lse = dev_alloc((size_t)B * NH * T * sizeof(float));
+	CU_OK(mr_cuda_memset0(cu, qkv, (size_t)B * T * 3 * C * sizeof(float)));
+	fb0 = mr_cuda_attn_fallbacks(cu, NULL);
+	CU_OK(mr_cuda_attn_layer_fwd(cu, out, lse, qkv, B, T, C, NH, NH));
+	cr_assert_eq(mr_cuda_attn_fallbacks(cu, &why), fb0 + 1);
+	cr_assert(strstr(why, "fp32") != NULL, "%s", why);
+	cr_assert_eq(mr_cuda_attn_fast_calls(cu), 0);
+	mr_cuda_disable_cudnn(cu);
+	CU_OK(mr_cuda_attn_layer_fwd(cu, out, lse, qkv, B, T, C, NH, NH));
+	cr_assert_eq(mr_cuda_attn_fallbacks(cu, NULL), fb0 + 1, "counted while turned off");
 	gpu_teardown();
 }
