@@ -25,13 +25,16 @@
  *            dQ = dS K (K a reshape of K^T). With NKV < NH (grouped-query
  *            attention: query head h reads key/value head h / (NH/NKV)) dK
  *            and dV are (B,NH,T,hs) then a sum over each group of heads.
- * dQ is written by its matmul, with no fp32 dQ accumulator: the graph
- * cuDNN's frontend builds when asked for the deterministic algorithm on
- * Hopper (the dP-workspace algorithm; the accumulator form adds dQ with
- * atomics). Among the engines cuDNN's heuristics offer, the first whose
- * plan builds and that does not note itself nondeterministic
- * (CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) is taken; when only noted ones
- * build, the first is taken and its log line says deterministic=no.
+ * dQ is written by its matmul, with no fp32 dQ accumulator tensor: the
+ * graph cuDNN's frontend builds when asked for the deterministic algorithm
+ * on Hopper (its dP-workspace decomposition, whose workspace grows as
+ * B*NH*T*T*2 bytes; the accumulator form adds dQ with atomics). The
+ * engines' numerical notes do not tell the two apart (cuDNN 9.19 notes
+ * only TENSOR_CORE for both), so determinism rests on the graph's form
+ * and is checked on a GPU (test_cuda_attention.c runs the backward twice
+ * for the same bits). Among the engine configs cuDNN's heuristics offer,
+ * the first whose plan builds is taken - one that does not note itself
+ * nondeterministic if any builds; the log line says which.
  *
  * cuDNN 9.10.2 or later (MR__DNN_MIN_VERSION), built for this plugin's
  * CUDA major version: cuDNN's frontend refuses its bf16 SDPA on 9.10.0 and
@@ -631,7 +634,7 @@ struct dnn_plan {
 	int64_t ws;              /* cuDNN's workspace bytes */
 	size_t front;            /* our bytes in front of it (bwd: Dsum) */
 	int64_t engine;          /* the engine's global index (-1: unknown) */
-	int det;                 /* 1: the engine notes no nondeterminism */
+	int nondet;              /* the engine notes itself nondeterministic */
 	float scale, neg_inf, one; /* the by-value scalars */
 };
 
@@ -650,12 +653,9 @@ struct mr__dnn {
 static void plan_release(struct dnn_plan *p)
 {
 	/* cleanup: a destroy that fails leaves nothing for us to do */
-	if (p->plan)
-		dnn.BackendDestroyDescriptor(p->plan);
-	if (p->cfg)
-		dnn.BackendDestroyDescriptor(p->cfg);
-	if (p->graph)
-		dnn.BackendDestroyDescriptor(p->graph);
+	mr__dnn_destroy(p->plan);
+	mr__dnn_destroy(p->cfg);
+	mr__dnn_destroy(p->graph);
 	p->plan = p->cfg = p->graph = NULL;
 	mr__dnn_ops_release(&p->ops);
 }
@@ -689,10 +689,106 @@ static int handle_of(struct mr_cuda *cu, struct mr__dnn *d, char *why, size_t n)
 	return 0;
 }
 
-/* The engine of cfg: its global index and whether it notes itself
- * nondeterministic (det 0), or not (det 1). 0, or -1 when cuDNN cannot
- * say (det 0, index -1). */
-static int engine_of(desc_t cfg, int64_t *index, int *det)
+extern "C" void mr__dnn_destroy(void *desc)
+{
+	if (desc)
+		dnn.BackendDestroyDescriptor(desc); /* cleanup: nothing to do if it fails */
+}
+
+extern "C" void *mr__dnn_devprop(const char *json, char *why, size_t n)
+{
+	desc_t d = NULL;
+	cudnnStatus_t st;
+
+	if (mr__dnn_load(why, n))
+		return NULL;
+	if ((st = dnn.BackendCreateDescriptor(CUDNN_BACKEND_DEVICEPROP_DESCRIPTOR, &d)) ||
+	    (st = dnn.BackendSetAttribute(d, CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION,
+					  CUDNN_TYPE_CHAR, (int64_t)strlen(json), json)) ||
+	    (st = dnn.BackendFinalize(d))) {
+		dnn_err(why, n, "device properties", st);
+		mr__dnn_destroy(d);
+		return NULL;
+	}
+	return d;
+}
+
+extern "C" int mr__dnn_graph(struct mr__dnn_ops *g, void *handle, void **graph, char *why,
+			     size_t n)
+{
+	cudnnHandle_t h = (cudnnHandle_t)handle;
+	desc_t d = NULL;
+	cudnnStatus_t st;
+
+	*graph = NULL;
+	if ((st = dnn.BackendCreateDescriptor(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, &d)) ||
+	    (st = dnn.BackendSetAttribute(d, CUDNN_ATTR_OPERATIONGRAPH_OPS,
+					  CUDNN_TYPE_BACKEND_DESCRIPTOR, g->nops, g->ops)) ||
+	    (h && (st = dnn.BackendSetAttribute(d, CUDNN_ATTR_OPERATIONGRAPH_HANDLE,
+						CUDNN_TYPE_HANDLE, 1, &h))) ||
+	    (st = dnn.BackendFinalize(d))) {
+		dnn_err(why, n, "operation graph", st);
+		mr__dnn_destroy(d);
+		return -1;
+	}
+	*graph = d;
+	return 0;
+}
+
+extern "C" int mr__dnn_engine_configs(void *graph, void *devprop, void **cfgs, int max, char *why,
+				      size_t n)
+{
+	cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
+	cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
+	int64_t count = 0, got = 0;
+	desc_t heur = NULL;
+	int made = 0;
+
+	for (int i = 0; i < max; i++)
+		cfgs[i] = NULL;
+	if ((st = dnn.BackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur)) ||
+	    (st = dnn.BackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH,
+					  CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph)) ||
+	    (st = dnn.BackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1,
+					  &mode)) ||
+	    (devprop && (st = dnn.BackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_DEVICEPROP,
+						      CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+						      &devprop))) ||
+	    (st = dnn.BackendFinalize(heur)) ||
+	    (st = dnn.BackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+					  CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, NULL)))
+		goto fail;
+	if (count > max)
+		count = max;
+	for (; made < count; made++)
+		if ((st = dnn.BackendCreateDescriptor(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &cfgs[made])))
+			goto fail;
+	if (count > 0 &&
+	    (st = dnn.BackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+					  CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, cfgs)))
+		goto fail;
+	if (got > count)
+		got = count;
+	for (int i = (int)got; i < made; i++) { /* the ones cuDNN did not fill */
+		mr__dnn_destroy(cfgs[i]);
+		cfgs[i] = NULL;
+	}
+	mr__dnn_destroy(heur);
+	if (got == 0) /* cuDNN's own message says why (an engine's missing prerequisite...) */
+		dnn_err(why, n, "cuDNN's heuristics offer no engine for this attention graph",
+			CUDNN_STATUS_NOT_SUPPORTED);
+	return (int)got;
+fail:
+	dnn_err(why, n, "engine heuristics", st);
+	for (int i = 0; i < made; i++) {
+		mr__dnn_destroy(cfgs[i]);
+		cfgs[i] = NULL;
+	}
+	mr__dnn_destroy(heur);
+	return -1;
+}
+
+extern "C" int mr__dnn_engine_info(void *cfg, int64_t *index, int *nondet)
 {
 	cudnnBackendNumericalNote_t notes[16];
 	desc_t eng = NULL;
@@ -700,7 +796,7 @@ static int engine_of(desc_t cfg, int64_t *index, int *det)
 	int rc = -1;
 
 	*index = -1;
-	*det = 0;
+	*nondet = 1;
 	if (dnn.BackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng) !=
 	    CUDNN_STATUS_SUCCESS)
 		return -1;
@@ -710,16 +806,16 @@ static int engine_of(desc_t cfg, int64_t *index, int *det)
 	    dnn.BackendGetAttribute(eng, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
 				    CUDNN_TYPE_NUMERICAL_NOTE, 16, &n, notes) ==
 		    CUDNN_STATUS_SUCCESS) {
-		*det = 1;
+		*nondet = 0;
 		for (int64_t i = 0; i < n && i < 16; i++)
 			if (notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC)
-				*det = 0;
+				*nondet = 1;
 		if (dnn.BackendGetAttribute(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1,
 					    &n, index) != CUDNN_STATUS_SUCCESS)
 			*index = -1;
 		rc = 0;
 	}
-	dnn.BackendDestroyDescriptor(eng); /* cleanup */
+	mr__dnn_destroy(eng);
 	return rc;
 }
 
@@ -727,53 +823,26 @@ static int engine_of(desc_t cfg, int64_t *index, int *det)
  * 0, or -1 with the reason in p->why (p's descriptors then released). */
 static int plan_build(struct mr_cuda *cu, struct mr__dnn *d, struct dnn_plan *p)
 {
-	desc_t heur = NULL, cfgs[MAX_CFGS] = { NULL }, plan = NULL;
-	cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
+	void *cfgs[MAX_CFGS] = { NULL };
+	desc_t plan = NULL;
 	cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
-	int64_t count = 0, got = 0, n = 0;
-	int chosen = -1, rc = -1, tried = 0;
-	const char *what = "";
+	int64_t n = 0;
+	int got = 0, chosen = -1, rc = -1, tried = 0;
 
 	if (handle_of(cu, d, p->why, sizeof(p->why)) ||
-	    mr__dnn_ops_build(&p->ops, &p->key, p->why, sizeof(p->why)))
+	    mr__dnn_ops_build(&p->ops, &p->key, p->why, sizeof(p->why)) ||
+	    mr__dnn_graph(&p->ops, d->handle, &p->graph, p->why, sizeof(p->why)) ||
+	    (got = mr__dnn_engine_configs(p->graph, NULL, cfgs, MAX_CFGS, p->why,
+					  sizeof(p->why))) <= 0)
 		goto out;
-	what = "operation graph";
-	if ((st = dnn.BackendCreateDescriptor(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, &p->graph)) ||
-	    (st = dnn.BackendSetAttribute(p->graph, CUDNN_ATTR_OPERATIONGRAPH_OPS,
-					  CUDNN_TYPE_BACKEND_DESCRIPTOR, p->ops.nops, p->ops.ops)) ||
-	    (st = dnn.BackendSetAttribute(p->graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE,
-					  CUDNN_TYPE_HANDLE, 1, &d->handle)) ||
-	    (st = dnn.BackendFinalize(p->graph)))
-		goto fail;
-	what = "engine heuristics";
-	if ((st = dnn.BackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur)) ||
-	    (st = dnn.BackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH,
-					  CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &p->graph)) ||
-	    (st = dnn.BackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1,
-					  &mode)) ||
-	    (st = dnn.BackendFinalize(heur)) ||
-	    (st = dnn.BackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
-					  CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, NULL)))
-		goto fail;
-	if (count > MAX_CFGS)
-		count = MAX_CFGS;
-	for (int i = 0; i < count; i++)
-		if ((st = dnn.BackendCreateDescriptor(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &cfgs[i])))
-			goto fail;
-	if (count > 0 &&
-	    (st = dnn.BackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
-					  CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, cfgs)))
-		goto fail;
-	if (got > count)
-		got = count;
-	/* the first engine whose plan builds, a deterministic one if any does */
-	for (int i = 0; i < got && (chosen < 0 || !p->det); i++) {
+	/* the first engine whose plan builds, one without a nondeterminism
+	 * note if any builds */
+	for (int i = 0; i < got && (chosen < 0 || p->nondet); i++) {
 		int64_t index;
-		int det;
+		int nondet;
 
-		what = "execution plan";
-		engine_of(cfgs[i], &index, &det);
-		if (chosen >= 0 && !det)
+		mr__dnn_engine_info(cfgs[i], &index, &nondet);
+		if (chosen >= 0 && nondet)
 			continue; /* no better than the one we have */
 		tried++;
 		if ((st = dnn.BackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR,
@@ -783,57 +852,45 @@ static int plan_build(struct mr_cuda *cu, struct mr__dnn *d, struct dnn_plan *p)
 		    (st = dnn.BackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
 						  CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfgs[i])) ||
 		    (st = dnn.BackendFinalize(plan))) {
-			dnn_err(p->why, sizeof(p->why), what, st); /* kept if none builds */
-			if (plan)
-				dnn.BackendDestroyDescriptor(plan); /* cleanup */
+			dnn_err(p->why, sizeof(p->why), "execution plan", st); /* kept if none builds */
+			mr__dnn_destroy(plan);
 			plan = NULL;
 			continue;
 		}
-		if (p->plan)
-			dnn.BackendDestroyDescriptor(p->plan); /* cleanup: replaced */
+		mr__dnn_destroy(p->plan); /* replaced by a better one */
 		p->plan = plan;
 		plan = NULL;
 		chosen = i;
 		p->engine = index;
-		p->det = det;
+		p->nondet = nondet;
 	}
 	if (chosen < 0) {
-		if (tried == 0)
-			snprintf(p->why, sizeof(p->why),
-				 "cuDNN's heuristics offer no engine for this attention graph");
-		else {
-			char w[sizeof(p->why)];
-			snprintf(w, sizeof(w), "no plan of %d engine(s) builds (last: %s)", tried,
-				 p->why);
-			snprintf(p->why, sizeof(p->why), "%s", w);
-		}
+		char w[sizeof(p->why)];
+
+		snprintf(w, sizeof(w), "no plan of %d engine(s) builds (last: %s)", tried, p->why);
+		snprintf(p->why, sizeof(p->why), "%s", w);
 		goto out;
 	}
 	p->cfg = cfgs[chosen];
 	cfgs[chosen] = NULL;
-	what = "workspace size";
 	if ((st = dnn.BackendGetAttribute(p->plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-					  CUDNN_TYPE_INT64, 1, &n, &p->ws)))
-		goto fail;
+					  CUDNN_TYPE_INT64, 1, &n, &p->ws))) {
+		dnn_err(p->why, sizeof(p->why), "workspace size", st);
+		goto out;
+	}
 	if (p->ws < 0)
 		p->ws = 0;
 	p->front = p->key.dir == MR__DNN_BWD
-			   ? ((size_t)p->key.B * p->key.NH * p->key.T * sizeof(float) + 255) & ~(size_t)255
+			   ? ((size_t)p->key.B * p->key.NH * p->key.T * sizeof(float) + 255) &
+				     ~(size_t)255
 			   : 0;
 	p->scale = 1.0f / sqrtf((float)p->key.hs);
 	p->neg_inf = -INFINITY;
 	p->one = 1.0f;
 	rc = 0;
-	goto out;
-fail:
-	dnn_err(p->why, sizeof(p->why), what, st);
 out:
-	/* cleanup: heuristics and the engine configs not taken */
-	for (int i = 0; i < MAX_CFGS; i++)
-		if (cfgs[i])
-			dnn.BackendDestroyDescriptor(cfgs[i]);
-	if (heur)
-		dnn.BackendDestroyDescriptor(heur);
+	for (int i = 0; i < MAX_CFGS; i++) /* the engine configs not taken */
+		mr__dnn_destroy(cfgs[i]);
 	if (rc)
 		plan_release(p);
 	return rc;
@@ -880,10 +937,10 @@ static struct dnn_plan *decide(struct mr_cuda *cu, struct mr__dnn *d,
 	if (p->ok)
 		mr_log_info("attn_cudnn",
 			    "dir=%s B=%d T=%d NH=%d NKV=%d hs=%d cudnn=%ld engine=%lld "
-			    "workspace_MiB=%.1f deterministic=%s",
+			    "workspace_MiB=%.1f nondeterministic_note=%s",
 			    dir_name(s->dir), s->B, s->T, s->NH, s->NKV, s->hs, version,
 			    (long long)p->engine, (double)(p->front + (size_t)p->ws) / 1048576.0,
-			    p->det ? "yes" : "no");
+			    p->nondet ? "yes" : "no");
 	else
 		mr_log_warn("attn_fallback", "dir=%s B=%d T=%d NH=%d NKV=%d hs=%d reason=%s",
 			    dir_name(s->dir), s->B, s->T, s->NH, s->NKV, s->hs, mr_log_q(p->why));

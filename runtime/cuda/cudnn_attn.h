@@ -12,9 +12,13 @@
  * runtime-fusion engines recognise as scaled dot-product attention; the
  * operation order is in cudnn_attn.cu's header.
  *
- * Non-goals: anything the device layer calls (that is mr_cuda.h), the
- * operation graph, heuristics and plans (they need a cuDNN handle, hence
- * a GPU: cudnn_attn.cu keeps them per shape in the context).
+ * The operation graph and cuDNN's heuristics are here too (the same calls
+ * the device makes), so that a test can ask cuDNN, with a GPU described
+ * rather than present, which of its engines take the graphs.
+ *
+ * Non-goals: anything the device layer calls (that is mr_cuda.h), plans
+ * and execution (they need a cuDNN handle, hence a GPU: cudnn_attn.cu
+ * keeps them per shape in the context).
  */
 #ifndef MR_CUDNN_ATTN_H
 #define MR_CUDNN_ATTN_H
@@ -89,6 +93,29 @@ void mr__dnn_ops_release(struct mr__dnn_ops *g);
 /* A tensor descriptor's data type (cudnnDataType_t), dimensions and
  * strides as cuDNN holds them (4 each); 0 or -1. */
 int mr__dnn_tensor_get(void *tensor, int *dtype, int64_t dim[4], int64_t stride[4]);
+
+/* The operation graph of g's operations, finalized into *graph, on the
+ * device of `handle` (a cudnnHandle_t), or with no handle (NULL: cuDNN
+ * 9.8 and later; heuristics then need device properties); 0, or -1 with
+ * the reason in why. */
+int mr__dnn_graph(struct mr__dnn_ops *g, void *handle, void **graph, char *why, size_t n);
+/* cuDNN's heuristics (mode A) for graph: up to max engine configs, in
+ * cuDNN's order of preference, into cfgs (the caller destroys them);
+ * devprop: a device-properties descriptor (mr__dnn_devprop) for a graph
+ * without a handle, else NULL. Their number, 0 (why: cuDNN's message) or
+ * -1 (why). */
+int mr__dnn_engine_configs(void *graph, void *devprop, void **cfgs, int max, char *why,
+			   size_t n);
+/* An engine config's engine: its global index and whether it notes itself
+ * nondeterministic; 0, or -1 when cuDNN cannot say (index -1, nondet 1). */
+int mr__dnn_engine_info(void *cfg, int64_t *index, int *nondet);
+/* A device-properties descriptor from its JSON form (cuDNN 9.8 and later;
+ * CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION): a GPU described, not
+ * present - for checking graphs against cuDNN's engines without one; NULL
+ * with the reason in why. */
+void *mr__dnn_devprop(const char *json, char *why, size_t n);
+/* Destroys a descriptor these functions returned; NULL is a no-op. */
+void mr__dnn_destroy(void *desc);
 
 #ifdef __cplusplus
 }

@@ -11,16 +11,29 @@
  * packed qkv / out / lse layouts written out here independently. The rules
  * that refuse a shape or a cuDNN version are checked too.
  *
- * What needs a GPU is not here: the operation graph, cuDNN's heuristics
- * and plans need a cuDNN handle (cudnnCreate fails without a device);
- * tests/gpu/test_cuda_attention.c runs the graphs on a GPU against the CPU
- * twin.
+ * Then cuDNN itself is asked whether its engines take the graphs: the
+ * operation graph finalized without a handle (cuDNN 9.8 and later) and
+ * cuDNN's heuristics run for an H200 described, not present (device
+ * properties in cuDNN's JSON form; cuDNN's engines only need libcuda.so.1
+ * to load - the driver's, or the CUDA toolkit's stub here), through the
+ * same functions the device's plan building calls: each graph must get at
+ * least one engine config (cuDNN's fused attention engines recognise it
+ * as scaled dot-product attention); their engines and numerical notes are
+ * logged.
+ *
+ * What needs a GPU is not here: plans (they compile and load kernels) and
+ * execution; tests/gpu/test_cuda_attention.c runs the graphs on a GPU
+ * against the CPU twin.
  *
  * Skipped where libcudnn.so.9 cannot be loaded (or is older than the
- * fast path's minimum), naming why.
+ * fast path's minimum), naming why; the engine check also where no
+ * libcuda.so.1 loads or this cuDNN does not take the JSON description.
  */
 #include <criterion/criterion.h>
 #include <cudnn_graph.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda/cudnn_attn.h"
@@ -183,4 +196,90 @@ Test(cudnn_graph, loads_once_with_its_version)
 	cr_expect_geq(mr__dnn_version(), MR__DNN_MIN_VERSION);
 	cr_expect_eq(mr__dnn_load(why, sizeof(why)), 0, "%s", why);
 	cr_log_info("cuDNN %ld", mr__dnn_version());
+}
+
+/* ---- cuDNN's engines, for an H200 described rather than present ------- */
+
+/* An H200 (sm 9.0, 132 SMs, 141 GB, 60 MB of L2) in cuDNN's JSON form of
+ * device properties (the keys libcudnn_graph.so.9 9.19 reads; deviceVer
+ * is major * 100 + minor * 10). */
+static const char H200[] =
+	"{\"maxGridSize\":[2147483647,65535,65535],\"maxBlockSize\":[1024,1024,64],"
+	"\"regsPerBlock\":65536,\"multiProcessorCount\":132,\"warpSize\":32,"
+	"\"maxSharedMemoryPerBlock\":49152,\"maxSharedMemoryPerBlockOptin\":232448,"
+	"\"reservedSharedMemoryPerBlock\":1024,\"maxRegistersPerSM\":65536,\"maxCtasPerSM\":32,"
+	"\"maxThreadsPerBlock\":1024,\"maxThreadsPerSM\":2048,\"pciDeviceId\":9013,"
+	"\"isTccDriver\":0,\"supportCoopLaunch\":1,\"totalGlobalMem\":150754820096,"
+	"\"smClockRateKHz\":1980000,\"memClockRateKHz\":3201000,\"l2CacheSize\":62914560,"
+	"\"cudaDeviceId\":0,\"deviceVer\":900,\"driverVer\":13000,"
+	"\"deviceName\":\"NVIDIA H200\"}";
+
+/* libcuda.so.1 loaded for cuDNN's engines to find: the driver's, else the
+ * CUDA toolkit's stub (same soname; its functions fail, which choosing an
+ * engine does not need); skips when neither loads. */
+static void need_libcuda(void)
+{
+	const char *home = getenv("CUDA_HOME");
+	char path[512];
+
+	if (dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL))
+		return;
+	snprintf(path, sizeof(path), "%s/lib64/stubs/libcuda.so", home ? home : "/usr/local/cuda");
+	if (!dlopen(path, RTLD_NOW | RTLD_GLOBAL))
+		cr_skip_test("no libcuda.so.1 and no stub at %s: %s", path, dlerror());
+}
+
+/* s's graph finalized without a handle gets engine configs from cuDNN's
+ * heuristics for the described GPU dp. */
+static void engines_case(void *dp, int B, int T, int NH, int NKV, int hs, enum mr__dnn_dir dir)
+{
+	struct mr__dnn_shape s = { B, T, NH, NKV, hs, dir };
+	const char *name = dir == MR__DNN_FWD ? "fwd" : "bwd";
+	struct mr__dnn_ops g;
+	void *graph = NULL, *cfgs[8];
+	char why[512] = "", line[256];
+	size_t at = 0;
+	int n;
+
+	cr_assert_eq(mr__dnn_ops_build(&g, &s, why, sizeof(why)), 0, "%s: %s", name, why);
+	cr_assert_eq(mr__dnn_graph(&g, NULL, &graph, why, sizeof(why)), 0, "%s: %s", name, why);
+	n = mr__dnn_engine_configs(graph, dp, cfgs, 8, why, sizeof(why));
+	cr_assert_gt(n, 0, "%s B %d T %d NH %d NKV %d hs %d: no engine of cuDNN takes the graph: %s",
+		     name, B, T, NH, NKV, hs, why);
+	line[0] = '\0';
+	for (int i = 0; i < n; i++) {
+		int64_t index;
+		int nondet;
+
+		cr_expect_eq(mr__dnn_engine_info(cfgs[i], &index, &nondet), 0);
+		at += (size_t)snprintf(line + at, at < sizeof(line) ? sizeof(line) - at : 0,
+				       " %lld%s", (long long)index, nondet ? "(nondet)" : "");
+		mr__dnn_destroy(cfgs[i]);
+	}
+	cr_log_info("%s B %d T %d NH %d NKV %d hs %d: engines%s", name, B, T, NH, NKV, hs, line);
+	mr__dnn_destroy(graph);
+	mr__dnn_ops_release(&g);
+}
+
+Test(cudnn_graph, cudnn_engines_take_the_graphs_on_a_described_h200, .timeout = 300)
+{
+	static const int shapes[][3] = { { 12, 12, 64 }, { 12, 12, 128 }, { 32, 8, 64 },
+					 { 32, 8, 128 } };
+	char why[512] = "";
+	void *dp;
+
+	need_cudnn();
+	need_libcuda();
+	dp = mr__dnn_devprop(H200, why, sizeof(why));
+	if (!dp)
+		cr_skip_test("this cuDNN does not take the H200's description: %s", why);
+	for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
+		for (int T = 1024; T <= 4096; T *= 4) {
+			engines_case(dp, 2, T, shapes[i][0], shapes[i][1], shapes[i][2],
+				     MR__DNN_FWD);
+			engines_case(dp, 2, T, shapes[i][0], shapes[i][1], shapes[i][2],
+				     MR__DNN_BWD);
+		}
+	engines_case(dp, 1, 256, 4, 1, 64, MR__DNN_BWD); /* multi-query, a short T */
+	mr__dnn_destroy(dp);
 }
