@@ -37,9 +37,10 @@
  * Determinism: no kernel uses float atomics. Sums over rows (bias, LayerNorm
  * dw/db, embedding gradients, grad norm) go through fixed-shape partials
  * summed in a fixed order; attention backward computes dq and dk/dv in two
- * passes instead of atomics; the layer backward through cuDNN is its
- * deterministic form (dQ without atomics; an engine that notes itself
- * nondeterministic is taken only when no other builds, and logged).
+ * passes instead of atomics; the layer backward through cuDNN is the graph
+ * cuDNN's frontend builds for its deterministic algorithm on Hopper (dQ
+ * written by its matmul, no fp32 accumulator: the dP-workspace
+ * decomposition; tests/gpu checks it bit for bit on a GPU).
  * Same inputs + same device = same bits.
  *
  * Calls are asynchronous on the context's stream unless they say otherwise;

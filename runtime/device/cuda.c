@@ -247,13 +247,13 @@ static void *cuda_stream(struct mr_dev *d)
 
 static int cuda_sync(struct mr_dev *d)
 {
-	struct cuda_state *st = (struct cuda_state *)d->impl;
+	struct cuda_state *s = d->impl;
 	const char *why = "";
 	long n = mr_cuda_lt_fallbacks(cu_of(d), &why);
 
-	if (n > 0 && st->lt_fallbacks == 0) /* once; the count rides in the stats */
+	if (n > 0 && s->lt_fallbacks == 0) /* once; the count rides in the stats */
 		mr_log_warn("gemm_fallback", "reason=%s", mr_log_q(why));
-	st->lt_fallbacks = n;
+	s->lt_fallbacks = n;
 	/* attention's own are logged by the kernel layer, once per shape */
 	d->fallbacks = n + mr_cuda_attn_fallbacks(cu_of(d), NULL);
 	return ck(d, mr_cuda_sync(cu_of(d)), "sync");
