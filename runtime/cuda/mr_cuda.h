@@ -345,13 +345,13 @@ int mr_cuda_attn_bwd_f32(struct mr_cuda *cu, const struct mr_cuda_attn *a, const
  * heads, then NKV value heads (NKV = NH: (B,T,3C)); NKV divides NH.
  * Backward: dqkv (like qkv) = (written), from out and lse of the forward.
  * With bf16 activations both run as cuDNN's fused flash attention on
- * tensor cores (cudnn_attn.cu: libcudnn.so.9 opened at first use, a plan
- * per shape; P rounded to bf16 before P V, so out is within bf16 noise of
- * the twin, not elementwise-tight), else - fp32 activations, cuDNN
- * missing or older than 9.10.2, a shape or plan it refuses,
- * MESHRUN_CUDNN=0 - on the block-wise kernels above (delta in the
- * context's scratch). Which, is decided once per shape and logged once
- * (event attn_cudnn or attn_fallback with the reason).
+ * tensor cores (cudnn_attn.cu, cudnn_graph.cu: libcudnn.so.9 opened at
+ * first use, a plan per shape; P rounded to bf16 before P V, so out is
+ * within bf16 noise of the twin, not elementwise-tight), else - fp32
+ * activations, cuDNN missing or older than 9.10.2, a shape or plan it
+ * refuses, MESHRUN_CUDNN=0 - on the block-wise kernels above (delta in
+ * the context's scratch). Which, is decided once per shape and logged
+ * once (event attn_cudnn or attn_fallback with the reason).
  * Twins: mr_attn_layer_fwd, mr_attn_layer_bwd. */
 int mr_cuda_attn_layer_fwd(struct mr_cuda *cu, void *out, float *lse, const void *qkv, int B,
 			   int T, int C, int NH, int NKV);

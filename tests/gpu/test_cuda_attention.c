@@ -45,7 +45,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda/cudnn_attn.h"
+#include "cuda/cudnn_graph.h"
 #include "gpu_harness.h"
 #include "kernels/mr_attention.h"
 

@@ -1,6 +1,6 @@
 /*
  * test_cudnn_graph.c - the cuDNN attention graphs (runtime/cuda/
- * cudnn_attn.cu) built here, without a GPU: for the shapes the layer runs
+ * cudnn_graph.cu) built here, without a GPU: for the shapes the layer runs
  * (T 1024 and 4096, head sizes 64 and 128, 12 query heads on 12 key/value
  * heads and 32 on 8, B 2), forward and backward, every tensor, pointwise,
  * matmul and reduction descriptor and every operation of the real
@@ -36,7 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda/cudnn_attn.h"
+#include "cuda/cudnn_graph.h"
 
 static void need_cudnn(void)
 {

@@ -1,27 +1,28 @@
 /*
- * cudnn_attn.h - the internals of the cuDNN fast path of the whole-layer
- * attention (cudnn_attn.cu) that are callable from C: loading
- * libcudnn.so.9, the rules that refuse a shape, and the backend graph of
- * the fused flash attention (forward or backward) built as descriptors,
- * so that tests/gpu/test_cudnn_graph.c builds and finalizes the very
- * descriptors the device runs, on a machine without a GPU.
+ * cudnn_graph.h - the C interface of cudnn_graph.cu, everything that
+ * touches libcudnn.so.9 for the layer attention: loading it, the rules
+ * that refuse a shape, the fused flash attention's backend graph (forward
+ * or backward) built as descriptors, the operation graph, cuDNN's
+ * heuristics, plans and execution. cudnn_attn.cu (plans per shape in the
+ * context) calls it, and tests/gpu/test_cudnn_graph.c builds and
+ * finalizes the very descriptors the device runs, and asks cuDNN's
+ * engines about them with a GPU described rather than present, on a
+ * machine without one.
  *
  * The graph (B batch, T time, NH query heads, NKV key/value heads of hs
  * channels; qkv rows of (NH + 2*NKV)*hs bf16, out (B,T,NH*hs) bf16, the
  * statistics (B,NH,T) fp32 = lse of the scaled scores) is what cuDNN's
  * runtime-fusion engines recognise as scaled dot-product attention; the
- * operation order is in cudnn_attn.cu's header.
+ * operation order is in cudnn_graph.cu's header.
  *
- * The operation graph and cuDNN's heuristics are here too (the same calls
- * the device makes), so that a test can ask cuDNN, with a GPU described
- * rather than present, which of its engines take the graphs.
+ * Descriptors (cudnnBackendDescriptor_t) and the handle (cudnnHandle_t)
+ * are void * here, so C includes no cuDNN header.
  *
  * Non-goals: anything the device layer calls (that is mr_cuda.h), plans
- * and execution (they need a cuDNN handle, hence a GPU: cudnn_attn.cu
- * keeps them per shape in the context).
+ * per shape, workspaces, logging (cudnn_attn.cu).
  */
-#ifndef MR_CUDNN_ATTN_H
-#define MR_CUDNN_ATTN_H
+#ifndef MR_CUDNN_GRAPH_H
+#define MR_CUDNN_GRAPH_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -69,7 +70,7 @@ struct mr__dnn_ops {
 };
 
 /* Opens libcudnn.so.9 once per process (thread-safe) and resolves the
- * functions cudnn_attn.cu calls; 0, or -1 with the reason (dlerror, a
+ * functions cudnn_graph.cu calls; 0, or -1 with the reason (dlerror, a
  * missing symbol, a cuDNN older than MR__DNN_MIN_VERSION or built for
  * another CUDA major version) in why. Later calls return the first
  * answer. */
@@ -116,6 +117,21 @@ int mr__dnn_engine_info(void *cfg, int64_t *index, int *nondet);
 void *mr__dnn_devprop(const char *json, char *why, size_t n);
 /* Destroys a descriptor these functions returned; NULL is a no-op. */
 void mr__dnn_destroy(void *desc);
+
+/* A cuDNN handle on the calling thread's current device, its work queued
+ * on stream (a cudaStream_t); 0, or -1 with why (no GPU: cudnnCreate
+ * fails). mr__dnn_handle_free(NULL) is a no-op. */
+int mr__dnn_handle(void **handle, void *stream, char *why, size_t n);
+void mr__dnn_handle_free(void *handle);
+/* The execution plan of engine config cfg on handle's device (kernels
+ * compiled and loaded here: seconds for a runtime-compiled engine), with
+ * its workspace bytes; 0, or -1 with why. */
+int mr__dnn_plan(void *handle, void *cfg, void **plan, int64_t *ws, char *why, size_t n);
+/* Queues plan on handle's stream with the count tensors uids[i] at
+ * ptrs[i] (device pointers; host pointers for by-value scalars) and the
+ * workspace ws (NULL when the plan needs none); 0, or -1 with why. */
+int mr__dnn_execute(void *handle, void *plan, int count, const int64_t *uids, void **ptrs,
+		    void *ws, char *why, size_t n);
 
 #ifdef __cplusplus
 }
