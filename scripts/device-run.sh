@@ -3,7 +3,9 @@
 # repository root, after scripts/device-pack.sh's folder has been carried
 # there (it is this script, as .devpkg/run.sh). Each step runs from the
 # pack under a time limit, its whole log in $OUT (the lease's folder that
-# comes back; default .devpkg/logs); a short table is printed last.
+# comes back; default .devpkg/logs; under the device tool, which brings
+# back 8 files at most, also all of them in $OUT/logs.tgz); a short table
+# is printed last.
 #
 #   .devpkg/run.sh all                 the lease's check, inside BUDGET s
 #                                      (default 450; 8 minutes of one H100
@@ -204,6 +206,11 @@ for w in $steps; do
 	esac
 done
 echo "device-run: $(($(date +%s) - t0))s of ${budget}s; logs in $logs"
+# the device tool brings back 8 files of \$OUT at most: every log in one
+if [ -n "${OUT:-}" ]; then
+	tar czf "$OUT/logs.tgz" -C "$logs" --exclude logs.tgz . 2>/dev/null &&
+		echo "device-run: every log in $OUT/logs.tgz"
+fi
 printf '%-22s %-5s %6s  %s\n' step rc time result
 cat "$table"
 # the verdict: any step that failed (a skip for want of budget is not one)

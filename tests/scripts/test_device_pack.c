@@ -6,7 +6,9 @@
  * and NCCL) - and its script (scripts/device-run.sh, the pack's run.sh)
  * runs its whole check end to end on the emulated device, inside its time
  * budget, ending with its table; then its memory step (not in all), a
- * row per run with the run's figures.
+ * row per run with the run's figures. What travels is the archive
+ * (pack.tgz, under its size limit): the script runs from a copy unpacked
+ * from it, so the archive is proven whole.
  *
  * Skipped in a build without the plugin (the sanitizer build: no nvcc
  * there); the pack refuses such a build (its programs could not use a
@@ -128,6 +130,7 @@ Test(device_pack, the_pack_holds_what_it_loads_and_its_script_runs_on_the_emulat
 	char pack[PATH_MAX], cmd[PATH_MAX * 3], plugin[PATH_MAX + 32], bad[1024] = "";
 	char table[8192];
 	int files = 0, used = -1, budget = 0;
+	struct stat st;
 	FILE *f;
 
 	snprintf(plugin, sizeof(plugin), "%s/meshrun-cuda.so", b);
@@ -142,6 +145,16 @@ Test(device_pack, the_pack_holds_what_it_loads_and_its_script_runs_on_the_emulat
 	cr_assert_eq(access(plugin, F_OK), 0, "the pack has no CUDA plugin");
 	cr_expect(check_tree(pack, pack, &files, bad, sizeof(bad)), "%s", bad);
 	cr_expect_geq(files, 12, "only %d programs and libraries in the pack", files);
+
+	/* what travels: the archive, under the limit, unpacked elsewhere */
+	snprintf(cmd, sizeof(cmd), "%s.tgz", pack);
+	cr_assert_eq(stat(cmd, &st), 0, "no %s", cmd);
+	cr_expect_leq(st.st_size, 48L << 20, "the pack's archive is %ld bytes",
+		      (long)st.st_size);
+	snprintf(cmd, sizeof(cmd), "mkdir -p '%s/unpacked' && tar xzf '%s.tgz' -C '%s/unpacked'",
+		 dir, pack, dir);
+	cr_assert_eq(system(cmd), 0, "the archive does not unpack");
+	snprintf(pack, sizeof(pack), "%s/unpacked/pack", dir);
 
 	/* the script, whole, on the emulated device, from another directory */
 	run_steps(dir, pack, "run", "all",
