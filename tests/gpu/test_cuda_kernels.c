@@ -321,13 +321,24 @@ Test(cuda, layernorm_matches_cpu)
 	gpu_teardown();
 }
 
+/* Device buffers a and b of n values (bf16, or fp32) hold the same bytes. */
+static void same_bytes(const char *what, const void *a, const void *b, size_t n, int bf16)
+{
+	float *x = bf16 ? down_bf((const mr_bf16 *)a, n) : down_f32((const float *)a, n);
+	float *y = bf16 ? down_bf((const mr_bf16 *)b, n) : down_f32((const float *)b, n);
+
+	cr_assert(!memcmp(x, y, n * sizeof(float)), "the fused %s differs", what);
+	free(x);
+	free(y);
+}
+
 /* The residual add fused into the LayerNorm gives the two kernels' bits:
  * the sum, the output and the statistics (GPT-2's width and an odd one). */
 static void add_layernorm_case(int N, int C)
 {
 	size_t n = (size_t)N * C;
 	float *y = rand_bf(n, 1.0f), *x = rand_bf(n, 1.0f), *w = rand_bf(C, 1.0f);
-	float *b = rand_bf(C, 1.0f), *g1, *g2;
+	float *b = rand_bf(C, 1.0f);
 	mr_bf16 *dy1 = up_bf(y, n), *dy2 = up_bf(y, n), *dx = up_bf(x, n), *dw = up_bf(w, C);
 	mr_bf16 *db = up_bf(b, C), *o1 = dev_alloc(n * sizeof(mr_bf16));
 	mr_bf16 *o2 = dev_alloc(n * sizeof(mr_bf16));
@@ -337,26 +348,10 @@ static void add_layernorm_case(int N, int C)
 	CU_OK(mr_cuda_add_inplace(cu, dy1, dx, n));
 	CU_OK(mr_cuda_layernorm_fwd(cu, o1, m1, r1, dy1, dw, db, N, C));
 	CU_OK(mr_cuda_add_layernorm_fwd(cu, dy2, o2, m2, r2, dx, dw, db, N, C));
-	g1 = down_bf(dy1, n);
-	g2 = down_bf(dy2, n);
-	cr_assert(!memcmp(g1, g2, n * sizeof(float)), "the fused sum differs");
-	free(g1);
-	free(g2);
-	g1 = down_bf(o1, n);
-	g2 = down_bf(o2, n);
-	cr_assert(!memcmp(g1, g2, n * sizeof(float)), "the fused norm differs");
-	free(g1);
-	free(g2);
-	g1 = down_f32(r1, N);
-	g2 = down_f32(r2, N);
-	cr_assert(!memcmp(g1, g2, N * sizeof(float)), "the fused rstd differs");
-	free(g1);
-	free(g2);
-	g1 = down_f32(m1, N);
-	g2 = down_f32(m2, N);
-	cr_assert(!memcmp(g1, g2, N * sizeof(float)), "the fused mean differs");
-	free(g1);
-	free(g2);
+	same_bytes("sum", dy1, dy2, n, 1);
+	same_bytes("norm", o1, o2, n, 1);
+	same_bytes("rstd", r1, r2, N, 0);
+	same_bytes("mean", m1, m2, N, 0);
 	free(y);
 	free(x);
 	free(w);

@@ -18,24 +18,10 @@
 
 #include "data/mr_synth.h"
 #include "model/mr_gpt.h"
+#include "tiny_gpt.h"
 
-#define B 2
-#define T 16
-
-static const struct mr_gpt_config dense = { .vocab = 64, .max_seq = 16, .n_layer = 4, .d_model = 32,
-					    .n_head = 4 };
-static const struct mr_gpt_config moe = { .vocab = 64, .max_seq = 16, .n_layer = 4, .d_model = 32,
-					  .n_head = 4, .moe_every = 2, .n_experts = 4, .top_k = 2,
-					  .capacity_factor = 1.0f, .aux_coef = 0.01f };
-
-static void open_model(struct mr_gpt *m, const struct mr_gpt_config *c)
-{
-	struct mr_errbuf eb = { "", "" };
-
-	cr_assert_eq(mr_gpt_create(m, c, B, T, NULL, &eb), 0, "%s", eb.msg);
-	cr_assert_eq(mr_gpt_init_params(m, 7), 0);
-	mr_gpt_zero_grad(m);
-}
+#define B TINY_B
+#define T TINY_T
 
 /* Two micro-batches with accumulation, the whole model at once. */
 static void whole(struct mr_gpt *m, float *loss)
@@ -85,8 +71,8 @@ static void check(const struct mr_gpt_config *c, int cut)
 	float la[2], lb[2];
 	int i, k;
 
-	open_model(&a, c);
-	open_model(&b, c);
+	tiny_open(&a, c);
+	tiny_open(&b, c);
 	whole(&a, la);
 	pieces(&b, cut, lb);
 	for (k = 0; k < 2; k++)
@@ -102,17 +88,17 @@ static void check(const struct mr_gpt_config *c, int cut)
 
 Test(pieces, dense_cut_anywhere_split_backward_bit_identical)
 {
-	for (int cut = 1; cut < dense.n_layer; cut++)
-		check(&dense, cut);
+	for (int cut = 1; cut < tiny_dense.n_layer; cut++)
+		check(&tiny_dense, cut);
 }
 
-Test(pieces, moe_cut_and_split_backward_bit_identical) { check(&moe, 2); }
+Test(pieces, moe_cut_and_split_backward_bit_identical) { check(&tiny_moe, 2); }
 
 Test(pieces, split_backward_needs_its_stash)
 {
 	struct mr_gpt m;
 
-	open_model(&m, &dense);
+	tiny_open(&m, &tiny_dense);
 	cr_expect_eq(mr_gpt_blocks_bwd(&m, 0, 1, m.encoded, 1.0f, MR_GPT_BWD_INPUT), MR_ESTATE);
 	mr_gpt_release(&m);
 }
@@ -127,7 +113,7 @@ Test(pieces, one_state_carved_beside_and_swapped)
 	void *own;
 	size_t acts;
 
-	open_model(&m, &dense);
+	tiny_open(&m, &tiny_dense);
 	own = m.acts;
 	acts = m.mem.bytes[MR_MEM_ACTS];
 	cr_expect_eq(acts, m.nacts, "the model holds %zu bytes of activations, want one state",

@@ -16,26 +16,12 @@
 
 #include "data/mr_synth.h"
 #include "model/mr_gpt.h"
+#include "tiny_gpt.h"
 #include "parallel/mr_pp_slots.h"
 
-#define B 2
-#define T 16
+#define B TINY_B
+#define T TINY_T
 #define MB 3 /* micro-batches, and slots */
-
-static const struct mr_gpt_config dense = { .vocab = 64, .max_seq = 16, .n_layer = 4, .d_model = 32,
-					    .n_head = 4 };
-static const struct mr_gpt_config moe = { .vocab = 64, .max_seq = 16, .n_layer = 4, .d_model = 32,
-					  .n_head = 4, .moe_every = 2, .n_experts = 4, .top_k = 2,
-					  .capacity_factor = 1.0f, .aux_coef = 0.01f };
-
-static void open_model(struct mr_gpt *m, const struct mr_gpt_config *c)
-{
-	struct mr_errbuf eb = { "", "" };
-
-	cr_assert_eq(mr_gpt_create(m, c, B, T, NULL, &eb), 0, "%s", eb.msg);
-	cr_assert_eq(mr_gpt_init_params(m, 7), 0);
-	mr_gpt_zero_grad(m);
-}
 
 /* The whole model, micro-batch after micro-batch (the reference). */
 static void sequential(struct mr_gpt *m, float *loss)
@@ -103,8 +89,8 @@ static void check_slots(const struct mr_gpt_config *c, const char *order, int sp
 	size_t acts, per;
 	int i, k;
 
-	open_model(&a, c);
-	open_model(&b, c);
+	tiny_open(&a, c);
+	tiny_open(&b, c);
 	if (split) /* before the slots grow, as the runner does */
 		cr_assert_eq(mr_gpt_split_bwd(&b), 0);
 	acts = b.mem.bytes[MR_MEM_ACTS];
@@ -141,22 +127,22 @@ static void check_slots(const struct mr_gpt_config *c, const char *order, int sp
 /* GPipe: every forward, then every backward */
 Test(pp_slots, gpipe_order_bit_identical)
 {
-	check_slots(&dense, "F0F1F2B0B1B2", 0);
-	check_slots(&moe, "F0F1F2B0B1B2", 0);
+	check_slots(&tiny_dense, "F0F1F2B0B1B2", 0);
+	check_slots(&tiny_moe, "F0F1F2B0B1B2", 0);
 }
 
 /* 1F1B on a first stage of two: warm-up, one forward one backward */
 Test(pp_slots, one_f_one_b_order_bit_identical)
 {
-	check_slots(&dense, "F0F1B0F2B1B2", 0);
-	check_slots(&moe, "F0F1B0F2B1B2", 0);
+	check_slots(&tiny_dense, "F0F1B0F2B1B2", 0);
+	check_slots(&tiny_moe, "F0F1B0F2B1B2", 0);
 }
 
 /* zero bubble: input phases in 1F1B order, weight phases deferred */
 Test(pp_slots, split_backward_deferred_weight_bit_identical)
 {
-	check_slots(&dense, "F0F1B0F2B1B2", 1);
-	check_slots(&moe, "F0F1B0F2B1B2", 1);
+	check_slots(&tiny_dense, "F0F1B0F2B1B2", 1);
+	check_slots(&tiny_moe, "F0F1B0F2B1B2", 1);
 }
 
 /* The recompute mode is the carve of every slot: set before they grow. */
@@ -167,7 +153,7 @@ Test(pp_slots, recompute_refused_while_slots_are_out)
 	struct mr_gpt m;
 	size_t acts;
 
-	open_model(&m, &dense);
+	tiny_open(&m, &tiny_dense);
 	cr_assert_eq(mr_gpt_set_recompute(&m, MR_GPT_RC_SELECTIVE, 0, &eb), 0, "%s", eb.msg);
 	acts = m.mem.bytes[MR_MEM_ACTS];
 	cr_assert_eq(mr_pp_slots_init(&ps, &m, &eb), 0, "%s", eb.msg);
