@@ -1,8 +1,9 @@
 #!/bin/sh
 # gpu.sh - make bench-gpu: bench/gpu (meshrun's runtime on the GPUs) and its
-# PyTorch anchor (bench/gpu_torch.py: the same GPT-2 and llama shapes, bf16
-# autocast, flash attention, fused AdamW) side by side on one GPU, then the
-# ratios.
+# PyTorch anchors (bench/gpu_torch.py: the same GPT-2 and llama shapes, bf16
+# autocast, flash attention, fused AdamW; eager, then through torch.compile)
+# side by side on one GPU, then the ratios: gpu <model> meshrun/pytorch=<r>
+# and gpu <model> meshrun/torch.compile=<r>.
 #
 #   bench/gpu.sh BUILD
 #
@@ -22,10 +23,13 @@ case $last in "gpu tokens_per_s="*) ;; *) exit 0 ;; esac
 py=$(command -v python3 || true)
 [ -n "$py" ] || { echo "gpu pytorch: no python3, anchor skipped"; exit 0; }
 rc=0
-"$py" bench/gpu_torch.py >"$log.torch" || rc=$?
-cat "$log.torch"
-[ "$rc" -eq 0 ] || { echo "gpu pytorch: the anchor failed (exit $rc)"; exit "$rc"; }
-cat "$log.torch" >>"$log"
+for flag in "" -c; do
+	# shellcheck disable=SC2086 # no flag: no argument
+	"$py" bench/gpu_torch.py $flag >"$log.torch" || rc=$?
+	cat "$log.torch"
+	[ "$rc" -eq 0 ] || { echo "gpu pytorch: the anchor failed (exit $rc)"; exit "$rc"; }
+	cat "$log.torch" >>"$log"
+done
 # tokens_per_s= of the first line whose fields 2 and 3 are $1 $2
 rate() {
 	awk -v a="$1" -v b="$2" '$2 == a && $3 == b { for (i = 4; i <= NF; i++)
@@ -33,9 +37,11 @@ rate() {
 }
 for m in 124M 350M 1B; do
 	ours=$(rate "$m" bf16)
-	theirs=$(rate pytorch "$m")
-	[ -n "$ours" ] && [ -n "$theirs" ] &&
-		awk -v m="$m" -v o="$ours" -v t="$theirs" \
-			'BEGIN { printf "gpu %s meshrun/pytorch=%.2f\n", m, o / t }'
+	for anchor in pytorch:pytorch pytorch-compile:torch.compile; do
+		theirs=$(rate "${anchor%%:*}" "$m")
+		[ -n "$ours" ] && [ -n "$theirs" ] &&
+			awk -v m="$m" -v a="${anchor#*:}" -v o="$ours" -v t="$theirs" \
+				'BEGIN { printf "gpu %s meshrun/%s=%.2f\n", m, a, o / t }'
+	done
 done
 echo "$last"

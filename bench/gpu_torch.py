@@ -2,12 +2,14 @@
 """gpu_torch.py - the PyTorch anchor of bench/gpu (make bench-gpu): the same
 GPT-2 and llama shapes trained on one CUDA GPU with what a plain PyTorch
 2.x user writes: bf16 autocast, fused scaled_dot_product_attention (flash),
-fused AdamW, global-norm clipping, eager mode (no torch.compile).
+fused AdamW, global-norm clipping, eager mode; with -c the same model
+through torch.compile (the second anchor: its warm-up steps compile).
 
-    python3 bench/gpu_torch.py [-m 124m|350m|1b|all] [-B batch] [-s steps]
+    python3 bench/gpu_torch.py [-m 124m|350m|1b|all] [-B batch] [-s steps] [-c]
 
-Prints per model: gpu pytorch <name> tokens_per_s=<x>
-Exits 0 without printing a result when torch or CUDA is absent.
+Prints per model: gpu pytorch <name> tokens_per_s=<x> (with -c:
+gpu pytorch-compile <name> ...). Exits 0 without printing a result when
+torch or CUDA (or, with -c, torch.compile) is absent.
 """
 import argparse
 import os
@@ -91,21 +93,23 @@ class Llama(nn.Module):
         return F.cross_entropy(logits.float().view(-1, logits.size(-1)), tgt.view(-1))
 
 
-def tokens_per_s(key, B, steps):
+def tokens_per_s(key, B, steps, compiled):
     _, arch, L, C, H, KV, F_, V = MODELS[key]
     torch.manual_seed(0)
     model = (Llama(L, C, H, KV, F_, V) if arch == "llama" else GPT(L, C, H, V)).cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95),
                             weight_decay=0.1, fused=True)
+    run = torch.compile(model) if compiled else model
+    warmup = 3 if compiled else 2  # the first compiled steps compile
     idx = torch.randint(0, V, (B, T), device="cuda")
     tgt = torch.randint(0, V, (B, T), device="cuda")
-    for i in range(steps + 2):
-        if i == 2:
+    for i in range(steps + warmup):
+        if i == warmup:
             torch.cuda.synchronize()
             t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = model(idx, tgt)
+            loss = run(idx, tgt)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -118,13 +122,18 @@ def main():
     ap.add_argument("-m", default="all", choices=["all"] + list(MODELS))
     ap.add_argument("-B", type=int, default=8)
     ap.add_argument("-s", type=int, default=10)
+    ap.add_argument("-c", action="store_true", help="through torch.compile")
     a = ap.parse_args()
     if not torch.cuda.is_available():
         print("gpu pytorch: no CUDA device, anchor skipped")
         return
+    if a.c and not hasattr(torch, "compile"):
+        print("gpu pytorch: no torch.compile in torch %s, anchor skipped" % torch.__version__)
+        return
     for key in (MODELS if a.m == "all" else [a.m]):
-        print("gpu pytorch %s bf16 B=%d tokens_per_s=%.0f"
-              % (MODELS[key][0], a.B, tokens_per_s(key, a.B, a.s)), flush=True)
+        print("gpu %s %s bf16 B=%d tokens_per_s=%.0f"
+              % ("pytorch-compile" if a.c else "pytorch", MODELS[key][0], a.B,
+                 tokens_per_s(key, a.B, a.s, a.c)), flush=True)
 
 
 if __name__ == "__main__":

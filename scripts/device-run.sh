@@ -34,6 +34,8 @@
 #            a row per model of where its step goes by kind (kinds_<model>)
 #   torch    bench/gpu_torch.py, its PyTorch anchor, and the ratios
 # not in all (name them):
+#   compile  bench/gpu_torch.py -c, the torch.compile anchor (minutes of
+#            compiling), and the ratios gpu_<model>_compile; after bench
 #   memory   bench/gpu's 1B llama plain, with full recomputation, with the
 #            optimizer offloaded, with optimizer and master offloaded:
 #            tokens/s and device/host MiB each (issue 29's GPU half)
@@ -113,6 +115,25 @@ if [ "$emul" != 1 ] && command -v nvidia-smi >/dev/null; then
 	gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 fi
 
+# rate LOG NAME MODEL: tokens_per_s= of LOG's first line "gpu NAME MODEL ..."
+rate() {
+	awk -v n="$2" -v m="$3" '$2 == n && $3 == m { for (i = 4; i <= NF; i++)
+		if ($i ~ /^tokens_per_s=/) { sub("tokens_per_s=", "", $i); print $i; exit } }' \
+		"$logs/$1.log" 2>/dev/null
+}
+
+# ratio_rows ANCHOR LOG SUFFIX: a row gpu_<model>SUFFIX per model with
+# meshrun's tokens/s (bench_gpu.log) over the anchor's (LOG.log)
+ratio_rows() {
+	for m in 124M 350M 1B; do
+		ours=$(rate bench_gpu "$m" bf16)
+		theirs=$(rate "$2" "$1" "$m")
+		[ -n "$ours" ] && [ -n "$theirs" ] &&
+			row "gpu_$m$3" - 0 "$(awk -v o="$ours" -v a="$1" -v t="$theirs" \
+				'BEGIN { printf "meshrun %s / %s %s = %.2f", o, a, t, o / t }')"
+	done
+}
+
 steps=${*:-all}
 if [ "$steps" = all ]; then
 	steps="probe kernels model parity bench torch"
@@ -167,17 +188,15 @@ for w in $steps; do
 			continue
 		fi
 		one 150 bench_gpu_torch python3 bench/gpu_torch.py
-		for m in 124M 350M 1B; do
-			ours=$(awk -v m="$m" '$2 == m && $3 == "bf16" { for (i = 4; i <= NF; i++)
-				if ($i ~ /^tokens_per_s=/) { sub("tokens_per_s=", "", $i); print $i; exit } }' \
-				"$logs/bench_gpu.log" 2>/dev/null)
-			theirs=$(awk -v m="$m" '$2 == "pytorch" && $3 == m { for (i = 4; i <= NF; i++)
-				if ($i ~ /^tokens_per_s=/) { sub("tokens_per_s=", "", $i); print $i; exit } }' \
-				"$logs/bench_gpu_torch.log" 2>/dev/null)
-			[ -n "$ours" ] && [ -n "$theirs" ] &&
-				row "gpu_$m" - 0 "$(awk -v o="$ours" -v t="$theirs" \
-					'BEGIN { printf "meshrun %s / pytorch %s = %.2f", o, t, o / t }')"
-		done ;;
+		ratio_rows pytorch bench_gpu_torch "" ;;
+	compile)
+		# torch.compile's anchor: its compiling warm-up is minutes
+		if [ "$emul" = 1 ]; then
+			row bench_gpu_compile n/a 0 "no GPU for the torch.compile anchor"
+			continue
+		fi
+		one 400 bench_gpu_compile python3 bench/gpu_torch.py -c
+		ratio_rows pytorch-compile bench_gpu_compile _compile ;;
 	memory)
 		# issue 29's GPU half: the 1B llama (emulated: the tiny one)
 		# plain, under full recomputation, with the optimizer and with

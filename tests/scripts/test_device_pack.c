@@ -6,7 +6,8 @@
  * and NCCL) - and its script (scripts/device-run.sh, the pack's run.sh)
  * runs its whole check end to end on the emulated device, inside its time
  * budget, ending with its table; then its memory step (not in all), a
- * row per run with the run's figures. What travels is the archive
+ * row per run with the run's figures; its compile step (torch.compile's
+ * anchor, not in all) says there is no GPU. What travels is the archive
  * (pack.tgz, under its size limit): the script runs from a copy unpacked
  * from it, so the archive is proven whole.
  *
@@ -178,4 +179,7 @@ Test(device_pack, the_pack_holds_what_it_loads_and_its_script_runs_on_the_emulat
 		  "memory_none_optimizer  0\0memory_none_optimizer+master 0\0"
 		  "memory_full_none_figures -         0s  tokens_per_s=\0",
 		  table, sizeof(table), cmd, sizeof(cmd));
+	/* the torch.compile anchor's step (not in all): no GPU here, says so */
+	run_steps(dir, pack, "compile", "compile", "bench_gpu_compile      n/a  \0", table,
+		  sizeof(table), cmd, sizeof(cmd));
 }
