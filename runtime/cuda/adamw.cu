@@ -162,14 +162,13 @@ static int adamw_table(struct mr_cuda *cu, const struct mr_cuda_adamw_range *r, 
 }
 
 template <typename T>
-static int adamw_multi(struct mr_cuda *cu, int k, int nchunks, size_t tab_at,
+static int adamw_multi(struct mr_cuda *cu, int nchunks, size_t tab_at,
 		       const struct mr_cuda_adamw *o)
 {
 	double bc1 = 1.0 - pow((double)o->beta1, (double)o->t);
 	double bc2 = 1.0 - pow((double)o->beta2, (double)o->t);
 	const char *tab = (const char *)cu->adamw_tab;
 
-	(void)k;
 	adamw_multi_kernel<T><<<(unsigned int)nchunks, MR__CU_THREADS, 0, cu->stream>>>(
 		(const struct adamw_range_dev *)tab, (const struct adamw_chunk *)(tab + tab_at),
 		(float)((double)o->lr / bc1), (float)sqrt(bc2), 1.0f - o->lr * o->weight_decay,
@@ -206,7 +205,7 @@ extern "C" int mr_cuda_adamw_multi(struct mr_cuda *cu, const struct mr_cuda_adam
 	free(old);
 	if (rc || nchunks == 0)
 		return rc;
-	return MR__BY_ACT(cu, adamw_multi, cu, k, nchunks,
+	return MR__BY_ACT(cu, adamw_multi, cu, nchunks,
 			  ((size_t)k * sizeof(struct adamw_range_dev) + 15) & ~(size_t)15, o);
 }
 
