@@ -207,6 +207,59 @@ static inline int mr__aligned16(const void *a, const void *b, const void *c)
 	return (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) & 15u) == 0;
 }
 
+/* The pack width of rows of C elements whose buffers are all 16-byte
+ * aligned: 16 bytes of T when C fills whole packs (so every row starts
+ * aligned too), else 1. */
+template <typename T>
+static inline int mr__pack_width(size_t C, const void *a, const void *b, const void *c,
+				 const void *d)
+{
+	const size_t P = 16 / sizeof(T);
+
+	return C % P == 0 && mr__aligned16(a, b, c) && mr__aligned16(d, NULL, NULL) ? (int)P : 1;
+}
+
+/* P consecutive elements from p into f: one 16-byte load when P packs
+ * them (the packed path), one element when P is 1. */
+template <int P, typename T>
+__device__ __forceinline__ void mr__ld_n(float *f, const T *p)
+{
+	if constexpr (P == 1) {
+		f[0] = mr__ld(p);
+	} else {
+		mr__x128<T> x = mr__ld128(p);
+#pragma unroll
+		for (int j = 0; j < P; j++)
+			f[j] = mr__ld(&x.v[j]);
+	}
+}
+
+template <int P, typename T>
+__device__ __forceinline__ void mr__st_n(T *p, const float *f)
+{
+	if constexpr (P == 1) {
+		mr__st(p, f[0]);
+	} else {
+		mr__x128<T> x;
+#pragma unroll
+		for (int j = 0; j < P; j++)
+			mr__st(&x.v[j], f[j]);
+		mr__st128(p, x);
+	}
+}
+
+/* Launches kernel<P, T> on cu's stream (cu in scope) with P the pack
+ * width when packed is true, else kernel<1, T>: the one place a kernel's
+ * two widths are chosen. */
+#define MR__LAUNCH_PACKED(packed, kernel, T, grid, ...)                                  \
+	do {                                                                             \
+		if (packed)                                                              \
+			kernel<16 / sizeof(T), T><<<(grid), MR__CU_THREADS, 0, cu->stream>>>(    \
+				__VA_ARGS__);                                            \
+		else                                                                     \
+			kernel<1, T><<<(grid), MR__CU_THREADS, 0, cu->stream>>>(__VA_ARGS__);    \
+	} while (0)
+
 #define MR__BF(p) (reinterpret_cast<__nv_bfloat16 *>(p))
 #define MR__CBF(p) (reinterpret_cast<const __nv_bfloat16 *>(p))
 

@@ -4,14 +4,16 @@
  * Storage of the activation type, fp32 math, grid-stride loops; each
  * kernel is a template over the storage type.
  *
- * GELU and the adds - the memory-bound passes over whole activations -
- * are one map kernel over a functor (map_kernel): 16 bytes per load and
- * store (8 bf16 or 4 floats, mr__x128) where every pointer is 16-byte
- * aligned, element by element for the tail and for unaligned views; each
- * element's arithmetic is the functor's either way.
+ * GELU and the adds - the memory-bound passes over whole activations,
+ * the fp32 gradient add too - are one map kernel over a functor
+ * (map_kernel): 16 bytes per load and store (8 bf16 or 4 floats,
+ * mr__x128) where every pointer is 16-byte aligned, element by element
+ * for the tail and for unaligned views; each element's arithmetic is the
+ * functor's either way. Bias and position rows are one row-add kernel
+ * (add_rows), packed where the rows are.
  *
- * Non-goals: packed loads in the row-indexed kernels (bias and position
- * rows, column fill), which are small.
+ * Non-goals: packing the column fill, which writes the vocabulary's
+ * padding columns (50257..50303 for GPT-2: never on a pack boundary).
  */
 #include "cuda_int.cuh"
 
@@ -85,25 +87,23 @@ static void map(struct mr_cuda *cu, T *out, const T *a, const T *b, size_t n, F 
 		out, a, b, n, f, vec);
 }
 
-/* rows (n, C) += bias (C) */
-template <typename T>
-__global__ void add_bias_kernel(T *rows, const T *bias, size_t n, int C)
+/* row r of out (width C) += src row off + r % period (a bias: period 1,
+ * off 0): a thread per P adjacent elements of a row. */
+template <int P, typename T>
+__global__ void add_rows_kernel(T *out, const T *src, size_t n, int C, int period, int off)
 {
-	MR__GRID_STRIDE(i, n)
-	mr__st(rows + i, mr__ld(rows + i) + mr__ld(bias + i % (size_t)C));
-}
-
-/* row r of out (width C) += wpe row off + r % period */
-template <typename T>
-__global__ void add_pos_kernel(T *out, const T *wpe, size_t n, int C, int period, int off)
-{
-	MR__GRID_STRIDE(i, n)
-	{
-		size_t r = i / (size_t)C;
-		int c = (int)(i % (size_t)C);
+	for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n / P;
+	     k += (size_t)gridDim.x * blockDim.x) {
+		size_t i = k * P, r = i / (size_t)C;
 		size_t p = (size_t)off + r % (size_t)period;
+		float o[P], a[P];
 
-		mr__st(out + i, mr__ld(out + i) + mr__ld(wpe + p * C + c));
+		mr__ld_n<P>(o, out + i);
+		mr__ld_n<P>(a, src + p * C + i % (size_t)C);
+#pragma unroll
+		for (int j = 0; j < P; j++)
+			o[j] += a[j];
+		mr__st_n<P>(out + i, o);
 	}
 }
 
@@ -115,12 +115,6 @@ __global__ void fill_cols_kernel(T *x, size_t n, int V, int from, float value)
 
 	MR__GRID_STRIDE(i, n)
 	mr__st(x + (i / (size_t)w) * V + from + (int)(i % (size_t)w), value);
-}
-
-__global__ void add_f32_kernel(float *y, const float *x, size_t n)
-{
-	MR__GRID_STRIDE(i, n)
-	y[i] += x[i];
 }
 
 template <typename T>
@@ -145,18 +139,14 @@ static int add(struct mr_cuda *cu, void *out, const void *a, const void *b, size
 }
 
 template <typename T>
-static int add_bias(struct mr_cuda *cu, void *rows, const void *bias, size_t n, int C)
+static int add_rows(struct mr_cuda *cu, void *out, const void *src, size_t n, int C, int period,
+		    int off)
 {
-	LAUNCH(add_bias_kernel<T>, n, (T *)rows, (const T *)bias, n, C);
-	return mr__cuda_launched(cu, "add_bias");
-}
+	int P = mr__pack_width<T>((size_t)C, out, src, NULL, NULL);
 
-template <typename T>
-static int add_pos(struct mr_cuda *cu, void *out, const void *wpe, size_t n, int C, int period,
-		   int off)
-{
-	LAUNCH(add_pos_kernel<T>, n, (T *)out, (const T *)wpe, n, C, period, off);
-	return mr__cuda_launched(cu, "add_pos");
+	MR__LAUNCH_PACKED(P > 1, add_rows_kernel, T, mr__cu_blocks(n / P, MR__CU_THREADS),
+			  (T *)out, (const T *)src, n, C, period, off);
+	return mr__cuda_launched(cu, period == 1 && off == 0 ? "add_bias" : "add_pos");
 }
 
 template <typename T>
@@ -192,7 +182,7 @@ extern "C" int mr_cuda_add_bias(struct mr_cuda *cu, void *rows, const void *bias
 {
 	if (n < 0 || C <= 0)
 		return mr__cuda_inval(cu, "add_bias");
-	return n ? MR__BY_ACT(cu, add_bias, cu, rows, bias, (size_t)n * C, C) : 0;
+	return n ? MR__BY_ACT(cu, add_rows, cu, rows, bias, (size_t)n * C, C, 1, 0) : 0;
 }
 
 extern "C" int mr_cuda_add_pos(struct mr_cuda *cu, void *out, const void *wpe, int n, int C,
@@ -200,7 +190,7 @@ extern "C" int mr_cuda_add_pos(struct mr_cuda *cu, void *out, const void *wpe, i
 {
 	if (n < 0 || C <= 0 || period <= 0 || off < 0)
 		return mr__cuda_inval(cu, "add_pos");
-	return n ? MR__BY_ACT(cu, add_pos, cu, out, wpe, (size_t)n * C, C, period, off) : 0;
+	return n ? MR__BY_ACT(cu, add_rows, cu, out, wpe, (size_t)n * C, C, period, off) : 0;
 }
 
 extern "C" int mr_cuda_fill_cols(struct mr_cuda *cu, void *x, int N, int V, int from,
@@ -217,6 +207,6 @@ extern "C" int mr_cuda_add_f32(struct mr_cuda *cu, float *y, const float *x, siz
 {
 	if (!n)
 		return 0;
-	LAUNCH(add_f32_kernel, n, y, x, n);
+	map<float>(cu, y, y, x, n, add_f());
 	return mr__cuda_launched(cu, "add_f32");
 }

@@ -15,9 +15,10 @@
  * columns it wrote), so the result is the two kernels' bit for bit.
  *
  * Rows whose buffers are 16-byte aligned and whose width is a whole number
- * of 16-byte packs move a pack per load (ld_n/st_n, 8 bf16 or 4 floats):
- * a lane owns packs lane, lane + 32, ... of the row; other rows go
- * element by element. Either way the order of a row's sums is fixed.
+ * of 16-byte packs move a pack per load (mr__ld_n/mr__st_n, 8 bf16 or 4
+ * floats): a lane owns packs lane, lane + 32, ... of the row, and a dw/db
+ * thread P adjacent columns; other rows go element by element. Either way
+ * the order of every sum is fixed.
  *
  * Non-goals: RMSNorm (llama.cu), fusing across blocks.
  */
@@ -25,45 +26,6 @@
 
 #define LN_ROWS_PER_BLOCK (MR__CU_THREADS / 32)
 #define LN_ROWS_PER_CHUNK 64
-
-/* P elements of a row from p into f: one 16-byte load when P packs
- * them (the packed path), one element when P is 1. */
-template <int P, typename T>
-__device__ __forceinline__ void ld_n(float *f, const T *p)
-{
-	if constexpr (P == 1) {
-		f[0] = mr__ld(p);
-	} else {
-		mr__x128<T> x = mr__ld128(p);
-#pragma unroll
-		for (int j = 0; j < P; j++)
-			f[j] = mr__ld(&x.v[j]);
-	}
-}
-
-template <int P, typename T>
-__device__ __forceinline__ void st_n(T *p, const float *f)
-{
-	if constexpr (P == 1) {
-		mr__st(p, f[0]);
-	} else {
-		mr__x128<T> x;
-#pragma unroll
-		for (int j = 0; j < P; j++)
-			mr__st(&x.v[j], f[j]);
-		mr__st128(p, x);
-	}
-}
-
-/* The pack width of a row of C elements whose buffers are all 16-byte
- * aligned: 16 bytes of T when C fills whole packs, else 1. */
-template <typename T>
-static inline int ln_pack(int C, const void *a, const void *b, const void *c, const void *d)
-{
-	const int P = 16 / sizeof(T);
-
-	return C % P == 0 && mr__aligned16(a, b, c) && mr__aligned16(d, NULL, NULL) ? P : 1;
-}
 
 /* One row's LayerNorm by one warp (lane: this thread's lane); a lane
  * visits its packs of P columns, lane * P + 32 * P * k. */
@@ -76,14 +38,14 @@ __device__ __forceinline__ void layernorm_row(T *out, float *mean, float *rstd, 
 	float m = 0.0f, v = 0.0f, s, f[P], fw[P], fb[P];
 
 	for (int c = lane * P; c < C; c += 32 * P) {
-		ld_n<P>(f, x + c);
+		mr__ld_n<P>(f, x + c);
 #pragma unroll
 		for (int j = 0; j < P; j++)
 			m += f[j];
 	}
 	m = mr__warp_sum(m) / (float)C;
 	for (int c = lane * P; c < C; c += 32 * P) {
-		ld_n<P>(f, x + c);
+		mr__ld_n<P>(f, x + c);
 #pragma unroll
 		for (int j = 0; j < P; j++) {
 			float d = f[j] - m;
@@ -93,13 +55,13 @@ __device__ __forceinline__ void layernorm_row(T *out, float *mean, float *rstd, 
 	v = mr__warp_sum(v) / (float)C;
 	s = 1.0f / sqrtf(v + MR_LN_EPS_CU);
 	for (int c = lane * P; c < C; c += 32 * P) {
-		ld_n<P>(f, x + c);
-		ld_n<P>(fw, w + c);
-		ld_n<P>(fb, b + c);
+		mr__ld_n<P>(f, x + c);
+		mr__ld_n<P>(fw, w + c);
+		mr__ld_n<P>(fb, b + c);
 #pragma unroll
 		for (int j = 0; j < P; j++)
 			f[j] = (f[j] - m) * s * fw[j] + fb[j];
-		st_n<P>(o + c, f);
+		mr__st_n<P>(o + c, f);
 	}
 	if (lane == 0) {
 		mean[row] = m;
@@ -135,12 +97,12 @@ __global__ void add_layernorm_fwd_kernel(T *y, T *out, float *mean, float *rstd,
 	yr = y + (size_t)row * C;
 	xr = x + (size_t)row * C;
 	for (int c = lane * P; c < C; c += 32 * P) {
-		ld_n<P>(fy, yr + c);
-		ld_n<P>(fx, xr + c);
+		mr__ld_n<P>(fy, yr + c);
+		mr__ld_n<P>(fx, xr + c);
 #pragma unroll
 		for (int j = 0; j < P; j++)
 			fy[j] += fx[j];
-		st_n<P>(yr + c, fy);
+		mr__st_n<P>(yr + c, fy);
 	}
 	layernorm_row<P, T>(out, mean, rstd, y, w, b, row, C, lane);
 }
@@ -163,9 +125,9 @@ __global__ void layernorm_dinp_kernel(T *dinp, const T *dout, const T *inp, cons
 	m = mean[row];
 	s = rstd[row];
 	for (int c = lane * P; c < C; c += 32 * P) {
-		ld_n<P>(fx, x + c);
-		ld_n<P>(fy, dy + c);
-		ld_n<P>(fw, w + c);
+		mr__ld_n<P>(fx, x + c);
+		mr__ld_n<P>(fy, dy + c);
+		mr__ld_n<P>(fw, w + c);
 #pragma unroll
 		for (int j = 0; j < P; j++) {
 			float n = (fx[j] - m) * s;
@@ -177,39 +139,52 @@ __global__ void layernorm_dinp_kernel(T *dinp, const T *dout, const T *inp, cons
 	dnm = mr__warp_sum(dnm) / (float)C;
 	dnn = mr__warp_sum(dnn) / (float)C;
 	for (int c = lane * P; c < C; c += 32 * P) {
-		ld_n<P>(fx, x + c);
-		ld_n<P>(fy, dy + c);
-		ld_n<P>(fw, w + c);
-		ld_n<P>(fd, dx + c);
+		mr__ld_n<P>(fx, x + c);
+		mr__ld_n<P>(fy, dy + c);
+		mr__ld_n<P>(fw, w + c);
+		mr__ld_n<P>(fd, dx + c);
 #pragma unroll
 		for (int j = 0; j < P; j++) {
 			float n = (fx[j] - m) * s;
 			float dn = fw[j] * fy[j];
 			fd[j] += s * (dn - dnm - n * dnn);
 		}
-		st_n<P>(dx + c, fd);
+		mr__st_n<P>(dx + c, fd);
 	}
 }
 
-/* part (2, nchunks, C): [dw | db] partial sums over LN_ROWS_PER_CHUNK rows. */
-template <typename T>
+/* part (2, nchunks, C): [dw | db] partial sums over LN_ROWS_PER_CHUNK rows;
+ * a thread sums P adjacent columns, each in row order. */
+template <int P, typename T>
 __global__ void layernorm_dwdb_partial_kernel(float *part, const T *dout, const T *inp,
 					      const float *mean, const float *rstd, int N, int C)
 {
-	int c = blockIdx.x * blockDim.x + threadIdx.x;
+	int c = (blockIdx.x * blockDim.x + threadIdx.x) * P;
 	int r0 = blockIdx.y * LN_ROWS_PER_CHUNK, r1 = min(r0 + LN_ROWS_PER_CHUNK, N);
-	float sw = 0.0f, sb = 0.0f;
+	float sw[P], sb[P], fy[P], fx[P];
 
 	if (c >= C)
 		return;
+#pragma unroll
+	for (int j = 0; j < P; j++)
+		sw[j] = sb[j] = 0.0f;
 	for (int r = r0; r < r1; r++) {
-		float dy = mr__ld(dout + (size_t)r * C + c);
-		float n = (mr__ld(inp + (size_t)r * C + c) - mean[r]) * rstd[r];
-		sw += n * dy;
-		sb += dy;
+		float m = mean[r], s = rstd[r];
+
+		mr__ld_n<P>(fy, dout + (size_t)r * C + c);
+		mr__ld_n<P>(fx, inp + (size_t)r * C + c);
+#pragma unroll
+		for (int j = 0; j < P; j++) {
+			float n = (fx[j] - m) * s;
+			sw[j] += n * fy[j];
+			sb[j] += fy[j];
+		}
 	}
-	part[(size_t)blockIdx.y * C + c] = sw;
-	part[((size_t)gridDim.y + blockIdx.y) * C + c] = sb;
+#pragma unroll
+	for (int j = 0; j < P; j++) {
+		part[(size_t)blockIdx.y * C + c + j] = sw[j];
+		part[((size_t)gridDim.y + blockIdx.y) * C + c + j] = sb[j];
+	}
 }
 
 __global__ void layernorm_dwdb_final_kernel(float *dw, float *db, const float *part,
@@ -234,12 +209,8 @@ static int layernorm_fwd(struct mr_cuda *cu, void *out, float *mean, float *rstd
 {
 	unsigned int nb = (unsigned int)((N + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK);
 
-	if (ln_pack<T>(C, out, inp, w, b) > 1)
-		layernorm_fwd_kernel<16 / sizeof(T), T><<<nb, MR__CU_THREADS, 0, cu->stream>>>(
-			(T *)out, mean, rstd, (const T *)inp, (const T *)w, (const T *)b, N, C);
-	else
-		layernorm_fwd_kernel<1, T><<<nb, MR__CU_THREADS, 0, cu->stream>>>(
-			(T *)out, mean, rstd, (const T *)inp, (const T *)w, (const T *)b, N, C);
+	MR__LAUNCH_PACKED(mr__pack_width<T>(C, out, inp, w, b) > 1, layernorm_fwd_kernel, T, nb,
+			  (T *)out, mean, rstd, (const T *)inp, (const T *)w, (const T *)b, N, C);
 	return mr__cuda_launched(cu, "layernorm_fwd");
 }
 
@@ -248,8 +219,7 @@ static int add_layernorm_fwd(struct mr_cuda *cu, void *y, void *out, float *mean
 			     const void *x, const void *w, const void *b, int N, int C)
 {
 	unsigned int nb = (unsigned int)((N + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK);
-
-	int P = ln_pack<T>(C, out, y, w, b);
+	int P = mr__pack_width<T>(C, out, y, w, b);
 
 	/* the norm's pack width must be the one layernorm_fwd would pick, and
 	 * the add's the same: an unaligned x with a packed norm runs apart */
@@ -257,14 +227,8 @@ static int add_layernorm_fwd(struct mr_cuda *cu, void *y, void *out, float *mean
 		int rc = mr_cuda_add_inplace(cu, y, x, (size_t)N * C);
 		return rc ? rc : layernorm_fwd<T>(cu, out, mean, rstd, y, w, b, N, C);
 	}
-	if (P > 1)
-		add_layernorm_fwd_kernel<16 / sizeof(T), T><<<nb, MR__CU_THREADS, 0, cu->stream>>>(
-			(T *)y, (T *)out, mean, rstd, (const T *)x, (const T *)w, (const T *)b, N,
-			C);
-	else
-		add_layernorm_fwd_kernel<1, T><<<nb, MR__CU_THREADS, 0, cu->stream>>>(
-			(T *)y, (T *)out, mean, rstd, (const T *)x, (const T *)w, (const T *)b, N,
-			C);
+	MR__LAUNCH_PACKED(P > 1, add_layernorm_fwd_kernel, T, nb, (T *)y, (T *)out, mean, rstd,
+			  (const T *)x, (const T *)w, (const T *)b, N, C);
 	return mr__cuda_launched(cu, "add_layernorm_fwd");
 }
 
@@ -276,20 +240,20 @@ static int layernorm_bwd(struct mr_cuda *cu, void *dinp, float *dw, float *db, c
 	unsigned int nb = (unsigned int)((N + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK);
 	unsigned int gx = (unsigned int)((C + MR__CU_THREADS - 1) / MR__CU_THREADS);
 	int nchunks = (N + LN_ROWS_PER_CHUNK - 1) / LN_ROWS_PER_CHUNK, rc;
+	/* the column sums pack where dout and inp rows do */
+	int P = mr__pack_width<T>(C, dout, inp, NULL, NULL);
+	unsigned int gp = (unsigned int)((C / P + MR__CU_THREADS - 1) / MR__CU_THREADS);
 	float *part;
 
 	rc = mr__cuda_scratch(cu, 2 * (size_t)nchunks * C * sizeof(float), &part);
 	if (rc)
 		return rc;
-	if (ln_pack<T>(C, dinp, dout, inp, w) > 1)
-		layernorm_dinp_kernel<16 / sizeof(T), T><<<nb, MR__CU_THREADS, 0, cu->stream>>>(
-			(T *)dinp, (const T *)dout, (const T *)inp, (const T *)w, mean, rstd, N, C);
-	else
-		layernorm_dinp_kernel<1, T><<<nb, MR__CU_THREADS, 0, cu->stream>>>(
-			(T *)dinp, (const T *)dout, (const T *)inp, (const T *)w, mean, rstd, N, C);
-	layernorm_dwdb_partial_kernel<T><<<dim3(gx, (unsigned int)nchunks), MR__CU_THREADS, 0,
-					   cu->stream>>>(part, (const T *)dout, (const T *)inp,
-							 mean, rstd, N, C);
+	MR__LAUNCH_PACKED(mr__pack_width<T>(C, dinp, dout, inp, w) > 1, layernorm_dinp_kernel, T,
+			  nb, (T *)dinp, (const T *)dout, (const T *)inp, (const T *)w, mean,
+			  rstd, N, C);
+	MR__LAUNCH_PACKED(P > 1, layernorm_dwdb_partial_kernel, T,
+			  dim3(gp, (unsigned int)nchunks), part, (const T *)dout,
+			  (const T *)inp, mean, rstd, N, C);
 	layernorm_dwdb_final_kernel<<<gx, MR__CU_THREADS, 0, cu->stream>>>(dw, db, part, nchunks,
 									   C);
 	return mr__cuda_launched(cu, "layernorm_bwd");

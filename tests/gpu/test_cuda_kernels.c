@@ -413,21 +413,19 @@ Test(cuda, add_layernorm_is_add_then_layernorm_bit_for_bit)
 	gpu_teardown();
 }
 
-/* RMSNorm, rotary (q heads inside wider rows, far positions out of order,
- * Llama 3.1's scaled frequencies) and SwiGLU against their CPU twins,
- * bf16 activations. */
-Test(cuda, llama_kernels_match_cpu)
+/* RMSNorm, rotary (H heads of hd inside rows of ROW, far positions out of
+ * order, Llama 3.1's scaled frequencies) and SwiGLU against their CPU
+ * twins, bf16 activations. */
+static void llama_case(int N, int C, int H, int HD, int ROW, int F)
 {
-	enum { N = 300, C = 512, H = 4, HD = 128, ROW = 8 * 128, F = 704 };
 	static const struct mr_rope_scaling sc = { 8.0f, 1.0f, 4.0f, 8192 };
 	float *inp, *w, *dout, *out, *rstd, *dinp, *dw, *ws, *x, *dx, *ab, *gs, *sw, *dab;
-	float inv[HD / 2];
-	int pos[N], i;
+	float *inv = xmalloc(sizeof(float) * (size_t)HD / 2);
+	int *pos = xmalloc(sizeof(int) * (size_t)N), i;
 	mr_bf16 *d_inp, *d_w, *d_out, *d_dinp, *d_x, *d_dx, *d_ab, *d_sw, *d_dab;
 	float *d_rstd, *d_dw, *d_inv;
 	int *d_pos;
 
-	need_gpu();
 	/* RMSNorm */
 	inp = rand_bf((size_t)N * C, 2.0f);
 	w = rand_bf(C, 1.0f);
@@ -464,7 +462,7 @@ Test(cuda, llama_kernels_match_cpu)
 	d_x = up_bf(x, (size_t)N * ROW);
 	d_dx = up_bf(dx, (size_t)N * ROW);
 	d_pos = up_int(pos, N);
-	d_inv = up_f32(inv, HD / 2);
+	d_inv = up_f32(inv, (size_t)HD / 2);
 	mr_rope_fwd(NULL, x, ROW, N, H, HD, pos, inv);
 	mr_rope_bwd(NULL, dx, ROW, N, H, HD, pos, inv);
 	CU_OK(mr_cuda_rope_fwd(cu, d_x, ROW, N, H, HD, d_pos, d_inv));
@@ -489,6 +487,17 @@ Test(cuda, llama_kernels_match_cpu)
 	CU_OK(mr_cuda_swiglu_bwd(cu, d_dab, d_ab, up_bf(gs, (size_t)N * F), N, F));
 	check_close("swiglu dab", down_bf(d_dab, (size_t)N * 2 * F), dab, (size_t)N * 2 * F,
 		    1e-2, 4e-3);
+	free(inv);
+	free(pos);
+}
+
+/* Both paths of each kernel: rows of whole 16-byte packs (Llama's
+ * shapes), and widths that are not (element by element). */
+Test(cuda, llama_kernels_match_cpu)
+{
+	need_gpu();
+	llama_case(300, 512, 4, 128, 8 * 128, 704);
+	llama_case(37, 100, 3, 36, 4 * 36 + 2, 100);
 	gpu_teardown();
 }
 
@@ -775,9 +784,9 @@ Test(cuda, fp32_adamw_writes_an_exact_compute_copy)
 
 /* ---- the device layer's small kernels ---------------------------------------------- */
 
-Test(cuda, bias_positions_fill_and_copies_match_cpu)
+static void rows_case(int C)
 {
-	int n = 29, C = 48, T = 12, period = 4, off = 8, V = 40, from = 33, r, c;
+	int n = 29, T = 12, period = 4, off = 8, V = 40, from = 33, r, c;
 	size_t nc = (size_t)n * C, i;
 	float *rows = rand_bf(nc, 1.0f), *bias = rand_bf(C, 1.0f), *wpe = rand_bf((size_t)T * C, 1.0f);
 	float *want = xmalloc(nc * sizeof(float)), *y = rand_bf(nc, 1.0f), *x = rand_bf(nc, 1.0f);
@@ -826,6 +835,51 @@ Test(cuda, bias_positions_fill_and_copies_match_cpu)
 				     "copy2d row %d col %d", r, c);
 	CU_OK(mr_cuda_copy(cu, d_cp, up_act(rows, nc), nc * sizeof(mr_bf16)));
 	check_close("copy", down_act(d_cp, nc), rows, nc, 0.0, 0.0);
+}
+
+/* Widths of whole 16-byte packs (48) and not (45): both paths. */
+Test(cuda, bias_positions_fill_and_copies_match_cpu)
+{
+	need_gpu();
+	rows_case(48);
+	rows_case(45);
+	gpu_teardown();
+}
+
+/* fp32 -> bf16 -> fp32 on the device: round to nearest even as the host's
+ * conversion, exactly, packed and at an odd element offset (unaligned),
+ * with tails. */
+Test(cuda, bf16_conversions_match_the_host)
+{
+	static const size_t sizes[] = { 1, 7, 8, 9, 4099 };
+
+	need_gpu();
+	for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++)
+		for (size_t off = 0; off < 2; off++) {
+			size_t n = sizes[k], i;
+			float *x = rand_bf(n + off, 3.0f), *got, *back;
+			float *d_x, *d_back = dev_alloc(sizeof(float) * (n + off));
+			mr_bf16 *d_b = dev_alloc(sizeof(mr_bf16) * (n + off));
+
+			for (i = 0; i < n + off; i++) /* not bf16 values: rounding shows */
+				x[i] += 1e-3f * (float)(i % 7);
+			d_x = up_f32(x, n + off);
+			CU_OK(mr_cuda_f32_to_bf16(cu, d_b + off, d_x + off, n));
+			CU_OK(mr_cuda_bf16_to_f32(cu, d_back + off, d_b + off, n));
+			got = down_bf(d_b, n + off);
+			back = down_f32(d_back, n + off);
+			for (i = off; i < n + off; i++) {
+				float want = mr_bf16_to_f32(mr_bf16_from_f32(x[i]));
+
+				cr_assert_eq(got[i], want, "f32_to_bf16 n %zu off %zu [%zu]", n,
+					     off, i);
+				cr_assert_eq(back[i], want, "bf16_to_f32 n %zu off %zu [%zu]", n,
+					     off, i);
+			}
+			free(x);
+			free(got);
+			free(back);
+		}
 	gpu_teardown();
 }
 
