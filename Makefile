@@ -112,7 +112,7 @@ CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
                -lcublasLt -lcublas -lcudart -lstdc++
 # tests/gpu files that only make sense against the emulation (below)
 emul_only  := tests/gpu/test_cuda_emul.c tests/gpu/test_cuda_parallel.c \
-              tests/gpu/test_bench_gpu.c tests/gpu/test_offload.c
+              tests/gpu/test_bench_gpu.c tests/gpu/test_offload.c tests/gpu/test_cuda_graphs.c
 gpu_test_bins := $(patsubst tests/%.c,$(BUILD)/tests/%,$(filter-out $(emul_only),\
                  $(sort $(wildcard tests/gpu/test_*.c))))
 ifeq ($(CUDA_ON),1)
