@@ -136,14 +136,18 @@ static void mark_end(const struct mr_dev *d)
 	s->open_mark = -1;
 }
 
-/* While capturing: op refused (the kernel layer's reason in its message),
- * kept as the capture's reason when it is the first. */
+/* While capturing: op refused (the kernel layer's reason in its message,
+ * which names the call it refused), kept as the capture's reason when it
+ * is the first. */
 static int refused(const struct mr_dev *d, const char *op)
 {
 	struct cuda_state *s = d->impl;
+	const char *why = mr_cuda_errmsg(s->cu);
 
-	if (!s->refused[0])
-		snprintf(s->refused, sizeof(s->refused), "%s: %s", op, mr_cuda_errmsg(s->cu));
+	if (!s->refused[0] && strstr(why, op))
+		snprintf(s->refused, sizeof(s->refused), "%s", why);
+	else if (!s->refused[0])
+		snprintf(s->refused, sizeof(s->refused), "%s: %s", op, why);
 	return MR_ENEEDHOST;
 }
 
