@@ -81,6 +81,8 @@ struct adamw_chunk {
 struct adamw_args_dev {
 	float step_size, bc2_sqrt, decay_on, decay_off, b1, b2, eps, gscale;
 };
+static_assert(sizeof(struct adamw_args_dev) == sizeof(((struct mr_cuda *)0)->adamw_args_host),
+	      "the context's host copy of the AdamW block");
 
 template <typename T>
 __global__ void adamw_multi_kernel(const struct adamw_range_dev *R, const struct adamw_chunk *ch,
@@ -206,8 +208,10 @@ extern "C" int mr_cuda_adamw_args(struct mr_cuda *cu, const struct mr_cuda_adamw
 	a.b2 = o->beta2;
 	a.eps = o->eps;
 	a.gscale = o->grad_scale;
-	/* pageable source: staged by the driver before the call returns */
-	return mr__cuda_check(cu, cudaMemcpyAsync(cu->adamw_args, &a, sizeof(a),
+	/* pageable source: staged by the driver before the call returns (and
+	 * kept in the context until the next call all the same) */
+	memcpy(cu->adamw_args_host, &a, sizeof(a));
+	return mr__cuda_check(cu, cudaMemcpyAsync(cu->adamw_args, cu->adamw_args_host, sizeof(a),
 						  cudaMemcpyHostToDevice, cu->stream),
 			      "adamw args");
 }

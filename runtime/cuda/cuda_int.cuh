@@ -45,6 +45,7 @@ struct mr_cuda {
 	size_t adamw_tab_bytes;  /* its size, */
 	size_t adamw_tab_cap;    /* and the room of both */
 	void *adamw_args;        /* mr_cuda_adamw_args's device block (adamw.cu) */
+	float adamw_args_host[8]; /* the host copy it is staged from */
 	int capturing;           /* inside mr_cuda_graph_capture's fn */
 	cudaEvent_t *marks;      /* timing marks (mr_cuda_marks), nmarks of them */
 	int nmarks, marks_used;

@@ -184,7 +184,9 @@ void mr__cuda_bucket_free(struct mr_cuda *cu)
 
 	if (!j)
 		return;
-	cudaFreeHost(j->pinned); /* the stream was synced by mr_cuda_free */
+	/* no graph reads it: never captured, or mr_cuda_free synced the stream
+	 * after the graphs were freed */
+	cudaFreeHost(j->pinned);
 	free(j->cnt);
 	free(j);
 	cu->bucket_job = NULL;
@@ -201,13 +203,20 @@ int mr__cuda_bucket_failed(struct mr_cuda *cu)
 	return MR_ENOMEM;
 }
 
-/* The host node's state for N positions, made outside a capture. */
+/* The host node's state for N positions, made outside a capture; a
+ * captured graph's is kept (the graph points at it). */
 static int bucket_job_for(struct mr_cuda *cu, int N)
 {
 	struct mr__bucket_job *j = cu->bucket_job;
+	int rc;
 
 	if (j && j->N >= N)
 		return 0;
+	if (j && j->tok) {
+		snprintf(cu->err, sizeof(cu->err),
+			 "encoder_bwd: %d positions, a captured graph's table holds %d", N, j->N);
+		return MR_ESTATE;
+	}
 	mr__cuda_bucket_free(cu);
 	if (!(j = (struct mr__bucket_job *)calloc(1, sizeof(*j)))) {
 		snprintf(cu->err, sizeof(cu->err), "out of host memory (encoder_bwd)");
@@ -215,8 +224,11 @@ static int bucket_job_for(struct mr_cuda *cu, int N)
 	}
 	cu->bucket_job = j;
 	j->N = N;
-	return mr__cuda_check(cu, cudaMallocHost((void **)&j->pinned, table_ints(N) * sizeof(int)),
-			      "encoder_bwd pinned table");
+	rc = mr__cuda_check(cu, cudaMallocHost((void **)&j->pinned, table_ints(N) * sizeof(int)),
+			    "encoder_bwd pinned table");
+	if (rc)
+		mr__cuda_bucket_free(cu);
+	return rc;
 }
 
 /* Captured: the host node, the copy of its table, for this launch's tokens. */

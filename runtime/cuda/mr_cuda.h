@@ -242,8 +242,9 @@ int mr_cuda_encoder_fwd(struct mr_cuda *cu, void *out, const int *tok, const voi
  * distinct token, so every dwte row is summed by one thread per channel
  * in position order: deterministic, no atomics. An id >= V is MR_ERANGE.
  * Captured into a graph, the bucketing is a host node that reads tok_host
- * when the graph runs: the buffer must hold that launch's tokens (ids
- * checked < V before; V is not read then). Twin: mr_encoder_bwd. */
+ * when the graph runs: from the launch until the stream has run it, the
+ * buffer must hold that launch's tokens (ids checked < V before; V is not
+ * read then); one token buffer per context. Twin: mr_encoder_bwd. */
 int mr_cuda_encoder_bwd(struct mr_cuda *cu, float *dwte, float *dwpe, const void *dout,
 			const int *tok_host, int B, int T, int C, int V);
 /* out rows i in [0, n) (width C) += wpe[off + i % period] (the positions

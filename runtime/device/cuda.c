@@ -827,7 +827,7 @@ static void cuda_graph_drop(struct mr_dev *d, int key)
 {
 	struct cuda_state *s = d->impl;
 
-	if (key < 0 || key >= MR_DEV_GRAPHS)
+	if (!s || key < 0 || key >= MR_DEV_GRAPHS) /* closed: nothing left */
 		return;
 	mr_cuda_graph_free(s->cu, s->graphs[key]);
 	s->graphs[key] = NULL;
