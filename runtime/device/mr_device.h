@@ -161,8 +161,8 @@ struct mr_dev_ops {
 	 * operations and gives where their time went since the last call */
 	int (*time_ops)(struct mr_dev *d, int n);
 	int (*time_take)(struct mr_dev *d, struct mr_dev_times *t);
-	/* device graphs (NULL: none, as the cpu device - the caller runs fn
-	 * itself): runs the work fn(ctx) enqueues as graph key (0 ..
+	/* device graphs (both NULL: none, as the cpu device - the caller runs
+	 * fn itself): runs the work fn(ctx) enqueues as graph key (0 ..
 	 * MR_DEV_GRAPHS-1). The first call captures it and launches it, later
 	 * calls launch it without calling fn: fn must enqueue the same
 	 * operations on the same buffers with the same arguments every time
@@ -171,9 +171,10 @@ struct mr_dev_ops {
 	 * alloc, free, a MoE layer's counts, a collective's sync) fails with
 	 * MR_ENEEDHOST; a capture that fails (so, or otherwise) is discarded,
 	 * nothing has run, and graph_run returns 1 with the reason (naming
-	 * the operation) in eb - the caller runs fn itself. 0: launched (graph_launches counts it);
-	 * < 0: the launch failed (eb says why). graph_drop forgets graph key
-	 * (before the buffers it uses go away). */
+	 * the operation) in eb - the caller runs fn itself. 0: launched
+	 * (graph_launches counts it); < 0: the launch failed (eb says why).
+	 * graph_drop forgets graph key (before the buffers it uses go away;
+	 * a closed device: nothing) */
 	int (*graph_run)(struct mr_dev *d, int key, int (*fn)(void *ctx), void *ctx,
 			 struct mr_errbuf *eb);
 	void (*graph_drop)(struct mr_dev *d, int key);
