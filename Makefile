@@ -112,7 +112,7 @@ CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 \
                -lcublasLt -lcublas -lcudart -lstdc++
 # tests/gpu files that only make sense against the emulation (below)
 emul_only  := tests/gpu/test_cuda_emul.c tests/gpu/test_cuda_parallel.c \
-              tests/gpu/test_bench_gpu.c tests/gpu/test_offload.c tests/gpu/test_cuda_graphs.c
+              tests/gpu/test_bench_gpu.c tests/gpu/test_offload.c
 gpu_test_bins := $(patsubst tests/%.c,$(BUILD)/tests/%,$(filter-out $(emul_only),\
                  $(sort $(wildcard tests/gpu/test_*.c))))
 ifeq ($(CUDA_ON),1)
@@ -170,8 +170,8 @@ $(BUILD)/tests/gpu/%: tests/gpu/%.c $(CUDA_LIB) $(plugin_obj) $(call obj,$(test_
 # The device layer's cuda backend (runtime/device/cuda.c) is host C over
 # mr_cuda.h, and tests/gpu/cuda_emul.c implements mr_cuda.h with the CPU
 # twins (bf16 rounding where the device rounds): test_device_cuda (every
-# table op, cuda vs cpu) and test_cuda_model (the model trained on cuda vs
-# cpu) are built a second time against the emulation, with -DMR_CUDA_EMUL
+# table op, cuda vs cpu), test_cuda_model (the model trained on cuda vs
+# cpu) and test_cuda_graphs (CUDA graphs vs eager) are built a second time against the emulation, with -DMR_CUDA_EMUL
 # (tight tolerances), in every build - with or without CUDA, sanitizers
 # included. The emul_only ones exist only here: test_cuda_emul checks the
 # emulation itself (its tagged device pointers fault on host access),
@@ -180,6 +180,7 @@ $(BUILD)/tests/gpu/%: tests/gpu/%.c $(CUDA_LIB) $(plugin_obj) $(call obj,$(test_
 # (the PyTorch reference) runs on the emulated cuda device too.
 emul_dev_tests := $(BUILD)/tests/gpu-emul/test_device_cuda $(BUILD)/tests/gpu-emul/test_cuda_model \
                   $(BUILD)/tests/gpu-emul/test_generate_cuda \
+                  $(BUILD)/tests/gpu-emul/test_cuda_graphs \
                   $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu-emul/%,$(emul_only))
 test_bins  += $(emul_dev_tests)
 

@@ -266,8 +266,11 @@ static int end_capture(struct mr_cuda *cu, int rc, cudaGraphExec_t *exec)
 	if (rc == 0)
 		rc = mr__cuda_check(cu, cudaGraphInstantiateWithFlags(exec, graph, 0),
 				    "cudaGraphInstantiateWithFlags");
-	if (graph && cudaGraphDestroy(graph) != cudaSuccess && rc == 0)
-		rc = mr__cuda_check(cu, cudaGetLastError(), "cudaGraphDestroy");
+	/* the executable graph holds what it needs of the captured one */
+	if (graph && (e = cudaGraphDestroy(graph)) != cudaSuccess && rc == 0) {
+		rc = mr__cuda_check(cu, e, "cudaGraphDestroy");
+		cudaGraphExecDestroy(*exec);
+	}
 	if (rc)
 		cudaGetLastError(); /* an invalidated capture's error is not sticky */
 	return rc;

@@ -291,9 +291,7 @@ static uint64_t hash_args(int n, ...)
 /* EACH(F, a, b, ...) -> F(a), F(b), ... (up to 16 arguments). */
 #define EACH_N(_1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, _13, _14, _15, _16, N, ...) N
 #define COUNT(...) EACH_N(__VA_ARGS__, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1)
-#define EACH(F, ...)                                                                        \
-	EACH_(EACH_N(__VA_ARGS__, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1), F,   \
-	      __VA_ARGS__)
+#define EACH(F, ...) EACH_(COUNT(__VA_ARGS__), F, __VA_ARGS__)
 #define EACH_(n, F, ...) EACH__(n, F, __VA_ARGS__)
 #define EACH__(n, F, ...) EACH_##n(F, __VA_ARGS__)
 #define EACH_1(F, a) F(a)

@@ -1,8 +1,7 @@
 /*
- * test_cuda_graphs.c - device graphs (CUDA graphs) on the emulated cuda
- * device (tests/gpu/cuda_emul.c): the kernel layer's capture and launch,
- * and the step driver's two graphs (a micro-batch's forward + backward,
- * the AdamW update; mr_step.h).
+ * test_cuda_graphs.c - device graphs (CUDA graphs) on the cuda device: the
+ * kernel layer's capture and launch, and the step driver's two graphs (a
+ * micro-batch's forward + backward, the AdamW update; mr_step.h).
  *
  * The emulation records every call while capturing (computing nothing)
  * and re-runs the captured function at each launch, aborting when a call
@@ -16,8 +15,11 @@
  * 6 steps of a cosine schedule with warm-up, weight decay and clipping at
  * 1.0 (the clip factor changes from step to step), fp32 and bf16.
  *
- * Emulation only (Makefile's emul_only): on a GPU a stale argument is
- * silent, which is what the emulation exists to catch.
+ * Built twice (Makefile): against the emulation and against the real
+ * kernels (skips without a device), where the graphs must give the bits
+ * of eager too (the kernels are deterministic); the stale-argument cases
+ * are the emulation's only - on a GPU a stale argument is silent, which
+ * is what the emulation exists to catch.
  */
 #include <criterion/criterion.h>
 #include <signal.h>
@@ -69,8 +71,13 @@ static void job_open(struct job *j, const struct mr_gpt_config *cfg, int bf16, i
 {
 	struct mr_errbuf eb = { { 0 }, { 0 } };
 
+#ifdef MR_CUDA_EMUL
 	cr_assert_eq(mr__dev_cuda_open(&j->d, 0, bf16 ? MR_DT_BF16 : MR_DT_F32, &eb), 0, "%s",
 		     eb.msg);
+#else
+	cr_assert_eq(mr_dev_open(&j->d, "cuda", 0, bf16 ? "bf16" : "fp32", NULL, &eb), 0, "%s",
+		     eb.msg);
+#endif
 	cr_assert_eq(mr_gpt_create_on(&j->m, cfg, BATCH, SEQ, &j->d, NULL, mr_dp_model_flags(0),
 				      &eb),
 		     0, "%s", eb.msg);
@@ -138,6 +145,7 @@ Test(cuda_graphs, training_with_graphs_gives_the_bits_of_eager)
 {
 	int bf16;
 
+	need_gpu();
 	for (bf16 = 0; bf16 <= 1; bf16++) {
 		struct run g, e;
 
@@ -156,7 +164,10 @@ Test(cuda_graphs, training_with_graphs_gives_the_bits_of_eager)
 		free(g.final);
 		free(e.final);
 	}
+	gpu_teardown();
 }
+
+#ifdef MR_CUDA_EMUL
 
 /* A job whose micro-batch graph would replay a stale input pointer:
  * after the capture, the model's token buffer moves (a test-only path),
@@ -177,6 +188,7 @@ Test(cuda_graphs, a_stale_argument_fails_the_launch, .signal = SIGABRT)
 	job_step(&j, &dense, s, &res);
 	cr_assert_fail("the launch with a moved token buffer did not abort");
 }
+#endif
 
 /* Runs a job of cfg with stderr into a file; its text in log. */
 static void train_logged(const struct mr_gpt_config *cfg, struct run *r, char *log, size_t cap)
@@ -208,6 +220,7 @@ Test(cuda_graphs, a_host_read_in_a_capture_turns_graphs_off_once)
 	const char *at;
 	int lines = 0;
 
+	need_gpu();
 	memset(&g, 0, sizeof(g));
 	memset(&e, 0, sizeof(e));
 	train_logged(&moe, &g, log, sizeof(log));
@@ -220,6 +233,7 @@ Test(cuda_graphs, a_host_read_in_a_capture_turns_graphs_off_once)
 	cr_assert_not_null(strstr(log, "moe_route"), "the reason names no operation: %s", log);
 	free(g.final);
 	free(e.final);
+	gpu_teardown();
 }
 
 /* ---- the kernel layer's capture and launch --------------------------------- */
@@ -297,6 +311,7 @@ Test(cuda_graphs, capture_records_launch_runs_host_reads_refused)
 	gpu_teardown();
 }
 
+#ifdef MR_CUDA_EMUL
 /* A launch whose scalar differs from the capture's aborts. */
 Test(cuda_graphs, a_changed_scalar_aborts_the_launch, .signal = SIGABRT)
 {
@@ -311,3 +326,4 @@ Test(cuda_graphs, a_changed_scalar_aborts_the_launch, .signal = SIGABRT)
 	mr_cuda_graph_launch(cu, g, add_scale, &a);
 	cr_assert_fail("the launch with a changed scale did not abort");
 }
+#endif
