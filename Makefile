@@ -170,16 +170,18 @@ $(BUILD)/tests/gpu/%: tests/gpu/%.c $(CUDA_LIB) $(plugin_obj) $(call obj,$(test_
 # The device layer's cuda backend (runtime/device/cuda.c) is host C over
 # mr_cuda.h, and tests/gpu/cuda_emul.c implements mr_cuda.h with the CPU
 # twins (bf16 rounding where the device rounds): test_device_cuda (every
-# table op, cuda vs cpu) and test_cuda_model (the model trained on cuda vs
-# cpu) are built a second time against the emulation, with -DMR_CUDA_EMUL
-# (tight tolerances), in every build - with or without CUDA, sanitizers
-# included. The emul_only ones exist only here: test_cuda_emul checks the
-# emulation itself (its tagged device pointers fault on host access),
+# table op, cuda vs cpu), test_cuda_model (the model trained on cuda vs
+# cpu) and test_cuda_graphs (CUDA graphs vs eager) are built a second
+# time against the emulation, with -DMR_CUDA_EMUL (tight tolerances), in
+# every build - with or without CUDA, sanitizers included. The emul_only
+# ones exist only here: test_cuda_emul checks the emulation itself (its
+# tagged device pointers fault on host access),
 # test_cuda_parallel runs ranks on several emulated GPUs, test_offload the
 # offloaded optimizer step against the device's. test_reference
 # (the PyTorch reference) runs on the emulated cuda device too.
 emul_dev_tests := $(BUILD)/tests/gpu-emul/test_device_cuda $(BUILD)/tests/gpu-emul/test_cuda_model \
                   $(BUILD)/tests/gpu-emul/test_generate_cuda \
+                  $(BUILD)/tests/gpu-emul/test_cuda_graphs \
                   $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu-emul/%,$(emul_only))
 test_bins  += $(emul_dev_tests)
 

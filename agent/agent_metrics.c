@@ -124,6 +124,11 @@ int mr_agent_metrics_init(struct mr_agent_metrics *m, const char *const *state_n
 					    "should not need (cuda: a GEMM cuBLASLt did not run, "
 					    "a layer attention cuDNN did not run; the agent's log "
 					    "names why).", "rank");
+	m->dev_graphs = mr_metrics_gauge(m->reg, "meshrun_worker_device_graph_launches",
+					 "Device graphs (CUDA graphs: a micro-batch's forward and "
+					 "backward, an AdamW update) the rank has launched; 0 while "
+					 "they are off (the log's cuda_graph_off says why).",
+					 "rank");
 	m->restart_cause = mr_metrics_counter(m->reg, "meshrun_agent_restarts_by_cause_total",
 					      "Restarts of the local workers by cause: member_lost "
 					      "(a member of the job died or failed), worker_failed "
@@ -228,6 +233,7 @@ void mr_agent_metrics_worker(struct mr_agent_metrics *m, int rank,
 	mr_gauge_set(mr_metric_gauge_child(m->ck_bytes, r), (double)st->ckpt_bytes);
 	mr_gauge_set(mr_metric_gauge_child(m->ck_failed, r), (double)st->ckpt_failures);
 	mr_gauge_set(mr_metric_gauge_child(m->dev_fallbacks, r), (double)st->dev_fallbacks);
+	mr_gauge_set(mr_metric_gauge_child(m->dev_graphs, r), (double)st->dev_graph_launches);
 	if (st->step > 0 && !m->resume_seen) {
 		/* the run's first stats: what the last restart cost */
 		int64_t lost = m->prev_run_step - st->resumed_step;

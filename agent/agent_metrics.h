@@ -63,7 +63,7 @@ struct mr_agent_metrics {
 	struct mr_metric_family *w_step_s, *w_comm_wait, *w_mem, *w_comm_op;
 	struct mr_metric_family *pp_bubble, *pp_wait;
 	struct mr_metric_family *ck_s, *ck_stall, *ck_step, *ck_bytes, *ck_failed, *dev_fallbacks,
-		*restart_cause;
+		*dev_graphs, *restart_cause;
 	struct mr_counter *lost_total;
 	struct mr_gauge *lost_last;
 	int64_t run_step;       /* highest step the current run's workers reported */

@@ -39,7 +39,8 @@
 	X(NOTSUP, -19, "not supported")                                   \
 	X(CORRUPT, -20, "data corrupt")                                   \
 	X(SYS, -21, "system call failed")                                 \
-	X(NONFINITE, -22, "non-finite value")
+	X(NONFINITE, -22, "non-finite value")                             \
+	X(NEEDHOST, -23, "needs the host while a device graph is captured")
 
 enum mr_err {
 #define MR__ERR_ENUM(name, value, msg) MR_E##name = (value),

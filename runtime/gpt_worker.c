@@ -556,6 +556,7 @@ static int gw_step(void *state, struct mr_worker_stats *st, struct mr_errbuf *eb
 	for (k = 0; k < MR_MEM_KINDS; k++)
 		st->mem_bytes[k] = m->mem.bytes[k];
 	st->dev_fallbacks = m->dev->fallbacks;
+	st->dev_graph_launches = m->dev->graph_launches;
 	st->comm_wait_s = comm_wait(w) - wait0;
 	if (profiling)
 		profile_end(w, st);

@@ -19,6 +19,17 @@
  *   5. clipping, the scheduled LR and AdamW on the range this rank owns,
  *      then the updated parameters are shared again (ZeRO).
  *
+ * Device graphs (CUDA graphs; a device with graph_run, mr_device.h):
+ * after MR_STEP_WARMUP eager steps, each micro-batch's forward and
+ * backward (the sequential schedule) and the AdamW update run as two
+ * graphs - where nothing inside them talks to another rank: no pipeline,
+ * tp, cp or ep, and data parallelism that issues nothing from the passes
+ * (mr_dp_graph_safe). Elsewhere, or when a capture fails (something needs
+ * the host, as a MoE layer's routing counts do), graphs are off for the
+ * job, logged once with the reason (event cuda_graph_off).
+ * MESHRUN_CUDA_GRAPHS=0 turns them off; the device counts the launches
+ * (mr_dev.graph_launches).
+ *
  * Data parallelism (parallel/mr_dp.h) owns gradients and optimizer state
  * in every configuration; with one replica it is the identity (no
  * communicator, no copies), so one rank runs exactly this code too.
@@ -51,6 +62,17 @@ struct mr_step_result {
 
 struct mr_step;
 
+/* Eager steps before the first capture: the warm-up that allocates every
+ * buffer, workspace and plan a graph then uses. */
+#define MR_STEP_WARMUP 2
+
+/* struct mr_step's graphs. */
+enum mr_step_graphs {
+	MR_STEP_GRAPHS_OFF,    /* MESHRUN_CUDA_GRAPHS=0, not eligible, or a capture failed */
+	MR_STEP_GRAPHS_WANTED, /* not yet checked for eligibility */
+	MR_STEP_GRAPHS_ON
+};
+
 /* A micro-batch schedule: runs forward and backward of the step's accum
  * micro-batches (inputs/targets: accum consecutive (B,T) blocks), calling
  * mr_dp_micro_batch before each, and adds each micro-batch's loss and aux
@@ -71,6 +93,8 @@ struct mr_step {
 	struct mr_dp *dp;                  /* owned */
 	struct mr_pp *pp;                  /* owned; NULL without a pipeline */
 	const struct mr_step_sched *sched; /* mr_sched_sequential after init */
+	enum mr_step_graphs graphs;        /* device graphs (see the header) */
+	int warm;                          /* steps run, up to MR_STEP_WARMUP */
 #ifndef __cplusplus /* CUDA sources use only struct mr_step_result */
 	atomic_int micro;                  /* micro-batch being run, -1 outside the
 					    * schedule (progress reports) */

@@ -73,6 +73,7 @@ struct mr_worker_stats {
 	int64_t ckpt_failures;   /* checkpoints of this run that failed: the rank's own
 				  * part, or (rank 0) any rank's */
 	int64_t dev_fallbacks;   /* the device's slow paths taken so far (mr_dev.fallbacks) */
+	int64_t dev_graph_launches; /* device graphs launched so far (mr_dev.graph_launches) */
 	/* the step "profile_step" names: its device time by kind of operation
 	 * (mr_dev_kind_name; [MR_DEV_KINDS]: idle between them) and its
 	 * span, ms; zeros on every other step and on a device without timing */

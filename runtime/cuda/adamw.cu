@@ -16,9 +16,12 @@
  * chunk (the multi-tensor apply of PyTorch's fused optimizers and of
  * apex): a step updates every tensor in one launch instead of one per
  * tensor. Every element runs the same inline function as the one-range
- * kernel. The table holds no per-step value (lr and the decay factors are
- * arguments), so it is uploaded once and again only when the ranges
- * change.
+ * kernel. The table holds no per-step value, so it is uploaded once and
+ * again only when the ranges change; the per-step scalars (step size,
+ * bias correction, decay and clip factors: struct adamw_args_dev) are a
+ * small device block mr_cuda_adamw_args uploads before each step, which
+ * the kernel reads - never kernel arguments, which a captured graph would
+ * replay with the values of the step it was captured in.
  *
  * Non-goals: ZeRO sharding (a shard is just a sub-range passed to these
  * calls), stochastic rounding of the bf16 copy.
@@ -74,18 +77,25 @@ struct adamw_chunk {
 	int range;
 };
 
+/* The per-step scalars on the device (mr_cuda_adamw_args). */
+struct adamw_args_dev {
+	float step_size, bc2_sqrt, decay_on, decay_off, b1, b2, eps, gscale;
+};
+static_assert(sizeof(struct adamw_args_dev) == sizeof(((struct mr_cuda *)0)->adamw_args_host),
+	      "the context's host copy of the AdamW block");
+
 template <typename T>
 __global__ void adamw_multi_kernel(const struct adamw_range_dev *R, const struct adamw_chunk *ch,
-				   float step_size, float bc2_sqrt, float decay_on,
-				   float decay_off, float b1, float b2, float eps, float gscale)
+				   const struct adamw_args_dev *args)
 {
 	const struct adamw_chunk c = ch[blockIdx.x];
 	const struct adamw_range_dev r = R[c.range];
-	float decay = r.decay ? decay_on : decay_off;
+	const struct adamw_args_dev a = *args;
+	float decay = r.decay ? a.decay_on : a.decay_off;
 
 	for (size_t i = c.start + threadIdx.x; i < c.start + c.len; i += blockDim.x)
-		adamw_one<T>(r.p, (T *)r.pc, r.g, r.m, r.v, i, step_size, bc2_sqrt, decay, b1, b2,
-			     eps, gscale);
+		adamw_one<T>(r.p, (T *)r.pc, r.g, r.m, r.v, i, a.step_size, a.bc2_sqrt, decay, a.b1,
+			     a.b2, a.eps, a.gscale);
 }
 
 template <typename T>
@@ -127,8 +137,10 @@ static int adamw_table(struct mr_cuda *cu, const struct mr_cuda_adamw_range *r, 
 	at = ((size_t)k * sizeof(*R) + 15) & ~(size_t)15;
 	need = at + nc * sizeof(*ch);
 	if (need > cu->adamw_tab_cap) {
-		void *h = realloc(cu->adamw_tab_host, need);
-		if (!h) {
+		void *h;
+		if (mr__cuda_no_capture(cu, "adamw_multi table growth"))
+			return MR_ENEEDHOST;
+		if (!(h = realloc(cu->adamw_tab_host, need))) {
 			snprintf(cu->err, sizeof(cu->err), "out of host memory (adamw table)");
 			return MR_ENOMEM;
 		}
@@ -162,31 +174,63 @@ static int adamw_table(struct mr_cuda *cu, const struct mr_cuda_adamw_range *r, 
 }
 
 template <typename T>
-static int adamw_multi(struct mr_cuda *cu, int nchunks, size_t tab_at,
-		       const struct mr_cuda_adamw *o)
+static int adamw_multi(struct mr_cuda *cu, int nchunks, size_t tab_at)
 {
-	double bc1 = 1.0 - pow((double)o->beta1, (double)o->t);
-	double bc2 = 1.0 - pow((double)o->beta2, (double)o->t);
 	const char *tab = (const char *)cu->adamw_tab;
 
 	adamw_multi_kernel<T><<<(unsigned int)nchunks, MR__CU_THREADS, 0, cu->stream>>>(
 		(const struct adamw_range_dev *)tab, (const struct adamw_chunk *)(tab + tab_at),
-		(float)((double)o->lr / bc1), (float)sqrt(bc2), 1.0f - o->lr * o->weight_decay,
-		1.0f - o->lr * 0.0f, o->beta1, o->beta2, o->eps, o->grad_scale);
+		(const struct adamw_args_dev *)cu->adamw_args);
 	return mr__cuda_launched(cu, "adamw_multi");
 }
 
+extern "C" int mr_cuda_adamw_args(struct mr_cuda *cu, const struct mr_cuda_adamw *o)
+{
+	double bc1, bc2;
+	struct adamw_args_dev a;
+	int rc;
+
+	if (o->t < 1)
+		return mr__cuda_inval(cu, "adamw_args");
+	if ((rc = mr__cuda_no_capture(cu, "adamw_args")))
+		return rc;
+	if (!cu->adamw_args &&
+	    (rc = mr__cuda_check(cu, cudaMalloc(&cu->adamw_args, sizeof(a)), "adamw args")))
+		return rc;
+	/* the one-range kernel's values, computed the same way */
+	bc1 = 1.0 - pow((double)o->beta1, (double)o->t);
+	bc2 = 1.0 - pow((double)o->beta2, (double)o->t);
+	a.step_size = (float)((double)o->lr / bc1);
+	a.bc2_sqrt = (float)sqrt(bc2);
+	a.decay_on = 1.0f - o->lr * o->weight_decay;
+	a.decay_off = 1.0f - o->lr * 0.0f;
+	a.b1 = o->beta1;
+	a.b2 = o->beta2;
+	a.eps = o->eps;
+	a.gscale = o->grad_scale;
+	/* pageable source: staged by the driver before the call returns (and
+	 * kept in the context until the next call all the same) */
+	memcpy(cu->adamw_args_host, &a, sizeof(a));
+	return mr__cuda_check(cu, cudaMemcpyAsync(cu->adamw_args, cu->adamw_args_host, sizeof(a),
+						  cudaMemcpyHostToDevice, cu->stream),
+			      "adamw args");
+}
+
 extern "C" int mr_cuda_adamw_multi(struct mr_cuda *cu, const struct mr_cuda_adamw_range *r,
-				   int k, const struct mr_cuda_adamw *o)
+				   int k)
 {
 	void *old = NULL;
 	size_t bytes = 0, oldbytes = cu->adamw_tab_bytes;
 	int nchunks = 0, rc;
 
-	if (o->t < 1 || k < 0)
+	if (k < 0)
 		return mr__cuda_inval(cu, "adamw_multi");
 	if (k == 0)
 		return 0;
+	if (!cu->adamw_args) {
+		snprintf(cu->err, sizeof(cu->err), "adamw_multi before adamw_args");
+		return MR_ESTATE;
+	}
 	/* what was uploaded last, to compare with the table built anew */
 	if (oldbytes && !(old = malloc(oldbytes))) {
 		snprintf(cu->err, sizeof(cu->err), "out of host memory (adamw table)");
@@ -196,17 +240,20 @@ extern "C" int mr_cuda_adamw_multi(struct mr_cuda *cu, const struct mr_cuda_adam
 		memcpy(old, cu->adamw_tab_host, oldbytes);
 	rc = adamw_table(cu, r, k, &bytes, &nchunks);
 	if (rc == 0 && (bytes != oldbytes || memcmp(old, cu->adamw_tab_host, bytes))) {
-		/* pageable source: staged by the driver before the call returns */
-		rc = mr__cuda_check(cu, cudaMemcpyAsync(cu->adamw_tab, cu->adamw_tab_host, bytes,
-							cudaMemcpyHostToDevice, cu->stream),
-				    "adamw table");
+		/* a capture refuses: the graph would replay this upload's staging */
+		if ((rc = mr__cuda_no_capture(cu, "adamw_multi table change")) == 0)
+			/* pageable source: staged by the driver before the call returns */
+			rc = mr__cuda_check(cu, cudaMemcpyAsync(cu->adamw_tab, cu->adamw_tab_host,
+								bytes, cudaMemcpyHostToDevice,
+								cu->stream),
+					    "adamw table");
 		cu->adamw_tab_bytes = rc == 0 ? bytes : 0;
 	}
 	free(old);
 	if (rc || nchunks == 0)
 		return rc;
 	return MR__BY_ACT(cu, adamw_multi, cu, nchunks,
-			  ((size_t)k * sizeof(struct adamw_range_dev) + 15) & ~(size_t)15, o);
+			  ((size_t)k * sizeof(struct adamw_range_dev) + 15) & ~(size_t)15);
 }
 
 /* This block's share of sum g^2 over a grid of gridDim.x blocks, into
@@ -256,8 +303,8 @@ extern "C" int mr_cuda_grad_sumsq(struct mr_cuda *cu, const float *g, size_t n,
 	int rc;
 
 	*sumsq_host = 0.0;
-	if (!n)
-		return 0;
+	if ((rc = mr__cuda_no_capture(cu, "grad_sumsq")) || !n)
+		return rc;
 	/* NORM_BLOCKS partials, then one double (8-byte aligned after them) */
 	rc = mr__cuda_scratch(cu, NORM_BLOCKS * sizeof(float) + 2 * sizeof(double), &part);
 	if (rc)
@@ -301,6 +348,8 @@ extern "C" int mr_cuda_grad_sumsq_ranges(struct mr_cuda *cu, const float *g, con
 
 	if (k < 0 || k > 65535) /* a grid's y extent */
 		return mr__cuda_inval(cu, "grad_sumsq_ranges");
+	if ((rc = mr__cuda_no_capture(cu, "grad_sumsq_ranges")))
+		return rc;
 	if (k == 0)
 		return 0;
 	pbytes = (pbytes + 7) & ~(size_t)7; /* the doubles after the partials */

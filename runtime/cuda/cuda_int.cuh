@@ -34,6 +34,7 @@ struct mr_cuda {
 	size_t bucket_dev_n;
 	int *bucket_host;
 	size_t bucket_host_n;
+	struct mr__bucket_job *bucket_job; /* a captured encoder backward's host node */
 	int *count_host;         /* (V+1) counting-sort histogram */
 	size_t count_host_n;
 	double *sum_host;        /* pinned result of the grad norm */
@@ -43,6 +44,9 @@ struct mr_cuda {
 	void *adamw_tab_host;    /* the host copy it was uploaded from, */
 	size_t adamw_tab_bytes;  /* its size, */
 	size_t adamw_tab_cap;    /* and the room of both */
+	void *adamw_args;        /* mr_cuda_adamw_args's device block (adamw.cu) */
+	float adamw_args_host[8]; /* the host copy it is staged from */
+	int capturing;           /* inside mr_cuda_graph_capture's fn */
 	cudaEvent_t *marks;      /* timing marks (mr_cuda_marks), nmarks of them */
 	int nmarks, marks_used;
 	struct mr__dnn *dnn;     /* cuDNN attention (cudnn_attn.cu); NULL until first used */
@@ -72,6 +76,14 @@ int mr__dnn_layer_bwd(struct mr_cuda *cu, void *dqkv, const void *dout, const vo
 /* Releases the context's cuDNN handle, plans and workspace (the stream
  * synced first). */
 void mr__dnn_free(struct mr_cuda *cu);
+
+/* While capturing a graph: records "'what' needs the host" and returns
+ * MR_ENEEDHOST, before the call touches the stream; 0 otherwise. */
+int mr__cuda_no_capture(struct mr_cuda *cu, const char *what);
+/* The encoder backward's host node state (encoder.cu): released; after a
+ * sync, MR_ENOMEM (message in cu) when a node ran out of host memory. */
+void mr__cuda_bucket_free(struct mr_cuda *cu);
+int mr__cuda_bucket_failed(struct mr_cuda *cu);
 
 /* Records "what: cuda message" and returns MR_ESYS; 0 for cudaSuccess. */
 int mr__cuda_check(struct mr_cuda *cu, cudaError_t e, const char *what);

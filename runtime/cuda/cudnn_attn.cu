@@ -232,6 +232,10 @@ static int workspace(struct mr_cuda *cu, struct mr__dnn *d, size_t bytes, char *
 
 	if (bytes <= d->ws_bytes)
 		return 0;
+	if (cu->capturing) { /* a warm-up call sized it; a graph allocates nothing */
+		snprintf(why, n, "cudnn workspace growth while capturing a graph");
+		return -1;
+	}
 	/* stream-ordered: the old one is released after the work queued on it */
 	if (d->ws && (e = cudaFreeAsync(d->ws, cu->stream)) != cudaSuccess) {
 		cudaGetLastError();

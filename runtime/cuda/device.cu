@@ -1,10 +1,24 @@
 /*
  * device.cu - the CUDA context (stream, cuBLAS/cuBLASLt handles, GEMM
  * workspace, scratch, activation type; the cuDNN attention state is
- * cudnn_attn.cu's), device memory helpers, copies and bf16 conversions.
+ * cudnn_attn.cu's), device memory helpers, copies, bf16 conversions and
+ * device graphs (stream capture, instantiate, launch).
+ *
+ * Graphs are captured in cudaStreamCaptureModeThreadLocal: the capturing
+ * thread's own unsafe calls (a cudaMalloc, a synchronization) fail the
+ * capture, while other threads - the other ranks of an agent, each with
+ * its own context and stream - keep allocating and syncing untouched
+ * (Global mode would fail their calls too; Relaxed would let ours through
+ * and bake an allocation into the graph). Nothing is meant to allocate
+ * inside a capture anyway: the cuBLASLt workspace and plans, cuDNN's
+ * plans and workspace, the scratch and every runtime buffer exist after
+ * the warm-up steps, and the calls that would grow or need the host
+ * refuse first (mr__cuda_no_capture), so a capture that cannot work
+ * fails fast and names the call.
  *
  * Non-goals: a caching allocator (the runtime allocates its few big
- * buffers once), peer access, multiple streams.
+ * buffers once), peer access, multiple streams, graph update in place
+ * (cudaGraphExecUpdate: a graph whose arguments change is not one).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +34,14 @@ int mr__cuda_check(struct mr_cuda *cu, cudaError_t e, const char *what)
 	if (cu)
 		snprintf(cu->err, sizeof(cu->err), "%s: %s", what, cudaGetErrorString(e));
 	return MR_ESYS;
+}
+
+int mr__cuda_no_capture(struct mr_cuda *cu, const char *what)
+{
+	if (!cu->capturing)
+		return 0;
+	snprintf(cu->err, sizeof(cu->err), "'%s' needs the host", what);
+	return MR_ENEEDHOST;
 }
 
 int mr__cuda_launched(struct mr_cuda *cu, const char *what)
@@ -42,6 +64,8 @@ int mr__cuda_scratch(struct mr_cuda *cu, size_t bytes, float **out)
 		*out = cu->scratch;
 		return 0;
 	}
+	if ((rc = mr__cuda_no_capture(cu, "scratch growth")))
+		return rc;
 	/* Stream-ordered: the old buffer is released after queued work. */
 	if (cu->scratch)
 		cudaFreeAsync(cu->scratch, cu->stream);
@@ -181,7 +205,9 @@ extern "C" void mr_cuda_free(struct mr_cuda *cu)
 	cudaFree(cu->gemm_ws);
 	cudaFree(cu->scratch);
 	cudaFree(cu->adamw_tab);
+	cudaFree(cu->adamw_args);
 	free(cu->adamw_tab_host);
+	mr__cuda_bucket_free(cu);
 	cudaFree(cu->bucket_dev);
 	cudaFreeHost(cu->sum_host);
 	if (cu->stream)
@@ -209,7 +235,92 @@ extern "C" void *mr_cuda_stream(struct mr_cuda *cu)
 
 extern "C" int mr_cuda_sync(struct mr_cuda *cu)
 {
-	return mr__cuda_check(cu, cudaStreamSynchronize(cu->stream), "cuda stream");
+	int rc = mr__cuda_no_capture(cu, "sync");
+
+	if (rc || (rc = mr__cuda_check(cu, cudaStreamSynchronize(cu->stream), "cuda stream")))
+		return rc;
+	return mr__cuda_bucket_failed(cu);
+}
+
+/* ---- device graphs (see mr_cuda.h) ---------------------------------------- */
+
+struct mr_cuda_graph {
+	cudaGraphExec_t exec;
+};
+
+extern "C" int mr_cuda_capturing(const struct mr_cuda *cu)
+{
+	return cu->capturing;
+}
+
+/* Ends the capture in every case (the stream leaves capture mode) and
+ * instantiates what it holds when fn succeeded (rc 0); a failure keeps
+ * fn's message, the first cause. */
+static int end_capture(struct mr_cuda *cu, int rc, cudaGraphExec_t *exec)
+{
+	cudaGraph_t graph = NULL;
+	cudaError_t e = cudaStreamEndCapture(cu->stream, &graph);
+
+	if (rc == 0)
+		rc = mr__cuda_check(cu, e, "cudaStreamEndCapture");
+	if (rc == 0)
+		rc = mr__cuda_check(cu, cudaGraphInstantiateWithFlags(exec, graph, 0),
+				    "cudaGraphInstantiateWithFlags");
+	/* the executable graph holds what it needs of the captured one */
+	if (graph && (e = cudaGraphDestroy(graph)) != cudaSuccess && rc == 0) {
+		rc = mr__cuda_check(cu, e, "cudaGraphDestroy");
+		cudaGraphExecDestroy(*exec);
+	}
+	if (rc)
+		cudaGetLastError(); /* an invalidated capture's error is not sticky */
+	return rc;
+}
+
+extern "C" int mr_cuda_graph_capture(struct mr_cuda *cu, mr_cuda_work fn, void *ctx,
+				     struct mr_cuda_graph **out)
+{
+	struct mr_cuda_graph *g;
+	int rc;
+
+	*out = NULL;
+	if ((rc = mr__cuda_no_capture(cu, "graph_capture"))) /* no nesting */
+		return rc;
+	if (!(g = (struct mr_cuda_graph *)calloc(1, sizeof(*g)))) {
+		snprintf(cu->err, sizeof(cu->err), "out of host memory (graph)");
+		return MR_ENOMEM;
+	}
+	rc = mr__cuda_check(cu,
+			    cudaStreamBeginCapture(cu->stream, cudaStreamCaptureModeThreadLocal),
+			    "cudaStreamBeginCapture");
+	if (rc == 0) {
+		cu->capturing = 1;
+		rc = fn(ctx);
+		cu->capturing = 0;
+		rc = end_capture(cu, rc, &g->exec);
+	}
+	if (rc) {
+		free(g);
+		return rc;
+	}
+	*out = g;
+	return 0;
+}
+
+extern "C" int mr_cuda_graph_launch(struct mr_cuda *cu, struct mr_cuda_graph *g, mr_cuda_work fn,
+				    void *ctx)
+{
+	(void)fn; /* the graph replays without the host */
+	(void)ctx;
+	return mr__cuda_check(cu, cudaGraphLaunch(g->exec, cu->stream), "cudaGraphLaunch");
+}
+
+extern "C" void mr_cuda_graph_free(struct mr_cuda *cu, struct mr_cuda_graph *g)
+{
+	if (!g)
+		return;
+	cudaStreamSynchronize(cu->stream); /* a launch in flight still runs it */
+	cudaGraphExecDestroy(g->exec);
+	free(g);
 }
 
 extern "C" int mr_cuda_using_lt(const struct mr_cuda *cu)
@@ -254,7 +365,8 @@ extern "C" int mr_cuda_marks(struct mr_cuda *cu, int n)
 
 extern "C" int mr_cuda_mark(struct mr_cuda *cu)
 {
-	if (cu->marks_used >= cu->nmarks ||
+	/* a mark captured into a graph would time nothing readable */
+	if (cu->capturing || cu->marks_used >= cu->nmarks ||
 	    cudaEventRecord(cu->marks[cu->marks_used], cu->stream) != cudaSuccess)
 		return -1;
 	return cu->marks_used++;
@@ -265,6 +377,8 @@ extern "C" int mr_cuda_marks_read(struct mr_cuda *cu, double *ms, int n)
 	int i, used = cu->marks_used < n ? cu->marks_used : n;
 	float f;
 
+	if (mr__cuda_no_capture(cu, "marks_read"))
+		return MR_ENEEDHOST;
 	cu->marks_used = 0;
 	if (used == 0)
 		return 0;
@@ -282,12 +396,15 @@ extern "C" int mr_cuda_marks_read(struct mr_cuda *cu, double *ms, int n)
 extern "C" int mr_cuda_alloc(struct mr_cuda *cu, void **p, size_t bytes)
 {
 	*p = NULL;
+	if (mr__cuda_no_capture(cu, "alloc"))
+		return MR_ENEEDHOST;
 	return mr__cuda_check(cu, cudaMalloc(p, bytes ? bytes : 1), "cudaMalloc");
 }
 
 extern "C" void mr_cuda_dfree(struct mr_cuda *cu, void *p)
 {
-	if (!p)
+	/* while capturing: kept (the caller was told by mr_cuda_capturing) */
+	if (!p || mr__cuda_no_capture(cu, "dfree"))
 		return;
 	cudaStreamSynchronize(cu->stream);
 	cudaFree(p);
@@ -296,6 +413,8 @@ extern "C" void mr_cuda_dfree(struct mr_cuda *cu, void *p)
 extern "C" int mr_cuda_host_alloc(struct mr_cuda *cu, void **p, size_t bytes)
 {
 	*p = NULL;
+	if (mr__cuda_no_capture(cu, "host_alloc"))
+		return MR_ENEEDHOST;
 	return mr__cuda_check(cu, cudaHostAlloc(p, bytes ? bytes : 1, cudaHostAllocDefault),
 			      "cudaHostAlloc");
 }
@@ -306,6 +425,8 @@ extern "C" int mr_cuda_host_free(struct mr_cuda *cu, void *p)
 
 	if (!p)
 		return 0;
+	if ((rc = mr__cuda_no_capture(cu, "host_free")))
+		return rc;
 	rc = mr__cuda_check(cu, cudaStreamSynchronize(cu->stream), "cudaFreeHost sync");
 	if (mr__cuda_check(cu, cudaFreeHost(p), "cudaFreeHost") < 0)
 		rc = rc ? rc : MR_ESYS;
@@ -319,20 +440,26 @@ extern "C" int mr_cuda_memset0(struct mr_cuda *cu, void *p, size_t bytes)
 
 extern "C" int mr_cuda_upload(struct mr_cuda *cu, void *dst, const void *src_host, size_t bytes)
 {
-	int rc = mr__cuda_check(cu, cudaMemcpyAsync(dst, src_host, bytes, cudaMemcpyHostToDevice,
-						    cu->stream),
-				"upload");
+	int rc = mr__cuda_no_capture(cu, "upload");
 
+	if (rc)
+		return rc;
+	rc = mr__cuda_check(cu, cudaMemcpyAsync(dst, src_host, bytes, cudaMemcpyHostToDevice,
+						cu->stream),
+			    "upload");
 	return rc ? rc : mr_cuda_sync(cu);
 }
 
 extern "C" int mr_cuda_download(struct mr_cuda *cu, void *dst_host, const void *src,
 				size_t bytes)
 {
-	int rc = mr__cuda_check(cu, cudaMemcpyAsync(dst_host, src, bytes, cudaMemcpyDeviceToHost,
-						    cu->stream),
-				"download");
+	int rc = mr__cuda_no_capture(cu, "download");
 
+	if (rc)
+		return rc;
+	rc = mr__cuda_check(cu, cudaMemcpyAsync(dst_host, src, bytes, cudaMemcpyDeviceToHost,
+						cu->stream),
+			    "download");
 	return rc ? rc : mr_cuda_sync(cu);
 }
 

@@ -179,7 +179,8 @@ extern "C" int mr_cuda_moe_route(struct mr_cuda *cu, const struct mr_moe_shape *
 
 	if (N <= 0 || E <= 0 || s->C <= 0 || (k != 1 && k != 2) || k > E || s->cap <= 0)
 		return mr__cuda_inval(cu, "moe_route");
-	if ((rc = mr__cuda_grow_host(cu, &cu->moe_host, &cu->moe_host_n, 2 + (size_t)E)) ||
+	if ((rc = mr__cuda_no_capture(cu, "moe_route")) || /* its counts go to the host */
+	    (rc = mr__cuda_grow_host(cu, &cu->moe_host, &cu->moe_host_n, 2 + (size_t)E)) ||
 	    (rc = mr__cuda_scratch(cu, pbytes + (2 + (size_t)E) * sizeof(int), &scr)) ||
 	    (rc = mr__cuda_matmul_f32out(cu, probs, x, routerw, N, s->C, E)))
 		return rc;

@@ -149,6 +149,40 @@ int mr_cuda_marks(struct mr_cuda *cu, int n);
 int mr_cuda_mark(struct mr_cuda *cu);
 int mr_cuda_marks_read(struct mr_cuda *cu, double *ms, int n);
 
+/*
+ * Device graphs (CUDA graphs): the work a host function enqueues on the
+ * stream, captured once and launched again without the host code.
+ *
+ * mr_cuda_graph_capture runs fn(ctx) with the stream capturing and, when
+ * fn returns 0, instantiates what it enqueued into *out (not launched: the
+ * work has not run). While capturing (mr_cuda_capturing) every call that
+ * needs the host - sync, upload, download, alloc, dfree, host_alloc and
+ * host_free, the grad norms (their result is on the host), the MoE
+ * routing (its counts are), a scratch, bucket or AdamW table that would
+ * grow or change - fails at once with MR_ENEEDHOST and its name in
+ * mr_cuda_errmsg, without touching the stream; the capture then ends, is
+ * discarded, the stream is usable again, and mr_cuda_graph_capture
+ * returns fn's code (a capture or instantiation CUDA refused: MR_ESYS).
+ * So fn's per-call inputs must already sit in device buffers, and
+ * everything it uses must exist (a warm-up run of fn first allocates
+ * them).
+ *
+ * mr_cuda_graph_launch queues graph g on the stream. On a GPU fn and ctx
+ * are not called (the graph replays the captured arguments); the CPU
+ * emulation re-runs fn and aborts when any call differs from the capture
+ * in name, pointers, sizes or scalars - what would be a stale argument
+ * on a GPU. mr_cuda_graph_free (g may be NULL) waits for the stream.
+ */
+struct mr_cuda_graph;
+typedef int (*mr_cuda_work)(void *ctx);
+int mr_cuda_graph_capture(struct mr_cuda *cu, mr_cuda_work fn, void *ctx,
+			  struct mr_cuda_graph **out);
+int mr_cuda_graph_launch(struct mr_cuda *cu, struct mr_cuda_graph *g, mr_cuda_work fn,
+			 void *ctx);
+void mr_cuda_graph_free(struct mr_cuda *cu, struct mr_cuda_graph *g);
+/* 1 while mr_cuda_graph_capture runs its fn. */
+int mr_cuda_capturing(const struct mr_cuda *cu);
+
 /* ---- memory (device pointers; bytes) ----------------------------------- */
 int mr_cuda_alloc(struct mr_cuda *cu, void **p, size_t bytes);
 void mr_cuda_dfree(struct mr_cuda *cu, void *p); /* p may be NULL; waits */
@@ -207,7 +241,10 @@ int mr_cuda_encoder_fwd(struct mr_cuda *cu, void *out, const int *tok, const voi
  * with a negative id add nothing to dwte) to bucket the positions of each
  * distinct token, so every dwte row is summed by one thread per channel
  * in position order: deterministic, no atomics. An id >= V is MR_ERANGE.
- * Twin: mr_encoder_bwd. */
+ * Captured into a graph, the bucketing is a host node that reads tok_host
+ * when the graph runs: from the launch until the stream has run it, the
+ * buffer must hold that launch's tokens (ids checked < V before; V is not
+ * read then); one token buffer per context. Twin: mr_encoder_bwd. */
 int mr_cuda_encoder_bwd(struct mr_cuda *cu, float *dwte, float *dwpe, const void *dout,
 			const int *tok_host, int B, int T, int C, int V);
 /* out rows i in [0, n) (width C) += wpe[off + i % period] (the positions
@@ -422,13 +459,20 @@ struct mr_cuda_adamw_range {
 	size_t n;
 	int decay;           /* o->weight_decay applies (else none) */
 };
-/* AdamW of k ranges in ONE launch, each element as mr_cuda_adamw_step
- * computes it (the same bits as a step per range). The ranges' table goes
- * to the device only when it differs from the last call's (a training
- * step passes the same one every time). Twin: mr_adamw_update_range per
- * range. */
-int mr_cuda_adamw_multi(struct mr_cuda *cu, const struct mr_cuda_adamw_range *r, int k,
-			const struct mr_cuda_adamw *o);
+/* The per-step scalars of o (lr, t, the decay and clip factors; the
+ * bias corrections computed here in double) into the context's device
+ * block that every later mr_cuda_adamw_multi reads - so a captured update
+ * runs with the values of the step it is launched in. Queued on the
+ * stream (the host copy is staged before the call returns). */
+int mr_cuda_adamw_args(struct mr_cuda *cu, const struct mr_cuda_adamw *o);
+/* AdamW of k ranges in ONE launch with the scalars of the last
+ * mr_cuda_adamw_args (o->weight_decay for the ranges with decay), each
+ * element as mr_cuda_adamw_step computes it (the same bits as a step per
+ * range). The ranges' table goes to the device only when it differs from
+ * the last call's (a training step passes the same one every time; while
+ * capturing a changed table is MR_ENEEDHOST). Twin: mr_adamw_update_range
+ * per range. */
+int mr_cuda_adamw_multi(struct mr_cuda *cu, const struct mr_cuda_adamw_range *r, int k);
 /* *sumsq_host = sum of g^2, two passes (fixed 512 partials, then one block
  * in double): deterministic. Synchronous. Twin: mr_grad_sumsq. */
 int mr_cuda_grad_sumsq(struct mr_cuda *cu, const float *g, size_t n, double *sumsq_host);

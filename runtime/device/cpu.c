@@ -25,6 +25,7 @@
 struct cpu_state {
 	float *ones;
 	size_t nones;
+	struct mr_dev_adamw adamw; /* adamw_args' */
 };
 
 static const float *ones_for(struct mr_dev *d, int N)
@@ -391,6 +392,30 @@ struct cpu_adamw_args {
 	int k;
 };
 
+/* Elements [i0, i1) of range r, the gradient times o->grad_scale first
+ * (in pieces through a buffer: the gradients stay as they are). */
+static void adamw_piece(const struct cpu_adamw_args *a, const struct mr_dev_adamw_range *r,
+			size_t i0, size_t i1)
+{
+	const struct mr_dev_adamw *o = a->o;
+	int decay = r->decay && o->weight_decay > 0.0f;
+	float g[512];
+	size_t j, n;
+
+	if (o->grad_scale == 1.0f) {
+		mr_adamw_update_range(&a->c, o->t, o->lr, r->p + i0, r->g + i0, r->m + i0,
+				      r->v + i0, i1 - i0, decay);
+		return;
+	}
+	for (; i0 < i1; i0 += n) {
+		n = i1 - i0 < 512 ? i1 - i0 : 512;
+		for (j = 0; j < n; j++)
+			g[j] = r->g[i0 + j] * o->grad_scale;
+		mr_adamw_update_range(&a->c, o->t, o->lr, r->p + i0, g, r->m + i0, r->v + i0, n,
+				      decay);
+	}
+}
+
 /* [e0, e1) of the ranges laid end to end, so the work splits by
  * elements, not by ranges (a step has a range per tensor, most of them
  * small). */
@@ -407,17 +432,24 @@ static void adamw_range(void *ctxp, size_t e0, size_t e1, int tid)
 
 		if (at + r->n <= e0 || i0 >= i1)
 			continue;
-		mr_adamw_update_range(&a->c, a->o->t, a->o->lr, r->p + i0, r->g + i0, r->m + i0,
-				      r->v + i0, i1 - i0, r->decay && a->o->weight_decay > 0.0f);
+		adamw_piece(a, r, i0, i1);
 		/* the compute copy of an fp32 device is the master itself */
 		if (pc && pc != r->p)
 			memcpy(pc + i0, r->p + i0, (i1 - i0) * sizeof(float));
 	}
 }
 
-static int cpu_adamw(struct mr_dev *d, const struct mr_dev_adamw_range *r, int k,
-		     const struct mr_dev_adamw *o)
+static int cpu_adamw_args(struct mr_dev *d, const struct mr_dev_adamw *o)
 {
+	struct cpu_state *s = d->impl;
+
+	s->adamw = *o;
+	return 0;
+}
+
+static int cpu_adamw(struct mr_dev *d, const struct mr_dev_adamw_range *r, int k)
+{
+	const struct mr_dev_adamw *o = &((struct cpu_state *)d->impl)->adamw;
 	struct cpu_adamw_args a = { .o = o, .r = r, .k = k };
 	size_t total = 0;
 
@@ -568,6 +600,7 @@ static const struct mr_dev_ops cpu_ops = {
 	.attn_part_bwd = cpu_attn_part_bwd,
 	.moe_fwd = cpu_moe_fwd,
 	.moe_bwd = cpu_moe_bwd,
+	.adamw_args = cpu_adamw_args,
 	.adamw = cpu_adamw,
 	.sumsq = cpu_sumsq,
 	.scale = cpu_scale,

@@ -15,7 +15,10 @@
  * once, except those whose result the host needs: upload and download
  * (they wait for the stream), sync, sumsq (its result is on the host) and
  * the MoE forward and backward, which wait once each for the per-expert
- * counts the expert GEMMs and the exchange need on the host. Before a
+ * counts the expert GEMMs and the exchange need on the host - the ones a
+ * graph capture refuses (graph_run: the kernel layer's stream capture;
+ * a refusal is kept as the capture's reason, not logged as a failure,
+ * and the step driver turns graphs off). Before a
  * MoE exchange or reduce callback (a collective) the stream is synced,
  * as mr_device.h asks. Memory is cudaMalloc'd, zeroed on the stream and
  * accounted in the caller's ledger; free waits for the stream. Host
@@ -36,7 +39,9 @@
  * (mr_cuda_mark), so an operation's time is its own on the GPU and the
  * gaps between operations - the host late to launch, a wait for the host
  * or for NCCL's stream - are idle. An expert GEMM inside the MoE forward
- * counts as a GEMM. Off, it costs one branch per call.
+ * counts as a GEMM. Off, it costs one branch per call. A graph's
+ * operations are not timed (a mark cannot be read inside one): its
+ * launches' time shows as idle.
  *
  * Non-goals: a caching allocator, more than one stream, overlapping copy
  * regions.
@@ -64,6 +69,8 @@ struct cuda_state {
 	size_t ncounts;
 	struct mr_cuda_adamw_range *ranges; /* (nranges) adamw's, as the kernels take them */
 	int nranges;
+	struct mr_cuda_graph *graphs[MR_DEV_GRAPHS]; /* graph_run's, by key */
+	char refused[160]; /* the first operation the capture under way refused */
 	/* timing (time_ops): room for `room` operations per time_take */
 	int room, ntimed, open_kind, open_mark;
 	long untimed;
@@ -104,7 +111,7 @@ static void mark_begin(const struct mr_dev *d, const char *op)
 	struct cuda_state *s = d->impl;
 
 	s->open_mark = -1;
-	if (!s->room || (s->open_kind = kind_of(op)) < 0)
+	if (!s->room || (s->open_kind = kind_of(op)) < 0 || mr_cuda_capturing(s->cu))
 		return;
 	if (s->ntimed >= s->room || (s->open_mark = mr_cuda_mark(s->cu)) < 0)
 		s->untimed++;
@@ -129,13 +136,30 @@ static void mark_end(const struct mr_dev *d)
 	s->open_mark = -1;
 }
 
+/* While capturing: op refused (the kernel layer's reason in its message,
+ * which names the call it refused), kept as the capture's reason when it
+ * is the first. */
+static int refused(const struct mr_dev *d, const char *op)
+{
+	struct cuda_state *s = d->impl;
+	const char *why = mr_cuda_errmsg(s->cu);
+
+	if (!s->refused[0] && strstr(why, op))
+		snprintf(s->refused, sizeof(s->refused), "%s", why);
+	else if (!s->refused[0])
+		snprintf(s->refused, sizeof(s->refused), "%s: %s", op, why);
+	return MR_ENEEDHOST;
+}
+
 /* rc of a kernel-layer call; logs its reason when it failed and keeps
- * the first as the device's fault. */
+ * the first as the device's fault (a capture's refusal is neither). */
 static int ck_op(const struct mr_dev *d, int rc, const char *op)
 {
 	struct mr_dev *w = (struct mr_dev *)d; /* const for the ops' sake */
 
 	mark_end(d);
+	if (rc == MR_ENEEDHOST)
+		return refused(d, op);
 	if (rc < 0) {
 		mr_log_error("cuda_op_failed", "op=%s err=%s", op,
 			     mr_log_q(mr_cuda_errmsg(cu_of(d))));
@@ -176,6 +200,10 @@ static void *cuda_alloc(struct mr_dev *d, struct mr_mem *mem, enum mr_mem_kind k
 static void cuda_free(struct mr_dev *d, struct mr_mem *mem, enum mr_mem_kind kind, void *p,
 		      size_t bytes)
 {
+	if (mr_cuda_capturing(cu_of(d))) { /* kept: the capture fails */
+		refused(d, "free");
+		return;
+	}
 	mr_cuda_dfree(cu_of(d), p);
 	mr_mem_uncount(mem, kind, bytes);
 }
@@ -347,7 +375,9 @@ static int cuda_embed_bwd(struct mr_dev *d, float *dwte, float *dwpe, const mr_a
 {
 	int V = 1, i;
 
-	(void)tok; /* the kernel buckets positions by token on the host */
+	/* the kernel buckets positions by token on the host (in a graph, a
+	 * host node reading tok_host when it runs) */
+	(void)tok;
 	for (i = 0; i < B * T; i++)
 		if (tok_host[i] >= V)
 			V = tok_host[i] + 1;
@@ -696,20 +726,19 @@ static int cuda_moe_bwd(struct mr_dev *d, const struct mr_moe_shape *s,
 
 /* ---- optimizer and gradients (fp32) ---------------------------------------- */
 
-static int cuda_adamw(struct mr_dev *d, const struct mr_dev_adamw_range *r, int k,
-		      const struct mr_dev_adamw *o)
+static int cuda_adamw_args(struct mr_dev *d, const struct mr_dev_adamw *o)
+{
+	struct mr_cuda_adamw c = { o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, o->t,
+				   o->grad_scale };
+
+	return ck(d, mr_cuda_adamw_args(cu_of(d), &c), "adamw_args");
+}
+
+static int cuda_adamw(struct mr_dev *d, const struct mr_dev_adamw_range *r, int k)
 {
 	struct cuda_state *s = d->impl;
-	struct mr_cuda_adamw c;
 	int i;
 
-	c.lr = o->lr;
-	c.beta1 = o->beta1;
-	c.beta2 = o->beta2;
-	c.eps = o->eps;
-	c.weight_decay = o->weight_decay;
-	c.t = o->t;
-	c.grad_scale = 1.0f;
 	if (k > s->nranges) {
 		struct mr_cuda_adamw_range *g = realloc(s->ranges, (size_t)k * sizeof(*g));
 		if (!g)
@@ -724,7 +753,7 @@ static int cuda_adamw(struct mr_dev *d, const struct mr_dev_adamw_range *r, int 
 		if (s->ranges[i].pc == (void *)r[i].p)
 			s->ranges[i].pc = NULL;
 	}
-	return ck(d, mr_cuda_adamw_multi(cu_of(d), s->ranges, k, &c), "adamw");
+	return ck(d, mr_cuda_adamw_multi(cu_of(d), s->ranges, k), "adamw");
 }
 
 static int cuda_sumsq(struct mr_dev *d, const float *g, const size_t *off, const size_t *n,
@@ -792,10 +821,51 @@ static int cuda_time_take(struct mr_dev *d, struct mr_dev_times *t)
 	return 0;
 }
 
-static void cuda_close(struct mr_dev *d)
+/* ---- graphs ------------------------------------------------------------------ */
+
+static void cuda_graph_drop(struct mr_dev *d, int key)
 {
 	struct cuda_state *s = d->impl;
 
+	if (!s || key < 0 || key >= MR_DEV_GRAPHS) /* closed: nothing left */
+		return;
+	mr_cuda_graph_free(s->cu, s->graphs[key]);
+	s->graphs[key] = NULL;
+}
+
+static int cuda_graph_run(struct mr_dev *d, int key, int (*fn)(void *ctx), void *ctx,
+			  struct mr_errbuf *eb)
+{
+	struct cuda_state *s = d->impl;
+	int rc;
+
+	if (key < 0 || key >= MR_DEV_GRAPHS)
+		return mr_errf(eb, MR_EINVAL, "device graph key %d is outside [0, %d)", key,
+			       MR_DEV_GRAPHS);
+	if (!s->graphs[key]) {
+		s->refused[0] = 0;
+		rc = mr_cuda_graph_capture(s->cu, fn, ctx, &s->graphs[key]);
+		if (rc == 0 && s->refused[0]) /* a refusal fn did not pass on */
+			cuda_graph_drop(d, key);
+		if (rc < 0 || s->refused[0]) {
+			mr_errf(eb, rc, "%s", s->refused[0] ? s->refused : mr_cuda_errmsg(s->cu));
+			return 1;
+		}
+	}
+	if ((rc = ck(d, mr_cuda_graph_launch(s->cu, s->graphs[key], fn, ctx), "graph_launch")) < 0)
+		return mr_errf(eb, rc, "device graph %d: launch failed: %s", key,
+			       mr_cuda_errmsg(s->cu));
+	d->graph_launches++;
+	return 0;
+}
+
+static void cuda_close(struct mr_dev *d)
+{
+	struct cuda_state *s = d->impl;
+	int key;
+
+	for (key = 0; s && key < MR_DEV_GRAPHS; key++)
+		cuda_graph_drop(d, key);
 	if (s) {
 		mr_cuda_free(s->cu);
 		free(s->counts);
@@ -814,6 +884,8 @@ static const struct mr_dev_ops cuda_ops = {
 	.stream = cuda_stream,
 	.time_ops = cuda_time_ops,
 	.time_take = cuda_time_take,
+	.graph_run = cuda_graph_run,
+	.graph_drop = cuda_graph_drop,
 	.free = cuda_free,
 	.host_alloc = cuda_host_alloc,
 	.host_free = cuda_host_free,
@@ -859,6 +931,7 @@ static const struct mr_dev_ops cuda_ops = {
 	.swiglu_bwd = cuda_swiglu_bwd,
 	.moe_fwd = cuda_moe_fwd,
 	.moe_bwd = cuda_moe_bwd,
+	.adamw_args = cuda_adamw_args,
 	.adamw = cuda_adamw,
 	.sumsq = cuda_sumsq,
 	.scale = cuda_scale,

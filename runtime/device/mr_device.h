@@ -33,6 +33,13 @@
  * Errors: 0 or a negative MR_E* code (a backend's launch or allocation
  * failure); the cpu backend cannot fail after allocation.
  *
+ * Graphs (graph_run; cuda only): a piece of device work - a micro-batch's
+ * forward and backward, the optimizer step - captured once and launched
+ * again without the host code that enqueued it. Whatever such a piece
+ * reads that changes from one launch to the next sits in device memory
+ * written before the launch (the batch's tokens, adamw_args' scalars), and
+ * everything it reads back is read after it.
+ *
  * Non-goals: more than one device per rank, unified memory, fp16/fp8.
  */
 #ifndef MR_DEVICE_H
@@ -74,7 +81,11 @@ struct mr_dev_adamw {
 	float lr, beta1, beta2, eps;
 	float weight_decay; /* applied to the ranges with decay */
 	long t;             /* step number after the increment (1-based) */
+	float grad_scale;   /* multiplies each gradient first (clipping); 1: none */
 };
+
+/* Device graphs a device keeps at once (graph_run's keys 0..). */
+#define MR_DEV_GRAPHS 4
 
 /* One range of AdamW's update: n elements of the fp32 master p, its
  * gradient g and moments m, v; pc (may be NULL) gets p's new compute copy
@@ -150,6 +161,23 @@ struct mr_dev_ops {
 	 * operations and gives where their time went since the last call */
 	int (*time_ops)(struct mr_dev *d, int n);
 	int (*time_take)(struct mr_dev *d, struct mr_dev_times *t);
+	/* device graphs (both NULL: none, as the cpu device - the caller runs
+	 * fn itself): runs the work fn(ctx) enqueues as graph key (0 ..
+	 * MR_DEV_GRAPHS-1). The first call captures it and launches it, later
+	 * calls launch it without calling fn: fn must enqueue the same
+	 * operations on the same buffers with the same arguments every time
+	 * and leave no host state a later call needs. While capturing, every
+	 * operation that needs the host (sync, upload, download, sumsq,
+	 * alloc, free, a MoE layer's counts, a collective's sync) fails with
+	 * MR_ENEEDHOST; a capture that fails (so, or otherwise) is discarded,
+	 * nothing has run, and graph_run returns 1 with the reason (naming
+	 * the operation) in eb - the caller runs fn itself. 0: launched
+	 * (graph_launches counts it); < 0: the launch failed (eb says why).
+	 * graph_drop forgets graph key (before the buffers it uses go away;
+	 * a closed device: nothing) */
+	int (*graph_run)(struct mr_dev *d, int key, int (*fn)(void *ctx), void *ctx,
+			 struct mr_errbuf *eb);
+	void (*graph_drop)(struct mr_dev *d, int key);
 
 	/* ---- the GPT's kernels ---- */
 	/* out (N,OC) = inp (N,IC) @ w^T + bias (OC, may be NULL) */
@@ -274,10 +302,14 @@ struct mr_dev_ops {
 		       float aux_scale, void *ws, const mr_act *ones);
 
 	/* ---- optimizer and gradients (fp32) ---- */
-	/* AdamW of k ranges in one call (cuda: one launch for them all);
-	 * each element's arithmetic is the same whichever range or thread */
-	int (*adamw)(struct mr_dev *d, const struct mr_dev_adamw_range *r, int k,
-		     const struct mr_dev_adamw *o);
+	/* AdamW's per-step settings every later adamw call reads (cuda: a
+	 * device block, uploaded on the stream, so a graph's adamw reads the
+	 * step it is launched in) */
+	int (*adamw_args)(struct mr_dev *d, const struct mr_dev_adamw *o);
+	/* AdamW of k ranges in one call (cuda: one launch for them all) with
+	 * the last adamw_args; each element's arithmetic is the same
+	 * whichever range or thread */
+	int (*adamw)(struct mr_dev *d, const struct mr_dev_adamw_range *r, int k);
 	/* out[i] = sum of g[off[i] .. off[i]+n[i])^2 in double, each range
 	 * summed in element order, for k ranges (synchronous: out is host) */
 	int (*sumsq)(struct mr_dev *d, const float *g, const size_t *off, const size_t *n, int k,
@@ -313,6 +345,7 @@ struct mr_dev {
 	 * a GEMM cuBLASLt did not run, a layer attention cuDNN did not run -
 	 * fp32 activations included), counted as of the last sync */
 	long fallbacks;
+	long graph_launches;    /* graph_run's launches so far */
 	void *impl;             /* the backend's state */
 };
 

@@ -179,13 +179,13 @@ int mr_gpt_blocks_fwd(struct mr_gpt *m, int lo, int hi, const mr_act *in)
 	return 0;
 }
 
-int mr_gpt_head_fwd(struct mr_gpt *m, const mr_act *in)
+/* The head's device work: logits and, with targets, the per-token
+ * losses (m->losses; mr_gpt_read_results brings them to the host). */
+static int head_passes(struct mr_gpt *m, const mr_act *in)
 {
 	const struct mr_gpt_config *c = &m->cfg;
-	int N = m->B * m->T, Vl = mr_tp_vocab_rows(&m->par.tp), i, rc;
-	double sum = 0.0;
+	int N = m->B * m->T, Vl = mr_tp_vocab_rows(&m->par.tp), rc;
 
-	m->loss = 0.0f;
 	CK(HOOK(m, pre_fwd, m->nunits - 1));
 	CK(mr__gpt_norm_fwd(m, m->lnf, m->lnf_mean, m->lnf_rstd, in, WV(m)->lnfw, WV(m)->lnfb));
 	/* the LM head: column-parallel over the vocabulary */
@@ -193,7 +193,17 @@ int mr_gpt_head_fwd(struct mr_gpt *m, const mr_act *in)
 	CK(mr_tp_mask_vocab_pad(&m->par.tp, m->logits, -1e30f));
 	if (!m->has_targets)
 		return 0;
-	CK(mr_tp_cross_entropy_fwd(&m->par.tp, m->losses, m->ce_lse, m->logits, m->tgt_dev));
+	return mr_tp_cross_entropy_fwd(&m->par.tp, m->losses, m->ce_lse, m->logits, m->tgt_dev);
+}
+
+int mr_gpt_read_results(struct mr_gpt *m)
+{
+	int N = m->B * m->T, i, rc;
+	double sum = 0.0;
+
+	m->loss = 0.0f;
+	if (!m->has_targets)
+		return 0;
 	CK(OP(m, download, m->losses_host, m->losses, sizeof(float) * (size_t)N));
 	for (i = 0; i < N; i++)
 		sum += m->losses_host[i];
@@ -201,7 +211,15 @@ int mr_gpt_head_fwd(struct mr_gpt *m, const mr_act *in)
 	return 0;
 }
 
-int mr_gpt_chunk_fwd(struct mr_gpt *m, int c, const mr_act *in)
+int mr_gpt_head_fwd(struct mr_gpt *m, const mr_act *in)
+{
+	int rc = head_passes(m, in);
+
+	return rc < 0 ? rc : mr_gpt_read_results(m);
+}
+
+/* Chunk c's forward (mr_gpt_chunk_fwd) without reading the loss back. */
+static int chunk_passes(struct mr_gpt *m, int c, const mr_act *in)
 {
 	int lo, hi, rc;
 
@@ -216,8 +234,17 @@ int mr_gpt_chunk_fwd(struct mr_gpt *m, int c, const mr_act *in)
 	}
 	CK(mr_gpt_blocks_fwd(m, lo, hi, in));
 	if (c == mr_place_chunks(&m->place) - 1 && m->last_stage)
-		return mr_gpt_head_fwd(m, m->la[hi - 1].res3);
+		return head_passes(m, m->la[hi - 1].res3);
 	return 0;
+}
+
+int mr_gpt_chunk_fwd(struct mr_gpt *m, int c, const mr_act *in)
+{
+	int rc = chunk_passes(m, c, in);
+
+	if (rc < 0 || c != mr_place_chunks(&m->place) - 1 || !m->last_stage)
+		return rc;
+	return mr_gpt_read_results(m);
 }
 
 mr_act *mr_gpt_chunk_out(const struct mr_gpt *m, int c)
@@ -231,15 +258,26 @@ mr_act *mr_gpt_chunk_out(const struct mr_gpt *m, int c)
 int mr_gpt_forward(struct mr_gpt *m, const int *inputs, const int *targets,
 		   struct mr_errbuf *eb)
 {
-	int c, rc;
+	int rc;
 
 	if (!m->first_stage || !m->last_stage)
 		return mr_errf(eb, MR_ESTATE, "a pipeline stage's passes run in the step driver");
 	if ((rc = mr_gpt_set_batch(m, inputs, targets, eb)) < 0)
 		return rc;
-	for (c = 0; c < mr_place_chunks(&m->place) && rc == 0; c++)
-		rc = mr_gpt_chunk_fwd(m, c, c ? mr_gpt_chunk_out(m, c - 1) : NULL);
+	if ((rc = mr_gpt_forward_passes(m)) == 0)
+		rc = mr_gpt_read_results(m);
 	return rc < 0 ? mr_errf(eb, rc, "forward pass failed: %s", mr_strerror(rc)) : 0;
+}
+
+int mr_gpt_forward_passes(struct mr_gpt *m)
+{
+	int c, rc = 0;
+
+	if (!m->first_stage || !m->last_stage)
+		return MR_ESTATE; /* a pipeline stage: the step driver */
+	for (c = 0; c < mr_place_chunks(&m->place) && rc == 0; c++)
+		rc = chunk_passes(m, c, c ? mr_gpt_chunk_out(m, c - 1) : NULL);
+	return rc;
 }
 
 void mr_gpt_zero_grad(struct mr_gpt *m)

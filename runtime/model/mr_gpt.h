@@ -515,9 +515,17 @@ size_t mr_gpt_flops_per_token(const struct mr_gpt *m);
 int mr_gpt_check_tokens(const int *tok, int n, int V, const char *what, struct mr_errbuf *eb);
 /* inputs/targets (B,T) token ids, checked to be in [0, V): MR_ERANGE names
  * the first bad one. targets may be NULL (no loss). The whole model:
- * mr_gpt_set_batch, then the pieces below. */
+ * mr_gpt_set_batch, mr_gpt_forward_passes, mr_gpt_read_results. */
 int mr_gpt_forward(struct mr_gpt *m, const int *inputs, const int *targets,
 		   struct mr_errbuf *eb);
+/* The forward's device work over the batch mr_gpt_set_batch put on the
+ * device, reading nothing back (what a device graph captures); the whole
+ * model only (MR_ESTATE on a pipeline stage). */
+int mr_gpt_forward_passes(struct mr_gpt *m);
+/* The micro-batch's results the host needs, read back from the device
+ * after its forward: m->loss, the mean of the per-token losses (0
+ * without targets). */
+int mr_gpt_read_results(struct mr_gpt *m);
 void mr_gpt_zero_grad(struct mr_gpt *m);
 /* Adds d(loss * dscale)/dparams into grads; after a forward with targets.
  * Use dscale = 1/micro_batches for gradient accumulation. Fails only when

@@ -63,6 +63,7 @@ struct mr_dp {
 	struct mr_dev *dev;       /* the model's: every buffer below lives there */
 	struct mr_adamw_config oc;
 	long t;                   /* optimizer steps taken */
+	float clip, lr;           /* mr_dp_update_args': the clip factor, the rate */
 	float *om, *ov;           /* AdamW m, v over the owned arrays (nshard); host
 				   * memory with offload */
 	int off;                  /* enum mr_dp_offload in effect (NONE on a device

@@ -290,28 +290,39 @@ void mr_dp_host_threads(struct mr_dp *d, struct mr_pool *pool)
 	d->host_pool = pool;
 }
 
-int mr_dp_update(struct mr_dp *d, double norm, float lr)
+int mr_dp_update_args(struct mr_dp *d, double norm, float lr)
 {
-	struct mr_dev_adamw o = { lr, d->oc.beta1, d->oc.beta2, d->oc.eps, 0.0f, 0 };
-	float f = mr_grad_clip_factor(norm, d->oc.grad_clip);
+	struct mr_dev_adamw o = { lr, d->oc.beta1, d->oc.beta2, d->oc.eps, d->oc.weight_decay, 0,
+				  1.0f };
+
+	d->clip = mr_grad_clip_factor(norm, d->oc.grad_clip);
+	d->lr = lr;
+	o.t = ++d->t;
+	if (d->off)
+		return 0; /* the host's AdamW (update_on_host) */
+	o.grad_scale = d->clip; /* the clipping inside AdamW: the gradients stay */
+	return d->dev->ops->adamw_args(d->dev, &o);
+}
+
+int mr_dp_update_apply(struct mr_dp *d)
+{
 	int i, u, rc = 0;
 
-	if (f != 1.0f && (rc = d->dev->ops->scale(d->dev, owned_grads(d), d->nshard, f)) < 0)
-		return rc;
-	o.t = ++d->t;
 	/* DDP updates the table in place: the device's adamw writes the
 	 * model's compute copy too (a bf16 device); ZeRO refreshes it from
 	 * the full parameters once they are gathered (1, 2) or when a unit's
 	 * gather is bound (3, dp_hooks.c) */
 	if (d->off) {
-		rc = update_on_host(d, lr);
+		if (d->clip != 1.0f &&
+		    (rc = d->dev->ops->scale(d->dev, owned_grads(d), d->nshard, d->clip)) < 0)
+			return rc;
+		rc = update_on_host(d, d->lr);
 		if (rc == 0 && d->zero == 0 && !mr__dp_mb(d)) /* DDP: the whole compute copy */
 			rc = mr_gpt_refresh_compute(d->m);
 		if (mr__dp_mb(d))
 			return rc; /* published, gathered (zero 1/2), slots stale (zero 3) */
 	}
 	if (rc == 0 && !d->off) {
-		o.weight_decay = d->oc.weight_decay;
 		for (i = 0; i < d->nseg; i++) {
 			const struct dp_seg *s = &d->seg[i];
 			d->ranges[i] = (struct mr_dev_adamw_range){
@@ -319,7 +330,7 @@ int mr_dp_update(struct mr_dp *d, double norm, float lr)
 				owned_grads(d) + s->so, d->om + s->so, d->ov + s->so, s->n, s->decay
 			};
 		}
-		rc = d->dev->ops->adamw(d->dev, d->ranges, d->nseg, &o);
+		rc = d->dev->ops->adamw(d->dev, d->ranges, d->nseg);
 	}
 	if (rc == 0 && (d->zero == 1 || d->zero == 2) && (rc = gather_updated(d)) == 0)
 		rc = mr_gpt_refresh_compute(d->m);
@@ -329,6 +340,22 @@ int mr_dp_update(struct mr_dp *d, double norm, float lr)
 		d->ps[u].unit = -1; /* stale: re-gathered on next use */
 	}
 	return rc;
+}
+
+int mr_dp_update(struct mr_dp *d, double norm, float lr)
+{
+	int rc = mr_dp_update_args(d, norm, lr);
+
+	return rc < 0 ? rc : mr_dp_update_apply(d);
+}
+
+int mr_dp_graph_safe(const struct mr_dp *d, const char **why)
+{
+	*why = d->dpn > 1 ? "data parallel: the backward issues the gradient reductions"
+	       : d->zero ? "ZeRO: its hooks gather and scatter around the passes"
+	       : d->off ? "offload: AdamW runs on the host"
+			: NULL;
+	return *why == NULL;
 }
 
 int mr_dp_nslices(const struct mr_dp *d)

@@ -77,7 +77,7 @@
  * owned range live in host memory (mr_dev_host_alloc: pinned on cuda)
  * beside host copies of its owned gradients and parameters - 16 bytes
  * per owned parameter under MR_MEM_HOST; the device's MR_MEM_OPTIM is 0.
- * mr_dp_update scales the owned gradients on the device as always,
+ * mr_dp_update scales the owned gradients on the device,
  * downloads them, runs mr_adamw_update_range over the host shard segment
  * by segment (the arithmetic of the device's adamw, so the emulated
  * device gives the same bits) and sends the parameters back:
@@ -193,8 +193,19 @@ const char *mr_dp_first_nonfinite(struct mr_dp *d, int grads);
 long mr_dp_steps(const struct mr_dp *d);
 const struct mr_adamw_config *mr_dp_adamw(const struct mr_dp *d);
 /* Clips the owned gradients to the global norm, runs AdamW at lr on the
- * owned range and shares the updated parameters (ZeRO). */
+ * owned range and shares the updated parameters (ZeRO): mr_dp_update_args
+ * (the step's scalars: the step count, clip factor and rate, given to the
+ * device's adamw_args - the clipping rides in AdamW, the gradients stay
+ * as they are) then mr_dp_update_apply (the device work, which a device
+ * graph can capture where mr_dp_graph_safe). */
 int mr_dp_update(struct mr_dp *d, double norm, float lr);
+int mr_dp_update_args(struct mr_dp *d, double norm, float lr);
+int mr_dp_update_apply(struct mr_dp *d);
+/* Whether data parallelism issues nothing from the model's hooks and
+ * nothing host-side in mr_dp_update_apply (one replica, no ZeRO, no
+ * offload), so a step's passes and update can be device graphs; *why
+ * says what does otherwise. */
+int mr_dp_graph_safe(const struct mr_dp *d, const char **why);
 
 /* The gradients of unit u this rank holds after mr_dp_finish_grads: the
  * whole unit (zero 0) or its shard (zero >= 1); device memory. The same

@@ -172,6 +172,9 @@ Test(agent_http, pipeline_series_of_a_local_pp2_job, .timeout = 240)
 	cr_expect(strstr(body, "meshrun_rank_info{rank=\"1\",node_rank=\"0\",tp=\"0\",pp=\"1\","
 			       "dp=\"0\",cp=\"0\",ep=\"0\",stage=\"1\"} 1"),
 		  "%s", body);
+	/* exported for every rank; a cpu pipeline launches no device graphs */
+	cr_expect(sample(body, "meshrun_worker_device_graph_launches{rank=\"1\"}") == 0.0, "%s",
+		  body);
 	cr_expect(strstr(body, "# TYPE meshrun_pipeline_bubble_fraction gauge\n"), "%s", body);
 	cr_expect(strstr(body, "# TYPE meshrun_pipeline_p2p_wait_seconds gauge\n"), "%s", body);
 	for (int r = 0; r < 2; r++) {

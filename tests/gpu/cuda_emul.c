@@ -52,12 +52,25 @@
  * a GPU). With fp32 activations an emulated op computes exactly what the
  * cpu device computes.
  *
+ * Graphs: the CPU cannot replay a graph without the host code, so they
+ * are made as strict as a record can make them. While capturing, every
+ * entry records its call - name and a hash of its arguments (pointers as
+ * passed, sizes, scalars, the fields of the argument structs and of the
+ * AdamW range table) - and returns without computing (a GPU computes
+ * nothing at capture either); the calls that need the host refuse with
+ * MR_ENEEDHOST as device.cu's do. A launch re-runs the captured function
+ * and aborts, naming the call, when it issues a call that differs from
+ * the capture's - on a GPU the graph would have replayed the stale one -
+ * or more or fewer calls. What the record cannot see: host state fn
+ * changes (a GPU skips it at a launch; here it runs again).
+ *
  * Non-goals: speed, asynchrony, bounds checks inside an allocation (ASan
  * builds catch those on the untagged buffers).
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,12 +92,31 @@
 #define DEV_MASK ((uintptr_t)63 << DEV_SHIFT)
 #define MAX_DEVICES 64
 
+/* A captured call: the entry's name and the hash of its arguments. */
+struct graph_call {
+	const char *fn;
+	uint64_t args;
+};
+
+struct mr_cuda_graph {
+	struct graph_call *calls;
+	int n, cap;
+};
+
+enum graph_mode { EAGER, CAPTURE, REPLAY };
+
 struct mr_cuda {
 	enum mr_cuda_dtype act;
 	int device;
 	double *marks;      /* timing marks: the host clock in ms (mr_cuda_mark) */
 	int nmarks, marks_used;
 	char err[64];
+	enum graph_mode mode;
+	struct mr_cuda_graph *graph; /* being captured or replayed */
+	int at;                      /* REPLAY: the next call's index */
+	int nested;                  /* an entry calling another: one call */
+	struct mr_cuda_adamw args;   /* mr_cuda_adamw_args's "device block" */
+	int has_args;
 };
 
 static void *xalloc(size_t bytes)
@@ -132,6 +164,161 @@ static void *untag(const struct mr_cuda *cu, const void *p, const char *fn)
 /* Inside an entry (its context is `cu`): the host address of device
  * argument p. Once per argument: an untagged pointer is host memory. */
 #define D(p) untag(cu, (p), __func__)
+
+/* ---- graphs: the record of a call ------------------------------------------- */
+
+static uint64_t mix(uint64_t h, uint64_t v)
+{
+	int i;
+
+	for (i = 0; i < 8; i++, v >>= 8) /* FNV-1a over v's bytes */
+		h = (h ^ (v & 0xff)) * 0x100000001b3ull;
+	return h;
+}
+
+static uint64_t h_int(long long v)
+{
+	return (uint64_t)v;
+}
+
+static uint64_t h_size(size_t v)
+{
+	return (uint64_t)v;
+}
+
+static uint64_t h_float(double v)
+{
+	uint64_t u;
+
+	memcpy(&u, &v, sizeof(u));
+	return u;
+}
+
+static uint64_t h_ptr(const volatile void *p)
+{
+	return (uint64_t)(uintptr_t)p;
+}
+
+/* Argument structs by their fields (their address is the caller's stack). */
+static uint64_t h_attn(const struct mr_cuda_attn *a)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	h = mix(mix(mix(h, h_ptr(a->q)), h_ptr(a->k)), h_ptr(a->v));
+	h = mix(mix(mix(mix(h, a->q_row), a->q_batch), a->kv_row), a->kv_batch);
+	h = mix(mix(mix(mix(h, h_int(a->B)), h_int(a->NH)), h_int(a->hs)), h_int(a->tq));
+	h = mix(mix(mix(mix(h, h_int(a->q_pos0)), h_int(a->tk)), h_int(a->k_pos0)),
+		h_int(a->causal));
+	return mix(mix(h, h_float(a->scale)), h_int(a->NKV));
+}
+
+static uint64_t h_moe(const struct mr_moe_shape *s)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	h = mix(mix(mix(mix(h, h_int(s->N)), h_int(s->C)), h_int(s->H)), h_int(s->E));
+	return mix(mix(mix(h, h_int(s->k)), h_int(s->cap)), h_int(s->swiglu));
+}
+
+static uint64_t h_adamw(const struct mr_cuda_adamw *o)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	h = mix(mix(mix(mix(h, h_float(o->lr)), h_float(o->beta1)), h_float(o->beta2)),
+		h_float(o->eps));
+	return mix(mix(mix(h, h_float(o->weight_decay)), h_int(o->t)), h_float(o->grad_scale));
+}
+
+/* An argument's bits (an argument struct: CALL gets its h_* hash). */
+#define ARG(x)                                                                              \
+	_Generic((x), float: h_float, double: h_float, int: h_int, long: h_int,             \
+		 unsigned: h_size, size_t: h_size, default: h_ptr)(x)
+
+/* Whether entry fn, its arguments hashed to args, is done: recorded while
+ * capturing (nothing runs); compared with the capture while replaying
+ * (aborting on a difference; then it runs); eager: it runs. */
+static int graph_call(struct mr_cuda *cu, const char *fn, uint64_t args)
+{
+	struct mr_cuda_graph *g = cu->graph;
+
+	if (cu->mode == EAGER || cu->nested)
+		return 0;
+	if (cu->mode == CAPTURE) {
+		if (g->n == g->cap) {
+			g->cap = g->cap ? 2 * g->cap : 64;
+			g->calls = realloc(g->calls, (size_t)g->cap * sizeof(*g->calls));
+			if (!g->calls)
+				abort();
+		}
+		g->calls[g->n++] = (struct graph_call){ fn, args };
+		return 1;
+	}
+	if (cu->at >= g->n || strcmp(g->calls[cu->at].fn, fn) || g->calls[cu->at].args != args) {
+		fprintf(stderr,
+			"cuda_emul: graph launch: call %d is %s, the capture's was %s%s: on a GPU "
+			"the graph would replay the captured call with stale arguments\n",
+			cu->at, fn, cu->at < g->n ? g->calls[cu->at].fn : "(none)",
+			cu->at < g->n && !strcmp(g->calls[cu->at].fn, fn) ? " with other arguments"
+									   : "");
+		abort();
+	}
+	cu->at++;
+	return 0;
+}
+
+/* At the top of an entry: its call as a graph sees it (see graph_call). */
+#define CALL(...)                                                                           \
+	do {                                                                                \
+		if (graph_call(cu, __func__,                                                \
+			       hash_args(COUNT(__VA_ARGS__), EACH(ARG, __VA_ARGS__))))      \
+			return 0;                                                           \
+	} while (0)
+
+/* The hash of n arguments, each a uint64_t. */
+static uint64_t hash_args(int n, ...)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+	va_list ap;
+	int i;
+
+	va_start(ap, n);
+	for (i = 0; i < n; i++)
+		h = mix(h, va_arg(ap, uint64_t));
+	va_end(ap);
+	return h;
+}
+
+/* EACH(F, a, b, ...) -> F(a), F(b), ... (up to 16 arguments). */
+#define EACH_N(_1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, _13, _14, _15, _16, N, ...) N
+#define COUNT(...) EACH_N(__VA_ARGS__, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1)
+#define EACH(F, ...) EACH_(COUNT(__VA_ARGS__), F, __VA_ARGS__)
+#define EACH_(n, F, ...) EACH__(n, F, __VA_ARGS__)
+#define EACH__(n, F, ...) EACH_##n(F, __VA_ARGS__)
+#define EACH_1(F, a) F(a)
+#define EACH_2(F, a, ...) F(a), EACH_1(F, __VA_ARGS__)
+#define EACH_3(F, a, ...) F(a), EACH_2(F, __VA_ARGS__)
+#define EACH_4(F, a, ...) F(a), EACH_3(F, __VA_ARGS__)
+#define EACH_5(F, a, ...) F(a), EACH_4(F, __VA_ARGS__)
+#define EACH_6(F, a, ...) F(a), EACH_5(F, __VA_ARGS__)
+#define EACH_7(F, a, ...) F(a), EACH_6(F, __VA_ARGS__)
+#define EACH_8(F, a, ...) F(a), EACH_7(F, __VA_ARGS__)
+#define EACH_9(F, a, ...) F(a), EACH_8(F, __VA_ARGS__)
+#define EACH_10(F, a, ...) F(a), EACH_9(F, __VA_ARGS__)
+#define EACH_11(F, a, ...) F(a), EACH_10(F, __VA_ARGS__)
+#define EACH_12(F, a, ...) F(a), EACH_11(F, __VA_ARGS__)
+#define EACH_13(F, a, ...) F(a), EACH_12(F, __VA_ARGS__)
+#define EACH_14(F, a, ...) F(a), EACH_13(F, __VA_ARGS__)
+#define EACH_15(F, a, ...) F(a), EACH_14(F, __VA_ARGS__)
+#define EACH_16(F, a, ...) F(a), EACH_15(F, __VA_ARGS__)
+
+/* At the top of an entry that needs the host: refused while capturing. */
+#define HOST_ONLY(name)                                                                     \
+	do {                                                                                \
+		if (cu->mode == CAPTURE) {                                                  \
+			snprintf(cu->err, sizeof(cu->err), "'%s' needs the host", (name));  \
+			return MR_ENEEDHOST;                                                \
+		}                                                                           \
+	} while (0)
 
 /* Bytes of one activation element. */
 static size_t esz(const struct mr_cuda *cu)
@@ -290,7 +477,7 @@ int mr_cuda_mark(struct mr_cuda *cu)
 {
 	struct timespec ts;
 
-	if (cu->marks_used >= cu->nmarks)
+	if (cu->mode == CAPTURE || cu->marks_used >= cu->nmarks)
 		return -1;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	cu->marks[cu->marks_used] = (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
@@ -299,12 +486,69 @@ int mr_cuda_mark(struct mr_cuda *cu)
 
 int mr_cuda_marks_read(struct mr_cuda *cu, double *ms, int n)
 {
+	HOST_ONLY("marks_read");
 	int i, used = cu->marks_used < n ? cu->marks_used : n;
 
 	for (i = 0; i < used; i++)
 		ms[i] = cu->marks[i] - cu->marks[0];
 	cu->marks_used = 0;
 	return used;
+}
+
+/* ---- graphs (see the header) ---------------------------------------------------- */
+
+int mr_cuda_capturing(const struct mr_cuda *cu)
+{
+	return cu->mode == CAPTURE;
+}
+
+void mr_cuda_graph_free(struct mr_cuda *cu, struct mr_cuda_graph *g)
+{
+	(void)cu;
+	if (g)
+		free(g->calls);
+	free(g);
+}
+
+int mr_cuda_graph_capture(struct mr_cuda *cu, mr_cuda_work fn, void *ctx,
+			  struct mr_cuda_graph **out)
+{
+	struct mr_cuda_graph *g;
+	int rc;
+
+	*out = NULL;
+	HOST_ONLY("graph_capture");
+	g = xcalloc(1, sizeof(*g));
+	cu->mode = CAPTURE;
+	cu->graph = g;
+	rc = fn(ctx);
+	cu->mode = EAGER;
+	cu->graph = NULL;
+	if (rc < 0) {
+		mr_cuda_graph_free(cu, g);
+		return rc;
+	}
+	*out = g;
+	return 0;
+}
+
+int mr_cuda_graph_launch(struct mr_cuda *cu, struct mr_cuda_graph *g, mr_cuda_work fn, void *ctx)
+{
+	int rc;
+
+	POISONED(cu);
+	cu->mode = REPLAY;
+	cu->graph = g;
+	cu->at = 0;
+	rc = fn(ctx);
+	cu->mode = EAGER;
+	cu->graph = NULL;
+	if (rc == 0 && cu->at != g->n) {
+		fprintf(stderr, "cuda_emul: graph launch: %d calls, the capture had %d\n", cu->at,
+			g->n);
+		abort();
+	}
+	return rc;
 }
 
 void mr_cuda_set_act(struct mr_cuda *cu, enum mr_cuda_dtype t)
@@ -326,6 +570,7 @@ void *mr_cuda_stream(struct mr_cuda *cu)
 
 int mr_cuda_sync(struct mr_cuda *cu)
 {
+	HOST_ONLY("sync");
 	if (sticky_fires(cu))
 		poisoned[cu->device] = 1;
 	POISONED(cu);
@@ -373,6 +618,7 @@ void mr_cuda_disable_cudnn(struct mr_cuda *cu)
 
 int mr_cuda_alloc(struct mr_cuda *cu, void **p, size_t bytes)
 {
+	HOST_ONLY("alloc");
 	void *h;
 
 	POISONED(cu);
@@ -384,6 +630,10 @@ int mr_cuda_alloc(struct mr_cuda *cu, void **p, size_t bytes)
 
 void mr_cuda_dfree(struct mr_cuda *cu, void *p)
 {
+	if (cu->mode == CAPTURE) { /* kept, as device.cu does */
+		snprintf(cu->err, sizeof(cu->err), "'dfree' needs the host");
+		return;
+	}
 	free(D(p));
 }
 
@@ -391,6 +641,7 @@ void mr_cuda_dfree(struct mr_cuda *cu, void *p)
  * as cudaHostAlloc's would be. */
 int mr_cuda_host_alloc(struct mr_cuda *cu, void **p, size_t bytes)
 {
+	HOST_ONLY("host_alloc");
 	POISONED(cu);
 	*p = xalloc(bytes);
 	memset(*p, 0xff, bytes);
@@ -399,6 +650,7 @@ int mr_cuda_host_alloc(struct mr_cuda *cu, void **p, size_t bytes)
 
 int mr_cuda_host_free(struct mr_cuda *cu, void *p)
 {
+	HOST_ONLY("host_free");
 	(void)cu;
 	if (mr_cuda_is_device_ptr(p))
 		abort(); /* device memory given back as host memory */
@@ -408,6 +660,7 @@ int mr_cuda_host_free(struct mr_cuda *cu, void *p)
 
 int mr_cuda_memset0(struct mr_cuda *cu, void *p, size_t bytes)
 {
+	CALL(p, bytes);
 	POISONED(cu);
 	if (bytes)
 		memset(D(p), 0, bytes);
@@ -416,6 +669,7 @@ int mr_cuda_memset0(struct mr_cuda *cu, void *p, size_t bytes)
 
 int mr_cuda_upload(struct mr_cuda *cu, void *dst, const void *src_host, size_t bytes)
 {
+	HOST_ONLY("upload");
 	POISONED(cu);
 	if (bytes)
 		memcpy(D(dst), src_host, bytes);
@@ -424,6 +678,7 @@ int mr_cuda_upload(struct mr_cuda *cu, void *dst, const void *src_host, size_t b
 
 int mr_cuda_download(struct mr_cuda *cu, void *dst_host, const void *src, size_t bytes)
 {
+	HOST_ONLY("download");
 	POISONED(cu);
 	if (bytes)
 		memcpy(dst_host, D(src), bytes);
@@ -432,6 +687,7 @@ int mr_cuda_download(struct mr_cuda *cu, void *dst_host, const void *src, size_t
 
 int mr_cuda_copy(struct mr_cuda *cu, void *dst, const void *src, size_t bytes)
 {
+	CALL(dst, src, bytes);
 	POISONED(cu);
 	if (dst != src && bytes)
 		memcpy(D(dst), D(src), bytes);
@@ -441,6 +697,7 @@ int mr_cuda_copy(struct mr_cuda *cu, void *dst, const void *src, size_t bytes)
 int mr_cuda_copy2d(struct mr_cuda *cu, void *dst, size_t dpitch, const void *src, size_t spitch,
 		   size_t width, size_t rows)
 {
+	CALL(dst, dpitch, src, spitch, width, rows);
 	char *d;
 	const char *s;
 	size_t r;
@@ -456,6 +713,7 @@ int mr_cuda_copy2d(struct mr_cuda *cu, void *dst, size_t dpitch, const void *src
 
 int mr_cuda_f32_to_bf16(struct mr_cuda *cu, mr_bf16 *dst, const float *src, size_t n)
 {
+	CALL(dst, src, n);
 	mr_bf16 *d = D(dst);
 	const float *s = D(src);
 	size_t i;
@@ -467,6 +725,7 @@ int mr_cuda_f32_to_bf16(struct mr_cuda *cu, mr_bf16 *dst, const float *src, size
 
 int mr_cuda_bf16_to_f32(struct mr_cuda *cu, float *dst, const mr_bf16 *src, size_t n)
 {
+	CALL(dst, src, n);
 	float *d = D(dst);
 	const mr_bf16 *s = D(src);
 	size_t i;
@@ -491,6 +750,7 @@ static float *ones_of(int N)
 int mr_cuda_matmul_fwd(struct mr_cuda *cu, void *out, const void *inp, const void *w,
 		       const void *bias, int N, int IC, int OC)
 {
+	CALL(out, inp, w, bias, N, IC, OC);
 	float *fi = ld(cu, D(inp), (size_t)N * IC), *fw = ld(cu, D(w), (size_t)OC * IC);
 	float *fb = ld(cu, D(bias), (size_t)OC), *fo = xalloc(sizeof(float) * (size_t)N * OC);
 
@@ -507,6 +767,7 @@ int mr_cuda_matmul_bwd(struct mr_cuda *cu, void *dinp, float *dw, float *dbias,
 		       const void *dout, const void *inp, const void *w, int N, int IC, int OC,
 		       int accumulate_dinp)
 {
+	CALL(dinp, dw, dbias, dout, inp, w, N, IC, OC, accumulate_dinp);
 	float *fd = ld(cu, D(dout), (size_t)N * OC), *fi = ld(cu, D(inp), (size_t)N * IC);
 	float *fw = ld(cu, D(w), (size_t)OC * IC), *ones = ones_of(N), *fdi = NULL;
 	void *di = D(dinp);
@@ -531,6 +792,7 @@ int mr_cuda_matmul_dgelu_bwd(struct mr_cuda *cu, void *dinp, float *dw, float *d
 			     const void *dout, const void *inp, const void *w, const void *pre,
 			     int N, int IC, int OC)
 {
+	CALL(dinp, dw, dbias, dout, inp, w, pre, N, IC, OC);
 	size_t n = (size_t)N * IC;
 	float *fd = ld(cu, D(dout), (size_t)N * OC), *fi = ld(cu, D(inp), n);
 	float *fw = ld(cu, D(w), (size_t)OC * IC), *fp = ld(cu, D(pre), n);
@@ -553,6 +815,7 @@ int mr_cuda_matmul_dgelu_bwd(struct mr_cuda *cu, void *dinp, float *dw, float *d
 int mr_cuda_matmul_fwd_f32(struct mr_cuda *cu, float *out, const float *inp, const float *w,
 			   const float *bias, int N, int IC, int OC)
 {
+	CALL(out, inp, w, bias, N, IC, OC);
 	mr_matmul_fwd(NULL, D(out), D(inp), D(w), D(bias), N, IC, OC);
 	return 0;
 }
@@ -562,6 +825,7 @@ int mr_cuda_matmul_fwd_f32(struct mr_cuda *cu, float *out, const float *inp, con
 int mr_cuda_encoder_fwd(struct mr_cuda *cu, void *out, const int *tok, const void *wte,
 			const void *wpe, int B, int T, int C)
 {
+	CALL(out, tok, wte, wpe, B, T, C);
 	size_t n = (size_t)B * T * C;
 	const int *tk = D(tok);
 	int V = 0, i;
@@ -583,6 +847,7 @@ int mr_cuda_encoder_fwd(struct mr_cuda *cu, void *out, const int *tok, const voi
 int mr_cuda_encoder_bwd(struct mr_cuda *cu, float *dwte, float *dwpe, const void *dout,
 			const int *tok_host, int B, int T, int C, int V)
 {
+	CALL(dwte, dwpe, dout, tok_host, B, T, C); /* V: not read by a launch */
 	float *fd;
 	int i;
 
@@ -601,6 +866,7 @@ int mr_cuda_encoder_bwd(struct mr_cuda *cu, float *dwte, float *dwpe, const void
 int mr_cuda_add_pos(struct mr_cuda *cu, void *out, const void *wpe, int n, int C, int period,
 		    int off)
 {
+	CALL(out, wpe, n, C, period, off);
 	void *o_ = D(out);
 	const void *w = D(wpe);
 	int i, c;
@@ -616,6 +882,7 @@ int mr_cuda_add_pos(struct mr_cuda *cu, void *out, const void *wpe, int n, int C
 int mr_cuda_layernorm_fwd(struct mr_cuda *cu, void *out, float *mean, float *rstd,
 			  const void *inp, const void *w, const void *b, int N, int C)
 {
+	CALL(out, mean, rstd, inp, w, b, N, C);
 	size_t n = (size_t)N * C;
 	float *fi = ld(cu, D(inp), n), *fw = ld(cu, D(w), (size_t)C), *fb = ld(cu, D(b), (size_t)C);
 	float *fo = xalloc(sizeof(float) * n);
@@ -633,15 +900,22 @@ int mr_cuda_layernorm_fwd(struct mr_cuda *cu, void *out, float *mean, float *rst
 int mr_cuda_add_layernorm_fwd(struct mr_cuda *cu, void *y, void *out, float *mean, float *rstd,
 			      const void *x, const void *w, const void *b, int N, int C)
 {
-	int rc = mr_cuda_add_inplace(cu, y, x, (size_t)N * C);
+	CALL(y, out, mean, rstd, x, w, b, N, C);
+	int rc;
 
-	return rc ? rc : mr_cuda_layernorm_fwd(cu, out, mean, rstd, y, w, b, N, C);
+	cu->nested++;
+	rc = mr_cuda_add_inplace(cu, y, x, (size_t)N * C);
+	if (rc == 0)
+		rc = mr_cuda_layernorm_fwd(cu, out, mean, rstd, y, w, b, N, C);
+	cu->nested--;
+	return rc;
 }
 
 int mr_cuda_layernorm_bwd(struct mr_cuda *cu, void *dinp, float *dw, float *db, const void *dout,
 			  const void *inp, const void *w, const float *mean, const float *rstd,
 			  int N, int C)
 {
+	CALL(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
 	size_t n = (size_t)N * C;
 	void *di = D(dinp);
 	float *fdi = ld(cu, di, n), *fd = ld(cu, D(dout), n), *fi = ld(cu, D(inp), n);
@@ -661,6 +935,7 @@ int mr_cuda_layernorm_bwd(struct mr_cuda *cu, void *dinp, float *dw, float *db, 
 int mr_cuda_rmsnorm_fwd(struct mr_cuda *cu, void *out, float *rstd, const void *inp,
 			const void *w, int N, int C, float eps)
 {
+	CALL(out, rstd, inp, w, N, C, eps);
 	size_t n = (size_t)N * C;
 	float *fi = ld(cu, D(inp), n), *fw = ld(cu, D(w), (size_t)C);
 	float *fo = xalloc(sizeof(float) * n);
@@ -676,6 +951,7 @@ int mr_cuda_rmsnorm_fwd(struct mr_cuda *cu, void *out, float *rstd, const void *
 int mr_cuda_rmsnorm_bwd(struct mr_cuda *cu, void *dinp, float *dw, const void *dout,
 			const void *inp, const void *w, const float *rstd, int N, int C)
 {
+	CALL(dinp, dw, dout, inp, w, rstd, N, C);
 	size_t n = (size_t)N * C;
 	void *di = D(dinp);
 	float *fdi = ld(cu, di, n), *fd = ld(cu, D(dout), n), *fi = ld(cu, D(inp), n);
@@ -714,17 +990,20 @@ static int rope_emul(struct mr_cuda *cu, void *x, size_t stride, int N, int nhea
 int mr_cuda_rope_fwd(struct mr_cuda *cu, void *x, size_t stride, int N, int nheads, int D,
 		     const int *pos, const float *inv_freq)
 {
+	CALL(x, stride, N, nheads, D, pos, inv_freq);
 	return rope_emul(cu, x, stride, N, nheads, D, pos, inv_freq, 1);
 }
 
 int mr_cuda_rope_bwd(struct mr_cuda *cu, void *dx, size_t stride, int N, int nheads, int D,
 		     const int *pos, const float *inv_freq)
 {
+	CALL(dx, stride, N, nheads, D, pos, inv_freq);
 	return rope_emul(cu, dx, stride, N, nheads, D, pos, inv_freq, 0);
 }
 
 int mr_cuda_swiglu_fwd(struct mr_cuda *cu, void *out, const void *ab, int N, int F)
 {
+	CALL(out, ab, N, F);
 	float *fab = ld(cu, D(ab), (size_t)N * 2 * F), *fo = xalloc(sizeof(float) * N * F);
 
 	mr_swiglu_fwd(NULL, fo, fab, N, F);
@@ -737,6 +1016,7 @@ int mr_cuda_swiglu_fwd(struct mr_cuda *cu, void *out, const void *ab, int N, int
 int mr_cuda_swiglu_bwd(struct mr_cuda *cu, void *dab, const void *ab, const void *dout, int N,
 		       int F)
 {
+	CALL(dab, ab, dout, N, F);
 	float *fab = ld(cu, D(ab), (size_t)N * 2 * F), *fd = ld(cu, D(dout), (size_t)N * F);
 	float *fdab = xalloc(sizeof(float) * (size_t)N * 2 * F);
 
@@ -752,6 +1032,7 @@ int mr_cuda_swiglu_bwd(struct mr_cuda *cu, void *dab, const void *ab, const void
 
 int mr_cuda_gelu_fwd(struct mr_cuda *cu, void *out, const void *inp, size_t n)
 {
+	CALL(out, inp, n);
 	float *f = ld(cu, D(inp), n);
 
 	mr_gelu_fwd(NULL, f, f, n);
@@ -763,6 +1044,7 @@ int mr_cuda_gelu_fwd(struct mr_cuda *cu, void *out, const void *inp, size_t n)
 int mr_cuda_gelu_bwd(struct mr_cuda *cu, void *dinp, const void *inp, const void *dout,
 		     size_t n)
 {
+	CALL(dinp, inp, dout, n);
 	float *fi = ld(cu, D(inp), n), *fd = ld(cu, D(dout), n);
 
 	mr_gelu_bwd(NULL, fd, fi, fd, n);
@@ -774,6 +1056,7 @@ int mr_cuda_gelu_bwd(struct mr_cuda *cu, void *dinp, const void *inp, const void
 
 int mr_cuda_residual_fwd(struct mr_cuda *cu, void *out, const void *a, const void *b, size_t n)
 {
+	CALL(out, a, b, n);
 	void *o = D(out);
 	const void *x = D(a), *y = D(b);
 	size_t i;
@@ -785,11 +1068,18 @@ int mr_cuda_residual_fwd(struct mr_cuda *cu, void *out, const void *a, const voi
 
 int mr_cuda_add_inplace(struct mr_cuda *cu, void *y, const void *x, size_t n)
 {
-	return mr_cuda_residual_fwd(cu, y, y, x, n);
+	CALL(y, x, n);
+	int rc;
+
+	cu->nested++;
+	rc = mr_cuda_residual_fwd(cu, y, y, x, n);
+	cu->nested--;
+	return rc;
 }
 
 int mr_cuda_add_bias(struct mr_cuda *cu, void *rows, const void *bias, int n, int C)
 {
+	CALL(rows, bias, n, C);
 	void *r = D(rows);
 	const void *b = D(bias);
 	int i, c;
@@ -804,6 +1094,7 @@ int mr_cuda_add_bias(struct mr_cuda *cu, void *rows, const void *bias, int n, in
 
 int mr_cuda_fill_cols(struct mr_cuda *cu, void *x, int N, int V, int from, float value)
 {
+	CALL(x, N, V, from, value);
 	void *h = D(x);
 	int i, v;
 
@@ -815,6 +1106,7 @@ int mr_cuda_fill_cols(struct mr_cuda *cu, void *x, int N, int V, int from, float
 
 int mr_cuda_add_f32(struct mr_cuda *cu, float *y, const float *x, size_t n)
 {
+	CALL(y, x, n);
 	float *hy = D(y);
 	const float *hx = D(x);
 	size_t i;
@@ -827,6 +1119,7 @@ int mr_cuda_add_f32(struct mr_cuda *cu, float *y, const float *x, size_t n)
 int mr_cuda_crossentropy_fwd(struct mr_cuda *cu, float *losses, float *lse, const void *logits,
 			     const int *targets, int N, int V)
 {
+	CALL(losses, lse, logits, targets, N, V);
 	float *f = ld(cu, D(logits), (size_t)N * V);
 
 	mr_crossentropy_fwd(NULL, D(losses), D(lse), f, D(targets), N, V);
@@ -837,6 +1130,7 @@ int mr_cuda_crossentropy_fwd(struct mr_cuda *cu, float *losses, float *lse, cons
 int mr_cuda_crossentropy_bwd_inplace(struct mr_cuda *cu, void *logits, const float *lse,
 				     const int *targets, int N, int V, float dscale)
 {
+	CALL(logits, lse, targets, N, V, dscale);
 	void *h = D(logits);
 	float *f = ld(cu, h, (size_t)N * V);
 
@@ -848,6 +1142,7 @@ int mr_cuda_crossentropy_bwd_inplace(struct mr_cuda *cu, void *logits, const flo
 
 int mr_cuda_crossentropy_rowmax(struct mr_cuda *cu, float *mx, const void *logits, int N, int V)
 {
+	CALL(mx, logits, N, V);
 	float *f = ld(cu, D(logits), (size_t)N * V);
 
 	mr_crossentropy_rowmax(NULL, D(mx), f, N, V);
@@ -858,6 +1153,7 @@ int mr_cuda_crossentropy_rowmax(struct mr_cuda *cu, float *mx, const void *logit
 int mr_cuda_crossentropy_sumexp(struct mr_cuda *cu, float *sum, float *tlogit, const void *logits,
 				const float *mx, const int *targets, int N, int V)
 {
+	CALL(sum, tlogit, logits, mx, targets, N, V);
 	float *f = ld(cu, D(logits), (size_t)N * V);
 
 	mr_crossentropy_sumexp(NULL, D(sum), D(tlogit), f, D(mx), D(targets), N, V);
@@ -868,6 +1164,7 @@ int mr_cuda_crossentropy_sumexp(struct mr_cuda *cu, float *sum, float *tlogit, c
 int mr_cuda_crossentropy_finish(struct mr_cuda *cu, float *losses, float *lse, const float *mx,
 				const float *sum, const float *tlogit, int N)
 {
+	CALL(losses, lse, mx, sum, tlogit, N);
 	float *hl = D(losses), *he = D(lse);
 	const float *hm = D(mx), *hs = D(sum), *ht = D(tlogit);
 	int i;
@@ -1013,6 +1310,7 @@ static int attn_fwd(struct mr_cuda *cu, const struct mr_cuda_attn *a, void *out,
 int mr_cuda_attn_fwd(struct mr_cuda *cu, const struct mr_cuda_attn *a, void *out, size_t o_row,
 		     size_t o_batch, float *lse)
 {
+	CALL(h_attn(a), out, o_row, o_batch, lse);
 	struct mr_cuda_attn h = attn_host(cu, a);
 
 	return attn_fwd(cu, &h, D(out), 0, o_row, o_batch, D(lse));
@@ -1021,6 +1319,7 @@ int mr_cuda_attn_fwd(struct mr_cuda *cu, const struct mr_cuda_attn *a, void *out
 int mr_cuda_attn_fwd_f32(struct mr_cuda *cu, const struct mr_cuda_attn *a, float *out,
 			 size_t o_row, size_t o_batch, float *lse)
 {
+	CALL(h_attn(a), out, o_row, o_batch, lse);
 	struct mr_cuda_attn h = attn_host(cu, a);
 
 	return attn_fwd(cu, &h, D(out), 1, o_row, o_batch, D(lse));
@@ -1030,6 +1329,7 @@ int mr_cuda_attn_merge(struct mr_cuda *cu, float *out_a, float *lse_a, const flo
 		       const float *lse_b, int B, int NH, int tq, int hs, size_t o_row,
 		       size_t o_batch)
 {
+	CALL(out_a, lse_a, out_b, lse_b, B, NH, tq, hs, o_row, o_batch);
 	float *oa = D(out_a), *la = D(lse_a);
 	const float *ob = D(out_b), *lb = D(lse_b);
 	int b, h;
@@ -1045,6 +1345,7 @@ int mr_cuda_attn_merge(struct mr_cuda *cu, float *out_a, float *lse_a, const flo
 int mr_cuda_attn_delta(struct mr_cuda *cu, float *delta, const void *dout, const void *out,
 		       int B, int NH, int tq, int hs, size_t o_row, size_t o_batch)
 {
+	CALL(delta, dout, out, B, NH, tq, hs, o_row, o_batch);
 	float *hd = D(delta);
 	const void *d = D(dout), *y = D(out);
 	int b, h, i, c;
@@ -1110,6 +1411,8 @@ int mr_cuda_attn_bwd(struct mr_cuda *cu, const struct mr_cuda_attn *a, const voi
 		     size_t dq_row, size_t dq_batch, void *dk, void *dv, size_t dkv_row,
 		     size_t dkv_batch)
 {
+	CALL(h_attn(a), dout, o_row, o_batch, lse, delta, dq, dq_row, dq_batch, dk, dv, dkv_row,
+	     dkv_batch);
 	struct mr_cuda_attn h = attn_host(cu, a);
 
 	return attn_bwd(cu, &h, D(dout), o_row, o_batch, D(lse), D(delta), D(dq), dq_row,
@@ -1121,6 +1424,8 @@ int mr_cuda_attn_bwd_f32(struct mr_cuda *cu, const struct mr_cuda_attn *a, const
 			 float *dq, size_t dq_row, size_t dq_batch, float *dk, float *dv,
 			 size_t dkv_row, size_t dkv_batch)
 {
+	CALL(h_attn(a), dout, o_row, o_batch, lse, delta, dq, dq_row, dq_batch, dk, dv, dkv_row,
+	     dkv_batch);
 	struct mr_cuda_attn h = attn_host(cu, a);
 
 	return attn_bwd(cu, &h, D(dout), o_row, o_batch, D(lse), D(delta), D(dq), dq_row,
@@ -1154,6 +1459,7 @@ static size_t layer_qkv(int B, int T, int C, int NH, int NKV)
 int mr_cuda_attn_layer_fwd(struct mr_cuda *cu, void *out, float *lse, const void *qkv, int B,
 			   int T, int C, int NH, int NKV)
 {
+	CALL(out, lse, qkv, B, T, C, NH, NKV);
 	size_t n = (size_t)B * T * C;
 	float *fq, *fo, *ws;
 
@@ -1173,6 +1479,7 @@ int mr_cuda_attn_layer_fwd(struct mr_cuda *cu, void *out, float *lse, const void
 int mr_cuda_attn_layer_bwd(struct mr_cuda *cu, void *dqkv, const void *dout, const void *qkv,
 			   const void *out, const float *lse, int B, int T, int C, int NH, int NKV)
 {
+	CALL(dqkv, dout, qkv, out, lse, B, T, C, NH, NKV);
 	size_t n = (size_t)B * T * C, nqkv;
 	float *fd, *fq, *fo, *fdq, *ws;
 
@@ -1217,6 +1524,7 @@ int mr_cuda_moe_route(struct mr_cuda *cu, const struct mr_moe_shape *s, float *p
 		      float *gate, int *slot, int *count, int *routed, const void *x,
 		      const void *routerw, int *count_host, float *aux_host, int *dropped_host)
 {
+	HOST_ONLY("moe_route");
 	float *fx = ld(cu, D(x), (size_t)s->N * s->C);
 	float *fw = ld(cu, D(routerw), (size_t)s->E * s->C);
 	struct mr_moe_acts a = moe_view(D(probs), D(topi), D(gate), D(slot), D(count), D(routed));
@@ -1234,6 +1542,7 @@ int mr_cuda_moe_route(struct mr_cuda *cu, const struct mr_moe_shape *s, float *p
 int mr_cuda_moe_dispatch(struct mr_cuda *cu, const struct mr_moe_shape *s, void *xin,
 			 const void *x, const int *topi, const int *slot)
 {
+	CALL(h_moe(s), xin, x, topi, slot);
 	size_t row = (size_t)s->C * esz(cu);
 	char *hin = D(xin);
 	const char *hx = D(x);
@@ -1251,6 +1560,7 @@ int mr_cuda_moe_dispatch(struct mr_cuda *cu, const struct mr_moe_shape *s, void 
 int mr_cuda_moe_combine(struct mr_cuda *cu, const struct mr_moe_shape *s, void *y,
 			const void *rows, const int *topi, const int *slot, const float *gate)
 {
+	CALL(h_moe(s), y, rows, topi, slot, gate);
 	size_t ny = (size_t)s->N * s->C;
 	float *fr = ld(cu, D(rows), (size_t)s->E * s->cap * s->C), *fy = xalloc(sizeof(float) * ny);
 	struct mr_moe_acts a = moe_view(NULL, D(topi), D(gate), D(slot), NULL, NULL);
@@ -1266,6 +1576,7 @@ int mr_cuda_moe_combine_bwd(struct mr_cuda *cu, const struct mr_moe_shape *s, vo
 			    float *dgate, const void *dy, const void *yo, const int *topi,
 			    const int *slot, const float *gate)
 {
+	CALL(h_moe(s), dyo, dgate, dy, yo, topi, slot, gate);
 	size_t nr = (size_t)s->E * s->cap * s->C;
 	void *hdyo = D(dyo);
 	float *fdy = ld(cu, D(dy), (size_t)s->N * s->C), *fyo = ld(cu, D(yo), nr);
@@ -1284,6 +1595,7 @@ int mr_cuda_moe_router_bwd(struct mr_cuda *cu, const struct mr_moe_shape *s, voi
 			   const float *probs, const int *topi, const float *gate,
 			   const float *dgate, const int *routed, float aux_scale)
 {
+	CALL(h_moe(s), dlogits, probs, topi, gate, dgate, routed, aux_scale);
 	size_t n = (size_t)s->N * s->E;
 	float *f = xalloc(sizeof(float) * n);
 	struct mr_moe_acts a = moe_view(D(probs), D(topi), D(gate), NULL, NULL, D(routed));
@@ -1299,6 +1611,7 @@ int mr_cuda_moe_router_bwd(struct mr_cuda *cu, const struct mr_moe_shape *s, voi
 int mr_cuda_adamw_step(struct mr_cuda *cu, float *p, void *pc, const float *g, float *m,
 		       float *v, size_t n, const struct mr_cuda_adamw *o)
 {
+	CALL(p, pc, g, m, v, n, h_adamw(o));
 	struct mr_adamw_config c;
 	float *hp = D(p), *gs = NULL;
 	const float *hg = D(g);
@@ -1324,23 +1637,54 @@ int mr_cuda_adamw_step(struct mr_cuda *cu, float *p, void *pc, const float *g, f
 	return 0;
 }
 
-int mr_cuda_adamw_multi(struct mr_cuda *cu, const struct mr_cuda_adamw_range *r, int k,
-			const struct mr_cuda_adamw *o)
+/* The scalars as device.cu keeps them: a block every later multi reads. */
+int mr_cuda_adamw_args(struct mr_cuda *cu, const struct mr_cuda_adamw *o)
 {
-	struct mr_cuda_adamw c = *o;
+	HOST_ONLY("adamw_args");
+	if (o->t < 1)
+		return MR_EINVAL;
+	cu->args = *o;
+	cu->has_args = 1;
+	return 0;
+}
+
+/* The range table as the call's arguments: what the device's table holds. */
+static uint64_t ranges_hash(const struct mr_cuda_adamw_range *r, int k)
+{
+	uint64_t h = mix(0xcbf29ce484222325ull, h_int(k));
+	int i;
+
+	for (i = 0; i < k; i++) {
+		h = mix(mix(mix(mix(h, h_ptr(r[i].p)), h_ptr(r[i].pc)), h_ptr(r[i].g)),
+			h_ptr(r[i].m));
+		h = mix(mix(mix(h, h_ptr(r[i].v)), h_size(r[i].n)), h_int(r[i].decay));
+	}
+	return h;
+}
+
+int mr_cuda_adamw_multi(struct mr_cuda *cu, const struct mr_cuda_adamw_range *r, int k)
+{
+	struct mr_cuda_adamw c = cu->args;
 	int i, rc = 0;
 
-	if (o->t < 1 || k < 0)
+	if (graph_call(cu, __func__, ranges_hash(r, k)))
+		return 0;
+	if (k < 0)
 		return MR_EINVAL;
+	if (k > 0 && !cu->has_args)
+		return MR_ESTATE;
+	cu->nested++;
 	for (i = 0; i < k && rc == 0; i++) {
-		c.weight_decay = r[i].decay ? o->weight_decay : 0.0f;
+		c.weight_decay = r[i].decay ? cu->args.weight_decay : 0.0f;
 		rc = mr_cuda_adamw_step(cu, r[i].p, r[i].pc, r[i].g, r[i].m, r[i].v, r[i].n, &c);
 	}
+	cu->nested--;
 	return rc;
 }
 
 int mr_cuda_grad_sumsq(struct mr_cuda *cu, const float *g, size_t n, double *sumsq_host)
 {
+	HOST_ONLY("grad_sumsq");
 	*sumsq_host = mr_grad_sumsq(D(g), n);
 	return 0;
 }
@@ -1348,6 +1692,7 @@ int mr_cuda_grad_sumsq(struct mr_cuda *cu, const float *g, size_t n, double *sum
 int mr_cuda_grad_sumsq_ranges(struct mr_cuda *cu, const float *g, const size_t *off,
 			      const size_t *n, int k, double *out_host)
 {
+	HOST_ONLY("grad_sumsq_ranges");
 	const float *hg = D(g);
 	int i;
 
@@ -1358,6 +1703,7 @@ int mr_cuda_grad_sumsq_ranges(struct mr_cuda *cu, const float *g, const size_t *
 
 int mr_cuda_scale(struct mr_cuda *cu, float *g, size_t n, float scale)
 {
+	CALL(g, n, scale);
 	float *hg = D(g);
 	size_t i;
 

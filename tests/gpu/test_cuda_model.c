@@ -127,7 +127,8 @@ static float *download(struct mr_dev *d, const float *p, size_t n)
 /* One optimizer step over the whole table through the device. */
 static void step(struct mr_dev *d, struct mr_gpt *m, float *mom, float *var, long t)
 {
-	struct mr_dev_adamw o = { mr_lr_at(&ocfg, t - 1), ocfg.beta1, ocfg.beta2, ocfg.eps, 0, t };
+	struct mr_dev_adamw o = { mr_lr_at(&ocfg, t - 1), ocfg.beta1, ocfg.beta2, ocfg.eps, 0, t,
+				  1.0f };
 	size_t *off = xmalloc(sizeof(size_t) * m->ntensors);
 	size_t *len = xmalloc(sizeof(size_t) * m->ntensors);
 	double *ss = xmalloc(sizeof(double) * m->ntensors), norm = 0.0;
@@ -158,7 +159,8 @@ static void step(struct mr_dev *d, struct mr_gpt *m, float *mom, float *var, lon
 		r[i] = (struct mr_dev_adamw_range){ m->params + tt->off, pc, m->grads + tt->off,
 						    mom + tt->off, var + tt->off, tt->n, tt->decay };
 	}
-	cr_assert_eq(d->ops->adamw(d, r, m->ntensors, &o), 0);
+	cr_assert_eq(d->ops->adamw_args(d, &o), 0);
+	cr_assert_eq(d->ops->adamw(d, r, m->ntensors), 0);
 	free(r);
 }
 

@@ -867,7 +867,7 @@ static void adamw_case(void)
 	float *hp = rnd(n, 1.0f), *hg = rnd(n, 0.1f);
 	struct pr p = f32_in(hp, n), g = f32_in(hg, n), m = f32_in(NULL, n), v = f32_in(NULL, n);
 	struct pr pc = act_zero(n);
-	struct mr_dev_adamw o = { 3e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0 };
+	struct mr_dev_adamw o = { 3e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0, 1.0f };
 	float *got;
 	size_t i;
 
@@ -875,7 +875,8 @@ static void adamw_case(void)
 	BOTH(zero, P(v), n * sizeof(float));
 	for (o.t = 1; o.t <= 3; o.t++) {
 		o.weight_decay = o.t == 2 ? 0.0f : 0.1f;
-		BOTH(adamw, ONE_RANGE(P(p), P(pc), P(g), P(m), P(v), n), 1, &o);
+		BOTH(adamw_args, &o);
+		BOTH(adamw, ONE_RANGE(P(p), P(pc), P(g), P(m), P(v), n), 1);
 	}
 	same("adamw p", p, T_F32);
 	same("adamw m", m, T_F32);
@@ -892,10 +893,12 @@ static void adamw_case(void)
 	free(got);
 	/* pc NULL and pc == p (an fp32 device's copy is the master) */
 	o.t = 4;
-	BOTH(adamw, ONE_RANGE(P(p), NULL, P(g), P(m), P(v), n), 1, &o);
+	BOTH(adamw_args, &o);
+	BOTH(adamw, ONE_RANGE(P(p), NULL, P(g), P(m), P(v), n), 1);
 	if (!F.bf16) {
 		o.t = 5;
-		BOTH(adamw, ONE_RANGE(P(p), (mr_act *)P(p), P(g), P(m), P(v), n), 1, &o);
+		BOTH(adamw_args, &o);
+		BOTH(adamw, ONE_RANGE(P(p), (mr_act *)P(p), P(g), P(m), P(v), n), 1);
 	}
 	same("adamw p after pc NULL / aliased", p, T_F32);
 	free(hp);
@@ -918,7 +921,7 @@ static void adamw_ranges_case(void)
 	enum { K = sizeof(len) / sizeof(len[0]) };
 	size_t n = 0, off[K], i;
 	struct mr_dev_adamw_range rc[K], rg[K];
-	struct mr_dev_adamw o = { 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0 };
+	struct mr_dev_adamw o = { 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0, 1.0f };
 	float *hp, *hg;
 	struct pr p, g, m, v, pc;
 	int k;
@@ -948,8 +951,10 @@ static void adamw_ranges_case(void)
 	}
 	for (o.t = 1; o.t <= 3; o.t++) {
 		int nr = o.t == 3 ? K - 1 : K;
-		OK(F.cpu.ops->adamw(&F.cpu, rc, nr, &o));
-		OK(F.gpu.ops->adamw(&F.gpu, rg, nr, &o));
+		OK(F.cpu.ops->adamw_args(&F.cpu, &o));
+		OK(F.cpu.ops->adamw(&F.cpu, rc, nr));
+		OK(F.gpu.ops->adamw_args(&F.gpu, &o));
+		OK(F.gpu.ops->adamw(&F.gpu, rg, nr));
 		OK(F.gpu.ops->sync(&F.gpu));
 	}
 	same("adamw ranges p", p, T_F32);

@@ -399,12 +399,13 @@ Test(kernels, device_adamw_on_the_pool_is_bit_identical_to_the_sequential_loop)
 	for (k = 1; k <= 3; k++) {
 		float lr = 1e-3f * (float)k;
 		/* the three tensors in one call, the second without decay */
-		struct mr_dev_adamw o = { lr, oc.beta1, oc.beta2, oc.eps, oc.weight_decay, k };
+		struct mr_dev_adamw o = { lr, oc.beta1, oc.beta2, oc.eps, oc.weight_decay, k, 1.0f };
 		struct mr_dev_adamw_range r[3];
 		for (t = 0; t < 3; t++)
 			r[t] = (struct mr_dev_adamw_range){ p + off[t], NULL, g + off[t], m + off[t],
 							    v + off[t], sizes[t], t != 1 };
-		cr_assert_eq(dev.ops->adamw(&dev, r, 3, &o), 0);
+		cr_assert_eq(dev.ops->adamw_args(&dev, &o), 0);
+		cr_assert_eq(dev.ops->adamw(&dev, r, 3), 0);
 		for (t = 0; t < 3; t++)
 			adamw_ref(&oc, k, lr, rp + off[t], g + off[t], rm + off[t], rv + off[t],
 				  sizes[t], t != 1);
