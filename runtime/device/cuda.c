@@ -261,6 +261,17 @@ static int fences_drain(const struct mr_dev *d, const void *owner)
 	return rc;
 }
 
+/* Drains while failures drop fences (each logged, its owner aborted):
+ * before a host wait that cannot report an error (free, close). */
+static void fences_clear(const struct mr_dev *d)
+{
+	struct cuda_state *s = d->impl;
+	int n = s->nfences;
+
+	while (fences_drain(d, NULL) < 0 && s->nfences < n)
+		n = s->nfences;
+}
+
 static int cuda_stream_wait(struct mr_dev *d, void *ev, const struct mr_comm_fence *f)
 {
 	struct cuda_state *s = d->impl;
@@ -328,7 +339,7 @@ static void *cuda_alloc(struct mr_dev *d, struct mr_mem *mem, enum mr_mem_kind k
 static void cuda_free(struct mr_dev *d, struct mr_mem *mem, enum mr_mem_kind kind, void *p,
 		      size_t bytes)
 {
-	fences_drain(d, NULL); /* a failure aborted its owner: the stream drains */
+	fences_clear(d);
 	mr_cuda_dfree(cu_of(d), p);
 	mr_mem_uncount(mem, kind, bytes);
 }
@@ -348,7 +359,7 @@ static void *cuda_host_alloc(struct mr_dev *d, struct mr_mem *mem, enum mr_mem_k
 static void cuda_host_free(struct mr_dev *d, struct mr_mem *mem, enum mr_mem_kind kind, void *p,
 			   size_t bytes)
 {
-	fences_drain(d, NULL); /* as cuda_free */
+	fences_clear(d);
 	ck(d, mr_cuda_host_free(cu_of(d), p), "host_free");
 	mr_mem_uncount(mem, kind, bytes);
 }
@@ -967,7 +978,7 @@ static void cuda_close(struct mr_dev *d)
 	struct cuda_state *s = d->impl;
 
 	if (s) {
-		fences_drain(d, NULL);
+		fences_clear(d);
 		while (s->nfences)
 			fence_drop(s, 0);
 		free(s->fences);
