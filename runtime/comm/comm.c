@@ -416,10 +416,13 @@ static int wait_ordered(struct mr_comm *c, struct mr_comm_req *req)
 	return c->dev->stream_wait(c->dev->ctx, ev, &f);
 }
 
-/* The wait mr_comm_wait and the blocking forms do. Frees req. */
+/* The wait mr_comm_wait and the blocking forms do; a barrier is the
+ * host's whatever the backend. Frees req. */
 static int finish(struct mr_comm *c, struct mr_comm_req *req)
 {
-	return mr_comm_stream_ordered(c) ? wait_ordered(c, req) : wait_host(c, req);
+	if ((req->tag & 0xff) != MR_COMM_OP_BARRIER && mr_comm_stream_ordered(c))
+		return wait_ordered(c, req);
+	return wait_host(c, req);
 }
 
 /* src: the peer a sendrecv receives from (ignored by the other kinds) */
@@ -471,6 +474,7 @@ static int start(struct mr_comm *c, int kind, const void *sbuf, void *rbuf, size
 		    !mr_comm_stream_ordered(c))
 			rc = c->ops->run_now(c, op);
 		if (rc == 1 && (rc = c->ops->start(c, op, &r)) == 0) {
+			r->tag = ptag;
 			r->stage = st; /* the wait copies it back */
 			st = NULL;
 			rc = finish(c, r);

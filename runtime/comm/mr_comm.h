@@ -290,7 +290,8 @@ int mr_comm_p2p_in_order(const struct mr_comm *c);
  * nothing need sync the host before an operation on device memory, and
  * waiting for an operation whose buffers are all device memory makes
  * the compute stream wait for it instead of the host: mr_comm_wait and
- * the blocking forms return once that is queued, and the wait stays
+ * the blocking forms (a barrier excepted: it is the host's) return once
+ * that is queued, and the wait stays
  * pending on the device (its deadline and an abort included: struct
  * mr_comm_fence) until the stream has passed it. The host backend, and
  * an operation with a buffer in host memory (staged), wait on the host.

@@ -1275,8 +1275,9 @@ Test(device_cuda, a_stream_wait_the_stream_passed_is_dropped_quietly)
 
 /* The communicator's side: a host communicator claiming stream order on
  * the emulated device leaves its waits with the device (the host does not
- * sync); one that times out there aborts the communicator, whose next
- * operation fails; an abort from another thread fails the host wait. */
+ * sync), a barrier's excepted; one that times out there aborts the
+ * communicator, whose next operation fails; an abort from another thread
+ * fails the host wait. */
 static int comm_on_device(struct mr_comm **c, struct mr_dev_comm *dc, long timeout_ms)
 {
 	struct mr_errbuf eb = { { 0 }, { 0 } };
@@ -1311,6 +1312,9 @@ Test(device_cuda, a_claimed_stream_order_leaves_waits_with_the_device, .timeout 
 	cr_expect_eq(mr_cuda_emul_stream_waits(0), waits + 1);
 	OK(F.gpu.ops->download(&F.gpu, &back, g, sizeof(float)));
 	cr_expect_eq(back, 1.0f);
+	/* a barrier synchronizes hosts: never the stream's */
+	OK(mr_comm_barrier(c));
+	cr_expect_eq(mr_cuda_emul_stream_waits(0), waits + 1, "the barrier went to the stream");
 	/* the stream never passes it: the deadline aborts the communicator */
 	mr_cuda_emul_set_busy(0, 1);
 	OK(mr_comm_allreduce(c, g, g, 1, MR_COMM_F32, MR_COMM_SUM));
