@@ -139,8 +139,8 @@ $(CUDA_LIB): $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(cuda_src))
 CUDA_PLUGIN  := $(BUILD)/meshrun-cuda.so
 plugin_obj   := $(patsubst %.c,$(BUILD)/obj/pic/%.o,$(plugin_c))
 plugin_needs := mr__log mr__log_level mr__now_ms mr__op_free mr_comm_dtype_size \
-                mr_dev_peak_flops mr_errf mr_log_q mr_mem_count mr_mem_uncount mr_moe_aux \
-                mr_moe_ws_bind
+                mr_dev_peak_flops mr_err_name mr_errf mr_log_q mr_mem_count mr_mem_uncount \
+                mr_moe_aux mr_moe_ws_bind
 ifeq ($(CUDA_ON),1)
 CPPFLAGS   += -DMR_HAVE_CUDA
 LDFLAGS    += -rdynamic $(patsubst %,-Wl$(comma)--undefined=%,$(plugin_needs))
@@ -186,7 +186,8 @@ emul_dev_tests := $(BUILD)/tests/gpu-emul/test_device_cuda $(BUILD)/tests/gpu-em
 test_bins  += $(emul_dev_tests)
 
 $(emul_dev_tests): $(BUILD)/tests/gpu-emul/%: tests/gpu/%.c tests/gpu/cuda_emul.c \
-		runtime/device/cuda.c runtime/plugin/cuda_entry.c tests/gpu/gpu_harness.h \
+		tests/gpu/cuda_emul.h runtime/device/cuda.c runtime/plugin/cuda_entry.c \
+		tests/gpu/gpu_harness.h \
 		$(call obj,$(test_helpers)) $(LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -DMR_CUDA_EMUL -Itests/support $(CFLAGS) $(LDFLAGS) -o $@ $< \
@@ -210,7 +211,7 @@ $(BUILD)/tests/gpu-emul/test_plan_ledger: EMUL_SWITCH := -DLEDGER_CUDA_EMUL
 $(BUILD)/tests/gpu-emul/test_plan_ledger: EMUL_SRC := tests/plan/test_plan_ledger.c
 $(BUILD)/tests/gpu-emul/test_reference: tests/model/test_reference.c
 $(BUILD)/tests/gpu-emul/test_plan_ledger: tests/plan/test_plan_ledger.c
-$(emul_runtime): $(BUILD)/tests/gpu-emul/%: tests/gpu/cuda_emul.c \
+$(emul_runtime): $(BUILD)/tests/gpu-emul/%: tests/gpu/cuda_emul.c tests/gpu/cuda_emul.h \
 		runtime/device/cuda.c runtime/plugin/cuda_entry.c $(call obj,$(test_helpers)) $(LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(EMUL_SWITCH) -Itests/support $(CFLAGS) $(LDFLAGS) -o $@ $(EMUL_SRC) \

@@ -1,6 +1,7 @@
 /*
  * comm.c - communicator front end: argument checks, backend dispatch,
- * blocking wrappers, progress (entered / completed operation, time
+ * blocking wrappers, waits (on the host, or stream-ordered on the device:
+ * mr_comm_stream_ordered), progress (entered / completed operation, time
  * blocked) and the host id.
  *
  * Non-goals: moving bytes (host_*.c, nccl.c do that).
@@ -311,6 +312,8 @@ void mr_comm_free(struct mr_comm *c)
 {
 	if (!c)
 		return;
+	if (c->fenced && c->dev) /* the device's fences of c go first */
+		c->dev->stream_forget(c->dev->ctx, c);
 	free(c->splits);
 	mr__stage_release(c);
 	c->ops->free(c);
@@ -350,6 +353,76 @@ static int is_p2p_kind(int kind)
 static int bad_peer(const struct mr_comm *c, int peer)
 {
 	return peer < 0 || peer >= c->size || peer == c->rank;
+}
+
+int mr_comm_stream_ordered(const struct mr_comm *c)
+{
+	const struct mr_comm_device *d = c->dev;
+
+	if (!d || !d->stream_wait)
+		return 0;
+	return d->claim_stream_order || (c->ops->detach && d->stream && d->stream(d->ctx));
+}
+
+/* struct mr_comm_fence's callbacks over the backend's. */
+static int fence_check(void *owner)
+{
+	struct mr_comm *c = owner;
+
+	return c->ops->health ? c->ops->health(c) : 0;
+}
+
+static void fence_fail(void *owner, int rc)
+{
+	struct mr_comm *c = owner;
+
+	if (c->ops->fail)
+		c->ops->fail(c, rc);
+	else
+		c->ops->abort(c);
+}
+
+/* Finishes req for the host: the backend's wait, then the copy back of
+ * staged buffers (part of the wait). Frees req. */
+static int wait_host(struct mr_comm *c, struct mr_comm_req *req)
+{
+	struct mr__stage *st = req->stage;
+
+	return mr__stage_out(c, st, c->ops->wait(req));
+}
+
+/* Finishes req for the device's compute stream (see
+ * mr_comm_stream_ordered): the stream waits for the operation's event, or
+ * (claim_stream_order) the host has finished it and the stream's wait
+ * has nothing left to wait for; the device keeps the fence. An operation
+ * with a staged buffer (a host buffer on nccl) waits on the host. */
+static int wait_ordered(struct mr_comm *c, struct mr_comm_req *req)
+{
+	struct mr_comm_fence f = { c, c->id, 0, fence_check, fence_fail };
+	void *ev = NULL;
+	int rc;
+
+	if (!c->ops->detach || c->dev->claim_stream_order) {
+		f.deadline_ms = mr__now_ms() + c->timeout_ms;
+		rc = wait_host(c, req);
+	} else if (req->stage) {
+		return wait_host(c, req);
+	} else {
+		rc = c->ops->detach(req, &ev, &f.deadline_ms);
+	}
+	if (rc < 0)
+		return rc;
+	c->fenced = 1;
+	return c->dev->stream_wait(c->dev->ctx, ev, &f);
+}
+
+/* The wait mr_comm_wait and the blocking forms do; a barrier is the
+ * host's whatever the backend. Frees req. */
+static int finish(struct mr_comm *c, struct mr_comm_req *req)
+{
+	if ((req->tag & 0xff) != MR_COMM_OP_BARRIER && mr_comm_stream_ordered(c))
+		return wait_ordered(c, req);
+	return wait_host(c, req);
 }
 
 /* src: the peer a sendrecv receives from (ignored by the other kinds) */
@@ -397,12 +470,14 @@ static int start(struct mr_comm *c, int kind, const void *sbuf, void *rbuf, size
 		struct mr_comm_req *r;
 		int rc = 1;
 
-		if (c->ops->run_now && kind != MR__OP_SEND && kind != MR__OP_RECV)
+		if (c->ops->run_now && kind != MR__OP_SEND && kind != MR__OP_RECV &&
+		    !mr_comm_stream_ordered(c))
 			rc = c->ops->run_now(c, op);
-		if (rc == 1) {
-			rc = c->ops->start(c, op, &r);
-			if (rc == 0)
-				rc = c->ops->wait(r);
+		if (rc == 1 && (rc = c->ops->start(c, op, &r)) == 0) {
+			r->tag = ptag;
+			r->stage = st; /* the wait copies it back */
+			st = NULL;
+			rc = finish(c, r);
 		}
 		rc = mr__stage_out(c, st, rc);
 		/* failed or not, the rank is out of the operation */
@@ -538,17 +613,26 @@ int mr_comm_test(struct mr_comm_req *req, int *done)
 	return rc;
 }
 
-int mr_comm_wait(struct mr_comm_req *req)
+/* mr_comm_wait's and mr_comm_wait_host's bookkeeping around the wait. */
+static int wait_req(struct mr_comm_req *req, int (*how)(struct mr_comm *, struct mr_comm_req *))
 {
 	struct mr_comm *c = req->comm;
-	struct mr__stage *st = req->stage;
 	uint64_t tag = req->tag, t0 = now_ns();
-	int rc = c->ops->wait(req); /* frees req */
+	int rc = how(c, req); /* frees req */
 
-	rc = mr__stage_out(c, st, rc); /* the copy back is part of the wait */
 	progress_done(c, tag);
 	progress_wait(c, t0, tag);
 	return rc;
+}
+
+int mr_comm_wait(struct mr_comm_req *req)
+{
+	return wait_req(req, finish);
+}
+
+int mr_comm_wait_host(struct mr_comm_req *req)
+{
+	return wait_req(req, wait_host);
 }
 
 /* A NULL request pointer means "blocking" inside this file. */

@@ -64,6 +64,14 @@ struct mr__comm_ops {
 	int (*group_end)(struct mr_comm *c);
 	/* Optional: moves queued send/recv work once in the caller's thread. */
 	void (*kick)(struct mr_comm *c);
+	/* Optional (a backend on its own stream, nccl): the backend's half
+	 * of a stream-ordered wait (mr_comm_stream_ordered). Frees req and
+	 * hands over the event recorded behind its operation (*ev) and its
+	 * deadline; or fails with the communicator's error. */
+	int (*detach)(struct mr_comm_req *req, void **ev, long long *deadline_ms);
+	/* struct mr_comm_fence's check and fail (optional: healthy; abort) */
+	int (*health)(struct mr_comm *c);
+	void (*fail)(struct mr_comm *c, int rc);
 };
 
 struct mr_comm {
@@ -81,6 +89,7 @@ struct mr_comm {
 	/* device buffers (mr_comm_set_device; inherited by splits): a backend
 	 * without device_memory stages them through these host buffers */
 	const struct mr_comm_device *dev;
+	int fenced; /* a stream-ordered wait left a fence with dev (comm.c) */
 	struct { void *p; size_t cap; } stage_cache[MR__STAGE_CACHE];
 	uint64_t stage_allocs; /* stand-ins allocated (stage.c's pool missed) */
 	const _Atomic int *cancel; /* bootstrap cancel flag, may be NULL */

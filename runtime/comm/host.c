@@ -599,5 +599,6 @@ static const struct mr__comm_ops host_ops = {
 	.wait = mr__host_wait,
 	.kick = mr__host_kick,
 	.abort = mr__host_abort,
+	.health = mr__host_health,
 	.free = host_free,
 };

@@ -272,5 +272,6 @@ int mr__host_test(struct mr_comm_req *req, int *done);
 int mr__host_wait(struct mr_comm_req *req);
 void mr__host_kick(struct mr_comm *c);
 void mr__host_abort(struct mr_comm *c);
+int mr__host_health(struct mr_comm *c);
 
 #endif

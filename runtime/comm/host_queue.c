@@ -386,6 +386,13 @@ void mr__host_kick(struct mr_comm *c)
 	pthread_mutex_unlock(&h->mu);
 }
 
+/* A stream-ordered wait's check (claim_stream_order, tests): an abort
+ * from any thread is the failure the device's host wait reports. */
+int mr__host_health(struct mr_comm *c)
+{
+	return atomic_load(&((struct mr__hcomm *)c)->aborted) ? MR_EABORTED : 0;
+}
+
 void mr__host_abort(struct mr_comm *c)
 {
 	struct mr__hcomm *h = (struct mr__hcomm *)c;

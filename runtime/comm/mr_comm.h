@@ -9,7 +9,9 @@
  *
  * Every operation is asynchronous: mr_comm_i<op>() enqueues it and returns
  * a request; mr_comm_test() polls and mr_comm_wait() finishes and frees it.
- * The blocking forms are start + wait. Operations on one communicator
+ * The blocking forms are start + wait. On a stream-ordered communicator
+ * (nccl on a GPU: mr_comm_stream_ordered) a wait is the device's: its
+ * compute stream waits, the host does not. Operations on one communicator
  * execute in issue order; operations on different communicators run
  * concurrently. Consecutive send/recv operations on one communicator are
  * progressed together (like an NCCL group), so "isend then irecv" to the
@@ -101,13 +103,33 @@ struct mr_comm;
 struct mr_comm_req;
 
 /*
+ * A stream-ordered wait as a device keeps it (struct mr_comm_device's
+ * stream_wait) until its compute stream has passed it: the communicator
+ * that owns it, its name (the communicator's id) and the operation's
+ * deadline. check (from the device's thread, the rank's) answers 0 while
+ * the owner is healthy, else the error it failed with (another thread
+ * aborted it: MR_EABORTED; a peer is lost: MR_EPEER); fail aborts the
+ * owner with rc (nccl: ncclCommAbort, so its kernels return and the
+ * stream drains; idempotent). Valid until the owner is freed.
+ */
+struct mr_comm_fence {
+	void *owner;
+	const char *name;
+	long long deadline_ms; /* CLOCK_MONOTONIC, milliseconds */
+	int (*check)(void *owner);
+	void (*fail)(void *owner, int rc);
+};
+
+/*
  * Device memory (runtime/device): the host backend reads host memory, the
  * nccl backend device memory. With a device set, a communicator accepts
  * both in every operation and stages buffers in the other memory through
  * stand-ins (comm/stage.c): a device buffer costs the host backend a
  * download before and an upload after the operation, a host buffer costs
- * nccl the reverse. Copies are synchronous; the device's queued work must
- * be done before an operation on its memory starts (the caller syncs).
+ * nccl the reverse. Copies are synchronous; unless the communicator is
+ * stream-ordered (mr_comm_stream_ordered), the device's queued work must
+ * be done before an operation on its memory starts (the caller syncs:
+ * mr_dev_comm_sync in device/mr_dev_comm.h).
  * Set once, before the first operation and before splitting (splits
  * inherit it); the struct is borrowed and must outlive the communicator
  * and its splits. Staged operations are started and waited by one thread
@@ -125,6 +147,21 @@ struct mr_comm_device {
 	 * before each operation - a fresh buffer's zeroing included. May be
 	 * NULL. */
 	void *(*stream)(void *ctx);
+	/* Stream-ordered waits (may be NULL: the device has none): the
+	 * compute stream waits for event ev (a cudaEvent_t recorded behind
+	 * the operation on the backend's stream, handed over; NULL: nothing
+	 * to wait for) without the host, and the device keeps f pending
+	 * until the stream has passed it (see struct mr_comm_fence);
+	 * stream_forget returns once no fence of owner is pending (called
+	 * by mr_comm_free). */
+	int (*stream_wait)(void *ctx, void *ev, const struct mr_comm_fence *f);
+	void (*stream_forget)(void *ctx, const void *owner);
+	/* Tests only: a backend that stages device buffers through host
+	 * memory (host) claims to be stream-ordered, so its waits finish on
+	 * the host and then take the device's stream-wait path. Right only
+	 * on a device that runs every operation before it returns (the CUDA
+	 * emulation, tests/gpu/cuda_emul.c); set before the first operation. */
+	int claim_stream_order;
 };
 
 /* enum mr_comm_op, mr_comm_op_name() and mr_comm_op_is_p2p() are in
@@ -246,10 +283,31 @@ void mr_comm_kick(struct mr_comm *c);
  * grouped with the sends before them. 0 for the host backend. */
 int mr_comm_p2p_in_order(const struct mr_comm *c);
 
+/*
+ * Stream-ordered (1): c's backend runs on a stream of its own that waits
+ * for the device's compute stream before each operation (nccl on a
+ * device with a stream and stream_wait; or claim_stream_order), so
+ * nothing need sync the host before an operation on device memory, and
+ * waiting for an operation whose buffers are all device memory makes
+ * the compute stream wait for it instead of the host: mr_comm_wait and
+ * the blocking forms (a barrier excepted: it is the host's) return once
+ * that is queued, and the wait stays
+ * pending on the device (its deadline and an abort included: struct
+ * mr_comm_fence) until the stream has passed it. The host backend, and
+ * an operation with a buffer in host memory (staged), wait on the host.
+ * Host code that reads the result must first wait for the device's
+ * stream (a download does).
+ */
+int mr_comm_stream_ordered(const struct mr_comm *c);
+
 /* *done = 1 when finished (then call wait to get the result and free). */
 int mr_comm_test(struct mr_comm_req *req, int *done);
-/* Blocks until finished; returns its result and frees req. */
+/* Waits until finished - for the compute stream where c is stream-ordered
+ * (see above), else for the host; returns its result and frees req. */
 int mr_comm_wait(struct mr_comm_req *req);
+/* Blocks the host until finished, whatever the backend; as mr_comm_wait
+ * otherwise. */
+int mr_comm_wait_host(struct mr_comm_req *req);
 
 /* ---- blocking forms ---- */
 int mr_comm_allreduce(struct mr_comm *c, const void *sbuf, void *rbuf, size_t count,

@@ -23,9 +23,16 @@
  * Each operation first makes the communicator's stream wait (an event,
  * not the host) for what the device's compute stream holds
  * (mr_comm_device.stream): the kernels that wrote its buffers and the
- * zeroing of a freshly allocated one.
+ * zeroing of a freshly allocated one. On a device with a stream and
+ * stream-ordered waits the communicator is stream-ordered
+ * (mr_comm_stream_ordered): waiting for an operation on device buffers
+ * hands its event to the device (detach), whose compute stream waits on
+ * it; the device keeps the wait's deadline and checks it, with
+ * ncclCommGetAsyncError and the abort flag (health), whenever its host
+ * waits for the stream, calling ncclCommAbort (fail) so NCCL's kernels
+ * return and the stream drains instead of hanging.
  *
- * Non-goals: CUDA graphs, user streams (callers sync through wait).
+ * Non-goals: CUDA graphs, user streams.
  */
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -347,31 +354,49 @@ out:
 	return rc;
 }
 
-static int nccl_test(struct mr_comm_req *req, int *done)
+/* 0 while the communicator is sound; else its error (an abort from
+ * another thread, a peer's failure seen by NCCL), after ncclCommAbort. */
+static int nccl_health(struct mr_comm *c)
 {
-	struct ncomm *n = (struct ncomm *)req->comm;
-	struct nreq *r = (struct nreq *)req;
+	struct ncomm *n = (struct ncomm *)c;
 	ncclResult_t st = ncclSuccess;
-	cudaError_t e;
 
-	*done = 1;
 	if (n->broken)
 		return n->broken;
 	if (atomic_load(&n->aborted)) {
 		kill_comm(n, MR_EABORTED);
 		return MR_EABORTED;
 	}
+	if (ncclCommGetAsyncError(n->nc, &st) != ncclSuccess ||
+	    (st != ncclSuccess && st != ncclInProgress)) {
+		kill_comm(n, MR_EPEER);
+		return MR_EPEER;
+	}
+	return 0;
+}
+
+/* A stream-ordered wait's abort (a deadline the device saw pass). */
+static void nccl_fail(struct mr_comm *c, int rc)
+{
+	kill_comm((struct ncomm *)c, rc);
+}
+
+static int nccl_test(struct mr_comm_req *req, int *done)
+{
+	struct ncomm *n = (struct ncomm *)req->comm;
+	struct nreq *r = (struct nreq *)req;
+	cudaError_t e;
+	int rc;
+
+	*done = 1;
+	if ((rc = nccl_health(req->comm)) < 0)
+		return rc;
 	e = cudaEventQuery(r->ev);
 	if (e == cudaSuccess)
 		return 0;
 	if (e != cudaErrorNotReady) {
 		kill_comm(n, MR_ESYS);
 		return MR_ESYS;
-	}
-	if (ncclCommGetAsyncError(n->nc, &st) != ncclSuccess ||
-	    (st != ncclSuccess && st != ncclInProgress)) {
-		kill_comm(n, MR_EPEER);
-		return MR_EPEER;
 	}
 	if (mr__now_ms() > r->deadline) {
 		kill_comm(n, MR_ETIMEDOUT);
@@ -389,6 +414,26 @@ static int nccl_wait(struct mr_comm_req *req)
 	while (!(rc = nccl_test(req, &done), done))
 		sleep_us(50);
 	cudaEventDestroy(r->ev);
+	free(r);
+	return rc;
+}
+
+/* The backend's half of a stream-ordered wait (comm.c): the compute
+ * stream will wait on the request's event, so the device takes it over
+ * (it destroys it once the stream has passed it); the request is freed.
+ * Inside a group the event is not on the stream yet: not allowed. */
+static int nccl_detach(struct mr_comm_req *req, void **ev, long long *deadline_ms)
+{
+	struct ncomm *n = (struct ncomm *)req->comm;
+	struct nreq *r = (struct nreq *)req;
+	int rc = n->grouped ? MR_ESTATE : nccl_health(req->comm);
+
+	*ev = NULL;
+	*deadline_ms = r->deadline;
+	if (rc < 0)
+		cudaEventDestroy(r->ev);
+	else
+		*ev = r->ev;
 	free(r);
 	return rc;
 }
@@ -464,4 +509,7 @@ static const struct mr__comm_ops nccl_ops = {
 	.free = nccl_free,
 	.group_start = nccl_group_start,
 	.group_end = nccl_group_end,
+	.detach = nccl_detach,
+	.health = nccl_health,
+	.fail = nccl_fail,
 };

@@ -323,6 +323,40 @@ extern "C" void mr_cuda_graph_free(struct mr_cuda *cu, struct mr_cuda_graph *g)
 	free(g);
 }
 
+extern "C" int mr_cuda_stream_wait(struct mr_cuda *cu, void *ev)
+{
+	int rc;
+
+	if (!ev)
+		return 0;
+	/* an event recorded outside a capture cannot join it: not captured */
+	if ((rc = mr__cuda_no_capture(cu, "stream_wait")))
+		return rc;
+	return mr__cuda_check(cu, cudaStreamWaitEvent(cu->stream, (cudaEvent_t)ev, 0),
+			      "cuda stream wait");
+}
+
+extern "C" int mr_cuda_query(struct mr_cuda *cu, void *ev)
+{
+	cudaError_t e;
+	int rc;
+
+	/* a query of a capturing stream would invalidate the capture */
+	if ((rc = mr__cuda_no_capture(cu, "query")))
+		return rc;
+	e = ev ? cudaEventQuery((cudaEvent_t)ev) : cudaStreamQuery(cu->stream);
+	if (e == cudaErrorNotReady)
+		return 0;
+	return mr__cuda_check(cu, e, ev ? "cuda event query" : "cuda stream query") < 0 ? MR_ESYS
+										   : 1;
+}
+
+extern "C" void mr_cuda_event_free(struct mr_cuda *cu, void *ev)
+{
+	if (ev)
+		mr__cuda_check(cu, cudaEventDestroy((cudaEvent_t)ev), "cuda event destroy");
+}
+
 extern "C" int mr_cuda_using_lt(const struct mr_cuda *cu)
 {
 	return cu->use_lt;

@@ -127,6 +127,20 @@ const char *mr_cuda_errmsg(const struct mr_cuda *cu);
 void *mr_cuda_stream(struct mr_cuda *cu);
 /* Waits for the stream; reports errors of kernels that ran. */
 int mr_cuda_sync(struct mr_cuda *cu);
+/*
+ * Stream-ordered waits (device/cuda.c, for collectives on another
+ * stream): mr_cuda_stream_wait makes the stream wait for event ev (a
+ * cudaEvent_t recorded on another stream; NULL: nothing to wait for)
+ * without the host; mr_cuda_query asks without blocking whether ev (NULL:
+ * everything queued on the stream so far) has completed: 1 yes, 0 not yet,
+ * MR_ESYS on an error (cudaEventQuery / cudaStreamQuery);
+ * mr_cuda_event_free destroys an event handed over to the context (NULL:
+ * a no-op; one still pending is released when it completes). The CPU
+ * emulation has no events and answers from its "busy" knob.
+ */
+int mr_cuda_stream_wait(struct mr_cuda *cu, void *ev);
+int mr_cuda_query(struct mr_cuda *cu, void *ev);
+void mr_cuda_event_free(struct mr_cuda *cu, void *ev);
 /* 1 if GEMMs run through cuBLASLt, 0 if through the cuBLAS fallback. */
 int mr_cuda_using_lt(const struct mr_cuda *cu);
 /* GEMMs that fell back to cuBLAS although cuBLASLt is in use (it had no

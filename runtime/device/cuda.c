@@ -18,12 +18,17 @@
  * counts the expert GEMMs and the exchange need on the host - the ones a
  * graph capture refuses (graph_run: the kernel layer's stream capture;
  * a refusal is kept as the capture's reason, not logged as a failure,
- * and the step driver turns graphs off). Before a
- * MoE exchange or reduce callback (a collective) the stream is synced,
- * as mr_device.h asks. Memory is cudaMalloc'd, zeroed on the stream and
- * accounted in the caller's ledger; free waits for the stream. Host
- * memory for offloaded state (host_alloc) is cudaHostAlloc'd (pinned),
- * zeroed on the host; its free waits for the stream too.
+ * and the step driver turns graphs off). Before a MoE exchange or reduce
+ * callback (a collective) the stream is synced (the host reads the counts
+ * anyway). Memory is cudaMalloc'd, zeroed on the stream and accounted in
+ * the caller's ledger; free waits for the stream. Host memory for
+ * offloaded state (host_alloc) is cudaHostAlloc'd (pinned), zeroed on the
+ * host; its free waits for the stream too.
+ * Collectives of a stream-ordered communicator (nccl) need no sync: the
+ * stream waits for them (stream_wait), and each such wait stays pending
+ * until the stream has passed it; every wait of the host for the stream
+ * listed here first polls the pending ones (fences_drain), so a lost peer
+ * or a deadline passed fails the host's wait instead of hanging it.
  *
  * Errors: an operation returns the kernel layer's code (MR_EINVAL for a
  * shape the kernels do not support, such as a head size that is not a
@@ -32,7 +37,8 @@
  *
  * The stream is the device's .stream: NCCL's stream waits on it through an
  * event before each collective (comm/nccl.c), so a fresh buffer's zeroing
- * here is done before NCCL writes it.
+ * here is done before NCCL writes it; it waits on NCCL's in turn through
+ * stream_wait.
  *
  * Timing (time_ops/time_take, the breakdown of a step by kind): while on,
  * every kernel-layer call is bracketed by two timing events on the stream
@@ -49,12 +55,24 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "comm/mr_comm.h"
 #include "cuda/mr_cuda.h"
 #include "device/dev_int.h"
 #include "device/mr_peak.h"
 #include "kernels/mr_moe.h"
 #include "mr_log.h"
+
+/* A stream-ordered wait the stream has not passed yet (stream_wait): the
+ * communicator's fence and the event the stream waits on (handed over;
+ * NULL: the stream's idleness alone tells it passed). */
+struct fence {
+	struct mr_comm_fence f;
+	void *ev;
+};
+
+#define FENCE_POLL_US 100 /* a host wait's look at pending fences, every */
 
 /* A timed operation: its two marks (mr_cuda_mark) and its kind. */
 struct timed_op {
@@ -76,6 +94,8 @@ struct cuda_state {
 	long untimed;
 	struct timed_op *timed;
 	double *mark_ms; /* (2 room) */
+	struct fence *fences; /* (nfences of capfences) pending stream-ordered waits */
+	int nfences, capfences;
 };
 
 static struct mr_cuda *cu_of(const struct mr_dev *d)
@@ -84,7 +104,8 @@ static struct mr_cuda *cu_of(const struct mr_dev *d)
 }
 
 /* The kind an operation's time counts as, by its name; -1: not an
- * operation on the stream (sync, pinned host memory). */
+ * operation on the stream (sync, pinned host memory, stream-ordered
+ * waits). */
 static int kind_of(const char *op)
 {
 	static const char *const copies[] = { "upload", "download", "copy", "copy2d",
@@ -100,7 +121,7 @@ static int kind_of(const char *op)
 	for (i = 0; i < sizeof(copies) / sizeof(copies[0]); i++)
 		if (!strcmp(op, copies[i]))
 			return MR_DEV_COPY;
-	if (!strcmp(op, "sync") || !strncmp(op, "host_", 5))
+	if (!strcmp(op, "sync") || !strncmp(op, "host_", 5) || !strncmp(op, "stream_", 7))
 		return -1;
 	return MR_DEV_OTHER;
 }
@@ -175,6 +196,150 @@ static int ck_op(const struct mr_dev *d, int rc, const char *op)
  * before the call runs. */
 #define ck(d, call, op) ck_op((d), (mark_begin((d), (op)), (call)), (op))
 
+/* ---- stream-ordered waits ------------------------------------------------
+ * (see mr_device.h's stream_wait) Every host wait for the stream below
+ * first drains the pending fences: it polls them, and the stream, every
+ * FENCE_POLL_US until each has passed, so it never blocks behind a
+ * collective that cannot end - a lost peer or a deadline passed aborts the
+ * communicator (its kernels return) and fails the host wait instead.
+ */
+
+static long long now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void fence_drop(struct cuda_state *s, int i)
+{
+	mr_cuda_event_free(s->cu, s->fences[i].ev);
+	s->fences[i] = s->fences[--s->nfences];
+}
+
+/* Whether the stream has passed fence x: 1, 0, or the query's error. */
+static int fence_passed(const struct mr_dev *d, const struct fence *x, int idle)
+{
+	if (idle || !x->ev)
+		return idle;
+	return ck_op(d, mr_cuda_query(cu_of(d), x->ev), "stream_query");
+}
+
+/* A fence that has not passed: 0 while its owner is sound and its
+ * deadline ahead; else the owner is aborted, the failure logged and the
+ * fence's error returned. */
+static int fence_check(const struct fence *x)
+{
+	int rc = x->f.check(x->f.owner);
+
+	if (rc == 0 && now_ms() > x->f.deadline_ms)
+		rc = MR_ETIMEDOUT;
+	if (rc < 0) {
+		x->f.fail(x->f.owner, rc);
+		mr_log_error("stream_wait_failed", "comm=%s err=%s deadline_in_ms=%lld",
+			     mr_log_q(x->f.name), mr_err_name(rc), x->f.deadline_ms - now_ms());
+	}
+	return rc;
+}
+
+/* One look at the pending fences of owner (NULL: all): those passed are
+ * dropped, the first that failed too (its error returned). 1 while some
+ * are left, 0 when none is. */
+static int fences_poll(const struct mr_dev *d, const void *owner)
+{
+	struct cuda_state *s = d->impl;
+	int idle, left = 0, i = 0, rc;
+
+	if (s->nfences == 0) /* no query: none is due, and a capture forbids it */
+		return 0;
+	if ((idle = ck_op(d, mr_cuda_query(s->cu, NULL), "stream_query")) < 0)
+		return idle;
+	while (i < s->nfences) {
+		struct fence *x = &s->fences[i];
+
+		if (owner && x->f.owner != owner) {
+			i++;
+			continue;
+		}
+		rc = fence_passed(d, x, idle);
+		if (rc == 0 && (rc = fence_check(x)) == 0) {
+			left = 1;
+			i++;
+			continue;
+		}
+		fence_drop(s, i);
+		if (rc < 0)
+			return rc;
+	}
+	return left;
+}
+
+/* Polls the fences of owner (NULL: all) until none is left: before every
+ * host wait for the stream. 0, or the first failure. */
+static int fences_drain(const struct mr_dev *d, const void *owner)
+{
+	struct timespec ts = { 0, FENCE_POLL_US * 1000 };
+	int rc;
+
+	while ((rc = fences_poll(d, owner)) == 1)
+		nanosleep(&ts, NULL);
+	return rc;
+}
+
+/* Drains while failures drop fences (each logged, its owner aborted):
+ * before a host wait that cannot report an error (free, close). */
+static void fences_clear(const struct mr_dev *d)
+{
+	struct cuda_state *s = d->impl;
+	int n = s->nfences;
+
+	while (fences_drain(d, NULL) < 0 && s->nfences < n)
+		n = s->nfences;
+}
+
+static int cuda_stream_wait(struct mr_dev *d, void *ev, const struct mr_comm_fence *f)
+{
+	struct cuda_state *s = d->impl;
+	int rc = 0;
+
+	/* full: drop the ones passed before making room */
+	if (s->nfences == s->capfences && (rc = fences_poll(d, NULL)) < 0)
+		goto fail;
+	if (s->nfences == s->capfences) {
+		int cap = s->capfences ? 2 * s->capfences : 16;
+		struct fence *g = realloc(s->fences, (size_t)cap * sizeof(*g));
+
+		if (!g) {
+			rc = MR_ENOMEM;
+			goto fail;
+		}
+		s->fences = g;
+		s->capfences = cap;
+	}
+	if ((rc = ck(d, mr_cuda_stream_wait(s->cu, ev), "stream_wait")) < 0)
+		goto fail;
+	s->fences[s->nfences++] = (struct fence){ *f, ev };
+	return 0;
+fail:
+	mr_cuda_event_free(s->cu, ev);
+	return rc;
+}
+
+static void cuda_stream_forget(struct mr_dev *d, const void *owner)
+{
+	struct cuda_state *s = d->impl;
+	int i = 0;
+
+	/* failures were logged; the fences that could not be polled go too */
+	fences_drain(d, owner);
+	while (i < s->nfences)
+		if (s->fences[i].f.owner == owner)
+			fence_drop(s, i);
+		else
+			i++;
+}
+
 /* An activation pointer's element n, and the MoE acts' float-typed
  * buffers that hold activations on this device. */
 #define AT(d, p, n) mr_dev_at((d), (p), (n))
@@ -204,6 +369,7 @@ static void cuda_free(struct mr_dev *d, struct mr_mem *mem, enum mr_mem_kind kin
 		refused(d, "free");
 		return;
 	}
+	fences_clear(d);
 	mr_cuda_dfree(cu_of(d), p);
 	mr_mem_uncount(mem, kind, bytes);
 }
@@ -223,17 +389,26 @@ static void *cuda_host_alloc(struct mr_dev *d, struct mr_mem *mem, enum mr_mem_k
 static void cuda_host_free(struct mr_dev *d, struct mr_mem *mem, enum mr_mem_kind kind, void *p,
 			   size_t bytes)
 {
+	fences_clear(d);
 	ck(d, mr_cuda_host_free(cu_of(d), p), "host_free");
 	mr_mem_uncount(mem, kind, bytes);
 }
 
 static int cuda_upload(struct mr_dev *d, void *dst, const void *src_host, size_t bytes)
 {
+	int rc = fences_drain(d, NULL);
+
+	if (rc < 0)
+		return rc;
 	return ck(d, mr_cuda_upload(cu_of(d), dst, src_host, bytes), "upload");
 }
 
 static int cuda_download(struct mr_dev *d, void *dst_host, const void *src, size_t bytes)
 {
+	int rc = fences_drain(d, NULL);
+
+	if (rc < 0)
+		return rc;
 	return ck(d, mr_cuda_download(cu_of(d), dst_host, src, bytes), "download");
 }
 
@@ -278,13 +453,14 @@ static int cuda_sync(struct mr_dev *d)
 	struct cuda_state *s = d->impl;
 	const char *why = "";
 	long n = mr_cuda_lt_fallbacks(cu_of(d), &why);
+	int rc = fences_drain(d, NULL);
 
 	if (n > 0 && s->lt_fallbacks == 0) /* once; the count rides in the stats */
 		mr_log_warn("gemm_fallback", "reason=%s", mr_log_q(why));
 	s->lt_fallbacks = n;
 	/* attention's own are logged by the kernel layer, once per shape */
 	d->fallbacks = n + mr_cuda_attn_fallbacks(cu_of(d), NULL);
-	return ck(d, mr_cuda_sync(cu_of(d)), "sync");
+	return rc < 0 ? rc : ck(d, mr_cuda_sync(cu_of(d)), "sync");
 }
 
 static int cuda_is_device(struct mr_dev *d, const void *p)
@@ -620,6 +796,7 @@ static int cuda_moe_fwd(struct mr_dev *d, const struct mr_moe_shape *s, struct m
 
 	if (!counts)
 		return MR_ENOMEM;
+	TRY(fences_drain(d, NULL)); /* the route waits for its counts */
 	TRY(ck(d,
 	       mr_cuda_moe_route(cu, s, a->probs, a->topi, a->gate, a->slot, a->count, a->routed,
 				 x, routerw, counts, &a->aux, &a->dropped),
@@ -759,6 +936,10 @@ static int cuda_adamw(struct mr_dev *d, const struct mr_dev_adamw_range *r, int 
 static int cuda_sumsq(struct mr_dev *d, const float *g, const size_t *off, const size_t *n,
 		      int k, double *out)
 {
+	int rc = fences_drain(d, NULL);
+
+	if (rc < 0)
+		return rc;
 	return ck(d, mr_cuda_grad_sumsq_ranges(cu_of(d), g, off, n, k, out), "sumsq");
 }
 
@@ -801,9 +982,11 @@ static int cuda_time_ops(struct mr_dev *d, int n)
 static int cuda_time_take(struct mr_dev *d, struct mr_dev_times *t)
 {
 	struct cuda_state *s = d->impl;
-	int i, n = ck_op(d, mr_cuda_marks_read(s->cu, s->mark_ms, 2 * s->room), "time_take");
+	int i, n = fences_drain(d, NULL);
 
 	memset(t, 0, sizeof(*t));
+	if (n == 0)
+		n = ck_op(d, mr_cuda_marks_read(s->cu, s->mark_ms, 2 * s->room), "time_take");
 	if (n < 0)
 		return n;
 	for (i = 0; i < s->ntimed; i++) {
@@ -867,6 +1050,10 @@ static void cuda_close(struct mr_dev *d)
 	for (key = 0; s && key < MR_DEV_GRAPHS; key++)
 		cuda_graph_drop(d, key);
 	if (s) {
+		fences_clear(d);
+		while (s->nfences)
+			fence_drop(s, 0);
+		free(s->fences);
 		mr_cuda_free(s->cu);
 		free(s->counts);
 		free(s->ranges);
@@ -882,6 +1069,8 @@ static const struct mr_dev_ops cuda_ops = {
 	.close = cuda_close,
 	.alloc = cuda_alloc,
 	.stream = cuda_stream,
+	.stream_wait = cuda_stream_wait,
+	.stream_forget = cuda_stream_forget,
 	.time_ops = cuda_time_ops,
 	.time_take = cuda_time_take,
 	.graph_run = cuda_graph_run,

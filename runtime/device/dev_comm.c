@@ -1,7 +1,8 @@
 /*
  * dev_comm.c - a device as the comm layer sees it (see mr_dev_comm.h):
- * the device table's is_device, download, upload, alloc, free and stream behind
- * struct mr_comm_device's callbacks.
+ * the device table's is_device, download, upload, alloc, free, stream and
+ * stream-ordered waits behind struct mr_comm_device's callbacks, and the
+ * sync before a collective (mr_dev_comm_sync).
  */
 #include <string.h>
 
@@ -49,12 +50,37 @@ static void *stream(void *ctx)
 	return c->dev->ops->stream ? c->dev->ops->stream(c->dev) : NULL;
 }
 
+static int stream_wait(void *ctx, void *ev, const struct mr_comm_fence *f)
+{
+	struct mr_dev_comm *c = ctx;
+
+	return c->dev->ops->stream_wait(c->dev, ev, f);
+}
+
+static void stream_forget(void *ctx, const void *owner)
+{
+	struct mr_dev_comm *c = ctx;
+
+	c->dev->ops->stream_forget(c->dev, owner);
+}
+
 const struct mr_comm_device *mr_dev_comm_init(struct mr_dev_comm *c, struct mr_dev *d)
 {
+	int ordered = d->ops->stream_wait != NULL;
+
 	memset(c, 0, sizeof(*c));
 	if (!d->ops->is_device)
 		return NULL;
 	c->dev = d;
-	c->cd = (struct mr_comm_device){ c, is_device, download, upload, alloc, release, stream };
+	c->cd = (struct mr_comm_device){ c, is_device, download, upload, alloc, release, stream,
+					 ordered ? stream_wait : NULL,
+					 ordered ? stream_forget : NULL, 0 };
 	return &c->cd;
+}
+
+int mr_dev_comm_sync(struct mr_dev *d, const struct mr_comm *c)
+{
+	if (!c || mr_comm_stream_ordered(c))
+		return 0;
+	return d->ops->sync(d);
 }

@@ -21,10 +21,12 @@
  * elements becomes a pointer only through mr_dev_at().
  *
  * Order: operations run in the order they are issued. A backend with its
- * own queue (cuda) runs them asynchronously; mr_dev_sync() waits for them,
- * download waits too, and a collective on device memory must follow
- * mr_dev_sync (or an event, once the comm layer takes device buffers).
- * The cpu backend runs every operation before it returns.
+ * own queue (cuda) runs them asynchronously; ops->sync waits for them,
+ * download waits too. A collective on device memory follows
+ * mr_dev_comm_sync (device/mr_dev_comm.h): a sync, unless the
+ * communicator is stream-ordered on the device (nccl: an event orders
+ * its stream after ours, and our stream waits for it through
+ * stream_wait). The cpu backend runs every operation before it returns.
  *
  * Shapes follow llm.c's notation (B batch, T time, C channels, N = B*T
  * rows, V vocabulary, NH heads); every operation says what it writes (=)
@@ -57,6 +59,7 @@
 typedef struct mr_act mr_act;
 
 struct mr_dev;
+struct mr_comm_fence; /* comm/mr_comm.h */
 struct mr_moe_shape;
 struct mr_moe_acts;
 struct mr_moe_xchg;
@@ -155,6 +158,18 @@ struct mr_dev_ops {
 	 * communicator on another stream can wait for it; NULL op or NULL
 	 * result: none (the cpu device; the CUDA emulation) */
 	void *(*stream)(struct mr_dev *d);
+	/* stream-ordered waits of collectives (NULL: the device has none,
+	 * as the cpu device): the stream waits for event ev (a cudaEvent_t
+	 * recorded behind the collective on another stream, handed over;
+	 * NULL: nothing to wait for) without the host, and f stays pending
+	 * until the stream has passed it. Every host wait for the stream
+	 * (sync, upload, download, sumsq, free, ...) polls the pending ones
+	 * instead of blocking: one past its deadline or whose owner failed
+	 * is aborted (f->fail, so the stream drains), logged once
+	 * (stream_wait_failed) and dropped, and the host wait fails with its
+	 * error. stream_forget returns once no fence of owner is pending. */
+	int (*stream_wait)(struct mr_dev *d, void *ev, const struct mr_comm_fence *f);
+	void (*stream_forget)(struct mr_dev *d, const void *owner);
 	/* timing (NULL: the device has none, as the cpu device): time_ops(d,
 	 * n) times every operation issued from now on, with room for n of
 	 * them per time_take (0: stop timing); time_take waits for the timed

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "device/mr_dev_comm.h"
 #include "mr_cp.h"
 
 enum {
@@ -248,7 +249,7 @@ static int gather(struct mr_cp *cp, const mr_act *qkv)
 {
 	struct mr_dev *d = cp->dev;
 	size_t n = (size_t)cp->B * cp->Tl * cp->row;
-	int rc = d->ops->sync(d);
+	int rc = mr_dev_comm_sync(d, cp->comm);
 
 	return rc < 0 ? rc : mr_comm_allgather(cp->comm, qkv, cp->all, n, act_dtype(cp));
 }
@@ -270,7 +271,7 @@ static int pass(struct mr_cp *cp, const void *send, void *recv, size_t n, int dt
 		struct mr_comm_req **req)
 {
 	int next = (cp->rank + 1) % cp->size, prev = (cp->rank + cp->size - 1) % cp->size;
-	int rc = cp->dev->ops->sync(cp->dev);
+	int rc = mr_dev_comm_sync(cp->dev, cp->comm);
 
 	if (rc < 0 || (rc = mr_comm_isendrecv(cp->comm, send, recv, n, dtype, next, prev, tag,
 					     req)) < 0)
@@ -302,7 +303,7 @@ static int reorder(struct mr_cp *cp, mr_act *whole, mr_act *local, size_t W, int
 
 static int exchange(struct mr_cp *cp, size_t W)
 {
-	int rc = cp->dev->ops->sync(cp->dev);
+	int rc = mr_dev_comm_sync(cp->dev, cp->comm);
 
 	return rc < 0 ? rc : mr_comm_alltoall(cp->comm, cp->xs, cp->xr,
 					      (size_t)cp->B * cp->Tl * W, act_dtype(cp));
@@ -561,7 +562,7 @@ int mr_cp_attn_bwd(struct mr_cp *cp, mr_act *dqkv, const mr_act *dout, const mr_
 				return rc;
 		}
 	/* every rank's contributions to this rank's q|k|v rows, summed */
-	if ((rc = d->ops->sync(d)) < 0 ||
+	if ((rc = mr_dev_comm_sync(d, cp->comm)) < 0 ||
 	    (rc = mr_comm_reduce_scatter(cp->comm, cp->dall, cp->dmine, n, MR_COMM_F32,
 					 MR_COMM_SUM)) < 0)
 		return rc;

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "device/mr_dev_comm.h"
 #include "mr_ep.h"
 
 int mr_ep_create(struct mr_ep *ep, struct mr_comm *comm, struct mr_dev *dev, struct mr_mem *mem,
@@ -92,7 +93,7 @@ static int exchange(struct mr_ep *ep, const size_t *rrows, size_t row, int dtype
 		ep->rc[r] = rrows[r] * row;
 		off += ep->rc[r];
 	}
-	if ((rc = ep->dev->ops->sync(ep->dev)) < 0)
+	if ((rc = mr_dev_comm_sync(ep->dev, ep->comm)) < 0)
 		return rc;
 	return mr_comm_alltoallv(ep->comm, ep->send, ep->sc, ep->sd, ep->recv, ep->rc, ep->rd,
 				 dtype);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "comm/mr_comm.h"
+#include "device/mr_dev_comm.h"
 
 void mr_tp_init(struct mr_tp *tp, struct mr_dev *dev, int size, int rank, int sp,
 		struct mr_comm *comm, int B, int T, int C, int V)
@@ -93,11 +94,11 @@ int mr_tp_reduce_rows(struct mr_tp *tp, mr_act *out, mr_act *partial)
 
 	if (tp->size == 1)
 		return out == partial ? 0 : d->ops->copy(d, out, partial, mr_dev_act_bytes(d, NC));
-	if ((rc = d->ops->sync(d)) < 0)
+	if ((rc = mr_dev_comm_sync(d, tp->comm)) < 0)
 		return rc;
 	if (!tp->sp)
 		return mr_comm_allreduce(tp->comm, partial, out, NC, act_dtype(tp), MR_COMM_SUM);
-	if ((rc = permute(tp, tp->tmp, partial, 1)) < 0 || (rc = d->ops->sync(d)) < 0)
+	if ((rc = permute(tp, tp->tmp, partial, 1)) < 0 || (rc = mr_dev_comm_sync(d, tp->comm)) < 0)
 		return rc;
 	return mr_comm_reduce_scatter(tp->comm, tp->tmp, out, NC / (size_t)tp->size,
 				      act_dtype(tp), MR_COMM_SUM);
@@ -111,7 +112,7 @@ int mr_tp_gather_rows(struct mr_tp *tp, mr_act *full, const mr_act *local)
 
 	if (!tp->sp)
 		return full == local ? 0 : d->ops->copy(d, full, local, mr_dev_act_bytes(d, NC));
-	if ((rc = d->ops->sync(d)) < 0)
+	if ((rc = mr_dev_comm_sync(d, tp->comm)) < 0)
 		return rc;
 	rc = mr_comm_allgather(tp->comm, local, tp->tmp, NC / (size_t)tp->size, act_dtype(tp));
 	if (rc == 0)
@@ -148,7 +149,7 @@ int mr_tp_sp_norm_grads(struct mr_tp *tp, float *w, float *b)
 
 	if (!tp->sp)
 		return 0;
-	if ((rc = d->ops->sync(d)) < 0 ||
+	if ((rc = mr_dev_comm_sync(d, tp->comm)) < 0 ||
 	    (rc = mr_tp_allreduce(tp, tp->norm_g, 2 * (size_t)tp->C, 0)) < 0 ||
 	    (rc = d->ops->add_f32(d, w, tp->norm_g, (size_t)tp->C)) < 0 || !b)
 		return rc;
@@ -175,7 +176,7 @@ int mr_tp_kv_grads_end(struct mr_tp *tp, float *g)
 
 	if (!tp->kv)
 		return 0;
-	if ((rc = d->ops->sync(d)) < 0 ||
+	if ((rc = mr_dev_comm_sync(d, tp->kv)) < 0 ||
 	    (rc = mr_comm_allreduce(tp->kv, g, g, tp->kv_n, MR_COMM_F32, MR_COMM_SUM)) < 0)
 		return rc;
 	return d->ops->add_f32(d, g, tp->kv_g, tp->kv_n);
@@ -292,10 +293,11 @@ int mr_tp_cross_entropy_fwd(struct mr_tp *tp, float *losses, float *lse,
 		return d->ops->ce_fwd(d, losses, lse, logits, tgt, N, Vl);
 	sum = mx + N;
 	tl = sum + N;
-	if ((rc = d->ops->ce_rowmax(d, mx, logits, N, Vl)) < 0 || (rc = d->ops->sync(d)) < 0 ||
+	if ((rc = d->ops->ce_rowmax(d, mx, logits, N, Vl)) < 0 ||
+	    (rc = mr_dev_comm_sync(d, tp->comm)) < 0 ||
 	    (rc = mr_tp_allreduce(tp, mx, (size_t)N, 1)) < 0 ||
 	    (rc = d->ops->ce_sumexp(d, sum, tl, logits, mx, tgt, N, Vl)) < 0 ||
-	    (rc = d->ops->sync(d)) < 0)
+	    (rc = mr_dev_comm_sync(d, tp->comm)) < 0)
 		return rc;
 	/* sums and target logits travel together: one all-reduce of 2N */
 	if ((rc = mr_tp_allreduce(tp, sum, 2 * (size_t)N, 0)) < 0)
@@ -306,7 +308,7 @@ int mr_tp_cross_entropy_fwd(struct mr_tp *tp, float *losses, float *lse,
 int mr_tp_moe_reduce(void *ctx, float *buf, size_t n)
 {
 	struct mr_tp *tp = ctx;
-	int rc = tp->dev->ops->sync(tp->dev);
+	int rc = mr_dev_comm_sync(tp->dev, tp->comm);
 
 	return rc < 0 ? rc : mr_tp_allreduce(tp, buf, n, 0);
 }

@@ -2,7 +2,11 @@
  * dp_hooks.c - the model hooks of data parallelism (see mr_dp.h): DDP
  * bucket all-reduces and ZeRO-1 reduce-scatters on the final micro-batch,
  * ZeRO-2/3 gradient slots reduce-scattered every micro-batch, ZeRO-3
- * parameter gathers with one-unit prefetch.
+ * parameter gathers with one-unit prefetch. On stream-ordered groups
+ * (nccl: mr_comm_stream_ordered) nothing here waits on the host: the
+ * reductions issued from the backward hooks run on the communicator's
+ * stream beside the backward, and the gathers' and reductions' waits are
+ * the compute stream's.
  *
  * Slots: 0 holds unit 0 (embeddings, also the LM head), 1 unit U-1 (final
  * LayerNorm), 2 and 3 the layers by parity, so the unit in use and the one
@@ -39,6 +43,19 @@ int mr__dp_wait(struct mr_dp *d, struct mr_comm_req **req, int grad)
 	return rc;
 }
 
+/* Every group of one job has the same backend on the same device, so any
+ * of them tells whether the host must sync before a collective. */
+int mr__dp_sync(struct mr_dp *d)
+{
+	const struct mr_dp_comms *c = &d->c;
+	struct mr_comm *any = c->world     ? c->world
+			      : c->shard   ? c->shard
+			      : c->replica ? c->replica
+					   : c->expert;
+
+	return mr_dev_comm_sync(d->dev, any);
+}
+
 /* Notes a gradient collective being issued (for the stats). */
 static void grad_issued(struct mr_dp *d)
 {
@@ -61,7 +78,7 @@ int mr__dp_gather_unit_from(struct mr_dp *d, int u, const void *src, int act, vo
 	d->st.param_colls++;
 	for (k = d->pfirst[u]; k < d->pfirst[u + 1]; k++)
 		req[k - d->pfirst[u]] = NULL;
-	if ((rc = d->dev->ops->sync(d->dev)) < 0)
+	if ((rc = mr__dp_sync(d)) < 0)
 		return rc;
 	for (k = d->pfirst[u]; k < d->pfirst[u + 1] && rc == 0; k++) {
 		const struct dp_piece *P = &d->pc[k];
@@ -166,7 +183,7 @@ static int gslot_release(struct mr_dp *d, int u)
 
 	grad_issued(d);
 	sl->pending = 1;
-	if ((rc = d->dev->ops->sync(d->dev)) < 0)
+	if ((rc = mr__dp_sync(d)) < 0)
 		return rc;
 	for (k = d->pfirst[u]; k < d->pfirst[u + 1] && rc == 0; k++) {
 		const struct dp_piece *P = &d->pc[k];
@@ -192,7 +209,7 @@ static int ddp_issue(struct mr_dp *d, int b)
 	grad_issued(d);
 	if (d->S == 1)
 		return 0;
-	if ((rc = d->dev->ops->sync(d->dev)) < 0)
+	if ((rc = mr__dp_sync(d)) < 0)
 		return rc;
 	return mr_comm_iallreduce(d->c.shard, d->m->grads + d->boff[b], d->m->grads + d->boff[b],
 				  d->bn[b], MR_COMM_F32, MR_COMM_AVG, &d->req[b]);
@@ -203,7 +220,7 @@ static int z1_issue(struct mr_dp *d, int u)
 	int k, rc;
 
 	grad_issued(d);
-	if ((rc = d->dev->ops->sync(d->dev)) < 0)
+	if ((rc = mr__dp_sync(d)) < 0)
 		return rc;
 	for (k = d->pfirst[u]; k < d->pfirst[u + 1] && rc == 0; k++) {
 		const struct dp_piece *P = &d->pc[k];
@@ -230,7 +247,7 @@ static int finish_ep(struct mr_dp *d)
 	int i, rc = 0;
 
 	grad_issued(d);
-	if ((rc = d->dev->ops->sync(d->dev)) < 0)
+	if ((rc = mr__dp_sync(d)) < 0)
 		return rc;
 	for (i = 0; i < d->nrange && rc == 0; i++) {
 		const struct dp_range *r = &d->range[i];
@@ -267,7 +284,7 @@ static int finish(struct mr_dp *d)
 	if (d->zero == 0) {
 		if (!d->cfg.overlap && d->S > 1) {
 			grad_issued(d);
-			if ((rc = d->dev->ops->sync(d->dev)) == 0)
+			if ((rc = mr__dp_sync(d)) == 0)
 				rc = mr_comm_iallreduce(d->c.shard, d->m->grads, d->m->grads,
 							d->m->nparams, MR_COMM_F32, MR_COMM_AVG,
 							&d->req[0]);
@@ -292,7 +309,7 @@ static int finish(struct mr_dp *d)
 	if (rc < 0 || d->R == 1)
 		return rc;
 	grad_issued(d);
-	if ((rc = d->dev->ops->sync(d->dev)) < 0)
+	if ((rc = mr__dp_sync(d)) < 0)
 		return rc;
 	if (d->zero == 0)
 		rc = mr_comm_iallreduce(d->c.replica, d->m->grads, d->m->grads, d->m->nparams,

@@ -7,6 +7,7 @@
 #define MR_DP_INT_H
 
 #include "comm/mr_comm.h"
+#include "device/mr_dev_comm.h"
 #include "device/mr_device.h"
 #include "mr_dp.h"
 
@@ -124,6 +125,9 @@ static inline int mr__dp_mb(const struct mr_dp *d)
 double mr__dp_now(void);
 /* Waits req (NULL ok), accounting the blocked time; *req cleared. */
 int mr__dp_wait(struct mr_dp *d, struct mr_comm_req **req, int grad);
+/* Before collectives on buffers the device's queued work writes: the
+ * device's sync unless the groups are stream-ordered (mr_dev_comm_sync). */
+int mr__dp_sync(struct mr_dp *d);
 /* Hook table for d->m. */
 void mr__dp_set_hooks(struct mr_dp *d);
 /* Slot index of unit u: 0 embeddings, 1 final LN, 2 + (u & 1) layers. */

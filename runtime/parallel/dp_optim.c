@@ -143,7 +143,7 @@ static int gather_updated(struct mr_dp *d)
 				       d->P + P->poff + (size_t)P->srank * P->sn,
 				       P->sn * sizeof(float));
 		if (rc == 0)
-			rc = d->dev->ops->sync(d->dev);
+			rc = mr__dp_sync(d);
 		if (rc < 0)
 			break;
 		d->st.param_colls++;
@@ -221,7 +221,7 @@ int mr__dp_publish(struct mr_dp *d)
 		rc = publish_range(d, own, d->hp + P->soff, P->sn);
 	}
 	if (rc == 0)
-		rc = d->dev->ops->sync(d->dev);
+		rc = mr__dp_sync(d);
 	for (k = d->npieces - 1; k >= 0 && rc == 0; k--) {
 		const struct dp_piece *P = &d->pc[k];
 		if (P->S == 1)

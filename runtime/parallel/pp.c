@@ -3,6 +3,15 @@
  * (action list, transfers, slot of every micro-batch), the loop that runs
  * it, the tied embeddings' gradient sum and the forward-only evaluation.
  * The slots themselves are pp_slots.c's.
+ *
+ * Transfers stay host-synced, also on a stream-ordered backend (nccl: see
+ * mr_comm_stream_ordered): every action is synced anyway to time it
+ * (busy_s: the stage's share of the step and the bubble the step line and
+ * the straggler diagnosis report), so a send follows a sync, and a wait
+ * for a transfer is the host's (mr_comm_wait_host) - a stream-ordered one
+ * would let the host run into the next action before the timing is
+ * taken, gaining nothing the action's own sync does not cost already.
+ * The tied embeddings' sum is an ordinary collective (mr_dev_comm_sync).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +19,7 @@
 #include <time.h>
 
 #include "comm/mr_comm.h"
+#include "device/mr_dev_comm.h"
 #include "mr_pp.h"
 #include "mr_pp_slots.h"
 
@@ -261,7 +271,7 @@ static int wait_req(struct mr_pp *pp, struct mr_comm_req **req, int peer)
 	if (!*req)
 		return 0;
 	t0 = now();
-	rc = mr_comm_wait(*req);
+	rc = mr_comm_wait_host(*req);
 	*req = NULL;
 	pp->st.wait_s += now() - t0;
 	if (rc < 0 && pp->failed_peer < 0)
@@ -520,7 +530,7 @@ int mr_pp_finish(struct mr_pp *pp, struct mr_dp *dp, struct mr_errbuf *eb)
 
 	if (pp->c.embed) {
 		mr_dp_unit_grads(dp, 0, &g, &n);
-		if ((rc = d->ops->sync(d)) < 0 ||
+		if ((rc = mr_dev_comm_sync(d, pp->c.embed)) < 0 ||
 		    (rc = mr_comm_allreduce(pp->c.embed, g, g, n, MR_COMM_F32, MR_COMM_SUM)) < 0)
 			return mr_errf(eb, rc, "pipeline stage %d: summing the tied embeddings' "
 					       "gradients with stage %d failed: %s",

@@ -66,7 +66,7 @@ static void dfree(void *ctx, void *p, size_t bytes)
 }
 
 static const struct mr_comm_device fake_dev = { NULL, is_device, download, upload,
-						dalloc, dfree, NULL };
+						dalloc, dfree, NULL, NULL, NULL, 0 };
 
 /* n floats of device memory holding f(rank, i). */
 static float *dev_fill(int rank, size_t n, float base)

@@ -40,6 +40,11 @@
  * fresh process (which recovers) from a restart inside the same one
  * (which cannot).
  *
+ * Counters and knobs for tests (cuda_emul.h): the mr_cuda_sync and
+ * mr_cuda_stream_wait calls per device, and a "busy" switch that makes
+ * mr_cuda_query answer "not ready" (a stream stuck behind a collective
+ * that never ends) until a test clears it.
+ *
  * Kernels: every kernel is its CPU twin (kernels/, optim/, kernels/moe.c)
  * run on fp32 copies of its inputs, its outputs stored back in the
  * context's activation type - bf16: rounded to nearest even once, where
@@ -78,6 +83,7 @@
 #include <unistd.h>
 
 #include "cuda/mr_cuda.h"
+#include "cuda_emul.h"
 #include "kernels/mr_attention.h"
 #include "kernels/mr_kernels.h"
 #include "kernels/mr_moe.h"
@@ -370,10 +376,28 @@ static void st(const struct mr_cuda *cu, void *dst, const float *f, size_t n)
 #define STICKY_MSG "an illegal memory access was encountered (emulated)"
 
 static _Atomic int poisoned[MAX_DEVICES]; /* the device's context, this process */
-static _Atomic long syncs[MAX_DEVICES];
+static _Atomic long syncs[MAX_DEVICES];        /* mr_cuda_sync calls (cuda_emul.h) */
+static _Atomic long stream_waits[MAX_DEVICES]; /* mr_cuda_stream_wait calls */
+static _Atomic int busy[MAX_DEVICES];          /* mr_cuda_query answers "not ready" */
 
-/* MR_CUDA_EMUL_STICKY: 1 when this sync of cu's device is the one to fail. */
-static int sticky_fires(const struct mr_cuda *cu)
+long mr_cuda_emul_syncs(int device)
+{
+	return syncs[device];
+}
+
+long mr_cuda_emul_stream_waits(int device)
+{
+	return stream_waits[device];
+}
+
+void mr_cuda_emul_set_busy(int device, int on)
+{
+	busy[device] = on;
+}
+
+/* MR_CUDA_EMUL_STICKY: 1 when sync number nsync of cu's device is the one
+ * to fail. */
+static int sticky_fires(const struct mr_cuda *cu, long nsync)
 {
 	const char *s = getenv("MR_CUDA_EMUL_STICKY");
 	char file[512];
@@ -381,7 +405,7 @@ static int sticky_fires(const struct mr_cuda *cu)
 	long n;
 
 	if (!s || sscanf(s, "%d:%ld:%511s", &dev, &n, file) != 3 || dev != cu->device ||
-	    ++syncs[cu->device] != n)
+	    nsync != n)
 		return 0;
 	fd = open(file, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
 	if (fd < 0)
@@ -571,10 +595,41 @@ void *mr_cuda_stream(struct mr_cuda *cu)
 int mr_cuda_sync(struct mr_cuda *cu)
 {
 	HOST_ONLY("sync");
-	if (sticky_fires(cu))
+	if (sticky_fires(cu, ++syncs[cu->device]))
 		poisoned[cu->device] = 1;
 	POISONED(cu);
 	return 0;
+}
+
+/* Every operation ran when it returned: a stream-ordered wait has nothing
+ * to wait for (the work behind it is done), so it is only counted. There
+ * are no events: ev must be NULL. */
+int mr_cuda_stream_wait(struct mr_cuda *cu, void *ev)
+{
+	if (ev)
+		abort(); /* an event from a real CUDA runtime */
+	HOST_ONLY("stream_wait");
+	stream_waits[cu->device]++;
+	POISONED(cu);
+	return 0;
+}
+
+/* The stream is idle unless a test keeps it busy (mr_cuda_emul_set_busy),
+ * as a stream waiting on a collective that never ends would be. */
+int mr_cuda_query(struct mr_cuda *cu, void *ev)
+{
+	if (ev)
+		abort();
+	HOST_ONLY("query");
+	POISONED(cu);
+	return !busy[cu->device];
+}
+
+void mr_cuda_event_free(struct mr_cuda *cu, void *ev)
+{
+	(void)cu;
+	if (ev)
+		abort();
 }
 
 int mr_cuda_using_lt(const struct mr_cuda *cu)

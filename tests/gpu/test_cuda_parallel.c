@@ -16,6 +16,10 @@
  * emulated fp32 op is the cpu's own twin: only the order of the sums
  * across ranks differs, as in test_tp and test_dp).
  *
+ * And stream-ordered collectives (check_stream_order): the same runs with
+ * communicators whose waits take the device's stream-wait path make no
+ * host sync and give the same bits.
+ *
  * Emulation only (Makefile): several emulated GPUs in one process.
  */
 #include <criterion/criterion.h>
@@ -24,6 +28,7 @@
 #include <string.h>
 
 #include "../comm/harness.h"
+#include "cuda_emul.h"
 #include "data/mr_synth.h"
 #include "device/dev_int.h"
 #include "device/mr_dev_comm.h"
@@ -39,15 +44,32 @@
 struct run {
 	const struct mr_gpt_config *cfg;
 	int tp, sp, dp, zero; /* ranks: tp x dp (one of them 1) */
+	int ordered;          /* communicators claim stream order (claim_stream_order) */
 	float loss[STEPS];
 	float *params; /* full layout (single-rank table order), from rank 0 */
 	size_t nparams;
+	/* per rank, over the steps: host syncs and stream-ordered waits of
+	 * its emulated device */
+	long syncs[MAX_DP], stream_waits[MAX_DP];
 };
 
 static const struct mr_adamw_config ocfg = { 3e-3f, 0.1f, 2, STEPS, 0.9f, 0.95f, 1e-8f,
 					     0.1f, 1.0f, MR_LR_COSINE, 0.0f };
 
 /* ---- one rank -------------------------------------------------------------- */
+
+/* Before (before = 1) and after a step of a rank of world (rank r on
+ * emulated device r; NULL: the cpu reference, nothing to count): adds the
+ * step's host syncs and stream-ordered waits to the rank's counts. */
+static void count_device(struct run *r, struct mr_comm *world, int before)
+{
+	int rank = world ? mr_comm_rank(world) : 0, sign = before ? -1 : 1;
+
+	if (world) {
+		r->syncs[rank] += sign * mr_cuda_emul_syncs(rank);
+		r->stream_waits[rank] += sign * mr_cuda_emul_stream_waits(rank);
+	}
+}
 
 /* Trains STEPS steps on d as a rank of world (NULL: the single rank,
  * which runs a step's dp micro-batches with accumulation); rank 0 keeps
@@ -82,7 +104,9 @@ static int train(struct run *r, struct mr_dev *d, struct mr_comm *world)
 		for (j = 0; j < accum; j++)
 			mr_synth_batch(SEED, 0, ((uint64_t)s * r->dp + (world ? dpr : j)) * B,
 				       r->cfg->vocab, B, T, in + j * B * T, tg + j * B * T);
+		count_device(r, world, 1);
 		rc = mr_step_run(&st, in, tg, accum, &res, &eb);
+		count_device(r, world, 0);
 		if (rc < 0)
 			fprintf(stderr, "rank %d step %d: %s\n", rank, s, eb.msg);
 		else if (rank == 0)
@@ -120,16 +144,21 @@ static int parallel_rank(struct mr_comm *world, void *arg)
 		fprintf(stderr, "rank %d: cuda device %d: %s\n", rank, rank, eb.msg);
 		return rc;
 	}
-	mr_comm_set_device(world, mr_dev_comm_init(&dc, &d));
+	mr_dev_comm_init(&dc, &d);
+	dc.cd.claim_stream_order = ((struct run *)arg)->ordered;
+	mr_comm_set_device(world, &dc.cd);
 	rc = train(arg, &d, world);
+	/* the device goes first (its pending waits drained), the communicator
+	 * after, without it */
+	mr_comm_set_device(world, NULL);
 	mr_dev_close(&d);
 	return rc;
 }
 
 static void check_parity(const struct mr_gpt_config *cfg, int tp, int sp, int dp, int zero)
 {
-	struct run ref = { cfg, 1, 0, dp, 0, { 0 }, NULL, 0 };
-	struct run par = { cfg, tp, sp, dp, zero, { 0 }, NULL, 0 };
+	struct run ref = { cfg, 1, 0, dp, 0, 0, { 0 }, NULL, 0, { 0 }, { 0 } };
+	struct run par = { cfg, tp, sp, dp, zero, 0, { 0 }, NULL, 0, { 0 }, { 0 } };
 	struct mr_errbuf eb = { "", "" };
 	struct mr_dev cpu;
 	struct mr_gpt shape;
@@ -174,6 +203,41 @@ static const struct mr_gpt_config moe = { .vocab = 64, .max_seq = 16, .n_layer =
 static const struct mr_gpt_config dense_v65 = { .vocab = 65, .max_seq = 16, .n_layer = 2,
 						.d_model = 128, .n_head = 4 };
 
+/* The same parallel run with host communicators claiming stream order
+ * (claim_stream_order: their waits go to the device's stream-wait path,
+ * which the synchronous emulation may take) and without: the claiming run
+ * makes no host sync in its steps - forward, backward and optimizer
+ * (the normal one makes some: the test can fail) - every wait of its
+ * collectives is the device's, and both give the same bits (losses and
+ * final weights). */
+static void check_stream_order(const struct mr_gpt_config *cfg, int tp, int sp, int dp,
+			       int zero)
+{
+	struct run host = { cfg, tp, sp, dp, zero, 0, { 0 }, NULL, 0, { 0 }, { 0 } };
+	struct run ord = { cfg, tp, sp, dp, zero, 1, { 0 }, NULL, 0, { 0 }, { 0 } };
+	char devices[8];
+	int i;
+
+	snprintf(devices, sizeof(devices), "%d", tp * dp);
+	setenv("MR_CUDA_EMUL_DEVICES", devices, 1);
+	cr_assert_eq(run_threads(tp * dp, HOSTS_SAME, parallel_rank, &host), 0);
+	cr_assert_eq(run_threads(tp * dp, HOSTS_SAME, parallel_rank, &ord), 0);
+	unsetenv("MR_CUDA_EMUL_DEVICES");
+	for (i = 0; i < tp * dp; i++) {
+		cr_expect_gt(host.syncs[i], 0, "rank %d: the normal run made no host sync", i);
+		cr_expect_eq(ord.syncs[i], 0, "rank %d: %ld host syncs in stream order", i,
+			     ord.syncs[i]);
+		cr_expect_eq(host.stream_waits[i], 0);
+		cr_expect_gt(ord.stream_waits[i], 0, "rank %d: no wait went to the device", i);
+	}
+	cr_assert_eq(ord.nparams, host.nparams);
+	cr_expect(!memcmp(ord.loss, host.loss, sizeof(host.loss)), "losses differ");
+	cr_expect(!memcmp(ord.params, host.params, sizeof(float) * host.nparams),
+		  "weights differ");
+	free(host.params);
+	free(ord.params);
+}
+
 Test(cuda_parallel, dense_tp2) { check_parity(&dense, 2, 0, 1, 0); }
 Test(cuda_parallel, dense_tp2_sp) { check_parity(&dense, 2, 1, 1, 0); }
 Test(cuda_parallel, moe_tp2_sp) { check_parity(&moe, 2, 1, 1, 0); }
@@ -183,3 +247,6 @@ Test(cuda_parallel, zero1_dp2) { check_parity(&dense, 1, 0, 2, 1); }
 Test(cuda_parallel, zero2_dp2) { check_parity(&dense, 1, 0, 2, 2); }
 Test(cuda_parallel, zero3_dp2) { check_parity(&dense, 1, 0, 2, 3); }
 Test(cuda_parallel, moe_zero3_dp2) { check_parity(&moe, 1, 0, 2, 3); }
+Test(cuda_parallel, stream_ordered_tp2_sp) { check_stream_order(&dense, 2, 1, 1, 0); }
+Test(cuda_parallel, stream_ordered_ddp2) { check_stream_order(&dense, 1, 0, 2, 0); }
+Test(cuda_parallel, stream_ordered_zero3_dp2) { check_stream_order(&dense, 1, 0, 2, 3); }

@@ -4,7 +4,10 @@
  * the same inputs on both, in both precisions of the cuda device (fp32
  * and bf16), with the edge cases the model and the tp layers use (tokens
  * and targets < 0, wpe NULL, accumulate 0/1, NULL outputs, odd sizes,
- * dropped MoE assignments), plus opening and its errors.
+ * dropped MoE assignments), plus opening and its errors; in the
+ * emulation also the stream-ordered waits of collectives (a wait past its
+ * deadline or whose communicator failed fails the host's wait instead of
+ * hanging).
  *
  * Built twice (Makefile): against tests/gpu/cuda_emul.c (-DMR_CUDA_EMUL;
  * part of make test on every machine, sanitizer build included), where
@@ -37,10 +40,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/mr_comm.h"
 #include "device/dev_int.h"
+#include "device/mr_dev_comm.h"
 #include "device/mr_peak.h"
 #include "gpu_harness.h"
 #include "kernels/mr_moe.h"
+#ifdef MR_CUDA_EMUL
+#include <time.h>
+
+#include "cuda_emul.h"
+#endif
 
 #define MAXBUF 160
 
@@ -1158,3 +1168,173 @@ Test(device_cuda, timing_counts_each_operation_under_its_kind)
 {
 	BOTH_PRECISIONS(timing_case);
 }
+
+#ifdef MR_CUDA_EMUL
+/* ---- stream-ordered waits (emulation only: its "busy" knob) ----------------
+ * A wait the stream has not passed is the device's to watch: a host wait
+ * for the stream polls it and fails once its deadline passes or its owner
+ * fails, aborting the owner once (the knob keeps the stream "busy" until
+ * then, as a GPU's stream waits on a collective that never ends). */
+
+static int fence_aborts;
+
+static int owner_sound(void *owner)
+{
+	(void)owner;
+	return 0;
+}
+
+static int owner_lost(void *owner)
+{
+	(void)owner;
+	return MR_EPEER;
+}
+
+/* NCCL's kernels return after ncclCommAbort: the stream drains. */
+static void owner_abort(void *owner, int rc)
+{
+	(void)owner;
+	(void)rc;
+	fence_aborts++;
+	mr_cuda_emul_set_busy(0, 0);
+}
+
+static long long mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* A fence on d with the stream kept busy; returns what `host_wait` gives. */
+static int wait_behind_busy_stream(struct mr_dev *d, struct mr_comm_fence *f,
+				   int (*host_wait)(struct mr_dev *d))
+{
+	long waits = mr_cuda_emul_stream_waits(0);
+
+	fence_aborts = 0;
+	mr_cuda_emul_set_busy(0, 1);
+	OK(d->ops->stream_wait(d, NULL, f));
+	cr_assert_eq(mr_cuda_emul_stream_waits(0), waits + 1, "the stream's wait was not queued");
+	return host_wait(d);
+}
+
+static int sync_of(struct mr_dev *d)
+{
+	return d->ops->sync(d);
+}
+
+static int download_of(struct mr_dev *d)
+{
+	float h = 0.0f, *g = dalloc(d, sizeof(float));
+
+	return d->ops->download(d, &h, g, sizeof(float));
+}
+
+Test(device_cuda, a_stream_wait_past_its_deadline_fails_the_host_wait, .timeout = 60)
+{
+	struct mr_comm_fence f = { &fence_aborts, "tp", 0, owner_sound, owner_abort };
+	struct mr_dev *d;
+
+	setup(0);
+	d = &F.gpu;
+	f.deadline_ms = mono_ms() + 100;
+	cr_expect_eq(wait_behind_busy_stream(d, &f, sync_of), MR_ETIMEDOUT);
+	cr_expect_eq(fence_aborts, 1, "the owner was aborted %d times", fence_aborts);
+	/* dropped once failed: the next sync neither fails nor aborts again */
+	cr_expect_eq(d->ops->sync(d), 0);
+	cr_expect_eq(fence_aborts, 1);
+	/* a download waits for the stream too */
+	f.deadline_ms = mono_ms() + 100;
+	cr_expect_eq(wait_behind_busy_stream(d, &f, download_of), MR_ETIMEDOUT);
+	cr_expect_eq(fence_aborts, 1);
+	mr_cuda_emul_set_busy(0, 0);
+	teardown();
+}
+
+Test(device_cuda, a_stream_wait_whose_owner_failed_fails_the_host_wait, .timeout = 60)
+{
+	struct mr_comm_fence f = { &fence_aborts, "dp", 0, owner_lost, owner_abort };
+
+	setup(0);
+	f.deadline_ms = mono_ms() + 3600 * 1000; /* far away: the owner's failure decides */
+	cr_expect_eq(wait_behind_busy_stream(&F.gpu, &f, sync_of), MR_EPEER);
+	cr_expect_eq(fence_aborts, 1);
+	mr_cuda_emul_set_busy(0, 0);
+	teardown();
+}
+
+Test(device_cuda, a_stream_wait_the_stream_passed_is_dropped_quietly)
+{
+	struct mr_comm_fence f = { &fence_aborts, "tp", 0, owner_lost, owner_abort };
+
+	setup(0);
+	fence_aborts = 0;
+	f.deadline_ms = mono_ms() - 1; /* would fail if it were still pending */
+	OK(F.gpu.ops->stream_wait(&F.gpu, NULL, &f));
+	OK(F.gpu.ops->sync(&F.gpu));
+	cr_expect_eq(fence_aborts, 0);
+	teardown();
+}
+
+/* The communicator's side: a host communicator claiming stream order on
+ * the emulated device leaves its waits with the device (the host does not
+ * sync), a barrier's excepted; one that times out there aborts the
+ * communicator, whose next operation fails; an abort from another thread
+ * fails the host wait. */
+static int comm_on_device(struct mr_comm **c, struct mr_dev_comm *dc, long timeout_ms)
+{
+	struct mr_errbuf eb = { { 0 }, { 0 } };
+	struct mr_comm_config cfg = { .id = "sw", .rank = 0, .world_size = 1,
+				      .timeout_ms = timeout_ms };
+	int rc = mr_comm_init(c, &cfg, &eb);
+
+	cr_assert_eq(rc, 0, "%s", eb.msg);
+	mr_dev_comm_init(dc, &F.gpu);
+	dc->cd.claim_stream_order = 1;
+	mr_comm_set_device(*c, &dc->cd);
+	return rc;
+}
+
+Test(device_cuda, a_claimed_stream_order_leaves_waits_with_the_device, .timeout = 60)
+{
+	struct mr_dev_comm dc;
+	struct mr_comm *c;
+	float one = 1.0f, back = 0.0f, *g;
+	long syncs, waits;
+
+	setup(0);
+	g = dalloc(&F.gpu, sizeof(float));
+	OK(F.gpu.ops->upload(&F.gpu, g, &one, sizeof(float)));
+	comm_on_device(&c, &dc, 200);
+	cr_assert(mr_comm_stream_ordered(c));
+	syncs = mr_cuda_emul_syncs(0);
+	waits = mr_cuda_emul_stream_waits(0);
+	OK(mr_dev_comm_sync(&F.gpu, c));
+	OK(mr_comm_allreduce(c, g, g, 1, MR_COMM_F32, MR_COMM_SUM));
+	cr_expect_eq(mr_cuda_emul_syncs(0), syncs, "the host synced before or after");
+	cr_expect_eq(mr_cuda_emul_stream_waits(0), waits + 1);
+	OK(F.gpu.ops->download(&F.gpu, &back, g, sizeof(float)));
+	cr_expect_eq(back, 1.0f);
+	/* a barrier synchronizes hosts: never the stream's */
+	OK(mr_comm_barrier(c));
+	cr_expect_eq(mr_cuda_emul_stream_waits(0), waits + 1, "the barrier went to the stream");
+	/* the stream never passes it: the deadline aborts the communicator */
+	mr_cuda_emul_set_busy(0, 1);
+	OK(mr_comm_allreduce(c, g, g, 1, MR_COMM_F32, MR_COMM_SUM));
+	cr_expect_eq(F.gpu.ops->sync(&F.gpu), MR_ETIMEDOUT);
+	cr_expect_eq(mr_comm_allreduce(c, g, g, 1, MR_COMM_F32, MR_COMM_SUM), MR_EABORTED);
+	mr_cuda_emul_set_busy(0, 0);
+	mr_comm_free(c);
+	/* aborted by another thread while the stream waits */
+	comm_on_device(&c, &dc, 3600 * 1000);
+	mr_cuda_emul_set_busy(0, 1);
+	OK(mr_comm_allreduce(c, g, g, 1, MR_COMM_F32, MR_COMM_SUM));
+	mr_comm_abort(c);
+	cr_expect_eq(F.gpu.ops->sync(&F.gpu), MR_EABORTED);
+	mr_cuda_emul_set_busy(0, 0);
+	mr_comm_free(c);
+	teardown();
+}
+#endif

@@ -4,7 +4,9 @@
  * computed reference, on one process per device; a split into
  * non-contiguous groups; 64 MiB allreduce and reduce-scatter; kill -9 of a
  * rank and abort of a blocked receive must end in an error within the
- * timeout, never a hang.
+ * timeout, never a hang; stream-ordered collectives on the cuda device
+ * (correct results, and a device sync behind a lost peer's all-reduce
+ * fails within the timeout).
  *
  * Buffers are CUDA managed memory: the checks write inputs and read
  * results from the host, NCCL reads and writes them on the device. The
@@ -19,6 +21,8 @@
 #include <pthread.h>
 
 #include "../comm/checks.h"
+#include "device/mr_dev_comm.h"
+#include "device/mr_device.h"
 #include "proc.h"
 
 #define TIMEOUT_MS 8000
@@ -257,4 +261,75 @@ Test(nccl, abort_unblocks_receive, .timeout = 120)
 {
 	world_or_skip(2);
 	cr_assert_eq(run_procs(2, HOSTS_SAME, 20000, abort_recv, NULL, -1), 0);
+}
+
+/* ---- stream-ordered collectives on the cuda device -------------------------
+ * A communicator given the rank's cuda device (mr_dev_comm_init) is
+ * stream-ordered: a blocking all-reduce on device buffers returns once the
+ * device's stream waits for it, and a download (a host wait for the
+ * stream) sees its result. silent (arg != NULL): the last rank never joins
+ * the all-reduce; the others' device sync must fail with the deadline's
+ * error, or the peer's, within the timeout - ncclCommAbort lets the stream
+ * drain - and never hang. */
+static int ordered_allreduce(struct mr_comm *w, void *arg)
+{
+	struct mr_errbuf eb = { { 0 }, { 0 } };
+	int me = mr_comm_rank(w), n = mr_comm_size(w), silent = arg != NULL, i, rc;
+	struct mr_mem mem = { 0 };
+	struct mr_dev_comm dc;
+	struct mr_dev d;
+	float h[256], *g = NULL;
+	long long t0;
+
+	if ((rc = mr_dev_open(&d, "cuda", me, "fp32", NULL, &eb)) < 0) {
+		fprintf(stderr, "rank %d: cuda device: %s\n", me, eb.msg);
+		return rc;
+	}
+	mr_comm_set_device(w, mr_dev_comm_init(&dc, &d));
+	rc = mr_comm_stream_ordered(w) ? 0 : -2010;
+	for (i = 0; i < 256; i++)
+		h[i] = (float)(me + 1 + i);
+	if (rc == 0 && !(g = mr_dev_alloc(&d, &mem, MR_MEM_ACTS, sizeof(h))))
+		rc = MR_ENOMEM;
+	if (rc == 0)
+		rc = d.ops->upload(&d, g, h, sizeof(h));
+	if (rc == 0 && silent && me == n - 1) {
+		usleep((TIMEOUT_MS + 4000) * 1000); /* alive and silent */
+	} else if (rc == 0 && silent) {
+		t0 = mr_test_now_ms();
+		rc = mr_comm_allreduce(w, g, g, 256, MR_COMM_F32, MR_COMM_SUM);
+		if (rc == 0)
+			rc = d.ops->sync(&d);
+		fprintf(stderr, "rank %d: sync behind a lost all-reduce: %s in %lld ms\n", me,
+			mr_err_name(rc), mr_test_now_ms() - t0);
+		rc = (rc == MR_ETIMEDOUT || rc == MR_EPEER) &&
+				     mr_test_now_ms() - t0 <= TIMEOUT_MS + 2000
+			     ? 0
+			     : -2011;
+	} else if (rc == 0) {
+		rc = mr_comm_allreduce(w, g, g, 256, MR_COMM_F32, MR_COMM_SUM);
+		if (rc == 0)
+			rc = d.ops->download(&d, h, g, sizeof(h));
+		for (i = 0; rc == 0 && i < 256; i++)
+			if (h[i] != (float)(n * (n + 1) / 2 + n * i))
+				rc = -2012;
+	}
+	mr_dev_free(&d, &mem, MR_MEM_ACTS, g, sizeof(h));
+	mr_comm_set_device(w, NULL); /* the device closes first */
+	mr_dev_close(&d);
+	return rc;
+}
+
+Test(nccl, stream_ordered_allreduce_on_the_cuda_device, .timeout = 120)
+{
+	int n = world_or_skip(1);
+
+	cr_assert_eq(run_procs(n, HOSTS_SAME, 20000, ordered_allreduce, NULL, -1), 0);
+}
+
+Test(nccl, stream_ordered_wait_behind_a_lost_peer_fails_the_sync, .timeout = 120)
+{
+	int n = world_or_skip(2);
+
+	cr_assert_eq(run_procs(n, HOSTS_SAME, TIMEOUT_MS, ordered_allreduce, "silent", -1), 0);
 }

@@ -1,0 +1,17 @@
+/*
+ * cuda_emul.h - what the CPU emulation of mr_cuda.h (cuda_emul.c) offers
+ * tests beyond that header: counters of host syncs and stream-ordered
+ * waits, and a switch that keeps a device's stream "busy".
+ */
+#ifndef MR_TEST_CUDA_EMUL_H
+#define MR_TEST_CUDA_EMUL_H
+
+/* mr_cuda_sync calls of emulated device `device` in this process. */
+long mr_cuda_emul_syncs(int device);
+/* mr_cuda_stream_wait calls of emulated device `device` in this process. */
+long mr_cuda_emul_stream_waits(int device);
+/* on != 0: mr_cuda_query of the device answers 0 (not ready) until it is
+ * cleared - the stream of a GPU waiting on a collective that never ends. */
+void mr_cuda_emul_set_busy(int device, int on);
+
+#endif
