@@ -9,14 +9,16 @@
  * every assignment (its rank among the expert's assignments, -1 past the
  * capacity) is exactly the CPU's first-come order, and sums its
  * probability column in double; one thread forms the aux loss from those
- * sums in expert order, in double, as the twin does. The per-expert
- * counts, the aux loss and the dropped count are read back once per
- * forward (the expert GEMMs need the counts on the host).
+ * sums in expert order, in double, as the twin does. On the host path
+ * (dropless routing) the per-expert counts, the aux loss and the dropped
+ * count are read back once per forward (the expert GEMMs run over the
+ * counts); on the sync-free path (capacity) nothing is: the aux loss and
+ * the dropped count stay in the caller's device array.
  * Dispatch, combine and their backward write each output element from one
  * thread; the <dy, yo> dot products are warp sums.
  *
- * Non-goals: grouped/batched expert GEMMs (the host loops over experts),
- * expert choice routing.
+ * Non-goals: grouped expert GEMMs of device-side row counts, expert
+ * choice routing.
  */
 #include <string.h>
 
@@ -150,8 +152,9 @@ __global__ void route_slots_kernel(int *slot, int *count, int *routed, double *p
 	}
 }
 
-/* summary = [aux (float bits), dropped, count (E)]: the twin's formula. */
-__global__ void route_aux_kernel(int *summary, const int *count, const int *routed,
+/* stat = [aux (float bits), dropped]: the twin's formula; counts (may be
+ * NULL) a copy of count, for the host path's one read-back. */
+__global__ void route_aux_kernel(int *stat, int *counts, const int *count, const int *routed,
 				 const double *psum, int N, int E, int k)
 {
 	double aux = 0.0;
@@ -160,15 +163,16 @@ __global__ void route_aux_kernel(int *summary, const int *count, const int *rout
 	for (int e = 0; e < E; e++) {
 		aux += ((double)routed[e] / ((double)N * k)) * (psum[e] / N);
 		dropped += routed[e] - count[e];
-		summary[2 + e] = count[e];
+		if (counts)
+			counts[e] = count[e];
 	}
-	summary[0] = __float_as_int((float)(aux * E));
-	summary[1] = dropped;
+	stat[0] = __float_as_int((float)(aux * E));
+	stat[1] = dropped;
 }
 
 extern "C" int mr_cuda_moe_route(struct mr_cuda *cu, const struct mr_moe_shape *s, float *probs,
 				 int *topi, float *gate, int *slot, int *count, int *routed,
-				 const void *x, const void *routerw, int *count_host,
+				 int *stat, const void *x, const void *routerw, int *count_host,
 				 float *aux_host, int *dropped_host)
 {
 	int N = s->N, E = s->E, k = s->k, rc;
@@ -177,9 +181,11 @@ extern "C" int mr_cuda_moe_route(struct mr_cuda *cu, const struct mr_moe_shape *
 	double *psum;
 	int *summary;
 
-	if (N <= 0 || E <= 0 || s->C <= 0 || (k != 1 && k != 2) || k > E || s->cap <= 0)
+	if (N <= 0 || E <= 0 || s->C <= 0 || (k != 1 && k != 2) || k > E || s->cap <= 0 ||
+	    (!count_host && !stat))
 		return mr__cuda_inval(cu, "moe_route");
-	if ((rc = mr__cuda_grow_host(cu, &cu->moe_host, &cu->moe_host_n, 2 + (size_t)E)) ||
+	if ((count_host &&
+	     (rc = mr__cuda_grow_host(cu, &cu->moe_host, &cu->moe_host_n, 2 + (size_t)E))) ||
 	    (rc = mr__cuda_scratch(cu, pbytes + (2 + (size_t)E) * sizeof(int), &scr)) ||
 	    (rc = mr__cuda_matmul_f32out(cu, probs, x, routerw, N, s->C, E)))
 		return rc;
@@ -190,8 +196,11 @@ extern "C" int mr_cuda_moe_route(struct mr_cuda *cu, const struct mr_moe_shape *
 							     mr_moe_norm_topk(s));
 	route_slots_kernel<<<(unsigned int)E, MR__CU_THREADS, 0, cu->stream>>>(
 		slot, count, routed, psum, topi, probs, N, E, k, s->cap);
-	route_aux_kernel<<<1, 1, 0, cu->stream>>>(summary, count, routed, psum, N, E, k);
-	if ((rc = mr__cuda_launched(cu, "moe_route")) ||
+	/* the host path's summary = [stat (2), count (E)] in the scratch */
+	route_aux_kernel<<<1, 1, 0, cu->stream>>>(count_host ? summary : stat,
+						  count_host ? summary + 2 : NULL, count, routed,
+						  psum, N, E, k);
+	if ((rc = mr__cuda_launched(cu, "moe_route")) || !count_host ||
 	    (rc = mr_cuda_download(cu, cu->moe_host, summary, (2 + (size_t)E) * sizeof(int))))
 		return rc;
 	memcpy(aux_host, &cu->moe_host[0], sizeof(float));

@@ -53,14 +53,44 @@ int mr__gpt_moe_fwd(struct mr_gpt *m, int l, mr_act *out)
 	mr_act *y = mr_tp_if_split(&m->par.tp, out, m->dln);
 	int rc;
 
+	a->moe.stat = m->moe_stat ? m->moe_stat + 2 * l : NULL;
 	/* row-parallel experts: the bias once, on tp rank 0, before the sum */
 	rc = OP(m, moe_fwd, &s, &a->moe, &m->par.xchg, y, a->ln2, CW(w->routerw), CW(w->fcw),
 		CW(w->fcb), CW(w->fcprojw), m->par.tp.rank == 0 ? CW(w->fcprojb) : NULL);
 	if (rc == 0)
 		rc = mr_tp_reduce_rows(&m->par.tp, out, y);
-	if (!m->recomputing) /* counted once, by the forward */
+	/* counted once, by the forward; when the device kept it, at the
+	 * chunk's end (read_moe_stat) */
+	if (!m->recomputing && !a->moe.stat_on_dev)
 		m->aux_loss += a->moe.aux;
 	return rc;
+}
+
+/*
+ * The per-micro-batch scalars the device kept for blocks [lo, hi) (the
+ * sync-free MoE: each layer's aux loss and dropped count), read in one
+ * download after the chunk's forward and added to aux_loss; nothing when
+ * no block there left them on the device. The blocks' forward ends with it.
+ */
+static int read_moe_stat(struct mr_gpt *m, int lo, int hi)
+{
+	int l, any = 0, rc;
+
+	for (l = lo; l < hi; l++)
+		any |= mr_gpt_layer_is_moe(&m->cfg, l) && m->la[l].moe.stat_on_dev;
+	if (!any)
+		return 0;
+	CK(OP(m, download, m->moe_stat_host + 2 * lo, m->moe_stat + 2 * lo,
+	      2 * (size_t)(hi - lo) * sizeof(int)));
+	for (l = lo; l < hi; l++) {
+		struct mr_moe_acts *a = &m->la[l].moe;
+		if (!mr_gpt_layer_is_moe(&m->cfg, l) || !a->stat_on_dev)
+			continue;
+		memcpy(&a->aux, &m->moe_stat_host[2 * l], sizeof(float));
+		a->dropped = m->moe_stat_host[2 * l + 1];
+		m->aux_loss += a->aux;
+	}
+	return 0;
 }
 
 /* The norm (LayerNorm; RMSNorm for llama) of the local rows into full
@@ -176,7 +206,7 @@ int mr_gpt_blocks_fwd(struct mr_gpt *m, int lo, int hi, const mr_act *in)
 		CK(m->family->block_fwd(m, l, res));
 		res = m->la[l].res3;
 	}
-	return 0;
+	return read_moe_stat(m, lo, hi);
 }
 
 int mr_gpt_head_fwd(struct mr_gpt *m, const mr_act *in)

@@ -23,6 +23,11 @@
 static struct mr_cuda *cu;
 static struct mr_rng rng;
 
+#ifdef MR_CUDA_EMUL
+/* The emulation's count of host reads of a device (tests/gpu/cuda_emul.c). */
+long mr_cuda_emul_host_reads(int device);
+#endif
+
 /* Call first in every test that needs a device: skips the test on a
  * machine without a GPU; where one is (an NVIDIA device node) and CUDA
  * sees none, fails it - a GPU check never passes by skipping. */
