@@ -522,7 +522,10 @@ static size_t cuda_ws_bytes(struct mr_dev *d, int T, int C, int NH)
  * mr_moe_acts in device memory; its float-typed expert buffers (xin, h,
  * hg, yo) hold activations of this device's type (they have room for
  * fp32). The exchange callback gets those rows as they are: on a bf16
- * device its `row` elements are bf16.
+ * device its `row` elements are bf16; on the sync-free path it gets no
+ * counts (whole cap blocks). Each forward picks its path
+ * (host_counts_reason) and records it in the acts (stat_on_dev) for the
+ * backward.
  */
 
 /* The host copy of the per-expert counts, grown to E. */
