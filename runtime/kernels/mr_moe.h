@@ -182,7 +182,7 @@ int mr_moe_capacity(int N, int E, int k, float capacity_factor);
  * count, routed) one MoE layer needs. */
 size_t mr_moe_act_floats(const struct mr_moe_shape *s);
 size_t mr_moe_act_ints(const struct mr_moe_shape *s);
-/* Carves the acts out of fbuf/ibuf (sizes as above). */
+/* Carves the acts out of fbuf/ibuf (sizes as above); stat NULL. */
 void mr_moe_acts_bind(struct mr_moe_acts *a, const struct mr_moe_shape *s, float *fbuf,
 		      int *ibuf);
 /* Scratch floats the backward needs: dprobs (N,E) + dyo (E,cap,C) +
