@@ -123,6 +123,17 @@ __device__ double block_sum_double(double x, double *sh)
 	return x;
 }
 
+/* Over a block: the sum over tokens of probs[n][e] (double), every
+ * thread gets it. dsh: 32 doubles of shared memory. */
+__device__ double prob_column_sum(const float *probs, int N, int E, int e, double *dsh)
+{
+	double ps = 0.0;
+
+	for (int n = threadIdx.x; n < N; n += blockDim.x)
+		ps += (double)probs[(size_t)n * E + e];
+	return block_sum_double(ps, dsh);
+}
+
 /* Block per expert e: slots of its assignments in token order, routed,
  * count, and psum[e] = sum over tokens of probs[n][e] (double). */
 __global__ void route_slots_kernel(int *slot, int *count, int *routed, double *psum,
@@ -132,7 +143,7 @@ __global__ void route_slots_kernel(int *slot, int *count, int *routed, double *p
 	__shared__ int ish[32];
 	__shared__ double dsh[32];
 	int e = blockIdx.x, A = N * k, base = 0, total;
-	double ps = 0.0;
+	double ps;
 
 	for (int a0 = 0; a0 < A; a0 += blockDim.x) {
 		int a = a0 + threadIdx.x, f = a < A && topi[a] == e;
@@ -142,9 +153,7 @@ __global__ void route_slots_kernel(int *slot, int *count, int *routed, double *p
 			slot[a] = r < cap ? r : -1;
 		base += total;
 	}
-	for (int n = threadIdx.x; n < N; n += blockDim.x)
-		ps += (double)probs[(size_t)n * E + e];
-	ps = block_sum_double(ps, dsh);
+	ps = prob_column_sum(probs, N, E, e, dsh);
 	if (threadIdx.x == 0) {
 		routed[e] = base;
 		count[e] = base < cap ? base : cap;
@@ -168,6 +177,46 @@ __global__ void route_aux_kernel(int *stat, int *counts, const int *count, const
 	}
 	stat[0] = __float_as_int((float)(aux * E));
 	stat[1] = dropped;
+}
+
+/* Block per expert: psum[e] = sum over tokens of probs[n][e]. */
+__global__ void prob_sums_kernel(double *psum, const float *probs, int N, int E)
+{
+	__shared__ double dsh[32];
+	double ps = prob_column_sum(probs, N, E, blockIdx.x, dsh);
+
+	if (threadIdx.x == 0)
+		psum[blockIdx.x] = ps;
+}
+
+/* stat[0] = the aux loss's float bits from routed summed over `ranks`
+ * ranks' N tokens each: mr_moe_aux's formula. */
+__global__ void aux_of_sums_kernel(int *stat, const int *routed, const double *psum, int N,
+				   int E, int k, int ranks)
+{
+	double aux = 0.0;
+
+	for (int e = 0; e < E; e++)
+		aux += ((double)routed[e] / ((double)N * ranks * k)) * (psum[e] / N);
+	stat[0] = __float_as_int((float)(aux * E));
+}
+
+extern "C" int mr_cuda_moe_aux(struct mr_cuda *cu, const struct mr_moe_shape *s, int *stat,
+			       const float *probs, const int *routed, int ranks)
+{
+	float *scr;
+	double *psum;
+	int rc;
+
+	if (s->N <= 0 || s->E <= 0 || (s->k != 1 && s->k != 2) || ranks < 1 || !stat)
+		return mr__cuda_inval(cu, "moe_aux");
+	if ((rc = mr__cuda_scratch(cu, (size_t)s->E * sizeof(double), &scr)))
+		return rc;
+	psum = (double *)(void *)scr;
+	prob_sums_kernel<<<(unsigned int)s->E, MR__CU_THREADS, 0, cu->stream>>>(psum, probs, s->N,
+										 s->E);
+	aux_of_sums_kernel<<<1, 1, 0, cu->stream>>>(stat, routed, psum, s->N, s->E, s->k, ranks);
+	return mr__cuda_launched(cu, "moe_aux");
 }
 
 extern "C" int mr_cuda_moe_route(struct mr_cuda *cu, const struct mr_moe_shape *s, float *probs,

@@ -399,6 +399,11 @@ void mr_cuda_disable_cudnn(struct mr_cuda *cu);
 int mr_cuda_moe_route(struct mr_cuda *cu, const struct mr_moe_shape *s, float *probs, int *topi,
 		      float *gate, int *slot, int *count, int *routed, int *stat, const void *x,
 		      const void *routerw, int *count_host, float *aux_host, int *dropped_host);
+/* stat[0] (device) := the aux loss's float bits from probs and routed
+ * summed over `ranks` ranks (context parallel, after the sum): no host
+ * read. Twin: mr_moe_aux. */
+int mr_cuda_moe_aux(struct mr_cuda *cu, const struct mr_moe_shape *s, int *stat,
+		    const float *probs, const int *routed, int ranks);
 /* xin rows of the kept assignments = x rows (C wide). Twin:
  * mr_moe_dispatch. */
 int mr_cuda_moe_dispatch(struct mr_cuda *cu, const struct mr_moe_shape *s, void *xin,

@@ -19,9 +19,11 @@
  * block are zeroed, the expert GEMMs are strided-batched over whole
  * blocks, the exchange gets no counts, and the aux loss and dropped count
  * stay in the acts' stat for the model's once-per-micro-batch read.
- * Dropless routing and context parallelism keep the host path - the
- * forward and backward wait once each for the per-expert counts -
- * counted in moe_host_counts and logged once (event moe_host_counts).
+ * With context parallelism the routed counts are summed over the
+ * sequence split in device memory and the aux loss formed there. Dropless
+ * routing keeps the host path - the forward and backward wait once each
+ * for the per-expert counts - counted in moe_host_counts and logged once
+ * (event moe_host_counts).
  * Before a MoE exchange or reduce callback (a collective) the stream is
  * synced, as mr_device.h asks. Memory is cudaMalloc'd, zeroed on the stream and
  * accounted in the caller's ledger; free waits for the stream. Host
@@ -543,9 +545,9 @@ static int *counts_for(struct mr_dev *d, int E)
 	return s->counts;
 }
 
-/* Context parallel (mr_moe.h count_reduce): routed summed over the ranks
- * of the sequence split, and the aux loss from the sums - through the
- * host, E ints and the (N,E) router probabilities. */
+/* Context parallel (mr_moe.h count_reduce) on the host path: routed
+ * summed over the ranks of the sequence split, and the aux loss from the
+ * sums - through the host, E ints and the (N,E) router probabilities. */
 static int sum_routed(struct mr_dev *d, const struct mr_moe_xchg *xg,
 		      const struct mr_moe_shape *s, struct mr_moe_acts *a)
 {
@@ -569,6 +571,22 @@ static int sum_routed(struct mr_dev *d, const struct mr_moe_xchg *xg,
 	return rc;
 }
 
+/* The same on the sync-free path: routed summed in device memory (the
+ * callback's communicator takes device buffers: NCCL in place, the host
+ * backend staged), after a sync as every collective callback; the aux
+ * loss from the sums into stat on the device. */
+static int sum_routed_on_device(struct mr_dev *d, const struct mr_moe_xchg *xg,
+				const struct mr_moe_shape *s, struct mr_moe_acts *a)
+{
+	int rc;
+
+	if ((rc = cuda_sync(d)) < 0 || (rc = xg->count_reduce(xg->count_ctx, a->routed, s->E)) < 0)
+		return rc;
+	return ck(d,
+		  mr_cuda_moe_aux(cu_of(d), s, a->stat, a->probs, a->routed, xg->count_ranks),
+		  "moe_aux");
+}
+
 /* The exchange of one phase (none without a callback), after a sync. */
 static int exchange(struct mr_dev *d, const struct mr_moe_xchg *xg, enum mr_moe_phase ph,
 		    mr_act *rows, const int *counts, const struct mr_moe_shape *s)
@@ -590,14 +608,10 @@ static int exchange(struct mr_dev *d, const struct mr_moe_xchg *xg, enum mr_moe_
 
 /* Why this MoE forward reads the expert counts on the host; NULL: it
  * need not, the sync-free path runs (kernels/mr_moe.h). */
-static const char *host_counts_reason(const struct mr_moe_shape *s, const struct mr_moe_acts *a,
-				      const struct mr_moe_xchg *xg)
+static const char *host_counts_reason(const struct mr_moe_shape *s, const struct mr_moe_acts *a)
 {
 	if (s->dropless)
 		return "dropless routing: expert row counts are read on the host";
-	if (xg && xg->count_reduce)
-		return "context parallel: the routed counts are summed over the sequence split "
-		       "and the aux loss computed on the host";
 	if (!a->stat)
 		return "no device array for the aux loss (mr_moe_acts.stat)";
 	return NULL;
@@ -673,7 +687,7 @@ static int cuda_moe_fwd(struct mr_dev *d, const struct mr_moe_shape *s, struct m
 			const mr_act *fcprojw, const mr_act *fcprojb)
 {
 	struct mr_cuda *cu = cu_of(d);
-	const char *why = host_counts_reason(s, a, xg);
+	const char *why = host_counts_reason(s, a);
 	int *counts = NULL, rc;
 	struct mr_moe_view v;
 
@@ -688,7 +702,7 @@ static int cuda_moe_fwd(struct mr_dev *d, const struct mr_moe_shape *s, struct m
 				 a->stat, x, routerw, counts, &a->aux, &a->dropped),
 	       "moe_route"));
 	if (xg && xg->count_reduce)
-		TRY(sum_routed(d, xg, s, a));
+		TRY(why ? sum_routed(d, xg, s, a) : sum_routed_on_device(d, xg, s, a));
 	if (!why) /* padded rows: zero */
 		TRY(cuda_zero(d, a->xin, mr_dev_act_bytes(d, (size_t)s->E * s->cap * s->C)));
 	TRY(ck(d, mr_cuda_moe_dispatch(cu, s, ACT(a->xin), x, a->topi, a->slot), "moe_dispatch"));

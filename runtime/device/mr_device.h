@@ -314,7 +314,7 @@ struct mr_dev {
 	 * fp32 activations included), counted as of the last sync */
 	long fallbacks;
 	/* MoE forwards that read the expert counts on the host (cuda:
-	 * dropless routing, context parallelism; kernels/mr_moe.h) */
+	 * dropless routing; kernels/mr_moe.h) */
 	long moe_host_counts;
 	void *impl;             /* the backend's state */
 };

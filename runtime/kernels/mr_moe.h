@@ -31,9 +31,10 @@
  *    combine's backward), every expert GEMM runs over the whole block in
  *    one strided-batched call, the exchange moves whole blocks, and the aux
  *    loss and dropped count stay in `stat` for the model to read once per
- *    micro-batch. Dropless routing (cap = N: padding would cost E / k
- *    times the expert work) and context parallelism's count_reduce keep
- *    the host path (counted in mr_dev.moe_host_counts, logged once).
+ *    micro-batch (context parallel: count_reduce sums routed in device
+ *    memory and the aux loss is formed there). Dropless routing (cap = N:
+ *    padding would cost E / k times the expert work) keeps the host path
+ *    (counted in mr_dev.moe_host_counts, logged once).
  *
  * Dispatch and combine go through ONE exchange function (struct
  * mr_moe_xchg): the identity on one rank; expert parallel replaces it with
@@ -86,7 +87,8 @@ struct mr_moe_xchg {
 	/* context parallel: the micro-batch's tokens are split over
 	 * count_ranks ranks, and the aux loss's f_e counts every rank's
 	 * assignments (Megatron-Core sums them over the sequence split too):
-	 * count_reduce sums routed (E ints) over those ranks after routing */
+	 * count_reduce sums routed (E ints, host or the device's memory: its
+	 * communicator takes both) over those ranks after routing */
 	int (*count_reduce)(void *ctx, int *routed, int E);
 	void *count_ctx;
 	int count_ranks;

@@ -1303,6 +1303,18 @@ int mr_cuda_moe_route(struct mr_cuda *cu, const struct mr_moe_shape *s, float *p
 	return 0;
 }
 
+int mr_cuda_moe_aux(struct mr_cuda *cu, const struct mr_moe_shape *s, int *stat,
+		    const float *probs, const int *routed, int ranks)
+{
+	float aux;
+
+	if (ranks < 1 || !stat)
+		return MR_EINVAL;
+	aux = mr_moe_aux(s, D(probs), D(routed), ranks);
+	memcpy(D(stat), &aux, sizeof(float));
+	return 0;
+}
+
 int mr_cuda_moe_dispatch(struct mr_cuda *cu, const struct mr_moe_shape *s, void *xin,
 			 const void *x, const int *topi, const int *slot)
 {

@@ -1087,6 +1087,13 @@ static void moe_kernels_case(int f32, int k, float cf)
 			  "routing is not deterministic");
 		cr_assert_eq(stat[1], dropped, "dropped on the device %d, read back %d", stat[1],
 			     dropped);
+		/* context parallel's aux loss from routed summed over 2 ranks */
+		CU_OK(mr_cuda_moe_aux(cu, &s, d_stat, d_probs, d_routed, 2));
+		cr_assert_eq(mr_cuda_download(cu, stat, d_stat, sizeof(stat)), 0);
+		memcpy(&aux2, &stat[0], sizeof(float));
+		aux = mr_moe_aux(&s, a.probs, a.routed, 2);
+		cr_assert(fabsf(aux2 - aux) <= 1e-5f * aux, "aux over 2 ranks: gpu %g cpu %g",
+			  aux2, aux);
 	}
 	/* dispatch: the kept rows, bit for bit */
 	d_xin = act_alloc(nr);

@@ -42,7 +42,7 @@
 #include "gpu_harness.h"
 #include "kernels/mr_moe.h"
 
-#define MAXBUF 160
+#define MAXBUF 256
 
 enum tol { T_ACT, T_GRAD, T_F32 };
 
@@ -1002,9 +1002,21 @@ static int record_xchg(void *ctx, enum mr_moe_phase phase, float *buf, const int
 }
 
 /* How the cuda side runs the layer: the host path for want of a stat
- * array, sync-free (capacity routing, stat on the device), or dropless
- * (stat given; the host path by policy). */
-enum moe_mode { MOE_NO_STAT, MOE_SYNC_FREE, MOE_DROPLESS };
+ * array, sync-free (capacity routing, stat on the device; also with a
+ * context-parallel count_reduce), or dropless (stat given; the host path
+ * by policy). */
+enum moe_mode { MOE_NO_STAT, MOE_SYNC_FREE, MOE_CP, MOE_DROPLESS };
+
+/* A context-parallel count_reduce of 2 ranks whose other rank routed
+ * nothing (the sum is routed itself): counts its calls, touches nothing,
+ * so the aux loss is formed from sums over 2 ranks on both devices. */
+static int count_calls(void *ctx, int *routed, int E)
+{
+	(void)routed;
+	(void)E;
+	++*(int *)ctx;
+	return 0;
+}
 
 /* One MoE layer's acts and workspace on d, the expert rows and the
  * workspace poisoned (all-ones bytes: NaN in either type), so a padded
@@ -1082,9 +1094,12 @@ static void moe_layer(int k, float cf, enum moe_mode mode)
 	struct mr_moe_acts ac, ag;
 	struct mr_moe_ws wg;
 	struct xrec rc_, rg_;
-	struct mr_moe_xchg xc = { .fn = record_xchg, .ctx = &rc_ };
-	struct mr_moe_xchg xg = { .fn = record_xchg, .ctx = &rg_ };
-	int sync_free = mode == MOE_SYNC_FREE, dropped;
+	int sync_free = mode == MOE_SYNC_FREE || mode == MOE_CP, dropped, cc = 0, cg = 0;
+	int cp = mode == MOE_CP ? 2 : 0;
+	struct mr_moe_xchg xc = { .fn = record_xchg, .ctx = &rc_, .count_ctx = &cc,
+				  .count_ranks = cp, .count_reduce = cp ? count_calls : NULL };
+	struct mr_moe_xchg xg = { .fn = record_xchg, .ctx = &rg_, .count_ctx = &cg,
+				  .count_ranks = cp, .count_reduce = cp ? count_calls : NULL };
 	long reads, host_fwds = F.gpu.moe_host_counts;
 
 	for (i = 0; i < N; i++)
@@ -1125,6 +1140,7 @@ static void moe_layer(int k, float cf, enum moe_mode mode)
 	moe_stat_of(&ag, &aux, &dropped);
 	cr_assert(fabsf(aux - ac.aux) <= 1e-5f * fabsf(ac.aux), "aux cuda %g cpu %g", aux, ac.aux);
 	cr_assert_eq(dropped, ac.dropped, "dropped cuda %d cpu %d", dropped, ac.dropped);
+	cr_assert(cg == !!cp && cc == !!cp, "count_reduce calls: cuda %d cpu %d", cg, cc);
 	cr_assert_eq(rg_.calls[MR_MOE_DISPATCH], 1);
 	cr_assert_eq(rg_.calls[MR_MOE_COMBINE], 1);
 	cr_assert_eq(rg_.whole[MR_MOE_DISPATCH], sync_free, "whole cap blocks exchanged");
@@ -1188,6 +1204,7 @@ static void moe_sync_free_case(void)
 {
 	moe_layer(1, 1.25f, MOE_SYNC_FREE);
 	moe_layer(2, 0.5f, MOE_SYNC_FREE);
+	moe_layer(2, 0.5f, MOE_CP);
 	moe_layer(2, 0.5f, MOE_DROPLESS);
 }
 

@@ -579,6 +579,34 @@ static void context(int nodes, int nproc, int tp, int pp, int cp, int ep, int ze
 	check(&j);
 }
 
+#if EMUL
+/* Context parallel with capacity routing on the emulated fp32 device: the
+ * sync-free MoE sums the routed counts over cp in device memory and forms
+ * the aux loss there. A cp rank routes 1/cp of the tokens, so no single
+ * rank computes the same: the job against itself on the cpu device (as
+ * emul_same_as_cpu), and no MoE layer took the host path. */
+Test(parity, cp2_moe_capacity_on_device_as_on_cpu)
+{
+	struct job j = { 1, 2, 1, 0, 0, 0, 1, 1, ", \"cp_algo\": \"ring\"", 0, 0, NULL, 0, NULL,
+			 1, 2 };
+	double lp[STEPS], np[STEPS];
+	char path[512], *log;
+
+	if (BF16)
+		cr_skip_test("the cpu device computes fp32 only");
+	scratch();
+	cr_assert_eq(run_job(&j, "par", j.extra, 1), 0, "device run failed:\n%s", tail_of("par"));
+	cr_assert_eq(run_job(&j, "cpu", j.extra, 0), 0, "cpu run failed:\n%s", tail_of("cpu"));
+	read_losses("par", lp, np);
+	emul_same_as_cpu(&j, lp);
+	snprintf(path, sizeof(path), "%s/par.out", tmp);
+	cr_assert_not_null(log = mr_test_slurp(path, NULL));
+	cr_expect_null(strstr(log, "moe_host_counts"), "a MoE layer took the host path:\n%s",
+		       tail_of("par"));
+	free(log);
+}
+#endif
+
 Test(parity, cp2_dense) { context(1, 2, 1, 1, 2, 1, 0, 0, "ring"); }
 Test(parity, cp2_allgather, NOT_UNDER_SAN_EMUL) { context(1, 2, 1, 1, 2, 1, 0, 0, "allgather"); }
 Test(parity, cp2_ulysses) { context(1, 2, 1, 1, 2, 1, 0, 0, "ulysses"); }
