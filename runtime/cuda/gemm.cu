@@ -25,10 +25,16 @@
  * exact fp32 GEMM, never TF32 (that would need _FAST_TF32, which we never
  * ask for, and the cuBLAS math mode stays CUBLAS_DEFAULT_MATH).
  *
+ * The MoE experts' GEMMs are strided-batched (the *_batched entries): one
+ * cuBLASLt call over the E experts' (cap, width) blocks, each layout with
+ * a batch count and stride and the bias / DGELU input with their batch
+ * strides; the fallback is cublasGemmStridedBatchedEx, and dbias the same
+ * fixed-order column sum per batch item.
+ *
  * Non-goals: the forward's GELU epilogue (it would compute GELU from the
  * fp32 product, so a selective recomputation's GELU of the bf16 input
- * could no longer repeat it bit for bit), fp8, batched GEMMs (MoE experts
- * loop).
+ * could no longer repeat it bit for bit), fp8, grouped GEMMs of varying
+ * row counts.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,16 +53,38 @@ struct gemm_args {
 	float beta;
 	void *C;
 	const void *dgelu_pre; /* cuBLASLt only: C = AB * gelu'(pre), pre laid out as C */
+	/* strided batch (batch <= 1: one GEMM): element strides of A, B, C,
+	 * the bias and pre from one batch item to the next */
+	int batch;
+	long long sa, sb, sc, sbias, spre;
 };
 
-static unsigned int align_of(const void *p)
+/* The largest power of two up to 256 dividing a (an address or a byte
+ * count). */
+static unsigned int align_of_n(uintptr_t a)
 {
-	uintptr_t a = (uintptr_t)p;
 	unsigned int al = 256;
 
 	while (al > 1 && (a % al))
 		al >>= 1;
 	return al;
+}
+
+static unsigned int align_of(const void *p)
+{
+	return align_of_n((uintptr_t)p);
+}
+
+/* The alignment every batch item of a strided batch keeps: the base's,
+ * and the stride's in bytes (item b sits b strides further). */
+static unsigned int batch_align(const void *p, int batch, long long stride, cudaDataType_t t)
+{
+	unsigned int al = align_of(p), as;
+
+	if (batch <= 1)
+		return al;
+	as = align_of_n((uintptr_t)stride * (t == CUDA_R_16BF ? 2u : 4u));
+	return as < al ? as : al;
 }
 
 /* What a cuBLASLt plan depends on besides its pointers (memcmp'd: zero
@@ -67,6 +95,8 @@ struct lt_key {
 	cublasLtEpilogue_t epi;
 	cudaDataType_t ab_type, c_type;
 	uint32_t al_a, al_b, al_c; /* the pointers' alignments */
+	int batch;
+	long long sa, sb, sc, sbias, spre;
 };
 
 /* One shape's matmul descriptor, layouts and chosen algorithm, made the
@@ -107,6 +137,35 @@ void mr__cuda_lt_plans_free(struct mr_cuda *cu)
 	cu->nplans = 0;
 }
 
+/* A layout's strided batch (nothing for one item); 0 or a cuBLAS status. */
+static int layout_batch(cublasLtMatrixLayout_t l, int batch, long long stride)
+{
+	int32_t n = batch;
+	int64_t st = stride;
+
+	if (batch <= 1)
+		return 0;
+	return (int)cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &n,
+						     sizeof(n)) ||
+	       (int)cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+						     &st, sizeof(st));
+}
+
+/* The bias's and the DGELU input's batch strides; 0 or a cuBLAS status. */
+static int desc_batch(cublasLtMatmulDesc_t d, const struct lt_key *k)
+{
+	int64_t sbias = k->sbias, spre = k->spre;
+
+	if (k->batch <= 1)
+		return 0;
+	return (k->epi == CUBLASLT_EPILOGUE_BIAS &&
+		cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, &sbias,
+					       sizeof(sbias))) ||
+	       (k->epi == CUBLASLT_EPILOGUE_DGELU &&
+		cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE,
+					       &spre, sizeof(spre)));
+}
+
 /* Fills p for k: descriptor, layouts, the heuristic's best algorithm
  * within the workspace. 0, or 1 when cuBLASLt cannot do the shape. */
 static int plan_build(struct mr_cuda *cu, struct mr__lt_plan *p, const struct lt_key *k)
@@ -128,13 +187,16 @@ static int plan_build(struct mr_cuda *cu, struct mr__lt_plan *p, const struct lt
 					   sizeof(epi)) ||
 	    (epi == CUBLASLT_EPILOGUE_DGELU &&
 	     cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
-					    sizeof(aux_ld))))
+					    sizeof(aux_ld))) ||
+	    desc_batch(p->desc, k))
 		goto out;
 	if (cublasLtMatrixLayoutCreate(&p->la, k->ab_type, k->ta == CUBLAS_OP_N ? k->m : k->k,
 				       k->ta == CUBLAS_OP_N ? k->k : k->m, k->lda) ||
 	    cublasLtMatrixLayoutCreate(&p->lb, k->ab_type, k->tb == CUBLAS_OP_N ? k->k : k->n,
 				       k->tb == CUBLAS_OP_N ? k->n : k->k, k->ldb) ||
-	    cublasLtMatrixLayoutCreate(&p->lc, k->c_type, k->m, k->n, k->ldc))
+	    cublasLtMatrixLayoutCreate(&p->lc, k->c_type, k->m, k->n, k->ldc) ||
+	    layout_batch(p->la, k->batch, k->sa) || layout_batch(p->lb, k->batch, k->sb) ||
+	    layout_batch(p->lc, k->batch, k->sc))
 		goto out;
 	if (cublasLtMatmulPreferenceCreate(&pref) ||
 	    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
@@ -182,9 +244,17 @@ static int gemm_lt(struct mr_cuda *cu, const struct gemm_args *g)
 			    : CUBLASLT_EPILOGUE_DEFAULT;
 	k.ab_type = g->ab_type;
 	k.c_type = g->c_type;
-	k.al_a = align_of(g->A);
-	k.al_b = align_of(g->B);
-	k.al_c = align_of(g->C);
+	k.al_a = batch_align(g->A, g->batch, g->sa, g->ab_type);
+	k.al_b = batch_align(g->B, g->batch, g->sb, g->ab_type);
+	k.al_c = batch_align(g->C, g->batch, g->sc, g->c_type);
+	k.batch = g->batch > 1 ? g->batch : 1;
+	if (k.batch > 1) {
+		k.sa = g->sa;
+		k.sb = g->sb;
+		k.sc = g->sc;
+		k.sbias = g->bias ? g->sbias : 0;
+		k.spre = g->dgelu_pre ? g->spre : 0;
+	}
 	for (int i = 0; i < cu->nplans && !p; i++)
 		if (!memcmp(&cu->plans[i].key, &k, sizeof(k)))
 			p = &cu->plans[i];
@@ -211,20 +281,38 @@ static int gemm_lt(struct mr_cuda *cu, const struct gemm_args *g)
 	return ret;
 }
 
-/* out (rows, cols) row-major, each row = bias. */
+/* out (batch, rows, cols) row-major, each row of item b = its bias, at
+ * bias + b * sbias. */
 template <typename T>
-__global__ void bias_fill_kernel(T *out, const T *bias, size_t rows, int cols)
+__global__ void bias_fill_kernel(T *out, const T *bias, int batch, size_t rows, int cols,
+				 long long sbias)
 {
-	size_t n = rows * (size_t)cols;
+	size_t item = rows * (size_t)cols, n = item * (size_t)batch;
 
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
 	     i += (size_t)gridDim.x * blockDim.x)
-		out[i] = bias[i % (size_t)cols];
+		out[i] = bias[(i / item) * (size_t)sbias + i % (size_t)cols];
+}
+
+/* The fallback's GEMM: one, or the strided batch. */
+static cublasStatus_t gemm_ex(struct mr_cuda *cu, const struct gemm_args *g)
+{
+	float alpha = 1.0f;
+
+	if (g->batch > 1)
+		return cublasGemmStridedBatchedEx(cu->blas, g->ta, g->tb, g->m, g->n, g->k, &alpha,
+						  g->A, g->ab_type, g->lda, g->sa, g->B, g->ab_type,
+						  g->ldb, g->sb, &g->beta, g->C, g->c_type, g->ldc,
+						  g->sc, g->batch, CUBLAS_COMPUTE_32F,
+						  CUBLAS_GEMM_DEFAULT);
+	return cublasGemmEx(cu->blas, g->ta, g->tb, g->m, g->n, g->k, &alpha, g->A, g->ab_type,
+			    g->lda, g->B, g->ab_type, g->ldb, &g->beta, g->C, g->c_type, g->ldc,
+			    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 }
 
 static int gemm(struct mr_cuda *cu, struct gemm_args g, const char *what)
 {
-	float alpha = 1.0f;
+	int batch = g.batch > 1 ? g.batch : 1;
 	cublasStatus_t st;
 
 	if (cu->use_lt && cu->lt) {
@@ -240,19 +328,18 @@ static int gemm(struct mr_cuda *cu, struct gemm_args g, const char *what)
 	}
 	if (g.bias) {
 		/* column-major (m, n) with bias per row m == row-major (n, m) rows */
-		unsigned int nb = mr__cu_blocks((size_t)g.m * g.n, MR__CU_THREADS);
+		unsigned int nb = mr__cu_blocks((size_t)g.m * g.n * batch, MR__CU_THREADS);
 		if (g.c_type == CUDA_R_16BF)
 			bias_fill_kernel<<<nb, MR__CU_THREADS, 0, cu->stream>>>(
-				(__nv_bfloat16 *)g.C, (const __nv_bfloat16 *)g.bias, (size_t)g.n,
-				g.m);
+				(__nv_bfloat16 *)g.C, (const __nv_bfloat16 *)g.bias, batch,
+				(size_t)g.n, g.m, g.sbias);
 		else
 			bias_fill_kernel<<<nb, MR__CU_THREADS, 0, cu->stream>>>(
-				(float *)g.C, (const float *)g.bias, (size_t)g.n, g.m);
+				(float *)g.C, (const float *)g.bias, batch, (size_t)g.n, g.m,
+				g.sbias);
 		g.beta = 1.0f;
 	}
-	st = cublasGemmEx(cu->blas, g.ta, g.tb, g.m, g.n, g.k, &alpha, g.A, g.ab_type, g.lda, g.B,
-			  g.ab_type, g.ldb, &g.beta, g.C, g.c_type, g.ldc, CUBLAS_COMPUTE_32F,
-			  CUBLAS_GEMM_DEFAULT);
+	st = gemm_ex(cu, &g);
 	if (st != CUBLAS_STATUS_SUCCESS) {
 		snprintf(cu->err, sizeof(cu->err), "%s: cublasGemmEx status %d", what, (int)st);
 		return MR_ESYS;
@@ -260,16 +347,42 @@ static int gemm(struct mr_cuda *cu, struct gemm_args g, const char *what)
 	return mr__cuda_launched(cu, what);
 }
 
-extern "C" int mr_cuda_matmul_fwd(struct mr_cuda *cu, void *out, const void *inp, const void *w,
-				  const void *bias, int N, int IC, int OC)
+/* Strides of the (batch, N, IC) x (batch, OC, IC) items of a forward:
+ * A = w, B = inp, C = out. */
+static void fwd_strides(struct gemm_args *g, int batch, int N, int IC, int OC)
+{
+	g->batch = batch;
+	g->sa = (long long)OC * IC;
+	g->sb = (long long)N * IC;
+	g->sc = (long long)N * OC;
+	g->sbias = OC;
+}
+
+static int matmul_fwd(struct mr_cuda *cu, void *out, const void *inp, const void *w,
+		      const void *bias, int batch, int N, int IC, int OC, const char *what)
 {
 	cudaDataType_t t = mr__cu_act_type(cu);
 	struct gemm_args g = { CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, w, inp, bias,
-			       t, t, IC, IC, OC, 0.0f, out, NULL };
+			       t, t, IC, IC, OC, 0.0f, out, NULL,
+			       1, 0, 0, 0, 0, 0 };
 
-	if (N <= 0 || IC <= 0 || OC <= 0)
-		return mr__cuda_inval(cu, "matmul_fwd");
-	return gemm(cu, g, "matmul_fwd");
+	if (batch <= 0 || N <= 0 || IC <= 0 || OC <= 0)
+		return mr__cuda_inval(cu, what);
+	fwd_strides(&g, batch, N, IC, OC);
+	return gemm(cu, g, what);
+}
+
+extern "C" int mr_cuda_matmul_fwd(struct mr_cuda *cu, void *out, const void *inp, const void *w,
+				  const void *bias, int N, int IC, int OC)
+{
+	return matmul_fwd(cu, out, inp, w, bias, 1, N, IC, OC, "matmul_fwd");
+}
+
+extern "C" int mr_cuda_matmul_fwd_batched(struct mr_cuda *cu, void *out, const void *inp,
+					  const void *w, const void *bias, int batch, int N,
+					  int IC, int OC)
+{
+	return matmul_fwd(cu, out, inp, w, bias, batch, N, IC, OC, "matmul_fwd_batched");
 }
 
 int mr__cuda_matmul_f32out(struct mr_cuda *cu, float *out, const void *inp, const void *w, int N,
@@ -277,7 +390,8 @@ int mr__cuda_matmul_f32out(struct mr_cuda *cu, float *out, const void *inp, cons
 {
 	cudaDataType_t t = mr__cu_act_type(cu);
 	struct gemm_args g = { CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, w, inp, NULL,
-			       t, CUDA_R_32F, IC, IC, OC, 0.0f, out, NULL };
+			       t, CUDA_R_32F, IC, IC, OC, 0.0f, out, NULL,
+			       1, 0, 0, 0, 0, 0 };
 
 	if (N <= 0 || IC <= 0 || OC <= 0)
 		return mr__cuda_inval(cu, "matmul_f32out");
@@ -288,111 +402,179 @@ extern "C" int mr_cuda_matmul_fwd_f32(struct mr_cuda *cu, float *out, const floa
 				      const float *w, const float *bias, int N, int IC, int OC)
 {
 	struct gemm_args g = { CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, w, inp, bias,
-			       CUDA_R_32F, CUDA_R_32F, IC, IC, OC, 0.0f, out, NULL };
+			       CUDA_R_32F, CUDA_R_32F, IC, IC, OC, 0.0f, out, NULL,
+			       1, 0, 0, 0, 0, 0 };
 
 	if (N <= 0 || IC <= 0 || OC <= 0)
 		return mr__cuda_inval(cu, "matmul_fwd_f32");
 	return gemm(cu, g, "matmul_fwd_f32");
 }
 
-/* part (nchunks, OC): sums of ROWS_PER_CHUNK rows of dout per column. */
+/* part (batch, nchunks, OC): sums of ROWS_PER_CHUNK rows of each batch
+ * item of dout (batch, N, OC) per column. */
 template <typename T>
 __global__ void colsum_partial_kernel(float *part, const T *dout, int N, int OC)
 {
 	int c = blockIdx.x * blockDim.x + threadIdx.x;
 	int r0 = blockIdx.y * ROWS_PER_CHUNK;
 	int r1 = min(r0 + ROWS_PER_CHUNK, N);
+	size_t b = blockIdx.z;
 	float s = 0.0f;
 
 	if (c >= OC)
 		return;
+	dout += b * (size_t)N * OC;
 	for (int r = r0; r < r1; r++)
 		s += mr__ld(dout + (size_t)r * OC + c);
-	part[(size_t)blockIdx.y * OC + c] = s;
+	part[(b * gridDim.y + blockIdx.y) * OC + c] = s;
 }
 
-/* dst (OC) += sum over chunks of part, in chunk order. */
+/* dst (batch, OC) += sum over chunks of part, in chunk order. */
 __global__ void colsum_final_kernel(float *dst, const float *part, int nchunks, int OC)
 {
 	int c = blockIdx.x * blockDim.x + threadIdx.x;
+	size_t b = blockIdx.y;
 	float s = 0.0f;
 
 	if (c >= OC)
 		return;
+	part += b * (size_t)nchunks * OC;
 	for (int k = 0; k < nchunks; k++)
 		s += part[(size_t)k * OC + c];
-	dst[c] += s;
+	dst[b * OC + c] += s;
 }
 
-/* dbias (OC) += colsum(dout (N,OC)): fixed chunks, then chunk order. */
+/* dbias (batch, OC) += colsum(dout (batch, N, OC)) per item: fixed chunks,
+ * then chunk order. */
 template <typename T>
-static int colsum(struct mr_cuda *cu, float *dbias, const void *dout, int N, int OC)
+static int colsum(struct mr_cuda *cu, float *dbias, const void *dout, int batch, int N, int OC)
 {
 	int nchunks = (N + ROWS_PER_CHUNK - 1) / ROWS_PER_CHUNK;
 	unsigned int gx = (unsigned int)((OC + MR__CU_THREADS - 1) / MR__CU_THREADS);
 	float *part;
-	int rc = mr__cuda_scratch(cu, (size_t)nchunks * OC * sizeof(float), &part);
+	int rc;
 
-	if (rc)
+	if (batch > 65535 || nchunks > 65535)
+		return mr__cuda_inval(cu, "matmul_bwd dbias");
+	if ((rc = mr__cuda_scratch(cu, (size_t)batch * nchunks * OC * sizeof(float), &part)))
 		return rc;
-	colsum_partial_kernel<T><<<dim3(gx, nchunks), MR__CU_THREADS, 0, cu->stream>>>(
-		part, (const T *)dout, N, OC);
-	colsum_final_kernel<<<gx, MR__CU_THREADS, 0, cu->stream>>>(dbias, part, nchunks, OC);
+	colsum_partial_kernel<T><<<dim3(gx, (unsigned int)nchunks, (unsigned int)batch),
+				   MR__CU_THREADS, 0, cu->stream>>>(part, (const T *)dout, N, OC);
+	colsum_final_kernel<<<dim3(gx, (unsigned int)batch), MR__CU_THREADS, 0, cu->stream>>>(
+		dbias, part, nchunks, OC);
 	return mr__cuda_launched(cu, "matmul_bwd dbias");
+}
+
+/* dinp (batch, N, IC) = or += dout @ w per item (pre: times gelu'(pre)
+ * in cuBLASLt's DGELU epilogue; 1 when cuBLASLt cannot, nothing run). */
+static int dinp_gemm(struct mr_cuda *cu, void *dinp, const void *dout, const void *w,
+		     const void *pre, int batch, int N, int IC, int OC, float beta,
+		     const char *what)
+{
+	cudaDataType_t t = mr__cu_act_type(cu);
+	struct gemm_args g = { CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, w, dout, NULL,
+			       t, t, IC, OC, IC, beta, dinp, pre,
+			       1, 0, 0, 0, 0, 0 };
+
+	g.batch = batch;
+	g.sa = (long long)OC * IC;
+	g.sb = (long long)N * OC;
+	g.sc = g.spre = (long long)N * IC;
+	if (!pre)
+		return gemm(cu, g, what);
+	if (!cu->use_lt || !cu->lt || gemm_lt(cu, &g) != 0)
+		return 1;
+	return mr__cuda_launched(cu, what);
+}
+
+/* dw (batch, OC, IC) += dout^T @ inp per item (fp32), dbias (batch, OC)
+ * += colsum(dout); each may be NULL. */
+static int dw_gemm(struct mr_cuda *cu, float *dw, float *dbias, const void *dout,
+		   const void *inp, int batch, int N, int IC, int OC)
+{
+	cudaDataType_t t = mr__cu_act_type(cu);
+	int rc;
+
+	if (dw) {
+		struct gemm_args g = { CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, dout, NULL,
+				       t, CUDA_R_32F, IC, OC, IC, 1.0f, dw, NULL,
+				       1, 0, 0, 0, 0, 0 };
+		g.batch = batch;
+		g.sa = (long long)N * IC;
+		g.sb = (long long)N * OC;
+		g.sc = (long long)OC * IC;
+		if ((rc = gemm(cu, g, "matmul_bwd dw")))
+			return rc;
+	}
+	if (dbias)
+		return MR__BY_ACT(cu, colsum, cu, dbias, dout, batch, N, OC);
+	return 0;
+}
+
+static int matmul_bwd(struct mr_cuda *cu, void *dinp, float *dw, float *dbias,
+		      const void *dout, const void *inp, const void *w, int batch, int N, int IC,
+		      int OC, int accumulate_dinp)
+{
+	int rc;
+
+	if (batch <= 0 || N <= 0 || IC <= 0 || OC <= 0)
+		return mr__cuda_inval(cu, "matmul_bwd");
+	if (dinp && (rc = dinp_gemm(cu, dinp, dout, w, NULL, batch, N, IC, OC,
+				    accumulate_dinp ? 1.0f : 0.0f, "matmul_bwd dinp")))
+		return rc;
+	return dw_gemm(cu, dw, dbias, dout, inp, batch, N, IC, OC);
 }
 
 extern "C" int mr_cuda_matmul_bwd(struct mr_cuda *cu, void *dinp, float *dw, float *dbias,
 				  const void *dout, const void *inp, const void *w, int N, int IC,
 				  int OC, int accumulate_dinp)
 {
-	cudaDataType_t t = mr__cu_act_type(cu);
+	return matmul_bwd(cu, dinp, dw, dbias, dout, inp, w, 1, N, IC, OC, accumulate_dinp);
+}
+
+extern "C" int mr_cuda_matmul_bwd_batched(struct mr_cuda *cu, void *dinp, float *dw,
+					  float *dbias, const void *dout, const void *inp,
+					  const void *w, int batch, int N, int IC, int OC)
+{
+	return matmul_bwd(cu, dinp, dw, dbias, dout, inp, w, batch, N, IC, OC, 0);
+}
+
+static int matmul_dgelu_bwd(struct mr_cuda *cu, void *dinp, float *dw, float *dbias,
+			    const void *dout, const void *inp, const void *w, const void *pre,
+			    int batch, int N, int IC, int OC)
+{
 	int rc;
 
-	if (N <= 0 || IC <= 0 || OC <= 0)
-		return mr__cuda_inval(cu, "matmul_bwd");
-	if (dinp) {
-		struct gemm_args g = { CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, w, dout, NULL,
-				       t, t, IC, OC, IC, accumulate_dinp ? 1.0f : 0.0f, dinp, NULL };
-		rc = gemm(cu, g, "matmul_bwd dinp");
-		if (rc)
-			return rc;
+	if (batch <= 0 || N <= 0 || IC <= 0 || OC <= 0 || !dinp || !pre)
+		return mr__cuda_inval(cu, "matmul_dgelu_bwd");
+	rc = dinp_gemm(cu, dinp, dout, w, pre, batch, N, IC, OC, 0.0f, "matmul_dgelu_bwd");
+	if (rc == 1) {
+		if (cu->use_lt && cu->lt && !cu->lt_fallbacks++)
+			snprintf(cu->lt_why, sizeof(cu->lt_why),
+				 "matmul_dgelu_bwd: cuBLASLt has no DGELU algorithm or failed for "
+				 "batch %d m %d n %d k %d: the GEMM and the GELU backward apart",
+				 batch, IC, N, OC);
+		rc = dinp_gemm(cu, dinp, dout, w, NULL, batch, N, IC, OC, 0.0f,
+			       "matmul_bwd dinp");
+		if (rc == 0)
+			rc = mr_cuda_gelu_bwd(cu, dinp, pre, dinp, (size_t)batch * N * IC);
 	}
-	if (dw) {
-		struct gemm_args g = { CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, dout, NULL,
-				       t, CUDA_R_32F, IC, OC, IC, 1.0f, dw, NULL };
-		rc = gemm(cu, g, "matmul_bwd dw");
-		if (rc)
-			return rc;
-	}
-	if (dbias)
-		return MR__BY_ACT(cu, colsum, cu, dbias, dout, N, OC);
-	return 0;
+	if (rc == 0)
+		rc = dw_gemm(cu, dw, dbias, dout, inp, batch, N, IC, OC);
+	return rc;
 }
 
 extern "C" int mr_cuda_matmul_dgelu_bwd(struct mr_cuda *cu, void *dinp, float *dw, float *dbias,
 					const void *dout, const void *inp, const void *w,
 					const void *pre, int N, int IC, int OC)
 {
-	cudaDataType_t t = mr__cu_act_type(cu);
-	struct gemm_args g = { CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, w, dout, NULL,
-			       t, t, IC, OC, IC, 0.0f, dinp, pre };
-	int rc;
+	return matmul_dgelu_bwd(cu, dinp, dw, dbias, dout, inp, w, pre, 1, N, IC, OC);
+}
 
-	if (N <= 0 || IC <= 0 || OC <= 0 || !dinp || !pre)
-		return mr__cuda_inval(cu, "matmul_dgelu_bwd");
-	if (cu->use_lt && cu->lt && gemm_lt(cu, &g) == 0) {
-		rc = mr__cuda_launched(cu, "matmul_dgelu_bwd");
-	} else {
-		if (cu->use_lt && cu->lt && !cu->lt_fallbacks++)
-			snprintf(cu->lt_why, sizeof(cu->lt_why),
-				 "matmul_dgelu_bwd: cuBLASLt has no DGELU algorithm or failed for "
-				 "m %d n %d k %d: the GEMM and the GELU backward apart",
-				 IC, N, OC);
-		rc = mr_cuda_matmul_bwd(cu, dinp, NULL, NULL, dout, inp, w, N, IC, OC, 0);
-		if (rc == 0)
-			rc = mr_cuda_gelu_bwd(cu, dinp, pre, dinp, (size_t)N * IC);
-	}
-	if (rc == 0 && (dw || dbias))
-		rc = mr_cuda_matmul_bwd(cu, NULL, dw, dbias, dout, inp, w, N, IC, OC, 0);
-	return rc;
+extern "C" int mr_cuda_matmul_dgelu_bwd_batched(struct mr_cuda *cu, void *dinp, float *dw,
+						float *dbias, const void *dout, const void *inp,
+						const void *w, const void *pre, int batch, int N,
+						int IC, int OC)
+{
+	return matmul_dgelu_bwd(cu, dinp, dw, dbias, dout, inp, w, pre, batch, N, IC, OC);
 }

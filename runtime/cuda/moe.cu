@@ -9,14 +9,16 @@
  * every assignment (its rank among the expert's assignments, -1 past the
  * capacity) is exactly the CPU's first-come order, and sums its
  * probability column in double; one thread forms the aux loss from those
- * sums in expert order, in double, as the twin does. The per-expert
- * counts, the aux loss and the dropped count are read back once per
- * forward (the expert GEMMs need the counts on the host).
+ * sums in expert order, in double, as the twin does. On the host path
+ * (dropless routing) the per-expert counts, the aux loss and the dropped
+ * count are read back once per forward (the expert GEMMs run over the
+ * counts); on the sync-free path (capacity) nothing is: the aux loss and
+ * the dropped count stay in the caller's device array.
  * Dispatch, combine and their backward write each output element from one
  * thread; the <dy, yo> dot products are warp sums.
  *
- * Non-goals: grouped/batched expert GEMMs (the host loops over experts),
- * expert choice routing.
+ * Non-goals: grouped expert GEMMs of device-side row counts, expert
+ * choice routing.
  */
 #include <string.h>
 
@@ -121,6 +123,17 @@ __device__ double block_sum_double(double x, double *sh)
 	return x;
 }
 
+/* Over a block: the sum over tokens of probs[n][e] (double), every
+ * thread gets it. dsh: 32 doubles of shared memory. */
+__device__ double prob_column_sum(const float *probs, int N, int E, int e, double *dsh)
+{
+	double ps = 0.0;
+
+	for (int n = threadIdx.x; n < N; n += blockDim.x)
+		ps += (double)probs[(size_t)n * E + e];
+	return block_sum_double(ps, dsh);
+}
+
 /* Block per expert e: slots of its assignments in token order, routed,
  * count, and psum[e] = sum over tokens of probs[n][e] (double). */
 __global__ void route_slots_kernel(int *slot, int *count, int *routed, double *psum,
@@ -130,7 +143,7 @@ __global__ void route_slots_kernel(int *slot, int *count, int *routed, double *p
 	__shared__ int ish[32];
 	__shared__ double dsh[32];
 	int e = blockIdx.x, A = N * k, base = 0, total;
-	double ps = 0.0;
+	double ps;
 
 	for (int a0 = 0; a0 < A; a0 += blockDim.x) {
 		int a = a0 + threadIdx.x, f = a < A && topi[a] == e;
@@ -140,9 +153,7 @@ __global__ void route_slots_kernel(int *slot, int *count, int *routed, double *p
 			slot[a] = r < cap ? r : -1;
 		base += total;
 	}
-	for (int n = threadIdx.x; n < N; n += blockDim.x)
-		ps += (double)probs[(size_t)n * E + e];
-	ps = block_sum_double(ps, dsh);
+	ps = prob_column_sum(probs, N, E, e, dsh);
 	if (threadIdx.x == 0) {
 		routed[e] = base;
 		count[e] = base < cap ? base : cap;
@@ -150,8 +161,9 @@ __global__ void route_slots_kernel(int *slot, int *count, int *routed, double *p
 	}
 }
 
-/* summary = [aux (float bits), dropped, count (E)]: the twin's formula. */
-__global__ void route_aux_kernel(int *summary, const int *count, const int *routed,
+/* stat = [aux (float bits), dropped]: the twin's formula; counts (may be
+ * NULL) a copy of count, for the host path's one read-back. */
+__global__ void route_aux_kernel(int *stat, int *counts, const int *count, const int *routed,
 				 const double *psum, int N, int E, int k)
 {
 	double aux = 0.0;
@@ -160,15 +172,56 @@ __global__ void route_aux_kernel(int *summary, const int *count, const int *rout
 	for (int e = 0; e < E; e++) {
 		aux += ((double)routed[e] / ((double)N * k)) * (psum[e] / N);
 		dropped += routed[e] - count[e];
-		summary[2 + e] = count[e];
+		if (counts)
+			counts[e] = count[e];
 	}
-	summary[0] = __float_as_int((float)(aux * E));
-	summary[1] = dropped;
+	stat[0] = __float_as_int((float)(aux * E));
+	stat[1] = dropped;
+}
+
+/* Block per expert: psum[e] = sum over tokens of probs[n][e]. */
+__global__ void prob_sums_kernel(double *psum, const float *probs, int N, int E)
+{
+	__shared__ double dsh[32];
+	double ps = prob_column_sum(probs, N, E, blockIdx.x, dsh);
+
+	if (threadIdx.x == 0)
+		psum[blockIdx.x] = ps;
+}
+
+/* stat[0] = the aux loss's float bits from routed summed over `ranks`
+ * ranks' N tokens each: mr_moe_aux's formula. */
+__global__ void aux_of_sums_kernel(int *stat, const int *routed, const double *psum, int N,
+				   int E, int k, int ranks)
+{
+	double aux = 0.0;
+
+	for (int e = 0; e < E; e++)
+		aux += ((double)routed[e] / ((double)N * ranks * k)) * (psum[e] / N);
+	stat[0] = __float_as_int((float)(aux * E));
+}
+
+extern "C" int mr_cuda_moe_aux(struct mr_cuda *cu, const struct mr_moe_shape *s, int *stat,
+			       const float *probs, const int *routed, int ranks)
+{
+	float *scr;
+	double *psum;
+	int rc;
+
+	if (s->N <= 0 || s->E <= 0 || (s->k != 1 && s->k != 2) || ranks < 1 || !stat)
+		return mr__cuda_inval(cu, "moe_aux");
+	if ((rc = mr__cuda_scratch(cu, (size_t)s->E * sizeof(double), &scr)))
+		return rc;
+	psum = (double *)(void *)scr;
+	prob_sums_kernel<<<(unsigned int)s->E, MR__CU_THREADS, 0, cu->stream>>>(psum, probs, s->N,
+										 s->E);
+	aux_of_sums_kernel<<<1, 1, 0, cu->stream>>>(stat, routed, psum, s->N, s->E, s->k, ranks);
+	return mr__cuda_launched(cu, "moe_aux");
 }
 
 extern "C" int mr_cuda_moe_route(struct mr_cuda *cu, const struct mr_moe_shape *s, float *probs,
 				 int *topi, float *gate, int *slot, int *count, int *routed,
-				 const void *x, const void *routerw, int *count_host,
+				 int *stat, const void *x, const void *routerw, int *count_host,
 				 float *aux_host, int *dropped_host)
 {
 	int N = s->N, E = s->E, k = s->k, rc;
@@ -177,10 +230,13 @@ extern "C" int mr_cuda_moe_route(struct mr_cuda *cu, const struct mr_moe_shape *
 	double *psum;
 	int *summary;
 
-	if (N <= 0 || E <= 0 || s->C <= 0 || (k != 1 && k != 2) || k > E || s->cap <= 0)
+	if (N <= 0 || E <= 0 || s->C <= 0 || (k != 1 && k != 2) || k > E || s->cap <= 0 ||
+	    (!count_host && !stat))
 		return mr__cuda_inval(cu, "moe_route");
-	if ((rc = mr__cuda_no_capture(cu, "moe_route")) || /* its counts go to the host */
-	    (rc = mr__cuda_grow_host(cu, &cu->moe_host, &cu->moe_host_n, 2 + (size_t)E)) ||
+	/* the host path's counts go to the host: not in a capture */
+	if ((count_host && ((rc = mr__cuda_no_capture(cu, "moe_route")) ||
+			    (rc = mr__cuda_grow_host(cu, &cu->moe_host, &cu->moe_host_n,
+						     2 + (size_t)E)))) ||
 	    (rc = mr__cuda_scratch(cu, pbytes + (2 + (size_t)E) * sizeof(int), &scr)) ||
 	    (rc = mr__cuda_matmul_f32out(cu, probs, x, routerw, N, s->C, E)))
 		return rc;
@@ -191,8 +247,11 @@ extern "C" int mr_cuda_moe_route(struct mr_cuda *cu, const struct mr_moe_shape *
 							     mr_moe_norm_topk(s));
 	route_slots_kernel<<<(unsigned int)E, MR__CU_THREADS, 0, cu->stream>>>(
 		slot, count, routed, psum, topi, probs, N, E, k, s->cap);
-	route_aux_kernel<<<1, 1, 0, cu->stream>>>(summary, count, routed, psum, N, E, k);
-	if ((rc = mr__cuda_launched(cu, "moe_route")) ||
+	/* the host path's summary = [stat (2), count (E)] in the scratch */
+	route_aux_kernel<<<1, 1, 0, cu->stream>>>(count_host ? summary : stat,
+						  count_host ? summary + 2 : NULL, count, routed,
+						  psum, N, E, k);
+	if ((rc = mr__cuda_launched(cu, "moe_route")) || !count_host ||
 	    (rc = mr_cuda_download(cu, cu->moe_host, summary, (2 + (size_t)E) * sizeof(int))))
 		return rc;
 	memcpy(aux_host, &cu->moe_host[0], sizeof(float));

@@ -239,6 +239,19 @@ int mr_cuda_matmul_bwd(struct mr_cuda *cu, void *dinp, float *dw, float *dbias,
 int mr_cuda_matmul_dgelu_bwd(struct mr_cuda *cu, void *dinp, float *dw, float *dbias,
 			     const void *dout, const void *inp, const void *w, const void *pre,
 			     int N, int IC, int OC);
+/* Strided-batched twins of the three above (the MoE experts' GEMMs, one
+ * call for all of them): batch items of contiguous tensors - out (batch,
+ * N,OC), inp (batch,N,IC), w (batch,OC,IC), bias and dbias (batch,OC), dw
+ * (batch,OC,IC), pre and dinp as inp - item b computing the call above on
+ * its slices; dinp is written (=). Twin: per item, the twin above. */
+int mr_cuda_matmul_fwd_batched(struct mr_cuda *cu, void *out, const void *inp, const void *w,
+			       const void *bias, int batch, int N, int IC, int OC);
+int mr_cuda_matmul_bwd_batched(struct mr_cuda *cu, void *dinp, float *dw, float *dbias,
+			       const void *dout, const void *inp, const void *w, int batch, int N,
+			       int IC, int OC);
+int mr_cuda_matmul_dgelu_bwd_batched(struct mr_cuda *cu, void *dinp, float *dw, float *dbias,
+				     const void *dout, const void *inp, const void *w,
+				     const void *pre, int batch, int N, int IC, int OC);
 /* All-fp32 variant of the forward (no TF32), whatever the activation
  * type. */
 int mr_cuda_matmul_fwd_f32(struct mr_cuda *cu, float *out, const float *inp, const float *w,
@@ -427,12 +440,21 @@ void mr_cuda_disable_cudnn(struct mr_cuda *cu);
  * written by one thread, sums run in a fixed order. */
 /* Router and routing: probs = softmax(x (N,C) @ routerw (E,C)^T) (fp32
  * GEMM accumulation), top-k (ties to the lower expert), gates, capacity
- * slots in token order, count and routed; synchronous: count_host (E)
- * gets count, *aux_host the load-balancing loss and *dropped_host the
- * dropped assignments. Twin: the router GEMM, then mr_moe_route. */
+ * slots in token order, count and routed. The load-balancing loss and the
+ * dropped assignments: with count_host (the host path) synchronous,
+ * count_host (E) gets count, *aux_host the loss and *dropped_host the
+ * dropped count (stat unused, may be NULL); with count_host NULL nothing
+ * is read back (aux_host, dropped_host unused) and stat (2 ints, device)
+ * gets the loss's float bits and the dropped count. Twin: the router GEMM,
+ * then mr_moe_route. */
 int mr_cuda_moe_route(struct mr_cuda *cu, const struct mr_moe_shape *s, float *probs, int *topi,
-		      float *gate, int *slot, int *count, int *routed, const void *x,
+		      float *gate, int *slot, int *count, int *routed, int *stat, const void *x,
 		      const void *routerw, int *count_host, float *aux_host, int *dropped_host);
+/* stat[0] (device) := the aux loss's float bits from probs and routed
+ * summed over `ranks` ranks (context parallel, after the sum): no host
+ * read. Twin: mr_moe_aux. */
+int mr_cuda_moe_aux(struct mr_cuda *cu, const struct mr_moe_shape *s, int *stat,
+		    const float *probs, const int *routed, int ranks);
 /* xin rows of the kept assignments = x rows (C wide). Twin:
  * mr_moe_dispatch. */
 int mr_cuda_moe_dispatch(struct mr_cuda *cu, const struct mr_moe_shape *s, void *xin,

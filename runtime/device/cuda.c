@@ -13,17 +13,25 @@
  *
  * Order: every operation is queued on the context's stream and returns at
  * once, except those whose result the host needs: upload and download
- * (they wait for the stream), sync, sumsq (its result is on the host) and
- * the MoE forward and backward, which wait once each for the per-expert
- * counts the expert GEMMs and the exchange need on the host - the ones a
- * graph capture refuses (graph_run: the kernel layer's stream capture;
- * a refusal is kept as the capture's reason, not logged as a failure,
- * and the step driver turns graphs off). Before a MoE exchange or reduce
- * callback (a collective) the stream is synced (the host reads the counts
- * anyway). Memory is cudaMalloc'd, zeroed on the stream and accounted in
- * the caller's ledger; free waits for the stream. Host memory for
- * offloaded state (host_alloc) is cudaHostAlloc'd (pinned), zeroed on the
- * host; its free waits for the stream too.
+ * (they wait for the stream), sync and sumsq (its result is on the host)
+ * - the ones a graph capture refuses (graph_run: the kernel layer's
+ * stream capture; a refusal is kept as the capture's reason, not logged
+ * as a failure, and the step driver turns graphs off).
+ * The MoE forward and backward with capacity routing read nothing on the
+ * host (sync-free, kernels/mr_moe.h): padded rows of each expert's cap
+ * block are zeroed, the expert GEMMs are strided-batched over whole
+ * blocks, the exchange gets no counts, and the aux loss and dropped count
+ * stay in the acts' stat for the model's once-per-micro-batch read.
+ * With context parallelism the routed counts are summed over the
+ * sequence split in device memory and the aux loss formed there. Dropless
+ * routing keeps the host path - the forward and backward wait once each
+ * for the per-expert counts, which a capture refuses too - counted in
+ * moe_host_counts and logged once (event moe_host_counts).
+ * Before a MoE exchange or reduce callback (a collective) the stream is
+ * synced, as mr_device.h asks. Memory is cudaMalloc'd, zeroed on the
+ * stream and accounted in the caller's ledger; free waits for the stream.
+ * Host memory for offloaded state (host_alloc) is cudaHostAlloc'd
+ * (pinned), zeroed on the host; its free waits for the stream too.
  * Collectives of a stream-ordered communicator (nccl) need no sync: the
  * stream waits for them (stream_wait), and each such wait stays pending
  * until the stream has passed it; every wait of the host for the stream
@@ -45,9 +53,9 @@
  * (mr_cuda_mark), so an operation's time is its own on the GPU and the
  * gaps between operations - the host late to launch, a wait for the host
  * or for NCCL's stream - are idle. An expert GEMM inside the MoE forward
- * counts as a GEMM. Off, it costs one branch per call. A graph's
- * operations are not timed (a mark cannot be read inside one): its
- * launches' time shows as idle.
+ * counts as a GEMM (a strided-batched one over all experts too). Off, it
+ * costs one branch per call. A graph's operations are not timed (a mark
+ * cannot be read inside one): its launches' time shows as idle.
  *
  * Non-goals: a caching allocator, more than one stream, overlapping copy
  * regions.
@@ -85,6 +93,7 @@ struct cuda_state {
 	long lt_fallbacks; /* GEMM fallbacks seen at the last sync */
 	int *counts;     /* (E) the MoE layer's kept rows per expert, on the host */
 	size_t ncounts;
+	const char *moe_host_why; /* the MoE host path's reason last logged */
 	struct mr_cuda_adamw_range *ranges; /* (nranges) adamw's, as the kernels take them */
 	int nranges;
 	struct mr_cuda_graph *graphs[MR_DEV_GRAPHS]; /* graph_run's, by key */
@@ -720,7 +729,10 @@ static size_t cuda_ws_bytes(struct mr_dev *d, int T, int C, int NH)
  * mr_moe_acts in device memory; its float-typed expert buffers (xin, h,
  * hg, yo) hold activations of this device's type (they have room for
  * fp32). The exchange callback gets those rows as they are: on a bf16
- * device its `row` elements are bf16.
+ * device its `row` elements are bf16; on the sync-free path it gets no
+ * counts (whole cap blocks). Each forward picks its path
+ * (host_counts_reason) and records it in the acts (stat_on_dev) for the
+ * backward.
  */
 
 /* The host copy of the per-expert counts, grown to E. */
@@ -738,9 +750,9 @@ static int *counts_for(struct mr_dev *d, int E)
 	return s->counts;
 }
 
-/* Context parallel (mr_moe.h count_reduce): routed summed over the ranks
- * of the sequence split, and the aux loss from the sums - through the
- * host, E ints and the (N,E) router probabilities. */
+/* Context parallel (mr_moe.h count_reduce) on the host path: routed
+ * summed over the ranks of the sequence split, and the aux loss from the
+ * sums - through the host, E ints and the (N,E) router probabilities. */
 static int sum_routed(struct mr_dev *d, const struct mr_moe_xchg *xg,
 		      const struct mr_moe_shape *s, struct mr_moe_acts *a)
 {
@@ -764,6 +776,22 @@ static int sum_routed(struct mr_dev *d, const struct mr_moe_xchg *xg,
 	return rc;
 }
 
+/* The same on the sync-free path: routed summed in device memory (the
+ * callback's communicator takes device buffers: NCCL in place, the host
+ * backend staged), after a sync as every collective callback; the aux
+ * loss from the sums into stat on the device. */
+static int sum_routed_on_device(struct mr_dev *d, const struct mr_moe_xchg *xg,
+				const struct mr_moe_shape *s, struct mr_moe_acts *a)
+{
+	int rc;
+
+	if ((rc = cuda_sync(d)) < 0 || (rc = xg->count_reduce(xg->count_ctx, a->routed, s->E)) < 0)
+		return rc;
+	return ck(d,
+		  mr_cuda_moe_aux(cu_of(d), s, a->stat, a->probs, a->routed, xg->count_ranks),
+		  "moe_aux");
+}
+
 /* The exchange of one phase (none without a callback), after a sync. */
 static int exchange(struct mr_dev *d, const struct mr_moe_xchg *xg, enum mr_moe_phase ph,
 		    mr_act *rows, const int *counts, const struct mr_moe_shape *s)
@@ -783,31 +811,43 @@ static int exchange(struct mr_dev *d, const struct mr_moe_xchg *xg, enum mr_moe_
 			return rc;       \
 	} while (0)
 
-static int cuda_moe_fwd(struct mr_dev *d, const struct mr_moe_shape *s, struct mr_moe_acts *a,
-			const struct mr_moe_xchg *xg, mr_act *y, const mr_act *x,
-			const mr_act *routerw, const mr_act *fcw, const mr_act *fcb,
-			const mr_act *fcprojw, const mr_act *fcprojb)
+/* Why this MoE forward reads the expert counts on the host; NULL: it
+ * need not, the sync-free path runs (kernels/mr_moe.h). */
+static const char *host_counts_reason(const struct mr_moe_shape *s, const struct mr_moe_acts *a)
 {
-	struct mr_cuda *cu = cu_of(d);
+	if (s->dropless)
+		return "dropless routing: expert row counts are read on the host";
+	if (!a->stat)
+		return "no device array for the aux loss (mr_moe_acts.stat)";
+	return NULL;
+}
+
+/* A forward on the host path: counted, its reason logged once (again
+ * when it changes). */
+static void note_host_counts(struct mr_dev *d, const char *why)
+{
+	struct cuda_state *s = d->impl;
+
+	d->moe_host_counts++;
+	if (s->moe_host_why != why) {
+		s->moe_host_why = why;
+		mr_log_info("moe_host_counts", "reason=%s", mr_log_q(why));
+	}
+}
+
+/* The host path's experts: one GEMM per expert over its v->counts[e]
+ * kept rows. */
+static int experts_fwd_each(struct mr_dev *d, const struct mr_moe_shape *s,
+			    const struct mr_moe_view *v, const struct mr_moe_acts *a,
+			    const mr_act *fcw, const mr_act *fcb, const mr_act *fcprojw,
+			    const mr_act *fcprojb)
+{
 	mr_act *xin = ACT(a->xin), *h = ACT(a->h), *hg = ACT(a->hg), *yo = ACT(a->yo);
 	size_t C = (size_t)s->C, H = (size_t)s->H, F = (size_t)mr_moe_fc_cols(s);
-	int *counts = counts_for(d, s->E), e, rc;
-	struct mr_moe_view v;
+	int e, rc;
 
-	if (!counts)
-		return MR_ENOMEM;
-	TRY(fences_drain(d, NULL)); /* the route waits for its counts */
-	TRY(ck(d,
-	       mr_cuda_moe_route(cu, s, a->probs, a->topi, a->gate, a->slot, a->count, a->routed,
-				 x, routerw, counts, &a->aux, &a->dropped),
-	       "moe_route"));
-	if (xg && xg->count_reduce)
-		TRY(sum_routed(d, xg, s, a));
-	TRY(ck(d, mr_cuda_moe_dispatch(cu, s, xin, x, a->topi, a->slot), "moe_dispatch"));
-	TRY(exchange(d, xg, MR_MOE_DISPATCH, xin, counts, s));
-	v = mr_moe_view_of(xg, s, counts);
-	for (e = 0; e < v.E; e++) {
-		size_t r0 = (size_t)e * (size_t)v.cap, m = (size_t)v.counts[e];
+	for (e = 0; e < v->E; e++) {
+		size_t r0 = (size_t)e * (size_t)v->cap, m = (size_t)v->counts[e];
 		if (m == 0)
 			continue;
 		TRY(cuda_matmul_fwd(d, AT(d, h, r0 * F), AT(d, xin, r0 * C), AT(d, fcw, e * F * C),
@@ -818,11 +858,148 @@ static int cuda_moe_fwd(struct mr_dev *d, const struct mr_moe_shape *s, struct m
 		else
 			TRY(cuda_gelu_fwd(d, AT(d, hg, r0 * H), AT(d, h, r0 * H), m * H));
 		TRY(cuda_matmul_fwd(d, AT(d, yo, r0 * C), AT(d, hg, r0 * H),
-				    AT(d, fcprojw, e * C * H), fcprojb ? AT(d, fcprojb, e * C) : NULL,
-				    (int)m, (int)H, (int)C));
+				    AT(d, fcprojw, e * C * H),
+				    fcprojb ? AT(d, fcprojb, e * C) : NULL, (int)m, (int)H, (int)C));
 	}
-	TRY(exchange(d, xg, MR_MOE_COMBINE, yo, counts, s));
-	return ck(d, mr_cuda_moe_combine(cu, s, y, yo, a->topi, a->slot, a->gate), "moe_combine");
+	return 0;
+}
+
+/* The sync-free path's experts: every expert over its whole cap block,
+ * one strided-batched GEMM for them all (padded rows give the bias or
+ * zero; nothing reads them but GEMMs whose other factor is zero there). */
+static int experts_fwd_batched(struct mr_dev *d, const struct mr_moe_shape *s,
+			       const struct mr_moe_view *v, const struct mr_moe_acts *a,
+			       const mr_act *fcw, const mr_act *fcb, const mr_act *fcprojw,
+			       const mr_act *fcprojb)
+{
+	struct mr_cuda *cu = cu_of(d);
+	mr_act *xin = ACT(a->xin), *h = ACT(a->h), *hg = ACT(a->hg), *yo = ACT(a->yo);
+	int C = s->C, H = s->H, F = mr_moe_fc_cols(s), rows = v->E * v->cap, rc;
+
+	TRY(ck(d, mr_cuda_matmul_fwd_batched(cu, h, xin, fcw, fcb, v->E, v->cap, C, F),
+	       "matmul_fwd_batched"));
+	if (s->swiglu)
+		TRY(cuda_swiglu_fwd(d, hg, h, rows, H));
+	else
+		TRY(cuda_gelu_fwd(d, hg, h, (size_t)rows * (size_t)H));
+	return ck(d, mr_cuda_matmul_fwd_batched(cu, yo, hg, fcprojw, fcprojb, v->E, v->cap, H, C),
+		  "matmul_fwd_batched");
+}
+
+static int cuda_moe_fwd(struct mr_dev *d, const struct mr_moe_shape *s, struct mr_moe_acts *a,
+			const struct mr_moe_xchg *xg, mr_act *y, const mr_act *x,
+			const mr_act *routerw, const mr_act *fcw, const mr_act *fcb,
+			const mr_act *fcprojw, const mr_act *fcprojb)
+{
+	struct mr_cuda *cu = cu_of(d);
+	const char *why = host_counts_reason(s, a);
+	int *counts = NULL, rc;
+	struct mr_moe_view v;
+
+	if (why) {
+		note_host_counts(d, why);
+		if (!(counts = counts_for(d, s->E)))
+			return MR_ENOMEM;
+	}
+	a->stat_on_dev = !why;
+	if (why)
+		TRY(fences_drain(d, NULL)); /* the route waits for its counts */
+	TRY(ck(d,
+	       mr_cuda_moe_route(cu, s, a->probs, a->topi, a->gate, a->slot, a->count, a->routed,
+				 a->stat, x, routerw, counts, &a->aux, &a->dropped),
+	       "moe_route"));
+	if (xg && xg->count_reduce)
+		TRY(why ? sum_routed(d, xg, s, a) : sum_routed_on_device(d, xg, s, a));
+	if (!why) /* padded rows: zero */
+		TRY(cuda_zero(d, a->xin, mr_dev_act_bytes(d, (size_t)s->E * s->cap * s->C)));
+	TRY(ck(d, mr_cuda_moe_dispatch(cu, s, ACT(a->xin), x, a->topi, a->slot), "moe_dispatch"));
+	TRY(exchange(d, xg, MR_MOE_DISPATCH, ACT(a->xin), counts, s));
+	v = mr_moe_view_of(xg, s, counts);
+	if (why)
+		TRY(experts_fwd_each(d, s, &v, a, fcw, fcb, fcprojw, fcprojb));
+	else
+		TRY(experts_fwd_batched(d, s, &v, a, fcw, fcb, fcprojw, fcprojb));
+	TRY(exchange(d, xg, MR_MOE_COMBINE, ACT(a->yo), counts, s));
+	return ck(d, mr_cuda_moe_combine(cu, s, y, ACT(a->yo), a->topi, a->slot, a->gate),
+		  "moe_combine");
+}
+
+/* The expert gradients' buffers and weights of one backward. */
+struct experts_grad {
+	const mr_act *fcw, *fcprojw;
+	float *dfcw, *dfcb, *dfcprojw, *dfcprojb;
+};
+
+/* The host path's expert backward: per expert over its kept rows. */
+static int experts_bwd_each(struct mr_dev *d, const struct mr_moe_shape *s,
+			    const struct mr_moe_view *v, const struct mr_moe_acts *a,
+			    const struct mr_moe_ws *w, const struct experts_grad *g)
+{
+	size_t C = (size_t)s->C, H = (size_t)s->H, F = (size_t)mr_moe_fc_cols(s);
+	mr_act *xin = ACT(a->xin), *h = ACT(a->h), *hg = ACT(a->hg), *dyo = ACT(w->dyo);
+	mr_act *dh = ACT(w->dh), *dxin = ACT(w->dxin);
+	int e, rc;
+
+	for (e = 0; e < v->E; e++) {
+		size_t r0 = (size_t)e * (size_t)v->cap, m = (size_t)v->counts[e];
+		if (m == 0)
+			continue;
+		/* the hidden output's gradient: for GELU straight into dh with
+		 * the GELU's gradient applied by the GEMM, for SwiGLU beside,
+		 * its backward writing [dgate | dup] into dh */
+		mr_act *dhg = s->swiglu ? AT(d, ACT(w->dhg), r0 * H) : AT(d, dh, r0 * H);
+
+		if (s->swiglu) {
+			TRY(cuda_matmul_bwd(d, dhg, g->dfcprojw + e * C * H,
+					    g->dfcprojb ? g->dfcprojb + e * C : NULL,
+					    AT(d, dyo, r0 * C), AT(d, hg, r0 * H),
+					    AT(d, g->fcprojw, e * C * H), (int)m, (int)H, (int)C,
+					    0));
+			TRY(cuda_swiglu_bwd(d, AT(d, dh, r0 * F), AT(d, h, r0 * F), dhg, (int)m,
+					    (int)H));
+		} else {
+			TRY(cuda_matmul_dgelu_bwd(d, dhg, g->dfcprojw + e * C * H,
+						  g->dfcprojb ? g->dfcprojb + e * C : NULL,
+						  AT(d, dyo, r0 * C), AT(d, hg, r0 * H),
+						  AT(d, g->fcprojw, e * C * H), AT(d, h, r0 * H),
+						  (int)m, (int)H, (int)C));
+		}
+		TRY(cuda_matmul_bwd(d, AT(d, dxin, r0 * C), g->dfcw + e * F * C,
+				    g->dfcb ? g->dfcb + e * F : NULL, AT(d, dh, r0 * F),
+				    AT(d, xin, r0 * C), AT(d, g->fcw, e * F * C), (int)m, (int)C,
+				    (int)F, 0));
+	}
+	return 0;
+}
+
+/* The sync-free path's expert backward: strided-batched over whole cap
+ * blocks, dyo's padded rows zero, so every gradient they reach is zero
+ * there and adds exactly zero to the weight and bias gradients. */
+static int experts_bwd_batched(struct mr_dev *d, const struct mr_moe_shape *s,
+			       const struct mr_moe_view *v, const struct mr_moe_acts *a,
+			       const struct mr_moe_ws *w, const struct experts_grad *g)
+{
+	struct mr_cuda *cu = cu_of(d);
+	int C = s->C, H = s->H, F = mr_moe_fc_cols(s), rows = v->E * v->cap, rc;
+	mr_act *dyo = ACT(w->dyo), *dh = ACT(w->dh), *dhg = ACT(w->dhg);
+
+	if (s->swiglu) {
+		TRY(ck(d,
+		       mr_cuda_matmul_bwd_batched(cu, dhg, g->dfcprojw, g->dfcprojb, dyo,
+						  ACT(a->hg), g->fcprojw, v->E, v->cap, H, C),
+		       "matmul_bwd_batched"));
+		TRY(cuda_swiglu_bwd(d, dh, ACT(a->h), dhg, rows, H));
+	} else {
+		TRY(ck(d,
+		       mr_cuda_matmul_dgelu_bwd_batched(cu, dh, g->dfcprojw, g->dfcprojb, dyo,
+							ACT(a->hg), g->fcprojw, ACT(a->h), v->E,
+							v->cap, H, C),
+		       "matmul_dgelu_bwd_batched"));
+	}
+	return ck(d,
+		  mr_cuda_matmul_bwd_batched(cu, ACT(w->dxin), g->dfcw, g->dfcb, dh, ACT(a->xin),
+					     g->fcw, v->E, v->cap, C, F),
+		  "matmul_bwd_batched");
 }
 
 static int cuda_moe_bwd(struct mr_dev *d, const struct mr_moe_shape *s,
@@ -833,72 +1010,46 @@ static int cuda_moe_bwd(struct mr_dev *d, const struct mr_moe_shape *s,
 			const mr_act *ones)
 {
 	struct mr_cuda *cu = cu_of(d);
-	size_t N = (size_t)s->N, C = (size_t)s->C, H = (size_t)s->H, F = (size_t)mr_moe_fc_cols(s);
+	struct experts_grad g = { fcw, fcprojw, dfcw, dfcb, dfcprojw, dfcprojb };
+	size_t N = (size_t)s->N;
 	struct mr_moe_ws w;
-	mr_act *dl, *dyo, *dxin, *dh, *xin = ACT(a->xin), *h = ACT(a->h), *hg = ACT(a->hg);
-	float *dgate;
-	int *counts = counts_for(d, s->E), e, rc;
+	int *counts = NULL, rc;
 	struct mr_moe_view v;
 
 	(void)ones; /* the bias gradients are column sums */
 	/* the cpu's pieces; the router's dlogits and the expert rows in the
 	 * activation type */
 	mr_moe_ws_bind(&w, s, ws);
-	dl = ACT(w.dprobs);
-	dyo = ACT(w.dyo);
-	dxin = ACT(w.dxin);
-	dh = ACT(w.dh);
-	dgate = w.dgate;
-	if (!counts)
-		return MR_ENOMEM;
-	TRY(cuda_download(d, counts, a->count, sizeof(int) * (size_t)s->E));
+	if (!a->stat_on_dev) {
+		if (!(counts = counts_for(d, s->E)))
+			return MR_ENOMEM;
+		TRY(cuda_download(d, counts, a->count, sizeof(int) * (size_t)s->E));
+	} else { /* padded rows: zero */
+		TRY(cuda_zero(d, w.dyo, mr_dev_act_bytes(d, (size_t)s->E * s->cap * s->C)));
+	}
 	TRY(ck(d,
-	       mr_cuda_moe_combine_bwd(cu, s, dyo, dgate, dy, ACT(a->yo), a->topi, a->slot,
-				       a->gate),
+	       mr_cuda_moe_combine_bwd(cu, s, ACT(w.dyo), w.dgate, dy, ACT(a->yo), a->topi,
+				       a->slot, a->gate),
 	       "moe_combine_bwd"));
 	if (xg && xg->reduce) {
 		TRY(cuda_sync(d));
-		TRY(xg->reduce(xg->reduce_ctx, dgate, N * (size_t)s->k));
+		TRY(xg->reduce(xg->reduce_ctx, w.dgate, N * (size_t)s->k));
 	}
-	TRY(exchange(d, xg, MR_MOE_DISPATCH_GRAD, dyo, counts, s));
+	TRY(exchange(d, xg, MR_MOE_DISPATCH_GRAD, ACT(w.dyo), counts, s));
 	v = mr_moe_view_of(xg, s, counts);
-	for (e = 0; e < v.E; e++) {
-		size_t r0 = (size_t)e * (size_t)v.cap, m = (size_t)v.counts[e];
-		if (m == 0)
-			continue;
-		/* the hidden output's gradient: for GELU straight into dh with
-		 * the GELU's gradient applied by the GEMM, for SwiGLU beside,
-		 * its backward writing [dgate | dup] into dh */
-		mr_act *dhg = s->swiglu ? AT(d, ACT(w.dhg), r0 * H) : AT(d, dh, r0 * H);
-
-		if (s->swiglu) {
-			TRY(cuda_matmul_bwd(d, dhg, dfcprojw + e * C * H,
-					    dfcprojb ? dfcprojb + e * C : NULL, AT(d, dyo, r0 * C),
-					    AT(d, hg, r0 * H), AT(d, fcprojw, e * C * H), (int)m,
-					    (int)H, (int)C, 0));
-			TRY(cuda_swiglu_bwd(d, AT(d, dh, r0 * F), AT(d, h, r0 * F), dhg, (int)m,
-					    (int)H));
-		} else {
-			mr_act *pre = AT(d, h, r0 * H);
-
-			TRY(cuda_matmul_dgelu_bwd(d, dhg, dfcprojw + e * C * H,
-						  dfcprojb ? dfcprojb + e * C : NULL,
-						  AT(d, dyo, r0 * C), AT(d, hg, r0 * H),
-						  AT(d, fcprojw, e * C * H), pre, (int)m, (int)H,
-						  (int)C));
-		}
-		TRY(cuda_matmul_bwd(d, AT(d, dxin, r0 * C), dfcw + e * F * C,
-				    dfcb ? dfcb + e * F : NULL, AT(d, dh, r0 * F), AT(d, xin, r0 * C),
-				    AT(d, fcw, e * F * C), (int)m, (int)C, (int)F, 0));
-	}
-	TRY(exchange(d, xg, MR_MOE_COMBINE_GRAD, dxin, counts, s));
-	TRY(ck(d, mr_cuda_moe_combine(cu, s, dx, dxin, a->topi, a->slot, NULL), "moe_combine"));
+	if (counts)
+		TRY(experts_bwd_each(d, s, &v, a, &w, &g));
+	else
+		TRY(experts_bwd_batched(d, s, &v, a, &w, &g));
+	TRY(exchange(d, xg, MR_MOE_COMBINE_GRAD, ACT(w.dxin), counts, s));
+	TRY(ck(d, mr_cuda_moe_combine(cu, s, dx, ACT(w.dxin), a->topi, a->slot, NULL),
+	       "moe_combine"));
 	TRY(ck(d,
-	       mr_cuda_moe_router_bwd(cu, s, dl, a->probs, a->topi, a->gate, dgate, a->routed,
-				      mr_moe_aux_scale(xg, aux_scale)),
+	       mr_cuda_moe_router_bwd(cu, s, ACT(w.dprobs), a->probs, a->topi, a->gate, w.dgate,
+				      a->routed, mr_moe_aux_scale(xg, aux_scale)),
 	       "moe_router_bwd"));
-	return cuda_matmul_bwd(d, xg && xg->router_dx_off ? NULL : dx, drouterw, NULL, dl, x,
-			       routerw, (int)N, (int)C, s->E, 1);
+	return cuda_matmul_bwd(d, xg && xg->router_dx_off ? NULL : dx, drouterw, NULL,
+			       ACT(w.dprobs), x, routerw, (int)N, (int)s->C, s->E, 1);
 }
 
 /* ---- optimizer and gradients (fp32) ---------------------------------------- */

@@ -361,6 +361,9 @@ struct mr_dev {
 	 * fp32 activations included), counted as of the last sync */
 	long fallbacks;
 	long graph_launches;    /* graph_run's launches so far */
+	/* MoE forwards that read the expert counts on the host (cuda:
+	 * dropless routing; kernels/mr_moe.h) */
+	long moe_host_counts;
 	void *impl;             /* the backend's state */
 };
 

@@ -62,6 +62,8 @@ void mr_moe_acts_bind(struct mr_moe_acts *a, const struct mr_moe_shape *s, float
 	a->routed = ip;
 	a->aux = 0.0f;
 	a->dropped = 0;
+	a->stat = NULL; /* the caller's, if any */
+	a->stat_on_dev = 0;
 }
 
 size_t mr_moe_ws_floats(const struct mr_moe_shape *s)

@@ -24,6 +24,17 @@
  *    P_e = mean over tokens of probs[:, e]; f is a constant for autograd.
  *    The model adds aux_coef * aux to the loss.
  *  - experts run as one GEMM per expert over their packed rows (E, cap, C).
+ *  - the cpu device runs each expert over its counts[e] kept rows. The
+ *    cuda device with capacity routing is sync-free (Megatron-Core's
+ *    drop-and-pad): the counts never reach the host - padded rows of each
+ *    cap block are zeroed (xin before the dispatch, dyo before the
+ *    combine's backward), every expert GEMM runs over the whole block in
+ *    one strided-batched call, the exchange moves whole blocks, and the aux
+ *    loss and dropped count stay in `stat` for the model to read once per
+ *    micro-batch (context parallel: count_reduce sums routed in device
+ *    memory and the aux loss is formed there). Dropless routing (cap = N:
+ *    padding would cost E / k times the expert work) keeps the host path
+ *    (counted in mr_dev.moe_host_counts, logged once).
  *
  * Dispatch and combine go through ONE exchange function (struct
  * mr_moe_xchg): the identity on one rank; expert parallel replaces it with
@@ -50,7 +61,10 @@ enum mr_moe_phase {
 };
 
 /* Moves expert-major rows (E, cap, row) between ranks. counts[e] rows of
- * expert e are valid. fn NULL = identity (one rank, in place).
+ * expert e are valid; counts NULL: the counts stayed on the device, every
+ * row of each cap block travels (padded rows are zero) and the view has
+ * cap rows from each rank per local expert. fn NULL = identity (one rank,
+ * in place).
  * Expert parallel (layers/mr_ep.h): this rank runs local_experts of the
  * E experts. DISPATCH and DISPATCH_GRAD turn the buffer into its expert
  * view, (local_experts, E * cap / local_experts, row): each local expert's
@@ -73,11 +87,13 @@ struct mr_moe_xchg {
 	/* context parallel: the micro-batch's tokens are split over
 	 * count_ranks ranks, and the aux loss's f_e counts every rank's
 	 * assignments (Megatron-Core sums them over the sequence split too):
-	 * count_reduce sums routed (E ints) over those ranks after routing */
+	 * count_reduce sums routed (E ints, host or the device's memory: its
+	 * communicator takes both) over those ranks after routing */
 	int (*count_reduce)(void *ctx, int *routed, int E);
 	void *count_ctx;
 	int count_ranks;
-	const int *view_counts; /* (local_experts) set by DISPATCH(_GRAD) */
+	const int *view_counts; /* (local_experts) set by DISPATCH(_GRAD) with
+				 * host counts */
 };
 
 
@@ -91,6 +107,8 @@ struct mr_moe_shape {
 	int swiglu;
 	int norm_topk; /* gates renormalised over the k chosen: 1 yes, -1 no,
 			* 0 the default (k = 2 yes, k = 1 no) */
+	int dropless;  /* cap = N by the dropless policy (the cuda device's
+			* host path; 0: capacity routing) */
 };
 
 /* 1 when the gates are renormalised over the chosen experts. */
@@ -138,6 +156,13 @@ struct mr_moe_acts {
 	float *yo;         /* (E,cap,C) expert outputs */
 	float aux;         /* E * sum f_e P_e of the last forward */
 	int dropped;       /* assignments dropped in the last forward */
+	/* Set by the caller, not carved (layers sharing acts keep their
+	 * own): (2) ints of device memory where a device that keeps them
+	 * there (sync-free MoE) writes aux's float bits and dropped; NULL:
+	 * none, the device sets aux and dropped on the host. */
+	int *stat;
+	int stat_on_dev;   /* set by moe_fwd: 1 aux and dropped are in stat,
+			    * 0 they are in aux and dropped */
 };
 
 /* The aux loss E * sum_e f_e P_e of probs (N,E) with f_e = routed[e] /
@@ -159,7 +184,7 @@ int mr_moe_capacity(int N, int E, int k, float capacity_factor);
  * count, routed) one MoE layer needs. */
 size_t mr_moe_act_floats(const struct mr_moe_shape *s);
 size_t mr_moe_act_ints(const struct mr_moe_shape *s);
-/* Carves the acts out of fbuf/ibuf (sizes as above). */
+/* Carves the acts out of fbuf/ibuf (sizes as above); stat NULL. */
 void mr_moe_acts_bind(struct mr_moe_acts *a, const struct mr_moe_shape *s, float *fbuf,
 		      int *ibuf);
 /* Scratch floats the backward needs: dprobs (N,E) + dyo (E,cap,C) +

@@ -178,6 +178,23 @@ static double now_s(void)
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* The rows each rank sends each of this rank's experts into ep->cnt:
+ * with host counts, an all-to-all of them (counts of expert e go to the
+ * rank holding e, El of them to each); without (counts NULL: the device
+ * kept them), whole cap blocks, from every rank - and ep->cnt, all cap,
+ * then stands for the source's counts too. */
+static int rows_from_ranks(struct mr_ep *ep, const int **counts, int cap)
+{
+	int e;
+
+	if (*counts)
+		return mr_comm_alltoall(ep->comm, *counts, ep->cnt, (size_t)ep->El, MR_COMM_I32);
+	for (e = 0; e < ep->E; e++)
+		ep->cnt[e] = cap;
+	*counts = ep->cnt;
+	return 0;
+}
+
 static int exchange_phase(struct mr_ep *ep, enum mr_moe_phase phase, float *buf,
 			  const int *counts, int E, int cap, size_t row)
 {
@@ -188,9 +205,7 @@ static int exchange_phase(struct mr_ep *ep, enum mr_moe_phase phase, float *buf,
 		return MR_EINVAL;
 	if ((rc = scratch(ep, (size_t)E * (size_t)cap * rb)) < 0)
 		return rc;
-	/* the rows each rank sends each of this rank's experts: counts of
-	 * expert e go to the rank holding e, El of them to each */
-	if ((rc = mr_comm_alltoall(ep->comm, counts, ep->cnt, (size_t)ep->El, MR_COMM_I32)) < 0)
+	if ((rc = rows_from_ranks(ep, &counts, cap)) < 0)
 		return rc;
 	for (l = 0; l < ep->El; l++)
 		for (ep->view[l] = 0, r = 0; r < ep->size; r++)

@@ -6,10 +6,14 @@
  * Every rank routes its own micro-batch exactly as one rank would - the
  * capacity per expert, the drops by token position, the aux loss are the
  * source micro-batch's (kernels/mr_moe.h) - so an ep job computes what one
- * rank computes on the same micro-batches. Each exchange sends the row
- * counts first (E / ep ints to every rank), then the rows themselves with
- * mr_comm_alltoallv: only kept rows travel, never the capacity's padding,
- * which is what makes the dropless policy cheap to send.
+ * rank computes on the same micro-batches. Where the counts are on the
+ * host (the cpu device; dropless routing on cuda) each exchange sends the
+ * row counts first (E / ep ints to every rank), then the rows themselves
+ * with mr_comm_alltoallv: only kept rows travel, never the capacity's
+ * padding, which is what makes the dropless policy cheap to send. Where
+ * the device kept them (the exchange gets counts NULL: sync-free capacity
+ * MoE on cuda) no counts travel: every expert's whole cap block does, its
+ * padded rows zero - a fixed-size all-to-all.
  *
  * Layouts (row = C elements of the device's activation type):
  *   source  (E, cap, row): expert e's kept rows at e * cap (the dispatch
@@ -37,7 +41,8 @@ struct mr_ep {
 	struct mr_mem *mem;     /* ledger of the scratch (workspace) */
 	int size, rank;
 	int E, El;              /* experts, local experts (E / size) */
-	int *cnt;               /* (size * El) rows of local expert l from/to rank r at [r*El+l] */
+	int *cnt;               /* (size * El) rows of local expert l from/to rank r at [r*El+l]
+				 * (all cap for whole blocks) */
 	int *view;              /* (El) rows per local expert in the view */
 	size_t *sc, *sd, *rc, *rd; /* (size each) alltoallv counts and displacements */
 	void *send, *recv;      /* device scratch, bytes each */

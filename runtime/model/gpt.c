@@ -53,14 +53,45 @@ int mr__gpt_moe_fwd(struct mr_gpt *m, int l, mr_act *out)
 	mr_act *y = mr_tp_if_split(&m->par.tp, out, m->dln);
 	int rc;
 
+	a->moe.stat = m->moe_stat ? m->moe_stat + 2 * l : NULL;
 	/* row-parallel experts: the bias once, on tp rank 0, before the sum */
 	rc = OP(m, moe_fwd, &s, &a->moe, &m->par.xchg, y, a->ln2, CW(w->routerw), CW(w->fcw),
 		CW(w->fcb), CW(w->fcprojw), m->par.tp.rank == 0 ? CW(w->fcprojb) : NULL);
 	if (rc == 0)
 		rc = mr_tp_reduce_rows(&m->par.tp, out, y);
-	if (!m->recomputing) /* counted once, by the forward */
+	/* counted once, by the forward; when the device kept it, at the
+	 * chunk's end (read_moe_stat) */
+	if (!m->recomputing && !a->moe.stat_on_dev)
 		m->aux_loss += a->moe.aux;
 	return rc;
+}
+
+/*
+ * The per-micro-batch scalars the device kept for blocks [lo, hi) (the
+ * sync-free MoE: each layer's aux loss and dropped count), read in one
+ * download and added to aux_loss; nothing when no forward left any
+ * unread. A pipeline chunk's forward reads its blocks' at its end; the
+ * whole model's forward leaves them to mr_gpt_read_results, after the
+ * passes, so the passes read nothing on the host (a device graph).
+ */
+static int read_moe_stat(struct mr_gpt *m, int lo, int hi)
+{
+	int l, rc;
+
+	if (!m->moe_stat_unread)
+		return 0;
+	m->moe_stat_unread = 0;
+	CK(OP(m, download, m->moe_stat_host + 2 * lo, m->moe_stat + 2 * lo,
+	      2 * (size_t)(hi - lo) * sizeof(int)));
+	for (l = lo; l < hi; l++) {
+		struct mr_moe_acts *a = &m->la[l].moe;
+		if (!mr_gpt_layer_is_moe(&m->cfg, l) || !a->stat_on_dev)
+			continue;
+		memcpy(&a->aux, &m->moe_stat_host[2 * l], sizeof(float));
+		a->dropped = m->moe_stat_host[2 * l + 1];
+		m->aux_loss += a->aux;
+	}
+	return 0;
 }
 
 /* The norm (LayerNorm; RMSNorm for llama) of the local rows into full
@@ -166,7 +197,8 @@ int mr_gpt_embed_fwd(struct mr_gpt *m)
 				   CW(WV(m)->wpe), m->dln);
 }
 
-int mr_gpt_blocks_fwd(struct mr_gpt *m, int lo, int hi, const mr_act *in)
+/* Blocks [lo, hi) forward, their MoE scalars left on the device. */
+static int blocks_passes(struct mr_gpt *m, int lo, int hi, const mr_act *in)
 {
 	const mr_act *res = in;
 	int l, rc;
@@ -174,9 +206,18 @@ int mr_gpt_blocks_fwd(struct mr_gpt *m, int lo, int hi, const mr_act *in)
 	for (l = lo; l < hi; l++) {
 		CK(HOOK(m, pre_fwd, m->layer_unit[l]));
 		CK(m->family->block_fwd(m, l, res));
+		if (mr_gpt_layer_is_moe(&m->cfg, l) && m->la[l].moe.stat_on_dev)
+			m->moe_stat_unread = 1;
 		res = m->la[l].res3;
 	}
 	return 0;
+}
+
+int mr_gpt_blocks_fwd(struct mr_gpt *m, int lo, int hi, const mr_act *in)
+{
+	int rc = blocks_passes(m, lo, hi, in);
+
+	return rc < 0 ? rc : read_moe_stat(m, lo, hi);
 }
 
 /* The head's device work: logits and, with targets, the per-token
@@ -201,6 +242,7 @@ int mr_gpt_read_results(struct mr_gpt *m)
 	int N = m->B * m->T, i, rc;
 	double sum = 0.0;
 
+	CK(read_moe_stat(m, 0, m->cfg.n_layer));
 	m->loss = 0.0f;
 	if (!m->has_targets)
 		return 0;
@@ -232,7 +274,7 @@ static int chunk_passes(struct mr_gpt *m, int c, const mr_act *in)
 		if (m->tied_replica)
 			CK(HOOK(m, pre_fwd, 0)); /* the LM head's embeddings */
 	}
-	CK(mr_gpt_blocks_fwd(m, lo, hi, in));
+	CK(blocks_passes(m, lo, hi, in));
 	if (c == mr_place_chunks(&m->place) - 1 && m->last_stage)
 		return head_passes(m, m->la[hi - 1].res3);
 	return 0;
@@ -240,8 +282,11 @@ static int chunk_passes(struct mr_gpt *m, int c, const mr_act *in)
 
 int mr_gpt_chunk_fwd(struct mr_gpt *m, int c, const mr_act *in)
 {
-	int rc = chunk_passes(m, c, in);
+	int lo, hi, rc = chunk_passes(m, c, in);
 
+	mr_place_chunk(&m->place, m->cfg.n_layer, c, &lo, &hi);
+	if (rc == 0)
+		rc = read_moe_stat(m, lo, hi);
 	if (rc < 0 || c != mr_place_chunks(&m->place) - 1 || !m->last_stage)
 		return rc;
 	return mr_gpt_read_results(m);

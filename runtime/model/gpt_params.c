@@ -390,6 +390,8 @@ static void carve_ws(struct mr_gpt *m, struct carve *wv)
 		mws = mr_moe_ws_floats(&ms) * sizeof(float);
 	}
 	m->k_ws = take_bytes(wv, kws > mws ? kws : mws);
+	m->moe_stat = c->moe_every > 0 ? take_bytes(wv, 2 * (size_t)c->n_layer * sizeof(int))
+				       : NULL;
 }
 
 /* ---- a micro-batch's state ---- */
@@ -605,6 +607,7 @@ struct mr_moe_shape mr_gpt_moe_shape(const struct mr_gpt *m)
 	/* dropless: an expert can be chosen by every token of the
 	 * micro-batch (a token's k choices are distinct experts) */
 	s.cap = m->cfg.moe_dropless ? N : mr_moe_capacity(N, s.E, s.k, m->cfg.capacity_factor);
+	s.dropless = m->cfg.moe_dropless;
 	return s;
 }
 
@@ -900,6 +903,9 @@ int mr_gpt_create_on(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, i
 	wv.base = m->ws;
 	wv.used = 0;
 	carve_ws(m, &wv);
+	if (m->moe_stat &&
+	    !(m->moe_stat_host = calloc(2 * (size_t)cfg->n_layer, sizeof(int))))
+		goto nomem;
 	if (fill_ones(m) < 0)
 		goto nomem;
 	if (cfg->arch == MR_ARCH_LLAMA && rope_tables(m) < 0)
@@ -961,6 +967,7 @@ void mr_gpt_release(struct mr_gpt *m)
 	free(m->w.layer);
 	free(m->g.layer);
 	free(m->wc.layer);
+	free(m->moe_stat_host);
 	memset(m, 0, sizeof(*m));
 }
 

@@ -375,6 +375,12 @@ struct mr_gpt {
 	mr_act *dres, *dln, *datty, *dqkv, *dfch, *dtmp; /* backward scratch */
 	mr_act *sp_full;        /* (N,C) sequence-parallel gather target */
 	void *k_ws;             /* kernel workspace (attention, layernorm, MoE) */
+	/* (2 n_layer) each MoE layer's aux loss (float bits) and dropped
+	 * count where the device keeps them (mr_moe_acts.stat): in the
+	 * workspace, and the host copy read after the forward
+	 * (mr_gpt_read_results; a pipeline chunk's at its end) */
+	int *moe_stat, *moe_stat_host;
+	int moe_stat_unread;   /* a forward left some there, not read yet */
 
 	float loss;             /* mean cross-entropy of the last forward */
 	float aux_loss;         /* sum over MoE layers (before aux_coef) */

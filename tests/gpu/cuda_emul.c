@@ -31,6 +31,11 @@
  * that ranks of one job can open device local_rank;
  * MR_CUDA_EMUL_NODEV=1 reports none.
  *
+ * Host reads: mr_cuda_emul_host_reads(device) counts, per device in this
+ * process, the entries that bring device results to the host - downloads,
+ * the MoE routing's read-back (count_host) and the grad norm's sums - so
+ * a test can prove a stretch of work reads nothing on the host.
+ *
  * A sticky error: MR_CUDA_EMUL_STICKY=DEV:N:FILE makes the N-th
  * mr_cuda_sync() of device DEV in a process fail as an illegal memory
  * access does on a GPU - and from then on every sync, allocation and
@@ -379,6 +384,12 @@ static _Atomic int poisoned[MAX_DEVICES]; /* the device's context, this process 
 static _Atomic long syncs[MAX_DEVICES];        /* mr_cuda_sync calls (cuda_emul.h) */
 static _Atomic long stream_waits[MAX_DEVICES]; /* mr_cuda_stream_wait calls */
 static _Atomic int busy[MAX_DEVICES];          /* mr_cuda_query answers "not ready" */
+static _Atomic long host_reads[MAX_DEVICES];   /* see mr_cuda_emul_host_reads */
+
+long mr_cuda_emul_host_reads(int device)
+{
+	return device >= 0 && device < MAX_DEVICES ? host_reads[device] : 0;
+}
 
 long mr_cuda_emul_syncs(int device)
 {
@@ -735,6 +746,7 @@ int mr_cuda_download(struct mr_cuda *cu, void *dst_host, const void *src, size_t
 {
 	HOST_ONLY("download");
 	POISONED(cu);
+	host_reads[cu->device]++;
 	if (bytes)
 		memcpy(dst_host, D(src), bytes);
 	return 0;
@@ -865,6 +877,56 @@ int mr_cuda_matmul_dgelu_bwd(struct mr_cuda *cu, void *dinp, float *dw, float *d
 	free(fdi);
 	free(ones);
 	return 0;
+}
+
+/* The batched entries: per item, the entry above on its slices. */
+int mr_cuda_matmul_fwd_batched(struct mr_cuda *cu, void *out, const void *inp, const void *w,
+			       const void *bias, int batch, int N, int IC, int OC)
+{
+	size_t e = esz(cu), sw = (size_t)OC * IC * e;
+	int b, rc = 0;
+
+	for (b = 0; b < batch && rc == 0; b++)
+		rc = mr_cuda_matmul_fwd(cu, (char *)out + b * (size_t)N * OC * e,
+					(const char *)inp + b * (size_t)N * IC * e,
+					(const char *)w + b * sw,
+					bias ? (const char *)bias + b * (size_t)OC * e : NULL, N, IC,
+					OC);
+	return rc;
+}
+
+int mr_cuda_matmul_bwd_batched(struct mr_cuda *cu, void *dinp, float *dw, float *dbias,
+			       const void *dout, const void *inp, const void *w, int batch, int N,
+			       int IC, int OC)
+{
+	size_t e = esz(cu), sw = (size_t)OC * IC;
+	int b, rc = 0;
+
+	for (b = 0; b < batch && rc == 0; b++)
+		rc = mr_cuda_matmul_bwd(cu, dinp ? (char *)dinp + b * (size_t)N * IC * e : NULL,
+					dw ? dw + b * sw : NULL,
+					dbias ? dbias + b * (size_t)OC : NULL,
+					(const char *)dout + b * (size_t)N * OC * e,
+					(const char *)inp + b * (size_t)N * IC * e,
+					(const char *)w + b * sw * e, N, IC, OC, 0);
+	return rc;
+}
+
+int mr_cuda_matmul_dgelu_bwd_batched(struct mr_cuda *cu, void *dinp, float *dw, float *dbias,
+				     const void *dout, const void *inp, const void *w,
+				     const void *pre, int batch, int N, int IC, int OC)
+{
+	size_t e = esz(cu), sw = (size_t)OC * IC, si = (size_t)N * IC * e;
+	int b, rc = 0;
+
+	for (b = 0; b < batch && rc == 0; b++)
+		rc = mr_cuda_matmul_dgelu_bwd(cu, (char *)dinp + b * si, dw ? dw + b * sw : NULL,
+					      dbias ? dbias + b * (size_t)OC : NULL,
+					      (const char *)dout + b * (size_t)N * OC * e,
+					      (const char *)inp + b * si,
+					      (const char *)w + b * sw * e,
+					      (const char *)pre + b * si, N, IC, OC);
+	return rc;
 }
 
 int mr_cuda_matmul_fwd_f32(struct mr_cuda *cu, float *out, const float *inp, const float *w,
@@ -1576,21 +1638,47 @@ static struct mr_moe_acts moe_view(float *probs, const int *topi, const float *g
 }
 
 int mr_cuda_moe_route(struct mr_cuda *cu, const struct mr_moe_shape *s, float *probs, int *topi,
-		      float *gate, int *slot, int *count, int *routed, const void *x,
+		      float *gate, int *slot, int *count, int *routed, int *stat, const void *x,
 		      const void *routerw, int *count_host, float *aux_host, int *dropped_host)
 {
-	HOST_ONLY("moe_route");
+	if (count_host) /* the host path's counts go to the host */
+		HOST_ONLY("moe_route");
+	else
+		CALL(h_moe(s), probs, topi, gate, slot, count, routed, stat, x, routerw);
 	float *fx = ld(cu, D(x), (size_t)s->N * s->C);
 	float *fw = ld(cu, D(routerw), (size_t)s->E * s->C);
 	struct mr_moe_acts a = moe_view(D(probs), D(topi), D(gate), D(slot), D(count), D(routed));
 
+	if (!count_host && !stat)
+		return MR_EINVAL;
 	mr_matmul_fwd(NULL, a.probs, fx, fw, NULL, s->N, s->C, s->E);
 	mr_moe_route(s, &a);
-	memcpy(count_host, a.count, sizeof(int) * (size_t)s->E);
-	*aux_host = a.aux;
-	*dropped_host = a.dropped;
+	if (count_host) { /* the host path's read-back */
+		host_reads[cu->device]++;
+		memcpy(count_host, a.count, sizeof(int) * (size_t)s->E);
+		*aux_host = a.aux;
+		*dropped_host = a.dropped;
+	} else {
+		int *hs = D(stat);
+
+		memcpy(&hs[0], &a.aux, sizeof(float));
+		hs[1] = a.dropped;
+	}
 	free(fx);
 	free(fw);
+	return 0;
+}
+
+int mr_cuda_moe_aux(struct mr_cuda *cu, const struct mr_moe_shape *s, int *stat,
+		    const float *probs, const int *routed, int ranks)
+{
+	CALL(h_moe(s), stat, probs, routed, ranks);
+	float aux;
+
+	if (ranks < 1 || !stat)
+		return MR_EINVAL;
+	aux = mr_moe_aux(s, D(probs), D(routed), ranks);
+	memcpy(D(stat), &aux, sizeof(float));
 	return 0;
 }
 
@@ -1740,6 +1828,7 @@ int mr_cuda_adamw_multi(struct mr_cuda *cu, const struct mr_cuda_adamw_range *r,
 int mr_cuda_grad_sumsq(struct mr_cuda *cu, const float *g, size_t n, double *sumsq_host)
 {
 	HOST_ONLY("grad_sumsq");
+	host_reads[cu->device]++;
 	*sumsq_host = mr_grad_sumsq(D(g), n);
 	return 0;
 }
@@ -1751,6 +1840,7 @@ int mr_cuda_grad_sumsq_ranges(struct mr_cuda *cu, const float *g, const size_t *
 	const float *hg = D(g);
 	int i;
 
+	host_reads[cu->device]++;
 	for (i = 0; i < k; i++)
 		out_host[i] = mr_grad_sumsq(hg + off[i], n[i]);
 	return 0;

@@ -23,6 +23,10 @@
 static struct mr_cuda *cu;
 static struct mr_rng rng;
 
+#ifdef MR_CUDA_EMUL
+#include "cuda_emul.h"
+#endif
+
 /* Call first in every test that needs a device: skips the test on a
  * machine without a GPU; where one is (an NVIDIA device node) and CUDA
  * sees none, fails it - a GPU check never passes by skipping. */

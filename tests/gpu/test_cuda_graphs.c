@@ -43,17 +43,24 @@
 
 static const struct mr_gpt_config dense = { .vocab = 96, .max_seq = 16, .n_layer = 2, .d_model = 64,
 					    .n_head = 2 };
-/* a MoE layer: its routing counts go to the host */
+/* a MoE layer under capacity routing: sync-free, nothing read on the
+ * host until the results */
 static const struct mr_gpt_config moe = { .vocab = 96, .max_seq = 16, .n_layer = 2, .d_model = 64,
 					  .n_head = 2, .moe_every = 2, .n_experts = 4, .top_k = 2,
 					  .capacity_factor = 1.0f, .aux_coef = 0.01f };
+/* the same, dropless: its routing counts go to the host */
+static const struct mr_gpt_config dropless = { .vocab = 96, .max_seq = 16, .n_layer = 2,
+					       .d_model = 64, .n_head = 2, .moe_every = 2,
+					       .n_experts = 4, .top_k = 2, .moe_dropless = 1,
+					       .capacity_factor = 1.0f,
+					       .aux_coef = 0.01f };
 /* lr, min_lr_frac, warmup, total, beta1, beta2, eps, weight_decay, clip */
 static const struct mr_adamw_config ocfg = { 1e-2f, 0.1f, 2, STEPS, 0.9f, 0.95f, 1e-8f,
 					     0.1f, 1.0f, MR_LR_COSINE, 0.0f };
 
 /* What a run leaves to compare. */
 struct run {
-	float loss[STEPS], lr[STEPS], norm[STEPS];
+	float loss[STEPS], aux[STEPS], lr[STEPS], norm[STEPS];
 	float *final; /* the weights after the last step (nparams) */
 	size_t n;
 	long launches;
@@ -116,6 +123,7 @@ static void train(const struct mr_gpt_config *cfg, int bf16, int graphs, struct 
 	for (s = 0; s < STEPS; s++) {
 		job_step(&j, cfg, s, &res);
 		r->loss[s] = res.loss;
+		r->aux[s] = res.aux_loss;
 		r->lr[s] = res.lr;
 		r->norm[s] = res.grad_norm;
 	}
@@ -133,9 +141,11 @@ static void same_bits(const struct run *g, const struct run *e, const char *what
 
 	for (s = 0; s < STEPS; s++)
 		cr_assert(!memcmp(&g->loss[s], &e->loss[s], sizeof(float)) &&
+				  !memcmp(&g->aux[s], &e->aux[s], sizeof(float)) &&
 				  !memcmp(&g->norm[s], &e->norm[s], sizeof(float)),
-			  "%s step %d: loss %.9g vs %.9g, norm %.9g vs %.9g", what, s, g->loss[s],
-			  e->loss[s], g->norm[s], e->norm[s]);
+			  "%s step %d: loss %.9g vs %.9g, aux %.9g vs %.9g, norm %.9g vs %.9g",
+			  what, s, g->loss[s], e->loss[s], g->aux[s], e->aux[s], g->norm[s],
+			  e->norm[s]);
 	cr_assert_eq(g->n, e->n);
 	cr_assert(!memcmp(g->final, e->final, g->n * sizeof(float)),
 		  "%s: the final weights differ", what);
@@ -210,9 +220,31 @@ static void train_logged(const struct mr_gpt_config *cfg, struct run *r, char *l
 	unlink(path);
 }
 
-/* The MoE layer reads its routing counts on the host: the first capture
- * is refused there, its work runs eagerly, graphs stay off for the job,
- * said once naming the operation - and the run is the eager run. */
+/* Sync-free MoE (capacity routing) is captured too: its aux loss and
+ * dropped counts wait on the device for the results' read. */
+Test(cuda_graphs, capacity_moe_in_graphs_gives_the_bits_of_eager)
+{
+	struct run g, e;
+	int s;
+
+	need_gpu();
+	memset(&g, 0, sizeof(g));
+	memset(&e, 0, sizeof(e));
+	train(&moe, 1, 1, &g);
+	train(&moe, 1, 0, &e);
+	same_bits(&g, &e, "moe");
+	for (s = 0; s < STEPS; s++)
+		cr_assert(g.aux[s] > 0.0f, "step %d: no aux loss read (%g)", s, g.aux[s]);
+	cr_assert_eq(g.launches, (long)(STEPS - MR_STEP_WARMUP) * (ACCUM + 1), "%ld launches",
+		     g.launches);
+	free(g.final);
+	free(e.final);
+	gpu_teardown();
+}
+
+/* A dropless MoE layer reads its routing counts on the host: the first
+ * capture is refused there, its work runs eagerly, graphs stay off for
+ * the job, said once naming the operation - and the run is the eager run. */
 Test(cuda_graphs, a_host_read_in_a_capture_turns_graphs_off_once)
 {
 	static char log[1 << 16];
@@ -223,9 +255,9 @@ Test(cuda_graphs, a_host_read_in_a_capture_turns_graphs_off_once)
 	need_gpu();
 	memset(&g, 0, sizeof(g));
 	memset(&e, 0, sizeof(e));
-	train_logged(&moe, &g, log, sizeof(log));
-	train(&moe, 1, 0, &e);
-	same_bits(&g, &e, "moe");
+	train_logged(&dropless, &g, log, sizeof(log));
+	train(&dropless, 1, 0, &e);
+	same_bits(&g, &e, "dropless moe");
 	cr_assert_eq(g.launches, 0);
 	for (at = log; (at = strstr(at, "event=cuda_graph_off")); at++)
 		lines++;

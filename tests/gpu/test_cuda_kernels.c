@@ -196,6 +196,95 @@ Test(cuda, matmul_dgelu_epilogue_matches_cpu)
 	gpu_teardown();
 }
 
+/* The strided-batched GEMMs (the MoE experts'): batch items of (N, IC) x
+ * (OC, IC) with their own weights and biases, each against the CPU twin
+ * on its slices - forward with bias, backward dinp (=), dw and dbias
+ * (+=), and the DGELU variant (poisoned dinp, every element written). */
+static void batched_case(int use_lt, int batch, int N, int IC, int OC)
+{
+	size_t ni = (size_t)batch * N * IC, no = (size_t)batch * N * OC;
+	size_t nw = (size_t)batch * OC * IC, nb = (size_t)batch * OC, iw = (size_t)OC * IC;
+	float *inp = rand_bf(ni, 1.0f), *w = rand_bf(nw, 0.1f), *bias = rand_bf(nb, 0.5f);
+	float *dout = rand_bf(no, 1.0f), *pre = rand_bf(ni, 2.0f), *dw0 = rand_bf(nw, 1.0f);
+	float *db0 = rand_bf(nb, 1.0f), *out = xmalloc(sizeof(float) * no);
+	float *dinp = xmalloc(sizeof(float) * ni), *dg = xmalloc(sizeof(float) * ni);
+	float *dw = xmalloc(sizeof(float) * nw), *db = xmalloc(sizeof(float) * nb);
+	float *ones = xmalloc(sizeof(float) * N), *poison = xmalloc(sizeof(float) * ni), *g;
+	mr_bf16 *d_out = dev_alloc(sizeof(mr_bf16) * no), *d_inp = up_bf(inp, ni);
+	mr_bf16 *d_w = up_bf(w, nw), *d_b = up_bf(bias, nb), *d_dout = up_bf(dout, no);
+	mr_bf16 *d_pre = up_bf(pre, ni), *d_dinp, *d_dg;
+	float *d_dw = up_f32(dw0, nw), *d_db = up_f32(db0, nb);
+	int b, i;
+
+	if (!use_lt)
+		mr_cuda_disable_lt(cu);
+	for (i = 0; i < N; i++)
+		ones[i] = 1.0f;
+	for (size_t j = 0; j < ni; j++)
+		poison[j] = NAN;
+	d_dinp = up_bf(poison, ni);
+	d_dg = up_bf(poison, ni);
+	memcpy(dw, dw0, sizeof(float) * nw);
+	memcpy(db, db0, sizeof(float) * nb);
+	for (b = 0; b < batch; b++) {
+		size_t oi = (size_t)b * N * IC, oo = (size_t)b * N * OC;
+		mr_matmul_fwd(NULL, out + oo, inp + oi, w + b * iw, bias + (size_t)b * OC, N, IC,
+			      OC);
+		memset(dinp + oi, 0, sizeof(float) * N * IC);
+		mr_matmul_bwd(NULL, dinp + oi, dw + b * iw, db + (size_t)b * OC, dout + oo,
+			      inp + oi, w + b * iw, N, IC, OC, 0, ones);
+		memcpy(dg + oi, dinp + oi, sizeof(float) * N * IC);
+		mr_gelu_bwd(NULL, dg + oi, pre + oi, dg + oi, (size_t)N * IC);
+	}
+	CU_OK(mr_cuda_matmul_fwd_batched(cu, d_out, d_inp, d_w, d_b, batch, N, IC, OC));
+	CU_OK(mr_cuda_matmul_bwd_batched(cu, d_dinp, d_dw, d_db, d_dout, d_inp, d_w, batch, N, IC,
+					 OC));
+	CU_OK(mr_cuda_matmul_dgelu_bwd_batched(cu, d_dg, NULL, NULL, d_dout, d_inp, d_w, d_pre,
+					       batch, N, IC, OC));
+	g = down_bf(d_out, no);
+	check_close("batched out", g, out, no, BF_RTOL, BF_ATOL);
+	free(g);
+	g = down_bf(d_dinp, ni);
+	check_close("batched dinp", g, dinp, ni, 1e-2, 4e-3);
+	free(g);
+	g = down_bf(d_dg, ni);
+	check_close("batched dgelu dinp", g, dg, ni, 1e-2, 4e-3);
+	free(g);
+	g = down_f32(d_dw, nw);
+	check_close("batched dw", g, dw, nw, 1e-4, 1e-5);
+	free(g);
+	g = down_f32(d_db, nb);
+	check_close("batched dbias", g, db, nb, 1e-4, 1e-5);
+	free(g);
+	free(inp);
+	free(w);
+	free(bias);
+	free(dout);
+	free(pre);
+	free(dw0);
+	free(db0);
+	free(out);
+	free(dinp);
+	free(dg);
+	free(dw);
+	free(db);
+	free(ones);
+	free(poison);
+}
+
+Test(cuda, matmul_batched_matches_cpu_per_item)
+{
+	const char *why = "";
+
+	need_gpu();
+	cr_assert(mr_cuda_using_lt(cu), "cuBLASLt not in use");
+	batched_case(1, 4, 24, 64, 256); /* a MoE layer's experts: (E, cap, C) */
+	batched_case(1, 4, 24, 256, 64);
+	cr_expect_eq(mr_cuda_lt_fallbacks(cu, &why), 0, "the fast path did not run: %s", why);
+	batched_case(0, 3, 70, 96, 136); /* cublasGemmStridedBatchedEx */
+	gpu_teardown();
+}
+
 Test(cuda, matmul_cublas_fallback_matches_cpu)
 {
 	need_gpu();
@@ -1023,8 +1112,8 @@ static void moe_kernels_case(int f32, int k, float cf)
 	d_slot = dev_alloc(sizeof(int) * A);
 	d_count = dev_alloc(sizeof(int) * E);
 	d_routed = dev_alloc(sizeof(int) * E);
-	CU_OK(mr_cuda_moe_route(cu, &s, d_probs, d_topi, d_gate, d_slot, d_count, d_routed, d_x,
-				up_act(rw, (size_t)E * C), counts, &aux, &dropped));
+	CU_OK(mr_cuda_moe_route(cu, &s, d_probs, d_topi, d_gate, d_slot, d_count, d_routed, NULL,
+				d_x, up_act(rw, (size_t)E * C), counts, &aux, &dropped));
 	check_close("moe probs", down_f32(d_probs, (size_t)N * E), a.probs, (size_t)N * E, 1e-4,
 		    1e-6);
 	check_close("moe gates", down_f32(d_gate, A), a.gate, A, 1e-4, 1e-6);
@@ -1038,15 +1127,27 @@ static void moe_kernels_case(int f32, int k, float cf)
 	cr_assert(memcmp(got_i, a.routed, sizeof(int) * E) == 0, "routed differ");
 	cr_assert_eq(dropped, a.dropped);
 	cr_assert(fabsf(aux - a.aux) <= 1e-5f * a.aux, "aux gpu %g cpu %g", aux, a.aux);
-	/* the same inputs again: the same bits (no atomics in the routing) */
+	/* the same inputs again, nothing read back (the sync-free path's
+	 * stat on the device): the same bits (no atomics in the routing) */
 	{
 		float aux2 = 0.0f, *p1 = down_f32(d_probs, (size_t)N * E), *p2;
-		int dropped2 = -1;
+		int *d_stat = dev_alloc(2 * sizeof(int)), stat[2];
 		CU_OK(mr_cuda_moe_route(cu, &s, d_probs, d_topi, d_gate, d_slot, d_count, d_routed,
-					d_x, up_act(rw, (size_t)E * C), counts, &aux2, &dropped2));
+					d_stat, d_x, up_act(rw, (size_t)E * C), NULL, NULL, NULL));
 		p2 = down_f32(d_probs, (size_t)N * E);
+		cr_assert_eq(mr_cuda_download(cu, stat, d_stat, sizeof(stat)), 0);
+		memcpy(&aux2, &stat[0], sizeof(float));
 		cr_assert(memcmp(p1, p2, sizeof(float) * N * E) == 0 && aux2 == aux,
 			  "routing is not deterministic");
+		cr_assert_eq(stat[1], dropped, "dropped on the device %d, read back %d", stat[1],
+			     dropped);
+		/* context parallel's aux loss from routed summed over 2 ranks */
+		CU_OK(mr_cuda_moe_aux(cu, &s, d_stat, d_probs, d_routed, 2));
+		cr_assert_eq(mr_cuda_download(cu, stat, d_stat, sizeof(stat)), 0);
+		memcpy(&aux2, &stat[0], sizeof(float));
+		aux = mr_moe_aux(&s, a.probs, a.routed, 2);
+		cr_assert(fabsf(aux2 - aux) <= 1e-5f * aux, "aux over 2 ranks: gpu %g cpu %g",
+			  aux2, aux);
 	}
 	/* dispatch: the kept rows, bit for bit */
 	d_xin = act_alloc(nr);

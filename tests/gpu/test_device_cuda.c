@@ -52,7 +52,7 @@
 #include "cuda_emul.h"
 #endif
 
-#define MAXBUF 160
+#define MAXBUF 256
 
 enum tol { T_ACT, T_GRAD, T_F32 };
 
@@ -993,9 +993,11 @@ Test(device_cuda, adamw_of_many_ranges_in_one_call)
 
 /* ---- mixture of experts ------------------------------------------------------------------ */
 
-/* An exchange that moves nothing and records the counts it was given. */
+/* An exchange that moves nothing and records the counts it was given
+ * (cap for each expert and a whole-block call counted when it got none:
+ * the sync-free path's whole cap blocks). */
 struct xrec {
-	int calls[4];
+	int calls[4], whole[4];
 	int counts[4][8];
 };
 
@@ -1006,38 +1008,114 @@ static int record_xchg(void *ctx, enum mr_moe_phase phase, float *buf, const int
 	int e;
 
 	(void)buf;
-	(void)cap;
 	(void)row;
 	x->calls[phase]++;
+	x->whole[phase] += counts == NULL;
 	for (e = 0; e < E && e < 8; e++)
-		x->counts[phase][e] = counts[e];
+		x->counts[phase][e] = counts ? counts[e] : cap;
 	return 0;
 }
 
-/* One MoE layer's acts and workspace on d. */
+/* How the cuda side runs the layer: the host path for want of a stat
+ * array, sync-free (capacity routing, stat on the device; also with a
+ * context-parallel count_reduce), or dropless (stat given; the host path
+ * by policy). */
+enum moe_mode { MOE_NO_STAT, MOE_SYNC_FREE, MOE_CP, MOE_DROPLESS };
+
+/* A context-parallel count_reduce of 2 ranks whose other rank routed
+ * nothing (the sum is routed itself): counts its calls, touches nothing,
+ * so the aux loss is formed from sums over 2 ranks on both devices. */
+static int count_calls(void *ctx, int *routed, int E)
+{
+	(void)routed;
+	(void)E;
+	++*(int *)ctx;
+	return 0;
+}
+
+/* One MoE layer's acts and workspace on d, the expert rows and the
+ * workspace poisoned (all-ones bytes: NaN in either type), so a padded
+ * row the device forgets to zero reaches the gradients as NaN. */
 static void moe_bind(struct mr_dev *d, const struct mr_moe_shape *s, struct mr_moe_acts *a,
 		     void **ws)
 {
-	float *f = dalloc(d, mr_moe_act_floats(s) * sizeof(float));
+	size_t fb = mr_moe_act_floats(s) * sizeof(float), wb = mr_moe_ws_floats(s) * sizeof(float);
+	float *f = dalloc(d, fb);
 	int *iv = dalloc(d, mr_moe_act_ints(s) * sizeof(int));
+	unsigned char *nan = xmalloc(fb > wb ? fb : wb);
 
+	memset(nan, 0xff, fb > wb ? fb : wb);
 	mr_moe_acts_bind(a, s, f, iv);
-	*ws = dalloc(d, mr_moe_ws_floats(s) * sizeof(float));
+	*ws = dalloc(d, wb);
+	OK(d->ops->upload(d, f, nan, fb));
+	OK(d->ops->upload(d, *ws, nan, wb));
+	free(nan);
 }
 
-static void moe_layer(int k, float cf)
+/* Host reads of the cuda side so far: the emulation counts them; -1 on a
+ * real GPU (not checked there). */
+static long host_reads(void)
 {
-	int B = 2, T = 10, C = 32, E = 4, H = 4 * C, N = B * T, i;
-	struct mr_moe_shape s = { N, C, H, E, k, mr_moe_capacity(N, E, k, cf), 0, 0 };
+#ifdef MR_CUDA_EMUL
+	return mr_cuda_emul_host_reads(0);
+#else
+	return -1;
+#endif
+}
+
+/* Rows [count[e], cap) of each expert's block of rows (E,cap,C) of the
+ * cuda side are exactly zero; count is the device's. */
+static void padded_rows_zero(const char *what, const struct mr_moe_shape *s,
+			     const struct mr_moe_acts *a, const void *rows, int width)
+{
+	size_t n = (size_t)s->E * s->cap * width, i;
+	float *h = get(&F.gpu, rows, n, 1);
+	int count[8], e;
+
+	OK(F.gpu.ops->download(&F.gpu, count, a->count, sizeof(int) * (size_t)s->E));
+	for (e = 0; e < s->E; e++)
+		for (i = (size_t)count[e] * width; i < (size_t)s->cap * width; i++)
+			cr_assert(h[(size_t)e * s->cap * width + i] == 0.0f,
+				  "%s: expert %d padded element %zu is %g, not 0", what, e, i,
+				  h[(size_t)e * s->cap * width + i]);
+	free(h);
+}
+
+/* The cuda side's aux loss and dropped count after a forward: on the
+ * host, or read from its stat on the device. */
+static void moe_stat_of(const struct mr_moe_acts *a, float *aux, int *dropped)
+{
+	int st[2];
+
+	*aux = a->aux;
+	*dropped = a->dropped;
+	if (!a->stat_on_dev)
+		return;
+	OK(F.gpu.ops->download(&F.gpu, st, a->stat, sizeof(st)));
+	memcpy(aux, &st[0], sizeof(float));
+	*dropped = st[1];
+}
+
+static void moe_layer(int k, float cf, enum moe_mode mode)
+{
+	int B = 2, T = 10, C = 32, E = 4, H = 4 * C, N = B * T, dropless = mode == MOE_DROPLESS, i;
+	struct mr_moe_shape s = { N, C, H, E, k, dropless ? N : mr_moe_capacity(N, E, k, cf),
+				  0, 0, dropless };
 	float *hx = rnd((size_t)N * C, 1.0f), *hr = rnd((size_t)E * C, 0.5f);
 	float *hfw = rnd((size_t)E * H * C, 0.1f), *hfb = rnd((size_t)E * H, 0.1f);
 	float *hpw = rnd((size_t)E * C * H, 0.1f), *hpb = rnd((size_t)E * C, 0.1f);
-	float *hdy = rnd((size_t)N * C, 1.0f), *one = xmalloc(sizeof(float) * N);
+	float *hdy = rnd((size_t)N * C, 1.0f), *one = xmalloc(sizeof(float) * N), aux;
 	struct pr x, rw, fw, fb, pw, pb, y, dy, dx, drw, dfw, dfb, dpw, dpb, ones, ws;
 	struct mr_moe_acts ac, ag;
+	struct mr_moe_ws wg;
 	struct xrec rc_, rg_;
-	struct mr_moe_xchg xc = { .fn = record_xchg, .ctx = &rc_ };
-	struct mr_moe_xchg xg = { .fn = record_xchg, .ctx = &rg_ };
+	int sync_free = mode == MOE_SYNC_FREE || mode == MOE_CP, dropped, cc = 0, cg = 0;
+	int cp = mode == MOE_CP ? 2 : 0;
+	struct mr_moe_xchg xc = { .fn = record_xchg, .ctx = &rc_, .count_ctx = &cc,
+				  .count_ranks = cp, .count_reduce = cp ? count_calls : NULL };
+	struct mr_moe_xchg xg = { .fn = record_xchg, .ctx = &rg_, .count_ctx = &cg,
+				  .count_ranks = cp, .count_reduce = cp ? count_calls : NULL };
+	long reads, host_fwds = F.gpu.moe_host_counts;
 
 	for (i = 0; i < N; i++)
 		one[i] = 1.0f;
@@ -1060,25 +1138,43 @@ static void moe_layer(int k, float cf)
 	dpb = f32_in(hpb, (size_t)E * C);
 	moe_bind(&F.cpu, &s, &ac, &ws.c);
 	moe_bind(&F.gpu, &s, &ag, &ws.g);
+	if (mode != MOE_NO_STAT)
+		ag.stat = dalloc(&F.gpu, 2 * sizeof(int));
 
+	reads = host_reads();
 	OK(F.cpu.ops->moe_fwd(&F.cpu, &s, &ac, &xc, y.c, x.c, rw.c, fw.c, fb.c, pw.c, pb.c));
 	OK(F.gpu.ops->moe_fwd(&F.gpu, &s, &ag, &xg, y.g, x.g, rw.g, fw.g, fb.g, pw.g, pb.g));
 	OK(F.gpu.ops->sync(&F.gpu));
+	if (reads >= 0)
+		cr_assert(sync_free ? host_reads() == reads : host_reads() > reads,
+			  "mode %d: the forward read the host %ld times", mode,
+			  host_reads() - reads);
+	cr_assert_eq(ag.stat_on_dev, sync_free);
+	cr_assert_eq(F.gpu.moe_host_counts, host_fwds + !sync_free);
 	same("moe y", y, T_GRAD);
-	cr_assert(fabsf(ag.aux - ac.aux) <= 1e-5f * fabsf(ac.aux), "aux cuda %g cpu %g", ag.aux,
-		  ac.aux);
-	cr_assert_eq(ag.dropped, ac.dropped, "dropped cuda %d cpu %d", ag.dropped, ac.dropped);
+	moe_stat_of(&ag, &aux, &dropped);
+	cr_assert(fabsf(aux - ac.aux) <= 1e-5f * fabsf(ac.aux), "aux cuda %g cpu %g", aux, ac.aux);
+	cr_assert_eq(dropped, ac.dropped, "dropped cuda %d cpu %d", dropped, ac.dropped);
+	cr_assert(cg == !!cp && cc == !!cp, "count_reduce calls: cuda %d cpu %d", cg, cc);
 	cr_assert_eq(rg_.calls[MR_MOE_DISPATCH], 1);
 	cr_assert_eq(rg_.calls[MR_MOE_COMBINE], 1);
-	for (i = 0; i < E; i++)
+	cr_assert_eq(rg_.whole[MR_MOE_DISPATCH], sync_free, "whole cap blocks exchanged");
+	for (i = 0; i < E && !sync_free; i++)
 		cr_assert_eq(rg_.counts[MR_MOE_DISPATCH][i], rc_.counts[MR_MOE_DISPATCH][i],
 			     "expert %d: counts given to the exchange differ", i);
+	if (sync_free)
+		padded_rows_zero("xin after the dispatch", &s, &ag, ag.xin, C);
 
+	reads = host_reads();
 	OK(F.cpu.ops->moe_bwd(&F.cpu, &s, &ac, &xc, dx.c, dy.c, x.c, rw.c, fw.c, pw.c, drw.c,
 			      dfw.c, dfb.c, dpw.c, dpb.c, 0.3f, ws.c, ones.c));
 	OK(F.gpu.ops->moe_bwd(&F.gpu, &s, &ag, &xg, dx.g, dy.g, x.g, rw.g, fw.g, pw.g, drw.g,
 			      dfw.g, dfb.g, dpw.g, dpb.g, 0.3f, ws.g, ones.g));
 	OK(F.gpu.ops->sync(&F.gpu));
+	if (reads >= 0)
+		cr_assert(sync_free ? host_reads() == reads : host_reads() > reads,
+			  "mode %d: the backward read the host %ld times", mode,
+			  host_reads() - reads);
 	same("moe dx", dx, T_GRAD);
 	same("moe drouterw +=", drw, T_GRAD);
 	same("moe dfcw +=", dfw, T_GRAD);
@@ -1087,8 +1183,14 @@ static void moe_layer(int k, float cf)
 	same("moe dfcprojb +=", dpb, T_GRAD);
 	cr_assert_eq(rg_.calls[MR_MOE_DISPATCH_GRAD], 1);
 	cr_assert_eq(rg_.calls[MR_MOE_COMBINE_GRAD], 1);
-	for (i = 0; i < E; i++)
+	cr_assert_eq(rg_.whole[MR_MOE_COMBINE_GRAD], sync_free, "whole cap blocks exchanged");
+	for (i = 0; i < E && !sync_free; i++)
 		cr_assert_eq(rg_.counts[MR_MOE_COMBINE_GRAD][i], rc_.counts[MR_MOE_COMBINE_GRAD][i]);
+	if (sync_free) {
+		mr_moe_ws_bind(&wg, &s, ws.g);
+		padded_rows_zero("dyo after the combine's backward", &s, &ag, wg.dyo, C);
+		padded_rows_zero("dh after the experts' backward", &s, &ag, wg.dh, H);
+	}
 	free(hx);
 	free(hr);
 	free(hfw);
@@ -1101,13 +1203,29 @@ static void moe_layer(int k, float cf)
 
 static void moe_case(void)
 {
-	moe_layer(1, 1.25f);
-	moe_layer(2, 0.5f); /* capacity 5 of 40 assignments per 4 experts: drops */
+	moe_layer(1, 1.25f, MOE_NO_STAT);
+	moe_layer(2, 0.5f, MOE_NO_STAT); /* capacity 5 of 40 assignments per 4 experts: drops */
 }
 
 Test(device_cuda, moe_forward_and_backward_top1_top2_with_drops)
 {
 	BOTH_PRECISIONS(moe_case);
+}
+
+/* Capacity routing runs sync-free: no host read in the forward or the
+ * backward, whole cap blocks to the exchange, padded rows exactly zero
+ * (poisoned first), results as the cpu's; dropless reads the host. */
+static void moe_sync_free_case(void)
+{
+	moe_layer(1, 1.25f, MOE_SYNC_FREE);
+	moe_layer(2, 0.5f, MOE_SYNC_FREE);
+	moe_layer(2, 0.5f, MOE_CP);
+	moe_layer(2, 0.5f, MOE_DROPLESS);
+}
+
+Test(device_cuda, moe_capacity_runs_sync_free_and_dropless_reads_counts)
+{
+	BOTH_PRECISIONS(moe_sync_free_case);
 }
 
 /* ---- timing by kind ------------------------------------------------------------------- */

@@ -66,7 +66,7 @@ static float *rnd(struct mr_rng *g, size_t n, float scale)
 
 static struct mr_moe_shape shape(int dropless)
 {
-	struct mr_moe_shape s = { N, C, H, E, K, 0, 0, 0 };
+	struct mr_moe_shape s = { N, C, H, E, K, 0, 0, 0, dropless };
 
 	s.cap = dropless ? N : mr_moe_capacity(N, E, K, 1.0f);
 	return s;
