@@ -21,7 +21,7 @@
  * host (sync-free, kernels/mr_moe.h): padded rows of each expert's cap
  * block are zeroed, the expert GEMMs are strided-batched over whole
  * blocks, the exchange gets no counts, and the aux loss and dropped count
- * stay in the acts' stat for the model's once-per-micro-batch read.
+ * stay in the acts' stat for the model's read with the forward's results.
  * With context parallelism the routed counts are summed over the
  * sequence split in device memory and the aux loss formed there. Dropless
  * routing keeps the host path - the forward and backward wait once each
