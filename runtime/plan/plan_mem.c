@@ -183,7 +183,8 @@ static void paper_states(const struct mr_plan_input *in, const struct mr_plan_me
 
 /* meshrun's workspace (gpt_params.c's carve_ws, cp.c's buffers, the ep
  * exchange's scratch), 256-byte pieces where the model carves them;
- * llama's SwiGLU output gradient behind dfch, and its rotary tables (a
+ * the MoE layers' device scalars (gpt_params.c's moe_stat), llama's
+ * SwiGLU output gradient behind dfch, and its rotary tables (a
  * position per local row, hs/2 frequencies: allocations of their own). */
 static double meshrun_workspace(const struct mr_plan_input *in, const struct mr_plan_mesh *m,
 				const struct mr__plan_stage *st)
@@ -192,7 +193,7 @@ static double meshrun_workspace(const struct mr_plan_input *in, const struct mr_
 	double b = mr__plan_prec(in->prec)->act, N = (double)m->micro_batch * md->seq_len / m->cp;
 	double C = md->d_model, Cl = C / m->tp, Nl = m->sp ? N / m->tp : N, hs = C / md->n_head;
 	double ones = N, ws = 0, kws, mws = 0, T = (double)md->seq_len / m->cp;
-	double pieces[12];
+	double pieces[13];
 	struct mr__plan_dims d;
 	struct mr_moe_shape ms;
 
@@ -217,7 +218,10 @@ static double meshrun_workspace(const struct mr_plan_input *in, const struct mr_
 	pieces[10] = kws > mws ? kws : mws;
 	/* replicated key/value heads: a layer's k and v weight gradients */
 	pieces[11] = d.llama && m->tp > d.kv_heads ? 2 * hs * C * 4 : 0;
-	for (int i = 0; i < 12; i++)
+	/* each MoE layer's aux loss and dropped count (the sync-free MoE's
+	 * device scalars), for every layer of the model */
+	pieces[12] = md->moe_every ? 2.0 * md->n_layer * 4 : 0;
+	for (int i = 0; i < 13; i++)
 		ws += pieces[i] > 0 ? ceil(pieces[i] / 256) * 256 : 0;
 	if (m->cp > 1) { /* mr_cp.h's buffers, by algorithm */
 		struct mr__plan_cpx x;
