@@ -529,6 +529,8 @@ static int gw_step(void *state, struct mr_worker_stats *st, struct mr_errbuf *eb
 	if (atomic_load(&w->preempted))
 		atomic_store(&w->step_drv.request, 1);
 	profiling = profile_begin(w, step);
+	/* a graph's operations cannot be timed: the profiled step runs eagerly */
+	w->step_drv.eager = profiling;
 	rc = mr_step_run(&w->step_drv, w->inputs, w->targets, w->accum, &r, eb);
 	if (rc < 0) {
 		if (profiling)

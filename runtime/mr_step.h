@@ -94,6 +94,8 @@ struct mr_step {
 	struct mr_pp *pp;                  /* owned; NULL without a pipeline */
 	const struct mr_step_sched *sched; /* mr_sched_sequential after init */
 	enum mr_step_graphs graphs;        /* device graphs (see the header) */
+	int eager;                         /* this step without graphs (a profiled
+					    * step times each operation) */
 	int warm;                          /* steps run, up to MR_STEP_WARMUP */
 #ifndef __cplusplus /* CUDA sources use only struct mr_step_result */
 	atomic_int micro;                  /* micro-batch being run, -1 outside the

@@ -14,7 +14,8 @@
  * - an operation that needs the host, such as a MoE layer's counts - is
  * discarded, its work run eagerly, and graphs stay off for the job; both
  * that and an ineligible configuration are logged once (cuda_graph_off
- * with the reason).
+ * with the reason). A step marked eager (the worker's profiled step,
+ * whose operations are timed one by one) runs without them.
  */
 #include <math.h>
 #include <stdio.h>
@@ -67,7 +68,7 @@ static int graphs_live(struct mr_step *s)
 	const char *why;
 
 	if (s->graphs == MR_STEP_GRAPHS_OFF || !s->m->dev->ops->graph_run ||
-	    s->warm < MR_STEP_WARMUP)
+	    s->warm < MR_STEP_WARMUP || s->eager)
 		return 0;
 	if (s->graphs == MR_STEP_GRAPHS_WANTED) {
 		if ((why = graph_obstacle(s))) {

@@ -55,7 +55,7 @@
  * or for NCCL's stream - are idle. An expert GEMM inside the MoE forward
  * counts as a GEMM (a strided-batched one over all experts too). Off, it
  * costs one branch per call. A graph's operations are not timed (a mark
- * cannot be read inside one): its launches' time shows as idle.
+ * cannot be read inside one), so the worker's profiled step runs eagerly.
  *
  * Non-goals: a caching allocator, more than one stream, overlapping copy
  * regions.
