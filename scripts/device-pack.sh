@@ -35,6 +35,7 @@ bins="$bins $build/bench/gpu"
 # the emulated twins of what run.sh runs (EMUL=1: the script's own check)
 for t in "$build"/tests/gpu/test_* "$build"/emul/* \
 	"$build"/tests/gpu-emul/test_device_cuda "$build"/tests/gpu-emul/test_cuda_model \
+	"$build"/tests/gpu-emul/test_cuda_graphs \
 	"$build"/tests/gpu-emul/test_parity_fp32 "$build"/tests/gpu-emul/test_parity_bf16; do
 	case $t in *.d) ;; *) [ -f "$t" ] && bins="$bins $t" ;; esac
 done

@@ -27,7 +27,10 @@
 #            nvidia-cudnn wheel) must run there
 #   model    test_cuda_model: the model on the GPU against the CPU, and
 #            GPT-2 124M's shape in bf16 against fp32 on the same GPU (the
-#            table's bf16_vs_fp32 row: loss, gradient norm, worst tensor)
+#            table's bf16_vs_fp32 row: loss, gradient norm, worst tensor);
+#            test_cuda_graphs: steps as CUDA graphs give the bits of eager
+#            steps (dense, capacity-routed MoE), a refused capture runs
+#            eagerly
 #   parity   one parity job per mode and schedule on one GPU (PARITY_SET),
 #            fp32 and bf16, each against the single rank on the same GPU
 #   bench    bench/gpu (GPT-2 124M and 350M, a 1.1B llama: tokens/s and MFU), and
@@ -159,6 +162,7 @@ for w in $steps; do
 		crit test_device_cuda 90 ;;
 	model)
 		crit test_cuda_model 150
+		crit test_cuda_graphs 90
 		line=$(grep -ho 'bf16 vs fp32: .*' "$logs/test_cuda_model.log" 2>/dev/null)
 		[ -n "$line" ] && row bf16_vs_fp32 - 0 "${line#bf16 vs fp32: }" ;;
 	parity)
