@@ -27,7 +27,9 @@
  * at the run's precision from runtime/device/peak.c (by device name; -P
  * overrides it, and an unknown device reports mfu=0), averaged over ranks.
  * Each run's line ends with rank 0's device and host memory after the
- * timed steps (the ledger: dev_MiB, host_MiB). -r and -o pass "recompute"
+ * timed steps (the ledger: dev_MiB, host_MiB) and its CUDA graph launches
+ * (graphs: 0 where a rank's passes talk to other ranks, or where a
+ * capture was refused - its log says why). -r and -o pass "recompute"
  * and "offload" to every run (issue 29's GPU half: what recomputation and
  * ZeRO-Offload save and cost on a GPU; offload needs bf16).
  * After each run's line, `gpu <model> kinds: attention=..% gemm=..%
@@ -87,6 +89,7 @@ struct run {
 	int generation;
 	/* per rank */
 	double secs[MAX_GPUS], mfu[MAX_GPUS], loss[MAX_GPUS], loss0[MAX_GPUS];
+	long graphs[MAX_GPUS]; /* CUDA graph launches over the warm-up and timed steps */
 	double kind_ms[MAX_GPUS][MR_DEV_KINDS + 1], span_ms[MAX_GPUS];
 	double dev_bytes[MAX_GPUS], host_bytes[MAX_GPUS];
 	char err[MAX_GPUS][MR_ERRBUF_SIZE];
@@ -162,6 +165,7 @@ static void *rank_thread(void *p)
 	r->secs[a->rank] = now_s() - t0;
 	r->mfu[a->rank] = mfu;
 	r->loss[a->rank] = st.loss;
+	r->graphs[a->rank] = st.dev_graph_launches;
 	/* one more step, untimed: the device's time by kind */
 	if (rc >= 0)
 		rc = mr_gpt_worker.step(w, &st, &eb);
@@ -234,9 +238,10 @@ static double run(struct run *r, const struct model *m, int gpus, int tp, double
 		return 0.0;
 	tps = (double)r->B * m->T * (gpus / tp) * r->steps / worst;
 	printf("gpu %-4s %s  gpus=%d tp=%d dp=%d B=%d/rank  tokens_per_s=%.0f  mfu=%.3f  "
-	       "loss=%.4f  recompute=%s offload=%s dev_MiB=%.1f host_MiB=%.1f\n",
+	       "loss=%.4f  recompute=%s offload=%s dev_MiB=%.1f host_MiB=%.1f graphs=%ld\n",
 	       m->name, r->precision, gpus, tp, gpus / tp, r->B, tps, *mfu, r->loss[0],
-	       r->recompute, r->offload, r->dev_bytes[0] / (1 << 20), r->host_bytes[0] / (1 << 20));
+	       r->recompute, r->offload, r->dev_bytes[0] / (1 << 20), r->host_bytes[0] / (1 << 20),
+	       r->graphs[0]);
 	kinds_line(r);
 	if (!isfinite(r->loss[0]) || !(r->loss[0] < r->loss0[0])) {
 		fprintf(stderr, "bench gpu: %s on %d GPU(s): the loss went from %.4f to %.4f over "
