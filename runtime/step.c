@@ -111,6 +111,17 @@ static int micro_work(void *ctx)
 	return rc < 0 ? rc : mr_gpt_backward(c->m, c->dscale);
 }
 
+/* rc of a micro-batch's passes as the step's error: which passes, the
+ * step, and the device's fault where it has one. */
+static int passes_failed(const struct mr_step *s, int rc, const char *what,
+			 struct mr_errbuf *eb)
+{
+	const struct mr_dev *d = s->m->dev;
+
+	return mr_errf(eb, rc, "%s failed at step %ld: %s", what, mr_dp_steps(s->dp),
+		       d->fault[0] ? d->fault : mr_strerror(rc));
+}
+
 /* One micro-batch as a graph: the batch up, the launch, the loss back. */
 static int micro_graph(struct mr_step *s, const int *inputs, const int *targets, float dscale,
 		       struct mr_errbuf *eb)
@@ -122,9 +133,7 @@ static int micro_graph(struct mr_step *s, const int *inputs, const int *targets,
 		return rc;
 	if ((rc = device_work(s, GRAPH_MICRO, micro_work, &c, eb)) < 0 ||
 	    (rc = mr_gpt_read_results(s->m)) < 0)
-		return mr_errf(eb, rc, "forward and backward failed at step %ld: %s",
-			       mr_dp_steps(s->dp),
-			       s->m->dev->fault[0] ? s->m->dev->fault : mr_strerror(rc));
+		return passes_failed(s, rc, "forward and backward", eb);
 	return 0;
 }
 
@@ -138,10 +147,7 @@ static int micro_eager(struct mr_step *s, const int *inputs, const int *targets,
 	if (rc < 0)
 		return rc;
 	rc = mr_gpt_backward(m, dscale);
-	if (rc < 0)
-		return mr_errf(eb, rc, "backward pass failed at step %ld: %s", mr_dp_steps(s->dp),
-			       m->dev->fault[0] ? m->dev->fault : mr_strerror(rc));
-	return 0;
+	return rc < 0 ? passes_failed(s, rc, "backward pass", eb) : 0;
 }
 
 static int sequential_run(struct mr_step *s, const int *inputs, const int *targets, int accum,
@@ -180,8 +186,10 @@ static int update(struct mr_step *s, double norm, float lr, struct mr_errbuf *eb
 {
 	int rc = mr_dp_update_args(s->dp, norm, lr);
 
-	if (rc < 0 || !graphs_live(s))
-		return rc < 0 ? rc : mr_dp_update_apply(s->dp);
+	if (rc < 0)
+		return rc;
+	if (!graphs_live(s))
+		return mr_dp_update_apply(s->dp);
 	return device_work(s, GRAPH_UPDATE, update_work, s->dp, eb);
 }
 
