@@ -25,7 +25,7 @@ struct mr_cuda {
 	struct mr__lt_plan *plans; /* MR__LT_PLANS of them (gemm.cu); NULL: none kept */
 	int nplans;
 	long lt_fallbacks;       /* GEMMs cuBLASLt did not run although in use */
-	char lt_why[160];        /* the first one's reason */
+	char lt_why[256];        /* the first one's reason */
 	void *gemm_ws;           /* cuBLASLt workspace */
 	size_t gemm_ws_bytes;
 	float *scratch;          /* partial sums; grown stream-ordered */

@@ -12,14 +12,26 @@
  * fails, the same call runs through cublasGemmEx (the bias is then
  * broadcast into the output first and added with beta = 1, as the CPU
  * twin does) - counted as a fallback (mr_cuda_lt_fallbacks).
- * dbias is a fixed-order column sum (partials per row chunk, then one sum
- * per column) rather than cuBLASLt's BGRADB epilogue, so it is fp32 and
- * deterministic whatever algorithm cuBLASLt picks.
- * The MLP's GELU gradient rides on the GEMM before it
- * (mr_cuda_matmul_dgelu_bwd): cuBLASLt's DGELU epilogue multiplies the
- * fp32 product by gelu'(pre) before the one rounding, as llm.c does on
- * H100; where cuBLASLt has no algorithm for it, the GEMM and the GELU
- * backward run apart (counted as a fallback).
+ * Epilogues (each, where cuBLASLt has no algorithm for it, runs apart as
+ * separate kernels - counted as a fallback, named once):
+ *   - bias (BIAS) in every forward;
+ *   - the MLP's GELU in its first GEMM (mr_cuda_matmul_gelu_fwd,
+ *     GELU_AUX_BIAS): out = gelu(fp32 product + bias) and the GELU's
+ *     input, each rounded once, as llm.c does on H100;
+ *   - the GELU's gradient in the GEMM after it (mr_cuda_matmul_dgelu_bwd,
+ *     DGELU): the fp32 product times gelu'(pre), rounded once;
+ *   - every bias gradient in its weight-gradient GEMM (BGRADB: the sum of
+ *     dout's rows, fp32). The epilogue writes rather than adds, so it goes
+ *     to scratch and one small kernel adds it to dbias. Without a weight
+ *     gradient, dbias is a fixed-order column sum (partials per row chunk,
+ *     then one sum per column).
+ * The two GELU epilogues run with bf16 activations only: cuBLASLt's GELU
+ * is the tanh form with its own tanh, close to ours but not within fp32's
+ * bounds, and fp32 activations are the exact mode (the kernels for float,
+ * no TF32). Both round like the bf16 kernels they replace, but not bit for
+ * bit like them: a selective recomputation's GELU of the stored input
+ * cannot repeat the fused forward, so the model fuses only blocks whose
+ * GELU output stays (gpt2.c).
  * Compute type CUBLAS_COMPUTE_32F everywhere: with bf16 inputs the tensor
  * cores accumulate in fp32; with fp32 inputs (precision fp32) it is an
  * exact fp32 GEMM, never TF32 (that would need _FAST_TF32, which we never
@@ -31,10 +43,9 @@
  * strides; the fallback is cublasGemmStridedBatchedEx, and dbias the same
  * fixed-order column sum per batch item.
  *
- * Non-goals: the forward's GELU epilogue (it would compute GELU from the
- * fp32 product, so a selective recomputation's GELU of the bf16 input
- * could no longer repeat it bit for bit), fp8, grouped GEMMs of varying
- * row counts.
+ * Non-goals: fp8, grouped GEMMs of varying row counts, the DGELU_BGRAD
+ * epilogue (the fc layer's bias gradient comes from its own weight
+ * GEMM's BGRADB instead, one launch either way).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,9 +65,14 @@ struct gemm_args {
 	void *C;
 	const void *dgelu_pre; /* cuBLASLt only: C = AB * gelu'(pre), pre laid out as C */
 	/* strided batch (batch <= 1: one GEMM): element strides of A, B, C,
-	 * the bias and pre from one batch item to the next */
+	 * the bias (or bgrad) and the aux matrix (pre or gelu_in) from one
+	 * batch item to the next */
 	int batch;
-	long long sa, sb, sc, sbias, spre;
+	long long sa, sb, sc, sbias, saux;
+	/* cuBLASLt only: C = gelu(AB + bias), gelu_in = AB + bias (as C) */
+	void *gelu_in;
+	/* cuBLASLt only: bgrad (n) = the sum of op(B) over k (written) */
+	float *bgrad;
 };
 
 /* The largest power of two up to 256 dividing a (an address or a byte
@@ -94,9 +110,9 @@ struct lt_key {
 	int m, n, k, lda, ldb, ldc;
 	cublasLtEpilogue_t epi;
 	cudaDataType_t ab_type, c_type;
-	uint32_t al_a, al_b, al_c; /* the pointers' alignments */
+	uint32_t al_a, al_b, al_c, al_e; /* the pointers' alignments (e: the epilogue's) */
 	int batch;
-	long long sa, sb, sc, sbias, spre;
+	long long sa, sb, sc, sbias, saux;
 };
 
 /* One shape's matmul descriptor, layouts and chosen algorithm, made the
@@ -151,29 +167,81 @@ static int layout_batch(cublasLtMatrixLayout_t l, int batch, long long stride)
 						     &st, sizeof(st));
 }
 
-/* The bias's and the DGELU input's batch strides; 0 or a cuBLAS status. */
+/* The epilogue an argument set asks for. */
+static cublasLtEpilogue_t epilogue_of(const struct gemm_args *g)
+{
+	if (g->dgelu_pre)
+		return CUBLASLT_EPILOGUE_DGELU;
+	if (g->gelu_in)
+		return g->bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+	if (g->bgrad)
+		return CUBLASLT_EPILOGUE_BGRADB;
+	return g->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+/* Whether epilogue e reads or writes the bias pointer / the aux matrix. */
+static int epi_has_bias(cublasLtEpilogue_t e)
+{
+	return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
+	       e == CUBLASLT_EPILOGUE_BGRADB;
+}
+
+static int epi_has_aux(cublasLtEpilogue_t e)
+{
+	return e == CUBLASLT_EPILOGUE_DGELU || e == CUBLASLT_EPILOGUE_GELU_AUX ||
+	       e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+}
+
+/* The epilogue's pointers of g: the bias (or bgrad), the aux matrix. */
+static const void *bias_ptr(const struct gemm_args *g)
+{
+	return g->bgrad ? (const void *)g->bgrad : g->bias;
+}
+
+static const void *aux_ptr(const struct gemm_args *g)
+{
+	return g->dgelu_pre ? g->dgelu_pre : g->gelu_in;
+}
+
+/* Sets d's epilogue pointers to g's; 0 or a cuBLAS status. The heuristic
+ * reads their alignment from them, so a plan is made with them set. */
+static int desc_pointers(cublasLtMatmulDesc_t d, cublasLtEpilogue_t e, const struct gemm_args *g)
+{
+	const void *b = bias_ptr(g), *x = aux_ptr(g);
+
+	return (epi_has_bias(e) &&
+		cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b,
+					       sizeof(b))) ||
+	       (epi_has_aux(e) &&
+		cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &x,
+					       sizeof(x)));
+}
+
+/* The bias's and the aux matrix's batch strides; 0 or a cuBLAS status. */
 static int desc_batch(cublasLtMatmulDesc_t d, const struct lt_key *k)
 {
-	int64_t sbias = k->sbias, spre = k->spre;
+	int64_t sbias = k->sbias, saux = k->saux;
 
 	if (k->batch <= 1)
 		return 0;
-	return (k->epi == CUBLASLT_EPILOGUE_BIAS &&
+	return (epi_has_bias(k->epi) &&
 		cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, &sbias,
 					       sizeof(sbias))) ||
-	       (k->epi == CUBLASLT_EPILOGUE_DGELU &&
+	       (epi_has_aux(k->epi) &&
 		cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE,
-					       &spre, sizeof(spre)));
+					       &saux, sizeof(saux)));
 }
 
-/* Fills p for k: descriptor, layouts, the heuristic's best algorithm
- * within the workspace. 0, or 1 when cuBLASLt cannot do the shape. */
-static int plan_build(struct mr_cuda *cu, struct mr__lt_plan *p, const struct lt_key *k)
+/* Fills p for k (g: the call it is made for): descriptor, layouts, the
+ * heuristic's best algorithm within the workspace. 0, or 1 when cuBLASLt
+ * cannot do the shape. */
+static int plan_build(struct mr_cuda *cu, struct mr__lt_plan *p, const struct lt_key *k,
+		      const struct gemm_args *g)
 {
 	cublasLtMatmulPreference_t pref = NULL;
 	cublasLtMatmulHeuristicResult_t heur;
 	cublasLtEpilogue_t epi = k->epi;
-	int64_t aux_ld = k->ldc; /* DGELU's pre has C's layout */
+	int64_t aux_ld = k->ldc; /* the aux matrix (pre, gelu_in) has C's layout */
 	size_t ws = cu->gemm_ws_bytes;
 	int nres = 0, ret = 1;
 
@@ -185,10 +253,10 @@ static int plan_build(struct mr_cuda *cu, struct mr__lt_plan *p, const struct lt
 					   sizeof(k->tb)) ||
 	    cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
 					   sizeof(epi)) ||
-	    (epi == CUBLASLT_EPILOGUE_DGELU &&
+	    (epi_has_aux(epi) &&
 	     cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
 					    sizeof(aux_ld))) ||
-	    desc_batch(p->desc, k))
+	    desc_batch(p->desc, k) || desc_pointers(p->desc, epi, g))
 		goto out;
 	if (cublasLtMatrixLayoutCreate(&p->la, k->ab_type, k->ta == CUBLAS_OP_N ? k->m : k->k,
 				       k->ta == CUBLAS_OP_N ? k->k : k->m, k->lda) ||
@@ -239,21 +307,30 @@ static int gemm_lt(struct mr_cuda *cu, const struct gemm_args *g)
 	k.lda = g->lda;
 	k.ldb = g->ldb;
 	k.ldc = g->ldc;
-	k.epi = g->dgelu_pre ? CUBLASLT_EPILOGUE_DGELU
-		: g->bias   ? CUBLASLT_EPILOGUE_BIAS
-			    : CUBLASLT_EPILOGUE_DEFAULT;
+	k.epi = epilogue_of(g);
+	/* the aux matrix's leading dimension and batch stride: multiples of 8 */
+	if (epi_has_aux(k.epi) && (g->ldc % 8 || (g->batch > 1 && g->saux % 8)))
+		return 1;
 	k.ab_type = g->ab_type;
 	k.c_type = g->c_type;
 	k.al_a = batch_align(g->A, g->batch, g->sa, g->ab_type);
 	k.al_b = batch_align(g->B, g->batch, g->sb, g->ab_type);
 	k.al_c = batch_align(g->C, g->batch, g->sc, g->c_type);
+	k.al_e = 256;
+	if (epi_has_bias(k.epi))
+		k.al_e = batch_align(bias_ptr(g), g->batch, g->sbias,
+				     g->bgrad ? CUDA_R_32F : g->c_type);
+	if (epi_has_aux(k.epi)) {
+		unsigned int al = batch_align(aux_ptr(g), g->batch, g->saux, g->c_type);
+		k.al_e = al < k.al_e ? al : k.al_e;
+	}
 	k.batch = g->batch > 1 ? g->batch : 1;
 	if (k.batch > 1) {
 		k.sa = g->sa;
 		k.sb = g->sb;
 		k.sc = g->sc;
-		k.sbias = g->bias ? g->sbias : 0;
-		k.spre = g->dgelu_pre ? g->spre : 0;
+		k.sbias = epi_has_bias(k.epi) ? g->sbias : 0;
+		k.saux = epi_has_aux(k.epi) ? g->saux : 0;
 	}
 	for (int i = 0; i < cu->nplans && !p; i++)
 		if (!memcmp(&cu->plans[i].key, &k, sizeof(k)))
@@ -262,16 +339,9 @@ static int gemm_lt(struct mr_cuda *cu, const struct gemm_args *g)
 		/* a full cache (more shapes than a model has) plans per call */
 		p = cu->plans && cu->nplans < MR__LT_PLANS ? &cu->plans[cu->nplans++] : &tmp;
 		memset(p, 0, sizeof(*p));
-		p->has_algo = plan_build(cu, p, &k) == 0;
+		p->has_algo = plan_build(cu, p, &k, g) == 0;
 	}
-	if (p->has_algo &&
-	    (!g->bias || cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-							&g->bias, sizeof(g->bias)) ==
-				 CUBLAS_STATUS_SUCCESS) &&
-	    (!g->dgelu_pre ||
-	     cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
-					    &g->dgelu_pre, sizeof(g->dgelu_pre)) ==
-		     CUBLAS_STATUS_SUCCESS) &&
+	if (p->has_algo && desc_pointers(p->desc, k.epi, g) == 0 &&
 	    cublasLtMatmul(cu->lt, p->desc, &alpha, g->A, p->la, g->B, p->lb, &g->beta, g->C, p->lc,
 			   g->C, p->lc, &p->algo, cu->gemm_ws, cu->gemm_ws_bytes,
 			   cu->stream) == CUBLAS_STATUS_SUCCESS)
@@ -364,7 +434,7 @@ static int matmul_fwd(struct mr_cuda *cu, void *out, const void *inp, const void
 	cudaDataType_t t = mr__cu_act_type(cu);
 	struct gemm_args g = { CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, w, inp, bias,
 			       t, t, IC, IC, OC, 0.0f, out, NULL,
-			       1, 0, 0, 0, 0, 0 };
+			       1, 0, 0, 0, 0, 0, NULL, NULL };
 
 	if (batch <= 0 || N <= 0 || IC <= 0 || OC <= 0)
 		return mr__cuda_inval(cu, what);
@@ -385,13 +455,69 @@ extern "C" int mr_cuda_matmul_fwd_batched(struct mr_cuda *cu, void *out, const v
 	return matmul_fwd(cu, out, inp, w, bias, batch, N, IC, OC, "matmul_fwd_batched");
 }
 
+/* Whether the GELU epilogues may run: cuBLASLt in use, bf16 activations
+ * (see the header). */
+static int gelu_epilogues(const struct mr_cuda *cu)
+{
+	return cu->use_lt && cu->lt && mr__cu_act_type(cu) == CUDA_R_16BF;
+}
+
+/* Counts a fallback from epilogue `what` (the first one's reason kept). */
+static void epilogue_fallback(struct mr_cuda *cu, const char *what, int batch, int m, int n,
+			      int k)
+{
+	if (!cu->lt_fallbacks++)
+		snprintf(cu->lt_why, sizeof(cu->lt_why),
+			 "%s: cuBLASLt has no algorithm with the epilogue or failed for batch %d m "
+			 "%d n %d k %d: separate kernels instead",
+			 what, batch, m, n, k);
+}
+
+static int matmul_gelu_fwd(struct mr_cuda *cu, void *out, void *pre, const void *inp,
+			   const void *w, const void *bias, int batch, int N, int IC, int OC,
+			   const char *what)
+{
+	cudaDataType_t t = mr__cu_act_type(cu);
+	struct gemm_args g = { CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, w, inp, bias,
+			       t, t, IC, IC, OC, 0.0f, out, NULL,
+			       1, 0, 0, 0, 0, 0, pre, NULL };
+	int rc;
+
+	if (batch <= 0 || N <= 0 || IC <= 0 || OC <= 0 || !out || !pre)
+		return mr__cuda_inval(cu, what);
+	fwd_strides(&g, batch, N, IC, OC);
+	g.saux = g.sc;
+	if (gelu_epilogues(cu)) {
+		if (gemm_lt(cu, &g) == 0)
+			return mr__cuda_launched(cu, what);
+		epilogue_fallback(cu, what, batch, OC, N, IC);
+	}
+	if ((rc = matmul_fwd(cu, pre, inp, w, bias, batch, N, IC, OC, what)))
+		return rc;
+	return mr_cuda_gelu_fwd(cu, out, pre, (size_t)batch * N * OC);
+}
+
+extern "C" int mr_cuda_matmul_gelu_fwd(struct mr_cuda *cu, void *out, void *pre, const void *inp,
+				       const void *w, const void *bias, int N, int IC, int OC)
+{
+	return matmul_gelu_fwd(cu, out, pre, inp, w, bias, 1, N, IC, OC, "matmul_gelu_fwd");
+}
+
+extern "C" int mr_cuda_matmul_gelu_fwd_batched(struct mr_cuda *cu, void *out, void *pre,
+					       const void *inp, const void *w, const void *bias,
+					       int batch, int N, int IC, int OC)
+{
+	return matmul_gelu_fwd(cu, out, pre, inp, w, bias, batch, N, IC, OC,
+			       "matmul_gelu_fwd_batched");
+}
+
 int mr__cuda_matmul_f32out(struct mr_cuda *cu, float *out, const void *inp, const void *w, int N,
 			   int IC, int OC)
 {
 	cudaDataType_t t = mr__cu_act_type(cu);
 	struct gemm_args g = { CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, w, inp, NULL,
 			       t, CUDA_R_32F, IC, IC, OC, 0.0f, out, NULL,
-			       1, 0, 0, 0, 0, 0 };
+			       1, 0, 0, 0, 0, 0, NULL, NULL };
 
 	if (N <= 0 || IC <= 0 || OC <= 0)
 		return mr__cuda_inval(cu, "matmul_f32out");
@@ -403,7 +529,7 @@ extern "C" int mr_cuda_matmul_fwd_f32(struct mr_cuda *cu, float *out, const floa
 {
 	struct gemm_args g = { CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, w, inp, bias,
 			       CUDA_R_32F, CUDA_R_32F, IC, IC, OC, 0.0f, out, NULL,
-			       1, 0, 0, 0, 0, 0 };
+			       1, 0, 0, 0, 0, 0, NULL, NULL };
 
 	if (N <= 0 || IC <= 0 || OC <= 0)
 		return mr__cuda_inval(cu, "matmul_fwd_f32");
@@ -474,17 +600,39 @@ static int dinp_gemm(struct mr_cuda *cu, void *dinp, const void *dout, const voi
 	cudaDataType_t t = mr__cu_act_type(cu);
 	struct gemm_args g = { CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, w, dout, NULL,
 			       t, t, IC, OC, IC, beta, dinp, pre,
-			       1, 0, 0, 0, 0, 0 };
+			       1, 0, 0, 0, 0, 0, NULL, NULL };
 
 	g.batch = batch;
 	g.sa = (long long)OC * IC;
 	g.sb = (long long)N * OC;
-	g.sc = g.spre = (long long)N * IC;
+	g.sc = g.saux = (long long)N * IC;
 	if (!pre)
 		return gemm(cu, g, what);
 	if (!cu->use_lt || !cu->lt || gemm_lt(cu, &g) != 0)
 		return 1;
 	return mr__cuda_launched(cu, what);
+}
+
+/* The weight-gradient GEMM g with dbias (batch, OC) += the sum of dout's
+ * rows from its BGRADB epilogue, written to scratch then added: 0, an
+ * error, or 1 when cuBLASLt cannot (counted; nothing ran). */
+static int dw_bgrad_gemm(struct mr_cuda *cu, struct gemm_args g, float *dbias)
+{
+	size_t n = (size_t)g.batch * (size_t)g.n;
+	int rc;
+
+	if (!cu->use_lt || !cu->lt)
+		return 1;
+	if ((rc = mr__cuda_scratch(cu, n * sizeof(float), &g.bgrad)))
+		return rc;
+	g.sbias = g.n;
+	if (gemm_lt(cu, &g)) {
+		epilogue_fallback(cu, "matmul_bwd dw+dbias", g.batch, g.m, g.n, g.k);
+		return 1;
+	}
+	if ((rc = mr__cuda_launched(cu, "matmul_bwd dw+dbias")))
+		return rc;
+	return mr_cuda_add_f32(cu, dbias, g.bgrad, n);
 }
 
 /* dw (batch, OC, IC) += dout^T @ inp per item (fp32), dbias (batch, OC)
@@ -498,11 +646,13 @@ static int dw_gemm(struct mr_cuda *cu, float *dw, float *dbias, const void *dout
 	if (dw) {
 		struct gemm_args g = { CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, dout, NULL,
 				       t, CUDA_R_32F, IC, OC, IC, 1.0f, dw, NULL,
-				       1, 0, 0, 0, 0, 0 };
+				       1, 0, 0, 0, 0, 0, NULL, NULL };
 		g.batch = batch;
 		g.sa = (long long)N * IC;
 		g.sb = (long long)N * OC;
 		g.sc = (long long)OC * IC;
+		if (dbias && (rc = dw_bgrad_gemm(cu, g, dbias)) != 1)
+			return rc;
 		if ((rc = gemm(cu, g, "matmul_bwd dw")))
 			return rc;
 	}
@@ -547,13 +697,12 @@ static int matmul_dgelu_bwd(struct mr_cuda *cu, void *dinp, float *dw, float *db
 
 	if (batch <= 0 || N <= 0 || IC <= 0 || OC <= 0 || !dinp || !pre)
 		return mr__cuda_inval(cu, "matmul_dgelu_bwd");
-	rc = dinp_gemm(cu, dinp, dout, w, pre, batch, N, IC, OC, 0.0f, "matmul_dgelu_bwd");
+	rc = gelu_epilogues(cu) ? dinp_gemm(cu, dinp, dout, w, pre, batch, N, IC, OC, 0.0f,
+					    "matmul_dgelu_bwd")
+				: 1;
 	if (rc == 1) {
-		if (cu->use_lt && cu->lt && !cu->lt_fallbacks++)
-			snprintf(cu->lt_why, sizeof(cu->lt_why),
-				 "matmul_dgelu_bwd: cuBLASLt has no DGELU algorithm or failed for "
-				 "batch %d m %d n %d k %d: the GEMM and the GELU backward apart",
-				 batch, IC, N, OC);
+		if (gelu_epilogues(cu))
+			epilogue_fallback(cu, "matmul_dgelu_bwd", batch, IC, N, OC);
 		rc = dinp_gemm(cu, dinp, dout, w, NULL, batch, N, IC, OC, 0.0f,
 			       "matmul_bwd dinp");
 		if (rc == 0)

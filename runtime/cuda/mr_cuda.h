@@ -225,27 +225,41 @@ int mr_cuda_bf16_to_f32(struct mr_cuda *cu, float *dst, const mr_bf16 *src, size
  * The bias rides in the cuBLASLt epilogue. Twin: mr_matmul_fwd. */
 int mr_cuda_matmul_fwd(struct mr_cuda *cu, void *out, const void *inp, const void *w,
 		       const void *bias, int N, int IC, int OC);
+/* The GEMM before a GELU: pre (N,OC) = inp @ w^T + bias (bias may be
+ * NULL) and out (N,OC) = gelu(pre). With bf16 activations both come from
+ * the fp32 product, each rounded once (cuBLASLt's GELU_AUX_BIAS
+ * epilogue), so out is not exactly mr_cuda_gelu_fwd of the rounded pre;
+ * with fp32 activations, or where the epilogue has no algorithm (counted
+ * in mr_cuda_lt_fallbacks), it is the GEMM then mr_cuda_gelu_fwd.
+ * Twin: mr_matmul_fwd into fp32, then mr_gelu_fwd, each stored. */
+int mr_cuda_matmul_gelu_fwd(struct mr_cuda *cu, void *out, void *pre, const void *inp,
+			    const void *w, const void *bias, int N, int IC, int OC);
 /* dinp (N,IC) = or += dout @ w (may be NULL), dw (OC,IC) += dout^T @ inp
- * (fp32; may be NULL), dbias (OC) += colsum(dout) (fp32; may be NULL).
- * Twin: mr_matmul_bwd. */
+ * (fp32; may be NULL), dbias (OC) += colsum(dout) (fp32; may be NULL;
+ * with dw, from the weight GEMM's BGRADB epilogue). Twin: mr_matmul_bwd. */
 int mr_cuda_matmul_bwd(struct mr_cuda *cu, void *dinp, float *dw, float *dbias,
 		       const void *dout, const void *inp, const void *w, int N, int IC, int OC,
 		       int accumulate_dinp);
 /* The GEMM before a GELU, backward: dinp (N,IC) = (dout @ w) * gelu'(pre)
- * (=), pre (N,IC) the GELU's input, with one rounding (cuBLASLt's DGELU
- * epilogue); dw, dbias (may be NULL) as mr_cuda_matmul_bwd. Without the
- * epilogue: the two apart, counted in mr_cuda_lt_fallbacks.
+ * (=), pre (N,IC) the GELU's input; with bf16 activations one rounding
+ * (cuBLASLt's DGELU epilogue); dw, dbias (may be NULL) as
+ * mr_cuda_matmul_bwd. With fp32 activations, or without the epilogue
+ * (then counted in mr_cuda_lt_fallbacks): the two apart.
  * Twin: mr_matmul_bwd into fp32, then mr_gelu_bwd. */
 int mr_cuda_matmul_dgelu_bwd(struct mr_cuda *cu, void *dinp, float *dw, float *dbias,
 			     const void *dout, const void *inp, const void *w, const void *pre,
 			     int N, int IC, int OC);
-/* Strided-batched twins of the three above (the MoE experts' GEMMs, one
+/* Strided-batched twins of the four above (the MoE experts' GEMMs, one
  * call for all of them): batch items of contiguous tensors - out (batch,
  * N,OC), inp (batch,N,IC), w (batch,OC,IC), bias and dbias (batch,OC), dw
- * (batch,OC,IC), pre and dinp as inp - item b computing the call above on
+ * (batch,OC,IC), the forward's pre as out, the backward's pre and dinp as
+ * inp - item b computing the call above on
  * its slices; dinp is written (=). Twin: per item, the twin above. */
 int mr_cuda_matmul_fwd_batched(struct mr_cuda *cu, void *out, const void *inp, const void *w,
 			       const void *bias, int batch, int N, int IC, int OC);
+int mr_cuda_matmul_gelu_fwd_batched(struct mr_cuda *cu, void *out, void *pre, const void *inp,
+				    const void *w, const void *bias, int batch, int N, int IC,
+				    int OC);
 int mr_cuda_matmul_bwd_batched(struct mr_cuda *cu, void *dinp, float *dw, float *dbias,
 			       const void *dout, const void *inp, const void *w, int batch, int N,
 			       int IC, int OC);

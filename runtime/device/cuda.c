@@ -486,6 +486,13 @@ static int cuda_matmul_fwd(struct mr_dev *d, mr_act *out, const mr_act *inp, con
 	return ck(d, mr_cuda_matmul_fwd(cu_of(d), out, inp, w, bias, N, IC, OC), "matmul_fwd");
 }
 
+static int cuda_matmul_gelu_fwd(struct mr_dev *d, mr_act *out, mr_act *pre, const mr_act *inp,
+				const mr_act *w, const mr_act *bias, int N, int IC, int OC)
+{
+	return ck(d, mr_cuda_matmul_gelu_fwd(cu_of(d), out, pre, inp, w, bias, N, IC, OC),
+		  "matmul_gelu_fwd");
+}
+
 static int cuda_matmul_bwd(struct mr_dev *d, mr_act *dinp, float *dw, float *dbias,
 			   const mr_act *dout, const mr_act *inp, const mr_act *w, int N, int IC,
 			   int OC, int acc)
@@ -850,13 +857,17 @@ static int experts_fwd_each(struct mr_dev *d, const struct mr_moe_shape *s,
 		size_t r0 = (size_t)e * (size_t)v->cap, m = (size_t)v->counts[e];
 		if (m == 0)
 			continue;
-		TRY(cuda_matmul_fwd(d, AT(d, h, r0 * F), AT(d, xin, r0 * C), AT(d, fcw, e * F * C),
-				    fcb ? AT(d, fcb, e * F) : NULL, (int)m, (int)C, (int)F));
-		if (s->swiglu) /* h (m, 2H) = [gate | up] */
+		const mr_act *w1 = AT(d, fcw, e * F * C), *b1 = fcb ? AT(d, fcb, e * F) : NULL;
+		if (s->swiglu) { /* h (m, 2H) = [gate | up] */
+			TRY(cuda_matmul_fwd(d, AT(d, h, r0 * F), AT(d, xin, r0 * C), w1, b1, (int)m,
+					    (int)C, (int)F));
 			TRY(cuda_swiglu_fwd(d, AT(d, hg, r0 * H), AT(d, h, r0 * F), (int)m,
 					    (int)H));
-		else
-			TRY(cuda_gelu_fwd(d, AT(d, hg, r0 * H), AT(d, h, r0 * H), m * H));
+		} else {
+			TRY(cuda_matmul_gelu_fwd(d, AT(d, hg, r0 * H), AT(d, h, r0 * H),
+						 AT(d, xin, r0 * C), w1, b1, (int)m, (int)C,
+						 (int)F));
+		}
 		TRY(cuda_matmul_fwd(d, AT(d, yo, r0 * C), AT(d, hg, r0 * H),
 				    AT(d, fcprojw, e * C * H),
 				    fcprojb ? AT(d, fcprojb, e * C) : NULL, (int)m, (int)H, (int)C));
@@ -876,12 +887,16 @@ static int experts_fwd_batched(struct mr_dev *d, const struct mr_moe_shape *s,
 	mr_act *xin = ACT(a->xin), *h = ACT(a->h), *hg = ACT(a->hg), *yo = ACT(a->yo);
 	int C = s->C, H = s->H, F = mr_moe_fc_cols(s), rows = v->E * v->cap, rc;
 
-	TRY(ck(d, mr_cuda_matmul_fwd_batched(cu, h, xin, fcw, fcb, v->E, v->cap, C, F),
-	       "matmul_fwd_batched"));
-	if (s->swiglu)
+	if (s->swiglu) {
+		TRY(ck(d, mr_cuda_matmul_fwd_batched(cu, h, xin, fcw, fcb, v->E, v->cap, C, F),
+		       "matmul_fwd_batched"));
 		TRY(cuda_swiglu_fwd(d, hg, h, rows, H));
-	else
-		TRY(cuda_gelu_fwd(d, hg, h, (size_t)rows * (size_t)H));
+	} else {
+		TRY(ck(d,
+		       mr_cuda_matmul_gelu_fwd_batched(cu, hg, h, xin, fcw, fcb, v->E, v->cap, C,
+						       F),
+		       "matmul_gelu_fwd_batched"));
+	}
 	return ck(d, mr_cuda_matmul_fwd_batched(cu, yo, hg, fcprojw, fcprojb, v->E, v->cap, H, C),
 		  "matmul_fwd_batched");
 }
@@ -1240,6 +1255,7 @@ static const struct mr_dev_ops cuda_ops = {
 	.is_device = cuda_is_device,
 	.matmul_fwd = cuda_matmul_fwd,
 	.matmul_bwd = cuda_matmul_bwd,
+	.matmul_gelu_fwd = cuda_matmul_gelu_fwd,
 	.matmul_dgelu_bwd = cuda_matmul_dgelu_bwd,
 	.layernorm_fwd = cuda_layernorm_fwd,
 	.add_layernorm_fwd = cuda_add_layernorm_fwd,

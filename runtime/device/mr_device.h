@@ -198,6 +198,14 @@ struct mr_dev_ops {
 	/* out (N,OC) = inp (N,IC) @ w^T + bias (OC, may be NULL) */
 	int (*matmul_fwd)(struct mr_dev *d, mr_act *out, const mr_act *inp, const mr_act *w,
 			  const mr_act *bias, int N, int IC, int OC);
+	/* matmul_fwd of the GEMM before a GELU, the GELU with it: pre =
+	 * inp @ w^T + bias, out = gelu(pre); on a bf16 device both from the
+	 * unrounded product (cuda: cuBLASLt's GELU_AUX_BIAS epilogue), so out
+	 * is not gelu_fwd of the stored pre bit for bit - a block whose
+	 * recomputation runs gelu_fwd again must not use it. NULL: the device
+	 * has no fusion (the model calls matmul_fwd, then gelu_fwd) */
+	int (*matmul_gelu_fwd)(struct mr_dev *d, mr_act *out, mr_act *pre, const mr_act *inp,
+			       const mr_act *w, const mr_act *bias, int N, int IC, int OC);
 	/* dinp = (acc: +=) dout @ w (may be NULL); dw += dout^T @ inp; dbias +=
 	 * colsum(dout) (fp32, each may be NULL) */
 	int (*matmul_bwd)(struct mr_dev *d, mr_act *dinp, float *dw, float *dbias,

@@ -257,12 +257,16 @@ static int block(struct mr_gen *g, int l, int n)
 		CK(OP(moe_fwd, &s, &ma, &g->m.par.xchg, g->y, g->h, cw(w->routerw), cw(w->fcw),
 		      cw(w->fcb), cw(w->fcprojw), cw(w->fcprojb)));
 	} else {
-		CK(OP(matmul_fwd, g->fch, g->h, cw(w->fcw), llama ? NULL : cw(w->fcb), n, g->C,
-		      g->fc));
-		if (llama)
+		if (llama) {
+			CK(OP(matmul_fwd, g->fch, g->h, cw(w->fcw), NULL, n, g->C, g->fc));
 			CK(OP(swiglu_fwd, g->fcg, g->fch, n, g->ffn));
-		else
+		} else if (g->m.fuse_gelu) { /* as the training forward does */
+			CK(OP(matmul_gelu_fwd, g->fcg, g->fch, g->h, cw(w->fcw), cw(w->fcb), n,
+			      g->C, g->fc));
+		} else {
+			CK(OP(matmul_fwd, g->fch, g->h, cw(w->fcw), cw(w->fcb), n, g->C, g->fc));
 			CK(OP(gelu_fwd, g->fcg, g->fch, (size_t)n * (size_t)g->ffn));
+		}
 		CK(OP(matmul_fwd, g->y, g->fcg, cw(w->fcprojw), llama ? NULL : cw(w->fcprojb), n,
 		      g->ffn, g->C));
 	}

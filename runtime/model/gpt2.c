@@ -83,6 +83,21 @@ static void gpt2_table(const struct mr_gpt_config *c, struct mr__gpt_table *tb)
 	mr__gpt_table_add(tb, "lnf.b", C, 0, 0, MR_INIT_ZERO, 0, -1, 1, -1, MV(lnfb));
 }
 
+/* A dense MLP's first GEMM and its GELU: a->fch, a->fch_gelu from a->ln2.
+ * One fused call where the device has it, unless the block's selective
+ * recomputation runs the GELU again from the stored a->fch (the fused
+ * GELU is of the unrounded product: the two would differ). */
+static int fc_gelu_fwd(struct mr_gpt *m, int l, struct mr_gpt_layer_acts *a, const mr_act *w,
+		       const mr_act *b, int N, int C, int H)
+{
+	int rc;
+
+	if (m->fuse_gelu && mr_gpt_layer_recompute(m, l) != MR_GPT_RC_SELECTIVE)
+		return OP(m, matmul_gelu_fwd, a->fch_gelu, a->fch, a->ln2, w, b, N, C, H);
+	CK(OP(m, matmul_fwd, a->fch, a->ln2, w, b, N, C, H));
+	return OP(m, gelu_fwd, a->fch_gelu, a->fch, (size_t)N * H);
+}
+
 /* One transformer block: res (Nl,C) in, a->res3 (Nl,C) out. A
  * recomputation stops before a dense MLP's output GEMM (nothing in the
  * backward reads its output); a MoE MLP's output goes to m->rc_out. */
@@ -111,8 +126,7 @@ static int block_fwd(struct mr_gpt *m, int l, const mr_act *res)
 	if (mr_gpt_layer_is_moe(c, l)) {
 		CK(mr__gpt_moe_fwd(m, l, out));
 	} else {
-		CK(OP(m, matmul_fwd, a->fch, a->ln2, CW(w->fcw), CW(w->fcb), N, C, 4 * Cl));
-		CK(OP(m, gelu_fwd, a->fch_gelu, a->fch, (size_t)N * 4 * Cl));
+		CK(fc_gelu_fwd(m, l, a, CW(w->fcw), CW(w->fcb), N, C, 4 * Cl));
 		if (m->recomputing)
 			return 0; /* the backward reads no output */
 		CK(mr_tp_row_linear_fwd(&m->par.tp, out, a->fch_gelu, CW(w->fcprojw), CW(w->fcprojb),

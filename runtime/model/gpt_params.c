@@ -824,6 +824,7 @@ int mr_gpt_create_on(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, i
 	struct mr_layers_shape shape = { .B = B, .T = T, .C = cfg->d_model, .V = cfg->vocab,
 					 .n_head = cfg->n_head, .n_kv_head = mr_gpt_kv_heads(cfg),
 					 .n_experts = cfg->n_experts };
+	const char *fused;
 	int rc, u;
 
 	memset(m, 0, sizeof(*m));
@@ -858,6 +859,8 @@ int mr_gpt_create_on(struct mr_gpt *m, const struct mr_gpt_config *cfg, int B, i
 	/* context parallel: this rank's rows of every sequence (mr_cp.h) */
 	m->T = T / mr_place_size(&m->place, MR_AXIS_CP);
 	m->dev = dev;
+	fused = getenv("MESHRUN_FUSED_GELU");
+	m->fuse_gelu = dev->ops->matmul_gelu_fwd && !(fused && fused[0] == '0');
 	m->first_stage = mr_place_index(&m->place, MR_AXIS_PP) == 0;
 	m->last_stage = mr_place_index(&m->place, MR_AXIS_PP) ==
 			mr_place_size(&m->place, MR_AXIS_PP) - 1;

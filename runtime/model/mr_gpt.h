@@ -394,6 +394,11 @@ struct mr_gpt {
 	void *rc_mem;
 	size_t nrc;
 	int recomputing;
+	/* dense blocks' fc GEMM and GELU in one call where the device has it
+	 * (mr_dev_ops.matmul_gelu_fwd), except in blocks whose selective
+	 * recomputation runs the GELU again (gpt2.c); MESHRUN_FUSED_GELU=0
+	 * turns it off */
+	int fuse_gelu;
 	/* llama: every local row's sequence position (B*T device ints) and
 	 * the rotary inverse frequencies (hs/2 device floats) */
 	int *rope_pos;

@@ -385,6 +385,12 @@ static _Atomic long syncs[MAX_DEVICES];        /* mr_cuda_sync calls (cuda_emul.
 static _Atomic long stream_waits[MAX_DEVICES]; /* mr_cuda_stream_wait calls */
 static _Atomic int busy[MAX_DEVICES];          /* mr_cuda_query answers "not ready" */
 static _Atomic long host_reads[MAX_DEVICES];   /* see mr_cuda_emul_host_reads */
+static _Atomic long gelu_fused[MAX_DEVICES];   /* see mr_cuda_emul_gelu_fused */
+
+long mr_cuda_emul_gelu_fused(int device)
+{
+	return gelu_fused[device];
+}
 
 long mr_cuda_emul_host_reads(int device)
 {
@@ -853,6 +859,34 @@ int mr_cuda_matmul_bwd(struct mr_cuda *cu, void *dinp, float *dw, float *dbias,
 	return 0;
 }
 
+/* The GELU_AUX_BIAS epilogue's rounding with bf16 activations: pre and
+ * its GELU from the fp32 product, each stored once (fp32: the GEMM, then
+ * the GELU of what it stored - the same numbers). */
+int mr_cuda_matmul_gelu_fwd(struct mr_cuda *cu, void *out, void *pre, const void *inp,
+			    const void *w, const void *bias, int N, int IC, int OC)
+{
+	CALL(out, pre, inp, w, bias, N, IC, OC);
+	if (!out || !pre)
+		return MR_EINVAL;
+	size_t n = (size_t)N * OC;
+	float *fi = ld(cu, D(inp), (size_t)N * IC), *fw = ld(cu, D(w), (size_t)OC * IC);
+	float *fb = ld(cu, D(bias), (size_t)OC), *fo = xalloc(sizeof(float) * n);
+
+	mr_matmul_fwd(NULL, fo, fi, fw, fb, N, IC, OC);
+	st(cu, D(pre), fo, n);
+	if (cu->act == MR_CUDA_F32)
+		memcpy(fo, D(pre), sizeof(float) * n);
+	else
+		gelu_fused[cu->device]++;
+	mr_gelu_fwd(NULL, fo, fo, n);
+	st(cu, D(out), fo, n);
+	free(fi);
+	free(fw);
+	free(fb);
+	free(fo);
+	return 0;
+}
+
 /* The DGELU epilogue's rounding: the product and its GELU gradient in
  * fp32, one store. */
 int mr_cuda_matmul_dgelu_bwd(struct mr_cuda *cu, void *dinp, float *dw, float *dbias,
@@ -892,6 +926,22 @@ int mr_cuda_matmul_fwd_batched(struct mr_cuda *cu, void *out, const void *inp, c
 					(const char *)w + b * sw,
 					bias ? (const char *)bias + b * (size_t)OC * e : NULL, N, IC,
 					OC);
+	return rc;
+}
+
+int mr_cuda_matmul_gelu_fwd_batched(struct mr_cuda *cu, void *out, void *pre, const void *inp,
+				    const void *w, const void *bias, int batch, int N, int IC,
+				    int OC)
+{
+	size_t e = esz(cu), so = (size_t)N * OC * e, sw = (size_t)OC * IC * e;
+	int b, rc = 0;
+
+	for (b = 0; b < batch && rc == 0; b++)
+		rc = mr_cuda_matmul_gelu_fwd(cu, (char *)out + b * so, (char *)pre + b * so,
+					     (const char *)inp + b * (size_t)N * IC * e,
+					     (const char *)w + b * sw,
+					     bias ? (const char *)bias + b * (size_t)OC * e : NULL,
+					     N, IC, OC);
 	return rc;
 }
 

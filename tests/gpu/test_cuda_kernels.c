@@ -196,6 +196,59 @@ Test(cuda, matmul_dgelu_epilogue_matches_cpu)
 	gpu_teardown();
 }
 
+/* The MLP's first GEMM with the GELU in its epilogue (GELU_AUX_BIAS), one
+ * GEMM or a strided batch of them, against the CPU's GEMM then GELU: the
+ * GELU's input (pre) and output, both poisoned first so an unwritten
+ * element fails (fp32 activations: fp32_activations_match_cpu_without_tf32). */
+static void gelu_fwd_case(int batch, int N, int IC, int OC)
+{
+	size_t ni = (size_t)batch * N * IC, no = (size_t)batch * N * OC, iw = (size_t)OC * IC;
+	float *inp = rand_bf(ni, 1.0f), *w = rand_bf(iw * batch, 0.1f);
+	float *bias = rand_bf((size_t)batch * OC, 0.5f), *pre = xmalloc(no * sizeof(float));
+	float *out = xmalloc(no * sizeof(float)), *poison = xmalloc(no * sizeof(float)), *g;
+	mr_bf16 *d_inp = up_bf(inp, ni), *d_w = up_bf(w, iw * batch);
+	mr_bf16 *d_b = up_bf(bias, (size_t)batch * OC), *d_pre, *d_out;
+
+	for (size_t j = 0; j < no; j++)
+		poison[j] = NAN;
+	d_pre = up_bf(poison, no);
+	d_out = up_bf(poison, no);
+	for (int b = 0; b < batch; b++)
+		mr_matmul_fwd(NULL, pre + (size_t)b * N * OC, inp + (size_t)b * N * IC, w + b * iw,
+			      bias + (size_t)b * OC, N, IC, OC);
+	mr_gelu_fwd(NULL, out, pre, no);
+	if (batch == 1)
+		CU_OK(mr_cuda_matmul_gelu_fwd(cu, d_out, d_pre, d_inp, d_w, d_b, N, IC, OC));
+	else
+		CU_OK(mr_cuda_matmul_gelu_fwd_batched(cu, d_out, d_pre, d_inp, d_w, d_b, batch, N,
+						      IC, OC));
+	g = down_bf(d_pre, no);
+	check_close("gelu epilogue pre", g, pre, no, BF_RTOL, BF_ATOL);
+	free(g);
+	g = down_bf(d_out, no);
+	check_close("gelu epilogue out", g, out, no, BF_RTOL, BF_ATOL);
+	free(g);
+	free(inp);
+	free(w);
+	free(bias);
+	free(pre);
+	free(out);
+	free(poison);
+}
+
+Test(cuda, matmul_gelu_epilogue_matches_cpu)
+{
+	const char *why = "";
+
+	need_gpu();
+	cr_assert(mr_cuda_using_lt(cu), "cuBLASLt not in use");
+	gelu_fwd_case(1, 1024, 768, 3072); /* GPT-2 124M's fc, one sequence */
+	gelu_fwd_case(1, 70, 96, 136);
+	gelu_fwd_case(4, 24, 64, 256); /* a MoE layer's experts */
+	cr_expect_eq(mr_cuda_lt_fallbacks(cu, &why), 0, "the epilogue did not run: %s", why);
+	gpu_teardown();
+}
+
 /* The strided-batched GEMMs (the MoE experts'): batch items of (N, IC) x
  * (OC, IC) with their own weights and biases, each against the CPU twin
  * on its slices - forward with bias, backward dinp (=), dw and dbias
@@ -800,6 +853,22 @@ Test(cuda, fp32_activations_match_cpu_without_tf32)
 	check_close("f32 matmul dinp", down_act(d_dinp, nic), dinp, nic, F32_TOL);
 	check_close("f32 matmul dw", down_f32(d_dw, (size_t)OC * IC), dw, (size_t)OC * IC, F32_TOL);
 	check_close("f32 matmul dbias", down_f32(d_db, OC), db, OC, F32_TOL);
+	/* the fused GELU entry with fp32 activations: the GEMM, then the GELU
+	 * kernel (the epilogue's GELU is not exact to fp32), no fallback */
+	{
+		float *pre = xmalloc(noc * sizeof(float)), *gl = xmalloc(noc * sizeof(float));
+		void *d_pre = act_alloc(noc);
+		const char *why = "";
+
+		mr_matmul_fwd(NULL, pre, inp, w, b, N, IC, OC);
+		mr_gelu_fwd(NULL, gl, pre, noc);
+		CU_OK(mr_cuda_matmul_gelu_fwd(cu, d_out, d_pre, d_inp, d_w, d_b, N, IC, OC));
+		check_close("f32 fused gelu pre", down_act(d_pre, noc), pre, noc, F32_TOL);
+		check_close("f32 fused gelu out", down_act(d_out, noc), gl, noc, F32_TOL);
+		cr_expect_eq(mr_cuda_lt_fallbacks(cu, &why), 0, "a fallback: %s", why);
+		free(pre);
+		free(gl);
+	}
 	/* layernorm over the GEMM input rows, with C-sized weights (the
 	 * GEMM's first C weights) and bias, gradients accumulated on the
 	 * GEMM's */

@@ -461,6 +461,43 @@ Test(device_cuda, matmul_with_the_gelu_backward_fused)
 	BOTH_PRECISIONS(dgelu_case);
 }
 
+/* The GEMM before a GELU with the GELU fused (cuda) against the two apart
+ * (the cpu device has no fusion): the GELU's input and its output, both
+ * written over poison, with and without a bias. */
+static void gelu_fwd_case(void)
+{
+	int N = 37, IC = 48, OC = 40;
+	size_t no = (size_t)N * OC;
+	float *hx = rnd((size_t)N * IC, 1.0f), *hw = rnd((size_t)OC * IC, 0.5f);
+	float *hb = rnd(OC, 1.0f), *hp = xmalloc(no * sizeof(float));
+	struct pr x = act_in(hx, (size_t)N * IC), w = act_in(hw, (size_t)OC * IC);
+	struct pr b = act_in(hb, OC), pre, out;
+
+	for (size_t i = 0; i < no; i++)
+		hp[i] = NAN;
+	pre = act_in(hp, no);
+	out = act_in(hp, no);
+	cr_assert_null(F.cpu.ops->matmul_gelu_fwd);
+	for (int bias = 1; bias >= 0; bias--) {
+		OK(F.cpu.ops->matmul_fwd(&F.cpu, pre.c, x.c, w.c, bias ? b.c : NULL, N, IC, OC));
+		OK(F.cpu.ops->gelu_fwd(&F.cpu, out.c, pre.c, no));
+		OK(F.gpu.ops->matmul_gelu_fwd(&F.gpu, out.g, pre.g, x.g, w.g, bias ? b.g : NULL, N,
+					      IC, OC));
+		OK(F.gpu.ops->sync(&F.gpu));
+		same(bias ? "fused gelu pre" : "fused gelu pre, no bias", pre, T_ACT);
+		same(bias ? "fused gelu out" : "fused gelu out, no bias", out, T_ACT);
+	}
+	free(hx);
+	free(hw);
+	free(hb);
+	free(hp);
+}
+
+Test(device_cuda, matmul_with_the_gelu_forward_fused)
+{
+	BOTH_PRECISIONS(gelu_fwd_case);
+}
+
 /* ---- layernorm, elementwise -------------------------------------------------------- */
 
 static void layernorm_case(void)
