@@ -860,8 +860,8 @@ int mr_cuda_matmul_bwd(struct mr_cuda *cu, void *dinp, float *dw, float *dbias,
 }
 
 /* The GELU_AUX_BIAS epilogue's rounding with bf16 activations: pre and
- * its GELU from the fp32 product, each stored once (fp32: the GEMM, then
- * the GELU of what it stored - the same numbers). */
+ * its GELU from the fp32 product, each stored once (fp32: the same
+ * numbers as the GEMM, then the GELU of what it stored). */
 int mr_cuda_matmul_gelu_fwd(struct mr_cuda *cu, void *out, void *pre, const void *inp,
 			    const void *w, const void *bias, int N, int IC, int OC)
 {
@@ -873,10 +873,8 @@ int mr_cuda_matmul_gelu_fwd(struct mr_cuda *cu, void *out, void *pre, const void
 	float *fb = ld(cu, D(bias), (size_t)OC), *fo = xalloc(sizeof(float) * n);
 
 	mr_matmul_fwd(NULL, fo, fi, fw, fb, N, IC, OC);
-	st(cu, D(pre), fo, n);
-	if (cu->act == MR_CUDA_F32)
-		memcpy(fo, D(pre), sizeof(float) * n);
-	else
+	st(cu, D(pre), fo, n); /* fp32: pre holds fo's values as they are */
+	if (cu->act != MR_CUDA_F32)
 		gelu_fused[cu->device]++;
 	mr_gelu_fwd(NULL, fo, fo, n);
 	st(cu, D(out), fo, n);
