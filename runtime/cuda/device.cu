@@ -472,29 +472,28 @@ extern "C" int mr_cuda_memset0(struct mr_cuda *cu, void *p, size_t bytes)
 	return mr__cuda_check(cu, cudaMemsetAsync(p, 0, bytes, cu->stream), "cudaMemset");
 }
 
-extern "C" int mr_cuda_upload(struct mr_cuda *cu, void *dst, const void *src_host, size_t bytes)
+/* A copy between the host and the device on the stream, waited for
+ * (refused while capturing: the host reads or reuses its side at once). */
+static int copy_waited(struct mr_cuda *cu, void *dst, const void *src, size_t bytes,
+		       cudaMemcpyKind kind, const char *what)
 {
-	int rc = mr__cuda_no_capture(cu, "upload");
+	int rc = mr__cuda_no_capture(cu, what);
 
 	if (rc)
 		return rc;
-	rc = mr__cuda_check(cu, cudaMemcpyAsync(dst, src_host, bytes, cudaMemcpyHostToDevice,
-						cu->stream),
-			    "upload");
+	rc = mr__cuda_check(cu, cudaMemcpyAsync(dst, src, bytes, kind, cu->stream), what);
 	return rc ? rc : mr_cuda_sync(cu);
+}
+
+extern "C" int mr_cuda_upload(struct mr_cuda *cu, void *dst, const void *src_host, size_t bytes)
+{
+	return copy_waited(cu, dst, src_host, bytes, cudaMemcpyHostToDevice, "upload");
 }
 
 extern "C" int mr_cuda_download(struct mr_cuda *cu, void *dst_host, const void *src,
 				size_t bytes)
 {
-	int rc = mr__cuda_no_capture(cu, "download");
-
-	if (rc)
-		return rc;
-	rc = mr__cuda_check(cu, cudaMemcpyAsync(dst_host, src, bytes, cudaMemcpyDeviceToHost,
-						cu->stream),
-			    "download");
-	return rc ? rc : mr_cuda_sync(cu);
+	return copy_waited(cu, dst_host, src, bytes, cudaMemcpyDeviceToHost, "download");
 }
 
 extern "C" int mr_cuda_copy(struct mr_cuda *cu, void *dst, const void *src, size_t bytes)

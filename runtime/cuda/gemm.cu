@@ -462,15 +462,19 @@ static int gelu_epilogues(const struct mr_cuda *cu)
 	return cu->use_lt && cu->lt && mr__cu_act_type(cu) == CUDA_R_16BF;
 }
 
-/* Counts a fallback from epilogue `what` (the first one's reason kept). */
-static void epilogue_fallback(struct mr_cuda *cu, const char *what, int batch, int m, int n,
-			      int k)
+/* g through cuBLASLt with its epilogue: 0 (ran), an error, or 1 when
+ * cuBLASLt cannot - nothing ran, counted as a fallback (the first one's
+ * reason kept) for the caller's separate kernels. */
+static int gemm_epilogue(struct mr_cuda *cu, const struct gemm_args *g, const char *what)
 {
+	if (gemm_lt(cu, g) == 0)
+		return mr__cuda_launched(cu, what);
 	if (!cu->lt_fallbacks++)
 		snprintf(cu->lt_why, sizeof(cu->lt_why),
 			 "%s: cuBLASLt has no algorithm with the epilogue or failed for batch %d m "
 			 "%d n %d k %d: separate kernels instead",
-			 what, batch, m, n, k);
+			 what, g->batch, g->m, g->n, g->k);
+	return 1;
 }
 
 static int matmul_gelu_fwd(struct mr_cuda *cu, void *out, void *pre, const void *inp,
@@ -487,11 +491,8 @@ static int matmul_gelu_fwd(struct mr_cuda *cu, void *out, void *pre, const void 
 		return mr__cuda_inval(cu, what);
 	fwd_strides(&g, batch, N, IC, OC);
 	g.saux = g.sc;
-	if (gelu_epilogues(cu)) {
-		if (gemm_lt(cu, &g) == 0)
-			return mr__cuda_launched(cu, what);
-		epilogue_fallback(cu, what, batch, OC, N, IC);
-	}
+	if (gelu_epilogues(cu) && (rc = gemm_epilogue(cu, &g, what)) != 1)
+		return rc;
 	if ((rc = matmul_fwd(cu, pre, inp, w, bias, batch, N, IC, OC, what)))
 		return rc;
 	return mr_cuda_gelu_fwd(cu, out, pre, (size_t)batch * N * OC);
@@ -592,7 +593,8 @@ static int colsum(struct mr_cuda *cu, float *dbias, const void *dout, int batch,
 }
 
 /* dinp (batch, N, IC) = or += dout @ w per item (pre: times gelu'(pre)
- * in cuBLASLt's DGELU epilogue; 1 when cuBLASLt cannot, nothing run). */
+ * in cuBLASLt's DGELU epilogue, which the caller checked may run; 1 when
+ * cuBLASLt cannot, counted, nothing run). */
 static int dinp_gemm(struct mr_cuda *cu, void *dinp, const void *dout, const void *w,
 		     const void *pre, int batch, int N, int IC, int OC, float beta,
 		     const char *what)
@@ -606,11 +608,7 @@ static int dinp_gemm(struct mr_cuda *cu, void *dinp, const void *dout, const voi
 	g.sa = (long long)OC * IC;
 	g.sb = (long long)N * OC;
 	g.sc = g.saux = (long long)N * IC;
-	if (!pre)
-		return gemm(cu, g, what);
-	if (!cu->use_lt || !cu->lt || gemm_lt(cu, &g) != 0)
-		return 1;
-	return mr__cuda_launched(cu, what);
+	return pre ? gemm_epilogue(cu, &g, what) : gemm(cu, g, what);
 }
 
 /* The weight-gradient GEMM g with dbias (batch, OC) += the sum of dout's
@@ -626,11 +624,7 @@ static int dw_bgrad_gemm(struct mr_cuda *cu, struct gemm_args g, float *dbias)
 	if ((rc = mr__cuda_scratch(cu, n * sizeof(float), &g.bgrad)))
 		return rc;
 	g.sbias = g.n;
-	if (gemm_lt(cu, &g)) {
-		epilogue_fallback(cu, "matmul_bwd dw+dbias", g.batch, g.m, g.n, g.k);
-		return 1;
-	}
-	if ((rc = mr__cuda_launched(cu, "matmul_bwd dw+dbias")))
+	if ((rc = gemm_epilogue(cu, &g, "matmul_bwd dw+dbias")))
 		return rc;
 	return mr_cuda_add_f32(cu, dbias, g.bgrad, n);
 }
@@ -701,8 +695,6 @@ static int matmul_dgelu_bwd(struct mr_cuda *cu, void *dinp, float *dw, float *db
 					    "matmul_dgelu_bwd")
 				: 1;
 	if (rc == 1) {
-		if (gelu_epilogues(cu))
-			epilogue_fallback(cu, "matmul_dgelu_bwd", batch, IC, N, OC);
 		rc = dinp_gemm(cu, dinp, dout, w, NULL, batch, N, IC, OC, 0.0f,
 			       "matmul_bwd dinp");
 		if (rc == 0)
